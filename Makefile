@@ -1,0 +1,175 @@
+# gpuvisor root Makefile.
+#
+# One Makefile drives everything; each component describes itself in a small
+# fragment (src/<component>/module.mk, tests/<component>/module.mk,
+# bench/module.mk) using the templates below, so adding a component never
+# means editing this file.  See docs/contributing.md ("Build system").
+#
+#   make                 build everything (libraries, programs, test binaries)
+#   make test            run the whole test suite; ends with "N passed, N failed"
+#   make bench           run benchmarks; results land in bench/results/*.txt
+#   make fuzz            build libFuzzer targets with clang into build-fuzz/
+#   make fuzz-run        run each fuzz target for FUZZ_SECONDS (default 30)
+#   make SAN=address,undefined test   sanitizer build + test (build-san/)
+#   make CC=clang        clang build (build-clang/)
+#   make test-gpu        real-GPU suite (needs a GPU, nvcc, PyTorch)
+
+CC      ?= cc
+SAN     ?=
+V       ?= 0
+
+ifeq ($(origin CC),default)
+CC := gcc
+endif
+
+# Separate output trees per toolchain so builds never mix objects.
+BUILD ?= build$(if $(filter clang%,$(notdir $(CC))),-clang)$(if $(SAN),-san)
+
+PKG_CONFIG ?= pkg-config
+
+WARNINGS := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wstrict-prototypes \
+            -Wmissing-prototypes -Wpointer-arith -Wvla -Wundef
+CSTD     := -std=c11 -D_GNU_SOURCE
+OPT      ?= -O2 -g
+CFLAGS_BASE := $(CSTD) $(OPT) $(WARNINGS) -fPIC -Isrc -MMD -MP \
+               -fno-omit-frame-pointer
+LDFLAGS_BASE :=
+
+ifneq ($(SAN),)
+CFLAGS_BASE  += -fsanitize=$(SAN) -fno-sanitize-recover=all
+LDFLAGS_BASE += -fsanitize=$(SAN)
+endif
+
+CFLAGS  ?=
+LDFLAGS ?=
+ALL_CFLAGS  = $(CFLAGS_BASE) $(CFLAGS)
+ALL_LDFLAGS = $(LDFLAGS_BASE) $(LDFLAGS)
+
+ifeq ($(V),0)
+Q := @
+else
+Q :=
+endif
+
+# Collected by module fragments.
+LIBS        :=   # static component libraries:   build/lib/libgv<name>.a
+PROGS       :=   # executables:                  build/bin/<name>
+TEST_PROGS  :=   # test executables:             build/tests/<name>
+TEST_SCRIPTS:=   # test scripts run by the runner (paths in the source tree)
+BENCH_PROGS :=   # benchmark executables:        build/bench/<name>
+BENCH_SCRIPTS:=  # benchmark scripts
+FUZZ_TARGETS:=   # libFuzzer targets:            build-fuzz/<name>
+EXTRA_ALL   :=   # other files `make` must produce (shared libraries, ...)
+
+# --- templates -------------------------------------------------------------
+# $(1)=name; <name>_SRCS, <name>_CFLAGS (optional)
+define GV_LIB
+$(1)_OBJS := $$(patsubst %.c,$$(BUILD)/obj/%.o,$$($(1)_SRCS))
+$$(BUILD)/lib/libgv$(1).a: $$($(1)_OBJS)
+	@mkdir -p $$(@D)
+	@echo "  AR      $$@"
+	$$(Q)rm -f $$@ && ar rcs $$@ $$^
+$$($(1)_OBJS): EXTRA_CFLAGS := $$($(1)_CFLAGS)
+ALL_OBJS += $$($(1)_OBJS)
+endef
+
+# $(1)=name, $(2)=output dir; <name>_SRCS, <name>_LIBS (component libs, in
+# link order), <name>_LDLIBS, <name>_CFLAGS
+define GV_EXE
+$(1)_OBJS := $$(patsubst %.c,$$(BUILD)/obj/%.o,$$($(1)_SRCS))
+$$(BUILD)/$(2)/$(1): $$($(1)_OBJS) $$(foreach l,$$($(1)_LIBS),$$(BUILD)/lib/libgv$$(l).a)
+	@mkdir -p $$(@D)
+	@echo "  LD      $$@"
+	$$(Q)$$(CC) $$(ALL_LDFLAGS) -o $$@ $$($(1)_OBJS) \
+		$$(foreach l,$$($(1)_LIBS),$$(BUILD)/lib/libgv$$(l).a) $$($(1)_LDLIBS) -lm -lpthread
+$$($(1)_OBJS): EXTRA_CFLAGS := $$($(1)_CFLAGS)
+ALL_OBJS += $$($(1)_OBJS)
+endef
+
+ALL_OBJS :=
+
+include $(sort $(wildcard src/*/module.mk))
+include $(sort $(wildcard tests/*/module.mk))
+-include bench/module.mk
+
+$(foreach l,$(LIBS),$(eval $(call GV_LIB,$(l))))
+$(foreach p,$(PROGS),$(eval $(call GV_EXE,$(p),bin)))
+$(foreach t,$(TEST_PROGS),$(eval $(call GV_EXE,$(t),tests)))
+$(foreach b,$(BENCH_PROGS),$(eval $(call GV_EXE,$(b),bench)))
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(ALL_CFLAGS) $(EXTRA_CFLAGS) -c -o $@ $<
+
+FUZZ_REPLAYS := $(foreach f,$(FUZZ_TARGETS),$(BUILD)/tests/fuzzreplay_$(f))
+
+ALL_TARGETS := $(foreach l,$(LIBS),$(BUILD)/lib/libgv$(l).a) \
+               $(foreach p,$(PROGS),$(BUILD)/bin/$(p)) \
+               $(foreach t,$(TEST_PROGS),$(BUILD)/tests/$(t)) \
+               $(EXTRA_ALL) $(FUZZ_REPLAYS)
+
+.PHONY: all test bench fuzz fuzz-run test-gpu clean format help
+.DEFAULT_GOAL := all
+
+all: $(ALL_TARGETS)
+
+# The runner executes every test program and script, reads their TAP output
+# and prints the one-line total.  BUILD is exported so scripts find binaries.
+test: all
+	$(Q)BUILD=$(BUILD) SAN=$(SAN) tests/run-tests.sh \
+		$(foreach t,$(TEST_PROGS),$(BUILD)/tests/$(t)) $(FUZZ_REPLAYS) $(TEST_SCRIPTS)
+
+bench: all $(foreach b,$(BENCH_PROGS),$(BUILD)/bench/$(b))
+	$(Q)mkdir -p bench/results
+	$(Q)BUILD=$(BUILD) bench/run-bench.sh \
+		$(foreach b,$(BENCH_PROGS),$(BUILD)/bench/$(b)) $(BENCH_SCRIPTS)
+
+# Fuzzing always uses clang's libFuzzer, in its own tree.  Each target
+# <name> lists <name>_SRCS: the fuzz entry file plus the sources it tests.
+FUZZ_BUILD := build-fuzz
+FUZZ_CFLAGS := $(CSTD) -O1 -g -Isrc -fsanitize=fuzzer,address,undefined \
+               -fno-sanitize-recover=all
+define GV_FUZZ
+$(FUZZ_BUILD)/$(1): $$($(1)_SRCS)
+	@mkdir -p $$(@D)
+	@echo "  FUZZ    $$@"
+	$$(Q)clang $$(FUZZ_CFLAGS) $$($(1)_CFLAGS) -o $$@ $$($(1)_SRCS) $$($(1)_LDLIBS) -lm -lpthread
+endef
+$(foreach f,$(FUZZ_TARGETS),$(eval $(call GV_FUZZ,$(f))))
+
+fuzz: $(foreach f,$(FUZZ_TARGETS),$(FUZZ_BUILD)/$(f))
+
+# Every fuzz target is also built with the normal toolchain against a small
+# replay driver and run by `make test` over its checked-in seed corpus
+# (tests/fuzz/corpus/<name>/), so crashes found once stay fixed.
+define GV_FUZZ_REPLAY
+$$(BUILD)/tests/fuzzreplay_$(1): $$($(1)_SRCS) tests/fuzz/replay_main.c
+	@mkdir -p $$(@D)
+	@echo "  LD      $$@"
+	$$(Q)$$(CC) $$(filter-out -MMD -MP,$$(ALL_CFLAGS)) $$($(1)_CFLAGS) -DGV_FUZZ_NAME='"$(1)"' \
+		$$(ALL_LDFLAGS) -o $$@ $$^ $$($(1)_LDLIBS) -lm -lpthread
+endef
+$(foreach f,$(FUZZ_TARGETS),$(eval $(call GV_FUZZ_REPLAY,$(f))))
+
+FUZZ_SECONDS ?= 30
+fuzz-run: fuzz
+	$(Q)set -e; for f in $(FUZZ_TARGETS); do \
+		mkdir -p $(FUZZ_BUILD)/corpus/$$f; \
+		echo "== fuzzing $$f for $(FUZZ_SECONDS)s"; \
+		$(FUZZ_BUILD)/$$f -max_total_time=$(FUZZ_SECONDS) $(FUZZ_BUILD)/corpus/$$f tests/fuzz/corpus/$$f; \
+	done
+
+test-gpu: all
+	$(Q)BUILD=$(BUILD) tests/gpu/run-gpu-tests.sh
+
+format:
+	$(Q)clang-format -i $$(git ls-files '*.c' '*.h' | grep -v '\.pb-c\.')
+
+clean:
+	rm -rf build build-clang build-san build-clang-san build-fuzz
+
+help:
+	@sed -n '3,19p' Makefile
+
+-include $(ALL_OBJS:.o=.d)

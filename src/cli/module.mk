@@ -1,0 +1,6 @@
+# The gpuvisor CLI.  Component libraries it links are listed in link order
+# (dependents before dependencies); add yours when your command lands.
+PROGS += gpuvisor
+gpuvisor_SRCS := $(wildcard src/cli/*.c)
+gpuvisor_LIBS := common
+gpuvisor_LDLIBS :=

@@ -1,0 +1,94 @@
+#include "common/gv_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+gv_status gv_file_read_all(const char *path, char **out, size_t *len, struct gv_error *err)
+{
+    gv_status rc = GV_OK;
+    char *buf = NULL;
+    size_t used = 0, cap = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return gv_error_set(err, GV_EIO, "%s: cannot open: %s", path, strerror(errno));
+    for (;;) {
+        if (cap - used < 4096) {
+            size_t ncap = cap ? cap * 2 : 65536;
+            char *nbuf = realloc(buf, ncap + 1);
+            if (nbuf == NULL) {
+                rc = gv_error_set(err, GV_ENOMEM, "%s: out of memory reading file", path);
+                goto fail;
+            }
+            buf = nbuf;
+            cap = ncap;
+        }
+        ssize_t r = read(fd, buf + used, cap - used);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            rc = gv_error_set(err, GV_EIO, "%s: read failed: %s", path, strerror(errno));
+            goto fail;
+        }
+        if (r == 0)
+            break;
+        used += (size_t)r;
+    }
+    close(fd);
+    buf[used] = '\0';
+    *out = buf;
+    if (len != NULL)
+        *len = used;
+    return GV_OK;
+fail:
+    close(fd);
+    free(buf);
+    return rc;
+}
+
+gv_status gv_file_write_atomic(const char *path, const void *data, size_t len, unsigned mode,
+                               struct gv_error *err)
+{
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
+        return gv_error_set(err, GV_EINVAL, "%s: path too long", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, (mode_t)mode);
+    if (fd < 0)
+        return gv_error_set(err, GV_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+    const char *p = data;
+    size_t left = len;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            goto fail;
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fsync(fd) != 0)
+        goto fail;
+    if (close(fd) != 0) {
+        fd = -1;
+        goto fail;
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return gv_error_set(err, GV_EIO, "%s: cannot rename into place: %s", path, strerror(e));
+    }
+    return GV_OK;
+fail: {
+    int e = errno;
+    if (fd >= 0)
+        close(fd);
+    unlink(tmp);
+    return gv_error_set(err, GV_EIO, "%s: write failed: %s", path, strerror(e));
+}
+}

@@ -1,0 +1,22 @@
+/*
+ * Small file helpers shared by the CLI and the daemons.
+ *
+ * Outputs are written atomically (temp file in the same directory, fsync,
+ * rename) so a reader or a crash never sees half a file: "no partial
+ * output" is a product rule, not a per-caller habit.
+ */
+#ifndef GV_FILE_H
+#define GV_FILE_H
+
+#include <stddef.h>
+
+#include "common/gv_error.h"
+
+/* Reads a whole file into a NUL-terminated heap buffer (*out, *len). */
+gv_status gv_file_read_all(const char *path, char **out, size_t *len, struct gv_error *err);
+
+/* Writes data to path atomically with the given mode (e.g. 0644). */
+gv_status gv_file_write_atomic(const char *path, const void *data, size_t len, unsigned mode,
+                               struct gv_error *err);
+
+#endif

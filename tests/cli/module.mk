@@ -1,0 +1,1 @@
+TEST_SCRIPTS += tests/cli/test_cli.sh

@@ -1,0 +1,126 @@
+/* Tests for src/common: error codes and messages, log levels, atomic files. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/gv_error.h"
+#include "common/gv_file.h"
+#include "common/gv_log.h"
+
+static void test_status_names_match_list(void **state)
+{
+    (void)state;
+    assert_string_equal(gv_status_name(GV_OK), "GV_OK");
+    assert_string_equal(gv_status_name(GV_EPARSE), "GV_EPARSE");
+    assert_string_equal(gv_strerror(GV_ENOFIT), "does not fit");
+    assert_string_equal(gv_strerror((gv_status)9999), "unknown error");
+    for (int i = 0; i < GV_STATUS_COUNT; i++)
+        assert_non_null(strstr(gv_status_name((gv_status)i), "GV_"));
+}
+
+static void test_error_set_and_prefix(void **state)
+{
+    (void)state;
+    struct gv_error err;
+    gv_error_clear(&err);
+    assert_int_equal(gv_error_set(&err, GV_EPARSE, "field %s: bad value '%d'", "cpu", 7),
+                     GV_EPARSE);
+    assert_int_equal(err.code, GV_EPARSE);
+    assert_string_equal(err.msg, "field cpu: bad value '7'");
+    gv_error_prefix(&err, "%s:%d", "nodes.csv", 3);
+    assert_string_equal(err.msg, "nodes.csv:3: field cpu: bad value '7'");
+    /* NULL error pointer is allowed everywhere and still returns the code. */
+    assert_int_equal(gv_error_set(NULL, GV_EIO, "x"), GV_EIO);
+}
+
+static void test_log_levels(void **state)
+{
+    (void)state;
+    assert_int_equal(gv_log_parse_level("debug"), GV_LOG_DEBUG);
+    assert_int_equal(gv_log_parse_level("WARN"), GV_LOG_WARN);
+    assert_int_equal(gv_log_parse_level("3"), 3);
+    assert_int_equal(gv_log_parse_level("verbose"), -1);
+    assert_int_equal(gv_log_parse_level(""), -1);
+    assert_int_equal(gv_log_parse_level(NULL), -1);
+    setenv("GPUVISOR_LOG_LEVEL", "bogus", 1);
+    gv_log_init("test", GV_LOG_INFO);
+    assert_int_equal(gv_log_get_level(), GV_LOG_INFO);
+    setenv("GPUVISOR_LOG_LEVEL", "error", 1);
+    gv_log_init("test", GV_LOG_INFO);
+    assert_int_equal(gv_log_get_level(), GV_LOG_ERROR);
+}
+
+static void test_log_goes_to_fd_not_stdout(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/gv-log-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    gv_log_set_fd(fd);
+    gv_log_set_level(GV_LOG_INFO);
+    gv_info("hello %d", 42);
+    gv_debug("hidden");
+    gv_log_set_fd(2);
+    char *text = NULL;
+    assert_int_equal(gv_file_read_all(path, &text, NULL, NULL), GV_OK);
+    assert_non_null(strstr(text, "hello 42"));
+    assert_null(strstr(text, "hidden"));
+    assert_non_null(strstr(text, " info "));
+    free(text);
+    close(fd);
+    unlink(path);
+}
+
+static void test_atomic_write_roundtrip(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/gv-file-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[256];
+    snprintf(path, sizeof(path), "%s/out.txt", dir);
+    struct gv_error err;
+    assert_int_equal(gv_file_write_atomic(path, "abc\n", 4, 0644, &err), GV_OK);
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(gv_file_read_all(path, &text, &len, &err), GV_OK);
+    assert_int_equal(len, 4);
+    assert_string_equal(text, "abc\n");
+    free(text);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0644);
+    unlink(path);
+    rmdir(dir);
+}
+
+static void test_atomic_write_missing_dir_leaves_nothing(void **state)
+{
+    (void)state;
+    struct gv_error err;
+    gv_error_clear(&err);
+    assert_int_equal(gv_file_write_atomic("/nonexistent-dir/x/out.txt", "a", 1, 0644, &err), GV_EIO);
+    assert_non_null(strstr(err.msg, "/nonexistent-dir/x/out.txt"));
+    assert_int_equal(gv_file_read_all("/nonexistent-file", &(char *){NULL}, NULL, &err), GV_EIO);
+    assert_non_null(strstr(err.msg, "cannot open"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_status_names_match_list),
+        cmocka_unit_test(test_error_set_and_prefix),
+        cmocka_unit_test(test_log_levels),
+        cmocka_unit_test(test_log_goes_to_fd_not_stdout),
+        cmocka_unit_test(test_atomic_write_roundtrip),
+        cmocka_unit_test(test_atomic_write_missing_dir_leaves_nothing),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
