@@ -1,0 +1,4 @@
+TEST_PROGS += test_extender_codec
+test_extender_codec_SRCS := tests/scheduler/test_extender_codec.c
+test_extender_codec_LIBS := scheduler common
+test_extender_codec_LDLIBS := $(scheduler_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
