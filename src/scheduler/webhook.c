@@ -11,7 +11,6 @@
 
 #include "common/gv_log.h"
 #include "contracts/podspec.h"
-#include "scheduler/gv_extender.h"
 
 /* JSON Pointer escaping (RFC 6901): resource names contain '/'. */
 static void pointer_escape(const char *in, char *out, size_t cap)
