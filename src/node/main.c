@@ -1,5 +1,0 @@
-int main(void);
-int main(void)
-{
-    return 0;
-}
