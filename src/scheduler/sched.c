@@ -25,8 +25,6 @@
 #define ANN_ASSIGNMENT GV_ALLOC_ASSIGNMENT_ANNOTATION
 #define ANN_ASSIGNED_NODE "gpuvisor.io/assigned-node"
 #define ANN_ASSIGNED_AT "gpuvisor.io/assigned-at"
-#define ANN_NODE_GPUS "gpuvisor.io/node-gpus"
-#define ANN_NODE_HEARTBEAT "gpuvisor.io/node-heartbeat"
 /* A PENDING record (metrics only) outlives its last filter by this long:
  * kube-scheduler retries unschedulable pods at least every 5 minutes, and we
  * never see pending pods being deleted (the pod informer watches assigned
@@ -48,8 +46,7 @@ static const char *str_at(json_t *obj, const char *a, const char *b)
 
 static const char *annotation(json_t *obj, const char *key)
 {
-    return json_string_value(
-        json_object_get(json_object_get(json_object_get(obj, "metadata"), "annotations"), key));
+    return gv_podspec_annotation(obj, key);
 }
 
 static uint64_t hash_text(const char *s)
@@ -71,22 +68,48 @@ static void node_set_malformed(struct snode *n, const char *why)
     n->state = NODE_MALFORMED;
 }
 
-/* Applies an inventory annotation to the engine (called with the lock). */
+/* Engine view of one GPU of the agent's inventory.  Memory is what the agent
+ * lets the scheduler hand out (physical x scaling: > 1 is oversubscription);
+ * "exclusive" GPUs are whole-GPU only; "vgpu" and "timeslicing" are shared
+ * up to the split count. */
+static struct gv_alloc_gpu_spec gpu_spec_of(const struct gv_inventory_gpu *g)
+{
+    double scaled = (double)g->memory_mib * (g->memory_scaling > 0 ? g->memory_scaling : 1.0);
+    return (struct gv_alloc_gpu_spec){
+        .uuid = g->uuid,
+        .index = g->index,
+        .model = g->model,
+        .mem_mib = (uint64_t)scaled,
+        .split = g->split,
+        .numa = g->numa,
+        .healthy = g->healthy,
+        .mode = g->mode == GV_INVENTORY_MODE_EXCLUSIVE ? GV_ALLOC_GPU_EXCLUSIVE
+                                                      : GV_ALLOC_GPU_SHARED,
+    };
+}
+
+/* Applies an inventory annotation to the engine (called with the lock).  An
+ * unreadable one leaves the last good model in place (pods on the node keep
+ * their usage) and marks the node unusable with the reason. */
 static void node_apply_inventory(struct gv_sched *s, struct snode *n, json_t *node,
                                  const char *text)
 {
-    struct gv_inventory *inv = NULL;
+    struct gv_inventory *inv = malloc(sizeof(*inv));
     struct gv_error err = {0};
     struct gv_alloc_gpu_spec *gpus = NULL;
     struct gv_alloc_kv *labels = NULL;
     char **uuids = NULL;
-    if (gv_inventory_decode(text, strlen(text), &inv, &err) != GV_OK) {
+    uint32_t ng = 0;
+    if (inv == NULL)
+        goto oom;
+    if (gv_inventory_decode(text, strlen(text), inv, &err) != GV_OK) {
         char why[GV_ERROR_MSG_MAX + 64];
-        snprintf(why, sizeof(why), "malformed %s annotation: %s", ANN_NODE_GPUS, err.msg);
+        snprintf(why, sizeof(why), "malformed %s annotation: %s", GV_INVENTORY_ANNOTATION,
+                 err.msg);
         node_set_malformed(n, why);
         goto out;
     }
-    size_t ng = inv->n_gpus;
+    ng = inv->n_gpus;
     gpus = calloc(ng ? ng : 1, sizeof(*gpus));
     uuids = calloc(ng ? ng : 1, sizeof(*uuids));
     json_t *jl = json_object_get(json_object_get(node, "metadata"), "labels");
@@ -95,22 +118,12 @@ static void node_apply_inventory(struct gv_sched *s, struct snode *n, json_t *no
     if (gpus == NULL || uuids == NULL || labels == NULL)
         goto oom;
     uint64_t max_mib = 0;
-    for (size_t i = 0; i < ng; i++) {
-        const struct gv_inventory_gpu *g = &inv->gpus[i];
-        gpus[i] = (struct gv_alloc_gpu_spec){
-            .uuid = g->uuid,
-            .index = g->index,
-            .model = g->model,
-            .mem_mib = g->memory_mib,
-            .split = g->split,
-            .numa = g->numa,
-            .healthy = g->healthy,
-            .mode = g->exclusive ? GV_ALLOC_GPU_EXCLUSIVE : GV_ALLOC_GPU_SHARED,
-        };
-        if ((uuids[i] = strdup(g->uuid)) == NULL)
+    for (uint32_t i = 0; i < ng; i++) {
+        gpus[i] = gpu_spec_of(&inv->gpus[i]);
+        if ((uuids[i] = strdup(inv->gpus[i].uuid)) == NULL)
             goto oom;
-        if (g->healthy && g->memory_mib > max_mib)
-            max_mib = g->memory_mib;
+        if (gpus[i].healthy && gpus[i].mem_mib > max_mib)
+            max_mib = gpus[i].mem_mib;
     }
     const char *k;
     json_t *v;
@@ -127,11 +140,11 @@ static void node_apply_inventory(struct gv_sched *s, struct snode *n, json_t *no
         goto out;
     }
     if (n->state != NODE_OK)
-        gv_info("node %s: %zu GPU(s) from the agent's inventory", n->name, ng);
+        gv_info("node %s: %u GPU(s) from the agent's inventory", n->name, (unsigned)ng);
     gv_sched_node_clear_gpus(n);
     n->uuids = uuids;
     uuids = NULL;
-    n->n_gpus = (uint32_t)ng;
+    n->n_gpus = ng;
     n->max_gpu_mib = max_mib;
     n->in_engine = true;
     n->state = NODE_OK;
@@ -141,13 +154,12 @@ static void node_apply_inventory(struct gv_sched *s, struct snode *n, json_t *no
 oom:
     node_set_malformed(n, "out of memory while reading the inventory");
 out:
-    if (uuids != NULL)
-        for (size_t i = 0; inv != NULL && i < inv->n_gpus; i++)
-            free(uuids[i]);
+    for (uint32_t i = 0; uuids != NULL && i < ng; i++)
+        free(uuids[i]);
     free(uuids);
     free(gpus);
     free(labels);
-    gv_inventory_free(inv);
+    free(inv);
 }
 
 static void place_from_annotation(struct gv_sched *s, json_t *pod);
@@ -157,8 +169,8 @@ void gv_sched_node_update(struct gv_sched *s, json_t *node)
     const char *name = str_at(node, "metadata", "name");
     if (name == NULL)
         return;
-    const char *inv = annotation(node, ANN_NODE_GPUS);
-    const char *hb = annotation(node, ANN_NODE_HEARTBEAT);
+    const char *inv = annotation(node, GV_INVENTORY_ANNOTATION);
+    const char *hb = annotation(node, GV_INVENTORY_HEARTBEAT_ANNOTATION);
     pthread_mutex_lock(&s->lock);
     struct snode *n = gv_sched_node_add(s, name);
     if (n == NULL) {
@@ -174,11 +186,11 @@ void gv_sched_node_update(struct gv_sched *s, json_t *node)
     else
         n->heartbeat = 0; /* unreadable heartbeat: treated as stale */
     if (hb != NULL && t == 0)
-        gv_warn("node %s: unreadable %s annotation '%.40s'", name, ANN_NODE_HEARTBEAT, hb);
+        gv_warn("node %s: unreadable %s annotation '%.40s'", name, GV_INVENTORY_HEARTBEAT_ANNOTATION, hb);
     if (inv == NULL) {
         if (n->state != NODE_NO_INVENTORY)
             gv_info("node %s has no %s annotation (no gpuvisor-node agent)", name,
-                    ANN_NODE_GPUS);
+                    GV_INVENTORY_ANNOTATION);
         n->state = NODE_NO_INVENTORY;
         n->inv_hash = 0;
     } else {
@@ -238,7 +250,7 @@ const char *gv_sched_node_unusable(struct gv_sched *s, const struct snode *n, ch
     }
     time_t now = time(NULL);
     if (n->heartbeat == 0) {
-        snprintf(buf, cap, "gpuvisor-node agent stale: no readable %s", ANN_NODE_HEARTBEAT);
+        snprintf(buf, cap, "gpuvisor-node agent stale: no readable %s", GV_INVENTORY_HEARTBEAT_ANNOTATION);
         return buf;
     }
     if (now - n->heartbeat > s->cfg.heartbeat_timeout_s) {
