@@ -18,8 +18,8 @@ the daemons cannot tell the difference on that subset:
   monotonically increasing resourceVersion, errors as v1 Status objects.
 
 Test controls (never part of the real API) live under /_fake/:
-  POST /_fake/fail?code=503&count=N[&retry_after=S]  answer the next N API
-       requests with code (count=-1: until /_fake/heal)
+  POST /_fake/fail?code=503&count=N[&retry_after=S][&only=watch]  answer the
+       next N API requests (only watches) with code (count=-1: until heal)
   POST /_fake/heal                     stop injecting failures
   POST /_fake/garbage?count=N          answer the next N API requests 200
        with a malformed JSON body
@@ -310,12 +310,13 @@ class Faults:
     def __init__(self):
         self.lock = threading.Lock()
         self.code, self.count, self.retry_after = 0, 0, None
+        self.only_watch = False
         self.garbage = 0
         self.watch_410_status = False
 
-    def take(self):
+    def take(self, is_watch):
         with self.lock:
-            if self.count != 0 and self.code:
+            if self.count != 0 and self.code and (is_watch or not self.only_watch):
                 if self.count > 0:
                     self.count -= 1
                 return ("fail", self.code, self.retry_after)
@@ -406,7 +407,7 @@ class Handler(BaseHTTPRequestHandler):
                 return self.admin(method, u.path, q)
             if not self.authorized():
                 raise ApiError(401, "Unauthorized", "Unauthorized")
-            fault = FAULTS.take()
+            fault = FAULTS.take(q.get("watch") in ("1", "true"))
             if fault is not None:
                 self.read_body()
                 kind, code, retry_after = fault
@@ -454,6 +455,7 @@ class Handler(BaseHTTPRequestHandler):
                 FAULTS.count = int(q.get("count", "-1"))
                 ra = q.get("retry_after")
                 FAULTS.retry_after = int(ra) if ra is not None else None
+                FAULTS.only_watch = q.get("only") == "watch"
         elif op == "heal":
             with FAULTS.lock:
                 FAULTS.code, FAULTS.count, FAULTS.garbage = 0, 0, 0
