@@ -3,14 +3,15 @@
 # bench link the same code the daemon runs.
 SCHED_PKGS := libmicrohttpd gnutls jansson
 LIBS += scheduler
-# Until the node agent's inventory codec (src/contracts/inventory.h) lands,
-# the daemon's state and handlers are not built; the codec, HTTP server,
-# webhook and config are.
-scheduler_SRCS := src/scheduler/extender.c src/scheduler/httpd.c src/scheduler/webhook.c \
-	src/scheduler/config.c
-scheduler_LDLIBS := $(shell $(PKG_CONFIG) --libs $(SCHED_PKGS))
+scheduler_SRCS := $(filter-out src/scheduler/main.c,$(wildcard src/scheduler/*.c))
+scheduler_LDLIBS := $(shell $(PKG_CONFIG) --libs $(SCHED_PKGS)) $(kube_LDLIBS)
 # Component libraries the scheduler library needs, in link order.
-SCHED_LIBS := scheduler contracts alloc common
+SCHED_LIBS := scheduler kube contracts alloc common
+
+PROGS += gpuvisor-scheduler
+gpuvisor-scheduler_SRCS := src/scheduler/main.c
+gpuvisor-scheduler_LIBS := $(SCHED_LIBS)
+gpuvisor-scheduler_LDLIBS := $(scheduler_LDLIBS) $(contracts_LDLIBS)
 
 FUZZ_TARGETS += fuzz_extender
 fuzz_extender_SRCS := tests/scheduler/fuzz_extender.c src/scheduler/extender.c src/common/gv_error.c
