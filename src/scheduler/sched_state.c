@@ -168,9 +168,7 @@ struct snode *gv_sched_node_add(struct gv_sched *s, const char *name)
 void gv_sched_node_clear_gpus(struct snode *n);
 void gv_sched_node_clear_gpus(struct snode *n)
 {
-    for (uint32_t i = 0; i < n->n_gpus; i++)
-        free(n->uuids[i]);
-    free(n->uuids);
+    free(n->uuids); /* one block with the strings */
     n->uuids = NULL;
     n->n_gpus = 0;
     n->max_gpu_mib = 0;

@@ -16,7 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         long *scores = calloc(args.n_names ? args.n_names : 1, sizeof(*scores));
         if (v != NULL && scores != NULL) {
             for (size_t i = 0; i < args.n_names; i++) {
-                v[i] = (enum gv_ext_verdict)(i % 3);
+                v[i] = (enum gv_ext_verdict)(i % 4);
                 scores[i] = (long)i - 3;
             }
             free(gv_ext_filter_result_encode(&args, v, NULL, NULL));

@@ -32,3 +32,4 @@ test_scheduler_with_fake_apiserver_SRCS := tests/scheduler/test_scheduler_with_f
 test_scheduler_with_fake_apiserver_LIBS := $(SCHED_LIBS)
 test_scheduler_with_fake_apiserver_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
 test_scheduler_with_fake_apiserver_CFLAGS := -I.
+TEST_SCRIPTS += tests/scheduler/test_webhook_https_with_fake_apiserver.sh
