@@ -1,0 +1,167 @@
+/* Internal structures of the allocation engine (not part of the API). */
+#ifndef GV_ALLOC_INTERNAL_H
+#define GV_ALLOC_INTERNAL_H
+
+#include "alloc/gv_alloc.h"
+
+/* --- string-keyed hash map (open addressing, values are uint32 ids) ------ */
+struct strmap {
+    const char **keys;  /* borrowed: keys live in the objects they name */
+    uint32_t *vals;
+    uint32_t cap, used, tombs;
+};
+void strmap_free(struct strmap *m);
+/* UINT32_MAX when absent. */
+uint32_t strmap_get(const struct strmap *m, const char *key);
+gv_status strmap_put(struct strmap *m, const char *key, uint32_t val);
+void strmap_del(struct strmap *m, const char *key);
+uint64_t alloc_hash_str(const char *s);
+
+/* --- cluster state ------------------------------------------------------- */
+struct gpu {
+    char uuid[GV_ALLOC_UUID_MAX];
+    char model[GV_ALLOC_MODEL_MAX];
+    uint32_t index;
+    uint32_t model_id; /* interned lower-cased model */
+    uint64_t mem_mib;
+    uint32_t split;
+    int32_t numa;
+    bool healthy;
+    gv_alloc_gpu_mode mode;
+    /* usage */
+    uint64_t used_mem;
+    uint32_t used_milli;
+    uint32_t tasks;
+    uint32_t whole; /* tasks holding the GPU exclusively */
+};
+
+struct pod_dev {
+    uint32_t gpu;  /* index in the node's gpus, UINT32_MAX once the GPU vanished */
+    uint64_t mem;
+    uint32_t milli;
+    bool whole;
+};
+
+struct pod {
+    char uid[GV_ALLOC_UID_MAX];
+    uint32_t node;
+    int64_t cpu, mem;
+    struct pod *prev, *next; /* node's pod list */
+    uint32_t n_devs;
+    struct pod_dev devs[];
+};
+
+struct node {
+    char *name;      /* NULL for a free slot */
+    int64_t cpu_cap, cpu_used, mem_cap, mem_used;
+    char **label_keys, **label_vals;
+    size_t n_labels;
+    uint32_t n_gpus;
+    struct gpu *gpus;
+    struct pod *pods;
+    uint64_t sig;    /* order-independent hash of the free-resource state */
+    /* FGD per-shape profile cache (see fgd.c) */
+    uint32_t prof_gen;     /* shapes generation the profile was built for; 0 = stale */
+    uint8_t *prof_cnt;     /* GPUs able to host the shape */
+    double *prof_frag;     /* free share of GPUs unable to host it */
+    uint32_t prof_cap;
+    double prof_total;     /* free share of healthy GPUs */
+};
+
+struct wl_level {
+    int64_t cpu;
+    double w;
+    double cum; /* sum of w over this and lower levels (valid unless dirty) */
+};
+
+#define WL_MAX_SHAPES 128
+#define WL_MAX_LEVELS 16
+
+/* One GPU-shape of the workload: k GPUs with r milli and given memory. */
+struct wl_shape {
+    uint32_t k, r;
+    gv_alloc_mem_kind mem_kind;
+    uint64_t mem;
+    char *types, *notypes; /* normalized constraint lists or NULL */
+    uint8_t *model_ok;     /* per model id; sized cluster->model_cap */
+    uint32_t model_ok_n;   /* models evaluated so far */
+    double w;              /* sum of level weights */
+    struct wl_level levels[WL_MAX_LEVELS]; /* by ascending cpu */
+    uint32_t n_levels;
+    bool dirty;            /* cum needs recomputing */
+};
+
+/* Per-call memo of scores by node signature (policy.c). */
+struct memo_slot {
+    uint64_t sig;
+    uint32_t stamp;
+    bool fits;
+    double score;
+};
+
+struct gv_alloc_cluster {
+    struct gv_alloc_config cfg;
+    struct node *nodes;
+    uint32_t n_nodes, cap_nodes, live_nodes;
+    struct strmap node_map;
+    struct strmap pod_map; /* uid -> index into pods[] */
+    struct pod **pods;
+    uint32_t n_pods, cap_pods, live_pods;
+    uint32_t *free_pod_slots;
+    uint32_t n_free_pod_slots;
+    /* interned lower-cased GPU models */
+    char **models;
+    uint32_t n_models, model_cap;
+    /* FGD workload model */
+    struct wl_shape shapes[WL_MAX_SHAPES];
+    uint32_t n_shapes;
+    uint32_t shapes_gen;   /* bumps whenever the shape set changes */
+    double wl_scale;       /* weight of the next observation (decay) */
+    double wl_growth;
+    int64_t max_cpu;       /* largest node CPU capacity (bestfit) */
+    uint32_t max_gpus;     /* largest node GPU count (bestfit) */
+    struct memo_slot *memo;
+    uint32_t memo_cap, memo_stamp;
+};
+
+/* GPUs chosen for a request on one node, flattened in container order. */
+struct pick {
+    uint32_t n;
+    uint8_t gpu[GV_ALLOC_MAX_CONTAINERS * GV_ALLOC_MAX_DEVICES];
+};
+
+/* Per-call view of a request on the cluster (models allowed, resolved). */
+struct req_view {
+    const struct gv_alloc_request *req;
+    uint8_t *model_ok; /* per model id */
+    gv_alloc_policy policy;
+    gv_alloc_gpu_policy gpu_policy;
+};
+
+/* fit.c */
+gv_status alloc_view_init(struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
+                          struct req_view *v, struct gv_error *err);
+void alloc_view_fini(struct req_view *v);
+uint64_t alloc_gpu_mem_need(const struct gpu *g, gv_alloc_mem_kind kind, uint64_t mem);
+bool alloc_gpu_can_host(const struct gpu *g, uint32_t milli, uint64_t mem_need);
+double alloc_gpu_free_share(const struct gpu *g);
+/* Chooses GPUs for the whole request on a node following the GPU policy;
+ * true if it fits (then a->containers filled, a->node set). */
+bool alloc_fit_node(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t node,
+                    struct gv_alloc_assignment *a, struct pick *p, char *reason,
+                    size_t reason_cap);
+void alloc_node_resign(struct node *n);
+bool alloc_gpu_allowed(const struct req_view *v, const struct gpu *g);
+bool alloc_list_match(const char *list, const char *s, bool substring);
+
+/* fgd.c */
+double fgd_node_frag(struct gv_alloc_cluster *c, uint32_t node);
+/* Expected fragmentation increase (milli-GPU) of placing a/p on node. */
+double fgd_delta(struct gv_alloc_cluster *c, uint32_t node, const struct gv_alloc_request *req,
+                 const struct gv_alloc_assignment *a, const struct pick *p);
+void fgd_free_shapes(struct gv_alloc_cluster *c);
+void fgd_node_invalidate(struct node *n);
+gv_status alloc_model_intern(struct gv_alloc_cluster *c, const char *model, uint32_t *id,
+                             struct gv_error *err);
+
+#endif

@@ -1,0 +1,536 @@
+/*
+ * Cluster state: nodes, their GPUs and the pods placed on them.
+ *
+ * Nodes live in an array (slots of removed nodes are reused) indexed by a
+ * name map; pods in a uid map.  Placing or releasing a pod touches only the
+ * GPUs it uses and its node's cached summaries, so both are O(GPUs used).
+ */
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc/alloc_internal.h"
+
+gv_status gv_alloc_cluster_new(const struct gv_alloc_config *cfg, struct gv_alloc_cluster **out,
+                               struct gv_error *err)
+{
+    struct gv_alloc_cluster *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    if (cfg != NULL)
+        c->cfg = *cfg;
+    else
+        gv_alloc_config_default(&c->cfg);
+    if ((unsigned)c->cfg.node_policy >= GV_ALLOC_POLICY_COUNT ||
+        (unsigned)c->cfg.gpu_policy >= GV_ALLOC_GPU_POLICY_COUNT || c->cfg.workload_half_life < 0) {
+        free(c);
+        return gv_error_set(err, GV_EINVAL, "allocation config: bad policy or half-life");
+    }
+    if (c->cfg.default_split == 0)
+        c->cfg.default_split = 1;
+    c->wl_scale = 1.0;
+    c->wl_growth = c->cfg.workload_half_life > 0 ? exp2(1.0 / c->cfg.workload_half_life) : 1.0;
+    c->shapes_gen = 1;
+    *out = c;
+    return GV_OK;
+}
+
+static void labels_free(char **keys, char **vals, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(keys != NULL ? keys[i] : NULL);
+        free(vals != NULL ? vals[i] : NULL);
+    }
+    free(keys);
+    free(vals);
+}
+
+static void node_clear(struct node *n)
+{
+    free(n->name);
+    labels_free(n->label_keys, n->label_vals, n->n_labels);
+    free(n->gpus);
+    free(n->prof_cnt);
+    free(n->prof_frag);
+    memset(n, 0, sizeof(*n));
+}
+
+void gv_alloc_cluster_free(struct gv_alloc_cluster *c)
+{
+    if (c == NULL)
+        return;
+    for (uint32_t i = 0; i < c->n_pods; i++)
+        free(c->pods[i]);
+    free(c->pods);
+    free(c->free_pod_slots);
+    for (uint32_t i = 0; i < c->n_nodes; i++)
+        node_clear(&c->nodes[i]);
+    free(c->nodes);
+    strmap_free(&c->node_map);
+    strmap_free(&c->pod_map);
+    for (uint32_t i = 0; i < c->n_models; i++)
+        free(c->models[i]);
+    free(c->models);
+    fgd_free_shapes(c);
+    free(c->memo);
+    free(c);
+}
+
+gv_status alloc_model_intern(struct gv_alloc_cluster *c, const char *model, uint32_t *id,
+                             struct gv_error *err)
+{
+    char low[GV_ALLOC_MODEL_MAX];
+    size_t n = 0;
+    for (; model[n] != '\0' && n + 1 < sizeof(low); n++)
+        low[n] = (char)tolower((unsigned char)model[n]);
+    low[n] = '\0';
+    for (uint32_t i = 0; i < c->n_models; i++) {
+        if (strcmp(c->models[i], low) == 0) {
+            *id = i;
+            return GV_OK;
+        }
+    }
+    if (c->n_models == c->model_cap) {
+        uint32_t ncap = c->model_cap ? c->model_cap * 2 : 8;
+        char **nm = realloc(c->models, ncap * sizeof(*nm));
+        if (nm == NULL)
+            return gv_error_set(err, GV_ENOMEM, "out of memory");
+        c->models = nm;
+        c->model_cap = ncap;
+    }
+    c->models[c->n_models] = strdup(low);
+    if (c->models[c->n_models] == NULL)
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    *id = c->n_models++;
+    return GV_OK;
+}
+
+/* --- per-GPU arithmetic -------------------------------------------------- */
+
+uint64_t alloc_gpu_mem_need(const struct gpu *g, gv_alloc_mem_kind kind, uint64_t mem)
+{
+    if (kind == GV_ALLOC_MEM_PCT)
+        return g->mem_mib * (mem > 100 ? 100 : mem) / 100;
+    return mem;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= UINT64_C(0xff51afd7ed558ccd);
+    x ^= x >> 33;
+    x *= UINT64_C(0xc4ceb9fe1a85ec53);
+    x ^= x >> 33;
+    return x;
+}
+
+/* Signature of everything placement decisions depend on, independent of the
+ * order of GPUs, so identical nodes are scored once (policy.c). */
+void alloc_node_resign(struct node *n)
+{
+    uint64_t h = mix64((uint64_t)(n->cpu_cap - n->cpu_used) ^ ((uint64_t)n->n_gpus << 56));
+    h ^= mix64((uint64_t)(n->mem_cap - n->mem_used) + 0x9e3779b97f4a7c15u);
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < n->n_gpus; i++) {
+        const struct gpu *g = &n->gpus[i];
+        uint64_t x = mix64(((uint64_t)g->model_id << 40) ^ ((uint64_t)g->used_milli << 20) ^
+                           ((uint64_t)g->tasks << 8) ^ ((uint64_t)g->whole << 4) ^
+                           ((uint64_t)g->healthy << 1) ^ (uint64_t)g->mode);
+        x = mix64(x ^ g->used_mem ^ (g->mem_mib << 32) ^ ((uint64_t)g->split << 52) ^
+                  ((uint64_t)(uint32_t)g->numa << 24));
+        sum += x;
+    }
+    n->sig = mix64(h ^ sum);
+    fgd_node_invalidate(n);
+}
+
+/* --- nodes --------------------------------------------------------------- */
+
+static gv_status check_spec(const struct gv_alloc_node_spec *s, struct gv_error *err)
+{
+    if (s->name == NULL || s->name[0] == '\0' || strlen(s->name) >= GV_ALLOC_NODE_MAX)
+        return gv_error_set(err, GV_EINVAL, "node name is empty or longer than %d",
+                            GV_ALLOC_NODE_MAX - 1);
+    if (s->n_gpus > GV_ALLOC_MAX_NODE_GPUS)
+        return gv_error_set(err, GV_EINVAL, "node %s: %zu GPUs (at most %d)", s->name, s->n_gpus,
+                            GV_ALLOC_MAX_NODE_GPUS);
+    if (s->cpu_milli < 0 || s->mem_mib < 0)
+        return gv_error_set(err, GV_EINVAL, "node %s: negative capacity", s->name);
+    for (size_t i = 0; i < s->n_gpus; i++) {
+        const struct gv_alloc_gpu_spec *g = &s->gpus[i];
+        if (g->uuid == NULL || g->uuid[0] == '\0' || strlen(g->uuid) >= GV_ALLOC_UUID_MAX)
+            return gv_error_set(err, GV_EINVAL, "node %s: GPU %zu: uuid empty or too long",
+                                s->name, i);
+        if (g->model != NULL && strlen(g->model) >= GV_ALLOC_MODEL_MAX)
+            return gv_error_set(err, GV_EINVAL, "node %s: GPU %s: model name too long", s->name,
+                                g->uuid);
+        if ((unsigned)g->mode > GV_ALLOC_GPU_EXCLUSIVE)
+            return gv_error_set(err, GV_EINVAL, "node %s: GPU %s: bad mode", s->name, g->uuid);
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(s->gpus[j].uuid, g->uuid) == 0)
+                return gv_error_set(err, GV_EINVAL, "node %s: GPU uuid %s appears twice", s->name,
+                                    g->uuid);
+    }
+    return GV_OK;
+}
+
+static void pod_apply(struct node *n, struct pod *p, int sign)
+{
+    n->cpu_used += sign * p->cpu;
+    n->mem_used += sign * p->mem;
+    for (uint32_t i = 0; i < p->n_devs; i++) {
+        const struct pod_dev *d = &p->devs[i];
+        if (d->gpu == UINT32_MAX)
+            continue;
+        struct gpu *g = &n->gpus[d->gpu];
+        if (sign > 0) {
+            g->used_mem += d->mem;
+            g->used_milli += d->milli;
+            g->tasks++;
+            g->whole += d->whole;
+        } else {
+            g->used_mem -= d->mem;
+            g->used_milli -= d->milli;
+            g->tasks--;
+            g->whole -= d->whole;
+        }
+    }
+}
+
+gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc_node_spec *s,
+                               struct gv_error *err)
+{
+    gv_status rc = check_spec(s, err);
+    if (rc != GV_OK)
+        return rc;
+    struct gpu *gpus = calloc(s->n_gpus ? s->n_gpus : 1, sizeof(*gpus));
+    char **lk = calloc(s->n_labels + 1, sizeof(*lk));
+    char **lv = calloc(s->n_labels + 1, sizeof(*lv));
+    char *name = strdup(s->name);
+    if (gpus == NULL || lk == NULL || lv == NULL || name == NULL) {
+        rc = gv_error_set(err, GV_ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < s->n_labels; i++) {
+        lk[i] = strdup(s->labels[i].key ? s->labels[i].key : "");
+        lv[i] = strdup(s->labels[i].value ? s->labels[i].value : "");
+        if (lk[i] == NULL || lv[i] == NULL) {
+            rc = gv_error_set(err, GV_ENOMEM, "out of memory");
+            goto fail;
+        }
+    }
+    for (size_t i = 0; i < s->n_gpus; i++) {
+        const struct gv_alloc_gpu_spec *gs = &s->gpus[i];
+        struct gpu *g = &gpus[i];
+        snprintf(g->uuid, sizeof(g->uuid), "%s", gs->uuid);
+        snprintf(g->model, sizeof(g->model), "%s", gs->model ? gs->model : "");
+        g->index = gs->index;
+        g->mem_mib = gs->mem_mib;
+        g->split = gs->split ? gs->split : c->cfg.default_split;
+        g->numa = gs->numa;
+        g->healthy = gs->healthy;
+        g->mode = gs->mode;
+        if ((rc = alloc_model_intern(c, g->model, &g->model_id, err)) != GV_OK)
+            goto fail;
+    }
+    uint32_t idx = strmap_get(&c->node_map, s->name);
+    struct node *n;
+    if (idx == UINT32_MAX) {
+        /* reuse a free slot to keep the array dense */
+        for (idx = 0; idx < c->n_nodes && c->nodes[idx].name != NULL; idx++)
+            ;
+        if (idx == c->n_nodes) {
+            if (c->n_nodes == c->cap_nodes) {
+                uint32_t ncap = c->cap_nodes ? c->cap_nodes * 2 : 64;
+                struct node *nn = realloc(c->nodes, ncap * sizeof(*nn));
+                if (nn == NULL) {
+                    rc = gv_error_set(err, GV_ENOMEM, "out of memory");
+                    goto fail;
+                }
+                c->nodes = nn;
+                c->cap_nodes = ncap;
+            }
+            memset(&c->nodes[idx], 0, sizeof(c->nodes[idx]));
+        }
+        if (strmap_put(&c->node_map, name, idx) != GV_OK) {
+            rc = gv_error_set(err, GV_ENOMEM, "out of memory");
+            goto fail;
+        }
+        if (idx == c->n_nodes)
+            c->n_nodes++;
+        c->live_nodes++;
+        n = &c->nodes[idx];
+        n->name = name;
+    } else {
+        n = &c->nodes[idx];
+        /* Move placed pods onto the new GPU list by uuid. */
+        for (struct pod *p = n->pods; p != NULL; p = p->next) {
+            pod_apply(n, p, -1);
+            for (uint32_t i = 0; i < p->n_devs; i++) {
+                struct pod_dev *d = &p->devs[i];
+                if (d->gpu == UINT32_MAX)
+                    continue;
+                const char *uuid = n->gpus[d->gpu].uuid;
+                d->gpu = UINT32_MAX;
+                for (uint32_t j = 0; j < s->n_gpus; j++)
+                    if (strcmp(gpus[j].uuid, uuid) == 0)
+                        d->gpu = j;
+            }
+        }
+        strmap_del(&c->node_map, n->name);
+        free(n->name);
+        n->name = name;
+        strmap_put(&c->node_map, name, idx); /* cannot grow: same count */
+        labels_free(n->label_keys, n->label_vals, n->n_labels);
+        free(n->gpus);
+    }
+    n->cpu_cap = s->cpu_milli;
+    n->mem_cap = s->mem_mib;
+    n->label_keys = lk;
+    n->label_vals = lv;
+    n->n_labels = s->n_labels;
+    n->gpus = gpus;
+    n->n_gpus = (uint32_t)s->n_gpus;
+    for (struct pod *p = n->pods; p != NULL; p = p->next)
+        pod_apply(n, p, +1);
+    if (n->cpu_cap > c->max_cpu)
+        c->max_cpu = n->cpu_cap;
+    if (n->n_gpus > c->max_gpus)
+        c->max_gpus = n->n_gpus;
+    alloc_node_resign(n);
+    return GV_OK;
+fail:
+    labels_free(lk, lv, lk != NULL && lv != NULL ? s->n_labels : 0);
+    free(gpus);
+    free(name);
+    return rc;
+}
+
+static void pod_forget(struct gv_alloc_cluster *c, struct pod *p)
+{
+    uint32_t slot = strmap_get(&c->pod_map, p->uid);
+    strmap_del(&c->pod_map, p->uid);
+    if (slot != UINT32_MAX) {
+        c->pods[slot] = NULL;
+        c->free_pod_slots[c->n_free_pod_slots++] = slot;
+    }
+    c->live_pods--;
+    free(p);
+}
+
+gv_status gv_alloc_node_remove(struct gv_alloc_cluster *c, const char *name, struct gv_error *err)
+{
+    uint32_t idx = strmap_get(&c->node_map, name);
+    if (idx == UINT32_MAX)
+        return gv_error_set(err, GV_ENOTFOUND, "node %s: unknown", name);
+    struct node *n = &c->nodes[idx];
+    while (n->pods != NULL) {
+        struct pod *p = n->pods;
+        n->pods = p->next;
+        pod_forget(c, p);
+    }
+    strmap_del(&c->node_map, n->name);
+    node_clear(n);
+    c->live_nodes--;
+    return GV_OK;
+}
+
+bool gv_alloc_node_exists(const struct gv_alloc_cluster *c, const char *name)
+{
+    return strmap_get(&c->node_map, name) != UINT32_MAX;
+}
+
+gv_status gv_alloc_gpu_usage_get(const struct gv_alloc_cluster *c, const char *node,
+                                 const char *uuid, struct gv_alloc_gpu_usage *out,
+                                 struct gv_error *err)
+{
+    uint32_t idx = strmap_get(&c->node_map, node);
+    if (idx == UINT32_MAX)
+        return gv_error_set(err, GV_ENOTFOUND, "node %s: unknown", node);
+    const struct node *n = &c->nodes[idx];
+    for (uint32_t i = 0; i < n->n_gpus; i++) {
+        if (strcmp(n->gpus[i].uuid, uuid) == 0) {
+            out->mem_mib = n->gpus[i].used_mem;
+            out->milli = n->gpus[i].used_milli;
+            out->tasks = n->gpus[i].tasks;
+            return GV_OK;
+        }
+    }
+    return gv_error_set(err, GV_ENOTFOUND, "node %s: no GPU %s", node, uuid);
+}
+
+void gv_alloc_cluster_totals(const struct gv_alloc_cluster *c, struct gv_alloc_totals *t)
+{
+    memset(t, 0, sizeof(*t));
+    for (uint32_t i = 0; i < c->n_nodes; i++) {
+        const struct node *n = &c->nodes[i];
+        if (n->name == NULL)
+            continue;
+        t->nodes++;
+        for (uint32_t j = 0; j < n->n_gpus; j++) {
+            const struct gpu *g = &n->gpus[j];
+            t->gpus++;
+            if (!g->healthy)
+                continue;
+            t->milli_capacity += GV_ALLOC_MILLI;
+            t->milli_used += g->used_milli;
+            t->mem_capacity_mib += g->mem_mib;
+            t->mem_used_mib += g->used_mem;
+        }
+    }
+    t->pods = c->live_pods;
+}
+
+bool gv_alloc_is_placed(const struct gv_alloc_cluster *c, const char *uid)
+{
+    return strmap_get(&c->pod_map, uid) != UINT32_MAX;
+}
+
+/* --- place / release ----------------------------------------------------- */
+
+gv_status gv_alloc_place(struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
+                         const struct gv_alloc_assignment *a, struct gv_error *err)
+{
+    if (req->uid[0] == '\0')
+        return gv_error_set(err, GV_EINVAL, "pod %s/%s: no uid", req->ns, req->name);
+    if (gv_alloc_is_placed(c, req->uid))
+        return gv_error_set(err, GV_EEXIST, "pod %s: already placed", req->uid);
+    uint32_t idx = strmap_get(&c->node_map, a->node);
+    if (idx == UINT32_MAX)
+        return gv_error_set(err, GV_ENOTFOUND, "node %s: unknown", a->node);
+    struct node *n = &c->nodes[idx];
+    if (a->n_containers != req->n_containers)
+        return gv_error_set(err, GV_EINVAL, "pod %s: assignment has %u containers, request %u",
+                            req->uid, a->n_containers, req->n_containers);
+    uint32_t ndev = 0;
+    for (uint32_t i = 0; i < a->n_containers; i++) {
+        const struct gv_alloc_container_assign *ca = &a->containers[i];
+        if (strcmp(ca->name, req->containers[i].name) != 0 ||
+            ca->n_devices != req->containers[i].num_gpu || ca->n_devices > GV_ALLOC_MAX_DEVICES)
+            return gv_error_set(err, GV_EINVAL,
+                                "pod %s: assignment for container \"%s\" does not match the "
+                                "request (container \"%s\", %u GPUs)",
+                                req->uid, ca->name, req->containers[i].name,
+                                req->containers[i].num_gpu);
+        ndev += ca->n_devices;
+    }
+    if (n->cpu_cap > 0 && n->cpu_used + req->cpu_milli > n->cpu_cap)
+        return gv_error_set(err, GV_ENOFIT, "node %s: insufficient cpu", n->name);
+    if (n->mem_cap > 0 && n->mem_used + req->mem_mib > n->mem_cap)
+        return gv_error_set(err, GV_ENOFIT, "node %s: insufficient memory", n->name);
+    struct pod *p = calloc(1, sizeof(*p) + ndev * sizeof(p->devs[0]));
+    if (p == NULL)
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    snprintf(p->uid, sizeof(p->uid), "%s", req->uid);
+    p->node = idx;
+    p->cpu = req->cpu_milli;
+    p->mem = req->mem_mib;
+    gv_status rc = GV_OK;
+    /* Apply device by device so that two containers sharing a GPU are
+     * checked against each other; roll back on the first misfit. */
+    for (uint32_t i = 0; i < a->n_containers && rc == GV_OK; i++) {
+        const struct gv_alloc_container_assign *ca = &a->containers[i];
+        for (uint32_t j = 0; j < ca->n_devices; j++) {
+            const struct gv_alloc_device *dv = &ca->devices[j];
+            uint32_t gi = UINT32_MAX;
+            for (uint32_t k = 0; k < n->n_gpus; k++)
+                if (strcmp(n->gpus[k].uuid, dv->uuid) == 0)
+                    gi = k;
+            for (uint32_t k = 0; k < j; k++)
+                if (strcmp(ca->devices[k].uuid, dv->uuid) == 0)
+                    gi = UINT32_MAX - 1;
+            if (gi == UINT32_MAX || gi == UINT32_MAX - 1) {
+                rc = gv_error_set(err, GV_EINVAL, "pod %s: container \"%s\": GPU %s %s", req->uid,
+                                  ca->name, dv->uuid,
+                                  gi == UINT32_MAX ? "is not on the node" : "listed twice");
+                break;
+            }
+            struct gpu *g = &n->gpus[gi];
+            if (dv->milli > GV_ALLOC_MILLI || !alloc_gpu_can_host(g, dv->milli, dv->mem_mib)) {
+                rc = gv_error_set(err, GV_ENOFIT,
+                                  "pod %s: container \"%s\": GPU %s cannot host %llu MiB / %u milli",
+                                  req->uid, ca->name, dv->uuid, (unsigned long long)dv->mem_mib,
+                                  dv->milli);
+                break;
+            }
+            struct pod_dev *d = &p->devs[p->n_devs++];
+            d->gpu = gi;
+            d->mem = dv->mem_mib;
+            d->milli = dv->milli;
+            d->whole = dv->milli >= GV_ALLOC_MILLI || g->mode == GV_ALLOC_GPU_EXCLUSIVE;
+            g->used_mem += d->mem;
+            g->used_milli += d->milli;
+            g->tasks++;
+            g->whole += d->whole;
+        }
+    }
+    if (rc == GV_OK) {
+        uint32_t slot;
+        if (c->n_free_pod_slots > 0) {
+            slot = c->free_pod_slots[--c->n_free_pod_slots];
+        } else {
+            if (c->n_pods == c->cap_pods) {
+                uint32_t ncap = c->cap_pods ? c->cap_pods * 2 : 256;
+                struct pod **np = realloc(c->pods, ncap * sizeof(*np));
+                uint32_t *nf = realloc(c->free_pod_slots, ncap * sizeof(*nf));
+                if (np != NULL)
+                    c->pods = np;
+                if (nf != NULL)
+                    c->free_pod_slots = nf;
+                if (np == NULL || nf == NULL) {
+                    rc = gv_error_set(err, GV_ENOMEM, "out of memory");
+                    goto undo;
+                }
+                c->cap_pods = ncap;
+            }
+            slot = c->n_pods++;
+        }
+        c->pods[slot] = p;
+        if (strmap_put(&c->pod_map, p->uid, slot) != GV_OK) {
+            c->pods[slot] = NULL;
+            c->free_pod_slots[c->n_free_pod_slots++] = slot;
+            rc = gv_error_set(err, GV_ENOMEM, "out of memory");
+            goto undo;
+        }
+        n->cpu_used += p->cpu;
+        n->mem_used += p->mem;
+        p->next = n->pods;
+        if (n->pods != NULL)
+            n->pods->prev = p;
+        n->pods = p;
+        c->live_pods++;
+        alloc_node_resign(n);
+        return GV_OK;
+    }
+undo:
+    for (uint32_t i = 0; i < p->n_devs; i++) {
+        struct gpu *g = &n->gpus[p->devs[i].gpu];
+        g->used_mem -= p->devs[i].mem;
+        g->used_milli -= p->devs[i].milli;
+        g->tasks--;
+        g->whole -= p->devs[i].whole;
+    }
+    free(p);
+    return rc;
+}
+
+gv_status gv_alloc_release(struct gv_alloc_cluster *c, const char *uid, struct gv_error *err)
+{
+    uint32_t slot = strmap_get(&c->pod_map, uid);
+    if (slot == UINT32_MAX)
+        return gv_error_set(err, GV_ENOTFOUND, "pod %s: not placed", uid);
+    struct pod *p = c->pods[slot];
+    struct node *n = &c->nodes[p->node];
+    pod_apply(n, p, -1);
+    if (p->prev != NULL)
+        p->prev->next = p->next;
+    else
+        n->pods = p->next;
+    if (p->next != NULL)
+        p->next->prev = p->prev;
+    pod_forget(c, p);
+    alloc_node_resign(n);
+    return GV_OK;
+}

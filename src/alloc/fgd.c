@@ -1,0 +1,322 @@
+/*
+ * Fragmentation Gradient Descent (Weng et al., USENIX ATC'23), see
+ * docs/alloc.md for the definitions this file implements.
+ *
+ * Workload model: task classes m = (GPU shape s, CPU request) where a shape
+ * is (k GPUs, r milli per GPU, memory per GPU, GPU-type constraint).  Each
+ * observed container adds weight to its class; weights decay geometrically
+ * (half-life in requests) by growing the weight of new observations instead
+ * of shrinking the old ones, which keeps observe() O(1).
+ *
+ * Fragmentation of node n for class m, F_n(m), in milli-GPU:
+ *   - the node cannot run m (CPU, not enough GPUs able to host r): every
+ *     free share on the node is a fragment;
+ *   - otherwise: the free share of each GPU that cannot host one r-slice of
+ *     m (too little left, wrong model, task limit) is a fragment.
+ * F_n = sum_m p(m) F_n(m).  FGD places a task where F_n grows least.
+ *
+ * Per node we cache, for each shape, how many GPUs can host it (cnt) and
+ * the free share of those that cannot (frag); the CPU dimension folds in
+ * through per-shape cumulative weights over CPU levels.  A candidate
+ * placement changes a few GPUs, so its delta costs O(shapes x GPUs changed).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc/alloc_internal.h"
+
+void fgd_free_shapes(struct gv_alloc_cluster *c)
+{
+    for (uint32_t i = 0; i < c->n_shapes; i++) {
+        free(c->shapes[i].types);
+        free(c->shapes[i].notypes);
+        free(c->shapes[i].model_ok);
+    }
+    c->n_shapes = 0;
+}
+
+void fgd_node_invalidate(struct node *n)
+{
+    n->prof_gen = 0;
+}
+
+static bool str_eq(const char *a, const char *b)
+{
+    if (a == NULL || b == NULL)
+        return a == b;
+    return strcmp(a, b) == 0;
+}
+
+static bool shape_model_ok(struct gv_alloc_cluster *c, struct wl_shape *s, uint32_t model)
+{
+    if (model >= s->model_ok_n) {
+        uint8_t *m = realloc(s->model_ok, c->n_models);
+        if (m == NULL)
+            return true; /* degrade to "any model" rather than fail */
+        s->model_ok = m;
+        for (uint32_t i = s->model_ok_n; i < c->n_models; i++) {
+            bool ok = s->types == NULL || alloc_list_match(s->types, c->models[i], true);
+            if (ok && s->notypes != NULL && alloc_list_match(s->notypes, c->models[i], true))
+                ok = false;
+            m[i] = ok;
+        }
+        s->model_ok_n = c->n_models;
+    }
+    return s->model_ok[model];
+}
+
+static bool shape_host(struct gv_alloc_cluster *c, struct wl_shape *s, const struct gpu *g)
+{
+    return shape_model_ok(c, s, g->model_id) &&
+           alloc_gpu_can_host(g, s->r, alloc_gpu_mem_need(g, s->mem_kind, s->mem));
+}
+
+static void shape_add_level(struct wl_shape *s, int64_t cpu, double w)
+{
+    uint32_t i = 0;
+    while (i < s->n_levels && s->levels[i].cpu < cpu)
+        i++;
+    if (i < s->n_levels && s->levels[i].cpu == cpu) {
+        s->levels[i].w += w;
+    } else if (s->n_levels < WL_MAX_LEVELS) {
+        memmove(&s->levels[i + 1], &s->levels[i], (s->n_levels - i) * sizeof(s->levels[0]));
+        s->levels[i] = (struct wl_level){cpu, w, 0};
+        s->n_levels++;
+    } else {
+        /* Full: fold into the next larger level (or the largest), which
+         * only ever overstates the CPU a class needs. */
+        s->levels[i < s->n_levels ? i : s->n_levels - 1].w += w;
+    }
+    s->w += w;
+    s->dirty = true;
+}
+
+static struct wl_shape *shape_find(struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
+                                   const struct gv_alloc_container_req *cr)
+{
+    const char *types = req->constraint[GV_ALLOC_USE_TYPE];
+    const char *notypes = req->constraint[GV_ALLOC_NOUSE_TYPE];
+    for (uint32_t i = 0; i < c->n_shapes; i++) {
+        struct wl_shape *s = &c->shapes[i];
+        if (s->k == cr->num_gpu && s->r == cr->milli && s->mem_kind == cr->mem_kind &&
+            s->mem == cr->mem && str_eq(s->types, types) && str_eq(s->notypes, notypes))
+            return s;
+    }
+    struct wl_shape *s;
+    if (c->n_shapes < WL_MAX_SHAPES) {
+        s = &c->shapes[c->n_shapes++];
+    } else {
+        /* Evict the lightest shape: the model keeps the popular ones. */
+        s = &c->shapes[0];
+        for (uint32_t i = 1; i < c->n_shapes; i++)
+            if (c->shapes[i].w < s->w)
+                s = &c->shapes[i];
+        free(s->types);
+        free(s->notypes);
+        free(s->model_ok);
+    }
+    memset(s, 0, sizeof(*s));
+    s->k = cr->num_gpu;
+    s->r = cr->milli;
+    s->mem_kind = cr->mem_kind;
+    s->mem = cr->mem;
+    s->types = types != NULL ? strdup(types) : NULL;
+    s->notypes = notypes != NULL ? strdup(notypes) : NULL;
+    if ((types != NULL && s->types == NULL) || (notypes != NULL && s->notypes == NULL)) {
+        /* Out of memory: drop the constraint rather than the observation. */
+        free(s->types);
+        free(s->notypes);
+        s->types = s->notypes = NULL;
+    }
+    c->shapes_gen++;
+    return s;
+}
+
+void gv_alloc_observe(struct gv_alloc_cluster *c, const struct gv_alloc_request *req)
+{
+    if (req->n_containers == 0)
+        return;
+    int64_t cpu = req->cpu_milli / (int64_t)req->n_containers;
+    for (uint32_t i = 0; i < req->n_containers; i++)
+        shape_add_level(shape_find(c, req, &req->containers[i]), cpu, c->wl_scale);
+    c->wl_scale *= c->wl_growth;
+    if (c->wl_scale > 1e100) {
+        for (uint32_t i = 0; i < c->n_shapes; i++) {
+            struct wl_shape *s = &c->shapes[i];
+            s->w /= c->wl_scale;
+            for (uint32_t j = 0; j < s->n_levels; j++)
+                s->levels[j].w /= c->wl_scale;
+            s->dirty = true;
+        }
+        c->wl_scale = 1.0;
+    }
+}
+
+/* Weight of the shape's classes whose CPU request fits in cpu_free. */
+static double shape_cpu_weight(struct wl_shape *s, int64_t cpu_free)
+{
+    if (s->dirty) {
+        double cum = 0;
+        for (uint32_t i = 0; i < s->n_levels; i++) {
+            cum += s->levels[i].w;
+            s->levels[i].cum = cum;
+        }
+        s->dirty = false;
+    }
+    uint32_t lo = 0, hi = s->n_levels; /* first level with cpu > cpu_free */
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (s->levels[mid].cpu <= cpu_free)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo == 0 ? 0.0 : s->levels[lo - 1].cum;
+}
+
+static double total_weight(const struct gv_alloc_cluster *c)
+{
+    double w = 0;
+    for (uint32_t i = 0; i < c->n_shapes; i++)
+        w += c->shapes[i].w;
+    return w;
+}
+
+static bool profile(struct gv_alloc_cluster *c, struct node *n)
+{
+    if (n->prof_gen == c->shapes_gen)
+        return true;
+    if (n->prof_cap < c->n_shapes) {
+        uint8_t *pc = realloc(n->prof_cnt, c->n_shapes * sizeof(*pc));
+        if (pc != NULL)
+            n->prof_cnt = pc;
+        double *pf = realloc(n->prof_frag, c->n_shapes * sizeof(*pf));
+        if (pf != NULL)
+            n->prof_frag = pf;
+        if (pc == NULL || pf == NULL)
+            return false;
+        n->prof_cap = c->n_shapes;
+    }
+    double share[GV_ALLOC_MAX_NODE_GPUS];
+    double total = 0;
+    for (uint32_t g = 0; g < n->n_gpus; g++) {
+        share[g] = alloc_gpu_free_share(&n->gpus[g]);
+        total += share[g];
+    }
+    n->prof_total = total;
+    for (uint32_t i = 0; i < c->n_shapes; i++) {
+        struct wl_shape *s = &c->shapes[i];
+        uint32_t cnt = 0;
+        double frag = 0;
+        for (uint32_t g = 0; g < n->n_gpus; g++) {
+            if (shape_host(c, s, &n->gpus[g]))
+                cnt++;
+            else
+                frag += share[g];
+        }
+        n->prof_cnt[i] = (uint8_t)cnt;
+        n->prof_frag[i] = frag;
+    }
+    n->prof_gen = c->shapes_gen;
+    return true;
+}
+
+static int64_t cpu_free_of(const struct node *n, int64_t extra)
+{
+    return n->cpu_cap > 0 ? n->cpu_cap - n->cpu_used - extra : INT64_MAX;
+}
+
+static double contrib(struct wl_shape *s, uint32_t cnt, double frag, double total,
+                      int64_t cpu_free)
+{
+    if (s->w <= 0)
+        return 0;
+    if (cnt < s->k)
+        return s->w * total;
+    double p = shape_cpu_weight(s, cpu_free);
+    return p * frag + (s->w - p) * total;
+}
+
+double fgd_node_frag(struct gv_alloc_cluster *c, uint32_t node)
+{
+    struct node *n = &c->nodes[node];
+    double tw = total_weight(c);
+    if (tw <= 0 || !profile(c, n))
+        return 0;
+    int64_t cpu = cpu_free_of(n, 0);
+    double f = 0;
+    for (uint32_t i = 0; i < c->n_shapes; i++)
+        f += contrib(&c->shapes[i], n->prof_cnt[i], n->prof_frag[i], n->prof_total, cpu);
+    return f / tw;
+}
+
+gv_status gv_alloc_node_fragmentation(struct gv_alloc_cluster *c, const char *node, double *out,
+                                      struct gv_error *err)
+{
+    uint32_t idx = strmap_get(&c->node_map, node);
+    if (idx == UINT32_MAX)
+        return gv_error_set(err, GV_ENOTFOUND, "node %s: unknown", node);
+    *out = fgd_node_frag(c, idx);
+    return GV_OK;
+}
+
+double fgd_delta(struct gv_alloc_cluster *c, uint32_t node, const struct gv_alloc_request *req,
+                 const struct gv_alloc_assignment *a, const struct pick *p)
+{
+    struct node *n = &c->nodes[node];
+    double tw = total_weight(c);
+    if (tw <= 0 || !profile(c, n))
+        return 0;
+    /* The GPUs the placement touches, before and after. */
+    struct gpu after[GV_ALLOC_MAX_CONTAINERS * GV_ALLOC_MAX_DEVICES];
+    uint8_t idx[GV_ALLOC_MAX_CONTAINERS * GV_ALLOC_MAX_DEVICES];
+    uint32_t nch = 0, k = 0;
+    for (uint32_t ci = 0; ci < a->n_containers; ci++) {
+        for (uint32_t d = 0; d < a->containers[ci].n_devices; d++, k++) {
+            uint8_t gi = p->gpu[k];
+            uint32_t j = 0;
+            while (j < nch && idx[j] != gi)
+                j++;
+            if (j == nch) {
+                idx[nch] = gi;
+                after[nch++] = n->gpus[gi];
+            }
+            const struct gv_alloc_device *dv = &a->containers[ci].devices[d];
+            after[j].used_mem += dv->mem_mib;
+            after[j].used_milli += dv->milli;
+            after[j].tasks++;
+            after[j].whole += dv->milli >= GV_ALLOC_MILLI || after[j].mode == GV_ALLOC_GPU_EXCLUSIVE;
+        }
+    }
+    double share_old[GV_ALLOC_MAX_CONTAINERS * GV_ALLOC_MAX_DEVICES];
+    double share_new[GV_ALLOC_MAX_CONTAINERS * GV_ALLOC_MAX_DEVICES];
+    double total_new = n->prof_total;
+    for (uint32_t j = 0; j < nch; j++) {
+        share_old[j] = alloc_gpu_free_share(&n->gpus[idx[j]]);
+        share_new[j] = alloc_gpu_free_share(&after[j]);
+        total_new += share_new[j] - share_old[j];
+    }
+    int64_t cpu_old = cpu_free_of(n, 0), cpu_new = cpu_free_of(n, req->cpu_milli);
+    double delta = 0;
+    for (uint32_t i = 0; i < c->n_shapes; i++) {
+        struct wl_shape *s = &c->shapes[i];
+        if (s->w <= 0)
+            continue;
+        int32_t cnt = n->prof_cnt[i];
+        double frag = n->prof_frag[i];
+        for (uint32_t j = 0; j < nch; j++) {
+            if (shape_host(c, s, &n->gpus[idx[j]]))
+                cnt--;
+            else
+                frag -= share_old[j];
+            if (shape_host(c, s, &after[j]))
+                cnt++;
+            else
+                frag += share_new[j];
+        }
+        delta += contrib(s, (uint32_t)cnt, frag, total_new, cpu_new) -
+                 contrib(s, n->prof_cnt[i], n->prof_frag[i], n->prof_total, cpu_old);
+    }
+    return delta / tw;
+}

@@ -1,0 +1,278 @@
+/*
+ * Filter: does a request fit on a node, which GPUs would it get under the
+ * GPU policy, and if not, why (the reason users read in kubectl describe).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc/alloc_internal.h"
+
+gv_status alloc_view_init(struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
+                          struct req_view *v, struct gv_error *err)
+{
+    memset(v, 0, sizeof(*v));
+    v->req = req;
+    v->model_ok = calloc(c->n_models ? c->n_models : 1, 1);
+    if (v->model_ok == NULL)
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    const char *use = req->constraint[GV_ALLOC_USE_TYPE];
+    const char *nouse = req->constraint[GV_ALLOC_NOUSE_TYPE];
+    for (uint32_t i = 0; i < c->n_models; i++) {
+        bool ok = use == NULL || alloc_list_match(use, c->models[i], true);
+        if (ok && nouse != NULL && alloc_list_match(nouse, c->models[i], true))
+            ok = false;
+        v->model_ok[i] = ok;
+    }
+    v->policy = req->node_policy >= 0 ? (gv_alloc_policy)req->node_policy : c->cfg.node_policy;
+    v->gpu_policy =
+        req->gpu_policy >= 0 ? (gv_alloc_gpu_policy)req->gpu_policy : c->cfg.gpu_policy;
+    return GV_OK;
+}
+
+void alloc_view_fini(struct req_view *v)
+{
+    free(v->model_ok);
+    v->model_ok = NULL;
+}
+
+/* A GPU's usage plus what earlier containers of the same pod would add. */
+struct gpu_load {
+    uint64_t mem;
+    uint32_t milli, tasks, whole;
+};
+
+static bool load_can_host(const struct gpu *g, const struct gpu_load *l, uint32_t milli,
+                          uint64_t need)
+{
+    if (!g->healthy || l->whole > 0 || l->tasks >= g->split)
+        return false;
+    if ((milli >= GV_ALLOC_MILLI || g->mode == GV_ALLOC_GPU_EXCLUSIVE) && l->tasks > 0)
+        return false;
+    if (l->milli + milli > GV_ALLOC_MILLI)
+        return false;
+    return need <= g->mem_mib && l->mem <= g->mem_mib - need;
+}
+
+static double load_free_share(const struct gpu *g, const struct gpu_load *l)
+{
+    if (!g->healthy || l->whole > 0 || l->tasks >= g->split)
+        return 0.0;
+    double s = (double)(GV_ALLOC_MILLI - (l->milli > GV_ALLOC_MILLI ? GV_ALLOC_MILLI : l->milli));
+    if (g->mem_mib > 0) {
+        double m = (double)(g->mem_mib - (l->mem > g->mem_mib ? g->mem_mib : l->mem)) *
+                   GV_ALLOC_MILLI / (double)g->mem_mib;
+        if (m < s)
+            s = m;
+    }
+    return s;
+}
+
+static struct gpu_load own_load(const struct gpu *g)
+{
+    return (struct gpu_load){g->used_mem, g->used_milli, g->tasks, g->whole};
+}
+
+bool alloc_gpu_can_host(const struct gpu *g, uint32_t milli, uint64_t mem_need)
+{
+    struct gpu_load l = own_load(g);
+    return load_can_host(g, &l, milli, mem_need);
+}
+
+double alloc_gpu_free_share(const struct gpu *g)
+{
+    struct gpu_load l = own_load(g);
+    return load_free_share(g, &l);
+}
+
+bool alloc_gpu_allowed(const struct req_view *v, const struct gpu *g)
+{
+    const struct gv_alloc_request *r = v->req;
+    if (!v->model_ok[g->model_id])
+        return false;
+    if (r->constraint[GV_ALLOC_USE_UUID] != NULL &&
+        !alloc_list_match(r->constraint[GV_ALLOC_USE_UUID], g->uuid, false))
+        return false;
+    if (r->constraint[GV_ALLOC_NOUSE_UUID] != NULL &&
+        alloc_list_match(r->constraint[GV_ALLOC_NOUSE_UUID], g->uuid, false))
+        return false;
+    return true;
+}
+
+struct cand {
+    uint32_t gpu;
+    double share;
+};
+
+static int cand_cmp_pack(const void *a, const void *b)
+{
+    const struct cand *x = a, *y = b;
+    if (x->share != y->share)
+        return x->share < y->share ? -1 : 1;
+    return x->gpu < y->gpu ? -1 : x->gpu > y->gpu;
+}
+
+static int cand_cmp_spread(const void *a, const void *b)
+{
+    const struct cand *x = a, *y = b;
+    if (x->share != y->share)
+        return x->share > y->share ? -1 : 1;
+    return x->gpu < y->gpu ? -1 : x->gpu > y->gpu;
+}
+
+static void describe_need(const struct gv_alloc_container_req *cr, char *buf, size_t cap)
+{
+    int o = 0;
+    if (cr->mem_kind == GV_ALLOC_MEM_PCT)
+        o = snprintf(buf, cap, "%llu%% memory", (unsigned long long)cr->mem);
+    else if (cr->mem > 0)
+        o = snprintf(buf, cap, "%llu MiB", (unsigned long long)cr->mem);
+    if (o < 0 || (size_t)o >= cap)
+        return;
+    if (cr->milli > 0) {
+        const char *sep = o > 0 ? " and " : "";
+        if (cr->milli % 10 == 0)
+            snprintf(buf + o, cap - (size_t)o, "%s%u%% cores", sep, cr->milli / 10);
+        else
+            snprintf(buf + o, cap - (size_t)o, "%s%u.%u%% cores", sep, cr->milli / 10,
+                     cr->milli % 10);
+    } else if (o == 0) {
+        snprintf(buf, cap, "any share");
+    }
+}
+
+bool alloc_fit_node(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t node,
+                    struct gv_alloc_assignment *a, struct pick *p, char *reason,
+                    size_t reason_cap)
+{
+    const struct node *n = &c->nodes[node];
+    const struct gv_alloc_request *r = v->req;
+    char dummy[8];
+    if (reason == NULL) {
+        reason = dummy;
+        reason_cap = sizeof(dummy);
+    }
+    if (n->cpu_cap > 0 && r->cpu_milli > n->cpu_cap - n->cpu_used) {
+        snprintf(reason, reason_cap, "insufficient cpu: %lldm free, need %lldm",
+                 (long long)(n->cpu_cap - n->cpu_used), (long long)r->cpu_milli);
+        return false;
+    }
+    if (n->mem_cap > 0 && r->mem_mib > n->mem_cap - n->mem_used) {
+        snprintf(reason, reason_cap, "insufficient memory: %lld MiB free, need %lld MiB",
+                 (long long)(n->mem_cap - n->mem_used), (long long)r->mem_mib);
+        return false;
+    }
+    a->n_containers = 0;
+    p->n = 0;
+    if (r->n_containers > 0 && n->n_gpus == 0) {
+        snprintf(reason, reason_cap, "node has no GPUs");
+        return false;
+    }
+    struct gpu_load load[GV_ALLOC_MAX_NODE_GPUS];
+    for (uint32_t i = 0; i < n->n_gpus; i++) {
+        load[i] = own_load(&n->gpus[i]);
+    }
+    for (uint32_t ci = 0; ci < r->n_containers; ci++) {
+        const struct gv_alloc_container_req *cr = &r->containers[ci];
+        struct cand cands[GV_ALLOC_MAX_NODE_GPUS];
+        uint32_t nc = 0, allowed = 0;
+        for (uint32_t i = 0; i < n->n_gpus; i++) {
+            const struct gpu *g = &n->gpus[i];
+            if (!alloc_gpu_allowed(v, g))
+                continue;
+            allowed++;
+            uint64_t need = alloc_gpu_mem_need(g, cr->mem_kind, cr->mem);
+            if (!load_can_host(g, &load[i], cr->milli, need))
+                continue;
+            cands[nc].gpu = i;
+            cands[nc].share = load_free_share(g, &load[i]);
+            nc++;
+        }
+        const char *pfx = r->n_containers > 1 ? "container " : "";
+        const char *cn = r->n_containers > 1 ? cr->name : "";
+        const char *colon = r->n_containers > 1 ? ": " : "";
+        if (allowed == 0) {
+            snprintf(reason, reason_cap, "%s%s%sno GPU matches the pod's GPU type/uuid "
+                     "constraints (node has %.48s)", pfx, cn, colon, n->gpus[0].model);
+            return false;
+        }
+        char need[96];
+        describe_need(cr, need, sizeof(need));
+        if (nc < cr->num_gpu) {
+            snprintf(reason, reason_cap, "%s%s%sgpu %u/%u free but need %u with %s each", pfx, cn,
+                     colon, nc, n->n_gpus, cr->num_gpu, need);
+            return false;
+        }
+        qsort(cands, nc, sizeof(cands[0]),
+              v->gpu_policy == GV_ALLOC_GPU_SPREAD ? cand_cmp_spread : cand_cmp_pack);
+        if (r->numa_bind && cr->num_gpu > 1) {
+            /* First NUMA node in policy order that has enough candidates. */
+            bool found = false;
+            for (uint32_t s = 0; s < nc && !found; s++) {
+                uint32_t cnt = 0;
+                for (uint32_t t = 0; t < nc; t++)
+                    cnt += n->gpus[cands[t].gpu].numa == n->gpus[cands[s].gpu].numa;
+                if (cnt >= cr->num_gpu) {
+                    int32_t numa = n->gpus[cands[s].gpu].numa;
+                    uint32_t o = 0;
+                    for (uint32_t t = 0; t < nc; t++)
+                        if (n->gpus[cands[t].gpu].numa == numa)
+                            cands[o++] = cands[t];
+                    nc = o;
+                    found = true;
+                }
+            }
+            if (!found) {
+                snprintf(reason, reason_cap,
+                         "%s%s%sgpu %u/%u free but need %u with %s each on one NUMA node", pfx,
+                         cn, colon, nc, n->n_gpus, cr->num_gpu, need);
+                return false;
+            }
+        }
+        struct gv_alloc_container_assign *ca = &a->containers[ci];
+        memcpy(ca->name, cr->name, sizeof(ca->name));
+        ca->n_devices = cr->num_gpu;
+        for (uint32_t k = 0; k < cr->num_gpu; k++) {
+            uint32_t gi = cands[k].gpu;
+            const struct gpu *g = &n->gpus[gi];
+            struct gv_alloc_device *d = &ca->devices[k];
+            memcpy(d->uuid, g->uuid, sizeof(d->uuid));
+            d->mem_mib = alloc_gpu_mem_need(g, cr->mem_kind, cr->mem);
+            d->milli = cr->milli;
+            p->gpu[p->n++] = (uint8_t)gi;
+            load[gi].mem += d->mem_mib;
+            load[gi].milli += d->milli;
+            load[gi].tasks++;
+            load[gi].whole += d->milli >= GV_ALLOC_MILLI || g->mode == GV_ALLOC_GPU_EXCLUSIVE;
+        }
+    }
+    a->n_containers = r->n_containers;
+    memcpy(a->node, n->name, strlen(n->name) + 1);
+    return true;
+}
+
+gv_status gv_alloc_filter(struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
+                          const char *node, struct gv_alloc_fit *fit, struct gv_error *err)
+{
+    fit->fits = false;
+    uint32_t idx = strmap_get(&c->node_map, node);
+    if (idx == UINT32_MAX) {
+        snprintf(fit->reason, sizeof(fit->reason), "node %.200s is not known to gpuvisor", node);
+        return gv_error_set(err, GV_ENOTFOUND, "node %s: unknown", node);
+    }
+    struct req_view v;
+    gv_status rc = alloc_view_init(c, req, &v, err);
+    if (rc != GV_OK)
+        return rc;
+    struct gv_alloc_assignment *a = malloc(sizeof(*a));
+    struct pick p;
+    if (a == NULL) {
+        alloc_view_fini(&v);
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    }
+    fit->reason[0] = '\0';
+    fit->fits = alloc_fit_node(c, &v, idx, a, &p, fit->reason, sizeof(fit->reason));
+    free(a);
+    alloc_view_fini(&v);
+    return GV_OK;
+}

@@ -1,0 +1,321 @@
+/*
+ * Scoring and node choice.
+ *
+ * Every policy turns (node, GPUs chosen on it) into one number, higher is
+ * better; gv_alloc_pick keeps the best node and breaks exact ties (within a
+ * relative 1e-9) by the smallest node name, so the choice never depends on
+ * the order nodes were added in.  Nodes in identical states (same
+ * signature, see alloc_node_resign) get identical scores, so each distinct
+ * state is scored once per call: on a large cluster most empty or full
+ * nodes are alike.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc/alloc_internal.h"
+
+static double node_free_share(const struct node *n)
+{
+    double s = 0;
+    for (uint32_t g = 0; g < n->n_gpus; g++)
+        s += alloc_gpu_free_share(&n->gpus[g]);
+    return s;
+}
+
+/* Free GPU share (milli) the placement removes from the node. */
+static double share_taken(const struct node *n, const struct gv_alloc_assignment *a,
+                          const struct pick *p)
+{
+    double before = 0, after = 0;
+    uint32_t k = 0;
+    uint8_t seen[GV_ALLOC_MAX_NODE_GPUS] = {0};
+    struct gpu tmp[GV_ALLOC_MAX_NODE_GPUS];
+    for (uint32_t ci = 0; ci < a->n_containers; ci++) {
+        for (uint32_t d = 0; d < a->containers[ci].n_devices; d++, k++) {
+            uint8_t gi = p->gpu[k];
+            if (!seen[gi]) {
+                seen[gi] = 1;
+                tmp[gi] = n->gpus[gi];
+                before += alloc_gpu_free_share(&n->gpus[gi]);
+            }
+            const struct gv_alloc_device *dv = &a->containers[ci].devices[d];
+            tmp[gi].used_mem += dv->mem_mib;
+            tmp[gi].used_milli += dv->milli;
+            tmp[gi].tasks++;
+            tmp[gi].whole += dv->milli >= GV_ALLOC_MILLI || tmp[gi].mode == GV_ALLOC_GPU_EXCLUSIVE;
+        }
+    }
+    for (uint32_t g = 0; g < n->n_gpus; g++)
+        if (seen[g])
+            after += alloc_gpu_free_share(&tmp[g]);
+    return before - after;
+}
+
+/*
+ * FGD's GPU choice for a one-container, one-GPU request: try every GPU
+ * that can host it (one per distinct GPU state) and keep the smallest
+ * fragmentation increase; ties keep the GPU policy's order.
+ */
+static double fgd_best_single(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t node,
+                              struct gv_alloc_assignment *a, struct pick *p)
+{
+    const struct node *n = &c->nodes[node];
+    const struct gv_alloc_container_req *cr = &v->req->containers[0];
+    double best = fgd_delta(c, node, v->req, a, p);
+    uint8_t chosen = p->gpu[0];
+    uint8_t tried[GV_ALLOC_MAX_NODE_GPUS];
+    uint32_t ntried = 0;
+    tried[ntried++] = chosen;
+    for (uint32_t g = 0; g < n->n_gpus; g++) {
+        const struct gpu *gp = &n->gpus[g];
+        if (g == p->gpu[0] || !alloc_gpu_allowed(v, gp))
+            continue;
+        uint64_t need = alloc_gpu_mem_need(gp, cr->mem_kind, cr->mem);
+        if (!alloc_gpu_can_host(gp, cr->milli, need))
+            continue;
+        bool dup = false; /* a GPU in the same state gives the same delta */
+        for (uint32_t t = 0; t < ntried && !dup; t++) {
+            const struct gpu *o = &n->gpus[tried[t]];
+            dup = o->used_milli == gp->used_milli && o->used_mem == gp->used_mem &&
+                  o->tasks == gp->tasks && o->model_id == gp->model_id &&
+                  o->mem_mib == gp->mem_mib && o->split == gp->split && o->mode == gp->mode;
+        }
+        if (dup)
+            continue;
+        tried[ntried++] = (uint8_t)g;
+        struct pick alt = {1, {(uint8_t)g}};
+        struct gv_alloc_assignment one;
+        one.n_containers = 1;
+        one.containers[0].n_devices = 1;
+        one.containers[0].devices[0].mem_mib = need;
+        one.containers[0].devices[0].milli = cr->milli;
+        double d = fgd_delta(c, node, v->req, &one, &alt);
+        if (d < best - 1e-9 * fmax(1.0, fabs(best))) {
+            best = d;
+            chosen = (uint8_t)g;
+        }
+    }
+    if (chosen != p->gpu[0]) {
+        const struct gpu *gp = &n->gpus[chosen];
+        p->gpu[0] = chosen;
+        memcpy(a->containers[0].devices[0].uuid, gp->uuid, sizeof(gp->uuid));
+        a->containers[0].devices[0].mem_mib = alloc_gpu_mem_need(gp, cr->mem_kind, cr->mem);
+    }
+    return best;
+}
+
+/* Fits the request on node and scores it; false (with reason) if no fit. */
+static bool eval_node(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t node,
+                      struct gv_alloc_assignment *a, struct pick *p, double *score, char *reason,
+                      size_t cap)
+{
+    if (!alloc_fit_node(c, v, node, a, p, reason, cap))
+        return false;
+    const struct node *n = &c->nodes[node];
+    double cap_share = (double)n->n_gpus * GV_ALLOC_MILLI;
+    switch (v->policy) {
+    case GV_ALLOC_POLICY_BINPACK:
+    case GV_ALLOC_POLICY_SPREAD: {
+        /* GPU utilisation of the node once the pod is there. */
+        double used = n->n_gpus ? 1.0 - (node_free_share(n) - share_taken(n, a, p)) / cap_share
+                                : 0.0;
+        *score = v->policy == GV_ALLOC_POLICY_BINPACK ? used : -used;
+        break;
+    }
+    case GV_ALLOC_POLICY_BESTFIT: {
+        /* Least weighted free resources left (CPU and GPU, half each),
+         * normalised by the largest node. */
+        double gpu_left = node_free_share(n) - share_taken(n, a, p);
+        double s = c->max_gpus ? 0.5 * gpu_left / ((double)c->max_gpus * GV_ALLOC_MILLI) : 0;
+        if (n->cpu_cap > 0 && c->max_cpu > 0)
+            s += 0.5 * (double)(n->cpu_cap - n->cpu_used - v->req->cpu_milli) /
+                 (double)c->max_cpu;
+        *score = -s;
+        break;
+    }
+    case GV_ALLOC_POLICY_FGD:
+    default:
+        if (v->req->n_containers == 1 && v->req->containers[0].num_gpu == 1)
+            *score = -fgd_best_single(c, v, node, a, p);
+        else
+            *score = -fgd_delta(c, node, v->req, a, p);
+        break;
+    }
+    return true;
+}
+
+static bool better(double s, const char *name, double best, const char *best_name)
+{
+    double tol = 1e-9 * fmax(1.0, fabs(best));
+    if (s > best + tol)
+        return true;
+    if (s < best - tol)
+        return false;
+    return strcmp(name, best_name) < 0;
+}
+
+static gv_status memo_prepare(struct gv_alloc_cluster *c)
+{
+    uint32_t want = 64;
+    while (want < 2 * c->live_nodes)
+        want *= 2;
+    if (c->memo_cap < want) {
+        struct memo_slot *m = calloc(want, sizeof(*m));
+        if (m == NULL)
+            return GV_ENOMEM;
+        free(c->memo);
+        c->memo = m;
+        c->memo_cap = want;
+        c->memo_stamp = 0;
+    }
+    if (++c->memo_stamp == 0) {
+        memset(c->memo, 0, c->memo_cap * sizeof(*c->memo));
+        c->memo_stamp = 1;
+    }
+    return GV_OK;
+}
+
+static struct memo_slot *memo_slot(struct gv_alloc_cluster *c, uint64_t sig, bool *hit)
+{
+    uint32_t mask = c->memo_cap - 1;
+    for (uint32_t i = (uint32_t)(sig & mask);; i = (i + 1) & mask) {
+        struct memo_slot *m = &c->memo[i];
+        if (m->stamp != c->memo_stamp) {
+            m->stamp = c->memo_stamp;
+            m->sig = sig;
+            *hit = false;
+            return m;
+        }
+        if (m->sig == sig) {
+            *hit = true;
+            return m;
+        }
+    }
+}
+
+/* Scores node through the memo; reason only filled on a fresh misfit. */
+static bool score_node(struct gv_alloc_cluster *c, const struct req_view *v, bool use_memo,
+                       uint32_t node, struct gv_alloc_assignment *scratch, double *score,
+                       char *reason, size_t cap)
+{
+    bool hit = false;
+    struct memo_slot *m = use_memo ? memo_slot(c, c->nodes[node].sig, &hit) : NULL;
+    if (hit) {
+        *score = m->score;
+        if (!m->fits && reason != NULL)
+            snprintf(reason, cap, "same state as another node that does not fit");
+        return m->fits;
+    }
+    struct pick p;
+    bool fits = eval_node(c, v, node, scratch, &p, score, reason, cap);
+    if (m != NULL) {
+        m->fits = fits;
+        m->score = fits ? *score : 0;
+    }
+    return fits;
+}
+
+static bool memo_allowed(const struct gv_alloc_request *req)
+{
+    /* Signatures ignore uuids, so uuid constraints must see every node. */
+    return req->constraint[GV_ALLOC_USE_UUID] == NULL &&
+           req->constraint[GV_ALLOC_NOUSE_UUID] == NULL;
+}
+
+gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
+                        const char *const *nodes, size_t n, struct gv_alloc_assignment *out,
+                        struct gv_error *err)
+{
+    struct req_view v;
+    gv_status rc = alloc_view_init(c, req, &v, err);
+    if (rc != GV_OK)
+        return rc;
+    bool use_memo = memo_allowed(req) && memo_prepare(c) == GV_OK;
+    size_t total = nodes != NULL ? n : c->n_nodes;
+    uint32_t best = UINT32_MAX, tried = 0, unknown = 0;
+    double best_score = 0;
+    char first_reason[GV_ALLOC_REASON_MAX] = "";
+    const char *first_name = NULL;
+    for (size_t i = 0; i < total; i++) {
+        uint32_t idx;
+        if (nodes != NULL) {
+            idx = strmap_get(&c->node_map, nodes[i]);
+            if (idx == UINT32_MAX) {
+                unknown++;
+                continue;
+            }
+        } else {
+            idx = (uint32_t)i;
+            if (c->nodes[idx].name == NULL)
+                continue;
+        }
+        tried++;
+        double s;
+        bool need_reason = first_name == NULL;
+        if (score_node(c, &v, use_memo, idx, out, &s, need_reason ? first_reason : NULL,
+                       sizeof(first_reason))) {
+            if (best == UINT32_MAX || better(s, c->nodes[idx].name, best_score, c->nodes[best].name)) {
+                best = idx;
+                best_score = s;
+            }
+        } else if (need_reason) {
+            first_name = c->nodes[idx].name;
+        }
+    }
+    if (best == UINT32_MAX) {
+        if (tried == 0)
+            rc = gv_error_set(err, GV_ENOFIT, "no GPU node known to gpuvisor%s",
+                              unknown ? " among the candidates" : "");
+        else
+            rc = gv_error_set(err, GV_ENOFIT, "0/%u nodes fit; %.200s: %s", tried, first_name,
+                              first_reason);
+        alloc_view_fini(&v);
+        return rc;
+    }
+    struct pick p;
+    double s;
+    eval_node(c, &v, best, out, &p, &s, NULL, 0);
+    alloc_view_fini(&v);
+    return GV_OK;
+}
+
+gv_status gv_alloc_score_nodes(struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
+                               const char *const *nodes, size_t n, int32_t *scores,
+                               struct gv_error *err)
+{
+    struct req_view v;
+    gv_status rc = alloc_view_init(c, req, &v, err);
+    if (rc != GV_OK)
+        return rc;
+    double *raw = calloc(n ? n : 1, sizeof(*raw));
+    struct gv_alloc_assignment *a = malloc(sizeof(*a));
+    if (raw == NULL || a == NULL) {
+        free(raw);
+        free(a);
+        alloc_view_fini(&v);
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    }
+    bool use_memo = memo_allowed(req) && memo_prepare(c) == GV_OK;
+    double lo = INFINITY, hi = -INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t idx = strmap_get(&c->node_map, nodes[i]);
+        scores[i] = -1;
+        if (idx == UINT32_MAX || !score_node(c, &v, use_memo, idx, a, &raw[i], NULL, 0))
+            continue;
+        scores[i] = 0;
+        lo = fmin(lo, raw[i]);
+        hi = fmax(hi, raw[i]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (scores[i] < 0)
+            continue;
+        double x = hi - lo > 1e-12 ? (raw[i] - lo) / (hi - lo) : 1.0;
+        scores[i] = (int32_t)lround(x * 100.0);
+    }
+    free(raw);
+    free(a);
+    alloc_view_fini(&v);
+    return GV_OK;
+}

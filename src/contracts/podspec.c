@@ -1,0 +1,270 @@
+/*
+ * Pod / Node JSON -> allocation-engine inputs (see podspec.h).  The JSON is
+ * only walked here; every rule about what the fields mean lives in the
+ * engine (gv_alloc_request_parse), so the scheduler, webhook and simulator
+ * agree by construction.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "contracts/podspec.h"
+
+#define PS_MAX_CONTAINERS 64
+#define PS_MAX_KV 64
+
+/* Quantity text of a JSON string or number (numbers formatted into buf). */
+static const char *qty_text(const json_t *v, char *buf, size_t cap)
+{
+    if (json_is_string(v))
+        return json_string_value(v);
+    if (json_is_integer(v)) {
+        snprintf(buf, cap, "%lld", (long long)json_integer_value(v));
+        return buf;
+    }
+    if (json_is_real(v)) {
+        snprintf(buf, cap, "%.17g", json_real_value(v));
+        return buf;
+    }
+    return NULL;
+}
+
+struct kv_store {
+    struct gv_alloc_kv kv[PS_MAX_KV];
+    char num[PS_MAX_KV][40];
+    size_t n;
+};
+
+static gv_status collect(const json_t *obj, const char *path, struct kv_store *st,
+                         bool quantities, struct gv_error *err)
+{
+    st->n = 0;
+    if (obj == NULL || json_is_null(obj))
+        return GV_OK;
+    if (!json_is_object(obj))
+        return gv_error_set(err, GV_EPARSE, "%s: expected an object", path);
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)obj, key, val) {
+        if (st->n == PS_MAX_KV)
+            return gv_error_set(err, GV_EPARSE, "%s: more than %d entries", path, PS_MAX_KV);
+        const char *text = quantities ? qty_text(val, st->num[st->n], sizeof(st->num[0]))
+                                      : json_string_value(val);
+        if (text == NULL)
+            return gv_error_set(err, GV_EPARSE, "%s[\"%.100s\"]: expected a %s", path, key,
+                                quantities ? "quantity string" : "string");
+        st->kv[st->n++] = (struct gv_alloc_kv){key, text};
+    }
+    return GV_OK;
+}
+
+static const char *str_at(const json_t *obj, const char *key)
+{
+    return json_string_value(json_object_get(obj, key));
+}
+
+const char *gv_podspec_annotation(const json_t *obj, const char *key)
+{
+    const json_t *meta = json_object_get(obj, "metadata");
+    return json_string_value(json_object_get(json_object_get(meta, "annotations"), key));
+}
+
+gv_status gv_podspec_request(const struct gv_alloc_config *cfg, const json_t *pod,
+                             struct gv_alloc_request **out, struct gv_error *err)
+{
+    gv_status rc = GV_OK;
+    struct kv_store *lim = NULL, *req = NULL, ann;
+    struct gv_alloc_container_in cin[PS_MAX_CONTAINERS];
+    if (!json_is_object(pod))
+        return gv_error_set(err, GV_EPARSE, "pod: expected a JSON object");
+    const json_t *meta = json_object_get(pod, "metadata");
+    const json_t *spec = json_object_get(pod, "spec");
+    if (!json_is_object(meta))
+        return gv_error_set(err, GV_EPARSE, "pod: metadata: expected an object");
+    if (!json_is_object(spec))
+        return gv_error_set(err, GV_EPARSE, "pod: spec: expected an object");
+    const json_t *conts = json_object_get(spec, "containers");
+    if (!json_is_array(conts))
+        return gv_error_set(err, GV_EPARSE, "pod: spec.containers: expected an array");
+    size_t nc = json_array_size(conts);
+    if (nc > PS_MAX_CONTAINERS)
+        return gv_error_set(err, GV_EPARSE, "pod: spec.containers: more than %d containers",
+                            PS_MAX_CONTAINERS);
+    lim = calloc(nc ? nc : 1, sizeof(*lim));
+    req = calloc(nc ? nc : 1, sizeof(*req));
+    if (lim == NULL || req == NULL) {
+        rc = gv_error_set(err, GV_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < nc; i++) {
+        const json_t *c = json_array_get(conts, i);
+        char path[96];
+        if (!json_is_object(c)) {
+            rc = gv_error_set(err, GV_EPARSE, "pod: spec.containers[%zu]: expected an object", i);
+            goto done;
+        }
+        const char *name = str_at(c, "name");
+        if (name == NULL) {
+            rc = gv_error_set(err, GV_EPARSE, "pod: spec.containers[%zu].name: expected a string",
+                              i);
+            goto done;
+        }
+        const json_t *res = json_object_get(c, "resources");
+        if (res != NULL && !json_is_object(res)) {
+            rc = gv_error_set(err, GV_EPARSE,
+                              "pod: spec.containers[%zu].resources: expected an object", i);
+            goto done;
+        }
+        snprintf(path, sizeof(path), "pod: spec.containers[%zu].resources.limits", i);
+        if ((rc = collect(json_object_get(res, "limits"), path, &lim[i], true, err)) != GV_OK)
+            goto done;
+        snprintf(path, sizeof(path), "pod: spec.containers[%zu].resources.requests", i);
+        if ((rc = collect(json_object_get(res, "requests"), path, &req[i], true, err)) != GV_OK)
+            goto done;
+        cin[i] = (struct gv_alloc_container_in){name, lim[i].kv, lim[i].n, req[i].kv, req[i].n};
+    }
+    if ((rc = collect(json_object_get(meta, "annotations"), "pod: metadata.annotations", &ann,
+                      false, err)) != GV_OK)
+        goto done;
+    struct gv_alloc_pod_in in = {str_at(meta, "uid"), str_at(meta, "namespace"),
+                                 str_at(meta, "name"), cin, nc, ann.kv, ann.n};
+    rc = gv_alloc_request_parse(cfg, &in, out, err);
+    if (rc != GV_OK)
+        gv_error_prefix(err, "pod %s/%s", in.ns ? in.ns : "", in.name ? in.name : "");
+done:
+    free(lim);
+    free(req);
+    return rc;
+}
+
+gv_status gv_podspec_request_text(const struct gv_alloc_config *cfg, const char *text, size_t len,
+                                  struct gv_alloc_request **out, struct gv_error *err)
+{
+    json_error_t je;
+    json_t *pod = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (pod == NULL)
+        return gv_error_set(err, GV_EPARSE, "pod JSON: line %d column %d: %s", je.line,
+                            je.column, je.text);
+    gv_status rc = gv_podspec_request(cfg, pod, out, err);
+    json_decref(pod);
+    return rc;
+}
+
+/* --- nodes --------------------------------------------------------------- */
+
+void gv_podspec_node_free(struct gv_podspec_node *n)
+{
+    if (n == NULL)
+        return;
+    free(n->gpus);
+    free(n->labels);
+    free(n->strings);
+    free(n);
+}
+
+/* status.allocatable[key], else status.capacity[key]. */
+static const json_t *node_res(const json_t *status, const char *key, bool capacity_first)
+{
+    const char *order[2] = {"allocatable", "capacity"};
+    if (capacity_first) {
+        order[0] = "capacity";
+        order[1] = "allocatable";
+    }
+    for (int i = 0; i < 2; i++) {
+        const json_t *v = json_object_get(json_object_get(status, order[i]), key);
+        if (v != NULL)
+            return v;
+    }
+    return NULL;
+}
+
+static gv_status node_qty(const json_t *status, const char *name, const char *key, int64_t mul,
+                          int64_t div, bool capacity_first, int64_t *out, struct gv_error *err)
+{
+    *out = 0;
+    const json_t *v = node_res(status, key, capacity_first);
+    if (v == NULL)
+        return GV_OK;
+    char buf[40];
+    const char *text = qty_text(v, buf, sizeof(buf));
+    if (text == NULL)
+        return gv_error_set(err, GV_EPARSE, "node %s: status resource %s: expected a quantity",
+                            name, key);
+    if (gv_quantity_parse(text, mul, div, out, NULL, err) != GV_OK) {
+        gv_error_prefix(err, "node %s: status resource %s", name, key);
+        return GV_EPARSE;
+    }
+    return GV_OK;
+}
+
+gv_status gv_podspec_node(const json_t *node, struct gv_podspec_node **out, struct gv_error *err)
+{
+    if (!json_is_object(node))
+        return gv_error_set(err, GV_EPARSE, "node: expected a JSON object");
+    const json_t *meta = json_object_get(node, "metadata");
+    const json_t *status = json_object_get(node, "status");
+    const char *name = str_at(meta, "name");
+    if (name == NULL || name[0] == '\0')
+        return gv_error_set(err, GV_EPARSE, "node: metadata.name: expected a string");
+    struct kv_store *labels = malloc(sizeof(*labels));
+    struct gv_podspec_node *n = calloc(1, sizeof(*n));
+    gv_status rc = GV_OK;
+    if (labels == NULL || n == NULL) {
+        rc = gv_error_set(err, GV_ENOMEM, "out of memory");
+        goto fail;
+    }
+    char path[320];
+    snprintf(path, sizeof(path), "node %s: metadata.labels", name);
+    if ((rc = collect(json_object_get(meta, "labels"), path, labels, false, err)) != GV_OK)
+        goto fail;
+    int64_t cpu, mem, gpus, gpu_mem = 0;
+    if ((rc = node_qty(status, name, "cpu", 1000, 1, false, &cpu, err)) ||
+        (rc = node_qty(status, name, "memory", 1, 1 << 20, false, &mem, err)) ||
+        (rc = node_qty(status, name, "nvidia.com/gpu", 1, 1, true, &gpus, err)))
+        goto fail;
+    if (gpus > GV_ALLOC_MAX_NODE_GPUS) {
+        rc = gv_error_set(err, GV_EPARSE, "node %s: %lld GPUs (at most %d)", name,
+                          (long long)gpus, GV_ALLOC_MAX_NODE_GPUS);
+        goto fail;
+    }
+    const char *model = "unknown";
+    for (size_t i = 0; i < labels->n; i++) {
+        if (strcmp(labels->kv[i].key, "nvidia.com/gpu.product") == 0)
+            model = labels->kv[i].value;
+        if (strcmp(labels->kv[i].key, "nvidia.com/gpu.memory") == 0 &&
+            gv_quantity_integer(labels->kv[i].value, &gpu_mem, err) != GV_OK) {
+            gv_error_prefix(err, "node %s: label nvidia.com/gpu.memory", name);
+            rc = GV_EPARSE;
+            goto fail;
+        }
+    }
+    /* One block for uuids and the model: "<node>-gpu<i>\0"... "model\0". */
+    size_t uuid_len = strlen(name) + 8;
+    size_t model_len = strlen(model) + 1;
+    n->strings = malloc((size_t)gpus * uuid_len + model_len);
+    n->gpus = calloc(gpus ? (size_t)gpus : 1, sizeof(*n->gpus));
+    n->labels = calloc(labels->n ? labels->n : 1, sizeof(*n->labels));
+    if (n->strings == NULL || n->gpus == NULL || n->labels == NULL) {
+        rc = gv_error_set(err, GV_ENOMEM, "out of memory");
+        goto fail;
+    }
+    char *model_copy = n->strings + (size_t)gpus * uuid_len;
+    memcpy(model_copy, model, model_len);
+    for (int64_t i = 0; i < gpus; i++) {
+        char *u = n->strings + (size_t)i * uuid_len;
+        snprintf(u, uuid_len, "%s-gpu%d", name, (int)i);
+        n->gpus[i] = (struct gv_alloc_gpu_spec){u, (uint32_t)i, model_copy, (uint64_t)gpu_mem,
+                                                0, -1, true, GV_ALLOC_GPU_SHARED};
+    }
+    /* Label keys/values point into the JSON, which the caller keeps. */
+    memcpy(n->labels, labels->kv, labels->n * sizeof(*n->labels));
+    n->spec = (struct gv_alloc_node_spec){name, cpu, mem, n->labels, labels->n, n->gpus,
+                                          (size_t)gpus};
+    free(labels);
+    *out = n;
+    return GV_OK;
+fail:
+    free(labels);
+    gv_podspec_node_free(n);
+    return rc;
+}

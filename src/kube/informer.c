@@ -1,0 +1,447 @@
+/*
+ * Informer: keeps a local copy of one resource collection current with
+ * LIST + WATCH on a background thread, like client-go's reflector + store.
+ *
+ * Loop: LIST (paged) → replace the cache, reporting the difference as
+ * add/update/delete → WATCH from the list's resourceVersion with bookmarks
+ * → on a clean end (server timeout) watch again from the last version seen;
+ * on 410 Gone relist at once; on any other failure wait a jittered,
+ * growing delay and watch again (relisting only if the server says the
+ * version is gone).  The cache is guarded by a rwlock so daemons can read
+ * it from request threads while the informer writes.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/gv_log.h"
+#include "kube/kube_internal.h"
+
+#define DEFAULT_PAGE_SIZE 500
+#define DEFAULT_BACKOFF_INITIAL_MS 200
+#define DEFAULT_BACKOFF_MAX_MS 30000
+/* Re-watch period, jittered in [T, 2T) like client-go so that many
+ * informers do not reconnect in lockstep. */
+#define DEFAULT_WATCH_TIMEOUT_S 300
+/* A watch that ends cleanly this fast with no events counts as a failure
+ * (backoff), so a server that closes at once cannot make us spin. */
+#define MIN_HEALTHY_WATCH_MS 1000
+
+struct gv_informer {
+    struct gv_kube_client *client;
+    char *path;
+    char *label_selector, *field_selector;
+    long page_size, watch_timeout_s, backoff_initial_ms, backoff_max_ms;
+    struct gv_informer_callbacks cb;
+
+    pthread_rwlock_t lock; /* guards cache and rv */
+    json_t *cache;         /* key → object */
+    char *rv;
+
+    pthread_mutex_t sync_mu;
+    pthread_cond_t sync_cond;
+    bool synced;
+
+    struct gv_kube_cancel *cancel;
+    pthread_t thread;
+    bool running;
+};
+
+static char *dup_or_null(const char *s, bool *ok)
+{
+    if (s == NULL)
+        return NULL;
+    char *d = strdup(s);
+    if (d == NULL)
+        *ok = false;
+    return d;
+}
+
+gv_status gv_informer_new(struct gv_kube_client *c, const char *path,
+                          const struct gv_informer_opts *opts,
+                          const struct gv_informer_callbacks *cb, struct gv_informer **out,
+                          struct gv_error *err)
+{
+    *out = NULL;
+    if (c == NULL || path == NULL || path[0] != '/')
+        return gv_error_set(err, GV_EINVAL, "informer: client and an API path are required");
+    struct gv_informer *inf = calloc(1, sizeof(*inf));
+    if (inf == NULL)
+        return gv_error_set(err, GV_ENOMEM, "informer %s: out of memory", path);
+    bool ok = true;
+    inf->client = c;
+    inf->path = dup_or_null(path, &ok);
+    if (opts != NULL) {
+        inf->label_selector = dup_or_null(opts->label_selector, &ok);
+        inf->field_selector = dup_or_null(opts->field_selector, &ok);
+    }
+    inf->page_size = opts && opts->page_size > 0 ? opts->page_size : DEFAULT_PAGE_SIZE;
+    inf->watch_timeout_s =
+        opts && opts->watch_timeout_seconds > 0 ? opts->watch_timeout_seconds : 0;
+    inf->backoff_initial_ms = opts && opts->backoff_initial_ms > 0 ? opts->backoff_initial_ms
+                                                                   : DEFAULT_BACKOFF_INITIAL_MS;
+    inf->backoff_max_ms =
+        opts && opts->backoff_max_ms > 0 ? opts->backoff_max_ms : DEFAULT_BACKOFF_MAX_MS;
+    if (cb != NULL)
+        inf->cb = *cb;
+    inf->cache = json_object();
+    inf->rv = strdup("");
+    pthread_rwlock_init(&inf->lock, NULL);
+    pthread_mutex_init(&inf->sync_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&inf->sync_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    gv_status st = gv_kube_cancel_new(&inf->cancel, err);
+    if (st == GV_OK && (!ok || inf->cache == NULL || inf->rv == NULL))
+        st = gv_error_set(err, GV_ENOMEM, "informer %s: out of memory", path);
+    if (st != GV_OK) {
+        gv_informer_free(inf);
+        return st;
+    }
+    *out = inf;
+    return GV_OK;
+}
+
+/* Cache key: "namespace/name", or "name" for cluster-scoped objects. */
+static char *make_key(const char *ns, const char *name)
+{
+    if (name == NULL || name[0] == '\0')
+        return NULL;
+    size_t n = strlen(name) + (ns ? strlen(ns) : 0) + 2;
+    char *k = malloc(n);
+    if (k == NULL)
+        return NULL;
+    if (ns != NULL && ns[0] != '\0')
+        snprintf(k, n, "%s/%s", ns, name);
+    else
+        snprintf(k, n, "%s", name);
+    return k;
+}
+
+/* NULL when the object has no name. */
+static char *object_key(json_t *obj)
+{
+    json_t *md = json_object_get(obj, "metadata");
+    return make_key(json_string_value(json_object_get(md, "namespace")),
+                    json_string_value(json_object_get(md, "name")));
+}
+
+static const char *object_rv(json_t *obj)
+{
+    const char *rv =
+        json_string_value(json_object_get(json_object_get(obj, "metadata"), "resourceVersion"));
+    return rv != NULL ? rv : "";
+}
+
+static void set_rv_locked(struct gv_informer *inf, const char *rv)
+{
+    if (rv == NULL || rv[0] == '\0')
+        return;
+    char *d = strdup(rv);
+    if (d == NULL)
+        return; /* keep the older version: a later relist is harmless */
+    free(inf->rv);
+    inf->rv = d;
+}
+
+/* Replaces the cache with a LIST result and reports the difference. */
+static void apply_list(struct gv_informer *inf, json_t *list)
+{
+    json_t *items = json_object_get(list, "items");
+    json_t *fresh = json_object();
+    if (fresh == NULL)
+        return;
+    /* List items carry no kind/apiVersion; watch objects do.  Fill them in
+     * so consumers see one shape whichever path delivered the object. */
+    const char *lkind = json_string_value(json_object_get(list, "kind"));
+    const char *api = json_string_value(json_object_get(list, "apiVersion"));
+    char kind[128] = "";
+    if (lkind != NULL) {
+        size_t kl = strlen(lkind);
+        if (kl > 4 && kl < sizeof(kind) && strcmp(lkind + kl - 4, "List") == 0)
+            snprintf(kind, sizeof(kind), "%.*s", (int)(kl - 4), lkind);
+    }
+    size_t i;
+    json_t *it;
+    json_array_foreach(items, i, it)
+    {
+        char *key = object_key(it);
+        if (key == NULL) {
+            gv_warn("informer %s: list item %zu has no metadata.name; skipped", inf->path, i);
+            continue;
+        }
+        if (kind[0] != '\0' && json_object_get(it, "kind") == NULL)
+            json_object_set_new(it, "kind", json_string(kind));
+        if (api != NULL && json_object_get(it, "apiVersion") == NULL)
+            json_object_set_new(it, "apiVersion", json_string(api));
+        json_object_set(fresh, key, it);
+        free(key);
+    }
+
+    pthread_rwlock_wrlock(&inf->lock);
+    json_t *old = inf->cache;
+    inf->cache = fresh;
+    set_rv_locked(inf, json_string_value(json_object_get(json_object_get(list, "metadata"),
+                                                         "resourceVersion")));
+    pthread_rwlock_unlock(&inf->lock);
+
+    /* Callbacks run unlocked; old and fresh are private to this thread now
+     * (readers hold their own references to objects, not to the maps). */
+    const char *key;
+    json_t *obj;
+    json_object_foreach(fresh, key, obj)
+    {
+        json_t *prev = json_object_get(old, key);
+        if (prev == NULL) {
+            if (inf->cb.on_add)
+                inf->cb.on_add(inf->cb.ud, obj);
+        } else if (strcmp(object_rv(prev), object_rv(obj)) != 0) {
+            if (inf->cb.on_update)
+                inf->cb.on_update(inf->cb.ud, prev, obj);
+        }
+    }
+    json_object_foreach(old, key, obj)
+    {
+        if (json_object_get(fresh, key) == NULL && inf->cb.on_delete)
+            inf->cb.on_delete(inf->cb.ud, obj);
+    }
+    json_decref(old);
+}
+
+/* Applies one watch event; runs on the informer thread. */
+static bool on_event(void *ud, gv_kube_event_type type, json_t *obj)
+{
+    struct gv_informer *inf = ud;
+    if (type == GV_KUBE_EVENT_BOOKMARK) {
+        pthread_rwlock_wrlock(&inf->lock);
+        set_rv_locked(inf, object_rv(obj));
+        pthread_rwlock_unlock(&inf->lock);
+        return true;
+    }
+    char *key = object_key(obj);
+    if (key == NULL) {
+        gv_warn("informer %s: %s event without metadata.name; ignored", inf->path,
+                gv_kube_event_name(type));
+        return true;
+    }
+    pthread_rwlock_wrlock(&inf->lock);
+    json_t *prev = json_object_get(inf->cache, key);
+    json_incref(prev);
+    if (type == GV_KUBE_EVENT_DELETED)
+        json_object_del(inf->cache, key);
+    else
+        json_object_set(inf->cache, key, obj);
+    set_rv_locked(inf, object_rv(obj));
+    pthread_rwlock_unlock(&inf->lock);
+
+    if (type == GV_KUBE_EVENT_DELETED) {
+        /* Unknown objects were never reported: nothing to take back. */
+        if (prev != NULL && inf->cb.on_delete)
+            inf->cb.on_delete(inf->cb.ud, obj);
+    } else if (prev == NULL) {
+        if (inf->cb.on_add)
+            inf->cb.on_add(inf->cb.ud, obj);
+    } else if (inf->cb.on_update) {
+        inf->cb.on_update(inf->cb.ud, prev, obj);
+    }
+    json_decref(prev);
+    free(key);
+    return !gv_kube_cancel_fired(inf->cancel);
+}
+
+static long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+static void *informer_main(void *arg)
+{
+    struct gv_informer *inf = arg;
+    bool need_list = true;
+    unsigned failures = 0;
+    while (!gv_kube_cancel_fired(inf->cancel)) {
+        struct gv_error err;
+        gv_error_clear(&err);
+        gv_status st;
+        if (need_list) {
+            struct gv_kube_list_opts lo = {inf->label_selector, inf->field_selector,
+                                           inf->page_size};
+            json_t *list = NULL;
+            st = gv_kube_list(inf->client, inf->path, &lo, &list, &err);
+            if (st == GV_OK) {
+                if (gv_kube_cancel_fired(inf->cancel)) {
+                    json_decref(list);
+                    break;
+                }
+                apply_list(inf, list);
+                json_decref(list);
+                need_list = false;
+                failures = 0;
+                pthread_mutex_lock(&inf->sync_mu);
+                inf->synced = true;
+                pthread_cond_broadcast(&inf->sync_cond);
+                pthread_mutex_unlock(&inf->sync_mu);
+                continue;
+            }
+        } else {
+            char *rv = gv_informer_resource_version(inf);
+            long t = inf->watch_timeout_s;
+            if (t <= 0)
+                t = gv_kube_backoff_ms(2 * DEFAULT_WATCH_TIMEOUT_S, 2 * DEFAULT_WATCH_TIMEOUT_S, 0);
+            struct gv_kube_watch_opts wo = {
+                .label_selector = inf->label_selector,
+                .field_selector = inf->field_selector,
+                .resource_version = rv,
+                .bookmarks = true,
+                .timeout_seconds = t,
+                .cancel = inf->cancel,
+            };
+            long start = now_ms();
+            st = gv_kube_watch(inf->client, inf->path, &wo, on_event, inf, NULL, &err);
+            free(rv);
+            if (st == GV_OK) {
+                long took = now_ms() - start;
+                if (took >= MIN_HEALTHY_WATCH_MS || gv_kube_cancel_fired(inf->cancel)) {
+                    failures = 0;
+                    continue;
+                }
+                st = gv_error_set(&err, GV_EUNAVAILABLE, "watch ended after %ld ms", took);
+            }
+            if (st == GV_ERANGE) {
+                gv_info("informer %s: %s; relisting", inf->path, err.msg);
+                need_list = true;
+                continue;
+            }
+        }
+        long delay = gv_kube_backoff_ms(inf->backoff_initial_ms, inf->backoff_max_ms, failures);
+        failures++;
+        gv_warn("informer %s: %s; retrying in %ld ms", inf->path, err.msg, delay);
+        gv_kube_cancel_sleep(inf->cancel, delay);
+    }
+    return NULL;
+}
+
+gv_status gv_informer_start(struct gv_informer *inf, struct gv_error *err)
+{
+    if (inf->running)
+        return gv_error_set(err, GV_EINVAL, "informer %s: already started", inf->path);
+    if (gv_kube_cancel_fired(inf->cancel))
+        return gv_error_set(err, GV_EINVAL, "informer %s: stopped informers cannot restart",
+                            inf->path);
+    int rc = pthread_create(&inf->thread, NULL, informer_main, inf);
+    if (rc != 0)
+        return gv_error_set(err, GV_EINTERNAL, "informer %s: pthread_create: %s", inf->path,
+                            strerror(rc));
+    inf->running = true;
+    return GV_OK;
+}
+
+void gv_informer_stop(struct gv_informer *inf)
+{
+    if (inf == NULL)
+        return;
+    gv_kube_cancel_fire(inf->cancel);
+    if (inf->running) {
+        pthread_join(inf->thread, NULL);
+        inf->running = false;
+    }
+    /* Wake waiters: they see has_synced as it is. */
+    pthread_mutex_lock(&inf->sync_mu);
+    pthread_cond_broadcast(&inf->sync_cond);
+    pthread_mutex_unlock(&inf->sync_mu);
+}
+
+void gv_informer_free(struct gv_informer *inf)
+{
+    if (inf == NULL)
+        return;
+    if (inf->cancel != NULL)
+        gv_informer_stop(inf);
+    gv_kube_cancel_free(inf->cancel);
+    json_decref(inf->cache);
+    pthread_rwlock_destroy(&inf->lock);
+    pthread_cond_destroy(&inf->sync_cond);
+    pthread_mutex_destroy(&inf->sync_mu);
+    free(inf->rv);
+    free(inf->path);
+    free(inf->label_selector);
+    free(inf->field_selector);
+    free(inf);
+}
+
+bool gv_informer_has_synced(struct gv_informer *inf)
+{
+    pthread_mutex_lock(&inf->sync_mu);
+    bool s = inf->synced;
+    pthread_mutex_unlock(&inf->sync_mu);
+    return s;
+}
+
+bool gv_informer_wait_synced(struct gv_informer *inf, long timeout_ms)
+{
+    struct timespec deadline;
+    gv_kube_deadline(&deadline, timeout_ms);
+    pthread_mutex_lock(&inf->sync_mu);
+    while (!inf->synced && !gv_kube_cancel_fired(inf->cancel)) {
+        if (pthread_cond_timedwait(&inf->sync_cond, &inf->sync_mu, &deadline) == ETIMEDOUT)
+            break;
+    }
+    bool s = inf->synced;
+    pthread_mutex_unlock(&inf->sync_mu);
+    return s;
+}
+
+json_t *gv_informer_get(struct gv_informer *inf, const char *namespace_, const char *name)
+{
+    char *key = make_key(namespace_, name);
+    if (key == NULL)
+        return NULL;
+    pthread_rwlock_rdlock(&inf->lock);
+    json_t *o = json_incref(json_object_get(inf->cache, key));
+    pthread_rwlock_unlock(&inf->lock);
+    free(key);
+    return o;
+}
+
+json_t *gv_informer_list(struct gv_informer *inf)
+{
+    json_t *arr = json_array();
+    if (arr == NULL)
+        return NULL;
+    pthread_rwlock_rdlock(&inf->lock);
+    const char *key;
+    json_t *obj;
+    json_object_foreach(inf->cache, key, obj)
+    {
+        if (json_array_append(arr, obj) != 0) {
+            pthread_rwlock_unlock(&inf->lock);
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    pthread_rwlock_unlock(&inf->lock);
+    return arr;
+}
+
+size_t gv_informer_size(struct gv_informer *inf)
+{
+    pthread_rwlock_rdlock(&inf->lock);
+    size_t n = json_object_size(inf->cache);
+    pthread_rwlock_unlock(&inf->lock);
+    return n;
+}
+
+char *gv_informer_resource_version(struct gv_informer *inf)
+{
+    pthread_rwlock_rdlock(&inf->lock);
+    char *rv = strdup(inf->rv != NULL ? inf->rv : "");
+    pthread_rwlock_unlock(&inf->lock);
+    return rv;
+}

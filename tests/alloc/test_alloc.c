@@ -1,0 +1,954 @@
+/* Tests for src/alloc: quantities, requests, filter, place/release, codec. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc/gv_alloc.h"
+
+/* --- helpers ------------------------------------------------------------- */
+
+struct pod_builder {
+    struct gv_alloc_kv limits[8][8];
+    size_t n_limits[8];
+    struct gv_alloc_container_in cont[8];
+    struct gv_alloc_kv ann[16];
+    struct gv_alloc_pod_in in;
+};
+
+static void pb_init(struct pod_builder *b, const char *uid)
+{
+    memset(b, 0, sizeof(*b));
+    b->in.uid = uid;
+    b->in.ns = "default";
+    b->in.name = uid;
+    b->in.containers = b->cont;
+    b->in.annotations = b->ann;
+}
+
+static size_t pb_container(struct pod_builder *b, const char *name)
+{
+    size_t i = b->in.n_containers++;
+    b->cont[i].name = name;
+    b->cont[i].limits = b->limits[i];
+    return i;
+}
+
+static void pb_limit(struct pod_builder *b, size_t c, const char *k, const char *v)
+{
+    b->limits[c][b->n_limits[c]++] = (struct gv_alloc_kv){k, v};
+    b->cont[c].n_limits = b->n_limits[c];
+}
+
+static void pb_ann(struct pod_builder *b, const char *k, const char *v)
+{
+    b->ann[b->in.n_annotations++] = (struct gv_alloc_kv){k, v};
+}
+
+static struct gv_alloc_request *parse_ok(struct pod_builder *b)
+{
+    struct gv_alloc_config cfg;
+    gv_alloc_config_default(&cfg);
+    struct gv_alloc_request *r = NULL;
+    struct gv_error err = {0};
+    gv_status rc = gv_alloc_request_parse(&cfg, &b->in, &r, &err);
+    if (rc != GV_OK)
+        fail_msg("parse failed: %s", err.msg);
+    return r;
+}
+
+static gv_status parse_err(struct pod_builder *b, struct gv_error *err)
+{
+    struct gv_alloc_config cfg;
+    gv_alloc_config_default(&cfg);
+    struct gv_alloc_request *r = NULL;
+    gv_status rc = gv_alloc_request_parse(&cfg, &b->in, &r, err);
+    assert_null(r);
+    return rc;
+}
+
+/* One-container request: n GPUs, mem MiB (0 = none), milli each. */
+static struct gv_alloc_request *simple_req(const char *uid, uint32_t n, uint64_t mem, uint32_t milli)
+{
+    struct gv_alloc_request *r;
+    assert_int_equal(gv_alloc_request_new(&r, NULL), GV_OK);
+    snprintf(r->uid, sizeof(r->uid), "%s", uid);
+    r->n_containers = 1;
+    snprintf(r->containers[0].name, sizeof(r->containers[0].name), "main");
+    r->containers[0].num_gpu = n;
+    r->containers[0].mem_kind = GV_ALLOC_MEM_MIB;
+    r->containers[0].mem = mem;
+    r->containers[0].milli = milli;
+    r->containers[0].priority = -1;
+    return r;
+}
+
+/* Adds node <name> with n GPUs of model, mem MiB each, uuids <name>-g<i>. */
+static void add_node(struct gv_alloc_cluster *c, const char *name, uint32_t n, const char *model,
+                     uint64_t mem, int64_t cpu)
+{
+    struct gv_alloc_gpu_spec g[16];
+    char uuids[16][64];
+    for (uint32_t i = 0; i < n; i++) {
+        snprintf(uuids[i], sizeof(uuids[i]), "%s-g%u", name, i);
+        g[i] = (struct gv_alloc_gpu_spec){uuids[i], i, model, mem, 0, (int32_t)(i / 4), true,
+                                          GV_ALLOC_GPU_SHARED};
+    }
+    struct gv_alloc_node_spec s = {name, cpu, 0, NULL, 0, g, n};
+    struct gv_error err = {0};
+    if (gv_alloc_node_upsert(c, &s, &err) != GV_OK)
+        fail_msg("upsert: %s", err.msg);
+}
+
+static struct gv_alloc_cluster *new_cluster(gv_alloc_policy p)
+{
+    struct gv_alloc_config cfg;
+    gv_alloc_config_default(&cfg);
+    cfg.node_policy = p;
+    cfg.workload_half_life = 0; /* exact weights; decay has its own test */
+    struct gv_alloc_cluster *c;
+    assert_int_equal(gv_alloc_cluster_new(&cfg, &c, NULL), GV_OK);
+    return c;
+}
+
+static void pick_place(struct gv_alloc_cluster *c, struct gv_alloc_request *r,
+                       struct gv_alloc_assignment *a)
+{
+    struct gv_error err = {0};
+    if (gv_alloc_pick(c, r, NULL, 0, a, &err) != GV_OK)
+        fail_msg("pick: %s", err.msg);
+    if (gv_alloc_place(c, r, a, &err) != GV_OK)
+        fail_msg("place: %s", err.msg);
+}
+
+/* --- quantities ---------------------------------------------------------- */
+
+static void test_quantity_canonical_forms(void **state)
+{
+    (void)state;
+    int64_t v;
+    assert_int_equal(gv_quantity_value("100k", &v, NULL), GV_OK);
+    assert_int_equal(v, 100000);
+    assert_int_equal(gv_quantity_value("4Gi", &v, NULL), GV_OK);
+    assert_int_equal(v, INT64_C(4) << 30);
+    assert_int_equal(gv_quantity_milli("1500m", &v, NULL), GV_OK);
+    assert_int_equal(v, 1500);
+    assert_int_equal(gv_quantity_value("1500m", &v, NULL), GV_OK);
+    assert_int_equal(v, 2); /* rounds up like Quantity.Value() */
+    assert_int_equal(gv_quantity_value("2e3", &v, NULL), GV_OK);
+    assert_int_equal(v, 2000);
+    assert_int_equal(gv_quantity_value("2E3", &v, NULL), GV_OK);
+    assert_int_equal(v, 2000);
+    assert_int_equal(gv_quantity_value("1E", &v, NULL), GV_OK);
+    assert_int_equal(v, INT64_C(1000000000000000000));
+    assert_int_equal(gv_quantity_value("1Ei", &v, NULL), GV_OK);
+    assert_int_equal(v, INT64_C(1) << 60);
+    assert_int_equal(gv_quantity_milli("0.5", &v, NULL), GV_OK);
+    assert_int_equal(v, 500);
+    assert_int_equal(gv_quantity_milli(".5", &v, NULL), GV_OK);
+    assert_int_equal(v, 500);
+    assert_int_equal(gv_quantity_milli("+2.", &v, NULL), GV_OK);
+    assert_int_equal(v, 2000);
+    assert_int_equal(gv_quantity_value("0", &v, NULL), GV_OK);
+    assert_int_equal(v, 0);
+    assert_int_equal(gv_quantity_parse("0.1Gi", 1, 1 << 20, &v, NULL, NULL), GV_OK);
+    assert_int_equal(v, 103); /* 102.4 MiB rounds up */
+    assert_int_equal(gv_quantity_parse("1536Mi", 1, 1 << 20, &v, NULL, NULL), GV_OK);
+    assert_int_equal(v, 1536);
+    assert_int_equal(gv_quantity_milli("100n", &v, NULL), GV_OK);
+    assert_int_equal(v, 1); /* 1e-4 milli rounds up to 1 */
+    assert_int_equal(gv_quantity_value("1e-3", &v, NULL), GV_OK);
+    assert_int_equal(v, 1);
+    assert_int_equal(gv_quantity_value("12345678901234567890123e-5", &v, NULL), GV_OK);
+    assert_int_equal(v, INT64_C(123456789012345679)); /* 123456789012345678.9 -> up */
+    bool exact = true;
+    assert_int_equal(gv_quantity_parse("3", 1, 1, &v, &exact, NULL), GV_OK);
+    assert_true(exact);
+    assert_int_equal(gv_quantity_parse("3500m", 1, 1, &v, &exact, NULL), GV_OK);
+    assert_false(exact);
+    assert_int_equal(v, 4);
+}
+
+static void test_quantity_rejects_bad_input(void **state)
+{
+    (void)state;
+    int64_t v = 77;
+    struct gv_error err = {0};
+    const char *bad[] = {"", "-1", "-0.5", "abc", "1.2.3", ".", "1Ki ", " 1", "1x", "1Zi",
+                         "1e", "1e+", "1ee3", "1KiB", "1mi", "e3", "1i"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        gv_status rc = gv_quantity_value(bad[i], &v, &err);
+        if (rc == GV_OK)
+            fail_msg("accepted \"%s\"", bad[i]);
+        assert_non_null(strstr(err.msg, "quantity"));
+    }
+    assert_int_equal(gv_quantity_value("-1", &v, &err), GV_ERANGE);
+    assert_non_null(strstr(err.msg, "negative"));
+    assert_int_equal(gv_quantity_value("10E", &v, &err), GV_ERANGE);
+    assert_int_equal(gv_quantity_value("9223372036854775808", &v, &err), GV_ERANGE);
+    assert_int_equal(gv_quantity_value("9223372036854775807", &v, &err), GV_OK);
+    assert_int_equal(v, INT64_MAX);
+    assert_int_equal(gv_quantity_value("1e99999999", &v, &err), GV_ERANGE);
+    assert_int_equal(gv_quantity_milli("8Ei", &v, &err), GV_ERANGE);
+    assert_int_equal(gv_quantity_integer("1500m", &v, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "whole number"));
+}
+
+/* --- requests ------------------------------------------------------------ */
+
+static void test_request_hami_resources(void **state)
+{
+    (void)state;
+    struct pod_builder b;
+    pb_init(&b, "u1");
+    size_t c = pb_container(&b, "train");
+    pb_limit(&b, c, "nvidia.com/gpu", "2");
+    pb_limit(&b, c, "nvidia.com/gpumem", "20000");
+    pb_limit(&b, c, "nvidia.com/gpucores", "30");
+    pb_limit(&b, c, "nvidia.com/priority", "1");
+    pb_limit(&b, c, "cpu", "1500m");
+    pb_limit(&b, c, "memory", "2Gi");
+    size_t d = pb_container(&b, "sidecar");
+    pb_limit(&b, d, "cpu", "500m");
+    size_t e = pb_container(&b, "infer");
+    pb_limit(&b, e, "nvidia.com/gpumem-percentage", "50");
+    struct gv_alloc_request *r = parse_ok(&b);
+    assert_string_equal(r->uid, "u1");
+    assert_int_equal(r->n_containers, 2); /* sidecar asks for no GPU */
+    assert_string_equal(r->containers[0].name, "train");
+    assert_int_equal(r->containers[0].num_gpu, 2);
+    assert_int_equal(r->containers[0].mem_kind, GV_ALLOC_MEM_MIB);
+    assert_int_equal(r->containers[0].mem, 20000);
+    assert_int_equal(r->containers[0].milli, 300);
+    assert_int_equal(r->containers[0].priority, 1);
+    assert_string_equal(r->containers[1].name, "infer");
+    assert_int_equal(r->containers[1].num_gpu, 1); /* default count */
+    assert_int_equal(r->containers[1].mem_kind, GV_ALLOC_MEM_PCT);
+    assert_int_equal(r->containers[1].mem, 50);
+    assert_int_equal(r->containers[1].priority, -1);
+    assert_int_equal(r->cpu_milli, 2000);
+    assert_int_equal(r->mem_mib, 2048);
+    assert_int_equal(gv_alloc_request_gpus(r), 3);
+    gv_alloc_request_free(r);
+}
+
+static void test_request_defaults_and_alias(void **state)
+{
+    (void)state;
+    struct pod_builder b;
+    pb_init(&b, "u2");
+    size_t c = pb_container(&b, "a");
+    pb_limit(&b, c, "nvidia.com/gpu", "1");
+    size_t d = pb_container(&b, "b");
+    pb_limit(&b, d, "aliyun.com/gpu-mem", "4");
+    size_t e = pb_container(&b, "c");
+    pb_limit(&b, e, "nvidia.com/gpucores", "100");
+    struct gv_alloc_request *r = parse_ok(&b);
+    assert_int_equal(r->n_containers, 3);
+    /* whole GPU memory when nothing asked (default_mem_mib = 0) */
+    assert_int_equal(r->containers[0].mem_kind, GV_ALLOC_MEM_PCT);
+    assert_int_equal(r->containers[0].mem, 100);
+    assert_int_equal(r->containers[0].milli, 0);
+    assert_int_equal(r->containers[1].num_gpu, 1);
+    assert_int_equal(r->containers[1].mem_kind, GV_ALLOC_MEM_MIB);
+    assert_int_equal(r->containers[1].mem, 4096);
+    assert_int_equal(r->containers[2].milli, 1000);
+    gv_alloc_request_free(r);
+
+    /* configurable defaults */
+    struct gv_alloc_config cfg;
+    gv_alloc_config_default(&cfg);
+    cfg.default_mem_mib = 1024;
+    cfg.default_cores = 20;
+    cfg.default_gpu_num = 2;
+    cfg.res.gpu = "example.com/vgpu";
+    pb_init(&b, "u3");
+    c = pb_container(&b, "x");
+    pb_limit(&b, c, "nvidia.com/gpucores", "10");
+    d = pb_container(&b, "y");
+    pb_limit(&b, d, "example.com/vgpu", "1");
+    assert_int_equal(gv_alloc_request_parse(&cfg, &b.in, &r, NULL), GV_OK);
+    assert_int_equal(r->containers[0].num_gpu, 2);
+    assert_int_equal(r->containers[0].mem, 1024);
+    assert_int_equal(r->containers[0].milli, 100);
+    assert_int_equal(r->containers[1].milli, 200);
+    gv_alloc_request_free(r);
+}
+
+static void test_request_requests_used_when_no_limits(void **state)
+{
+    (void)state;
+    struct gv_alloc_kv reqs[] = {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "3000"}};
+    struct gv_alloc_container_in ci = {"m", NULL, 0, reqs, 2};
+    struct gv_alloc_pod_in in = {"u", "ns", "p", &ci, 1, NULL, 0};
+    struct gv_alloc_config cfg;
+    gv_alloc_config_default(&cfg);
+    struct gv_alloc_request *r;
+    assert_int_equal(gv_alloc_request_parse(&cfg, &in, &r, NULL), GV_OK);
+    assert_int_equal(r->containers[0].mem, 3000);
+    gv_alloc_request_free(r);
+}
+
+static void test_request_conflicts(void **state)
+{
+    (void)state;
+    struct pod_builder b;
+    struct gv_error err = {0};
+    pb_init(&b, "c1");
+    size_t c = pb_container(&b, "main");
+    pb_limit(&b, c, "nvidia.com/gpumem", "1000");
+    pb_limit(&b, c, "nvidia.com/gpumem-percentage", "10");
+    assert_int_equal(parse_err(&b, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "mutually exclusive"));
+    assert_non_null(strstr(err.msg, "main"));
+
+    pb_init(&b, "c2");
+    c = pb_container(&b, "main");
+    pb_limit(&b, c, "nvidia.com/gpucores", "150");
+    assert_int_equal(parse_err(&b, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "nvidia.com/gpucores"));
+    assert_non_null(strstr(err.msg, "0..100"));
+
+    pb_init(&b, "c3");
+    c = pb_container(&b, "main");
+    pb_limit(&b, c, "nvidia.com/gpu", "1500m");
+    assert_int_equal(parse_err(&b, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "whole number"));
+
+    pb_init(&b, "c4");
+    c = pb_container(&b, "main");
+    pb_limit(&b, c, "nvidia.com/gpumem-percentage", "0");
+    assert_int_equal(parse_err(&b, &err), GV_EINVAL);
+
+    pb_init(&b, "c5");
+    c = pb_container(&b, "main");
+    pb_limit(&b, c, "nvidia.com/gpu", "0");
+    pb_limit(&b, c, "nvidia.com/gpumem", "10");
+    assert_int_equal(parse_err(&b, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "is 0"));
+
+    pb_init(&b, "c6");
+    c = pb_container(&b, "main");
+    pb_limit(&b, c, "nvidia.com/gpu", "1");
+    pb_ann(&b, "hami.io/node-scheduler-policy", "fgd"); /* HAMi key: binpack|spread only */
+    assert_int_equal(parse_err(&b, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "hami.io/node-scheduler-policy"));
+
+    pb_init(&b, "c7");
+    c = pb_container(&b, "main");
+    pb_limit(&b, c, "nvidia.com/gpu", "1");
+    pb_ann(&b, "nvidia.com/numa-bind", "maybe");
+    assert_int_equal(parse_err(&b, &err), GV_EINVAL);
+
+    pb_init(&b, "c8");
+    c = pb_container(&b, "main");
+    pb_limit(&b, c, "nvidia.com/gpu", "-1");
+    assert_int_equal(parse_err(&b, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "negative"));
+
+    pb_init(&b, "c9");
+    c = pb_container(&b, "main");
+    pb_limit(&b, c, "nvidia.com/gpu", "17");
+    assert_int_equal(parse_err(&b, &err), GV_EINVAL);
+}
+
+static void test_request_annotations(void **state)
+{
+    (void)state;
+    struct pod_builder b;
+    pb_init(&b, "a1");
+    size_t c = pb_container(&b, "main");
+    pb_limit(&b, c, "nvidia.com/gpu", "1");
+    pb_ann(&b, "nvidia.com/use-gputype", " A100 , H100,");
+    pb_ann(&b, "nvidia.com/nouse-gputype", "mig");
+    pb_ann(&b, "gpuvisor.io/use-gputype", "H200"); /* ours wins */
+    pb_ann(&b, "nvidia.com/use-gpuuuid", "GPU-AAA,GPU-BBB");
+    pb_ann(&b, "nvidia.com/nouse-gpuuuid", "GPU-CCC");
+    pb_ann(&b, "nvidia.com/numa-bind", "true");
+    pb_ann(&b, "hami.io/node-scheduler-policy", "spread");
+    pb_ann(&b, "hami.io/gpu-scheduler-policy", "spread");
+    pb_ann(&b, "gpuvisor.io/gpu-policy", "binpack");
+    struct gv_alloc_request *r = parse_ok(&b);
+    assert_string_equal(r->constraint[GV_ALLOC_USE_TYPE], "h200");
+    assert_string_equal(r->constraint[GV_ALLOC_NOUSE_TYPE], "mig");
+    assert_string_equal(r->constraint[GV_ALLOC_USE_UUID], "gpu-aaa,gpu-bbb");
+    assert_string_equal(r->constraint[GV_ALLOC_NOUSE_UUID], "gpu-ccc");
+    assert_true(r->numa_bind);
+    assert_int_equal(r->node_policy, GV_ALLOC_POLICY_SPREAD);
+    assert_int_equal(r->gpu_policy, GV_ALLOC_GPU_BINPACK);
+    gv_alloc_request_free(r);
+
+    pb_init(&b, "a2");
+    c = pb_container(&b, "main");
+    pb_limit(&b, c, "nvidia.com/gpu", "1");
+    pb_ann(&b, "nvidia.com/use-gputype", "a100, h100");
+    pb_ann(&b, "gpuvisor.io/node-policy", "FGD");
+    pb_ann(&b, "hami.io/gpu-scheduler-policy", "topology-aware");
+    r = parse_ok(&b);
+    assert_string_equal(r->constraint[GV_ALLOC_USE_TYPE], "a100,h100");
+    assert_int_equal(r->node_policy, GV_ALLOC_POLICY_FGD);
+    assert_int_equal(r->gpu_policy, GV_ALLOC_GPU_BINPACK);
+    assert_false(r->numa_bind);
+    gv_alloc_request_free(r);
+}
+
+/* --- filter -------------------------------------------------------------- */
+
+static void test_filter_reasons(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_BINPACK);
+    add_node(c, "n1", 8, "NVIDIA A100-SXM4-40GB", 40960, 0);
+    add_node(c, "cpu", 0, "", 0, 0);
+    /* occupy 6 GPUs with 30000 MiB each */
+    for (int i = 0; i < 6; i++) {
+        char uid[16];
+        snprintf(uid, sizeof(uid), "p%d", i);
+        struct gv_alloc_request *r = simple_req(uid, 1, 30000, 0);
+        struct gv_alloc_assignment a;
+        pick_place(c, r, &a);
+        gv_alloc_request_free(r);
+    }
+    struct gv_alloc_request *r = simple_req("big", 4, 20000, 0);
+    struct gv_alloc_fit fit;
+    assert_int_equal(gv_alloc_filter(c, r, "n1", &fit, NULL), GV_OK);
+    assert_false(fit.fits);
+    assert_string_equal(fit.reason, "gpu 2/8 free but need 4 with 20000 MiB each");
+    assert_int_equal(gv_alloc_filter(c, r, "cpu", &fit, NULL), GV_OK);
+    assert_false(fit.fits);
+    assert_string_equal(fit.reason, "node has no GPUs");
+    assert_int_equal(gv_alloc_filter(c, r, "ghost", &fit, NULL), GV_ENOTFOUND);
+    assert_false(fit.fits);
+    assert_non_null(strstr(fit.reason, "ghost"));
+    r->containers[0].num_gpu = 2;
+    r->containers[0].milli = 455;
+    assert_int_equal(gv_alloc_filter(c, r, "n1", &fit, NULL), GV_OK);
+    assert_true(fit.fits);
+    assert_int_equal(gv_alloc_request_set_constraint(r, GV_ALLOC_USE_TYPE, "h100", NULL), GV_OK);
+    assert_int_equal(gv_alloc_filter(c, r, "n1", &fit, NULL), GV_OK);
+    assert_false(fit.fits);
+    assert_non_null(strstr(fit.reason, "type/uuid"));
+    assert_non_null(strstr(fit.reason, "NVIDIA A100-SXM4-40GB"));
+    /* case-insensitive substring match on the model */
+    assert_int_equal(gv_alloc_request_set_constraint(r, GV_ALLOC_USE_TYPE, "a100-sxm4", NULL),
+                     GV_OK);
+    assert_int_equal(gv_alloc_filter(c, r, "n1", &fit, NULL), GV_OK);
+    assert_true(fit.fits);
+    assert_int_equal(gv_alloc_request_set_constraint(r, GV_ALLOC_NOUSE_TYPE, "40GB", NULL), GV_OK);
+    assert_int_equal(gv_alloc_filter(c, r, "n1", &fit, NULL), GV_OK);
+    assert_false(fit.fits);
+    gv_alloc_request_free(r);
+
+    /* pick's summary names a node and its reason */
+    r = simple_req("huge", 9, 0, 0);
+    struct gv_alloc_assignment a;
+    struct gv_error err = {0};
+    assert_int_equal(gv_alloc_pick(c, r, NULL, 0, &a, &err), GV_ENOFIT);
+    assert_non_null(strstr(err.msg, "0/2 nodes fit"));
+    gv_alloc_request_free(r);
+    gv_alloc_cluster_free(c);
+}
+
+static void test_filter_host_resources_and_numa(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_BINPACK);
+    add_node(c, "n1", 8, "T4", 16384, 8000); /* numa = gpu index / 4 */
+    struct gv_alloc_request *r = simple_req("p", 1, 0, 100);
+    r->cpu_milli = 9000;
+    struct gv_alloc_fit fit;
+    assert_int_equal(gv_alloc_filter(c, r, "n1", &fit, NULL), GV_OK);
+    assert_false(fit.fits);
+    assert_string_equal(fit.reason, "insufficient cpu: 8000m free, need 9000m");
+    r->cpu_milli = 1000;
+    /* take GPUs 0,1,4,5 so each NUMA node has 2 free GPUs */
+    struct gv_alloc_assignment a = {0};
+    snprintf(a.node, sizeof(a.node), "n1");
+    a.n_containers = 1;
+    snprintf(a.containers[0].name, sizeof(a.containers[0].name), "main");
+    a.containers[0].n_devices = 4;
+    const char *taken[] = {"n1-g0", "n1-g1", "n1-g4", "n1-g5"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(a.containers[0].devices[i].uuid, GV_ALLOC_UUID_MAX, "%s", taken[i]);
+        a.containers[0].devices[i].milli = 1000;
+    }
+    struct gv_alloc_request *w = simple_req("whole4", 4, 0, 1000);
+    assert_int_equal(gv_alloc_place(c, w, &a, NULL), GV_OK);
+    struct gv_alloc_request *n3 = simple_req("n3", 3, 0, 1000);
+    n3->numa_bind = true;
+    assert_int_equal(gv_alloc_filter(c, n3, "n1", &fit, NULL), GV_OK);
+    assert_false(fit.fits);
+    assert_non_null(strstr(fit.reason, "one NUMA node"));
+    n3->containers[0].num_gpu = 2;
+    assert_int_equal(gv_alloc_pick(c, n3, NULL, 0, &a, NULL), GV_OK);
+    assert_int_equal(a.containers[0].n_devices, 2);
+    /* both on NUMA 0 (g2,g3) or both on NUMA 1 (g6,g7) */
+    const char *u0 = a.containers[0].devices[0].uuid, *u1 = a.containers[0].devices[1].uuid;
+    bool numa0 = (strcmp(u0, "n1-g2") == 0 || strcmp(u0, "n1-g3") == 0) &&
+                 (strcmp(u1, "n1-g2") == 0 || strcmp(u1, "n1-g3") == 0);
+    bool numa1 = (strcmp(u0, "n1-g6") == 0 || strcmp(u0, "n1-g7") == 0) &&
+                 (strcmp(u1, "n1-g6") == 0 || strcmp(u1, "n1-g7") == 0);
+    assert_true(numa0 || numa1);
+    gv_alloc_request_free(n3);
+    gv_alloc_request_free(w);
+    gv_alloc_request_free(r);
+    gv_alloc_cluster_free(c);
+}
+
+static void test_multi_container_distinct_gpus(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_BINPACK);
+    add_node(c, "n1", 3, "A10", 24576, 0);
+    struct gv_alloc_request *r = simple_req("mc", 2, 1000, 100);
+    r->n_containers = 2;
+    r->containers[1] = r->containers[0];
+    snprintf(r->containers[1].name, sizeof(r->containers[1].name), "second");
+    r->containers[1].num_gpu = 3;
+    struct gv_alloc_assignment a;
+    pick_place(c, r, &a);
+    for (uint32_t ci = 0; ci < 2; ci++)
+        for (uint32_t i = 0; i < a.containers[ci].n_devices; i++)
+            for (uint32_t j = 0; j < i; j++)
+                assert_string_not_equal(a.containers[ci].devices[i].uuid,
+                                        a.containers[ci].devices[j].uuid);
+    assert_int_equal(a.containers[1].n_devices, 3);
+    /* GPUs shared by both containers carry both slices */
+    struct gv_alloc_gpu_usage u;
+    assert_int_equal(gv_alloc_gpu_usage_get(c, "n1", a.containers[0].devices[0].uuid, &u, NULL),
+                     GV_OK);
+    assert_int_equal(u.tasks, 2);
+    assert_int_equal(u.mem_mib, 2000);
+    /* a container asking for more GPUs than the node has does not fit */
+    struct gv_alloc_request *r2 = simple_req("mc2", 4, 1, 0);
+    struct gv_alloc_fit fit;
+    assert_int_equal(gv_alloc_filter(c, r2, "n1", &fit, NULL), GV_OK);
+    assert_false(fit.fits);
+    gv_alloc_request_free(r2);
+    gv_alloc_request_free(r);
+    gv_alloc_cluster_free(c);
+}
+
+/* --- place / release / node updates -------------------------------------- */
+
+static void test_place_release_restores_usage(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_BINPACK);
+    add_node(c, "n1", 2, "T4", 16384, 0);
+    struct gv_alloc_totals t0, t1;
+    gv_alloc_cluster_totals(c, &t0);
+    struct gv_alloc_request *r1 = simple_req("p1", 1, 4000, 250);
+    struct gv_alloc_request *r2 = simple_req("p2", 2, 1000, 1000);
+    struct gv_alloc_request *r3 = simple_req("p3", 1, 100, 100);
+    struct gv_alloc_assignment a1, a2, a3;
+    pick_place(c, r1, &a1);
+    pick_place(c, r3, &a3);
+    /* binpack on GPUs: p3 joins p1's GPU */
+    assert_string_equal(a1.containers[0].devices[0].uuid, a3.containers[0].devices[0].uuid);
+    struct gv_error err = {0};
+    assert_int_equal(gv_alloc_pick(c, r2, NULL, 0, &a2, &err), GV_ENOFIT);
+    assert_int_equal(gv_alloc_place(c, r1, &a1, &err), GV_EEXIST);
+    gv_alloc_cluster_totals(c, &t1);
+    assert_int_equal(t1.milli_used, 350);
+    assert_int_equal(t1.mem_used_mib, 4100);
+    assert_int_equal(t1.pods, 2);
+    assert_true(gv_alloc_is_placed(c, "p1"));
+    assert_int_equal(gv_alloc_release(c, "p1", NULL), GV_OK);
+    assert_int_equal(gv_alloc_release(c, "p1", &err), GV_ENOTFOUND);
+    assert_int_equal(gv_alloc_release(c, "p3", NULL), GV_OK);
+    gv_alloc_cluster_totals(c, &t1);
+    assert_memory_equal(&t0, &t1, sizeof(t0));
+    pick_place(c, r2, &a2); /* both GPUs whole now */
+    struct gv_alloc_fit fit;
+    assert_int_equal(gv_alloc_filter(c, r3, "n1", &fit, NULL), GV_OK);
+    assert_false(fit.fits); /* whole-GPU tasks are exclusive */
+    gv_alloc_request_free(r1);
+    gv_alloc_request_free(r2);
+    gv_alloc_request_free(r3);
+    gv_alloc_cluster_free(c);
+}
+
+static void test_node_update_and_remove(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_BINPACK);
+    add_node(c, "n1", 2, "T4", 16384, 0);
+    struct gv_alloc_request *r = simple_req("p1", 1, 4000, 250);
+    struct gv_alloc_assignment a;
+    pick_place(c, r, &a);
+    const char *uuid = a.containers[0].devices[0].uuid;
+    /* re-announce the node with one more GPU: usage stays on the same uuid */
+    add_node(c, "n1", 3, "T4", 16384, 0);
+    struct gv_alloc_gpu_usage u;
+    assert_int_equal(gv_alloc_gpu_usage_get(c, "n1", uuid, &u, NULL), GV_OK);
+    assert_int_equal(u.mem_mib, 4000);
+    assert_int_equal(u.milli, 250);
+    struct gv_alloc_totals t;
+    gv_alloc_cluster_totals(c, &t);
+    assert_int_equal(t.gpus, 3);
+    assert_int_equal(t.milli_used, 250);
+    /* a bad spec changes nothing */
+    struct gv_alloc_gpu_spec dup[2] = {{"x", 0, "T4", 1, 0, -1, true, GV_ALLOC_GPU_SHARED},
+                                       {"x", 1, "T4", 1, 0, -1, true, GV_ALLOC_GPU_SHARED}};
+    struct gv_alloc_node_spec s = {"n1", 0, 0, NULL, 0, dup, 2};
+    struct gv_error err = {0};
+    assert_int_equal(gv_alloc_node_upsert(c, &s, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "twice"));
+    gv_alloc_cluster_totals(c, &t);
+    assert_int_equal(t.gpus, 3);
+    assert_int_equal(gv_alloc_node_remove(c, "n1", NULL), GV_OK);
+    assert_false(gv_alloc_is_placed(c, "p1"));
+    assert_false(gv_alloc_node_exists(c, "n1"));
+    assert_int_equal(gv_alloc_node_remove(c, "n1", &err), GV_ENOTFOUND);
+    gv_alloc_cluster_totals(c, &t);
+    assert_int_equal(t.nodes, 0);
+    assert_int_equal(t.pods, 0);
+    /* the uid can be placed again on a new node */
+    add_node(c, "n2", 1, "T4", 16384, 0);
+    pick_place(c, r, &a);
+    assert_string_equal(a.node, "n2");
+    gv_alloc_request_free(r);
+    gv_alloc_cluster_free(c);
+}
+
+static void test_place_validates_assignment(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_BINPACK);
+    add_node(c, "n1", 2, "T4", 16384, 0);
+    struct gv_alloc_request *r = simple_req("p1", 2, 4000, 250);
+    struct gv_alloc_assignment a;
+    assert_int_equal(gv_alloc_pick(c, r, NULL, 0, &a, NULL), GV_OK);
+    struct gv_alloc_assignment bad = a;
+    snprintf(bad.containers[0].devices[1].uuid, GV_ALLOC_UUID_MAX, "%s",
+             a.containers[0].devices[0].uuid);
+    struct gv_error err = {0};
+    assert_int_equal(gv_alloc_place(c, r, &bad, &err), GV_EINVAL);
+    bad = a;
+    bad.containers[0].devices[1].mem_mib = 20000;
+    assert_int_equal(gv_alloc_place(c, r, &bad, &err), GV_ENOFIT);
+    /* failed places left nothing behind */
+    struct gv_alloc_totals t;
+    gv_alloc_cluster_totals(c, &t);
+    assert_int_equal(t.milli_used, 0);
+    assert_int_equal(t.mem_used_mib, 0);
+    assert_int_equal(gv_alloc_place(c, r, &a, &err), GV_OK);
+    gv_alloc_request_free(r);
+    gv_alloc_cluster_free(c);
+}
+
+/* --- policies ------------------------------------------------------------ */
+
+static void test_node_policies(void **state)
+{
+    (void)state;
+    for (int p = 0; p < 2; p++) {
+        struct gv_alloc_cluster *c = new_cluster(p == 0 ? GV_ALLOC_POLICY_BINPACK
+                                                        : GV_ALLOC_POLICY_SPREAD);
+        add_node(c, "a", 2, "T4", 16384, 0);
+        add_node(c, "b", 2, "T4", 16384, 0);
+        add_node(c, "c", 2, "T4", 16384, 0);
+        /* b is half used */
+        struct gv_alloc_request *r0 = simple_req("seed", 1, 0, 1000);
+        const char *only_b[] = {"b"};
+        struct gv_alloc_assignment a;
+        assert_int_equal(gv_alloc_pick(c, r0, only_b, 1, &a, NULL), GV_OK);
+        assert_int_equal(gv_alloc_place(c, r0, &a, NULL), GV_OK);
+        struct gv_alloc_request *r = simple_req("x", 1, 1000, 100);
+        assert_int_equal(gv_alloc_pick(c, r, NULL, 0, &a, NULL), GV_OK);
+        /* binpack -> the used node; spread -> an empty one, ties by name */
+        assert_string_equal(a.node, p == 0 ? "b" : "a");
+        int32_t scores[4];
+        const char *names[] = {"a", "b", "c", "zz"};
+        assert_int_equal(gv_alloc_score_nodes(c, r, names, 4, scores, NULL), GV_OK);
+        assert_int_equal(scores[3], -1);
+        assert_int_equal(scores[0], scores[2]);
+        assert_true(p == 0 ? scores[1] > scores[0] : scores[1] < scores[0]);
+        assert_int_equal(p == 0 ? scores[1] : scores[0], 100);
+        gv_alloc_request_free(r);
+        gv_alloc_request_free(r0);
+        gv_alloc_cluster_free(c);
+    }
+}
+
+static void test_gpu_policies(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_BINPACK);
+    add_node(c, "n", 3, "T4", 10000, 0);
+    struct gv_alloc_request *r = simple_req("a", 1, 6000, 0);
+    struct gv_alloc_assignment a;
+    pick_place(c, r, &a); /* g0 */
+    assert_string_equal(a.containers[0].devices[0].uuid, "n-g0");
+    struct gv_alloc_request *s = simple_req("b", 1, 2000, 0);
+    pick_place(c, s, &a);
+    assert_string_equal(a.containers[0].devices[0].uuid, "n-g0"); /* fullest first */
+    struct gv_alloc_request *t = simple_req("c", 1, 1000, 0);
+    t->gpu_policy = GV_ALLOC_GPU_SPREAD;
+    assert_int_equal(gv_alloc_pick(c, t, NULL, 0, &a, NULL), GV_OK);
+    assert_string_equal(a.containers[0].devices[0].uuid, "n-g1"); /* emptiest, lowest index */
+    gv_alloc_request_free(r);
+    gv_alloc_request_free(s);
+    gv_alloc_request_free(t);
+    gv_alloc_cluster_free(c);
+}
+
+static void test_bestfit_prefers_least_left(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_BESTFIT);
+    add_node(c, "big", 8, "T4", 16384, 64000);
+    add_node(c, "small", 2, "T4", 16384, 16000);
+    struct gv_alloc_request *r = simple_req("p", 1, 0, 500);
+    r->cpu_milli = 4000;
+    struct gv_alloc_assignment a;
+    assert_int_equal(gv_alloc_pick(c, r, NULL, 0, &a, NULL), GV_OK);
+    assert_string_equal(a.node, "small");
+    gv_alloc_request_free(r);
+    gv_alloc_cluster_free(c);
+}
+
+/*
+ * FGD worked example.  Workload: only 1 x 500m tasks.  Node "a": GPUs free
+ * 1000 and 300 (a 700m task on g1).  Fragmentation for the class: GPUs
+ * that cannot host 500m count: g1's 300 -> F = 300.  Placing a 200m task
+ * on g1 leaves 100 (F = 100, delta -200); on g0 leaves 800 (still hosts
+ * 500m) -> F = 300 (delta 0).  FGD must pick g1.
+ */
+static void test_fgd_worked_example(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_FGD);
+    add_node(c, "a", 2, "T4", 0, 0);
+    struct gv_alloc_request *w = simple_req("w", 1, 0, 500);
+    gv_alloc_observe(c, w);
+    struct gv_alloc_request *big = simple_req("big", 1, 0, 700);
+    big->gpu_policy = GV_ALLOC_GPU_SPREAD;
+    struct gv_alloc_assignment a;
+    const char *only[] = {"a"};
+    assert_int_equal(gv_alloc_pick(c, big, only, 1, &a, NULL), GV_OK);
+    snprintf(a.containers[0].devices[0].uuid, GV_ALLOC_UUID_MAX, "a-g1");
+    assert_int_equal(gv_alloc_place(c, big, &a, NULL), GV_OK);
+    double f;
+    assert_int_equal(gv_alloc_node_fragmentation(c, "a", &f, NULL), GV_OK);
+    assert_true(f > 299.999 && f < 300.001);
+    struct gv_alloc_request *small = simple_req("small", 1, 0, 200);
+    small->gpu_policy = GV_ALLOC_GPU_SPREAD; /* spread alone would take g0 */
+    assert_int_equal(gv_alloc_pick(c, small, NULL, 0, &a, NULL), GV_OK);
+    assert_string_equal(a.containers[0].devices[0].uuid, "a-g1");
+    assert_int_equal(gv_alloc_place(c, small, &a, NULL), GV_OK);
+    assert_int_equal(gv_alloc_node_fragmentation(c, "a", &f, NULL), GV_OK);
+    assert_true(f > 99.999 && f < 100.001);
+    /*
+     * Second example, two nodes, workload 50% 1x1000m and 50% 1x500m.
+     * Node "x" is empty (2 GPUs), node "y" has one GPU half used.  A 500m
+     * task on y's half GPU fills it: y's F goes from 0.5*500 (whole class
+     * cannot use the 500 left) to 0 -> delta -250.  On x it would turn a
+     * full GPU into a half: delta +250.  FGD picks y.
+     */
+    struct gv_alloc_cluster *c2 = new_cluster(GV_ALLOC_POLICY_FGD);
+    add_node(c2, "x", 2, "T4", 0, 0);
+    add_node(c2, "y", 2, "T4", 0, 0);
+    struct gv_alloc_request *whole = simple_req("whole", 1, 0, 1000);
+    struct gv_alloc_request *half = simple_req("half", 1, 0, 500);
+    gv_alloc_observe(c2, whole);
+    gv_alloc_observe(c2, half);
+    const char *only_y[] = {"y"};
+    assert_int_equal(gv_alloc_pick(c2, half, only_y, 1, &a, NULL), GV_OK);
+    assert_int_equal(gv_alloc_place(c2, half, &a, NULL), GV_OK);
+    assert_int_equal(gv_alloc_node_fragmentation(c2, "y", &f, NULL), GV_OK);
+    if (!(f > 249.999 && f < 250.001))
+        fail_msg("F(y) = %f", f);
+    assert_int_equal(gv_alloc_node_fragmentation(c2, "x", &f, NULL), GV_OK);
+    assert_true(f < 1e-9);
+    struct gv_alloc_request *half2 = simple_req("half2", 1, 0, 500);
+    assert_int_equal(gv_alloc_pick(c2, half2, NULL, 0, &a, NULL), GV_OK);
+    assert_string_equal(a.node, "y");
+    int32_t scores[2];
+    const char *names[] = {"x", "y"};
+    assert_int_equal(gv_alloc_score_nodes(c2, half2, names, 2, scores, NULL), GV_OK);
+    assert_int_equal(scores[0], 0);
+    assert_int_equal(scores[1], 100);
+    gv_alloc_request_free(half2);
+    gv_alloc_request_free(whole);
+    gv_alloc_request_free(half);
+    gv_alloc_cluster_free(c2);
+    gv_alloc_request_free(w);
+    gv_alloc_request_free(big);
+    gv_alloc_request_free(small);
+    gv_alloc_cluster_free(c);
+}
+
+/* With a half-life of one request, each observation weighs twice the last. */
+static void test_fgd_workload_decay(void **state)
+{
+    (void)state;
+    struct gv_alloc_config cfg;
+    gv_alloc_config_default(&cfg);
+    cfg.workload_half_life = 1;
+    struct gv_alloc_cluster *c;
+    assert_int_equal(gv_alloc_cluster_new(&cfg, &c, NULL), GV_OK);
+    add_node(c, "y", 2, "T4", 0, 0);
+    struct gv_alloc_request *whole = simple_req("whole", 1, 0, 1000);
+    struct gv_alloc_request *half = simple_req("half", 1, 0, 500);
+    gv_alloc_observe(c, whole);
+    gv_alloc_observe(c, half);
+    struct gv_alloc_assignment a;
+    assert_int_equal(gv_alloc_pick(c, half, NULL, 0, &a, NULL), GV_OK);
+    assert_int_equal(gv_alloc_place(c, half, &a, NULL), GV_OK);
+    double f;
+    assert_int_equal(gv_alloc_node_fragmentation(c, "y", &f, NULL), GV_OK);
+    /* p(whole) = 1/3: the 500m left is a fragment for it */
+    if (!(f > 166.666 && f < 166.667))
+        fail_msg("F = %f", f);
+    /* many more half requests: whole tasks fade away */
+    for (int i = 0; i < 40; i++)
+        gv_alloc_observe(c, half);
+    assert_int_equal(gv_alloc_node_fragmentation(c, "y", &f, NULL), GV_OK);
+    assert_true(f < 1e-6);
+    gv_alloc_request_free(whole);
+    gv_alloc_request_free(half);
+    gv_alloc_cluster_free(c);
+}
+
+/* CPU matters: a class whose CPU does not fit sees the whole node as fragment. */
+static void test_fgd_cpu_dimension(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_FGD);
+    add_node(c, "n", 1, "T4", 0, 8000);
+    struct gv_alloc_request *w = simple_req("w", 1, 0, 500);
+    w->cpu_milli = 4000;
+    gv_alloc_observe(c, w);
+    double f;
+    assert_int_equal(gv_alloc_node_fragmentation(c, "n", &f, NULL), GV_OK);
+    assert_true(f < 1e-9);
+    /* a CPU-only pod taking 6000m leaves 2000m: the class no longer fits */
+    struct gv_alloc_request *cpu;
+    assert_int_equal(gv_alloc_request_new(&cpu, NULL), GV_OK);
+    snprintf(cpu->uid, sizeof(cpu->uid), "cpu");
+    cpu->cpu_milli = 6000;
+    struct gv_alloc_assignment a;
+    assert_int_equal(gv_alloc_pick(c, cpu, NULL, 0, &a, NULL), GV_OK);
+    assert_int_equal(a.n_containers, 0);
+    assert_int_equal(gv_alloc_place(c, cpu, &a, NULL), GV_OK);
+    assert_int_equal(gv_alloc_node_fragmentation(c, "n", &f, NULL), GV_OK);
+    assert_true(f > 999.999 && f < 1000.001);
+    gv_alloc_request_free(cpu);
+    gv_alloc_request_free(w);
+    gv_alloc_cluster_free(c);
+}
+
+/* --- assignment codec ---------------------------------------------------- */
+
+static void test_assignment_roundtrip(void **state)
+{
+    (void)state;
+    struct gv_alloc_assignment a = {0}, b;
+    snprintf(a.node, sizeof(a.node), "gpu-node-7.example");
+    a.n_containers = 2;
+    snprintf(a.containers[0].name, GV_ALLOC_CNAME_MAX, "main");
+    a.containers[0].n_devices = 2;
+    snprintf(a.containers[0].devices[0].uuid, GV_ALLOC_UUID_MAX, "GPU-8f2c1a3e-0b1d-4c5e-9f00-1234567890ab");
+    a.containers[0].devices[0].mem_mib = 20000;
+    a.containers[0].devices[0].milli = 300;
+    snprintf(a.containers[0].devices[1].uuid, GV_ALLOC_UUID_MAX, "MIG-GPU-1/2/0");
+    a.containers[0].devices[1].mem_mib = 0;
+    a.containers[0].devices[1].milli = 1000;
+    snprintf(a.containers[1].name, GV_ALLOC_CNAME_MAX, "side-car");
+    a.containers[1].n_devices = 1;
+    snprintf(a.containers[1].devices[0].uuid, GV_ALLOC_UUID_MAX, "GPU-aa");
+    char buf[GV_ALLOC_ASSIGNMENT_MAX];
+    size_t len;
+    assert_int_equal(gv_alloc_assignment_encode(&a, buf, sizeof(buf), &len, NULL), GV_OK);
+    assert_string_equal(buf, "v1;node=gpu-node-7.example;main=GPU-8f2c1a3e-0b1d-4c5e-9f00-"
+                             "1234567890ab:20000:300,MIG-GPU-1/2/0:0:1000;side-car=GPU-aa:0:0");
+    assert_int_equal(len, strlen(buf));
+    assert_int_equal(gv_alloc_assignment_decode(buf, len, &b, NULL), GV_OK);
+    assert_memory_equal(&a, &b, sizeof(a));
+    /* too small a buffer */
+    struct gv_error err = {0};
+    assert_int_equal(gv_alloc_assignment_encode(&a, buf, 20, &len, &err), GV_ERANGE);
+    /* empty pod */
+    struct gv_alloc_assignment e = {0};
+    snprintf(e.node, sizeof(e.node), "n");
+    assert_int_equal(gv_alloc_assignment_encode(&e, buf, sizeof(buf), &len, NULL), GV_OK);
+    assert_string_equal(buf, "v1;node=n");
+    assert_int_equal(gv_alloc_assignment_decode(buf, len, &b, NULL), GV_OK);
+    assert_int_equal(b.n_containers, 0);
+}
+
+static void test_assignment_strict_parser(void **state)
+{
+    (void)state;
+    const char *bad[] = {
+        "",
+        "v1",
+        "v2;node=n",
+        "v1;node=",
+        "v1;nodes=n",
+        "v1;node=n;",
+        "v1;node=n;c=",
+        "v1;node=n;c=u",
+        "v1;node=n;c=u:1",
+        "v1;node=n;c=u:1:",
+        "v1;node=n;c=u:01:0",
+        "v1;node=n;c=u:1:1001",
+        "v1;node=n;c=u:-1:0",
+        "v1;node=n;c=u:1:0,",
+        "v1;node=n;c=u:1:0,u:2:0",
+        "v1;node=n;c=u:1:0;c=v:1:0",
+        "v1;node=n;c=u:1:0 ",
+        "v1;node=n m;c=u:1:0",
+        "v1;node=n;c=u:99999999999999999999:0",
+        "V1;node=n",
+        "v1;node=n;c/x=u:1:0",
+    };
+    struct gv_alloc_assignment b;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct gv_error err = {0};
+        if (gv_alloc_assignment_decode(bad[i], strlen(bad[i]), &b, &err) == GV_OK)
+            fail_msg("accepted \"%s\"", bad[i]);
+        assert_non_null(strstr(err.msg, "assignment"));
+        assert_int_equal(b.n_containers, 0);
+    }
+    struct gv_error err = {0};
+    assert_int_equal(gv_alloc_assignment_decode("v2;node=n", 9, &b, &err), GV_EUNSUPPORTED);
+    /* length-bounded: bytes after len are ignored */
+    assert_int_equal(gv_alloc_assignment_decode("v1;node=nXXX", 9, &b, NULL), GV_OK);
+    assert_string_equal(b.node, "n");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_quantity_canonical_forms),
+        cmocka_unit_test(test_quantity_rejects_bad_input),
+        cmocka_unit_test(test_request_hami_resources),
+        cmocka_unit_test(test_request_defaults_and_alias),
+        cmocka_unit_test(test_request_requests_used_when_no_limits),
+        cmocka_unit_test(test_request_conflicts),
+        cmocka_unit_test(test_request_annotations),
+        cmocka_unit_test(test_filter_reasons),
+        cmocka_unit_test(test_filter_host_resources_and_numa),
+        cmocka_unit_test(test_multi_container_distinct_gpus),
+        cmocka_unit_test(test_place_release_restores_usage),
+        cmocka_unit_test(test_node_update_and_remove),
+        cmocka_unit_test(test_place_validates_assignment),
+        cmocka_unit_test(test_node_policies),
+        cmocka_unit_test(test_gpu_policies),
+        cmocka_unit_test(test_bestfit_prefers_least_left),
+        cmocka_unit_test(test_fgd_worked_example),
+        cmocka_unit_test(test_fgd_workload_decay),
+        cmocka_unit_test(test_fgd_cpu_dimension),
+        cmocka_unit_test(test_assignment_roundtrip),
+        cmocka_unit_test(test_assignment_strict_parser),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

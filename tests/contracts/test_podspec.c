@@ -1,0 +1,153 @@
+/* Tests for src/contracts/podspec: Pod and Node JSON -> engine inputs. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "contracts/podspec.h"
+
+static json_t *load(const char *path)
+{
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (j == NULL)
+        fail_msg("%s: %s", path, je.text);
+    return j;
+}
+
+static void test_pod_with_hami_resources(void **state)
+{
+    (void)state;
+    struct gv_alloc_config cfg;
+    gv_alloc_config_default(&cfg);
+    json_t *pod = load("tests/contracts/data/pod-hami.json");
+    struct gv_alloc_request *r = NULL;
+    struct gv_error err = {0};
+    if (gv_podspec_request(&cfg, pod, &r, &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    assert_string_equal(r->uid, "6f1c2b8e-2d7a-4c1e-9b1a-0c5e2f3a4b5c");
+    assert_string_equal(r->ns, "ml");
+    assert_string_equal(r->name, "train-0");
+    assert_int_equal(r->n_containers, 2); /* init container and logger ignored */
+    assert_string_equal(r->containers[0].name, "trainer");
+    assert_int_equal(r->containers[0].num_gpu, 2);
+    assert_int_equal(r->containers[0].mem, 20000);
+    assert_int_equal(r->containers[0].milli, 500);
+    assert_string_equal(r->containers[1].name, "infer");
+    assert_int_equal(r->containers[1].mem_kind, GV_ALLOC_MEM_PCT);
+    assert_int_equal(r->containers[1].mem, 25); /* JSON number accepted */
+    assert_int_equal(r->containers[1].priority, 1);
+    assert_int_equal(r->cpu_milli, 2100);        /* requests win for host resources */
+    assert_int_equal(r->mem_mib, 8192 + 64);
+    assert_string_equal(r->constraint[GV_ALLOC_USE_TYPE], "a100,h100");
+    assert_int_equal(r->node_policy, GV_ALLOC_POLICY_SPREAD);
+    assert_string_equal(gv_podspec_annotation(pod, "nvidia.com/use-gputype"), "A100,H100");
+    assert_null(gv_podspec_annotation(pod, "missing"));
+    gv_alloc_request_free(r);
+    json_decref(pod);
+}
+
+static void expect_error(const char *json, const char *needle)
+{
+    struct gv_alloc_config cfg;
+    gv_alloc_config_default(&cfg);
+    struct gv_alloc_request *r = NULL;
+    struct gv_error err = {0};
+    if (gv_podspec_request_text(&cfg, json, strlen(json), &r, &err) == GV_OK)
+        fail_msg("accepted %s", json);
+    assert_null(r);
+    if (strstr(err.msg, needle) == NULL)
+        fail_msg("error \"%s\" lacks \"%s\"", err.msg, needle);
+}
+
+static void test_pod_errors_name_the_field(void **state)
+{
+    (void)state;
+    expect_error("{", "pod JSON: line 1");
+    expect_error("[]", "expected a JSON object");
+    expect_error("{\"metadata\":{},\"spec\":{}}", "spec.containers");
+    expect_error("{\"metadata\":{},\"spec\":{\"containers\":[{\"name\":\"a\",\"resources\":"
+                 "{\"limits\":{\"nvidia.com/gpu\":true}}}]}}",
+                 "spec.containers[0].resources.limits[\"nvidia.com/gpu\"]");
+    expect_error("{\"metadata\":{\"name\":\"p\",\"namespace\":\"n\"},\"spec\":{\"containers\":"
+                 "[{\"name\":\"a\",\"resources\":{\"limits\":{\"nvidia.com/gpucores\":\"101\"}}}]}}",
+                 "pod n/p: container \"a\": nvidia.com/gpucores");
+    expect_error("{\"metadata\":{\"annotations\":{\"x\":1}},\"spec\":{\"containers\":[]}}",
+                 "metadata.annotations[\"x\"]");
+    expect_error("{\"metadata\":{},\"spec\":{\"containers\":[{\"resources\":{}}]}}",
+                 "spec.containers[0].name");
+    expect_error("{\"metadata\":{},\"metadata\":{},\"spec\":{\"containers\":[]}}", "duplicate");
+}
+
+static void test_pod_without_gpus(void **state)
+{
+    (void)state;
+    struct gv_alloc_config cfg;
+    gv_alloc_config_default(&cfg);
+    const char *json = "{\"metadata\":{\"uid\":\"u\"},\"spec\":{\"containers\":[{\"name\":\"a\","
+                       "\"resources\":{\"requests\":{\"cpu\":\"250m\"}}}]}}";
+    struct gv_alloc_request *r = NULL;
+    assert_int_equal(gv_podspec_request_text(&cfg, json, strlen(json), &r, NULL), GV_OK);
+    assert_int_equal(r->n_containers, 0);
+    assert_int_equal(r->cpu_milli, 250);
+    gv_alloc_request_free(r);
+}
+
+static void test_node_from_gfd_labels(void **state)
+{
+    (void)state;
+    json_t *node = load("tests/contracts/data/node-gfd.json");
+    struct gv_podspec_node *n = NULL;
+    struct gv_error err = {0};
+    if (gv_podspec_node(node, &n, &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    assert_string_equal(n->spec.name, "gpu-node-1");
+    assert_int_equal(n->spec.cpu_milli, 127500);
+    assert_int_equal(n->spec.mem_mib, 1055000000 / 1024 + 1); /* Ki -> MiB, rounded up */
+    assert_int_equal(n->spec.n_gpus, 8);
+    assert_int_equal(n->spec.n_labels, 4);
+    assert_string_equal(n->spec.gpus[7].uuid, "gpu-node-1-gpu7");
+    assert_string_equal(n->spec.gpus[0].model, "NVIDIA-A100-SXM4-80GB");
+    assert_int_equal(n->spec.gpus[3].mem_mib, 81920);
+    /* the spec feeds the engine as is */
+    struct gv_alloc_cluster *c;
+    assert_int_equal(gv_alloc_cluster_new(NULL, &c, NULL), GV_OK);
+    assert_int_equal(gv_alloc_node_upsert(c, &n->spec, NULL), GV_OK);
+    struct gv_alloc_totals t;
+    gv_alloc_cluster_totals(c, &t);
+    assert_int_equal(t.gpus, 8);
+    assert_int_equal(t.mem_capacity_mib, 8 * 81920);
+    gv_alloc_cluster_free(c);
+    gv_podspec_node_free(n);
+    json_decref(node);
+
+    node = json_pack("{s:{s:s},s:{s:{s:s}}}", "metadata", "name", "cpu-only", "status",
+                     "capacity", "cpu", "8");
+    assert_int_equal(gv_podspec_node(node, &n, NULL), GV_OK);
+    assert_int_equal(n->spec.n_gpus, 0);
+    assert_int_equal(n->spec.cpu_milli, 8000);
+    gv_podspec_node_free(n);
+    json_decref(node);
+
+    node = json_pack("{s:{s:s},s:{s:{s:s}}}", "metadata", "name", "bad", "status", "capacity",
+                     "nvidia.com/gpu", "-2");
+    assert_int_not_equal(gv_podspec_node(node, &n, &err), GV_OK);
+    assert_non_null(strstr(err.msg, "node bad: status resource nvidia.com/gpu"));
+    json_decref(node);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pod_with_hami_resources),
+        cmocka_unit_test(test_pod_errors_name_the_field),
+        cmocka_unit_test(test_pod_without_gpus),
+        cmocka_unit_test(test_node_from_gfd_labels),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

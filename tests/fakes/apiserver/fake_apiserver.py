@@ -1,0 +1,916 @@
+#!/usr/bin/python3
+"""fake_apiserver: a stand-in for kube-apiserver for gpuvisor's tests.
+
+It is not Kubernetes.  It speaks the HTTP/JSON semantics of the real API
+server for the subset gpuvisor uses, faithfully enough that the client and
+the daemons cannot tell the difference on that subset:
+
+  core/v1 nodes (cluster-scoped), pods, configmaps, events (namespaced)
+  GET (object), LIST (labelSelector, fieldSelector, limit + continue),
+  WATCH (?watch=1: chunked newline-delimited WatchEvent JSON, resume from
+  resourceVersion, 410 Expired ERROR event when compacted, BOOKMARK events
+  with allowWatchBookmarks, timeoutSeconds, selector-aware ADDED/DELETED when
+  an object enters/leaves a selector), POST create (409 AlreadyExists,
+  generateName), PUT replace and PATCH (merge-patch, strategic-merge-patch as
+  merge, json-patch) with metadata.resourceVersion preconditions (409
+  Conflict), DELETE, pods/<name>/binding (sets spec.nodeName; 409 if bound),
+  pods/<name>/status and nodes/<name>/status subresources, a global
+  monotonically increasing resourceVersion, errors as v1 Status objects.
+
+Test controls (never part of the real API) live under /_fake/:
+  POST /_fake/fail?code=503&count=N[&retry_after=S][&only=watch]  answer the
+       next N API requests (only watches) with code (count=-1: until heal)
+  POST /_fake/heal                     stop injecting failures
+  POST /_fake/garbage?count=N          answer the next N API requests 200
+       with a malformed JSON body
+  POST /_fake/drop-watches             cut every open watch connection
+  POST /_fake/watch-garbage            send a malformed line on every watch
+  POST /_fake/compact                  forget history: older versions get 410
+  POST /_fake/bookmark                 send a BOOKMARK on bookmark watches now
+  POST /_fake/watch-410-status?on=1    answer too-old watches with HTTP 410
+       instead of an ERROR event (both happen in real clusters)
+  GET  /_fake/stats                    request counts {"METHOD path": n}
+  GET  /_fake/watches                  number of open watch streams
+
+Usage: fake_apiserver.py [--port 0] [--unix PATH] [--token T]
+       [--tls-cert F --tls-key F [--client-ca F]] [--bookmark-interval S]
+Prints "READY <url>" on stdout once listening.  Exits when its parent dies,
+so a crashed test never leaves it running.
+"""
+
+import argparse
+import base64
+import bisect
+import copy
+import json
+import os
+import socket
+import socketserver
+import ssl
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+# resource name -> (kind, namespaced)
+RESOURCES = {
+    "nodes": ("Node", False),
+    "pods": ("Pod", True),
+    "configmaps": ("ConfigMap", True),
+    "events": ("Event", True),
+}
+SUPPORTED_FIELDS = {"metadata.name", "metadata.namespace", "spec.nodeName",
+                    "status.phase", "spec.schedulerName"}
+
+
+class ApiError(Exception):
+    def __init__(self, code, reason, message, details=None):
+        super().__init__(message)
+        self.code, self.reason, self.message, self.details = code, reason, message, details
+
+    def status(self):
+        st = {"kind": "Status", "apiVersion": "v1", "metadata": {},
+              "status": "Failure", "message": self.message,
+              "reason": self.reason, "code": self.code}
+        if self.details:
+            st["details"] = self.details
+        return st
+
+
+def now_rfc3339():
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# ---------------------------------------------------------------- patches
+
+def merge_patch(target, patch):
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    if not isinstance(target, dict):
+        target = {}
+    out = dict(target)
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
+
+
+def _ptr(path):
+    if path == "":
+        return []
+    if not path.startswith("/"):
+        raise ApiError(422, "Invalid", "json patch: path %r must start with /" % path)
+    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+
+
+def _walk(doc, parts):
+    cur = doc
+    for p in parts:
+        if isinstance(cur, dict):
+            if p not in cur:
+                raise ApiError(422, "Invalid", "json patch: path segment %r not found" % p)
+            cur = cur[p]
+        elif isinstance(cur, list):
+            try:
+                cur = cur[int(p)]
+            except (ValueError, IndexError):
+                raise ApiError(422, "Invalid", "json patch: bad array index %r" % p)
+        else:
+            raise ApiError(422, "Invalid", "json patch: cannot index into a scalar")
+    return cur
+
+
+def _add(doc, parts, value):
+    if not parts:
+        return value
+    parent = _walk(doc, parts[:-1])
+    last = parts[-1]
+    if isinstance(parent, dict):
+        parent[last] = value
+    elif isinstance(parent, list):
+        if last == "-":
+            parent.append(value)
+        else:
+            try:
+                i = int(last)
+            except ValueError:
+                raise ApiError(422, "Invalid", "json patch: bad array index %r" % last)
+            if i < 0 or i > len(parent):
+                raise ApiError(422, "Invalid", "json patch: index %d out of range" % i)
+            parent.insert(i, value)
+    else:
+        raise ApiError(422, "Invalid", "json patch: parent is a scalar")
+    return doc
+
+
+def _remove(doc, parts):
+    if not parts:
+        raise ApiError(422, "Invalid", "json patch: cannot remove the root")
+    parent = _walk(doc, parts[:-1])
+    last = parts[-1]
+    try:
+        if isinstance(parent, dict):
+            return parent.pop(last)
+        if isinstance(parent, list):
+            return parent.pop(int(last))
+    except (KeyError, ValueError, IndexError):
+        pass
+    raise ApiError(422, "Invalid", "json patch: nothing to remove at %r" % "/".join(parts))
+
+
+def json_patch(doc, ops):
+    """RFC 6902 JSON patch."""
+    if not isinstance(ops, list):
+        raise ApiError(400, "BadRequest", "json patch: body must be an array of operations")
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        if not isinstance(op, dict) or "op" not in op or "path" not in op:
+            raise ApiError(400, "BadRequest", "json patch: operation needs op and path")
+        kind, parts = op["op"], _ptr(op["path"])
+        if kind == "add":
+            doc = _add(doc, parts, copy.deepcopy(op.get("value")))
+        elif kind == "remove":
+            _remove(doc, parts)
+        elif kind == "replace":
+            _walk(doc, parts)
+            if parts:
+                _remove(doc, parts)
+            doc = _add(doc, parts, copy.deepcopy(op.get("value")))
+        elif kind in ("move", "copy"):
+            src = _ptr(op.get("from", ""))
+            val = copy.deepcopy(_walk(doc, src))
+            if kind == "move":
+                _remove(doc, src)
+            doc = _add(doc, parts, val)
+        elif kind == "test":
+            if _walk(doc, parts) != op.get("value"):
+                # The real server reports a failed test as 422 Invalid too,
+                # except for resourceVersion, handled by the caller (409).
+                raise ApiError(422, "Invalid",
+                               "json patch: test operation failed at %s" % op["path"],
+                               {"testPath": op["path"]})
+        else:
+            raise ApiError(400, "BadRequest", "json patch: unknown op %r" % kind)
+    return doc
+
+
+# --------------------------------------------------------------- selectors
+
+def selector_terms(text):
+    return [p.strip() for p in (text or "").split(",") if p.strip()]
+
+
+def parse_label_selector(text):
+    reqs = []
+    for part in selector_terms(text):
+        if "!=" in part:
+            k, v = part.split("!=", 1)
+            reqs.append(("!=", k.strip(), v.strip()))
+        elif "==" in part:
+            k, v = part.split("==", 1)
+            reqs.append(("=", k.strip(), v.strip()))
+        elif "=" in part:
+            k, v = part.split("=", 1)
+            reqs.append(("=", k.strip(), v.strip()))
+        elif part.startswith("!"):
+            reqs.append(("!exists", part[1:].strip(), None))
+        elif " in " in part or " notin " in part:
+            raise ApiError(400, "BadRequest",
+                           "unable to parse requirement: set-based selectors are not "
+                           "supported by fake_apiserver: %s" % part)
+        else:
+            reqs.append(("exists", part, None))
+    return reqs
+
+
+def match_labels(obj, reqs):
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for op, k, v in reqs:
+        if op == "=" and labels.get(k) != v:
+            return False
+        if op == "!=" and labels.get(k) == v:
+            return False
+        if op == "exists" and k not in labels:
+            return False
+        if op == "!exists" and k in labels:
+            return False
+    return True
+
+
+def parse_field_selector(text):
+    reqs = []
+    for part in selector_terms(text):
+        if "!=" in part:
+            op, (k, v) = "!=", part.split("!=", 1)
+        elif "==" in part:
+            op, (k, v) = "=", part.split("==", 1)
+        elif "=" in part:
+            op, (k, v) = "=", part.split("=", 1)
+        else:
+            raise ApiError(400, "BadRequest", "invalid field selector: %s" % part)
+        if k not in SUPPORTED_FIELDS:
+            raise ApiError(400, "BadRequest",
+                           "\"%s\" is not a known field selector: only \"%s\""
+                           % (k, "\", \"".join(sorted(SUPPORTED_FIELDS))))
+        reqs.append((op, k, v))
+    return reqs
+
+
+def field_value(obj, path):
+    cur = obj
+    for p in path.split("."):
+        cur = cur.get(p) if isinstance(cur, dict) else None
+    return "" if cur is None else str(cur)
+
+
+def match_fields(obj, reqs):
+    for op, k, v in reqs:
+        got = field_value(obj, k)
+        if (op == "=") != (got == v):
+            return False
+    return True
+
+
+# ------------------------------------------------------------------ store
+
+class Store:
+    """Objects, the global resourceVersion and the event history."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.rv = 100
+        self.objects = {r: {} for r in RESOURCES}   # res -> {(ns, name): obj}
+        self.history = []                            # (rv, res, type, old, new)
+        self.compacted = 0                           # versions <= this are gone
+        self.snapshots = {}                          # continue id -> (rv, items)
+        self.drop_generation = 0
+        self.garbage_generation = 0
+        self.bookmark_generation = 0
+
+    def next_rv(self):
+        self.rv += 1
+        return self.rv
+
+    def record(self, res, etype, old, new):
+        self.history.append((self.rv, res, etype, old, new))
+        # Keep memory bounded in long benches; older history counts as compacted.
+        if len(self.history) > 200000:
+            cut = len(self.history) - 100000
+            self.compacted = self.history[cut - 1][0]
+            del self.history[:cut]
+        self.cond.notify_all()
+
+
+class Faults:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.code, self.count, self.retry_after = 0, 0, None
+        self.only_watch = False
+        self.garbage = 0
+        self.watch_410_status = False
+
+    def take(self, is_watch):
+        with self.lock:
+            if self.count != 0 and self.code and (is_watch or not self.only_watch):
+                if self.count > 0:
+                    self.count -= 1
+                return ("fail", self.code, self.retry_after)
+            if self.garbage > 0:
+                self.garbage -= 1
+                return ("garbage", 200, None)
+        return None
+
+
+STORE = Store()
+FAULTS = Faults()
+STATS = {}
+STATS_LOCK = threading.Lock()
+OPEN_WATCHES = [0]
+ARGS = None
+
+
+def not_found(res, name):
+    kind, _ = RESOURCES[res]
+    return ApiError(404, "NotFound", "%s \"%s\" not found" % (res, name),
+                    {"name": name, "kind": res})
+
+
+def conflict(res, name, why="the object has been modified; please apply your changes "
+                          "to the latest version and try again"):
+    return ApiError(409, "Conflict", "Operation cannot be fulfilled on %s \"%s\": %s"
+                    % (res, name, why), {"name": name, "kind": res})
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "fake-apiserver/1.0"
+
+    def log_message(self, fmt, *args):
+        if os.environ.get("FAKE_APISERVER_LOG"):
+            sys.stderr.write("fake_apiserver: " + (fmt % args) + "\n")
+
+    def address_string(self):
+        return "unix" if not isinstance(self.client_address, tuple) else self.client_address[0]
+
+    # ---- plumbing
+    def send_json(self, code, obj, extra=None):
+        body = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def read_body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            data = b""
+            while True:
+                size = int(self.rfile.readline().strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                data += self.rfile.read(size)
+                self.rfile.readline()
+            return data
+        return self.rfile.read(n) if n else b""
+
+    def json_body(self):
+        raw = self.read_body()
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ApiError(400, "BadRequest", "the body of the request was in an unknown "
+                           "format - accepted media types include: application/json "
+                           "(%s)" % e)
+
+    def authorized(self):
+        if not ARGS.token:
+            return True
+        return self.headers.get("Authorization") == "Bearer " + ARGS.token
+
+    def dispatch(self, method):
+        u = urlsplit(self.path)
+        q = {k: v[-1] for k, v in parse_qs(u.query, keep_blank_values=True).items()}
+        with STATS_LOCK:
+            key = "%s %s" % (method, u.path)
+            STATS[key] = STATS.get(key, 0) + 1
+        try:
+            if u.path.startswith("/_fake/"):
+                return self.admin(method, u.path, q)
+            if not self.authorized():
+                raise ApiError(401, "Unauthorized", "Unauthorized")
+            fault = FAULTS.take(q.get("watch") in ("1", "true"))
+            if fault is not None:
+                self.read_body()
+                kind, code, retry_after = fault
+                if kind == "garbage":
+                    body = b'{"kind": "PodList", "items": [ {"metadata": '
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                extra = {"Retry-After": str(retry_after)} if retry_after is not None else None
+                err = ApiError(code, "ServiceUnavailable" if code == 503 else "InternalError",
+                               "injected failure (fake_apiserver)")
+                return self.send_json(code, err.status(), extra)
+            self.route(method, u.path, q)
+        except ApiError as e:
+            self.send_json(e.code, e.status())
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def do_GET(self):
+        self.dispatch("GET")
+
+    def do_POST(self):
+        self.dispatch("POST")
+
+    def do_PUT(self):
+        self.dispatch("PUT")
+
+    def do_PATCH(self):
+        self.dispatch("PATCH")
+
+    def do_DELETE(self):
+        self.dispatch("DELETE")
+
+    # ---- admin
+    def admin(self, method, path, q):
+        self.read_body()
+        op = path[len("/_fake/"):]
+        out = {"ok": True}
+        if op == "fail":
+            with FAULTS.lock:
+                FAULTS.code = int(q.get("code", "503"))
+                FAULTS.count = int(q.get("count", "-1"))
+                ra = q.get("retry_after")
+                FAULTS.retry_after = int(ra) if ra is not None else None
+                FAULTS.only_watch = q.get("only") == "watch"
+        elif op == "heal":
+            with FAULTS.lock:
+                FAULTS.code, FAULTS.count, FAULTS.garbage = 0, 0, 0
+        elif op == "garbage":
+            with FAULTS.lock:
+                FAULTS.garbage = int(q.get("count", "1"))
+        elif op == "watch-410-status":
+            FAULTS.watch_410_status = q.get("on", "1") == "1"
+        elif op in ("drop-watches", "watch-garbage", "compact", "bookmark"):
+            with STORE.cond:
+                if op == "drop-watches":
+                    STORE.drop_generation += 1
+                elif op == "watch-garbage":
+                    STORE.garbage_generation += 1
+                elif op == "bookmark":
+                    STORE.bookmark_generation += 1
+                else:
+                    STORE.compacted = STORE.rv
+                    STORE.history = []
+                    STORE.snapshots = {}
+                STORE.cond.notify_all()
+            out["resourceVersion"] = str(STORE.rv)
+        elif op == "stats":
+            with STATS_LOCK:
+                out = dict(STATS)
+        elif op == "watches":
+            out = {"watches": OPEN_WATCHES[0]}
+        else:
+            raise ApiError(404, "NotFound", "unknown fake control %s" % op)
+        self.send_json(200, out)
+
+    # ---- API
+    def route(self, method, path, q):
+        parts = [p for p in path.split("/") if p]
+        if parts[:2] != ["api", "v1"]:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        parts = parts[2:]
+        ns = None
+        if len(parts) >= 2 and parts[0] == "namespaces":
+            ns = parts[1]
+            parts = parts[2:]
+        if not parts or parts[0] not in RESOURCES:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        res = parts[0]
+        kind, namespaced = RESOURCES[res]
+        if ns is not None and not namespaced:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        name = parts[1] if len(parts) > 1 else None
+        sub = parts[2] if len(parts) > 2 else None
+        if len(parts) > 3 or (sub is not None and sub not in ("status", "binding")):
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if sub == "binding" and res != "pods":
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if namespaced and name is not None and ns is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+
+        if name is None:
+            if method == "GET":
+                if q.get("watch") in ("1", "true"):
+                    return self.watch(res, ns, q)
+                return self.list(res, ns, q)
+            if method == "POST":
+                return self.create(res, ns, self.json_body())
+            raise ApiError(405, "MethodNotAllowed", "method %s not allowed on a collection"
+                           % method)
+        if sub == "binding":
+            if method != "POST":
+                raise ApiError(405, "MethodNotAllowed", "binding only supports POST")
+            return self.bind(ns, name, self.json_body())
+        if method == "GET":
+            with STORE.cond:
+                obj = STORE.objects[res].get((ns, name))
+                if obj is None:
+                    raise not_found(res, name)
+                return self.send_json(200, obj)
+        if method == "PUT":
+            return self.update(res, ns, name, sub, self.json_body(), None)
+        if method == "PATCH":
+            ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+            if ctype not in ("application/merge-patch+json", "application/json-patch+json",
+                             "application/strategic-merge-patch+json"):
+                self.read_body()
+                raise ApiError(415, "UnsupportedMediaType",
+                               "the body of the request was in an unknown format - "
+                               "accepted media types include: application/json-patch+json, "
+                               "application/merge-patch+json, "
+                               "application/strategic-merge-patch+json")
+            return self.update(res, ns, name, sub, self.json_body(), ctype)
+        if method == "DELETE":
+            self.read_body()
+            return self.delete(res, ns, name)
+        raise ApiError(405, "MethodNotAllowed", "method %s not allowed" % method)
+
+    def list(self, res, ns, q):
+        kind, _ = RESOURCES[res]
+        lsel = parse_label_selector(q.get("labelSelector"))
+        fsel = parse_field_selector(q.get("fieldSelector"))
+        limit = int(q.get("limit") or 0)
+        cont = q.get("continue")
+        with STORE.cond:
+            if cont:
+                try:
+                    tok = json.loads(base64.b64decode(cont))
+                    snap_id, offset = tok["id"], int(tok["offset"])
+                except (ValueError, KeyError, TypeError):
+                    raise ApiError(400, "BadRequest", "invalid continue token")
+                snap = STORE.snapshots.get(snap_id)
+                if snap is None:
+                    raise ApiError(410, "Expired", "The provided continue parameter is too "
+                                   "old to display a consistent list result. You can start "
+                                   "a new list without the continue parameter.")
+                rv, items = snap
+            else:
+                rv = STORE.rv
+                items = [copy.deepcopy(o) for (ons, _), o in
+                         sorted(STORE.objects[res].items(),
+                                key=lambda kv: (kv[0][0] or "", kv[0][1]))
+                         if (ns is None or ons == ns) and match_labels(o, lsel)
+                         and match_fields(o, fsel)]
+                for o in items:
+                    # Like the real server, list items carry no kind/apiVersion.
+                    o.pop("kind", None)
+                    o.pop("apiVersion", None)
+                offset, snap_id = 0, None
+            page = items[offset:offset + limit] if limit > 0 else items[offset:]
+            meta = {"resourceVersion": str(rv)}
+            if limit > 0 and offset + limit < len(items):
+                if snap_id is None:
+                    snap_id = uuid.uuid4().hex
+                    STORE.snapshots[snap_id] = (rv, items)
+                meta["continue"] = base64.b64encode(json.dumps(
+                    {"id": snap_id, "offset": offset + limit}).encode()).decode()
+                meta["remainingItemCount"] = len(items) - offset - limit
+            elif snap_id is not None:
+                STORE.snapshots.pop(snap_id, None)
+        self.send_json(200, {"kind": kind + "List", "apiVersion": "v1",
+                             "metadata": meta, "items": page})
+
+    def create(self, res, ns, obj):
+        kind, namespaced = RESOURCES[res]
+        if not isinstance(obj, dict):
+            raise ApiError(400, "BadRequest", "body must be a JSON object")
+        if obj.get("kind", kind) != kind:
+            raise ApiError(400, "BadRequest", "the API version in the data (%s) does not "
+                           "match the expected kind %s" % (obj.get("kind"), kind))
+        md = obj.setdefault("metadata", {})
+        if not isinstance(md, dict):
+            raise ApiError(400, "BadRequest", "metadata must be an object")
+        if namespaced:
+            if md.get("namespace") not in (None, ns):
+                raise ApiError(400, "BadRequest", "the namespace of the provided object does "
+                               "not match the namespace sent on the request")
+            md["namespace"] = ns
+        with STORE.cond:
+            name = md.get("name")
+            if not name and md.get("generateName"):
+                name = md["generateName"] + uuid.uuid4().hex[:5]
+                md["name"] = name
+            if not name or not isinstance(name, str):
+                raise ApiError(422, "Invalid", "%s \"\" is invalid: metadata.name: Required "
+                               "value: name or generateName is required" % kind)
+            if (ns, name) in STORE.objects[res]:
+                raise ApiError(409, "AlreadyExists", "%s \"%s\" already exists" % (res, name),
+                               {"name": name, "kind": res})
+            obj["kind"], obj["apiVersion"] = kind, "v1"
+            md["uid"] = str(uuid.uuid4())
+            md["creationTimestamp"] = now_rfc3339()
+            md["resourceVersion"] = str(STORE.next_rv())
+            if res == "pods":
+                obj.setdefault("spec", {})
+                obj.setdefault("status", {}).setdefault("phase", "Pending")
+            STORE.objects[res][(ns, name)] = obj
+            STORE.record(res, "ADDED", None, obj)
+            out = copy.deepcopy(obj)
+        self.send_json(201, out)
+
+    def update(self, res, ns, name, sub, body, ctype):
+        with STORE.cond:
+            cur = STORE.objects[res].get((ns, name))
+            if cur is None:
+                raise not_found(res, name)
+            if ctype is None:
+                new = body
+            elif ctype == "application/json-patch+json":
+                try:
+                    new = json_patch(cur, body)
+                except ApiError as e:
+                    tp = (e.details or {}).get("testPath")
+                    if tp == "/metadata/resourceVersion":
+                        raise conflict(res, name)
+                    raise
+            else:
+                if not isinstance(body, dict):
+                    raise ApiError(400, "BadRequest", "merge patch body must be an object")
+                new = merge_patch(cur, body)
+            if not isinstance(new, dict) or not isinstance(new.get("metadata", {}), dict):
+                raise ApiError(422, "Invalid", "%s \"%s\" is invalid: not an object" % (res, name))
+            md = new.setdefault("metadata", {})
+            want_rv = md.get("resourceVersion")
+            if want_rv not in (None, "") and want_rv != cur["metadata"]["resourceVersion"]:
+                raise conflict(res, name)
+            if md.get("name", name) != name:
+                raise ApiError(400, "BadRequest", "the name of the object (%s) does not "
+                               "match the name on the URL (%s)" % (md.get("name"), name))
+            if sub == "status":
+                merged = copy.deepcopy(cur)
+                merged["status"] = new.get("status", {})
+                new = merged
+            elif cur.get("status") is not None and ctype is None:
+                # PUT on the main resource ignores status changes.
+                new["status"] = copy.deepcopy(cur["status"])
+            if res == "pods" and sub != "status":
+                old_node = (cur.get("spec") or {}).get("nodeName")
+                new_node = (new.get("spec") or {}).get("nodeName")
+                if old_node and new_node != old_node:
+                    raise ApiError(422, "Invalid", "Pod \"%s\" is invalid: spec: Forbidden: "
+                                   "pod updates may not change fields other than "
+                                   "`spec.containers[*].image`, ... (spec.nodeName)" % name)
+            # Immutable / server-owned metadata.
+            for k in ("uid", "creationTimestamp", "namespace", "name"):
+                if k in cur["metadata"]:
+                    md[k] = cur["metadata"][k]
+            new["kind"], new["apiVersion"] = RESOURCES[res][0], "v1"
+            if new == cur:
+                # No-op updates keep the version, as the real server does.
+                return self.send_json(200, cur)
+            md["resourceVersion"] = str(STORE.next_rv())
+            STORE.objects[res][(ns, name)] = new
+            STORE.record(res, "MODIFIED", cur, new)
+            out = copy.deepcopy(new)
+        self.send_json(200, out)
+
+    def delete(self, res, ns, name):
+        with STORE.cond:
+            cur = STORE.objects[res].pop((ns, name), None)
+            if cur is None:
+                raise not_found(res, name)
+            gone = copy.deepcopy(cur)
+            gone["metadata"]["resourceVersion"] = str(STORE.next_rv())
+            gone["metadata"]["deletionTimestamp"] = now_rfc3339()
+            STORE.record(res, "DELETED", cur, gone)
+        self.send_json(200, gone)
+
+    def bind(self, ns, name, body):
+        if not isinstance(body, dict) or body.get("kind", "Binding") != "Binding":
+            raise ApiError(400, "BadRequest", "body must be a Binding")
+        target = body.get("target") or {}
+        node = target.get("name")
+        if not node or target.get("kind", "Node") != "Node":
+            raise ApiError(422, "Invalid", "Binding \"%s\" is invalid: target.name: Required "
+                           "value" % name)
+        with STORE.cond:
+            cur = STORE.objects["pods"].get((ns, name))
+            if cur is None:
+                raise not_found("pods", name)
+            want_uid = (body.get("metadata") or {}).get("uid")
+            if want_uid and want_uid != cur["metadata"]["uid"]:
+                raise conflict("pods", name, "Precondition failed: UID in precondition: %s, "
+                               "UID in object meta: %s" % (want_uid, cur["metadata"]["uid"]))
+            bound = (cur.get("spec") or {}).get("nodeName")
+            if bound:
+                raise conflict("pods", name, "pod %s is already assigned to node \"%s\""
+                               % (name, bound))
+            new = copy.deepcopy(cur)
+            new.setdefault("spec", {})["nodeName"] = node
+            conds = new.setdefault("status", {}).setdefault("conditions", [])
+            conds.append({"type": "PodScheduled", "status": "True",
+                          "lastTransitionTime": now_rfc3339()})
+            new["metadata"]["resourceVersion"] = str(STORE.next_rv())
+            STORE.objects["pods"][(ns, name)] = new
+            STORE.record("pods", "MODIFIED", cur, new)
+        self.send_json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                             "status": "Success", "code": 201})
+
+    # ---- watch
+    def watch(self, res, ns, q):
+        kind, _ = RESOURCES[res]
+        lsel = parse_label_selector(q.get("labelSelector"))
+        fsel = parse_field_selector(q.get("fieldSelector"))
+        bookmarks = q.get("allowWatchBookmarks") in ("1", "true")
+        timeout = float(q.get("timeoutSeconds") or 1800)
+        deadline = time.monotonic() + timeout
+        rv_text = q.get("resourceVersion") or ""
+
+        def visible(o):
+            return o is not None and (ns is None or o["metadata"].get("namespace") == ns) \
+                and match_labels(o, lsel) and match_fields(o, fsel)
+
+        with STORE.cond:
+            initial = []
+            if rv_text in ("", "0"):
+                # "Get state and start at most recent": synthetic ADDED for all.
+                for o in STORE.objects[res].values():
+                    if visible(o):
+                        initial.append({"type": "ADDED", "object": copy.deepcopy(o)})
+                pos_rv = STORE.rv
+            else:
+                try:
+                    pos_rv = int(rv_text)
+                except ValueError:
+                    raise ApiError(400, "BadRequest", "invalid resourceVersion %r" % rv_text)
+                if pos_rv < STORE.compacted:
+                    err = ApiError(410, "Expired", "too old resource version: %d (%d)"
+                                   % (pos_rv, STORE.compacted + 1))
+                    if FAULTS.watch_410_status:
+                        raise err
+                    initial = [{"type": "ERROR", "object": err.status()}]
+                    pos_rv = None
+            drop_gen, garbage_gen = STORE.drop_generation, STORE.garbage_generation
+            bm_gen = STORE.bookmark_generation
+
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def chunk(data):
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        def send_events(evs):
+            if evs:
+                chunk(b"".join(json.dumps(e).encode() + b"\n" for e in evs))
+
+        OPEN_WATCHES[0] += 1
+        try:
+            send_events(initial)
+            if pos_rv is None:
+                chunk(b"")
+                return
+            last_bookmark = time.monotonic()
+            while True:
+                evs = []
+                with STORE.cond:
+                    while True:
+                        if STORE.drop_generation != drop_gen:
+                            # Cut the TCP connection without ending the chunked body.
+                            self.close_connection = True
+                            self.connection.shutdown(socket.SHUT_RDWR)
+                            return
+                        if STORE.garbage_generation != garbage_gen:
+                            garbage_gen = STORE.garbage_generation
+                            evs.append(None)
+                        if pos_rv < STORE.compacted:
+                            err = ApiError(410, "Expired", "too old resource version: %d (%d)"
+                                           % (pos_rv, STORE.compacted + 1))
+                            evs.append({"type": "ERROR", "object": err.status()})
+                            pos_rv = None
+                            break
+                        start = bisect.bisect_right(STORE.history, pos_rv,
+                                                    key=lambda h: h[0])
+                        for (erv, eres, etype, old, new) in STORE.history[start:]:
+                            if eres != res:
+                                continue
+                            was, now = visible(old), visible(new)
+                            if etype == "ADDED" and now:
+                                evs.append({"type": "ADDED", "object": copy.deepcopy(new)})
+                            elif etype == "DELETED" and was:
+                                evs.append({"type": "DELETED", "object": copy.deepcopy(new)})
+                            elif etype == "MODIFIED":
+                                if was and now:
+                                    evs.append({"type": "MODIFIED",
+                                                "object": copy.deepcopy(new)})
+                                elif now:
+                                    evs.append({"type": "ADDED", "object": copy.deepcopy(new)})
+                                elif was:
+                                    evs.append({"type": "DELETED",
+                                                "object": copy.deepcopy(new)})
+                        pos_rv = STORE.rv
+                        now_t = time.monotonic()
+                        want_bm = bookmarks and (
+                            STORE.bookmark_generation != bm_gen or
+                            now_t - last_bookmark >= ARGS.bookmark_interval)
+                        if want_bm:
+                            bm_gen = STORE.bookmark_generation
+                            last_bookmark = now_t
+                            evs.append({"type": "BOOKMARK", "object": {
+                                "kind": kind, "apiVersion": "v1",
+                                "metadata": {"resourceVersion": str(STORE.rv)}}})
+                        if evs or now_t >= deadline:
+                            break
+                        wait = min(deadline - now_t, 0.5)
+                        if bookmarks:
+                            wait = min(wait, max(0.01, ARGS.bookmark_interval -
+                                                 (now_t - last_bookmark)))
+                        STORE.cond.wait(wait)
+                for e in evs:
+                    if e is None:
+                        chunk(b'{"type":"MODIFIED","object":{"metadata":\n')
+                    else:
+                        send_events([e])
+                if pos_rv is None or time.monotonic() >= deadline:
+                    chunk(b"")
+                    return
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self.close_connection = True
+        finally:
+            OPEN_WATCHES[0] -= 1
+
+
+class UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+    def get_request(self):
+        req, _ = super().get_request()
+        return req, ("unix", 0)
+
+
+def parent_watchdog(ppid):
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != ppid:
+            os._exit(0)
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--unix")
+    ap.add_argument("--token")
+    ap.add_argument("--tls-cert")
+    ap.add_argument("--tls-key")
+    ap.add_argument("--client-ca")
+    ap.add_argument("--bookmark-interval", type=float, default=60.0)
+    ARGS = ap.parse_args()
+
+    if ARGS.unix:
+        try:
+            os.unlink(ARGS.unix)
+        except FileNotFoundError:
+            pass
+        srv = UnixHTTPServer(ARGS.unix, Handler)
+        url = "unix:" + ARGS.unix
+    else:
+        ThreadingHTTPServer.daemon_threads = True
+        srv = ThreadingHTTPServer((ARGS.host, ARGS.port), Handler)
+        scheme = "http"
+        if ARGS.tls_cert:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(ARGS.tls_cert, ARGS.tls_key)
+            if ARGS.client_ca:
+                ctx.load_verify_locations(ARGS.client_ca)
+                ctx.verify_mode = ssl.CERT_REQUIRED
+            srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+            scheme = "https"
+        url = "%s://%s:%d" % (scheme, ARGS.host, srv.server_address[1])
+    threading.Thread(target=parent_watchdog, args=(os.getppid(),), daemon=True).start()
+    print("READY " + url, flush=True)
+    try:
+        srv.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+#include "fake_apiserver.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int fake_apiserver_start(struct fake_apiserver *fa, const char *const *args)
+{
+    memset(fa, 0, sizeof(*fa));
+    const char *src = getenv("GV_SRCDIR");
+    char script[1024];
+    snprintf(script, sizeof(script), "%s/tests/fakes/apiserver/fake_apiserver.py",
+             src != NULL ? src : ".");
+    int p[2];
+    if (pipe(p) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        const char *argv[32];
+        int n = 0;
+        argv[n++] = "/usr/bin/python3";
+        argv[n++] = script;
+        argv[n++] = "--port";
+        argv[n++] = "0";
+        for (int i = 0; args != NULL && args[i] != NULL && n < 31; i++)
+            argv[n++] = args[i];
+        argv[n] = NULL;
+        dup2(p[1], 1);
+        close(p[0]);
+        close(p[1]);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(p[1]);
+    FILE *f = fdopen(p[0], "r");
+    char line[480];
+    int rc = -1;
+    if (f != NULL && fgets(line, sizeof(line), f) != NULL && strncmp(line, "READY ", 6) == 0) {
+        line[strcspn(line, "\r\n")] = '\0';
+        snprintf(fa->url, sizeof(fa->url), "%s", line + 6);
+        rc = 0;
+    }
+    /* Keep the pipe's read end closed: the server prints nothing more. */
+    if (f != NULL)
+        fclose(f);
+    else
+        close(p[0]);
+    fa->pid = pid;
+    if (rc != 0)
+        fake_apiserver_stop(fa);
+    return rc;
+}
+
+static size_t collect(char *p, size_t size, size_t n, void *ud)
+{
+    char **buf = ud;
+    size_t old = *buf ? strlen(*buf) : 0;
+    char *nb = realloc(*buf, old + size * n + 1);
+    if (nb == NULL)
+        return 0;
+    memcpy(nb + old, p, size * n);
+    nb[old + size * n] = '\0';
+    *buf = nb;
+    return size * n;
+}
+
+long fake_apiserver_ctl(const struct fake_apiserver *fa, const char *op, char **body)
+{
+    bool get = strncmp(op, "GET ", 4) == 0;
+    if (get)
+        op += 4;
+    char url[1024];
+    snprintf(url, sizeof(url), "%s/_fake/%s", fa->url, op);
+    CURL *h = curl_easy_init();
+    if (h == NULL)
+        return -1;
+    char *buf = NULL;
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 10L);
+    if (!get)
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &buf);
+    long code = -1;
+    if (curl_easy_perform(h) == CURLE_OK)
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_cleanup(h);
+    if (body != NULL)
+        *body = buf;
+    else
+        free(buf);
+    return code;
+}
+
+void fake_apiserver_stop(struct fake_apiserver *fa)
+{
+    if (fa->pid <= 0)
+        return;
+    kill(fa->pid, SIGTERM);
+    int status;
+    while (waitpid(fa->pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    fa->pid = 0;
+}

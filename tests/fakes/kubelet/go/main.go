@@ -1,0 +1,253 @@
+// Kubelet device-manager stand-in written with grpc-go, the library the
+// kubelet itself uses.  Same behaviour and same JSON-lines protocol as
+// ../kubelet_py.py (see there): it serves Registration on <dir>/kubelet.sock,
+// dials the plugin back on Register, calls GetDevicePluginOptions, keeps a
+// ListAndWatch stream open and sends Allocate one container at a time.
+//
+// Built at test time in GOPATH mode (GO111MODULE=off) against Debian's
+// golang-google-grpc-dev; the protobuf code is generated then too.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	pb "gvkubelet/v1beta1"
+)
+
+var outMu sync.Mutex
+
+func emit(v map[string]interface{}) {
+	outMu.Lock()
+	defer outMu.Unlock()
+	b, _ := json.Marshal(v)
+	fmt.Println(string(b))
+}
+
+type kubelet struct {
+	dir    string
+	server *grpc.Server
+	mu     sync.Mutex
+	conn   *grpc.ClientConn
+	client pb.DevicePluginClient
+}
+
+func (k *kubelet) start() error {
+	sock := filepath.Join(k.dir, "kubelet.sock")
+	os.Remove(sock)
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		return err
+	}
+	k.server = grpc.NewServer()
+	pb.RegisterRegistrationServer(k.server, k)
+	go k.server.Serve(l)
+	return nil
+}
+
+func (k *kubelet) stop() {
+	if k.server != nil {
+		k.server.Stop()
+		k.server = nil
+	}
+	k.mu.Lock()
+	if k.conn != nil {
+		k.conn.Close()
+	}
+	k.conn, k.client = nil, nil
+	k.mu.Unlock()
+}
+
+func (k *kubelet) Register(ctx context.Context, r *pb.RegisterRequest) (*pb.Empty, error) {
+	if r.Version != "v1beta1" {
+		return nil, fmt.Errorf("unsupported version %q", r.Version)
+	}
+	emit(map[string]interface{}{"event": "registered", "version": r.Version,
+		"endpoint": r.Endpoint, "resource_name": r.ResourceName,
+		"options": map[string]bool{
+			"pre_start_required":                 r.Options.GetPreStartRequired(),
+			"get_preferred_allocation_available": r.Options.GetGetPreferredAllocationAvailable()}})
+	dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := grpc.DialContext(dctx, filepath.Join(k.dir, r.Endpoint), grpc.WithInsecure(),
+		grpc.WithBlock(), grpc.WithDialer(func(addr string, t time.Duration) (net.Conn, error) {
+			return net.DialTimeout("unix", addr, t)
+		}))
+	if err != nil {
+		return nil, err
+	}
+	client := pb.NewDevicePluginClient(conn)
+	if _, err := client.GetDevicePluginOptions(dctx, &pb.Empty{}); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	k.mu.Lock()
+	if k.conn != nil {
+		k.conn.Close()
+	}
+	k.conn, k.client = conn, client
+	k.mu.Unlock()
+	go k.watch(client)
+	return &pb.Empty{}, nil
+}
+
+func (k *kubelet) watch(client pb.DevicePluginClient) {
+	stream, err := client.ListAndWatch(context.Background(), &pb.Empty{})
+	for err == nil {
+		var msg *pb.ListAndWatchResponse
+		msg, err = stream.Recv()
+		if err != nil {
+			break
+		}
+		devs := []map[string]interface{}{}
+		for _, d := range msg.Devices {
+			numa := []int64{}
+			if d.Topology != nil {
+				for _, n := range d.Topology.Nodes {
+					numa = append(numa, n.ID)
+				}
+			}
+			devs = append(devs, map[string]interface{}{"id": d.ID, "health": d.Health, "numa": numa})
+		}
+		emit(map[string]interface{}{"event": "devices", "devices": devs, "size": msg.XXX_Size()})
+	}
+	st := status.Convert(err)
+	emit(map[string]interface{}{"event": "stream_end", "code": int(st.Code()), "message": st.Message()})
+}
+
+func (k *kubelet) call(name string, fn func(pb.DevicePluginClient, context.Context) (map[string]interface{}, error)) {
+	k.mu.Lock()
+	client := k.client
+	k.mu.Unlock()
+	if client == nil {
+		emit(map[string]interface{}{"event": name, "ok": false, "code": -1, "message": "plugin not registered"})
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := fn(client, ctx)
+	if err != nil {
+		st := status.Convert(err)
+		emit(map[string]interface{}{"event": name, "ok": false, "code": int(st.Code()), "message": st.Message()})
+		return
+	}
+	res["event"] = name
+	res["ok"] = true
+	emit(res)
+}
+
+func respJSON(r *pb.ContainerAllocateResponse) map[string]interface{} {
+	mounts := []map[string]interface{}{}
+	for _, m := range r.Mounts {
+		mounts = append(mounts, map[string]interface{}{"container_path": m.ContainerPath,
+			"host_path": m.HostPath, "read_only": m.ReadOnly})
+	}
+	devs := []map[string]interface{}{}
+	for _, d := range r.Devices {
+		devs = append(devs, map[string]interface{}{"container_path": d.ContainerPath,
+			"host_path": d.HostPath, "permissions": d.Permissions})
+	}
+	cdi := []string{}
+	for _, c := range r.CdiDevices {
+		cdi = append(cdi, c.Name)
+	}
+	envs, ann := r.Envs, r.Annotations
+	if envs == nil {
+		envs = map[string]string{}
+	}
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	return map[string]interface{}{"envs": envs, "annotations": ann, "mounts": mounts,
+		"devices": devs, "cdi_devices": cdi}
+}
+
+type command struct {
+	Cmd       string   `json:"cmd"`
+	IDs       []string `json:"ids"`
+	Available []string `json:"available"`
+	Must      []string `json:"must"`
+	Size      int32    `json:"size"`
+}
+
+func main() {
+	k := &kubelet{dir: os.Args[1]}
+	if err := k.start(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	emit(map[string]interface{}{"event": "ready"})
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		var c command
+		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
+			emit(map[string]interface{}{"event": "error", "message": err.Error()})
+			continue
+		}
+		switch c.Cmd {
+		case "quit":
+			k.stop()
+			return
+		case "allocate":
+			k.call("allocate", func(cl pb.DevicePluginClient, ctx context.Context) (map[string]interface{}, error) {
+				r, err := cl.Allocate(ctx, &pb.AllocateRequest{ContainerRequests: []*pb.ContainerAllocateRequest{{DevicesIds: c.IDs}}})
+				if err != nil {
+					return nil, err
+				}
+				return map[string]interface{}{"resp": respJSON(r.ContainerResponses[0])}, nil
+			})
+		case "preferred":
+			k.call("preferred", func(cl pb.DevicePluginClient, ctx context.Context) (map[string]interface{}, error) {
+				r, err := cl.GetPreferredAllocation(ctx, &pb.PreferredAllocationRequest{
+					ContainerRequests: []*pb.ContainerPreferredAllocationRequest{{
+						AvailableDeviceIDs: c.Available, MustIncludeDeviceIDs: c.Must, AllocationSize: c.Size}}})
+				if err != nil {
+					return nil, err
+				}
+				ids := r.ContainerResponses[0].DeviceIDs
+				if ids == nil {
+					ids = []string{}
+				}
+				return map[string]interface{}{"ids": ids}, nil
+			})
+		case "options":
+			k.call("options", func(cl pb.DevicePluginClient, ctx context.Context) (map[string]interface{}, error) {
+				o, err := cl.GetDevicePluginOptions(ctx, &pb.Empty{})
+				if err != nil {
+					return nil, err
+				}
+				return map[string]interface{}{"pre_start_required": o.PreStartRequired,
+					"get_preferred_allocation_available": o.GetPreferredAllocationAvailable}, nil
+			})
+		case "prestart":
+			k.call("prestart", func(cl pb.DevicePluginClient, ctx context.Context) (map[string]interface{}, error) {
+				_, err := cl.PreStartContainer(ctx, &pb.PreStartContainerRequest{DevicesIds: c.IDs})
+				return map[string]interface{}{}, err
+			})
+		case "restart":
+			k.stop()
+			matches, _ := filepath.Glob(filepath.Join(k.dir, "*"))
+			for _, m := range matches {
+				os.Remove(m)
+			}
+			if err := k.start(); err != nil {
+				emit(map[string]interface{}{"event": "error", "message": err.Error()})
+				continue
+			}
+			emit(map[string]interface{}{"event": "restarted"})
+		default:
+			emit(map[string]interface{}{"event": "error", "message": "unknown command " + c.Cmd})
+		}
+	}
+	k.stop()
+}

@@ -1,0 +1,189 @@
+#!/usr/bin/python3
+"""Kubelet device-manager stand-in written with Python grpcio.
+
+A real kubelet cannot run here, so this plays its device-plugin half with a
+real gRPC peer: it serves Registration on <dir>/kubelet.sock, and on each
+Register it dials the plugin back, calls GetDevicePluginOptions and keeps a
+ListAndWatch stream open, as the kubelet's device manager does.  Allocate is
+sent one container per request, with no pod identity in it.
+
+Driven by JSON lines on stdin; reports JSON lines on stdout (the protocol is
+shared with the grpc-go stand-in, kubelet_go, so one test drives both):
+  {"cmd":"allocate","ids":[...]}         -> {"event":"allocate",...}
+  {"cmd":"preferred","available":[...],"must":[...],"size":N}
+  {"cmd":"options"} {"cmd":"prestart","ids":[...]}
+  {"cmd":"restart"}   kubelet restart: sockets deleted, kubelet.sock recreated
+  {"cmd":"quit"}
+Events: registered, devices (each ListAndWatch message), stream_end,
+allocate/preferred/options/prestart replies, restarted, error.
+"""
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from concurrent import futures
+
+import grpc
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROTO = os.path.join(HERE, "..", "..", "..", "proto", "deviceplugin", "v1beta1", "api.proto")
+
+_out_lock = threading.Lock()
+
+
+def emit(obj):
+    with _out_lock:
+        sys.stdout.write(json.dumps(obj, sort_keys=True) + "\n")
+        sys.stdout.flush()
+
+
+def load_proto():
+    """Compiles api.proto at run time: generated code stays out of git."""
+    gen = tempfile.mkdtemp(prefix="kubelet-py-")
+    src = os.path.join(gen, "deviceplugin.proto")
+    with open(PROTO) as f, open(src, "w") as g:
+        g.write(f.read())
+    subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc", "-I", gen,
+                           "--python_out", gen, "--grpc_python_out", gen, src])
+    sys.path.insert(0, gen)
+    import deviceplugin_pb2 as pb
+    import deviceplugin_pb2_grpc as pbg
+    return pb, pbg
+
+
+pb, pbg = load_proto()
+
+
+def resp_to_json(r):
+    return {
+        "envs": dict(r.envs),
+        "annotations": dict(r.annotations),
+        "mounts": [{"container_path": m.container_path, "host_path": m.host_path,
+                    "read_only": m.read_only} for m in r.mounts],
+        "devices": [{"container_path": d.container_path, "host_path": d.host_path,
+                     "permissions": d.permissions} for d in r.devices],
+        "cdi_devices": [c.name for c in r.cdi_devices],
+    }
+
+
+class Kubelet(pbg.RegistrationServicer):
+    def __init__(self, directory):
+        self.dir = directory
+        self.server = None
+        self.channel = None
+        self.stub = None
+        self.lock = threading.Lock()
+
+    def start(self):
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        pbg.add_RegistrationServicer_to_server(self, self.server)
+        self.server.add_insecure_port("unix://" + os.path.join(self.dir, "kubelet.sock"))
+        self.server.start()
+
+    def stop(self):
+        if self.server:
+            self.server.stop(0).wait()
+            self.server = None
+        with self.lock:
+            if self.channel:
+                self.channel.close()
+            self.channel = self.stub = None
+
+    def Register(self, request, context):
+        if request.version != "v1beta1":
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          "unsupported version %r" % request.version)
+        emit({"event": "registered", "version": request.version,
+              "endpoint": request.endpoint, "resource_name": request.resource_name,
+              "options": {"pre_start_required": request.options.pre_start_required,
+                          "get_preferred_allocation_available":
+                              request.options.get_preferred_allocation_available}})
+        channel = grpc.insecure_channel("unix://" + os.path.join(self.dir, request.endpoint))
+        stub = pbg.DevicePluginStub(channel)
+        # Like the kubelet: the plugin must answer before Register returns.
+        stub.GetDevicePluginOptions(pb.Empty(), timeout=5)
+        with self.lock:
+            if self.channel:
+                self.channel.close()
+            self.channel, self.stub = channel, stub
+        threading.Thread(target=self.watch, args=(stub,), daemon=True).start()
+        return pb.Empty()
+
+    def watch(self, stub):
+        try:
+            for msg in stub.ListAndWatch(pb.Empty()):
+                emit({"event": "devices", "devices": [
+                    {"id": d.ID, "health": d.health,
+                     "numa": [n.ID for n in d.topology.nodes]} for d in msg.devices],
+                    "size": msg.ByteSize()})
+            emit({"event": "stream_end", "code": 0, "message": ""})
+        except grpc.RpcError as e:
+            emit({"event": "stream_end", "code": e.code().value[0], "message": e.details()})
+
+    def call(self, name, fn):
+        stub = self.stub
+        if stub is None:
+            emit({"event": name, "ok": False, "code": -1, "message": "plugin not registered"})
+            return
+        try:
+            emit(dict({"event": name, "ok": True}, **fn(stub)))
+        except grpc.RpcError as e:
+            emit({"event": name, "ok": False, "code": e.code().value[0], "message": e.details()})
+
+    def restart(self):
+        """What a kubelet restart looks like to a plugin."""
+        self.stop()
+        for path in glob.glob(os.path.join(self.dir, "*")):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        self.start()
+        emit({"event": "restarted"})
+
+
+def main():
+    k = Kubelet(sys.argv[1])
+    k.start()
+    emit({"event": "ready"})
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        c = json.loads(line)
+        cmd = c["cmd"]
+        if cmd == "quit":
+            break
+        elif cmd == "allocate":
+            req = pb.AllocateRequest(container_requests=[
+                pb.ContainerAllocateRequest(devices_ids=c["ids"])])
+            k.call("allocate", lambda s: {"resp": resp_to_json(
+                s.Allocate(req, timeout=c.get("timeout", 10)).container_responses[0])})
+        elif cmd == "preferred":
+            req = pb.PreferredAllocationRequest(container_requests=[
+                pb.ContainerPreferredAllocationRequest(
+                    available_deviceIDs=c["available"], must_include_deviceIDs=c.get("must", []),
+                    allocation_size=c["size"])])
+            k.call("preferred", lambda s: {"ids": list(
+                s.GetPreferredAllocation(req, timeout=10).container_responses[0].deviceIDs)})
+        elif cmd == "options":
+            def opts(s):
+                o = s.GetDevicePluginOptions(pb.Empty(), timeout=10)
+                return {"pre_start_required": o.pre_start_required,
+                        "get_preferred_allocation_available": o.get_preferred_allocation_available}
+            k.call("options", opts)
+        elif cmd == "prestart":
+            k.call("prestart", lambda s: (s.PreStartContainer(
+                pb.PreStartContainerRequest(devices_ids=c["ids"]), timeout=10), {})[1])
+        elif cmd == "restart":
+            k.restart()
+        else:
+            emit({"event": "error", "message": "unknown command %r" % cmd})
+    k.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+# Kube client tests.  "with_fake_apiserver" tests run against
+# tests/fakes/apiserver/fake_apiserver.py, a kube-apiserver stand-in.
+KUBE_TEST_LIBS := kube common
+KUBE_TEST_LDLIBS := $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
+KUBE_TESTLIB_SRCS := tests/kube/kube_testlib.c tests/fakes/apiserver/fake_apiserver_proc.c
+
+TEST_PROGS += test_kube_client_with_fake_apiserver
+test_kube_client_with_fake_apiserver_SRCS := tests/kube/test_kube_client_with_fake_apiserver.c \
+	$(KUBE_TESTLIB_SRCS)
+test_kube_client_with_fake_apiserver_LIBS := $(KUBE_TEST_LIBS)
+test_kube_client_with_fake_apiserver_LDLIBS := $(KUBE_TEST_LDLIBS)
+test_kube_client_with_fake_apiserver_CFLAGS := -I.
+
+TEST_PROGS += test_kube_watch_with_fake_apiserver
+test_kube_watch_with_fake_apiserver_SRCS := tests/kube/test_kube_watch_with_fake_apiserver.c \
+	$(KUBE_TESTLIB_SRCS)
+test_kube_watch_with_fake_apiserver_LIBS := $(KUBE_TEST_LIBS)
+test_kube_watch_with_fake_apiserver_LDLIBS := $(KUBE_TEST_LDLIBS)
+test_kube_watch_with_fake_apiserver_CFLAGS := -I.
+
+TEST_PROGS += test_kube_config
+test_kube_config_SRCS := tests/kube/test_kube_config.c tests/fakes/apiserver/fake_apiserver_proc.c
+test_kube_config_LIBS := $(KUBE_TEST_LIBS)
+test_kube_config_LDLIBS := $(KUBE_TEST_LDLIBS)
+test_kube_config_CFLAGS := -I.
+
+# Fuzz targets: everything the client parses from the network or from files.
+FUZZ_TARGETS += fuzz_kube_watch_stream fuzz_kube_kubeconfig
+fuzz_kube_watch_stream_SRCS := tests/kube/fuzz_kube_watch_stream.c src/kube/stream.c \
+	src/common/gv_error.c
+fuzz_kube_watch_stream_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
+fuzz_kube_kubeconfig_SRCS := tests/kube/fuzz_kube_kubeconfig.c src/kube/config.c \
+	src/common/gv_error.c src/common/gv_file.c
+fuzz_kube_kubeconfig_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson yaml-0.1 libcrypto)

@@ -1,0 +1,261 @@
+#!/usr/bin/python3
+"""gRPC transport of the device plugin against real peers.
+
+The DevicePlugin service (tests/node/grpc_harness: the product's gRPC server
+and service code with a synthetic device list, no NVML or API server) is
+driven by Python grpcio stubs, by curl as a raw HTTP/2 client, and by both
+kubelet stand-ins (grpcio and grpc-go) for registration and kubelet restarts.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fakes", "kubelet"))
+import gvtest  # noqa: E402
+import grpc  # noqa: E402
+import kubelet_py  # noqa: E402  (compiles the proto)
+
+pb, pbg = kubelet_py.pb, kubelet_py.pbg
+t = gvtest.Tap()
+HARNESS = os.path.join(gvtest.BUILD, "testbin", "grpc_harness")
+
+
+def harness(gpus=2, split=4, delay_ms=0):
+    d = gvtest.scratch("gh")
+    h = gvtest.Proc([HARNESS, d, str(gpus), str(split), str(delay_ms)],
+                    log=os.path.join(d, "harness.log"))
+    ready = h.expect(lambda l: l.startswith("ready"), 10)
+    if ready is None:
+        raise RuntimeError("harness did not start")
+    h.dir = d
+    h.sock = os.path.join(d, "gpuvisor.sock")
+    h.list_size = int(ready.split()[1])
+    return h
+
+
+def ask(h, cmd):
+    h.send(cmd)
+    return h.expect(lambda l: l.split()[0] in (cmd.split()[0], "ok", "error"), 5)
+
+
+def stub(h):
+    ch = grpc.insecure_channel("unix://" + h.sock)
+    return ch, pbg.DevicePluginStub(ch)
+
+
+# --- unary methods, ListAndWatch, health updates (grpcio) -------------------
+h = harness()
+ch, s = stub(h)
+o = s.GetDevicePluginOptions(pb.Empty(), timeout=5)
+t.ok(o.get_preferred_allocation_available and not o.pre_start_required,
+     "GetDevicePluginOptions: preferred allocation offered, no PreStart needed")
+
+stream = s.ListAndWatch(pb.Empty())
+first = next(stream)
+t.ok(len(first.devices) == 8 and all(d.health == "Healthy" for d in first.devices),
+     "ListAndWatch: initial list has 2 GPUs x 4 slices, all healthy", first)
+t.ok(all(len(d.ID) <= 63 for d in first.devices), "device IDs are at most 63 characters")
+t.ok([n.ID for n in first.devices[4].topology.nodes] == [1],
+     "ListAndWatch carries the NUMA node of each device")
+t.ok(ask(h, "health 1 0") == "ok", "harness marks GPU 1 unhealthy")
+upd = next(stream)
+t.ok(sorted(d.health for d in upd.devices) == ["Healthy"] * 4 + ["Unhealthy"] * 4 and
+     all(d.health == "Unhealthy" for d in upd.devices if d.ID.startswith("GPU-00000001")),
+     "ListAndWatch: a health change sends a new list with GPU 1's slices Unhealthy", upd)
+ask(h, "health 1 1")
+upd = next(stream)
+t.ok(all(d.health == "Healthy" for d in upd.devices), "ListAndWatch: recovery sends Healthy again")
+
+r = s.Allocate(pb.AllocateRequest(container_requests=[
+    pb.ContainerAllocateRequest(devices_ids=[first.devices[0].ID, first.devices[5].ID])]), timeout=5)
+t.ok(r.container_responses[0].envs["GV_TEST_IDS"] == first.devices[0].ID + "," + first.devices[5].ID,
+     "Allocate: request reaches the allocator and its response comes back")
+
+p = s.GetPreferredAllocation(pb.PreferredAllocationRequest(container_requests=[
+    pb.ContainerPreferredAllocationRequest(
+        available_deviceIDs=[d.ID for d in first.devices], allocation_size=2)]), timeout=5)
+ids = list(p.container_responses[0].deviceIDs)
+t.ok(len(ids) == 2 and ids[0].split("::")[0] != ids[1].split("::")[0],
+     "GetPreferredAllocation: 2 devices on 2 distinct GPUs", ids)
+p = s.GetPreferredAllocation(pb.PreferredAllocationRequest(container_requests=[
+    pb.ContainerPreferredAllocationRequest(
+        available_deviceIDs=[d.ID for d in first.devices], must_include_deviceIDs=[first.devices[6].ID],
+        allocation_size=2)]), timeout=5)
+ids = list(p.container_responses[0].deviceIDs)
+t.ok(ids[0] == first.devices[6].ID and not ids[1].startswith("GPU-00000001"),
+     "GetPreferredAllocation: must-include device kept, second one on the other GPU", ids)
+s.PreStartContainer(pb.PreStartContainerRequest(devices_ids=["x"]), timeout=5)
+t.ok(True, "PreStartContainer answers")
+
+# --- errors -----------------------------------------------------------------
+try:
+    ch.unary_unary("/v1beta1.DevicePlugin/Deallocate")(b"", timeout=5)
+    t.ok(False, "unknown method answers UNIMPLEMENTED")
+except grpc.RpcError as e:
+    t.ok(e.code() == grpc.StatusCode.UNIMPLEMENTED and "Deallocate" in e.details(),
+         "unknown method answers UNIMPLEMENTED naming the method", e)
+try:
+    ch.unary_unary("/v1beta1.DevicePlugin/Allocate")(b"\xff\xff\xff", timeout=5)
+    t.ok(False, "malformed protobuf answers INVALID_ARGUMENT")
+except grpc.RpcError as e:
+    t.ok(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "malformed" in e.details(),
+         "malformed AllocateRequest answers INVALID_ARGUMENT", e)
+big = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(
+    devices_ids=["x" * 1000] * 5000)])
+try:
+    s.Allocate(big, timeout=10)
+    t.ok(False, "request over 4 MiB is refused")
+except grpc.RpcError as e:
+    t.ok(e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, "request over 4 MiB answers RESOURCE_EXHAUSTED", e)
+
+# raw HTTP/2: curl speaks h2c over the unix socket with no gRPC library at all
+if shutil.which("curl"):
+    def curl(path, body, grpc_ct=True):
+        f = os.path.join(h.dir, "body.bin")
+        with open(f, "wb") as g:
+            g.write(body)
+        hdrs = ["-H", "content-type: application/grpc", "-H", "te: trailers"] if grpc_ct else []
+        return subprocess.run(["curl", "-sS", "-i", "--http2-prior-knowledge", "--unix-socket", h.sock]
+                              + hdrs + ["--data-binary", "@" + f, "http://localhost" + path],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              timeout=10).stdout.decode()
+
+    out = curl("/v1beta1.Foo/Bar", b"\0" * 5)
+    t.ok("HTTP/2 200" in out and "grpc-status: 12" in out and "unknown method /v1beta1.Foo/Bar" in out,
+         "curl (raw HTTP/2): unknown method gets grpc-status 12 in a Trailers-Only response", out)
+    out = curl("/v1beta1.DevicePlugin/GetDevicePluginOptions", b"\0" * 5, grpc_ct=False)
+    t.ok("HTTP/2 415" in out, "curl (raw HTTP/2): a non-gRPC content-type gets HTTP 415", out)
+    out = curl("/v1beta1.DevicePlugin/GetDevicePluginOptions", b"\0" * 10)
+    t.ok("grpc-status: 13" in out, "curl (raw HTTP/2): two request messages on a unary method: INTERNAL", out)
+    out = curl("/v1beta1.DevicePlugin/GetDevicePluginOptions", b"\1\0\0\0\0")
+    t.ok("grpc-status: 12" in out, "curl (raw HTTP/2): compressed message without negotiation: UNIMPLEMENTED", out)
+    out = curl("/v1beta1.DevicePlugin/GetDevicePluginOptions", b"\0\0\0")
+    t.ok("grpc-status: 13" in out, "curl (raw HTTP/2): truncated message: INTERNAL", out)
+else:
+    t.skip("curl raw HTTP/2 tests", "curl not installed")
+
+# cancellation: the server drops the stream when the client cancels it
+t.ok(ask(h, "watchers") == "watchers 1", "one ListAndWatch stream open")
+stream.cancel()
+t.ok(gvtest.wait_for(lambda: ask(h, "watchers") == "watchers 0", 5),
+     "client cancellation closes the ListAndWatch stream on the server")
+ch.close()
+h.send("shutdown")
+t.ok(h.p.wait(10) == 0, "graceful shutdown with no clients exits 0")
+
+# --- deadlines: a slow Allocate past the client's deadline ------------------
+h = harness(delay_ms=700)
+ch, s = stub(h)
+try:
+    s.Allocate(pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=["a"])]),
+               timeout=0.2)
+    t.ok(False, "Allocate past its deadline fails")
+except grpc.RpcError as e:
+    t.ok(e.code() == grpc.StatusCode.DEADLINE_EXCEEDED, "Allocate past its deadline: DEADLINE_EXCEEDED", e)
+time.sleep(0.7)  # the late completion for the dead call must be dropped harmlessly
+r = s.Allocate(pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=["b"])]),
+               timeout=5)
+t.ok(r.container_responses[0].envs["GV_TEST_IDS"] == "b", "server keeps serving after a deadline expired")
+# several Allocates at once proceed in parallel on the workers
+results = []
+
+
+def one(i):
+    try:
+        rr = s.Allocate(pb.AllocateRequest(container_requests=[
+            pb.ContainerAllocateRequest(devices_ids=["c%d" % i])]), timeout=10)
+        results.append(rr.container_responses[0].envs["GV_TEST_IDS"])
+    except grpc.RpcError as e:
+        results.append(str(e))
+
+
+start = time.time()
+threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+for th in threads:
+    th.start()
+for th in threads:
+    th.join()
+took = time.time() - start
+t.ok(sorted(results) == ["c0", "c1", "c2", "c3"], "4 concurrent Allocates all answered", results)
+t.ok(took < 4 * 0.7, "4 concurrent slow Allocates overlap (%.2fs < 2.8s serial)" % took)
+stream = s.ListAndWatch(pb.Empty())
+next(stream)
+h.send("shutdown")
+try:
+    next(stream)
+    t.ok(False, "shutdown ends ListAndWatch")
+except grpc.RpcError as e:
+    t.ok(e.code() == grpc.StatusCode.UNAVAILABLE and "shutting down" in e.details(),
+         "graceful shutdown ends ListAndWatch with UNAVAILABLE", e)
+t.ok(h.p.wait(10) == 0, "graceful shutdown exits once drained")
+t.ok(not os.path.exists(h.sock), "shutdown removes the plugin socket")
+ch.close()
+
+# --- message size with a large inventory ------------------------------------
+h = harness(gpus=16, split=1024)
+ch, s = stub(h)
+stream = s.ListAndWatch(pb.Empty())
+m = next(stream)
+t.ok(len(m.devices) == 16384 and h.list_size == m.ByteSize() and m.ByteSize() < 1536 * 1024,
+     "16 GPUs x 1024 slices: ListAndWatch is %d bytes (< 1.5 MiB, kubelet limit 4 MiB)" % m.ByteSize())
+stream.cancel()
+ch.close()
+h.send("shutdown")
+h.p.wait(10)
+
+# --- registration and kubelet restarts, with both kubelet stand-ins ---------
+go_bin = gvtest.build_go_standin()
+for kind in ("py", "go"):
+    if kind == "go" and go_bin is None:
+        t.skip("grpc-go stand-in", "Go toolchain or golang-google-grpc-dev missing")
+        continue
+    h = harness()
+    k = gvtest.StandIn(kind, h.dir, go_binary=go_bin, log=os.path.join(h.dir, "kubelet.log"))
+    reg = k.event("registered", timeout=10)
+    t.ok(reg is not None and reg["version"] == "v1beta1" and reg["endpoint"] == "gpuvisor.sock" and
+         reg["resource_name"] == "nvidia.com/gpu" and reg["options"]["get_preferred_allocation_available"],
+         "[%s] plugin registers v1beta1 nvidia.com/gpu with its endpoint" % kind, reg)
+    ev = k.event("devices", timeout=10)
+    t.ok(ev is not None and len(ev["devices"]) == 8, "[%s] kubelet receives the device list" % kind, ev)
+    a = k.cmd("allocate", ids=[ev["devices"][0]["id"]])
+    t.ok(a and a["ok"] and a["resp"]["envs"]["GV_TEST_IDS"] == ev["devices"][0]["id"],
+         "[%s] Allocate round trip" % kind, a)
+    ask(h, "health 0 0")
+    ev = k.event("devices", timeout=5)
+    t.ok(ev is not None and sum(d["health"] == "Unhealthy" for d in ev["devices"]) == 4,
+         "[%s] health change reaches the kubelet stream" % kind, ev)
+    start = time.time()
+    k.send(json.dumps({"cmd": "restart"}))
+    k.event("restarted", timeout=10)
+    reg = k.event("registered", timeout=5)
+    took = time.time() - start
+    t.ok(reg is not None and took < 1.0,
+         "[%s] kubelet restart (sockets deleted): re-registered in %.3f s (< 1 s)" % (kind, took))
+    t.ok(os.path.exists(h.sock), "[%s] plugin socket recreated after the kubelet deleted it" % kind)
+    ev = k.event("devices", timeout=5)
+    t.ok(ev is not None and len(ev["devices"]) == 8, "[%s] ListAndWatch resumes after kubelet restart" % kind)
+    k.send(json.dumps({"cmd": "quit"}))
+    k.p.wait(10)
+    h.send("shutdown")
+    h.p.wait(10)
+
+# --- agent restart: a stale socket of ours is replaced ----------------------
+d = gvtest.scratch("gs")
+stale = os.path.join(d, "gpuvisor.sock")
+import socket  # noqa: E402
+so = socket.socket(socket.AF_UNIX)
+so.bind(stale)
+so.close()  # a socket file nobody listens on, like after a crash
+h = gvtest.Proc([HARNESS, d, "1", "1", "0"], log=os.path.join(d, "h.log"))
+t.ok(h.expect(lambda l: l.startswith("ready"), 10) is not None, "agent starts over a stale socket")
+ch, s = stub(type("H", (), {"sock": stale})())
+t.ok(s.GetDevicePluginOptions(pb.Empty(), timeout=5) is not None, "the new socket answers")
+ch.close()
+h.send("shutdown")
+h.p.wait(10)
+t.done()
