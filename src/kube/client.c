@@ -412,6 +412,10 @@ static gv_status setup_handle(struct gv_kube_client *c, CURL *h, const struct re
     curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 10L);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "gpuvisor/" GV_VERSION);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    /* HTTP/1.1 on purpose: each watch gets its own TCP connection, so TCP
+     * keepalive detects a dead one, instead of every watch stalling on one
+     * shared HTTP/2 connection (client-go needed HTTP/2 pings for that). */
+    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, r->method);
     if (strcmp(r->method, "GET") != 0) {
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, r->body != NULL ? r->body : "");

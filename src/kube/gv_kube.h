@@ -278,7 +278,9 @@ gv_status gv_informer_new(struct gv_kube_client *c, const char *path,
                           struct gv_error *err);
 /* Starts the background thread. */
 gv_status gv_informer_start(struct gv_informer *inf, struct gv_error *err);
-/* Stops and joins the thread (idempotent); no callback runs after it returns. */
+/* Stops and joins the thread (idempotent); no callback runs after it
+ * returns.  Called from a callback it only asks the thread to end (no
+ * further callback runs after that one); gv_informer_free joins. */
 void gv_informer_stop(struct gv_informer *inf);
 /* Stops if needed and frees the cache. */
 void gv_informer_free(struct gv_informer *inf);

@@ -257,6 +257,8 @@ static gv_status relist(struct gv_informer *inf, struct gv_error *err)
     json_t *obj;
     json_object_foreach(rl.fresh, key, obj)
     {
+        if (gv_kube_cancel_fired(inf->cancel))
+            break;
         json_t *prev = json_object_get(old, key);
         if (prev == NULL) {
             if (inf->cb.on_add)
@@ -268,6 +270,8 @@ static gv_status relist(struct gv_informer *inf, struct gv_error *err)
     }
     json_object_foreach(old, key, obj)
     {
+        if (gv_kube_cancel_fired(inf->cancel))
+            break;
         if (json_object_get(rl.fresh, key) == NULL && inf->cb.on_delete)
             inf->cb.on_delete(inf->cb.ud, obj);
     }
@@ -405,6 +409,10 @@ void gv_informer_stop(struct gv_informer *inf)
     if (inf == NULL)
         return;
     gv_kube_cancel_fire(inf->cancel);
+    /* From a callback (the informer's own thread) we cannot join ourselves:
+     * the loop sees the cancel and ends; gv_informer_free joins later. */
+    if (inf->running && pthread_equal(pthread_self(), inf->thread))
+        return;
     if (inf->running) {
         pthread_join(inf->thread, NULL);
         inf->running = false;

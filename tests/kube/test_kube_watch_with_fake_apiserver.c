@@ -683,6 +683,39 @@ static void test_informer_transform_and_managed_fields(void **state)
     rec_free(&r);
 }
 
+struct self_stop {
+    struct gv_informer *inf;
+    int adds;
+};
+
+static void stop_on_add(void *ud, json_t *o)
+{
+    (void)o;
+    struct self_stop *ss = ud;
+    __atomic_add_fetch(&ss->adds, 1, __ATOMIC_SEQ_CST);
+    gv_informer_stop(ss->inf); /* from the informer's own thread */
+}
+
+static void test_informer_stop_from_callback(void **state)
+{
+    for (int i = 0; i < 4; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "s%d", i);
+        json_decref(kube_create_pod(FX->client, "default", name, NULL, NULL, NULL));
+    }
+    struct self_stop ss = {0};
+    struct gv_informer_callbacks cb = {.on_add = stop_on_add, .ud = &ss};
+    struct gv_error err;
+    assert_int_equal(gv_informer_new(FX->client, "/api/v1/pods", NULL, &cb, &ss.inf, &err),
+                     GV_OK);
+    assert_int_equal(gv_informer_start(ss.inf, &err), GV_OK);
+    /* The thread ends by itself; free joins it without deadlock. */
+    for (int i = 0; i < WAIT_MS / 10 && __atomic_load_n(&ss.adds, __ATOMIC_SEQ_CST) == 0; i++)
+        gv_kube_cancel_sleep(NULL, 10);
+    gv_informer_free(ss.inf);
+    assert_int_equal(ss.adds, 1);
+}
+
 static void test_informer_stop_while_down(void **state)
 {
     struct rec r;
@@ -721,6 +754,7 @@ int main(void)
         T(test_informer_outage_recovery),
         TB(test_informer_bookmarks_advance_version),
         T(test_informer_transform_and_managed_fields),
+        T(test_informer_stop_from_callback),
         T(test_informer_stop_while_down),
 #undef T
 #undef TB
