@@ -410,8 +410,10 @@ out:
 static gv_status bind_annotate(struct gv_sched *s, const struct gv_ext_bind_args *b,
                                const char *enc, const char *rv, struct gv_error *err)
 {
-    char path[1024], at[32];
-    gv_sched_format_time(time(NULL), at, sizeof(at));
+    char path[1024], at[48];
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    gv_sched_format_time(&now, at, sizeof(at));
     pod_path(b, path, sizeof(path));
     json_t *patch = json_pack("{s:{s:{s:s,s:s,s:s},s:{s:s}}}", "metadata", "annotations",
                               ANN_ASSIGNMENT, enc, ANN_ASSIGNED_NODE, b->node, ANN_ASSIGNED_AT,

@@ -14,7 +14,8 @@ gpuvisor-scheduler_LIBS := $(SCHED_LIBS)
 gpuvisor-scheduler_LDLIBS := $(scheduler_LDLIBS) $(contracts_LDLIBS)
 
 FUZZ_TARGETS += fuzz_extender
-fuzz_extender_SRCS := tests/scheduler/fuzz_extender.c src/scheduler/extender.c src/common/gv_error.c
+fuzz_extender_SRCS := tests/scheduler/fuzz_extender.c src/scheduler/extender.c \
+	src/scheduler/sched_state.c $(wildcard src/alloc/*.c) src/common/gv_error.c
 fuzz_extender_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
 
 FUZZ_TARGETS += fuzz_webhook

@@ -101,7 +101,7 @@ gv_status gv_sched_rec_set(struct srec *r, enum rec_phase phase, const char *nod
 
 /* time helpers */
 int gv_sched_parse_time(const char *text, time_t *out);
-void gv_sched_format_time(time_t t, char *buf, size_t cap);
+void gv_sched_format_time(const struct timespec *ts, char *buf, size_t cap);
 
 /* Is the node usable at wall time now?  NULL when yes, else why not (a
  * static string or buf). */

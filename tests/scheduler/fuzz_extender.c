@@ -1,9 +1,12 @@
 /* Fuzz target: the extender request parsers (ExtenderArgs, ExtenderBindingArgs)
- * and the encoders fed from whatever parsed, as the daemon would do. */
+ * and the encoders fed from whatever parsed, as the daemon would do; and the
+ * RFC 3339 parser that reads the agents' heartbeat annotations. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "scheduler/gv_extender.h"
+#include "scheduler/sched_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -30,6 +33,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (gv_ext_bind_args_parse((const char *)data, size, &b, &err) == GV_OK) {
         free(gv_ext_bind_result_encode(b.node));
         gv_ext_bind_args_clear(&b);
+    }
+    char *text = malloc(size + 1);
+    if (text != NULL) {
+        memcpy(text, data, size);
+        text[size] = '\0';
+        time_t t;
+        gv_sched_parse_time(text, &t);
+        free(text);
     }
     return 0;
 }

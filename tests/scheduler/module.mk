@@ -33,3 +33,8 @@ test_scheduler_with_fake_apiserver_LIBS := $(SCHED_LIBS)
 test_scheduler_with_fake_apiserver_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
 test_scheduler_with_fake_apiserver_CFLAGS := -I.
 TEST_SCRIPTS += tests/scheduler/test_webhook_https_with_fake_apiserver.sh
+
+TEST_PROGS += test_sched_units
+test_sched_units_SRCS := tests/scheduler/test_sched_units.c
+test_sched_units_LIBS := $(SCHED_LIBS)
+test_sched_units_LDLIBS := $(SCHED_TEST_LDLIBS)
