@@ -35,6 +35,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
@@ -289,6 +290,20 @@ void gv_informer_free(struct gv_informer *inf);
 bool gv_informer_has_synced(struct gv_informer *inf);
 /* Waits up to timeout_ms for has_synced; returns it. */
 bool gv_informer_wait_synced(struct gv_informer *inf, long timeout_ms);
+
+/*
+ * A counter bumped after every change applied to the cache (watch event or
+ * relist).  A reader that misses an object it expects (the kubelet calls
+ * Allocate before the agent's watch delivered the bound pod) takes the
+ * generation, looks, and if needed waits for the next change:
+ *     uint64_t g = gv_informer_generation(inf);
+ *     while ((pod = find(inf)) == NULL && (g2 = gv_informer_wait_change(inf, g, ms)) != g)
+ *         g = g2;
+ */
+uint64_t gv_informer_generation(struct gv_informer *inf);
+/* Waits up to timeout_ms for the generation to move past seen; returns the
+ * current generation (== seen on timeout or when stopped). */
+uint64_t gv_informer_wait_change(struct gv_informer *inf, uint64_t seen, long timeout_ms);
 
 /* Cached object (new reference) or NULL; namespace_ NULL for cluster-scoped. */
 json_t *gv_informer_get(struct gv_informer *inf, const char *namespace_, const char *name);
