@@ -325,7 +325,7 @@ static void pod_path(const struct gv_ext_bind_args *b, char *buf, size_t cap)
 /* Fresh placement of the pod on the bind's node (no usable reservation).
  * Reads the pod, picks GPUs on that node and places them (lock inside). */
 static gv_status bind_compute(struct gv_sched *s, struct gv_ext_bind_args *b,
-                              char **enc, char **rv, struct gv_error *err)
+                              char **enc, char **rv, bool *no_gpu, struct gv_error *err)
 {
     char path[1024];
     json_t *pod = NULL;
@@ -364,6 +364,12 @@ static gv_status bind_compute(struct gv_sched *s, struct gv_ext_bind_args *b,
     }
     if ((st = gv_podspec_request(&s->cfg.alloc, pod, &req, err)) != GV_OK)
         goto out;
+    if (req->n_containers == 0) {
+        /* Not a GPU pod (kube-scheduler only sends those when misconfigured):
+         * nothing to assign, just bind. */
+        *no_gpu = true;
+        goto out;
+    }
     snprintf(req->uid, sizeof(req->uid), "%s", uid);
     if ((a = malloc(sizeof(*a))) == NULL) {
         st = gv_error_set(err, GV_ENOMEM, "out of memory");
@@ -470,8 +476,11 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
     }
     pthread_mutex_unlock(&s->lock);
 
+    bool no_gpu = false;
     for (int attempt = 0;; attempt++) {
-        if (enc == NULL && (st = bind_compute(s, b, &enc, &rv, err)) != GV_OK)
+        if (enc == NULL && (st = bind_compute(s, b, &enc, &rv, &no_gpu, err)) != GV_OK)
+            break;
+        if (no_gpu)
             break;
         st = bind_annotate(s, b, enc, rv, err);
         if (st != GV_ECONFLICT || attempt + 1 >= BIND_ATTEMPTS)
@@ -487,7 +496,7 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
         free(rv);
         enc = rv = NULL;
     }
-    bool annotated = st == GV_OK;
+    bool annotated = st == GV_OK && !no_gpu;
     if (st == GV_OK)
         st = gv_kube_bind_pod(s->kube, b->pod_namespace, b->pod_name,
                               b->pod_uid[0] ? b->pod_uid : NULL, b->node, err);
@@ -511,7 +520,8 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
     if (st != GV_OK && annotated)
         bind_unannotate(s, b);
     if (st == GV_OK)
-        gv_info("bound %s/%s to %s: %s", b->pod_namespace, b->pod_name, b->node, enc);
+        gv_info("bound %s/%s to %s: %s", b->pod_namespace, b->pod_name, b->node,
+                enc ? enc : "(no GPU)");
     free(enc);
     free(rv);
     return st;

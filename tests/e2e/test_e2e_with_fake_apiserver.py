@@ -17,9 +17,11 @@ node -> the environment and mounts each container receives are checked.
 The node fixtures come from tests/node/agent.py (the node agent's own test
 harness), so both suites start the agent the same way.
 """
+import base64
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -63,16 +65,27 @@ class Scheduler:
         self.base = None
         self.n = 0
 
+    def make_cert(self):
+        """Self-signed serving certificate for the webhook (openssl)."""
+        self.cert = os.path.join(self.dir, "tls.crt")
+        self.key = os.path.join(self.dir, "tls.key")
+        r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                            "-subj", "/CN=gpuvisor-webhook", "-addext", "subjectAltName=IP:127.0.0.1",
+                            "-keyout", self.key, "-out", self.cert], capture_output=True)
+        return r.returncode == 0
+
     def start(self):
         self.n += 1
         ports = os.path.join(self.dir, "ports.%d" % self.n)
         self.proc = gvtest.Proc([SCHED_BIN, "--master", self.api_url, "--config", self.config,
                                  "--extender-listen", "127.0.0.1:0", "--port-file", ports,
-                                 "--log-level", "debug"],
+                                 "--webhook-listen", "127.0.0.1:0", "--tls-cert-file", self.cert,
+                                 "--tls-key-file", self.key, "--log-level", "debug"],
                                 stdin=False, log=os.path.join(self.dir, "scheduler.%d.log" % self.n))
         ok = gvtest.wait_for(lambda: os.path.exists(ports), 10)
-        port = int(open(ports).read().split("\n")[0].split("=")[1]) if ok else 0
-        self.base = "http://127.0.0.1:%d" % port
+        lines = dict(l.split("=") for l in open(ports).read().split()) if ok else {}
+        self.base = "http://127.0.0.1:%s" % lines.get("extender", "0")
+        self.webhook = "https://127.0.0.1:%s/mutate" % lines.get("webhook", "0")
         gvtest.wait_for(lambda: self.get("/readyz")[0] == 200, 10)
         return ok
 
@@ -103,6 +116,17 @@ class Scheduler:
                 return e.code, json.loads(raw)
             except ValueError:
                 return e.code, raw.decode()
+
+    def admit(self, pod):
+        """AdmissionReview v1 round trip over HTTPS; returns the response."""
+        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                  "request": {"uid": "e2e", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                              "operation": "CREATE", "namespace": "default", "object": pod}}
+        ctx = ssl.create_default_context(cafile=self.cert)
+        req = urllib.request.Request(self.webhook, data=json.dumps(review).encode(), method="POST")
+        req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
+            return json.loads(r.read())["response"]
 
     def filter(self, pod, nodes):
         return self.post("filter", {"Pod": pod, "Nodes": None, "NodeNames": nodes})
@@ -213,6 +237,18 @@ def delete_pods(c, s, names):
     gvtest.wait_for(lambda: tasks(s) <= before - len(names), 5)
 
 
+def apply_patch(obj, ops):
+    """The JSON Patch subset the webhook emits ("add")."""
+    for op in ops:
+        assert op["op"] == "add", op
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"][1:].split("/")]
+        cur = obj
+        for p in parts[:-1]:
+            cur = cur[int(p)] if isinstance(cur, list) else cur[p]
+        cur[parts[-1]] = op["value"]
+    return obj
+
+
 def envs(ev):
     return ev["resp"]["envs"] if ev and ev.get("ok") else {}
 
@@ -237,6 +273,7 @@ def main():
              c.n1.agent_log()[-2000:] + c.n2.agent_log()[-2000:])
         t.ok(gvtest.wait_for(c.inventory_published, 10),
              "agents published inventory and heartbeat annotations", c.api.node("node2"))
+        t.ok(s.make_cert(), "openssl made the webhook's serving certificate")
         t.ok(s.start(), "gpuvisor-scheduler started against the API stand-in", s.log())
         scenarios(c, s)
     finally:
@@ -300,6 +337,29 @@ def scenarios(c, s):
          "single: interposer and ld.so.preload mounted read-only, per-container dir", m)
     t.ok(gvtest.wait_for(lambda: ann(c.api.pod("single"), "gpuvisor.io/allocation") == "success", 5),
          "single: agent records allocation=success", c.api.pod("single").get("metadata"))
+
+    # --- from the user's spec: webhook -> API -> filter -> bind -> Allocate ---
+    user = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "hami-style", "namespace": "default",
+                         "annotations": {"nvidia.com/use-gputype": "A100"}},
+            "spec": {"containers": [{"name": "app", "image": "cuda",
+                                     "resources": {"limits": {"nvidia.com/gpumem": "3000"}}}]}}
+    r = s.admit(user)
+    ops = json.loads(base64.b64decode(r.get("patch", ""))) if r.get("allowed") else []
+    admitted = apply_patch(json.loads(json.dumps(user)), ops)
+    t.ok(admitted["spec"].get("schedulerName") == "gpuvisor-scheduler" and
+         admitted["spec"]["containers"][0]["resources"]["limits"].get("nvidia.com/gpu") == "1",
+         "webhook: HAMi-style pod (gpumem only) routed to gpuvisor and given a GPU count", r)
+    code, pod = c.api.req("POST", "/api/v1/namespaces/default/pods", admitted)
+    node, res = schedule(c, s, pod)
+    e = envs(c.allocate(node or "node1", 1))
+    t.ok(node == "node1" and e.get("CUDA_DEVICE_MEMORY_LIMIT_0") == "3000m",
+         "webhook: the admitted pod is scheduled and its container gets 3000 MiB", (res, e))
+    r = s.admit({"metadata": {"name": "x"}, "spec": {"containers": [
+        {"name": "big", "resources": {"limits": {"nvidia.com/gpumem": "50000"}}}]}})
+    t.ok(not r.get("allowed") and "exceeds the largest GPU in the cluster (40960 MiB)" in
+         r.get("status", {}).get("message", ""),
+         "webhook: a request larger than any agent's GPU is refused", r)
 
     # --- multi-container pod ----------------------------------------------
     pod = create_pod(c, "pair", [("a", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}),

@@ -500,6 +500,17 @@ static void test_bind_without_filter_and_to_other_node(void **state)
     assert_true(st_metric(f->metrics, "gpuvisor_gpu_memory_allocated_mib", other) == 3000);
     json_decref(r);
     json_decref(pod);
+    /* A pod without GPUs is just bound. */
+    pod = st_create_pod(f->kube, "cpu", "[{\"name\":\"c\",\"limits\":{\"cpu\":\"1\"}}]", NULL);
+    e = st_bind(f->base, pod, "gpu-t4");
+    assert_string_equal(e, "");
+    free(e);
+    json_decref(pod);
+    json_t *got = get_pod(f, "cpu");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(got, "spec"), "nodeName")),
+                        "gpu-t4");
+    assert_null(ann(got, "gpuvisor.io/assignment"));
+    json_decref(got);
     /* A pod that does not exist: an error kube-scheduler will show. */
     json_t *ghost = json_pack("{s:{s:s,s:s,s:s}}", "metadata", "name", "ghost", "namespace",
                               "default", "uid", "nope");
