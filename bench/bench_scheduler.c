@@ -322,6 +322,9 @@ static int part2(const char *api, struct gv_kube_client *c, const char *dir, con
         snprintf(n, 32, "node-%04d", i);
         names[i] = n;
     }
+    /* The daemon returns its start-up LIST buffers to the system about a
+     * second after the caches are synced; measure the steady state. */
+    usleep(1500 * 1000);
     long rss_idle = rss_kib(d.pid);
     /* The names array is serialised once: the client's own JSON work must
      * not pollute the latency of the scheduler it measures. */
