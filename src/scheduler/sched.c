@@ -400,8 +400,8 @@ void gv_sched_expire(struct gv_sched *s)
 
 /*
  * Informer transforms: what the caches keep.  A node is applied to the
- * engine here, from the full object, and only its name and version are
- * cached: the inventory text (kilobytes per node) is never needed again, and
+ * engine here, from the full object, and only its name is cached (as a JSON
+ * string, all a later delete needs): the inventory text (kilobytes per node) is never needed again, and
  * at 5,000 nodes full objects would cost tens of MiB.  Pods keep the fields
  * the scheduler reads back (assignment annotations and the pod's GPU
  * request) and drop the rest (last-applied-configuration, env, volumes...).
@@ -409,9 +409,9 @@ void gv_sched_expire(struct gv_sched *s)
 static json_t *node_transform(void *ud, json_t *node)
 {
     gv_sched_node_update(ud, node);
-    json_t *md = json_object_get(node, "metadata");
-    return json_pack("{s:{s:O?,s:O?}}", "metadata", "name", json_object_get(md, "name"),
-                     "resourceVersion", json_object_get(md, "resourceVersion"));
+    /* The cache keeps just the name: all a later delete needs. */
+    return json_string(json_string_value(json_object_get(json_object_get(node, "metadata"),
+                                                         "name")));
 }
 
 static bool kept_annotation(const char *key)
@@ -449,7 +449,13 @@ static json_t *pod_transform(void *ud, json_t *pod)
                      "status", "phase", json_object_get(json_object_get(pod, "status"), "phase"));
 }
 
-static void inf_node_delete(void *ud, json_t *obj) { gv_sched_node_delete(ud, obj); }
+static void inf_node_delete(void *ud, json_t *name)
+{
+    json_t *node = json_pack("{s:{s:O}}", "metadata", "name", name);
+    if (node != NULL)
+        gv_sched_node_delete(ud, node);
+    json_decref(node);
+}
 static void inf_pod_add(void *ud, json_t *obj) { gv_sched_pod_update(ud, obj); }
 static void inf_pod_update(void *ud, json_t *old_obj, json_t *new_obj)
 {

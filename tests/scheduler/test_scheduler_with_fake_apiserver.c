@@ -300,6 +300,12 @@ static void test_reservation_expires_without_bind(void **state)
     json_decref(pod);
 }
 
+static bool t4_gone(void *ud)
+{
+    struct fx *f = ud;
+    return st_metric(f->metrics, "gpuvisor_scheduler_nodes", NULL) == 2;
+}
+
 static void test_delete_and_finish_release(void **state)
 {
     struct fx *f = *state;
@@ -334,6 +340,10 @@ static void test_delete_and_finish_release(void **state)
     json_decref(patch);
     assert_true(st_wait(released, f, 5000));
     json_decref(pod);
+
+    /* A deleted node leaves the scheduler's model. */
+    assert_int_equal(gv_kube_delete(f->kube, "/api/v1/nodes/gpu-t4", NULL, NULL), GV_OK);
+    assert_true(st_wait(t4_gone, f, 5000));
 }
 
 static bool t4_has_6000(void *ud)
