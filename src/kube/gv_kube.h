@@ -50,7 +50,7 @@
 struct gv_kube_config {
     char *server;           /* "https://10.0.0.1:443", "http://127.0.0.1:8080" */
     char *token;            /* bearer token, or NULL */
-    char *token_file;       /* re-read periodically (rotated SA tokens), or NULL */
+    char *token_file;       /* re-read every 60 s and after a 401 (rotation), or NULL */
     char *ca_file;          /* PEM CA bundle path, or NULL (system store) */
     char *ca_data;          /* PEM CA bundle contents, or NULL */
     char *client_cert_file; /* PEM client certificate path, or NULL */
