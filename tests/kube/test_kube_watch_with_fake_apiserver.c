@@ -497,6 +497,7 @@ static void test_informer_callbacks_and_cache(void **state)
 
 static void test_informer_field_selector_node_agent(void **state)
 {
+    /* The node agent's view: only pods bound to its node. */
     json_decref(kube_create_pod(FX->client, "default", "mine", NULL, NULL, "node-a"));
     json_decref(kube_create_pod(FX->client, "default", "theirs", NULL, NULL, "node-b"));
     json_decref(kube_create_pod(FX->client, "default", "pending", NULL, NULL, NULL));
@@ -511,6 +512,19 @@ static void test_informer_field_selector_node_agent(void **state)
                      GV_OK);
     assert_true(rec_wait(&r, has_line, "add pending"));
     assert_int_equal(gv_informer_size(inf), 2);
+
+    /* Allocate's pattern: object not there yet → wait for the next change. */
+    uint64_t g = gv_informer_generation(inf);
+    assert_true(g > 0);
+    assert_int_equal(gv_informer_wait_change(inf, g, 50), g); /* nothing happens */
+    json_decref(kube_create_pod(FX->client, "default", "late", NULL, NULL, "node-a"));
+    json_t *late = NULL;
+    while ((late = gv_informer_get(inf, "default", "late")) == NULL) {
+        uint64_t g2 = gv_informer_wait_change(inf, g, WAIT_MS);
+        assert_true(g2 != g);
+        g = g2;
+    }
+    json_decref(late);
     assert_null(gv_informer_get(inf, "default", "theirs"));
     gv_informer_free(inf);
     rec_free(&r);
