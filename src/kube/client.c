@@ -434,10 +434,9 @@ static gv_status setup_handle(struct gv_kube_client *c, CURL *h, const struct re
      * shared HTTP/2 connection (client-go needed HTTP/2 pings for that). */
     curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, r->method);
-    if (strcmp(r->method, "GET") != 0) {
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, r->body != NULL ? r->body : "");
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE,
-                         (curl_off_t)(r->body != NULL ? r->body_len : 0));
+    if (r->body != NULL) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, r->body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);
     }
     if (c->unix_socket != NULL)
         curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, c->unix_socket);

@@ -494,8 +494,36 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(404, "NotFound", "unknown fake control %s" % op)
         self.send_json(200, out)
 
+    # ---- discovery (what kubectl / client-go read before anything else)
+    def discovery(self, path):
+        if path == "/version":
+            return {"major": "1", "minor": "32", "gitVersion": "v1.32.0-fake_apiserver",
+                    "platform": "linux/amd64"}
+        if path == "/api":
+            return {"kind": "APIVersions", "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0",
+                                                    "serverAddress": "127.0.0.1"}]}
+        if path == "/apis":
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": []}
+        if path == "/api/v1":
+            res = []
+            for name, (kind, namespaced) in sorted(RESOURCES.items()):
+                res.append({"name": name, "singularName": kind.lower(), "namespaced": namespaced,
+                            "kind": kind, "verbs": ["create", "delete", "get", "list", "patch",
+                                                    "update", "watch"]})
+                res.append({"name": name + "/status", "singularName": "", "namespaced": namespaced,
+                            "kind": kind, "verbs": ["get", "patch", "update"]})
+            res.append({"name": "pods/binding", "singularName": "", "namespaced": True,
+                        "kind": "Binding", "verbs": ["create"]})
+            return {"kind": "APIResourceList", "groupVersion": "v1", "resources": res}
+        return None
+
     # ---- API
     def route(self, method, path, q):
+        if method == "GET":
+            doc = self.discovery(path.rstrip("/") or "/")
+            if doc is not None:
+                return self.send_json(200, doc)
         parts = [p for p in path.split("/") if p]
         if parts[:2] != ["api", "v1"]:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
