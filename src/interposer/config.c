@@ -132,13 +132,14 @@ gv_status gv_ipcfg_set(struct gv_ipcfg *c, const char *key, const char *value,
         }
         return GV_OK;
     }
-    if (strcmp(key, "CUDA_DEVICE_MEMORY_SHARED_CACHE") == 0) {
+    if (strcmp(key, "CUDA_DEVICE_MEMORY_SHARED_CACHE") == 0 ||
+        strcmp(key, "GPUVISOR_NODE_DIR") == 0) {
+        char *dst = key[0] == 'C' ? c->shared_cache : c->node_dir;
         size_t n = strlen(value);
-        if (n == 0 || n >= sizeof(c->shared_cache) || value[0] != '/' ||
-            strpbrk(value, "\n\r") != NULL)
-            return gv_error_set(err, GV_EPARSE, "%s=\"%s\": expected an absolute file path", key,
+        if (n == 0 || n >= PATH_MAX || value[0] != '/' || strpbrk(value, "\n\r") != NULL)
+            return gv_error_set(err, GV_EPARSE, "%s=\"%s\": expected an absolute path", key,
                                 value);
-        memcpy(c->shared_cache, value, n + 1);
+        memcpy(dst, value, n + 1);
         return GV_OK;
     }
     if (strcmp(key, "CUDA_TASK_PRIORITY") == 0) {
@@ -146,6 +147,7 @@ gv_status gv_ipcfg_set(struct gv_ipcfg *c, const char *key, const char *value,
             return gv_error_set(err, rc, "%s=\"%s\": expected a priority 0..%d (0 = highest)",
                                 key, value, GV_IPCFG_MAX_PRIORITY);
         c->priority = (int)u;
+        c->has_priority = true;
         return GV_OK;
     }
     if (strcmp(key, "GPU_CORE_UTILIZATION_POLICY") == 0) {

@@ -31,6 +31,9 @@ struct gv_ipcfg {
     bool has_sm[GV_IPCFG_MAX_DEVICES];
     char shared_cache[PATH_MAX];
     int priority;
+    bool has_priority; /* CUDA_TASK_PRIORITY given: take part in priority */
+    /* GPUVISOR_NODE_DIR: the node-wide priority directory ("" = default). */
+    char node_dir[PATH_MAX];
     enum gv_ipcfg_policy policy;
     bool oversubscribe;
     /* Where the values came from: the limits file's path or "environment". */
