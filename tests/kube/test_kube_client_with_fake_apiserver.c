@@ -255,10 +255,17 @@ static void test_bind(void **state)
     assert_string_equal(
         json_string_value(json_object_get(json_object_get(got, "spec"), "nodeName")), "node-7");
     json_decref(got);
-    /* A second bind is the API's conflict, with its message. */
+    /* Binding elsewhere is the API's conflict, with its message. */
     assert_int_equal(gv_kube_bind_pod(FX->client, "ns1", "web", uid, "node-8", &err),
                      GV_ECONFLICT);
+    assert_non_null(strstr(err.msg, "HTTP 409"));
     assert_non_null(strstr(err.msg, "already assigned to node"));
+    /* The same bind again (a retry whose first answer was lost) succeeds. */
+    assert_int_equal(gv_kube_bind_pod(FX->client, "ns1", "web", uid, "node-7", &err), GV_OK);
+    /* ... but not for another pod that reused the name (uid differs). */
+    assert_int_equal(gv_kube_bind_pod(FX->client, "ns1", "web", "other-uid", "node-7", &err),
+                     GV_ECONFLICT);
+    assert_non_null(strstr(err.msg, "UID in precondition"));
     assert_int_equal(gv_kube_bind_pod(FX->client, "ns1", "ghost", NULL, "node-8", &err),
                      GV_ENOTFOUND);
     json_decref(pod);
