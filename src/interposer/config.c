@@ -116,6 +116,20 @@ gv_status gv_ipcfg_set(struct gv_ipcfg *c, const char *key, const char *value,
         }
         return GV_OK;
     }
+    if ((idx = index_suffix(key, "GPUVISOR_DEVICE_MEMORY_PERCENT")) != -3) {
+        if (idx == -2)
+            return gv_error_set(err, GV_ERANGE, "%s: device index must be 0..%d", key,
+                                GV_IPCFG_MAX_DEVICES - 1);
+        if ((rc = parse_uint(value, 100, &u)) != GV_OK)
+            return gv_error_set(err, rc, "%s=\"%s\": expected a percentage 0..100", key, value);
+        if (idx == -1)
+            c->mem_pct_all = (uint32_t)u;
+        else {
+            c->mem_pct[idx] = (uint32_t)u;
+            c->has_mem_pct[idx] = true;
+        }
+        return GV_OK;
+    }
     if ((idx = index_suffix(key, "CUDA_DEVICE_SM_LIMIT")) != -3) {
         if (idx == -2)
             return gv_error_set(err, GV_ERANGE, "%s: device index must be 0..%d", key,
@@ -320,11 +334,19 @@ out:
     return rc;
 }
 
-uint64_t gv_ipcfg_mem_limit(const struct gv_ipcfg *c, int dev)
+uint64_t gv_ipcfg_mem_limit(const struct gv_ipcfg *c, int dev, uint64_t physical)
 {
-    if (dev >= 0 && dev < GV_IPCFG_MAX_DEVICES && c->has_mem[dev])
+    bool in = dev >= 0 && dev < GV_IPCFG_MAX_DEVICES;
+    /* Most specific first: bytes for this device, percent for this device,
+     * bytes for all, percent for all. */
+    if (in && c->has_mem[dev])
         return c->mem[dev];
-    return c->mem_all;
+    uint32_t pct = in && c->has_mem_pct[dev] ? c->mem_pct[dev] : 0;
+    if (pct == 0 && c->mem_all != 0)
+        return c->mem_all;
+    if (pct == 0)
+        pct = c->mem_pct_all;
+    return pct == 0 || pct >= 100 ? 0 : physical / 100 * pct + physical % 100 * pct / 100;
 }
 
 uint32_t gv_ipcfg_sm_limit(const struct gv_ipcfg *c, int dev)
@@ -336,10 +358,11 @@ uint32_t gv_ipcfg_sm_limit(const struct gv_ipcfg *c, int dev)
 
 bool gv_ipcfg_has_limits(const struct gv_ipcfg *c)
 {
-    if (c->mem_all != 0 || c->sm_all != 0)
+    if (c->mem_all != 0 || c->sm_all != 0 || (c->mem_pct_all != 0 && c->mem_pct_all < 100))
         return true;
     for (int i = 0; i < GV_IPCFG_MAX_DEVICES; i++)
-        if ((c->has_mem[i] && c->mem[i] != 0) || (c->has_sm[i] && c->sm[i] != 0))
+        if ((c->has_mem[i] && c->mem[i] != 0) || (c->has_sm[i] && c->sm[i] != 0) ||
+            (c->has_mem_pct[i] && c->mem_pct[i] != 0 && c->mem_pct[i] < 100))
             return true;
     return false;
 }

@@ -25,6 +25,10 @@ struct gv_ipcfg {
     uint64_t mem_all;
     uint64_t mem[GV_IPCFG_MAX_DEVICES];
     bool has_mem[GV_IPCFG_MAX_DEVICES];
+    /* Memory limits as a percentage of the card (gpuvisor extension; bytes win). */
+    uint32_t mem_pct_all;
+    uint32_t mem_pct[GV_IPCFG_MAX_DEVICES];
+    bool has_mem_pct[GV_IPCFG_MAX_DEVICES];
     /* SM limits in percent (0 = unlimited). */
     uint32_t sm_all;
     uint32_t sm[GV_IPCFG_MAX_DEVICES];
@@ -70,8 +74,11 @@ gv_status gv_ipcfg_parse_env(struct gv_ipcfg *c, char *const *envp, struct gv_er
  */
 gv_status gv_ipcfg_load(struct gv_ipcfg *c, char *const *envp, struct gv_error *err);
 
-/* Effective limits for the device the application sees as index dev. */
-uint64_t gv_ipcfg_mem_limit(const struct gv_ipcfg *c, int dev);
+/*
+ * Effective limits for the device the application sees as index dev;
+ * physical is the card's size, used by percentage limits.
+ */
+uint64_t gv_ipcfg_mem_limit(const struct gv_ipcfg *c, int dev, uint64_t physical);
 uint32_t gv_ipcfg_sm_limit(const struct gv_ipcfg *c, int dev);
 /* Whether any memory or SM limit is configured. */
 bool gv_ipcfg_has_limits(const struct gv_ipcfg *c);

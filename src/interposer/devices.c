@@ -33,7 +33,7 @@ static int register_device(const char *uuid, int cuda_index, uint64_t physical)
 {
     if (gv_ip.shm == NULL)
         return unenforceable();
-    uint64_t limit = cuda_index >= 0 ? gv_ipcfg_mem_limit(&gv_ip.cfg, cuda_index) : 0;
+    uint64_t limit = cuda_index >= 0 ? gv_ipcfg_mem_limit(&gv_ip.cfg, cuda_index, physical) : 0;
     uint32_t sm = cuda_index >= 0 ? gv_ipcfg_sm_limit(&gv_ip.cfg, cuda_index) : 0;
     uint32_t flags = gv_ip.cfg.oversubscribe ? GV_SHM_DEV_OVERSUBSCRIBE : 0;
     int idx = -1;

@@ -162,10 +162,12 @@ typedef enum {
 } gv_kube_patch_type;
 
 /*
- * PATCH path with body.  A merge patch that carries metadata.resourceVersion,
- * or a JSON patch with {"op":"test","path":"/metadata/resourceVersion"}, is
- * applied only if the object still has that version: otherwise
- * GV_ECONFLICT.  out may be NULL.
+ * PATCH path with body.  The API server applies the patch, then refuses to
+ * store a result whose metadata.resourceVersion differs from the object's:
+ * so a merge patch carrying metadata.resourceVersion, or a JSON patch with
+ * {"op":"replace","path":"/metadata/resourceVersion","value":rv}, applies
+ * only if the object is still at rv, else GV_ECONFLICT (HTTP 409).  (A JSON
+ * patch "test" op that fails is HTTP 422, GV_EINVAL.)  out may be NULL.
  */
 gv_status gv_kube_patch(struct gv_kube_client *c, const char *path, gv_kube_patch_type type,
                         const json_t *body, json_t **out, struct gv_error *err);

@@ -518,3 +518,17 @@ gv_status gv_shm_with_lock(struct gv_shm *shm, void (*fn)(struct gv_shm_region *
     region_unlock(shm);
     return GV_OK;
 }
+
+void gv_shm_local_dir(char *buf, size_t n)
+{
+    const char *dir = getenv("GPUVISOR_RUN_DIR");
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    if (dir != NULL && dir[0] == '/')
+        snprintf(buf, n, "%s", dir);
+    else if (geteuid() == 0)
+        snprintf(buf, n, "/run/gpuvisor");
+    else if (xdg != NULL && xdg[0] == '/')
+        snprintf(buf, n, "%s/gpuvisor", xdg);
+    else
+        snprintf(buf, n, "/tmp/gpuvisor-%u", (unsigned)geteuid());
+}

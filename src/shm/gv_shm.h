@@ -144,6 +144,15 @@ int gv_shm_reclaim(struct gv_shm *shm);
 /* Whether the process in a slot is alive (pid present and not reused). */
 bool gv_shm_proc_alive(const struct gv_shm_proc *p);
 
+/*
+ * Where `gpuvisor run` keeps its regions (one "<name>.cache" per run):
+ * $GPUVISOR_RUN_DIR, else /run/gpuvisor for root, else
+ * $XDG_RUNTIME_DIR/gpuvisor, else /tmp/gpuvisor-<uid>.  Not created here.
+ */
+void gv_shm_local_dir(char *buf, size_t n);
+/* Where the node agent keeps containers' regions: <dir>/<pod-uid>/<container>/shared.cache. */
+#define GV_SHM_NODE_DIR "/var/lib/gpuvisor/containers"
+
 /* Runs fn(arg) with the region lock held (for throttle/priority state). */
 gv_status gv_shm_with_lock(struct gv_shm *shm, void (*fn)(struct gv_shm_region *r, void *arg),
                            void *arg);

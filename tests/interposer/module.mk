@@ -19,7 +19,7 @@ test_ipcfg_SRCS := tests/interposer/test_ipcfg.c src/interposer/config.c
 test_ipcfg_LIBS := common
 test_ipcfg_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)
 
-TEST_SCRIPTS += tests/interposer/test_interposer.sh
+TEST_SCRIPTS += tests/interposer/test_interposer.sh tests/interposer/test_cli_run.sh
 # The scripts need the library, the fakes and the probe.
 all: $(GV_INTERPOSER) $(GV_PROBE)
 

@@ -181,7 +181,7 @@ static void test_json_patch_precondition(void **state)
 {
     json_t *node = kube_create_node(FX->client, "jn", NULL, NULL);
     const char *path = "/api/v1/nodes/jn";
-    json_t *ops = json_pack("[{s:s, s:s, s:s}, {s:s, s:s, s:{s:s}}]", "op", "test", "path",
+    json_t *ops = json_pack("[{s:s, s:s, s:s}, {s:s, s:s, s:{s:s}}]", "op", "replace", "path",
                             "/metadata/resourceVersion", "value", kube_rv(node), "op", "add",
                             "path", "/metadata/annotations", "value", "gpuvisor.io/node-gpus",
                             "[]");
@@ -194,11 +194,20 @@ static void test_json_patch_precondition(void **state)
                             "gpuvisor.io/node-gpus")),
                         "[]");
     json_decref(out);
-    /* The test op now fails: the object changed. */
+    /* The version in the patch is stale now: the server refuses to store. */
     assert_int_equal(gv_kube_patch(FX->client, path, GV_KUBE_PATCH_JSON, ops, &out, &err),
                      GV_ECONFLICT);
     assert_non_null(strstr(err.msg, "HTTP 409"));
+    assert_non_null(strstr(err.msg, "the object has been modified"));
     json_decref(ops);
+
+    /* A failing "test" op is the server's 422, not a conflict. */
+    json_t *test = json_pack("[{s:s, s:s, s:s}]", "op", "test", "path",
+                             "/metadata/resourceVersion", "value", "1");
+    assert_int_equal(gv_kube_patch(FX->client, path, GV_KUBE_PATCH_JSON, test, &out, &err),
+                     GV_EINVAL);
+    assert_non_null(strstr(err.msg, "HTTP 422"));
+    json_decref(test);
 
     /* A JSON patch on a missing path is the API's 422 → GV_EINVAL. */
     json_t *bad = json_pack("[{s:s, s:s}]", "op", "remove", "path", "/metadata/nothere");

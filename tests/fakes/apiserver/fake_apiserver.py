@@ -189,11 +189,10 @@ def json_patch(doc, ops):
             doc = _add(doc, parts, val)
         elif kind == "test":
             if _walk(doc, parts) != op.get("value"):
-                # The real server reports a failed test as 422 Invalid too,
-                # except for resourceVersion, handled by the caller (409).
+                # The real server answers a failed test with 422, whatever
+                # the path (a version precondition is a replace, see update).
                 raise ApiError(422, "Invalid",
-                               "json patch: test operation failed at %s" % op["path"],
-                               {"testPath": op["path"]})
+                               "testing value %s failed: test failed" % op["path"])
         else:
             raise ApiError(400, "BadRequest", "json patch: unknown op %r" % kind)
     return doc
@@ -675,13 +674,7 @@ class Handler(BaseHTTPRequestHandler):
             if ctype is None:
                 new = body
             elif ctype == "application/json-patch+json":
-                try:
-                    new = json_patch(cur, body)
-                except ApiError as e:
-                    tp = (e.details or {}).get("testPath")
-                    if tp == "/metadata/resourceVersion":
-                        raise conflict(res, name)
-                    raise
+                new = json_patch(cur, body)
             else:
                 if not isinstance(body, dict):
                     raise ApiError(400, "BadRequest", "merge patch body must be an object")
@@ -752,8 +745,8 @@ class Handler(BaseHTTPRequestHandler):
                                "UID in object meta: %s" % (want_uid, cur["metadata"]["uid"]))
             bound = (cur.get("spec") or {}).get("nodeName")
             if bound:
-                raise conflict("pods", name, "pod %s is already assigned to node \"%s\""
-                               % (name, bound))
+                raise conflict("pods/binding", name, "pod %s is already assigned to node "
+                               "\"%s\"" % (name, bound))
             new = copy.deepcopy(cur)
             new.setdefault("spec", {})["nodeName"] = node
             conds = new.setdefault("status", {}).setdefault("conditions", [])
