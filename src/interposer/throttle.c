@@ -304,6 +304,9 @@ void gv_throttle_before(struct gv_throttle *t, struct gv_throttle_launch *l)
             wait = POLL_NS;
         if (wait == 0)
             break;
+        /* A waiting tenant is present: lower ones keep little queued. */
+        if (d->prio)
+            gv_prio_publish(d->prio, now, d->busy_until);
         pthread_mutex_unlock(&d->mu);
         t->ops.sleep_ns(t->ops.ctx, wait > MAX_SLEEP_NS ? MAX_SLEEP_NS : wait);
         pthread_mutex_lock(&d->mu);
@@ -316,6 +319,13 @@ void gv_throttle_before(struct gv_throttle *t, struct gv_throttle_launch *l)
     if (d->pct)
         d->tokens -= (int64_t)est;
     d->inflight_est += est;
+    /* Announce the work before it is queued, so a lower-priority tenant
+     * deciding at the same moment already sees it. */
+    if (d->prio) {
+        uint64_t base = d->busy_until > now ? d->busy_until : now;
+        d->busy_until = base + (est ? est : POLL_NS);
+        gv_prio_publish(d->prio, now, d->busy_until);
+    }
     unsigned slot = (d->head + d->count) % RING;
     d->count++;
     struct bracket *b = &d->ring[slot];
@@ -343,12 +353,6 @@ void gv_throttle_after(struct gv_throttle *t, struct gv_throttle_launch *l, bool
         b->end = record(t, d, l->stream);
         b->state = B_ENDED;
         d->st.launches++;
-        if (d->prio) {
-            uint64_t now = t->ops.clock_ns(t->ops.ctx);
-            uint64_t base = d->busy_until > now ? d->busy_until : now;
-            d->busy_until = base + (b->est ? b->est : POLL_NS);
-            gv_prio_publish(d->prio, now, d->busy_until);
-        }
     }
     pthread_mutex_unlock(&d->mu);
     l->slot = -1;

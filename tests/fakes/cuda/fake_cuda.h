@@ -167,6 +167,8 @@ uint64_t gvfake_clock_ns(void);
 void gvfake_sleep_ns(uint64_t ns);
 /* The calling thread stops taking part in the clock (it will not block). */
 void gvfake_actor_leave(void);
+/* Kernel time this process has submitted (tests compute shares from it). */
+uint64_t gvfake_process_busy_ns(void);
 /* Kernel time the physical GPU has run so far (for utilisation views). */
 uint64_t gvfake_device_busy_ns(int phys);
 

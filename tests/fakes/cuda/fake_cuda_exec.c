@@ -20,6 +20,7 @@
  * Kernel run time is chosen by the test through the kernel's name: a name
  * ending in _<N>ns, _<N>us or _<N>ms runs for that long per launch (e.g.
  * "spin_1000us"); other names run GV_FAKE_KERNEL_NS (default 10 us).
+ * GV_FAKE_KERNEL_JITTER=j varies each launch by up to +-j percent.
  *
  * Test seam: gvfake_clock_ns() and gvfake_sleep_ns() let libgpuvisor's
  * throttle run on this clock; the real driver has no such symbols.
@@ -135,8 +136,11 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static struct vt_shared *g_vt;
 static unsigned g_depth = 1024;
 static uint64_t g_default_ns = 10000;
+static unsigned g_jitter;       /* percent: each launch runs ns * (1 +- jitter) */
+static uint64_t g_jitter_state; /* per-process LCG: runs are reproducible */
 static struct CUstream_st g_default_stream[VT_MAX_DEVICES];
 static uint64_t g_proc_tail[VT_MAX_DEVICES]; /* for cuCtxSynchronize */
+static uint64_t g_proc_busy;                 /* kernel time this process submitted */
 static __thread int t_actor = -1;
 static __thread int t_spins;
 
@@ -187,6 +191,10 @@ static void vt_open(void)
     if (g_depth == 0 || g_depth > 65536)
         g_depth = 1024;
     g_default_ns = env_u64("GV_FAKE_KERNEL_NS", 10000);
+    g_jitter = (unsigned)env_u64("GV_FAKE_KERNEL_JITTER", 0);
+    if (g_jitter > 100)
+        g_jitter = 100;
+    g_jitter_state = 0x9e3779b97f4a7c15ull;
     if (state && *state && (size_t)snprintf(path, sizeof(path), "%s.clock", state) < sizeof(path)) {
         int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
         struct stat st;
@@ -441,6 +449,15 @@ static CUresult obj_free(void *obj, uint32_t magic)
         return impl args;                                                                          \
     }
 
+uint64_t gvfake_process_busy_ns(void)
+{
+    struct vt_shared *v = vt();
+    vt_lock(v);
+    uint64_t busy = g_proc_busy;
+    pthread_mutex_unlock(&v->mu);
+    return busy;
+}
+
 /* ---- streams ----------------------------------------------------------- */
 
 /* The calling thread's current context, or NULL. */
@@ -634,6 +651,13 @@ static CUresult submit(CUstream hStream, uint64_t ns, unsigned kernels)
             break;
         vt_wait_until_locked(v, s->pending[s->head]);
     }
+    if (g_jitter) {
+        /* Real kernels vary run to run; the throttle must not rely on a
+         * kernel always taking what it took last time. */
+        g_jitter_state = g_jitter_state * 6364136223846793005ull + 1442695040888963407ull;
+        double u = (double)(g_jitter_state >> 11) / (double)(1ull << 53) * 2.0 - 1.0;
+        ns = (uint64_t)((double)ns * (1.0 + u * g_jitter / 100.0));
+    }
     struct vt_engine *e = &v->eng[s->dev];
     uint64_t start = v->now;
     if (s->tail > start)
@@ -643,6 +667,7 @@ static CUresult submit(CUstream hStream, uint64_t ns, unsigned kernels)
     uint64_t end = start + ns;
     e->free_at = end;
     e->busy_ns += ns;
+    g_proc_busy += ns;
     e->kernels += kernels;
     s->tail = end;
     s->pending[(s->head + s->count) % g_depth] = end;
@@ -797,8 +822,9 @@ CUresult cuModuleUnload(CUmodule hmod)
     return CUDA_SUCCESS;
 }
 
-/* "<anything>_<N><unit>" -> N in ns; 0 when the name carries no duration. */
-static uint64_t name_duration(const char *name)
+/* "<anything>_<N><unit>" -> true and N in ns; false when the name carries no
+ * run time ("_0ns" is a kernel that takes no time at all). */
+static bool name_duration(const char *name, uint64_t *ns)
 {
     const char *us = strrchr(name, '_');
     static const struct {
@@ -806,13 +832,16 @@ static uint64_t name_duration(const char *name)
         uint64_t mul;
     } units[] = {{"ns", 1}, {"us", 1000}, {"ms", 1000000}};
     if (us == NULL || us[1] < '0' || us[1] > '9')
-        return 0;
+        return false;
     char *end;
     unsigned long long n = strtoull(us + 1, &end, 10);
-    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
-        if (strcmp(end, units[i].unit) == 0 && n <= UINT64_MAX / units[i].mul)
-            return n * units[i].mul;
-    return 0;
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (strcmp(end, units[i].unit) == 0 && n <= UINT64_MAX / units[i].mul) {
+            *ns = n * units[i].mul;
+            return true;
+        }
+    }
+    return false;
 }
 
 CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
@@ -833,8 +862,7 @@ CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
         return CUDA_ERROR_OUT_OF_MEMORY;
     f->magic = OBJ_FUNC;
     memcpy(f->name, name, len + 1);
-    f->ns = name_duration(name);
-    if (f->ns == 0)
+    if (!name_duration(name, &f->ns))
         f->ns = g_default_ns;
     f->next = hmod->funcs;
     hmod->funcs = f;
