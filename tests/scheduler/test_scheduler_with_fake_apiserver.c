@@ -534,6 +534,45 @@ static void test_bind_without_filter_and_to_other_node(void **state)
     json_decref(ghost);
 }
 
+static bool t4_idle(void *ud)
+{
+    struct fx *f = ud;
+    return st_metric(f->metrics, "gpuvisor_gpu_memory_allocated_mib", "gpu-t4") == 0;
+}
+
+/* The API answers 503 for a while during a bind: the bind fails with the
+ * API's message, the slice is released at once (no stuck reservation), and
+ * once the API is back the pod schedules normally. */
+static void test_api_outage_during_bind(void **state)
+{
+    struct fx *f = *state;
+    sched_up(f);
+    const char *t4[] = {"gpu-t4"};
+    json_t *pod = st_create_pod(
+        f->kube, "outage", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"4000\"}}]",
+        NULL);
+    json_t *r = st_filter(f->base, pod, t4, 1, NULL);
+    assert_string_equal(st_chosen(r), "gpu-t4");
+    json_decref(r);
+    assert_int_equal(fake_apiserver_ctl(&f->fa, "fail?code=503&count=-1", NULL), 200);
+    char *e = st_bind(f->base, pod, "gpu-t4");
+    assert_true(strlen(e) > 0);
+    assert_non_null(strstr(e, "503"));
+    free(e);
+    assert_true(t4_idle(f));
+    assert_true(st_metric(f->metrics, "gpuvisor_scheduler_pods_pending", "bind_failed") == 1);
+    assert_int_equal(fake_apiserver_ctl(&f->fa, "heal", NULL), 200);
+    r = st_filter(f->base, pod, t4, 1, NULL);
+    assert_string_equal(st_chosen(r), "gpu-t4");
+    json_decref(r);
+    e = st_bind(f->base, pod, "gpu-t4");
+    assert_string_equal(e, "");
+    free(e);
+    assert_true(st_metric(f->metrics, "gpuvisor_gpu_memory_allocated_mib", "gpu-t4") == 4000);
+    assert_true(st_metric(f->metrics, "gpuvisor_scheduler_pods_pending", "bind_failed") == 0);
+    json_decref(pod);
+}
+
 static void test_feasible_mode_and_prioritize(void **state)
 {
     struct fx *f = *state;
@@ -630,6 +669,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bind_recomputes_on_conflict, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bind_without_filter_and_to_other_node, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_api_outage_during_bind, setup, teardown),
         cmocka_unit_test_setup_teardown(test_feasible_mode_and_prioritize, setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_node_objects_mode, setup, teardown),
     };
