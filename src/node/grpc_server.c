@@ -80,7 +80,7 @@ struct gv_grpc_server {
     uint64_t grace_timer;
 };
 
-static void conn_flush(struct conn *c);
+static bool conn_flush(struct conn *c);
 static void conn_close(struct conn *c);
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -496,16 +496,21 @@ static void maybe_goaway(struct conn *c)
     }
 }
 
-/* Moves nghttp2's output to the socket; closes the connection when done. */
-static void conn_flush(struct conn *c)
+/*
+ * Moves nghttp2's output to the socket; closes the connection when done.
+ * Returns false when the connection is gone (c is freed: do not touch it).
+ */
+static bool conn_flush(struct conn *c)
 {
-    if (c->hold > 0 || c->closing)
-        return;
+    if (c->closing)
+        return false;
+    if (c->hold > 0)
+        return true;
     maybe_goaway(c);
     for (;;) {
         if (!conn_write_pending(c)) {
             conn_close(c);
-            return;
+            return false;
         }
         if (c->wlen > 0)
             break; /* socket full: wait for EPOLLOUT */
@@ -514,14 +519,14 @@ static void conn_flush(struct conn *c)
         if (n < 0) {
             gv_warn("grpc: connection error: %s", nghttp2_strerror((int)n));
             conn_close(c);
-            return;
+            return false;
         }
         if (n == 0)
             break;
         uint8_t *p = realloc(c->wbuf, (size_t)n);
         if (p == NULL) {
             conn_close(c);
-            return;
+            return false;
         }
         c->wbuf = p;
         memcpy(c->wbuf, data, (size_t)n);
@@ -531,9 +536,10 @@ static void conn_flush(struct conn *c)
     if (!nghttp2_session_want_read(c->session) && !nghttp2_session_want_write(c->session) &&
         c->wlen == 0) {
         conn_close(c);
-        return;
+        return false;
     }
     conn_update_events(c);
+    return true;
 }
 
 static void conn_close(struct conn *c)
@@ -582,13 +588,11 @@ static void conn_io(struct gv_loop *loop, int fd, uint32_t events, void *ud)
             if (rv < 0) {
                 gv_debug("grpc: bad HTTP/2 input: %s", nghttp2_strerror((int)rv));
                 /* nghttp2 queued a GOAWAY for protocol errors: send it, then close. */
-                conn_flush(c);
-                if (!c->closing)
+                if (conn_flush(c))
                     conn_close(c);
                 return;
             }
-            conn_flush(c);
-            if (c->closing)
+            if (!conn_flush(c))
                 return;
             if ((size_t)n < sizeof(buf))
                 break;
@@ -601,8 +605,61 @@ static void conn_io(struct gv_loop *loop, int fd, uint32_t events, void *ud)
         conn_flush(c);
 }
 
+gv_status gv_grpc_server_adopt(struct gv_grpc_server *srv, int fd, struct gv_error *err)
+{
+    struct conn *c = calloc(1, sizeof(*c));
+    nghttp2_session_callbacks *cbs = NULL;
+    if (c == NULL || nghttp2_session_callbacks_new(&cbs) != 0) {
+        free(c);
+        return gv_error_set(err, GV_ENOMEM, "grpc: out of memory");
+    }
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+    c->srv = srv;
+    c->fd = fd;
+    /*
+     * grpc-go (the kubelet) sends the socket path as :authority, which
+     * nghttp2's HTTP messaging checks reject with PROTOCOL_ERROR; gRPC
+     * routing needs only :path, :method and content-type, checked in
+     * begin_call().
+     */
+    nghttp2_option *opt = NULL;
+    int rv = nghttp2_option_new(&opt);
+    if (rv == 0) {
+        nghttp2_option_set_no_http_messaging(opt, 1);
+        rv = nghttp2_session_server_new2(&c->session, cbs, c, opt);
+        nghttp2_option_del(opt);
+    }
+    nghttp2_session_callbacks_del(cbs);
+    nghttp2_settings_entry iv[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, 128},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 16384},
+    };
+    gv_status st = GV_OK;
+    if (rv != 0 || nghttp2_submit_settings(c->session, NGHTTP2_FLAG_NONE, iv, 2) != 0)
+        st = gv_error_set(err, GV_ENOMEM, "grpc: cannot set up the HTTP/2 session");
+    else
+        st = gv_loop_add_fd(srv->loop, fd, EPOLLIN, conn_io, c, err);
+    if (st != GV_OK) {
+        if (c->session)
+            nghttp2_session_del(c->session);
+        free(c);
+        return st;
+    }
+    c->next = srv->conns;
+    srv->conns = c;
+    if (srv->draining)
+        nghttp2_submit_shutdown_notice(c->session);
+    conn_flush(c);
+    return GV_OK;
+}
+
 static void accept_cb(struct gv_loop *loop, int fd, uint32_t events, void *ud)
 {
+    (void)loop;
     (void)events;
     struct gv_grpc_server *srv = ud;
     for (;;) {
@@ -612,52 +669,11 @@ static void accept_cb(struct gv_loop *loop, int fd, uint32_t events, void *ud)
                 gv_warn("grpc: accept on %s: %s", srv->path, strerror(errno));
             return;
         }
-        struct conn *c = calloc(1, sizeof(*c));
-        nghttp2_session_callbacks *cbs = NULL;
-        if (c == NULL || nghttp2_session_callbacks_new(&cbs) != 0) {
-            free(c);
+        struct gv_error err;
+        if (gv_grpc_server_adopt(srv, cfd, &err) != GV_OK) {
+            gv_warn("grpc: connection dropped: %s", err.msg);
             close(cfd);
-            continue;
         }
-        nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
-        nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
-        nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
-        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
-        nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
-        c->srv = srv;
-        c->fd = cfd;
-        /*
-         * grpc-go (the kubelet) sends the socket path as :authority, which
-         * nghttp2's HTTP messaging checks reject with PROTOCOL_ERROR; gRPC
-         * routing needs only :path, :method and content-type, checked in
-         * begin_call().
-         */
-        nghttp2_option *opt = NULL;
-        int rv = nghttp2_option_new(&opt);
-        if (rv == 0) {
-            nghttp2_option_set_no_http_messaging(opt, 1);
-            rv = nghttp2_session_server_new2(&c->session, cbs, c, opt);
-            nghttp2_option_del(opt);
-        }
-        nghttp2_session_callbacks_del(cbs);
-        nghttp2_settings_entry iv[] = {
-            {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, 128},
-            {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 16384},
-        };
-        if (rv != 0 || nghttp2_submit_settings(c->session, NGHTTP2_FLAG_NONE, iv, 2) != 0 ||
-            gv_loop_add_fd(loop, cfd, EPOLLIN, conn_io, c, NULL) != GV_OK) {
-            if (c->session)
-                nghttp2_session_del(c->session);
-            free(c);
-            close(cfd);
-            continue;
-        }
-        c->next = srv->conns;
-        srv->conns = c;
-        if (srv->draining) {
-            nghttp2_submit_shutdown_notice(c->session);
-        }
-        conn_flush(c);
     }
 }
 
@@ -736,9 +752,12 @@ static void grace_expired(struct gv_loop *loop, void *ud)
     (void)loop;
     struct gv_grpc_server *srv = ud;
     srv->grace_timer = 0;
-    for (struct conn *c = srv->conns; c; c = c->next)
+    for (struct conn *c = srv->conns; c; c = c->next) {
+        c->hold++; /* no flush (which may free calls) while walking the list */
         for (struct gv_grpc_call *call = c->calls; call; call = call->next)
             gv_grpc_call_finish(call, GV_GRPC_UNAVAILABLE, "server shutting down");
+        c->hold--;
+    }
     for (struct conn *c = srv->conns, *next; c; c = next) {
         next = c->next;
         if (!c->goaway_sent) {

@@ -118,6 +118,8 @@ void gv_grpc_server_free(struct gv_grpc_server *srv);
  * accepted on an earlier socket are kept.
  */
 gv_status gv_grpc_server_listen(struct gv_grpc_server *srv, struct gv_error *err);
+/* Serves an already connected stream socket (tests, fuzzing, socket activation). */
+gv_status gv_grpc_server_adopt(struct gv_grpc_server *srv, int fd, struct gv_error *err);
 /* True while the path still names the socket we bound (not deleted/replaced). */
 bool gv_grpc_server_socket_present(const struct gv_grpc_server *srv);
 

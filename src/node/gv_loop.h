@@ -42,6 +42,8 @@ bool gv_loop_post(struct gv_loop *loop, gv_loop_fn fn, void *ud);
 gv_status gv_loop_run(struct gv_loop *loop, struct gv_error *err);
 /* Thread-safe. */
 void gv_loop_stop(struct gv_loop *loop);
+/* One round: waits up to timeout_ms for events, runs them and due timers (tests, fuzzing). */
+gv_status gv_loop_run_once(struct gv_loop *loop, int timeout_ms, struct gv_error *err);
 
 /* Monotonic milliseconds. */
 int64_t gv_loop_now_ms(void);

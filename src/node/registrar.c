@@ -17,7 +17,7 @@
 
 /* Backstop for what inotify cannot see (the directory itself recreated). */
 #define RECHECK_MS 10000
-#define BACKOFF_MIN_MS 100
+#define BACKOFF_MIN_MS 20
 #define BACKOFF_MAX_MS 5000
 #define REGISTER_TIMEOUT_MS 5000
 
