@@ -9,7 +9,8 @@
 #define GV_CLI_COMMANDS_H
 
 #define GV_CLI_COMMAND_LIST(X)                                                 \
-    X(version, "print the gpuvisor version")
+    X(version, "print the gpuvisor version")                                   \
+    X(simulate, "replay a cluster trace through the allocation engine, compare policies")
 
 #define GV_X_DECLARE(name, help) int gv_cmd_##name(int argc, char **argv);
 GV_CLI_COMMAND_LIST(GV_X_DECLARE)

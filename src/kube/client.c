@@ -627,20 +627,18 @@ gv_status gv_kube_get(struct gv_kube_client *c, const char *path, json_t **out,
     return request_json(c, &r, out, err);
 }
 
-gv_status gv_kube_list(struct gv_kube_client *c, const char *path,
-                       const struct gv_kube_list_opts *opts, json_t **out,
-                       struct gv_error *err)
+gv_status gv_kube_list_pages(struct gv_kube_client *c, const char *path,
+                             const struct gv_kube_list_opts *opts, gv_kube_page_fn fn, void *ud,
+                             struct gv_error *err)
 {
-    *out = NULL;
     gv_status st = check_path("LIST", path, err);
     if (st != GV_OK)
         return st;
     char limit[32] = "";
     if (opts != NULL && opts->limit > 0)
         snprintf(limit, sizeof(limit), "%ld", opts->limit);
-    json_t *result = NULL;
     char *cont = NULL;
-    for (unsigned page = 0;; page++) {
+    do {
         const char *q[] = {
             "labelSelector", opts ? opts->label_selector : NULL,
             "fieldSelector", opts ? opts->field_selector : NULL,
@@ -650,50 +648,63 @@ gv_status gv_kube_list(struct gv_kube_client *c, const char *path,
         struct request r = {.method = "GET", .path = path, .query = q, .nquery = 8};
         json_t *pg = NULL;
         st = request_json(c, &r, &pg, err);
+        free(cont);
+        cont = NULL;
         if (st != GV_OK)
-            goto fail;
+            break;
         json_t *items = json_object_get(pg, "items");
-        if (json_is_null(items) || items == NULL) {
-            /* The API omits "items" for empty lists in some encoders. */
-            items = json_array();
-            json_object_set_new(pg, "items", items);
-        }
-        if (!json_is_array(items)) {
+        if (items == NULL || json_is_null(items)) {
+            /* Empty lists may come without "items". */
+            json_object_set_new(pg, "items", json_array());
+        } else if (!json_is_array(items)) {
             json_decref(pg);
             st = gv_error_set(err, GV_EPROTO, "LIST %s: \"items\" is not an array", path);
-            goto fail;
+            break;
         }
-        const char *next =
-            json_string_value(json_object_get(json_object_get(pg, "metadata"), "continue"));
-        free(cont);
-        cont = next != NULL && next[0] != '\0' ? strdup(next) : NULL;
-        if (next != NULL && next[0] != '\0' && cont == NULL) {
+        json_t *md = json_object_get(pg, "metadata");
+        const char *next = json_string_value(json_object_get(md, "continue"));
+        if (next != NULL && next[0] != '\0' && (cont = strdup(next)) == NULL) {
             json_decref(pg);
             st = gv_error_set(err, GV_ENOMEM, "LIST %s: out of memory", path);
-            goto fail;
-        }
-        if (result == NULL) {
-            result = pg;
-        } else {
-            if (json_array_extend(json_object_get(result, "items"), items) != 0) {
-                json_decref(pg);
-                st = gv_error_set(err, GV_ENOMEM, "LIST %s: out of memory", path);
-                goto fail;
-            }
-            json_decref(pg);
-        }
-        if (cont == NULL)
             break;
-    }
-    /* The merged list is complete: drop the last page's continue token. */
-    json_t *md = json_object_get(result, "metadata");
-    if (json_is_object(md))
-        json_object_del(md, "continue");
-    *out = result;
-    return GV_OK;
-fail:
+        }
+        if (json_is_object(md))
+            json_object_del(md, "continue");
+        st = fn(ud, pg, err);
+        json_decref(pg);
+    } while (st == GV_OK && cont != NULL);
     free(cont);
-    json_decref(result);
+    return st;
+}
+
+struct merge {
+    json_t *result;
+};
+
+static gv_status merge_page(void *ud, json_t *page, struct gv_error *err)
+{
+    struct merge *m = ud;
+    if (m->result == NULL) {
+        m->result = json_incref(page);
+        return GV_OK;
+    }
+    if (json_array_extend(json_object_get(m->result, "items"), json_object_get(page, "items")) !=
+        0)
+        return gv_error_set(err, GV_ENOMEM, "LIST: out of memory");
+    return GV_OK;
+}
+
+gv_status gv_kube_list(struct gv_kube_client *c, const char *path,
+                       const struct gv_kube_list_opts *opts, json_t **out,
+                       struct gv_error *err)
+{
+    struct merge m = {NULL};
+    gv_status st = gv_kube_list_pages(c, path, opts, merge_page, &m, err);
+    if (st != GV_OK) {
+        json_decref(m.result);
+        m.result = NULL;
+    }
+    *out = m.result;
     return st;
 }
 

@@ -134,6 +134,18 @@ gv_status gv_kube_get(struct gv_kube_client *c, const char *path, json_t **out,
 gv_status gv_kube_list(struct gv_kube_client *c, const char *path,
                        const struct gv_kube_list_opts *opts, json_t **out, struct gv_error *err);
 
+/*
+ * LIST path page by page (opts->limit per page), calling fn with each page
+ * (borrowed; "items" always an array, no "continue" left in it).  Keeps one
+ * page in memory at a time: what an informer over thousands of objects
+ * needs.  An error from fn stops the listing and is returned.  A continue
+ * token that expired mid-way gives GV_ERANGE: start over.
+ */
+typedef gv_status (*gv_kube_page_fn)(void *ud, json_t *page, struct gv_error *err);
+gv_status gv_kube_list_pages(struct gv_kube_client *c, const char *path,
+                             const struct gv_kube_list_opts *opts, gv_kube_page_fn fn, void *ud,
+                             struct gv_error *err);
+
 /* POST body to path (create; pods/<name>/binding for a Binding).  out may be NULL. */
 gv_status gv_kube_create(struct gv_kube_client *c, const char *path, const json_t *body,
                          json_t **out, struct gv_error *err);
@@ -247,6 +259,16 @@ struct gv_informer_opts {
     long watch_timeout_seconds; /* re-watch period (default 300..600 s, jittered) */
     long backoff_initial_ms;    /* reconnect delay after a failure (default 200) */
     long backoff_max_ms;        /* reconnect delay cap (default 30000) */
+    /*
+     * Optional: returns what to cache for obj (a new reference; may be a
+     * trimmed copy keeping only the fields the daemon reads, which bounds
+     * memory on large clusters), or NULL to leave the object out of the
+     * cache.  Runs on the informer thread before caching and callbacks.
+     * metadata.managedFields is always dropped (nobody here reads it and it
+     * is often the largest part of an object).
+     */
+    json_t *(*transform)(void *ud, json_t *obj);
+    void *transform_ud;
 };
 
 /* path is a collection ("/api/v1/nodes", "/api/v1/pods"); opts may be NULL. */

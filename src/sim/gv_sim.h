@@ -1,0 +1,117 @@
+/*
+ * gpuvisor simulate: replays a cluster trace through the allocation engine
+ * (docs/simulate.md).
+ *
+ * A trace is a node list plus a pod list.  Readers: the Alibaba GPU
+ * cluster trace v2023 ("openb") CSVs, Kubernetes JSON dumps (`kubectl get
+ * nodes|pods -o json`), and a seeded synthetic generator.  gv_sim_run
+ * applies the openb protocol of the FGD artifact (seeded shuffle, inflation
+ * by resampling to a target share of GPU capacity, one attempt per pod, no
+ * departures) and records allocated vs arrived GPU share.
+ */
+#ifndef GV_SIM_H
+#define GV_SIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "alloc/gv_alloc.h"
+#include "common/gv_error.h"
+
+struct gv_sim_trace;
+
+gv_status gv_sim_trace_new(struct gv_sim_trace **out, struct gv_error *err);
+void gv_sim_trace_free(struct gv_sim_trace *t);
+size_t gv_sim_trace_nodes(const struct gv_sim_trace *t);
+size_t gv_sim_trace_pods(const struct gv_sim_trace *t);
+/* Sum over nodes of GPUs x 1000. */
+uint64_t gv_sim_trace_gpu_milli(const struct gv_sim_trace *t);
+/* Sum over pods of GPUs x milli per GPU. */
+uint64_t gv_sim_trace_request_milli(const struct gv_sim_trace *t);
+
+/*
+ * openb CSVs, from memory (name is used in messages) or a file.  Node
+ * columns sn,cpu_milli,memory_mib,gpu,model; pod columns
+ * name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,...] (matched by
+ * header name; extra columns ignored).  Errors name file, line and field;
+ * on error the trace is unchanged.  Pods must be read after nodes: a
+ * gpu_spec naming a model no node has is an error.
+ */
+gv_status gv_sim_parse_openb_nodes(struct gv_sim_trace *t, const char *name, const char *buf,
+                                   size_t len, struct gv_error *err);
+gv_status gv_sim_parse_openb_pods(struct gv_sim_trace *t, const char *name, const char *buf,
+                                  size_t len, struct gv_error *err);
+/* Kubernetes List JSON (items[] of Node / Pod objects). */
+gv_status gv_sim_parse_k8s_nodes(struct gv_sim_trace *t, const char *name, const char *buf,
+                                 size_t len, struct gv_error *err);
+gv_status gv_sim_parse_k8s_pods(struct gv_sim_trace *t, const char *name, const char *buf,
+                                size_t len, struct gv_error *err);
+/* Reads path and picks the format: JSON when it starts with '{', else CSV. */
+gv_status gv_sim_load_nodes(struct gv_sim_trace *t, const char *path, struct gv_error *err);
+gv_status gv_sim_load_pods(struct gv_sim_trace *t, const char *path, struct gv_error *err);
+
+/*
+ * Synthetic cluster and workload (shape in docs/simulate.md).  spec is
+ * "default" or a comma list of key=value overriding it: nodes=N, pods=N,
+ * frac=P (share of fractional-GPU pods, percent), multi=P (multi-GPU),
+ * cpu=P (CPU-only); whole-GPU single pods take the rest.
+ */
+gv_status gv_sim_synthetic(struct gv_sim_trace *t, const char *spec, uint64_t seed,
+                           struct gv_error *err);
+
+/* One replay's curve: allocated GPU share at arrived share 0,1,..,max %. */
+struct gv_sim_curve {
+    uint32_t n;            /* points: index i = arrived i % */
+    double *allocated;     /* % of GPU capacity allocated when arrived first reached i % */
+    uint64_t arrivals, placed, failed;
+    double seconds;        /* wall time of the replay */
+};
+
+void gv_sim_curve_free(struct gv_sim_curve *c);
+
+/* Replays t under policy with the openb protocol; inflate is the target
+ * arrived share (1.3 = 130 %). */
+gv_status gv_sim_run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint64_t seed,
+                     double inflate, struct gv_sim_curve *out, struct gv_error *err);
+
+/* Seeded PRNG shared by the generator and the protocol (xoshiro256**). */
+struct gv_sim_rng {
+    uint64_t s[4];
+};
+void gv_sim_rng_seed(struct gv_sim_rng *r, uint64_t seed);
+uint64_t gv_sim_rng_next(struct gv_sim_rng *r);
+/* Uniform in [0, n). */
+uint64_t gv_sim_rng_below(struct gv_sim_rng *r, uint64_t n);
+
+/* --- reports ------------------------------------------------------------ */
+
+/* Results of every (policy, seed) replay, for the table, CSV and plot. */
+struct gv_sim_report {
+    uint32_t n_policies, n_seeds;
+    gv_alloc_policy policies[GV_ALLOC_POLICY_COUNT];
+    uint64_t *seeds;
+    struct gv_sim_curve *curves; /* [policy * n_seeds + seed] */
+    uint32_t max_pct;            /* last arrived % on the grid */
+};
+
+/* Growable text buffer the report writers fill. */
+struct gv_sim_buf {
+    char *data;
+    size_t len, cap;
+    bool oom;
+};
+void gv_sim_buf_printf(struct gv_sim_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void gv_sim_buf_free(struct gv_sim_buf *b);
+
+/* Mean and sample sd over seeds of the unallocated % at 100 % arrived. */
+void gv_sim_headline(const struct gv_sim_report *r, uint32_t policy_idx, double *mean, double *sd);
+/* Table (mean +- sd at arrived 80..max step 10) plus the summary line. */
+void gv_sim_report_table(const struct gv_sim_report *r, const char *title, struct gv_sim_buf *b);
+/* policy,seed,arrived_pct,allocated_pct rows. */
+void gv_sim_report_csv(const struct gv_sim_report *r, struct gv_sim_buf *b);
+/* SVG line chart: allocated % vs arrived %, one line per policy (seed mean). */
+void gv_sim_report_svg(const struct gv_sim_report *r, const char *title, struct gv_sim_buf *b);
+
+#endif

@@ -1,0 +1,156 @@
+/*
+ * The openb replay protocol (as in the FGD paper's artifact):
+ *   1. shuffle the trace's pods with the seed;
+ *   2. keep drawing pods - the shuffled trace first, then uniform resamples
+ *      with replacement - until the arrived GPU request reaches
+ *      inflate x capacity;
+ *   3. each pod gets one scheduling attempt, nothing ever departs;
+ *   4. after every arrival record allocated vs arrived GPU share.
+ * The engine learns the workload online: every arrival is observed before
+ * it is placed, exactly as the scheduler does with a new pod.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sim/sim_internal.h"
+
+static uint64_t splitmix(uint64_t *x)
+{
+    uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+void gv_sim_rng_seed(struct gv_sim_rng *r, uint64_t seed)
+{
+    for (int i = 0; i < 4; i++)
+        r->s[i] = splitmix(&seed);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t gv_sim_rng_next(struct gv_sim_rng *r)
+{
+    uint64_t *s = r->s;
+    uint64_t out = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return out;
+}
+
+uint64_t gv_sim_rng_below(struct gv_sim_rng *r, uint64_t n)
+{
+    /* rejection sampling: no modulo bias */
+    uint64_t lim = UINT64_MAX - UINT64_MAX % n;
+    uint64_t x;
+    do
+        x = gv_sim_rng_next(r);
+    while (x >= lim);
+    return x % n;
+}
+
+void gv_sim_curve_free(struct gv_sim_curve *c)
+{
+    free(c->allocated);
+    memset(c, 0, sizeof(*c));
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static gv_alloc_gpu_policy gpu_policy_for(gv_alloc_policy p)
+{
+    return p == GV_ALLOC_POLICY_SPREAD ? GV_ALLOC_GPU_SPREAD : GV_ALLOC_GPU_BINPACK;
+}
+
+gv_status gv_sim_run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint64_t seed,
+                     double inflate, struct gv_sim_curve *out, struct gv_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    uint64_t cap = gv_sim_trace_gpu_milli(t);
+    if (cap == 0)
+        return gv_error_set(err, GV_EINVAL, "the cluster has no GPUs");
+    if (gv_sim_trace_request_milli(t) == 0)
+        return gv_error_set(err, GV_EINVAL, "the workload requests no GPUs");
+    if (!(inflate > 0 && inflate <= 10))
+        return gv_error_set(err, GV_EINVAL, "inflate %.3g outside (0, 10]", inflate);
+    double t0 = now();
+    gv_status rc;
+    struct gv_alloc_config cfg;
+    gv_alloc_config_default(&cfg);
+    cfg.node_policy = policy;
+    cfg.gpu_policy = gpu_policy_for(policy);
+    struct gv_alloc_cluster *c = NULL;
+    size_t *order = malloc(t->n_pods * sizeof(*order));
+    struct gv_alloc_assignment *a = malloc(sizeof(*a));
+    out->n = (uint32_t)floor(inflate * 100.0 + 1e-9) + 1;
+    out->allocated = calloc(out->n, sizeof(*out->allocated));
+    if (order == NULL || a == NULL || out->allocated == NULL) {
+        rc = gv_error_set(err, GV_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if ((rc = gv_alloc_cluster_new(&cfg, &c, err)) != GV_OK)
+        goto fail;
+    for (size_t i = 0; i < t->n_nodes; i++)
+        if ((rc = gv_alloc_node_upsert(c, &t->nodes[i].spec, err)) != GV_OK)
+            goto fail;
+    struct gv_sim_rng rng;
+    gv_sim_rng_seed(&rng, seed);
+    for (size_t i = 0; i < t->n_pods; i++)
+        order[i] = i;
+    for (size_t i = t->n_pods; i > 1; i--) {
+        size_t j = (size_t)gv_sim_rng_below(&rng, i);
+        size_t x = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = x;
+    }
+    double target = inflate * (double)cap;
+    uint64_t arrived = 0, allocated = 0;
+    uint32_t next = 0;
+    out->allocated[next++] = 0.0;
+    for (uint64_t k = 0; (double)arrived < target; k++) {
+        struct gv_alloc_request *r =
+            t->pods[k < t->n_pods ? order[k] : (size_t)gv_sim_rng_below(&rng, t->n_pods)];
+        snprintf(r->uid, sizeof(r->uid), "a%llu", (unsigned long long)k);
+        gv_alloc_observe(c, r);
+        uint64_t milli = sim_pod_milli(r);
+        out->arrivals++;
+        if (gv_alloc_pick(c, r, NULL, 0, a, NULL) == GV_OK &&
+            gv_alloc_place(c, r, a, NULL) == GV_OK) {
+            out->placed++;
+            allocated += milli;
+        } else {
+            out->failed++;
+        }
+        arrived += milli;
+        double pct = (double)arrived * 100.0 / (double)cap;
+        while (next < out->n && (double)next <= pct + 1e-9)
+            out->allocated[next++] = (double)allocated * 100.0 / (double)cap;
+    }
+    while (next < out->n)
+        out->allocated[next++] = (double)allocated * 100.0 / (double)cap;
+    out->seconds = now() - t0;
+    gv_alloc_cluster_free(c);
+    free(order);
+    free(a);
+    return GV_OK;
+fail:
+    gv_alloc_cluster_free(c);
+    free(order);
+    free(a);
+    gv_sim_curve_free(out);
+    return rc;
+}

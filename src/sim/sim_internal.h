@@ -1,0 +1,28 @@
+/* Internal structures of the simulator (not part of the API). */
+#ifndef GV_SIM_INTERNAL_H
+#define GV_SIM_INTERNAL_H
+
+#include "sim/gv_sim.h"
+
+struct sim_node {
+    struct gv_alloc_node_spec spec; /* owns name, gpus and their strings */
+};
+
+struct gv_sim_trace {
+    struct sim_node *nodes;
+    size_t n_nodes, cap_nodes;
+    struct gv_alloc_request **pods; /* templates; uid set per arrival */
+    size_t n_pods, cap_pods;
+};
+
+gv_status sim_add_node(struct gv_sim_trace *t, const char *name, int64_t cpu, int64_t mem,
+                       uint32_t n_gpus, const char *model, uint64_t gpu_mem,
+                       struct gv_error *err);
+/* Takes ownership of r (freed on failure). */
+gv_status sim_add_pod(struct gv_sim_trace *t, struct gv_alloc_request *r, struct gv_error *err);
+/* Frees every node and pod (the trace becomes empty). */
+void sim_trace_clear(struct gv_sim_trace *t);
+/* GPU request of a pod in milli (GPUs x share). */
+uint64_t sim_pod_milli(const struct gv_alloc_request *r);
+
+#endif

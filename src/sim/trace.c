@@ -1,0 +1,605 @@
+/*
+ * Trace storage and readers (openb CSV, Kubernetes JSON).  Readers parse
+ * into a scratch trace and move it into place only when the whole input is
+ * good, so a bad file leaves nothing half-loaded.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <jansson.h>
+
+#include "common/gv_file.h"
+#include "contracts/podspec.h"
+#include "sim/sim_internal.h"
+
+gv_status gv_sim_trace_new(struct gv_sim_trace **out, struct gv_error *err)
+{
+    *out = calloc(1, sizeof(**out));
+    return *out ? GV_OK : gv_error_set(err, GV_ENOMEM, "out of memory");
+}
+
+static void node_free(struct sim_node *n)
+{
+    for (size_t i = 0; i < n->spec.n_gpus; i++) {
+        free((char *)n->spec.gpus[i].uuid);
+        free((char *)n->spec.gpus[i].model);
+    }
+    free((struct gv_alloc_gpu_spec *)n->spec.gpus);
+    free((char *)n->spec.name);
+}
+
+void sim_trace_clear(struct gv_sim_trace *t)
+{
+    for (size_t i = 0; i < t->n_nodes; i++)
+        node_free(&t->nodes[i]);
+    free(t->nodes);
+    for (size_t i = 0; i < t->n_pods; i++)
+        gv_alloc_request_free(t->pods[i]);
+    free(t->pods);
+    memset(t, 0, sizeof(*t));
+}
+
+void gv_sim_trace_free(struct gv_sim_trace *t)
+{
+    if (t == NULL)
+        return;
+    sim_trace_clear(t);
+    free(t);
+}
+
+size_t gv_sim_trace_nodes(const struct gv_sim_trace *t) { return t->n_nodes; }
+size_t gv_sim_trace_pods(const struct gv_sim_trace *t) { return t->n_pods; }
+
+uint64_t gv_sim_trace_gpu_milli(const struct gv_sim_trace *t)
+{
+    uint64_t m = 0;
+    for (size_t i = 0; i < t->n_nodes; i++)
+        m += (uint64_t)t->nodes[i].spec.n_gpus * GV_ALLOC_MILLI;
+    return m;
+}
+
+uint64_t sim_pod_milli(const struct gv_alloc_request *r)
+{
+    uint64_t m = 0;
+    for (uint32_t i = 0; i < r->n_containers; i++) {
+        /* a request without a compute share still occupies its GPUs'
+         * memory: count it as a whole GPU when it takes all the memory */
+        uint32_t milli = r->containers[i].milli;
+        if (milli == 0 && r->containers[i].mem_kind == GV_ALLOC_MEM_PCT &&
+            r->containers[i].mem >= 100)
+            milli = GV_ALLOC_MILLI;
+        m += (uint64_t)r->containers[i].num_gpu * milli;
+    }
+    return m;
+}
+
+uint64_t gv_sim_trace_request_milli(const struct gv_sim_trace *t)
+{
+    uint64_t m = 0;
+    for (size_t i = 0; i < t->n_pods; i++)
+        m += sim_pod_milli(t->pods[i]);
+    return m;
+}
+
+/* --- building blocks ----------------------------------------------------- */
+
+gv_status sim_add_node(struct gv_sim_trace *t, const char *name, int64_t cpu, int64_t mem,
+                       uint32_t n_gpus, const char *model, uint64_t gpu_mem,
+                       struct gv_error *err)
+{
+    if (t->n_nodes == t->cap_nodes) {
+        size_t ncap = t->cap_nodes ? t->cap_nodes * 2 : 256;
+        struct sim_node *nn = realloc(t->nodes, ncap * sizeof(*nn));
+        if (nn == NULL)
+            return gv_error_set(err, GV_ENOMEM, "out of memory");
+        t->nodes = nn;
+        t->cap_nodes = ncap;
+    }
+    struct sim_node *n = &t->nodes[t->n_nodes];
+    memset(n, 0, sizeof(*n));
+    struct gv_alloc_gpu_spec *g = calloc(n_gpus ? n_gpus : 1, sizeof(*g));
+    char *nm = strdup(name);
+    if (g == NULL || nm == NULL) {
+        free(g);
+        free(nm);
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    }
+    n->spec = (struct gv_alloc_node_spec){nm, cpu, mem, NULL, 0, g, 0};
+    for (uint32_t i = 0; i < n_gpus; i++) {
+        char uuid[GV_ALLOC_UUID_MAX];
+        snprintf(uuid, sizeof(uuid), "%.80s-gpu%u", name, i);
+        g[i] = (struct gv_alloc_gpu_spec){strdup(uuid), i, strdup(model), gpu_mem, 0,
+                                          (int32_t)(i * 2 / (n_gpus ? n_gpus : 1)), true,
+                                          GV_ALLOC_GPU_SHARED};
+        n->spec.n_gpus = i + 1;
+        if (g[i].uuid == NULL || g[i].model == NULL) {
+            node_free(n);
+            return gv_error_set(err, GV_ENOMEM, "out of memory");
+        }
+    }
+    t->n_nodes++;
+    return GV_OK;
+}
+
+gv_status sim_add_pod(struct gv_sim_trace *t, struct gv_alloc_request *r, struct gv_error *err)
+{
+    if (t->n_pods == t->cap_pods) {
+        size_t ncap = t->cap_pods ? t->cap_pods * 2 : 1024;
+        struct gv_alloc_request **np = realloc(t->pods, ncap * sizeof(*np));
+        if (np == NULL) {
+            gv_alloc_request_free(r);
+            return gv_error_set(err, GV_ENOMEM, "out of memory");
+        }
+        t->pods = np;
+        t->cap_pods = ncap;
+    }
+    t->pods[t->n_pods++] = r;
+    return GV_OK;
+}
+
+/* Appends src's nodes and pods to dst (src is left empty). */
+static gv_status trace_move(struct gv_sim_trace *dst, struct gv_sim_trace *src,
+                            struct gv_error *err)
+{
+    if (dst->n_nodes == 0 && dst->n_pods == 0) {
+        *dst = *src;
+        memset(src, 0, sizeof(*src));
+        return GV_OK;
+    }
+    size_t nn = dst->n_nodes + src->n_nodes, np = dst->n_pods + src->n_pods;
+    if (nn > dst->cap_nodes) {
+        struct sim_node *x = realloc(dst->nodes, nn * sizeof(*x));
+        if (x == NULL)
+            return gv_error_set(err, GV_ENOMEM, "out of memory");
+        dst->nodes = x;
+        dst->cap_nodes = nn;
+    }
+    if (np > dst->cap_pods) {
+        struct gv_alloc_request **x = realloc(dst->pods, np * sizeof(*x));
+        if (x == NULL)
+            return gv_error_set(err, GV_ENOMEM, "out of memory");
+        dst->pods = x;
+        dst->cap_pods = np;
+    }
+    memcpy(dst->nodes + dst->n_nodes, src->nodes, src->n_nodes * sizeof(*src->nodes));
+    memcpy(dst->pods + dst->n_pods, src->pods, src->n_pods * sizeof(*src->pods));
+    dst->n_nodes = nn;
+    dst->n_pods = np;
+    src->n_nodes = src->n_pods = 0;
+    sim_trace_clear(src);
+    return GV_OK;
+}
+
+static bool model_known(const struct gv_sim_trace *t, const char *model, size_t len)
+{
+    for (size_t i = 0; i < t->n_nodes; i++)
+        for (size_t g = 0; g < t->nodes[i].spec.n_gpus; g++) {
+            const char *m = t->nodes[i].spec.gpus[g].model;
+            if (strlen(m) == len && strncasecmp(m, model, len) == 0)
+                return true;
+        }
+    return false;
+}
+
+/* First entry of a normalised type list that no node's model contains. */
+static const char *unknown_type(const struct gv_sim_trace *t, const char *list)
+{
+    for (const char *p = list; p != NULL && *p != '\0';) {
+        size_t n = strcspn(p, ",");
+        bool found = false;
+        for (size_t i = 0; i < t->n_nodes && !found; i++)
+            for (size_t g = 0; g < t->nodes[i].spec.n_gpus && !found; g++) {
+                const char *m = t->nodes[i].spec.gpus[g].model;
+                for (size_t k = 0; m[k] != '\0' && !found; k++)
+                    found = strncasecmp(m + k, p, n) == 0 && strlen(m + k) >= n;
+            }
+        if (!found)
+            return p;
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    return NULL;
+}
+
+/* --- openb CSV ----------------------------------------------------------- */
+
+#define CSV_MAX_FIELDS 32
+
+struct csv {
+    const char *name;
+    const char *p, *end;
+    size_t line;
+    char buf[4096];
+    char *f[CSV_MAX_FIELDS];
+    size_t nf;
+};
+
+/* Next non-empty line split on commas; false at end of input. */
+static gv_status csv_next(struct csv *c, bool *more, struct gv_error *err)
+{
+    for (;;) {
+        if (c->p >= c->end) {
+            *more = false;
+            return GV_OK;
+        }
+        const char *nl = memchr(c->p, '\n', (size_t)(c->end - c->p));
+        const char *e = nl != NULL ? nl : c->end;
+        size_t len = (size_t)(e - c->p);
+        c->line++;
+        if (len > 0 && c->p[len - 1] == '\r')
+            len--;
+        if (len >= sizeof(c->buf))
+            return gv_error_set(err, GV_EPARSE, "%s:%zu: line longer than %zu bytes", c->name,
+                                c->line, sizeof(c->buf) - 1);
+        memcpy(c->buf, c->p, len);
+        c->buf[len] = '\0';
+        c->p = nl != NULL ? nl + 1 : c->end;
+        if (memchr(c->buf, '\0', len) != NULL)
+            return gv_error_set(err, GV_EPARSE, "%s:%zu: NUL byte in line", c->name, c->line);
+        if (len == 0)
+            continue;
+        c->nf = 0;
+        char *s = c->buf;
+        for (;;) {
+            if (c->nf == CSV_MAX_FIELDS)
+                return gv_error_set(err, GV_EPARSE, "%s:%zu: more than %d fields", c->name,
+                                    c->line, CSV_MAX_FIELDS);
+            c->f[c->nf++] = s;
+            char *comma = strchr(s, ',');
+            if (comma == NULL)
+                break;
+            *comma = '\0';
+            s = comma + 1;
+        }
+        *more = true;
+        return GV_OK;
+    }
+}
+
+/* Column index of each wanted header name (-1 if optional and absent). */
+static gv_status csv_header(struct csv *c, const char *const *want, size_t n_want,
+                            size_t n_required, int *idx, size_t *ncols, struct gv_error *err)
+{
+    bool more;
+    gv_status rc = csv_next(c, &more, err);
+    if (rc != GV_OK)
+        return rc;
+    if (!more)
+        return gv_error_set(err, GV_EPARSE, "%s: empty file (expected a header line)", c->name);
+    for (size_t w = 0; w < n_want; w++) {
+        idx[w] = -1;
+        for (size_t i = 0; i < c->nf; i++)
+            if (strcmp(c->f[i], want[w]) == 0)
+                idx[w] = (int)i;
+        if (idx[w] < 0 && w < n_required)
+            return gv_error_set(err, GV_EPARSE, "%s:%zu: missing column \"%s\"", c->name,
+                                c->line, want[w]);
+    }
+    *ncols = c->nf;
+    return GV_OK;
+}
+
+static gv_status csv_uint(const struct csv *c, int col, const char *field, uint64_t max,
+                          uint64_t *out, struct gv_error *err)
+{
+    const char *s = c->f[col];
+    uint64_t v = 0;
+    if (*s == '\0')
+        return gv_error_set(err, GV_EPARSE, "%s:%zu: field %s: empty", c->name, c->line, field);
+    if (*s == '-')
+        return gv_error_set(err, GV_EPARSE, "%s:%zu: field %s: negative value \"%.32s\"",
+                            c->name, c->line, field, s);
+    for (const char *p = s; *p != '\0'; p++) {
+        if (*p < '0' || *p > '9')
+            return gv_error_set(err, GV_EPARSE, "%s:%zu: field %s: \"%.32s\" is not a number",
+                                c->name, c->line, field, s);
+        v = v * 10 + (uint64_t)(*p - '0');
+        if (v > max)
+            return gv_error_set(err, GV_EPARSE, "%s:%zu: field %s: %.32s is above %llu",
+                                c->name, c->line, field, s, (unsigned long long)max);
+    }
+    *out = v;
+    return GV_OK;
+}
+
+static gv_status csv_fields(const struct csv *c, size_t ncols, struct gv_error *err)
+{
+    if (c->nf != ncols)
+        return gv_error_set(err, GV_EPARSE, "%s:%zu: %zu fields, header has %zu", c->name,
+                            c->line, c->nf, ncols);
+    return GV_OK;
+}
+
+#define CPU_MAX (UINT64_C(1) << 40)
+#define MEM_MAX (UINT64_C(1) << 40)
+
+gv_status gv_sim_parse_openb_nodes(struct gv_sim_trace *t, const char *name, const char *buf,
+                                   size_t len, struct gv_error *err)
+{
+    static const char *const cols[] = {"sn", "cpu_milli", "memory_mib", "gpu", "model"};
+    struct csv *c = calloc(1, sizeof(*c));
+    struct gv_sim_trace tmp = {0};
+    gv_status rc = GV_OK;
+    if (c == NULL)
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    *c = (struct csv){.name = name, .p = buf, .end = buf + len};
+    int idx[5];
+    size_t ncols;
+    if ((rc = csv_header(c, cols, 5, 5, idx, &ncols, err)) != GV_OK)
+        goto done;
+    for (;;) {
+        bool more;
+        if ((rc = csv_next(c, &more, err)) != GV_OK)
+            goto done;
+        if (!more)
+            break;
+        uint64_t cpu, mem, gpus;
+        if ((rc = csv_fields(c, ncols, err)) || (rc = csv_uint(c, idx[1], cols[1], CPU_MAX, &cpu, err)) ||
+            (rc = csv_uint(c, idx[2], cols[2], MEM_MAX, &mem, err)) ||
+            (rc = csv_uint(c, idx[3], cols[3], GV_ALLOC_MAX_NODE_GPUS, &gpus, err)))
+            goto done;
+        const char *sn = c->f[idx[0]], *model = c->f[idx[4]];
+        if (*sn == '\0' || strlen(sn) >= 200) {
+            rc = gv_error_set(err, GV_EPARSE, "%s:%zu: field sn: empty or too long", name,
+                              c->line);
+            goto done;
+        }
+        if (gpus > 0 && (*model == '\0' || strlen(model) >= GV_ALLOC_MODEL_MAX)) {
+            rc = gv_error_set(err, GV_EPARSE, "%s:%zu: field model: %s for a GPU node", name,
+                              c->line, *model ? "too long" : "empty");
+            goto done;
+        }
+        for (size_t i = 0; i < t->n_nodes + tmp.n_nodes; i++) {
+            const struct sim_node *o = i < t->n_nodes ? &t->nodes[i] : &tmp.nodes[i - t->n_nodes];
+            if (strcmp(o->spec.name, sn) == 0) {
+                rc = gv_error_set(err, GV_EPARSE, "%s:%zu: field sn: duplicate node \"%s\"", name,
+                                  c->line, sn);
+                goto done;
+            }
+        }
+        if ((rc = sim_add_node(&tmp, sn, (int64_t)cpu, (int64_t)mem, (uint32_t)gpus, model, 0,
+                               err)) != GV_OK)
+            goto done;
+    }
+    if (tmp.n_nodes == 0) {
+        rc = gv_error_set(err, GV_EPARSE, "%s: no nodes (only a header)", name);
+        goto done;
+    }
+    rc = trace_move(t, &tmp, err);
+done:
+    sim_trace_clear(&tmp);
+    free(c);
+    return rc;
+}
+
+/* Converts "A|B" into the engine's use-gputype list after checking each
+ * model exists in the cluster. */
+static gv_status openb_spec(const struct gv_sim_trace *t, const struct csv *c, const char *spec,
+                            struct gv_alloc_request *r, struct gv_error *err)
+{
+    char list[1024];
+    size_t o = 0;
+    const char *p = spec;
+    while (*p != '\0') {
+        const char *bar = strchr(p, '|');
+        size_t n = bar != NULL ? (size_t)(bar - p) : strlen(p);
+        if (n == 0 || !model_known(t, p, n))
+            return gv_error_set(err, GV_EPARSE,
+                                "%s:%zu: field gpu_spec: unknown GPU model \"%.*s\" (no node has it)",
+                                c->name, c->line, (int)(n > 64 ? 64 : n), p);
+        if (o + n + 2 >= sizeof(list))
+            return gv_error_set(err, GV_EPARSE, "%s:%zu: field gpu_spec: too long", c->name,
+                                c->line);
+        if (o > 0)
+            list[o++] = ',';
+        memcpy(list + o, p, n);
+        o += n;
+        p = bar != NULL ? bar + 1 : p + n;
+        if (bar != NULL && *p == '\0')
+            return gv_error_set(err, GV_EPARSE, "%s:%zu: field gpu_spec: empty model after '|'",
+                                c->name, c->line);
+    }
+    list[o] = '\0';
+    return gv_alloc_request_set_constraint(r, GV_ALLOC_USE_TYPE, list, err);
+}
+
+gv_status gv_sim_parse_openb_pods(struct gv_sim_trace *t, const char *name, const char *buf,
+                                  size_t len, struct gv_error *err)
+{
+    static const char *const cols[] = {"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli",
+                                       "gpu_spec"};
+    struct csv *c = calloc(1, sizeof(*c));
+    struct gv_sim_trace tmp = {0};
+    gv_status rc = GV_OK;
+    if (c == NULL)
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    *c = (struct csv){.name = name, .p = buf, .end = buf + len};
+    int idx[6];
+    size_t ncols;
+    if ((rc = csv_header(c, cols, 6, 5, idx, &ncols, err)) != GV_OK)
+        goto done;
+    for (;;) {
+        bool more;
+        if ((rc = csv_next(c, &more, err)) != GV_OK)
+            goto done;
+        if (!more)
+            break;
+        uint64_t cpu, mem, ngpu, milli;
+        if ((rc = csv_fields(c, ncols, err)) ||
+            (rc = csv_uint(c, idx[1], cols[1], CPU_MAX, &cpu, err)) ||
+            (rc = csv_uint(c, idx[2], cols[2], MEM_MAX, &mem, err)) ||
+            (rc = csv_uint(c, idx[3], cols[3], GV_ALLOC_MAX_DEVICES, &ngpu, err)) ||
+            (rc = csv_uint(c, idx[4], cols[4], GV_ALLOC_MILLI, &milli, err)))
+            goto done;
+        if ((ngpu == 0) != (milli == 0)) {
+            rc = gv_error_set(err, GV_EPARSE, "%s:%zu: field gpu_milli: %llu with num_gpu %llu",
+                              name, c->line, (unsigned long long)milli, (unsigned long long)ngpu);
+            goto done;
+        }
+        if (ngpu > 1 && milli != GV_ALLOC_MILLI) {
+            rc = gv_error_set(err, GV_EPARSE,
+                              "%s:%zu: field gpu_milli: multi-GPU pods take whole GPUs (1000), got %llu",
+                              name, c->line, (unsigned long long)milli);
+            goto done;
+        }
+        struct gv_alloc_request *r;
+        if ((rc = gv_alloc_request_new(&r, err)) != GV_OK)
+            goto done;
+        snprintf(r->name, sizeof(r->name), "%s", c->f[idx[0]]);
+        r->cpu_milli = (int64_t)cpu;
+        r->mem_mib = (int64_t)mem;
+        if (ngpu > 0) {
+            r->n_containers = 1;
+            snprintf(r->containers[0].name, sizeof(r->containers[0].name), "main");
+            r->containers[0].num_gpu = (uint32_t)ngpu;
+            r->containers[0].mem_kind = GV_ALLOC_MEM_MIB;
+            r->containers[0].mem = 0;
+            r->containers[0].milli = (uint32_t)milli;
+            r->containers[0].priority = -1;
+        }
+        const char *spec = idx[5] >= 0 ? c->f[idx[5]] : "";
+        if (*spec != '\0' && (rc = openb_spec(t, c, spec, r, err)) != GV_OK) {
+            gv_alloc_request_free(r);
+            goto done;
+        }
+        if ((rc = sim_add_pod(&tmp, r, err)) != GV_OK)
+            goto done;
+    }
+    if (tmp.n_pods == 0) {
+        rc = gv_error_set(err, GV_EPARSE, "%s: no pods (only a header)", name);
+        goto done;
+    }
+    rc = trace_move(t, &tmp, err);
+done:
+    sim_trace_clear(&tmp);
+    free(c);
+    return rc;
+}
+
+/* --- Kubernetes JSON ----------------------------------------------------- */
+
+static gv_status k8s_items(const char *name, const char *buf, size_t len, json_t **root,
+                           json_t **items, struct gv_error *err)
+{
+    json_error_t je;
+    *root = json_loadb(buf, len, 0, &je);
+    if (*root == NULL)
+        return gv_error_set(err, GV_EPARSE, "%s:%d: column %d: %s", name, je.line, je.column,
+                            je.text);
+    *items = json_object_get(*root, "items");
+    if (!json_is_array(*items)) {
+        json_decref(*root);
+        return gv_error_set(err, GV_EPARSE, "%s: field items: expected an array (a List)", name);
+    }
+    if (json_array_size(*items) == 0) {
+        json_decref(*root);
+        return gv_error_set(err, GV_EPARSE, "%s: field items: empty list", name);
+    }
+    return GV_OK;
+}
+
+gv_status gv_sim_parse_k8s_nodes(struct gv_sim_trace *t, const char *name, const char *buf,
+                                 size_t len, struct gv_error *err)
+{
+    json_t *root, *items;
+    gv_status rc = k8s_items(name, buf, len, &root, &items, err);
+    if (rc != GV_OK)
+        return rc;
+    struct gv_sim_trace tmp = {0};
+    for (size_t i = 0; i < json_array_size(items) && rc == GV_OK; i++) {
+        struct gv_podspec_node *n = NULL;
+        rc = gv_podspec_node(json_array_get(items, i), &n, err);
+        if (rc != GV_OK) {
+            gv_error_prefix(err, "%s: items[%zu]", name, i);
+            break;
+        }
+        const struct gv_alloc_gpu_spec *g = n->spec.gpus;
+        rc = sim_add_node(&tmp, n->spec.name, n->spec.cpu_milli, n->spec.mem_mib,
+                          (uint32_t)n->spec.n_gpus, n->spec.n_gpus ? g[0].model : "",
+                          n->spec.n_gpus ? g[0].mem_mib : 0, err);
+        gv_podspec_node_free(n);
+    }
+    if (rc == GV_OK)
+        rc = trace_move(t, &tmp, err);
+    sim_trace_clear(&tmp);
+    json_decref(root);
+    return rc;
+}
+
+gv_status gv_sim_parse_k8s_pods(struct gv_sim_trace *t, const char *name, const char *buf,
+                                size_t len, struct gv_error *err)
+{
+    json_t *root, *items;
+    gv_status rc = k8s_items(name, buf, len, &root, &items, err);
+    if (rc != GV_OK)
+        return rc;
+    struct gv_alloc_config cfg;
+    gv_alloc_config_default(&cfg);
+    struct gv_sim_trace tmp = {0};
+    for (size_t i = 0; i < json_array_size(items) && rc == GV_OK; i++) {
+        json_t *pod = json_array_get(items, i);
+        const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"),
+                                                              "phase"));
+        /* finished pods hold nothing */
+        if (phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0))
+            continue;
+        struct gv_alloc_request *r = NULL;
+        rc = gv_podspec_request(&cfg, pod, &r, err);
+        if (rc != GV_OK) {
+            gv_error_prefix(err, "%s: items[%zu]", name, i);
+            break;
+        }
+        const char *bad = unknown_type(t, r->constraint[GV_ALLOC_USE_TYPE]);
+        if (bad != NULL) {
+            rc = gv_error_set(err, GV_EPARSE,
+                              "%s: items[%zu]: use-gputype: no node has a GPU model matching "
+                              "\"%.*s\"",
+                              name, i, (int)strcspn(bad, ","), bad);
+            gv_alloc_request_free(r);
+            break;
+        }
+        rc = sim_add_pod(&tmp, r, err);
+    }
+    if (rc == GV_OK && tmp.n_pods == 0)
+        rc = gv_error_set(err, GV_EPARSE, "%s: no running or pending pods", name);
+    if (rc == GV_OK)
+        rc = trace_move(t, &tmp, err);
+    sim_trace_clear(&tmp);
+    json_decref(root);
+    return rc;
+}
+
+static gv_status load(struct gv_sim_trace *t, const char *path, bool nodes, struct gv_error *err)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    gv_status rc = gv_file_read_all(path, &buf, &len, err);
+    if (rc != GV_OK)
+        return rc;
+    size_t i = 0;
+    while (i < len && isspace((unsigned char)buf[i]))
+        i++;
+    bool json = i < len && buf[i] == '{';
+    if (json)
+        rc = nodes ? gv_sim_parse_k8s_nodes(t, path, buf, len, err)
+                   : gv_sim_parse_k8s_pods(t, path, buf, len, err);
+    else
+        rc = nodes ? gv_sim_parse_openb_nodes(t, path, buf, len, err)
+                   : gv_sim_parse_openb_pods(t, path, buf, len, err);
+    free(buf);
+    return rc;
+}
+
+gv_status gv_sim_load_nodes(struct gv_sim_trace *t, const char *path, struct gv_error *err)
+{
+    return load(t, path, true, err);
+}
+
+gv_status gv_sim_load_pods(struct gv_sim_trace *t, const char *path, struct gv_error *err)
+{
+    return load(t, path, false, err);
+}
