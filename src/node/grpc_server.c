@@ -313,23 +313,12 @@ static gv_status collect_msg(const uint8_t *msg, size_t len, void *ud, struct gv
     return GV_OK;
 }
 
+/* Whole request received: answer a rejected call, or run the handler. */
 static void dispatch(struct gv_grpc_call *call)
 {
     if (call->dispatched || call->finished)
         return;
     call->dispatched = true;
-    if (call->n_req != 1 || !gv_grpc_framer_idle(&call->framer)) {
-        gv_grpc_call_finish(call, GV_GRPC_INTERNAL,
-                            "request stream ended without exactly one complete message");
-        return;
-    }
-    call->method->handler(call, call->req, call->req_len, call->conn->srv->ud);
-}
-
-/* Request headers complete: route, or reject before any body arrives. */
-static void begin_call(struct gv_grpc_call *call)
-{
-    struct gv_grpc_server *srv = call->conn->srv;
     if (call->bad_method || call->bad_content_type) {
         nghttp2_nv hdrs[] = {NV(":status", "415"), NV("content-type", "text/plain")};
         if (call->bad_method)
@@ -338,16 +327,34 @@ static void begin_call(struct gv_grpc_call *call)
         nghttp2_submit_response(call->conn->session, call->stream_id, hdrs, 2, NULL);
         return;
     }
-    for (size_t i = 0; i < srv->n_methods; i++)
-        if (strcmp(srv->methods[i].path, call->path) == 0)
-            call->method = &srv->methods[i];
     if (call->method == NULL) {
         char msg[300];
         snprintf(msg, sizeof(msg), "unknown method %s", call->path);
         gv_grpc_call_finish(call, GV_GRPC_UNIMPLEMENTED, msg);
         return;
     }
-    if (call->timeout_ms >= 0)
+    if (call->n_req != 1 || !gv_grpc_framer_idle(&call->framer)) {
+        gv_grpc_call_finish(call, GV_GRPC_INTERNAL,
+                            "request stream ended without exactly one complete message");
+        return;
+    }
+    call->method->handler(call, call->req, call->req_len, call->conn->srv->ud);
+}
+
+/*
+ * Request headers complete: route and arm the deadline.  A call that cannot
+ * be served is answered once the client has sent its whole request: some
+ * clients (curl 7.88) never finish a stream whose response came first.
+ */
+static void begin_call(struct gv_grpc_call *call)
+{
+    struct gv_grpc_server *srv = call->conn->srv;
+    if (call->bad_method || call->bad_content_type)
+        return;
+    for (size_t i = 0; i < srv->n_methods; i++)
+        if (strcmp(srv->methods[i].path, call->path) == 0)
+            call->method = &srv->methods[i];
+    if (call->method != NULL && call->timeout_ms >= 0)
         call->deadline_timer = gv_loop_timer(srv->loop, call->timeout_ms, deadline_cb, call);
 }
 
@@ -431,8 +438,8 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream
     (void)flags;
     (void)user_data;
     struct gv_grpc_call *call = nghttp2_session_get_stream_user_data(session, stream_id);
-    if (call == NULL || call->finished || call->dispatched)
-        return 0;
+    if (call == NULL || call->finished || call->dispatched || call->method == NULL)
+        return 0; /* rejected calls discard their body */
     struct gv_error e;
     gv_status st = gv_grpc_framer_feed(&call->framer, data, len, collect_msg, call, &e);
     if (st != GV_OK) {
@@ -457,6 +464,22 @@ static int on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t
         gv_debug("grpc: %s cancelled by the client", call->path);
     call->finished = true; /* nothing may be submitted on a closed stream */
     call_free(call);
+    return 0;
+}
+
+/*
+ * A response can end before the request did (unknown method, deadline,
+ * oversized message).  Like grpc-go, follow the final HEADERS with
+ * RST_STREAM(NO_ERROR) so the client stops sending (RFC 9113 section 8.1);
+ * curl, for one, otherwise waits for a stream close that never comes.
+ */
+static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
+{
+    (void)user_data;
+    if (frame->hd.type == NGHTTP2_HEADERS && (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
+        nghttp2_session_get_stream_remote_close(session, frame->hd.stream_id) == 0)
+        nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                                  NGHTTP2_NO_ERROR);
     return 0;
 }
 
@@ -618,6 +641,7 @@ gv_status gv_grpc_server_adopt(struct gv_grpc_server *srv, int fd, struct gv_err
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
     c->srv = srv;
     c->fd = fd;
     /*
