@@ -16,7 +16,6 @@
  */
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <link.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -33,12 +32,40 @@ struct gv_ip_state gv_ip;
 
 typedef void *(*dlsym_fn)(void *, const char *);
 
-/* Set while we dlopen the real libraries, so their own lookups are not hooked. */
-static _Thread_local int in_loader;
+/*
+ * dlsym is called by sanitizer runtimes while they initialise, before their
+ * shadow memory exists: the dlsym path must not be instrumented.
+ */
+#if defined(__SANITIZE_ADDRESS__)
+#define GV_NO_ASAN __attribute__((no_sanitize_address))
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GV_NO_ASAN __attribute__((no_sanitize_address))
+#endif
+#endif
+#ifndef GV_NO_ASAN
+#define GV_NO_ASAN
+#endif
+/* clang can guarantee a tail call; gcc makes one at -O1 and above. */
+#if defined(__clang__) && defined(__has_attribute)
+#if __has_attribute(musttail)
+#define GV_TAIL __attribute__((musttail))
+#endif
+#endif
+#ifndef GV_TAIL
+#define GV_TAIL
+#endif
+
+/*
+ * Set while we dlopen the real libraries, so their own lookups are not
+ * hooked.  initial-exec: read in dlsym without calling __tls_get_addr,
+ * which sanitizer runtimes intercept before they are ready.
+ */
+static _Thread_local int in_loader __attribute__((tls_model("initial-exec")));
 
 /* --- the real dlsym ------------------------------------------------------ */
 
-static dlsym_fn real_dlsym(void)
+GV_NO_ASAN static dlsym_fn real_dlsym(void)
 {
     static _Atomic(dlsym_fn) fn;
     dlsym_fn f = atomic_load_explicit(&fn, memory_order_acquire);
@@ -215,52 +242,46 @@ bool gv_ip_nvml_ready(void)
 
 /* --- dlsym --------------------------------------------------------------- */
 
-static void *hook_for_name(const char *name)
+/*
+ * Plain loops, not strcmp: sanitizer runtimes call dlsym before their
+ * string interceptors work.
+ */
+GV_NO_ASAN static bool same_name(const char *a, const char *b)
+{
+    while (*a != '\0' && *a == *b) {
+        a++;
+        b++;
+    }
+    return *a == *b;
+}
+
+GV_NO_ASAN static void *hook_for_name(const char *name)
 {
     if (name[0] == 'c' && name[1] == 'u') {
         for (size_t i = 0; i < COUNT(cuda_hooks); i++)
-            if (strcmp(cuda_hooks[i].name, name) == 0)
+            if (same_name(cuda_hooks[i].name, name))
                 return cuda_hooks[i].hook;
-    } else if (strncmp(name, "nvml", 4) == 0) {
+    } else if (name[0] == 'n' && name[1] == 'v' && name[2] == 'm' && name[3] == 'l') {
         for (size_t i = 0; i < COUNT(nvml_hooks); i++)
-            if (strcmp(nvml_hooks[i].name, name) == 0)
+            if (same_name(nvml_hooks[i].name, name))
                 return nvml_hooks[i].hook;
     }
     return NULL;
 }
 
 /*
- * RTLD_NEXT is relative to the caller's object, and the real dlsym would
- * take us as the caller: search the objects loaded after the caller.
+ * RTLD_NEXT is relative to the caller's object, which the real dlsym reads
+ * from its return address: it must be reached by a tail call so that
+ * address is our caller's (verified by test_interposer.sh).  RTLD_NEXT
+ * lookups are not redirected to hooks: whoever asks for "the next" function
+ * wraps it deliberately.
  */
-static void *next_after(const void *caller, const char *name)
+GV_EXPORT GV_NO_ASAN void *dlsym(void *handle, const char *name)
 {
     dlsym_fn rd = real_dlsym();
-    Dl_info info;
-    struct link_map *lm = NULL;
-    if (rd == NULL || dladdr1(caller, &info, (void **)&lm, RTLD_DL_LINKMAP) == 0 || lm == NULL)
-        return NULL;
-    for (struct link_map *l = lm->l_next; l != NULL; l = l->l_next) {
-        void *sym = rd(l, name);
-        Dl_info si;
-        struct link_map *owner = NULL;
-        if (sym != NULL && dladdr1(sym, &si, (void **)&owner, RTLD_DL_LINKMAP) != 0 && owner == l)
-            return sym;
-    }
-    return NULL;
-}
-
-GV_EXPORT void *dlsym(void *handle, const char *name)
-{
-    void *p;
-    if (handle == RTLD_NEXT) {
-        p = next_after(__builtin_return_address(0), name);
-    } else {
-        dlsym_fn rd = real_dlsym();
-        if (rd == NULL)
-            return NULL;
-        p = rd(handle, name);
-    }
+    if (handle == RTLD_NEXT)
+        GV_TAIL return rd(handle, name);
+    void *p = rd(handle, name);
     if (p == NULL || in_loader)
         return p;
     void *h = hook_for_name(name);

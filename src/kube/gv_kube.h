@@ -35,6 +35,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
@@ -49,7 +50,7 @@
 struct gv_kube_config {
     char *server;           /* "https://10.0.0.1:443", "http://127.0.0.1:8080" */
     char *token;            /* bearer token, or NULL */
-    char *token_file;       /* re-read periodically (rotated SA tokens), or NULL */
+    char *token_file;       /* re-read every 60 s and after a 401 (rotation), or NULL */
     char *ca_file;          /* PEM CA bundle path, or NULL (system store) */
     char *ca_data;          /* PEM CA bundle contents, or NULL */
     char *client_cert_file; /* PEM client certificate path, or NULL */
@@ -278,7 +279,9 @@ gv_status gv_informer_new(struct gv_kube_client *c, const char *path,
                           struct gv_error *err);
 /* Starts the background thread. */
 gv_status gv_informer_start(struct gv_informer *inf, struct gv_error *err);
-/* Stops and joins the thread (idempotent); no callback runs after it returns. */
+/* Stops and joins the thread (idempotent); no callback runs after it
+ * returns.  Called from a callback it only asks the thread to end (no
+ * further callback runs after that one); gv_informer_free joins. */
 void gv_informer_stop(struct gv_informer *inf);
 /* Stops if needed and frees the cache. */
 void gv_informer_free(struct gv_informer *inf);
@@ -287,6 +290,20 @@ void gv_informer_free(struct gv_informer *inf);
 bool gv_informer_has_synced(struct gv_informer *inf);
 /* Waits up to timeout_ms for has_synced; returns it. */
 bool gv_informer_wait_synced(struct gv_informer *inf, long timeout_ms);
+
+/*
+ * A counter bumped after every change applied to the cache (watch event or
+ * relist).  A reader that misses an object it expects (the kubelet calls
+ * Allocate before the agent's watch delivered the bound pod) takes the
+ * generation, looks, and if needed waits for the next change:
+ *     uint64_t g = gv_informer_generation(inf);
+ *     while ((pod = find(inf)) == NULL && (g2 = gv_informer_wait_change(inf, g, ms)) != g)
+ *         g = g2;
+ */
+uint64_t gv_informer_generation(struct gv_informer *inf);
+/* Waits up to timeout_ms for the generation to move past seen; returns the
+ * current generation (== seen on timeout or when stopped). */
+uint64_t gv_informer_wait_change(struct gv_informer *inf, uint64_t seen, long timeout_ms);
 
 /* Cached object (new reference) or NULL; namespace_ NULL for cluster-scoped. */
 json_t *gv_informer_get(struct gv_informer *inf, const char *namespace_, const char *name);

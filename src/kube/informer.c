@@ -43,9 +43,10 @@ struct gv_informer {
     json_t *cache;         /* key → object */
     char *rv;
 
-    pthread_mutex_t sync_mu;
+    pthread_mutex_t sync_mu; /* guards synced and generation */
     pthread_cond_t sync_cond;
     bool synced;
+    uint64_t generation;
 
     struct gv_kube_cancel *cancel;
     pthread_t thread;
@@ -148,6 +149,17 @@ static json_t *prepare(struct gv_informer *inf, json_t *obj)
     if (inf->transform == NULL)
         return json_incref(obj);
     return inf->transform(inf->transform_ud, obj);
+}
+
+/* Publishes a cache change to gv_informer_wait_change/wait_synced. */
+static void bump_generation(struct gv_informer *inf, bool synced)
+{
+    pthread_mutex_lock(&inf->sync_mu);
+    inf->generation++;
+    if (synced)
+        inf->synced = true;
+    pthread_cond_broadcast(&inf->sync_cond);
+    pthread_mutex_unlock(&inf->sync_mu);
 }
 
 static const char *object_rv(json_t *obj)
@@ -257,6 +269,8 @@ static gv_status relist(struct gv_informer *inf, struct gv_error *err)
     json_t *obj;
     json_object_foreach(rl.fresh, key, obj)
     {
+        if (gv_kube_cancel_fired(inf->cancel))
+            break;
         json_t *prev = json_object_get(old, key);
         if (prev == NULL) {
             if (inf->cb.on_add)
@@ -268,6 +282,8 @@ static gv_status relist(struct gv_informer *inf, struct gv_error *err)
     }
     json_object_foreach(old, key, obj)
     {
+        if (gv_kube_cancel_fired(inf->cancel))
+            break;
         if (json_object_get(rl.fresh, key) == NULL && inf->cb.on_delete)
             inf->cb.on_delete(inf->cb.ud, obj);
     }
@@ -301,6 +317,7 @@ static bool on_event(void *ud, gv_kube_event_type type, json_t *obj)
         json_object_set(inf->cache, key, v);
     set_rv_locked(inf, object_rv(obj));
     pthread_rwlock_unlock(&inf->lock);
+    bump_generation(inf, false);
 
     if (gone) {
         /* Unknown objects were never reported: nothing to take back. */
@@ -341,10 +358,7 @@ static void *informer_main(void *arg)
             if (st == GV_OK) {
                 need_list = false;
                 failures = 0;
-                pthread_mutex_lock(&inf->sync_mu);
-                inf->synced = true;
-                pthread_cond_broadcast(&inf->sync_cond);
-                pthread_mutex_unlock(&inf->sync_mu);
+                bump_generation(inf, true);
                 continue;
             }
         } else {
@@ -405,6 +419,10 @@ void gv_informer_stop(struct gv_informer *inf)
     if (inf == NULL)
         return;
     gv_kube_cancel_fire(inf->cancel);
+    /* From a callback (the informer's own thread) we cannot join ourselves:
+     * the loop sees the cancel and ends; gv_informer_free joins later. */
+    if (inf->running && pthread_equal(pthread_self(), inf->thread))
+        return;
     if (inf->running) {
         pthread_join(inf->thread, NULL);
         inf->running = false;
@@ -453,6 +471,28 @@ bool gv_informer_wait_synced(struct gv_informer *inf, long timeout_ms)
     bool s = inf->synced;
     pthread_mutex_unlock(&inf->sync_mu);
     return s;
+}
+
+uint64_t gv_informer_generation(struct gv_informer *inf)
+{
+    pthread_mutex_lock(&inf->sync_mu);
+    uint64_t g = inf->generation;
+    pthread_mutex_unlock(&inf->sync_mu);
+    return g;
+}
+
+uint64_t gv_informer_wait_change(struct gv_informer *inf, uint64_t seen, long timeout_ms)
+{
+    struct timespec deadline;
+    gv_kube_deadline(&deadline, timeout_ms);
+    pthread_mutex_lock(&inf->sync_mu);
+    while (inf->generation == seen && !gv_kube_cancel_fired(inf->cancel)) {
+        if (pthread_cond_timedwait(&inf->sync_cond, &inf->sync_mu, &deadline) == ETIMEDOUT)
+            break;
+    }
+    uint64_t g = inf->generation;
+    pthread_mutex_unlock(&inf->sync_mu);
+    return g;
 }
 
 json_t *gv_informer_get(struct gv_informer *inf, const char *namespace_, const char *name)

@@ -223,3 +223,29 @@ EOF
     [ "$out" = 801 ]
 }
 check "a missing real function returns CUDA_ERROR_NOT_SUPPORTED, never calls NULL" missing_function
+
+# --- dlsym(RTLD_NEXT) keeps its meaning for wrappers under the interposer ---
+# libwrap defines gv_next_probe and asks for the next one (in libreal): if our
+# dlsym broke RTLD_NEXT the wrapper would find itself.
+rtld_next() {
+    mkdir -p "$TMP/next"
+    printf 'int gv_next_probe(void) { return 2; }\n' >"$TMP/next/real.c"
+    cat >"$TMP/next/wrap.c" <<'EOF'
+#include <dlfcn.h>
+int gv_next_probe(void) { return 1; }
+int gv_call_next(void)
+{
+    int (*next)(void) = (int (*)(void))dlsym(RTLD_NEXT, "gv_next_probe");
+    return next ? next() : -1;
+}
+EOF
+    printf '#include <stdio.h>\nint gv_call_next(void);\nint main(void) { printf("%%d\\n", gv_call_next()); return 0; }\n' \
+        >"$TMP/next/main.c"
+    ( cd "$TMP/next" &&
+        ${CC:-cc} -shared -fPIC -o libreal.so real.c &&
+        ${CC:-cc} -shared -fPIC -o libwrap.so wrap.c -ldl &&
+        ${CC:-cc} -o main main.c -L. -Wl,--no-as-needed -lwrap -lreal -ldl ) || return 2
+    out=$(env LD_LIBRARY_PATH="$TMP/next" LD_PRELOAD="$PRELOAD" "$TMP/next/main" 2>/dev/null)
+    [ "$out" = 2 ]
+}
+check "dlsym(RTLD_NEXT) from a wrapper library still finds the next definition" rtld_next

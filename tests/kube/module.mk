@@ -40,3 +40,8 @@ bench_kube_informer_SRCS := bench/bench_kube_informer.c tests/fakes/apiserver/fa
 bench_kube_informer_LIBS := $(KUBE_TEST_LIBS)
 bench_kube_informer_LDLIBS := $(kube_LDLIBS)
 bench_kube_informer_CFLAGS := -I.
+
+TEST_PROGS += test_kube_stream
+test_kube_stream_SRCS := tests/kube/test_kube_stream.c
+test_kube_stream_LIBS := $(KUBE_TEST_LIBS)
+test_kube_stream_LDLIBS := $(KUBE_TEST_LDLIBS)

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 #include <pthread.h>
 
+#include "common/gv_file.h"
 #include "kube/kube_internal.h"
 #include "kube_testlib.h"
 
@@ -405,17 +406,14 @@ static void test_unix_socket_and_token_file(void **state)
     assert_non_null(mkdtemp(dir));
     snprintf(sock, sizeof(sock), "%s/apiserver.sock", dir);
     snprintf(tok, sizeof(tok), "%s/token", dir);
-    FILE *f = fopen(tok, "w");
-    assert_non_null(f);
-    fputs("tok-123\n", f);
-    fclose(f);
+    struct gv_error err;
+    assert_int_equal(gv_file_write_atomic(tok, "old-token\n", 10, 0600, &err), GV_OK);
     const char *args[] = {"--unix", sock, "--token", "tok-123", NULL};
     struct fake_apiserver fa;
     assert_int_equal(fake_apiserver_start(&fa, args), 0);
     assert_memory_equal(fa.url, "unix:", 5);
 
     struct gv_kube_config *cfg = NULL;
-    struct gv_error err;
     assert_int_equal(gv_kube_config_from_url("http://localhost", &cfg, &err), GV_OK);
     cfg->unix_socket = strdup(sock);
     cfg->token_file = strdup(tok); /* read on first use */
@@ -423,6 +421,12 @@ static void test_unix_socket_and_token_file(void **state)
     struct gv_kube_client *c = NULL;
     assert_int_equal(gv_kube_client_new(cfg, &c, &err), GV_OK);
     json_t *list = NULL;
+    /* Stale token: 401, re-read once, still stale → the 401 is returned. */
+    assert_int_equal(gv_kube_list(c, "/api/v1/nodes", NULL, &list, &err), GV_EIO);
+    assert_non_null(strstr(err.msg, "HTTP 401"));
+    assert_int_equal(gv_kube_list(c, "/api/v1/nodes", NULL, &list, &err), GV_EIO);
+    /* The kubelet rotates the token file: the next 401 picks it up at once. */
+    assert_int_equal(gv_file_write_atomic(tok, "tok-123\n", 8, 0600, &err), GV_OK);
     assert_int_equal(gv_kube_list(c, "/api/v1/nodes", NULL, &list, &err), GV_OK);
     assert_string_equal(json_string_value(json_object_get(list, "kind")), "NodeList");
     json_decref(list);

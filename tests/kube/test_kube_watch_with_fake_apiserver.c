@@ -497,6 +497,7 @@ static void test_informer_callbacks_and_cache(void **state)
 
 static void test_informer_field_selector_node_agent(void **state)
 {
+    /* The node agent's view: only pods bound to its node. */
     json_decref(kube_create_pod(FX->client, "default", "mine", NULL, NULL, "node-a"));
     json_decref(kube_create_pod(FX->client, "default", "theirs", NULL, NULL, "node-b"));
     json_decref(kube_create_pod(FX->client, "default", "pending", NULL, NULL, NULL));
@@ -511,6 +512,19 @@ static void test_informer_field_selector_node_agent(void **state)
                      GV_OK);
     assert_true(rec_wait(&r, has_line, "add pending"));
     assert_int_equal(gv_informer_size(inf), 2);
+
+    /* Allocate's pattern: object not there yet → wait for the next change. */
+    uint64_t g = gv_informer_generation(inf);
+    assert_true(g > 0);
+    assert_int_equal(gv_informer_wait_change(inf, g, 50), g); /* nothing happens */
+    json_decref(kube_create_pod(FX->client, "default", "late", NULL, NULL, "node-a"));
+    json_t *late = NULL;
+    while ((late = gv_informer_get(inf, "default", "late")) == NULL) {
+        uint64_t g2 = gv_informer_wait_change(inf, g, WAIT_MS);
+        assert_true(g2 != g);
+        g = g2;
+    }
+    json_decref(late);
     assert_null(gv_informer_get(inf, "default", "theirs"));
     gv_informer_free(inf);
     rec_free(&r);
@@ -683,6 +697,39 @@ static void test_informer_transform_and_managed_fields(void **state)
     rec_free(&r);
 }
 
+struct self_stop {
+    struct gv_informer *inf;
+    int adds;
+};
+
+static void stop_on_add(void *ud, json_t *o)
+{
+    (void)o;
+    struct self_stop *ss = ud;
+    __atomic_add_fetch(&ss->adds, 1, __ATOMIC_SEQ_CST);
+    gv_informer_stop(ss->inf); /* from the informer's own thread */
+}
+
+static void test_informer_stop_from_callback(void **state)
+{
+    for (int i = 0; i < 4; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "s%d", i);
+        json_decref(kube_create_pod(FX->client, "default", name, NULL, NULL, NULL));
+    }
+    struct self_stop ss = {0};
+    struct gv_informer_callbacks cb = {.on_add = stop_on_add, .ud = &ss};
+    struct gv_error err;
+    assert_int_equal(gv_informer_new(FX->client, "/api/v1/pods", NULL, &cb, &ss.inf, &err),
+                     GV_OK);
+    assert_int_equal(gv_informer_start(ss.inf, &err), GV_OK);
+    /* The thread ends by itself; free joins it without deadlock. */
+    for (int i = 0; i < WAIT_MS / 10 && __atomic_load_n(&ss.adds, __ATOMIC_SEQ_CST) == 0; i++)
+        gv_kube_cancel_sleep(NULL, 10);
+    gv_informer_free(ss.inf);
+    assert_int_equal(ss.adds, 1);
+}
+
 static void test_informer_stop_while_down(void **state)
 {
     struct rec r;
@@ -721,6 +768,7 @@ int main(void)
         T(test_informer_outage_recovery),
         TB(test_informer_bookmarks_advance_version),
         T(test_informer_transform_and_managed_fields),
+        T(test_informer_stop_from_callback),
         T(test_informer_stop_while_down),
 #undef T
 #undef TB
