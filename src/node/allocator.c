@@ -324,13 +324,7 @@ static void *retry_main(void *arg)
             continue;
         }
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += delay / 1000;
-        ts.tv_nsec += (delay % 1000) * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        gv_loop_abstime(&ts, delay);
         pthread_cond_timedwait(&a->changed, &a->mu, &ts);
         bool still = false; /* GC may have forgotten it while we slept */
         for (struct pod_state *p = a->pods; p; p = p->next)
@@ -692,13 +686,7 @@ int gv_allocator_allocate(void *ud, const char *const *ids, size_t n_ids,
         if (!ch.found && left > 0 && ch.n_bad == 0) {
             /* sleep until the cache changes or the deadline */
             struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += left / 1000;
-            ts.tv_nsec += (left % 1000) * 1000000;
-            if (ts.tv_nsec >= 1000000000) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
-            }
+            gv_loop_abstime(&ts, left);
             while (a->generation == gen && !a->quit)
                 if (pthread_cond_timedwait(&a->changed, &a->mu, &ts) != 0)
                     break;

@@ -9,22 +9,16 @@
 #include "common/gv_file.h"
 #include "node/gv_config.h"
 
-static const char *const mode_names[] = {
-#define GV_X_MODE(id, name) name,
-    GV_NODE_MODE_LIST(GV_X_MODE)
-#undef GV_X_MODE
-};
-
-const char *gv_node_mode_name(enum gv_node_mode m)
-{
-    return (unsigned)m < GV_NODE_MODE_COUNT ? mode_names[m] : "unknown";
-}
-
 static int mode_parse(const char *s)
 {
-    for (int i = 0; i < GV_NODE_MODE_COUNT; i++)
-        if (strcasecmp(s, mode_names[i]) == 0)
-            return i;
+    char lower[32];
+    size_t i = 0;
+    for (; s[i] && i + 1 < sizeof(lower); i++)
+        lower[i] = (char)(s[i] >= 'A' && s[i] <= 'Z' ? s[i] - 'A' + 'a' : s[i]);
+    lower[i] = '\0';
+    int m = gv_inventory_mode_parse(lower);
+    if (m >= 0)
+        return m;
     /* the spellings NVIDIA's plugin and HAMi use */
     if (strcasecmp(s, "time-slicing") == 0)
         return GV_NODE_MODE_TIMESLICING;
@@ -103,7 +97,7 @@ static gv_status settings_key(const char *key, json_t *v, const char *path,
             return gv_error_set(err, GV_EINVAL,
                                 "node config: %s = '%s' is not vgpu, exclusive or timeslicing",
                                 where, json_string_value(v));
-        s->mode = (enum gv_node_mode)md;
+        s->mode = (gv_node_mode)md;
         m->mode = true;
     } else if (strcasecmp(key, "deviceSplitCount") == 0 || strcasecmp(key, "replicas") == 0) {
         if (!json_is_integer(v))

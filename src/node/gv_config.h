@@ -14,27 +14,19 @@
 #include <stddef.h>
 
 #include "common/gv_error.h"
+#include "contracts/inventory.h"
 
 #define GV_NODE_CONFIG_PATH "/etc/gpuvisor/node-config.json"
 #define GV_NODE_MAX_SPLIT 1024
 
-/* One list for names and values of the sharing modes. */
-#define GV_NODE_MODE_LIST(X)                                                                       \
-    X(VGPU, "vgpu")               /* slices with limits enforced by the interposer */              \
-    X(EXCLUSIVE, "exclusive")     /* whole GPUs, no interposer */                                  \
-    X(TIMESLICING, "timeslicing") /* replicas without limits */
-
-enum gv_node_mode {
-#define GV_X_MODE(id, name) GV_NODE_MODE_##id,
-    GV_NODE_MODE_LIST(GV_X_MODE)
-#undef GV_X_MODE
-    GV_NODE_MODE_COUNT
-};
-
-const char *gv_node_mode_name(enum gv_node_mode m);
+/* The sharing modes are the inventory's (one list: contracts/inventory.h). */
+#define GV_NODE_MODE_VGPU GV_INVENTORY_MODE_VGPU               /* limits via the interposer */
+#define GV_NODE_MODE_EXCLUSIVE GV_INVENTORY_MODE_EXCLUSIVE     /* whole GPUs, no interposer */
+#define GV_NODE_MODE_TIMESLICING GV_INVENTORY_MODE_TIMESLICING /* replicas without limits */
+typedef enum gv_inventory_mode gv_node_mode;
 
 struct gv_node_gpu_settings {
-    enum gv_node_mode mode;
+    gv_node_mode mode;
     unsigned split;     /* devices advertised per GPU (1 in exclusive mode) */
     double mem_scaling; /* > 1: oversubscription */
     double core_scaling;

@@ -48,4 +48,8 @@ gv_status gv_loop_run_once(struct gv_loop *loop, int timeout_ms, struct gv_error
 /* Monotonic milliseconds. */
 int64_t gv_loop_now_ms(void);
 
+struct timespec;
+/* CLOCK_REALTIME time ms from now, for pthread_cond_timedwait. */
+void gv_loop_abstime(struct timespec *ts, int64_t ms);
+
 #endif

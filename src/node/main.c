@@ -119,7 +119,7 @@ static void rebuild(struct agent *ag)
             ig->split = s.split;
             ig->numa = g->numa;
             ig->healthy = g->healthy;
-            ig->mode = (enum gv_inventory_mode)s.mode;
+            ig->mode = s.mode;
             ig->mig = g->mig;
         }
         if (g->mig) {

@@ -106,17 +106,6 @@ static void rfc3339_now(char *buf, size_t cap)
     strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-static void deadline_in(struct timespec *ts, int64_t ms)
-{
-    clock_gettime(CLOCK_REALTIME, ts);
-    ts->tv_sec += ms / 1000;
-    ts->tv_nsec += (ms % 1000) * 1000000;
-    if (ts->tv_nsec >= 1000000000) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000;
-    }
-}
-
 static void *publisher_main(void *arg)
 {
     struct gv_publisher *p = arg;
@@ -127,7 +116,7 @@ static void *publisher_main(void *arg)
         int64_t now = gv_loop_now_ms();
         if (!dirty && now < next_beat) {
             struct timespec ts;
-            deadline_in(&ts, next_beat - now);
+            gv_loop_abstime(&ts, next_beat - now);
             pthread_cond_timedwait(&p->cond, &p->lock, &ts);
             continue;
         }
@@ -168,7 +157,7 @@ static void *publisher_main(void *arg)
             gv_warn("cannot update %s (retrying in %lld ms): %s", p->path, (long long)backoff,
                     err.msg);
             struct timespec ts;
-            deadline_in(&ts, backoff);
+            gv_loop_abstime(&ts, backoff);
             while (!p->quit && pthread_cond_timedwait(&p->cond, &p->lock, &ts) == 0)
                 ;
         }

@@ -29,6 +29,7 @@ fuzz_node_grpc_server_LDLIBS := $(shell $(PKG_CONFIG) --libs libnghttp2)
 fuzz_node_inventory_SRCS := tests/node/fuzz_node_inventory.c src/contracts/inventory.c \
 	src/common/gv_error.c
 fuzz_node_inventory_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
-fuzz_node_config_SRCS := tests/node/fuzz_node_config.c src/node/config.c src/common/gv_error.c \
+fuzz_node_config_SRCS := tests/node/fuzz_node_config.c src/node/config.c src/contracts/inventory.c \
+	src/common/gv_error.c \
 	src/common/gv_file.c
 fuzz_node_config_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
