@@ -51,6 +51,8 @@ extern struct gv_ip_state gv_ip;
 void gv_ip_setup(void);
 /* Loads libcuda.so.1 and resolves gv_cu (once); false if it is absent. */
 bool gv_ip_cuda_ready(void);
+/* Any symbol of the real libcuda.so.1 (NULL when absent), e.g. for throttle ops. */
+void *gv_ip_cuda_sym(const char *name);
 /* Same for libnvidia-ml.so.1 and gv_nv. */
 bool gv_ip_nvml_ready(void);
 

@@ -234,6 +234,12 @@ bool gv_ip_cuda_ready(void)
     return cuda_handle != NULL;
 }
 
+void *gv_ip_cuda_sym(const char *name)
+{
+    dlsym_fn rd = real_dlsym();
+    return gv_ip_cuda_ready() && rd != NULL ? rd(cuda_handle, name) : NULL;
+}
+
 bool gv_ip_nvml_ready(void)
 {
     pthread_once(&nvml_once, load_nvml);

@@ -434,10 +434,9 @@ static gv_status setup_handle(struct gv_kube_client *c, CURL *h, const struct re
      * shared HTTP/2 connection (client-go needed HTTP/2 pings for that). */
     curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, r->method);
-    if (strcmp(r->method, "GET") != 0) {
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, r->body != NULL ? r->body : "");
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE,
-                         (curl_off_t)(r->body != NULL ? r->body_len : 0));
+    if (r->body != NULL) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, r->body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);
     }
     if (c->unix_socket != NULL)
         curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, c->unix_socket);
@@ -868,6 +867,25 @@ gv_status gv_kube_bind_pod(struct gv_kube_client *c, const char *namespace_, con
                             namespace_, name);
     gv_status st = gv_kube_create(c, path, b, NULL, err);
     json_decref(b);
+    if (st == GV_ECONFLICT) {
+        /* Already bound.  If to this node (our own earlier attempt whose
+         * answer was lost, then retried), the bind did happen: success. */
+        struct gv_error gerr;
+        json_t *pod = NULL;
+        path[strlen(path) - strlen("/binding")] = '\0';
+        if (gv_kube_get(c, path, &pod, &gerr) == GV_OK) {
+            const char *bound =
+                json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
+            const char *puid =
+                json_string_value(json_object_get(json_object_get(pod, "metadata"), "uid"));
+            if (bound != NULL && strcmp(bound, node) == 0 &&
+                (uid == NULL || (puid != NULL && strcmp(puid, uid) == 0))) {
+                gv_error_clear(err);
+                st = GV_OK;
+            }
+        }
+        json_decref(pod);
+    }
     return st;
 }
 

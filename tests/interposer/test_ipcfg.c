@@ -43,8 +43,11 @@ static void test_keys(void **state)
     gv_ipcfg_init(&c);
     assert_int_equal(gv_ipcfg_set(&c, "CUDA_DEVICE_MEMORY_LIMIT", "2g", &err), GV_OK);
     assert_int_equal(gv_ipcfg_set(&c, "CUDA_DEVICE_MEMORY_LIMIT_1", "1g", &err), GV_OK);
-    assert_int_equal(gv_ipcfg_mem_limit(&c, 0), 2ull << 30);
-    assert_int_equal(gv_ipcfg_mem_limit(&c, 1), 1ull << 30);
+    assert_int_equal(gv_ipcfg_mem_limit(&c, 0, 0), 2ull << 30);
+    assert_int_equal(gv_ipcfg_mem_limit(&c, 1, 0), 1ull << 30);
+    assert_int_equal(gv_ipcfg_set(&c, "GPUVISOR_DEVICE_MEMORY_PERCENT_3", "25", &err), GV_OK);
+    assert_int_equal(gv_ipcfg_mem_limit(&c, 3, 16ull << 30), 4ull << 30);
+    assert_int_equal(gv_ipcfg_mem_limit(&c, 4, 16ull << 30), 2ull << 30); /* bytes for all */
     assert_int_equal(gv_ipcfg_set(&c, "CUDA_DEVICE_SM_LIMIT", "30", &err), GV_OK);
     assert_int_equal(gv_ipcfg_set(&c, "CUDA_DEVICE_SM_LIMIT_2", "100", &err), GV_OK);
     assert_int_equal(gv_ipcfg_sm_limit(&c, 0), 30);
@@ -71,7 +74,7 @@ static void test_bad_values_name_key_and_keep_state(void **state)
         {"CUDA_DEVICE_SM_LIMIT", "101"},        {"CUDA_DEVICE_SM_LIMIT", "-5"},
         {"CUDA_DEVICE_SM_LIMIT", "50%"},        {"CUDA_TASK_PRIORITY", "16"},
         {"GPU_CORE_UTILIZATION_POLICY", "on"},  {"CUDA_OVERSUBSCRIBE", "2"},
-        {"CUDA_DEVICE_MEMORY_SHARED_CACHE", "rel"},
+        {"CUDA_DEVICE_MEMORY_SHARED_CACHE", "rel"}, {"GPUVISOR_DEVICE_MEMORY_PERCENT", "101"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct gv_ipcfg c;
@@ -93,13 +96,13 @@ static void test_text(void **state)
     const char *ok = "# limits\n\nexport CUDA_DEVICE_MEMORY_LIMIT_0=\"1g\"\r\n"
                      "  CUDA_DEVICE_SM_LIMIT = 20\nUNKNOWN_KEY=whatever\n";
     assert_int_equal(gv_ipcfg_parse_text(&c, ok, strlen(ok), "f", &err), GV_OK);
-    assert_int_equal(gv_ipcfg_mem_limit(&c, 0), 1ull << 30);
+    assert_int_equal(gv_ipcfg_mem_limit(&c, 0, 0), 1ull << 30);
     assert_int_equal(gv_ipcfg_sm_limit(&c, 0), 20);
     const char *bad = "CUDA_DEVICE_MEMORY_LIMIT=1g\nnonsense line\n";
     gv_ipcfg_init(&c);
     assert_int_equal(gv_ipcfg_parse_text(&c, bad, strlen(bad), "limits.env", &err), GV_EPARSE);
     assert_non_null(strstr(err.msg, "limits.env:2"));
-    assert_int_equal(gv_ipcfg_mem_limit(&c, 0), 0); /* nothing applied */
+    assert_int_equal(gv_ipcfg_mem_limit(&c, 0, 0), 0); /* nothing applied */
 }
 
 static void test_precedence(void **state)
@@ -123,13 +126,13 @@ static void test_precedence(void **state)
     struct gv_ipcfg c;
     struct gv_error err;
     assert_int_equal(gv_ipcfg_load(&c, with_file, &err), GV_OK);
-    assert_int_equal(gv_ipcfg_mem_limit(&c, 0), 1ull << 30); /* the file wins ... */
+    assert_int_equal(gv_ipcfg_mem_limit(&c, 0, 0), 1ull << 30); /* the file wins ... */
     assert_int_equal(gv_ipcfg_sm_limit(&c, 0), 0);            /* ... and is the only source */
     assert_string_equal(c.source, file);
     char *env_only[] = {"CUDA_DEVICE_MEMORY_LIMIT=8g", "CUDA_DEVICE_MEMORY_LIMIT_0=2g", NULL};
     assert_int_equal(gv_ipcfg_load(&c, env_only, &err), GV_OK);
-    assert_int_equal(gv_ipcfg_mem_limit(&c, 0), 2ull << 30);
-    assert_int_equal(gv_ipcfg_mem_limit(&c, 1), 8ull << 30);
+    assert_int_equal(gv_ipcfg_mem_limit(&c, 0, 0), 2ull << 30);
+    assert_int_equal(gv_ipcfg_mem_limit(&c, 1, 0), 8ull << 30);
     unlink(file);
     assert_int_equal(gv_ipcfg_load(&c, with_file, &err), GV_EIO); /* named but missing */
     assert_non_null(strstr(err.msg, file));

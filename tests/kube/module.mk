@@ -45,3 +45,6 @@ TEST_PROGS += test_kube_stream
 test_kube_stream_SRCS := tests/kube/test_kube_stream.c
 test_kube_stream_LIBS := $(KUBE_TEST_LIBS)
 test_kube_stream_LDLIBS := $(KUBE_TEST_LDLIBS)
+
+# The stand-in itself, checked against a real client (kubectl / client-go).
+TEST_SCRIPTS += tests/kube/test_fake_apiserver_with_kubectl.sh

@@ -149,6 +149,27 @@ bool fake_cuda_ctx_valid(const struct CUctx_st *ctx);
     X(cuStreamBeginCapture, 10010, 0, cuStreamBeginCapture_v2)                                     \
     X(cuStreamBeginCapture, 10010, FAKE_PT, cuStreamBeginCapture_v2_ptsz)                          \
     X(cuStreamEndCapture, 10000, 0, cuStreamEndCapture)                                            \
-    X(cuStreamEndCapture, 10000, FAKE_PT, cuStreamEndCapture_ptsz)
+    X(cuStreamEndCapture, 10000, FAKE_PT, cuStreamEndCapture_ptsz)                                \
+    X(cuStreamIsCapturing, 10000, 0, cuStreamIsCapturing)                                          \
+    X(cuStreamIsCapturing, 10000, FAKE_PT, cuStreamIsCapturing_ptsz)                               \
+    X(cuStreamGetDevice, 12080, 0, cuStreamGetDevice)                                              \
+    X(cuStreamGetDevice, 12080, FAKE_PT, cuStreamGetDevice_ptsz)
+
+/*
+ * Execution half (fake_cuda_exec.c): the virtual clock.  Exported (see
+ * tests/fakes/fake.map) as the test seam for libgpuvisor's compute-share
+ * module, which looks them up on the driver handle; the real driver has no
+ * such symbols.
+ */
+/* Virtual time in ns (shared by every process using GVFAKE_GPU_STATE). */
+uint64_t gvfake_clock_ns(void);
+/* Blocks the calling thread for ns of virtual time. */
+void gvfake_sleep_ns(uint64_t ns);
+/* The calling thread stops taking part in the clock (it will not block). */
+void gvfake_actor_leave(void);
+/* Kernel time this process has submitted (tests compute shares from it). */
+uint64_t gvfake_process_busy_ns(void);
+/* Kernel time the physical GPU has run so far (for utilisation views). */
+uint64_t gvfake_device_busy_ns(int phys);
 
 #endif

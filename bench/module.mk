@@ -1,0 +1,18 @@
+# Benchmarks that are not tied to one component's test fragment.
+
+# Interposer: allocation + free round trip overhead (bench_alloc_overhead.sh
+# runs alloc_roundtrip with and without libgpuvisor.so).
+alloc_roundtrip_SRCS := bench/alloc_roundtrip.c
+alloc_roundtrip_LDLIBS := -L$(BUILD)/tests/fakes -l:libcuda.so.1
+$(eval $(call GV_EXE,alloc_roundtrip,bench))
+$(BUILD)/bench/alloc_roundtrip: $(GV_FAKE_CUDA)
+EXTRA_ALL += $(BUILD)/bench/alloc_roundtrip
+BENCH_SCRIPTS += bench/bench_alloc_overhead.sh
+
+# Compute share (docs/compute-share.md): launch overhead of the interposer and
+# share accuracy on the fake driver's virtual clock.
+BENCH_PROGS += bench_launch
+bench_launch_SRCS := bench/bench_launch.c
+bench_launch_LDLIBS := -L$(BUILD)/tests/fakes -l:libcuda.so.1
+$(BUILD)/bench/bench_launch: $(GV_FAKE_CUDA) $(GV_INTERPOSER)
+BENCH_SCRIPTS += bench/bench_throttle_launch.sh bench/bench_compute_share.sh
