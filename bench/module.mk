@@ -16,3 +16,13 @@ bench_launch_SRCS := bench/bench_launch.c
 bench_launch_LDLIBS := -L$(BUILD)/tests/fakes -l:libcuda.so.1
 $(BUILD)/bench/bench_launch: $(GV_FAKE_CUDA) $(GV_INTERPOSER)
 BENCH_SCRIPTS += bench/bench_throttle_launch.sh bench/bench_compute_share.sh
+
+# gpuvisor-scheduler: concurrent filter+bind, 5,000-node filter latency, RSS.
+ifeq ($(SCHED_DAEMON),yes)
+BENCH_PROGS += bench_scheduler
+bench_scheduler_SRCS := bench/bench_scheduler.c tests/scheduler/sched_testlib.c \
+	tests/fakes/apiserver/fake_apiserver_proc.c
+bench_scheduler_LIBS := kube common
+bench_scheduler_LDLIBS := $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
+bench_scheduler_CFLAGS := -I.
+endif
