@@ -18,3 +18,13 @@ $(eval $(call GV_EXE,bench_launch,bench))
 $(BUILD)/bench/bench_launch: $(GV_FAKE_CUDA)
 EXTRA_ALL += $(BUILD)/bench/bench_launch
 BENCH_SCRIPTS += bench/bench_throttle_launch.sh bench/bench_compute_share.sh
+
+# gpuvisor-scheduler: concurrent filter+bind, 5,000-node filter latency, RSS.
+ifeq ($(SCHED_DAEMON),yes)
+BENCH_PROGS += bench_scheduler
+bench_scheduler_SRCS := bench/bench_scheduler.c tests/scheduler/sched_testlib.c \
+	tests/fakes/apiserver/fake_apiserver_proc.c
+bench_scheduler_LIBS := kube common
+bench_scheduler_LDLIBS := $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
+bench_scheduler_CFLAGS := -I.
+endif

@@ -134,18 +134,19 @@ struct charge {
  * Reserves bytes on region device rdev.  CUDA_SUCCESS with c->rdev < 0
  * means "not accounted, just call the driver".
  */
-static CUresult charge_begin(struct charge *c, int rdev, uint64_t bytes)
+static CUresult charge_begin_kind(struct charge *c, int rdev, uint64_t bytes,
+                                  enum gv_shm_kind kind)
 {
     c->rdev = rdev;
     c->bytes = bytes;
-    c->managed = false;
+    c->managed = kind == GV_SHM_MANAGED;
     if (rdev == GV_DEV_DENY)
         return CUDA_ERROR_OUT_OF_MEMORY;
     if (rdev < 0 || bytes == 0) {
         c->rdev = GV_DEV_UNTRACKED;
         return CUDA_SUCCESS;
     }
-    if (gv_shm_mem_reserve(gv_ip.shm, rdev, bytes, false) != GV_OK) {
+    if (gv_shm_mem_reserve(gv_ip.shm, rdev, bytes, kind, &c->managed) != GV_OK) {
         const struct gv_shm_device *d = gv_ip_dev_info(rdev);
         gv_info("out of memory: %llu bytes requested on %s, %llu of %llu in use",
                 (unsigned long long)bytes, d ? d->uuid : "?",
@@ -154,6 +155,12 @@ static CUresult charge_begin(struct charge *c, int rdev, uint64_t bytes)
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     return CUDA_SUCCESS;
+}
+
+/* Device memory: within the limit and, when oversubscribed, the share. */
+static CUresult charge_begin(struct charge *c, int rdev, uint64_t bytes)
+{
+    return charge_begin_kind(c, rdev, bytes, GV_SHM_DEVICE);
 }
 
 /* Records a successful allocation, or returns the reservation on failure. */
@@ -199,9 +206,11 @@ static void uncharge(const struct track *t)
  * rolls the charge back.  key is evaluated only after a successful call.
  */
 #define GV_CHARGED(rdev, bytes, kind, call, key)                                                   \
+    GV_CHARGED_AS(rdev, bytes, GV_SHM_DEVICE, kind, call, key)
+#define GV_CHARGED_AS(rdev, bytes, shm_kind, kind, call, key)                                      \
     do {                                                                                           \
         struct charge c_;                                                                          \
-        CUresult rc_ = charge_begin(&c_, (rdev), (bytes));                                         \
+        CUresult rc_ = charge_begin_kind(&c_, (rdev), (bytes), (shm_kind));                        \
         if (rc_ != CUDA_SUCCESS)                                                                   \
             return rc_;                                                                            \
         rc_ = (call);                                                                              \
@@ -217,10 +226,55 @@ static uint64_t mul_sat(uint64_t a, uint64_t b)
 
 /* --- plain, pitched, managed -------------------------------------------- */
 
+/*
+ * Oversubscription: device memory while the slice's device-resident share
+ * and the card allow, else managed memory (host-backed, migrated on use),
+ * always within the slice's (virtual) limit.  The container's managed bytes
+ * never exceed what the card really has free: asking UVM for more than the
+ * card can take in would make every access evict, which can stall the GPU.
+ */
+static CUresult alloc_oversubscribed(int rdev, CUdeviceptr *dptr, size_t bytesize)
+{
+    bool managed = false;
+    if (gv_shm_mem_reserve(gv_ip.shm, rdev, bytesize, GV_SHM_ANY, &managed) != GV_OK)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct charge c = {rdev, bytesize, managed};
+    CUresult rc;
+    if (!managed) {
+        rc = gv_cu.cuMemAlloc_v2(dptr, bytesize);
+        if (rc != CUDA_ERROR_OUT_OF_MEMORY) {
+            charge_end(&c, rc, T_MEM, rc == CUDA_SUCCESS ? *dptr : 0);
+            return rc;
+        }
+        /* The card itself is full: try managed memory instead. */
+        gv_shm_mem_release(gv_ip.shm, rdev, bytesize, false);
+        if (gv_shm_mem_reserve(gv_ip.shm, rdev, bytesize, GV_SHM_MANAGED, NULL) != GV_OK)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        c.managed = true;
+    }
+    size_t card_free = 0, card_total = 0;
+    const struct gv_shm_device *d = gv_ip_dev_info(rdev);
+    if (gv_cu.cuMemAllocManaged == NULL || gv_cu.cuMemGetInfo_v2 == NULL ||
+        gv_cu.cuMemGetInfo_v2(&card_free, &card_total) != CUDA_SUCCESS ||
+        atomic_load(&d->mem_managed) > card_free) {
+        gv_info("oversubscription: %llu managed bytes would exceed the %zu the card has free",
+                (unsigned long long)atomic_load(&d->mem_managed), card_free);
+        gv_shm_mem_release(gv_ip.shm, rdev, bytesize, true);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    rc = gv_cu.cuMemAllocManaged(dptr, bytesize, CU_MEM_ATTACH_GLOBAL);
+    charge_end(&c, rc, T_MEM, rc == CUDA_SUCCESS ? *dptr : 0);
+    return rc;
+}
+
 GV_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
     GV_NEED_CU(cuMemAlloc_v2);
-    GV_CHARGED(gv_ip_current_dev(), bytesize, T_MEM, gv_cu.cuMemAlloc_v2(dptr, bytesize), *dptr);
+    int rdev = gv_ip_current_dev();
+    const struct gv_shm_device *d = gv_ip_dev_info(rdev);
+    if (d != NULL && (d->flags & GV_SHM_DEV_OVERSUBSCRIBE) && dptr != NULL && bytesize != 0)
+        return alloc_oversubscribed(rdev, dptr, bytesize);
+    GV_CHARGED(rdev, bytesize, T_MEM, gv_cu.cuMemAlloc_v2(dptr, bytesize), *dptr);
 }
 
 /* The driver's pitch alignment is not queryable; 512 bytes is what current
@@ -242,7 +296,8 @@ GV_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t 
     if (rc == CUDA_SUCCESS && c.rdev >= 0 && pPitch != NULL) {
         uint64_t real = mul_sat(*pPitch, Height);
         if (real > c.bytes) {
-            if (gv_shm_mem_reserve(gv_ip.shm, c.rdev, real - c.bytes, false) != GV_OK) {
+            if (gv_shm_mem_reserve(gv_ip.shm, c.rdev, real - c.bytes, GV_SHM_DEVICE, NULL) !=
+                GV_OK) {
                 gv_cu.cuMemFree_v2(*dptr);
                 gv_shm_mem_release(gv_ip.shm, c.rdev, c.bytes, false);
                 return CUDA_ERROR_OUT_OF_MEMORY;
@@ -260,8 +315,8 @@ GV_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigne
 {
     GV_NEED_CU(cuMemAllocManaged);
     /* Managed memory may live on the device: it counts against the slice. */
-    GV_CHARGED(gv_ip_current_dev(), bytesize, T_MEM, gv_cu.cuMemAllocManaged(dptr, bytesize, flags),
-               *dptr);
+    GV_CHARGED_AS(gv_ip_current_dev(), bytesize, GV_SHM_MANAGED, T_MEM,
+                  gv_cu.cuMemAllocManaged(dptr, bytesize, flags), *dptr);
 }
 
 GV_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)

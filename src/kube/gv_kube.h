@@ -22,6 +22,8 @@
  *                                request timed out)
  *   malformed JSON from server   GV_EPROTO
  *
+ * Lifetimes: free informers (and end watches) before their client.
+ *
  * Thread safety: a client may be used from any number of threads at once.
  * Each call uses its own curl handle; connections, DNS and TLS sessions are
  * shared through a curl share object.  JSON objects returned to the caller
@@ -185,7 +187,12 @@ gv_status gv_kube_patch_annotations(struct gv_kube_client *c, const char *path,
 gv_status gv_kube_delete(struct gv_kube_client *c, const char *path, json_t **out,
                          struct gv_error *err);
 
-/* POST a Binding of pod namespace/name to node (the scheduler's bind). */
+/*
+ * POST a Binding of pod namespace/name to node (the scheduler's bind), with
+ * uid (if non-NULL) as precondition.  Idempotent: a pod already bound to
+ * this node is success (a retried bind whose first answer was lost);
+ * bound elsewhere is GV_ECONFLICT with the API's message.
+ */
 gv_status gv_kube_bind_pod(struct gv_kube_client *c, const char *namespace_, const char *name,
                            const char *uid, const char *node, struct gv_error *err);
 

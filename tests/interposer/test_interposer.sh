@@ -128,6 +128,25 @@ probe CUDA_VISIBLE_DEVICES=GPU-fa4e0001,GPU-fa4e0000 CUDA_DEVICE_MEMORY_LIMIT_0=
     CUDA_DEVICE_MEMORY_LIMIT_1=2g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
     "$PROBE" init info:1g:1g ctx:1 info:2g:2g alloc:1g:OK nvml-mem:0:1g:2g nvml-mem:1:0:1g
 
+# --- oversubscription: beyond the share, managed memory capped by the card ---
+fresh
+probe CUDA_OVERSUBSCRIBE=true CUDA_DEVICE_MEMORY_LIMIT=8g GPUVISOR_DEVICE_MEMORY_SHARE=4g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init total:0:8g alloc:3g:OK alloc:2g:OK info:3g:8g nvml-mem:0:5g:8g \
+    pitch:1024:1048576:OK pitch:1024:1:OOM array:256:1024:OOM alloc:4g:OOM alloc:2g:OK info:0:8g \
+    freeall info:8g:8g
+fresh
+probe CUDA_OVERSUBSCRIBE=true CUDA_DEVICE_MEMORY_LIMIT=32g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init info:32g:32g alloc:15g:OK alloc:2g:OOM alloc:512m:OK info:16896m:32g
+fresh
+"$PROBE" init alloc:14g:OK sleep:1500 >/dev/null 2>&1 & # another tenant fills the card
+hog=$!
+sleep 0.4
+probe CUDA_OVERSUBSCRIBE=true CUDA_DEVICE_MEMORY_LIMIT=8g GPUVISOR_DEVICE_MEMORY_SHARE=4g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init alloc:3g:OOM alloc:1g:OK alloc:1536m:OOM alloc:512m:OK
+wait $hog
+
 # --- limits fixed by the first process --------------------------------------
 fresh
 probe_bg CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \

@@ -255,10 +255,17 @@ static void test_bind(void **state)
     assert_string_equal(
         json_string_value(json_object_get(json_object_get(got, "spec"), "nodeName")), "node-7");
     json_decref(got);
-    /* A second bind is the API's conflict, with its message. */
+    /* Binding elsewhere is the API's conflict, with its message. */
     assert_int_equal(gv_kube_bind_pod(FX->client, "ns1", "web", uid, "node-8", &err),
                      GV_ECONFLICT);
+    assert_non_null(strstr(err.msg, "HTTP 409"));
     assert_non_null(strstr(err.msg, "already assigned to node"));
+    /* The same bind again (a retry whose first answer was lost) succeeds. */
+    assert_int_equal(gv_kube_bind_pod(FX->client, "ns1", "web", uid, "node-7", &err), GV_OK);
+    /* ... but not for another pod that reused the name (uid differs). */
+    assert_int_equal(gv_kube_bind_pod(FX->client, "ns1", "web", "other-uid", "node-7", &err),
+                     GV_ECONFLICT);
+    assert_non_null(strstr(err.msg, "UID in precondition"));
     assert_int_equal(gv_kube_bind_pod(FX->client, "ns1", "ghost", NULL, "node-8", &err),
                      GV_ENOTFOUND);
     json_decref(pod);
@@ -455,6 +462,49 @@ static void test_unix_socket_and_token_file(void **state)
     rmdir(dir);
 }
 
+static void test_seed_and_graceful_pod_deletion(void **state)
+{
+    (void)state;
+    const char *tmp = getenv("GV_TEST_TMP");
+    char seed[512];
+    snprintf(seed, sizeof(seed), "%s/kube-seed-%d.json", tmp != NULL ? tmp : "/tmp",
+             (int)getpid());
+    const char *doc = "{\"kind\":\"List\",\"items\":["
+                      "{\"kind\":\"Node\",\"metadata\":{\"name\":\"s1\"}},"
+                      "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"sp\",\"namespace\":\"ns\"},"
+                      "\"spec\":{\"nodeName\":\"s1\"}}]}";
+    struct gv_error err;
+    assert_int_equal(gv_file_write_atomic(seed, doc, strlen(doc), 0600, &err), GV_OK);
+    const char *args[] = {"--seed", seed, "--graceful-pod-deletion", NULL};
+    struct kube_fixture *fx = NULL;
+    assert_int_equal(kube_fixture_setup_args((void **)&fx, args), 0);
+    json_t *o = NULL;
+    assert_int_equal(gv_kube_get(fx->client, "/api/v1/nodes/s1", &o, &err), GV_OK);
+    json_decref(o);
+    const char *path = "/api/v1/namespaces/ns/pods/sp";
+    assert_int_equal(gv_kube_get(fx->client, path, &o, &err), GV_OK);
+    assert_non_null(json_object_get(json_object_get(o, "metadata"), "uid"));
+    json_decref(o);
+
+    /* A bound pod is only marked terminating until "its kubelet" confirms. */
+    assert_int_equal(gv_kube_delete(fx->client, path, &o, &err), GV_OK);
+    assert_non_null(json_object_get(json_object_get(o, "metadata"), "deletionTimestamp"));
+    json_decref(o);
+    assert_int_equal(gv_kube_get(fx->client, path, &o, &err), GV_OK);
+    json_decref(o);
+    assert_int_equal(fake_apiserver_ctl(&fx->fa, "finish-deletions", NULL), 200);
+    assert_int_equal(gv_kube_get(fx->client, path, &o, &err), GV_ENOTFOUND);
+
+    /* An unbound pod goes at once. */
+    json_decref(kube_create_pod(fx->client, "ns", "free", NULL, NULL, NULL));
+    assert_int_equal(gv_kube_delete(fx->client, "/api/v1/namespaces/ns/pods/free", NULL, &err),
+                     GV_OK);
+    assert_int_equal(gv_kube_get(fx->client, "/api/v1/namespaces/ns/pods/free", &o, &err),
+                     GV_ENOTFOUND);
+    kube_fixture_teardown((void **)&fx);
+    unlink(seed);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -475,6 +525,7 @@ int main(void)
         cmocka_unit_test(test_status_code_mapping),
         T(test_concurrent_patches_one_winner),
         cmocka_unit_test(test_unix_socket_and_token_file),
+        cmocka_unit_test(test_seed_and_graceful_pod_deletion),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

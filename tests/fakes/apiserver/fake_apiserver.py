@@ -27,6 +27,8 @@ Test controls (never part of the real API) live under /_fake/:
   POST /_fake/watch-garbage            send a malformed line on every watch
   POST /_fake/compact                  forget history: older versions get 410
   POST /_fake/bookmark                 send a BOOKMARK on bookmark watches now
+  POST /_fake/finish-deletions         remove pods left terminating by
+       --graceful-pod-deletion (what their kubelet would do)
   POST /_fake/watch-410-status?on=1    answer too-old watches with HTTP 410
        instead of an ERROR event (both happen in real clusters)
   GET  /_fake/stats                    request counts {"METHOD path": n}
@@ -34,6 +36,7 @@ Test controls (never part of the real API) live under /_fake/:
 
 Usage: fake_apiserver.py [--port 0] [--unix PATH] [--token T]
        [--tls-cert F --tls-key F [--client-ca F]] [--bookmark-interval S]
+       [--graceful-pod-deletion] [--seed objects.json]
 Prints "READY <url>" on stdout once listening.  Exits when its parent dies,
 so a crashed test never leaves it running.
 """
@@ -484,6 +487,13 @@ class Handler(BaseHTTPRequestHandler):
                     STORE.snapshots = {}
                 STORE.cond.notify_all()
             out["resourceVersion"] = str(STORE.rv)
+        elif op == "finish-deletions":
+            with STORE.cond:
+                done = [k for k, o in STORE.objects["pods"].items()
+                        if "deletionTimestamp" in o["metadata"]]
+                for ns, name in done:
+                    self.remove_locked("pods", ns, name)
+            out["deleted"] = len(done)
         elif op == "stats":
             with STATS_LOCK:
                 out = dict(STATS)
@@ -579,8 +589,16 @@ class Handler(BaseHTTPRequestHandler):
                                "application/strategic-merge-patch+json")
             return self.update(res, ns, name, sub, self.json_body(), ctype)
         if method == "DELETE":
-            self.read_body()
-            return self.delete(res, ns, name)
+            raw = self.read_body()
+            try:
+                opts = json.loads(raw.decode("utf-8")) if raw.strip() else {}
+            except (ValueError, UnicodeDecodeError):
+                raise ApiError(400, "BadRequest", "invalid DeleteOptions body")
+            if not isinstance(opts, dict):
+                raise ApiError(400, "BadRequest", "DeleteOptions must be an object")
+            if "gracePeriodSeconds" in q:
+                opts["gracePeriodSeconds"] = int(q["gracePeriodSeconds"])
+            return self.delete(res, ns, name, opts)
         raise ApiError(405, "MethodNotAllowed", "method %s not allowed" % method)
 
     def list(self, res, ns, q):
@@ -716,16 +734,45 @@ class Handler(BaseHTTPRequestHandler):
             out = copy.deepcopy(new)
         self.send_json(200, out)
 
-    def delete(self, res, ns, name):
+    def delete(self, res, ns, name, opts):
         with STORE.cond:
-            cur = STORE.objects[res].pop((ns, name), None)
+            cur = STORE.objects[res].get((ns, name))
             if cur is None:
                 raise not_found(res, name)
-            gone = copy.deepcopy(cur)
-            gone["metadata"]["resourceVersion"] = str(STORE.next_rv())
-            gone["metadata"]["deletionTimestamp"] = now_rfc3339()
-            STORE.record(res, "DELETED", cur, gone)
+            pre = opts.get("preconditions") or {}
+            if pre.get("uid") not in (None, cur["metadata"]["uid"]):
+                raise conflict(res, name, "Precondition failed: UID in precondition: %s, UID "
+                               "in object meta: %s" % (pre["uid"], cur["metadata"]["uid"]))
+            if pre.get("resourceVersion") not in (None, cur["metadata"]["resourceVersion"]):
+                raise conflict(res, name, "Precondition failed: ResourceVersion in "
+                               "precondition: %s, ResourceVersion in object meta: %s"
+                               % (pre["resourceVersion"], cur["metadata"]["resourceVersion"]))
+            grace = opts.get("gracePeriodSeconds")
+            if grace is None:
+                grace = (cur.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+            if (ARGS.graceful_pod_deletion and res == "pods" and grace > 0
+                    and (cur.get("spec") or {}).get("nodeName")):
+                # A bound pod stays, terminating, until its kubelet confirms
+                # (here: a DELETE with gracePeriodSeconds=0 or /_fake/finish-deletions).
+                if "deletionTimestamp" in cur["metadata"]:
+                    return self.send_json(200, cur)
+                new = copy.deepcopy(cur)
+                new["metadata"]["deletionTimestamp"] = now_rfc3339()
+                new["metadata"]["deletionGracePeriodSeconds"] = grace
+                new["metadata"]["resourceVersion"] = str(STORE.next_rv())
+                STORE.objects[res][(ns, name)] = new
+                STORE.record(res, "MODIFIED", cur, new)
+                return self.send_json(200, copy.deepcopy(new))
+            gone = self.remove_locked(res, ns, name)
         self.send_json(200, gone)
+
+    def remove_locked(self, res, ns, name):
+        cur = STORE.objects[res].pop((ns, name))
+        gone = copy.deepcopy(cur)
+        gone["metadata"]["resourceVersion"] = str(STORE.next_rv())
+        gone["metadata"].setdefault("deletionTimestamp", now_rfc3339())
+        STORE.record(res, "DELETED", cur, gone)
+        return gone
 
     def bind(self, ns, name, body):
         if not isinstance(body, dict) or body.get("kind", "Binding") != "Binding":
@@ -892,6 +939,28 @@ class UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer)
         return req, ("unix", 0)
 
 
+def seed(path):
+    with open(path) as f:
+        doc = json.load(f)
+    items = doc.get("items", []) if isinstance(doc, dict) else doc
+    by_kind = {kind: res for res, (kind, _) in RESOURCES.items()}
+    for obj in items:
+        res = by_kind.get(obj.get("kind"))
+        if res is None:
+            sys.exit("fake_apiserver: --seed: unsupported kind %r" % obj.get("kind"))
+        md = obj.setdefault("metadata", {})
+        ns = md.setdefault("namespace", "default") if RESOURCES[res][1] else None
+        md["uid"] = md.get("uid") or str(uuid.uuid4())
+        md.setdefault("creationTimestamp", now_rfc3339())
+        md["resourceVersion"] = str(STORE.next_rv())
+        obj["apiVersion"] = "v1"
+        if res == "pods":
+            obj.setdefault("spec", {})
+            obj.setdefault("status", {}).setdefault("phase", "Pending")
+        STORE.objects[res][(ns, md["name"])] = obj
+        STORE.history.append((STORE.rv, res, "ADDED", None, obj))
+
+
 def parent_watchdog(ppid):
     while True:
         time.sleep(0.5)
@@ -910,8 +979,13 @@ def main():
     ap.add_argument("--tls-key")
     ap.add_argument("--client-ca")
     ap.add_argument("--bookmark-interval", type=float, default=60.0)
+    ap.add_argument("--graceful-pod-deletion", action="store_true",
+                    help="DELETE of a bound pod only marks it terminating, as with a kubelet")
+    ap.add_argument("--seed", help="JSON file (a List or an array) of objects to start with")
     ARGS = ap.parse_args()
 
+    if ARGS.seed:
+        seed(ARGS.seed)
     if ARGS.unix:
         try:
             os.unlink(ARGS.unix)
