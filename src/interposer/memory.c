@@ -30,6 +30,7 @@ struct track {
 
 static struct track *table;
 static size_t table_cap, table_used; /* table_used counts live + tombstones */
+static size_t table_live;
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 #define TOMBSTONE_KIND 0xff
 
@@ -39,9 +40,10 @@ static size_t slot_of(uint64_t key, uint8_t kind, size_t cap)
     return (size_t)(h >> 17) & (cap - 1);
 }
 
+/* Rehashes without tombstones, doubling only when live entries need it. */
 static bool table_grow(void)
 {
-    size_t ncap = table_cap ? table_cap * 2 : 1024;
+    size_t ncap = table_cap == 0 ? 1024 : table_live * 4 >= table_cap ? table_cap * 2 : table_cap;
     struct track *n = calloc(ncap, sizeof(*n));
     if (n == NULL)
         return false;
@@ -60,6 +62,7 @@ static bool table_grow(void)
     table = n;
     table_cap = ncap;
     table_used = live;
+    table_live = live;
     return true;
 }
 
@@ -76,6 +79,8 @@ static bool track_add(enum track_kind kind, uint64_t key, int rdev, uint64_t byt
             s = (s + 1) & (table_cap - 1);
         if (table[s].key == 0)
             table_used++;
+        if (table[s].key == 0 || table[s].kind == TOMBSTONE_KIND)
+            table_live++;
         table[s] = (struct track){key, (uint8_t)kind, managed, (int16_t)rdev, bytes};
     }
     pthread_mutex_unlock(&table_lock);
@@ -106,6 +111,7 @@ static bool track_take(enum track_kind kind, uint64_t key, struct track *out)
     if (found) {
         *out = table[s];
         table[s].kind = TOMBSTONE_KIND;
+        table_live--;
     }
     pthread_mutex_unlock(&table_lock);
     return found;
