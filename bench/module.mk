@@ -11,10 +11,12 @@ BENCH_SCRIPTS += bench/bench_alloc_overhead.sh
 
 # Compute share (docs/compute-share.md): launch overhead of the interposer and
 # share accuracy on the fake driver's virtual clock.
-BENCH_PROGS += bench_launch
+# bench_launch is the application bench_throttle_launch.sh times.
 bench_launch_SRCS := bench/bench_launch.c
 bench_launch_LDLIBS := -L$(BUILD)/tests/fakes -l:libcuda.so.1
-$(BUILD)/bench/bench_launch: $(GV_FAKE_CUDA) $(GV_INTERPOSER)
+$(eval $(call GV_EXE,bench_launch,bench))
+$(BUILD)/bench/bench_launch: $(GV_FAKE_CUDA)
+EXTRA_ALL += $(BUILD)/bench/bench_launch
 BENCH_SCRIPTS += bench/bench_throttle_launch.sh bench/bench_compute_share.sh
 
 # gpuvisor-scheduler: concurrent filter+bind, 5,000-node filter latency, RSS.

@@ -316,6 +316,8 @@ void gv_shm_close(struct gv_shm *shm)
 
 const struct gv_shm_region *gv_shm_region(const struct gv_shm *shm) { return shm->r; }
 
+uint8_t *gv_shm_sched_region(struct gv_shm *shm) { return shm->r->sched; }
+
 int gv_shm_device_find(const struct gv_shm *shm, const char *uuid)
 {
     uint32_t nd = atomic_load(&shm->r->ndevices);

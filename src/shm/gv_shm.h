@@ -108,6 +108,8 @@ gv_status gv_shm_open(const char *path, unsigned flags, struct gv_shm **out, str
 void gv_shm_close(struct gv_shm *shm);
 /* The raw mapping, for readers (monitor, ps). */
 const struct gv_shm_region *gv_shm_region(const struct gv_shm *shm);
+/* The region-wide bytes owned by the compute-share module (writable). */
+uint8_t *gv_shm_sched_region(struct gv_shm *shm);
 
 /*
  * Finds the device with this uuid, or registers it with the given limits.

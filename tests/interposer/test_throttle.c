@@ -11,12 +11,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,6 +52,7 @@ struct result {
     uint64_t end_ns;
     uint64_t busy_ns; /* measured by the throttle */
     uint64_t gpu_ns;  /* what the fake GPU ran for this tenant */
+    uint32_t util;    /* utilisation the throttle last published */
     int ok;
 };
 
@@ -119,10 +122,17 @@ static void resolve(void)
 #undef R
 }
 
+/* Set by a test: a budget shared by every tenant of the run, as processes of
+ * one container share the one in their shared region. */
+static struct gv_throttle_pool *g_pool;
+/* Each tenant's published utilisation (the shared region's util field). */
+static _Atomic uint32_t g_util;
+
 static struct gv_throttle *make_throttle(const struct tenant *tn)
 {
     struct gv_throttle_ops ops;
-    struct gv_throttle_config cfg = {.policy = tn->policy, .priority = tn->prio, .node_dir = g_dir};
+    struct gv_throttle_config cfg = {
+        .policy = tn->policy, .priority = tn->prio, .node_dir = g_node};
     struct gv_throttle *t = NULL;
     struct gv_error err = {0};
     if (gv_throttle_driver_ops(sym, NULL, &ops, &err) != GV_OK) {
@@ -130,6 +140,8 @@ static struct gv_throttle *make_throttle(const struct tenant *tn)
         return NULL;
     }
     cfg.sm_limit[0] = tn->pct;
+    cfg.pool[0] = g_pool;
+    cfg.util[0] = &g_util;
     if (gv_throttle_new(&cfg, &ops, &t, &err) != GV_OK)
         fprintf(stderr, "throttle: %s\n", err.msg);
     return t;
@@ -227,6 +239,7 @@ static struct result tenant_main(const struct tenant *tn)
     F.stream_sync(s);
     r.end_ns = F.clock();
     r.gpu_ns = F.busy();
+    r.util = atomic_load(&g_util);
     if (t) {
         struct gv_throttle_stats st;
         gv_throttle_get_stats(t, 0, &st);
@@ -303,7 +316,34 @@ static void test_share_alone(void **state)
         struct result r;
         run_tenants(&tn, 1, &r);
         check_share("alone", p, &r);
+        /* What the monitor sees in the shared region agrees. */
+        assert_true(r.util + 5 >= p && r.util <= p + 5);
     }
+}
+
+/* Two processes of one container share its budget: together they get p%. */
+static void test_share_pooled_per_container(void **state)
+{
+    (void)state;
+    g_pool = mmap(NULL, sizeof(*g_pool), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(g_pool != MAP_FAILED);
+    memset(g_pool, 0, sizeof(*g_pool));
+    struct tenant tn[2] = {
+        {.pct = 40, .prio = -1, .horizon = HORIZON, .mark = UINT64_MAX},
+        {.pct = 40, .prio = -1, .horizon = HORIZON, .mark = UINT64_MAX},
+    };
+    struct result r[2];
+    run_tenants(tn, 2, r);
+    uint64_t end = r[0].end_ns > r[1].end_ns ? r[0].end_ns : r[1].end_ns;
+    double total = 100.0 * (double)(r[0].gpu_ns + r[1].gpu_ns) / (double)end;
+    printf("# one container, two processes at 40%%: %.1f%% + %.1f%% = %.1f%%; pool says %u%%, "
+           "measured %.1f s of GPU time\n",
+           share(&r[0]), share(&r[1]), total, atomic_load(&g_pool->pct),
+           (double)atomic_load(&g_pool->busy_ns) / 1e9);
+    assert_true(total >= 35.0 && total <= 45.0);
+    assert_int_equal(atomic_load(&g_pool->pct), 40);
+    munmap(g_pool, sizeof(*g_pool));
+    g_pool = NULL;
 }
 
 static void test_share_beside_second_tenant(void **state)
@@ -553,6 +593,7 @@ int main(void)
         cmocka_unit_test(test_config_and_board_errors),
         cmocka_unit_test(test_share_alone),
         cmocka_unit_test(test_share_beside_second_tenant),
+        cmocka_unit_test(test_share_pooled_per_container),
         cmocka_unit_test(test_share_with_varying_kernels),
         cmocka_unit_test(test_share_every_launch_api),
         cmocka_unit_test(test_unlimited_and_disabled_run_free),
