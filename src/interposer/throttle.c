@@ -34,6 +34,7 @@
 #define POLL_NS 50000ull /* re-check period while waiting for a measurement */
 #define MAX_SLEEP_NS 10000000ull
 #define DEFAULT_WINDOW_NS 50000000ull
+#define FORCE_WINDOW_NS 1000000ull
 /* While a higher-priority tenant is around, keep at most this much queued. */
 #define LOW_INFLIGHT_NS 1000000ull
 
@@ -124,8 +125,11 @@ gv_status gv_throttle_new(const struct gv_throttle_config *cfg, const struct gv_
         pthread_mutex_init(&d->mu, NULL);
         d->pct = (cfg->policy != GV_POLICY_DISABLE && p > 0 && p < 100) ? p : 0;
         d->active = d->pct > 0 || cfg->priority >= 0;
-        if (d->pct > 0 && cfg->policy == GV_POLICY_DEFAULT)
-            d->cap = (int64_t)(t->window_ns / 100 * d->pct);
+        /* force keeps 1 ms of credit: only enough to absorb a sleep that
+         * overshoots (timer slack is 50 us by default), so short kernels are
+         * not paced below their share. */
+        uint64_t window = cfg->policy == GV_POLICY_FORCE ? FORCE_WINDOW_NS : t->window_ns;
+        d->cap = (int64_t)(window / 100 * d->pct);
         d->pool = cfg->pool[i] ? cfg->pool[i] : &d->own;
         d->util = cfg->util[i];
         if (d->pct)

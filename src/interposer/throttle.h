@@ -68,7 +68,7 @@ struct gv_throttle_config {
     enum gv_ipcfg_policy policy; /* GPU_CORE_UTILIZATION_POLICY (see docs/compute-share.md) */
     int priority;                /* -1: not configured; 0 (highest) .. GV_PRIO_LEVELS-1 */
     const char *node_dir;        /* priority board directory; NULL: GV_PRIO_DEFAULT_DIR */
-    uint64_t window_ns;          /* burst window for the default policy; 0: 50 ms */
+    uint64_t window_ns;          /* credit window for the default policy; 0: 50 ms */
     /* Optional: the container-wide budget of each device (NULL: private). */
     struct gv_throttle_pool *pool[GV_THROTTLE_MAX_DEVICES];
     /* Optional: where to publish this process's recent utilisation (percent). */

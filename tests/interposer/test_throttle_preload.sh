@@ -71,6 +71,15 @@ for p in 10 50 90; do
     expect_share "CUDA_DEVICE_SM_LIMIT=$p alone" "$out" "$p" 5
 done
 
+# Sleeps that overshoot (50 us of timer slack) must not pace 100 us kernels below
+# their share, with or without burst credit.
+for pol in default force; do
+    fresh
+    out=$(tenant GV_FAKE_SLEEP_SLACK_NS=50000 GPU_CORE_UTILIZATION_POLICY=$pol \
+        CUDA_DEVICE_SM_LIMIT=50 -- kernel spin_100us 1000)
+    expect_share "policy $pol, 100 us kernels, sleeps overshooting by 50 us" "$out" 50 5
+done
+
 # --- two tenants (separate containers: separate shared regions) -------------------
 for p in 10 30; do
     fresh

@@ -20,7 +20,8 @@
  * Kernel run time is chosen by the test through the kernel's name: a name
  * ending in _<N>ns, _<N>us or _<N>ms runs for that long per launch (e.g.
  * "spin_1000us"); other names run GV_FAKE_KERNEL_NS (default 10 us).
- * GV_FAKE_KERNEL_JITTER=j varies each launch by up to +-j percent.
+ * GV_FAKE_KERNEL_JITTER=j varies each launch by up to +-j percent;
+ * GV_FAKE_SLEEP_SLACK_NS makes every gvfake_sleep_ns oversleep that much.
  *
  * Test seam: gvfake_clock_ns() and gvfake_sleep_ns() let libgpuvisor's
  * throttle run on this clock; the real driver has no such symbols.
@@ -137,6 +138,7 @@ static struct vt_shared *g_vt;
 static unsigned g_depth = 1024;
 static uint64_t g_default_ns = 10000;
 static unsigned g_jitter;       /* percent: each launch runs ns * (1 +- jitter) */
+static uint64_t g_slack;        /* every gvfake_sleep_ns oversleeps this much */
 static uint64_t g_jitter_state; /* per-process LCG: runs are reproducible */
 static struct CUstream_st g_default_stream[VT_MAX_DEVICES];
 static uint64_t g_proc_tail[VT_MAX_DEVICES]; /* for cuCtxSynchronize */
@@ -192,6 +194,7 @@ static void vt_open(void)
         g_depth = 1024;
     g_default_ns = env_u64("GV_FAKE_KERNEL_NS", 10000);
     g_jitter = (unsigned)env_u64("GV_FAKE_KERNEL_JITTER", 0);
+    g_slack = env_u64("GV_FAKE_SLEEP_SLACK_NS", 0);
     if (g_jitter > 100)
         g_jitter = 100;
     g_jitter_state = 0x9e3779b97f4a7c15ull;
@@ -386,7 +389,8 @@ void gvfake_sleep_ns(uint64_t ns)
 {
     struct vt_shared *v = vt();
     vt_lock(v);
-    vt_wait_until_locked(v, v->now + ns);
+    /* Real sleeps overshoot (timer slack, scheduling): so may these. */
+    vt_wait_until_locked(v, v->now + ns + g_slack);
     pthread_mutex_unlock(&v->mu);
 }
 
