@@ -60,6 +60,8 @@ struct conn {
     bool want_out;
     bool closing;
     bool goaway_sent;
+    bool lingering;         /* all sent, write side shut: waiting for the peer's EOF */
+    uint64_t linger_timer;
     struct gv_grpc_call *calls;
     struct conn *next;
 };
@@ -82,6 +84,14 @@ struct gv_grpc_server {
 
 static bool conn_flush(struct conn *c);
 static void conn_close(struct conn *c);
+
+static void linger_expired(struct gv_loop *loop, void *ud)
+{
+    (void)loop;
+    struct conn *c = ud;
+    c->linger_timer = 0;
+    conn_close(c);
+}
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -558,8 +568,17 @@ static bool conn_flush(struct conn *c)
     }
     if (!nghttp2_session_want_read(c->session) && !nghttp2_session_want_write(c->session) &&
         c->wlen == 0) {
-        conn_close(c);
-        return false;
+        /*
+         * Lingering close: a peer that still writes (a WINDOW_UPDATE, a PING
+         * ack) into a closed socket gets EPIPE and may fail streams whose
+         * trailers it has not processed yet.  Shut our side, wait for its EOF.
+         */
+        if (!c->lingering) {
+            c->lingering = true;
+            shutdown(c->fd, SHUT_WR);
+            c->linger_timer = gv_loop_timer(c->srv->loop, 1000, linger_expired, c);
+        }
+        return true;
     }
     conn_update_events(c);
     return true;
@@ -571,6 +590,8 @@ static void conn_close(struct conn *c)
     if (c->closing)
         return;
     c->closing = true;
+    if (c->linger_timer)
+        gv_loop_timer_cancel(srv->loop, c->linger_timer);
     /* nghttp2_session_del() does not report the open streams: close them here. */
     while (c->calls) {
         c->calls->finished = true;
@@ -593,6 +614,15 @@ static void conn_io(struct gv_loop *loop, int fd, uint32_t events, void *ud)
 {
     (void)loop;
     struct conn *c = ud;
+    if (c->lingering) {
+        uint8_t sink[4096];
+        ssize_t n;
+        while ((n = recv(fd, sink, sizeof(sink), 0)) > 0)
+            ;
+        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            conn_close(c);
+        return;
+    }
     if (events & EPOLLIN) {
         uint8_t buf[16384];
         for (;;) {

@@ -140,6 +140,8 @@ static void add_watch(struct gv_registrar *r)
 /* Our socket gone means the kubelet restarted (or someone cleaned up): start over. */
 static void check_socket(struct gv_registrar *r, bool kubelet_appeared)
 {
+    if (gv_plugin_stopping(r->plugin))
+        return; /* our own shutdown removed it */
     if (!gv_plugin_socket_present(r->plugin)) {
         struct gv_error err;
         if (gv_plugin_listen(r->plugin, &err) != GV_OK) {
