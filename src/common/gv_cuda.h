@@ -349,6 +349,8 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev);
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
 CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId);
 CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev);
+CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev);
+CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool);
 
 /* --- contexts ----------------------------------------------------------- */
 CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
