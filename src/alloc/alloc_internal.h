@@ -75,7 +75,7 @@ struct wl_level {
 };
 
 #define WL_MAX_SHAPES 128
-#define WL_MAX_LEVELS 16
+#define WL_MAX_LEVELS 64
 
 /* One GPU-shape of the workload: k GPUs with r milli and given memory. */
 struct wl_shape {
@@ -122,6 +122,7 @@ struct gv_alloc_cluster {
     uint32_t max_gpus;     /* largest node GPU count (bestfit) */
     struct memo_slot *memo;
     uint32_t memo_cap, memo_stamp;
+
 };
 
 /* GPUs chosen for a request on one node, flattened in container order. */

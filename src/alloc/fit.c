@@ -147,25 +147,26 @@ bool alloc_fit_node(struct gv_alloc_cluster *c, const struct req_view *v, uint32
 {
     const struct node *n = &c->nodes[node];
     const struct gv_alloc_request *r = v->req;
-    char dummy[8];
-    if (reason == NULL) {
-        reason = dummy;
-        reason_cap = sizeof(dummy);
-    }
+/* Formatting reasons costs more than the fit itself: only when asked. */
+#define WHY(...)                                                                                   \
+    do {                                                                                           \
+        if (reason != NULL)                                                                        \
+            snprintf(reason, reason_cap, __VA_ARGS__);                                             \
+    } while (0)
     if (n->cpu_cap > 0 && r->cpu_milli > n->cpu_cap - n->cpu_used) {
-        snprintf(reason, reason_cap, "insufficient cpu: %lldm free, need %lldm",
+        WHY("insufficient cpu: %lldm free, need %lldm",
                  (long long)(n->cpu_cap - n->cpu_used), (long long)r->cpu_milli);
         return false;
     }
     if (n->mem_cap > 0 && r->mem_mib > n->mem_cap - n->mem_used) {
-        snprintf(reason, reason_cap, "insufficient memory: %lld MiB free, need %lld MiB",
+        WHY("insufficient memory: %lld MiB free, need %lld MiB",
                  (long long)(n->mem_cap - n->mem_used), (long long)r->mem_mib);
         return false;
     }
     a->n_containers = 0;
     p->n = 0;
     if (r->n_containers > 0 && n->n_gpus == 0) {
-        snprintf(reason, reason_cap, "node has no GPUs");
+        WHY("node has no GPUs");
         return false;
     }
     struct gpu_load load[GV_ALLOC_MAX_NODE_GPUS];
@@ -192,14 +193,16 @@ bool alloc_fit_node(struct gv_alloc_cluster *c, const struct req_view *v, uint32
         const char *cn = r->n_containers > 1 ? cr->name : "";
         const char *colon = r->n_containers > 1 ? ": " : "";
         if (allowed == 0) {
-            snprintf(reason, reason_cap, "%s%s%sno GPU matches the pod's GPU type/uuid "
+            WHY("%s%s%sno GPU matches the pod's GPU type/uuid "
                      "constraints (node has %.48s)", pfx, cn, colon, n->gpus[0].model);
             return false;
         }
-        char need[96];
-        describe_need(cr, need, sizeof(need));
+        char need[96] = "";
+        if (nc < cr->num_gpu || r->numa_bind)
+            if (reason != NULL)
+                describe_need(cr, need, sizeof(need));
         if (nc < cr->num_gpu) {
-            snprintf(reason, reason_cap, "%s%s%sgpu %u/%u free but need %u with %s each", pfx, cn,
+            WHY("%s%s%sgpu %u/%u free but need %u with %s each", pfx, cn,
                      colon, nc, n->n_gpus, cr->num_gpu, need);
             return false;
         }
@@ -223,7 +226,7 @@ bool alloc_fit_node(struct gv_alloc_cluster *c, const struct req_view *v, uint32
                 }
             }
             if (!found) {
-                snprintf(reason, reason_cap,
+                WHY(
                          "%s%s%sgpu %u/%u free but need %u with %s each on one NUMA node", pfx,
                          cn, colon, nc, n->n_gpus, cr->num_gpu, need);
                 return false;
@@ -249,6 +252,7 @@ bool alloc_fit_node(struct gv_alloc_cluster *c, const struct req_view *v, uint32
     a->n_containers = r->n_containers;
     memcpy(a->node, n->name, strlen(n->name) + 1);
     return true;
+#undef WHY
 }
 
 gv_status gv_alloc_filter(struct gv_alloc_cluster *c, const struct gv_alloc_request *req,

@@ -141,6 +141,10 @@ static bool eval_node(struct gv_alloc_cluster *c, const struct req_view *v, uint
             *score = -fgd_best_single(c, v, node, a, p);
         else
             *score = -fgd_delta(c, node, v->req, a, p);
+        /* Quantised: near-equal deltas tie and go to the first node by
+         * name, which consolidates load (docs/alloc.md, "Ties"). */
+        if (c->cfg.fgd_score_step > 0)
+            *score = floor(*score / c->cfg.fgd_score_step);
         break;
     }
     return true;
@@ -256,7 +260,8 @@ gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_reques
         bool need_reason = first_name == NULL;
         if (score_node(c, &v, use_memo, idx, out, &s, need_reason ? first_reason : NULL,
                        sizeof(first_reason))) {
-            if (best == UINT32_MAX || better(s, c->nodes[idx].name, best_score, c->nodes[best].name)) {
+            if (best == UINT32_MAX || better(s, c->nodes[idx].name, best_score,
+                                             c->nodes[best].name)) {
                 best = idx;
                 best_score = s;
             }
