@@ -167,8 +167,10 @@ static gv_status trace_move(struct gv_sim_trace *dst, struct gv_sim_trace *src,
         dst->pods = x;
         dst->cap_pods = np;
     }
-    memcpy(dst->nodes + dst->n_nodes, src->nodes, src->n_nodes * sizeof(*src->nodes));
-    memcpy(dst->pods + dst->n_pods, src->pods, src->n_pods * sizeof(*src->pods));
+    if (src->n_nodes > 0)
+        memcpy(dst->nodes + dst->n_nodes, src->nodes, src->n_nodes * sizeof(*src->nodes));
+    if (src->n_pods > 0)
+        memcpy(dst->pods + dst->n_pods, src->pods, src->n_pods * sizeof(*src->pods));
     dst->n_nodes = nn;
     dst->n_pods = np;
     src->n_nodes = src->n_pods = 0;
