@@ -10,7 +10,9 @@
 
 #define GV_CLI_COMMAND_LIST(X)                                                 \
     X(version, "print the gpuvisor version")                                   \
-    X(simulate, "replay a cluster trace through the allocation engine, compare policies")
+    X(simulate, "replay a cluster trace through the allocation engine, compare policies") \
+    X(run, "run a command in a GPU slice on this machine (no Kubernetes)")              \
+    X(ps, "list live GPU tenants of this machine's shared regions")
 
 #define GV_X_DECLARE(name, help) int gv_cmd_##name(int argc, char **argv);
 GV_CLI_COMMAND_LIST(GV_X_DECLARE)

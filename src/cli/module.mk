@@ -2,5 +2,5 @@
 # (dependents before dependencies); add yours when your command lands.
 PROGS += gpuvisor
 gpuvisor_SRCS := $(wildcard src/cli/*.c)
-gpuvisor_LIBS := sim contracts alloc common
+gpuvisor_LIBS := sim contracts alloc shm common
 gpuvisor_LDLIBS = $(contracts_LDLIBS)

@@ -327,34 +327,51 @@ void gv_kube_client_free(struct gv_kube_client *c)
     free(c);
 }
 
-/* Current bearer token (heap copy, or NULL).  Re-reads token_file when the
- * last read is older than TOKEN_REREAD_SECONDS, keeping the old token if the
- * file is briefly unreadable during rotation. */
+/* Re-reads token_file when forced or when the last read is older than
+ * TOKEN_REREAD_SECONDS, keeping the old token if the file is briefly
+ * unreadable during rotation.  Returns true when the token changed.
+ * Caller holds token_mu. */
+static bool refresh_token_locked(struct gv_kube_client *c, bool force)
+{
+    if (c->token_file == NULL)
+        return false;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (!force && c->token != NULL && now.tv_sec - c->token_read_at < TOKEN_REREAD_SECONDS)
+        return false;
+    char *text = NULL;
+    size_t len = 0;
+    struct gv_error e;
+    if (gv_file_read_all(c->token_file, &text, &len, &e) != GV_OK) {
+        gv_warn("kube: cannot re-read token file: %s", e.msg);
+        return false;
+    }
+    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' '))
+        text[--len] = '\0';
+    bool changed = c->token == NULL || strcmp(c->token, text) != 0;
+    free(c->token);
+    c->token = text;
+    c->token_read_at = now.tv_sec;
+    return changed;
+}
+
+/* Current bearer token (heap copy, or NULL). */
 static char *current_token(struct gv_kube_client *c)
 {
     pthread_mutex_lock(&c->token_mu);
-    if (c->token_file != NULL) {
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (c->token == NULL || now.tv_sec - c->token_read_at >= TOKEN_REREAD_SECONDS) {
-            char *text = NULL;
-            size_t len = 0;
-            struct gv_error e;
-            if (gv_file_read_all(c->token_file, &text, &len, &e) == GV_OK) {
-                while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' ||
-                                   text[len - 1] == ' '))
-                    text[--len] = '\0';
-                free(c->token);
-                c->token = text;
-                c->token_read_at = now.tv_sec;
-            } else {
-                gv_warn("kube: cannot re-read token file: %s", e.msg);
-            }
-        }
-    }
+    refresh_token_locked(c, false);
     char *t = xstrdup(c->token);
     pthread_mutex_unlock(&c->token_mu);
     return t;
+}
+
+/* After a 401: a rotated token may be on disk already. */
+static bool token_rotated(struct gv_kube_client *c)
+{
+    pthread_mutex_lock(&c->token_mu);
+    bool changed = refresh_token_locked(c, true);
+    pthread_mutex_unlock(&c->token_mu);
+    return changed;
 }
 
 /* Builds "server + path ? query" where query comes from name/value pairs
@@ -412,11 +429,14 @@ static gv_status setup_handle(struct gv_kube_client *c, CURL *h, const struct re
     curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 10L);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "gpuvisor/" GV_VERSION);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    /* HTTP/1.1 on purpose: each watch gets its own TCP connection, so TCP
+     * keepalive detects a dead one, instead of every watch stalling on one
+     * shared HTTP/2 connection (client-go needed HTTP/2 pings for that). */
+    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, r->method);
-    if (strcmp(r->method, "GET") != 0) {
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, r->body != NULL ? r->body : "");
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE,
-                         (curl_off_t)(r->body != NULL ? r->body_len : 0));
+    if (r->body != NULL) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, r->body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);
     }
     if (c->unix_socket != NULL)
         curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, c->unix_socket);
@@ -519,6 +539,7 @@ static gv_status perform(struct gv_kube_client *c, const struct request *r, stru
     char what[300];
     snprintf(what, sizeof(what), "%s %s", r->method, r->path);
     gv_status st = GV_EINTERNAL;
+    bool reauthed = false;
     for (unsigned attempt = 0;; attempt++) {
         CURL *h = curl_easy_init();
         if (h == NULL)
@@ -564,6 +585,12 @@ static gv_status perform(struct gv_kube_client *c, const struct request *r, stru
         curl_easy_cleanup(h);
         curl_slist_free_all(headers);
         free(url);
+        if (code == 401 && !reauthed && token_rotated(c)) {
+            /* Rotated service-account token: retry once at once. */
+            reauthed = true;
+            attempt--;
+            continue;
+        }
         if (!retry || attempt >= (unsigned)c->max_retries) {
             if (retry && err != NULL)
                 gv_error_prefix(err, "after %u attempts", attempt + 1);
@@ -627,20 +654,18 @@ gv_status gv_kube_get(struct gv_kube_client *c, const char *path, json_t **out,
     return request_json(c, &r, out, err);
 }
 
-gv_status gv_kube_list(struct gv_kube_client *c, const char *path,
-                       const struct gv_kube_list_opts *opts, json_t **out,
-                       struct gv_error *err)
+gv_status gv_kube_list_pages(struct gv_kube_client *c, const char *path,
+                             const struct gv_kube_list_opts *opts, gv_kube_page_fn fn, void *ud,
+                             struct gv_error *err)
 {
-    *out = NULL;
     gv_status st = check_path("LIST", path, err);
     if (st != GV_OK)
         return st;
     char limit[32] = "";
     if (opts != NULL && opts->limit > 0)
         snprintf(limit, sizeof(limit), "%ld", opts->limit);
-    json_t *result = NULL;
     char *cont = NULL;
-    for (unsigned page = 0;; page++) {
+    do {
         const char *q[] = {
             "labelSelector", opts ? opts->label_selector : NULL,
             "fieldSelector", opts ? opts->field_selector : NULL,
@@ -650,50 +675,63 @@ gv_status gv_kube_list(struct gv_kube_client *c, const char *path,
         struct request r = {.method = "GET", .path = path, .query = q, .nquery = 8};
         json_t *pg = NULL;
         st = request_json(c, &r, &pg, err);
+        free(cont);
+        cont = NULL;
         if (st != GV_OK)
-            goto fail;
+            break;
         json_t *items = json_object_get(pg, "items");
-        if (json_is_null(items) || items == NULL) {
-            /* The API omits "items" for empty lists in some encoders. */
-            items = json_array();
-            json_object_set_new(pg, "items", items);
-        }
-        if (!json_is_array(items)) {
+        if (items == NULL || json_is_null(items)) {
+            /* Empty lists may come without "items". */
+            json_object_set_new(pg, "items", json_array());
+        } else if (!json_is_array(items)) {
             json_decref(pg);
             st = gv_error_set(err, GV_EPROTO, "LIST %s: \"items\" is not an array", path);
-            goto fail;
+            break;
         }
-        const char *next =
-            json_string_value(json_object_get(json_object_get(pg, "metadata"), "continue"));
-        free(cont);
-        cont = next != NULL && next[0] != '\0' ? strdup(next) : NULL;
-        if (next != NULL && next[0] != '\0' && cont == NULL) {
+        json_t *md = json_object_get(pg, "metadata");
+        const char *next = json_string_value(json_object_get(md, "continue"));
+        if (next != NULL && next[0] != '\0' && (cont = strdup(next)) == NULL) {
             json_decref(pg);
             st = gv_error_set(err, GV_ENOMEM, "LIST %s: out of memory", path);
-            goto fail;
-        }
-        if (result == NULL) {
-            result = pg;
-        } else {
-            if (json_array_extend(json_object_get(result, "items"), items) != 0) {
-                json_decref(pg);
-                st = gv_error_set(err, GV_ENOMEM, "LIST %s: out of memory", path);
-                goto fail;
-            }
-            json_decref(pg);
-        }
-        if (cont == NULL)
             break;
-    }
-    /* The merged list is complete: drop the last page's continue token. */
-    json_t *md = json_object_get(result, "metadata");
-    if (json_is_object(md))
-        json_object_del(md, "continue");
-    *out = result;
-    return GV_OK;
-fail:
+        }
+        if (json_is_object(md))
+            json_object_del(md, "continue");
+        st = fn(ud, pg, err);
+        json_decref(pg);
+    } while (st == GV_OK && cont != NULL);
     free(cont);
-    json_decref(result);
+    return st;
+}
+
+struct merge {
+    json_t *result;
+};
+
+static gv_status merge_page(void *ud, json_t *page, struct gv_error *err)
+{
+    struct merge *m = ud;
+    if (m->result == NULL) {
+        m->result = json_incref(page);
+        return GV_OK;
+    }
+    if (json_array_extend(json_object_get(m->result, "items"), json_object_get(page, "items")) !=
+        0)
+        return gv_error_set(err, GV_ENOMEM, "LIST: out of memory");
+    return GV_OK;
+}
+
+gv_status gv_kube_list(struct gv_kube_client *c, const char *path,
+                       const struct gv_kube_list_opts *opts, json_t **out,
+                       struct gv_error *err)
+{
+    struct merge m = {NULL};
+    gv_status st = gv_kube_list_pages(c, path, opts, merge_page, &m, err);
+    if (st != GV_OK) {
+        json_decref(m.result);
+        m.result = NULL;
+    }
+    *out = m.result;
     return st;
 }
 
@@ -960,6 +998,8 @@ gv_status gv_kube_watch(struct gv_kube_client *c, const char *path,
         }
     } else if (w.code != 0 && w.code != 200) {
         st = gv_kube_http_error(w.code, w.errbody.data, w.errbody.len, what, err);
+        if (w.code == 401)
+            token_rotated(c); /* the caller's next watch uses a rotated token */
     } else if (rc != CURLE_OK) {
         st = gv_error_set(err, rc == CURLE_OPERATION_TIMEDOUT ? GV_ETIMEOUT : GV_EUNAVAILABLE,
                           "%s: %s%s%s", what, curl_easy_strerror(rc), errbuf[0] ? ": " : "",

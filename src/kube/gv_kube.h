@@ -35,6 +35,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
@@ -49,7 +50,7 @@
 struct gv_kube_config {
     char *server;           /* "https://10.0.0.1:443", "http://127.0.0.1:8080" */
     char *token;            /* bearer token, or NULL */
-    char *token_file;       /* re-read periodically (rotated SA tokens), or NULL */
+    char *token_file;       /* re-read every 60 s and after a 401 (rotation), or NULL */
     char *ca_file;          /* PEM CA bundle path, or NULL (system store) */
     char *ca_data;          /* PEM CA bundle contents, or NULL */
     char *client_cert_file; /* PEM client certificate path, or NULL */
@@ -133,6 +134,18 @@ gv_status gv_kube_get(struct gv_kube_client *c, const char *path, json_t **out,
  */
 gv_status gv_kube_list(struct gv_kube_client *c, const char *path,
                        const struct gv_kube_list_opts *opts, json_t **out, struct gv_error *err);
+
+/*
+ * LIST path page by page (opts->limit per page), calling fn with each page
+ * (borrowed; "items" always an array, no "continue" left in it).  Keeps one
+ * page in memory at a time: what an informer over thousands of objects
+ * needs.  An error from fn stops the listing and is returned.  A continue
+ * token that expired mid-way gives GV_ERANGE: start over.
+ */
+typedef gv_status (*gv_kube_page_fn)(void *ud, json_t *page, struct gv_error *err);
+gv_status gv_kube_list_pages(struct gv_kube_client *c, const char *path,
+                             const struct gv_kube_list_opts *opts, gv_kube_page_fn fn, void *ud,
+                             struct gv_error *err);
 
 /* POST body to path (create; pods/<name>/binding for a Binding).  out may be NULL. */
 gv_status gv_kube_create(struct gv_kube_client *c, const char *path, const json_t *body,
@@ -247,6 +260,16 @@ struct gv_informer_opts {
     long watch_timeout_seconds; /* re-watch period (default 300..600 s, jittered) */
     long backoff_initial_ms;    /* reconnect delay after a failure (default 200) */
     long backoff_max_ms;        /* reconnect delay cap (default 30000) */
+    /*
+     * Optional: returns what to cache for obj (a new reference; may be a
+     * trimmed copy keeping only the fields the daemon reads, which bounds
+     * memory on large clusters), or NULL to leave the object out of the
+     * cache.  Runs on the informer thread before caching and callbacks.
+     * metadata.managedFields is always dropped (nobody here reads it and it
+     * is often the largest part of an object).
+     */
+    json_t *(*transform)(void *ud, json_t *obj);
+    void *transform_ud;
 };
 
 /* path is a collection ("/api/v1/nodes", "/api/v1/pods"); opts may be NULL. */
@@ -256,7 +279,9 @@ gv_status gv_informer_new(struct gv_kube_client *c, const char *path,
                           struct gv_error *err);
 /* Starts the background thread. */
 gv_status gv_informer_start(struct gv_informer *inf, struct gv_error *err);
-/* Stops and joins the thread (idempotent); no callback runs after it returns. */
+/* Stops and joins the thread (idempotent); no callback runs after it
+ * returns.  Called from a callback it only asks the thread to end (no
+ * further callback runs after that one); gv_informer_free joins. */
 void gv_informer_stop(struct gv_informer *inf);
 /* Stops if needed and frees the cache. */
 void gv_informer_free(struct gv_informer *inf);
@@ -265,6 +290,20 @@ void gv_informer_free(struct gv_informer *inf);
 bool gv_informer_has_synced(struct gv_informer *inf);
 /* Waits up to timeout_ms for has_synced; returns it. */
 bool gv_informer_wait_synced(struct gv_informer *inf, long timeout_ms);
+
+/*
+ * A counter bumped after every change applied to the cache (watch event or
+ * relist).  A reader that misses an object it expects (the kubelet calls
+ * Allocate before the agent's watch delivered the bound pod) takes the
+ * generation, looks, and if needed waits for the next change:
+ *     uint64_t g = gv_informer_generation(inf);
+ *     while ((pod = find(inf)) == NULL && (g2 = gv_informer_wait_change(inf, g, ms)) != g)
+ *         g = g2;
+ */
+uint64_t gv_informer_generation(struct gv_informer *inf);
+/* Waits up to timeout_ms for the generation to move past seen; returns the
+ * current generation (== seen on timeout or when stopped). */
+uint64_t gv_informer_wait_change(struct gv_informer *inf, uint64_t seen, long timeout_ms);
 
 /* Cached object (new reference) or NULL; namespace_ NULL for cluster-scoped. */
 json_t *gv_informer_get(struct gv_informer *inf, const char *namespace_, const char *name);

@@ -36,14 +36,17 @@ struct gv_informer {
     char *label_selector, *field_selector;
     long page_size, watch_timeout_s, backoff_initial_ms, backoff_max_ms;
     struct gv_informer_callbacks cb;
+    json_t *(*transform)(void *ud, json_t *obj);
+    void *transform_ud;
 
     pthread_rwlock_t lock; /* guards cache and rv */
     json_t *cache;         /* key → object */
     char *rv;
 
-    pthread_mutex_t sync_mu;
+    pthread_mutex_t sync_mu; /* guards synced and generation */
     pthread_cond_t sync_cond;
     bool synced;
+    uint64_t generation;
 
     struct gv_kube_cancel *cancel;
     pthread_t thread;
@@ -87,6 +90,10 @@ gv_status gv_informer_new(struct gv_kube_client *c, const char *path,
         opts && opts->backoff_max_ms > 0 ? opts->backoff_max_ms : DEFAULT_BACKOFF_MAX_MS;
     if (cb != NULL)
         inf->cb = *cb;
+    if (opts != NULL) {
+        inf->transform = opts->transform;
+        inf->transform_ud = opts->transform_ud;
+    }
     inf->cache = json_object();
     inf->rv = strdup("");
     pthread_rwlock_init(&inf->lock, NULL);
@@ -131,6 +138,30 @@ static char *object_key(json_t *obj)
                     json_string_value(json_object_get(md, "name")));
 }
 
+/* What the cache keeps for obj (new reference), or NULL to leave it out.
+ * obj belongs to this thread (a list page or a decoded event), so dropping
+ * managedFields in place is safe. */
+static json_t *prepare(struct gv_informer *inf, json_t *obj)
+{
+    json_t *md = json_object_get(obj, "metadata");
+    if (json_is_object(md))
+        json_object_del(md, "managedFields");
+    if (inf->transform == NULL)
+        return json_incref(obj);
+    return inf->transform(inf->transform_ud, obj);
+}
+
+/* Publishes a cache change to gv_informer_wait_change/wait_synced. */
+static void bump_generation(struct gv_informer *inf, bool synced)
+{
+    pthread_mutex_lock(&inf->sync_mu);
+    inf->generation++;
+    if (synced)
+        inf->synced = true;
+    pthread_cond_broadcast(&inf->sync_cond);
+    pthread_mutex_unlock(&inf->sync_mu);
+}
+
 static const char *object_rv(json_t *obj)
 {
     const char *rv =
@@ -149,68 +180,115 @@ static void set_rv_locked(struct gv_informer *inf, const char *rv)
     inf->rv = d;
 }
 
-/* Replaces the cache with a LIST result and reports the difference. */
-static void apply_list(struct gv_informer *inf, json_t *list)
+static bool object_changed(json_t *prev, json_t *obj)
 {
-    json_t *items = json_object_get(list, "items");
-    json_t *fresh = json_object();
-    if (fresh == NULL)
-        return;
-    /* List items carry no kind/apiVersion; watch objects do.  Fill them in
-     * so consumers see one shape whichever path delivered the object. */
-    const char *lkind = json_string_value(json_object_get(list, "kind"));
-    const char *api = json_string_value(json_object_get(list, "apiVersion"));
-    char kind[128] = "";
-    if (lkind != NULL) {
-        size_t kl = strlen(lkind);
-        if (kl > 4 && kl < sizeof(kind) && strcmp(lkind + kl - 4, "List") == 0)
-            snprintf(kind, sizeof(kind), "%.*s", (int)(kl - 4), lkind);
+    const char *a = object_rv(prev), *b = object_rv(obj);
+    /* A transform may have dropped the version: compare contents then. */
+    if (a[0] == '\0' && b[0] == '\0')
+        return !json_equal(prev, obj);
+    return strcmp(a, b) != 0;
+}
+
+struct relist {
+    struct gv_informer *inf;
+    json_t *fresh; /* key → prepared object */
+    char *rv;      /* the first page's version: the snapshot */
+    char kind[128];
+    char api[64];
+};
+
+/* Adds one LIST page to the fresh map; only this page and the prepared
+ * objects are in memory, never the whole raw list. */
+static gv_status relist_page(void *ud, json_t *page, struct gv_error *err)
+{
+    struct relist *rl = ud;
+    if (rl->rv == NULL) {
+        const char *rv = json_string_value(
+            json_object_get(json_object_get(page, "metadata"), "resourceVersion"));
+        rl->rv = strdup(rv != NULL ? rv : "");
+        if (rl->rv == NULL)
+            return gv_error_set(err, GV_ENOMEM, "informer: out of memory");
+        /* List items carry no kind/apiVersion; watch objects do.  Fill them
+         * in so consumers see one shape whichever path delivered them. */
+        const char *lkind = json_string_value(json_object_get(page, "kind"));
+        size_t kl = lkind != NULL ? strlen(lkind) : 0;
+        if (kl > 4 && kl < sizeof(rl->kind) && strcmp(lkind + kl - 4, "List") == 0)
+            snprintf(rl->kind, sizeof(rl->kind), "%.*s", (int)(kl - 4), lkind);
+        const char *api = json_string_value(json_object_get(page, "apiVersion"));
+        if (api != NULL && strlen(api) < sizeof(rl->api))
+            snprintf(rl->api, sizeof(rl->api), "%s", api);
     }
     size_t i;
     json_t *it;
-    json_array_foreach(items, i, it)
+    json_array_foreach(json_object_get(page, "items"), i, it)
     {
         char *key = object_key(it);
         if (key == NULL) {
-            gv_warn("informer %s: list item %zu has no metadata.name; skipped", inf->path, i);
+            gv_warn("informer %s: list item without metadata.name; skipped", rl->inf->path);
             continue;
         }
-        if (kind[0] != '\0' && json_object_get(it, "kind") == NULL)
-            json_object_set_new(it, "kind", json_string(kind));
-        if (api != NULL && json_object_get(it, "apiVersion") == NULL)
-            json_object_set_new(it, "apiVersion", json_string(api));
-        json_object_set(fresh, key, it);
+        if (rl->kind[0] != '\0' && json_object_get(it, "kind") == NULL)
+            json_object_set_new(it, "kind", json_string(rl->kind));
+        if (rl->api[0] != '\0' && json_object_get(it, "apiVersion") == NULL)
+            json_object_set_new(it, "apiVersion", json_string(rl->api));
+        json_t *v = prepare(rl->inf, it);
+        if (v != NULL && json_object_set_new(rl->fresh, key, v) != 0) {
+            free(key);
+            return gv_error_set(err, GV_ENOMEM, "informer: out of memory");
+        }
         free(key);
     }
+    if (gv_kube_cancel_fired(rl->inf->cancel))
+        return gv_error_set(err, GV_ETIMEOUT, "informer stopped during LIST");
+    return GV_OK;
+}
 
+/* LISTs the collection, replaces the cache and reports the difference. */
+static gv_status relist(struct gv_informer *inf, struct gv_error *err)
+{
+    struct relist rl = {.inf = inf, .fresh = json_object()};
+    if (rl.fresh == NULL)
+        return gv_error_set(err, GV_ENOMEM, "informer: out of memory");
+    struct gv_kube_list_opts lo = {inf->label_selector, inf->field_selector, inf->page_size};
+    gv_status st = gv_kube_list_pages(inf->client, inf->path, &lo, relist_page, &rl, err);
+    if (st != GV_OK) {
+        json_decref(rl.fresh);
+        free(rl.rv);
+        return st;
+    }
     pthread_rwlock_wrlock(&inf->lock);
     json_t *old = inf->cache;
-    inf->cache = fresh;
-    set_rv_locked(inf, json_string_value(json_object_get(json_object_get(list, "metadata"),
-                                                         "resourceVersion")));
+    inf->cache = rl.fresh;
+    set_rv_locked(inf, rl.rv);
     pthread_rwlock_unlock(&inf->lock);
+    free(rl.rv);
 
-    /* Callbacks run unlocked; old and fresh are private to this thread now
-     * (readers hold their own references to objects, not to the maps). */
+    /* Callbacks run unlocked: the maps are private to this thread now
+     * (readers hold references to objects, never to the maps). */
     const char *key;
     json_t *obj;
-    json_object_foreach(fresh, key, obj)
+    json_object_foreach(rl.fresh, key, obj)
     {
+        if (gv_kube_cancel_fired(inf->cancel))
+            break;
         json_t *prev = json_object_get(old, key);
         if (prev == NULL) {
             if (inf->cb.on_add)
                 inf->cb.on_add(inf->cb.ud, obj);
-        } else if (strcmp(object_rv(prev), object_rv(obj)) != 0) {
+        } else if (object_changed(prev, obj)) {
             if (inf->cb.on_update)
                 inf->cb.on_update(inf->cb.ud, prev, obj);
         }
     }
     json_object_foreach(old, key, obj)
     {
-        if (json_object_get(fresh, key) == NULL && inf->cb.on_delete)
+        if (gv_kube_cancel_fired(inf->cancel))
+            break;
+        if (json_object_get(rl.fresh, key) == NULL && inf->cb.on_delete)
             inf->cb.on_delete(inf->cb.ud, obj);
     }
     json_decref(old);
+    return GV_OK;
 }
 
 /* Applies one watch event; runs on the informer thread. */
@@ -229,26 +307,29 @@ static bool on_event(void *ud, gv_kube_event_type type, json_t *obj)
                 gv_kube_event_name(type));
         return true;
     }
+    json_t *v = prepare(inf, obj);
+    bool gone = type == GV_KUBE_EVENT_DELETED || v == NULL;
     pthread_rwlock_wrlock(&inf->lock);
-    json_t *prev = json_object_get(inf->cache, key);
-    json_incref(prev);
-    if (type == GV_KUBE_EVENT_DELETED)
+    json_t *prev = json_incref(json_object_get(inf->cache, key));
+    if (gone)
         json_object_del(inf->cache, key);
     else
-        json_object_set(inf->cache, key, obj);
+        json_object_set(inf->cache, key, v);
     set_rv_locked(inf, object_rv(obj));
     pthread_rwlock_unlock(&inf->lock);
+    bump_generation(inf, false);
 
-    if (type == GV_KUBE_EVENT_DELETED) {
+    if (gone) {
         /* Unknown objects were never reported: nothing to take back. */
         if (prev != NULL && inf->cb.on_delete)
-            inf->cb.on_delete(inf->cb.ud, obj);
+            inf->cb.on_delete(inf->cb.ud, v != NULL ? v : prev);
     } else if (prev == NULL) {
         if (inf->cb.on_add)
-            inf->cb.on_add(inf->cb.ud, obj);
+            inf->cb.on_add(inf->cb.ud, v);
     } else if (inf->cb.on_update) {
-        inf->cb.on_update(inf->cb.ud, prev, obj);
+        inf->cb.on_update(inf->cb.ud, prev, v);
     }
+    json_decref(v);
     json_decref(prev);
     free(key);
     return !gv_kube_cancel_fired(inf->cancel);
@@ -271,23 +352,13 @@ static void *informer_main(void *arg)
         gv_error_clear(&err);
         gv_status st;
         if (need_list) {
-            struct gv_kube_list_opts lo = {inf->label_selector, inf->field_selector,
-                                           inf->page_size};
-            json_t *list = NULL;
-            st = gv_kube_list(inf->client, inf->path, &lo, &list, &err);
+            st = relist(inf, &err);
+            if (gv_kube_cancel_fired(inf->cancel))
+                break;
             if (st == GV_OK) {
-                if (gv_kube_cancel_fired(inf->cancel)) {
-                    json_decref(list);
-                    break;
-                }
-                apply_list(inf, list);
-                json_decref(list);
                 need_list = false;
                 failures = 0;
-                pthread_mutex_lock(&inf->sync_mu);
-                inf->synced = true;
-                pthread_cond_broadcast(&inf->sync_cond);
-                pthread_mutex_unlock(&inf->sync_mu);
+                bump_generation(inf, true);
                 continue;
             }
         } else {
@@ -348,6 +419,10 @@ void gv_informer_stop(struct gv_informer *inf)
     if (inf == NULL)
         return;
     gv_kube_cancel_fire(inf->cancel);
+    /* From a callback (the informer's own thread) we cannot join ourselves:
+     * the loop sees the cancel and ends; gv_informer_free joins later. */
+    if (inf->running && pthread_equal(pthread_self(), inf->thread))
+        return;
     if (inf->running) {
         pthread_join(inf->thread, NULL);
         inf->running = false;
@@ -396,6 +471,28 @@ bool gv_informer_wait_synced(struct gv_informer *inf, long timeout_ms)
     bool s = inf->synced;
     pthread_mutex_unlock(&inf->sync_mu);
     return s;
+}
+
+uint64_t gv_informer_generation(struct gv_informer *inf)
+{
+    pthread_mutex_lock(&inf->sync_mu);
+    uint64_t g = inf->generation;
+    pthread_mutex_unlock(&inf->sync_mu);
+    return g;
+}
+
+uint64_t gv_informer_wait_change(struct gv_informer *inf, uint64_t seen, long timeout_ms)
+{
+    struct timespec deadline;
+    gv_kube_deadline(&deadline, timeout_ms);
+    pthread_mutex_lock(&inf->sync_mu);
+    while (inf->generation == seen && !gv_kube_cancel_fired(inf->cancel)) {
+        if (pthread_cond_timedwait(&inf->sync_cond, &inf->sync_mu, &deadline) == ETIMEDOUT)
+            break;
+    }
+    uint64_t g = inf->generation;
+    pthread_mutex_unlock(&inf->sync_mu);
+    return g;
 }
 
 json_t *gv_informer_get(struct gv_informer *inf, const char *namespace_, const char *name)

@@ -32,3 +32,19 @@ fuzz_kube_watch_stream_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
 fuzz_kube_kubeconfig_SRCS := tests/kube/fuzz_kube_kubeconfig.c src/kube/config.c \
 	src/common/gv_error.c src/common/gv_file.c
 fuzz_kube_kubeconfig_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson yaml-0.1 libcrypto)
+
+# Benchmark (make bench): informer sync time / cache memory, GET latency,
+# conditional patch rate against fake_apiserver.
+BENCH_PROGS += bench_kube_informer
+bench_kube_informer_SRCS := bench/bench_kube_informer.c tests/fakes/apiserver/fake_apiserver_proc.c
+bench_kube_informer_LIBS := $(KUBE_TEST_LIBS)
+bench_kube_informer_LDLIBS := $(kube_LDLIBS)
+bench_kube_informer_CFLAGS := -I.
+
+TEST_PROGS += test_kube_stream
+test_kube_stream_SRCS := tests/kube/test_kube_stream.c
+test_kube_stream_LIBS := $(KUBE_TEST_LIBS)
+test_kube_stream_LDLIBS := $(KUBE_TEST_LDLIBS)
+
+# The stand-in itself, checked against a real client (kubectl / client-go).
+TEST_SCRIPTS += tests/kube/test_fake_apiserver_with_kubectl.sh

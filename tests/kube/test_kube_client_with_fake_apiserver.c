@@ -12,10 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <pthread.h>
 
+#include "common/gv_file.h"
 #include "kube/kube_internal.h"
 #include "kube_testlib.h"
 
@@ -395,6 +397,55 @@ static void test_concurrent_patches_one_winner(void **state)
     json_decref(pod);
 }
 
+static void test_unix_socket_and_token_file(void **state)
+{
+    (void)state;
+    const char *tmp = getenv("GV_TEST_TMP");
+    char dir[512], sock[600], tok[600];
+    snprintf(dir, sizeof(dir), "%s/kubeunix.XXXXXX", tmp != NULL ? tmp : "/tmp");
+    assert_non_null(mkdtemp(dir));
+    snprintf(sock, sizeof(sock), "%s/apiserver.sock", dir);
+    snprintf(tok, sizeof(tok), "%s/token", dir);
+    struct gv_error err;
+    assert_int_equal(gv_file_write_atomic(tok, "old-token\n", 10, 0600, &err), GV_OK);
+    const char *args[] = {"--unix", sock, "--token", "tok-123", NULL};
+    struct fake_apiserver fa;
+    assert_int_equal(fake_apiserver_start(&fa, args), 0);
+    assert_memory_equal(fa.url, "unix:", 5);
+
+    struct gv_kube_config *cfg = NULL;
+    assert_int_equal(gv_kube_config_from_url("http://localhost", &cfg, &err), GV_OK);
+    cfg->unix_socket = strdup(sock);
+    cfg->token_file = strdup(tok); /* read on first use */
+    cfg->max_retries = 0;
+    struct gv_kube_client *c = NULL;
+    assert_int_equal(gv_kube_client_new(cfg, &c, &err), GV_OK);
+    json_t *list = NULL;
+    /* Stale token: 401, re-read once, still stale → the 401 is returned. */
+    assert_int_equal(gv_kube_list(c, "/api/v1/nodes", NULL, &list, &err), GV_EIO);
+    assert_non_null(strstr(err.msg, "HTTP 401"));
+    assert_int_equal(gv_kube_list(c, "/api/v1/nodes", NULL, &list, &err), GV_EIO);
+    /* The kubelet rotates the token file: the next 401 picks it up at once. */
+    assert_int_equal(gv_file_write_atomic(tok, "tok-123\n", 8, 0600, &err), GV_OK);
+    assert_int_equal(gv_kube_list(c, "/api/v1/nodes", NULL, &list, &err), GV_OK);
+    assert_string_equal(json_string_value(json_object_get(list, "kind")), "NodeList");
+    json_decref(list);
+    gv_kube_client_free(c);
+
+    /* Without the token the stand-in answers 401 like the real server. */
+    free(cfg->token_file);
+    cfg->token_file = NULL;
+    assert_int_equal(gv_kube_client_new(cfg, &c, &err), GV_OK);
+    assert_int_equal(gv_kube_list(c, "/api/v1/nodes", NULL, &list, &err), GV_EIO);
+    assert_non_null(strstr(err.msg, "HTTP 401"));
+    gv_kube_client_free(c);
+    gv_kube_config_free(cfg);
+    fake_apiserver_stop(&fa);
+    unlink(sock);
+    unlink(tok);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -414,6 +465,7 @@ int main(void)
         T(test_bad_arguments),
         cmocka_unit_test(test_status_code_mapping),
         T(test_concurrent_patches_one_winner),
+        cmocka_unit_test(test_unix_socket_and_token_file),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -413,19 +413,27 @@ static void inf_delete(void *ud, json_t *o)
     rec_add(r, "delete", o);
 }
 
-static struct gv_informer *start_informer(struct kube_fixture *fx, const char *path,
-                                          const char *field_selector, struct rec *r)
+static struct gv_informer *start_informer_t(struct kube_fixture *fx, const char *path,
+                                            const char *field_selector, struct rec *r,
+                                            json_t *(*transform)(void *, json_t *))
 {
     struct gv_informer_callbacks cb = {inf_add, inf_update, inf_delete, r};
     struct gv_informer_opts o = {.field_selector = field_selector,
                                  .page_size = 2,
                                  .backoff_initial_ms = 10,
-                                 .backoff_max_ms = 50};
+                                 .backoff_max_ms = 50,
+                                 .transform = transform};
     struct gv_informer *inf = NULL;
     struct gv_error err;
     assert_int_equal(gv_informer_new(fx->client, path, &o, &cb, &inf, &err), GV_OK);
     assert_int_equal(gv_informer_start(inf, &err), GV_OK);
     return inf;
+}
+
+static struct gv_informer *start_informer(struct kube_fixture *fx, const char *path,
+                                          const char *field_selector, struct rec *r)
+{
+    return start_informer_t(fx, path, field_selector, r, NULL);
 }
 
 static void test_informer_callbacks_and_cache(void **state)
@@ -489,6 +497,7 @@ static void test_informer_callbacks_and_cache(void **state)
 
 static void test_informer_field_selector_node_agent(void **state)
 {
+    /* The node agent's view: only pods bound to its node. */
     json_decref(kube_create_pod(FX->client, "default", "mine", NULL, NULL, "node-a"));
     json_decref(kube_create_pod(FX->client, "default", "theirs", NULL, NULL, "node-b"));
     json_decref(kube_create_pod(FX->client, "default", "pending", NULL, NULL, NULL));
@@ -503,6 +512,19 @@ static void test_informer_field_selector_node_agent(void **state)
                      GV_OK);
     assert_true(rec_wait(&r, has_line, "add pending"));
     assert_int_equal(gv_informer_size(inf), 2);
+
+    /* Allocate's pattern: object not there yet → wait for the next change. */
+    uint64_t g = gv_informer_generation(inf);
+    assert_true(g > 0);
+    assert_int_equal(gv_informer_wait_change(inf, g, 50), g); /* nothing happens */
+    json_decref(kube_create_pod(FX->client, "default", "late", NULL, NULL, "node-a"));
+    json_t *late = NULL;
+    while ((late = gv_informer_get(inf, "default", "late")) == NULL) {
+        uint64_t g2 = gv_informer_wait_change(inf, g, WAIT_MS);
+        assert_true(g2 != g);
+        g = g2;
+    }
+    json_decref(late);
     assert_null(gv_informer_get(inf, "default", "theirs"));
     gv_informer_free(inf);
     rec_free(&r);
@@ -607,6 +629,107 @@ static void test_informer_bookmarks_advance_version(void **state)
     rec_free(&r);
 }
 
+/* Keeps only metadata name/namespace/resourceVersion/annotations; leaves
+ * out pods labelled skip=1. */
+static json_t *trim(void *ud, json_t *obj)
+{
+    (void)ud;
+    json_t *md = json_object_get(obj, "metadata");
+    const char *skip = json_string_value(json_object_get(json_object_get(md, "labels"), "skip"));
+    if (skip != NULL && strcmp(skip, "1") == 0)
+        return NULL;
+    json_t *out = json_object();
+    json_t *m = json_object();
+    const char *keep[] = {"name", "namespace", "resourceVersion", "annotations"};
+    for (size_t i = 0; i < 4; i++) {
+        json_t *v = json_object_get(md, keep[i]);
+        if (v != NULL)
+            json_object_set(m, keep[i], v);
+    }
+    json_object_set_new(out, "metadata", m);
+    return out;
+}
+
+static void test_informer_transform_and_managed_fields(void **state)
+{
+    json_decref(kube_create_pod(FX->client, "default", "kept", NULL, NULL, "n1"));
+    json_decref(kube_create_pod(FX->client, "default", "skipped", "skip", "1", NULL));
+    struct rec r;
+    rec_init(&r);
+    struct gv_informer *inf = start_informer_t(FX, "/api/v1/pods", NULL, &r, trim);
+    assert_true(gv_informer_wait_synced(inf, WAIT_MS));
+    assert_int_equal(gv_informer_size(inf), 1);
+    json_t *kept = gv_informer_get(inf, "default", "kept");
+    assert_non_null(kept);
+    assert_null(json_object_get(kept, "spec"));
+    json_decref(kept);
+
+    /* managedFields never reach the cache, with or without a transform. */
+    json_t *pod = json_pack("{s:{s:s, s:[{s:s}]}}", "metadata", "name", "mf", "managedFields",
+                            "manager", "kubectl");
+    struct gv_error err;
+    assert_int_equal(gv_kube_create(FX->client, "/api/v1/namespaces/default/pods", pod, NULL,
+                                    &err),
+                     GV_OK);
+    json_decref(pod);
+    struct rec r2;
+    rec_init(&r2);
+    struct gv_informer *plain = start_informer(FX, "/api/v1/pods", NULL, &r2);
+    assert_true(gv_informer_wait_synced(plain, WAIT_MS));
+    json_t *mf = gv_informer_get(plain, "default", "mf");
+    assert_non_null(mf);
+    assert_null(json_object_get(json_object_get(mf, "metadata"), "managedFields"));
+    assert_non_null(json_object_get(mf, "spec"));
+    json_decref(mf);
+    gv_informer_free(plain);
+    rec_free(&r2);
+
+    /* An object the transform starts refusing is reported deleted. */
+    assert_true(rec_wait(&r, has_line, "add mf"));
+    json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "labels", "skip", "1");
+    assert_int_equal(gv_kube_patch(FX->client, "/api/v1/namespaces/default/pods/kept",
+                                   GV_KUBE_PATCH_MERGE, patch, NULL, &err),
+                     GV_OK);
+    json_decref(patch);
+    assert_true(rec_wait(&r, has_line, "delete kept"));
+    assert_null(gv_informer_get(inf, "default", "kept"));
+    gv_informer_free(inf);
+    rec_free(&r);
+}
+
+struct self_stop {
+    struct gv_informer *inf;
+    int adds;
+};
+
+static void stop_on_add(void *ud, json_t *o)
+{
+    (void)o;
+    struct self_stop *ss = ud;
+    __atomic_add_fetch(&ss->adds, 1, __ATOMIC_SEQ_CST);
+    gv_informer_stop(ss->inf); /* from the informer's own thread */
+}
+
+static void test_informer_stop_from_callback(void **state)
+{
+    for (int i = 0; i < 4; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "s%d", i);
+        json_decref(kube_create_pod(FX->client, "default", name, NULL, NULL, NULL));
+    }
+    struct self_stop ss = {0};
+    struct gv_informer_callbacks cb = {.on_add = stop_on_add, .ud = &ss};
+    struct gv_error err;
+    assert_int_equal(gv_informer_new(FX->client, "/api/v1/pods", NULL, &cb, &ss.inf, &err),
+                     GV_OK);
+    assert_int_equal(gv_informer_start(ss.inf, &err), GV_OK);
+    /* The thread ends by itself; free joins it without deadlock. */
+    for (int i = 0; i < WAIT_MS / 10 && __atomic_load_n(&ss.adds, __ATOMIC_SEQ_CST) == 0; i++)
+        gv_kube_cancel_sleep(NULL, 10);
+    gv_informer_free(ss.inf);
+    assert_int_equal(ss.adds, 1);
+}
+
 static void test_informer_stop_while_down(void **state)
 {
     struct rec r;
@@ -644,6 +767,8 @@ int main(void)
         T(test_informer_relist_after_410),
         T(test_informer_outage_recovery),
         TB(test_informer_bookmarks_advance_version),
+        T(test_informer_transform_and_managed_fields),
+        T(test_informer_stop_from_callback),
         T(test_informer_stop_while_down),
 #undef T
 #undef TB

@@ -350,6 +350,13 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "fake-apiserver/1.0"
 
+    def setup(self):
+        super().setup()
+        # Headers and body go out in separate writes; without TCP_NODELAY
+        # Nagle + delayed ACK add ~40 ms to every keep-alive request.
+        if self.connection.family in (socket.AF_INET, socket.AF_INET6):
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def log_message(self, fmt, *args):
         if os.environ.get("FAKE_APISERVER_LOG"):
             sys.stderr.write("fake_apiserver: " + (fmt % args) + "\n")
@@ -487,8 +494,36 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(404, "NotFound", "unknown fake control %s" % op)
         self.send_json(200, out)
 
+    # ---- discovery (what kubectl / client-go read before anything else)
+    def discovery(self, path):
+        if path == "/version":
+            return {"major": "1", "minor": "32", "gitVersion": "v1.32.0-fake_apiserver",
+                    "platform": "linux/amd64"}
+        if path == "/api":
+            return {"kind": "APIVersions", "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0",
+                                                    "serverAddress": "127.0.0.1"}]}
+        if path == "/apis":
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": []}
+        if path == "/api/v1":
+            res = []
+            for name, (kind, namespaced) in sorted(RESOURCES.items()):
+                res.append({"name": name, "singularName": kind.lower(), "namespaced": namespaced,
+                            "kind": kind, "verbs": ["create", "delete", "get", "list", "patch",
+                                                    "update", "watch"]})
+                res.append({"name": name + "/status", "singularName": "", "namespaced": namespaced,
+                            "kind": kind, "verbs": ["get", "patch", "update"]})
+            res.append({"name": "pods/binding", "singularName": "", "namespaced": True,
+                        "kind": "Binding", "verbs": ["create"]})
+            return {"kind": "APIResourceList", "groupVersion": "v1", "resources": res}
+        return None
+
     # ---- API
     def route(self, method, path, q):
+        if method == "GET":
+            doc = self.discovery(path.rstrip("/") or "/")
+            if doc is not None:
+                return self.send_json(200, doc)
         parts = [p for p in path.split("/") if p]
         if parts[:2] != ["api", "v1"]:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")

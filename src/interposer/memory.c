@@ -1,0 +1,460 @@
+/*
+ * Device-memory accounting: every allocation path charges the shared
+ * region BEFORE the driver is asked (so processes racing for the last bytes
+ * can never together pass the limit) and rolls the charge back when the
+ * driver fails.  Each successful allocation is remembered (address or
+ * handle -> region device, bytes) so its release returns exactly what was
+ * charged; releasing something we never saw goes to the driver untouched.
+ *
+ * Imported memory (cuIpcOpenMemHandle, cuImportExternalMemory) is not
+ * hooked: its owner was charged when it allocated, and charging importers
+ * too would count one buffer several times.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "interposer/interposer.h"
+
+/* --- what we charged, by address / handle ------------------------------- */
+
+enum track_kind { T_MEM = 1, T_VMM, T_ARRAY, T_MIPMAP, T_POOL };
+
+struct track {
+    uint64_t key;    /* 0 = empty */
+    uint8_t kind;    /* enum track_kind; with key identifies the entry */
+    bool managed;
+    int16_t rdev;    /* region device */
+    uint64_t bytes;
+};
+
+static struct track *table;
+static size_t table_cap, table_used; /* table_used counts live + tombstones */
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+#define TOMBSTONE_KIND 0xff
+
+static size_t slot_of(uint64_t key, uint8_t kind, size_t cap)
+{
+    uint64_t h = (key ^ ((uint64_t)kind << 56)) * 0x9e3779b97f4a7c15ull;
+    return (size_t)(h >> 17) & (cap - 1);
+}
+
+static bool table_grow(void)
+{
+    size_t ncap = table_cap ? table_cap * 2 : 1024;
+    struct track *n = calloc(ncap, sizeof(*n));
+    if (n == NULL)
+        return false;
+    size_t live = 0;
+    for (size_t i = 0; i < table_cap; i++) {
+        struct track *t = &table[i];
+        if (t->key == 0 || t->kind == TOMBSTONE_KIND)
+            continue;
+        size_t s = slot_of(t->key, t->kind, ncap);
+        while (n[s].key != 0)
+            s = (s + 1) & (ncap - 1);
+        n[s] = *t;
+        live++;
+    }
+    free(table);
+    table = n;
+    table_cap = ncap;
+    table_used = live;
+    return true;
+}
+
+static bool track_add(enum track_kind kind, uint64_t key, int rdev, uint64_t bytes, bool managed)
+{
+    pthread_mutex_lock(&table_lock);
+    bool ok = true;
+    if ((table_used + 1) * 4 > table_cap * 3)
+        ok = table_grow();
+    if (ok) {
+        size_t s = slot_of(key, (uint8_t)kind, table_cap);
+        while (table[s].key != 0 && table[s].kind != TOMBSTONE_KIND &&
+               !(table[s].key == key && table[s].kind == kind))
+            s = (s + 1) & (table_cap - 1);
+        if (table[s].key == 0)
+            table_used++;
+        table[s] = (struct track){key, (uint8_t)kind, managed, (int16_t)rdev, bytes};
+    }
+    pthread_mutex_unlock(&table_lock);
+    return ok;
+}
+
+static bool track_find_locked(enum track_kind kind, uint64_t key, size_t *slot)
+{
+    if (table_cap == 0)
+        return false;
+    size_t s = slot_of(key, (uint8_t)kind, table_cap);
+    while (table[s].key != 0) {
+        if (table[s].key == key && table[s].kind == kind) {
+            *slot = s;
+            return true;
+        }
+        s = (s + 1) & (table_cap - 1);
+    }
+    return false;
+}
+
+/* Removes and returns the entry for (kind, key); false if untracked. */
+static bool track_take(enum track_kind kind, uint64_t key, struct track *out)
+{
+    pthread_mutex_lock(&table_lock);
+    size_t s;
+    bool found = track_find_locked(kind, key, &s);
+    if (found) {
+        *out = table[s];
+        table[s].kind = TOMBSTONE_KIND;
+    }
+    pthread_mutex_unlock(&table_lock);
+    return found;
+}
+
+static bool track_get(enum track_kind kind, uint64_t key, struct track *out)
+{
+    pthread_mutex_lock(&table_lock);
+    size_t s;
+    bool found = track_find_locked(kind, key, &s);
+    if (found)
+        *out = table[s];
+    pthread_mutex_unlock(&table_lock);
+    return found;
+}
+
+/* --- charging ------------------------------------------------------------ */
+
+struct charge {
+    int rdev;
+    uint64_t bytes;
+    bool managed;
+};
+
+/*
+ * Reserves bytes on region device rdev.  CUDA_SUCCESS with c->rdev < 0
+ * means "not accounted, just call the driver".
+ */
+static CUresult charge_begin(struct charge *c, int rdev, uint64_t bytes)
+{
+    c->rdev = rdev;
+    c->bytes = bytes;
+    c->managed = false;
+    if (rdev == GV_DEV_DENY)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (rdev < 0 || bytes == 0) {
+        c->rdev = GV_DEV_UNTRACKED;
+        return CUDA_SUCCESS;
+    }
+    if (gv_shm_mem_reserve(gv_ip.shm, rdev, bytes, false) != GV_OK) {
+        const struct gv_shm_device *d = gv_ip_dev_info(rdev);
+        gv_info("out of memory: %llu bytes requested on %s, %llu of %llu in use",
+                (unsigned long long)bytes, d ? d->uuid : "?",
+                (unsigned long long)gv_shm_mem_used(gv_ip.shm, rdev),
+                (unsigned long long)(d ? d->mem_limit : 0));
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Records a successful allocation, or returns the reservation on failure. */
+static void charge_end(struct charge *c, CUresult rc, enum track_kind kind, uint64_t key)
+{
+    if (c->rdev < 0)
+        return;
+    if (rc == CUDA_SUCCESS && track_add(kind, key, c->rdev, c->bytes, c->managed))
+        return;
+    if (rc == CUDA_SUCCESS)
+        gv_warn("cannot remember allocation 0x%llx: its release will not be credited",
+                (unsigned long long)key);
+    else
+        gv_shm_mem_release(gv_ip.shm, c->rdev, c->bytes, c->managed);
+}
+
+/* Credits what an entry charged, after the driver released it. */
+static void uncharge(const struct track *t)
+{
+    gv_shm_mem_release(gv_ip.shm, t->rdev, t->bytes, t->managed);
+}
+
+/*
+ * Releases (kind, key) through the driver call: an untracked one is passed
+ * through untouched; a tracked one is credited only when the driver
+ * succeeded (else it stays tracked, still charged).
+ */
+#define GV_RELEASE(kind, key, call)                                                                \
+    do {                                                                                           \
+        struct track t_;                                                                           \
+        if (!track_take((kind), (key), &t_))                                                       \
+            return (call);                                                                         \
+        CUresult rc_ = (call);                                                                     \
+        if (rc_ == CUDA_SUCCESS)                                                                   \
+            uncharge(&t_);                                                                         \
+        else                                                                                       \
+            track_add((kind), (key), t_.rdev, t_.bytes, t_.managed);                               \
+        return rc_;                                                                                \
+    } while (0)
+
+/*
+ * Charges bytes on rdev, runs the driver call, then records (kind, key) or
+ * rolls the charge back.  key is evaluated only after a successful call.
+ */
+#define GV_CHARGED(rdev, bytes, kind, call, key)                                                   \
+    do {                                                                                           \
+        struct charge c_;                                                                          \
+        CUresult rc_ = charge_begin(&c_, (rdev), (bytes));                                         \
+        if (rc_ != CUDA_SUCCESS)                                                                   \
+            return rc_;                                                                            \
+        rc_ = (call);                                                                              \
+        charge_end(&c_, rc_, (kind), rc_ == CUDA_SUCCESS ? (uint64_t)(key) : 0);                   \
+        return rc_;                                                                                \
+    } while (0)
+
+/* Saturating a*b (a size we cannot represent is "more than any limit"). */
+static uint64_t mul_sat(uint64_t a, uint64_t b)
+{
+    return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+
+/* --- plain, pitched, managed -------------------------------------------- */
+
+GV_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    GV_NEED_CU(cuMemAlloc_v2);
+    GV_CHARGED(gv_ip_current_dev(), bytesize, T_MEM, gv_cu.cuMemAlloc_v2(dptr, bytesize), *dptr);
+}
+
+/* The driver's pitch alignment is not queryable; 512 bytes is what current
+ * GPUs use.  The charge is corrected to the returned pitch afterwards. */
+#define PITCH_GUESS 512u
+
+GV_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+                                      size_t Height, unsigned int ElementSizeBytes)
+{
+    GV_NEED_CU(cuMemAllocPitch_v2);
+    uint64_t row = WidthInBytes > UINT64_MAX - PITCH_GUESS
+                       ? UINT64_MAX
+                       : (WidthInBytes + PITCH_GUESS - 1) / PITCH_GUESS * PITCH_GUESS;
+    struct charge c;
+    CUresult rc = charge_begin(&c, gv_ip_current_dev(), mul_sat(row, Height));
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    rc = gv_cu.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    if (rc == CUDA_SUCCESS && c.rdev >= 0 && pPitch != NULL) {
+        uint64_t real = mul_sat(*pPitch, Height);
+        if (real > c.bytes) {
+            if (gv_shm_mem_reserve(gv_ip.shm, c.rdev, real - c.bytes, false) != GV_OK) {
+                gv_cu.cuMemFree_v2(*dptr);
+                gv_shm_mem_release(gv_ip.shm, c.rdev, c.bytes, false);
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
+        } else if (real < c.bytes) {
+            gv_shm_mem_release(gv_ip.shm, c.rdev, c.bytes - real, false);
+        }
+        c.bytes = real;
+    }
+    charge_end(&c, rc, T_MEM, rc == CUDA_SUCCESS ? *dptr : 0);
+    return rc;
+}
+
+GV_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    GV_NEED_CU(cuMemAllocManaged);
+    /* Managed memory may live on the device: it counts against the slice. */
+    GV_CHARGED(gv_ip_current_dev(), bytesize, T_MEM, gv_cu.cuMemAllocManaged(dptr, bytesize, flags),
+               *dptr);
+}
+
+GV_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    GV_NEED_CU(cuMemFree_v2);
+    GV_RELEASE(T_MEM, dptr, gv_cu.cuMemFree_v2(dptr));
+}
+
+/* --- virtual memory management ----------------------------------------- */
+
+GV_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                               const CUmemAllocationProp *prop, unsigned long long flags)
+{
+    GV_NEED_CU(cuMemCreate);
+    int rdev = GV_DEV_UNTRACKED;
+    if (prop != NULL && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+        rdev = gv_ip_cuda_dev(prop->location.id);
+    GV_CHARGED(rdev, size, T_VMM, gv_cu.cuMemCreate(handle, size, prop, flags), *handle);
+}
+
+GV_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+    GV_NEED_CU(cuMemRelease);
+    GV_RELEASE(T_VMM, handle, gv_cu.cuMemRelease(handle));
+}
+
+/* --- stream-ordered allocator ------------------------------------------ */
+
+typedef CUresult (*alloc_async_fn)(CUdeviceptr *, size_t, CUstream);
+typedef CUresult (*alloc_pool_fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
+
+static CUresult alloc_async(alloc_async_fn real, CUdeviceptr *dptr, size_t bytesize,
+                            CUstream hStream)
+{
+    GV_CHARGED(gv_ip_current_dev(), bytesize, T_MEM, real(dptr, bytesize, hStream), *dptr);
+}
+
+static CUresult alloc_from_pool(alloc_pool_fn real, CUdeviceptr *dptr, size_t bytesize,
+                                CUmemoryPool pool, CUstream hStream)
+{
+    struct track p;
+    int rdev = track_get(T_POOL, (uint64_t)(uintptr_t)pool, &p) ? p.rdev : gv_ip_current_dev();
+    GV_CHARGED(rdev, bytesize, T_MEM, real(dptr, bytesize, pool, hStream), *dptr);
+}
+
+static CUresult free_async(free_async_fn real, CUdeviceptr dptr, CUstream hStream)
+{
+    GV_RELEASE(T_MEM, dptr, real(dptr, hStream));
+}
+
+GV_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    GV_NEED_CU(cuMemAllocAsync);
+    return alloc_async(gv_cu.cuMemAllocAsync, dptr, bytesize, hStream);
+}
+
+GV_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    GV_NEED_CU(cuMemAllocAsync_ptsz);
+    return alloc_async(gv_cu.cuMemAllocAsync_ptsz, dptr, bytesize, hStream);
+}
+
+GV_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                           CUstream hStream)
+{
+    GV_NEED_CU(cuMemAllocFromPoolAsync);
+    return alloc_from_pool(gv_cu.cuMemAllocFromPoolAsync, dptr, bytesize, pool, hStream);
+}
+
+GV_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
+                                                CUmemoryPool pool, CUstream hStream)
+{
+    GV_NEED_CU(cuMemAllocFromPoolAsync_ptsz);
+    return alloc_from_pool(gv_cu.cuMemAllocFromPoolAsync_ptsz, dptr, bytesize, pool, hStream);
+}
+
+GV_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+    GV_NEED_CU(cuMemFreeAsync);
+    return free_async(gv_cu.cuMemFreeAsync, dptr, hStream);
+}
+
+GV_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+    GV_NEED_CU(cuMemFreeAsync_ptsz);
+    return free_async(gv_cu.cuMemFreeAsync_ptsz, dptr, hStream);
+}
+
+GV_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
+{
+    GV_NEED_CU(cuMemPoolCreate);
+    CUresult rc = gv_cu.cuMemPoolCreate(pool, poolProps);
+    if (rc == CUDA_SUCCESS && poolProps != NULL &&
+        poolProps->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+        int rdev = gv_ip_cuda_dev(poolProps->location.id);
+        /* Remember the pool's device: its allocations are charged there. */
+        if (rdev >= 0)
+            track_add(T_POOL, (uint64_t)(uintptr_t)*pool, rdev, 0, false);
+    }
+    return rc;
+}
+
+GV_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+    GV_NEED_CU(cuMemPoolDestroy);
+    CUresult rc = gv_cu.cuMemPoolDestroy(pool);
+    struct track t;
+    if (rc == CUDA_SUCCESS)
+        track_take(T_POOL, (uint64_t)(uintptr_t)pool, &t);
+    return rc;
+}
+
+/* --- arrays ------------------------------------------------------------- */
+
+/* Bytes of a w x h x d array: rows padded to the pitch alignment. */
+static uint64_t array_bytes(uint64_t w, uint64_t h, uint64_t d, CUarray_format f, unsigned ch)
+{
+    size_t eb = gv_cuda_format_bytes(f);
+    /* Formats newer than our list: assume 4 bytes per channel. */
+    uint64_t row = mul_sat(mul_sat(w, eb ? eb : 4), ch ? ch : 1);
+    row = row > UINT64_MAX - PITCH_GUESS ? UINT64_MAX
+                                         : (row + PITCH_GUESS - 1) / PITCH_GUESS * PITCH_GUESS;
+    return mul_sat(mul_sat(row, h ? h : 1), d ? d : 1);
+}
+
+GV_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *d)
+{
+    GV_NEED_CU(cuArrayCreate_v2);
+    uint64_t bytes = d ? array_bytes(d->Width, d->Height, 0, d->Format, d->NumChannels) : 0;
+    GV_CHARGED(gv_ip_current_dev(), bytes, T_ARRAY, gv_cu.cuArrayCreate_v2(pHandle, d),
+               (uintptr_t)*pHandle);
+}
+
+GV_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+    GV_NEED_CU(cuArray3DCreate_v2);
+    uint64_t bytes = d ? array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels) : 0;
+    GV_CHARGED(gv_ip_current_dev(), bytes, T_ARRAY, gv_cu.cuArray3DCreate_v2(pHandle, d),
+               (uintptr_t)*pHandle);
+}
+
+GV_EXPORT CUresult cuArrayDestroy(CUarray hArray)
+{
+    GV_NEED_CU(cuArrayDestroy);
+    GV_RELEASE(T_ARRAY, (uint64_t)(uintptr_t)hArray, gv_cu.cuArrayDestroy(hArray));
+}
+
+GV_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
+                                          const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels)
+{
+    GV_NEED_CU(cuMipmappedArrayCreate);
+    uint64_t bytes = 0;
+    for (unsigned l = 0; d != NULL && l < levels && l < 64; l++) {
+        uint64_t w = d->Width >> l, h = d->Height >> l, z = d->Depth >> l;
+        uint64_t b = array_bytes(w ? w : 1, d->Height ? (h ? h : 1) : 0,
+                                 d->Depth ? (z ? z : 1) : 0, d->Format, d->NumChannels);
+        bytes = bytes > UINT64_MAX - b ? UINT64_MAX : bytes + b;
+    }
+    GV_CHARGED(gv_ip_current_dev(), bytes, T_MIPMAP, gv_cu.cuMipmappedArrayCreate(pHandle, d, levels),
+               (uintptr_t)*pHandle);
+}
+
+GV_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray h)
+{
+    GV_NEED_CU(cuMipmappedArrayDestroy);
+    GV_RELEASE(T_MIPMAP, (uint64_t)(uintptr_t)h, gv_cu.cuMipmappedArrayDestroy(h));
+}
+
+/* --- views --------------------------------------------------------------- */
+
+GV_EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
+{
+    GV_NEED_CU(cuMemGetInfo_v2);
+    CUresult rc = gv_cu.cuMemGetInfo_v2(free_bytes, total);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    uint64_t f, t;
+    if (gv_ip_mem_view(gv_ip_current_dev(), *free_bytes, &f, &t, NULL)) {
+        *free_bytes = (size_t)f;
+        *total = (size_t)t;
+    }
+    return rc;
+}
+
+GV_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    GV_NEED_CU(cuDeviceTotalMem_v2);
+    CUresult rc = gv_cu.cuDeviceTotalMem_v2(bytes, dev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    uint64_t f, t;
+    if (gv_ip_mem_view(gv_ip_cuda_dev(dev), UINT64_MAX, &f, &t, NULL))
+        *bytes = (size_t)t;
+    return rc;
+}

@@ -1,0 +1,270 @@
+#include "scheduler/gv_extender.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+json_t *gv_ext_json_get(const json_t *object, const char *key)
+{
+    if (!json_is_object(object))
+        return NULL;
+    json_t *v = json_object_get(object, key);
+    if (v != NULL)
+        return v;
+    const char *k;
+    json_t *val;
+    json_object_foreach((json_t *)object, k, val) {
+        if (strcasecmp(k, key) == 0)
+            return val;
+    }
+    return NULL;
+}
+
+static gv_status load_object(const char *body, size_t len, const char *what, json_t **out,
+                             struct gv_error *err)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, 0, &jerr);
+    if (root == NULL)
+        return gv_error_set(err, GV_EPARSE, "%s: invalid JSON at line %d column %d: %s", what,
+                            jerr.line, jerr.column, jerr.text);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return gv_error_set(err, GV_EPARSE, "%s: expected a JSON object", what);
+    }
+    *out = root;
+    return GV_OK;
+}
+
+gv_status gv_ext_args_parse(const char *body, size_t len, struct gv_ext_args *out,
+                            struct gv_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    json_t *root = NULL;
+    gv_status st = load_object(body, len, "ExtenderArgs", &root, err);
+    if (st != GV_OK)
+        return st;
+    json_t *pod = gv_ext_json_get(root, "Pod");
+    json_t *names = gv_ext_json_get(root, "NodeNames");
+    json_t *nodes = gv_ext_json_get(root, "Nodes");
+    if (!json_is_object(pod)) {
+        st = gv_error_set(err, GV_EINVAL, "ExtenderArgs: \"Pod\" must be a Pod object");
+        goto fail;
+    }
+    if (!json_is_object(gv_ext_json_get(pod, "metadata"))) {
+        st = gv_error_set(err, GV_EINVAL, "ExtenderArgs: Pod has no metadata object");
+        goto fail;
+    }
+    json_t *items = NULL;
+    size_t n = 0;
+    if (names != NULL && !json_is_null(names)) {
+        /* nodeCacheCapable: the scheduler sends names only. */
+        if (!json_is_array(names)) {
+            st = gv_error_set(err, GV_EINVAL, "ExtenderArgs: \"NodeNames\" must be an array");
+            goto fail;
+        }
+        n = json_array_size(names);
+    } else if (nodes != NULL && !json_is_null(nodes)) {
+        /* Full Node objects (nodeCacheCapable: false). */
+        if (!json_is_object(nodes)) {
+            st = gv_error_set(err, GV_EINVAL, "ExtenderArgs: \"Nodes\" must be a NodeList");
+            goto fail;
+        }
+        items = gv_ext_json_get(nodes, "items");
+        if (items == NULL || json_is_null(items)) {
+            items = json_array();
+            if (items == NULL || json_object_set_new(nodes, "items", items) != 0) {
+                st = gv_error_set(err, GV_ENOMEM, "out of memory");
+                goto fail;
+            }
+        } else if (!json_is_array(items)) {
+            st = gv_error_set(err, GV_EINVAL, "ExtenderArgs: \"Nodes.items\" must be an array");
+            goto fail;
+        }
+        n = json_array_size(items);
+    } else {
+        st = gv_error_set(err, GV_EINVAL, "ExtenderArgs: neither \"NodeNames\" nor \"Nodes\" given");
+        goto fail;
+    }
+    out->names = calloc(n ? n : 1, sizeof(*out->names));
+    if (out->names == NULL) {
+        st = gv_error_set(err, GV_ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *name = NULL;
+        if (items != NULL) {
+            json_t *node = json_array_get(items, i);
+            name = json_string_value(gv_ext_json_get(gv_ext_json_get(node, "metadata"), "name"));
+            if (name == NULL || *name == '\0') {
+                st = gv_error_set(err, GV_EINVAL,
+                                  "ExtenderArgs: Nodes.items[%zu] has no metadata.name", i);
+                goto fail;
+            }
+        } else {
+            name = json_string_value(json_array_get(names, i));
+            if (name == NULL || *name == '\0') {
+                st = gv_error_set(err, GV_EINVAL,
+                                  "ExtenderArgs: NodeNames[%zu] must be a non-empty string", i);
+                goto fail;
+            }
+        }
+        out->names[i] = name;
+    }
+    out->root = root;
+    out->pod = pod;
+    out->n_names = n;
+    out->node_items = items;
+    return GV_OK;
+fail:
+    free(out->names);
+    memset(out, 0, sizeof(*out));
+    json_decref(root);
+    return st;
+}
+
+void gv_ext_args_clear(struct gv_ext_args *args)
+{
+    free(args->names);
+    json_decref(args->root);
+    memset(args, 0, sizeof(*args));
+}
+
+static char *dump(json_t *o)
+{
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
+}
+
+char *gv_ext_filter_result_encode(const struct gv_ext_args *args,
+                                  const enum gv_ext_verdict *verdicts,
+                                  const char *const *reasons, const char *error)
+{
+    json_t *res = json_object();
+    json_t *failed = json_object();
+    json_t *unres = json_object();
+    json_t *kept = json_array();
+    if (res == NULL || failed == NULL || unres == NULL || kept == NULL)
+        goto fail;
+    for (size_t i = 0; i < args->n_names; i++) {
+        enum gv_ext_verdict v = verdicts ? verdicts[i] : GV_EXT_FIT;
+        if (v == GV_EXT_FIT) {
+            json_t *item = args->node_items ? json_incref(json_array_get(args->node_items, i))
+                                            : json_string(args->names[i]);
+            if (json_array_append_new(kept, item) != 0)
+                goto fail;
+            continue;
+        }
+        const char *why = reasons && reasons[i] ? reasons[i] : "does not fit";
+        if (json_object_set_new(v == GV_EXT_FAILED ? failed : unres, args->names[i],
+                                json_string(why)) != 0)
+            goto fail;
+    }
+    if (args->node_items != NULL) {
+        json_t *list = json_pack("{s:{},s:o}", "metadata", "items", kept);
+        kept = NULL;
+        if (list == NULL || json_object_set_new(res, "Nodes", list) != 0 ||
+            json_object_set_new(res, "NodeNames", json_null()) != 0)
+            goto fail;
+    } else {
+        if (json_object_set_new(res, "Nodes", json_null()) != 0 ||
+            json_object_set_new(res, "NodeNames", kept) != 0) {
+            kept = NULL;
+            goto fail;
+        }
+        kept = NULL;
+    }
+    json_object_set_new(res, "FailedNodes", failed);
+    json_object_set_new(res, "FailedAndUnresolvableNodes", unres);
+    failed = unres = NULL;
+    if (json_object_set_new(res, "Error", json_string(error ? error : "")) != 0)
+        goto fail;
+    return dump(res);
+fail:
+    json_decref(res);
+    json_decref(failed);
+    json_decref(unres);
+    json_decref(kept);
+    return NULL;
+}
+
+char *gv_ext_priorities_encode(const char *const *names, const long *scores, size_t n)
+{
+    json_t *list = json_array();
+    if (list == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        long s = scores[i] < 0 ? 0 : scores[i] > GV_EXT_MAX_SCORE ? GV_EXT_MAX_SCORE : scores[i];
+        if (json_array_append_new(list, json_pack("{s:s,s:I}", "Host", names[i], "Score",
+                                                  (json_int_t)s)) != 0) {
+            json_decref(list);
+            return NULL;
+        }
+    }
+    return dump(list);
+}
+
+static gv_status get_string(json_t *root, const char *key, int required, char **out,
+                            struct gv_error *err)
+{
+    json_t *v = gv_ext_json_get(root, key);
+    if (v == NULL || json_is_null(v)) {
+        if (required)
+            return gv_error_set(err, GV_EINVAL, "ExtenderBindingArgs: \"%s\" missing", key);
+        *out = strdup("");
+    } else if (!json_is_string(v)) {
+        return gv_error_set(err, GV_EINVAL, "ExtenderBindingArgs: \"%s\" must be a string", key);
+    } else {
+        if (required && json_string_length(v) == 0)
+            return gv_error_set(err, GV_EINVAL, "ExtenderBindingArgs: \"%s\" is empty", key);
+        if (strlen(json_string_value(v)) != json_string_length(v))
+            return gv_error_set(err, GV_EINVAL, "ExtenderBindingArgs: \"%s\" contains NUL", key);
+        *out = strdup(json_string_value(v));
+    }
+    return *out ? GV_OK : gv_error_set(err, GV_ENOMEM, "out of memory");
+}
+
+gv_status gv_ext_bind_args_parse(const char *body, size_t len, struct gv_ext_bind_args *out,
+                                 struct gv_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    json_t *root = NULL;
+    gv_status st = load_object(body, len, "ExtenderBindingArgs", &root, err);
+    if (st != GV_OK)
+        return st;
+    if ((st = get_string(root, "PodName", 1, &out->pod_name, err)) != GV_OK ||
+        (st = get_string(root, "PodNamespace", 0, &out->pod_namespace, err)) != GV_OK ||
+        (st = get_string(root, "PodUID", 0, &out->pod_uid, err)) != GV_OK ||
+        (st = get_string(root, "Node", 1, &out->node, err)) != GV_OK) {
+        gv_ext_bind_args_clear(out);
+        json_decref(root);
+        return st;
+    }
+    if (out->pod_namespace[0] == '\0') {
+        /* Go leaves an omitted namespace empty; the API means "default". */
+        free(out->pod_namespace);
+        out->pod_namespace = strdup("default");
+        if (out->pod_namespace == NULL) {
+            gv_ext_bind_args_clear(out);
+            json_decref(root);
+            return gv_error_set(err, GV_ENOMEM, "out of memory");
+        }
+    }
+    json_decref(root);
+    return GV_OK;
+}
+
+void gv_ext_bind_args_clear(struct gv_ext_bind_args *args)
+{
+    free(args->pod_name);
+    free(args->pod_namespace);
+    free(args->pod_uid);
+    free(args->node);
+    memset(args, 0, sizeof(*args));
+}
+
+char *gv_ext_bind_result_encode(const char *error)
+{
+    return dump(json_pack("{s:s}", "Error", error ? error : ""));
+}

@@ -1,0 +1,81 @@
+/*
+ * gpuvisor-scheduler: the kube-scheduler extender (filter / prioritize /
+ * bind) and the admission webhook, over the allocation engine (src/alloc)
+ * and cluster state kept from Kubernetes informers (src/kube).
+ *
+ * Thread model: HTTP handlers run on libmicrohttpd's threads, informer
+ * callbacks on the informers' threads, reservation expiry on a sweeper
+ * thread.  One mutex guards the engine and the tables beside it and is never
+ * held across an API round trip.  See docs/scheduler.md.
+ */
+#ifndef GV_SCHEDULER_H
+#define GV_SCHEDULER_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "alloc/gv_alloc.h"
+#include "common/gv_error.h"
+#include "kube/gv_kube.h"
+#include "scheduler/gv_httpd.h"
+
+/* Label bind puts on the pods it assigns, so the pod informer can watch only
+ * GPU pods instead of every pod of the cluster. */
+#define GV_SCHED_ASSIGNED_LABEL "gpuvisor.io/assigned"
+
+struct gv_sched_config {
+    /* Resource names, defaults and the cluster's default policies.  The
+     * name strings point into names_storage (or static defaults). */
+    struct gv_alloc_config alloc;
+    char *scheduler_name;     /* spec.schedulerName the webhook sets */
+    bool filter_feasible;     /* filter returns every fitting node (prioritize configured) */
+    long reservation_ttl_s;   /* reservation / unbound assignment lifetime */
+    long heartbeat_timeout_s; /* agent heartbeat older than this = stale */
+    char *node_label_selector; /* nodes the scheduler watches (NULL = all) */
+    char *names_storage[6];
+};
+
+/* Defaults: engine defaults, "gpuvisor-scheduler", filter returns one node,
+ * 60 s reservations, 90 s heartbeat timeout. */
+gv_status gv_sched_config_default(struct gv_sched_config *cfg, struct gv_error *err);
+/* Parses the JSON config file format (docs/scheduler.md) over the defaults;
+ * unknown keys and bad values are errors naming the key. */
+gv_status gv_sched_config_parse(const char *text, size_t len, struct gv_sched_config *cfg,
+                                struct gv_error *err);
+gv_status gv_sched_config_load(const char *path, struct gv_sched_config *cfg,
+                               struct gv_error *err);
+void gv_sched_config_clear(struct gv_sched_config *cfg);
+
+struct gv_sched;
+
+/*
+ * kube may be NULL: then no informer runs and no API call is made (bind
+ * fails with a clear error), which unit tests use to drive the state by
+ * hand through gv_sched_node_update / gv_sched_pod_update.  The scheduler
+ * borrows kube; free it after gv_sched_free.
+ */
+gv_status gv_sched_new(const struct gv_sched_config *cfg, struct gv_kube_client *kube,
+                       struct gv_sched **out, struct gv_error *err);
+/* Starts the informers (nodes first, then pods) and the expiry sweeper. */
+gv_status gv_sched_start(struct gv_sched *s, struct gv_error *err);
+void gv_sched_free(struct gv_sched *s);
+/* True once the node and pod caches are synced (always true without kube). */
+bool gv_sched_ready(struct gv_sched *s);
+
+/* State inputs (what the informers call); objects are borrowed. */
+void gv_sched_node_update(struct gv_sched *s, json_t *node);
+void gv_sched_node_delete(struct gv_sched *s, json_t *node);
+void gv_sched_pod_update(struct gv_sched *s, json_t *pod);
+void gv_sched_pod_delete(struct gv_sched *s, json_t *pod);
+/* Releases reservations older than the TTL now (the sweeper does it every second). */
+void gv_sched_expire(struct gv_sched *s);
+
+/* Routes: <prefix>/filter, <prefix>/prioritize, <prefix>/bind. */
+gv_status gv_sched_serve_extender(struct gv_sched *s, struct gv_httpd *h, const char *prefix,
+                                  struct gv_error *err);
+/* Route: /mutate (AdmissionReview v1). */
+gv_status gv_sched_serve_webhook(struct gv_sched *s, struct gv_httpd *h, struct gv_error *err);
+/* Routes: /healthz, /readyz, /metrics (metrics cover every server registered here). */
+gv_status gv_sched_serve_health(struct gv_sched *s, struct gv_httpd *h, struct gv_error *err);
+
+#endif

@@ -1,0 +1,42 @@
+/*
+ * Mutating admission webhook (admission.k8s.io/v1 AdmissionReview) for pods.
+ *
+ * For a pod that asks for gpuvisor resources: route it to gpuvisor's
+ * scheduler (spec.schedulerName), make every GPU container carry a GPU count
+ * (so the kubelet calls the device plugin's Allocate for it) and the
+ * configured default memory/cores; reject requests no node can ever satisfy
+ * with a message the user reads in `kubectl apply`'s output.  Pods that ask
+ * for no GPU pass untouched.  See docs/scheduler.md ("Admission webhook").
+ */
+#ifndef GV_WEBHOOK_H
+#define GV_WEBHOOK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "alloc/gv_alloc.h"
+#include "common/gv_error.h"
+
+struct gv_webhook_limits {
+    uint64_t largest_gpu_mib; /* biggest GPU memory of any node; 0 = unknown */
+    uint32_t most_gpus;       /* most GPUs on one node; 0 = unknown */
+};
+
+struct gv_webhook_env {
+    const struct gv_alloc_config *alloc; /* resource names and defaults */
+    const char *scheduler_name;
+    /* Cluster facts for "impossible request" checks (may be NULL). */
+    void (*limits)(void *ud, struct gv_webhook_limits *out);
+    void *ud;
+};
+
+/*
+ * Answers one AdmissionReview request body.  On success *out is the
+ * AdmissionReview response (heap string) and the HTTP status is 200, also
+ * for denied pods.  A body that is not an AdmissionReview gives GV_EINVAL
+ * (answer 400 with err's message).
+ */
+gv_status gv_webhook_review(const struct gv_webhook_env *env, const char *body, size_t len,
+                            char **out, struct gv_error *err);
+
+#endif

@@ -1,0 +1,744 @@
+/* HTTP handlers: extender verbs, webhook, health and metrics. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/gv_log.h"
+#include "contracts/podspec.h"
+#include "scheduler/gv_extender.h"
+#include "scheduler/gv_webhook.h"
+#include "scheduler/sched_internal.h"
+
+#define ANN_ASSIGNMENT GV_ALLOC_ASSIGNMENT_ANNOTATION
+#define ANN_ASSIGNED_NODE "gpuvisor.io/assigned-node"
+#define ANN_ASSIGNED_AT "gpuvisor.io/assigned-at"
+/* Attempts of the annotate step when the pod changed under us (409). */
+#define BIND_ATTEMPTS 5
+
+static const char *const pending_labels[PENDING_COUNT] = {
+#define X_LABEL(code, label) label,
+    GV_SCHED_PENDING_LIST(X_LABEL)
+#undef X_LABEL
+};
+
+static void respond_json(struct gv_http_response *resp, char *text)
+{
+    if (text == NULL) {
+        gv_http_respond_error(resp, 500, "out of memory");
+        return;
+    }
+    free(resp->body);
+    resp->status = 200;
+    resp->content_type = "application/json";
+    resp->body = text;
+    resp->body_len = strlen(text);
+}
+
+static const char *meta(json_t *obj, const char *key)
+{
+    return json_string_value(json_object_get(json_object_get(obj, "metadata"), key));
+}
+
+/* Marks a pod pending (metrics) unless it holds a placement (lock held). */
+static void note_pending(struct gv_sched *s, json_t *pod, enum pending_reason why)
+{
+    const char *uid = meta(pod, "uid");
+    if (uid == NULL)
+        return;
+    struct srec *r = gv_sched_rec_get(s, uid, meta(pod, "namespace"), meta(pod, "name"));
+    if (r != NULL) {
+        gv_sched_rec_set(r, REC_PENDING, NULL, NULL, NULL);
+        r->pending = why;
+    }
+    s->filters_nofit++;
+}
+
+/* ---- filter ------------------------------------------------------------ */
+
+struct filter_ctx {
+    struct gv_sched *s;
+    struct gv_ext_args args;
+    struct gv_alloc_request *req;
+    enum gv_ext_verdict *verdicts;
+    char **reasons;
+    const char **usable; /* names of candidates with a live agent */
+    size_t *usable_idx;
+    size_t n_usable;
+};
+
+static void filter_ctx_clear(struct filter_ctx *f)
+{
+    for (size_t i = 0; f->reasons != NULL && i < f->args.n_names; i++)
+        free(f->reasons[i]);
+    free(f->reasons);
+    free(f->verdicts);
+    free(f->usable);
+    free(f->usable_idx);
+    gv_alloc_request_free(f->req);
+    gv_ext_args_clear(&f->args);
+}
+
+static void set_all(struct filter_ctx *f, enum gv_ext_verdict v, const char *why)
+{
+    for (size_t i = 0; i < f->args.n_names; i++) {
+        f->verdicts[i] = v;
+        if (why != NULL && f->reasons[i] == NULL)
+            f->reasons[i] = strdup(why);
+    }
+}
+
+/* Sorts candidates into usable ones and those whose agent is missing,
+ * stale or unreadable (lock held). */
+static void classify_candidates(struct filter_ctx *f)
+{
+    struct gv_sched *s = f->s;
+    for (size_t i = 0; i < f->args.n_names; i++) {
+        struct snode *n = gv_sched_node_find(s, f->args.names[i]);
+        char buf[256];
+        const char *why = gv_sched_node_unusable(s, n, buf, sizeof(buf));
+        if (why == NULL) {
+            f->usable[f->n_usable] = f->args.names[i];
+            f->usable_idx[f->n_usable++] = i;
+            n->stale_logged = false;
+            continue;
+        }
+        f->verdicts[i] = GV_EXT_UNRESOLVABLE;
+        f->reasons[i] = strdup(why);
+        /* Staleness is only noticed here (a dead agent sends no events):
+         * log it once per episode, not once per pod. */
+        if (n != NULL && n->state == NODE_OK && !n->stale_logged) {
+            gv_warn("node %s skipped: %s", n->name, why);
+            n->stale_logged = true;
+        }
+    }
+}
+
+/* Per-node engine reasons for every usable candidate (lock held). */
+static void engine_reasons(struct filter_ctx *f, bool keep_fits)
+{
+    for (size_t j = 0; j < f->n_usable; j++) {
+        size_t i = f->usable_idx[j];
+        struct gv_alloc_fit fit = {0};
+        if (gv_alloc_filter(f->s->cluster, f->req, f->usable[j], &fit, NULL) == GV_OK &&
+            fit.fits) {
+            f->verdicts[i] = keep_fits ? GV_EXT_FIT : GV_EXT_FAILED;
+            continue;
+        }
+        f->verdicts[i] = GV_EXT_FAILED;
+        f->reasons[i] = strdup(fit.reason[0] ? fit.reason : "does not fit");
+    }
+}
+
+static char *encode_assignment(const struct gv_alloc_assignment *a)
+{
+    size_t cap = GV_ALLOC_ASSIGNMENT_MAX;
+    char *buf = malloc(cap);
+    size_t len = 0;
+    if (buf == NULL || gv_alloc_assignment_encode(a, buf, cap, &len, NULL) != GV_OK) {
+        free(buf);
+        return NULL;
+    }
+    char *shrunk = realloc(buf, len + 1);
+    return shrunk ? shrunk : buf;
+}
+
+/* Node mode: choose the node and GPUs now and hold them for the bind. */
+static void filter_reserve(struct filter_ctx *f)
+{
+    struct gv_sched *s = f->s;
+    const char *uid = f->req->uid;
+    struct gv_alloc_assignment *a = malloc(sizeof(*a));
+    struct gv_error err = {0};
+    if (a == NULL) {
+        set_all(f, GV_EXT_FAILED, "scheduler out of memory");
+        return;
+    }
+    gv_status st = f->n_usable == 0
+                       ? GV_ENOFIT
+                       : gv_alloc_pick(s->cluster, f->req, f->usable, f->n_usable, a, &err);
+    if (st == GV_OK)
+        st = gv_alloc_place(s->cluster, f->req, a, &err);
+    char *enc = st == GV_OK ? encode_assignment(a) : NULL;
+    if (st == GV_OK && enc == NULL) {
+        gv_alloc_release(s->cluster, uid, NULL);
+        st = GV_ENOMEM;
+    }
+    if (st != GV_OK) {
+        engine_reasons(f, false);
+        note_pending(s, f->args.pod, f->n_usable == 0 ? PENDING_NO_GPU_NODE
+                                                      : PENDING_INSUFFICIENT_GPU);
+        free(a);
+        return;
+    }
+    struct srec *r = gv_sched_rec_get(s, uid, meta(f->args.pod, "namespace"),
+                                      meta(f->args.pod, "name"));
+    if (r == NULL || gv_sched_rec_set(r, REC_RESERVED, a->node, enc,
+                                      meta(f->args.pod, "resourceVersion")) != GV_OK) {
+        gv_alloc_release(s->cluster, uid, NULL);
+        gv_sched_rec_drop(s, uid);
+        set_all(f, GV_EXT_FAILED, "scheduler out of memory");
+        free(enc);
+        free(a);
+        return;
+    }
+    char why[GV_ALLOC_NODE_MAX + 96];
+    snprintf(why, sizeof(why), "gpuvisor placed the pod on %s (%s policy)", a->node,
+             gv_alloc_policy_name(f->req->node_policy >= 0
+                                      ? (gv_alloc_policy)f->req->node_policy
+                                      : s->cfg.alloc.node_policy));
+    for (size_t j = 0; j < f->n_usable; j++) {
+        size_t i = f->usable_idx[j];
+        if (strcmp(f->usable[j], a->node) == 0) {
+            f->verdicts[i] = GV_EXT_FIT;
+        } else {
+            f->verdicts[i] = GV_EXT_FAILED;
+            f->reasons[i] = strdup(why);
+        }
+    }
+    gv_debug("filter: pod %s/%s reserved on %s: %s", meta(f->args.pod, "namespace"),
+             meta(f->args.pod, "name"), a->node, enc);
+    free(enc);
+    free(a);
+}
+
+static void handle_filter(void *ctx, const struct gv_http_request *hreq,
+                          struct gv_http_response *resp)
+{
+    struct filter_ctx f = {.s = ctx};
+    struct gv_sched *s = f.s;
+    struct gv_error err = {0};
+    if (gv_ext_args_parse(hreq->body, hreq->body_len, &f.args, &err) != GV_OK) {
+        gv_http_respond_error(resp, 400, err.msg);
+        return;
+    }
+    size_t n = f.args.n_names ? f.args.n_names : 1;
+    f.verdicts = calloc(n, sizeof(*f.verdicts));
+    f.reasons = calloc(n, sizeof(*f.reasons));
+    f.usable = calloc(n, sizeof(*f.usable));
+    f.usable_idx = calloc(n, sizeof(*f.usable_idx));
+    if (f.verdicts == NULL || f.reasons == NULL || f.usable == NULL || f.usable_idx == NULL) {
+        gv_http_respond_error(resp, 500, "out of memory");
+        goto out;
+    }
+    const char *uid = meta(f.args.pod, "uid");
+    if (gv_podspec_request(&s->cfg.alloc, f.args.pod, &f.req, &err) != GV_OK) {
+        char why[GV_ERROR_MSG_MAX + 32];
+        snprintf(why, sizeof(why), "invalid GPU request: %s", err.msg);
+        set_all(&f, GV_EXT_UNRESOLVABLE, why);
+        pthread_mutex_lock(&s->lock);
+        note_pending(s, f.args.pod, PENDING_INVALID_REQUEST);
+        pthread_mutex_unlock(&s->lock);
+        goto answer;
+    }
+    if (f.req->n_containers == 0) {
+        /* Not a GPU pod: nothing for us to decide. */
+        set_all(&f, GV_EXT_FIT, NULL);
+        goto answer;
+    }
+    if (uid == NULL || *uid == '\0') {
+        gv_http_respond_error(resp, 400, "ExtenderArgs: Pod has no metadata.uid");
+        goto out;
+    }
+    snprintf(f.req->uid, sizeof(f.req->uid), "%s", uid);
+
+    pthread_mutex_lock(&s->lock);
+    struct srec *r = gv_sched_rec_find(s, uid);
+    if (r != NULL && r->phase == REC_BINDING) {
+        pthread_mutex_unlock(&s->lock);
+        respond_json(resp, gv_ext_filter_result_encode(
+                               &f.args, NULL, NULL, "a bind for this pod is still in progress"));
+        goto out;
+    }
+    bool first_seen = r == NULL;
+    /* A new filter supersedes any earlier reservation or stale assignment. */
+    if (gv_alloc_is_placed(s->cluster, uid))
+        gv_alloc_release(s->cluster, uid, NULL);
+    if (first_seen)
+        gv_alloc_observe(s->cluster, f.req);
+    classify_candidates(&f);
+    if (s->cfg.filter_feasible) {
+        engine_reasons(&f, true);
+        bool any = false;
+        for (size_t j = 0; j < f.n_usable; j++)
+            any = any || f.verdicts[f.usable_idx[j]] == GV_EXT_FIT;
+        if (!any)
+            note_pending(s, f.args.pod,
+                         f.n_usable == 0 ? PENDING_NO_GPU_NODE : PENDING_INSUFFICIENT_GPU);
+        else
+            gv_sched_rec_drop(s, uid);
+    } else {
+        filter_reserve(&f);
+    }
+    pthread_mutex_unlock(&s->lock);
+answer:
+    respond_json(resp, gv_ext_filter_result_encode(&f.args, f.verdicts,
+                                                   (const char *const *)f.reasons, NULL));
+out:
+    filter_ctx_clear(&f);
+}
+
+/* ---- prioritize -------------------------------------------------------- */
+
+static void handle_prioritize(void *ctx, const struct gv_http_request *hreq,
+                              struct gv_http_response *resp)
+{
+    struct gv_sched *s = ctx;
+    struct gv_ext_args args;
+    struct gv_error err = {0};
+    struct gv_alloc_request *req = NULL;
+    int32_t *scores = NULL;
+    long *out = NULL;
+    if (gv_ext_args_parse(hreq->body, hreq->body_len, &args, &err) != GV_OK) {
+        gv_http_respond_error(resp, 400, err.msg);
+        return;
+    }
+    size_t n = args.n_names;
+    scores = calloc(n ? n : 1, sizeof(*scores));
+    out = calloc(n ? n : 1, sizeof(*out));
+    if (scores == NULL || out == NULL) {
+        gv_http_respond_error(resp, 500, "out of memory");
+        goto done;
+    }
+    if (gv_podspec_request(&s->cfg.alloc, args.pod, &req, &err) == GV_OK &&
+        req->n_containers > 0) {
+        const char *uid = meta(args.pod, "uid");
+        snprintf(req->uid, sizeof(req->uid), "%s", uid ? uid : "");
+        pthread_mutex_lock(&s->lock);
+        if (gv_alloc_score_nodes(s->cluster, req, args.names, n, scores, &err) != GV_OK)
+            gv_warn("prioritize: %s", err.msg);
+        pthread_mutex_unlock(&s->lock);
+        /* Engine scores are 0..100 over the fitting nodes; kube-scheduler
+         * takes 0..10 from an extender. */
+        for (size_t i = 0; i < n; i++)
+            out[i] = scores[i] < 0 ? 0 : (scores[i] * GV_EXT_MAX_SCORE + 50) / 100;
+    }
+    respond_json(resp, gv_ext_priorities_encode(args.names, out, n));
+done:
+    free(scores);
+    free(out);
+    gv_alloc_request_free(req);
+    gv_ext_args_clear(&args);
+}
+
+/* ---- bind -------------------------------------------------------------- */
+
+static void pod_path(const struct gv_ext_bind_args *b, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "/api/v1/namespaces/%s/pods/%s", b->pod_namespace, b->pod_name);
+}
+
+/* Fresh placement of the pod on the bind's node (no usable reservation).
+ * Reads the pod, picks GPUs on that node and places them (lock inside). */
+static gv_status bind_compute(struct gv_sched *s, struct gv_ext_bind_args *b,
+                              char **enc, char **rv, struct gv_error *err)
+{
+    char path[1024];
+    json_t *pod = NULL;
+    struct gv_alloc_request *req = NULL;
+    struct gv_alloc_assignment *a = NULL;
+    gv_status st;
+    pod_path(b, path, sizeof(path));
+    if ((st = gv_kube_get(s->kube, path, &pod, err)) != GV_OK)
+        goto out;
+    const char *uid = meta(pod, "uid");
+    const char *bound = json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
+    if (uid == NULL || *uid == '\0') {
+        st = gv_error_set(err, GV_EPROTO, "pod %s/%s has no metadata.uid", b->pod_namespace,
+                          b->pod_name);
+        goto out;
+    }
+    if (b->pod_uid[0] == '\0') {
+        /* Older callers omit PodUID: adopt the pod's, so records match. */
+        char *copy = strdup(uid);
+        if (copy == NULL) {
+            st = gv_error_set(err, GV_ENOMEM, "out of memory");
+            goto out;
+        }
+        free(b->pod_uid);
+        b->pod_uid = copy;
+    }
+    if (strcmp(uid, b->pod_uid) != 0) {
+        st = gv_error_set(err, GV_ECONFLICT, "pod %s/%s was replaced (uid %s, expected %s)",
+                          b->pod_namespace, b->pod_name, uid, b->pod_uid);
+        goto out;
+    }
+    if (bound != NULL && *bound != '\0') {
+        st = gv_error_set(err, GV_ECONFLICT, "pod %s/%s is already bound to %s",
+                          b->pod_namespace, b->pod_name, bound);
+        goto out;
+    }
+    if ((st = gv_podspec_request(&s->cfg.alloc, pod, &req, err)) != GV_OK)
+        goto out;
+    snprintf(req->uid, sizeof(req->uid), "%s", uid);
+    if ((a = malloc(sizeof(*a))) == NULL) {
+        st = gv_error_set(err, GV_ENOMEM, "out of memory");
+        goto out;
+    }
+    pthread_mutex_lock(&s->lock);
+    struct snode *n = gv_sched_node_find(s, b->node);
+    char buf[256];
+    const char *why = gv_sched_node_unusable(s, n, buf, sizeof(buf));
+    if (why != NULL) {
+        st = gv_error_set(err, GV_EUNAVAILABLE, "node %s: %s", b->node, why);
+    } else {
+        if (gv_alloc_is_placed(s->cluster, req->uid))
+            gv_alloc_release(s->cluster, req->uid, NULL);
+        const char *one[1] = {b->node};
+        st = gv_alloc_pick(s->cluster, req, one, 1, a, err);
+        if (st == GV_OK)
+            st = gv_alloc_place(s->cluster, req, a, err);
+        if (st == GV_OK && (*enc = encode_assignment(a)) == NULL) {
+            gv_alloc_release(s->cluster, req->uid, NULL);
+            st = gv_error_set(err, GV_ENOMEM, "out of memory");
+        }
+        struct srec *r = st == GV_OK ? gv_sched_rec_get(s, req->uid, b->pod_namespace,
+                                                        b->pod_name)
+                                     : NULL;
+        if (st == GV_OK && (r == NULL || gv_sched_rec_set(r, REC_BINDING, b->node, NULL, NULL) !=
+                                             GV_OK)) {
+            gv_alloc_release(s->cluster, req->uid, NULL);
+            st = gv_error_set(err, GV_ENOMEM, "out of memory");
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (st == GV_OK) {
+        const char *v = meta(pod, "resourceVersion");
+        *rv = v ? strdup(v) : NULL;
+    }
+out:
+    free(a);
+    gv_alloc_request_free(req);
+    json_decref(pod);
+    return st;
+}
+
+static gv_status bind_annotate(struct gv_sched *s, const struct gv_ext_bind_args *b,
+                               const char *enc, const char *rv, struct gv_error *err)
+{
+    char path[1024], at[32];
+    gv_sched_format_time(time(NULL), at, sizeof(at));
+    pod_path(b, path, sizeof(path));
+    json_t *patch = json_pack("{s:{s:{s:s,s:s,s:s},s:{s:s}}}", "metadata", "annotations",
+                              ANN_ASSIGNMENT, enc, ANN_ASSIGNED_NODE, b->node, ANN_ASSIGNED_AT,
+                              at, "labels", GV_SCHED_ASSIGNED_LABEL, "true");
+    if (patch == NULL)
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    if (rv != NULL)
+        json_object_set_new(json_object_get(patch, "metadata"), "resourceVersion",
+                            json_string(rv));
+    gv_status st = gv_kube_patch(s->kube, path, GV_KUBE_PATCH_MERGE, patch, NULL, err);
+    json_decref(patch);
+    return st;
+}
+
+/* Best effort: take our annotations off a pod whose bind failed, so no agent
+ * ever acts on them. */
+static void bind_unannotate(struct gv_sched *s, const struct gv_ext_bind_args *b)
+{
+    char path[1024];
+    pod_path(b, path, sizeof(path));
+    json_t *patch = json_pack("{s:{s:{s:n,s:n,s:n},s:{s:n}}}", "metadata", "annotations",
+                              ANN_ASSIGNMENT, ANN_ASSIGNED_NODE, ANN_ASSIGNED_AT, "labels",
+                              GV_SCHED_ASSIGNED_LABEL);
+    struct gv_error err = {0};
+    if (patch != NULL && gv_kube_patch(s->kube, path, GV_KUBE_PATCH_MERGE, patch, NULL, &err) !=
+                             GV_OK && err.code != GV_ENOTFOUND)
+        gv_warn("bind cleanup of %s/%s: %s", b->pod_namespace, b->pod_name, err.msg);
+    json_decref(patch);
+}
+
+static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct gv_error *err)
+{
+    char *enc = NULL, *rv = NULL;
+    gv_status st = GV_OK;
+    if (s->kube == NULL)
+        return gv_error_set(err, GV_EUNAVAILABLE, "no Kubernetes API connection configured");
+
+    pthread_mutex_lock(&s->lock);
+    struct srec *r = b->pod_uid[0] ? gv_sched_rec_find(s, b->pod_uid) : NULL;
+    if (r != NULL && r->phase == REC_BINDING) {
+        pthread_mutex_unlock(&s->lock);
+        return gv_error_set(err, GV_ECONFLICT, "a bind of pod %s/%s is already in progress",
+                            b->pod_namespace, b->pod_name);
+    }
+    if (r != NULL && r->phase == REC_RESERVED && r->node != NULL &&
+        strcmp(r->node, b->node) == 0 && gv_alloc_is_placed(s->cluster, b->pod_uid)) {
+        enc = r->encoded ? strdup(r->encoded) : NULL;
+        rv = r->rv ? strdup(r->rv) : NULL;
+        r->phase = REC_BINDING;
+    } else if (b->pod_uid[0]) {
+        /* Reserved elsewhere (kube-scheduler picked another node), expired,
+         * or never filtered by this instance: start over on b->node. */
+        gv_sched_forget_pod(s, b->pod_uid);
+    }
+    pthread_mutex_unlock(&s->lock);
+
+    for (int attempt = 0;; attempt++) {
+        if (enc == NULL && (st = bind_compute(s, b, &enc, &rv, err)) != GV_OK)
+            break;
+        st = bind_annotate(s, b, enc, rv, err);
+        if (st != GV_ECONFLICT || attempt + 1 >= BIND_ATTEMPTS)
+            break;
+        /* The pod changed since we read it: read it again and recompute. */
+        gv_debug("bind %s/%s: %s; recomputing", b->pod_namespace, b->pod_name, err->msg);
+        pthread_mutex_lock(&s->lock);
+        s->bind_conflicts++;
+        if (b->pod_uid[0])
+            gv_sched_forget_pod(s, b->pod_uid);
+        pthread_mutex_unlock(&s->lock);
+        free(enc);
+        free(rv);
+        enc = rv = NULL;
+    }
+    bool annotated = st == GV_OK;
+    if (st == GV_OK)
+        st = gv_kube_bind_pod(s->kube, b->pod_namespace, b->pod_name,
+                              b->pod_uid[0] ? b->pod_uid : NULL, b->node, err);
+    pthread_mutex_lock(&s->lock);
+    if (st == GV_OK) {
+        s->binds_ok++;
+        if (b->pod_uid[0])
+            gv_sched_rec_drop(s, b->pod_uid); /* the placement stays */
+    } else {
+        s->binds_failed++;
+        if (b->pod_uid[0]) {
+            gv_sched_forget_pod(s, b->pod_uid);
+            struct srec *pr = gv_sched_rec_get(s, b->pod_uid, b->pod_namespace, b->pod_name);
+            if (pr != NULL) {
+                gv_sched_rec_set(pr, REC_PENDING, NULL, NULL, NULL);
+                pr->pending = PENDING_BIND_FAILED;
+            }
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (st != GV_OK && annotated)
+        bind_unannotate(s, b);
+    if (st == GV_OK)
+        gv_info("bound %s/%s to %s: %s", b->pod_namespace, b->pod_name, b->node, enc);
+    free(enc);
+    free(rv);
+    return st;
+}
+
+static void handle_bind(void *ctx, const struct gv_http_request *hreq,
+                        struct gv_http_response *resp)
+{
+    struct gv_sched *s = ctx;
+    struct gv_ext_bind_args b;
+    struct gv_error err = {0};
+    if (gv_ext_bind_args_parse(hreq->body, hreq->body_len, &b, &err) != GV_OK) {
+        gv_http_respond_error(resp, 400, err.msg);
+        return;
+    }
+    gv_status st = do_bind(s, &b, &err);
+    if (st != GV_OK)
+        gv_warn("bind %s/%s to %s failed: %s", b.pod_namespace, b.pod_name, b.node, err.msg);
+    respond_json(resp, gv_ext_bind_result_encode(st == GV_OK ? NULL : err.msg));
+    gv_ext_bind_args_clear(&b);
+}
+
+/* ---- webhook ----------------------------------------------------------- */
+
+static void webhook_limits(void *ud, struct gv_webhook_limits *out)
+{
+    struct gv_sched *s = ud;
+    out->largest_gpu_mib = 0;
+    out->most_gpus = 0;
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < s->n_nodes; i++) {
+        const struct snode *n = s->nodes[i];
+        if (n->state != NODE_OK)
+            continue;
+        if (n->max_gpu_mib > out->largest_gpu_mib)
+            out->largest_gpu_mib = n->max_gpu_mib;
+        if (n->n_gpus > out->most_gpus)
+            out->most_gpus = n->n_gpus;
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void handle_mutate(void *ctx, const struct gv_http_request *hreq,
+                          struct gv_http_response *resp)
+{
+    struct gv_sched *s = ctx;
+    struct gv_webhook_env env = {&s->cfg.alloc, s->cfg.scheduler_name, webhook_limits, s};
+    struct gv_error err = {0};
+    char *out = NULL;
+    if (gv_webhook_review(&env, hreq->body, hreq->body_len, &out, &err) != GV_OK) {
+        gv_http_respond_error(resp, err.code == GV_ENOMEM ? 500 : 400, err.msg);
+        return;
+    }
+    respond_json(resp, out);
+}
+
+/* ---- health and metrics ------------------------------------------------ */
+
+static void handle_healthz(void *ctx, const struct gv_http_request *hreq,
+                           struct gv_http_response *resp)
+{
+    (void)ctx;
+    (void)hreq;
+    gv_http_respond(resp, 200, "text/plain", "ok\n");
+}
+
+static void handle_readyz(void *ctx, const struct gv_http_request *hreq,
+                          struct gv_http_response *resp)
+{
+    (void)hreq;
+    if (gv_sched_ready(ctx))
+        gv_http_respond(resp, 200, "text/plain", "ok\n");
+    else
+        gv_http_respond(resp, 503, "text/plain", "node/pod caches not synced yet\n");
+}
+
+static void write_state_metrics(struct gv_sched *s, FILE *f)
+{
+    size_t pending[PENDING_COUNT] = {0};
+    size_t reserved = 0, unbound = 0, nodes_ok = 0, nodes_bad = 0, nodes_stale = 0;
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < s->n_recs; i++) {
+        const struct srec *r = s->recs[i];
+        if (r->phase == REC_PENDING)
+            pending[r->pending]++;
+        else if (r->phase == REC_UNBOUND)
+            unbound++;
+        else
+            reserved++;
+    }
+    fputs("# HELP gpuvisor_gpu_memory_allocated_mib GPU memory assigned to pods, per GPU.\n"
+          "# TYPE gpuvisor_gpu_memory_allocated_mib gauge\n"
+          "# HELP gpuvisor_gpu_cores_allocated_percent GPU compute assigned to pods, per GPU "
+          "(100 = one whole GPU).\n"
+          "# TYPE gpuvisor_gpu_cores_allocated_percent gauge\n"
+          "# HELP gpuvisor_gpu_tasks Pods' containers sharing each GPU.\n"
+          "# TYPE gpuvisor_gpu_tasks gauge\n",
+          f);
+    time_t now = time(NULL);
+    for (size_t i = 0; i < s->n_nodes; i++) {
+        const struct snode *n = s->nodes[i];
+        if (n->state != NODE_OK) {
+            nodes_bad++;
+            continue;
+        }
+        if (n->heartbeat == 0 || now - n->heartbeat > s->cfg.heartbeat_timeout_s)
+            nodes_stale++;
+        else
+            nodes_ok++;
+        for (uint32_t g = 0; g < n->n_gpus; g++) {
+            struct gv_alloc_gpu_usage u;
+            if (gv_alloc_gpu_usage_get(s->cluster, n->name, n->uuids[g], &u, NULL) != GV_OK)
+                continue;
+            fprintf(f, "gpuvisor_gpu_memory_allocated_mib{node=\"%s\",gpu=\"%s\"} %" PRIu64 "\n",
+                    n->name, n->uuids[g], u.mem_mib);
+            fprintf(f, "gpuvisor_gpu_cores_allocated_percent{node=\"%s\",gpu=\"%s\"} %.1f\n",
+                    n->name, n->uuids[g], u.milli / 10.0);
+            fprintf(f, "gpuvisor_gpu_tasks{node=\"%s\",gpu=\"%s\"} %" PRIu32 "\n", n->name,
+                    n->uuids[g], u.tasks);
+        }
+    }
+    fputs("# HELP gpuvisor_scheduler_pods_pending GPU pods the last filter could not place, by "
+          "reason.\n# TYPE gpuvisor_scheduler_pods_pending gauge\n",
+          f);
+    for (int i = 0; i < PENDING_COUNT; i++)
+        fprintf(f, "gpuvisor_scheduler_pods_pending{reason=\"%s\"} %zu\n", pending_labels[i],
+                pending[i]);
+    fprintf(f,
+            "# HELP gpuvisor_scheduler_reservations Placements held for pods not bound yet.\n"
+            "# TYPE gpuvisor_scheduler_reservations gauge\n"
+            "gpuvisor_scheduler_reservations{state=\"reserved\"} %zu\n"
+            "gpuvisor_scheduler_reservations{state=\"annotated_unbound\"} %zu\n"
+            "# HELP gpuvisor_scheduler_nodes Nodes by gpuvisor agent state.\n"
+            "# TYPE gpuvisor_scheduler_nodes gauge\n"
+            "gpuvisor_scheduler_nodes{state=\"ready\"} %zu\n"
+            "gpuvisor_scheduler_nodes{state=\"stale\"} %zu\n"
+            "gpuvisor_scheduler_nodes{state=\"unusable\"} %zu\n"
+            "# HELP gpuvisor_scheduler_binds_total Bind calls by outcome.\n"
+            "# TYPE gpuvisor_scheduler_binds_total counter\n"
+            "gpuvisor_scheduler_binds_total{result=\"ok\"} %" PRIu64 "\n"
+            "gpuvisor_scheduler_binds_total{result=\"failed\"} %" PRIu64 "\n"
+            "# HELP gpuvisor_scheduler_bind_conflicts_total Pod changed during bind "
+            "(409), placement recomputed.\n"
+            "# TYPE gpuvisor_scheduler_bind_conflicts_total counter\n"
+            "gpuvisor_scheduler_bind_conflicts_total %" PRIu64 "\n",
+            reserved, unbound, nodes_ok, nodes_stale, nodes_bad, s->binds_ok, s->binds_failed,
+            s->bind_conflicts);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void handle_metrics(void *ctx, const struct gv_http_request *hreq,
+                           struct gv_http_response *resp)
+{
+    (void)hreq;
+    struct gv_sched *s = ctx;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (f == NULL) {
+        gv_http_respond_error(resp, 500, "out of memory");
+        return;
+    }
+    gv_httpd_write_metrics_header(f);
+    for (size_t i = 0; i < s->n_servers; i++)
+        gv_httpd_write_metrics(s->servers[i], f);
+    write_state_metrics(s, f);
+    fclose(f);
+    free(resp->body);
+    resp->status = 200;
+    resp->content_type = "text/plain; version=0.0.4";
+    resp->body = buf;
+    resp->body_len = len;
+}
+
+/* ---- registration ------------------------------------------------------ */
+
+static gv_status remember_server(struct gv_sched *s, struct gv_httpd *h)
+{
+    for (size_t i = 0; i < s->n_servers; i++)
+        if (s->servers[i] == h)
+            return GV_OK;
+    if (s->n_servers == sizeof(s->servers) / sizeof(s->servers[0]))
+        return GV_ERANGE;
+    s->servers[s->n_servers++] = h;
+    return GV_OK;
+}
+
+gv_status gv_sched_serve_extender(struct gv_sched *s, struct gv_httpd *h, const char *prefix,
+                                  struct gv_error *err)
+{
+    static const struct {
+        const char *verb;
+        gv_httpd_handler fn;
+    } verbs[] = {{"filter", handle_filter}, {"prioritize", handle_prioritize}, {"bind", handle_bind}};
+    size_t plen = strlen(prefix);
+    while (plen > 0 && prefix[plen - 1] == '/')
+        plen--;
+    for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++) {
+        char path[256];
+        snprintf(path, sizeof(path), "%.*s/%s", (int)plen, prefix, verbs[i].verb);
+        gv_status st = gv_httpd_route(h, "POST", path, verbs[i].fn, s, err);
+        if (st != GV_OK)
+            return st;
+    }
+    return remember_server(s, h) == GV_OK ? GV_OK
+                                          : gv_error_set(err, GV_ERANGE, "too many servers");
+}
+
+gv_status gv_sched_serve_webhook(struct gv_sched *s, struct gv_httpd *h, struct gv_error *err)
+{
+    gv_status st = gv_httpd_route(h, "POST", "/mutate", handle_mutate, s, err);
+    if (st == GV_OK && remember_server(s, h) != GV_OK)
+        st = gv_error_set(err, GV_ERANGE, "too many servers");
+    return st;
+}
+
+gv_status gv_sched_serve_health(struct gv_sched *s, struct gv_httpd *h, struct gv_error *err)
+{
+    gv_status st;
+    if ((st = gv_httpd_route(h, "GET", "/healthz", handle_healthz, s, err)) != GV_OK ||
+        (st = gv_httpd_route(h, "GET", "/readyz", handle_readyz, s, err)) != GV_OK ||
+        (st = gv_httpd_route(h, "GET", "/metrics", handle_metrics, s, err)) != GV_OK)
+        return st;
+    return remember_server(s, h) == GV_OK ? GV_OK
+                                          : gv_error_set(err, GV_ERANGE, "too many servers");
+}

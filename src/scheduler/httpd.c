@@ -1,0 +1,591 @@
+#include "scheduler/gv_httpd.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <gnutls/abstract.h>
+#include <gnutls/gnutls.h>
+#include <microhttpd.h>
+
+#include "common/gv_file.h"
+#include "common/gv_log.h"
+
+/* Latency buckets (seconds): the extender's budget is a few milliseconds per
+ * call, so resolution sits below 10 ms; binds include API round trips. */
+static const double latency_buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                         0.05,   0.1,   0.25,   0.5,   1.0,  2.5};
+#define N_BUCKETS (sizeof(latency_buckets) / sizeof(latency_buckets[0]))
+
+/* Status codes we count separately; anything else lands in "other". */
+static const unsigned counted_codes[] = {200, 400, 404, 405, 413, 500, 503};
+#define N_CODES (sizeof(counted_codes) / sizeof(counted_codes[0]))
+
+struct route {
+    char *method;
+    char *path;
+    gv_httpd_handler fn;
+    void *ctx;
+    pthread_mutex_t lock; /* guards the counters below */
+    uint64_t buckets[N_BUCKETS];
+    uint64_t count;
+    double sum;
+    uint64_t codes[N_CODES + 1];
+};
+
+/* One loaded certificate chain + key.  Retired generations stay allocated
+ * until shutdown-or-later, because a handshake in another thread may still
+ * hold the pointers the callback returned (GnuTLS does not copy them). */
+struct tls_gen {
+    gnutls_pcert_st pcerts[8];
+    unsigned n_pcerts;
+    gnutls_privkey_t key;
+    struct tls_gen *older;
+};
+
+struct gv_httpd {
+    char *name;
+    char *address;
+    uint16_t port;
+    char *cert_file;
+    char *key_file;
+    size_t max_body;
+    unsigned timeout_seconds;
+    struct route *routes;
+    size_t n_routes;
+    struct MHD_Daemon *daemon;
+};
+
+/* GnuTLS's certificate callback carries no user pointer, so the TLS identity
+ * is process-wide: every HTTPS listener of a process serves the same
+ * certificate/key files (the extender and the webhook share the pod's
+ * serving certificate).  users counts the listeners holding it. */
+static struct {
+    pthread_mutex_t lock;
+    char *cert_file, *key_file;
+    unsigned users;
+    struct tls_gen *current; /* ->older chains retired generations */
+    struct timespec cert_mtime, key_mtime;
+    time_t checked; /* last stat of the files (at most once a second) */
+} tls = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Per-connection request state while the body arrives. */
+struct pending {
+    char *buf;
+    size_t len, cap;
+    int too_large;
+    struct timespec start;
+};
+
+static char *xstrdup(const char *s) { return s ? strdup(s) : NULL; }
+
+void gv_http_respond(struct gv_http_response *resp, unsigned status, const char *content_type,
+                     const char *body)
+{
+    free(resp->body);
+    resp->status = status;
+    resp->content_type = content_type;
+    resp->body = strdup(body ? body : "");
+    resp->body_len = resp->body ? strlen(resp->body) : 0;
+}
+
+void gv_http_respond_error(struct gv_http_response *resp, unsigned status, const char *message)
+{
+    /* The extender's result types all carry an "Error" string, so one shape
+     * serves kube-scheduler and humans alike. */
+    json_t *o = json_pack("{s:s}", "Error", message ? message : "error");
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    gv_http_respond(resp, status, "application/json", text ? text : "{\"Error\":\"error\"}");
+    free(text);
+}
+
+/* ---- TLS ------------------------------------------------------------- */
+
+static void tls_gen_free(struct tls_gen *g)
+{
+    while (g != NULL) {
+        struct tls_gen *older = g->older;
+        for (unsigned i = 0; i < g->n_pcerts; i++)
+            gnutls_pcert_deinit(&g->pcerts[i]);
+        if (g->key != NULL)
+            gnutls_privkey_deinit(g->key);
+        free(g);
+        g = older;
+    }
+}
+
+static gv_status tls_load(const char *cert_file, const char *key_file, struct tls_gen **out,
+                          struct gv_error *err)
+{
+    char *cert = NULL, *key = NULL;
+    size_t cert_len = 0, key_len = 0;
+    struct tls_gen *g = calloc(1, sizeof(*g));
+    gv_status st = GV_ENOMEM;
+    if (g == NULL)
+        goto fail;
+    if ((st = gv_file_read_all(cert_file, &cert, &cert_len, err)) != GV_OK)
+        goto fail;
+    if ((st = gv_file_read_all(key_file, &key, &key_len, err)) != GV_OK)
+        goto fail;
+    gnutls_datum_t cd = {(unsigned char *)cert, (unsigned)cert_len};
+    gnutls_datum_t kd = {(unsigned char *)key, (unsigned)key_len};
+    g->n_pcerts = sizeof(g->pcerts) / sizeof(g->pcerts[0]);
+    int rc = gnutls_pcert_list_import_x509_raw(g->pcerts, &g->n_pcerts, &cd,
+                                               GNUTLS_X509_FMT_PEM, 0);
+    if (rc < 0) {
+        g->n_pcerts = 0;
+        st = gv_error_set(err, GV_EPARSE, "%s: not a PEM certificate chain: %s", cert_file,
+                          gnutls_strerror(rc));
+        goto fail;
+    }
+    if ((rc = gnutls_privkey_init(&g->key)) < 0 ||
+        (rc = gnutls_privkey_import_x509_raw(g->key, &kd, GNUTLS_X509_FMT_PEM, NULL, 0)) < 0) {
+        st = gv_error_set(err, GV_EPARSE, "%s: not a PEM private key: %s", key_file,
+                          gnutls_strerror(rc));
+        goto fail;
+    }
+    free(cert);
+    free(key);
+    *out = g;
+    return GV_OK;
+fail:
+    free(cert);
+    free(key);
+    tls_gen_free(g);
+    return st;
+}
+
+static int mtime_of(const char *path, struct timespec *ts)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return -1;
+    *ts = sb.st_mtim;
+    return 0;
+}
+
+static int same_time(struct timespec a, struct timespec b)
+{
+    return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
+/* Reloads the pair when either file changed (called with tls.lock held).  A
+ * broken new pair (half written, mismatched) keeps the old one serving. */
+static void tls_maybe_reload(void)
+{
+    time_t now = time(NULL);
+    if (now == tls.checked)
+        return;
+    tls.checked = now;
+    struct timespec cm, km;
+    if (mtime_of(tls.cert_file, &cm) != 0 || mtime_of(tls.key_file, &km) != 0)
+        return;
+    if (same_time(cm, tls.cert_mtime) && same_time(km, tls.key_mtime))
+        return;
+    struct tls_gen *g = NULL;
+    struct gv_error err = {0};
+    if (tls_load(tls.cert_file, tls.key_file, &g, &err) != GV_OK) {
+        gv_warn("keeping the previous TLS certificate: %s", err.msg);
+        return;
+    }
+    tls.cert_mtime = cm;
+    tls.key_mtime = km;
+    g->older = tls.current;
+    tls.current = g;
+    gv_info("reloaded TLS certificate from %s", tls.cert_file);
+}
+
+static int tls_retrieve(gnutls_session_t session, const gnutls_datum_t *req_ca_rdn, int nreqs,
+                        const gnutls_pk_algorithm_t *pk_algos, int pk_algos_length,
+                        gnutls_pcert_st **pcert, unsigned int *pcert_length,
+                        gnutls_privkey_t *privkey)
+{
+    (void)session;
+    (void)req_ca_rdn;
+    (void)nreqs;
+    (void)pk_algos;
+    (void)pk_algos_length;
+    pthread_mutex_lock(&tls.lock);
+    tls_maybe_reload();
+    struct tls_gen *g = tls.current;
+    pthread_mutex_unlock(&tls.lock);
+    if (g == NULL)
+        return -1;
+    *pcert = g->pcerts;
+    *pcert_length = g->n_pcerts;
+    *privkey = g->key;
+    return 0;
+}
+
+static gv_status tls_acquire(const struct gv_httpd *h, struct gv_error *err)
+{
+    gv_status st = GV_OK;
+    pthread_mutex_lock(&tls.lock);
+    if (tls.users > 0) {
+        if (strcmp(tls.cert_file, h->cert_file) != 0 || strcmp(tls.key_file, h->key_file) != 0)
+            st = gv_error_set(err, GV_EUNSUPPORTED,
+                              "%s: every HTTPS listener of a process must use the same "
+                              "certificate and key files (%s, %s)",
+                              h->name, tls.cert_file, tls.key_file);
+        else
+            tls.users++;
+        goto out;
+    }
+    struct gv_error lerr = {0};
+    if (tls_load(h->cert_file, h->key_file, &tls.current, &lerr) != GV_OK) {
+        st = gv_error_set(err, lerr.code, "%s: %s", h->name, lerr.msg);
+        goto out;
+    }
+    tls.cert_file = strdup(h->cert_file);
+    tls.key_file = strdup(h->key_file);
+    mtime_of(tls.cert_file, &tls.cert_mtime);
+    mtime_of(tls.key_file, &tls.key_mtime);
+    tls.checked = time(NULL);
+    tls.users = 1;
+out:
+    pthread_mutex_unlock(&tls.lock);
+    return st;
+}
+
+static void tls_release(void)
+{
+    pthread_mutex_lock(&tls.lock);
+    if (tls.users > 0 && --tls.users == 0) {
+        tls_gen_free(tls.current);
+        tls.current = NULL;
+        free(tls.cert_file);
+        free(tls.key_file);
+        tls.cert_file = tls.key_file = NULL;
+    }
+    pthread_mutex_unlock(&tls.lock);
+}
+
+/* ---- request handling ------------------------------------------------ */
+
+static double elapsed_since(const struct timespec *start)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - start->tv_sec) + (double)(now.tv_nsec - start->tv_nsec) / 1e9;
+}
+
+static void route_observe(struct route *r, double seconds, unsigned status)
+{
+    pthread_mutex_lock(&r->lock);
+    for (size_t i = 0; i < N_BUCKETS; i++)
+        if (seconds <= latency_buckets[i])
+            r->buckets[i]++;
+    r->count++;
+    r->sum += seconds;
+    size_t c = N_CODES;
+    for (size_t i = 0; i < N_CODES; i++)
+        if (counted_codes[i] == status)
+            c = i;
+    r->codes[c]++;
+    pthread_mutex_unlock(&r->lock);
+}
+
+static enum MHD_Result send_response(struct MHD_Connection *conn, struct gv_http_response *resp)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        resp->body_len, resp->body ? resp->body : (char *)"", resp->body ? MHD_RESPMEM_MUST_FREE
+                                                                         : MHD_RESPMEM_PERSISTENT);
+    if (r == NULL) {
+        free(resp->body);
+        return MHD_NO;
+    }
+    resp->body = NULL;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            resp->content_type ? resp->content_type : "application/json");
+    enum MHD_Result ret = MHD_queue_response(conn, resp->status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static struct route *find_route(struct gv_httpd *h, const char *method, const char *path,
+                                int *path_known)
+{
+    *path_known = 0;
+    for (size_t i = 0; i < h->n_routes; i++) {
+        if (strcmp(h->routes[i].path, path) != 0)
+            continue;
+        *path_known = 1;
+        if (strcmp(h->routes[i].method, method) == 0)
+            return &h->routes[i];
+    }
+    return NULL;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    (void)version;
+    struct gv_httpd *h = cls;
+    struct pending *p = *con_cls;
+    if (p == NULL) {
+        p = calloc(1, sizeof(*p));
+        if (p == NULL)
+            return MHD_NO;
+        clock_gettime(CLOCK_MONOTONIC, &p->start);
+        *con_cls = p;
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (p->too_large || p->len + n > h->max_body) {
+            /* Keep reading (and dropping) so the client sees a clean 413. */
+            p->too_large = 1;
+            return MHD_YES;
+        }
+        if (p->len + n + 1 > p->cap) {
+            size_t cap = p->cap ? p->cap : 4096;
+            while (cap < p->len + n + 1)
+                cap *= 2;
+            char *nb = realloc(p->buf, cap);
+            if (nb == NULL)
+                return MHD_NO;
+            p->buf = nb;
+            p->cap = cap;
+        }
+        memcpy(p->buf + p->len, upload_data, n);
+        p->len += n;
+        p->buf[p->len] = '\0';
+        return MHD_YES;
+    }
+
+    struct gv_http_response resp = {200, "application/json", NULL, 0};
+    int path_known = 0;
+    struct route *r = find_route(h, method, url, &path_known);
+    if (r == NULL) {
+        if (path_known)
+            gv_http_respond_error(&resp, 405, "method not allowed");
+        else
+            gv_http_respond_error(&resp, 404, "no such path");
+    } else if (p->too_large) {
+        char msg[96];
+        snprintf(msg, sizeof(msg), "request body larger than %zu bytes", h->max_body);
+        gv_http_respond_error(&resp, 413, msg);
+    } else {
+        struct gv_http_request req = {method, url, p->buf ? p->buf : "", p->len};
+        r->fn(r->ctx, &req, &resp);
+        if (resp.body == NULL)
+            gv_http_respond(&resp, resp.status, resp.content_type, "");
+    }
+    unsigned status = resp.status;
+    enum MHD_Result ret = send_response(conn, &resp);
+    if (r != NULL)
+        route_observe(r, elapsed_since(&p->start), status);
+    return ret;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    struct pending *p = *con_cls;
+    if (p != NULL) {
+        free(p->buf);
+        free(p);
+        *con_cls = NULL;
+    }
+}
+
+__attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt,
+                                                              va_list ap)
+{
+    struct gv_httpd *h = cls;
+    char buf[512];
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    size_t n = strlen(buf);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        buf[--n] = '\0';
+    gv_debug("%s: %s", h->name, buf);
+}
+
+/* ---- lifecycle ------------------------------------------------------- */
+
+gv_status gv_httpd_new(const struct gv_httpd_options *opts, struct gv_httpd **out,
+                       struct gv_error *err)
+{
+    if ((opts->cert_file == NULL) != (opts->key_file == NULL))
+        return gv_error_set(err, GV_EINVAL,
+                            "TLS needs both a certificate file and a key file (got only %s)",
+                            opts->cert_file ? "the certificate" : "the key");
+    struct gv_httpd *h = calloc(1, sizeof(*h));
+    if (h == NULL)
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    h->name = xstrdup(opts->name ? opts->name : "http");
+    h->address = xstrdup(opts->address);
+    h->port = opts->port;
+    h->cert_file = xstrdup(opts->cert_file);
+    h->key_file = xstrdup(opts->key_file);
+    h->max_body = opts->max_body ? opts->max_body : (8u << 20);
+    h->timeout_seconds = opts->timeout_seconds ? opts->timeout_seconds : 60;
+    *out = h;
+    return GV_OK;
+}
+
+gv_status gv_httpd_route(struct gv_httpd *h, const char *method, const char *path,
+                         gv_httpd_handler fn, void *ctx, struct gv_error *err)
+{
+    struct route *nr = realloc(h->routes, (h->n_routes + 1) * sizeof(*nr));
+    if (nr == NULL)
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    h->routes = nr;
+    struct route *r = &h->routes[h->n_routes];
+    memset(r, 0, sizeof(*r));
+    r->method = strdup(method);
+    r->path = strdup(path);
+    r->fn = fn;
+    r->ctx = ctx;
+    pthread_mutex_init(&r->lock, NULL);
+    if (r->method == NULL || r->path == NULL) {
+        free(r->method);
+        free(r->path);
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    }
+    h->n_routes++;
+    return GV_OK;
+}
+
+static gv_status parse_address(const struct gv_httpd *h, struct sockaddr_storage *ss,
+                               struct gv_error *err)
+{
+    memset(ss, 0, sizeof(*ss));
+    const char *a = h->address ? h->address : "0.0.0.0";
+    struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+    if (inet_pton(AF_INET, a, &in4->sin_addr) == 1) {
+        in4->sin_family = AF_INET;
+        in4->sin_port = htons(h->port);
+        return GV_OK;
+    }
+    if (inet_pton(AF_INET6, a, &in6->sin6_addr) == 1) {
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons(h->port);
+        return GV_OK;
+    }
+    return gv_error_set(err, GV_EINVAL, "%s: listen address '%s' is not an IPv4/IPv6 literal",
+                        h->name, a);
+}
+
+gv_status gv_httpd_start(struct gv_httpd *h, struct gv_error *err)
+{
+    struct sockaddr_storage ss;
+    gv_status st = parse_address(h, &ss, err);
+    if (st != GV_OK)
+        return st;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                     MHD_USE_POLL | MHD_USE_ERROR_LOG;
+    if (ss.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    if (h->cert_file != NULL) {
+        if ((st = tls_acquire(h, err)) != GV_OK)
+            return st;
+        flags |= MHD_USE_TLS;
+        h->daemon = MHD_start_daemon(
+            flags, h->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
+            (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+            MHD_OPTION_CONNECTION_TIMEOUT, h->timeout_seconds, MHD_OPTION_EXTERNAL_LOGGER,
+            on_mhd_log, h, MHD_OPTION_HTTPS_CERT_CALLBACK, tls_retrieve, MHD_OPTION_END);
+    } else {
+        h->daemon = MHD_start_daemon(
+            flags, h->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
+            (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+            MHD_OPTION_CONNECTION_TIMEOUT, h->timeout_seconds, MHD_OPTION_EXTERNAL_LOGGER,
+            on_mhd_log, h, MHD_OPTION_END);
+    }
+    if (h->daemon == NULL) {
+        if (h->cert_file != NULL)
+            tls_release();
+        return gv_error_set(err, GV_EIO, "%s: cannot listen on %s port %u (in use?)", h->name,
+                            h->address ? h->address : "0.0.0.0", (unsigned)h->port);
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    if (info != NULL && info->port != 0)
+        h->port = info->port;
+    gv_info("%s: listening on %s port %u (%s)", h->name, h->address ? h->address : "0.0.0.0",
+            (unsigned)h->port, h->cert_file ? "https" : "http");
+    return GV_OK;
+}
+
+uint16_t gv_httpd_port(const struct gv_httpd *h) { return h->port; }
+
+void gv_httpd_free(struct gv_httpd *h)
+{
+    if (h == NULL)
+        return;
+    if (h->daemon != NULL) {
+        MHD_stop_daemon(h->daemon);
+        if (h->cert_file != NULL)
+            tls_release();
+    }
+    for (size_t i = 0; i < h->n_routes; i++) {
+        free(h->routes[i].method);
+        free(h->routes[i].path);
+        pthread_mutex_destroy(&h->routes[i].lock);
+    }
+    free(h->routes);
+    free(h->name);
+    free(h->address);
+    free(h->cert_file);
+    free(h->key_file);
+    free(h);
+}
+
+void gv_httpd_write_metrics_header(FILE *out)
+{
+    fputs("# HELP gpuvisor_http_request_duration_seconds Time to answer an HTTP request, "
+          "by server and path.\n"
+          "# TYPE gpuvisor_http_request_duration_seconds histogram\n"
+          "# HELP gpuvisor_http_requests_total HTTP requests answered, by server, path and "
+          "status code.\n"
+          "# TYPE gpuvisor_http_requests_total counter\n",
+          out);
+}
+
+void gv_httpd_write_metrics(struct gv_httpd *h, FILE *out)
+{
+    for (size_t i = 0; i < h->n_routes; i++) {
+        struct route *r = &h->routes[i];
+        pthread_mutex_lock(&r->lock);
+        for (size_t b = 0; b < N_BUCKETS; b++)
+            fprintf(out,
+                    "gpuvisor_http_request_duration_seconds_bucket{server=\"%s\",path=\"%s\","
+                    "le=\"%g\"} %llu\n",
+                    h->name, r->path, latency_buckets[b], (unsigned long long)r->buckets[b]);
+        fprintf(out,
+                "gpuvisor_http_request_duration_seconds_bucket{server=\"%s\",path=\"%s\","
+                "le=\"+Inf\"} %llu\n",
+                h->name, r->path, (unsigned long long)r->count);
+        fprintf(out, "gpuvisor_http_request_duration_seconds_sum{server=\"%s\",path=\"%s\"} %.6f\n",
+                h->name, r->path, r->sum);
+        fprintf(out, "gpuvisor_http_request_duration_seconds_count{server=\"%s\",path=\"%s\"} %llu\n",
+                h->name, r->path, (unsigned long long)r->count);
+        for (size_t c = 0; c <= N_CODES; c++) {
+            if (r->codes[c] == 0)
+                continue;
+            char code[8];
+            if (c < N_CODES)
+                snprintf(code, sizeof(code), "%u", counted_codes[c]);
+            else
+                snprintf(code, sizeof(code), "other");
+            fprintf(out, "gpuvisor_http_requests_total{server=\"%s\",path=\"%s\",code=\"%s\"} %llu\n",
+                    h->name, r->path, code, (unsigned long long)r->codes[c]);
+        }
+        pthread_mutex_unlock(&r->lock);
+    }
+}

@@ -1,0 +1,219 @@
+/* gpuvisor-scheduler: kube-scheduler extender + admission webhook daemon. */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/gv_file.h"
+#include "common/gv_log.h"
+#include "common/gv_version.h"
+#include "scheduler/gv_scheduler.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: gpuvisor-scheduler [options]\n"
+            "\n"
+            "  --config FILE            scheduler config (JSON, docs/scheduler.md)\n"
+            "  --master URL             API server URL (default: in-cluster, then kubeconfig)\n"
+            "  --kubeconfig FILE        kubeconfig for development\n"
+            "  --extender-listen A:P    extender address (default 127.0.0.1:8888)\n"
+            "  --extender-prefix PATH   URL prefix of the verbs (default /gpuvisor)\n"
+            "  --extender-tls           serve the extender over HTTPS too (same cert/key)\n"
+            "  --webhook-listen A:P     serve the admission webhook (HTTPS) here\n"
+            "  --tls-cert-file FILE     PEM certificate chain (reloaded when it changes)\n"
+            "  --tls-key-file FILE      PEM private key (reloaded when it changes)\n"
+            "  --port-file FILE         write the bound ports here once listening\n"
+            "  --log-level LEVEL        error|warn|info|debug|trace (or GPUVISOR_LOG_LEVEL)\n"
+            "  --version, --help\n");
+}
+
+/* "127.0.0.1:8888", "[::]:8443", ":8443" -> address (NULL = any) and port. */
+static int split_listen(const char *text, char *addr, size_t cap, uint16_t *port)
+{
+    const char *colon = strrchr(text, ':');
+    if (colon == NULL)
+        return -1;
+    const char *a = text;
+    size_t alen = (size_t)(colon - text);
+    if (alen >= 2 && a[0] == '[' && a[alen - 1] == ']') {
+        a++;
+        alen -= 2;
+    }
+    if (alen >= cap)
+        return -1;
+    memcpy(addr, a, alen);
+    addr[alen] = '\0';
+    char *end = NULL;
+    long p = strtol(colon + 1, &end, 10);
+    if (end == colon + 1 || *end != '\0' || p < 0 || p > 65535)
+        return -1;
+    *port = (uint16_t)p;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    enum {
+        OPT_CONFIG = 1000,
+        OPT_MASTER,
+        OPT_KUBECONFIG,
+        OPT_EXT_LISTEN,
+        OPT_EXT_PREFIX,
+        OPT_EXT_TLS,
+        OPT_WH_LISTEN,
+        OPT_CERT,
+        OPT_KEY,
+        OPT_PORT_FILE,
+        OPT_LOG_LEVEL,
+        OPT_VERSION,
+    };
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, OPT_CONFIG},
+        {"master", required_argument, NULL, OPT_MASTER},
+        {"kubeconfig", required_argument, NULL, OPT_KUBECONFIG},
+        {"extender-listen", required_argument, NULL, OPT_EXT_LISTEN},
+        {"extender-prefix", required_argument, NULL, OPT_EXT_PREFIX},
+        {"extender-tls", no_argument, NULL, OPT_EXT_TLS},
+        {"webhook-listen", required_argument, NULL, OPT_WH_LISTEN},
+        {"tls-cert-file", required_argument, NULL, OPT_CERT},
+        {"tls-key-file", required_argument, NULL, OPT_KEY},
+        {"port-file", required_argument, NULL, OPT_PORT_FILE},
+        {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+        {"version", no_argument, NULL, OPT_VERSION},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *config = NULL, *master = NULL, *kubeconfig = NULL;
+    const char *ext_listen = "127.0.0.1:8888", *ext_prefix = "/gpuvisor", *wh_listen = NULL;
+    const char *cert = NULL, *key = NULL, *port_file = NULL;
+    bool ext_tls = false;
+    gv_log_init("gpuvisor-scheduler", GV_LOG_INFO);
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_CONFIG: config = optarg; break;
+        case OPT_MASTER: master = optarg; break;
+        case OPT_KUBECONFIG: kubeconfig = optarg; break;
+        case OPT_EXT_LISTEN: ext_listen = optarg; break;
+        case OPT_EXT_PREFIX: ext_prefix = optarg; break;
+        case OPT_EXT_TLS: ext_tls = true; break;
+        case OPT_WH_LISTEN: wh_listen = optarg; break;
+        case OPT_CERT: cert = optarg; break;
+        case OPT_KEY: key = optarg; break;
+        case OPT_PORT_FILE: port_file = optarg; break;
+        case OPT_LOG_LEVEL: {
+            int l = gv_log_parse_level(optarg);
+            if (l < 0) {
+                fprintf(stderr, "gpuvisor-scheduler: unknown log level '%s'\n", optarg);
+                return 2;
+            }
+            gv_log_set_level((gv_log_level)l);
+            break;
+        }
+        case OPT_VERSION: printf("gpuvisor-scheduler %s\n", GV_VERSION); return 0;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "gpuvisor-scheduler: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if ((wh_listen != NULL || ext_tls) && (cert == NULL || key == NULL)) {
+        fprintf(stderr, "gpuvisor-scheduler: the webhook and --extender-tls need "
+                        "--tls-cert-file and --tls-key-file\n");
+        return 2;
+    }
+
+    /* Signals are taken synchronously by the main thread; every thread
+     * created below inherits the mask. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int rc = 1;
+    struct gv_error err = {0};
+    struct gv_sched_config cfg;
+    struct gv_kube_config *kcfg = NULL;
+    struct gv_kube_client *kube = NULL;
+    struct gv_sched *s = NULL;
+    struct gv_httpd *ext = NULL, *wh = NULL;
+    char addr[128];
+    uint16_t port = 0;
+    if (gv_sched_config_default(&cfg, &err) != GV_OK ||
+        (config != NULL && gv_sched_config_load(config, &cfg, &err) != GV_OK))
+        goto fail;
+    if (gv_kube_config_load(master, kubeconfig, &kcfg, &err) != GV_OK ||
+        gv_kube_client_new(kcfg, &kube, &err) != GV_OK)
+        goto fail;
+    if (gv_sched_new(&cfg, kube, &s, &err) != GV_OK)
+        goto fail;
+
+    if (split_listen(ext_listen, addr, sizeof(addr), &port) != 0) {
+        gv_error_set(&err, GV_EINVAL, "--extender-listen '%s' is not ADDRESS:PORT", ext_listen);
+        goto fail;
+    }
+    struct gv_httpd_options eo = {.name = "extender",
+                                  .address = addr[0] ? addr : NULL,
+                                  .port = port,
+                                  .cert_file = ext_tls ? cert : NULL,
+                                  .key_file = ext_tls ? key : NULL,
+                                  /* 5,000 full Node objects (nodeCacheCapable: false) */
+                                  .max_body = 64u << 20};
+    if (gv_httpd_new(&eo, &ext, &err) != GV_OK ||
+        gv_sched_serve_extender(s, ext, ext_prefix, &err) != GV_OK ||
+        gv_sched_serve_health(s, ext, &err) != GV_OK)
+        goto fail;
+    if (wh_listen != NULL) {
+        char waddr[128];
+        uint16_t wport = 0;
+        if (split_listen(wh_listen, waddr, sizeof(waddr), &wport) != 0) {
+            gv_error_set(&err, GV_EINVAL, "--webhook-listen '%s' is not ADDRESS:PORT", wh_listen);
+            goto fail;
+        }
+        struct gv_httpd_options wo = {.name = "webhook",
+                                      .address = waddr[0] ? waddr : NULL,
+                                      .port = wport,
+                                      .cert_file = cert,
+                                      .key_file = key,
+                                      .max_body = 8u << 20};
+        if (gv_httpd_new(&wo, &wh, &err) != GV_OK || gv_sched_serve_webhook(s, wh, &err) != GV_OK ||
+            gv_sched_serve_health(s, wh, &err) != GV_OK)
+            goto fail;
+    }
+    /* Serve health and metrics at once; filter answers only from synced
+     * caches once the informers have listed (readyz says when). */
+    if (gv_httpd_start(ext, &err) != GV_OK || (wh != NULL && gv_httpd_start(wh, &err) != GV_OK))
+        goto fail;
+    if (gv_sched_start(s, &err) != GV_OK)
+        goto fail;
+    if (port_file != NULL) {
+        char text[96];
+        int n = snprintf(text, sizeof(text), "extender=%u\nwebhook=%u\n",
+                         (unsigned)gv_httpd_port(ext), wh ? (unsigned)gv_httpd_port(wh) : 0u);
+        if (gv_file_write_atomic(port_file, text, (size_t)n, 0644, &err) != GV_OK)
+            goto fail;
+    }
+    gv_info("ready: extender on %s%s, webhook %s", ext_listen, ext_prefix,
+            wh_listen ? wh_listen : "disabled");
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    gv_info("signal %d: shutting down", sig);
+    rc = 0;
+fail:
+    if (rc != 0)
+        gv_error("%s", err.msg[0] ? err.msg : "start-up failed");
+    /* Servers first: no handler may run once the state is gone. */
+    gv_httpd_free(wh);
+    gv_httpd_free(ext);
+    gv_sched_free(s);
+    gv_kube_client_free(kube);
+    gv_kube_config_free(kcfg);
+    gv_sched_config_clear(&cfg);
+    return rc;
+}

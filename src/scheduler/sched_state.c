@@ -1,0 +1,258 @@
+/* Tables beside the engine: nodes (agent state) and pod records, as sorted
+ * pointer arrays searched with bsearch.  Inserts are O(n) moves of pointers,
+ * which at 5,000 nodes costs microseconds and keeps memory to one pointer
+ * per entry. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "scheduler/sched_internal.h"
+
+double gv_sched_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Index of name in a sorted array of structs whose first member is a string
+ * pointer; *found tells whether it is there (else it is the insert point). */
+static size_t search(void *const *arr, size_t n, const char *key, bool *found)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(*(char *const *)arr[mid], key);
+        if (c == 0) {
+            *found = true;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = false;
+    return lo;
+}
+
+static int insert_at(void ***arr, size_t *n, size_t *cap, size_t pos, void *item)
+{
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 64;
+        void **na = realloc(*arr, nc * sizeof(*na));
+        if (na == NULL)
+            return -1;
+        *arr = na;
+        *cap = nc;
+    }
+    memmove(*arr + pos + 1, *arr + pos, (*n - pos) * sizeof(**arr));
+    (*arr)[pos] = item;
+    (*n)++;
+    return 0;
+}
+
+static void remove_at(void **arr, size_t *n, size_t pos)
+{
+    memmove(arr + pos, arr + pos + 1, (*n - pos - 1) * sizeof(*arr));
+    (*n)--;
+}
+
+struct snode *gv_sched_node_find(struct gv_sched *s, const char *name)
+{
+    bool found;
+    size_t i = search((void *const *)s->nodes, s->n_nodes, name, &found);
+    return found ? s->nodes[i] : NULL;
+}
+
+struct srec *gv_sched_rec_find(struct gv_sched *s, const char *uid)
+{
+    bool found;
+    size_t i = search((void *const *)s->recs, s->n_recs, uid, &found);
+    return found ? s->recs[i] : NULL;
+}
+
+struct srec *gv_sched_rec_get(struct gv_sched *s, const char *uid, const char *ns,
+                              const char *name)
+{
+    bool found;
+    size_t i = search((void *const *)s->recs, s->n_recs, uid, &found);
+    if (found)
+        return s->recs[i];
+    struct srec *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return NULL;
+    r->uid = strdup(uid);
+    r->ns = strdup(ns ? ns : "");
+    r->name = strdup(name ? name : "");
+    r->since = gv_sched_now();
+    if (r->uid == NULL || r->ns == NULL || r->name == NULL ||
+        insert_at((void ***)&s->recs, &s->n_recs, &s->cap_recs, i, r) != 0) {
+        free(r->uid);
+        free(r->ns);
+        free(r->name);
+        free(r);
+        return NULL;
+    }
+    return r;
+}
+
+static void rec_free(struct srec *r)
+{
+    free(r->uid);
+    free(r->ns);
+    free(r->name);
+    free(r->node);
+    free(r->encoded);
+    free(r->rv);
+    free(r);
+}
+
+void gv_sched_rec_drop(struct gv_sched *s, const char *uid)
+{
+    bool found;
+    size_t i = search((void *const *)s->recs, s->n_recs, uid, &found);
+    if (!found)
+        return;
+    struct srec *r = s->recs[i];
+    remove_at((void **)s->recs, &s->n_recs, i);
+    rec_free(r);
+}
+
+void gv_sched_forget_pod(struct gv_sched *s, const char *uid)
+{
+    if (gv_alloc_is_placed(s->cluster, uid))
+        gv_alloc_release(s->cluster, uid, NULL);
+    gv_sched_rec_drop(s, uid);
+}
+
+static int replace_str(char **slot, const char *v)
+{
+    char *c = NULL;
+    if (v != NULL && (c = strdup(v)) == NULL)
+        return -1;
+    free(*slot);
+    *slot = c;
+    return 0;
+}
+
+gv_status gv_sched_rec_set(struct srec *r, enum rec_phase phase, const char *node,
+                           const char *encoded, const char *rv)
+{
+    if (replace_str(&r->node, node) != 0 || replace_str(&r->encoded, encoded) != 0 ||
+        replace_str(&r->rv, rv) != 0)
+        return GV_ENOMEM;
+    r->phase = phase;
+    r->since = gv_sched_now();
+    return GV_OK;
+}
+
+/* Adds a node entry (sorted); NULL on OOM. */
+struct snode *gv_sched_node_add(struct gv_sched *s, const char *name);
+struct snode *gv_sched_node_add(struct gv_sched *s, const char *name)
+{
+    bool found;
+    size_t i = search((void *const *)s->nodes, s->n_nodes, name, &found);
+    if (found)
+        return s->nodes[i];
+    struct snode *n = calloc(1, sizeof(*n));
+    if (n == NULL || (n->name = strdup(name)) == NULL ||
+        insert_at((void ***)&s->nodes, &s->n_nodes, &s->cap_nodes, i, n) != 0) {
+        if (n != NULL)
+            free(n->name);
+        free(n);
+        return NULL;
+    }
+    return n;
+}
+
+void gv_sched_node_clear_gpus(struct snode *n);
+void gv_sched_node_clear_gpus(struct snode *n)
+{
+    for (uint32_t i = 0; i < n->n_gpus; i++)
+        free(n->uuids[i]);
+    free(n->uuids);
+    n->uuids = NULL;
+    n->n_gpus = 0;
+    n->max_gpu_mib = 0;
+}
+
+void gv_sched_node_remove(struct gv_sched *s, const char *name);
+void gv_sched_node_remove(struct gv_sched *s, const char *name)
+{
+    bool found;
+    size_t i = search((void *const *)s->nodes, s->n_nodes, name, &found);
+    if (!found)
+        return;
+    struct snode *n = s->nodes[i];
+    remove_at((void **)s->nodes, &s->n_nodes, i);
+    gv_sched_node_clear_gpus(n);
+    free(n->reason);
+    free(n->name);
+    free(n);
+}
+
+void gv_sched_tables_free(struct gv_sched *s);
+void gv_sched_tables_free(struct gv_sched *s)
+{
+    while (s->n_nodes > 0)
+        gv_sched_node_remove(s, s->nodes[s->n_nodes - 1]->name);
+    free(s->nodes);
+    for (size_t i = 0; i < s->n_recs; i++)
+        rec_free(s->recs[i]);
+    free(s->recs);
+    s->nodes = NULL;
+    s->recs = NULL;
+    s->n_nodes = s->n_recs = 0;
+}
+
+/* RFC 3339 as Kubernetes writes it: "2026-11-21T05:52:47Z", optionally with
+ * fractional seconds and a numeric offset. */
+int gv_sched_parse_time(const char *text, time_t *out)
+{
+    if (text == NULL)
+        return -1;
+    struct tm tm;
+    memset(&tm, 0, sizeof(tm));
+    const char *p = strptime(text, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (p == NULL)
+        return -1;
+    if (*p == '.') {
+        p++;
+        if (*p < '0' || *p > '9')
+            return -1;
+        while (*p >= '0' && *p <= '9')
+            p++;
+    }
+    long offset = 0;
+    if (*p == 'Z' || *p == 'z') {
+        p++;
+    } else if (*p == '+' || *p == '-') {
+        int sign = *p == '-' ? -1 : 1;
+        int hh, mm;
+        if (p[1] < '0' || p[1] > '9' || p[2] < '0' || p[2] > '9' || p[3] != ':' || p[4] < '0' ||
+            p[4] > '9' || p[5] < '0' || p[5] > '9')
+            return -1;
+        hh = (p[1] - '0') * 10 + (p[2] - '0');
+        mm = (p[4] - '0') * 10 + (p[5] - '0');
+        if (hh > 23 || mm > 59)
+            return -1;
+        offset = sign * (hh * 3600L + mm * 60L);
+        p += 6;
+    } else {
+        return -1;
+    }
+    if (*p != '\0')
+        return -1;
+    time_t t = timegm(&tm);
+    if (t == (time_t)-1)
+        return -1;
+    *out = t - offset;
+    return 0;
+}
+
+void gv_sched_format_time(time_t t, char *buf, size_t cap)
+{
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}

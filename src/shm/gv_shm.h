@@ -1,0 +1,160 @@
+/*
+ * The per-container shared region: one file, mmapped by every process of a
+ * container (through libgpuvisor.so) and read by the node agent's monitor
+ * and `gpuvisor ps`.  docs/shared-region.md describes the layout and the
+ * crash-safety rules; this header is the single definition of both.
+ *
+ * Accounting model: each process owns one slot; the per-process slot usage
+ * is the truth, and each device's mem_used is a cache of the sum over
+ * slots.  Writers change both under one robust process-shared mutex, so a
+ * process killed at any instant leaves at worst a stale cache, which the
+ * next locker (EOWNERDEAD) recomputes from the slots.  Readers never lock:
+ * every field they read is a naturally aligned atomic.
+ */
+#ifndef GV_SHM_H
+#define GV_SHM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/gv_error.h"
+
+#define GV_SHM_MAGIC 0x3147455248535647ULL /* "GVSHREG1" little-endian */
+#define GV_SHM_VERSION 1u
+#define GV_SHM_MAX_DEVICES 16
+#define GV_SHM_MAX_PROCS 1024
+#define GV_SHM_UUID_LEN 64
+/* Bytes reserved for the compute-share / priority module (throttle.c,
+ * priority.c): region-wide and per process.  Their layout belongs to that
+ * module (docs/compute-share.md); this module only zeroes them. */
+#define GV_SHM_SCHED_REGION_BYTES 1024
+#define GV_SHM_SCHED_PROC_BYTES 256
+
+/* Device flags. */
+#define GV_SHM_DEV_OVERSUBSCRIBE 0x1u
+
+struct gv_shm_device {
+    char uuid[GV_SHM_UUID_LEN];          /* NVML form, "GPU-xxxxxxxx-..." */
+    uint64_t mem_limit;                  /* bytes; 0 = unlimited */
+    uint64_t mem_physical;               /* the card's total bytes */
+    _Atomic uint64_t mem_used;           /* sum of slots' mem_used (cache) */
+    uint32_t sm_limit;                   /* percent 1..100; 0 = unlimited */
+    uint32_t flags;                      /* GV_SHM_DEV_* */
+    uint8_t reserved[32];
+};
+_Static_assert(sizeof(struct gv_shm_device) == 128, "gv_shm_device layout");
+
+struct gv_shm_proc {
+    _Atomic int32_t pid;                 /* pid in the container; 0 = free slot */
+    int32_t hostpid;                     /* pid on the host; 0 = unknown */
+    uint64_t start_time;                 /* /proc/<pid>/stat starttime: detects pid reuse */
+    _Atomic uint64_t heartbeat_ns;       /* CLOCK_REALTIME of the last activity */
+    int32_t priority;                    /* CUDA_TASK_PRIORITY (0 = highest) */
+    uint32_t flags;
+    _Atomic uint64_t mem_used[GV_SHM_MAX_DEVICES];    /* device bytes charged */
+    _Atomic uint64_t managed_used[GV_SHM_MAX_DEVICES]; /* of which oversubscribed (managed) */
+    _Atomic uint32_t util[GV_SHM_MAX_DEVICES];         /* recent SM utilisation, percent */
+    uint8_t sched[GV_SHM_SCHED_PROC_BYTES];            /* owned by throttle/priority */
+    uint8_t reserved[96];
+};
+_Static_assert(sizeof(struct gv_shm_proc) == 704, "gv_shm_proc layout");
+_Static_assert(offsetof(struct gv_shm_proc, mem_used) == 32, "gv_shm_proc layout");
+
+struct gv_shm_region {
+    uint64_t magic;                      /* GV_SHM_MAGIC, written last at creation */
+    uint32_t version;                    /* GV_SHM_VERSION */
+    uint32_t header_size;                /* offsetof(devices) */
+    uint64_t total_size;                 /* sizeof(struct gv_shm_region) */
+    uint32_t max_devices;
+    uint32_t max_procs;
+    _Atomic uint32_t ndevices;           /* devices[0..ndevices) are in use */
+    uint32_t sm_policy;                  /* GPU_CORE_UTILIZATION_POLICY: 0 default, 1 force, 2 disable */
+    uint64_t created_ns;
+    union {
+        pthread_mutex_t mutex;           /* robust, process-shared */
+        uint8_t bytes[64];
+    } lock;
+    uint8_t sched[GV_SHM_SCHED_REGION_BYTES]; /* owned by throttle/priority */
+    uint8_t reserved[912];
+    struct gv_shm_device devices[GV_SHM_MAX_DEVICES];
+    struct gv_shm_proc procs[GV_SHM_MAX_PROCS];
+};
+_Static_assert(sizeof(pthread_mutex_t) <= 64, "robust mutex must fit its slot");
+_Static_assert(offsetof(struct gv_shm_region, lock) == 48, "gv_shm_region layout");
+_Static_assert(offsetof(struct gv_shm_region, sched) == 112, "gv_shm_region layout");
+_Static_assert(offsetof(struct gv_shm_region, devices) == 2048, "gv_shm_region layout");
+_Static_assert(offsetof(struct gv_shm_region, procs) == 2048 + 16 * 128, "gv_shm_region layout");
+_Static_assert(sizeof(struct gv_shm_region) == 4096 + 1024 * 704, "gv_shm_region layout");
+
+/* Open flags. */
+#define GV_SHM_CREATE 0x1u   /* create and initialise the file if missing or empty */
+#define GV_SHM_READONLY 0x2u /* map read-only (monitors); no locking, no slots */
+
+struct gv_shm;
+
+/*
+ * Opens (and with GV_SHM_CREATE creates) the region at path.  A file with a
+ * wrong magic, version or size is refused with GV_EPROTO and a message;
+ * it is never reinitialised or trusted.  path NULL maps an anonymous,
+ * process-private region (a process with no shared-cache configured).
+ */
+gv_status gv_shm_open(const char *path, unsigned flags, struct gv_shm **out, struct gv_error *err);
+/* Releases this process's slot (if any) and unmaps. */
+void gv_shm_close(struct gv_shm *shm);
+/* The raw mapping, for readers (monitor, ps). */
+const struct gv_shm_region *gv_shm_region(const struct gv_shm *shm);
+
+/*
+ * Finds the device with this uuid, or registers it with the given limits.
+ * When the device is already registered with different limits (a later
+ * process brought other values), the registered ones stay in force, *idx is
+ * still set, and GV_ECONFLICT is returned with a message saying both.
+ */
+gv_status gv_shm_device_attach(struct gv_shm *shm, const char *uuid, uint64_t mem_limit,
+                               uint64_t mem_physical, uint32_t sm_limit, uint32_t flags, int *idx,
+                               struct gv_error *err);
+/* Index of the device with this uuid, or -1. */
+int gv_shm_device_find(const struct gv_shm *shm, const char *uuid);
+
+/* Takes a slot for pid (reclaiming dead slots first); idempotent per process. */
+gv_status gv_shm_proc_attach(struct gv_shm *shm, int32_t pid, int32_t priority,
+                             struct gv_error *err);
+/* In a forked child: forget the parent's slot (the child attaches its own). */
+void gv_shm_after_fork(struct gv_shm *shm);
+/* This process's slot, or NULL before gv_shm_proc_attach. */
+struct gv_shm_proc *gv_shm_self(struct gv_shm *shm);
+
+/*
+ * Charges bytes on device dev to this process, atomically with the
+ * container-wide limit check: GV_ENOFIT when it would exceed the limit
+ * (after reclaiming dead processes' usage once).  managed marks bytes served
+ * from oversubscribed managed memory.
+ */
+gv_status gv_shm_mem_reserve(struct gv_shm *shm, int dev, uint64_t bytes, bool managed);
+/* Returns bytes on device dev charged by gv_shm_mem_reserve. */
+void gv_shm_mem_release(struct gv_shm *shm, int dev, uint64_t bytes, bool managed);
+/* Container-wide bytes charged on dev. */
+uint64_t gv_shm_mem_used(const struct gv_shm *shm, int dev);
+
+/* Frees the slots of dead processes (and their usage); returns how many. */
+int gv_shm_reclaim(struct gv_shm *shm);
+/* Whether the process in a slot is alive (pid present and not reused). */
+bool gv_shm_proc_alive(const struct gv_shm_proc *p);
+
+/*
+ * Where `gpuvisor run` keeps its regions (one "<name>.cache" per run):
+ * $GPUVISOR_RUN_DIR, else /run/gpuvisor for root, else
+ * $XDG_RUNTIME_DIR/gpuvisor, else /tmp/gpuvisor-<uid>.  Not created here.
+ */
+void gv_shm_local_dir(char *buf, size_t n);
+/* Where the node agent keeps containers' regions: <dir>/<pod-uid>/<container>/shared.cache. */
+#define GV_SHM_NODE_DIR "/var/lib/gpuvisor/containers"
+
+/* Runs fn(arg) with the region lock held (for throttle/priority state). */
+gv_status gv_shm_with_lock(struct gv_shm *shm, void (*fn)(struct gv_shm_region *r, void *arg),
+                           void *arg);
+
+#endif

@@ -1,0 +1,46 @@
+/*
+ * Simulated GPUs shared by the fake libcuda.so.1 and libnvidia-ml.so.1
+ * (tests only).  Configuration and the cross-process state file are
+ * described in tests/fakes/README.md.
+ *
+ * Device memory is accounted per process in an optional state file
+ * (GV_FAKE_GPU_STATE) so that, as on a real GPU, NVML in one process sees
+ * what CUDA allocated in another, and a process that exits releases its
+ * memory (entries of dead pids are ignored and recycled).
+ */
+#ifndef GV_FAKE_GPUS_H
+#define GV_FAKE_GPUS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define FAKE_MAX_GPUS 8
+#define FAKE_MAX_PROCS 64
+
+struct fake_gpu {
+    char name[96];
+    char uuid[80];          /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
+    unsigned char uuid_bytes[16];
+    uint64_t mem_total;     /* bytes */
+    char pci_bus_id[32];    /* "00000000:3B:00.0" */
+    unsigned pci_domain, pci_bus, pci_device;
+    int numa_node;          /* -1 = none */
+    int sm_count;
+    int cc_major, cc_minor;
+};
+
+/* Number of simulated GPUs (config parsed once, thread-safe). */
+int fake_gpu_count(void);
+/* GPU i in NVML (physical) order, or NULL. */
+const struct fake_gpu *fake_gpu_get(int i);
+
+/* Bytes in use on GPU i by live processes. */
+uint64_t fake_gpu_mem_used(int i);
+/* Charges bytes on GPU i to this process; false when the GPU is full. */
+bool fake_gpu_mem_charge(int i, uint64_t bytes);
+void fake_gpu_mem_uncharge(int i, uint64_t bytes);
+/* Live processes using GPU i: fills up to max (pid, bytes); returns the count. */
+int fake_gpu_procs(int i, pid_t *pids, uint64_t *bytes, int max);
+
+#endif

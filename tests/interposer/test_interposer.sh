@@ -1,0 +1,251 @@
+#!/usr/bin/env bash
+# libgpuvisor.so against the fake driver (tests/fakes), the way applications
+# reach a real one: gv_probe links libcuda.so.1, dlopens it, or fetches entry
+# points through cuGetProcAddress.  TAP on stdout.
+set -u
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+LIB=$PWD/$BUILD/lib/libgpuvisor.so
+PROBE=$PWD/$BUILD/tests/gv_probe
+TMP=$(mktemp -d "${GV_TEST_TMP:-/tmp}/interposer.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+export LD_LIBRARY_PATH=$PWD/$BUILD/tests/fakes
+export GV_FAKE_GPU_STATE=$TMP/fake.state
+unset CUDA_VISIBLE_DEVICES GPUVISOR_LIMITS_FILE CUDA_DEVICE_MEMORY_LIMIT CUDA_DEVICE_SM_LIMIT \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE CUDA_OVERSUBSCRIBE GPUVISOR_LOG_LEVEL LIBCUDA_LOG_LEVEL
+
+# A sanitizer-built library needs its runtime loaded before it.
+PRELOAD=$LIB
+asan=$(ldd "$LIB" 2>/dev/null | awk '/libasan/ {print $3}')
+[ -n "$asan" ] && PRELOAD="$asan $LIB"
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+
+n=0
+ok() { n=$((n + 1)); echo "ok $n - $*"; }
+nok() { n=$((n + 1)); echo "not ok $n - $*"; }
+check() { local name=$1; shift; if "$@"; then ok "$name"; else nok "$name"; fi; }
+fresh() { rm -f "$TMP"/*.cache "$GV_FAKE_GPU_STATE"; }
+# probe [env...] -- ops : runs the probe under the interposer, TAP passes through.
+probe() { env LD_PRELOAD="$PRELOAD" "$@"; }
+# probe_bg: the same for `probe_bg ... &`, so $! is the probe itself (kill -9 reaches it).
+probe_bg() { exec env LD_PRELOAD="$PRELOAD" "$@"; }
+
+if [ -e /etc/gpuvisor/limits.env ]; then
+    has_etc_limits=1
+else
+    has_etc_limits=0
+fi
+
+# --- exports ---------------------------------------------------------------
+want=$(grep -o '[A-Za-z_0-9]\+;' "$BUILD/interposer/libgpuvisor.map" | tr -d ';' | sort)
+got=$(nm -D --defined-only "$LIB" | awk '$2 ~ /^[TtWwDdBbVviu]$/ {print $3}' | sed 's/@.*//' | sort)
+check "nm -D exports exactly the hook list ($(echo "$want" | wc -l) symbols)" [ "$want" = "$got" ]
+check "the hook list covers every allocation path" \
+    bash -c "for s in cuMemAlloc_v2 cuMemAllocPitch_v2 cuMemAllocManaged cuMemFree_v2 cuMemCreate cuMemRelease \
+        cuMemAllocAsync cuMemAllocFromPoolAsync cuMemFreeAsync cuArrayCreate_v2 cuArray3DCreate_v2 cuArrayDestroy \
+        cuMipmappedArrayCreate cuMipmappedArrayDestroy cuGetProcAddress_v2 dlsym; do echo '$got' | grep -qx \$s || exit 1; done"
+
+# --- the three ways in, every allocation path -------------------------------
+for via in link dlopen procaddr:12000 procaddr:12080:pt procaddr:13000; do
+    fresh
+    case $via in
+        procaddr*) hooked="pa:cuMemAlloc:${via#procaddr:}:0:cuMemAlloc_v2"; hooked=${hooked/:pt:0:/:0:} ;;
+        *) hooked="hooked:cuMemAlloc_v2:yes" ;;
+    esac
+    probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+        "$PROBE" --via "$via" init "$hooked" \
+        alloc:512m:OK alloc:512m:OK alloc:1:OOM info:0:1g free-last:OK info:512m:1g \
+        total:0:1g nvml-mem:0:512m:1g free-last:OK \
+        pitch:1000:1024:OK info:1023m:1g freeall \
+        array:256:1024:OK info:1023m:1g array3d:128:4:512:OK info:1022m:1g freeall \
+        mipmap:256:256:2:OK info:1048256k:1g freeall \
+        vmm:2m:OK info:1022m:1g vmm:1g:OOM freeall \
+        async:1m:OK async-pt:1m:OK pool:1m:OK info:1021m:1g managed:1m:OK info:1020m:1g \
+        alloc:1021m:OOM freeall info:1g:1g nvml-mem:0:0:1g free-bogus:INVAL
+done
+
+# --- cuGetProcAddress honours cudaVersion and flags ------------------------
+fresh
+probe "$PROBE" --via dlopen init \
+    pa:cuMemAlloc:12000:0:cuMemAlloc_v2 pa:cuMemGetInfo:13000:0:cuMemGetInfo_v2 \
+    pa:cuMemAllocAsync:12000:0:cuMemAllocAsync pa:cuMemAllocAsync:12000:2:cuMemAllocAsync_ptsz \
+    pa:cuMemFreeAsync:13000:2:cuMemFreeAsync_ptsz pa:cuMemAllocAsync:11000:0:- \
+    pa:cuGetProcAddress:11030:0:cuGetProcAddress pa:cuGetProcAddress:12000:0:cuGetProcAddress_v2 \
+    pa:cuCtxCreate:12000:0:cuCtxCreate_v3 pa:cuCtxCreate:13000:0:cuCtxCreate_v4 \
+    pa:cuCtxCreate:3020:0:cuCtxCreate_v2 pa:cuMemAlloc:13000:2:cuMemAlloc_v2 \
+    hooked:cuCtxCreate_v4:no hooked:nvmlDeviceGetMemoryInfo_v2:yes hooked:nvmlDeviceGetCount_v2:no
+
+# --- without limits the interposer is transparent ---------------------------
+fresh
+probe "$PROBE" init info:16g:16g total:0:16g alloc:1g:OK info:15g:16g nvml-mem:0:1g:16g freeall
+
+# --- limit across many concurrent processes --------------------------------
+fresh
+pids=()
+for i in 1 2 3 4 5 6 7 8; do
+    probe_bg CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+        "$PROBE" init fill:32m sleep:2500 >"$TMP/fill.$i" 2>&1 &
+    pids+=($!)
+done
+wait "${pids[@]}"
+total=$(cat "$TMP"/fill.* | awk '/^# filled/ {s += $3} END {print s + 0}')
+bad=$(cat "$TMP"/fill.* | grep -c '^not ok')
+check "8 processes filling a 1 GiB limit together get exactly 32 x 32 MiB (got $total)" \
+    [ "$total" -eq 32 -a "$bad" -eq 0 ]
+
+# --- views: NVML process list shows the container's processes ---------------
+fresh
+probe_bg CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init alloc:100m:OK sleep:1500 >"$TMP/holder" 2>&1 &
+holder=$!
+sleep 0.5
+"$PROBE" init alloc:50m:OK sleep:1500 >/dev/null 2>&1 & # another tenant, outside the container
+other=$!
+sleep 0.4
+probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" nvml-procs:0:1 nvml-mem:0:100m:1g
+wait $holder $other
+check "holder process passed" grep -q '^ok' "$TMP/holder"
+
+# --- imported IPC memory is charged once, to its owner ----------------------
+fresh
+probe_bg CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init alloc:256m:OK ipc-export:"$TMP/ipc" sleep:1500 >"$TMP/owner" 2>&1 &
+owner=$!
+for _ in 1 2 3 4 5 6 7 8 9 10; do [ -s "$TMP/ipc" ] && break; sleep 0.1; done
+probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init ipc-import:"$TMP/ipc":OK info:768m:1g freeall info:768m:1g
+wait $owner
+check "IPC owner passed" grep -q '^ok' "$TMP/owner"
+
+# --- device remapping with CUDA_VISIBLE_DEVICES ----------------------------
+fresh
+probe CUDA_VISIBLE_DEVICES=1 CUDA_DEVICE_MEMORY_LIMIT_0=1g CUDA_DEVICE_MEMORY_LIMIT_1=2g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init info:1g:1g total:0:1g alloc:256m:OK nvml-mem:1:256m:1g nvml-mem:0:0:16g
+fresh
+probe CUDA_VISIBLE_DEVICES=GPU-fa4e0001,GPU-fa4e0000 CUDA_DEVICE_MEMORY_LIMIT_0=1g \
+    CUDA_DEVICE_MEMORY_LIMIT_1=2g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init info:1g:1g ctx:1 info:2g:2g alloc:1g:OK nvml-mem:0:1g:2g nvml-mem:1:0:1g
+
+# --- limits fixed by the first process --------------------------------------
+fresh
+probe_bg CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init alloc:1m:OK sleep:1200 >"$TMP/first" 2>&1 &
+first=$!
+sleep 0.4
+probe CUDA_DEVICE_MEMORY_LIMIT=4g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init info:1023m:1g alloc:1g:OOM 2>"$TMP/second.err"
+wait $first
+check "a later process with other limits is refused with a log line" \
+    grep -q 'refused: device GPU-fa4e0000.*limits already fixed' "$TMP/second.err"
+
+# --- a corrupt or foreign region is reported and not trusted ---------------
+fresh
+head -c 8192 /dev/urandom >"$TMP/r.cache"
+probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init alloc:1m:OOM 2>"$TMP/corrupt.err"
+check "corrupt region reported" grep -q 'shared region not usable, failing closed' "$TMP/corrupt.err"
+
+# --- configuration precedence and bad values --------------------------------
+if [ $has_etc_limits -eq 1 ]; then
+    echo "ok $((n += 1)) # SKIP /etc/gpuvisor/limits.env exists on this machine"
+else
+    fresh
+    printf '# test limits\nCUDA_DEVICE_MEMORY_LIMIT=1g\nexport CUDA_DEVICE_MEMORY_SHARED_CACHE="%s"\n' \
+        "$TMP/r.cache" >"$TMP/limits.env"
+    probe GPUVISOR_LIMITS_FILE="$TMP/limits.env" CUDA_DEVICE_MEMORY_LIMIT=8g \
+        CUDA_DEVICE_MEMORY_LIMIT_0=8g "$PROBE" init info:1g:1g alloc:2g:OOM
+    fresh
+    probe CUDA_DEVICE_MEMORY_LIMIT=2g CUDA_DEVICE_MEMORY_LIMIT_0=3g "$PROBE" init info:3g:3g
+    fresh
+    echo 'CUDA_DEVICE_MEMORY_LIMIT=lots' >"$TMP/bad.env"
+    probe GPUVISOR_LIMITS_FILE="$TMP/bad.env" "$PROBE" init:0:INVAL alloc:1m:OOM 2>"$TMP/bad.err"
+    check "bad limits file value is named in the log" \
+        grep -q 'bad.env:1: CUDA_DEVICE_MEMORY_LIMIT="lots"' "$TMP/bad.err"
+fi
+# bad_value KEY=VALUE: cuInit fails closed and stderr names the key.
+bad_value() {
+    fresh
+    probe "$1" "$PROBE" init:0:INVAL >"$TMP/bad.out" 2>"$TMP/bad.err"
+    grep -q '^ok' "$TMP/bad.out" && grep -q "${1%%=*}" "$TMP/bad.err"
+}
+for bad in CUDA_DEVICE_MEMORY_LIMIT=12x CUDA_DEVICE_MEMORY_LIMIT_99=1g CUDA_DEVICE_SM_LIMIT=150 \
+    CUDA_TASK_PRIORITY=-1 GPU_CORE_UTILIZATION_POLICY=sometimes CUDA_OVERSUBSCRIBE=maybe \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE=relative/path; do
+    check "bad value $bad fails closed with a named error" bad_value "$bad"
+done
+logs_to_stderr() {
+    fresh
+    probe LIBCUDA_LOG_LEVEL=4 CUDA_DEVICE_MEMORY_LIMIT=1g "$PROBE" init >"$TMP/log.out" 2>"$TMP/log.err"
+    grep -q 'configuration from environment' "$TMP/log.err" && [ "$(grep -vc '^ok' "$TMP/log.out")" -eq 0 ]
+}
+check "logs go to stderr, never stdout (LIBCUDA_LOG_LEVEL honoured)" logs_to_stderr
+
+# --- SIGKILL storm on the shared region --------------------------------------
+fresh
+for round in 1 2 3; do
+    pids=()
+    for i in 1 2 3 4 5 6; do
+        probe_bg CUDA_DEVICE_MEMORY_LIMIT=512m CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+            "$PROBE" init fill:64k sleep:5000 >/dev/null 2>&1 &
+        pids+=($!)
+    done
+    sleep "0.$((RANDOM % 3 + 1))"
+    kill -9 "${pids[@]}" 2>/dev/null
+    wait "${pids[@]}" 2>/dev/null
+done
+timeout 30 env LD_PRELOAD="$PRELOAD" CUDA_DEVICE_MEMORY_LIMIT=512m \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init fill:16m >"$TMP/storm" 2>&1
+check "after a SIGKILL storm a new process gets the whole limit back without deadlock" \
+    grep -q '^# filled 32$' "$TMP/storm"
+
+# --- a hook whose real function is missing returns CUDA_ERROR_NOT_SUPPORTED --
+# A driver stub that lacks cuMemAlloc_v2 stands in for an older driver.
+missing_function() {
+    mkdir -p "$TMP/stub"
+    printf 'int cuInit(unsigned f) { return f ? 1 : 0; }\n' >"$TMP/stub/stub.c"
+    cat >"$TMP/missing.c" <<'EOF'
+#include <dlfcn.h>
+#include <stdio.h>
+int main(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    int (*alloc)(void *, unsigned long) = h ? (int (*)(void *, unsigned long))dlsym(RTLD_DEFAULT, "cuMemAlloc_v2") : 0;
+    unsigned long long p;
+    printf("%d\n", alloc ? alloc(&p, 16) : -1);
+    return 0;
+}
+EOF
+    ${CC:-cc} -shared -fPIC -o "$TMP/stub/libcuda.so.1" "$TMP/stub/stub.c" &&
+        ${CC:-cc} -o "$TMP/missing" "$TMP/missing.c" -ldl || return 2
+    out=$(env LD_LIBRARY_PATH="$TMP/stub" LD_PRELOAD="$PRELOAD" "$TMP/missing" 2>/dev/null)
+    [ "$out" = 801 ]
+}
+check "a missing real function returns CUDA_ERROR_NOT_SUPPORTED, never calls NULL" missing_function
+
+# --- dlsym(RTLD_NEXT) keeps its meaning for wrappers under the interposer ---
+# libwrap defines gv_next_probe and asks for the next one (in libreal): if our
+# dlsym broke RTLD_NEXT the wrapper would find itself.
+rtld_next() {
+    mkdir -p "$TMP/next"
+    printf 'int gv_next_probe(void) { return 2; }\n' >"$TMP/next/real.c"
+    cat >"$TMP/next/wrap.c" <<'EOF'
+#include <dlfcn.h>
+int gv_next_probe(void) { return 1; }
+int gv_call_next(void)
+{
+    int (*next)(void) = (int (*)(void))dlsym(RTLD_NEXT, "gv_next_probe");
+    return next ? next() : -1;
+}
+EOF
+    printf '#include <stdio.h>\nint gv_call_next(void);\nint main(void) { printf("%%d\\n", gv_call_next()); return 0; }\n' \
+        >"$TMP/next/main.c"
+    ( cd "$TMP/next" &&
+        ${CC:-cc} -shared -fPIC -o libreal.so real.c &&
+        ${CC:-cc} -shared -fPIC -o libwrap.so wrap.c -ldl &&
+        ${CC:-cc} -o main main.c -L. -Wl,--no-as-needed -lwrap -lreal -ldl ) || return 2
+    out=$(env LD_LIBRARY_PATH="$TMP/next" LD_PRELOAD="$PRELOAD" "$TMP/next/main" 2>/dev/null)
+    [ "$out" = 2 ]
+}
+check "dlsym(RTLD_NEXT) from a wrapper library still finds the next definition" rtld_next

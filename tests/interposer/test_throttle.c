@@ -1,0 +1,536 @@
+/*
+ * Compute share and priority on the fake driver's virtual clock.
+ *
+ * Each tenant is a forked process with its own throttle (as each container
+ * has its own libgpuvisor) that launches a compute-bound stream of kernels;
+ * tenants share one fake GPU through GV_FAKE_GPU_STATE.  Achieved share is
+ * the tenant's kernel time over the virtual time its run took, so results do
+ * not depend on how fast this machine is.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/gv_cuda.h"
+#include "interposer/priority.h"
+#include "interposer/throttle.h"
+
+#define MS 1000000ull
+#define HORIZON (2000 * MS)
+#define KERNEL_NS (1 * MS)
+
+enum api { API_KERNEL, API_EX, API_COOP, API_MULTI, API_GRAPH };
+
+struct tenant {
+    unsigned pct;
+    int prio;
+    enum gv_ipcfg_policy policy;
+    enum api api;
+    uint64_t horizon; /* stop launching at this virtual time */
+    uint64_t mark;    /* count launches made at or after this time too */
+    uint64_t idle;    /* after the first launch, sleep this long (virtual) */
+};
+
+struct result {
+    uint64_t kernels;
+    uint64_t kernels_after_mark;
+    uint64_t first_after_mark; /* virtual time the first of those was let through */
+    uint64_t end_ns;
+    uint64_t busy_ns; /* measured by the throttle */
+    int ok;
+};
+
+static char g_dir[256];
+/* Per run: board times are on the fake's clock, which restarts with each GPU. */
+static char g_node[300];
+static int g_run;
+
+static void *(*g_dl)(void *, const char *);
+static void *g_handle;
+
+static void *sym(void *arg, const char *name)
+{
+    (void)arg;
+    return g_dl(g_handle, name);
+}
+
+/* Resolved fake-driver entry points (the test calls the driver as an
+ * application would, by symbol). */
+static struct {
+    __typeof__(&cuInit) init;
+    __typeof__(&cuDevicePrimaryCtxRetain) retain;
+    __typeof__(&cuCtxSetCurrent) set_current;
+    void (*sleep)(uint64_t);
+    __typeof__(&cuModuleLoadData) mod_load;
+    __typeof__(&cuModuleGetFunction) get_fn;
+    __typeof__(&cuStreamCreate) stream_create;
+    __typeof__(&cuStreamSynchronize) stream_sync;
+    __typeof__(&cuLaunchKernel) launch;
+    __typeof__(&cuLaunchKernelEx) launch_ex;
+    __typeof__(&cuLaunchCooperativeKernel) launch_coop;
+    __typeof__(&cuLaunchCooperativeKernelMultiDevice) launch_multi;
+    __typeof__(&cuStreamBeginCapture_v2) begin_capture;
+    __typeof__(&cuStreamEndCapture) end_capture;
+    __typeof__(&cuGraphInstantiateWithFlags) instantiate;
+    __typeof__(&cuGraphLaunch) graph_launch;
+    uint64_t (*clock)(void);
+} F;
+
+static void resolve(void)
+{
+#define R(field, name)                                                                             \
+    do {                                                                                           \
+        void *p = sym(NULL, name);                                                                 \
+        assert_non_null(p);                                                                        \
+        memcpy(&F.field, &p, sizeof(p));                                                           \
+    } while (0)
+    R(init, "cuInit");
+    R(retain, "cuDevicePrimaryCtxRetain");
+    R(set_current, "cuCtxSetCurrent");
+    R(sleep, "gvfake_sleep_ns");
+    R(mod_load, "cuModuleLoadData");
+    R(get_fn, "cuModuleGetFunction");
+    R(stream_create, "cuStreamCreate");
+    R(stream_sync, "cuStreamSynchronize");
+    R(launch, "cuLaunchKernel");
+    R(launch_ex, "cuLaunchKernelEx");
+    R(launch_coop, "cuLaunchCooperativeKernel");
+    R(launch_multi, "cuLaunchCooperativeKernelMultiDevice");
+    R(begin_capture, "cuStreamBeginCapture_v2");
+    R(end_capture, "cuStreamEndCapture");
+    R(instantiate, "cuGraphInstantiateWithFlags");
+    R(graph_launch, "cuGraphLaunch");
+    R(clock, "gvfake_clock_ns");
+#undef R
+}
+
+static struct gv_throttle *make_throttle(const struct tenant *tn)
+{
+    struct gv_throttle_ops ops;
+    struct gv_throttle_config cfg = {.policy = tn->policy, .priority = tn->prio, .node_dir = g_dir};
+    struct gv_throttle *t = NULL;
+    struct gv_error err = {0};
+    if (gv_throttle_driver_ops(sym, NULL, &ops, &err) != GV_OK) {
+        fprintf(stderr, "driver ops: %s\n", err.msg);
+        return NULL;
+    }
+    cfg.sm_limit[0] = tn->pct;
+    if (gv_throttle_new(&cfg, &ops, &t, &err) != GV_OK)
+        fprintf(stderr, "throttle: %s\n", err.msg);
+    return t;
+}
+
+static CUresult do_launch(const struct tenant *tn, CUfunction f, CUgraphExec g, CUstream s)
+{
+    CUlaunchConfig cfg = {.gridDimX = 132,
+                          .gridDimY = 1,
+                          .gridDimZ = 1,
+                          .blockDimX = 256,
+                          .blockDimY = 1,
+                          .blockDimZ = 1,
+                          .hStream = s};
+    CUDA_LAUNCH_PARAMS mp = {.function = f,
+                             .gridDimX = 132,
+                             .gridDimY = 1,
+                             .gridDimZ = 1,
+                             .blockDimX = 256,
+                             .blockDimY = 1,
+                             .blockDimZ = 1,
+                             .hStream = s};
+    switch (tn->api) {
+    case API_KERNEL:
+        return F.launch(f, 132, 1, 1, 256, 1, 1, 0, s, NULL, NULL);
+    case API_EX:
+        return F.launch_ex(&cfg, f, NULL, NULL);
+    case API_COOP:
+        return F.launch_coop(f, 132, 1, 1, 256, 1, 1, 0, s, NULL);
+    case API_MULTI:
+        return F.launch_multi(&mp, 1, 0);
+    case API_GRAPH:
+        return F.graph_launch(g, s);
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Runs in the child: a compute-bound loop through the throttle gate. */
+static struct result tenant_main(const struct tenant *tn)
+{
+    struct result r = {0};
+    CUmodule m;
+    CUfunction f;
+    CUstream s;
+    CUgraphExec g = NULL;
+    struct gv_throttle *t = make_throttle(tn);
+    bool want = tn->prio >= 0 || (tn->pct > 0 && tn->pct < 100 && tn->policy != GV_POLICY_DISABLE);
+
+    CUcontext ctx;
+    if ((t == NULL) == want)
+        return r;
+    if (F.init(0) || F.retain(&ctx, 0) || F.set_current(ctx))
+        return r;
+    if (F.mod_load(&m, "fake-image") || F.stream_create(&s, 0))
+        return r;
+    if (tn->api == API_GRAPH) {
+        /* Four 250 us kernels captured into one graph: 1 ms per launch. */
+        CUgraph graph;
+        if (F.get_fn(&f, m, "step_250us") || F.begin_capture(s, 0 /* global */))
+            return r;
+        for (int i = 0; i < 4; i++) {
+            /* Captured launches go through the gate too and must cost nothing. */
+            struct gv_throttle_launch l = {.dev = 0, .stream = s, .key = f};
+            if (t)
+                gv_throttle_before(t, &l);
+            CUresult rc = F.launch(f, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL);
+            if (t)
+                gv_throttle_after(t, &l, rc == CUDA_SUCCESS);
+        }
+        if (F.clock() != 0 || F.end_capture(s, &graph) || F.instantiate(&g, graph, 0))
+            return r;
+    } else if (F.get_fn(&f, m, "spin_1000us")) {
+        return r;
+    }
+    uint64_t now;
+    while ((now = F.clock()) < tn->horizon) {
+        struct gv_throttle_launch l = {
+            .dev = 0, .stream = s, .key = tn->api == API_GRAPH ? (const void *)g : f};
+        if (t)
+            gv_throttle_before(t, &l);
+        uint64_t let = F.clock();
+        bool late = let >= tn->mark;
+        if (late && r.kernels_after_mark == 0)
+            r.first_after_mark = let;
+        CUresult rc = do_launch(tn, f, g, s);
+        if (t)
+            gv_throttle_after(t, &l, rc == CUDA_SUCCESS);
+        if (rc != CUDA_SUCCESS)
+            return r;
+        r.kernels++;
+        r.kernels_after_mark += late;
+        if (r.kernels == 1 && tn->idle)
+            F.sleep(tn->idle);
+    }
+    F.stream_sync(s);
+    r.end_ns = F.clock();
+    if (t) {
+        struct gv_throttle_stats st;
+        gv_throttle_get_stats(t, 0, &st);
+        r.busy_ns = st.busy_ns;
+        gv_throttle_free(t);
+    }
+    r.ok = 1;
+    return r;
+}
+
+/* Runs n tenants as processes on one fake GPU; fills res[]. */
+static void run_tenants(const struct tenant *tn, int n, struct result *res)
+{
+    char state[512];
+    char actors[16];
+    int fds[8][2];
+    pid_t pids[8];
+
+    snprintf(state, sizeof(state), "%s/gpu-state-%d", g_dir, g_run);
+    snprintf(g_node, sizeof(g_node), "%s/node-%d", g_dir, g_run++);
+    assert_int_equal(mkdir(g_node, 0700), 0);
+    snprintf(actors, sizeof(actors), "%d", n);
+    setenv("GV_FAKE_GPU_STATE", state, 1);
+    setenv("GV_FAKE_ACTORS", actors, 1);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(pipe(fds[i]), 0);
+        pids[i] = fork();
+        assert_true(pids[i] >= 0);
+        if (pids[i] == 0) {
+            close(fds[i][0]);
+            resolve();
+            struct result r = tenant_main(&tn[i]);
+            ssize_t w = write(fds[i][1], &r, sizeof(r));
+            _exit(w == (ssize_t)sizeof(r) ? 0 : 1);
+        }
+        close(fds[i][1]);
+    }
+    for (int i = 0; i < n; i++) {
+        int st;
+        memset(&res[i], 0, sizeof(res[i]));
+        assert_int_equal(read(fds[i][0], &res[i], sizeof(res[i])), (ssize_t)sizeof(res[i]));
+        close(fds[i][0]);
+        assert_int_equal(waitpid(pids[i], &st, 0), pids[i]);
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        assert_int_equal(res[i].ok, 1);
+    }
+    unlink(state);
+    strcat(state, ".clock");
+    unlink(state);
+}
+
+static double share(const struct result *r, uint64_t kernel_ns)
+{
+    return 100.0 * (double)(r->kernels * kernel_ns) / (double)r->end_ns;
+}
+
+static void check_share(const char *what, unsigned target, const struct result *r)
+{
+    double got = share(r, KERNEL_NS);
+    double measured = 100.0 * (double)r->busy_ns / (double)r->end_ns;
+    printf("# %-28s target %2u%%  achieved %5.1f%%  (throttle measured %5.1f%%)\n", what, target,
+           got, measured);
+    assert_true(got >= target - 5.0 && got <= target + 5.0);
+    /* The events saw what the GPU really ran for this tenant. */
+    assert_true(measured >= got - 1.0 && measured <= got + 1.0);
+}
+
+static void test_share_alone(void **state)
+{
+    (void)state;
+    for (unsigned p = 10; p <= 90; p += 10) {
+        struct tenant tn = {.pct = p, .prio = -1, .horizon = HORIZON, .mark = UINT64_MAX};
+        struct result r;
+        run_tenants(&tn, 1, &r);
+        check_share("alone", p, &r);
+    }
+}
+
+static void test_share_beside_second_tenant(void **state)
+{
+    (void)state;
+    for (unsigned p = 10; p <= 90; p += 10) {
+        struct tenant tn[2] = {
+            {.pct = p, .prio = -1, .horizon = HORIZON, .mark = UINT64_MAX},
+            {.pct = 100 - p, .prio = -1, .horizon = HORIZON, .mark = UINT64_MAX},
+        };
+        struct result r[2];
+        run_tenants(tn, 2, r);
+        check_share("beside a second tenant", p, &r[0]);
+        check_share("  (the second tenant)", 100 - p, &r[1]);
+    }
+}
+
+static void test_share_every_launch_api(void **state)
+{
+    (void)state;
+    static const struct {
+        enum api api;
+        const char *name;
+    } apis[] = {{API_EX, "cuLaunchKernelEx"},
+                {API_COOP, "cuLaunchCooperativeKernel"},
+                {API_MULTI, "cuLaunchCoopKernelMultiDevice"},
+                {API_GRAPH, "cuGraphLaunch (4 nodes)"}};
+    for (size_t i = 0; i < sizeof(apis) / sizeof(apis[0]); i++) {
+        struct tenant tn = {
+            .pct = 30, .prio = -1, .api = apis[i].api, .horizon = HORIZON, .mark = UINT64_MAX};
+        struct result r;
+        run_tenants(&tn, 1, &r);
+        check_share(apis[i].name, 30, &r);
+    }
+}
+
+static void test_unlimited_and_disabled_run_free(void **state)
+{
+    (void)state;
+    struct tenant tn[2] = {
+        {.pct = 0, .prio = -1, .horizon = HORIZON, .mark = UINT64_MAX},
+        {.pct = 30,
+         .prio = -1,
+         .policy = GV_POLICY_DISABLE,
+         .horizon = HORIZON,
+         .mark = UINT64_MAX},
+    };
+    for (int i = 0; i < 2; i++) {
+        struct result r;
+        run_tenants(&tn[i], 1, &r);
+        printf("# %s: achieved %.1f%%\n", i ? "limit 30, policy disable" : "no limit",
+               share(&r, KERNEL_NS));
+        assert_true(share(&r, KERNEL_NS) >= 99.0);
+    }
+}
+
+/*
+ * After an idle spell the default policy lets a burst use up to one window
+ * (50 ms) of credit; force does not.  Each tenant launches once, idles
+ * 200 ms, then launches for 30 ms.
+ */
+static void test_force_has_no_burst_credit(void **state)
+{
+    (void)state;
+    struct result r[2];
+    for (int i = 0; i < 2; i++) {
+        struct tenant tn = {.pct = 50,
+                            .prio = -1,
+                            .policy = i ? GV_POLICY_FORCE : GV_POLICY_DEFAULT,
+                            .horizon = 230 * MS,
+                            .mark = 200 * MS,
+                            .idle = 200 * MS};
+        run_tenants(&tn, 1, &r[i]);
+    }
+    printf("# 30 ms burst after 200 ms idle at 50%%: default launched %llu, force %llu\n",
+           (unsigned long long)r[0].kernels_after_mark,
+           (unsigned long long)r[1].kernels_after_mark);
+    /* force: the duty cycle from the first launch on (15 +- 2 kernels) */
+    assert_true(r[1].kernels_after_mark >= 13 && r[1].kernels_after_mark <= 17);
+    /* default: the same plus about 25 ms of saved credit */
+    assert_true(r[0].kernels_after_mark >= r[1].kernels_after_mark + 20);
+    assert_true(r[0].kernels_after_mark <= r[1].kernels_after_mark + 30);
+}
+
+static void test_priority(void **state)
+{
+    (void)state;
+    struct result solo, pair[2], resume[2];
+    struct tenant high = {.pct = 0, .prio = 0, .horizon = HORIZON, .mark = UINT64_MAX};
+    struct tenant low = {.pct = 0, .prio = 2, .horizon = HORIZON, .mark = UINT64_MAX};
+
+    run_tenants(&high, 1, &solo);
+    struct tenant both[2] = {high, low};
+    run_tenants(both, 2, pair);
+    double keep = (double)pair[0].kernels / (double)solo.kernels;
+    printf("# high priority: solo %llu kernels, beside a low-priority hog %llu (%.1f%%); "
+           "hog got %llu\n",
+           (unsigned long long)solo.kernels, (unsigned long long)pair[0].kernels, 100 * keep,
+           (unsigned long long)pair[1].kernels);
+    assert_true(keep >= 0.90);
+
+    /* The high tenant stops launching at half time; once its queued work is
+     * done (its end_ns), the low one must take the GPU back. */
+    struct tenant half[2] = {high, low};
+    half[0].horizon = HORIZON / 2;
+    half[1].mark = HORIZON / 2;
+    run_tenants(half, 2, resume);
+    uint64_t idle_at = resume[0].end_ns, back_at = resume[1].first_after_mark;
+    double back =
+        (double)(resume[1].kernels_after_mark * KERNEL_NS) / (double)(resume[1].end_ns - back_at);
+    printf("# high idles at %.1f ms; low resumes at %.1f ms and then gets %.1f%% of the GPU\n",
+           (double)idle_at / 1e6, (double)back_at / 1e6, 100 * back);
+    assert_true(back_at + MS >= idle_at && back_at <= idle_at + 10 * MS);
+    assert_true(back >= 0.90);
+    /* And it had yielded while the high tenant was busy. */
+    assert_true(resume[1].kernels - resume[1].kernels_after_mark <= 2);
+}
+
+static void test_three_levels(void **state)
+{
+    (void)state;
+    struct tenant tn[3] = {
+        {.pct = 0, .prio = 1, .horizon = HORIZON, .mark = UINT64_MAX},
+        {.pct = 0, .prio = 2, .horizon = HORIZON, .mark = UINT64_MAX},
+        {.pct = 0, .prio = 0, .horizon = HORIZON / 2, .mark = UINT64_MAX},
+    };
+    struct result r[3];
+    tn[0].mark = HORIZON / 2;
+    tn[1].mark = HORIZON / 2;
+    run_tenants(tn, 3, r);
+    printf("# levels 0/1/2: level 0 %llu kernels (first half), level 1 %llu then %llu, "
+           "level 2 %llu\n",
+           (unsigned long long)r[2].kernels,
+           (unsigned long long)(r[0].kernels - r[0].kernels_after_mark),
+           (unsigned long long)r[0].kernels_after_mark, (unsigned long long)r[1].kernels);
+    /* Level 0 owns the first half; level 1 the second; level 2 almost nothing. */
+    assert_true(r[2].kernels * KERNEL_NS >= (uint64_t)(0.9 * (double)(HORIZON / 2)));
+    assert_true(r[0].kernels_after_mark * KERNEL_NS >= (uint64_t)(0.8 * (double)(HORIZON / 2)));
+    assert_true(r[1].kernels * KERNEL_NS <= (uint64_t)(0.1 * (double)HORIZON));
+}
+
+static void test_config_and_board_errors(void **state)
+{
+    (void)state;
+    struct gv_throttle_ops ops = {0};
+    struct gv_throttle_config cfg = {.priority = -1};
+    struct gv_throttle *t = (struct gv_throttle *)&cfg;
+    struct gv_error err = {0};
+    struct gv_prio_board *b = NULL;
+    char path[512];
+
+    /* Nothing configured: no object, so the launch gate is one pointer test. */
+    cfg.sm_limit[0] = 100;
+    cfg.sm_limit[1] = 0;
+    assert_int_equal(gv_throttle_new(&cfg, &ops, &t, &err), GV_OK);
+    assert_null(t);
+    cfg.sm_limit[0] = 40;
+    cfg.policy = GV_POLICY_DISABLE;
+    assert_int_equal(gv_throttle_new(&cfg, &ops, &t, &err), GV_OK);
+    assert_null(t);
+    /* Something configured but the driver operations are missing. */
+    cfg.policy = GV_POLICY_DEFAULT;
+    assert_int_equal(gv_throttle_new(&cfg, &ops, &t, &err), GV_EINVAL);
+    cfg.priority = GV_PRIO_LEVELS;
+    assert_int_equal(gv_throttle_new(&cfg, &ops, &t, &err), GV_ERANGE);
+    assert_non_null(strstr(err.msg, "CUDA_TASK_PRIORITY"));
+
+    assert_int_equal(gv_prio_open(g_dir, "../etc", 1, 0, &b, &err), GV_EINVAL);
+    assert_int_equal(gv_prio_open(g_dir, "GPU-x", GV_PRIO_LEVELS, 0, &b, &err), GV_ERANGE);
+    assert_int_equal(gv_prio_open("/nonexistent/gpuvisor", "GPU-x", 1, 0, &b, &err), GV_EIO);
+    /* A foreign file is reported, never trusted. */
+    snprintf(path, sizeof(path), "%s/gpu-GPU-foreign.prio", g_dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("not a priority board", f);
+    fclose(f);
+    assert_int_equal(gv_prio_open(g_dir, "GPU-foreign", 1, 0, &b, &err), GV_EPROTO);
+    assert_non_null(strstr(err.msg, "foreign"));
+    assert_null(b);
+
+    /* Two boards on one GPU: only the lower priority waits, and only while the
+     * higher one is busy (plus a short grace). */
+    struct gv_prio_board *hi = NULL, *lo = NULL;
+    assert_int_equal(gv_prio_open(g_dir, "GPU-unit", 0, 1000, &hi, &err), GV_OK);
+    assert_int_equal(gv_prio_open(g_dir, "GPU-unit", 2, 1000, &lo, &err), GV_OK);
+    assert_int_equal(gv_prio_wait_ns(lo, 1000), 0);
+    gv_prio_publish(hi, 1000, 1000 + 3 * MS);
+    assert_true(gv_prio_wait_ns(lo, 1000) > 0);
+    assert_int_equal(gv_prio_wait_ns(hi, 1000), 0);
+    assert_true(gv_prio_higher_present(lo, 2000));
+    assert_false(gv_prio_higher_present(hi, 2000));
+    assert_int_equal(gv_prio_wait_ns(lo, 1000 + 10 * MS), 0);
+    /* A published time far in the future is clamped, not obeyed forever. */
+    gv_prio_publish(hi, 1000, UINT64_MAX / 2);
+    assert_true(gv_prio_wait_ns(lo, 1000) <= 10 * MS);
+    gv_prio_close(hi);
+    assert_int_equal(gv_prio_wait_ns(lo, 1000), 0);
+    gv_prio_close(lo);
+}
+
+int main(void)
+{
+    const char *tmp = getenv("GV_TEST_TMP");
+    snprintf(g_dir, sizeof(g_dir), "%s/throttle-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (mkdtemp(g_dir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    /* The fake driver, loaded as the interposer loads a driver. */
+    const char *build = getenv("BUILD");
+    char lib[512];
+    snprintf(lib, sizeof(lib), "%s/tests/fakes/libcuda.so.1", build && *build ? build : "build");
+    g_handle = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (g_handle == NULL) {
+        fprintf(stderr, "cannot load the fake driver %s: %s\n", lib, dlerror());
+        return 1;
+    }
+    g_dl = dlsym;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_config_and_board_errors),
+        cmocka_unit_test(test_share_alone),
+        cmocka_unit_test(test_share_beside_second_tenant),
+        cmocka_unit_test(test_share_every_launch_api),
+        cmocka_unit_test(test_unlimited_and_disabled_run_free),
+        cmocka_unit_test(test_force_has_no_burst_credit),
+        cmocka_unit_test(test_priority),
+        cmocka_unit_test(test_three_levels),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", g_dir);
+    return rc;
+}

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Compute share and priority end to end: test_throttle_tenant (an application
+# linked to the fake libcuda.so.1) under LD_PRELOAD=libgpuvisor.so, configured
+# by the HAMi environment contract, on the fake driver's virtual clock
+# (tests/fakes/cuda/fake_cuda_exec.c).  Tenants run as separate processes on
+# one fake GPU (GV_FAKE_GPU_STATE).  TAP on stdout.
+set -u
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+LIB=$PWD/$BUILD/lib/libgpuvisor.so
+TENANT=$PWD/$BUILD/tests/test_throttle_tenant
+TMP=$(mktemp -d "${GV_TEST_TMP:-/tmp}/throttle.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+export LD_LIBRARY_PATH=$PWD/$BUILD/tests/fakes
+unset CUDA_VISIBLE_DEVICES GPUVISOR_LIMITS_FILE CUDA_DEVICE_MEMORY_LIMIT CUDA_DEVICE_SM_LIMIT \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE CUDA_OVERSUBSCRIBE CUDA_TASK_PRIORITY \
+    GPU_CORE_UTILIZATION_POLICY GPUVISOR_NODE_DIR GPUVISOR_LOG_LEVEL GV_FAKE_ACTORS
+for v in $(env | grep -o '^CUDA_DEVICE_SM_LIMIT_[0-9]*'); do unset "$v"; done
+
+PRELOAD=$LIB
+asan=$(ldd "$LIB" 2>/dev/null | awk '/libasan/ {print $3}')
+[ -n "$asan" ] && PRELOAD="$asan $LIB"
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+
+n=0
+ok() { n=$((n + 1)); echo "ok $n - $*"; }
+nok() { n=$((n + 1)); echo "not ok $n - $*"; }
+run=0
+# fresh: a new fake GPU (state + virtual clock) for the next scenario.
+# Each has its own node directory: board times are on the fake's clock, which
+# restarts at 0 with every fake GPU.
+fresh() {
+    run=$((run + 1))
+    export GV_FAKE_GPU_STATE=$TMP/gpu.$run
+    export GPUVISOR_NODE_DIR=$TMP/node.$run
+    mkdir -p "$GPUVISOR_NODE_DIR"
+}
+# tenant [VAR=value...] -- API KERNEL HORIZON_MS [MARK_MS [IDLE_MS]]
+tenant() {
+    local envs=()
+    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    env LD_PRELOAD="$PRELOAD" CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.$run.$RANDOM.cache" \
+        "${envs[@]}" "$TENANT" "$@"
+}
+field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
+# within VALUE TARGET TOL
+within() { awk -v v="$1" -v t="$2" -v d="$3" 'BEGIN { exit !(v >= t - d && v <= t + d) }'; }
+expect_share() { # name output target tolerance
+    local got
+    got=$(field share "$2")
+    if [ -n "$got" ] && within "$got" "$3" "$4"; then
+        ok "$1: ${got}% (target $3 +- $4)"
+    else
+        nok "$1: got '${got:-nothing}' (target $3 +- $4); output: $2"
+    fi
+}
+
+# --- one tenant, every launch API -------------------------------------------------
+for api in kernel kernel_ptsz ex coop multi graph; do
+    fresh
+    kernel=spin_1000us
+    [ "$api" = graph ] && kernel=step_250us
+    out=$(tenant CUDA_DEVICE_SM_LIMIT=30 -- $api $kernel 1000)
+    expect_share "CUDA_DEVICE_SM_LIMIT=30 alone, $api" "$out" 30 5
+done
+
+for p in 10 50 90; do
+    fresh
+    out=$(tenant CUDA_DEVICE_SM_LIMIT=$p -- kernel spin_1000us 1000)
+    expect_share "CUDA_DEVICE_SM_LIMIT=$p alone" "$out" "$p" 5
+done
+
+# --- two tenants (separate containers: separate shared regions) -------------------
+for p in 10 30; do
+    fresh
+    q=$((100 - p))
+    tenant GV_FAKE_ACTORS=2 CUDA_DEVICE_SM_LIMIT=$p -- kernel spin_1000us 1000 >"$TMP/a" &
+    a=$!
+    tenant GV_FAKE_ACTORS=2 CUDA_DEVICE_SM_LIMIT=$q -- kernel spin_1000us 1000 >"$TMP/b" &
+    b=$!
+    wait $a $b
+    expect_share "$p% beside a $q% tenant" "$(cat "$TMP/a")" "$p" 5
+    expect_share "$q% beside a $p% tenant" "$(cat "$TMP/b")" "$q" 5
+done
+
+# --- what is not limited runs free ------------------------------------------------
+fresh
+expect_share "no limit: not throttled" "$(tenant -- kernel spin_1000us 500)" 100 1
+fresh
+expect_share "GPU_CORE_UTILIZATION_POLICY=disable ignores the limit" \
+    "$(tenant CUDA_DEVICE_SM_LIMIT=30 GPU_CORE_UTILIZATION_POLICY=disable -- kernel spin_1000us 500)" 100 1
+fresh
+expect_share "CUDA_DEVICE_SM_LIMIT_1 does not limit device 0" \
+    "$(tenant CUDA_DEVICE_SM_LIMIT_1=30 -- kernel spin_1000us 500)" 100 1
+fresh
+expect_share "CUDA_DEVICE_SM_LIMIT_0 follows CUDA_VISIBLE_DEVICES=1 (index the app sees)" \
+    "$(tenant CUDA_VISIBLE_DEVICES=1 CUDA_DEVICE_SM_LIMIT_0=40 -- kernel spin_1000us 500)" 40 5
+fresh
+expect_share "GPU_CORE_UTILIZATION_POLICY=force holds the share" \
+    "$(tenant CUDA_DEVICE_SM_LIMIT=60 GPU_CORE_UTILIZATION_POLICY=force -- kernel spin_1000us 500)" 60 5
+fresh
+printf 'CUDA_DEVICE_SM_LIMIT=20\n' >"$TMP/limits.env"
+expect_share "the limits file wins over the environment" \
+    "$(tenant GPUVISOR_LIMITS_FILE="$TMP/limits.env" CUDA_DEVICE_SM_LIMIT=80 -- kernel spin_1000us 500)" 20 5
+
+# --- priority across containers (node directory shared by both) -------------------
+fresh
+solo=$(tenant CUDA_TASK_PRIORITY=0 -- kernel spin_1000us 1000)
+fresh
+tenant GV_FAKE_ACTORS=2 CUDA_TASK_PRIORITY=0 -- \
+    kernel spin_1000us 1000 >"$TMP/hi" &
+a=$!
+tenant GV_FAKE_ACTORS=2 CUDA_TASK_PRIORITY=2 -- \
+    kernel spin_1000us 1000 >"$TMP/lo" &
+b=$!
+wait $a $b
+s=$(field kernels "$solo")
+h=$(field kernels "$(cat "$TMP/hi")")
+if [ -n "$s" ] && [ -n "$h" ] && [ $((h * 10)) -ge $((s * 9)) ]; then
+    ok "priority 0 keeps >= 90% of its solo throughput beside a priority-2 hog ($h vs $s kernels)"
+else
+    nok "priority 0 beside a priority-2 hog: $h vs solo $s kernels"
+fi
+# The high one stops at 500 ms; the low one must get the GPU back.
+fresh
+tenant GV_FAKE_ACTORS=2 CUDA_TASK_PRIORITY=0 -- \
+    kernel spin_1000us 500 >"$TMP/hi" &
+a=$!
+tenant GV_FAKE_ACTORS=2 CUDA_TASK_PRIORITY=2 -- \
+    kernel spin_1000us 1000 500 >"$TMP/lo" &
+b=$!
+wait $a $b
+lo=$(cat "$TMP/lo")
+total=$(field kernels "$lo")
+after=$(field after_mark "$lo")
+resume=$(field resume_ns "$lo")
+lo_end=$(field end_ns "$lo")
+hi_end=$(field end_ns "$(cat "$TMP/hi")")
+# The high tenant is busy until its queued work is done (hi_end); then the low
+# one must resume within a few ms and have the GPU to itself.
+if [ -n "$resume" ] && [ -n "$hi_end" ] && [ $((total - after)) -le 2 ] &&
+    [ $((resume + 1000000)) -ge "$hi_end" ] && [ "$resume" -le $((hi_end + 10000000)) ] &&
+    awk -v k="$after" -v a="$resume" -v b="$lo_end" 'BEGIN { exit !(k * 1e6 / (b - a) >= 0.9) }'; then
+    ok "priority 2 yields while priority 0 is busy (until $hi_end ns) and resumes at $resume ns"
+else
+    nok "priority 2 yield/resume: high busy until ${hi_end:-?}; low: $lo"
+fi
+
+# --- bad values fail closed for compute too (no crash, launches still work) -------
+fresh
+out=$(tenant CUDA_DEVICE_SM_LIMIT=abc -- kernel spin_1000us 100 2>"$TMP/err")
+if [ -n "$(field kernels "$out")" ] || grep -q "CUDA_DEVICE_SM_LIMIT" "$TMP/err"; then
+    ok "a malformed CUDA_DEVICE_SM_LIMIT is reported, the program is not crashed"
+else
+    nok "malformed CUDA_DEVICE_SM_LIMIT: $out / $(cat "$TMP/err")"
+fi
+
+echo "1..$n"

@@ -1,0 +1,35 @@
+/* Fuzz target: the extender request parsers (ExtenderArgs, ExtenderBindingArgs)
+ * and the encoders fed from whatever parsed, as the daemon would do. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "scheduler/gv_extender.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct gv_error err;
+    struct gv_ext_args args;
+    if (gv_ext_args_parse((const char *)data, size, &args, &err) == GV_OK) {
+        enum gv_ext_verdict *v = calloc(args.n_names ? args.n_names : 1, sizeof(*v));
+        long *scores = calloc(args.n_names ? args.n_names : 1, sizeof(*scores));
+        if (v != NULL && scores != NULL) {
+            for (size_t i = 0; i < args.n_names; i++) {
+                v[i] = (enum gv_ext_verdict)(i % 3);
+                scores[i] = (long)i - 3;
+            }
+            free(gv_ext_filter_result_encode(&args, v, NULL, NULL));
+            free(gv_ext_priorities_encode(args.names, scores, args.n_names));
+        }
+        free(v);
+        free(scores);
+        gv_ext_args_clear(&args);
+    }
+    struct gv_ext_bind_args b;
+    if (gv_ext_bind_args_parse((const char *)data, size, &b, &err) == GV_OK) {
+        free(gv_ext_bind_result_encode(b.node));
+        gv_ext_bind_args_clear(&b);
+    }
+    return 0;
+}

@@ -1,0 +1,25 @@
+# Scheduler tests.  "with_fake_apiserver" tests run the daemon against
+# tests/fakes/apiserver/fake_apiserver.py, a kube-apiserver stand-in.
+SCHED_TEST_LDLIBS := $(scheduler_LDLIBS) $(contracts_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
+
+TEST_PROGS += test_extender_codec
+test_extender_codec_SRCS := tests/scheduler/test_extender_codec.c
+test_extender_codec_LIBS := $(SCHED_LIBS)
+test_extender_codec_LDLIBS := $(SCHED_TEST_LDLIBS)
+
+TEST_PROGS += test_httpd
+test_httpd_SRCS := tests/scheduler/test_httpd.c
+test_httpd_LIBS := $(SCHED_LIBS)
+test_httpd_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
+
+TEST_PROGS += test_webhook
+test_webhook_SRCS := tests/scheduler/test_webhook.c
+test_webhook_LIBS := $(SCHED_LIBS)
+test_webhook_LDLIBS := $(SCHED_TEST_LDLIBS)
+
+TEST_SCRIPTS += tests/scheduler/test_deploy.sh
+
+TEST_PROGS += test_config
+test_config_SRCS := tests/scheduler/test_config.c
+test_config_LIBS := $(SCHED_LIBS)
+test_config_LDLIBS := $(SCHED_TEST_LDLIBS)

@@ -1,0 +1,98 @@
+/* Scheduler config file: defaults, overrides, errors naming the key. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "scheduler/gv_scheduler.h"
+
+static void test_defaults_and_overrides(void **state)
+{
+    (void)state;
+    struct gv_sched_config c;
+    struct gv_error err = {0};
+    assert_int_equal(gv_sched_config_default(&c, &err), GV_OK);
+    assert_string_equal(c.scheduler_name, "gpuvisor-scheduler");
+    assert_false(c.filter_feasible);
+    assert_string_equal(c.alloc.res.gpu, "nvidia.com/gpu");
+    const char *text = "{\"schedulerName\":\"s2\",\"nodePolicy\":\"spread\",\"gpuPolicy\":\"spread\","
+                       "\"filterReturns\":\"feasible\",\"reservationTimeoutSeconds\":5,"
+                       "\"heartbeatTimeoutSeconds\":7,\"nodeLabelSelector\":\"gpu=yes\","
+                       "\"resources\":{\"gpu\":\"example.com/vgpu\",\"gpumem\":\"example.com/vmem\"},"
+                       "\"defaults\":{\"gpumemMiB\":1024,\"gpucores\":20,\"gpuCount\":2,\"splitCount\":4}}";
+    assert_int_equal(gv_sched_config_parse(text, strlen(text), &c, &err), GV_OK);
+    assert_string_equal(c.scheduler_name, "s2");
+    assert_int_equal(c.alloc.node_policy, GV_ALLOC_POLICY_SPREAD);
+    assert_int_equal(c.alloc.gpu_policy, GV_ALLOC_GPU_SPREAD);
+    assert_true(c.filter_feasible);
+    assert_int_equal(c.reservation_ttl_s, 5);
+    assert_int_equal(c.heartbeat_timeout_s, 7);
+    assert_string_equal(c.node_label_selector, "gpu=yes");
+    assert_string_equal(c.alloc.res.gpu, "example.com/vgpu");
+    assert_string_equal(c.alloc.res.mem, "example.com/vmem");
+    assert_string_equal(c.alloc.res.cores, "nvidia.com/gpucores"); /* untouched */
+    assert_int_equal(c.alloc.default_mem_mib, 1024);
+    assert_int_equal(c.alloc.default_cores, 20);
+    assert_int_equal(c.alloc.default_gpu_num, 2);
+    assert_int_equal(c.alloc.default_split, 4);
+    gv_sched_config_clear(&c);
+}
+
+static void test_errors_name_the_key(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text, *needle;
+    } cases[] = {
+        {"{\"nodePolicy\":\"random\"}", "nodePolicy"},
+        {"{\"filterReturns\":1}", "filterReturns"},
+        {"{\"reservationTimeoutSeconds\":0}", "reservationTimeoutSeconds"},
+        {"{\"bogus\":1}", "unknown key \"bogus\""},
+        {"{\"resources\":{\"gpux\":\"a\"}}", "resources.gpux"},
+        {"{\"resources\":{\"gpu\":\"\"}}", "resources.gpu"},
+        {"{\"defaults\":{\"gpucores\":101}}", "defaults.gpucores"},
+        {"{\"schedulerName\":\"a\",\"schedulerName\":\"b\"}", "line"},
+        {"[1]", "object"},
+        {"{", "invalid JSON"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct gv_sched_config c;
+        struct gv_error err = {0};
+        assert_int_equal(gv_sched_config_default(&c, &err), GV_OK);
+        assert_int_not_equal(gv_sched_config_parse(cases[i].text, strlen(cases[i].text), &c, &err),
+                             GV_OK);
+        if (strstr(err.msg, cases[i].needle) == NULL)
+            fail_msg("case %zu: '%s' lacks '%s'", i, err.msg, cases[i].needle);
+        gv_sched_config_clear(&c);
+    }
+}
+
+static void test_shipped_config_parses(void **state)
+{
+    (void)state;
+    struct gv_sched_config c;
+    struct gv_error err = {0};
+    assert_int_equal(gv_sched_config_default(&c, &err), GV_OK);
+    if (gv_sched_config_load("deploy/config/scheduler.json", &c, &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    assert_string_equal(c.scheduler_name, "gpuvisor-scheduler");
+    gv_sched_config_clear(&c);
+    assert_int_equal(gv_sched_config_default(&c, &err), GV_OK);
+    assert_int_not_equal(gv_sched_config_load("/nonexistent.json", &c, &err), GV_OK);
+    assert_non_null(strstr(err.msg, "/nonexistent.json"));
+    gv_sched_config_clear(&c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults_and_overrides),
+        cmocka_unit_test(test_errors_name_the_key),
+        cmocka_unit_test(test_shipped_config_parses),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,229 @@
+#!/usr/bin/env bash
+# Renders deploy/ with `kubectl kustomize` (offline) and checks the result's
+# structure: the objects an install needs exist, names that must agree do
+# (services, secrets, config maps, resource names, ports), RBAC stays least
+# privilege.  kubectl is not a Debian package: without it the test skips.
+set -u
+cd "$(git rev-parse --show-toplevel 2>/dev/null || pwd)"
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+
+if ! command -v kubectl >/dev/null 2>&1; then
+    echo "1..1"
+    echo "ok 1 # SKIP kubectl not installed (not packaged in Debian); cannot render deploy/"
+    exit 0
+fi
+if ! "$PY" -c 'import yaml' 2>/dev/null; then
+    echo "1..1"
+    echo "ok 1 # SKIP python3-yaml not installed; cannot check the rendered manifests"
+    exit 0
+fi
+
+tmp="${GV_TEST_TMP:-/tmp}/deploy-render.$$"
+mkdir -p "$tmp"
+trap 'rm -rf "$tmp"' EXIT
+if ! kubectl kustomize deploy/ >"$tmp/all.yaml" 2>"$tmp/err"; then
+    echo "1..1"
+    echo "not ok 1 - kubectl kustomize deploy/ failed"
+    sed 's/^/# /' "$tmp/err"
+    exit 1
+fi
+
+exec "$PY" - "$tmp/all.yaml" deploy/config/scheduler.json <<'EOF'
+import json, sys, yaml
+
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+sched_cfg = json.load(open(sys.argv[2]))
+n = 0
+failed = 0
+
+def check(cond, name, detail=""):
+    global n, failed
+    n += 1
+    if cond:
+        print(f"ok {n} - {name}")
+    else:
+        failed += 1
+        print(f"not ok {n} - {name}")
+        if detail:
+            print(f"# {detail}")
+
+def objs(kind):
+    return [d for d in docs if d.get("kind") == kind]
+
+def one(kind, name):
+    for d in objs(kind):
+        if d["metadata"]["name"] == name:
+            return d
+    return None
+
+NS = "gpuvisor-system"
+cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding",
+                  "MutatingWebhookConfiguration"}
+wanted = ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+          "RoleBinding", "DaemonSet", "Deployment", "Service", "ConfigMap",
+          "MutatingWebhookConfiguration", "Job"]
+have = {d["kind"] for d in docs}
+check(set(wanted) <= have, "every kind an install needs is rendered",
+      f"missing: {sorted(set(wanted) - have)}")
+
+bad_ns = [f'{d["kind"]}/{d["metadata"]["name"]}={d["metadata"].get("namespace")}'
+          for d in docs if d["kind"] not in cluster_scoped
+          and d["metadata"].get("namespace") != NS
+          and not (d["kind"] == "RoleBinding" and d["metadata"].get("namespace") == "kube-system"
+                   and d["roleRef"]["name"] == "extension-apiserver-authentication-reader")]
+check(not bad_ns, f"namespaced objects live in {NS}", ", ".join(bad_ns))
+
+# RBAC: no wildcards, and the components get only the verbs they use.
+wild = []
+for kind in ("ClusterRole", "Role"):
+    for r in objs(kind):
+        for rule in r.get("rules", []):
+            for field in ("verbs", "resources", "apiGroups"):
+                if "*" in rule.get(field, []):
+                    wild.append(f'{r["metadata"]["name"]}.{field}')
+check(not wild, "no wildcard in any RBAC rule", ", ".join(wild))
+
+def perms(role):
+    out = set()
+    for rule in role.get("rules", []):
+        for res in rule["resources"]:
+            for v in rule["verbs"]:
+                out.add((res, v))
+    return out
+
+sched_role = one("ClusterRole", "gpuvisor-scheduler")
+node_role = one("ClusterRole", "gpuvisor-node")
+sp = perms(sched_role) if sched_role else set()
+npm = perms(node_role) if node_role else set()
+check({("pods/binding", "create"), ("pods", "patch"), ("pods", "watch"), ("nodes", "watch")} <= sp,
+      "scheduler role can watch nodes/pods, annotate pods and bind", str(sorted(sp)))
+check(not any(v in ("delete", "create", "update") for r, v in sp if r in ("pods", "nodes")),
+      "scheduler role cannot create/update/delete pods or nodes")
+check(("nodes", "patch") in npm and ("pods", "patch") in npm and
+      not any(r == "pods/binding" or v in ("delete", "create") for r, v in npm if r != "events"),
+      "node role patches its node/pods and cannot bind, create or delete", str(sorted(npm)))
+
+sas = {d["metadata"]["name"] for d in objs("ServiceAccount")}
+for kind in ("ClusterRoleBinding", "RoleBinding"):
+    for b in objs(kind):
+        for s in b.get("subjects", []):
+            if s["kind"] == "ServiceAccount":
+                check(s["name"] in sas and s.get("namespace") == NS,
+                      f'{kind} {b["metadata"]["name"]} binds an existing service account')
+        if b["roleRef"]["name"].startswith("gpuvisor"):
+            rk = b["roleRef"]["kind"]
+            check(one(rk, b["roleRef"]["name"]) is not None,
+                  f'{kind} {b["metadata"]["name"]} refers to a rendered {rk}')
+
+cms = {d["metadata"]["name"] for d in objs("ConfigMap")}
+secrets_made = set()
+for j in objs("Job"):
+    for c in j["spec"]["template"]["spec"]["containers"]:
+        for a in c.get("args", []):
+            if a.startswith("--secret-name="):
+                secrets_made.add(a.split("=", 1)[1])
+
+def pod_checks(kind, obj):
+    spec = obj["spec"]["template"]["spec"]
+    check(spec.get("serviceAccountName") in sas, f"{kind} runs as a rendered service account")
+    for v in spec.get("volumes", []):
+        if "configMap" in v:
+            check(v["configMap"]["name"] in cms,
+                  f'{kind} volume {v["name"]} uses a rendered ConfigMap ({v["configMap"]["name"]})')
+        if "secret" in v:
+            check(v["secret"]["secretName"] in secrets_made,
+                  f'{kind} volume {v["name"]} uses the Secret the certgen Job creates')
+    for c in spec.get("containers", []) + spec.get("initContainers", []):
+        img = c.get("image", "")
+        check(":" in img.rsplit("/", 1)[-1] and not img.endswith(":latest"),
+              f'{kind} container {c["name"]} image is pinned ({img})')
+    return spec
+
+ds = one("DaemonSet", "gpuvisor-node")
+check(ds is not None, "node agent DaemonSet rendered")
+if ds:
+    spec = pod_checks("DaemonSet", ds)
+    paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    need = {"/var/lib/kubelet/device-plugins", "/usr/local/gpuvisor", "/var/lib/gpuvisor/containers"}
+    check(need <= paths, "DaemonSet mounts the kubelet plugin dir, interposer dir, container dirs",
+          f"missing {sorted(need - paths)}")
+    check(bool(spec.get("nodeSelector")) and bool(spec.get("tolerations")),
+          "DaemonSet has a node selector and tolerations")
+    mounts = {m["mountPath"]: m for c in spec["containers"] for m in c.get("volumeMounts", [])}
+    check(mounts.get("/usr/local/gpuvisor", {}).get("readOnly") is True,
+          "agent mounts the interposer directory read-only")
+
+dep = one("Deployment", "gpuvisor-scheduler")
+check(dep is not None, "scheduler Deployment rendered")
+ks_cfg = None
+if dep:
+    spec = pod_checks("Deployment", dep)
+    names = {c["name"]: c for c in spec["containers"]}
+    check({"kube-scheduler", "extender"} <= set(names), "kube-scheduler runs beside the extender")
+    ext = names.get("extender", {})
+    args = dict(a[2:].split("=", 1) for a in ext.get("args", []) if a.startswith("--") and "=" in a)
+    cm = next((d for d in objs("ConfigMap") if d["metadata"]["name"].startswith("gpuvisor-scheduler-config")), None)
+    ks_cfg = yaml.safe_load(cm["data"]["kube-scheduler-config.yaml"]) if cm else None
+    check(ks_cfg is not None and ks_cfg.get("kind") == "KubeSchedulerConfiguration",
+          "KubeSchedulerConfiguration present in the scheduler ConfigMap")
+    check(cm is not None and json.loads(cm["data"]["scheduler.json"]) == sched_cfg,
+          "scheduler.json shipped unchanged in the ConfigMap")
+    if ks_cfg:
+        e = ks_cfg["extenders"][0]
+        listen = args.get("extender-listen", "")
+        check(e["urlPrefix"].startswith(f"http://{listen}/"),
+              "extender urlPrefix points at the extender's listen address",
+              f'{e["urlPrefix"]} vs {listen}')
+        check(listen.startswith("127.0.0.1:"), "extender (filter/bind) listens on loopback only")
+        check(e.get("filterVerb") == "filter" and e.get("bindVerb") == "bind",
+              "filterVerb and bindVerb registered")
+        check(e.get("nodeCacheCapable") is True, "nodeCacheCapable: true")
+        if sched_cfg.get("filterReturns", "node") == "feasible":
+            check(e.get("prioritizeVerb") == "prioritize", "prioritizeVerb set in feasible mode")
+        else:
+            check("prioritizeVerb" not in e, "no prioritizeVerb when filter returns one node")
+        mr = {m["name"]: m.get("ignoredByScheduler") for m in e.get("managedResources", [])}
+        res = set(sched_cfg["resources"].values())
+        check(set(mr) == res and all(mr.values()),
+              "managedResources = the configured resource names, all ignoredByScheduler",
+              f"{mr} vs {sorted(res)}")
+        prof = [p["schedulerName"] for p in ks_cfg.get("profiles", [])]
+        check(sched_cfg["schedulerName"] in prof,
+              "kube-scheduler profile name = the name the webhook sets")
+        le = ks_cfg.get("leaderElection", {})
+        lease_role = one("Role", "gpuvisor-scheduler-leader-election")
+        check(le.get("resourceNamespace") == NS and lease_role is not None and
+              any(le.get("resourceName") in r.get("resourceNames", []) for r in lease_role["rules"]),
+              "leader-election lease is covered by a Role")
+
+svc = one("Service", "gpuvisor-webhook")
+mwc = one("MutatingWebhookConfiguration", "gpuvisor-webhook")
+check(svc is not None and mwc is not None, "webhook Service and MutatingWebhookConfiguration rendered")
+if svc and mwc and dep:
+    w = mwc["webhooks"][0]
+    s = w["clientConfig"]["service"]
+    port = svc["spec"]["ports"][0]
+    check(s["name"] == svc["metadata"]["name"] and s["namespace"] == NS and s.get("port", 443) == port["port"],
+          "webhook clientConfig points at the Service")
+    check(s.get("path") == "/mutate", "webhook path is /mutate")
+    check("v1" in w["admissionReviewVersions"] and w["sideEffects"] == "None",
+          "webhook speaks AdmissionReview v1 without side effects")
+    check(any(r["resources"] == ["pods"] and "CREATE" in r["operations"] for r in w["rules"]),
+          "webhook sees pod creation")
+    sel = dep["spec"]["template"]["metadata"]["labels"]
+    check(all(sel.get(k) == v for k, v in svc["spec"]["selector"].items()),
+          "webhook Service selects the scheduler pods")
+    ports = {p.get("name"): p["containerPort"] for c in dep["spec"]["template"]["spec"]["containers"]
+             for p in c.get("ports", [])}
+    check(port["targetPort"] in ports, "Service targetPort names a container port")
+    ext = next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "extender")
+    wl = next((a.split("=", 1)[1] for a in ext["args"] if a.startswith("--webhook-listen=")), "")
+    check(wl.endswith(f":{ports.get(port['targetPort'])}"), "webhook listens on the container port")
+    excluded = [v for e in w["namespaceSelector"]["matchExpressions"] for v in e.get("values", [])]
+    check(NS in excluded and "kube-system" in excluded,
+          "webhook skips kube-system and its own namespace")
+
+print(f"1..{n}")
+sys.exit(1 if failed else 0)
+EOF

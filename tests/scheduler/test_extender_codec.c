@@ -1,0 +1,177 @@
+/* Extender wire codec: Go field-name keys, both node modes, strict errors. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "scheduler/gv_extender.h"
+
+static const char *names_req =
+    "{\"Pod\":{\"metadata\":{\"name\":\"p\",\"namespace\":\"default\",\"uid\":\"u1\"},"
+    "\"spec\":{}},\"Nodes\":null,\"NodeNames\":[\"n1\",\"n2\",\"n3\"]}";
+
+static json_t *parse(const char *s)
+{
+    json_t *j = json_loads(s, 0, NULL);
+    assert_non_null(j);
+    return j;
+}
+
+static void test_names_mode_roundtrip(void **state)
+{
+    (void)state;
+    struct gv_ext_args a;
+    struct gv_error err = {0};
+    assert_int_equal(gv_ext_args_parse(names_req, strlen(names_req), &a, &err), GV_OK);
+    assert_int_equal(a.n_names, 3);
+    assert_string_equal(a.names[1], "n2");
+    assert_null(a.node_items);
+    enum gv_ext_verdict v[3] = {GV_EXT_FIT, GV_EXT_FAILED, GV_EXT_UNRESOLVABLE};
+    const char *reasons[3] = {NULL, "gpu 0/8 free", "agent stale"};
+    char *out = gv_ext_filter_result_encode(&a, v, reasons, NULL);
+    assert_non_null(out);
+    json_t *r = parse(out);
+    assert_true(json_is_null(json_object_get(r, "Nodes")));
+    json_t *nn = json_object_get(r, "NodeNames");
+    assert_int_equal(json_array_size(nn), 1);
+    assert_string_equal(json_string_value(json_array_get(nn, 0)), "n1");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(r, "FailedNodes"), "n2")),
+                        "gpu 0/8 free");
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(r, "FailedAndUnresolvableNodes"), "n3")),
+                        "agent stale");
+    assert_string_equal(json_string_value(json_object_get(r, "Error")), "");
+    json_decref(r);
+    free(out);
+    gv_ext_args_clear(&a);
+}
+
+static void test_full_nodes_mode_returns_objects(void **state)
+{
+    (void)state;
+    const char *req = "{\"Pod\":{\"metadata\":{\"name\":\"p\"}},\"Nodes\":{\"metadata\":{},"
+                      "\"items\":[{\"metadata\":{\"name\":\"a\",\"labels\":{\"x\":\"1\"}}},"
+                      "{\"metadata\":{\"name\":\"b\"}}]}}";
+    struct gv_ext_args a;
+    struct gv_error err = {0};
+    assert_int_equal(gv_ext_args_parse(req, strlen(req), &a, &err), GV_OK);
+    assert_int_equal(a.n_names, 2);
+    assert_non_null(a.node_items);
+    enum gv_ext_verdict v[2] = {GV_EXT_FIT, GV_EXT_FAILED};
+    char *out = gv_ext_filter_result_encode(&a, v, NULL, NULL);
+    json_t *r = parse(out);
+    json_t *items = json_object_get(json_object_get(r, "Nodes"), "items");
+    assert_int_equal(json_array_size(items), 1);
+    /* The whole Node object comes back, not just its name. */
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(json_object_get(json_array_get(items, 0), "metadata"),
+                                            "labels"),
+                            "x")),
+                        "1");
+    assert_true(json_is_null(json_object_get(r, "NodeNames")));
+    assert_non_null(json_object_get(json_object_get(r, "FailedNodes"), "b"));
+    json_decref(r);
+    free(out);
+    gv_ext_args_clear(&a);
+}
+
+static void test_keys_case_insensitive_like_go(void **state)
+{
+    (void)state;
+    const char *req = "{\"pod\":{\"metadata\":{}},\"nodenames\":[\"x\"]}";
+    struct gv_ext_args a;
+    struct gv_error err = {0};
+    assert_int_equal(gv_ext_args_parse(req, strlen(req), &a, &err), GV_OK);
+    assert_int_equal(a.n_names, 1);
+    gv_ext_args_clear(&a);
+}
+
+static void expect_parse_error(const char *req, const char *needle)
+{
+    struct gv_ext_args a;
+    struct gv_error err = {0};
+    assert_int_not_equal(gv_ext_args_parse(req, strlen(req), &a, &err), GV_OK);
+    if (strstr(err.msg, needle) == NULL)
+        fail_msg("error '%s' does not mention '%s'", err.msg, needle);
+    assert_null(a.root);
+    assert_null(a.names);
+}
+
+static void test_malformed_args(void **state)
+{
+    (void)state;
+    expect_parse_error("{\"Pod\":", "invalid JSON");
+    expect_parse_error("[]", "expected a JSON object");
+    expect_parse_error("{\"NodeNames\":[\"a\"]}", "\"Pod\"");
+    expect_parse_error("{\"Pod\":{}, \"NodeNames\":[\"a\"]}", "metadata");
+    expect_parse_error("{\"Pod\":{\"metadata\":{}}}", "neither");
+    expect_parse_error("{\"Pod\":{\"metadata\":{}},\"NodeNames\":[\"a\",7]}", "NodeNames[1]");
+    expect_parse_error("{\"Pod\":{\"metadata\":{}},\"NodeNames\":\"a\"}", "must be an array");
+    expect_parse_error("{\"Pod\":{\"metadata\":{}},\"Nodes\":{\"items\":[{}]}}",
+                       "Nodes.items[0]");
+    expect_parse_error("{\"Pod\":{\"metadata\":{}},\"Nodes\":[]}", "NodeList");
+}
+
+static void test_priorities_clamped(void **state)
+{
+    (void)state;
+    const char *names[3] = {"a", "b", "c"};
+    long scores[3] = {-4, 7, 99};
+    char *out = gv_ext_priorities_encode(names, scores, 3);
+    json_t *r = parse(out);
+    assert_int_equal(json_array_size(r), 3);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(r, 1), "Host")), "b");
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(r, 0), "Score")), 0);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(r, 1), "Score")), 7);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(r, 2), "Score")),
+                     GV_EXT_MAX_SCORE);
+    json_decref(r);
+    free(out);
+}
+
+static void test_bind_args(void **state)
+{
+    (void)state;
+    const char *ok = "{\"PodName\":\"p\",\"PodNamespace\":\"ns\",\"PodUID\":\"u\",\"Node\":\"n\"}";
+    struct gv_ext_bind_args b;
+    struct gv_error err = {0};
+    assert_int_equal(gv_ext_bind_args_parse(ok, strlen(ok), &b, &err), GV_OK);
+    assert_string_equal(b.pod_name, "p");
+    assert_string_equal(b.pod_namespace, "ns");
+    assert_string_equal(b.pod_uid, "u");
+    assert_string_equal(b.node, "n");
+    gv_ext_bind_args_clear(&b);
+
+    const char *nons = "{\"PodName\":\"p\",\"Node\":\"n\"}";
+    assert_int_equal(gv_ext_bind_args_parse(nons, strlen(nons), &b, &err), GV_OK);
+    assert_string_equal(b.pod_namespace, "default");
+    gv_ext_bind_args_clear(&b);
+
+    const char *bad[] = {"{\"PodName\":\"p\"}", "{\"PodName\":1,\"Node\":\"n\"}",
+                         "{\"PodName\":\"\",\"Node\":\"n\"}", "nope"};
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_not_equal(gv_ext_bind_args_parse(bad[i], strlen(bad[i]), &b, &err), GV_OK);
+        assert_null(b.pod_name);
+        assert_true(strlen(err.msg) > 0);
+    }
+    char *res = gv_ext_bind_result_encode(NULL);
+    assert_string_equal(res, "{\"Error\":\"\"}");
+    free(res);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_names_mode_roundtrip),
+        cmocka_unit_test(test_full_nodes_mode_returns_objects),
+        cmocka_unit_test(test_keys_case_insensitive_like_go),
+        cmocka_unit_test(test_malformed_args),
+        cmocka_unit_test(test_priorities_clamped),
+        cmocka_unit_test(test_bind_args),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

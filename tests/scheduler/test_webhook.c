@@ -1,0 +1,267 @@
+/* Admission webhook decisions: AdmissionReview v1 in, patch/denial out. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <gnutls/gnutls.h>
+#include <jansson.h>
+
+#include "scheduler/gv_webhook.h"
+
+static struct gv_alloc_config cfg;
+static struct gv_webhook_limits cluster = {81559, 8};
+
+static void limits(void *ud, struct gv_webhook_limits *out)
+{
+    (void)ud;
+    *out = cluster;
+}
+
+static struct gv_webhook_env env = {&cfg, "gpuvisor-scheduler", limits, NULL};
+
+/* Wraps a pod JSON in an AdmissionReview request. */
+static char *review_of(const char *pod, const char *op)
+{
+#define REVIEW_FMT                                                                                 \
+    "{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\","                          \
+    "\"request\":{\"uid\":\"rev-1\",\"kind\":{\"group\":\"\",\"version\":\"v1\",\"kind\":\"Pod\"},"        \
+    "\"operation\":\"%s\",\"namespace\":\"default\",\"object\":%s}}"
+    size_t n = sizeof(REVIEW_FMT) + strlen(pod) + 16;
+    char *s = malloc(n);
+    snprintf(s, n, REVIEW_FMT, op, pod);
+    return s;
+}
+
+/* Runs a review; returns the response object (caller decrefs). */
+static json_t *run(const char *pod, const char *op)
+{
+    char *req = review_of(pod, op);
+    char *out = NULL;
+    struct gv_error err = {0};
+    gv_status st = gv_webhook_review(&env, req, strlen(req), &out, &err);
+    free(req);
+    if (st != GV_OK)
+        fail_msg("review failed: %s", err.msg);
+    json_t *root = json_loads(out, 0, NULL);
+    free(out);
+    assert_non_null(root);
+    assert_string_equal(json_string_value(json_object_get(root, "apiVersion")),
+                        "admission.k8s.io/v1");
+    assert_string_equal(json_string_value(json_object_get(root, "kind")), "AdmissionReview");
+    json_t *resp = json_incref(json_object_get(root, "response"));
+    json_decref(root);
+    assert_string_equal(json_string_value(json_object_get(resp, "uid")), "rev-1");
+    return resp;
+}
+
+/* Decodes the base64 JSON Patch of a response. */
+static json_t *patch_of(json_t *resp)
+{
+    const char *b64 = json_string_value(json_object_get(resp, "patch"));
+    if (b64 == NULL)
+        return NULL;
+    assert_string_equal(json_string_value(json_object_get(resp, "patchType")), "JSONPatch");
+    gnutls_datum_t in = {(unsigned char *)b64, (unsigned)strlen(b64)}, out = {NULL, 0};
+    assert_true(gnutls_base64_decode2(&in, &out) >= 0);
+    json_t *p = json_loadb((const char *)out.data, out.size, 0, NULL);
+    gnutls_free(out.data);
+    assert_non_null(p);
+    return p;
+}
+
+static json_t *find_op(json_t *patch, const char *path)
+{
+    size_t i;
+    json_t *op;
+    json_array_foreach(patch, i, op) {
+        if (strcmp(json_string_value(json_object_get(op, "path")), path) == 0)
+            return op;
+    }
+    return NULL;
+}
+
+/* Asserts the patch has an op on path whose value is the string value. */
+static void expect_op(json_t *patch, const char *path, const char *value)
+{
+    json_t *op = find_op(patch, path);
+    if (op == NULL)
+        fail_msg("no patch op on %s", path);
+    assert_string_equal(json_string_value(json_object_get(op, "op")), "add");
+    assert_string_equal(json_string_value(json_object_get(op, "value")), value);
+}
+
+static const char *denial(json_t *resp)
+{
+    assert_false(json_is_true(json_object_get(resp, "allowed")));
+    return json_string_value(json_object_get(json_object_get(resp, "status"), "message"));
+}
+
+static void test_gpu_pod_is_routed_and_defaulted(void **state)
+{
+    (void)state;
+    json_t *resp = run("{\"metadata\":{\"name\":\"p\",\"uid\":\"u\"},\"spec\":{"
+                       "\"schedulerName\":\"default-scheduler\",\"containers\":["
+                       "{\"name\":\"plain\"},"
+                       "{\"name\":\"a\",\"resources\":{\"limits\":{\"nvidia.com/gpumem\":\"3000\"}}},"
+                       "{\"name\":\"b\",\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"2\","
+                       "\"nvidia.com/gpucores\":\"30\"}}},"
+                       "{\"name\":\"c\",\"resources\":{\"requests\":{\"aliyun.com/gpu-mem\":\"4\"}}}]}}",
+                       "CREATE");
+    assert_true(json_is_true(json_object_get(resp, "allowed")));
+    json_t *patch = patch_of(resp);
+    assert_non_null(patch);
+    expect_op(patch, "/spec/schedulerName", "gpuvisor-scheduler");
+    /* Container a has limits: one op adds the GPU count inside them. */
+    expect_op(patch, "/spec/containers/1/resources/limits/nvidia.com~1gpu", "1");
+    /* Container b already has a count: untouched. */
+    assert_null(find_op(patch, "/spec/containers/2/resources/limits/nvidia.com~1gpu"));
+    /* Container c has no limits object: it is added whole. */
+    json_t *op = find_op(patch, "/spec/containers/3/resources/limits");
+    assert_non_null(op);
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(op, "value"), "nvidia.com/gpu")), "1");
+    /* The plain container gets nothing. */
+    assert_null(find_op(patch, "/spec/containers/0/resources"));
+    assert_null(find_op(patch, "/spec/containers/0/resources/limits"));
+    json_decref(patch);
+    json_decref(resp);
+}
+
+static void test_configured_defaults_are_written(void **state)
+{
+    (void)state;
+    cfg.default_mem_mib = 2048;
+    cfg.default_cores = 25;
+    json_t *resp = run("{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":\"a\","
+                       "\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\"}}}]}}",
+                       "CREATE");
+    cfg.default_mem_mib = 0;
+    cfg.default_cores = 0;
+    json_t *patch = patch_of(resp);
+    expect_op(patch, "/spec/containers/0/resources/limits/nvidia.com~1gpumem", "2048");
+    expect_op(patch, "/spec/containers/0/resources/limits/nvidia.com~1gpucores", "25");
+    /* schedulerName absent from the object: added. */
+    assert_non_null(find_op(patch, "/spec/schedulerName"));
+    json_decref(patch);
+    json_decref(resp);
+}
+
+static void test_non_gpu_and_other_ops_pass_untouched(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *pod, *op;
+    } cases[] = {
+        /* no GPU resource */
+        {"{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":\"a\","
+         "\"resources\":{\"limits\":{\"cpu\":\"1\"}}}]}}",
+         "CREATE"},
+        /* not a creation (nodeName would be refused on CREATE) */
+        {"{\"metadata\":{\"name\":\"p\"},\"spec\":{\"nodeName\":\"n\",\"containers\":[{"
+         "\"name\":\"a\",\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\"}}}]}}",
+         "UPDATE"},
+        /* names its own scheduler, already has a GPU count: nothing to add */
+        {"{\"metadata\":{\"name\":\"p\"},\"spec\":{\"schedulerName\":\"mine\","
+         "\"containers\":[{\"name\":\"a\",\"resources\":{\"limits\":{"
+         "\"nvidia.com/gpu\":\"1\"}}}]}}",
+         "CREATE"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *resp = run(cases[i].pod, cases[i].op);
+        assert_true(json_is_true(json_object_get(resp, "allowed")));
+        assert_null(json_object_get(resp, "patch"));
+        json_decref(resp);
+    }
+}
+
+static void test_impossible_requests_denied(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *pod;
+        const char *needle;
+    } cases[] = {
+        {"{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":\"big\","
+         "\"resources\":{\"limits\":{\"nvidia.com/gpumem\":\"200000\"}}}]}}",
+         "nvidia.com/gpumem 200000 exceeds the largest GPU in the cluster (81559 MiB)"},
+        {"{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":\"c\","
+         "\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpucores\":\"150\"}}}]}}",
+         "0..100"},
+        {"{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":\"root\","
+         "\"securityContext\":{\"privileged\":true},"
+         "\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpumem\":\"1000\"}}}]}}",
+         "container root is privileged"},
+        {"{\"metadata\":{\"name\":\"p\"},\"spec\":{\"nodeName\":\"gpu-1\",\"containers\":[{"
+         "\"name\":\"a\",\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\"}}}]}}",
+         "spec.nodeName (gpu-1)"},
+        {"{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":\"many\","
+         "\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"12\"}}}]}}",
+         "exceeds the most GPUs on any node (8)"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *resp = run(cases[i].pod, "CREATE");
+        const char *msg = denial(resp);
+        assert_non_null(msg);
+        if (strstr(msg, cases[i].needle) == NULL)
+            fail_msg("case %zu: '%s' lacks '%s'", i, msg, cases[i].needle);
+        assert_int_equal(json_integer_value(json_object_get(json_object_get(resp, "status"),
+                                                            "code")),
+                         400);
+        assert_null(json_object_get(resp, "patch"));
+        json_decref(resp);
+    }
+}
+
+static void test_unknown_cluster_skips_size_checks(void **state)
+{
+    (void)state;
+    struct gv_webhook_limits saved = cluster;
+    cluster.largest_gpu_mib = 0;
+    cluster.most_gpus = 0;
+    json_t *resp = run("{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":\"big\","
+                       "\"resources\":{\"limits\":{\"nvidia.com/gpumem\":\"200000\"}}}]}}",
+                       "CREATE");
+    cluster = saved;
+    assert_true(json_is_true(json_object_get(resp, "allowed")));
+    json_decref(resp);
+}
+
+static void test_malformed_reviews(void **state)
+{
+    (void)state;
+    const char *bad[] = {
+        "", "{", "[]", "{\"apiVersion\":\"admission.k8s.io/v1beta1\",\"kind\":\"AdmissionReview\"}",
+        "{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\"}",
+        "{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\",\"request\":{}}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char *out = NULL;
+        struct gv_error err = {0};
+        assert_int_equal(gv_webhook_review(&env, bad[i], strlen(bad[i]), &out, &err), GV_EINVAL);
+        assert_null(out);
+        assert_true(strlen(err.msg) > 0);
+    }
+    /* A pod object that is not an object: allowed untouched (not ours to judge). */
+    json_t *resp = run("\"x\"", "CREATE");
+    assert_true(json_is_true(json_object_get(resp, "allowed")));
+    json_decref(resp);
+}
+
+int main(void)
+{
+    gv_alloc_config_default(&cfg);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpu_pod_is_routed_and_defaulted),
+        cmocka_unit_test(test_configured_defaults_are_written),
+        cmocka_unit_test(test_non_gpu_and_other_ops_pass_untouched),
+        cmocka_unit_test(test_impossible_requests_denied),
+        cmocka_unit_test(test_unknown_cluster_skips_size_checks),
+        cmocka_unit_test(test_malformed_reviews),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
