@@ -16,3 +16,23 @@ bench_placement_LIBS := sim contracts alloc common
 bench_placement_LDLIBS = $(contracts_LDLIBS)
 # gpuvisor simulate: openb replay speed and quality over every bundled trace.
 BENCH_SCRIPTS += bench/bench_simulate.sh
+
+# Compute share (docs/compute-share.md): launch overhead of the interposer and
+# share accuracy on the fake driver's virtual clock.
+# bench_launch is the application bench_throttle_launch.sh times.
+bench_launch_SRCS := bench/bench_launch.c
+bench_launch_LDLIBS := -L$(BUILD)/tests/fakes -l:libcuda.so.1
+$(eval $(call GV_EXE,bench_launch,bench))
+$(BUILD)/bench/bench_launch: $(GV_FAKE_CUDA)
+EXTRA_ALL += $(BUILD)/bench/bench_launch
+BENCH_SCRIPTS += bench/bench_throttle_launch.sh bench/bench_compute_share.sh
+
+# gpuvisor-scheduler: concurrent filter+bind, 5,000-node filter latency, RSS.
+ifeq ($(SCHED_DAEMON),yes)
+BENCH_PROGS += bench_scheduler
+bench_scheduler_SRCS := bench/bench_scheduler.c tests/scheduler/sched_testlib.c \
+	tests/fakes/apiserver/fake_apiserver_proc.c
+bench_scheduler_LIBS := kube common
+bench_scheduler_LDLIBS := $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
+bench_scheduler_CFLAGS := -I.
+endif

@@ -305,6 +305,12 @@ int gv_cmd_run(int argc, char **argv)
         if (prio >= 0) {
             snprintf(num, sizeof(num), "%ld", prio);
             setenv("CUDA_TASK_PRIORITY", num, 1);
+            /* Runs on this machine meet in one priority directory
+             * (docs/compute-share.md) unless the caller chose one. */
+            char node[PATH_MAX + 8];
+            snprintf(node, sizeof(node), "%s/node", dir);
+            if (getenv("GPUVISOR_NODE_DIR") == NULL && (mkdir(node, 0700) == 0 || errno == EEXIST))
+                setenv("GPUVISOR_NODE_DIR", node, 1);
         }
         if (oversub)
             setenv("CUDA_OVERSUBSCRIBE", "true", 1);

@@ -9,6 +9,7 @@
 #include "interposer/config.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +90,34 @@ static int index_suffix(const char *key, const char *prefix)
     return (int)idx;
 }
 
+/* The KEY / KEY_<i> families of the contract. */
+static const struct indexed_key {
+    const char *prefix;
+    size_t offset;
+    bool percent;     /* 0..100, else bytes */
+    bool zero_at_100; /* 100 means "no limit" */
+} indexed_keys[] = {
+    {"CUDA_DEVICE_MEMORY_LIMIT", offsetof(struct gv_ipcfg, mem), false, false},
+    {"GPUVISOR_DEVICE_MEMORY_PERCENT", offsetof(struct gv_ipcfg, mem_pct), true, false},
+    {"GPUVISOR_DEVICE_MEMORY_SHARE", offsetof(struct gv_ipcfg, mem_share), false, false},
+    {"CUDA_DEVICE_SM_LIMIT", offsetof(struct gv_ipcfg, sm), true, true},
+};
+
+static uint64_t pick(const struct gv_ipcfg_indexed *x, int dev)
+{
+    return dev >= 0 && dev < GV_IPCFG_MAX_DEVICES && x->has[dev] ? x->dev[dev] : x->all;
+}
+
+static bool any_set(const struct gv_ipcfg_indexed *x, uint64_t unlimited_from)
+{
+    if (x->all != 0 && x->all < unlimited_from)
+        return true;
+    for (int i = 0; i < GV_IPCFG_MAX_DEVICES; i++)
+        if (x->has[i] && x->dev[i] != 0 && x->dev[i] < unlimited_from)
+            return true;
+    return false;
+}
+
 gv_status gv_ipcfg_set(struct gv_ipcfg *c, const char *key, const char *value,
                        struct gv_error *err)
 {
@@ -98,51 +127,33 @@ gv_status gv_ipcfg_set(struct gv_ipcfg *c, const char *key, const char *value,
     if (key == NULL || value == NULL)
         return gv_error_set(err, GV_EINVAL, "missing key or value");
 
-    if ((idx = index_suffix(key, "CUDA_DEVICE_MEMORY_LIMIT")) != -3) {
-        uint64_t bytes;
+    for (size_t k = 0; k < sizeof(indexed_keys) / sizeof(indexed_keys[0]); k++) {
+        const struct indexed_key *ik = &indexed_keys[k];
+        if ((idx = index_suffix(key, ik->prefix)) == -3)
+            continue;
         if (idx == -2)
             return gv_error_set(err, GV_ERANGE, "%s: device index must be 0..%d", key,
                                 GV_IPCFG_MAX_DEVICES - 1);
-        if ((rc = gv_ipcfg_parse_bytes(value, &bytes)) != GV_OK)
-            return gv_error_set(err, rc,
-                                "%s=\"%s\": expected bytes with an optional k/m/g/t suffix "
-                                "(e.g. 4096m, 4g)",
-                                key, value);
-        if (idx == -1)
-            c->mem_all = bytes;
-        else {
-            c->mem[idx] = bytes;
-            c->has_mem[idx] = true;
+        uint64_t v;
+        if (ik->percent) {
+            rc = parse_uint(value, 100, &u);
+            v = u;
+        } else {
+            rc = gv_ipcfg_parse_bytes(value, &v);
         }
-        return GV_OK;
-    }
-    if ((idx = index_suffix(key, "GPUVISOR_DEVICE_MEMORY_PERCENT")) != -3) {
-        if (idx == -2)
-            return gv_error_set(err, GV_ERANGE, "%s: device index must be 0..%d", key,
-                                GV_IPCFG_MAX_DEVICES - 1);
-        if ((rc = parse_uint(value, 100, &u)) != GV_OK)
-            return gv_error_set(err, rc, "%s=\"%s\": expected a percentage 0..100", key, value);
+        if (rc != GV_OK)
+            return gv_error_set(err, rc, "%s=\"%s\": expected %s", key, value,
+                                ik->percent ? "a percentage 0..100"
+                                            : "bytes with an optional k/m/g/t suffix (e.g. 4096m, 4g)");
+        /* 100% of the SMs is the whole GPU: the same as no limit. */
+        if (ik->zero_at_100 && v >= 100)
+            v = 0;
+        struct gv_ipcfg_indexed *slot = (struct gv_ipcfg_indexed *)((char *)c + ik->offset);
         if (idx == -1)
-            c->mem_pct_all = (uint32_t)u;
+            slot->all = v;
         else {
-            c->mem_pct[idx] = (uint32_t)u;
-            c->has_mem_pct[idx] = true;
-        }
-        return GV_OK;
-    }
-    if ((idx = index_suffix(key, "CUDA_DEVICE_SM_LIMIT")) != -3) {
-        if (idx == -2)
-            return gv_error_set(err, GV_ERANGE, "%s: device index must be 0..%d", key,
-                                GV_IPCFG_MAX_DEVICES - 1);
-        if ((rc = parse_uint(value, 100, &u)) != GV_OK)
-            return gv_error_set(err, rc, "%s=\"%s\": expected a percentage 0..100", key, value);
-        /* 100% is the whole GPU: the same as no limit. */
-        uint32_t pct = u >= 100 ? 0 : (uint32_t)u;
-        if (idx == -1)
-            c->sm_all = pct;
-        else {
-            c->sm[idx] = pct;
-            c->has_sm[idx] = true;
+            slot->dev[idx] = v;
+            slot->has[idx] = true;
         }
         return GV_OK;
     }
@@ -339,30 +350,21 @@ uint64_t gv_ipcfg_mem_limit(const struct gv_ipcfg *c, int dev, uint64_t physical
     bool in = dev >= 0 && dev < GV_IPCFG_MAX_DEVICES;
     /* Most specific first: bytes for this device, percent for this device,
      * bytes for all, percent for all. */
-    if (in && c->has_mem[dev])
-        return c->mem[dev];
-    uint32_t pct = in && c->has_mem_pct[dev] ? c->mem_pct[dev] : 0;
-    if (pct == 0 && c->mem_all != 0)
-        return c->mem_all;
+    if (in && c->mem.has[dev])
+        return c->mem.dev[dev];
+    uint64_t pct = in && c->mem_pct.has[dev] ? c->mem_pct.dev[dev] : 0;
+    if (pct == 0 && c->mem.all != 0)
+        return c->mem.all;
     if (pct == 0)
-        pct = c->mem_pct_all;
+        pct = c->mem_pct.all;
     return pct == 0 || pct >= 100 ? 0 : physical / 100 * pct + physical % 100 * pct / 100;
 }
 
-uint32_t gv_ipcfg_sm_limit(const struct gv_ipcfg *c, int dev)
-{
-    if (dev >= 0 && dev < GV_IPCFG_MAX_DEVICES && c->has_sm[dev])
-        return c->sm[dev];
-    return c->sm_all;
-}
+uint32_t gv_ipcfg_sm_limit(const struct gv_ipcfg *c, int dev) { return (uint32_t)pick(&c->sm, dev); }
+
+uint64_t gv_ipcfg_mem_share(const struct gv_ipcfg *c, int dev) { return pick(&c->mem_share, dev); }
 
 bool gv_ipcfg_has_limits(const struct gv_ipcfg *c)
 {
-    if (c->mem_all != 0 || c->sm_all != 0 || (c->mem_pct_all != 0 && c->mem_pct_all < 100))
-        return true;
-    for (int i = 0; i < GV_IPCFG_MAX_DEVICES; i++)
-        if ((c->has_mem[i] && c->mem[i] != 0) || (c->has_sm[i] && c->sm[i] != 0) ||
-            (c->has_mem_pct[i] && c->mem_pct[i] != 0 && c->mem_pct[i] < 100))
-            return true;
-    return false;
+    return any_set(&c->mem, UINT64_MAX) || any_set(&c->mem_pct, 100) || any_set(&c->sm, 100);
 }

@@ -20,19 +20,19 @@
 
 enum gv_ipcfg_policy { GV_POLICY_DEFAULT = 0, GV_POLICY_FORCE = 1, GV_POLICY_DISABLE = 2 };
 
+/* A KEY / KEY_<i> pair: the per-index value wins over the plain one. */
+struct gv_ipcfg_indexed {
+    uint64_t all;
+    uint64_t dev[GV_IPCFG_MAX_DEVICES];
+    bool has[GV_IPCFG_MAX_DEVICES];
+};
+
 struct gv_ipcfg {
-    /* Memory limits in bytes (0 = unlimited); per-index values win. */
-    uint64_t mem_all;
-    uint64_t mem[GV_IPCFG_MAX_DEVICES];
-    bool has_mem[GV_IPCFG_MAX_DEVICES];
-    /* Memory limits as a percentage of the card (gpuvisor extension; bytes win). */
-    uint32_t mem_pct_all;
-    uint32_t mem_pct[GV_IPCFG_MAX_DEVICES];
-    bool has_mem_pct[GV_IPCFG_MAX_DEVICES];
-    /* SM limits in percent (0 = unlimited). */
-    uint32_t sm_all;
-    uint32_t sm[GV_IPCFG_MAX_DEVICES];
-    bool has_sm[GV_IPCFG_MAX_DEVICES];
+    struct gv_ipcfg_indexed mem;       /* CUDA_DEVICE_MEMORY_LIMIT: bytes, 0 = unlimited */
+    struct gv_ipcfg_indexed mem_pct;   /* GPUVISOR_DEVICE_MEMORY_PERCENT: of the card */
+    struct gv_ipcfg_indexed mem_share; /* GPUVISOR_DEVICE_MEMORY_SHARE: device-resident bytes
+                                          when oversubscribed (0 = the card) */
+    struct gv_ipcfg_indexed sm;        /* CUDA_DEVICE_SM_LIMIT: percent, 0 = unlimited */
     char shared_cache[PATH_MAX];
     int priority;
     bool has_priority; /* CUDA_TASK_PRIORITY given: take part in priority */
@@ -80,6 +80,8 @@ gv_status gv_ipcfg_load(struct gv_ipcfg *c, char *const *envp, struct gv_error *
  */
 uint64_t gv_ipcfg_mem_limit(const struct gv_ipcfg *c, int dev, uint64_t physical);
 uint32_t gv_ipcfg_sm_limit(const struct gv_ipcfg *c, int dev);
+/* Device-resident bytes allowed when oversubscribed (0 = the whole card). */
+uint64_t gv_ipcfg_mem_share(const struct gv_ipcfg *c, int dev);
 /* Whether any memory or SM limit is configured. */
 bool gv_ipcfg_has_limits(const struct gv_ipcfg *c);
 

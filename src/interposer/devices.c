@@ -33,12 +33,21 @@ static int register_device(const char *uuid, int cuda_index, uint64_t physical)
 {
     if (gv_ip.shm == NULL)
         return unenforceable();
-    uint64_t limit = cuda_index >= 0 ? gv_ipcfg_mem_limit(&gv_ip.cfg, cuda_index, physical) : 0;
-    uint32_t sm = cuda_index >= 0 ? gv_ipcfg_sm_limit(&gv_ip.cfg, cuda_index) : 0;
-    uint32_t flags = gv_ip.cfg.oversubscribe ? GV_SHM_DEV_OVERSUBSCRIBE : 0;
+    struct gv_shm_limits lim = {.mem_physical = physical};
+    if (cuda_index >= 0) {
+        lim.mem_limit = gv_ipcfg_mem_limit(&gv_ip.cfg, cuda_index, physical);
+        lim.sm_limit = gv_ipcfg_sm_limit(&gv_ip.cfg, cuda_index);
+        if (gv_ip.cfg.oversubscribe && lim.mem_limit != 0) {
+            lim.flags = GV_SHM_DEV_OVERSUBSCRIBE;
+            /* Device-resident part: the configured share, else the card. */
+            lim.mem_share = gv_ipcfg_mem_share(&gv_ip.cfg, cuda_index);
+            if (lim.mem_share == 0 || lim.mem_share > physical)
+                lim.mem_share = physical;
+        }
+    }
     int idx = -1;
     struct gv_error err;
-    gv_status rc = gv_shm_device_attach(gv_ip.shm, uuid, limit, physical, sm, flags, &idx, &err);
+    gv_status rc = gv_shm_device_attach(gv_ip.shm, uuid, &lim, &idx, &err);
     if (rc == GV_ECONFLICT)
         gv_error("refused: %s", err.msg);
     else if (rc != GV_OK) {
@@ -175,7 +184,8 @@ bool gv_ip_mem_view(int rdev, uint64_t real_free, uint64_t *free_out, uint64_t *
         total = d->mem_physical;
     uint64_t used = gv_shm_mem_used(gv_ip.shm, rdev);
     uint64_t free_bytes = used < total ? total - used : 0;
-    if (free_bytes > real_free)
+    /* Oversubscribed slices may grow past what the card has free. */
+    if (free_bytes > real_free && !(d->flags & GV_SHM_DEV_OVERSUBSCRIBE))
         free_bytes = real_free;
     *free_out = free_bytes;
     *total_out = total;

@@ -38,6 +38,7 @@
     X(cuMemFreeAsync_ptsz, cuMemFreeAsync, 11020, 1)                                               \
     X(cuMemPoolCreate, cuMemPoolCreate, 11020, 0)                                                  \
     X(cuMemPoolDestroy, cuMemPoolDestroy, 11020, 0)                                                \
+    X(cuMemPoolTrimTo, cuMemPoolTrimTo, 11020, 0)                                                  \
     X(cuArrayCreate_v2, cuArrayCreate, 3020, 0)                                                    \
     X(cuArray3DCreate_v2, cuArray3DCreate, 3020, 0)                                                \
     X(cuArrayDestroy, cuArrayDestroy, 2000, 0)                                                     \
@@ -58,7 +59,9 @@
     X(cuDeviceGetUuid)                                                                             \
     X(cuDeviceGetUuid_v2)                                                                          \
     X(cuDeviceGetAttribute)                                                                        \
-    X(cuDeviceGetCount)
+    X(cuDeviceGetCount)                                                                            \
+    X(cuDeviceGetMemPool)                                                                          \
+    X(cuMemPoolGetAttribute)
 
 #define GV_NVML_HOOKS(X)                                                                           \
     X(nvmlDeviceGetMemoryInfo)                                                                     \

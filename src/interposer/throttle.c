@@ -34,6 +34,7 @@
 #define POLL_NS 50000ull /* re-check period while waiting for a measurement */
 #define MAX_SLEEP_NS 10000000ull
 #define DEFAULT_WINDOW_NS 50000000ull
+#define FORCE_WINDOW_NS 1000000ull
 /* While a higher-priority tenant is around, keep at most this much queued. */
 #define LOW_INFLIGHT_NS 1000000ull
 
@@ -57,13 +58,15 @@ struct dev_state {
     bool active;
     bool started;
     unsigned pct; /* 0: no share limit on this device */
-    int64_t tokens;
     int64_t cap;
-    uint64_t last_ns;
+    struct gv_throttle_pool *pool; /* shared, or &own */
+    struct gv_throttle_pool own;
+    _Atomic uint32_t *util;
+    uint64_t util_start, util_busy; /* current utilisation window */
     struct bracket ring[RING];
     unsigned head, count;
-    void *pool[POOL];
-    unsigned npool;
+    void *spare[POOL]; /* recorded-and-done events kept for reuse */
+    unsigned nspare;
     uint64_t inflight_est;
     uint64_t busy_until;
     struct est_slot est[EST_SLOTS];
@@ -122,19 +125,26 @@ gv_status gv_throttle_new(const struct gv_throttle_config *cfg, const struct gv_
         pthread_mutex_init(&d->mu, NULL);
         d->pct = (cfg->policy != GV_POLICY_DISABLE && p > 0 && p < 100) ? p : 0;
         d->active = d->pct > 0 || cfg->priority >= 0;
-        if (d->pct > 0 && cfg->policy == GV_POLICY_DEFAULT)
-            d->cap = (int64_t)(t->window_ns / 100 * d->pct);
+        /* force keeps 1 ms of credit: only enough to absorb a sleep that
+         * overshoots (timer slack is 50 us by default), so short kernels are
+         * not paced below their share. */
+        uint64_t window = cfg->policy == GV_POLICY_FORCE ? FORCE_WINDOW_NS : t->window_ns;
+        d->cap = (int64_t)(window / 100 * d->pct);
+        d->pool = cfg->pool[i] ? cfg->pool[i] : &d->own;
+        d->util = cfg->util[i];
+        if (d->pct)
+            atomic_store(&d->pool->pct, d->pct);
     }
     *out = t;
     return GV_OK;
 }
 
-static void pool_put(struct gv_throttle *t, struct dev_state *d, void *ev)
+static void spare_put(struct gv_throttle *t, struct dev_state *d, void *ev)
 {
     if (ev == NULL)
         return;
-    if (d->npool < POOL)
-        d->pool[d->npool++] = ev;
+    if (d->nspare < POOL)
+        d->spare[d->nspare++] = ev;
     else
         t->ops.event_destroy(t->ops.ctx, ev);
 }
@@ -152,8 +162,8 @@ void gv_throttle_free(struct gv_throttle *t)
             if (b->end)
                 t->ops.event_destroy(t->ops.ctx, b->end);
         }
-        for (unsigned n = 0; n < d->npool; n++)
-            t->ops.event_destroy(t->ops.ctx, d->pool[n]);
+        for (unsigned n = 0; n < d->nspare; n++)
+            t->ops.event_destroy(t->ops.ctx, d->spare[n]);
         gv_prio_close(d->prio);
         pthread_mutex_destroy(&d->mu);
     }
@@ -192,7 +202,7 @@ static void est_update(struct dev_state *d, const void *key, uint64_t actual)
  * context); returns the recorded event or NULL. */
 static void *record(struct gv_throttle *t, struct dev_state *d, void *stream)
 {
-    void *ev = d->npool ? d->pool[--d->npool] : NULL;
+    void *ev = d->nspare ? d->spare[--d->nspare] : NULL;
     for (int attempt = 0; attempt < 2; attempt++) {
         if (ev == NULL && t->ops.event_create(t->ops.ctx, &ev) != 0)
             return NULL;
@@ -204,19 +214,50 @@ static void *record(struct gv_throttle *t, struct dev_state *d, void *stream)
     return NULL;
 }
 
+/* Adds delta to the budget, never above the cap (credit is bounded). */
+static void pool_add(struct dev_state *d, int64_t delta)
+{
+    int64_t t = atomic_fetch_add(&d->pool->tokens, delta) + delta;
+    while (t > d->cap && !atomic_compare_exchange_weak(&d->pool->tokens, &t, d->cap))
+        ;
+}
+
+/* Refills the budget at pct% of the time since the last refill by any
+ * process sharing it (the compare-and-swap on last_ns hands each interval to
+ * exactly one of them). */
 static void refill(struct dev_state *d, uint64_t now)
 {
-    if (now <= d->last_ns)
-        return;
-    uint64_t dt = now - d->last_ns;
-    d->last_ns = now;
     if (d->pct == 0)
         return;
-    if (dt > 1000000000ull)
-        dt = 1000000000ull;
-    d->tokens += (int64_t)(dt * d->pct / 100);
-    if (d->tokens > d->cap)
-        d->tokens = d->cap;
+    /* Stored as time + 1 so that 0 means "never" even on a clock at 0. */
+    uint64_t stamp = now + 1, last = atomic_load(&d->pool->last_ns);
+    while (stamp > last) {
+        if (atomic_compare_exchange_weak(&d->pool->last_ns, &last, stamp)) {
+            if (last == 0)
+                return; /* the budget starts empty, at the first launch */
+            uint64_t dt = stamp - last;
+            if (dt > 1000000000ull)
+                dt = 1000000000ull;
+            pool_add(d, (int64_t)(dt * d->pct / 100));
+            return;
+        }
+    }
+}
+
+/* Publishes this process's utilisation of the device once per second. */
+static void util_account(struct dev_state *d, uint64_t now)
+{
+    if (d->util == NULL)
+        return;
+    if (d->util_start == 0 || now < d->util_start) {
+        d->util_start = now;
+        d->util_busy = 0;
+    } else if (now - d->util_start >= 1000000000ull) {
+        uint64_t pct = d->util_busy * 100 / (now - d->util_start);
+        atomic_store_explicit(d->util, (uint32_t)(pct > 100 ? 100 : pct), memory_order_relaxed);
+        d->util_start = now;
+        d->util_busy = 0;
+    }
 }
 
 /* Charges every completed bracket, oldest first. */
@@ -235,18 +276,17 @@ static void reap(struct gv_throttle *t, struct dev_state *d)
                 actual = b->est;
         }
         if (b->state == B_ENDED) {
-            if (d->pct) {
-                d->tokens += (int64_t)b->est - (int64_t)actual;
-                if (d->tokens > d->cap)
-                    d->tokens = d->cap;
-            }
+            if (d->pct)
+                pool_add(d, (int64_t)b->est - (int64_t)actual);
+            atomic_fetch_add_explicit(&d->pool->busy_ns, actual, memory_order_relaxed);
+            d->util_busy += actual;
             d->inflight_est -= b->est;
             est_update(d, b->key, actual);
             d->st.measured++;
             d->st.busy_ns += actual;
         }
-        pool_put(t, d, b->start);
-        pool_put(t, d, b->end);
+        spare_put(t, d, b->start);
+        spare_put(t, d, b->end);
         memset(b, 0, sizeof(*b));
         d->head = (d->head + 1) % RING;
         d->count--;
@@ -256,7 +296,6 @@ static void reap(struct gv_throttle *t, struct dev_state *d)
 static void start_device(struct gv_throttle *t, struct dev_state *d, int dev, uint64_t now)
 {
     d->started = true;
-    d->last_ns = now;
     if (t->priority < 0)
         return;
     char key[128];
@@ -288,11 +327,13 @@ void gv_throttle_before(struct gv_throttle *t, struct gv_throttle_launch *l)
     for (;;) {
         reap(t, d);
         refill(d, now);
+        util_account(d, now);
         est = est_get(d, l->key);
         uint64_t yield = d->prio ? gv_prio_wait_ns(d->prio, now) : 0;
         uint64_t wait = yield;
-        if (d->pct && d->tokens < 0) {
-            uint64_t w = ((uint64_t)-d->tokens * 100 + d->pct - 1) / d->pct;
+        int64_t tokens = atomic_load(&d->pool->tokens);
+        if (d->pct && tokens < 0) {
+            uint64_t w = ((uint64_t)-tokens * 100 + d->pct - 1) / d->pct;
             wait = w > wait ? w : wait;
         }
         /* A kernel never measured is let through alone, so a burst of unknown
@@ -304,6 +345,9 @@ void gv_throttle_before(struct gv_throttle *t, struct gv_throttle_launch *l)
             wait = POLL_NS;
         if (wait == 0)
             break;
+        /* A waiting tenant is present: lower ones keep little queued. */
+        if (d->prio)
+            gv_prio_publish(d->prio, now, d->busy_until);
         pthread_mutex_unlock(&d->mu);
         t->ops.sleep_ns(t->ops.ctx, wait > MAX_SLEEP_NS ? MAX_SLEEP_NS : wait);
         pthread_mutex_lock(&d->mu);
@@ -314,8 +358,15 @@ void gv_throttle_before(struct gv_throttle *t, struct gv_throttle_launch *l)
         now = after;
     }
     if (d->pct)
-        d->tokens -= (int64_t)est;
+        atomic_fetch_sub(&d->pool->tokens, (int64_t)est);
     d->inflight_est += est;
+    /* Announce the work before it is queued, so a lower-priority tenant
+     * deciding at the same moment already sees it. */
+    if (d->prio) {
+        uint64_t base = d->busy_until > now ? d->busy_until : now;
+        d->busy_until = base + (est ? est : POLL_NS);
+        gv_prio_publish(d->prio, now, d->busy_until);
+    }
     unsigned slot = (d->head + d->count) % RING;
     d->count++;
     struct bracket *b = &d->ring[slot];
@@ -336,19 +387,13 @@ void gv_throttle_after(struct gv_throttle *t, struct gv_throttle_launch *l, bool
     struct bracket *b = &d->ring[l->slot];
     if (!launched) {
         if (d->pct)
-            d->tokens += (int64_t)b->est;
+            pool_add(d, (int64_t)b->est);
         d->inflight_est -= b->est;
         b->state = B_CANCELLED;
     } else {
         b->end = record(t, d, l->stream);
         b->state = B_ENDED;
         d->st.launches++;
-        if (d->prio) {
-            uint64_t now = t->ops.clock_ns(t->ops.ctx);
-            uint64_t base = d->busy_until > now ? d->busy_until : now;
-            d->busy_until = base + (b->est ? b->est : POLL_NS);
-            gv_prio_publish(d->prio, now, d->busy_until);
-        }
     }
     pthread_mutex_unlock(&d->mu);
     l->slot = -1;
@@ -377,6 +422,7 @@ static struct {
     CUresult (*is_capturing)(CUstream, CUstreamCaptureStatus *);
     CUresult (*device_get)(CUdevice *, int);
     CUresult (*device_uuid)(CUuuid *, CUdevice);
+    CUresult (*exchange_capture_mode)(CUstreamCaptureMode *);
     uint64_t (*fake_clock)(void);
     void (*fake_sleep)(uint64_t);
 } g_drv;
@@ -419,10 +465,33 @@ static int drv_event_record(void *ctx, void *ev, void *stream)
     return g_drv.event_record((CUevent)ev, (CUstream)stream) == CUDA_SUCCESS ? 0 : -1;
 }
 
+/*
+ * Querying an event is a "potentially unsafe" call while any thread captures
+ * a graph in global mode: it would invalidate the application's capture.
+ * Our events are never recorded in a capture, so this thread switches to the
+ * relaxed mode around each query, as the driver documentation intends for
+ * libraries.
+ */
+static CUstreamCaptureMode relax_capture(void)
+{
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (g_drv.exchange_capture_mode == NULL || g_drv.exchange_capture_mode(&mode) != CUDA_SUCCESS)
+        mode = CU_STREAM_CAPTURE_MODE_RELAXED; /* nothing to restore */
+    return mode;
+}
+
+static void restore_capture(CUstreamCaptureMode mode)
+{
+    if (mode != CU_STREAM_CAPTURE_MODE_RELAXED && g_drv.exchange_capture_mode != NULL)
+        g_drv.exchange_capture_mode(&mode);
+}
+
 static int drv_event_query(void *ctx, void *ev)
 {
     (void)ctx;
+    CUstreamCaptureMode mode = relax_capture();
     CUresult rc = g_drv.event_query((CUevent)ev);
+    restore_capture(mode);
     return rc == CUDA_SUCCESS ? 1 : rc == CUDA_ERROR_NOT_READY ? 0 : -1;
 }
 
@@ -430,7 +499,10 @@ static int drv_event_elapsed(void *ctx, void *start, void *end, uint64_t *ns)
 {
     (void)ctx;
     float ms = 0;
-    if (g_drv.event_elapsed(&ms, (CUevent)start, (CUevent)end) != CUDA_SUCCESS || ms < 0)
+    CUstreamCaptureMode mode = relax_capture();
+    CUresult rc = g_drv.event_elapsed(&ms, (CUevent)start, (CUevent)end);
+    restore_capture(mode);
+    if (rc != CUDA_SUCCESS || ms < 0)
         return -1;
     *ns = (uint64_t)((double)ms * 1e6 + 0.5);
     return 0;
@@ -497,6 +569,9 @@ gv_status gv_throttle_driver_ops(gv_throttle_sym_fn sym, void *arg, struct gv_th
     if (g_drv.event_elapsed == NULL || g_drv.device_uuid == NULL)
         return gv_error_set(err, GV_EUNSUPPORTED, "throttle: driver lacks %s",
                             g_drv.event_elapsed ? "cuDeviceGetUuid" : "cuEventElapsedTime");
+    /* Optional (CUDA 10.1+): relaxed capture mode around our queries. */
+    if ((p = sym(arg, "cuThreadExchangeStreamCaptureMode")) != NULL)
+        memcpy(&g_drv.exchange_capture_mode, &p, sizeof(p));
     /* Test seam: only the fake driver exports these. */
     if ((p = sym(arg, "gvfake_clock_ns")) != NULL)
         memcpy(&g_drv.fake_clock, &p, sizeof(p));

@@ -867,6 +867,25 @@ gv_status gv_kube_bind_pod(struct gv_kube_client *c, const char *namespace_, con
                             namespace_, name);
     gv_status st = gv_kube_create(c, path, b, NULL, err);
     json_decref(b);
+    if (st == GV_ECONFLICT) {
+        /* Already bound.  If to this node (our own earlier attempt whose
+         * answer was lost, then retried), the bind did happen: success. */
+        struct gv_error gerr;
+        json_t *pod = NULL;
+        path[strlen(path) - strlen("/binding")] = '\0';
+        if (gv_kube_get(c, path, &pod, &gerr) == GV_OK) {
+            const char *bound =
+                json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
+            const char *puid =
+                json_string_value(json_object_get(json_object_get(pod, "metadata"), "uid"));
+            if (bound != NULL && strcmp(bound, node) == 0 &&
+                (uid == NULL || (puid != NULL && strcmp(puid, uid) == 0))) {
+                gv_error_clear(err);
+                st = GV_OK;
+            }
+        }
+        json_decref(pod);
+    }
     return st;
 }
 

@@ -22,13 +22,16 @@
  *                                request timed out)
  *   malformed JSON from server   GV_EPROTO
  *
+ * Lifetimes: free informers (and end watches) before their client.
+ *
  * Thread safety: a client may be used from any number of threads at once.
  * Each call uses its own curl handle; connections, DNS and TLS sessions are
  * shared through a curl share object.  JSON objects returned to the caller
  * are new references the caller owns (json_decref).  Objects handed to
  * informer callbacks, and those returned by gv_informer_get/gv_informer_list,
- * are shared with the cache: treat them as read-only (jansson reference
- * counts are atomic, reading is safe from several threads).
+ * are shared with the cache: treat them as read-only (since jansson 2.11
+ * reference counts are atomic and json_dumps is thread-safe, so reading one
+ * object from several threads is safe; modifying it is not).
  */
 #ifndef GV_KUBE_H
 #define GV_KUBE_H
@@ -162,10 +165,12 @@ typedef enum {
 } gv_kube_patch_type;
 
 /*
- * PATCH path with body.  A merge patch that carries metadata.resourceVersion,
- * or a JSON patch with {"op":"test","path":"/metadata/resourceVersion"}, is
- * applied only if the object still has that version: otherwise
- * GV_ECONFLICT.  out may be NULL.
+ * PATCH path with body.  The API server applies the patch, then refuses to
+ * store a result whose metadata.resourceVersion differs from the object's:
+ * so a merge patch carrying metadata.resourceVersion, or a JSON patch with
+ * {"op":"replace","path":"/metadata/resourceVersion","value":rv}, applies
+ * only if the object is still at rv, else GV_ECONFLICT (HTTP 409).  (A JSON
+ * patch "test" op that fails is HTTP 422, GV_EINVAL.)  out may be NULL.
  */
 gv_status gv_kube_patch(struct gv_kube_client *c, const char *path, gv_kube_patch_type type,
                         const json_t *body, json_t **out, struct gv_error *err);
@@ -183,7 +188,12 @@ gv_status gv_kube_patch_annotations(struct gv_kube_client *c, const char *path,
 gv_status gv_kube_delete(struct gv_kube_client *c, const char *path, json_t **out,
                          struct gv_error *err);
 
-/* POST a Binding of pod namespace/name to node (the scheduler's bind). */
+/*
+ * POST a Binding of pod namespace/name to node (the scheduler's bind), with
+ * uid (if non-NULL) as precondition.  Idempotent: a pod already bound to
+ * this node is success (a retried bind whose first answer was lost);
+ * bound elsewhere is GV_ECONFLICT with the API's message.
+ */
 gv_status gv_kube_bind_pod(struct gv_kube_client *c, const char *namespace_, const char *name,
                            const char *uid, const char *node, struct gv_error *err);
 

@@ -156,6 +156,8 @@ char *gv_ext_filter_result_encode(const struct gv_ext_args *args,
                 goto fail;
             continue;
         }
+        if (v == GV_EXT_DROPPED)
+            continue;
         const char *why = reasons && reasons[i] ? reasons[i] : "does not fit";
         if (json_object_set_new(v == GV_EXT_FAILED ? failed : unres, args->names[i],
                                 json_string(why)) != 0)

@@ -34,6 +34,7 @@ enum gv_ext_verdict {
     GV_EXT_FIT = 0,
     GV_EXT_FAILED,       /* FailedNodes: preemption could help */
     GV_EXT_UNRESOLVABLE, /* FailedAndUnresolvableNodes: preemption cannot help */
+    GV_EXT_DROPPED,      /* left out without a reason (kube-scheduler just drops it) */
 };
 
 /* ExtenderBindingArgs. */

@@ -30,11 +30,21 @@ struct gv_http_request {
     size_t body_len;
 };
 
+/* Fills buf with up to max bytes of a streamed body; returns the count, 0 at
+ * the end. */
+typedef size_t (*gv_http_stream_fn)(void *cls, char *buf, size_t max);
+
 struct gv_http_response {
     unsigned status;          /* 200 unless the handler sets it */
     const char *content_type; /* static string; "application/json" default */
     char *body;               /* heap; the server frees it */
     size_t body_len;
+    /* Instead of body: a body produced piece by piece as the client reads
+     * (large answers without a large buffer); stream_free(stream_cls) runs
+     * when the response is done. */
+    gv_http_stream_fn stream;
+    void *stream_cls;
+    void (*stream_free)(void *cls);
 };
 
 typedef void (*gv_httpd_handler)(void *ctx, const struct gv_http_request *req,

@@ -93,10 +93,11 @@ static void set_all(struct filter_ctx *f, enum gv_ext_verdict v, const char *why
 static void classify_candidates(struct filter_ctx *f)
 {
     struct gv_sched *s = f->s;
+    time_t now = time(NULL);
     for (size_t i = 0; i < f->args.n_names; i++) {
         struct snode *n = gv_sched_node_find(s, f->args.names[i]);
         char buf[256];
-        const char *why = gv_sched_node_unusable(s, n, buf, sizeof(buf));
+        const char *why = gv_sched_node_unusable(s, n, now, buf, sizeof(buf));
         if (why == NULL) {
             f->usable[f->n_usable] = f->args.names[i];
             f->usable_idx[f->n_usable++] = i;
@@ -182,20 +183,13 @@ static void filter_reserve(struct filter_ctx *f)
         free(a);
         return;
     }
-    char why[GV_ALLOC_NODE_MAX + 96];
-    snprintf(why, sizeof(why), "gpuvisor placed the pod on %s (%s policy)", a->node,
-             gv_alloc_policy_name(f->req->node_policy >= 0
-                                      ? (gv_alloc_policy)f->req->node_policy
-                                      : s->cfg.alloc.node_policy));
-    for (size_t j = 0; j < f->n_usable; j++) {
-        size_t i = f->usable_idx[j];
-        if (strcmp(f->usable[j], a->node) == 0) {
-            f->verdicts[i] = GV_EXT_FIT;
-        } else {
-            f->verdicts[i] = GV_EXT_FAILED;
-            f->reasons[i] = strdup(why);
-        }
-    }
+    /* Only the chosen node is kept.  The other usable candidates are left
+     * out without a reason: the pod is being scheduled, so kube-scheduler
+     * never shows them, and 5,000 reason strings would cost more than the
+     * placement itself. */
+    for (size_t j = 0; j < f->n_usable; j++)
+        f->verdicts[f->usable_idx[j]] =
+            strcmp(f->usable[j], a->node) == 0 ? GV_EXT_FIT : GV_EXT_DROPPED;
     gv_debug("filter: pod %s/%s reserved on %s: %s", meta(f->args.pod, "namespace"),
              meta(f->args.pod, "name"), a->node, enc);
     free(enc);
@@ -331,7 +325,7 @@ static void pod_path(const struct gv_ext_bind_args *b, char *buf, size_t cap)
 /* Fresh placement of the pod on the bind's node (no usable reservation).
  * Reads the pod, picks GPUs on that node and places them (lock inside). */
 static gv_status bind_compute(struct gv_sched *s, struct gv_ext_bind_args *b,
-                              char **enc, char **rv, struct gv_error *err)
+                              char **enc, char **rv, bool *no_gpu, struct gv_error *err)
 {
     char path[1024];
     json_t *pod = NULL;
@@ -370,6 +364,12 @@ static gv_status bind_compute(struct gv_sched *s, struct gv_ext_bind_args *b,
     }
     if ((st = gv_podspec_request(&s->cfg.alloc, pod, &req, err)) != GV_OK)
         goto out;
+    if (req->n_containers == 0) {
+        /* Not a GPU pod (kube-scheduler only sends those when misconfigured):
+         * nothing to assign, just bind. */
+        *no_gpu = true;
+        goto out;
+    }
     snprintf(req->uid, sizeof(req->uid), "%s", uid);
     if ((a = malloc(sizeof(*a))) == NULL) {
         st = gv_error_set(err, GV_ENOMEM, "out of memory");
@@ -378,7 +378,7 @@ static gv_status bind_compute(struct gv_sched *s, struct gv_ext_bind_args *b,
     pthread_mutex_lock(&s->lock);
     struct snode *n = gv_sched_node_find(s, b->node);
     char buf[256];
-    const char *why = gv_sched_node_unusable(s, n, buf, sizeof(buf));
+    const char *why = gv_sched_node_unusable(s, n, time(NULL), buf, sizeof(buf));
     if (why != NULL) {
         st = gv_error_set(err, GV_EUNAVAILABLE, "node %s: %s", b->node, why);
     } else {
@@ -416,8 +416,10 @@ out:
 static gv_status bind_annotate(struct gv_sched *s, const struct gv_ext_bind_args *b,
                                const char *enc, const char *rv, struct gv_error *err)
 {
-    char path[1024], at[32];
-    gv_sched_format_time(time(NULL), at, sizeof(at));
+    char path[1024], at[48];
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    gv_sched_format_time(&now, at, sizeof(at));
     pod_path(b, path, sizeof(path));
     json_t *patch = json_pack("{s:{s:{s:s,s:s,s:s},s:{s:s}}}", "metadata", "annotations",
                               ANN_ASSIGNMENT, enc, ANN_ASSIGNED_NODE, b->node, ANN_ASSIGNED_AT,
@@ -474,8 +476,11 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
     }
     pthread_mutex_unlock(&s->lock);
 
+    bool no_gpu = false;
     for (int attempt = 0;; attempt++) {
-        if (enc == NULL && (st = bind_compute(s, b, &enc, &rv, err)) != GV_OK)
+        if (enc == NULL && (st = bind_compute(s, b, &enc, &rv, &no_gpu, err)) != GV_OK)
+            break;
+        if (no_gpu)
             break;
         st = bind_annotate(s, b, enc, rv, err);
         if (st != GV_ECONFLICT || attempt + 1 >= BIND_ATTEMPTS)
@@ -491,7 +496,7 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
         free(rv);
         enc = rv = NULL;
     }
-    bool annotated = st == GV_OK;
+    bool annotated = st == GV_OK && !no_gpu;
     if (st == GV_OK)
         st = gv_kube_bind_pod(s->kube, b->pod_namespace, b->pod_name,
                               b->pod_uid[0] ? b->pod_uid : NULL, b->node, err);
@@ -515,7 +520,8 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
     if (st != GV_OK && annotated)
         bind_unannotate(s, b);
     if (st == GV_OK)
-        gv_info("bound %s/%s to %s: %s", b->pod_namespace, b->pod_name, b->node, enc);
+        gv_info("bound %s/%s to %s: %s", b->pod_namespace, b->pod_name, b->node,
+                enc ? enc : "(no GPU)");
     free(enc);
     free(rv);
     return st;
@@ -606,36 +612,15 @@ static void write_state_metrics(struct gv_sched *s, FILE *f)
         else
             reserved++;
     }
-    fputs("# HELP gpuvisor_gpu_memory_allocated_mib GPU memory assigned to pods, per GPU.\n"
-          "# TYPE gpuvisor_gpu_memory_allocated_mib gauge\n"
-          "# HELP gpuvisor_gpu_cores_allocated_percent GPU compute assigned to pods, per GPU "
-          "(100 = one whole GPU).\n"
-          "# TYPE gpuvisor_gpu_cores_allocated_percent gauge\n"
-          "# HELP gpuvisor_gpu_tasks Pods' containers sharing each GPU.\n"
-          "# TYPE gpuvisor_gpu_tasks gauge\n",
-          f);
     time_t now = time(NULL);
     for (size_t i = 0; i < s->n_nodes; i++) {
         const struct snode *n = s->nodes[i];
-        if (n->state != NODE_OK) {
+        if (n->state != NODE_OK)
             nodes_bad++;
-            continue;
-        }
-        if (n->heartbeat == 0 || now - n->heartbeat > s->cfg.heartbeat_timeout_s)
+        else if (n->heartbeat == 0 || now - n->heartbeat > s->cfg.heartbeat_timeout_s)
             nodes_stale++;
         else
             nodes_ok++;
-        for (uint32_t g = 0; g < n->n_gpus; g++) {
-            struct gv_alloc_gpu_usage u;
-            if (gv_alloc_gpu_usage_get(s->cluster, n->name, n->uuids[g], &u, NULL) != GV_OK)
-                continue;
-            fprintf(f, "gpuvisor_gpu_memory_allocated_mib{node=\"%s\",gpu=\"%s\"} %" PRIu64 "\n",
-                    n->name, n->uuids[g], u.mem_mib);
-            fprintf(f, "gpuvisor_gpu_cores_allocated_percent{node=\"%s\",gpu=\"%s\"} %.1f\n",
-                    n->name, n->uuids[g], u.milli / 10.0);
-            fprintf(f, "gpuvisor_gpu_tasks{node=\"%s\",gpu=\"%s\"} %" PRIu32 "\n", n->name,
-                    n->uuids[g], u.tasks);
-        }
     }
     fputs("# HELP gpuvisor_scheduler_pods_pending GPU pods the last filter could not place, by "
           "reason.\n# TYPE gpuvisor_scheduler_pods_pending gauge\n",
@@ -666,28 +651,148 @@ static void write_state_metrics(struct gv_sched *s, FILE *f)
     pthread_mutex_unlock(&s->lock);
 }
 
+/*
+ * Per-GPU series are streamed: at 5,000 nodes x 8 GPUs they are megabytes of
+ * text, which a single buffer would hold (and glibc keep) at every scrape.
+ * Prometheus wants each family's samples together, so the node table is
+ * walked once per family, a batch of nodes per read, resuming after the
+ * last node name written (nodes may come and go between batches).
+ */
+#define GPU_FAMILIES 3
+#define NODES_PER_BATCH 64
+
+static const char *const gpu_family_head[GPU_FAMILIES] = {
+    "# HELP gpuvisor_gpu_memory_allocated_mib GPU memory assigned to pods, per GPU.\n"
+    "# TYPE gpuvisor_gpu_memory_allocated_mib gauge\n",
+    "# HELP gpuvisor_gpu_cores_allocated_percent GPU compute assigned to pods, per GPU "
+    "(100 = one whole GPU).\n"
+    "# TYPE gpuvisor_gpu_cores_allocated_percent gauge\n",
+    "# HELP gpuvisor_gpu_tasks Containers sharing each GPU.\n"
+    "# TYPE gpuvisor_gpu_tasks gauge\n",
+};
+
+struct metrics_stream {
+    struct gv_sched *s;
+    char *text; /* pending bytes */
+    size_t len, off;
+    int family;                   /* GPU_FAMILIES = finished */
+    bool family_started;
+    char after[GV_ALLOC_NODE_MAX]; /* last node written in this family */
+};
+
+static void gpu_sample(FILE *f, int family, const char *node, const char *uuid,
+                       const struct gv_alloc_gpu_usage *u)
+{
+    switch (family) {
+    case 0:
+        fprintf(f, "gpuvisor_gpu_memory_allocated_mib{node=\"%s\",gpu=\"%s\"} %" PRIu64 "\n",
+                node, uuid, u->mem_mib);
+        break;
+    case 1:
+        fprintf(f, "gpuvisor_gpu_cores_allocated_percent{node=\"%s\",gpu=\"%s\"} %.1f\n", node,
+                uuid, u->milli / 10.0);
+        break;
+    default:
+        fprintf(f, "gpuvisor_gpu_tasks{node=\"%s\",gpu=\"%s\"} %" PRIu32 "\n", node, uuid,
+                u->tasks);
+        break;
+    }
+}
+
+/* Formats the next batch into ms->text; false when everything is written. */
+static bool metrics_next_batch(struct metrics_stream *ms)
+{
+    struct gv_sched *s = ms->s;
+    free(ms->text);
+    ms->text = NULL;
+    ms->len = ms->off = 0;
+    while (ms->family < GPU_FAMILIES) {
+        FILE *f = open_memstream(&ms->text, &ms->len);
+        if (f == NULL)
+            return false;
+        if (!ms->family_started) {
+            fputs(gpu_family_head[ms->family], f);
+            ms->family_started = true;
+        }
+        size_t written = 0;
+        pthread_mutex_lock(&s->lock);
+        size_t i = 0, lo = 0, hi = s->n_nodes;
+        /* First node whose name sorts after the last one written. */
+        while (ms->after[0] != '\0' && lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (strcmp(s->nodes[mid]->name, ms->after) <= 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        for (i = ms->after[0] != '\0' ? lo : 0; i < s->n_nodes && written < NODES_PER_BATCH;
+             i++, written++) {
+            const struct snode *n = s->nodes[i];
+            for (uint32_t g = 0; n->state == NODE_OK && g < n->n_gpus; g++) {
+                struct gv_alloc_gpu_usage u;
+                if (gv_alloc_gpu_usage_get(s->cluster, n->name, n->uuids[g], &u, NULL) == GV_OK)
+                    gpu_sample(f, ms->family, n->name, n->uuids[g], &u);
+            }
+            snprintf(ms->after, sizeof(ms->after), "%s", n->name);
+        }
+        bool family_done = i >= s->n_nodes;
+        pthread_mutex_unlock(&s->lock);
+        fclose(f);
+        if (family_done) {
+            ms->family++;
+            ms->family_started = false;
+            ms->after[0] = '\0';
+        }
+        if (ms->len > 0)
+            return true;
+        free(ms->text);
+        ms->text = NULL;
+    }
+    return false;
+}
+
+static size_t metrics_read(void *cls, char *buf, size_t max)
+{
+    struct metrics_stream *ms = cls;
+    if (ms->off == ms->len && !metrics_next_batch(ms))
+        return 0;
+    size_t n = ms->len - ms->off < max ? ms->len - ms->off : max;
+    memcpy(buf, ms->text + ms->off, n);
+    ms->off += n;
+    return n;
+}
+
+static void metrics_free(void *cls)
+{
+    struct metrics_stream *ms = cls;
+    free(ms->text);
+    free(ms);
+}
+
 static void handle_metrics(void *ctx, const struct gv_http_request *hreq,
                            struct gv_http_response *resp)
 {
     (void)hreq;
     struct gv_sched *s = ctx;
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
+    struct metrics_stream *ms = calloc(1, sizeof(*ms));
+    FILE *f = ms ? open_memstream(&ms->text, &ms->len) : NULL;
     if (f == NULL) {
+        free(ms);
         gv_http_respond_error(resp, 500, "out of memory");
         return;
     }
+    ms->s = s;
+    /* The small families first, in one piece. */
     gv_httpd_write_metrics_header(f);
     for (size_t i = 0; i < s->n_servers; i++)
         gv_httpd_write_metrics(s->servers[i], f);
     write_state_metrics(s, f);
     fclose(f);
-    free(resp->body);
     resp->status = 200;
     resp->content_type = "text/plain; version=0.0.4";
-    resp->body = buf;
-    resp->body_len = len;
+    resp->stream = metrics_read;
+    resp->stream_cls = ms;
+    resp->stream_free = metrics_free;
 }
 
 /* ---- registration ------------------------------------------------------ */

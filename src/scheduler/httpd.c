@@ -293,16 +293,53 @@ static void route_observe(struct route *r, double seconds, unsigned status)
     pthread_mutex_unlock(&r->lock);
 }
 
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct gv_http_response *r = cls;
+    size_t n = r->stream(r->stream_cls, buf, max);
+    return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : (ssize_t)n;
+}
+
+static void stream_done(void *cls)
+{
+    struct gv_http_response *r = cls;
+    if (r->stream_free != NULL)
+        r->stream_free(r->stream_cls);
+    free(r);
+}
+
 static enum MHD_Result send_response(struct MHD_Connection *conn, struct gv_http_response *resp)
 {
-    struct MHD_Response *r = MHD_create_response_from_buffer(
-        resp->body_len, resp->body ? resp->body : (char *)"", resp->body ? MHD_RESPMEM_MUST_FREE
-                                                                         : MHD_RESPMEM_PERSISTENT);
-    if (r == NULL) {
+    struct MHD_Response *r;
+    if (resp->stream != NULL) {
+        struct gv_http_response *held = malloc(sizeof(*held));
+        if (held == NULL) {
+            if (resp->stream_free != NULL)
+                resp->stream_free(resp->stream_cls);
+            free(resp->body);
+            return MHD_NO;
+        }
+        *held = *resp;
+        r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, stream_read, held,
+                                              stream_done);
+        if (r == NULL) {
+            stream_done(held);
+            free(resp->body);
+            return MHD_NO;
+        }
         free(resp->body);
-        return MHD_NO;
+        resp->body = NULL;
+    } else {
+        r = MHD_create_response_from_buffer(resp->body_len, resp->body ? resp->body : (char *)"",
+                                            resp->body ? MHD_RESPMEM_MUST_FREE
+                                                       : MHD_RESPMEM_PERSISTENT);
+        if (r == NULL) {
+            free(resp->body);
+            return MHD_NO;
+        }
+        resp->body = NULL;
     }
-    resp->body = NULL;
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
                             resp->content_type ? resp->content_type : "application/json");
     enum MHD_Result ret = MHD_queue_response(conn, resp->status, r);
@@ -364,7 +401,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
 
-    struct gv_http_response resp = {200, "application/json", NULL, 0};
+    struct gv_http_response resp = {.status = 200, .content_type = "application/json"};
     int path_known = 0;
     struct route *r = find_route(h, method, url, &path_known);
     if (r == NULL) {
@@ -379,7 +416,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     } else {
         struct gv_http_request req = {method, url, p->buf ? p->buf : "", p->len};
         r->fn(r->ctx, &req, &resp);
-        if (resp.body == NULL)
+        if (resp.body == NULL && resp.stream == NULL)
             gv_http_respond(&resp, resp.status, resp.content_type, "");
     }
     unsigned status = resp.status;

@@ -3,17 +3,28 @@
 # bench link the same code the daemon runs.
 SCHED_PKGS := libmicrohttpd gnutls jansson
 LIBS += scheduler
-# Until the node agent's inventory codec (src/contracts/inventory.h) lands,
-# the daemon's state and handlers are not built; the codec, HTTP server,
-# webhook and config are.
-scheduler_SRCS := src/scheduler/extender.c src/scheduler/httpd.c src/scheduler/webhook.c \
-	src/scheduler/config.c
-scheduler_LDLIBS := $(shell $(PKG_CONFIG) --libs $(SCHED_PKGS))
+scheduler_LDLIBS := $(shell $(PKG_CONFIG) --libs $(SCHED_PKGS)) $(kube_LDLIBS)
 # Component libraries the scheduler library needs, in link order.
-SCHED_LIBS := scheduler contracts alloc common
+SCHED_LIBS := scheduler kube contracts alloc common
+
+# The daemon reads the node agent's inventory through its codec
+# (src/contracts/inventory.h, landed with the node agent).  Until that codec
+# is on the branch, only the parts that do not need it are built: the wire
+# codec, HTTP server, webhook, config and state tables.
+SCHED_DAEMON := $(if $(wildcard src/contracts/inventory.h),yes)
+ifeq ($(SCHED_DAEMON),yes)
+scheduler_SRCS := $(filter-out src/scheduler/main.c,$(wildcard src/scheduler/*.c))
+PROGS += gpuvisor-scheduler
+gpuvisor-scheduler_SRCS := src/scheduler/main.c
+gpuvisor-scheduler_LIBS := $(SCHED_LIBS)
+gpuvisor-scheduler_LDLIBS := $(scheduler_LDLIBS) $(contracts_LDLIBS)
+else
+scheduler_SRCS := $(addprefix src/scheduler/,extender.c httpd.c webhook.c config.c sched_state.c)
+endif
 
 FUZZ_TARGETS += fuzz_extender
-fuzz_extender_SRCS := tests/scheduler/fuzz_extender.c src/scheduler/extender.c src/common/gv_error.c
+fuzz_extender_SRCS := tests/scheduler/fuzz_extender.c src/scheduler/extender.c \
+	src/scheduler/sched_state.c $(wildcard src/alloc/*.c) src/common/gv_error.c
 fuzz_extender_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
 
 FUZZ_TARGETS += fuzz_webhook

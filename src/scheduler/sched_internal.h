@@ -38,7 +38,7 @@ struct snode {
     bool in_engine;        /* the engine has a model of this node */
     uint32_t n_gpus;
     uint64_t max_gpu_mib;
-    char **uuids;          /* n_gpus, for per-GPU metrics */
+    char **uuids;          /* n_gpus, for per-GPU metrics (one block) */
     bool stale_logged;
 };
 
@@ -101,10 +101,11 @@ gv_status gv_sched_rec_set(struct srec *r, enum rec_phase phase, const char *nod
 
 /* time helpers */
 int gv_sched_parse_time(const char *text, time_t *out);
-void gv_sched_format_time(time_t t, char *buf, size_t cap);
+void gv_sched_format_time(const struct timespec *ts, char *buf, size_t cap);
 
-/* Is the node usable now?  NULL when yes, else why not (static or node-owned). */
-const char *gv_sched_node_unusable(struct gv_sched *s, const struct snode *n, char *buf,
-                                   size_t cap);
+/* Is the node usable at wall time now?  NULL when yes, else why not (a
+ * static string or buf). */
+const char *gv_sched_node_unusable(struct gv_sched *s, const struct snode *n, time_t now,
+                                   char *buf, size_t cap);
 
 #endif

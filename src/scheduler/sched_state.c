@@ -2,6 +2,7 @@
  * pointer arrays searched with bsearch.  Inserts are O(n) moves of pointers,
  * which at 5,000 nodes costs microseconds and keeps memory to one pointer
  * per entry. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -168,9 +169,7 @@ struct snode *gv_sched_node_add(struct gv_sched *s, const char *name)
 void gv_sched_node_clear_gpus(struct snode *n);
 void gv_sched_node_clear_gpus(struct snode *n)
 {
-    for (uint32_t i = 0; i < n->n_gpus; i++)
-        free(n->uuids[i]);
-    free(n->uuids);
+    free(n->uuids); /* one block with the strings */
     n->uuids = NULL;
     n->n_gpus = 0;
     n->max_gpu_mib = 0;
@@ -250,9 +249,13 @@ int gv_sched_parse_time(const char *text, time_t *out)
     return 0;
 }
 
-void gv_sched_format_time(time_t t, char *buf, size_t cap)
+/* Microseconds: the node agent admits pods in gpuvisor.io/assigned-at order,
+ * and two binds to one node often fall within the same second. */
+void gv_sched_format_time(const struct timespec *ts, char *buf, size_t cap)
 {
     struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    char sec[32];
+    gmtime_r(&ts->tv_sec, &tm);
+    strftime(sec, sizeof(sec), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf, cap, "%s.%06ldZ", sec, ts->tv_nsec / 1000);
 }

@@ -88,12 +88,15 @@ static void recompute_totals(struct gv_shm_region *r)
 {
     uint32_t nd = atomic_load(&r->ndevices);
     for (uint32_t d = 0; d < nd && d < GV_SHM_MAX_DEVICES; d++) {
-        uint64_t sum = 0;
+        uint64_t sum = 0, managed = 0;
         for (int i = 0; i < GV_SHM_MAX_PROCS; i++) {
-            if (atomic_load(&r->procs[i].pid) != 0)
+            if (atomic_load(&r->procs[i].pid) != 0) {
                 sum += atomic_load(&r->procs[i].mem_used[d]);
+                managed += atomic_load(&r->procs[i].managed_used[d]);
+            }
         }
         atomic_store(&r->devices[d].mem_used, sum);
+        atomic_store(&r->devices[d].mem_managed, managed);
     }
 }
 
@@ -313,6 +316,8 @@ void gv_shm_close(struct gv_shm *shm)
 
 const struct gv_shm_region *gv_shm_region(const struct gv_shm *shm) { return shm->r; }
 
+uint8_t *gv_shm_sched_region(struct gv_shm *shm) { return shm->r->sched; }
+
 int gv_shm_device_find(const struct gv_shm *shm, const char *uuid)
 {
     uint32_t nd = atomic_load(&shm->r->ndevices);
@@ -323,10 +328,10 @@ int gv_shm_device_find(const struct gv_shm *shm, const char *uuid)
     return -1;
 }
 
-gv_status gv_shm_device_attach(struct gv_shm *shm, const char *uuid, uint64_t mem_limit,
-                               uint64_t mem_physical, uint32_t sm_limit, uint32_t flags, int *idx,
-                               struct gv_error *err)
+gv_status gv_shm_device_attach(struct gv_shm *shm, const char *uuid,
+                               const struct gv_shm_limits *lim, int *idx, struct gv_error *err)
 {
+    uint64_t share = lim->mem_share != 0 && lim->mem_share < lim->mem_limit ? lim->mem_share : 0;
     if (shm->readonly)
         return gv_error_set(err, GV_EINVAL, "shared region is open read-only");
     if (uuid == NULL || uuid[0] == '\0' || strlen(uuid) >= GV_SHM_UUID_LEN)
@@ -338,14 +343,18 @@ gv_status gv_shm_device_attach(struct gv_shm *shm, const char *uuid, uint64_t me
     if (i >= 0) {
         struct gv_shm_device *d = &shm->r->devices[i];
         if (d->mem_physical == 0)
-            d->mem_physical = mem_physical;
-        if (d->mem_limit != mem_limit || d->sm_limit != sm_limit || d->flags != flags)
+            d->mem_physical = lim->mem_physical;
+        if (d->mem_limit != lim->mem_limit || d->sm_limit != lim->sm_limit ||
+            d->flags != lim->flags || d->mem_share != share)
             rc = gv_error_set(err, GV_ECONFLICT,
                               "device %s: limits already fixed by the first process "
-                              "(memory %llu bytes, sm %u%%, flags 0x%x); this process asked for "
-                              "memory %llu bytes, sm %u%%, flags 0x%x: keeping the first",
-                              uuid, (unsigned long long)d->mem_limit, d->sm_limit, d->flags,
-                              (unsigned long long)mem_limit, sm_limit, flags);
+                              "(memory %llu bytes, share %llu, sm %u%%, flags 0x%x); this process "
+                              "asked for memory %llu bytes, share %llu, sm %u%%, flags 0x%x: "
+                              "keeping the first",
+                              uuid, (unsigned long long)d->mem_limit,
+                              (unsigned long long)d->mem_share, d->sm_limit, d->flags,
+                              (unsigned long long)lim->mem_limit, (unsigned long long)share,
+                              lim->sm_limit, lim->flags);
         *idx = i;
         goto out;
     }
@@ -358,10 +367,11 @@ gv_status gv_shm_device_attach(struct gv_shm *shm, const char *uuid, uint64_t me
     struct gv_shm_device *d = &shm->r->devices[nd];
     memset(d, 0, sizeof(*d));
     snprintf(d->uuid, sizeof(d->uuid), "%s", uuid);
-    d->mem_limit = mem_limit;
-    d->mem_physical = mem_physical;
-    d->sm_limit = sm_limit;
-    d->flags = flags;
+    d->mem_limit = lim->mem_limit;
+    d->mem_physical = lim->mem_physical;
+    d->mem_share = share;
+    d->sm_limit = lim->sm_limit;
+    d->flags = lim->flags;
     atomic_store(&shm->r->ndevices, nd + 1);
     *idx = (int)nd;
 out:
@@ -448,7 +458,21 @@ struct gv_shm_proc *gv_shm_self(struct gv_shm *shm)
     return shm->slot >= 0 ? &shm->r->procs[shm->slot] : NULL;
 }
 
-gv_status gv_shm_mem_reserve(struct gv_shm *shm, int dev, uint64_t bytes, bool managed)
+/*
+ * Whether bytes more device-resident memory stay within an oversubscribed
+ * device's share (always true for other devices, where the limit decides).
+ */
+static bool within_share(const struct gv_shm_device *d, uint64_t used, uint64_t bytes)
+{
+    if (!(d->flags & GV_SHM_DEV_OVERSUBSCRIBE) || d->mem_share == 0)
+        return true;
+    uint64_t managed = atomic_load(&d->mem_managed);
+    uint64_t resident = used > managed ? used - managed : 0;
+    return bytes <= d->mem_share && resident <= d->mem_share - bytes;
+}
+
+gv_status gv_shm_mem_reserve(struct gv_shm *shm, int dev, uint64_t bytes, enum gv_shm_kind kind,
+                             bool *managed_out)
 {
     if (shm->readonly || shm->slot < 0 || dev < 0 || dev >= GV_SHM_MAX_DEVICES)
         return GV_EINVAL;
@@ -467,10 +491,22 @@ gv_status gv_shm_mem_reserve(struct gv_shm *shm, int dev, uint64_t bytes, bool m
                 continue;
             return GV_ENOFIT;
         }
+        bool managed = kind == GV_SHM_MANAGED;
+        if (!managed && !within_share(d, used, bytes)) {
+            if (kind == GV_SHM_DEVICE) {
+                region_unlock(shm);
+                return GV_ENOFIT;
+            }
+            managed = true;
+        }
         atomic_store(&d->mem_used, used + bytes);
         atomic_fetch_add(&p->mem_used[dev], bytes);
-        if (managed)
+        if (managed) {
             atomic_fetch_add(&p->managed_used[dev], bytes);
+            atomic_fetch_add(&d->mem_managed, bytes);
+        }
+        if (managed_out != NULL)
+            *managed_out = managed;
         region_unlock(shm);
         atomic_store(&p->heartbeat_ns, now_ns());
         return GV_OK;
@@ -496,7 +532,7 @@ void gv_shm_mem_release(struct gv_shm *shm, int dev, uint64_t bytes, bool manage
     uint64_t taken = sub_clamped(&p->mem_used[dev], bytes);
     sub_clamped(&shm->r->devices[dev].mem_used, taken);
     if (managed)
-        sub_clamped(&p->managed_used[dev], bytes);
+        sub_clamped(&shm->r->devices[dev].mem_managed, sub_clamped(&p->managed_used[dev], bytes));
     region_unlock(shm);
 }
 

@@ -43,7 +43,9 @@ struct gv_shm_device {
     _Atomic uint64_t mem_used;           /* sum of slots' mem_used (cache) */
     uint32_t sm_limit;                   /* percent 1..100; 0 = unlimited */
     uint32_t flags;                      /* GV_SHM_DEV_* */
-    uint8_t reserved[32];
+    uint64_t mem_share;                  /* oversubscription: device-resident bytes allowed */
+    _Atomic uint64_t mem_managed;        /* of mem_used, served as managed memory (cache) */
+    uint8_t reserved[16];
 };
 _Static_assert(sizeof(struct gv_shm_device) == 128, "gv_shm_device layout");
 
@@ -106,6 +108,8 @@ gv_status gv_shm_open(const char *path, unsigned flags, struct gv_shm **out, str
 void gv_shm_close(struct gv_shm *shm);
 /* The raw mapping, for readers (monitor, ps). */
 const struct gv_shm_region *gv_shm_region(const struct gv_shm *shm);
+/* The region-wide bytes owned by the compute-share module (writable). */
+uint8_t *gv_shm_sched_region(struct gv_shm *shm);
 
 /*
  * Finds the device with this uuid, or registers it with the given limits.
@@ -113,9 +117,15 @@ const struct gv_shm_region *gv_shm_region(const struct gv_shm *shm);
  * process brought other values), the registered ones stay in force, *idx is
  * still set, and GV_ECONFLICT is returned with a message saying both.
  */
-gv_status gv_shm_device_attach(struct gv_shm *shm, const char *uuid, uint64_t mem_limit,
-                               uint64_t mem_physical, uint32_t sm_limit, uint32_t flags, int *idx,
-                               struct gv_error *err);
+struct gv_shm_limits {
+    uint64_t mem_limit;    /* bytes; 0 = unlimited */
+    uint64_t mem_physical; /* the card's size */
+    uint64_t mem_share;    /* with GV_SHM_DEV_OVERSUBSCRIBE: device-resident bytes (0 = mem_limit) */
+    uint32_t sm_limit;
+    uint32_t flags;
+};
+gv_status gv_shm_device_attach(struct gv_shm *shm, const char *uuid,
+                               const struct gv_shm_limits *lim, int *idx, struct gv_error *err);
 /* Index of the device with this uuid, or -1. */
 int gv_shm_device_find(const struct gv_shm *shm, const char *uuid);
 
@@ -127,13 +137,21 @@ void gv_shm_after_fork(struct gv_shm *shm);
 /* This process's slot, or NULL before gv_shm_proc_attach. */
 struct gv_shm_proc *gv_shm_self(struct gv_shm *shm);
 
+/* What a reservation may be served as. */
+enum gv_shm_kind {
+    GV_SHM_DEVICE,  /* device memory: within the limit and (oversubscribed) the share */
+    GV_SHM_MANAGED, /* managed memory: within the limit only */
+    GV_SHM_ANY,     /* device memory while the share allows, else managed */
+};
+
 /*
  * Charges bytes on device dev to this process, atomically with the
  * container-wide limit check: GV_ENOFIT when it would exceed the limit
- * (after reclaiming dead processes' usage once).  managed marks bytes served
- * from oversubscribed managed memory.
+ * (after reclaiming dead processes' usage once).  *managed (may be NULL
+ * for GV_SHM_DEVICE) tells how the bytes were charged.
  */
-gv_status gv_shm_mem_reserve(struct gv_shm *shm, int dev, uint64_t bytes, bool managed);
+gv_status gv_shm_mem_reserve(struct gv_shm *shm, int dev, uint64_t bytes, enum gv_shm_kind kind,
+                             bool *managed);
 /* Returns bytes on device dev charged by gv_shm_mem_reserve. */
 void gv_shm_mem_release(struct gv_shm *shm, int dev, uint64_t bytes, bool managed);
 /* Container-wide bytes charged on dev. */

@@ -64,6 +64,20 @@ for via in link dlopen procaddr:12000 procaddr:12080:pt procaddr:13000; do
         alloc:1021m:OOM freeall info:1g:1g nvml-mem:0:0:1g free-bogus:INVAL
 done
 
+# --- memory cached by stream-ordered pools is charged until trimmed ---------
+fresh
+probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init pool:256m:OK pool-keep:1g pool:256m:OK info:512m:1g free-last:OK info:512m:1g \
+    nvml-mem:0:512m:1g pool:512m:OK info:256m:1g freeall info:256m:1g pool-trim:0 info:1g:1g \
+    pool:600m:OK pool-keep:1g free-last:OK info:424m:1g alloc:500m:OK info:524m:1g \
+    pool-destroy:OK info:524m:1g pool-keep:1g:default async:300m:OK free-last:OK info:224m:1g \
+    async:300m:OK info:224m:1g freeall info:724m:1g pool-trim:0:default info:1g:1g
+# A pool whose cache stands in the way of an allocation is trimmed back to the driver.
+fresh
+probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init pool-keep:1g:default async:600m:OK free-last:OK info:424m:1g alloc:600m:OK \
+    info:424m:1g
+
 # --- cuGetProcAddress honours cudaVersion and flags ------------------------
 fresh
 probe "$PROBE" --via dlopen init \
@@ -74,6 +88,17 @@ probe "$PROBE" --via dlopen init \
     pa:cuCtxCreate:12000:0:cuCtxCreate_v3 pa:cuCtxCreate:13000:0:cuCtxCreate_v4 \
     pa:cuCtxCreate:3020:0:cuCtxCreate_v2 pa:cuMemAlloc:13000:2:cuMemAlloc_v2 \
     hooked:cuCtxCreate_v4:no hooked:nvmlDeviceGetMemoryInfo_v2:yes hooked:nvmlDeviceGetCount_v2:no
+# The request pattern of the CUDA 13 runtime (libcudart.so.13, traced against the fake):
+# each entry point is asked for with the ABI version the runtime was built for.
+fresh
+probe "$PROBE" --via dlopen init \
+    pa:cuMemAlloc:3020:0:cuMemAlloc_v2 pa:cuMemGetInfo:3020:0:cuMemGetInfo_v2 \
+    pa:cuDeviceTotalMem:3020:0:cuDeviceTotalMem_v2 pa:cuMemAllocManaged:6000:0:cuMemAllocManaged \
+    pa:cuMemAllocAsync:11020:2:cuMemAllocAsync_ptsz pa:cuMemFreeAsync:11020:0:cuMemFreeAsync \
+    pa:cuArray3DCreate:3020:0:cuArray3DCreate_v2 pa:cuMipmappedArrayCreate:5000:0:cuMipmappedArrayCreate \
+    pa:cuLaunchKernel:7000:2:cuLaunchKernel_ptsz pa:cuLaunchKernelEx:11060:0:cuLaunchKernelEx \
+    pa:cuGraphLaunch:10000:2:cuGraphLaunch_ptsz pa:cuIpcOpenMemHandle:11000:0:cuIpcOpenMemHandle_v2 \
+    pa:cuGetProcAddress:12000:0:cuGetProcAddress_v2
 
 # --- without limits the interposer is transparent ---------------------------
 fresh
@@ -127,6 +152,25 @@ fresh
 probe CUDA_VISIBLE_DEVICES=GPU-fa4e0001,GPU-fa4e0000 CUDA_DEVICE_MEMORY_LIMIT_0=1g \
     CUDA_DEVICE_MEMORY_LIMIT_1=2g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
     "$PROBE" init info:1g:1g ctx:1 info:2g:2g alloc:1g:OK nvml-mem:0:1g:2g nvml-mem:1:0:1g
+
+# --- oversubscription: beyond the share, managed memory capped by the card ---
+fresh
+probe CUDA_OVERSUBSCRIBE=true CUDA_DEVICE_MEMORY_LIMIT=8g GPUVISOR_DEVICE_MEMORY_SHARE=4g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init total:0:8g alloc:3g:OK alloc:2g:OK info:3g:8g nvml-mem:0:5g:8g \
+    pitch:1024:1048576:OK pitch:1024:1:OOM array:256:1024:OOM alloc:4g:OOM alloc:2g:OK info:0:8g \
+    freeall info:8g:8g
+fresh
+probe CUDA_OVERSUBSCRIBE=true CUDA_DEVICE_MEMORY_LIMIT=32g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init info:32g:32g alloc:15g:OK alloc:2g:OOM alloc:512m:OK info:16896m:32g
+fresh
+"$PROBE" init alloc:14g:OK sleep:1500 >/dev/null 2>&1 & # another tenant fills the card
+hog=$!
+sleep 0.4
+probe CUDA_OVERSUBSCRIBE=true CUDA_DEVICE_MEMORY_LIMIT=8g GPUVISOR_DEVICE_MEMORY_SHARE=4g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init alloc:3g:OOM alloc:1g:OK alloc:1536m:OOM alloc:512m:OK
+wait $hog
 
 # --- limits fixed by the first process --------------------------------------
 fresh

@@ -56,7 +56,7 @@ static void test_create_and_reopen(void **state)
     assert_int_equal(r->version, GV_SHM_VERSION);
     assert_int_equal(r->total_size, sizeof(struct gv_shm_region));
     int idx;
-    assert_int_equal(gv_shm_device_attach(a, "GPU-a", 1000, 5000, 30, 0, &idx, NULL), GV_OK);
+    assert_int_equal(gv_shm_device_attach(a, "GPU-a", &(struct gv_shm_limits){1000, 5000, 0, 30, 0}, &idx, NULL), GV_OK);
     assert_int_equal(idx, 0);
     gv_shm_close(a);
 
@@ -75,15 +75,15 @@ static void test_limit_and_conflict(void **state)
     int idx, idx2;
     struct gv_error err;
     assert_int_equal(gv_shm_proc_attach(a, getpid(), 1, NULL), GV_OK);
-    assert_int_equal(gv_shm_device_attach(a, "GPU-a", 1000, 5000, 0, 0, &idx, NULL), GV_OK);
-    assert_int_equal(gv_shm_mem_reserve(a, idx, 600, false), GV_OK);
-    assert_int_equal(gv_shm_mem_reserve(a, idx, 401, false), GV_ENOFIT);
-    assert_int_equal(gv_shm_mem_reserve(a, idx, 400, false), GV_OK);
+    assert_int_equal(gv_shm_device_attach(a, "GPU-a", &(struct gv_shm_limits){1000, 5000, 0, 0, 0}, &idx, NULL), GV_OK);
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 600, GV_SHM_DEVICE, NULL), GV_OK);
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 401, GV_SHM_DEVICE, NULL), GV_ENOFIT);
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 400, GV_SHM_DEVICE, NULL), GV_OK);
     assert_int_equal(gv_shm_mem_used(a, idx), 1000);
     gv_shm_mem_release(a, idx, 1000, false);
     assert_int_equal(gv_shm_mem_used(a, idx), 0);
     /* A later process bringing other limits keeps the first ones. */
-    assert_int_equal(gv_shm_device_attach(a, "GPU-a", 9999, 5000, 0, 0, &idx2, &err), GV_ECONFLICT);
+    assert_int_equal(gv_shm_device_attach(a, "GPU-a", &(struct gv_shm_limits){9999, 5000, 0, 0, 0}, &idx2, &err), GV_ECONFLICT);
     assert_int_equal(idx2, idx);
     assert_non_null(strstr(err.msg, "limits already fixed"));
     assert_int_equal(gv_shm_region(a)->devices[idx].mem_limit, 1000);
@@ -138,8 +138,8 @@ static pid_t child_charges(uint64_t bytes, bool die_holding_lock)
         int idx;
         if (gv_shm_open(path, GV_SHM_CREATE, &c, NULL) != GV_OK ||
             gv_shm_proc_attach(c, getpid(), 0, NULL) != GV_OK ||
-            gv_shm_device_attach(c, "GPU-a", 1000, 5000, 0, 0, &idx, NULL) != GV_OK ||
-            gv_shm_mem_reserve(c, idx, bytes, false) != GV_OK)
+            gv_shm_device_attach(c, "GPU-a", &(struct gv_shm_limits){1000, 5000, 0, 0, 0}, &idx, NULL) != GV_OK ||
+            gv_shm_mem_reserve(c, idx, bytes, GV_SHM_DEVICE, NULL) != GV_OK)
             _exit(1);
         if (die_holding_lock) {
             /* Take the lock and get killed inside it. */
@@ -160,11 +160,11 @@ static void test_dead_process_usage_reclaimed(void **state)
     struct gv_shm *a = open_rw();
     int idx;
     assert_int_equal(gv_shm_proc_attach(a, getpid(), 0, NULL), GV_OK);
-    assert_int_equal(gv_shm_device_attach(a, "GPU-a", 1000, 5000, 0, 0, &idx, NULL), GV_OK);
+    assert_int_equal(gv_shm_device_attach(a, "GPU-a", &(struct gv_shm_limits){1000, 5000, 0, 0, 0}, &idx, NULL), GV_OK);
     child_charges(700, false);
     assert_int_equal(gv_shm_mem_used(a, idx), 700);
     /* The dead child's 700 bytes come back when we need them. */
-    assert_int_equal(gv_shm_mem_reserve(a, idx, 900, false), GV_OK);
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 900, GV_SHM_DEVICE, NULL), GV_OK);
     assert_int_equal(gv_shm_mem_used(a, idx), 900);
     gv_shm_close(a);
 }
@@ -175,12 +175,12 @@ static void test_owner_dead_holding_lock(void **state)
     struct gv_shm *a = open_rw();
     int idx;
     assert_int_equal(gv_shm_proc_attach(a, getpid(), 0, NULL), GV_OK);
-    assert_int_equal(gv_shm_device_attach(a, "GPU-a", 1000, 5000, 0, 0, &idx, NULL), GV_OK);
-    assert_int_equal(gv_shm_mem_reserve(a, idx, 100, false), GV_OK);
+    assert_int_equal(gv_shm_device_attach(a, "GPU-a", &(struct gv_shm_limits){1000, 5000, 0, 0, 0}, &idx, NULL), GV_OK);
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 100, GV_SHM_DEVICE, NULL), GV_OK);
     child_charges(200, true);
     /* No deadlock; the corrupted cache is recomputed from the slots
      * (ours 100 + the dead child's 200, until it is reclaimed). */
-    assert_int_equal(gv_shm_mem_reserve(a, idx, 10, false), GV_OK);
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 10, GV_SHM_DEVICE, NULL), GV_OK);
     assert_int_equal(gv_shm_mem_used(a, idx), 310);
     assert_int_equal(gv_shm_reclaim(a), 1);
     assert_int_equal(gv_shm_mem_used(a, idx), 110);
@@ -192,7 +192,7 @@ static void test_concurrent_reservations_never_exceed(void **state)
     (void)state;
     struct gv_shm *a = open_rw();
     int idx;
-    assert_int_equal(gv_shm_device_attach(a, "GPU-a", 1000, 5000, 0, 0, &idx, NULL), GV_OK);
+    assert_int_equal(gv_shm_device_attach(a, "GPU-a", &(struct gv_shm_limits){1000, 5000, 0, 0, 0}, &idx, NULL), GV_OK);
     int pipefd[2];
     assert_int_equal(pipe(pipefd), 0);
     enum { KIDS = 6 };
@@ -204,7 +204,7 @@ static void test_concurrent_reservations_never_exceed(void **state)
             int got = 0;
             if (gv_shm_open(path, 0, &c, NULL) == GV_OK &&
                 gv_shm_proc_attach(c, getpid(), 0, NULL) == GV_OK)
-                while (gv_shm_mem_reserve(c, idx, 7, false) == GV_OK)
+                while (gv_shm_mem_reserve(c, idx, 7, GV_SHM_DEVICE, NULL) == GV_OK)
                     got++;
             /* Keep the charge until the parent has counted everyone. */
             if (write(pipefd[1], &got, sizeof(got)) != sizeof(got))
@@ -239,10 +239,37 @@ static void test_private_region(void **state)
     int idx;
     assert_int_equal(gv_shm_open(NULL, 0, &p, NULL), GV_OK);
     assert_int_equal(gv_shm_proc_attach(p, getpid(), 0, NULL), GV_OK);
-    assert_int_equal(gv_shm_device_attach(p, "GPU-x", 10, 0, 0, 0, &idx, NULL), GV_OK);
-    assert_int_equal(gv_shm_mem_reserve(p, idx, 11, false), GV_ENOFIT);
-    assert_int_equal(gv_shm_mem_reserve(p, idx, 10, false), GV_OK);
+    assert_int_equal(gv_shm_device_attach(p, "GPU-x", &(struct gv_shm_limits){10, 0, 0, 0, 0}, &idx, NULL), GV_OK);
+    assert_int_equal(gv_shm_mem_reserve(p, idx, 11, GV_SHM_DEVICE, NULL), GV_ENOFIT);
+    assert_int_equal(gv_shm_mem_reserve(p, idx, 10, GV_SHM_DEVICE, NULL), GV_OK);
     gv_shm_close(p);
+}
+
+static void test_oversubscribed_share(void **state)
+{
+    (void)state;
+    struct gv_shm *a = open_rw();
+    int idx;
+    bool managed = true;
+    assert_int_equal(gv_shm_proc_attach(a, getpid(), 0, NULL), GV_OK);
+    /* Limit 1000, of which 400 may be device-resident. */
+    assert_int_equal(gv_shm_device_attach(a, "GPU-o",
+                                          &(struct gv_shm_limits){1000, 5000, 400, 0,
+                                                                  GV_SHM_DEV_OVERSUBSCRIBE},
+                                          &idx, NULL),
+                     GV_OK);
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 300, GV_SHM_ANY, &managed), GV_OK);
+    assert_false(managed);
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 200, GV_SHM_DEVICE, NULL), GV_ENOFIT);
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 200, GV_SHM_ANY, &managed), GV_OK);
+    assert_true(managed);
+    assert_int_equal(gv_shm_region(a)->devices[idx].mem_managed, 200);
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 501, GV_SHM_ANY, &managed), GV_ENOFIT);
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 100, GV_SHM_DEVICE, NULL), GV_OK);
+    gv_shm_mem_release(a, idx, 200, true);
+    assert_int_equal(gv_shm_region(a)->devices[idx].mem_managed, 0);
+    assert_int_equal(gv_shm_mem_used(a, idx), 400);
+    gv_shm_close(a);
 }
 
 int main(void)
@@ -255,6 +282,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_owner_dead_holding_lock, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_reservations_never_exceed, setup, teardown),
         cmocka_unit_test(test_private_region),
+        cmocka_unit_test_setup_teardown(test_oversubscribed_share, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

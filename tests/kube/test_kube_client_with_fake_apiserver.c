@@ -181,7 +181,7 @@ static void test_json_patch_precondition(void **state)
 {
     json_t *node = kube_create_node(FX->client, "jn", NULL, NULL);
     const char *path = "/api/v1/nodes/jn";
-    json_t *ops = json_pack("[{s:s, s:s, s:s}, {s:s, s:s, s:{s:s}}]", "op", "test", "path",
+    json_t *ops = json_pack("[{s:s, s:s, s:s}, {s:s, s:s, s:{s:s}}]", "op", "replace", "path",
                             "/metadata/resourceVersion", "value", kube_rv(node), "op", "add",
                             "path", "/metadata/annotations", "value", "gpuvisor.io/node-gpus",
                             "[]");
@@ -194,11 +194,20 @@ static void test_json_patch_precondition(void **state)
                             "gpuvisor.io/node-gpus")),
                         "[]");
     json_decref(out);
-    /* The test op now fails: the object changed. */
+    /* The version in the patch is stale now: the server refuses to store. */
     assert_int_equal(gv_kube_patch(FX->client, path, GV_KUBE_PATCH_JSON, ops, &out, &err),
                      GV_ECONFLICT);
     assert_non_null(strstr(err.msg, "HTTP 409"));
+    assert_non_null(strstr(err.msg, "the object has been modified"));
     json_decref(ops);
+
+    /* A failing "test" op is the server's 422, not a conflict. */
+    json_t *test = json_pack("[{s:s, s:s, s:s}]", "op", "test", "path",
+                             "/metadata/resourceVersion", "value", "1");
+    assert_int_equal(gv_kube_patch(FX->client, path, GV_KUBE_PATCH_JSON, test, &out, &err),
+                     GV_EINVAL);
+    assert_non_null(strstr(err.msg, "HTTP 422"));
+    json_decref(test);
 
     /* A JSON patch on a missing path is the API's 422 → GV_EINVAL. */
     json_t *bad = json_pack("[{s:s, s:s}]", "op", "remove", "path", "/metadata/nothere");
@@ -246,10 +255,17 @@ static void test_bind(void **state)
     assert_string_equal(
         json_string_value(json_object_get(json_object_get(got, "spec"), "nodeName")), "node-7");
     json_decref(got);
-    /* A second bind is the API's conflict, with its message. */
+    /* Binding elsewhere is the API's conflict, with its message. */
     assert_int_equal(gv_kube_bind_pod(FX->client, "ns1", "web", uid, "node-8", &err),
                      GV_ECONFLICT);
+    assert_non_null(strstr(err.msg, "HTTP 409"));
     assert_non_null(strstr(err.msg, "already assigned to node"));
+    /* The same bind again (a retry whose first answer was lost) succeeds. */
+    assert_int_equal(gv_kube_bind_pod(FX->client, "ns1", "web", uid, "node-7", &err), GV_OK);
+    /* ... but not for another pod that reused the name (uid differs). */
+    assert_int_equal(gv_kube_bind_pod(FX->client, "ns1", "web", "other-uid", "node-7", &err),
+                     GV_ECONFLICT);
+    assert_non_null(strstr(err.msg, "UID in precondition"));
     assert_int_equal(gv_kube_bind_pod(FX->client, "ns1", "ghost", NULL, "node-8", &err),
                      GV_ENOTFOUND);
     json_decref(pod);
@@ -446,6 +462,49 @@ static void test_unix_socket_and_token_file(void **state)
     rmdir(dir);
 }
 
+static void test_seed_and_graceful_pod_deletion(void **state)
+{
+    (void)state;
+    const char *tmp = getenv("GV_TEST_TMP");
+    char seed[512];
+    snprintf(seed, sizeof(seed), "%s/kube-seed-%d.json", tmp != NULL ? tmp : "/tmp",
+             (int)getpid());
+    const char *doc = "{\"kind\":\"List\",\"items\":["
+                      "{\"kind\":\"Node\",\"metadata\":{\"name\":\"s1\"}},"
+                      "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"sp\",\"namespace\":\"ns\"},"
+                      "\"spec\":{\"nodeName\":\"s1\"}}]}";
+    struct gv_error err;
+    assert_int_equal(gv_file_write_atomic(seed, doc, strlen(doc), 0600, &err), GV_OK);
+    const char *args[] = {"--seed", seed, "--graceful-pod-deletion", NULL};
+    struct kube_fixture *fx = NULL;
+    assert_int_equal(kube_fixture_setup_args((void **)&fx, args), 0);
+    json_t *o = NULL;
+    assert_int_equal(gv_kube_get(fx->client, "/api/v1/nodes/s1", &o, &err), GV_OK);
+    json_decref(o);
+    const char *path = "/api/v1/namespaces/ns/pods/sp";
+    assert_int_equal(gv_kube_get(fx->client, path, &o, &err), GV_OK);
+    assert_non_null(json_object_get(json_object_get(o, "metadata"), "uid"));
+    json_decref(o);
+
+    /* A bound pod is only marked terminating until "its kubelet" confirms. */
+    assert_int_equal(gv_kube_delete(fx->client, path, &o, &err), GV_OK);
+    assert_non_null(json_object_get(json_object_get(o, "metadata"), "deletionTimestamp"));
+    json_decref(o);
+    assert_int_equal(gv_kube_get(fx->client, path, &o, &err), GV_OK);
+    json_decref(o);
+    assert_int_equal(fake_apiserver_ctl(&fx->fa, "finish-deletions", NULL), 200);
+    assert_int_equal(gv_kube_get(fx->client, path, &o, &err), GV_ENOTFOUND);
+
+    /* An unbound pod goes at once. */
+    json_decref(kube_create_pod(fx->client, "ns", "free", NULL, NULL, NULL));
+    assert_int_equal(gv_kube_delete(fx->client, "/api/v1/namespaces/ns/pods/free", NULL, &err),
+                     GV_OK);
+    assert_int_equal(gv_kube_get(fx->client, "/api/v1/namespaces/ns/pods/free", &o, &err),
+                     GV_ENOTFOUND);
+    kube_fixture_teardown((void **)&fx);
+    unlink(seed);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -466,6 +525,7 @@ int main(void)
         cmocka_unit_test(test_status_code_mapping),
         T(test_concurrent_patches_one_winner),
         cmocka_unit_test(test_unix_socket_and_token_file),
+        cmocka_unit_test(test_seed_and_graceful_pod_deletion),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,9 +1,12 @@
 /* Fuzz target: the extender request parsers (ExtenderArgs, ExtenderBindingArgs)
- * and the encoders fed from whatever parsed, as the daemon would do. */
+ * and the encoders fed from whatever parsed, as the daemon would do; and the
+ * RFC 3339 parser that reads the agents' heartbeat annotations. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "scheduler/gv_extender.h"
+#include "scheduler/sched_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -16,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         long *scores = calloc(args.n_names ? args.n_names : 1, sizeof(*scores));
         if (v != NULL && scores != NULL) {
             for (size_t i = 0; i < args.n_names; i++) {
-                v[i] = (enum gv_ext_verdict)(i % 3);
+                v[i] = (enum gv_ext_verdict)(i % 4);
                 scores[i] = (long)i - 3;
             }
             free(gv_ext_filter_result_encode(&args, v, NULL, NULL));
@@ -30,6 +33,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (gv_ext_bind_args_parse((const char *)data, size, &b, &err) == GV_OK) {
         free(gv_ext_bind_result_encode(b.node));
         gv_ext_bind_args_clear(&b);
+    }
+    char *text = malloc(size + 1);
+    if (text != NULL) {
+        memcpy(text, data, size);
+        text[size] = '\0';
+        time_t t;
+        gv_sched_parse_time(text, &t);
+        free(text);
     }
     return 0;
 }

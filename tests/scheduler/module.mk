@@ -23,3 +23,21 @@ TEST_PROGS += test_config
 test_config_SRCS := tests/scheduler/test_config.c
 test_config_LIBS := $(SCHED_LIBS)
 test_config_LDLIBS := $(SCHED_TEST_LDLIBS)
+
+TEST_PROGS += test_sched_units
+test_sched_units_SRCS := tests/scheduler/test_sched_units.c
+test_sched_units_LIBS := $(SCHED_LIBS)
+test_sched_units_LDLIBS := $(SCHED_TEST_LDLIBS)
+
+# Tests of the daemon itself (see SCHED_DAEMON in src/scheduler/module.mk).
+ifeq ($(SCHED_DAEMON),yes)
+SCHED_TESTLIB_SRCS := tests/scheduler/sched_testlib.c tests/fakes/apiserver/fake_apiserver_proc.c
+
+TEST_PROGS += test_scheduler_with_fake_apiserver
+test_scheduler_with_fake_apiserver_SRCS := tests/scheduler/test_scheduler_with_fake_apiserver.c \
+	$(SCHED_TESTLIB_SRCS)
+test_scheduler_with_fake_apiserver_LIBS := $(SCHED_LIBS)
+test_scheduler_with_fake_apiserver_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
+test_scheduler_with_fake_apiserver_CFLAGS := -I.
+TEST_SCRIPTS += tests/scheduler/test_webhook_https_with_fake_apiserver.sh
+endif

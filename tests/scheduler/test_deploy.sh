@@ -145,7 +145,7 @@ check(ds is not None, "node agent DaemonSet rendered")
 if ds:
     spec = pod_checks("DaemonSet", ds)
     paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
-    need = {"/var/lib/kubelet/device-plugins", "/usr/local/gpuvisor", "/var/lib/gpuvisor/containers"}
+    need = {"/var/lib/kubelet/device-plugins", "/usr/local/gpuvisor", "/var/lib/gpuvisor"}
     check(need <= paths, "DaemonSet mounts the kubelet plugin dir, interposer dir, container dirs",
           f"missing {sorted(need - paths)}")
     check(bool(spec.get("nodeSelector")) and bool(spec.get("tolerations")),
@@ -153,6 +153,9 @@ if ds:
     mounts = {m["mountPath"]: m for c in spec["containers"] for m in c.get("volumeMounts", [])}
     check(mounts.get("/usr/local/gpuvisor", {}).get("readOnly") is True,
           "agent mounts the interposer directory read-only")
+    check(all(m in mounts and mounts[m]["name"] == next(v["name"] for v in spec["volumes"]
+              if v.get("hostPath", {}).get("path") == m) for m in need),
+          "each host path is mounted at the same path inside the agent (Allocate names host paths)")
 
 dep = one("Deployment", "gpuvisor-scheduler")
 check(dep is not None, "scheduler Deployment rendered")

@@ -27,6 +27,8 @@ Test controls (never part of the real API) live under /_fake/:
   POST /_fake/watch-garbage            send a malformed line on every watch
   POST /_fake/compact                  forget history: older versions get 410
   POST /_fake/bookmark                 send a BOOKMARK on bookmark watches now
+  POST /_fake/finish-deletions         remove pods left terminating by
+       --graceful-pod-deletion (what their kubelet would do)
   POST /_fake/watch-410-status?on=1    answer too-old watches with HTTP 410
        instead of an ERROR event (both happen in real clusters)
   GET  /_fake/stats                    request counts {"METHOD path": n}
@@ -34,6 +36,7 @@ Test controls (never part of the real API) live under /_fake/:
 
 Usage: fake_apiserver.py [--port 0] [--unix PATH] [--token T]
        [--tls-cert F --tls-key F [--client-ca F]] [--bookmark-interval S]
+       [--graceful-pod-deletion] [--seed objects.json]
 Prints "READY <url>" on stdout once listening.  Exits when its parent dies,
 so a crashed test never leaves it running.
 """
@@ -189,11 +192,10 @@ def json_patch(doc, ops):
             doc = _add(doc, parts, val)
         elif kind == "test":
             if _walk(doc, parts) != op.get("value"):
-                # The real server reports a failed test as 422 Invalid too,
-                # except for resourceVersion, handled by the caller (409).
+                # The real server answers a failed test with 422, whatever
+                # the path (a version precondition is a replace, see update).
                 raise ApiError(422, "Invalid",
-                               "json patch: test operation failed at %s" % op["path"],
-                               {"testPath": op["path"]})
+                               "testing value %s failed: test failed" % op["path"])
         else:
             raise ApiError(400, "BadRequest", "json patch: unknown op %r" % kind)
     return doc
@@ -297,7 +299,9 @@ class Store:
         return self.rv
 
     def record(self, res, etype, old, new):
-        self.history.append((self.rv, res, etype, old, new))
+        # Stored objects are never modified after this (writes replace
+        # them), so the event's JSON is encoded once for every watcher.
+        self.history.append((self.rv, res, etype, old, new, json.dumps(new).encode()))
         # Keep memory bounded in long benches; older history counts as compacted.
         if len(self.history) > 200000:
             cut = len(self.history) - 100000
@@ -485,6 +489,13 @@ class Handler(BaseHTTPRequestHandler):
                     STORE.snapshots = {}
                 STORE.cond.notify_all()
             out["resourceVersion"] = str(STORE.rv)
+        elif op == "finish-deletions":
+            with STORE.cond:
+                done = [k for k, o in STORE.objects["pods"].items()
+                        if "deletionTimestamp" in o["metadata"]]
+                for ns, name in done:
+                    self.remove_locked("pods", ns, name)
+            out["deleted"] = len(done)
         elif op == "stats":
             with STATS_LOCK:
                 out = dict(STATS)
@@ -580,8 +591,16 @@ class Handler(BaseHTTPRequestHandler):
                                "application/strategic-merge-patch+json")
             return self.update(res, ns, name, sub, self.json_body(), ctype)
         if method == "DELETE":
-            self.read_body()
-            return self.delete(res, ns, name)
+            raw = self.read_body()
+            try:
+                opts = json.loads(raw.decode("utf-8")) if raw.strip() else {}
+            except (ValueError, UnicodeDecodeError):
+                raise ApiError(400, "BadRequest", "invalid DeleteOptions body")
+            if not isinstance(opts, dict):
+                raise ApiError(400, "BadRequest", "DeleteOptions must be an object")
+            if "gracePeriodSeconds" in q:
+                opts["gracePeriodSeconds"] = int(q["gracePeriodSeconds"])
+            return self.delete(res, ns, name, opts)
         raise ApiError(405, "MethodNotAllowed", "method %s not allowed" % method)
 
     def list(self, res, ns, q):
@@ -675,17 +694,13 @@ class Handler(BaseHTTPRequestHandler):
             if ctype is None:
                 new = body
             elif ctype == "application/json-patch+json":
-                try:
-                    new = json_patch(cur, body)
-                except ApiError as e:
-                    tp = (e.details or {}).get("testPath")
-                    if tp == "/metadata/resourceVersion":
-                        raise conflict(res, name)
-                    raise
+                new = json_patch(cur, body)
             else:
                 if not isinstance(body, dict):
                     raise ApiError(400, "BadRequest", "merge patch body must be an object")
-                new = merge_patch(cur, body)
+                # merge_patch shares untouched sub-objects with cur: copy, so
+                # that writing the new version below never edits the old one.
+                new = copy.deepcopy(merge_patch(cur, body))
             if not isinstance(new, dict) or not isinstance(new.get("metadata", {}), dict):
                 raise ApiError(422, "Invalid", "%s \"%s\" is invalid: not an object" % (res, name))
             md = new.setdefault("metadata", {})
@@ -723,16 +738,45 @@ class Handler(BaseHTTPRequestHandler):
             out = copy.deepcopy(new)
         self.send_json(200, out)
 
-    def delete(self, res, ns, name):
+    def delete(self, res, ns, name, opts):
         with STORE.cond:
-            cur = STORE.objects[res].pop((ns, name), None)
+            cur = STORE.objects[res].get((ns, name))
             if cur is None:
                 raise not_found(res, name)
-            gone = copy.deepcopy(cur)
-            gone["metadata"]["resourceVersion"] = str(STORE.next_rv())
-            gone["metadata"]["deletionTimestamp"] = now_rfc3339()
-            STORE.record(res, "DELETED", cur, gone)
+            pre = opts.get("preconditions") or {}
+            if pre.get("uid") not in (None, cur["metadata"]["uid"]):
+                raise conflict(res, name, "Precondition failed: UID in precondition: %s, UID "
+                               "in object meta: %s" % (pre["uid"], cur["metadata"]["uid"]))
+            if pre.get("resourceVersion") not in (None, cur["metadata"]["resourceVersion"]):
+                raise conflict(res, name, "Precondition failed: ResourceVersion in "
+                               "precondition: %s, ResourceVersion in object meta: %s"
+                               % (pre["resourceVersion"], cur["metadata"]["resourceVersion"]))
+            grace = opts.get("gracePeriodSeconds")
+            if grace is None:
+                grace = (cur.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+            if (ARGS.graceful_pod_deletion and res == "pods" and grace > 0
+                    and (cur.get("spec") or {}).get("nodeName")):
+                # A bound pod stays, terminating, until its kubelet confirms
+                # (here: a DELETE with gracePeriodSeconds=0 or /_fake/finish-deletions).
+                if "deletionTimestamp" in cur["metadata"]:
+                    return self.send_json(200, cur)
+                new = copy.deepcopy(cur)
+                new["metadata"]["deletionTimestamp"] = now_rfc3339()
+                new["metadata"]["deletionGracePeriodSeconds"] = grace
+                new["metadata"]["resourceVersion"] = str(STORE.next_rv())
+                STORE.objects[res][(ns, name)] = new
+                STORE.record(res, "MODIFIED", cur, new)
+                return self.send_json(200, copy.deepcopy(new))
+            gone = self.remove_locked(res, ns, name)
         self.send_json(200, gone)
+
+    def remove_locked(self, res, ns, name):
+        cur = STORE.objects[res].pop((ns, name))
+        gone = copy.deepcopy(cur)
+        gone["metadata"]["resourceVersion"] = str(STORE.next_rv())
+        gone["metadata"].setdefault("deletionTimestamp", now_rfc3339())
+        STORE.record(res, "DELETED", cur, gone)
+        return gone
 
     def bind(self, ns, name, body):
         if not isinstance(body, dict) or body.get("kind", "Binding") != "Binding":
@@ -752,8 +796,8 @@ class Handler(BaseHTTPRequestHandler):
                                "UID in object meta: %s" % (want_uid, cur["metadata"]["uid"]))
             bound = (cur.get("spec") or {}).get("nodeName")
             if bound:
-                raise conflict("pods", name, "pod %s is already assigned to node \"%s\""
-                               % (name, bound))
+                raise conflict("pods/binding", name, "pod %s is already assigned to node "
+                               "\"%s\"" % (name, bound))
             new = copy.deepcopy(cur)
             new.setdefault("spec", {})["nodeName"] = node
             conds = new.setdefault("status", {}).setdefault("conditions", [])
@@ -811,13 +855,16 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
 
-        def send_events(evs):
-            if evs:
-                chunk(b"".join(json.dumps(e).encode() + b"\n" for e in evs))
+        def line(ev):
+            return json.dumps(ev).encode() + b"\n"
+
+        def send_lines(lines):
+            if lines:
+                chunk(b"".join(lines))
 
         OPEN_WATCHES[0] += 1
         try:
-            send_events(initial)
+            send_lines([line(e) for e in initial])
             if pos_rv is None:
                 chunk(b"")
                 return
@@ -833,32 +880,27 @@ class Handler(BaseHTTPRequestHandler):
                             return
                         if STORE.garbage_generation != garbage_gen:
                             garbage_gen = STORE.garbage_generation
-                            evs.append(None)
+                            evs.append(b'{"type":"MODIFIED","object":{"metadata":\n')
                         if pos_rv < STORE.compacted:
                             err = ApiError(410, "Expired", "too old resource version: %d (%d)"
                                            % (pos_rv, STORE.compacted + 1))
-                            evs.append({"type": "ERROR", "object": err.status()})
+                            evs.append(line({"type": "ERROR", "object": err.status()}))
                             pos_rv = None
                             break
                         start = bisect.bisect_right(STORE.history, pos_rv,
                                                     key=lambda h: h[0])
-                        for (erv, eres, etype, old, new) in STORE.history[start:]:
+                        for (erv, eres, etype, old, new, blob) in STORE.history[start:]:
                             if eres != res:
                                 continue
                             was, now = visible(old), visible(new)
-                            if etype == "ADDED" and now:
-                                evs.append({"type": "ADDED", "object": copy.deepcopy(new)})
-                            elif etype == "DELETED" and was:
-                                evs.append({"type": "DELETED", "object": copy.deepcopy(new)})
-                            elif etype == "MODIFIED":
-                                if was and now:
-                                    evs.append({"type": "MODIFIED",
-                                                "object": copy.deepcopy(new)})
-                                elif now:
-                                    evs.append({"type": "ADDED", "object": copy.deepcopy(new)})
-                                elif was:
-                                    evs.append({"type": "DELETED",
-                                                "object": copy.deepcopy(new)})
+                            if etype == "MODIFIED" and was != now:
+                                # Entering / leaving the selection.
+                                etype = "ADDED" if now else "DELETED"
+                            elif (etype == "DELETED" and not was) or \
+                                    (etype != "DELETED" and not now):
+                                continue
+                            evs.append(b'{"type":"' + etype.encode() + b'","object":' + blob +
+                                       b"}\n")
                         pos_rv = STORE.rv
                         now_t = time.monotonic()
                         want_bm = bookmarks and (
@@ -867,9 +909,9 @@ class Handler(BaseHTTPRequestHandler):
                         if want_bm:
                             bm_gen = STORE.bookmark_generation
                             last_bookmark = now_t
-                            evs.append({"type": "BOOKMARK", "object": {
+                            evs.append(line({"type": "BOOKMARK", "object": {
                                 "kind": kind, "apiVersion": "v1",
-                                "metadata": {"resourceVersion": str(STORE.rv)}}})
+                                "metadata": {"resourceVersion": str(STORE.rv)}}}))
                         if evs or now_t >= deadline:
                             break
                         wait = min(deadline - now_t, 0.5)
@@ -877,11 +919,7 @@ class Handler(BaseHTTPRequestHandler):
                             wait = min(wait, max(0.01, ARGS.bookmark_interval -
                                                  (now_t - last_bookmark)))
                         STORE.cond.wait(wait)
-                for e in evs:
-                    if e is None:
-                        chunk(b'{"type":"MODIFIED","object":{"metadata":\n')
-                    else:
-                        send_events([e])
+                send_lines(evs)
                 if pos_rv is None or time.monotonic() >= deadline:
                     chunk(b"")
                     return
@@ -897,6 +935,28 @@ class UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer)
     def get_request(self):
         req, _ = super().get_request()
         return req, ("unix", 0)
+
+
+def seed(path):
+    with open(path) as f:
+        doc = json.load(f)
+    items = doc.get("items", []) if isinstance(doc, dict) else doc
+    by_kind = {kind: res for res, (kind, _) in RESOURCES.items()}
+    for obj in items:
+        res = by_kind.get(obj.get("kind"))
+        if res is None:
+            sys.exit("fake_apiserver: --seed: unsupported kind %r" % obj.get("kind"))
+        md = obj.setdefault("metadata", {})
+        ns = md.setdefault("namespace", "default") if RESOURCES[res][1] else None
+        md["uid"] = md.get("uid") or str(uuid.uuid4())
+        md.setdefault("creationTimestamp", now_rfc3339())
+        md["resourceVersion"] = str(STORE.next_rv())
+        obj["apiVersion"] = "v1"
+        if res == "pods":
+            obj.setdefault("spec", {})
+            obj.setdefault("status", {}).setdefault("phase", "Pending")
+        STORE.objects[res][(ns, md["name"])] = obj
+        STORE.record(res, "ADDED", None, obj)
 
 
 def parent_watchdog(ppid):
@@ -917,8 +977,14 @@ def main():
     ap.add_argument("--tls-key")
     ap.add_argument("--client-ca")
     ap.add_argument("--bookmark-interval", type=float, default=60.0)
+    ap.add_argument("--graceful-pod-deletion", action="store_true",
+                    help="DELETE of a bound pod only marks it terminating, as with a kubelet")
+    ap.add_argument("--seed", help="JSON file (a List or an array) of objects to start with")
     ARGS = ap.parse_args()
 
+    if ARGS.seed:
+        with STORE.cond:
+            seed(ARGS.seed)
     if ARGS.unix:
         try:
             os.unlink(ARGS.unix)

@@ -439,6 +439,7 @@ struct CUmemPoolHandle_st {
     uint64_t used;     /* bytes handed out */
     uint64_t release_threshold;
     bool is_default;
+    bool destroyed; /* kept, like contexts, so stale handles are detected */
 };
 
 struct CUarray_st {
@@ -468,6 +469,7 @@ static size_t nhandles, cap_handles;
 static CUdeviceptr next_va[FAKE_MAX_GPUS + 1];
 static CUmemGenericAllocationHandle next_handle = 1;
 static struct CUmemPoolHandle_st default_pools[FAKE_MAX_GPUS];
+static struct CUmemPoolHandle_st *current_pools[FAKE_MAX_GPUS]; /* NULL: the default pool */
 
 /* Fresh, never reused, 512-byte aligned device addresses per GPU. */
 static CUdeviceptr new_va(int phys, size_t size)
@@ -849,6 +851,31 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
+CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    int phys;
+    if (pool == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    CHECK_DEV(dev, phys);
+    pthread_mutex_lock(&lock);
+    *pool = current_pools[dev] != NULL ? current_pools[dev] : default_pool(dev);
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+    int phys;
+    CHECK_DEV(dev, phys);
+    if (pool == NULL || pool->phys != phys)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    current_pools[dev] = pool;
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
+
+/* cuMemAllocAsync allocates from the device's current pool. */
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
     (void)hStream;
@@ -858,7 +885,7 @@ CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
     if (rc != CUDA_SUCCESS)
         return rc;
     pthread_mutex_lock(&lock);
-    struct CUmemPoolHandle_st *p = default_pool(dev);
+    struct CUmemPoolHandle_st *p = current_pools[dev] != NULL ? current_pools[dev] : default_pool(dev);
     pthread_mutex_unlock(&lock);
     return pool_alloc(dptr, bytesize, p);
 }
@@ -873,7 +900,7 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPoo
 {
     (void)hStream;
     CHECK_INIT();
-    if (pool == NULL)
+    if (pool == NULL || pool->destroyed)
         return CUDA_ERROR_INVALID_VALUE;
     return pool_alloc(dptr, bytesize, pool);
 }
@@ -920,7 +947,7 @@ CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 CUresult cuMemPoolDestroy(CUmemoryPool pool)
 {
     CHECK_INIT();
-    if (pool == NULL || pool->is_default)
+    if (pool == NULL || pool->is_default || pool->destroyed)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     /* Allocations still live keep their memory until freed (as the driver does). */
@@ -933,15 +960,18 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool)
             pool->reserved -= allocs[i].size;
         }
     pool_shrink(pool, 0);
+    for (int d = 0; d < FAKE_MAX_GPUS; d++)
+        if (current_pools[d] == pool)
+            current_pools[d] = NULL;
+    pool->destroyed = true;
     pthread_mutex_unlock(&lock);
-    free(pool);
     return CUDA_SUCCESS;
 }
 
 CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
     CHECK_INIT();
-    if (pool == NULL)
+    if (pool == NULL || pool->destroyed)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     pool_shrink(pool, minBytesToKeep);
@@ -952,7 +982,7 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
     CHECK_INIT();
-    if (pool == NULL || value == NULL)
+    if (pool == NULL || value == NULL || pool->destroyed)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     CUresult rc = CUDA_SUCCESS;
@@ -969,7 +999,8 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
 CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
     CHECK_INIT();
-    if (pool == NULL || value == NULL || attr != CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
+    if (pool == NULL || value == NULL || attr != CU_MEMPOOL_ATTR_RELEASE_THRESHOLD ||
+        pool->destroyed)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     pool->release_threshold = *(cuuint64_t *)value;

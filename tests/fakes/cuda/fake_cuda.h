@@ -59,6 +59,8 @@ bool fake_cuda_ctx_valid(const struct CUctx_st *ctx);
     X(cuDeviceGetPCIBusId, 4010, 0, cuDeviceGetPCIBusId)                                           \
     X(cuDeviceGetByPCIBusId, 4010, 0, cuDeviceGetByPCIBusId)                                       \
     X(cuDeviceGetDefaultMemPool, 11020, 0, cuDeviceGetDefaultMemPool)                              \
+    X(cuDeviceGetMemPool, 11020, 0, cuDeviceGetMemPool)                                            \
+    X(cuDeviceSetMemPool, 11020, 0, cuDeviceSetMemPool)                                            \
     X(cuCtxCreate, 3020, 0, cuCtxCreate_v2)                                                        \
     X(cuCtxCreate, 11040, 0, cuCtxCreate_v3)                                                       \
     X(cuCtxCreate, 12050, 0, cuCtxCreate_v4)                                                       \
@@ -153,7 +155,8 @@ bool fake_cuda_ctx_valid(const struct CUctx_st *ctx);
     X(cuStreamIsCapturing, 10000, 0, cuStreamIsCapturing)                                          \
     X(cuStreamIsCapturing, 10000, FAKE_PT, cuStreamIsCapturing_ptsz)                               \
     X(cuStreamGetDevice, 12080, 0, cuStreamGetDevice)                                              \
-    X(cuStreamGetDevice, 12080, FAKE_PT, cuStreamGetDevice_ptsz)
+    X(cuStreamGetDevice, 12080, FAKE_PT, cuStreamGetDevice_ptsz)                                   \
+    X(cuThreadExchangeStreamCaptureMode, 10010, 0, cuThreadExchangeStreamCaptureMode)
 
 /*
  * Execution half (fake_cuda_exec.c): the virtual clock.  Exported (see
@@ -167,6 +170,8 @@ uint64_t gvfake_clock_ns(void);
 void gvfake_sleep_ns(uint64_t ns);
 /* The calling thread stops taking part in the clock (it will not block). */
 void gvfake_actor_leave(void);
+/* Kernel time this process has submitted (tests compute shares from it). */
+uint64_t gvfake_process_busy_ns(void);
 /* Kernel time the physical GPU has run so far (for utilisation views). */
 uint64_t gvfake_device_busy_ns(int phys);
 

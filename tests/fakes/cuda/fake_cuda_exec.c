@@ -20,6 +20,8 @@
  * Kernel run time is chosen by the test through the kernel's name: a name
  * ending in _<N>ns, _<N>us or _<N>ms runs for that long per launch (e.g.
  * "spin_1000us"); other names run GV_FAKE_KERNEL_NS (default 10 us).
+ * GV_FAKE_KERNEL_JITTER=j varies each launch by up to +-j percent;
+ * GV_FAKE_SLEEP_SLACK_NS makes every gvfake_sleep_ns oversleep that much.
  *
  * Test seam: gvfake_clock_ns() and gvfake_sleep_ns() let libgpuvisor's
  * throttle run on this clock; the real driver has no such symbols.
@@ -123,6 +125,8 @@ struct CUgraph_st {
     uint32_t magic;
     uint64_t ns;
     unsigned kernels;
+    bool global;           /* captured in CU_STREAM_CAPTURE_MODE_GLOBAL */
+    unsigned unsafe_epoch; /* g_unsafe_epoch when the capture began */
 };
 
 struct CUgraphExec_st {
@@ -135,10 +139,22 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static struct vt_shared *g_vt;
 static unsigned g_depth = 1024;
 static uint64_t g_default_ns = 10000;
+static unsigned g_jitter;       /* percent: each launch runs ns * (1 +- jitter) */
+static uint64_t g_slack;        /* every gvfake_sleep_ns oversleeps this much */
+static uint64_t g_jitter_state; /* per-process LCG: runs are reproducible */
 static struct CUstream_st g_default_stream[VT_MAX_DEVICES];
 static uint64_t g_proc_tail[VT_MAX_DEVICES]; /* for cuCtxSynchronize */
+static uint64_t g_proc_busy;                 /* kernel time this process submitted */
 static __thread int t_actor = -1;
 static __thread int t_spins;
+/*
+ * Stream-capture safety, as the driver enforces it: while a capture in
+ * global mode is under way, a "potentially unsafe" call (here: event queries)
+ * from a thread not in relaxed mode invalidates it.
+ */
+static __thread CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+static _Atomic int g_global_captures;
+static _Atomic unsigned g_unsafe_epoch;
 
 static uint64_t env_u64(const char *name, uint64_t def)
 {
@@ -187,6 +203,11 @@ static void vt_open(void)
     if (g_depth == 0 || g_depth > 65536)
         g_depth = 1024;
     g_default_ns = env_u64("GV_FAKE_KERNEL_NS", 10000);
+    g_jitter = (unsigned)env_u64("GV_FAKE_KERNEL_JITTER", 0);
+    g_slack = env_u64("GV_FAKE_SLEEP_SLACK_NS", 0);
+    if (g_jitter > 100)
+        g_jitter = 100;
+    g_jitter_state = 0x9e3779b97f4a7c15ull;
     if (state && *state && (size_t)snprintf(path, sizeof(path), "%s.clock", state) < sizeof(path)) {
         int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
         struct stat st;
@@ -365,6 +386,15 @@ static void vt_release_process(void)
     pthread_mutex_unlock(&v->mu);
 }
 
+/* True (and the captures invalidated) when an unsafe call is not allowed now. */
+static bool unsafe_during_capture(void)
+{
+    if (atomic_load(&g_global_captures) == 0 || t_capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+        return false;
+    atomic_fetch_add(&g_unsafe_epoch, 1);
+    return true;
+}
+
 uint64_t gvfake_clock_ns(void)
 {
     struct vt_shared *v = vt();
@@ -378,7 +408,8 @@ void gvfake_sleep_ns(uint64_t ns)
 {
     struct vt_shared *v = vt();
     vt_lock(v);
-    vt_wait_until_locked(v, v->now + ns);
+    /* Real sleeps overshoot (timer slack, scheduling): so may these. */
+    vt_wait_until_locked(v, v->now + ns + g_slack);
     pthread_mutex_unlock(&v->mu);
 }
 
@@ -440,6 +471,15 @@ static CUresult obj_free(void *obj, uint32_t magic)
     {                                                                                              \
         return impl args;                                                                          \
     }
+
+uint64_t gvfake_process_busy_ns(void)
+{
+    struct vt_shared *v = vt();
+    vt_lock(v);
+    uint64_t busy = g_proc_busy;
+    pthread_mutex_unlock(&v->mu);
+    return busy;
+}
 
 /* ---- streams ----------------------------------------------------------- */
 
@@ -528,7 +568,9 @@ CUresult cuStreamDestroy_v2(CUstream hStream)
         hStream->magic != OBJ_STREAM)
         return CUDA_ERROR_INVALID_HANDLE;
     if (hStream->capture) {
-        free(hStream->capture);
+        if (hStream->capture->global)
+            atomic_fetch_sub(&g_global_captures, 1);
+        obj_free(hStream->capture, OBJ_GRAPH);
         hStream->capture = NULL;
     }
     /* Queued work still completes (its finish times are already fixed). */
@@ -634,6 +676,13 @@ static CUresult submit(CUstream hStream, uint64_t ns, unsigned kernels)
             break;
         vt_wait_until_locked(v, s->pending[s->head]);
     }
+    if (g_jitter) {
+        /* Real kernels vary run to run; the throttle must not rely on a
+         * kernel always taking what it took last time. */
+        g_jitter_state = g_jitter_state * 6364136223846793005ull + 1442695040888963407ull;
+        double u = (double)(g_jitter_state >> 11) / (double)(1ull << 53) * 2.0 - 1.0;
+        ns = (uint64_t)((double)ns * (1.0 + u * g_jitter / 100.0));
+    }
     struct vt_engine *e = &v->eng[s->dev];
     uint64_t start = v->now;
     if (s->tail > start)
@@ -643,6 +692,7 @@ static CUresult submit(CUstream hStream, uint64_t ns, unsigned kernels)
     uint64_t end = start + ns;
     e->free_at = end;
     e->busy_ns += ns;
+    g_proc_busy += ns;
     e->kernels += kernels;
     s->tail = end;
     s->pending[(s->head + s->count) % g_depth] = end;
@@ -704,6 +754,8 @@ CUresult cuEventQuery(CUevent hEvent)
 {
     if (hEvent == NULL || hEvent->magic != OBJ_EVENT)
         return CUDA_ERROR_INVALID_HANDLE;
+    if (unsafe_during_capture())
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     struct vt_shared *v = vt();
     vt_lock(v);
     bool done = !hEvent->recorded || hEvent->at <= v->now;
@@ -731,6 +783,8 @@ static CUresult elapsed(float *pMilliseconds, CUevent hStart, CUevent hEnd)
         return CUDA_ERROR_INVALID_VALUE;
     if (hStart == NULL || hEnd == NULL || hStart->magic != OBJ_EVENT || hEnd->magic != OBJ_EVENT)
         return CUDA_ERROR_INVALID_HANDLE;
+    if (unsafe_during_capture())
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (!hStart->recorded || !hEnd->recorded ||
         ((hStart->flags | hEnd->flags) & CU_EVENT_DISABLE_TIMING))
         return CUDA_ERROR_INVALID_HANDLE;
@@ -797,8 +851,9 @@ CUresult cuModuleUnload(CUmodule hmod)
     return CUDA_SUCCESS;
 }
 
-/* "<anything>_<N><unit>" -> N in ns; 0 when the name carries no duration. */
-static uint64_t name_duration(const char *name)
+/* "<anything>_<N><unit>" -> true and N in ns; false when the name carries no
+ * run time ("_0ns" is a kernel that takes no time at all). */
+static bool name_duration(const char *name, uint64_t *ns)
 {
     const char *us = strrchr(name, '_');
     static const struct {
@@ -806,13 +861,16 @@ static uint64_t name_duration(const char *name)
         uint64_t mul;
     } units[] = {{"ns", 1}, {"us", 1000}, {"ms", 1000000}};
     if (us == NULL || us[1] < '0' || us[1] > '9')
-        return 0;
+        return false;
     char *end;
     unsigned long long n = strtoull(us + 1, &end, 10);
-    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
-        if (strcmp(end, units[i].unit) == 0 && n <= UINT64_MAX / units[i].mul)
-            return n * units[i].mul;
-    return 0;
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (strcmp(end, units[i].unit) == 0 && n <= UINT64_MAX / units[i].mul) {
+            *ns = n * units[i].mul;
+            return true;
+        }
+    }
+    return false;
 }
 
 CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
@@ -833,8 +891,7 @@ CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
         return CUDA_ERROR_OUT_OF_MEMORY;
     f->magic = OBJ_FUNC;
     memcpy(f->name, name, len + 1);
-    f->ns = name_duration(name);
-    if (f->ns == 0)
+    if (!name_duration(name, &f->ns))
         f->ns = g_default_ns;
     f->next = hmod->funcs;
     hmod->funcs = f;
@@ -913,7 +970,6 @@ CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsLi
 
 static CUresult begin_capture(CUstream hStream, int mode)
 {
-    (void)mode;
     CUresult rc;
     struct CUstream_st *s = stream_get(hStream, &rc);
     if (s == NULL)
@@ -925,6 +981,10 @@ static CUresult begin_capture(CUstream hStream, int mode)
     struct CUgraph_st *g = obj_new(sizeof(*g), OBJ_GRAPH);
     if (g == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    g->global = mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
+    g->unsafe_epoch = atomic_load(&g_unsafe_epoch);
+    if (g->global)
+        atomic_fetch_add(&g_global_captures, 1);
     s->capture = g;
     return CUDA_SUCCESS;
 }
@@ -937,10 +997,17 @@ static CUresult end_capture(CUstream hStream, CUgraph *phGraph)
     struct CUstream_st *s = stream_query_target(hStream, phGraph, &rc);
     if (s == NULL)
         return rc;
-    if (s->capture == NULL)
+    struct CUgraph_st *g = s->capture;
+    if (g == NULL)
         return CUDA_ERROR_ILLEGAL_STATE;
-    *phGraph = s->capture;
     s->capture = NULL;
+    if (g->global)
+        atomic_fetch_sub(&g_global_captures, 1);
+    if (g->global && g->unsafe_epoch != atomic_load(&g_unsafe_epoch)) {
+        obj_free(g, OBJ_GRAPH);
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    }
+    *phGraph = g;
     return CUDA_SUCCESS;
 }
 
@@ -982,6 +1049,16 @@ static CUresult stream_device(CUstream hStream, CUdevice *device)
 }
 
 FAKE_BOTH(cuStreamGetDevice, stream_device, (CUstream hStream, CUdevice *device), (hStream, device))
+
+CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    if (mode == NULL || (unsigned)*mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureMode old = t_capture_mode;
+    t_capture_mode = *mode;
+    *mode = old;
+    return CUDA_SUCCESS;
+}
 
 CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {

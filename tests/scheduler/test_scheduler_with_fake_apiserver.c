@@ -1,0 +1,632 @@
+/*
+ * The scheduler (state from informers, filter/prioritize/bind over HTTP)
+ * against the kube-apiserver stand-in: placements, reasons, bind writes,
+ * concurrency, expiry, restarts, stale agents, malformed input.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <curl/curl.h>
+
+#include "common/gv_log.h"
+#include "scheduler/gv_scheduler.h"
+#include "tests/scheduler/sched_testlib.h"
+
+struct fx {
+    struct fake_apiserver fa;
+    struct gv_kube_client *kube;
+    struct gv_sched_config cfg;
+    struct gv_sched *s;
+    struct gv_httpd *h;
+    char base[128];    /* extender prefix URL */
+    char metrics[128]; /* /metrics URL */
+};
+
+static const struct gpu_desc a100x2[] = {{"NVIDIA A100-SXM4-80GB", 81559, 4},
+                                         {"NVIDIA A100-SXM4-80GB", 81559, 4}};
+static const struct gpu_desc t4x1[] = {{"Tesla T4", 15360, 4}};
+
+static void put_gpu_node(struct fx *f, const char *name, const struct gpu_desc *g, unsigned n,
+                         long hb_age)
+{
+    char *inv = st_inventory(name, g, n, true);
+    json_t *node = st_node(name, inv, hb_age);
+    st_put_node(f->kube, node);
+    json_decref(node);
+    free(inv);
+}
+
+static void sched_up(struct fx *f)
+{
+    struct gv_error err = {0};
+    assert_int_equal(gv_sched_new(&f->cfg, f->kube, &f->s, &err), GV_OK);
+    struct gv_httpd_options o = {.name = "extender", .address = "127.0.0.1"};
+    assert_int_equal(gv_httpd_new(&o, &f->h, &err), GV_OK);
+    assert_int_equal(gv_sched_serve_extender(f->s, f->h, "/gpuvisor", &err), GV_OK);
+    assert_int_equal(gv_sched_serve_health(f->s, f->h, &err), GV_OK);
+    assert_int_equal(gv_httpd_start(f->h, &err), GV_OK);
+    assert_int_equal(gv_sched_start(f->s, &err), GV_OK);
+    snprintf(f->base, sizeof(f->base), "http://127.0.0.1:%u/gpuvisor", gv_httpd_port(f->h));
+    snprintf(f->metrics, sizeof(f->metrics), "http://127.0.0.1:%u/metrics", gv_httpd_port(f->h));
+    for (int i = 0; i < 500 && !gv_sched_ready(f->s); i++)
+        usleep(10000);
+    assert_true(gv_sched_ready(f->s));
+}
+
+static void sched_down(struct fx *f)
+{
+    gv_httpd_free(f->h);
+    gv_sched_free(f->s);
+    f->h = NULL;
+    f->s = NULL;
+}
+
+static int setup(void **state)
+{
+    struct fx *f = calloc(1, sizeof(*f));
+    struct gv_error err = {0};
+    if (fake_apiserver_start(&f->fa, NULL) != 0)
+        return -1;
+    struct gv_kube_config *kc = NULL;
+    if (gv_kube_config_from_url(f->fa.url, &kc, &err) != GV_OK)
+        return -1;
+    kc->max_retries = 2;
+    kc->backoff_initial_ms = 10;
+    gv_kube_client_new(kc, &f->kube, &err);
+    gv_kube_config_free(kc);
+    gv_sched_config_default(&f->cfg, &err);
+    f->cfg.alloc.node_policy = GV_ALLOC_POLICY_BINPACK;
+    put_gpu_node(f, "gpu-a", a100x2, 2, 0);
+    put_gpu_node(f, "gpu-b", a100x2, 2, 0);
+    put_gpu_node(f, "gpu-t4", t4x1, 1, 0);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fx *f = *state;
+    sched_down(f);
+    gv_kube_client_free(f->kube);
+    fake_apiserver_stop(&f->fa);
+    gv_sched_config_clear(&f->cfg);
+    free(f);
+    return 0;
+}
+
+static const char *const all_nodes[] = {"gpu-a", "gpu-b", "gpu-t4", "cpu-only"};
+
+static json_t *get_pod(struct fx *f, const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/api/v1/namespaces/default/pods/%s", name);
+    json_t *p = NULL;
+    gv_kube_get(f->kube, path, &p, NULL);
+    return p;
+}
+
+static const char *ann(json_t *pod, const char *key)
+{
+    return json_string_value(
+        json_object_get(json_object_get(json_object_get(pod, "metadata"), "annotations"), key));
+}
+
+static void test_filter_bind_writes_assignment(void **state)
+{
+    struct fx *f = *state;
+    sched_up(f);
+    json_t *pod = st_create_pod(
+        f->kube, "p1", "[{\"name\":\"main\",\"limits\":{\"nvidia.com/gpumem\":\"20000\"}}]", NULL);
+    long code = 0;
+    json_t *r = st_filter(f->base, pod, all_nodes, 4, &code);
+    assert_int_equal(code, 200);
+    const char *chosen = st_chosen(r);
+    assert_non_null(chosen);
+    assert_true(strncmp(chosen, "gpu-", 4) == 0);
+    /* Only the chosen node comes back; the other usable ones are dropped. */
+    assert_int_equal(json_array_size(json_object_get(r, "NodeNames")), 1);
+    assert_int_equal(json_object_size(json_object_get(r, "FailedNodes")), 0);
+    /* No agent on cpu-only: unresolvable, so no preemption is attempted. */
+    const char *cpu = json_string_value(
+        json_object_get(json_object_get(r, "FailedAndUnresolvableNodes"), "cpu-only"));
+    assert_non_null(cpu);
+    assert_non_null(strstr(cpu, "no gpuvisor inventory"));
+    char node[64];
+    snprintf(node, sizeof(node), "%s", chosen);
+    json_decref(r);
+    /* The reservation shows in the metrics before the bind. */
+    assert_true(st_metric(f->metrics, "gpuvisor_gpu_memory_allocated_mib", node) == 20000);
+
+    char *e = st_bind(f->base, pod, node);
+    assert_string_equal(e, "");
+    free(e);
+    json_t *got = get_pod(f, "p1");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(got, "spec"), "nodeName")),
+                        node);
+    const char *a = ann(got, "gpuvisor.io/assignment");
+    assert_non_null(a);
+    assert_non_null(strstr(a, node));
+    assert_non_null(strstr(a, "main="));
+    assert_non_null(strstr(a, ":20000:"));
+    assert_string_equal(ann(got, "gpuvisor.io/assigned-node"), node);
+    assert_non_null(ann(got, "gpuvisor.io/assigned-at"));
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(json_object_get(got, "metadata"), "labels"),
+                            GV_SCHED_ASSIGNED_LABEL)),
+                        "true");
+    json_decref(got);
+    assert_true(st_metric(f->metrics, "gpuvisor_scheduler_binds_total", "result=\"ok\"") == 1);
+    assert_true(st_metric(f->metrics, "gpuvisor_gpu_memory_allocated_mib", node) == 20000);
+    json_decref(pod);
+}
+
+static void test_nothing_fits_gives_reasons(void **state)
+{
+    struct fx *f = *state;
+    sched_up(f);
+    json_t *pod = st_create_pod(
+        f->kube, "huge", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpu\":\"3\"}}]", NULL);
+    long code = 0;
+    json_t *r = st_filter(f->base, pod, all_nodes, 4, &code);
+    assert_int_equal(code, 200);
+    assert_int_equal(json_array_size(json_object_get(r, "NodeNames")), 0);
+    json_t *failed = json_object_get(r, "FailedNodes");
+    assert_int_equal(json_object_size(failed), 3);
+    const char *why = json_string_value(json_object_get(failed, "gpu-a"));
+    assert_non_null(why);
+    assert_true(strlen(why) > 10);
+    assert_string_equal(json_string_value(json_object_get(r, "Error")), "");
+    json_decref(r);
+    assert_true(st_metric(f->metrics, "gpuvisor_scheduler_pods_pending",
+                          "reason=\"insufficient_gpu\"") == 1);
+    json_decref(pod);
+}
+
+static void test_type_constraint(void **state)
+{
+    struct fx *f = *state;
+    sched_up(f);
+    json_t *pod = st_create_pod(f->kube, "t4only",
+                                "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"1000\"}}]",
+                                "{\"nvidia.com/use-gputype\":\"T4\"}");
+    json_t *r = st_filter(f->base, pod, all_nodes, 4, NULL);
+    assert_string_equal(st_chosen(r), "gpu-t4");
+    json_decref(r);
+    json_decref(pod);
+}
+
+struct conc {
+    struct fx *f;
+    int idx;
+    bool bound;
+    char node[64];
+};
+
+static void *conc_main(void *arg)
+{
+    struct conc *c = arg;
+    char name[32];
+    snprintf(name, sizeof(name), "c%d", c->idx);
+    json_t *pod = st_create_pod(
+        c->f->kube, name,
+        "[{\"name\":\"w\",\"limits\":{\"nvidia.com/gpumem\":\"30000\",\"nvidia.com/gpucores\":\"10\"}}]",
+        NULL);
+    const char *one[] = {"gpu-a"};
+    json_t *r = st_filter(c->f->base, pod, one, 1, NULL);
+    const char *chosen = st_chosen(r);
+    if (chosen != NULL) {
+        char *e = st_bind(c->f->base, pod, chosen);
+        c->bound = e[0] == '\0';
+        snprintf(c->node, sizeof(c->node), "%s", chosen);
+        free(e);
+    }
+    json_decref(r);
+    json_decref(pod);
+    return NULL;
+}
+
+/* 12 pods of 30000 MiB race for gpu-a (2 x 81559 MiB): exactly 4 fit
+ * (2 per GPU), and no GPU ends up above its memory. */
+static void test_concurrent_binds_never_oversubscribe(void **state)
+{
+    struct fx *f = *state;
+    sched_up(f);
+    enum { N = 12 };
+    struct conc c[N];
+    pthread_t t[N];
+    for (int i = 0; i < N; i++) {
+        c[i] = (struct conc){.f = f, .idx = i};
+        pthread_create(&t[i], NULL, conc_main, &c[i]);
+    }
+    int bound = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        bound += c[i].bound;
+    }
+    assert_int_equal(bound, 4);
+    /* Check the API's truth, not only our metrics: sum assignments per GPU. */
+    json_t *list = NULL;
+    assert_int_equal(gv_kube_list(f->kube, "/api/v1/pods", NULL, &list, NULL), GV_OK);
+    int per_gpu[2] = {0, 0};
+    size_t i;
+    json_t *p;
+    json_array_foreach(json_object_get(list, "items"), i, p) {
+        const char *a = ann(p, "gpuvisor.io/assignment");
+        if (a == NULL)
+            continue;
+        per_gpu[0] += strstr(a, "GPU-gpu-a-0:") != NULL;
+        per_gpu[1] += strstr(a, "GPU-gpu-a-1:") != NULL;
+    }
+    json_decref(list);
+    assert_int_equal(per_gpu[0] + per_gpu[1], 4);
+    assert_true(per_gpu[0] <= 2 && per_gpu[1] <= 2);
+    assert_true(st_metric(f->metrics, "gpuvisor_gpu_memory_allocated_mib", "GPU-gpu-a-0") <= 81559);
+    assert_true(st_metric(f->metrics, "gpuvisor_gpu_memory_allocated_mib", "GPU-gpu-a-1") <= 81559);
+}
+
+static bool released(void *ud)
+{
+    struct fx *f = ud;
+    return st_metric(f->metrics, "gpuvisor_gpu_memory_allocated_mib", "gpu-t4") == 0;
+}
+
+static bool reserved_t4(void *ud)
+{
+    struct fx *f = ud;
+    return st_metric(f->metrics, "gpuvisor_gpu_memory_allocated_mib", "gpu-t4") > 0;
+}
+
+static void test_reservation_expires_without_bind(void **state)
+{
+    struct fx *f = *state;
+    f->cfg.reservation_ttl_s = 1;
+    sched_up(f);
+    json_t *pod = st_create_pod(f->kube, "nobind",
+                                "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"5000\"}}]",
+                                "{\"gpuvisor.io/use-gputype\":\"T4\"}");
+    json_t *r = st_filter(f->base, pod, all_nodes, 4, NULL);
+    assert_string_equal(st_chosen(r), "gpu-t4");
+    json_decref(r);
+    assert_true(reserved_t4(f));
+    assert_true(st_wait(released, f, 5000));
+    json_decref(pod);
+}
+
+static bool t4_gone(void *ud)
+{
+    struct fx *f = ud;
+    return st_metric(f->metrics, "gpuvisor_scheduler_nodes", NULL) == 2;
+}
+
+static void test_delete_and_finish_release(void **state)
+{
+    struct fx *f = *state;
+    sched_up(f);
+    const char *t4[] = {"gpu-t4"};
+    json_t *pod = st_create_pod(
+        f->kube, "gone", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"6000\"}}]", NULL);
+    json_t *r = st_filter(f->base, pod, t4, 1, NULL);
+    assert_string_equal(st_chosen(r), "gpu-t4");
+    json_decref(r);
+    char *e = st_bind(f->base, pod, "gpu-t4");
+    assert_string_equal(e, "");
+    free(e);
+    assert_true(reserved_t4(f));
+    assert_int_equal(gv_kube_delete(f->kube, "/api/v1/namespaces/default/pods/gone", NULL, NULL),
+                     GV_OK);
+    assert_true(st_wait(released, f, 5000));
+    json_decref(pod);
+
+    /* A pod that finishes (phase Succeeded) releases too. */
+    pod = st_create_pod(f->kube, "done",
+                        "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"6000\"}}]", NULL);
+    r = st_filter(f->base, pod, t4, 1, NULL);
+    json_decref(r);
+    e = st_bind(f->base, pod, "gpu-t4");
+    assert_string_equal(e, "");
+    free(e);
+    json_t *patch = json_pack("{s:{s:s}}", "status", "phase", "Succeeded");
+    assert_int_equal(gv_kube_patch(f->kube, "/api/v1/namespaces/default/pods/done/status",
+                                   GV_KUBE_PATCH_MERGE, patch, NULL, NULL),
+                     GV_OK);
+    json_decref(patch);
+    assert_true(st_wait(released, f, 5000));
+    json_decref(pod);
+
+    /* A deleted node leaves the scheduler's model. */
+    assert_int_equal(gv_kube_delete(f->kube, "/api/v1/nodes/gpu-t4", NULL, NULL), GV_OK);
+    assert_true(st_wait(t4_gone, f, 5000));
+}
+
+static bool t4_has_6000(void *ud)
+{
+    struct fx *f = ud;
+    return st_metric(f->metrics, "gpuvisor_gpu_memory_allocated_mib", "gpu-t4") == 6000;
+}
+
+static void test_restart_rebuilds_from_api(void **state)
+{
+    struct fx *f = *state;
+    sched_up(f);
+    const char *t4[] = {"gpu-t4"};
+    json_t *pod = st_create_pod(
+        f->kube, "keep", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"6000\"}}]", NULL);
+    json_t *r = st_filter(f->base, pod, t4, 1, NULL);
+    json_decref(r);
+    char *e = st_bind(f->base, pod, "gpu-t4");
+    assert_string_equal(e, "");
+    free(e);
+    json_decref(pod);
+    sched_down(f);
+
+    /* A fresh process knows only the API: the bound pod's usage is back. */
+    sched_up(f);
+    assert_true(st_wait(t4_has_6000, f, 5000));
+    /* 15360 - 6000 left: a 10000 MiB pod no longer fits on the T4. */
+    pod = st_create_pod(f->kube, "big",
+                        "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"10000\"}}]", NULL);
+    r = st_filter(f->base, pod, t4, 1, NULL);
+    assert_null(st_chosen(r));
+    assert_non_null(json_object_get(json_object_get(r, "FailedNodes"), "gpu-t4"));
+    json_decref(r);
+    json_decref(pod);
+}
+
+static void test_stale_and_malformed_agents(void **state)
+{
+    struct fx *f = *state;
+    f->cfg.heartbeat_timeout_s = 30;
+    put_gpu_node(f, "gpu-b", a100x2, 2, 300); /* heartbeat 5 minutes old */
+    json_t *bad = st_node("gpu-a", "{\"version\":1,\"gpus\":[{\"uuid\":7}]}", 0);
+    st_put_node(f->kube, bad);
+    json_decref(bad);
+    sched_up(f);
+    json_t *pod = st_create_pod(
+        f->kube, "p", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"1000\"}}]", NULL);
+    json_t *r = st_filter(f->base, pod, all_nodes, 4, NULL);
+    assert_string_equal(st_chosen(r), "gpu-t4");
+    json_t *unres = json_object_get(r, "FailedAndUnresolvableNodes");
+    const char *b = json_string_value(json_object_get(unres, "gpu-b"));
+    assert_non_null(b);
+    assert_non_null(strstr(b, "stale"));
+    const char *a = json_string_value(json_object_get(unres, "gpu-a"));
+    assert_non_null(a);
+    assert_non_null(strstr(a, "malformed"));
+    json_decref(r);
+    assert_true(st_metric(f->metrics, "gpuvisor_scheduler_nodes", "state=\"stale\"") == 1);
+    assert_true(st_metric(f->metrics, "gpuvisor_scheduler_nodes", "state=\"unusable\"") == 1);
+    json_decref(pod);
+}
+
+static bool bad_requests_answered(struct fx *f)
+{
+    static const char *bodies[] = {"", "{", "[]", "{\"Pod\":null,\"NodeNames\":[]}",
+                                   "{\"Pod\":{\"metadata\":{}},\"NodeNames\":[1]}",
+                                   "{\"Pod\":{\"metadata\":{}}}"};
+    char url[256];
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        for (int verb = 0; verb < 3; verb++) {
+            static const char *verbs[] = {"filter", "prioritize", "bind"};
+            snprintf(url, sizeof(url), "%s/%s", f->base, verbs[verb]);
+            char *out = NULL;
+            long code = st_http("POST", url, bodies[i], &out);
+            bool ok = code == 400 && out != NULL && strstr(out, "\"Error\"") != NULL;
+            free(out);
+            if (!ok) {
+                print_error("%s with body '%s' answered %ld\n", verbs[verb], bodies[i], code);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+static void test_malformed_requests_get_400(void **state)
+{
+    struct fx *f = *state;
+    sched_up(f);
+    assert_true(bad_requests_answered(f));
+    /* Still alive and serving. */
+    char url[256];
+    snprintf(url, sizeof(url), "%s", f->metrics);
+    assert_int_equal(st_http("GET", url, NULL, NULL), 200);
+    assert_true(st_metric(f->metrics, "gpuvisor_http_requests_total", "code=\"400\"") == 18);
+}
+
+static void test_invalid_gpu_request_is_unresolvable(void **state)
+{
+    struct fx *f = *state;
+    sched_up(f);
+    json_t *pod = st_create_pod(
+        f->kube, "bad", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpucores\":\"150\"}}]", NULL);
+    json_t *r = st_filter(f->base, pod, all_nodes, 4, NULL);
+    json_t *unres = json_object_get(r, "FailedAndUnresolvableNodes");
+    assert_int_equal(json_object_size(unres), 4);
+    assert_non_null(strstr(json_string_value(json_object_get(unres, "gpu-a")), "0..100"));
+    json_decref(r);
+    json_decref(pod);
+}
+
+static void test_bind_recomputes_on_conflict(void **state)
+{
+    struct fx *f = *state;
+    sched_up(f);
+    const char *t4[] = {"gpu-t4"};
+    json_t *pod = st_create_pod(
+        f->kube, "moving", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"1000\"}}]", NULL);
+    json_t *r = st_filter(f->base, pod, t4, 1, NULL);
+    json_decref(r);
+    /* Someone updates the pod between filter and bind: its resourceVersion moves. */
+    json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "labels", "touched", "yes");
+    assert_int_equal(gv_kube_patch(f->kube, "/api/v1/namespaces/default/pods/moving",
+                                   GV_KUBE_PATCH_MERGE, patch, NULL, NULL),
+                     GV_OK);
+    json_decref(patch);
+    char *e = st_bind(f->base, pod, "gpu-t4");
+    assert_string_equal(e, "");
+    free(e);
+    assert_true(st_metric(f->metrics, "gpuvisor_scheduler_bind_conflicts_total", NULL) == 1);
+    json_t *got = get_pod(f, "moving");
+    assert_non_null(ann(got, "gpuvisor.io/assignment"));
+    json_decref(got);
+    /* Usage counted once, not twice. */
+    assert_true(st_metric(f->metrics, "gpuvisor_gpu_memory_allocated_mib", "gpu-t4") == 1000);
+    json_decref(pod);
+}
+
+static void test_bind_without_filter_and_to_other_node(void **state)
+{
+    struct fx *f = *state;
+    sched_up(f);
+    /* Bind with no prior filter (e.g. after a scheduler restart). */
+    json_t *pod = st_create_pod(
+        f->kube, "direct", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"2000\"}}]", NULL);
+    char *e = st_bind(f->base, pod, "gpu-t4");
+    assert_string_equal(e, "");
+    free(e);
+    json_decref(pod);
+    /* Filter reserves on one node, kube-scheduler binds to another:
+     * the reservation moves, nothing is counted twice. */
+    pod = st_create_pod(f->kube, "moved",
+                        "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"3000\"}}]",
+                        "{\"gpuvisor.io/use-gputype\":\"A100\"}");
+    const char *two[] = {"gpu-a", "gpu-b"};
+    json_t *r = st_filter(f->base, pod, two, 2, NULL);
+    const char *chosen = st_chosen(r);
+    assert_non_null(chosen);
+    const char *other = strcmp(chosen, "gpu-a") == 0 ? "gpu-b" : "gpu-a";
+    e = st_bind(f->base, pod, other);
+    assert_string_equal(e, "");
+    free(e);
+    assert_true(st_metric(f->metrics, "gpuvisor_gpu_memory_allocated_mib", chosen) == 0);
+    assert_true(st_metric(f->metrics, "gpuvisor_gpu_memory_allocated_mib", other) == 3000);
+    json_decref(r);
+    json_decref(pod);
+    /* A pod without GPUs is just bound. */
+    pod = st_create_pod(f->kube, "cpu", "[{\"name\":\"c\",\"limits\":{\"cpu\":\"1\"}}]", NULL);
+    e = st_bind(f->base, pod, "gpu-t4");
+    assert_string_equal(e, "");
+    free(e);
+    json_decref(pod);
+    json_t *got = get_pod(f, "cpu");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(got, "spec"), "nodeName")),
+                        "gpu-t4");
+    assert_null(ann(got, "gpuvisor.io/assignment"));
+    json_decref(got);
+    /* A pod that does not exist: an error kube-scheduler will show. */
+    json_t *ghost = json_pack("{s:{s:s,s:s,s:s}}", "metadata", "name", "ghost", "namespace",
+                              "default", "uid", "nope");
+    e = st_bind(f->base, ghost, "gpu-t4");
+    assert_true(strlen(e) > 0);
+    free(e);
+    json_decref(ghost);
+}
+
+static void test_feasible_mode_and_prioritize(void **state)
+{
+    struct fx *f = *state;
+    f->cfg.filter_feasible = true;
+    sched_up(f);
+    /* Load gpu-a so binpack prefers it. */
+    json_t *pod = st_create_pod(
+        f->kube, "load", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"40000\"}}]", NULL);
+    char *e = st_bind(f->base, pod, "gpu-a");
+    assert_string_equal(e, "");
+    free(e);
+    json_decref(pod);
+    pod = st_create_pod(f->kube, "next",
+                        "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"20000\"}}]", NULL);
+    json_t *r = st_filter(f->base, pod, all_nodes, 4, NULL);
+    /* Every fitting node comes back; nothing is reserved. */
+    assert_int_equal(json_array_size(json_object_get(r, "NodeNames")), 2);
+    json_decref(r);
+    assert_true(st_metric(f->metrics, "gpuvisor_scheduler_reservations", "state=\"reserved\"") == 0);
+    json_t *args = json_pack("{s:O,s:[s,s,s]}", "Pod", pod, "NodeNames", "gpu-a", "gpu-b", "gpu-t4");
+    char *body = json_dumps(args, JSON_COMPACT), *out = NULL, url[256];
+    json_decref(args);
+    snprintf(url, sizeof(url), "%s/prioritize", f->base);
+    assert_int_equal(st_http("POST", url, body, &out), 200);
+    json_t *list = json_loads(out, 0, NULL);
+    assert_int_equal(json_array_size(list), 3);
+    long sa = -1, sb = -1, st = -1;
+    size_t i;
+    json_t *hp;
+    json_array_foreach(list, i, hp) {
+        const char *host = json_string_value(json_object_get(hp, "Host"));
+        long sc = (long)json_integer_value(json_object_get(hp, "Score"));
+        assert_true(sc >= 0 && sc <= 10);
+        if (strcmp(host, "gpu-a") == 0)
+            sa = sc;
+        else if (strcmp(host, "gpu-b") == 0)
+            sb = sc;
+        else
+            st = sc;
+    }
+    assert_true(sa > sb); /* binpack: the fuller node wins */
+    assert_int_equal(st, 0); /* does not fit */
+    json_decref(list);
+    free(out);
+    free(body);
+    json_decref(pod);
+}
+
+static void test_full_node_objects_mode(void **state)
+{
+    struct fx *f = *state;
+    sched_up(f);
+    json_t *pod = st_create_pod(
+        f->kube, "objs", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"1000\"}}]",
+        "{\"nvidia.com/use-gputype\":\"T4\"}");
+    json_t *items = json_array();
+    for (int i = 0; i < 3; i++)
+        json_array_append_new(items, json_pack("{s:{s:s}}", "metadata", "name", all_nodes[i]));
+    json_t *args = json_pack("{s:O,s:{s:{},s:o}}", "Pod", pod, "Nodes", "metadata", "items", items);
+    char *body = json_dumps(args, JSON_COMPACT), *out = NULL, url[256];
+    json_decref(args);
+    snprintf(url, sizeof(url), "%s/filter", f->base);
+    assert_int_equal(st_http("POST", url, body, &out), 200);
+    json_t *r = json_loads(out, 0, NULL);
+    json_t *kept = json_object_get(json_object_get(r, "Nodes"), "items");
+    assert_int_equal(json_array_size(kept), 1);
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(json_array_get(kept, 0), "metadata"), "name")),
+        "gpu-t4");
+    json_decref(r);
+    free(out);
+    free(body);
+    json_decref(pod);
+}
+
+int main(void)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    gv_log_init("test", GV_LOG_ERROR);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_filter_bind_writes_assignment, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_nothing_fits_gives_reasons, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_type_constraint, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_binds_never_oversubscribe, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reservation_expires_without_bind, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_delete_and_finish_release, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_restart_rebuilds_from_api, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stale_and_malformed_agents, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_malformed_requests_get_400, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_invalid_gpu_request_is_unresolvable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bind_recomputes_on_conflict, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bind_without_filter_and_to_other_node, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_feasible_mode_and_prioritize, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_full_node_objects_mode, setup, teardown),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_cleanup();
+    return rc;
+}

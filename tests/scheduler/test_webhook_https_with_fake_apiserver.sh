@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The real gpuvisor-scheduler binary serving the admission webhook over
+# HTTPS, driven with curl: certificates made by openssl at test time, cluster
+# facts (largest GPU) from the kube-apiserver stand-in, certificate rotation
+# on disk while running, malformed reviews, health and metrics, clean exit
+# on SIGTERM.
+set -u
+cd "$(git rev-parse --show-toplevel 2>/dev/null || pwd)"
+BUILD="${BUILD:-build}"
+PY=/usr/bin/python3
+BIN="$BUILD/bin/gpuvisor-scheduler"
+n=0
+fails=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+nok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; [ -n "${2:-}" ] && echo "# $2"; }
+check() { if eval "$2"; then ok "$1"; else nok "$1" "${3:-}"; fi; }
+
+for tool in openssl curl; do
+    if ! command -v $tool >/dev/null; then
+        echo "1..1"; echo "ok 1 # SKIP $tool not installed"; exit 0
+    fi
+done
+
+tmp=$(mktemp -d "${GV_TEST_TMP:-/tmp}/webhook.XXXXXX")
+fa_pid= sched_pid=
+cleanup() {
+    [ -n "$sched_pid" ] && kill "$sched_pid" 2>/dev/null && wait "$sched_pid" 2>/dev/null
+    [ -n "$fa_pid" ] && kill "$fa_pid" 2>/dev/null && wait "$fa_pid" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+mkcert() { # cn -> $tmp/cert.pem, $tmp/key.pem, replaced atomically
+    openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=$1" \
+        -addext "subjectAltName=IP:127.0.0.1,DNS:localhost" \
+        -keyout "$tmp/new.key" -out "$tmp/new.crt" >/dev/null 2>&1 &&
+        mv "$tmp/new.key" "$tmp/key.pem" && mv "$tmp/new.crt" "$tmp/cert.pem"
+}
+mkcert first || { echo "1..1"; echo "not ok 1 - openssl could not make a certificate"; exit 1; }
+cp "$tmp/cert.pem" "$tmp/ca-first.pem"
+
+# The API-server stand-in, with one node whose agent reports an 80 GB GPU.
+coproc FA { exec "$PY" tests/fakes/apiserver/fake_apiserver.py --port 0; }
+fa_pid=$FA_PID
+read -r -t 20 ready url <&"${FA[0]}"
+if [ "${ready:-}" != READY ]; then echo "1..1"; echo "not ok 1 - fake apiserver did not start"; exit 1; fi
+now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+inv='{"version":1,"driverVersion":"550.54.15","cudaVersion":"12.4","gpus":[{"uuid":"GPU-a","index":0,"model":"NVIDIA A100-SXM4-80GB","memoryMiB":81559,"memoryScaling":1.0,"cores":100,"split":10,"numa":0,"healthy":true,"mode":"vgpu","mig":false,"pciBusId":"00000000:07:00.0"}]}'
+node=$("$PY" -c 'import json,sys; print(json.dumps({"apiVersion":"v1","kind":"Node","metadata":{"name":"gpu-1","annotations":{"gpuvisor.io/node-gpus":sys.argv[1],"gpuvisor.io/node-heartbeat":sys.argv[2]}}}))' "$inv" "$now")
+curl -sf -X POST -H 'Content-Type: application/json' -d "$node" "$url/api/v1/nodes" >/dev/null
+check "node with inventory created on the API stand-in" '[ $? -eq 0 ]'
+
+"$BIN" --master "$url" --extender-listen 127.0.0.1:0 --webhook-listen 127.0.0.1:0 \
+    --tls-cert-file "$tmp/cert.pem" --tls-key-file "$tmp/key.pem" --port-file "$tmp/ports" \
+    --log-level warn 2>"$tmp/sched.log" &
+sched_pid=$!
+for _ in $(seq 100); do [ -s "$tmp/ports" ] && break; sleep 0.1; done
+wport=$(sed -n 's/^webhook=//p' "$tmp/ports" 2>/dev/null)
+check "scheduler started with the webhook listener" '[ -n "$wport" ] && [ "$wport" -gt 0 ]' "$(cat "$tmp/sched.log")"
+W="https://127.0.0.1:$wport"
+
+for _ in $(seq 100); do
+    [ "$(curl -s --cacert "$tmp/ca-first.pem" -o /dev/null -w '%{http_code}' "$W/readyz")" = 200 ] && break
+    sleep 0.1
+done
+check "healthz over HTTPS with the generated CA" \
+    '[ "$(curl -s --cacert "$tmp/ca-first.pem" "$W/healthz")" = ok ]'
+check "readyz turns ready once caches are synced" \
+    '[ "$(curl -s --cacert "$tmp/ca-first.pem" -o /dev/null -w "%{http_code}" "$W/readyz")" = 200 ]'
+
+review() { # pod-json -> AdmissionReview request
+    "$PY" -c 'import json,sys; print(json.dumps({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"r-1","kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},"operation":"CREATE","namespace":"default","object":json.loads(sys.argv[1])}}))' "$1"
+}
+post() { curl -s --cacert "$tmp/ca-first.pem" -H 'Content-Type: application/json' -d "$1" -w '\n%{http_code}' "$W/mutate"; }
+
+out=$(post "$(review '{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpumem":"4096"}}}]}}')")
+code=$(tail -1 <<<"$out"); body=$(sed '$d' <<<"$out")
+patch=$("$PY" -c 'import json,sys,base64; r=json.loads(sys.argv[1])["response"]; assert r["uid"]=="r-1" and r["allowed"] and r["patchType"]=="JSONPatch"; print(base64.b64decode(r["patch"]).decode())' "$body" 2>/dev/null)
+check "GPU pod allowed with a base64 JSON Patch" '[ "$code" = 200 ] && [ -n "$patch" ]' "$body"
+check "patch routes the pod to gpuvisor-scheduler" \
+    '"$PY" -c "import json,sys; p=json.loads(sys.argv[1]); assert {\"op\":\"add\",\"path\":\"/spec/schedulerName\",\"value\":\"gpuvisor-scheduler\"} in p" "$patch"' "$patch"
+check "patch adds the GPU count the kubelet needs" \
+    '"$PY" -c "import json,sys; p=json.loads(sys.argv[1]); assert any(o[\"path\"]==\"/spec/containers/0/resources/limits/nvidia.com~1gpu\" and o[\"value\"]==\"1\" for o in p)" "$patch"' "$patch"
+
+out=$(post "$(review '{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpumem":"200000"}}}]}}')")
+msg=$("$PY" -c 'import json,sys; r=json.loads(sys.argv[1])["response"]; assert not r["allowed"]; print(r["status"]["message"])' "$(sed '$d' <<<"$out")" 2>/dev/null)
+check "too much memory denied with the cluster's largest GPU" \
+    '[[ "$msg" == *"nvidia.com/gpumem 200000 exceeds the largest GPU in the cluster (81559 MiB)"* ]]' "$msg"
+
+out=$(post "$(review '{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1","nvidia.com/gpucores":"120"}}}]}}')")
+msg=$("$PY" -c 'import json,sys; print(json.loads(sys.argv[1])["response"]["status"]["message"])' "$(sed '$d' <<<"$out")" 2>/dev/null)
+check "gpucores out of range denied" '[[ "$msg" == *"0..100"* ]]' "$msg"
+
+out=$(post '{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"')
+check "malformed review gets 400 with an error body" \
+    '[ "$(tail -1 <<<"$out")" = 400 ] && [[ "$(sed "\$d" <<<"$out")" == *"\"Error\""* ]]' "$out"
+out=$(post '{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{"uid":"x"}}')
+check "wrong API version gets 400" '[ "$(tail -1 <<<"$out")" = 400 ]'
+
+# Rotate the certificate on disk: the next handshake presents it.
+sleep 1
+mkcert rotated
+sleep 1.2
+subj=$(curl -sv --cacert "$tmp/cert.pem" "$W/healthz" 2>&1 | sed -n 's/^\*  *subject: *//p')
+check "rotated certificate served without restart" '[[ "$subj" == *rotated* ]]' "subject: $subj"
+check "old CA no longer verifies the server" \
+    '! curl -s --cacert "$tmp/ca-first.pem" "$W/healthz" >/dev/null 2>&1'
+
+metrics=$(curl -s --cacert "$tmp/cert.pem" "$W/metrics")
+check "metrics count webhook requests per code" \
+    '[[ "$metrics" == *"gpuvisor_http_requests_total{server=\"webhook\",path=\"/mutate\",code=\"400\"} 2"* ]]'
+check "metrics carry the latency histogram" \
+    '[[ "$metrics" == *"gpuvisor_http_request_duration_seconds_bucket{server=\"webhook\",path=\"/mutate\",le=\"+Inf\"} 5"* ]]'
+
+kill -TERM "$sched_pid"
+wait "$sched_pid"
+rc=$?
+sched_pid=
+check "SIGTERM: clean exit" '[ "$rc" = 0 ]' "exit $rc"
+
+echo "1..$n"
+[ "$fails" -eq 0 ]
