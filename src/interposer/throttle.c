@@ -422,6 +422,7 @@ static struct {
     CUresult (*is_capturing)(CUstream, CUstreamCaptureStatus *);
     CUresult (*device_get)(CUdevice *, int);
     CUresult (*device_uuid)(CUuuid *, CUdevice);
+    CUresult (*exchange_capture_mode)(CUstreamCaptureMode *);
     uint64_t (*fake_clock)(void);
     void (*fake_sleep)(uint64_t);
 } g_drv;
@@ -464,10 +465,33 @@ static int drv_event_record(void *ctx, void *ev, void *stream)
     return g_drv.event_record((CUevent)ev, (CUstream)stream) == CUDA_SUCCESS ? 0 : -1;
 }
 
+/*
+ * Querying an event is a "potentially unsafe" call while any thread captures
+ * a graph in global mode: it would invalidate the application's capture.
+ * Our events are never recorded in a capture, so this thread switches to the
+ * relaxed mode around each query, as the driver documentation intends for
+ * libraries.
+ */
+static CUstreamCaptureMode relax_capture(void)
+{
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (g_drv.exchange_capture_mode == NULL || g_drv.exchange_capture_mode(&mode) != CUDA_SUCCESS)
+        mode = CU_STREAM_CAPTURE_MODE_RELAXED; /* nothing to restore */
+    return mode;
+}
+
+static void restore_capture(CUstreamCaptureMode mode)
+{
+    if (mode != CU_STREAM_CAPTURE_MODE_RELAXED && g_drv.exchange_capture_mode != NULL)
+        g_drv.exchange_capture_mode(&mode);
+}
+
 static int drv_event_query(void *ctx, void *ev)
 {
     (void)ctx;
+    CUstreamCaptureMode mode = relax_capture();
     CUresult rc = g_drv.event_query((CUevent)ev);
+    restore_capture(mode);
     return rc == CUDA_SUCCESS ? 1 : rc == CUDA_ERROR_NOT_READY ? 0 : -1;
 }
 
@@ -475,7 +499,10 @@ static int drv_event_elapsed(void *ctx, void *start, void *end, uint64_t *ns)
 {
     (void)ctx;
     float ms = 0;
-    if (g_drv.event_elapsed(&ms, (CUevent)start, (CUevent)end) != CUDA_SUCCESS || ms < 0)
+    CUstreamCaptureMode mode = relax_capture();
+    CUresult rc = g_drv.event_elapsed(&ms, (CUevent)start, (CUevent)end);
+    restore_capture(mode);
+    if (rc != CUDA_SUCCESS || ms < 0)
         return -1;
     *ns = (uint64_t)((double)ms * 1e6 + 0.5);
     return 0;
@@ -542,6 +569,9 @@ gv_status gv_throttle_driver_ops(gv_throttle_sym_fn sym, void *arg, struct gv_th
     if (g_drv.event_elapsed == NULL || g_drv.device_uuid == NULL)
         return gv_error_set(err, GV_EUNSUPPORTED, "throttle: driver lacks %s",
                             g_drv.event_elapsed ? "cuDeviceGetUuid" : "cuEventElapsedTime");
+    /* Optional (CUDA 10.1+): relaxed capture mode around our queries. */
+    if ((p = sym(arg, "cuThreadExchangeStreamCaptureMode")) != NULL)
+        memcpy(&g_drv.exchange_capture_mode, &p, sizeof(p));
     /* Test seam: only the fake driver exports these. */
     if ((p = sym(arg, "gvfake_clock_ns")) != NULL)
         memcpy(&g_drv.fake_clock, &p, sizeof(p));

@@ -404,6 +404,61 @@ static void test_share_every_launch_api(void **state)
     }
 }
 
+/*
+ * The application captures a graph in global mode on one stream while it
+ * launches throttled kernels on another: the throttle's event queries must
+ * not invalidate the capture (they run in relaxed capture mode).
+ */
+static int capture_beside_throttled_launches(void)
+{
+    struct tenant tn = {.pct = 30, .prio = -1, .horizon = HORIZON, .mark = UINT64_MAX};
+    struct gv_throttle *t = make_throttle(&tn);
+    CUcontext ctx;
+    CUmodule m;
+    CUfunction f;
+    CUstream cap, work;
+    CUgraph graph;
+    if (t == NULL || F.init(0) || F.retain(&ctx, 0) || F.set_current(ctx) ||
+        F.mod_load(&m, "fake-image") || F.get_fn(&f, m, "spin_1000us") ||
+        F.stream_create(&cap, 0) || F.stream_create(&work, 0))
+        return 1;
+    for (int i = 0; i < 40; i++) {
+        if (i == 10 && F.begin_capture(cap, 0 /* global */))
+            return 2;
+        struct gv_throttle_launch l = {.dev = 0, .stream = work, .key = f};
+        gv_throttle_before(t, &l);
+        CUresult rc = F.launch(f, 1, 1, 1, 1, 1, 1, 0, work, NULL, NULL);
+        gv_throttle_after(t, &l, rc == CUDA_SUCCESS);
+        if (rc != CUDA_SUCCESS || (i >= 10 && F.launch(f, 1, 1, 1, 1, 1, 1, 0, cap, NULL, NULL)))
+            return 3;
+    }
+    struct gv_throttle_stats st;
+    gv_throttle_get_stats(t, 0, &st);
+    if (st.measured < 20)
+        return 4; /* the queries did run during the capture */
+    return F.end_capture(cap, &graph) == CUDA_SUCCESS ? 0 : 5;
+}
+
+static void test_capture_survives_throttling(void **state)
+{
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof(path), "%s/gpu-capture", g_dir);
+    setenv("GV_FAKE_GPU_STATE", path, 1);
+    setenv("GV_FAKE_ACTORS", "1", 1);
+    snprintf(g_node, sizeof(g_node), "%s", g_dir);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        resolve();
+        _exit(capture_beside_throttled_launches());
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 static void test_unlimited_and_disabled_run_free(void **state)
 {
     (void)state;
@@ -596,6 +651,7 @@ int main(void)
         cmocka_unit_test(test_share_pooled_per_container),
         cmocka_unit_test(test_share_with_varying_kernels),
         cmocka_unit_test(test_share_every_launch_api),
+        cmocka_unit_test(test_capture_survives_throttling),
         cmocka_unit_test(test_unlimited_and_disabled_run_free),
         cmocka_unit_test(test_force_has_no_burst_credit),
         cmocka_unit_test(test_priority),

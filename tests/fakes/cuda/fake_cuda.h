@@ -155,7 +155,8 @@ bool fake_cuda_ctx_valid(const struct CUctx_st *ctx);
     X(cuStreamIsCapturing, 10000, 0, cuStreamIsCapturing)                                          \
     X(cuStreamIsCapturing, 10000, FAKE_PT, cuStreamIsCapturing_ptsz)                               \
     X(cuStreamGetDevice, 12080, 0, cuStreamGetDevice)                                              \
-    X(cuStreamGetDevice, 12080, FAKE_PT, cuStreamGetDevice_ptsz)
+    X(cuStreamGetDevice, 12080, FAKE_PT, cuStreamGetDevice_ptsz)                                   \
+    X(cuThreadExchangeStreamCaptureMode, 10010, 0, cuThreadExchangeStreamCaptureMode)
 
 /*
  * Execution half (fake_cuda_exec.c): the virtual clock.  Exported (see

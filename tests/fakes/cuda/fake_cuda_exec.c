@@ -125,6 +125,8 @@ struct CUgraph_st {
     uint32_t magic;
     uint64_t ns;
     unsigned kernels;
+    bool global;           /* captured in CU_STREAM_CAPTURE_MODE_GLOBAL */
+    unsigned unsafe_epoch; /* g_unsafe_epoch when the capture began */
 };
 
 struct CUgraphExec_st {
@@ -145,6 +147,14 @@ static uint64_t g_proc_tail[VT_MAX_DEVICES]; /* for cuCtxSynchronize */
 static uint64_t g_proc_busy;                 /* kernel time this process submitted */
 static __thread int t_actor = -1;
 static __thread int t_spins;
+/*
+ * Stream-capture safety, as the driver enforces it: while a capture in
+ * global mode is under way, a "potentially unsafe" call (here: event queries)
+ * from a thread not in relaxed mode invalidates it.
+ */
+static __thread CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+static _Atomic int g_global_captures;
+static _Atomic unsigned g_unsafe_epoch;
 
 static uint64_t env_u64(const char *name, uint64_t def)
 {
@@ -376,6 +386,15 @@ static void vt_release_process(void)
     pthread_mutex_unlock(&v->mu);
 }
 
+/* True (and the captures invalidated) when an unsafe call is not allowed now. */
+static bool unsafe_during_capture(void)
+{
+    if (atomic_load(&g_global_captures) == 0 || t_capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+        return false;
+    atomic_fetch_add(&g_unsafe_epoch, 1);
+    return true;
+}
+
 uint64_t gvfake_clock_ns(void)
 {
     struct vt_shared *v = vt();
@@ -549,7 +568,9 @@ CUresult cuStreamDestroy_v2(CUstream hStream)
         hStream->magic != OBJ_STREAM)
         return CUDA_ERROR_INVALID_HANDLE;
     if (hStream->capture) {
-        free(hStream->capture);
+        if (hStream->capture->global)
+            atomic_fetch_sub(&g_global_captures, 1);
+        obj_free(hStream->capture, OBJ_GRAPH);
         hStream->capture = NULL;
     }
     /* Queued work still completes (its finish times are already fixed). */
@@ -733,6 +754,8 @@ CUresult cuEventQuery(CUevent hEvent)
 {
     if (hEvent == NULL || hEvent->magic != OBJ_EVENT)
         return CUDA_ERROR_INVALID_HANDLE;
+    if (unsafe_during_capture())
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     struct vt_shared *v = vt();
     vt_lock(v);
     bool done = !hEvent->recorded || hEvent->at <= v->now;
@@ -760,6 +783,8 @@ static CUresult elapsed(float *pMilliseconds, CUevent hStart, CUevent hEnd)
         return CUDA_ERROR_INVALID_VALUE;
     if (hStart == NULL || hEnd == NULL || hStart->magic != OBJ_EVENT || hEnd->magic != OBJ_EVENT)
         return CUDA_ERROR_INVALID_HANDLE;
+    if (unsafe_during_capture())
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (!hStart->recorded || !hEnd->recorded ||
         ((hStart->flags | hEnd->flags) & CU_EVENT_DISABLE_TIMING))
         return CUDA_ERROR_INVALID_HANDLE;
@@ -945,7 +970,6 @@ CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsLi
 
 static CUresult begin_capture(CUstream hStream, int mode)
 {
-    (void)mode;
     CUresult rc;
     struct CUstream_st *s = stream_get(hStream, &rc);
     if (s == NULL)
@@ -957,6 +981,10 @@ static CUresult begin_capture(CUstream hStream, int mode)
     struct CUgraph_st *g = obj_new(sizeof(*g), OBJ_GRAPH);
     if (g == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    g->global = mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
+    g->unsafe_epoch = atomic_load(&g_unsafe_epoch);
+    if (g->global)
+        atomic_fetch_add(&g_global_captures, 1);
     s->capture = g;
     return CUDA_SUCCESS;
 }
@@ -969,10 +997,17 @@ static CUresult end_capture(CUstream hStream, CUgraph *phGraph)
     struct CUstream_st *s = stream_query_target(hStream, phGraph, &rc);
     if (s == NULL)
         return rc;
-    if (s->capture == NULL)
+    struct CUgraph_st *g = s->capture;
+    if (g == NULL)
         return CUDA_ERROR_ILLEGAL_STATE;
-    *phGraph = s->capture;
     s->capture = NULL;
+    if (g->global)
+        atomic_fetch_sub(&g_global_captures, 1);
+    if (g->global && g->unsafe_epoch != atomic_load(&g_unsafe_epoch)) {
+        obj_free(g, OBJ_GRAPH);
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    }
+    *phGraph = g;
     return CUDA_SUCCESS;
 }
 
@@ -1014,6 +1049,16 @@ static CUresult stream_device(CUstream hStream, CUdevice *device)
 }
 
 FAKE_BOTH(cuStreamGetDevice, stream_device, (CUstream hStream, CUdevice *device), (hStream, device))
+
+CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    if (mode == NULL || (unsigned)*mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureMode old = t_capture_mode;
+    t_capture_mode = *mode;
+    *mode = old;
+    return CUDA_SUCCESS;
+}
 
 CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
