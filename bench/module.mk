@@ -9,6 +9,14 @@ $(BUILD)/bench/alloc_roundtrip: $(GV_FAKE_CUDA)
 EXTRA_ALL += $(BUILD)/bench/alloc_roundtrip
 BENCH_SCRIPTS += bench/bench_alloc_overhead.sh
 
+# Allocation engine: placement decision latency at 5,000 nodes x 8 GPUs.
+BENCH_PROGS += bench_placement
+bench_placement_SRCS := bench/bench_placement.c
+bench_placement_LIBS := sim contracts alloc common
+bench_placement_LDLIBS = $(contracts_LDLIBS)
+# gpuvisor simulate: openb replay speed and quality over every bundled trace.
+BENCH_SCRIPTS += bench/bench_simulate.sh
+
 # Compute share (docs/compute-share.md): launch overhead of the interposer and
 # share accuracy on the fake driver's virtual clock.
 # bench_launch is the application bench_throttle_launch.sh times.

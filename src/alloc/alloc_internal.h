@@ -60,6 +60,7 @@ struct node {
     struct gpu *gpus;
     struct pod *pods;
     uint64_t sig;    /* order-independent hash of the free-resource state */
+    double free_share; /* sum of the GPUs' free shares (milli) */
     /* FGD per-shape profile cache (see fgd.c) */
     uint32_t prof_gen;     /* shapes generation the profile was built for; 0 = stale */
     uint8_t *prof_cnt;     /* GPUs able to host the shape */
@@ -75,7 +76,7 @@ struct wl_level {
 };
 
 #define WL_MAX_SHAPES 128
-#define WL_MAX_LEVELS 16
+#define WL_MAX_LEVELS 64
 
 /* One GPU-shape of the workload: k GPUs with r milli and given memory. */
 struct wl_shape {
@@ -122,12 +123,17 @@ struct gv_alloc_cluster {
     uint32_t max_gpus;     /* largest node GPU count (bestfit) */
     struct memo_slot *memo;
     uint32_t memo_cap, memo_stamp;
+
 };
 
-/* GPUs chosen for a request on one node, flattened in container order. */
+/* GPUs chosen for a request on one node, flattened in container order
+ * (container i owns the next containers[i].num_gpu entries). */
+#define PICK_MAX (GV_ALLOC_MAX_CONTAINERS * GV_ALLOC_MAX_DEVICES)
 struct pick {
     uint32_t n;
-    uint8_t gpu[GV_ALLOC_MAX_CONTAINERS * GV_ALLOC_MAX_DEVICES];
+    uint8_t gpu[PICK_MAX];
+    uint32_t milli[PICK_MAX];
+    uint64_t mem[PICK_MAX];
 };
 
 /* Per-call view of a request on the cluster (models allowed, resolved). */
@@ -148,8 +154,14 @@ double alloc_gpu_free_share(const struct gpu *g);
 /* Chooses GPUs for the whole request on a node following the GPU policy;
  * true if it fits (then a->containers filled, a->node set). */
 bool alloc_fit_node(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t node,
-                    struct gv_alloc_assignment *a, struct pick *p, char *reason,
-                    size_t reason_cap);
+                    struct pick *p, char *reason, size_t reason_cap);
+/* Distinct GPUs a pick touches (idx) and their states once it is applied
+ * (after); returns how many. */
+uint32_t alloc_pick_apply(const struct node *n, const struct pick *p, uint8_t *idx,
+                          struct gpu *after);
+/* The assignment (names, uuids) of a pick. */
+void alloc_pick_assignment(const struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
+                           uint32_t node, const struct pick *p, struct gv_alloc_assignment *a);
 void alloc_node_resign(struct node *n);
 bool alloc_gpu_allowed(const struct req_view *v, const struct gpu *g);
 bool alloc_list_match(const char *list, const char *s, bool substring);
@@ -158,7 +170,7 @@ bool alloc_list_match(const char *list, const char *s, bool substring);
 double fgd_node_frag(struct gv_alloc_cluster *c, uint32_t node);
 /* Expected fragmentation increase (milli-GPU) of placing a/p on node. */
 double fgd_delta(struct gv_alloc_cluster *c, uint32_t node, const struct gv_alloc_request *req,
-                 const struct gv_alloc_assignment *a, const struct pick *p);
+                 const struct pick *p);
 void fgd_free_shapes(struct gv_alloc_cluster *c);
 void fgd_node_invalidate(struct node *n);
 gv_status alloc_model_intern(struct gv_alloc_cluster *c, const char *model, uint32_t *id,

@@ -104,6 +104,12 @@ struct gv_alloc_config {
      * requests).  0 disables decay.
      */
     double workload_half_life;
+    /*
+     * FGD scores (fragmentation decrease, milli-GPU) are quantised to
+     * steps of this size; placements in the best step tie and go to the
+     * first node by name (first fit).  0 = exact scores.
+     */
+    double fgd_score_step;
 };
 
 /* HAMi defaults: names above, whole-GPU memory, 0 cores, 1 GPU, split 10,
