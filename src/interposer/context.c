@@ -31,8 +31,14 @@ struct ctx_charge {
 /* Created contexts still alive (few per process). */
 static struct ctx_charge created[64];
 
-/* Used bytes of the card in NVML, or false when NVML cannot say. */
-static bool card_used(int rdev, uint64_t *used)
+/* What NVML says about the card: used bytes and the pids holding contexts. */
+struct card_view {
+    uint64_t used;
+    unsigned npids;
+    unsigned pids[64];
+};
+
+static bool card_view(int rdev, struct card_view *v)
 {
     const struct gv_shm_device *d = gv_ip_dev_info(rdev);
     static bool nvml_inited;
@@ -46,8 +52,42 @@ static bool card_used(int rdev, uint64_t *used)
     if (gv_nv.nvmlDeviceGetHandleByUUID(d->uuid, &h) != NVML_SUCCESS ||
         gv_nv.nvmlDeviceGetMemoryInfo(h, &m) != NVML_SUCCESS)
         return false;
-    *used = m.used;
+    v->used = m.used;
+    v->npids = 0;
+    nvmlProcessInfo_t infos[64];
+    unsigned n = 64;
+    if (gv_nv.nvmlDeviceGetComputeRunningProcesses_v3 != NULL &&
+        gv_nv.nvmlDeviceGetComputeRunningProcesses_v3(h, &n, infos) == NVML_SUCCESS)
+        for (unsigned i = 0; i < n && i < 64; i++)
+            v->pids[v->npids++] = infos[i].pid;
     return true;
+}
+
+/*
+ * NVML names processes by their pid on the host, which a process in a
+ * container cannot see.  The one pid that appears in NVML's list while we
+ * create our first context is ours: record it in our slot so NVML process
+ * lists can be matched to the container (HAMi finds it the same way).
+ */
+static void learn_host_pid(const struct card_view *before, const struct card_view *after)
+{
+    struct gv_shm_proc *self = gv_ip.shm != NULL ? gv_shm_self(gv_ip.shm) : NULL;
+    if (self == NULL || self->hostpid != 0)
+        return;
+    unsigned found = 0, count = 0;
+    for (unsigned i = 0; i < after->npids; i++) {
+        bool old = false;
+        for (unsigned j = 0; j < before->npids && !old; j++)
+            old = before->pids[j] == after->pids[i];
+        if (!old) {
+            found = after->pids[i];
+            count++;
+        }
+    }
+    if (count == 1) {
+        self->hostpid = (int32_t)found;
+        gv_debug("host pid %u", found);
+    }
 }
 
 /*
@@ -69,22 +109,24 @@ static CUresult charged_create(CUdevice dev, create_fn create, void *arg, uint64
     if (rdev < 0)
         return create(arg);
     uint64_t fixed = gv_ipcfg_ctx_reserve(&gv_ip.cfg, dev);
+    if (fixed != 0 && gv_shm_mem_reserve(gv_ip.shm, rdev, fixed, GV_SHM_DEVICE, NULL) != GV_OK)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct card_view before, after;
+    bool viewed = card_view(rdev, &before);
+    CUresult rc = create(arg);
+    bool viewed_after = rc == CUDA_SUCCESS && viewed && card_view(rdev, &after);
+    if (viewed_after)
+        learn_host_pid(&before, &after);
     if (fixed != 0) {
-        if (gv_shm_mem_reserve(gv_ip.shm, rdev, fixed, GV_SHM_DEVICE, NULL) != GV_OK)
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        CUresult rc = create(arg);
         if (rc != CUDA_SUCCESS)
             gv_shm_mem_release(gv_ip.shm, rdev, fixed, false);
         else
             *charged = fixed;
         return rc;
     }
-    uint64_t before = 0, after = 0;
-    bool measured = card_used(rdev, &before);
-    CUresult rc = create(arg);
-    if (rc != CUDA_SUCCESS || !measured || !card_used(rdev, &after) || after <= before)
+    if (!viewed_after || after.used <= before.used)
         return rc;
-    uint64_t bytes = after - before;
+    uint64_t bytes = after.used - before.used;
     if (bytes > CTX_MEASURE_MAX) {
         gv_debug("context on %s measured %llu bytes: not all ours, charging %llu",
                  gv_ip_dev_info(rdev)->uuid, (unsigned long long)bytes,

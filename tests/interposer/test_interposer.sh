@@ -143,6 +143,20 @@ probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache"
 wait $holder $other
 check "holder process passed" grep -q '^ok' "$TMP/holder"
 
+# In a pid namespace (a container) NVML's pids are host pids: the interposer
+# learns its own while creating its first context.
+if unshare -p -f true 2>/dev/null; then
+    fresh
+    unshare -p -f env LD_PRELOAD="$PRELOAD" GV_FAKE_CTX_MEMORY=64m CUDA_DEVICE_MEMORY_LIMIT=1g \
+        CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init alloc:100m:OK nvml-procs:0:1 \
+        >"$TMP/ns.out" 2>&1
+    cat "$TMP/ns.out"
+    check "NVML lists the namespaced process with its charged bytes (context + 100 MiB)" \
+        grep -q '^# pid [0-9]* used 171966464$' "$TMP/ns.out"
+else
+    echo "ok $((n += 1)) # SKIP cannot create a pid namespace here (unshare -p)"
+fi
+
 # --- imported IPC memory is charged once, to its owner ----------------------
 fresh
 probe_bg CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
