@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
 #include "common/gv_cuda.h"
@@ -57,6 +56,7 @@ struct dev_state {
     pthread_mutex_t mu;
     bool active;
     bool started;
+    bool warned;  /* said once that a launch could not be timed */
     unsigned pct; /* 0: no share limit on this device */
     int64_t cap;
     struct gv_throttle_pool *pool; /* shared, or &own */
@@ -76,7 +76,6 @@ struct dev_state {
 
 struct gv_throttle {
     struct gv_throttle_ops ops;
-    enum gv_ipcfg_policy policy;
     int priority;
     char *node_dir;
     uint64_t window_ns;
@@ -111,7 +110,6 @@ gv_status gv_throttle_new(const struct gv_throttle_config *cfg, const struct gv_
     if (t == NULL)
         return gv_error_set(err, GV_ENOMEM, "throttle: out of memory");
     t->ops = *ops;
-    t->policy = cfg->policy;
     t->priority = cfg->priority;
     t->window_ns = cfg->window_ns ? cfg->window_ns : DEFAULT_WINDOW_NS;
     t->node_dir = strdup(cfg->node_dir ? cfg->node_dir : GV_PRIO_DEFAULT_DIR);
@@ -266,14 +264,16 @@ static void reap(struct gv_throttle *t, struct dev_state *d)
     while (d->count > 0) {
         struct bracket *b = &d->ring[d->head];
         uint64_t actual = b->est;
+        bool measured = false;
         if (b->state == B_LAUNCHING)
             break; /* another thread is between before() and after() */
         if (b->state == B_ENDED && b->start && b->end) {
             int q = t->ops.event_query(t->ops.ctx, b->end);
             if (q == 0)
                 break;
-            if (q < 0 || t->ops.event_elapsed_ns(t->ops.ctx, b->start, b->end, &actual) != 0)
-                actual = b->est;
+            measured = q > 0 && t->ops.event_elapsed_ns(t->ops.ctx, b->start, b->end, &actual) == 0;
+            if (!measured)
+                actual = b->est; /* keep the estimate as the charge */
         }
         if (b->state == B_ENDED) {
             if (d->pct)
@@ -281,9 +281,15 @@ static void reap(struct gv_throttle *t, struct dev_state *d)
             atomic_fetch_add_explicit(&d->pool->busy_ns, actual, memory_order_relaxed);
             d->util_busy += actual;
             d->inflight_est -= b->est;
-            est_update(d, b->key, actual);
-            d->st.measured++;
             d->st.busy_ns += actual;
+            if (measured) {
+                est_update(d, b->key, actual);
+                d->st.measured++;
+            } else if (!d->warned) {
+                d->warned = true;
+                gv_warn("compute share: a launch could not be timed (event record/query "
+                        "failed); it is charged its estimate");
+            }
         }
         spare_put(t, d, b->start);
         spare_put(t, d, b->end);

@@ -51,7 +51,7 @@ _Static_assert(sizeof(struct gv_shm_device) == 128, "gv_shm_device layout");
 
 struct gv_shm_proc {
     _Atomic int32_t pid;                 /* pid in the container; 0 = free slot */
-    int32_t hostpid;                     /* pid on the host; 0 = unknown */
+    int32_t hostpid;                     /* pid on the host (as NVML names it); 0 = unknown */
     uint64_t start_time;                 /* /proc/<pid>/stat starttime: detects pid reuse */
     _Atomic uint64_t heartbeat_ns;       /* CLOCK_REALTIME of the last activity */
     int32_t priority;                    /* CUDA_TASK_PRIORITY (0 = highest) */

@@ -51,13 +51,30 @@ static _Atomic int32_t self_pid;
 
 static void forget_pid(void) { atomic_store(&self_pid, 0); }
 
+/*
+ * The pid the real NVML would report: the one in the outermost pid
+ * namespace /proc shows (first NSpid entry), not getpid() inside a nested
+ * namespace.
+ */
 static int32_t my_pid(void)
 {
     int32_t p = atomic_load(&self_pid);
-    if (p == 0) {
-        p = (int32_t)getpid();
-        atomic_store(&self_pid, p);
+    if (p != 0)
+        return p;
+    p = (int32_t)getpid();
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, "NSpid:", 6) == 0) {
+            long v = strtol(line + 6, NULL, 10);
+            if (v > 0)
+                p = (int32_t)v;
+            break;
+        }
     }
+    if (f != NULL)
+        fclose(f);
+    atomic_store(&self_pid, p);
     return p;
 }
 

@@ -23,6 +23,7 @@
  *   fill:CHUNK                    allocate until out of memory; prints "# filled N"
  *   hooked:NAME:yes|no            whether NAME, reached via --via, is the interposer's
  *   pa:BASE:VER:FLAGS:SYMBOL      cuGetProcAddress_v2(BASE) is what dlsym gives for SYMBOL
+ *   ctx-create:DEV:EXP  ctx-destroy:EXP   a created context (made current, then popped)
  *   pool-keep:BYTES   release threshold of the probe's pool ("default": the device's current pool)
  *   pool-trim:BYTES   cuMemPoolTrimTo on the probe's pool   pool-destroy:EXP
  *   ipc-export:FILE  ipc-import:FILE:EXP
@@ -44,6 +45,8 @@
     X(init, cuInit, cuInit, 0)                                                                     \
     X(retain, cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 0)                               \
     X(set_current, cuCtxSetCurrent, cuCtxSetCurrent, 0)                                            \
+    X(ctx_create, cuCtxCreate_v2, cuCtxCreate, 0)                                                  \
+    X(ctx_destroy, cuCtxDestroy_v2, cuCtxDestroy, 0)                                               \
     X(mem_alloc, cuMemAlloc_v2, cuMemAlloc, 0)                                                     \
     X(mem_pitch, cuMemAllocPitch_v2, cuMemAllocPitch, 0)                                           \
     X(mem_managed, cuMemAllocManaged, cuMemAllocManaged, 0)                                        \
@@ -100,6 +103,7 @@ static int pa_version = 13000;
 static unsigned pa_flags;
 static void *cuda_handle, *nvml_handle;
 static CUmemoryPool probe_pool;
+static CUcontext probe_ctx, primary_ctx;
 
 static void tap(int ok, const char *op, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void tap(int ok, const char *op, const char *fmt, ...)
@@ -247,6 +251,8 @@ static void run_op(char *op)
             rc = api.retain(&ctx, dev);
         if (rc == CUDA_SUCCESS)
             rc = api.set_current(ctx);
+        if (rc == CUDA_SUCCESS)
+            primary_ctx = ctx;
         check_rc(orig, rc, n > 2 ? a[2] : "OK");
     } else if (strcmp(name, "alloc") == 0 || strcmp(name, "managed") == 0) {
         NEED(3);
@@ -281,6 +287,15 @@ static void run_op(char *op)
         rc = (name[5] ? api.alloc_async_pt : api.alloc_async)(&p, parse_size(a[1]), NULL);
         if (check_rc(orig, rc, a[2]))
             push(K_ASYNC, p);
+    } else if (strcmp(name, "ctx-create") == 0) {
+        NEED(3);
+        rc = api.ctx_create(&probe_ctx, 0, atoi(a[1]));
+        if (check_rc(orig, rc, a[2]) && api.set_current(primary_ctx) != CUDA_SUCCESS)
+            tap(0, orig, "cannot return to the primary context");
+    } else if (strcmp(name, "ctx-destroy") == 0) {
+        NEED(2);
+        if (check_rc(orig, api.ctx_destroy(probe_ctx), a[1]))
+            probe_ctx = NULL;
     } else if (strcmp(name, "pool-keep") == 0 || strcmp(name, "pool-trim") == 0 ||
                strcmp(name, "pool-destroy") == 0) {
         NEED(2);

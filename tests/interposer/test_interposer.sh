@@ -78,6 +78,17 @@ probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache"
     "$PROBE" init pool-keep:1g:default async:600m:OK free-last:OK info:424m:1g alloc:600m:OK \
     info:424m:1g
 
+# --- context creation overhead is charged -----------------------------------
+# The fake driver takes 64 MiB per context; measured through NVML, or fixed.
+fresh
+probe GV_FAKE_CTX_MEMORY=64m CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init info:960m:1g nvml-mem:0:64m:1g ctx-create:0:OK info:896m:1g ctx-destroy:OK \
+    info:960m:1g alloc:960m:OK ctx-create:0:OOM info:0:1g
+fresh
+probe GV_FAKE_CTX_MEMORY=64m GPUVISOR_CONTEXT_RESERVE=100m CUDA_DEVICE_MEMORY_LIMIT=1g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init info:924m:1g ctx-create:0:OK \
+    info:824m:1g ctx-destroy:OK info:924m:1g
+
 # --- cuGetProcAddress honours cudaVersion and flags ------------------------
 fresh
 probe "$PROBE" --via dlopen init \
@@ -87,7 +98,7 @@ probe "$PROBE" --via dlopen init \
     pa:cuGetProcAddress:11030:0:cuGetProcAddress pa:cuGetProcAddress:12000:0:cuGetProcAddress_v2 \
     pa:cuCtxCreate:12000:0:cuCtxCreate_v3 pa:cuCtxCreate:13000:0:cuCtxCreate_v4 \
     pa:cuCtxCreate:3020:0:cuCtxCreate_v2 pa:cuMemAlloc:13000:2:cuMemAlloc_v2 \
-    hooked:cuCtxCreate_v4:no hooked:nvmlDeviceGetMemoryInfo_v2:yes hooked:nvmlDeviceGetCount_v2:no
+    hooked:cuCtxCreate_v4:yes hooked:cuCtxGetCurrent:no hooked:nvmlDeviceGetMemoryInfo_v2:yes hooked:nvmlDeviceGetCount_v2:no
 # The request pattern of the CUDA 13 runtime (libcudart.so.13, traced against the fake):
 # each entry point is asked for with the ABI version the runtime was built for.
 fresh
@@ -131,6 +142,20 @@ probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache"
     "$PROBE" nvml-procs:0:1 nvml-mem:0:100m:1g
 wait $holder $other
 check "holder process passed" grep -q '^ok' "$TMP/holder"
+
+# In a pid namespace (a container) NVML's pids are host pids: the interposer
+# learns its own while creating its first context.
+if unshare -p -f true 2>/dev/null; then
+    fresh
+    unshare -p -f env LD_PRELOAD="$PRELOAD" GV_FAKE_CTX_MEMORY=64m CUDA_DEVICE_MEMORY_LIMIT=1g \
+        CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init alloc:100m:OK nvml-procs:0:1 \
+        >"$TMP/ns.out" 2>&1
+    cat "$TMP/ns.out"
+    check "NVML lists the namespaced process with its charged bytes (context + 100 MiB)" \
+        grep -q '^# pid [0-9]* used 171966464$' "$TMP/ns.out"
+else
+    echo "ok $((n += 1)) # SKIP cannot create a pid namespace here (unshare -p)"
+fi
 
 # --- imported IPC memory is charged once, to its owner ----------------------
 fresh
@@ -188,7 +213,7 @@ check "a later process with other limits is refused with a log line" \
 fresh
 head -c 8192 /dev/urandom >"$TMP/r.cache"
 probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
-    "$PROBE" init alloc:1m:OOM 2>"$TMP/corrupt.err"
+    "$PROBE" init:0:OOM 2>"$TMP/corrupt.err"
 check "corrupt region reported" grep -q 'shared region not usable, failing closed' "$TMP/corrupt.err"
 
 # --- configuration precedence and bad values --------------------------------

@@ -567,6 +567,100 @@ static void test_three_levels(void **state)
     assert_true(r[1].kernels <= 5);
 }
 
+/* A driver whose events cannot be created: launches still go through, are
+ * charged their (unknown, so zero) estimate, and nothing crashes or blocks. */
+static uint64_t g_now;
+static uint64_t t_clock(void *ctx)
+{
+    (void)ctx;
+    return g_now;
+}
+static void t_sleep(void *ctx, uint64_t ns)
+{
+    (void)ctx;
+    g_now += ns;
+}
+static int t_fail(void *ctx, void **ev)
+{
+    (void)ctx;
+    (void)ev;
+    return -1;
+}
+static int t_record(void *ctx, void *ev, void *stream)
+{
+    (void)ctx;
+    (void)ev;
+    (void)stream;
+    return -1;
+}
+static int t_query(void *ctx, void *ev)
+{
+    (void)ctx;
+    (void)ev;
+    return -1;
+}
+static int t_elapsed(void *ctx, void *a, void *b, uint64_t *ns)
+{
+    (void)ctx;
+    (void)a;
+    (void)b;
+    (void)ns;
+    return -1;
+}
+static void t_destroy(void *ctx, void *ev)
+{
+    (void)ctx;
+    (void)ev;
+}
+static int t_capturing(void *ctx, void *stream)
+{
+    (void)ctx;
+    (void)stream;
+    return 0;
+}
+static int t_key(void *ctx, int dev, char *buf, unsigned len)
+{
+    (void)ctx;
+    return snprintf(buf, len, "GPU-unit-%d", dev) > 0 ? 0 : -1;
+}
+
+static void test_untimeable_launches_pass(void **state)
+{
+    (void)state;
+    struct gv_throttle_ops ops = {.clock_ns = t_clock,
+                                  .sleep_ns = t_sleep,
+                                  .event_create = t_fail,
+                                  .event_record = t_record,
+                                  .event_query = t_query,
+                                  .event_elapsed_ns = t_elapsed,
+                                  .event_destroy = t_destroy,
+                                  .stream_capturing = t_capturing,
+                                  .device_key = t_key};
+    struct gv_throttle_config cfg = {.priority = -1};
+    struct gv_throttle *t = NULL;
+    struct gv_error err = {0};
+    struct gv_throttle_stats st;
+    cfg.sm_limit[1] = 20;
+    assert_int_equal(gv_throttle_new(&cfg, &ops, &t, &err), GV_OK);
+    assert_non_null(t);
+    for (int i = 0; i < 100; i++) {
+        struct gv_throttle_launch l = {.dev = 1, .stream = NULL, .key = &cfg};
+        gv_throttle_before(t, &l);
+        /* every tenth launch is refused by the driver: its charge comes back */
+        gv_throttle_after(t, &l, i % 10 != 0);
+    }
+    /* A device without a limit is not touched at all. */
+    struct gv_throttle_launch other = {.dev = 0, .stream = NULL, .key = &cfg};
+    gv_throttle_before(t, &other);
+    assert_int_equal(other.slot, -1);
+    gv_throttle_after(t, &other, true);
+    gv_throttle_get_stats(t, 1, &st);
+    assert_int_equal(st.launches, 90);
+    assert_int_equal(st.measured, 0);
+    assert_true(g_now < 1000000); /* no debt built up from nothing */
+    gv_throttle_free(t);
+}
+
 static void test_config_and_board_errors(void **state)
 {
     (void)state;
@@ -646,6 +740,7 @@ int main(void)
     g_dl = dlsym;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_and_board_errors),
+        cmocka_unit_test(test_untimeable_launches_pass),
         cmocka_unit_test(test_share_alone),
         cmocka_unit_test(test_share_beside_second_tenant),
         cmocka_unit_test(test_share_pooled_per_container),

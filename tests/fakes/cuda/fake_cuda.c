@@ -271,19 +271,35 @@ bool fake_cuda_ctx_valid(const struct CUctx_st *ctx)
     return !ctx->primary || ctx->refs > 0;
 }
 
+/* Device memory the driver takes for each context (GV_FAKE_CTX_MEMORY, default 0). */
+static uint64_t ctx_memory(void)
+{
+    const char *v = getenv("GV_FAKE_CTX_MEMORY");
+    char *end;
+    unsigned long long b = v != NULL ? strtoull(v, &end, 10) : 0;
+    if (v != NULL && (*end == 'm' || *end == 'M'))
+        b <<= 20;
+    return b;
+}
+
 static CUresult ctx_create(CUcontext *pctx, CUdevice dev)
 {
     int phys;
     if (pctx == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     CHECK_DEV(dev, phys);
-    struct CUctx_st *c = calloc(1, sizeof(*c));
-    if (c == NULL)
+    if (!fake_gpu_mem_charge(phys, ctx_memory()))
         return CUDA_ERROR_OUT_OF_MEMORY;
+    struct CUctx_st *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        fake_gpu_mem_uncharge(phys, ctx_memory());
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     c->device = dev;
     c->phys = phys;
     if (ctx_depth >= MAX_CTX_STACK) {
         free(c);
+        fake_gpu_mem_uncharge(phys, ctx_memory());
         return CUDA_ERROR_INVALID_VALUE;
     }
     ctx_stack[ctx_depth++] = c;
@@ -328,6 +344,7 @@ CUresult cuCtxDestroy_v2(CUcontext ctx)
     }
     /* Contexts are kept (marked destroyed) so stale handles stay detectable. */
     ctx->destroyed = true;
+    fake_gpu_mem_uncharge(ctx->phys, ctx_memory());
     return CUDA_SUCCESS;
 }
 
@@ -395,10 +412,16 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     CHECK_DEV(dev, phys);
     pthread_mutex_lock(&lock);
-    primary[dev].refs++;
+    /* The primary context comes to life (and takes memory) at its first retain. */
+    CUresult rc = CUDA_SUCCESS;
+    if (primary[dev].refs == 0 && !fake_gpu_mem_charge(phys, ctx_memory()))
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    else
+        primary[dev].refs++;
     pthread_mutex_unlock(&lock);
-    *pctx = &primary[dev];
-    return CUDA_SUCCESS;
+    if (rc == CUDA_SUCCESS)
+        *pctx = &primary[dev];
+    return rc;
 }
 
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
@@ -407,8 +430,8 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     CHECK_DEV(dev, phys);
     pthread_mutex_lock(&lock);
     CUresult rc = primary[dev].refs > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
-    if (rc == CUDA_SUCCESS)
-        primary[dev].refs--;
+    if (rc == CUDA_SUCCESS && --primary[dev].refs == 0)
+        fake_gpu_mem_uncharge(phys, ctx_memory());
     pthread_mutex_unlock(&lock);
     return rc;
 }
@@ -417,6 +440,12 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
     int phys;
     CHECK_DEV(dev, phys);
+    pthread_mutex_lock(&lock);
+    if (primary[dev].refs > 0) {
+        primary[dev].refs = 0;
+        fake_gpu_mem_uncharge(phys, ctx_memory());
+    }
+    pthread_mutex_unlock(&lock);
     return CUDA_SUCCESS;
 }
 
