@@ -29,7 +29,7 @@
 #define GV_ALLOC_UUID_MAX 96         /* GPU or MIG uuid, with NUL */
 #define GV_ALLOC_NODE_MAX 254        /* node name (DNS subdomain), with NUL */
 #define GV_ALLOC_CNAME_MAX 64        /* container name (DNS label), with NUL */
-#define GV_ALLOC_MODEL_MAX 64        /* GPU model name, with NUL */
+#define GV_ALLOC_MODEL_MAX 96        /* GPU model name, with NUL */
 #define GV_ALLOC_UID_MAX 128         /* pod uid, with NUL */
 #define GV_ALLOC_REASON_MAX 256      /* filter reason, with NUL */
 /* Upper bound of an encoded assignment (annotation value), with NUL. */
