@@ -216,6 +216,27 @@ probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache"
     "$PROBE" init:0:OOM 2>"$TMP/corrupt.err"
 check "corrupt region reported" grep -q 'shared region not usable, failing closed' "$TMP/corrupt.err"
 
+# --- the node agent's way: /etc/ld.so.preload and /etc/gpuvisor/limits.env ---
+# In a private mount namespace, a tmpfs over /etc holds the two files the node
+# agent mounts into containers.  No LD_PRELOAD: the dynamic linker loads the
+# interposer from ld.so.preload, and the limits file wins over the environment
+# (even over GPUVISOR_LIMITS_FILE).
+if unshare -m true 2>/dev/null; then
+    fresh
+    cp /etc/ld.so.cache "$TMP/ld.so.cache" 2>/dev/null || true
+    unshare -m sh -c '
+        mount -t tmpfs gpuvisor-test /etc || exit 2
+        cp "$1/ld.so.cache" /etc/ 2>/dev/null
+        printf "%s\n" $2 >/etc/ld.so.preload
+        mkdir /etc/gpuvisor
+        printf "CUDA_DEVICE_MEMORY_LIMIT=1g\nCUDA_DEVICE_MEMORY_SHARED_CACHE=%s/r.cache\n" "$1" \
+            >/etc/gpuvisor/limits.env
+        exec env -u LD_PRELOAD CUDA_DEVICE_MEMORY_LIMIT=8g GPUVISOR_LIMITS_FILE="$1/none.env" \
+            "$3" init info:1g:1g alloc:2g:OOM hooked:cuMemAlloc_v2:yes' sh "$TMP" "$PRELOAD" "$PROBE"
+else
+    echo "ok $((n += 1)) # SKIP cannot create a mount namespace here (unshare -m)"
+fi
+
 # --- configuration precedence and bad values --------------------------------
 if [ $has_etc_limits -eq 1 ]; then
     echo "ok $((n += 1)) # SKIP /etc/gpuvisor/limits.env exists on this machine"
