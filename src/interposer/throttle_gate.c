@@ -26,6 +26,16 @@ static void *cuda_sym(void *arg, const char *name)
     return gv_ip_cuda_sym(name);
 }
 
+/*
+ * A forked child cannot use its parent's CUDA context (the driver refuses),
+ * and the module's locks may have been held by another thread at fork time:
+ * the child's launches pass straight to the driver, which reports the error.
+ */
+static void gate_after_fork(void)
+{
+    atomic_store(&gv_gate_state, GV_GATE_OFF);
+}
+
 static void gate_setup(void)
 {
     struct gv_throttle_config cfg = {.priority = -1};
@@ -73,6 +83,7 @@ static void gate_setup(void)
         goto off;
     stream_device = (__typeof__(stream_device))gv_ip_cuda_sym("cuStreamGetDevice");
     gv_info("compute share: policy %d, priority %d", (int)cfg.policy, cfg.priority);
+    pthread_atfork(NULL, NULL, gate_after_fork);
     atomic_store(&gv_gate_state, GV_GATE_ON);
     return;
 off:
