@@ -10,6 +10,9 @@ import time
 
 import torch
 
+# torch.OutOfMemoryError since 2.1; torch.cuda.OutOfMemoryError before.
+OOM = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+
 
 def mem(limit_mib):
     fails = 0
@@ -28,7 +31,7 @@ def mem(limit_mib):
     try:
         while len(blocks) < 100000:
             blocks.append(torch.empty(64 * mib, dtype=torch.uint8, device="cuda"))
-    except torch.OutOfMemoryError as e:  # the framework's normal OOM error
+    except OOM as e:  # the framework's normal OOM error
         raised = e
     got = len(blocks) * 64
     check(raised is not None, "allocating past the slice raises torch.OutOfMemoryError")
@@ -44,11 +47,13 @@ def mem(limit_mib):
 
 def train(seconds):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(),
-                                torch.nn.Linear(4096, 4096)).cuda()
+    # Large enough to keep the GPU busy (not bound by Python launching kernels),
+    # so a compute share shows up in the step rate.
+    model = torch.nn.Sequential(torch.nn.Linear(8192, 8192), torch.nn.ReLU(),
+                                torch.nn.Linear(8192, 8192)).cuda()
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    x = torch.randn(512, 4096, device="cuda")
-    y = torch.randn(512, 4096, device="cuda")
+    x = torch.randn(8192, 8192, device="cuda")
+    y = torch.randn(8192, 8192, device="cuda")
     for _ in range(5):  # warm-up
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
