@@ -324,7 +324,7 @@ static void test_reports(void **state)
     size_t polylines = 0;
     for (const char *s = b.data; (s = strstr(s, "<polyline")) != NULL; s++)
         polylines++;
-    assert_int_equal(polylines, 3); /* ideal + one per policy */
+    assert_int_equal(polylines, 6); /* two panels: ideal + one per policy */
     gv_sim_buf_free(&b);
     for (int i = 0; i < 4; i++)
         gv_sim_curve_free(&curves[i]);

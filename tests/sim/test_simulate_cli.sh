@@ -21,7 +21,7 @@ check "quickstart exits 0" test "$rc" -eq 0
 check "quickstart prints every policy" bash -c "for p in binpack spread bestfit fgd; do grep -q \"^\$p \" '$tmp/quick.out' || exit 1; done"
 check "quickstart last line is the machine-readable summary" bash -c \
     "tail -1 '$tmp/quick.out' | grep -Eq '^unallocated_pct_at_100 policy=fgd mean=[0-9]+\.[0-9]{2} sd=[0-9]+\.[0-9]{2} seeds=10$'"
-check "quickstart writes an SVG chart" bash -c "head -c 5 '$tmp/simulate.svg' | grep -q '<?xml' && grep -c '<polyline' '$tmp/simulate.svg' | grep -qx 5"
+check "quickstart writes an SVG chart (two panels x (ideal + 4 policies))" bash -c "head -c 5 '$tmp/simulate.svg' | grep -q '<?xml' && grep -c '<polyline' '$tmp/simulate.svg' | grep -qx 10"
 check "no temp files left" bash -c "! ls '$tmp' | grep -q tmp"
 
 "$bin" simulate --synthetic nodes=30 --policy fgd --seed 7 --csv "$tmp/a.csv" >"$tmp/a.out" 2>/dev/null
