@@ -139,7 +139,8 @@ struct pick {
 /* Per-call view of a request on the cluster (models allowed, resolved). */
 struct req_view {
     const struct gv_alloc_request *req;
-    uint8_t *model_ok; /* per model id */
+    uint8_t *model_ok; /* per model id: model_buf, or heap beyond 64 models */
+    uint8_t model_buf[64];
     gv_alloc_policy policy;
     gv_alloc_gpu_policy gpu_policy;
 };
