@@ -229,6 +229,13 @@ static void refill(struct dev_state *d, uint64_t now)
         return;
     /* Stored as time + 1 so that 0 means "never" even on a clock at 0. */
     uint64_t stamp = now + 1, last = atomic_load(&d->pool->last_ns);
+    /* A refill time ahead of now: the clock restarted (the host rebooted under
+     * a surviving shared region).  Start over rather than wait for it. */
+    if (last > stamp + 1000000000ull &&
+        atomic_compare_exchange_strong(&d->pool->last_ns, &last, 0)) {
+        atomic_store(&d->pool->tokens, 0);
+        last = 0;
+    }
     while (stamp > last) {
         if (atomic_compare_exchange_weak(&d->pool->last_ns, &last, stamp)) {
             if (last == 0)

@@ -50,3 +50,6 @@ all: $(GV_THROTTLE_TENANT)
 FUZZ_TARGETS += fuzz_prio_board
 fuzz_prio_board_SRCS := tests/interposer/test_throttle_fuzz_prio.c src/interposer/priority.c \
                         src/common/gv_error.c src/common/gv_log.c
+
+FUZZ_TARGETS += fuzz_shm
+fuzz_shm_SRCS := tests/interposer/fuzz_shm.c src/shm/gv_shm.c src/common/gv_error.c

@@ -339,3 +339,34 @@ EOF
     [ "$out" = 2 ]
 }
 check "dlsym(RTLD_NEXT) from a wrapper library still finds the next definition" rtld_next
+
+# --- NVML: a missing real function returns NVML_ERROR_FUNCTION_NOT_FOUND ------
+missing_nvml_function() {
+    mkdir -p "$TMP/nvstub"
+    printf 'int nvmlInit_v2(void) { return 0; }\n' >"$TMP/nvstub/stub.c"
+    cat >"$TMP/nvmissing.c" <<'EOF'
+#include <dlfcn.h>
+#include <stdio.h>
+int main(void)
+{
+    void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    int (*mem)(void *, void *) = h ? (int (*)(void *, void *))dlsym(RTLD_DEFAULT, "nvmlDeviceGetMemoryInfo_v2") : 0;
+    unsigned long long m[5] = {0};
+    printf("%d\n", mem ? mem(0, m) : -1);
+    return 0;
+}
+EOF
+    ${CC:-cc} -shared -fPIC -o "$TMP/nvstub/libnvidia-ml.so.1" "$TMP/nvstub/stub.c" &&
+        ${CC:-cc} -o "$TMP/nvmissing" "$TMP/nvmissing.c" -ldl || return 2
+    out=$(env LD_LIBRARY_PATH="$TMP/nvstub" LD_PRELOAD="$PRELOAD" "$TMP/nvmissing" 2>/dev/null)
+    [ "$out" = 13 ]
+}
+check "NVML: a missing real function returns NVML_ERROR_FUNCTION_NOT_FOUND" missing_nvml_function
+
+# --- a program that never touches the GPU is left alone ----------------------
+quiet_for_others() {
+    out=$(env LD_PRELOAD="$PRELOAD" GPUVISOR_LOG_LEVEL=trace CUDA_DEVICE_MEMORY_LIMIT=1g \
+        sh -c 'echo hello' 2>"$TMP/quiet.err")
+    [ "$out" = hello ] && [ ! -s "$TMP/quiet.err" ]
+}
+check "preloaded into a program without CUDA: nothing on stdout or stderr" quiet_for_others

@@ -321,6 +321,16 @@ static void test_share_alone(void **state)
     }
 }
 
+/* Teardown: later tests use private budgets again, whatever happened. */
+static int drop_pool(void **state)
+{
+    (void)state;
+    if (g_pool != NULL)
+        munmap(g_pool, sizeof(*g_pool));
+    g_pool = NULL;
+    return 0;
+}
+
 /* Two processes of one container share its budget: together they get p%. */
 static void test_share_pooled_per_container(void **state)
 {
@@ -342,8 +352,22 @@ static void test_share_pooled_per_container(void **state)
            (double)atomic_load(&g_pool->busy_ns) / 1e9);
     assert_true(total >= 35.0 && total <= 45.0);
     assert_int_equal(atomic_load(&g_pool->pct), 40);
-    munmap(g_pool, sizeof(*g_pool));
-    g_pool = NULL;
+}
+
+/* A budget whose last refill lies in the future (the clock restarted under a
+ * surviving shared region) starts over instead of stalling the container. */
+static void test_share_after_clock_restart(void **state)
+{
+    (void)state;
+    g_pool = mmap(NULL, sizeof(*g_pool), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(g_pool != MAP_FAILED);
+    memset(g_pool, 0, sizeof(*g_pool));
+    atomic_store(&g_pool->last_ns, 3600 * 1000 * MS);
+    atomic_store(&g_pool->tokens, -1000 * (int64_t)MS);
+    struct tenant tn = {.pct = 50, .prio = -1, .horizon = HORIZON, .mark = UINT64_MAX};
+    struct result r;
+    run_tenants(&tn, 1, &r);
+    check_share("after a clock restart", 50, &r);
 }
 
 static void test_share_beside_second_tenant(void **state)
@@ -382,7 +406,13 @@ static void test_share_with_varying_kernels(void **state)
     run_tenants(two, 2, r);
     check_share("beside 70%, run time +-50%", 30, &r[0]);
     check_share("  (the 70% one)", 70, &r[1]);
+}
+
+static int drop_jitter(void **state)
+{
+    (void)state;
     unsetenv("GV_FAKE_KERNEL_JITTER");
+    return 0;
 }
 
 static void test_share_every_launch_api(void **state)
@@ -712,9 +742,15 @@ static void test_config_and_board_errors(void **state)
     assert_true(gv_prio_higher_present(lo, 2000));
     assert_false(gv_prio_higher_present(hi, 2000));
     assert_int_equal(gv_prio_wait_ns(lo, 1000 + 10 * MS), 0);
-    /* A published time far in the future is clamped, not obeyed forever. */
+    /* A published time far in the future is clamped, not obeyed forever: at
+     * most 1 s past the publisher's last heartbeat. */
     gv_prio_publish(hi, 1000, UINT64_MAX / 2);
     assert_true(gv_prio_wait_ns(lo, 1000) <= 10 * MS);
+    assert_int_equal(gv_prio_wait_ns(lo, 1000 + 1010 * MS), 0);
+    /* Times from before a clock restart (reboot) are ignored. */
+    gv_prio_publish(hi, 500000 * MS, 500001 * MS);
+    assert_int_equal(gv_prio_wait_ns(lo, 1000), 0);
+    assert_false(gv_prio_higher_present(lo, 1000));
     gv_prio_close(hi);
     assert_int_equal(gv_prio_wait_ns(lo, 1000), 0);
     gv_prio_close(lo);
@@ -743,8 +779,9 @@ int main(void)
         cmocka_unit_test(test_untimeable_launches_pass),
         cmocka_unit_test(test_share_alone),
         cmocka_unit_test(test_share_beside_second_tenant),
-        cmocka_unit_test(test_share_pooled_per_container),
-        cmocka_unit_test(test_share_with_varying_kernels),
+        cmocka_unit_test_teardown(test_share_pooled_per_container, drop_pool),
+        cmocka_unit_test_teardown(test_share_after_clock_restart, drop_pool),
+        cmocka_unit_test_teardown(test_share_with_varying_kernels, drop_jitter),
         cmocka_unit_test(test_share_every_launch_api),
         cmocka_unit_test(test_capture_survives_throttling),
         cmocka_unit_test(test_unlimited_and_disabled_run_free),
