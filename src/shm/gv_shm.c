@@ -397,6 +397,22 @@ gv_status gv_shm_proc_attach(struct gv_shm *shm, int32_t pid, int32_t priority,
     }
     shm->slot = -1;
     reclaim_locked(shm);
+    /* A slot already holding this very process is one it had before an
+     * exec: the old image's device memory died with it, so start afresh. */
+    int mine = -1;
+    for (int i = 0; i < GV_SHM_MAX_PROCS && mine < 0; i++)
+        if (atomic_load(&shm->r->procs[i].pid) == pid && shm->r->procs[i].start_time == start)
+            mine = i;
+    if (mine >= 0) {
+        struct gv_shm_proc *p = &shm->r->procs[mine];
+        clear_slot(p);
+        p->start_time = start;
+        p->priority = priority;
+        atomic_store(&p->heartbeat_ns, now_ns());
+        recompute_totals(shm->r);
+        shm->slot = mine;
+        goto out;
+    }
     for (int i = 0; i < GV_SHM_MAX_PROCS; i++) {
         struct gv_shm_proc *p = &shm->r->procs[i];
         if (atomic_load(&p->pid) != 0)
