@@ -9,12 +9,22 @@ $(BUILD)/bench/alloc_roundtrip: $(GV_FAKE_CUDA)
 EXTRA_ALL += $(BUILD)/bench/alloc_roundtrip
 BENCH_SCRIPTS += bench/bench_alloc_overhead.sh
 
+# Allocation engine: placement decision latency at 5,000 nodes x 8 GPUs.
+BENCH_PROGS += bench_placement
+bench_placement_SRCS := bench/bench_placement.c
+bench_placement_LIBS := sim contracts alloc common
+bench_placement_LDLIBS = $(contracts_LDLIBS)
+# gpuvisor simulate: openb replay speed and quality over every bundled trace.
+BENCH_SCRIPTS += bench/bench_simulate.sh
+
 # Compute share (docs/compute-share.md): launch overhead of the interposer and
 # share accuracy on the fake driver's virtual clock.
-BENCH_PROGS += bench_launch
+# bench_launch is the application bench_throttle_launch.sh times.
 bench_launch_SRCS := bench/bench_launch.c
 bench_launch_LDLIBS := -L$(BUILD)/tests/fakes -l:libcuda.so.1
-$(BUILD)/bench/bench_launch: $(GV_FAKE_CUDA) $(GV_INTERPOSER)
+$(eval $(call GV_EXE,bench_launch,bench))
+$(BUILD)/bench/bench_launch: $(GV_FAKE_CUDA)
+EXTRA_ALL += $(BUILD)/bench/bench_launch
 BENCH_SCRIPTS += bench/bench_throttle_launch.sh bench/bench_compute_share.sh
 
 # gpuvisor-scheduler: concurrent filter+bind, 5,000-node filter latency, RSS.

@@ -19,20 +19,21 @@ uint64_t alloc_hash_str(const char *s);
 
 /* --- cluster state ------------------------------------------------------- */
 struct gpu {
-    char uuid[GV_ALLOC_UUID_MAX];
-    char model[GV_ALLOC_MODEL_MAX];
-    uint32_t index;
-    uint32_t model_id; /* interned lower-cased model */
-    uint64_t mem_mib;
-    uint32_t split;
-    int32_t numa;
-    bool healthy;
-    gv_alloc_gpu_mode mode;
-    /* usage */
+    /* hot: read for every node of every decision, kept in one cache line */
     uint64_t used_mem;
+    uint64_t mem_mib;
     uint32_t used_milli;
     uint32_t tasks;
     uint32_t whole; /* tasks holding the GPU exclusively */
+    uint32_t split;
+    uint32_t model_id; /* interned lower-cased model */
+    int32_t numa;
+    bool healthy;
+    gv_alloc_gpu_mode mode;
+    uint32_t index;
+    /* cold */
+    char uuid[GV_ALLOC_UUID_MAX];
+    char model[GV_ALLOC_MODEL_MAX];
 };
 
 struct pod_dev {
@@ -60,6 +61,7 @@ struct node {
     struct gpu *gpus;
     struct pod *pods;
     uint64_t sig;    /* order-independent hash of the free-resource state */
+    double free_share; /* sum of the GPUs' free shares (milli) */
     /* FGD per-shape profile cache (see fgd.c) */
     uint32_t prof_gen;     /* shapes generation the profile was built for; 0 = stale */
     uint8_t *prof_cnt;     /* GPUs able to host the shape */
@@ -75,7 +77,7 @@ struct wl_level {
 };
 
 #define WL_MAX_SHAPES 128
-#define WL_MAX_LEVELS 16
+#define WL_MAX_LEVELS 64
 
 /* One GPU-shape of the workload: k GPUs with r milli and given memory. */
 struct wl_shape {
@@ -122,18 +124,24 @@ struct gv_alloc_cluster {
     uint32_t max_gpus;     /* largest node GPU count (bestfit) */
     struct memo_slot *memo;
     uint32_t memo_cap, memo_stamp;
+
 };
 
-/* GPUs chosen for a request on one node, flattened in container order. */
+/* GPUs chosen for a request on one node, flattened in container order
+ * (container i owns the next containers[i].num_gpu entries). */
+#define PICK_MAX (GV_ALLOC_MAX_CONTAINERS * GV_ALLOC_MAX_DEVICES)
 struct pick {
     uint32_t n;
-    uint8_t gpu[GV_ALLOC_MAX_CONTAINERS * GV_ALLOC_MAX_DEVICES];
+    uint8_t gpu[PICK_MAX];
+    uint32_t milli[PICK_MAX];
+    uint64_t mem[PICK_MAX];
 };
 
 /* Per-call view of a request on the cluster (models allowed, resolved). */
 struct req_view {
     const struct gv_alloc_request *req;
-    uint8_t *model_ok; /* per model id */
+    uint8_t *model_ok; /* per model id: model_buf, or heap beyond 64 models */
+    uint8_t model_buf[64];
     gv_alloc_policy policy;
     gv_alloc_gpu_policy gpu_policy;
 };
@@ -148,8 +156,14 @@ double alloc_gpu_free_share(const struct gpu *g);
 /* Chooses GPUs for the whole request on a node following the GPU policy;
  * true if it fits (then a->containers filled, a->node set). */
 bool alloc_fit_node(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t node,
-                    struct gv_alloc_assignment *a, struct pick *p, char *reason,
-                    size_t reason_cap);
+                    struct pick *p, char *reason, size_t reason_cap);
+/* Distinct GPUs a pick touches (idx) and their states once it is applied
+ * (after); returns how many. */
+uint32_t alloc_pick_apply(const struct node *n, const struct pick *p, uint8_t *idx,
+                          struct gpu *after);
+/* The assignment (names, uuids) of a pick. */
+void alloc_pick_assignment(const struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
+                           uint32_t node, const struct pick *p, struct gv_alloc_assignment *a);
 void alloc_node_resign(struct node *n);
 bool alloc_gpu_allowed(const struct req_view *v, const struct gpu *g);
 bool alloc_list_match(const char *list, const char *s, bool substring);
@@ -158,7 +172,7 @@ bool alloc_list_match(const char *list, const char *s, bool substring);
 double fgd_node_frag(struct gv_alloc_cluster *c, uint32_t node);
 /* Expected fragmentation increase (milli-GPU) of placing a/p on node. */
 double fgd_delta(struct gv_alloc_cluster *c, uint32_t node, const struct gv_alloc_request *req,
-                 const struct gv_alloc_assignment *a, const struct pick *p);
+                 const struct pick *p);
 void fgd_free_shapes(struct gv_alloc_cluster *c);
 void fgd_node_invalidate(struct node *n);
 gv_status alloc_model_intern(struct gv_alloc_cluster *c, const char *model, uint32_t *id,

@@ -133,8 +133,10 @@ void alloc_node_resign(struct node *n)
     uint64_t h = mix64((uint64_t)(n->cpu_cap - n->cpu_used) ^ ((uint64_t)n->n_gpus << 56));
     h ^= mix64((uint64_t)(n->mem_cap - n->mem_used) + 0x9e3779b97f4a7c15u);
     uint64_t sum = 0;
+    n->free_share = 0;
     for (uint32_t i = 0; i < n->n_gpus; i++) {
         const struct gpu *g = &n->gpus[i];
+        n->free_share += alloc_gpu_free_share(g);
         uint64_t x = mix64(((uint64_t)g->model_id << 40) ^ ((uint64_t)g->used_milli << 20) ^
                            ((uint64_t)g->tasks << 8) ^ ((uint64_t)g->whole << 4) ^
                            ((uint64_t)g->healthy << 1) ^ (uint64_t)g->mode);

@@ -262,35 +262,18 @@ gv_status gv_alloc_node_fragmentation(struct gv_alloc_cluster *c, const char *no
 }
 
 double fgd_delta(struct gv_alloc_cluster *c, uint32_t node, const struct gv_alloc_request *req,
-                 const struct gv_alloc_assignment *a, const struct pick *p)
+                 const struct pick *p)
 {
     struct node *n = &c->nodes[node];
     double tw = total_weight(c);
     if (tw <= 0 || !profile(c, n))
         return 0;
     /* The GPUs the placement touches, before and after. */
-    struct gpu after[GV_ALLOC_MAX_CONTAINERS * GV_ALLOC_MAX_DEVICES];
-    uint8_t idx[GV_ALLOC_MAX_CONTAINERS * GV_ALLOC_MAX_DEVICES];
-    uint32_t nch = 0, k = 0;
-    for (uint32_t ci = 0; ci < a->n_containers; ci++) {
-        for (uint32_t d = 0; d < a->containers[ci].n_devices; d++, k++) {
-            uint8_t gi = p->gpu[k];
-            uint32_t j = 0;
-            while (j < nch && idx[j] != gi)
-                j++;
-            if (j == nch) {
-                idx[nch] = gi;
-                after[nch++] = n->gpus[gi];
-            }
-            const struct gv_alloc_device *dv = &a->containers[ci].devices[d];
-            after[j].used_mem += dv->mem_mib;
-            after[j].used_milli += dv->milli;
-            after[j].tasks++;
-            after[j].whole += dv->milli >= GV_ALLOC_MILLI || after[j].mode == GV_ALLOC_GPU_EXCLUSIVE;
-        }
-    }
-    double share_old[GV_ALLOC_MAX_CONTAINERS * GV_ALLOC_MAX_DEVICES];
-    double share_new[GV_ALLOC_MAX_CONTAINERS * GV_ALLOC_MAX_DEVICES];
+    struct gpu after[GV_ALLOC_MAX_NODE_GPUS];
+    uint8_t idx[GV_ALLOC_MAX_NODE_GPUS];
+    uint32_t nch = alloc_pick_apply(n, p, idx, after);
+    double share_old[GV_ALLOC_MAX_NODE_GPUS];
+    double share_new[GV_ALLOC_MAX_NODE_GPUS];
     double total_new = n->prof_total;
     for (uint32_t j = 0; j < nch; j++) {
         share_old[j] = alloc_gpu_free_share(&n->gpus[idx[j]]);

@@ -13,7 +13,7 @@ gv_status alloc_view_init(struct gv_alloc_cluster *c, const struct gv_alloc_requ
 {
     memset(v, 0, sizeof(*v));
     v->req = req;
-    v->model_ok = calloc(c->n_models ? c->n_models : 1, 1);
+    v->model_ok = c->n_models <= sizeof(v->model_buf) ? v->model_buf : calloc(c->n_models, 1);
     if (v->model_ok == NULL)
         return gv_error_set(err, GV_ENOMEM, "out of memory");
     const char *use = req->constraint[GV_ALLOC_USE_TYPE];
@@ -32,7 +32,8 @@ gv_status alloc_view_init(struct gv_alloc_cluster *c, const struct gv_alloc_requ
 
 void alloc_view_fini(struct req_view *v)
 {
-    free(v->model_ok);
+    if (v->model_ok != v->model_buf)
+        free(v->model_ok);
     v->model_ok = NULL;
 }
 
@@ -104,20 +105,20 @@ struct cand {
     double share;
 };
 
-static int cand_cmp_pack(const void *a, const void *b)
+/* Candidates in GPU-policy order (fewest free first for binpack, most for
+ * spread; then by index).  At most 64 entries: insertion sort beats qsort's
+ * indirect calls on the hot path. */
+static void cand_sort(struct cand *c, uint32_t n, bool spread)
 {
-    const struct cand *x = a, *y = b;
-    if (x->share != y->share)
-        return x->share < y->share ? -1 : 1;
-    return x->gpu < y->gpu ? -1 : x->gpu > y->gpu;
-}
-
-static int cand_cmp_spread(const void *a, const void *b)
-{
-    const struct cand *x = a, *y = b;
-    if (x->share != y->share)
-        return x->share > y->share ? -1 : 1;
-    return x->gpu < y->gpu ? -1 : x->gpu > y->gpu;
+    for (uint32_t i = 1; i < n; i++) {
+        struct cand x = c[i];
+        uint32_t j = i;
+        while (j > 0 && (spread ? c[j - 1].share < x.share : c[j - 1].share > x.share)) {
+            c[j] = c[j - 1];
+            j--;
+        }
+        c[j] = x;
+    }
 }
 
 static void describe_need(const struct gv_alloc_container_req *cr, char *buf, size_t cap)
@@ -142,30 +143,29 @@ static void describe_need(const struct gv_alloc_container_req *cr, char *buf, si
 }
 
 bool alloc_fit_node(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t node,
-                    struct gv_alloc_assignment *a, struct pick *p, char *reason,
-                    size_t reason_cap)
+                    struct pick *p, char *reason, size_t reason_cap)
 {
     const struct node *n = &c->nodes[node];
     const struct gv_alloc_request *r = v->req;
-    char dummy[8];
-    if (reason == NULL) {
-        reason = dummy;
-        reason_cap = sizeof(dummy);
-    }
+/* Formatting reasons costs more than the fit itself: only when asked. */
+#define WHY(...)                                                                                   \
+    do {                                                                                           \
+        if (reason != NULL)                                                                        \
+            snprintf(reason, reason_cap, __VA_ARGS__);                                             \
+    } while (0)
     if (n->cpu_cap > 0 && r->cpu_milli > n->cpu_cap - n->cpu_used) {
-        snprintf(reason, reason_cap, "insufficient cpu: %lldm free, need %lldm",
+        WHY("insufficient cpu: %lldm free, need %lldm",
                  (long long)(n->cpu_cap - n->cpu_used), (long long)r->cpu_milli);
         return false;
     }
     if (n->mem_cap > 0 && r->mem_mib > n->mem_cap - n->mem_used) {
-        snprintf(reason, reason_cap, "insufficient memory: %lld MiB free, need %lld MiB",
+        WHY("insufficient memory: %lld MiB free, need %lld MiB",
                  (long long)(n->mem_cap - n->mem_used), (long long)r->mem_mib);
         return false;
     }
-    a->n_containers = 0;
     p->n = 0;
     if (r->n_containers > 0 && n->n_gpus == 0) {
-        snprintf(reason, reason_cap, "node has no GPUs");
+        WHY("node has no GPUs");
         return false;
     }
     struct gpu_load load[GV_ALLOC_MAX_NODE_GPUS];
@@ -185,26 +185,31 @@ bool alloc_fit_node(struct gv_alloc_cluster *c, const struct req_view *v, uint32
             if (!load_can_host(g, &load[i], cr->milli, need))
                 continue;
             cands[nc].gpu = i;
-            cands[nc].share = load_free_share(g, &load[i]);
+            cands[nc].share = 0;
             nc++;
         }
         const char *pfx = r->n_containers > 1 ? "container " : "";
         const char *cn = r->n_containers > 1 ? cr->name : "";
         const char *colon = r->n_containers > 1 ? ": " : "";
         if (allowed == 0) {
-            snprintf(reason, reason_cap, "%s%s%sno GPU matches the pod's GPU type/uuid "
+            WHY("%s%s%sno GPU matches the pod's GPU type/uuid "
                      "constraints (node has %.48s)", pfx, cn, colon, n->gpus[0].model);
             return false;
         }
-        char need[96];
-        describe_need(cr, need, sizeof(need));
+        char need[96] = "";
+        if (nc < cr->num_gpu || r->numa_bind)
+            if (reason != NULL)
+                describe_need(cr, need, sizeof(need));
         if (nc < cr->num_gpu) {
-            snprintf(reason, reason_cap, "%s%s%sgpu %u/%u free but need %u with %s each", pfx, cn,
+            WHY("%s%s%sgpu %u/%u free but need %u with %s each", pfx, cn,
                      colon, nc, n->n_gpus, cr->num_gpu, need);
             return false;
         }
-        qsort(cands, nc, sizeof(cands[0]),
-              v->gpu_policy == GV_ALLOC_GPU_SPREAD ? cand_cmp_spread : cand_cmp_pack);
+        if (nc > cr->num_gpu || (r->numa_bind && cr->num_gpu > 1)) {
+            for (uint32_t k = 0; k < nc; k++)
+                cands[k].share = load_free_share(&n->gpus[cands[k].gpu], &load[cands[k].gpu]);
+            cand_sort(cands, nc, v->gpu_policy == GV_ALLOC_GPU_SPREAD);
+        }
         if (r->numa_bind && cr->num_gpu > 1) {
             /* First NUMA node in policy order that has enough candidates. */
             bool found = false;
@@ -223,32 +228,67 @@ bool alloc_fit_node(struct gv_alloc_cluster *c, const struct req_view *v, uint32
                 }
             }
             if (!found) {
-                snprintf(reason, reason_cap,
+                WHY(
                          "%s%s%sgpu %u/%u free but need %u with %s each on one NUMA node", pfx,
                          cn, colon, nc, n->n_gpus, cr->num_gpu, need);
                 return false;
             }
         }
-        struct gv_alloc_container_assign *ca = &a->containers[ci];
-        memcpy(ca->name, cr->name, sizeof(ca->name));
-        ca->n_devices = cr->num_gpu;
         for (uint32_t k = 0; k < cr->num_gpu; k++) {
             uint32_t gi = cands[k].gpu;
             const struct gpu *g = &n->gpus[gi];
-            struct gv_alloc_device *d = &ca->devices[k];
-            memcpy(d->uuid, g->uuid, sizeof(d->uuid));
-            d->mem_mib = alloc_gpu_mem_need(g, cr->mem_kind, cr->mem);
-            d->milli = cr->milli;
-            p->gpu[p->n++] = (uint8_t)gi;
-            load[gi].mem += d->mem_mib;
-            load[gi].milli += d->milli;
+            uint64_t mem = alloc_gpu_mem_need(g, cr->mem_kind, cr->mem);
+            p->gpu[p->n] = (uint8_t)gi;
+            p->mem[p->n] = mem;
+            p->milli[p->n++] = cr->milli;
+            load[gi].mem += mem;
+            load[gi].milli += cr->milli;
             load[gi].tasks++;
-            load[gi].whole += d->milli >= GV_ALLOC_MILLI || g->mode == GV_ALLOC_GPU_EXCLUSIVE;
+            load[gi].whole += cr->milli >= GV_ALLOC_MILLI || g->mode == GV_ALLOC_GPU_EXCLUSIVE;
         }
     }
-    a->n_containers = r->n_containers;
-    memcpy(a->node, n->name, strlen(n->name) + 1);
     return true;
+#undef WHY
+}
+
+uint32_t alloc_pick_apply(const struct node *n, const struct pick *p, uint8_t *idx,
+                          struct gpu *after)
+{
+    uint32_t nch = 0;
+    for (uint32_t k = 0; k < p->n; k++) {
+        uint8_t gi = p->gpu[k];
+        uint32_t j = 0;
+        while (j < nch && idx[j] != gi)
+            j++;
+        if (j == nch) {
+            idx[nch] = gi;
+            after[nch++] = n->gpus[gi];
+        }
+        after[j].used_mem += p->mem[k];
+        after[j].used_milli += p->milli[k];
+        after[j].tasks++;
+        after[j].whole += p->milli[k] >= GV_ALLOC_MILLI || after[j].mode == GV_ALLOC_GPU_EXCLUSIVE;
+    }
+    return nch;
+}
+
+void alloc_pick_assignment(const struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
+                           uint32_t node, const struct pick *p, struct gv_alloc_assignment *a)
+{
+    const struct node *n = &c->nodes[node];
+    memcpy(a->node, n->name, strlen(n->name) + 1);
+    a->n_containers = req->n_containers;
+    uint32_t k = 0;
+    for (uint32_t ci = 0; ci < req->n_containers; ci++) {
+        struct gv_alloc_container_assign *ca = &a->containers[ci];
+        memcpy(ca->name, req->containers[ci].name, sizeof(ca->name));
+        ca->n_devices = req->containers[ci].num_gpu;
+        for (uint32_t d = 0; d < ca->n_devices; d++, k++) {
+            memcpy(ca->devices[d].uuid, n->gpus[p->gpu[k]].uuid, sizeof(ca->devices[d].uuid));
+            ca->devices[d].mem_mib = p->mem[k];
+            ca->devices[d].milli = p->milli[k];
+        }
+    }
 }
 
 gv_status gv_alloc_filter(struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
@@ -264,15 +304,9 @@ gv_status gv_alloc_filter(struct gv_alloc_cluster *c, const struct gv_alloc_requ
     gv_status rc = alloc_view_init(c, req, &v, err);
     if (rc != GV_OK)
         return rc;
-    struct gv_alloc_assignment *a = malloc(sizeof(*a));
     struct pick p;
-    if (a == NULL) {
-        alloc_view_fini(&v);
-        return gv_error_set(err, GV_ENOMEM, "out of memory");
-    }
     fit->reason[0] = '\0';
-    fit->fits = alloc_fit_node(c, &v, idx, a, &p, fit->reason, sizeof(fit->reason));
-    free(a);
+    fit->fits = alloc_fit_node(c, &v, idx, &p, fit->reason, sizeof(fit->reason));
     alloc_view_fini(&v);
     return GV_OK;
 }

@@ -29,7 +29,7 @@
 #define GV_ALLOC_UUID_MAX 96         /* GPU or MIG uuid, with NUL */
 #define GV_ALLOC_NODE_MAX 254        /* node name (DNS subdomain), with NUL */
 #define GV_ALLOC_CNAME_MAX 64        /* container name (DNS label), with NUL */
-#define GV_ALLOC_MODEL_MAX 64        /* GPU model name, with NUL */
+#define GV_ALLOC_MODEL_MAX 96        /* GPU model name, with NUL */
 #define GV_ALLOC_UID_MAX 128         /* pod uid, with NUL */
 #define GV_ALLOC_REASON_MAX 256      /* filter reason, with NUL */
 /* Upper bound of an encoded assignment (annotation value), with NUL. */
@@ -104,6 +104,12 @@ struct gv_alloc_config {
      * requests).  0 disables decay.
      */
     double workload_half_life;
+    /*
+     * FGD scores (fragmentation decrease, milli-GPU) are quantised to
+     * steps of this size; placements in the best step tie and go to the
+     * first node by name (first fit).  0 = exact scores.
+     */
+    double fgd_score_step;
 };
 
 /* HAMi defaults: names above, whole-GPU memory, 0 cores, 1 GPU, split 10,

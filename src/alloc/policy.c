@@ -16,41 +16,24 @@
 
 #include "alloc/alloc_internal.h"
 
-static double node_free_share(const struct node *n)
+/* Free GPU share (milli) the placement removes from the node. */
+static double share_taken(const struct node *n, const struct pick *p)
 {
-    double s = 0;
-    for (uint32_t g = 0; g < n->n_gpus; g++)
-        s += alloc_gpu_free_share(&n->gpus[g]);
-    return s;
+    struct gpu after[GV_ALLOC_MAX_NODE_GPUS];
+    uint8_t idx[GV_ALLOC_MAX_NODE_GPUS];
+    uint32_t nch = alloc_pick_apply(n, p, idx, after);
+    double d = 0;
+    for (uint32_t j = 0; j < nch; j++)
+        d += alloc_gpu_free_share(&n->gpus[idx[j]]) - alloc_gpu_free_share(&after[j]);
+    return d;
 }
 
-/* Free GPU share (milli) the placement removes from the node. */
-static double share_taken(const struct node *n, const struct gv_alloc_assignment *a,
-                          const struct pick *p)
+static bool same_state(const struct gpu *a, const struct gpu *b)
 {
-    double before = 0, after = 0;
-    uint32_t k = 0;
-    uint8_t seen[GV_ALLOC_MAX_NODE_GPUS] = {0};
-    struct gpu tmp[GV_ALLOC_MAX_NODE_GPUS];
-    for (uint32_t ci = 0; ci < a->n_containers; ci++) {
-        for (uint32_t d = 0; d < a->containers[ci].n_devices; d++, k++) {
-            uint8_t gi = p->gpu[k];
-            if (!seen[gi]) {
-                seen[gi] = 1;
-                tmp[gi] = n->gpus[gi];
-                before += alloc_gpu_free_share(&n->gpus[gi]);
-            }
-            const struct gv_alloc_device *dv = &a->containers[ci].devices[d];
-            tmp[gi].used_mem += dv->mem_mib;
-            tmp[gi].used_milli += dv->milli;
-            tmp[gi].tasks++;
-            tmp[gi].whole += dv->milli >= GV_ALLOC_MILLI || tmp[gi].mode == GV_ALLOC_GPU_EXCLUSIVE;
-        }
-    }
-    for (uint32_t g = 0; g < n->n_gpus; g++)
-        if (seen[g])
-            after += alloc_gpu_free_share(&tmp[g]);
-    return before - after;
+    return a->used_milli == b->used_milli && a->used_mem == b->used_mem &&
+           a->tasks == b->tasks && a->whole == b->whole && a->model_id == b->model_id &&
+           a->mem_mib == b->mem_mib && a->split == b->split && a->mode == b->mode &&
+           a->healthy == b->healthy;
 }
 
 /*
@@ -59,67 +42,51 @@ static double share_taken(const struct node *n, const struct gv_alloc_assignment
  * fragmentation increase; ties keep the GPU policy's order.
  */
 static double fgd_best_single(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t node,
-                              struct gv_alloc_assignment *a, struct pick *p)
+                              struct pick *p)
 {
     const struct node *n = &c->nodes[node];
     const struct gv_alloc_container_req *cr = &v->req->containers[0];
-    double best = fgd_delta(c, node, v->req, a, p);
-    uint8_t chosen = p->gpu[0];
+    double best = fgd_delta(c, node, v->req, p);
     uint8_t tried[GV_ALLOC_MAX_NODE_GPUS];
     uint32_t ntried = 0;
-    tried[ntried++] = chosen;
+    tried[ntried++] = p->gpu[0];
+    struct pick alt = *p;
     for (uint32_t g = 0; g < n->n_gpus; g++) {
         const struct gpu *gp = &n->gpus[g];
-        if (g == p->gpu[0] || !alloc_gpu_allowed(v, gp))
-            continue;
-        uint64_t need = alloc_gpu_mem_need(gp, cr->mem_kind, cr->mem);
-        if (!alloc_gpu_can_host(gp, cr->milli, need))
+        if (!alloc_gpu_allowed(v, gp))
             continue;
         bool dup = false; /* a GPU in the same state gives the same delta */
-        for (uint32_t t = 0; t < ntried && !dup; t++) {
-            const struct gpu *o = &n->gpus[tried[t]];
-            dup = o->used_milli == gp->used_milli && o->used_mem == gp->used_mem &&
-                  o->tasks == gp->tasks && o->model_id == gp->model_id &&
-                  o->mem_mib == gp->mem_mib && o->split == gp->split && o->mode == gp->mode;
-        }
-        if (dup)
+        for (uint32_t t = 0; t < ntried && !dup; t++)
+            dup = same_state(&n->gpus[tried[t]], gp);
+        uint64_t need = alloc_gpu_mem_need(gp, cr->mem_kind, cr->mem);
+        if (dup || !alloc_gpu_can_host(gp, cr->milli, need))
             continue;
         tried[ntried++] = (uint8_t)g;
-        struct pick alt = {1, {(uint8_t)g}};
-        struct gv_alloc_assignment one;
-        one.n_containers = 1;
-        one.containers[0].n_devices = 1;
-        one.containers[0].devices[0].mem_mib = need;
-        one.containers[0].devices[0].milli = cr->milli;
-        double d = fgd_delta(c, node, v->req, &one, &alt);
+        alt.gpu[0] = (uint8_t)g;
+        alt.mem[0] = need;
+        double d = fgd_delta(c, node, v->req, &alt);
         if (d < best - 1e-9 * fmax(1.0, fabs(best))) {
             best = d;
-            chosen = (uint8_t)g;
+            p->gpu[0] = (uint8_t)g;
+            p->mem[0] = need;
         }
-    }
-    if (chosen != p->gpu[0]) {
-        const struct gpu *gp = &n->gpus[chosen];
-        p->gpu[0] = chosen;
-        memcpy(a->containers[0].devices[0].uuid, gp->uuid, sizeof(gp->uuid));
-        a->containers[0].devices[0].mem_mib = alloc_gpu_mem_need(gp, cr->mem_kind, cr->mem);
     }
     return best;
 }
 
 /* Fits the request on node and scores it; false (with reason) if no fit. */
 static bool eval_node(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t node,
-                      struct gv_alloc_assignment *a, struct pick *p, double *score, char *reason,
-                      size_t cap)
+                      struct pick *p, double *score, char *reason, size_t cap)
 {
-    if (!alloc_fit_node(c, v, node, a, p, reason, cap))
+    if (!alloc_fit_node(c, v, node, p, reason, cap))
         return false;
     const struct node *n = &c->nodes[node];
-    double cap_share = (double)n->n_gpus * GV_ALLOC_MILLI;
     switch (v->policy) {
     case GV_ALLOC_POLICY_BINPACK:
     case GV_ALLOC_POLICY_SPREAD: {
         /* GPU utilisation of the node once the pod is there. */
-        double used = n->n_gpus ? 1.0 - (node_free_share(n) - share_taken(n, a, p)) / cap_share
+        double used = n->n_gpus ? 1.0 - (n->free_share - share_taken(n, p)) /
+                                            ((double)n->n_gpus * GV_ALLOC_MILLI)
                                 : 0.0;
         *score = v->policy == GV_ALLOC_POLICY_BINPACK ? used : -used;
         break;
@@ -127,7 +94,7 @@ static bool eval_node(struct gv_alloc_cluster *c, const struct req_view *v, uint
     case GV_ALLOC_POLICY_BESTFIT: {
         /* Least weighted free resources left (CPU and GPU, half each),
          * normalised by the largest node. */
-        double gpu_left = node_free_share(n) - share_taken(n, a, p);
+        double gpu_left = n->free_share - share_taken(n, p);
         double s = c->max_gpus ? 0.5 * gpu_left / ((double)c->max_gpus * GV_ALLOC_MILLI) : 0;
         if (n->cpu_cap > 0 && c->max_cpu > 0)
             s += 0.5 * (double)(n->cpu_cap - n->cpu_used - v->req->cpu_milli) /
@@ -138,9 +105,13 @@ static bool eval_node(struct gv_alloc_cluster *c, const struct req_view *v, uint
     case GV_ALLOC_POLICY_FGD:
     default:
         if (v->req->n_containers == 1 && v->req->containers[0].num_gpu == 1)
-            *score = -fgd_best_single(c, v, node, a, p);
+            *score = -fgd_best_single(c, v, node, p);
         else
-            *score = -fgd_delta(c, node, v->req, a, p);
+            *score = -fgd_delta(c, node, v->req, p);
+        /* Quantised: near-equal deltas tie and go to the first node by
+         * name, which consolidates load (docs/alloc.md, "Ties"). */
+        if (c->cfg.fgd_score_step > 0)
+            *score = floor(*score / c->cfg.fgd_score_step);
         break;
     }
     return true;
@@ -197,8 +168,7 @@ static struct memo_slot *memo_slot(struct gv_alloc_cluster *c, uint64_t sig, boo
 
 /* Scores node through the memo; reason only filled on a fresh misfit. */
 static bool score_node(struct gv_alloc_cluster *c, const struct req_view *v, bool use_memo,
-                       uint32_t node, struct gv_alloc_assignment *scratch, double *score,
-                       char *reason, size_t cap)
+                       uint32_t node, double *score, char *reason, size_t cap)
 {
     bool hit = false;
     struct memo_slot *m = use_memo ? memo_slot(c, c->nodes[node].sig, &hit) : NULL;
@@ -209,7 +179,7 @@ static bool score_node(struct gv_alloc_cluster *c, const struct req_view *v, boo
         return m->fits;
     }
     struct pick p;
-    bool fits = eval_node(c, v, node, scratch, &p, score, reason, cap);
+    bool fits = eval_node(c, v, node, &p, score, reason, cap);
     if (m != NULL) {
         m->fits = fits;
         m->score = fits ? *score : 0;
@@ -254,9 +224,10 @@ gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_reques
         tried++;
         double s;
         bool need_reason = first_name == NULL;
-        if (score_node(c, &v, use_memo, idx, out, &s, need_reason ? first_reason : NULL,
+        if (score_node(c, &v, use_memo, idx, &s, need_reason ? first_reason : NULL,
                        sizeof(first_reason))) {
-            if (best == UINT32_MAX || better(s, c->nodes[idx].name, best_score, c->nodes[best].name)) {
+            if (best == UINT32_MAX || better(s, c->nodes[idx].name, best_score,
+                                             c->nodes[best].name)) {
                 best = idx;
                 best_score = s;
             }
@@ -276,7 +247,8 @@ gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_reques
     }
     struct pick p;
     double s;
-    eval_node(c, &v, best, out, &p, &s, NULL, 0);
+    eval_node(c, &v, best, &p, &s, NULL, 0);
+    alloc_pick_assignment(c, req, best, &p, out);
     alloc_view_fini(&v);
     return GV_OK;
 }
@@ -290,10 +262,7 @@ gv_status gv_alloc_score_nodes(struct gv_alloc_cluster *c, const struct gv_alloc
     if (rc != GV_OK)
         return rc;
     double *raw = calloc(n ? n : 1, sizeof(*raw));
-    struct gv_alloc_assignment *a = malloc(sizeof(*a));
-    if (raw == NULL || a == NULL) {
-        free(raw);
-        free(a);
+    if (raw == NULL) {
         alloc_view_fini(&v);
         return gv_error_set(err, GV_ENOMEM, "out of memory");
     }
@@ -302,7 +271,7 @@ gv_status gv_alloc_score_nodes(struct gv_alloc_cluster *c, const struct gv_alloc
     for (size_t i = 0; i < n; i++) {
         uint32_t idx = strmap_get(&c->node_map, nodes[i]);
         scores[i] = -1;
-        if (idx == UINT32_MAX || !score_node(c, &v, use_memo, idx, a, &raw[i], NULL, 0))
+        if (idx == UINT32_MAX || !score_node(c, &v, use_memo, idx, &raw[i], NULL, 0))
             continue;
         scores[i] = 0;
         lo = fmin(lo, raw[i]);
@@ -315,7 +284,6 @@ gv_status gv_alloc_score_nodes(struct gv_alloc_cluster *c, const struct gv_alloc
         scores[i] = (int32_t)lround(x * 100.0);
     }
     free(raw);
-    free(a);
     alloc_view_fini(&v);
     return GV_OK;
 }

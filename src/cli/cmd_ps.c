@@ -7,7 +7,9 @@
  * Exit codes: 0 ok, 1 when a named region cannot be read, 2 bad usage.
  */
 #include <dirent.h>
+#include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -28,8 +30,21 @@ static void limit_text(char *buf, size_t n, uint64_t limit)
         snprintf(buf, n, "%llu", (unsigned long long)(limit >> 20));
 }
 
+/*
+ * Whether the process in a slot is alive, seen from here: regions of the
+ * node agent's containers hold pids of other pid namespaces, so there only
+ * the host pid (when known) can be checked.
+ */
+static bool alive_here(const struct gv_shm_proc *p, bool other_ns)
+{
+    if (!other_ns)
+        return gv_shm_proc_alive(p);
+    return atomic_load(&p->pid) != 0 && p->hostpid > 0 &&
+           !(kill(p->hostpid, 0) != 0 && errno == ESRCH);
+}
+
 /* Prints a region's live processes; returns 0, or 1 when it cannot be read. */
-static int show_region(const char *path, const char *name, int *rows)
+static int show_region(const char *path, const char *name, bool other_ns)
 {
     struct gv_shm *shm = NULL;
     struct gv_error err;
@@ -41,7 +56,7 @@ static int show_region(const char *path, const char *name, int *rows)
     uint32_t nd = atomic_load(&r->ndevices);
     for (int i = 0; i < GV_SHM_MAX_PROCS; i++) {
         const struct gv_shm_proc *p = &r->procs[i];
-        if (!gv_shm_proc_alive(p))
+        if (!alive_here(p, other_ns))
             continue;
         int32_t pid = atomic_load(&p->pid);
         bool any = false;
@@ -55,22 +70,21 @@ static int show_region(const char *path, const char *name, int *rows)
                 snprintf(sm, sizeof(sm), "%u", dev->sm_limit);
             else
                 snprintf(sm, sizeof(sm), "-");
-            printf("%-28s %8d %8d %4d  %-40s %21s %4s\n", name, (int)pid, (int)p->hostpid,
-                   p->priority, dev->uuid, mem, sm);
+            /* The file is the container's to write: bound every string. */
+            printf("%-28s %8d %8d %4d  %-40.*s %21s %4s\n", name, (int)pid, (int)p->hostpid,
+                   p->priority, (int)strnlen(dev->uuid, GV_SHM_UUID_LEN), dev->uuid, mem, sm);
             any = true;
-            (*rows)++;
         }
         if (!any) {
             printf("%-28s %8d %8d %4d  %-40s %21s %4s\n", name, (int)pid, (int)p->hostpid,
                    p->priority, "-", "-", "-");
-            (*rows)++;
         }
     }
     gv_shm_close(shm);
     return 0;
 }
 
-static void scan_local(int *rows)
+static void scan_local(void)
 {
     char dir[PATH_MAX];
     gv_shm_local_dir(dir, sizeof(dir));
@@ -85,12 +99,12 @@ static void scan_local(int *rows)
         char path[PATH_MAX + 300], name[300];
         snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
         snprintf(name, sizeof(name), "%.*s", (int)(len - 6), e->d_name);
-        show_region(path, name, rows);
+        show_region(path, name, false);
     }
     closedir(d);
 }
 
-static void scan_node(int *rows)
+static void scan_node(void)
 {
     DIR *pods = opendir(GV_SHM_NODE_DIR);
     if (pods == NULL)
@@ -115,7 +129,7 @@ static void scan_node(int *rows)
             if (f == NULL)
                 continue;
             fclose(f);
-            show_region(path, name, rows);
+            show_region(path, name, true);
         }
         closedir(ctrs);
     }
@@ -124,7 +138,7 @@ static void scan_node(int *rows)
 
 int gv_cmd_ps(int argc, char **argv)
 {
-    int rows = 0, rc = 0;
+    int rc = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             printf("usage: gpuvisor ps [REGION-FILE...]\n\n"
@@ -140,10 +154,10 @@ int gv_cmd_ps(int argc, char **argv)
     print_header();
     if (argc > 1) {
         for (int i = 1; i < argc; i++)
-            rc |= show_region(argv[i], argv[i], &rows);
+            rc |= show_region(argv[i], argv[i], false);
         return rc;
     }
-    scan_local(&rows);
-    scan_node(&rows);
+    scan_local();
+    scan_node();
     return 0;
 }

@@ -30,7 +30,8 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: gpuvisor run [--device N[,M...]] [--gpumem MEM] [--gpucores PCT]\n"
-            "                    [--priority P] [--oversubscribe] [--name NAME] [--lib PATH]\n"
+            "                    [--priority P] [--oversubscribe [--gpumem-share MEM]]\n"
+            "                    [--name NAME] [--lib PATH]\n"
             "                    -- command [args...]\n\n"
             "Runs the command in a GPU slice enforced by libgpuvisor.so.\n"
             "  --device       GPUs the command may use (indices; sets CUDA_VISIBLE_DEVICES)\n"
@@ -39,6 +40,8 @@ static void usage(FILE *out)
             "  --gpucores     compute share per GPU, percent 1..100 (default: no limit)\n"
             "  --priority     0 (highest) .. 15 (default 0)\n"
             "  --oversubscribe  allow a memory limit above the GPU (managed memory)\n"
+            "  --gpumem-share   with --oversubscribe: device memory per GPU (MiB or a\n"
+            "                 quantity); the rest of --gpumem is managed memory\n"
             "  --name         name shown by `gpuvisor ps` (default run-<pid>)\n"
             "  --lib          the interposer (default: ../lib/libgpuvisor.so beside this\n"
             "                 binary, or $GPUVISOR_LIB)\n");
@@ -90,10 +93,23 @@ static bool parse_devices(const char *s, char *out, size_t n)
     return count > 0 && s[strlen(s) - 1] != ',';
 }
 
-/*
- * --gpumem: "NN%" -> percentage; a bare integer -> MiB (HAMi's gpumem unit);
- * anything else is a Kubernetes quantity in bytes ("4Gi").
- */
+/* A bare integer is MiB (HAMi's gpumem unit); anything else a Kubernetes quantity ("4Gi"). */
+static int parse_mem_bytes(const char *opt, const char *s, int64_t *bytes)
+{
+    long v;
+    struct gv_error err;
+    if (parse_int(s, 1, INT64_MAX >> 20, &v)) {
+        *bytes = (int64_t)v << 20;
+    } else if (gv_quantity_value(s, bytes, &err) != GV_OK) {
+        return bad_usage("%s: %s (expected MiB like 4096, a quantity like 4Gi%s)", opt, err.msg,
+                         strcmp(opt, "--gpumem") == 0 ? ", or 25%" : "");
+    }
+    if (*bytes <= 0)
+        return bad_usage("%s \"%s\": must be more than zero", opt, s);
+    return 0;
+}
+
+/* --gpumem: "NN%" -> a percentage of each GPU, else bytes (parse_mem_bytes). */
 static int parse_gpumem(const char *s, char *key, size_t keyn, char *val, size_t valn)
 {
     size_t len = strlen(s);
@@ -111,15 +127,9 @@ static int parse_gpumem(const char *s, char *key, size_t keyn, char *val, size_t
         return 0;
     }
     int64_t bytes;
-    struct gv_error err;
-    if (parse_int(s, 1, INT64_MAX >> 20, &v)) {
-        bytes = (int64_t)v << 20;
-    } else if (gv_quantity_value(s, &bytes, &err) != GV_OK) {
-        return bad_usage("--gpumem: %s (expected MiB like 4096, a quantity like 4Gi, or 25%%)",
-                         err.msg);
-    }
-    if (bytes <= 0)
-        return bad_usage("--gpumem \"%s\": must be more than zero", s);
+    int rc = parse_mem_bytes("--gpumem", s, &bytes);
+    if (rc != 0)
+        return rc;
     snprintf(key, keyn, "CUDA_DEVICE_MEMORY_LIMIT");
     snprintf(val, valn, "%lld", (long long)bytes);
     return 0;
@@ -207,12 +217,14 @@ int gv_cmd_run(int argc, char **argv)
         {"device", required_argument, NULL, 'd'},   {"gpumem", required_argument, NULL, 'm'},
         {"gpucores", required_argument, NULL, 'c'}, {"priority", required_argument, NULL, 'p'},
         {"oversubscribe", no_argument, NULL, 'o'},  {"name", required_argument, NULL, 'n'},
+        {"gpumem-share", required_argument, NULL, 's'},
         {"lib", required_argument, NULL, 'l'},      {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     char devices[256] = "", mem_key[64] = "", mem_val[32] = "", name[80] = "";
     char lib[PATH_MAX] = "";
     long cores = -1, prio = -1;
+    int64_t share = 0;
     bool oversub = false;
     int c, rc;
     optind = 1;
@@ -237,6 +249,10 @@ int gv_cmd_run(int argc, char **argv)
                 return bad_usage("--priority \"%s\": expected 0 (highest) .. 15", optarg);
             break;
         case 'o': oversub = true; break;
+        case 's':
+            if ((rc = parse_mem_bytes("--gpumem-share", optarg, &share)))
+                return rc;
+            break;
         case 'n':
             if (!valid_name(optarg))
                 return bad_usage("--name \"%s\": use up to 64 of [A-Za-z0-9._-]", optarg);
@@ -250,6 +266,8 @@ int gv_cmd_run(int argc, char **argv)
     }
     if (optind >= argc)
         return bad_usage("no command given (put it after --)");
+    if (share != 0 && !oversub)
+        return bad_usage("--gpumem-share needs --oversubscribe");
     if (lib[0] == '\0' && default_lib(lib, sizeof(lib)) != 0)
         return bad_usage("cannot locate libgpuvisor.so; use --lib");
     char real_lib[PATH_MAX];
@@ -305,9 +323,19 @@ int gv_cmd_run(int argc, char **argv)
         if (prio >= 0) {
             snprintf(num, sizeof(num), "%ld", prio);
             setenv("CUDA_TASK_PRIORITY", num, 1);
+            /* Runs on this machine meet in one priority directory
+             * (docs/compute-share.md) unless the caller chose one. */
+            char node[PATH_MAX + 8];
+            snprintf(node, sizeof(node), "%s/node", dir);
+            if (getenv("GPUVISOR_NODE_DIR") == NULL && (mkdir(node, 0700) == 0 || errno == EEXIST))
+                setenv("GPUVISOR_NODE_DIR", node, 1);
         }
         if (oversub)
             setenv("CUDA_OVERSUBSCRIBE", "true", 1);
+        if (share != 0) {
+            snprintf(num, sizeof(num), "%lld", (long long)share);
+            setenv("GPUVISOR_DEVICE_MEMORY_SHARE", num, 1);
+        }
         execvp(argv[optind], argv + optind);
         fprintf(stderr, "gpuvisor run: cannot run %s: %s\n", argv[optind], strerror(errno));
         _exit(127);

@@ -101,6 +101,7 @@ static const struct indexed_key {
     {"GPUVISOR_DEVICE_MEMORY_PERCENT", offsetof(struct gv_ipcfg, mem_pct), true, false},
     {"GPUVISOR_DEVICE_MEMORY_SHARE", offsetof(struct gv_ipcfg, mem_share), false, false},
     {"CUDA_DEVICE_SM_LIMIT", offsetof(struct gv_ipcfg, sm), true, true},
+    {"GPUVISOR_CONTEXT_RESERVE", offsetof(struct gv_ipcfg, ctx), false, false},
 };
 
 static uint64_t pick(const struct gv_ipcfg_indexed *x, int dev)
@@ -363,6 +364,8 @@ uint64_t gv_ipcfg_mem_limit(const struct gv_ipcfg *c, int dev, uint64_t physical
 uint32_t gv_ipcfg_sm_limit(const struct gv_ipcfg *c, int dev) { return (uint32_t)pick(&c->sm, dev); }
 
 uint64_t gv_ipcfg_mem_share(const struct gv_ipcfg *c, int dev) { return pick(&c->mem_share, dev); }
+
+uint64_t gv_ipcfg_ctx_reserve(const struct gv_ipcfg *c, int dev) { return pick(&c->ctx, dev); }
 
 bool gv_ipcfg_has_limits(const struct gv_ipcfg *c)
 {

@@ -33,6 +33,8 @@ struct gv_ipcfg {
     struct gv_ipcfg_indexed mem_share; /* GPUVISOR_DEVICE_MEMORY_SHARE: device-resident bytes
                                           when oversubscribed (0 = the card) */
     struct gv_ipcfg_indexed sm;        /* CUDA_DEVICE_SM_LIMIT: percent, 0 = unlimited */
+    struct gv_ipcfg_indexed ctx;       /* GPUVISOR_CONTEXT_RESERVE: bytes per context
+                                          (0 = measure through NVML) */
     char shared_cache[PATH_MAX];
     int priority;
     bool has_priority; /* CUDA_TASK_PRIORITY given: take part in priority */
@@ -80,6 +82,8 @@ gv_status gv_ipcfg_load(struct gv_ipcfg *c, char *const *envp, struct gv_error *
  */
 uint64_t gv_ipcfg_mem_limit(const struct gv_ipcfg *c, int dev, uint64_t physical);
 uint32_t gv_ipcfg_sm_limit(const struct gv_ipcfg *c, int dev);
+/* Bytes charged per context (0 = measure what the driver takes). */
+uint64_t gv_ipcfg_ctx_reserve(const struct gv_ipcfg *c, int dev);
 /* Device-resident bytes allowed when oversubscribed (0 = the whole card). */
 uint64_t gv_ipcfg_mem_share(const struct gv_ipcfg *c, int dev);
 /* Whether any memory or SM limit is configured. */

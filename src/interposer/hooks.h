@@ -24,6 +24,13 @@
     X(cuGetProcAddress_v2, cuGetProcAddress, 12000, 0)                                             \
     X(cuDeviceTotalMem_v2, cuDeviceTotalMem, 3020, 0)                                              \
     X(cuMemGetInfo_v2, cuMemGetInfo, 3020, 0)                                                      \
+    X(cuCtxCreate_v2, cuCtxCreate, 3020, 0)                                                        \
+    X(cuCtxCreate_v3, cuCtxCreate, 11040, 0)                                                       \
+    X(cuCtxCreate_v4, cuCtxCreate, 12050, 0)                                                       \
+    X(cuCtxDestroy_v2, cuCtxDestroy, 4000, 0)                                                      \
+    X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 7000, 0)                                 \
+    X(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease, 11000, 0)                           \
+    X(cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset, 11000, 0)                               \
     X(cuMemAlloc_v2, cuMemAlloc, 3020, 0)                                                          \
     X(cuMemAllocPitch_v2, cuMemAllocPitch, 3020, 0)                                                \
     X(cuMemAllocManaged, cuMemAllocManaged, 6000, 0)                                               \
@@ -38,6 +45,7 @@
     X(cuMemFreeAsync_ptsz, cuMemFreeAsync, 11020, 1)                                               \
     X(cuMemPoolCreate, cuMemPoolCreate, 11020, 0)                                                  \
     X(cuMemPoolDestroy, cuMemPoolDestroy, 11020, 0)                                                \
+    X(cuMemPoolTrimTo, cuMemPoolTrimTo, 11020, 0)                                                  \
     X(cuArrayCreate_v2, cuArrayCreate, 3020, 0)                                                    \
     X(cuArray3DCreate_v2, cuArray3DCreate, 3020, 0)                                                \
     X(cuArrayDestroy, cuArrayDestroy, 2000, 0)                                                     \
@@ -58,7 +66,9 @@
     X(cuDeviceGetUuid)                                                                             \
     X(cuDeviceGetUuid_v2)                                                                          \
     X(cuDeviceGetAttribute)                                                                        \
-    X(cuDeviceGetCount)
+    X(cuDeviceGetCount)                                                                            \
+    X(cuDeviceGetMemPool)                                                                          \
+    X(cuMemPoolGetAttribute)
 
 #define GV_NVML_HOOKS(X)                                                                           \
     X(nvmlDeviceGetMemoryInfo)                                                                     \
@@ -69,6 +79,8 @@
     X(nvmlDeviceGetGraphicsRunningProcesses_v3)
 
 #define GV_NVML_USED(X)                                                                            \
+    X(nvmlInit_v2)                                                                                 \
+    X(nvmlDeviceGetHandleByUUID)                                                                   \
     X(nvmlDeviceGetUUID)                                                                           \
     X(nvmlDeviceGetIndex)
 

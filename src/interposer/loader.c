@@ -334,6 +334,8 @@ static CUresult proc_address(const char *symbol, void **pfn, int cudaVersion, cu
                                          : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     } else
         return CUDA_ERROR_NOT_SUPPORTED;
+    gv_trace("cuGetProcAddress(%s, %d, 0x%llx) = %d", symbol ? symbol : "(null)", cudaVersion,
+             (unsigned long long)flags, (int)rc);
     if (rc != CUDA_SUCCESS || pfn == NULL || *pfn == NULL || symbol == NULL)
         return rc;
     void *h = hook_for_proc(*pfn, symbol, cudaVersion, flags);

@@ -25,11 +25,13 @@ struct track {
     uint8_t kind;    /* enum track_kind; with key identifies the entry */
     bool managed;
     int16_t rdev;    /* region device */
-    uint64_t bytes;
+    uint64_t bytes;  /* charged; for T_POOL: the pool's cache */
+    uint64_t pool;   /* T_MEM from a stream-ordered pool: that pool */
 };
 
 static struct track *table;
 static size_t table_cap, table_used; /* table_used counts live + tombstones */
+static size_t table_live;
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 #define TOMBSTONE_KIND 0xff
 
@@ -39,9 +41,10 @@ static size_t slot_of(uint64_t key, uint8_t kind, size_t cap)
     return (size_t)(h >> 17) & (cap - 1);
 }
 
+/* Rehashes without tombstones, doubling only when live entries need it. */
 static bool table_grow(void)
 {
-    size_t ncap = table_cap ? table_cap * 2 : 1024;
+    size_t ncap = table_cap == 0 ? 1024 : table_live * 4 >= table_cap ? table_cap * 2 : table_cap;
     struct track *n = calloc(ncap, sizeof(*n));
     if (n == NULL)
         return false;
@@ -60,10 +63,12 @@ static bool table_grow(void)
     table = n;
     table_cap = ncap;
     table_used = live;
+    table_live = live;
     return true;
 }
 
-static bool track_add(enum track_kind kind, uint64_t key, int rdev, uint64_t bytes, bool managed)
+static bool track_add_pool(enum track_kind kind, uint64_t key, int rdev, uint64_t bytes,
+                           bool managed, uint64_t pool)
 {
     pthread_mutex_lock(&table_lock);
     bool ok = true;
@@ -76,10 +81,17 @@ static bool track_add(enum track_kind kind, uint64_t key, int rdev, uint64_t byt
             s = (s + 1) & (table_cap - 1);
         if (table[s].key == 0)
             table_used++;
-        table[s] = (struct track){key, (uint8_t)kind, managed, (int16_t)rdev, bytes};
+        if (table[s].key == 0 || table[s].kind == TOMBSTONE_KIND)
+            table_live++;
+        table[s] = (struct track){key, (uint8_t)kind, managed, (int16_t)rdev, bytes, pool};
     }
     pthread_mutex_unlock(&table_lock);
     return ok;
+}
+
+static bool track_add(enum track_kind kind, uint64_t key, int rdev, uint64_t bytes, bool managed)
+{
+    return track_add_pool(kind, key, rdev, bytes, managed, 0);
 }
 
 static bool track_find_locked(enum track_kind kind, uint64_t key, size_t *slot)
@@ -106,6 +118,7 @@ static bool track_take(enum track_kind kind, uint64_t key, struct track *out)
     if (found) {
         *out = table[s];
         table[s].kind = TOMBSTONE_KIND;
+        table_live--;
     }
     pthread_mutex_unlock(&table_lock);
     return found;
@@ -123,6 +136,8 @@ static bool track_get(enum track_kind kind, uint64_t key, struct track *out)
 }
 
 /* --- charging ------------------------------------------------------------ */
+
+static bool trim_pools(int rdev);
 
 struct charge {
     int rdev;
@@ -146,7 +161,9 @@ static CUresult charge_begin_kind(struct charge *c, int rdev, uint64_t bytes,
         c->rdev = GV_DEV_UNTRACKED;
         return CUDA_SUCCESS;
     }
-    if (gv_shm_mem_reserve(gv_ip.shm, rdev, bytes, kind, &c->managed) != GV_OK) {
+    if (gv_shm_mem_reserve(gv_ip.shm, rdev, bytes, kind, &c->managed) != GV_OK &&
+        (!trim_pools(rdev) ||
+         gv_shm_mem_reserve(gv_ip.shm, rdev, bytes, kind, &c->managed) != GV_OK)) {
         const struct gv_shm_device *d = gv_ip_dev_info(rdev);
         gv_info("out of memory: %llu bytes requested on %s, %llu of %llu in use",
                 (unsigned long long)bytes, d ? d->uuid : "?",
@@ -194,10 +211,12 @@ static void uncharge(const struct track *t)
         if (!track_take((kind), (key), &t_))                                                       \
             return (call);                                                                         \
         CUresult rc_ = (call);                                                                     \
-        if (rc_ == CUDA_SUCCESS)                                                                   \
-            uncharge(&t_);                                                                         \
+        if (rc_ != CUDA_SUCCESS)                                                                   \
+            track_add_pool((kind), (key), t_.rdev, t_.bytes, t_.managed, t_.pool);                 \
+        else if (t_.pool != 0)                                                                     \
+            pool_freed(&t_);                                                                       \
         else                                                                                       \
-            track_add((kind), (key), t_.rdev, t_.bytes, t_.managed);                               \
+            uncharge(&t_);                                                                         \
         return rc_;                                                                                \
     } while (0)
 
@@ -217,6 +236,8 @@ static void uncharge(const struct track *t)
         charge_end(&c_, rc_, (kind), rc_ == CUDA_SUCCESS ? (uint64_t)(key) : 0);                   \
         return rc_;                                                                                \
     } while (0)
+
+static void pool_freed(const struct track *t);
 
 /* Saturating a*b (a size we cannot represent is "more than any limit"). */
 static uint64_t mul_sat(uint64_t a, uint64_t b)
@@ -345,6 +366,167 @@ GV_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 
 /* --- stream-ordered allocator ------------------------------------------ */
 
+/*
+ * Stream-ordered pools keep freed memory cached (up to their release
+ * threshold, until trimmed): that cache is the slice's memory too.  Each
+ * pool's cache -- reserved minus used, as the driver reports them -- is
+ * charged to the pool's T_POOL entry and reconciled after every operation
+ * on the pool.  A free moves the allocation's charge into the pool's cache
+ * and an allocation draws on it first, so memory moving between an
+ * allocation and the cache is never charged twice or left uncharged.  A
+ * cache that no longer fits the slice is trimmed back to the driver.
+ */
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool pool_usage(CUmemoryPool pool, uint64_t *cached, uint64_t *used)
+{
+    cuuint64_t reserved = 0, in_use = 0;
+    if (gv_cu.cuMemPoolGetAttribute == NULL ||
+        gv_cu.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) !=
+            CUDA_SUCCESS ||
+        gv_cu.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &in_use) !=
+            CUDA_SUCCESS)
+        return false;
+    *cached = reserved > in_use ? reserved - in_use : 0;
+    *used = in_use;
+    return true;
+}
+
+/* Moves up to want bytes of the pool's charged cache to the caller (locked). */
+static uint64_t pool_take_credit_locked(CUmemoryPool pool, uint64_t want)
+{
+    struct track p;
+    if (!track_get(T_POOL, (uint64_t)(uintptr_t)pool, &p) || p.bytes == 0)
+        return 0;
+    uint64_t got = p.bytes < want ? p.bytes : want;
+    track_add(T_POOL, p.key, p.rdev, p.bytes - got, false);
+    return got;
+}
+
+static void pool_give_credit_locked(CUmemoryPool pool, int rdev, uint64_t bytes)
+{
+    struct track p;
+    bool have = track_get(T_POOL, (uint64_t)(uintptr_t)pool, &p);
+    track_add(T_POOL, (uint64_t)(uintptr_t)pool, have ? p.rdev : rdev, (have ? p.bytes : 0) + bytes,
+              false);
+}
+
+/* Charges exactly the pool's current cache (locked). */
+static void pool_reconcile_locked(CUmemoryPool pool, int rdev)
+{
+    uint64_t cached = 0, used = 0;
+    struct track p;
+    if (rdev < 0 || pool == NULL)
+        return;
+    bool usable = pool_usage(pool, &cached, &used);
+    bool have = track_get(T_POOL, (uint64_t)(uintptr_t)pool, &p);
+    uint64_t charged = have ? p.bytes : 0;
+    if (have)
+        rdev = p.rdev;
+    if (!usable) {
+        /* A pool the driver no longer knows (destroyed) caches nothing. */
+        if (have && track_take(T_POOL, p.key, &p))
+            uncharge(&p);
+        return;
+    }
+    if (cached > charged &&
+        gv_shm_mem_reserve(gv_ip.shm, rdev, cached - charged, GV_SHM_DEVICE, NULL) != GV_OK) {
+        /* The cache would pass the slice: hand it back to the driver. */
+        if (gv_cu.cuMemPoolTrimTo != NULL)
+            gv_cu.cuMemPoolTrimTo(pool, 0);
+        if (!pool_usage(pool, &cached, &used))
+            cached = charged;
+        if (cached > charged &&
+            gv_shm_mem_reserve(gv_ip.shm, rdev, cached - charged, GV_SHM_DEVICE, NULL) != GV_OK) {
+            gv_warn("pool %p caches %llu bytes beyond the slice", (void *)pool,
+                    (unsigned long long)(cached - charged));
+            cached = charged;
+        }
+    } else if (cached < charged) {
+        gv_shm_mem_release(gv_ip.shm, rdev, charged - cached, false);
+    }
+    track_add(T_POOL, (uint64_t)(uintptr_t)pool, rdev, cached, false);
+}
+
+static void pool_reconcile(CUmemoryPool pool, int rdev)
+{
+    pthread_mutex_lock(&pool_lock);
+    pool_reconcile_locked(pool, rdev);
+    pthread_mutex_unlock(&pool_lock);
+}
+
+/*
+ * Out of memory while pools on rdev cache memory: give the caches back to
+ * the driver (as it would do for its own allocations) so the slice can use
+ * them.  Returns whether anything was released.
+ */
+static bool trim_pools(int rdev)
+{
+    uint64_t pools[64];
+    size_t n = 0;
+    pthread_mutex_lock(&table_lock);
+    for (size_t i = 0; i < table_cap && n < 64; i++)
+        if (table[i].key != 0 && table[i].kind == T_POOL && table[i].rdev == rdev &&
+            table[i].bytes != 0)
+            pools[n++] = table[i].key;
+    pthread_mutex_unlock(&table_lock);
+    if (n == 0 || gv_cu.cuMemPoolTrimTo == NULL)
+        return false;
+    pthread_mutex_lock(&pool_lock);
+    for (size_t i = 0; i < n; i++) {
+        gv_cu.cuMemPoolTrimTo((CUmemoryPool)(uintptr_t)pools[i], 0);
+        pool_reconcile_locked((CUmemoryPool)(uintptr_t)pools[i], rdev);
+    }
+    pthread_mutex_unlock(&pool_lock);
+    return true;
+}
+
+/* The pool cuMemAllocAsync draws from on the current device, or NULL. */
+static CUmemoryPool current_pool(void)
+{
+    CUdevice dev;
+    CUmemoryPool pool = NULL;
+    if (gv_cu.cuCtxGetDevice == NULL || gv_cu.cuDeviceGetMemPool == NULL ||
+        gv_cu.cuCtxGetDevice(&dev) != CUDA_SUCCESS ||
+        gv_cu.cuDeviceGetMemPool(&pool, dev) != CUDA_SUCCESS)
+        return NULL;
+    return pool;
+}
+
+/*
+ * An allocation from pool: draws on the pool's charged cache, charges the
+ * rest, then reconciles the cache.  GV_POOLED(call) runs the driver call.
+ */
+#define GV_POOLED(rdev, pool, bytesize, dptr, call)                                                \
+    do {                                                                                           \
+        if ((rdev) == GV_DEV_DENY)                                                                 \
+            return CUDA_ERROR_OUT_OF_MEMORY;                                                       \
+        if ((rdev) < 0 || (pool) == NULL || (dptr) == NULL || (bytesize) == 0)                     \
+            GV_CHARGED(rdev, bytesize, T_MEM, call, *(dptr));                                      \
+        pthread_mutex_lock(&pool_lock);                                                            \
+        uint64_t credit_ = pool_take_credit_locked((pool), (bytesize));                            \
+        uint64_t need_ = (bytesize) - credit_;                                                     \
+        if (need_ > 0 &&                                                                           \
+            gv_shm_mem_reserve(gv_ip.shm, (rdev), need_, GV_SHM_DEVICE, NULL) != GV_OK) {         \
+            pool_give_credit_locked((pool), (rdev), credit_);                                      \
+            pthread_mutex_unlock(&pool_lock);                                                      \
+            return CUDA_ERROR_OUT_OF_MEMORY;                                                       \
+        }                                                                                          \
+        CUresult rc_ = (call);                                                                     \
+        if (rc_ == CUDA_SUCCESS) {                                                                 \
+            if (!track_add_pool(T_MEM, *(dptr), (rdev), (bytesize), false,                         \
+                                (uint64_t)(uintptr_t)(pool)))                                      \
+                gv_warn("cannot remember allocation 0x%llx", (unsigned long long)*(dptr));         \
+        } else {                                                                                   \
+            if (need_ > 0)                                                                         \
+                gv_shm_mem_release(gv_ip.shm, (rdev), need_, false);                               \
+            pool_give_credit_locked((pool), (rdev), credit_);                                      \
+        }                                                                                          \
+        pool_reconcile_locked((pool), (rdev));                                                     \
+        pthread_mutex_unlock(&pool_lock);                                                          \
+        return rc_;                                                                                \
+    } while (0)
+
 typedef CUresult (*alloc_async_fn)(CUdeviceptr *, size_t, CUstream);
 typedef CUresult (*alloc_pool_fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
 typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
@@ -352,7 +534,9 @@ typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
 static CUresult alloc_async(alloc_async_fn real, CUdeviceptr *dptr, size_t bytesize,
                             CUstream hStream)
 {
-    GV_CHARGED(gv_ip_current_dev(), bytesize, T_MEM, real(dptr, bytesize, hStream), *dptr);
+    int rdev = gv_ip_current_dev();
+    CUmemoryPool pool = current_pool();
+    GV_POOLED(rdev, pool, bytesize, dptr, real(dptr, bytesize, hStream));
 }
 
 static CUresult alloc_from_pool(alloc_pool_fn real, CUdeviceptr *dptr, size_t bytesize,
@@ -360,7 +544,17 @@ static CUresult alloc_from_pool(alloc_pool_fn real, CUdeviceptr *dptr, size_t by
 {
     struct track p;
     int rdev = track_get(T_POOL, (uint64_t)(uintptr_t)pool, &p) ? p.rdev : gv_ip_current_dev();
-    GV_CHARGED(rdev, bytesize, T_MEM, real(dptr, bytesize, pool, hStream), *dptr);
+    GV_POOLED(rdev, pool, bytesize, dptr, real(dptr, bytesize, pool, hStream));
+}
+
+/* A pooled allocation went back to its pool: its charge becomes cache. */
+static void pool_freed(const struct track *t)
+{
+    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)t->pool;
+    pthread_mutex_lock(&pool_lock);
+    pool_give_credit_locked(pool, t->rdev, t->bytes);
+    pool_reconcile_locked(pool, t->rdev);
+    pthread_mutex_unlock(&pool_lock);
 }
 
 static CUresult free_async(free_async_fn real, CUdeviceptr dptr, CUstream hStream)
@@ -425,8 +619,20 @@ GV_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
     GV_NEED_CU(cuMemPoolDestroy);
     CUresult rc = gv_cu.cuMemPoolDestroy(pool);
     struct track t;
-    if (rc == CUDA_SUCCESS)
-        track_take(T_POOL, (uint64_t)(uintptr_t)pool, &t);
+    pthread_mutex_lock(&pool_lock);
+    if (rc == CUDA_SUCCESS && track_take(T_POOL, (uint64_t)(uintptr_t)pool, &t))
+        uncharge(&t); /* the pool's cache goes back to the driver with it */
+    pthread_mutex_unlock(&pool_lock);
+    return rc;
+}
+
+GV_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
+{
+    GV_NEED_CU(cuMemPoolTrimTo);
+    CUresult rc = gv_cu.cuMemPoolTrimTo(pool, minBytesToKeep);
+    struct track p;
+    if (rc == CUDA_SUCCESS && track_get(T_POOL, (uint64_t)(uintptr_t)pool, &p))
+        pool_reconcile(pool, p.rdev);
     return rc;
 }
 

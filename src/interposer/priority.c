@@ -7,8 +7,10 @@
  * in a host directory bind-mounted into each tenant gives exactly that, with
  * no daemon on the launch path.  Slots are claimed with compare-and-swap of a
  * random owner token (PIDs mean nothing across PID namespaces), and every
- * published time is bounded on read, so a dead or misbehaving tenant can delay
- * lower-priority tenants by at most GV_PRIO_MAX_AHEAD_NS per publication.
+ * published time is bounded on read (at most GV_PRIO_MAX_AHEAD_NS past the
+ * publisher's heartbeat and past now; times from before a clock restart are
+ * ignored), so a dead tenant stops delaying others by itself and a
+ * misbehaving one has to keep rewriting its slot to do so.
  */
 #include "interposer/priority.h"
 
@@ -101,7 +103,9 @@ static struct prio_slot *claim(struct gv_prio_board *b, uint64_t now)
         uint64_t owner = atomic_load(&s->owner);
         if (owner != 0) {
             uint64_t hb = atomic_load(&s->heartbeat_ns);
-            if (hb > now || now - hb < PRIO_STALE_NS)
+            /* Stale, or from before the clock restarted (a reboot). */
+            bool fresh = hb <= now ? now - hb < PRIO_STALE_NS : hb - now <= GV_PRIO_MAX_AHEAD_NS;
+            if (fresh)
                 continue;
         }
         /* Publish "idle, fresh" before taking the slot so nobody sees a
@@ -229,8 +233,13 @@ uint64_t gv_prio_wait_ns(struct gv_prio_board *b, uint64_t now_ns)
         if (atomic_load_explicit(&s->level, memory_order_relaxed) >= b->level)
             continue;
         uint64_t until = atomic_load_explicit(&s->busy_until_ns, memory_order_acquire);
-        if (until == 0)
-            continue;
+        uint64_t hb = atomic_load_explicit(&s->heartbeat_ns, memory_order_relaxed);
+        if (until == 0 || hb > now_ns + GV_PRIO_MAX_AHEAD_NS)
+            continue; /* idle, or written before the clock restarted */
+        /* A tenant can announce work at most 1 s past its last publication,
+         * so a dead one stops mattering by itself. */
+        if (until > hb + GV_PRIO_MAX_AHEAD_NS)
+            until = hb + GV_PRIO_MAX_AHEAD_NS;
         if (until > now_ns + GV_PRIO_MAX_AHEAD_NS)
             until = now_ns + GV_PRIO_MAX_AHEAD_NS;
         until += PRIO_GRACE_NS;
@@ -249,7 +258,7 @@ bool gv_prio_higher_present(struct gv_prio_board *b, uint64_t now_ns)
         if (atomic_load_explicit(&s->level, memory_order_relaxed) >= b->level)
             continue;
         uint64_t hb = atomic_load_explicit(&s->heartbeat_ns, memory_order_relaxed);
-        if (hb > now_ns || now_ns - hb < PRIO_PRESENT_NS)
+        if (hb > now_ns ? hb - now_ns <= GV_PRIO_MAX_AHEAD_NS : now_ns - hb < PRIO_PRESENT_NS)
             return true;
     }
     return false;

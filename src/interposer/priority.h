@@ -23,7 +23,7 @@
 /* Levels 0 (highest) .. GV_PRIO_LEVELS-1 (lowest): CUDA_TASK_PRIORITY's range. */
 #define GV_PRIO_LEVELS (GV_IPCFG_MAX_PRIORITY + 1)
 /* Default node directory inside a tenant (see docs/contracts.md). */
-#define GV_PRIO_DEFAULT_DIR "/var/run/gpuvisor/node"
+#define GV_PRIO_DEFAULT_DIR "/var/run/gpuvisor-node"
 
 struct gv_prio_board;
 

@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
 #include "common/gv_cuda.h"
@@ -34,6 +33,7 @@
 #define POLL_NS 50000ull /* re-check period while waiting for a measurement */
 #define MAX_SLEEP_NS 10000000ull
 #define DEFAULT_WINDOW_NS 50000000ull
+#define FORCE_WINDOW_NS 1000000ull
 /* While a higher-priority tenant is around, keep at most this much queued. */
 #define LOW_INFLIGHT_NS 1000000ull
 
@@ -56,14 +56,17 @@ struct dev_state {
     pthread_mutex_t mu;
     bool active;
     bool started;
+    bool warned;  /* said once that a launch could not be timed */
     unsigned pct; /* 0: no share limit on this device */
-    int64_t tokens;
     int64_t cap;
-    uint64_t last_ns;
+    struct gv_throttle_pool *pool; /* shared, or &own */
+    struct gv_throttle_pool own;
+    _Atomic uint32_t *util;
+    uint64_t util_start, util_busy; /* current utilisation window */
     struct bracket ring[RING];
     unsigned head, count;
-    void *pool[POOL];
-    unsigned npool;
+    void *spare[POOL]; /* recorded-and-done events kept for reuse */
+    unsigned nspare;
     uint64_t inflight_est;
     uint64_t busy_until;
     struct est_slot est[EST_SLOTS];
@@ -73,7 +76,6 @@ struct dev_state {
 
 struct gv_throttle {
     struct gv_throttle_ops ops;
-    enum gv_ipcfg_policy policy;
     int priority;
     char *node_dir;
     uint64_t window_ns;
@@ -108,7 +110,6 @@ gv_status gv_throttle_new(const struct gv_throttle_config *cfg, const struct gv_
     if (t == NULL)
         return gv_error_set(err, GV_ENOMEM, "throttle: out of memory");
     t->ops = *ops;
-    t->policy = cfg->policy;
     t->priority = cfg->priority;
     t->window_ns = cfg->window_ns ? cfg->window_ns : DEFAULT_WINDOW_NS;
     t->node_dir = strdup(cfg->node_dir ? cfg->node_dir : GV_PRIO_DEFAULT_DIR);
@@ -122,19 +123,26 @@ gv_status gv_throttle_new(const struct gv_throttle_config *cfg, const struct gv_
         pthread_mutex_init(&d->mu, NULL);
         d->pct = (cfg->policy != GV_POLICY_DISABLE && p > 0 && p < 100) ? p : 0;
         d->active = d->pct > 0 || cfg->priority >= 0;
-        if (d->pct > 0 && cfg->policy == GV_POLICY_DEFAULT)
-            d->cap = (int64_t)(t->window_ns / 100 * d->pct);
+        /* force keeps 1 ms of credit: only enough to absorb a sleep that
+         * overshoots (timer slack is 50 us by default), so short kernels are
+         * not paced below their share. */
+        uint64_t window = cfg->policy == GV_POLICY_FORCE ? FORCE_WINDOW_NS : t->window_ns;
+        d->cap = (int64_t)(window / 100 * d->pct);
+        d->pool = cfg->pool[i] ? cfg->pool[i] : &d->own;
+        d->util = cfg->util[i];
+        if (d->pct)
+            atomic_store(&d->pool->pct, d->pct);
     }
     *out = t;
     return GV_OK;
 }
 
-static void pool_put(struct gv_throttle *t, struct dev_state *d, void *ev)
+static void spare_put(struct gv_throttle *t, struct dev_state *d, void *ev)
 {
     if (ev == NULL)
         return;
-    if (d->npool < POOL)
-        d->pool[d->npool++] = ev;
+    if (d->nspare < POOL)
+        d->spare[d->nspare++] = ev;
     else
         t->ops.event_destroy(t->ops.ctx, ev);
 }
@@ -152,8 +160,8 @@ void gv_throttle_free(struct gv_throttle *t)
             if (b->end)
                 t->ops.event_destroy(t->ops.ctx, b->end);
         }
-        for (unsigned n = 0; n < d->npool; n++)
-            t->ops.event_destroy(t->ops.ctx, d->pool[n]);
+        for (unsigned n = 0; n < d->nspare; n++)
+            t->ops.event_destroy(t->ops.ctx, d->spare[n]);
         gv_prio_close(d->prio);
         pthread_mutex_destroy(&d->mu);
     }
@@ -192,7 +200,7 @@ static void est_update(struct dev_state *d, const void *key, uint64_t actual)
  * context); returns the recorded event or NULL. */
 static void *record(struct gv_throttle *t, struct dev_state *d, void *stream)
 {
-    void *ev = d->npool ? d->pool[--d->npool] : NULL;
+    void *ev = d->nspare ? d->spare[--d->nspare] : NULL;
     for (int attempt = 0; attempt < 2; attempt++) {
         if (ev == NULL && t->ops.event_create(t->ops.ctx, &ev) != 0)
             return NULL;
@@ -204,19 +212,57 @@ static void *record(struct gv_throttle *t, struct dev_state *d, void *stream)
     return NULL;
 }
 
+/* Adds delta to the budget, never above the cap (credit is bounded). */
+static void pool_add(struct dev_state *d, int64_t delta)
+{
+    int64_t t = atomic_fetch_add(&d->pool->tokens, delta) + delta;
+    while (t > d->cap && !atomic_compare_exchange_weak(&d->pool->tokens, &t, d->cap))
+        ;
+}
+
+/* Refills the budget at pct% of the time since the last refill by any
+ * process sharing it (the compare-and-swap on last_ns hands each interval to
+ * exactly one of them). */
 static void refill(struct dev_state *d, uint64_t now)
 {
-    if (now <= d->last_ns)
-        return;
-    uint64_t dt = now - d->last_ns;
-    d->last_ns = now;
     if (d->pct == 0)
         return;
-    if (dt > 1000000000ull)
-        dt = 1000000000ull;
-    d->tokens += (int64_t)(dt * d->pct / 100);
-    if (d->tokens > d->cap)
-        d->tokens = d->cap;
+    /* Stored as time + 1 so that 0 means "never" even on a clock at 0. */
+    uint64_t stamp = now + 1, last = atomic_load(&d->pool->last_ns);
+    /* A refill time ahead of now: the clock restarted (the host rebooted under
+     * a surviving shared region).  Start over rather than wait for it. */
+    if (last > stamp + 1000000000ull &&
+        atomic_compare_exchange_strong(&d->pool->last_ns, &last, 0)) {
+        atomic_store(&d->pool->tokens, 0);
+        last = 0;
+    }
+    while (stamp > last) {
+        if (atomic_compare_exchange_weak(&d->pool->last_ns, &last, stamp)) {
+            if (last == 0)
+                return; /* the budget starts empty, at the first launch */
+            uint64_t dt = stamp - last;
+            if (dt > 1000000000ull)
+                dt = 1000000000ull;
+            pool_add(d, (int64_t)(dt * d->pct / 100));
+            return;
+        }
+    }
+}
+
+/* Publishes this process's utilisation of the device once per second. */
+static void util_account(struct dev_state *d, uint64_t now)
+{
+    if (d->util == NULL)
+        return;
+    if (d->util_start == 0 || now < d->util_start) {
+        d->util_start = now;
+        d->util_busy = 0;
+    } else if (now - d->util_start >= 1000000000ull) {
+        uint64_t pct = d->util_busy * 100 / (now - d->util_start);
+        atomic_store_explicit(d->util, (uint32_t)(pct > 100 ? 100 : pct), memory_order_relaxed);
+        d->util_start = now;
+        d->util_busy = 0;
+    }
 }
 
 /* Charges every completed bracket, oldest first. */
@@ -225,28 +271,35 @@ static void reap(struct gv_throttle *t, struct dev_state *d)
     while (d->count > 0) {
         struct bracket *b = &d->ring[d->head];
         uint64_t actual = b->est;
+        bool measured = false;
         if (b->state == B_LAUNCHING)
             break; /* another thread is between before() and after() */
         if (b->state == B_ENDED && b->start && b->end) {
             int q = t->ops.event_query(t->ops.ctx, b->end);
             if (q == 0)
                 break;
-            if (q < 0 || t->ops.event_elapsed_ns(t->ops.ctx, b->start, b->end, &actual) != 0)
-                actual = b->est;
+            measured = q > 0 && t->ops.event_elapsed_ns(t->ops.ctx, b->start, b->end, &actual) == 0;
+            if (!measured)
+                actual = b->est; /* keep the estimate as the charge */
         }
         if (b->state == B_ENDED) {
-            if (d->pct) {
-                d->tokens += (int64_t)b->est - (int64_t)actual;
-                if (d->tokens > d->cap)
-                    d->tokens = d->cap;
-            }
+            if (d->pct)
+                pool_add(d, (int64_t)b->est - (int64_t)actual);
+            atomic_fetch_add_explicit(&d->pool->busy_ns, actual, memory_order_relaxed);
+            d->util_busy += actual;
             d->inflight_est -= b->est;
-            est_update(d, b->key, actual);
-            d->st.measured++;
             d->st.busy_ns += actual;
+            if (measured) {
+                est_update(d, b->key, actual);
+                d->st.measured++;
+            } else if (!d->warned) {
+                d->warned = true;
+                gv_warn("compute share: a launch could not be timed (event record/query "
+                        "failed); it is charged its estimate");
+            }
         }
-        pool_put(t, d, b->start);
-        pool_put(t, d, b->end);
+        spare_put(t, d, b->start);
+        spare_put(t, d, b->end);
         memset(b, 0, sizeof(*b));
         d->head = (d->head + 1) % RING;
         d->count--;
@@ -256,7 +309,6 @@ static void reap(struct gv_throttle *t, struct dev_state *d)
 static void start_device(struct gv_throttle *t, struct dev_state *d, int dev, uint64_t now)
 {
     d->started = true;
-    d->last_ns = now;
     if (t->priority < 0)
         return;
     char key[128];
@@ -288,11 +340,13 @@ void gv_throttle_before(struct gv_throttle *t, struct gv_throttle_launch *l)
     for (;;) {
         reap(t, d);
         refill(d, now);
+        util_account(d, now);
         est = est_get(d, l->key);
         uint64_t yield = d->prio ? gv_prio_wait_ns(d->prio, now) : 0;
         uint64_t wait = yield;
-        if (d->pct && d->tokens < 0) {
-            uint64_t w = ((uint64_t)-d->tokens * 100 + d->pct - 1) / d->pct;
+        int64_t tokens = atomic_load(&d->pool->tokens);
+        if (d->pct && tokens < 0) {
+            uint64_t w = ((uint64_t)-tokens * 100 + d->pct - 1) / d->pct;
             wait = w > wait ? w : wait;
         }
         /* A kernel never measured is let through alone, so a burst of unknown
@@ -317,7 +371,7 @@ void gv_throttle_before(struct gv_throttle *t, struct gv_throttle_launch *l)
         now = after;
     }
     if (d->pct)
-        d->tokens -= (int64_t)est;
+        atomic_fetch_sub(&d->pool->tokens, (int64_t)est);
     d->inflight_est += est;
     /* Announce the work before it is queued, so a lower-priority tenant
      * deciding at the same moment already sees it. */
@@ -346,7 +400,7 @@ void gv_throttle_after(struct gv_throttle *t, struct gv_throttle_launch *l, bool
     struct bracket *b = &d->ring[l->slot];
     if (!launched) {
         if (d->pct)
-            d->tokens += (int64_t)b->est;
+            pool_add(d, (int64_t)b->est);
         d->inflight_est -= b->est;
         b->state = B_CANCELLED;
     } else {
@@ -381,6 +435,7 @@ static struct {
     CUresult (*is_capturing)(CUstream, CUstreamCaptureStatus *);
     CUresult (*device_get)(CUdevice *, int);
     CUresult (*device_uuid)(CUuuid *, CUdevice);
+    CUresult (*exchange_capture_mode)(CUstreamCaptureMode *);
     uint64_t (*fake_clock)(void);
     void (*fake_sleep)(uint64_t);
 } g_drv;
@@ -423,10 +478,33 @@ static int drv_event_record(void *ctx, void *ev, void *stream)
     return g_drv.event_record((CUevent)ev, (CUstream)stream) == CUDA_SUCCESS ? 0 : -1;
 }
 
+/*
+ * Querying an event is a "potentially unsafe" call while any thread captures
+ * a graph in global mode: it would invalidate the application's capture.
+ * Our events are never recorded in a capture, so this thread switches to the
+ * relaxed mode around each query, as the driver documentation intends for
+ * libraries.
+ */
+static CUstreamCaptureMode relax_capture(void)
+{
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (g_drv.exchange_capture_mode == NULL || g_drv.exchange_capture_mode(&mode) != CUDA_SUCCESS)
+        mode = CU_STREAM_CAPTURE_MODE_RELAXED; /* nothing to restore */
+    return mode;
+}
+
+static void restore_capture(CUstreamCaptureMode mode)
+{
+    if (mode != CU_STREAM_CAPTURE_MODE_RELAXED && g_drv.exchange_capture_mode != NULL)
+        g_drv.exchange_capture_mode(&mode);
+}
+
 static int drv_event_query(void *ctx, void *ev)
 {
     (void)ctx;
+    CUstreamCaptureMode mode = relax_capture();
     CUresult rc = g_drv.event_query((CUevent)ev);
+    restore_capture(mode);
     return rc == CUDA_SUCCESS ? 1 : rc == CUDA_ERROR_NOT_READY ? 0 : -1;
 }
 
@@ -434,7 +512,10 @@ static int drv_event_elapsed(void *ctx, void *start, void *end, uint64_t *ns)
 {
     (void)ctx;
     float ms = 0;
-    if (g_drv.event_elapsed(&ms, (CUevent)start, (CUevent)end) != CUDA_SUCCESS || ms < 0)
+    CUstreamCaptureMode mode = relax_capture();
+    CUresult rc = g_drv.event_elapsed(&ms, (CUevent)start, (CUevent)end);
+    restore_capture(mode);
+    if (rc != CUDA_SUCCESS || ms < 0)
         return -1;
     *ns = (uint64_t)((double)ms * 1e6 + 0.5);
     return 0;
@@ -501,6 +582,9 @@ gv_status gv_throttle_driver_ops(gv_throttle_sym_fn sym, void *arg, struct gv_th
     if (g_drv.event_elapsed == NULL || g_drv.device_uuid == NULL)
         return gv_error_set(err, GV_EUNSUPPORTED, "throttle: driver lacks %s",
                             g_drv.event_elapsed ? "cuDeviceGetUuid" : "cuEventElapsedTime");
+    /* Optional (CUDA 10.1+): relaxed capture mode around our queries. */
+    if ((p = sym(arg, "cuThreadExchangeStreamCaptureMode")) != NULL)
+        memcpy(&g_drv.exchange_capture_mode, &p, sizeof(p));
     /* Test seam: only the fake driver exports these. */
     if ((p = sym(arg, "gvfake_clock_ns")) != NULL)
         memcpy(&g_drv.fake_clock, &p, sizeof(p));

@@ -18,6 +18,7 @@
 #ifndef GV_THROTTLE_H
 #define GV_THROTTLE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -45,12 +46,33 @@ struct gv_throttle_ops {
     int (*device_key)(void *ctx, int dev, char *buf, unsigned len);
 };
 
+/*
+ * One device's GPU-time budget.  Private to the process by default; the
+ * interposer places it in the container's shared region (the region-wide
+ * `sched` block, 64 bytes per region device) so that all processes of a
+ * container draw on one budget.  Lock-free: every field is an atomic, and
+ * every process uses the same clock (CLOCK_MONOTONIC, or the fake's).
+ */
+struct gv_throttle_pool {
+    _Atomic int64_t tokens;   /* ns of GPU time that may still be used */
+    _Atomic uint64_t last_ns; /* last refill time + 1; 0 = never */
+    _Atomic uint64_t busy_ns; /* GPU time measured so far (for monitors) */
+    _Atomic uint32_t pct;     /* the share in force */
+    uint32_t reserved0;
+    uint8_t reserved[32];
+};
+_Static_assert(sizeof(struct gv_throttle_pool) == 64, "pool layout is in the shared region");
+
 struct gv_throttle_config {
     unsigned sm_limit[GV_THROTTLE_MAX_DEVICES]; /* percent; 0 or >= 100: no limit */
     enum gv_ipcfg_policy policy; /* GPU_CORE_UTILIZATION_POLICY (see docs/compute-share.md) */
     int priority;                /* -1: not configured; 0 (highest) .. GV_PRIO_LEVELS-1 */
     const char *node_dir;        /* priority board directory; NULL: GV_PRIO_DEFAULT_DIR */
-    uint64_t window_ns;          /* burst window for the default policy; 0: 50 ms */
+    uint64_t window_ns;          /* credit window for the default policy; 0: 50 ms */
+    /* Optional: the container-wide budget of each device (NULL: private). */
+    struct gv_throttle_pool *pool[GV_THROTTLE_MAX_DEVICES];
+    /* Optional: where to publish this process's recent utilisation (percent). */
+    _Atomic uint32_t *util[GV_THROTTLE_MAX_DEVICES];
 };
 
 struct gv_throttle;

@@ -11,6 +11,9 @@
 #include "interposer/priority.h"
 #include "interposer/throttle.h"
 
+_Static_assert(GV_SHM_SCHED_REGION_BYTES >= GV_SHM_MAX_DEVICES * sizeof(struct gv_throttle_pool),
+               "a budget per region device fits the region's sched block");
+
 _Atomic int gv_gate_state;
 
 static pthread_once_t gate_once = PTHREAD_ONCE_INIT;
@@ -21,6 +24,16 @@ static void *cuda_sym(void *arg, const char *name)
 {
     (void)arg;
     return gv_ip_cuda_sym(name);
+}
+
+/*
+ * A forked child cannot use its parent's CUDA context (the driver refuses),
+ * and the module's locks may have been held by another thread at fork time:
+ * the child's launches pass straight to the driver, which reports the error.
+ */
+static void gate_after_fork(void)
+{
+    atomic_store(&gv_gate_state, GV_GATE_OFF);
 }
 
 static void gate_setup(void)
@@ -40,8 +53,23 @@ static void gate_setup(void)
     cfg.policy = gv_ip.cfg.policy;
     cfg.priority = gv_ip.cfg.has_priority ? gv_ip.cfg.priority : -1;
     cfg.node_dir = gv_ip.cfg.node_dir[0] ? gv_ip.cfg.node_dir : NULL;
-    for (int i = 0; i < GV_THROTTLE_MAX_DEVICES && i < GV_IPCFG_MAX_DEVICES; i++) {
+    int ndev = 0;
+    if (gv_cu.cuDeviceGetCount == NULL || gv_cu.cuDeviceGetCount(&ndev) != CUDA_SUCCESS)
+        ndev = 0;
+    for (int i = 0; i < ndev && i < GV_THROTTLE_MAX_DEVICES && i < GV_IPCFG_MAX_DEVICES; i++) {
         cfg.sm_limit[i] = gv_ipcfg_sm_limit(&gv_ip.cfg, i);
+        /* One budget per container and GPU, in its shared region, under the
+         * limit the container's first process registered. */
+        int rdev = gv_ip_cuda_dev(i);
+        const struct gv_shm_device *info = gv_ip_dev_info(rdev);
+        if (info != NULL) {
+            if (info->sm_limit != 0)
+                cfg.sm_limit[i] = info->sm_limit;
+            cfg.pool[i] = (struct gv_throttle_pool *)(void *)gv_shm_sched_region(gv_ip.shm) + rdev;
+            struct gv_shm_proc *self = gv_shm_self(gv_ip.shm);
+            if (self != NULL)
+                cfg.util[i] = &self->util[rdev];
+        }
         any = any || cfg.sm_limit[i] != 0;
     }
     if (!any && cfg.priority < 0)
@@ -55,6 +83,7 @@ static void gate_setup(void)
         goto off;
     stream_device = (__typeof__(stream_device))gv_ip_cuda_sym("cuStreamGetDevice");
     gv_info("compute share: policy %d, priority %d", (int)cfg.policy, cfg.priority);
+    pthread_atfork(NULL, NULL, gate_after_fork);
     atomic_store(&gv_gate_state, GV_GATE_ON);
     return;
 off:

@@ -29,8 +29,9 @@
  * shared through a curl share object.  JSON objects returned to the caller
  * are new references the caller owns (json_decref).  Objects handed to
  * informer callbacks, and those returned by gv_informer_get/gv_informer_list,
- * are shared with the cache: treat them as read-only (jansson reference
- * counts are atomic, reading is safe from several threads).
+ * are shared with the cache: treat them as read-only (since jansson 2.11
+ * reference counts are atomic and json_dumps is thread-safe, so reading one
+ * object from several threads is safe; modifying it is not).
  */
 #ifndef GV_KUBE_H
 #define GV_KUBE_H

@@ -342,9 +342,13 @@ static long now_ms(void)
     return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
 }
 
+/* The informer whose thread this is (callbacks run here), or NULL. */
+static _Thread_local struct gv_informer *current_informer;
+
 static void *informer_main(void *arg)
 {
     struct gv_informer *inf = arg;
+    current_informer = inf;
     bool need_list = true;
     unsigned failures = 0;
     while (!gv_kube_cancel_fired(inf->cancel)) {
@@ -406,11 +410,14 @@ gv_status gv_informer_start(struct gv_informer *inf, struct gv_error *err)
     if (gv_kube_cancel_fired(inf->cancel))
         return gv_error_set(err, GV_EINVAL, "informer %s: stopped informers cannot restart",
                             inf->path);
+    /* Set before the thread exists: its callbacks may call stop at once. */
+    inf->running = true;
     int rc = pthread_create(&inf->thread, NULL, informer_main, inf);
-    if (rc != 0)
+    if (rc != 0) {
+        inf->running = false;
         return gv_error_set(err, GV_EINTERNAL, "informer %s: pthread_create: %s", inf->path,
                             strerror(rc));
-    inf->running = true;
+    }
     return GV_OK;
 }
 
@@ -421,7 +428,7 @@ void gv_informer_stop(struct gv_informer *inf)
     gv_kube_cancel_fire(inf->cancel);
     /* From a callback (the informer's own thread) we cannot join ourselves:
      * the loop sees the cancel and ends; gv_informer_free joins later. */
-    if (inf->running && pthread_equal(pthread_self(), inf->thread))
+    if (current_informer == inf)
         return;
     if (inf->running) {
         pthread_join(inf->thread, NULL);

@@ -316,6 +316,8 @@ void gv_shm_close(struct gv_shm *shm)
 
 const struct gv_shm_region *gv_shm_region(const struct gv_shm *shm) { return shm->r; }
 
+uint8_t *gv_shm_sched_region(struct gv_shm *shm) { return shm->r->sched; }
+
 int gv_shm_device_find(const struct gv_shm *shm, const char *uuid)
 {
     uint32_t nd = atomic_load(&shm->r->ndevices);
@@ -377,35 +379,6 @@ out:
     return rc;
 }
 
-/* Our pid on the host when we run in the host's pid namespace, else 0. */
-static int32_t host_pid(int32_t pid)
-{
-    char buf[4096];
-    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    char *line = strstr(buf, "\nNSpid:");
-    if (line == NULL)
-        return pid; /* kernel without pid namespaces */
-    char *end = strchr(line + 1, '\n');
-    if (end != NULL)
-        *end = '\0';
-    /* More than one number means we are inside a nested pid namespace. */
-    char *p = line + 7;
-    while (*p == ' ' || *p == '\t')
-        p++;
-    while (*p >= '0' && *p <= '9')
-        p++;
-    while (*p == ' ' || *p == '\t')
-        p++;
-    return *p == '\0' ? pid : 0;
-}
-
 gv_status gv_shm_proc_attach(struct gv_shm *shm, int32_t pid, int32_t priority,
                              struct gv_error *err)
 {
@@ -415,7 +388,6 @@ gv_status gv_shm_proc_attach(struct gv_shm *shm, int32_t pid, int32_t priority,
     uint64_t start = 0;
     if (!proc_stat(pid, &state, &start))
         start = 0;
-    int32_t hpid = host_pid(pid);
     if (region_lock(shm) != 0)
         return gv_error_set(err, GV_EIO, "cannot lock shared region");
     gv_status rc = GV_OK;
@@ -425,12 +397,27 @@ gv_status gv_shm_proc_attach(struct gv_shm *shm, int32_t pid, int32_t priority,
     }
     shm->slot = -1;
     reclaim_locked(shm);
+    /* A slot already holding this very process is one it had before an
+     * exec: the old image's device memory died with it, so start afresh. */
+    int mine = -1;
+    for (int i = 0; i < GV_SHM_MAX_PROCS && mine < 0; i++)
+        if (atomic_load(&shm->r->procs[i].pid) == pid && shm->r->procs[i].start_time == start)
+            mine = i;
+    if (mine >= 0) {
+        struct gv_shm_proc *p = &shm->r->procs[mine];
+        clear_slot(p);
+        p->start_time = start;
+        p->priority = priority;
+        atomic_store(&p->heartbeat_ns, now_ns());
+        recompute_totals(shm->r);
+        shm->slot = mine;
+        goto out;
+    }
     for (int i = 0; i < GV_SHM_MAX_PROCS; i++) {
         struct gv_shm_proc *p = &shm->r->procs[i];
         if (atomic_load(&p->pid) != 0)
             continue;
         clear_slot(p);
-        p->hostpid = hpid;
         p->start_time = start;
         p->priority = priority;
         atomic_store(&p->heartbeat_ns, now_ns());

@@ -51,7 +51,7 @@ _Static_assert(sizeof(struct gv_shm_device) == 128, "gv_shm_device layout");
 
 struct gv_shm_proc {
     _Atomic int32_t pid;                 /* pid in the container; 0 = free slot */
-    int32_t hostpid;                     /* pid on the host; 0 = unknown */
+    int32_t hostpid;                     /* pid on the host (as NVML names it); 0 = unknown */
     uint64_t start_time;                 /* /proc/<pid>/stat starttime: detects pid reuse */
     _Atomic uint64_t heartbeat_ns;       /* CLOCK_REALTIME of the last activity */
     int32_t priority;                    /* CUDA_TASK_PRIORITY (0 = highest) */
@@ -108,6 +108,8 @@ gv_status gv_shm_open(const char *path, unsigned flags, struct gv_shm **out, str
 void gv_shm_close(struct gv_shm *shm);
 /* The raw mapping, for readers (monitor, ps). */
 const struct gv_shm_region *gv_shm_region(const struct gv_shm *shm);
+/* The region-wide bytes owned by the compute-share module (writable). */
+uint8_t *gv_shm_sched_region(struct gv_shm *shm);
 
 /*
  * Finds the device with this uuid, or registers it with the given limits.

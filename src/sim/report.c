@@ -137,72 +137,114 @@ static void xml_text(struct gv_sim_buf *b, const char *s)
     }
 }
 
-void gv_sim_report_svg(const struct gv_sim_report *r, const char *title, struct gv_sim_buf *b)
+/* One chart panel: axes, grid, the ideal line and each policy's mean curve
+ * over arrived x0..x1 % and allocated y0..100 %. */
+struct panel {
+    double left, top, w, h;
+    uint32_t x0, x1;
+    double y0;
+};
+
+static const char *const colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                      "#8c564b"};
+
+static double px(const struct panel *p, double x)
 {
-    static const char *const colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
-                                         "#9467bd", "#8c564b"};
-    const double W = 800, H = 520, L = 70, R = 170, T = 50, B = 60;
-    const double pw = W - L - R, ph = H - T - B;
-    double xmax = r->max_pct > 0 ? r->max_pct : 1;
-#define X(v) (L + (v) / xmax * pw)
-#define Y(v) (T + ph - (v) / 100.0 * ph)
-    gv_sim_buf_printf(b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-                         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-                         "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"12\">\n",
-                      W, H, W, H);
-    gv_sim_buf_printf(b, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    gv_sim_buf_printf(b, "<text x=\"%.0f\" y=\"28\" font-size=\"15\" text-anchor=\"middle\">",
-                      L + pw / 2);
-    xml_text(b, title);
-    gv_sim_buf_printf(b, "</text>\n");
-    for (uint32_t v = 0; v <= 100; v += 10) {
-        gv_sim_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-                             "stroke=\"#e0e0e0\"/>\n<text x=\"%.1f\" y=\"%.1f\" "
-                             "text-anchor=\"end\">%u</text>\n",
-                          L, Y(v), L + pw, Y(v), L - 6, Y(v) + 4, v);
-    }
-    for (uint32_t v = 0; v <= r->max_pct; v += 10) {
-        gv_sim_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-                             "stroke=\"#e0e0e0\"/>\n<text x=\"%.1f\" y=\"%.1f\" "
-                             "text-anchor=\"middle\">%u</text>\n",
-                          X(v), T, X(v), T + ph, X(v), T + ph + 16, v);
-    }
-    gv_sim_buf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
-                         "fill=\"none\" stroke=\"#333\"/>\n",
-                      L, T, pw, ph);
-    gv_sim_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">arrived GPU "
-                         "requests (%% of cluster GPU capacity)</text>\n",
-                      L + pw / 2, H - 18);
-    gv_sim_buf_printf(b, "<text transform=\"translate(20 %.1f) rotate(-90)\" "
-                         "text-anchor=\"middle\">allocated GPU (%% of capacity)</text>\n",
-                      T + ph / 2);
+    return p->left + (x - p->x0) / (double)(p->x1 - p->x0 ? p->x1 - p->x0 : 1) * p->w;
+}
+
+static double py(const struct panel *p, double y)
+{
+    return p->top + p->h - (y - p->y0) / (100.0 - p->y0) * p->h;
+}
+
+static void svg_panel(const struct gv_sim_report *r, const struct panel *p, const char *label,
+                      struct gv_sim_buf *b)
+{
+    double ystep = 100.0 - p->y0 > 50 ? 10 : (100.0 - p->y0 > 20 ? 5 : 1);
+    for (double v = p->y0; v <= 100.0 + 1e-9; v += ystep)
+        gv_sim_buf_printf(b,
+                          "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>"
+                          "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>\n",
+                          p->left, py(p, v), p->left + p->w, py(p, v), p->left - 6, py(p, v) + 4, v);
+    uint32_t xstep = p->x1 - p->x0 > 60 ? 10 : 5;
+    for (uint32_t v = p->x0; v <= p->x1; v += xstep)
+        gv_sim_buf_printf(b,
+                          "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>"
+                          "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%u</text>\n",
+                          px(p, v), p->top, px(p, v), p->top + p->h, px(p, v),
+                          p->top + p->h + 16, v);
+    gv_sim_buf_printf(b,
+                      "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
+                      "stroke=\"#333\"/>\n<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s"
+                      "</text>\n",
+                      p->left, p->top, p->w, p->h, p->left + p->w / 2, p->top - 8, label);
     /* ideal: everything that arrives is allocated, up to capacity */
-    double knee = xmax < 100 ? xmax : 100;
-    gv_sim_buf_printf(b, "<polyline fill=\"none\" stroke=\"#999\" stroke-dasharray=\"5,4\" "
-                         "points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\"/>\n",
-                      X(0), Y(0), X(knee), Y(knee), X(xmax), Y(knee));
-    for (uint32_t p = 0; p < r->n_policies; p++) {
-        const char *col = colors[p % (sizeof(colors) / sizeof(colors[0]))];
+    gv_sim_buf_printf(b, "<polyline fill=\"none\" stroke=\"#999\" stroke-dasharray=\"5,4\" points=\"");
+    for (uint32_t x = p->x0; x <= p->x1; x++) {
+        double y = x < 100 ? x : 100;
+        if (y >= p->y0)
+            gv_sim_buf_printf(b, "%.1f,%.1f ", px(p, x), py(p, y));
+    }
+    gv_sim_buf_printf(b, "\"/>\n");
+    for (uint32_t k = 0; k < r->n_policies; k++) {
         gv_sim_buf_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"",
-                          col);
-        for (uint32_t pct = 0; pct <= r->max_pct; pct++) {
+                          colors[k % (sizeof(colors) / sizeof(colors[0]))]);
+        for (uint32_t x = p->x0; x <= p->x1; x++) {
             double m, sd;
-            stats_at(r, p, pct, &m, &sd);
-            gv_sim_buf_printf(b, "%.1f,%.1f ", X(pct), Y(m));
+            stats_at(r, k, x, &m, &sd);
+            if (m >= p->y0)
+                gv_sim_buf_printf(b, "%.1f,%.1f ", px(p, x), py(p, m));
         }
         gv_sim_buf_printf(b, "\"/>\n");
-        double m, sd;
-        gv_sim_headline(r, p, &m, &sd);
-        double ly = T + 20 + 22.0 * p;
-        gv_sim_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-                             "stroke=\"%s\" stroke-width=\"3\"/>\n<text x=\"%.1f\" y=\"%.1f\">"
-                             "%s (%.2f%% unalloc.)</text>\n",
-                          L + pw + 12, ly, L + pw + 34, ly, col, L + pw + 40, ly + 4,
-                          gv_alloc_policy_name(r->policies[p]), m);
     }
-    gv_sim_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#666\">ideal</text>\n",
-                      L + pw + 40, T + 24 + 22.0 * r->n_policies);
-    gv_sim_buf_printf(b, "</svg>\n");
-#undef X
-#undef Y
+}
+
+void gv_sim_report_svg(const struct gv_sim_report *r, const char *title, struct gv_sim_buf *b)
+{
+    const double W = 1000, H = 560;
+    uint32_t zoom_from = r->max_pct >= 100 ? 80 : 0;
+    /* zoom panel: from the lowest curve at 80 % arrived, in steps of 5 */
+    double lo = 100;
+    for (uint32_t k = 0; k < r->n_policies; k++)
+        for (uint32_t x = zoom_from; x <= r->max_pct; x++) {
+            double m, sd;
+            stats_at(r, k, x, &m, &sd);
+            lo = fmin(lo, m);
+        }
+    lo = fmax(0, floor((lo - 1) / 5) * 5);
+    struct panel full = {60, 60, 400, 380, 0, r->max_pct, 0};
+    struct panel zoom = {560, 60, 400, 380, zoom_from, r->max_pct, lo};
+    gv_sim_buf_printf(b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+                         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+                         "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"12\">\n"
+                         "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+                         "<text x=\"%.0f\" y=\"24\" font-size=\"14\" text-anchor=\"middle\">",
+                      W, H, W, H, W / 2);
+    xml_text(b, title);
+    gv_sim_buf_printf(b, "</text>\n");
+    svg_panel(r, &full, "all arrivals", b);
+    svg_panel(r, &zoom, "zoom", b);
+    gv_sim_buf_printf(b,
+                      "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">arrived GPU requests (%% "
+                      "of cluster GPU capacity)</text>\n<text transform=\"translate(18 %.0f) "
+                      "rotate(-90)\" text-anchor=\"middle\">allocated GPU (%% of capacity)</text>\n",
+                      W / 2, full.top + full.h + 40, full.top + full.h / 2);
+    double lx = 60, ly = H - 50;
+    for (uint32_t k = 0; k < r->n_policies; k++) {
+        double m, sd;
+        gv_sim_headline(r, k, &m, &sd);
+        gv_sim_buf_printf(b,
+                          "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" "
+                          "stroke-width=\"3\"/><text x=\"%.0f\" y=\"%.0f\">%s: %.2f%% "
+                          "unallocated</text>\n",
+                          lx, ly, lx + 22, ly, colors[k % (sizeof(colors) / sizeof(colors[0]))],
+                          lx + 28, ly + 4, gv_alloc_policy_name(r->policies[k]), m);
+        lx += 225;
+    }
+    gv_sim_buf_printf(b,
+                      "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"#999\" "
+                      "stroke-dasharray=\"5,4\"/><text x=\"%.0f\" y=\"%.0f\" fill=\"#666\">ideal"
+                      "</text>\n</svg>\n",
+                      60.0, H - 24, 82.0, H - 24, 88.0, H - 20);
 }

@@ -84,6 +84,9 @@ uint64_t gv_sim_trace_request_milli(const struct gv_sim_trace *t)
     return m;
 }
 
+/* Trace GPUs have no task limit: compute share is the only bound. */
+#define SIM_SPLIT GV_ALLOC_MILLI
+
 /* --- building blocks ----------------------------------------------------- */
 
 gv_status sim_add_node(struct gv_sim_trace *t, const char *name, int64_t cpu, int64_t mem,
@@ -111,7 +114,7 @@ gv_status sim_add_node(struct gv_sim_trace *t, const char *name, int64_t cpu, in
     for (uint32_t i = 0; i < n_gpus; i++) {
         char uuid[GV_ALLOC_UUID_MAX];
         snprintf(uuid, sizeof(uuid), "%.80s-gpu%u", name, i);
-        g[i] = (struct gv_alloc_gpu_spec){strdup(uuid), i, strdup(model), gpu_mem, 0,
+        g[i] = (struct gv_alloc_gpu_spec){strdup(uuid), i, strdup(model), gpu_mem, SIM_SPLIT,
                                           (int32_t)(i * 2 / (n_gpus ? n_gpus : 1)), true,
                                           GV_ALLOC_GPU_SHARED};
         n->spec.n_gpus = i + 1;
@@ -164,8 +167,10 @@ static gv_status trace_move(struct gv_sim_trace *dst, struct gv_sim_trace *src,
         dst->pods = x;
         dst->cap_pods = np;
     }
-    memcpy(dst->nodes + dst->n_nodes, src->nodes, src->n_nodes * sizeof(*src->nodes));
-    memcpy(dst->pods + dst->n_pods, src->pods, src->n_pods * sizeof(*src->pods));
+    if (src->n_nodes > 0)
+        memcpy(dst->nodes + dst->n_nodes, src->nodes, src->n_nodes * sizeof(*src->nodes));
+    if (src->n_pods > 0)
+        memcpy(dst->pods + dst->n_pods, src->pods, src->n_pods * sizeof(*src->pods));
     dst->n_nodes = nn;
     dst->n_pods = np;
     src->n_nodes = src->n_pods = 0;

@@ -2,3 +2,11 @@ TEST_PROGS += test_alloc
 test_alloc_SRCS := tests/alloc/test_alloc.c
 test_alloc_LIBS := alloc common
 test_alloc_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)
+
+# Fuzz targets: parsers of untrusted input (quantities from pod specs, the
+# assignment annotation the node agent reads).
+FUZZ_TARGETS += fuzz_alloc_quantity fuzz_alloc_assignment
+fuzz_alloc_quantity_SRCS := tests/alloc/fuzz_alloc_quantity.c src/alloc/quantity.c \
+	src/common/gv_error.c
+fuzz_alloc_assignment_SRCS := tests/alloc/fuzz_alloc_assignment.c src/alloc/assign.c \
+	src/common/gv_error.c

@@ -643,6 +643,107 @@ static void test_place_validates_assignment(void **state)
     gv_alloc_cluster_free(c);
 }
 
+/* GPU modes, task limits, percentage memory, vanished GPUs. */
+static void test_gpu_modes_split_and_vanishing(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_BINPACK);
+    struct gv_alloc_gpu_spec g[2] = {
+        {"ex", 0, "A100", 40960, 0, 0, true, GV_ALLOC_GPU_EXCLUSIVE},
+        {"sh", 1, "A100-80", 81920, 2, 0, true, GV_ALLOC_GPU_SHARED}};
+    struct gv_alloc_node_spec s = {"n", 0, 0, NULL, 0, g, 2};
+    assert_int_equal(gv_alloc_node_upsert(c, &s, NULL), GV_OK);
+    /* 25 % of memory resolves per GPU: 10240 on "ex", 20480 on "sh" */
+    struct gv_alloc_request *r1 = simple_req("p1", 2, 0, 100);
+    r1->containers[0].mem_kind = GV_ALLOC_MEM_PCT;
+    r1->containers[0].mem = 25;
+    struct gv_alloc_assignment a;
+    pick_place(c, r1, &a);
+    for (uint32_t i = 0; i < 2; i++) {
+        const struct gv_alloc_device *d = &a.containers[0].devices[i];
+        assert_int_equal(d->mem_mib, strcmp(d->uuid, "ex") == 0 ? 10240 : 20480);
+    }
+    struct gv_alloc_gpu_usage u;
+    /* the exclusive GPU is now held whole, whatever the slice asked */
+    struct gv_alloc_request *r2 = simple_req("p2", 1, 1, 1);
+    assert_int_equal(gv_alloc_pick(c, r2, NULL, 0, &a, NULL), GV_OK);
+    assert_string_equal(a.containers[0].devices[0].uuid, "sh");
+    assert_int_equal(gv_alloc_place(c, r2, &a, NULL), GV_OK);
+    /* "sh" has split 2: a third task does not fit anywhere */
+    struct gv_alloc_request *r3 = simple_req("p3", 1, 1, 1);
+    struct gv_alloc_fit fit;
+    assert_int_equal(gv_alloc_filter(c, r3, "n", &fit, NULL), GV_OK);
+    assert_false(fit.fits);
+    assert_string_equal(fit.reason, "gpu 0/2 free but need 1 with 1 MiB and 0.1% cores each");
+    /* the node comes back without "sh": its usage goes, "ex" keeps p1's */
+    struct gv_alloc_node_spec s2 = {"n", 0, 0, NULL, 0, g, 1};
+    assert_int_equal(gv_alloc_node_upsert(c, &s2, NULL), GV_OK);
+    assert_int_equal(gv_alloc_gpu_usage_get(c, "n", "ex", &u, NULL), GV_OK);
+    assert_int_equal(u.tasks, 1);
+    assert_int_equal(u.mem_mib, 10240);
+    assert_int_equal(gv_alloc_gpu_usage_get(c, "n", "sh", &u, NULL), GV_ENOTFOUND);
+    /* releasing pods whose GPU vanished is exact too */
+    assert_int_equal(gv_alloc_release(c, "p2", NULL), GV_OK);
+    assert_int_equal(gv_alloc_release(c, "p1", NULL), GV_OK);
+    assert_int_equal(gv_alloc_gpu_usage_get(c, "n", "ex", &u, NULL), GV_OK);
+    assert_int_equal(u.tasks, 0);
+    assert_int_equal(u.mem_mib, 0);
+    /* an unhealthy GPU hosts nothing */
+    g[0].healthy = false;
+    assert_int_equal(gv_alloc_node_upsert(c, &s2, NULL), GV_OK);
+    assert_int_equal(gv_alloc_filter(c, r3, "n", &fit, NULL), GV_OK);
+    assert_false(fit.fits);
+    gv_alloc_request_free(r1);
+    gv_alloc_request_free(r2);
+    gv_alloc_request_free(r3);
+    gv_alloc_cluster_free(c);
+}
+
+static void test_bad_specs_and_lists(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_FGD);
+    struct gv_error err = {0};
+    struct gv_alloc_node_spec s = {"", 0, 0, NULL, 0, NULL, 0};
+    assert_int_equal(gv_alloc_node_upsert(c, &s, &err), GV_EINVAL);
+    struct gv_alloc_gpu_spec many[GV_ALLOC_MAX_NODE_GPUS + 1];
+    memset(many, 0, sizeof(many));
+    struct gv_alloc_node_spec s2 = {"n", 0, 0, NULL, 0, many, GV_ALLOC_MAX_NODE_GPUS + 1};
+    assert_int_equal(gv_alloc_node_upsert(c, &s2, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "at most 64"));
+    struct gv_alloc_node_spec s3 = {"n", -1, 0, NULL, 0, NULL, 0};
+    assert_int_equal(gv_alloc_node_upsert(c, &s3, &err), GV_EINVAL);
+    struct gv_alloc_request *r = simple_req("x", 1, 0, 0);
+    assert_int_equal(gv_alloc_request_set_constraint(r, GV_ALLOC_USE_TYPE, "a\x01b", &err),
+                     GV_EINVAL);
+    assert_int_equal(gv_alloc_request_set_constraint(r, GV_ALLOC_USE_TYPE, " , ,", NULL), GV_OK);
+    assert_null(r->constraint[GV_ALLOC_USE_TYPE]); /* empty list = no constraint */
+    assert_int_equal(gv_alloc_request_set_constraint(r, (gv_alloc_constraint)9, "a", &err),
+                     GV_EINVAL);
+    /* encode refuses names it could not decode */
+    struct gv_alloc_assignment a = {0};
+    char buf[256];
+    snprintf(a.node, sizeof(a.node), "bad node");
+    assert_int_equal(gv_alloc_assignment_encode(&a, buf, sizeof(buf), NULL, &err), GV_EINVAL);
+    snprintf(a.node, sizeof(a.node), "n");
+    a.n_containers = 1;
+    snprintf(a.containers[0].name, GV_ALLOC_CNAME_MAX, "c");
+    assert_int_equal(gv_alloc_assignment_encode(&a, buf, sizeof(buf), NULL, &err), GV_EINVAL);
+    a.containers[0].n_devices = 1;
+    snprintf(a.containers[0].devices[0].uuid, GV_ALLOC_UUID_MAX, "u");
+    a.containers[0].devices[0].milli = 1001;
+    assert_int_equal(gv_alloc_assignment_encode(&a, buf, sizeof(buf), NULL, &err), GV_EINVAL);
+    /* pick on an empty cluster says so */
+    assert_int_equal(gv_alloc_pick(c, r, NULL, 0, &a, &err), GV_ENOFIT);
+    assert_non_null(strstr(err.msg, "no GPU node"));
+    assert_int_equal(gv_alloc_policy_parse("BestFit"), GV_ALLOC_POLICY_BESTFIT);
+    assert_int_equal(gv_alloc_policy_parse("random"), -1);
+    assert_string_equal(gv_alloc_policy_name(GV_ALLOC_POLICY_FGD), "fgd");
+    assert_string_equal(gv_alloc_gpu_policy_name(GV_ALLOC_GPU_SPREAD), "spread");
+    gv_alloc_request_free(r);
+    gv_alloc_cluster_free(c);
+}
+
 /* --- policies ------------------------------------------------------------ */
 
 static void test_node_policies(void **state)
@@ -941,6 +1042,8 @@ int main(void)
         cmocka_unit_test(test_place_release_restores_usage),
         cmocka_unit_test(test_node_update_and_remove),
         cmocka_unit_test(test_place_validates_assignment),
+        cmocka_unit_test(test_gpu_modes_split_and_vanishing),
+        cmocka_unit_test(test_bad_specs_and_lists),
         cmocka_unit_test(test_node_policies),
         cmocka_unit_test(test_gpu_policies),
         cmocka_unit_test(test_bestfit_prefers_least_left),

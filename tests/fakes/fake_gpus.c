@@ -46,6 +46,38 @@ static uint64_t parse_bytes(const char *s)
     return v;
 }
 
+/* getpid() is a system call; the fake's hot paths ask for it on every allocation. */
+static _Atomic int32_t self_pid;
+
+static void forget_pid(void) { atomic_store(&self_pid, 0); }
+
+/*
+ * The pid the real NVML would report: the one in the outermost pid
+ * namespace /proc shows (first NSpid entry), not getpid() inside a nested
+ * namespace.
+ */
+static int32_t my_pid(void)
+{
+    int32_t p = atomic_load(&self_pid);
+    if (p != 0)
+        return p;
+    p = (int32_t)getpid();
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, "NSpid:", 6) == 0) {
+            long v = strtol(line + 6, NULL, 10);
+            if (v > 0)
+                p = (int32_t)v;
+            break;
+        }
+    }
+    if (f != NULL)
+        fclose(f);
+    atomic_store(&self_pid, p);
+    return p;
+}
+
 static void set_default(int i)
 {
     struct fake_gpu *g = &gpus[i];
@@ -179,6 +211,7 @@ static void load(void)
     for (int i = 0; i < ngpus; i++)
         derive(&gpus[i]);
     map_state();
+    pthread_atfork(NULL, NULL, forget_pid);
 }
 
 int fake_gpu_count(void)
@@ -192,7 +225,10 @@ const struct fake_gpu *fake_gpu_get(int i)
     return i >= 0 && i < fake_gpu_count() ? &gpus[i] : NULL;
 }
 
-static bool pid_alive(int32_t pid) { return pid > 0 && !(kill(pid, 0) != 0 && errno == ESRCH); }
+static bool pid_alive(int32_t pid)
+{
+    return pid > 0 && (pid == my_pid() || !(kill(pid, 0) != 0 && errno == ESRCH));
+}
 
 uint64_t fake_gpu_mem_used(int i)
 {
@@ -210,7 +246,7 @@ uint64_t fake_gpu_mem_used(int i)
 /* Our usage entry on GPU i, taking a free or dead one when needed. */
 static struct fake_proc_usage *own_entry(int i)
 {
-    int32_t me = (int32_t)getpid();
+    int32_t me = my_pid();
     struct fake_proc_usage *free_entry = NULL;
     for (int k = 0; k < FAKE_MAX_PROCS; k++) {
         struct fake_proc_usage *u = &state->gpus[i].procs[k];

@@ -23,6 +23,9 @@
  *   fill:CHUNK                    allocate until out of memory; prints "# filled N"
  *   hooked:NAME:yes|no            whether NAME, reached via --via, is the interposer's
  *   pa:BASE:VER:FLAGS:SYMBOL      cuGetProcAddress_v2(BASE) is what dlsym gives for SYMBOL
+ *   ctx-create:DEV:EXP  ctx-destroy:EXP   a created context (made current, then popped)
+ *   pool-keep:BYTES   release threshold of the probe's pool ("default": the device's current pool)
+ *   pool-trim:BYTES   cuMemPoolTrimTo on the probe's pool   pool-destroy:EXP
  *   ipc-export:FILE  ipc-import:FILE:EXP
  *   sleep:MS
  */
@@ -42,6 +45,8 @@
     X(init, cuInit, cuInit, 0)                                                                     \
     X(retain, cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 0)                               \
     X(set_current, cuCtxSetCurrent, cuCtxSetCurrent, 0)                                            \
+    X(ctx_create, cuCtxCreate_v2, cuCtxCreate, 0)                                                  \
+    X(ctx_destroy, cuCtxDestroy_v2, cuCtxDestroy, 0)                                               \
     X(mem_alloc, cuMemAlloc_v2, cuMemAlloc, 0)                                                     \
     X(mem_pitch, cuMemAllocPitch_v2, cuMemAllocPitch, 0)                                           \
     X(mem_managed, cuMemAllocManaged, cuMemAllocManaged, 0)                                        \
@@ -55,6 +60,10 @@
     X(alloc_pool, cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 0)                             \
     X(free_async, cuMemFreeAsync, cuMemFreeAsync, 0)                                               \
     X(pool_create, cuMemPoolCreate, cuMemPoolCreate, 0)                                            \
+    X(pool_destroy, cuMemPoolDestroy, cuMemPoolDestroy, 0)                                         \
+    X(pool_trim, cuMemPoolTrimTo, cuMemPoolTrimTo, 0)                                              \
+    X(pool_set, cuMemPoolSetAttribute, cuMemPoolSetAttribute, 0)                                   \
+    X(pool_current, cuDeviceGetMemPool, cuDeviceGetMemPool, 0)                                     \
     X(array_create, cuArrayCreate_v2, cuArrayCreate, 0)                                            \
     X(array3d_create, cuArray3DCreate_v2, cuArray3DCreate, 0)                                      \
     X(array_destroy, cuArrayDestroy, cuArrayDestroy, 0)                                            \
@@ -93,6 +102,8 @@ static const char *via = "link";
 static int pa_version = 13000;
 static unsigned pa_flags;
 static void *cuda_handle, *nvml_handle;
+static CUmemoryPool probe_pool;
+static CUcontext probe_ctx, primary_ctx;
 
 static void tap(int ok, const char *op, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void tap(int ok, const char *op, const char *fmt, ...)
@@ -240,6 +251,8 @@ static void run_op(char *op)
             rc = api.retain(&ctx, dev);
         if (rc == CUDA_SUCCESS)
             rc = api.set_current(ctx);
+        if (rc == CUDA_SUCCESS)
+            primary_ctx = ctx;
         check_rc(orig, rc, n > 2 ? a[2] : "OK");
     } else if (strcmp(name, "alloc") == 0 || strcmp(name, "managed") == 0) {
         NEED(3);
@@ -274,10 +287,35 @@ static void run_op(char *op)
         rc = (name[5] ? api.alloc_async_pt : api.alloc_async)(&p, parse_size(a[1]), NULL);
         if (check_rc(orig, rc, a[2]))
             push(K_ASYNC, p);
+    } else if (strcmp(name, "ctx-create") == 0) {
+        NEED(3);
+        rc = api.ctx_create(&probe_ctx, 0, atoi(a[1]));
+        if (check_rc(orig, rc, a[2]) && api.set_current(primary_ctx) != CUDA_SUCCESS)
+            tap(0, orig, "cannot return to the primary context");
+    } else if (strcmp(name, "ctx-destroy") == 0) {
+        NEED(2);
+        if (check_rc(orig, api.ctx_destroy(probe_ctx), a[1]))
+            probe_ctx = NULL;
+    } else if (strcmp(name, "pool-keep") == 0 || strcmp(name, "pool-trim") == 0 ||
+               strcmp(name, "pool-destroy") == 0) {
+        NEED(2);
+        CUmemoryPool target = probe_pool;
+        if (n > 2 && strcmp(a[2], "default") == 0 && api.pool_current(&target, 0) != CUDA_SUCCESS)
+            target = NULL;
+        cuuint64_t v = parse_size(a[1]);
+        if (name[5] == 'k')
+            rc = api.pool_set(target, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v);
+        else if (name[5] == 't')
+            rc = api.pool_trim(target, (size_t)v);
+        else
+            rc = api.pool_destroy(target);
+        check_rc(orig, rc, name[5] == 'd' ? a[1] : "OK");
+        if (name[5] == 'd' && rc == CUDA_SUCCESS)
+            probe_pool = NULL;
     } else if (strcmp(name, "pool") == 0) {
         NEED(3);
-        static CUmemoryPool pool;
         CUdeviceptr p = 0;
+        CUmemoryPool pool = probe_pool;
         if (pool == NULL) {
             CUmemPoolProps props;
             memset(&props, 0, sizeof(props));
@@ -288,6 +326,7 @@ static void run_op(char *op)
                 tap(0, orig, "cuMemPoolCreate failed");
                 return;
             }
+            probe_pool = pool;
         }
         rc = api.alloc_pool(&p, parse_size(a[1]), pool, NULL);
         if (check_rc(orig, rc, a[2]))

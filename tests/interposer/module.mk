@@ -45,3 +45,11 @@ $(GV_THROTTLE_TENANT): $(GV_FAKE_CUDA)
 EXTRA_ALL += $(GV_THROTTLE_TENANT)
 TEST_SCRIPTS += tests/interposer/test_throttle_preload.sh
 all: $(GV_THROTTLE_TENANT)
+
+# The node priority board's file is written by every tenant: fuzz what we read.
+FUZZ_TARGETS += fuzz_prio_board
+fuzz_prio_board_SRCS := tests/interposer/test_throttle_fuzz_prio.c src/interposer/priority.c \
+                        src/common/gv_error.c src/common/gv_log.c
+
+FUZZ_TARGETS += fuzz_shm
+fuzz_shm_SRCS := tests/interposer/fuzz_shm.c src/shm/gv_shm.c src/common/gv_error.c

@@ -29,6 +29,10 @@ fi
 "$GV" run --gpumem 25% -- "$PROBE" init info:4g:4g nvml-mem:1:0:4g
 "$GV" run --device 1 --gpumem 512Mi -- "$PROBE" init info:512m:512m nvml-mem:1:0:512m nvml-mem:0:0:16g
 
+# Oversubscription: 8 GiB visible, 4 GiB of it device memory, the rest managed.
+"$GV" run --gpumem 8Gi --oversubscribe --gpumem-share 4Gi -- "$PROBE" init info:8g:8g alloc:3g:OK \
+    alloc:2g:OK info:3g:8g alloc:4g:OOM
+
 exit_code() { "$GV" run -- sh -c 'exit 7'; [ $? -eq 7 ]; }
 check "run returns the command's exit status" exit_code
 
@@ -62,7 +66,7 @@ bad_value() {
 }
 for args in "--gpumem abc" "--gpumem 0" "--gpumem 101%" "--gpumem -5Gi" "--gpucores 0" \
     "--gpucores 150" "--gpucores x" "--priority 16" "--priority -1" "--device a" "--device 0,0" \
-    "--device 1," "--name ../x"; do
+    "--device 1," "--name ../x" "--gpumem-share 2Gi" "--gpumem-share 0 --oversubscribe"; do
     # shellcheck disable=SC2086
     check "run refuses $args" bad_value $args
 done

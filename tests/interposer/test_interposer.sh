@@ -64,6 +64,31 @@ for via in link dlopen procaddr:12000 procaddr:12080:pt procaddr:13000; do
         alloc:1021m:OOM freeall info:1g:1g nvml-mem:0:0:1g free-bogus:INVAL
 done
 
+# --- memory cached by stream-ordered pools is charged until trimmed ---------
+fresh
+probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init pool:256m:OK pool-keep:1g pool:256m:OK info:512m:1g free-last:OK info:512m:1g \
+    nvml-mem:0:512m:1g pool:512m:OK info:256m:1g freeall info:256m:1g pool-trim:0 info:1g:1g \
+    pool:600m:OK pool-keep:1g free-last:OK info:424m:1g alloc:500m:OK info:524m:1g \
+    pool-destroy:OK info:524m:1g pool-keep:1g:default async:300m:OK free-last:OK info:224m:1g \
+    async:300m:OK info:224m:1g freeall info:724m:1g pool-trim:0:default info:1g:1g
+# A pool whose cache stands in the way of an allocation is trimmed back to the driver.
+fresh
+probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init pool-keep:1g:default async:600m:OK free-last:OK info:424m:1g alloc:600m:OK \
+    info:424m:1g
+
+# --- context creation overhead is charged -----------------------------------
+# The fake driver takes 64 MiB per context; measured through NVML, or fixed.
+fresh
+probe GV_FAKE_CTX_MEMORY=64m CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init info:960m:1g nvml-mem:0:64m:1g ctx-create:0:OK info:896m:1g ctx-destroy:OK \
+    info:960m:1g alloc:960m:OK ctx-create:0:OOM info:0:1g
+fresh
+probe GV_FAKE_CTX_MEMORY=64m GPUVISOR_CONTEXT_RESERVE=100m CUDA_DEVICE_MEMORY_LIMIT=1g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init info:924m:1g ctx-create:0:OK \
+    info:824m:1g ctx-destroy:OK info:924m:1g
+
 # --- cuGetProcAddress honours cudaVersion and flags ------------------------
 fresh
 probe "$PROBE" --via dlopen init \
@@ -73,7 +98,18 @@ probe "$PROBE" --via dlopen init \
     pa:cuGetProcAddress:11030:0:cuGetProcAddress pa:cuGetProcAddress:12000:0:cuGetProcAddress_v2 \
     pa:cuCtxCreate:12000:0:cuCtxCreate_v3 pa:cuCtxCreate:13000:0:cuCtxCreate_v4 \
     pa:cuCtxCreate:3020:0:cuCtxCreate_v2 pa:cuMemAlloc:13000:2:cuMemAlloc_v2 \
-    hooked:cuCtxCreate_v4:no hooked:nvmlDeviceGetMemoryInfo_v2:yes hooked:nvmlDeviceGetCount_v2:no
+    hooked:cuCtxCreate_v4:yes hooked:cuCtxGetCurrent:no hooked:nvmlDeviceGetMemoryInfo_v2:yes hooked:nvmlDeviceGetCount_v2:no
+# The request pattern of the CUDA 13 runtime (libcudart.so.13, traced against the fake):
+# each entry point is asked for with the ABI version the runtime was built for.
+fresh
+probe "$PROBE" --via dlopen init \
+    pa:cuMemAlloc:3020:0:cuMemAlloc_v2 pa:cuMemGetInfo:3020:0:cuMemGetInfo_v2 \
+    pa:cuDeviceTotalMem:3020:0:cuDeviceTotalMem_v2 pa:cuMemAllocManaged:6000:0:cuMemAllocManaged \
+    pa:cuMemAllocAsync:11020:2:cuMemAllocAsync_ptsz pa:cuMemFreeAsync:11020:0:cuMemFreeAsync \
+    pa:cuArray3DCreate:3020:0:cuArray3DCreate_v2 pa:cuMipmappedArrayCreate:5000:0:cuMipmappedArrayCreate \
+    pa:cuLaunchKernel:7000:2:cuLaunchKernel_ptsz pa:cuLaunchKernelEx:11060:0:cuLaunchKernelEx \
+    pa:cuGraphLaunch:10000:2:cuGraphLaunch_ptsz pa:cuIpcOpenMemHandle:11000:0:cuIpcOpenMemHandle_v2 \
+    pa:cuGetProcAddress:12000:0:cuGetProcAddress_v2
 
 # --- without limits the interposer is transparent ---------------------------
 fresh
@@ -106,6 +142,20 @@ probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache"
     "$PROBE" nvml-procs:0:1 nvml-mem:0:100m:1g
 wait $holder $other
 check "holder process passed" grep -q '^ok' "$TMP/holder"
+
+# In a pid namespace (a container) NVML's pids are host pids: the interposer
+# learns its own while creating its first context.
+if unshare -p -f true 2>/dev/null; then
+    fresh
+    unshare -p -f env LD_PRELOAD="$PRELOAD" GV_FAKE_CTX_MEMORY=64m CUDA_DEVICE_MEMORY_LIMIT=1g \
+        CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init alloc:100m:OK nvml-procs:0:1 \
+        >"$TMP/ns.out" 2>&1
+    cat "$TMP/ns.out"
+    check "NVML lists the namespaced process with its charged bytes (context + 100 MiB)" \
+        grep -q '^# pid [0-9]* used 171966464$' "$TMP/ns.out"
+else
+    echo "ok $((n += 1)) # SKIP cannot create a pid namespace here (unshare -p)"
+fi
 
 # --- imported IPC memory is charged once, to its owner ----------------------
 fresh
@@ -163,8 +213,29 @@ check "a later process with other limits is refused with a log line" \
 fresh
 head -c 8192 /dev/urandom >"$TMP/r.cache"
 probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
-    "$PROBE" init alloc:1m:OOM 2>"$TMP/corrupt.err"
+    "$PROBE" init:0:OOM 2>"$TMP/corrupt.err"
 check "corrupt region reported" grep -q 'shared region not usable, failing closed' "$TMP/corrupt.err"
+
+# --- the node agent's way: /etc/ld.so.preload and /etc/gpuvisor/limits.env ---
+# In a private mount namespace, a tmpfs over /etc holds the two files the node
+# agent mounts into containers.  No LD_PRELOAD: the dynamic linker loads the
+# interposer from ld.so.preload, and the limits file wins over the environment
+# (even over GPUVISOR_LIMITS_FILE).
+if unshare -m true 2>/dev/null; then
+    fresh
+    cp /etc/ld.so.cache "$TMP/ld.so.cache" 2>/dev/null || true
+    unshare -m sh -c '
+        mount -t tmpfs gpuvisor-test /etc || exit 2
+        cp "$1/ld.so.cache" /etc/ 2>/dev/null
+        printf "%s\n" $2 >/etc/ld.so.preload
+        mkdir /etc/gpuvisor
+        printf "CUDA_DEVICE_MEMORY_LIMIT=1g\nCUDA_DEVICE_MEMORY_SHARED_CACHE=%s/r.cache\n" "$1" \
+            >/etc/gpuvisor/limits.env
+        exec env -u LD_PRELOAD CUDA_DEVICE_MEMORY_LIMIT=8g GPUVISOR_LIMITS_FILE="$1/none.env" \
+            "$3" init info:1g:1g alloc:2g:OOM hooked:cuMemAlloc_v2:yes' sh "$TMP" "$PRELOAD" "$PROBE"
+else
+    echo "ok $((n += 1)) # SKIP cannot create a mount namespace here (unshare -m)"
+fi
 
 # --- configuration precedence and bad values --------------------------------
 if [ $has_etc_limits -eq 1 ]; then
@@ -268,3 +339,34 @@ EOF
     [ "$out" = 2 ]
 }
 check "dlsym(RTLD_NEXT) from a wrapper library still finds the next definition" rtld_next
+
+# --- NVML: a missing real function returns NVML_ERROR_FUNCTION_NOT_FOUND ------
+missing_nvml_function() {
+    mkdir -p "$TMP/nvstub"
+    printf 'int nvmlInit_v2(void) { return 0; }\n' >"$TMP/nvstub/stub.c"
+    cat >"$TMP/nvmissing.c" <<'EOF'
+#include <dlfcn.h>
+#include <stdio.h>
+int main(void)
+{
+    void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    int (*mem)(void *, void *) = h ? (int (*)(void *, void *))dlsym(RTLD_DEFAULT, "nvmlDeviceGetMemoryInfo_v2") : 0;
+    unsigned long long m[5] = {0};
+    printf("%d\n", mem ? mem(0, m) : -1);
+    return 0;
+}
+EOF
+    ${CC:-cc} -shared -fPIC -o "$TMP/nvstub/libnvidia-ml.so.1" "$TMP/nvstub/stub.c" &&
+        ${CC:-cc} -o "$TMP/nvmissing" "$TMP/nvmissing.c" -ldl || return 2
+    out=$(env LD_LIBRARY_PATH="$TMP/nvstub" LD_PRELOAD="$PRELOAD" "$TMP/nvmissing" 2>/dev/null)
+    [ "$out" = 13 ]
+}
+check "NVML: a missing real function returns NVML_ERROR_FUNCTION_NOT_FOUND" missing_nvml_function
+
+# --- a program that never touches the GPU is left alone ----------------------
+quiet_for_others() {
+    out=$(env LD_PRELOAD="$PRELOAD" GPUVISOR_LOG_LEVEL=trace CUDA_DEVICE_MEMORY_LIMIT=1g \
+        sh -c 'echo hello' 2>"$TMP/quiet.err")
+    [ "$out" = hello ] && [ ! -s "$TMP/quiet.err" ]
+}
+check "preloaded into a program without CUDA: nothing on stdout or stderr" quiet_for_others

@@ -272,6 +272,30 @@ static void test_oversubscribed_share(void **state)
     gv_shm_close(a);
 }
 
+static void test_reattach_after_exec_reuses_slot(void **state)
+{
+    (void)state;
+    struct gv_shm *a = open_rw();
+    int idx;
+    assert_int_equal(gv_shm_proc_attach(a, getpid(), 0, NULL), GV_OK);
+    assert_int_equal(gv_shm_device_attach(a, "GPU-a", &(struct gv_shm_limits){1000, 5000, 0, 0, 0},
+                                          &idx, NULL),
+                     GV_OK);
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 300, GV_SHM_DEVICE, NULL), GV_OK);
+    /* The same process maps the region again, as after an exec. */
+    struct gv_shm *b = open_rw();
+    assert_int_equal(gv_shm_proc_attach(b, getpid(), 0, NULL), GV_OK);
+    assert_int_equal((char *)gv_shm_self(b) - (char *)gv_shm_region(b),
+                     (char *)gv_shm_self(a) - (char *)gv_shm_region(a));
+    assert_int_equal(gv_shm_mem_used(b, idx), 0);
+    int live = 0;
+    for (int i = 0; i < GV_SHM_MAX_PROCS; i++)
+        live += atomic_load(&gv_shm_region(b)->procs[i].pid) == getpid();
+    assert_int_equal(live, 1);
+    gv_shm_close(b);
+    gv_shm_close(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -283,6 +307,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_concurrent_reservations_never_exceed, setup, teardown),
         cmocka_unit_test(test_private_region),
         cmocka_unit_test_setup_teardown(test_oversubscribed_share, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reattach_after_exec_reuses_slot, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

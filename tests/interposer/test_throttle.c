@@ -11,12 +11,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,6 +52,7 @@ struct result {
     uint64_t end_ns;
     uint64_t busy_ns; /* measured by the throttle */
     uint64_t gpu_ns;  /* what the fake GPU ran for this tenant */
+    uint32_t util;    /* utilisation the throttle last published */
     int ok;
 };
 
@@ -119,10 +122,17 @@ static void resolve(void)
 #undef R
 }
 
+/* Set by a test: a budget shared by every tenant of the run, as processes of
+ * one container share the one in their shared region. */
+static struct gv_throttle_pool *g_pool;
+/* Each tenant's published utilisation (the shared region's util field). */
+static _Atomic uint32_t g_util;
+
 static struct gv_throttle *make_throttle(const struct tenant *tn)
 {
     struct gv_throttle_ops ops;
-    struct gv_throttle_config cfg = {.policy = tn->policy, .priority = tn->prio, .node_dir = g_dir};
+    struct gv_throttle_config cfg = {
+        .policy = tn->policy, .priority = tn->prio, .node_dir = g_node};
     struct gv_throttle *t = NULL;
     struct gv_error err = {0};
     if (gv_throttle_driver_ops(sym, NULL, &ops, &err) != GV_OK) {
@@ -130,6 +140,8 @@ static struct gv_throttle *make_throttle(const struct tenant *tn)
         return NULL;
     }
     cfg.sm_limit[0] = tn->pct;
+    cfg.pool[0] = g_pool;
+    cfg.util[0] = &g_util;
     if (gv_throttle_new(&cfg, &ops, &t, &err) != GV_OK)
         fprintf(stderr, "throttle: %s\n", err.msg);
     return t;
@@ -227,6 +239,7 @@ static struct result tenant_main(const struct tenant *tn)
     F.stream_sync(s);
     r.end_ns = F.clock();
     r.gpu_ns = F.busy();
+    r.util = atomic_load(&g_util);
     if (t) {
         struct gv_throttle_stats st;
         gv_throttle_get_stats(t, 0, &st);
@@ -303,7 +316,58 @@ static void test_share_alone(void **state)
         struct result r;
         run_tenants(&tn, 1, &r);
         check_share("alone", p, &r);
+        /* What the monitor sees in the shared region agrees. */
+        assert_true(r.util + 5 >= p && r.util <= p + 5);
     }
+}
+
+/* Teardown: later tests use private budgets again, whatever happened. */
+static int drop_pool(void **state)
+{
+    (void)state;
+    if (g_pool != NULL)
+        munmap(g_pool, sizeof(*g_pool));
+    g_pool = NULL;
+    return 0;
+}
+
+/* Two processes of one container share its budget: together they get p%. */
+static void test_share_pooled_per_container(void **state)
+{
+    (void)state;
+    g_pool = mmap(NULL, sizeof(*g_pool), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(g_pool != MAP_FAILED);
+    memset(g_pool, 0, sizeof(*g_pool));
+    struct tenant tn[2] = {
+        {.pct = 40, .prio = -1, .horizon = HORIZON, .mark = UINT64_MAX},
+        {.pct = 40, .prio = -1, .horizon = HORIZON, .mark = UINT64_MAX},
+    };
+    struct result r[2];
+    run_tenants(tn, 2, r);
+    uint64_t end = r[0].end_ns > r[1].end_ns ? r[0].end_ns : r[1].end_ns;
+    double total = 100.0 * (double)(r[0].gpu_ns + r[1].gpu_ns) / (double)end;
+    printf("# one container, two processes at 40%%: %.1f%% + %.1f%% = %.1f%%; pool says %u%%, "
+           "measured %.1f s of GPU time\n",
+           share(&r[0]), share(&r[1]), total, atomic_load(&g_pool->pct),
+           (double)atomic_load(&g_pool->busy_ns) / 1e9);
+    assert_true(total >= 35.0 && total <= 45.0);
+    assert_int_equal(atomic_load(&g_pool->pct), 40);
+}
+
+/* A budget whose last refill lies in the future (the clock restarted under a
+ * surviving shared region) starts over instead of stalling the container. */
+static void test_share_after_clock_restart(void **state)
+{
+    (void)state;
+    g_pool = mmap(NULL, sizeof(*g_pool), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(g_pool != MAP_FAILED);
+    memset(g_pool, 0, sizeof(*g_pool));
+    atomic_store(&g_pool->last_ns, 3600 * 1000 * MS);
+    atomic_store(&g_pool->tokens, -1000 * (int64_t)MS);
+    struct tenant tn = {.pct = 50, .prio = -1, .horizon = HORIZON, .mark = UINT64_MAX};
+    struct result r;
+    run_tenants(&tn, 1, &r);
+    check_share("after a clock restart", 50, &r);
 }
 
 static void test_share_beside_second_tenant(void **state)
@@ -342,7 +406,13 @@ static void test_share_with_varying_kernels(void **state)
     run_tenants(two, 2, r);
     check_share("beside 70%, run time +-50%", 30, &r[0]);
     check_share("  (the 70% one)", 70, &r[1]);
+}
+
+static int drop_jitter(void **state)
+{
+    (void)state;
     unsetenv("GV_FAKE_KERNEL_JITTER");
+    return 0;
 }
 
 static void test_share_every_launch_api(void **state)
@@ -362,6 +432,61 @@ static void test_share_every_launch_api(void **state)
         run_tenants(&tn, 1, &r);
         check_share(apis[i].name, 30, &r);
     }
+}
+
+/*
+ * The application captures a graph in global mode on one stream while it
+ * launches throttled kernels on another: the throttle's event queries must
+ * not invalidate the capture (they run in relaxed capture mode).
+ */
+static int capture_beside_throttled_launches(void)
+{
+    struct tenant tn = {.pct = 30, .prio = -1, .horizon = HORIZON, .mark = UINT64_MAX};
+    struct gv_throttle *t = make_throttle(&tn);
+    CUcontext ctx;
+    CUmodule m;
+    CUfunction f;
+    CUstream cap, work;
+    CUgraph graph;
+    if (t == NULL || F.init(0) || F.retain(&ctx, 0) || F.set_current(ctx) ||
+        F.mod_load(&m, "fake-image") || F.get_fn(&f, m, "spin_1000us") ||
+        F.stream_create(&cap, 0) || F.stream_create(&work, 0))
+        return 1;
+    for (int i = 0; i < 40; i++) {
+        if (i == 10 && F.begin_capture(cap, 0 /* global */))
+            return 2;
+        struct gv_throttle_launch l = {.dev = 0, .stream = work, .key = f};
+        gv_throttle_before(t, &l);
+        CUresult rc = F.launch(f, 1, 1, 1, 1, 1, 1, 0, work, NULL, NULL);
+        gv_throttle_after(t, &l, rc == CUDA_SUCCESS);
+        if (rc != CUDA_SUCCESS || (i >= 10 && F.launch(f, 1, 1, 1, 1, 1, 1, 0, cap, NULL, NULL)))
+            return 3;
+    }
+    struct gv_throttle_stats st;
+    gv_throttle_get_stats(t, 0, &st);
+    if (st.measured < 20)
+        return 4; /* the queries did run during the capture */
+    return F.end_capture(cap, &graph) == CUDA_SUCCESS ? 0 : 5;
+}
+
+static void test_capture_survives_throttling(void **state)
+{
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof(path), "%s/gpu-capture", g_dir);
+    setenv("GV_FAKE_GPU_STATE", path, 1);
+    setenv("GV_FAKE_ACTORS", "1", 1);
+    snprintf(g_node, sizeof(g_node), "%s", g_dir);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        resolve();
+        _exit(capture_beside_throttled_launches());
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
 }
 
 static void test_unlimited_and_disabled_run_free(void **state)
@@ -405,7 +530,7 @@ static void test_force_has_no_burst_credit(void **state)
            (unsigned long long)r[0].kernels_after_mark,
            (unsigned long long)r[1].kernels_after_mark);
     /* force: the duty cycle from the first launch on (15 +- 2 kernels) */
-    assert_true(r[1].kernels_after_mark >= 13 && r[1].kernels_after_mark <= 17);
+    assert_true(r[1].kernels_after_mark >= 13 && r[1].kernels_after_mark <= 18);
     /* default: the same plus about 25 ms of saved credit */
     assert_true(r[0].kernels_after_mark >= r[1].kernels_after_mark + 20);
     assert_true(r[0].kernels_after_mark <= r[1].kernels_after_mark + 30);
@@ -472,6 +597,100 @@ static void test_three_levels(void **state)
     assert_true(r[1].kernels <= 5);
 }
 
+/* A driver whose events cannot be created: launches still go through, are
+ * charged their (unknown, so zero) estimate, and nothing crashes or blocks. */
+static uint64_t g_now;
+static uint64_t t_clock(void *ctx)
+{
+    (void)ctx;
+    return g_now;
+}
+static void t_sleep(void *ctx, uint64_t ns)
+{
+    (void)ctx;
+    g_now += ns;
+}
+static int t_fail(void *ctx, void **ev)
+{
+    (void)ctx;
+    (void)ev;
+    return -1;
+}
+static int t_record(void *ctx, void *ev, void *stream)
+{
+    (void)ctx;
+    (void)ev;
+    (void)stream;
+    return -1;
+}
+static int t_query(void *ctx, void *ev)
+{
+    (void)ctx;
+    (void)ev;
+    return -1;
+}
+static int t_elapsed(void *ctx, void *a, void *b, uint64_t *ns)
+{
+    (void)ctx;
+    (void)a;
+    (void)b;
+    (void)ns;
+    return -1;
+}
+static void t_destroy(void *ctx, void *ev)
+{
+    (void)ctx;
+    (void)ev;
+}
+static int t_capturing(void *ctx, void *stream)
+{
+    (void)ctx;
+    (void)stream;
+    return 0;
+}
+static int t_key(void *ctx, int dev, char *buf, unsigned len)
+{
+    (void)ctx;
+    return snprintf(buf, len, "GPU-unit-%d", dev) > 0 ? 0 : -1;
+}
+
+static void test_untimeable_launches_pass(void **state)
+{
+    (void)state;
+    struct gv_throttle_ops ops = {.clock_ns = t_clock,
+                                  .sleep_ns = t_sleep,
+                                  .event_create = t_fail,
+                                  .event_record = t_record,
+                                  .event_query = t_query,
+                                  .event_elapsed_ns = t_elapsed,
+                                  .event_destroy = t_destroy,
+                                  .stream_capturing = t_capturing,
+                                  .device_key = t_key};
+    struct gv_throttle_config cfg = {.priority = -1};
+    struct gv_throttle *t = NULL;
+    struct gv_error err = {0};
+    struct gv_throttle_stats st;
+    cfg.sm_limit[1] = 20;
+    assert_int_equal(gv_throttle_new(&cfg, &ops, &t, &err), GV_OK);
+    assert_non_null(t);
+    for (int i = 0; i < 100; i++) {
+        struct gv_throttle_launch l = {.dev = 1, .stream = NULL, .key = &cfg};
+        gv_throttle_before(t, &l);
+        /* every tenth launch is refused by the driver: its charge comes back */
+        gv_throttle_after(t, &l, i % 10 != 0);
+    }
+    /* A device without a limit is not touched at all. */
+    struct gv_throttle_launch other = {.dev = 0, .stream = NULL, .key = &cfg};
+    gv_throttle_before(t, &other);
+    assert_int_equal(other.slot, -1);
+    gv_throttle_after(t, &other, true);
+    gv_throttle_get_stats(t, 1, &st);
+    assert_int_equal(st.launches, 90);
+    assert_int_equal(st.measured, 0);
+    assert_true(g_now < 1000000); /* no debt built up from nothing */
+    gv_throttle_free(t);
+}
+
 static void test_config_and_board_errors(void **state)
 {
     (void)state;
@@ -523,9 +742,15 @@ static void test_config_and_board_errors(void **state)
     assert_true(gv_prio_higher_present(lo, 2000));
     assert_false(gv_prio_higher_present(hi, 2000));
     assert_int_equal(gv_prio_wait_ns(lo, 1000 + 10 * MS), 0);
-    /* A published time far in the future is clamped, not obeyed forever. */
+    /* A published time far in the future is clamped, not obeyed forever: at
+     * most 1 s past the publisher's last heartbeat. */
     gv_prio_publish(hi, 1000, UINT64_MAX / 2);
     assert_true(gv_prio_wait_ns(lo, 1000) <= 10 * MS);
+    assert_int_equal(gv_prio_wait_ns(lo, 1000 + 1010 * MS), 0);
+    /* Times from before a clock restart (reboot) are ignored. */
+    gv_prio_publish(hi, 500000 * MS, 500001 * MS);
+    assert_int_equal(gv_prio_wait_ns(lo, 1000), 0);
+    assert_false(gv_prio_higher_present(lo, 1000));
     gv_prio_close(hi);
     assert_int_equal(gv_prio_wait_ns(lo, 1000), 0);
     gv_prio_close(lo);
@@ -551,10 +776,14 @@ int main(void)
     g_dl = dlsym;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_and_board_errors),
+        cmocka_unit_test(test_untimeable_launches_pass),
         cmocka_unit_test(test_share_alone),
         cmocka_unit_test(test_share_beside_second_tenant),
-        cmocka_unit_test(test_share_with_varying_kernels),
+        cmocka_unit_test_teardown(test_share_pooled_per_container, drop_pool),
+        cmocka_unit_test_teardown(test_share_after_clock_restart, drop_pool),
+        cmocka_unit_test_teardown(test_share_with_varying_kernels, drop_jitter),
         cmocka_unit_test(test_share_every_launch_api),
+        cmocka_unit_test(test_capture_survives_throttling),
         cmocka_unit_test(test_unlimited_and_disabled_run_free),
         cmocka_unit_test(test_force_has_no_burst_credit),
         cmocka_unit_test(test_priority),

@@ -71,6 +71,15 @@ for p in 10 50 90; do
     expect_share "CUDA_DEVICE_SM_LIMIT=$p alone" "$out" "$p" 5
 done
 
+# Sleeps that overshoot (50 us of timer slack) must not pace 100 us kernels below
+# their share, with or without burst credit.
+for pol in default force; do
+    fresh
+    out=$(tenant GV_FAKE_SLEEP_SLACK_NS=50000 GPU_CORE_UTILIZATION_POLICY=$pol \
+        CUDA_DEVICE_SM_LIMIT=50 -- kernel spin_100us 1000)
+    expect_share "policy $pol, 100 us kernels, sleeps overshooting by 50 us" "$out" 50 5
+done
+
 # --- two tenants (separate containers: separate shared regions) -------------------
 for p in 10 30; do
     fresh
@@ -83,6 +92,22 @@ for p in 10 30; do
     expect_share "$p% beside a $q% tenant" "$(cat "$TMP/a")" "$p" 5
     expect_share "$q% beside a $p% tenant" "$(cat "$TMP/b")" "$q" 5
 done
+
+# --- processes of one container share its budget ---------------------------------
+fresh
+for i in 1 2; do
+    env LD_PRELOAD="$PRELOAD" CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/one.$run.cache" GV_FAKE_ACTORS=2 \
+        CUDA_DEVICE_SM_LIMIT=40 "$TENANT" kernel spin_1000us 1000 >"$TMP/p$i" &
+done
+wait
+s1=$(field share "$(cat "$TMP/p1")")
+s2=$(field share "$(cat "$TMP/p2")")
+sum=$(awk -v a="$s1" -v b="$s2" 'BEGIN { print a + b }')
+if within "$sum" 40 5; then
+    ok "two processes of one container at CUDA_DEVICE_SM_LIMIT=40 share it: $s1% + $s2%"
+else
+    nok "two processes of one container at 40%: $s1% + $s2% = $sum%"
+fi
 
 # --- what is not limited runs free ------------------------------------------------
 fresh
@@ -145,6 +170,25 @@ if [ -n "$resume" ] && [ -n "$hi_end" ] && [ $((total - after)) -le 2 ] &&
     ok "priority 2 yields while priority 0 is busy (until $hi_end ns) and resumes at $resume ns"
 else
     nok "priority 2 yield/resume: high busy until ${hi_end:-?}; low: $lo"
+fi
+
+# --- the same through `gpuvisor run` (it gives its runs one priority directory) ------
+fresh
+GPUVISOR_RUN_DIR=$TMP/runs
+export GPUVISOR_RUN_DIR
+unset GPUVISOR_NODE_DIR
+GV=$PWD/$BUILD/bin/gpuvisor
+GV_FAKE_ACTORS=2 "$GV" run --priority 0 --gpucores 50 -- "$TENANT" kernel spin_1000us 500 >"$TMP/hi" &
+a=$!
+GV_FAKE_ACTORS=2 "$GV" run --priority 3 -- "$TENANT" kernel spin_1000us 500 >"$TMP/lo" &
+b=$!
+wait $a $b
+hi=$(field share "$(cat "$TMP/hi")")
+lo=$(cat "$TMP/lo")
+if within "$hi" 50 5 && [ -n "$(field kernels "$lo")" ] && [ "$(field kernels "$lo")" -le 5 ]; then
+    ok "gpuvisor run: --priority 0 --gpucores 50 gets ${hi}%, a --priority 3 run yields"
+else
+    nok "gpuvisor run priority: high $hi% (want 50 +- 5), low: $lo"
 fi
 
 # --- bad values fail closed for compute too (no crash, launches still work) -------

@@ -215,6 +215,56 @@ static void test_watch_replay_and_resume(void **state)
     json_decref(a);
 }
 
+struct rv_rec {
+    int n;
+    char rv[4][32];
+    long prio[4];
+};
+
+static bool rv_cb(void *ud, gv_kube_event_type type, json_t *obj)
+{
+    (void)type;
+    struct rv_rec *r = ud;
+    if (r->n < 4) {
+        snprintf(r->rv[r->n], sizeof(r->rv[0]), "%s", kube_rv(obj));
+        r->prio[r->n] = (long)json_integer_value(
+            json_object_get(json_object_get(obj, "spec"), "priority"));
+    }
+    return ++r->n < 3;
+}
+
+static void test_watch_history_keeps_each_version(void **state)
+{
+    /* Patches that leave metadata alone must still replay, on resume, as
+     * the versions they were: each event its own resourceVersion and body. */
+    json_t *pod = kube_create_pod(FX->client, "default", "v", NULL, NULL, NULL);
+    char *rv0 = strdup(kube_rv(pod));
+    json_decref(pod);
+    char want[2][32];
+    struct gv_error err;
+    for (int i = 0; i < 2; i++) {
+        json_t *patch = json_pack("{s:{s:i}}", "spec", "priority", i + 1);
+        json_t *out = NULL;
+        assert_int_equal(gv_kube_patch(FX->client, "/api/v1/namespaces/default/pods/v",
+                                       GV_KUBE_PATCH_MERGE, patch, &out, &err),
+                         GV_OK);
+        snprintf(want[i], sizeof(want[i]), "%s", kube_rv(out));
+        json_decref(out);
+        json_decref(patch);
+    }
+    json_decref(kube_create_pod(FX->client, "default", "w", NULL, NULL, NULL));
+    struct rv_rec r = {0};
+    struct gv_kube_watch_opts o = {.resource_version = rv0, .timeout_seconds = 10};
+    assert_int_equal(gv_kube_watch(FX->client, "/api/v1/pods", &o, rv_cb, &r, NULL, &err),
+                     GV_OK);
+    assert_int_equal(r.n, 3);
+    assert_string_equal(r.rv[0], want[0]);
+    assert_int_equal(r.prio[0], 1);
+    assert_string_equal(r.rv[1], want[1]);
+    assert_int_equal(r.prio[1], 2);
+    free(rv0);
+}
+
 static void test_watch_from_now_lists_current(void **state)
 {
     json_decref(kube_create_node(FX->client, "n1", NULL, NULL));
@@ -754,6 +804,7 @@ int main(void)
 #define T(fn) cmocka_unit_test_setup_teardown(fn, kube_fixture_setup, kube_fixture_teardown)
 #define TB(fn) cmocka_unit_test_setup_teardown(fn, setup_fast_bookmarks, kube_fixture_teardown)
         T(test_watch_replay_and_resume),
+        T(test_watch_history_keeps_each_version),
         T(test_watch_from_now_lists_current),
         TB(test_watch_bookmarks),
         T(test_watch_410_error_event_and_status),

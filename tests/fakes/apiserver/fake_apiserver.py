@@ -299,7 +299,9 @@ class Store:
         return self.rv
 
     def record(self, res, etype, old, new):
-        self.history.append((self.rv, res, etype, old, new))
+        # Stored objects are never modified after this (writes replace
+        # them), so the event's JSON is encoded once for every watcher.
+        self.history.append((self.rv, res, etype, old, new, json.dumps(new).encode()))
         # Keep memory bounded in long benches; older history counts as compacted.
         if len(self.history) > 200000:
             cut = len(self.history) - 100000
@@ -696,7 +698,9 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 if not isinstance(body, dict):
                     raise ApiError(400, "BadRequest", "merge patch body must be an object")
-                new = merge_patch(cur, body)
+                # merge_patch shares untouched sub-objects with cur: copy, so
+                # that writing the new version below never edits the old one.
+                new = copy.deepcopy(merge_patch(cur, body))
             if not isinstance(new, dict) or not isinstance(new.get("metadata", {}), dict):
                 raise ApiError(422, "Invalid", "%s \"%s\" is invalid: not an object" % (res, name))
             md = new.setdefault("metadata", {})
@@ -851,13 +855,16 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
 
-        def send_events(evs):
-            if evs:
-                chunk(b"".join(json.dumps(e).encode() + b"\n" for e in evs))
+        def line(ev):
+            return json.dumps(ev).encode() + b"\n"
+
+        def send_lines(lines):
+            if lines:
+                chunk(b"".join(lines))
 
         OPEN_WATCHES[0] += 1
         try:
-            send_events(initial)
+            send_lines([line(e) for e in initial])
             if pos_rv is None:
                 chunk(b"")
                 return
@@ -873,32 +880,27 @@ class Handler(BaseHTTPRequestHandler):
                             return
                         if STORE.garbage_generation != garbage_gen:
                             garbage_gen = STORE.garbage_generation
-                            evs.append(None)
+                            evs.append(b'{"type":"MODIFIED","object":{"metadata":\n')
                         if pos_rv < STORE.compacted:
                             err = ApiError(410, "Expired", "too old resource version: %d (%d)"
                                            % (pos_rv, STORE.compacted + 1))
-                            evs.append({"type": "ERROR", "object": err.status()})
+                            evs.append(line({"type": "ERROR", "object": err.status()}))
                             pos_rv = None
                             break
                         start = bisect.bisect_right(STORE.history, pos_rv,
                                                     key=lambda h: h[0])
-                        for (erv, eres, etype, old, new) in STORE.history[start:]:
+                        for (erv, eres, etype, old, new, blob) in STORE.history[start:]:
                             if eres != res:
                                 continue
                             was, now = visible(old), visible(new)
-                            if etype == "ADDED" and now:
-                                evs.append({"type": "ADDED", "object": copy.deepcopy(new)})
-                            elif etype == "DELETED" and was:
-                                evs.append({"type": "DELETED", "object": copy.deepcopy(new)})
-                            elif etype == "MODIFIED":
-                                if was and now:
-                                    evs.append({"type": "MODIFIED",
-                                                "object": copy.deepcopy(new)})
-                                elif now:
-                                    evs.append({"type": "ADDED", "object": copy.deepcopy(new)})
-                                elif was:
-                                    evs.append({"type": "DELETED",
-                                                "object": copy.deepcopy(new)})
+                            if etype == "MODIFIED" and was != now:
+                                # Entering / leaving the selection.
+                                etype = "ADDED" if now else "DELETED"
+                            elif (etype == "DELETED" and not was) or \
+                                    (etype != "DELETED" and not now):
+                                continue
+                            evs.append(b'{"type":"' + etype.encode() + b'","object":' + blob +
+                                       b"}\n")
                         pos_rv = STORE.rv
                         now_t = time.monotonic()
                         want_bm = bookmarks and (
@@ -907,9 +909,9 @@ class Handler(BaseHTTPRequestHandler):
                         if want_bm:
                             bm_gen = STORE.bookmark_generation
                             last_bookmark = now_t
-                            evs.append({"type": "BOOKMARK", "object": {
+                            evs.append(line({"type": "BOOKMARK", "object": {
                                 "kind": kind, "apiVersion": "v1",
-                                "metadata": {"resourceVersion": str(STORE.rv)}}})
+                                "metadata": {"resourceVersion": str(STORE.rv)}}}))
                         if evs or now_t >= deadline:
                             break
                         wait = min(deadline - now_t, 0.5)
@@ -917,11 +919,7 @@ class Handler(BaseHTTPRequestHandler):
                             wait = min(wait, max(0.01, ARGS.bookmark_interval -
                                                  (now_t - last_bookmark)))
                         STORE.cond.wait(wait)
-                for e in evs:
-                    if e is None:
-                        chunk(b'{"type":"MODIFIED","object":{"metadata":\n')
-                    else:
-                        send_events([e])
+                send_lines(evs)
                 if pos_rv is None or time.monotonic() >= deadline:
                     chunk(b"")
                     return
@@ -958,7 +956,7 @@ def seed(path):
             obj.setdefault("spec", {})
             obj.setdefault("status", {}).setdefault("phase", "Pending")
         STORE.objects[res][(ns, md["name"])] = obj
-        STORE.history.append((STORE.rv, res, "ADDED", None, obj))
+        STORE.record(res, "ADDED", None, obj)
 
 
 def parent_watchdog(ppid):
@@ -985,7 +983,8 @@ def main():
     ARGS = ap.parse_args()
 
     if ARGS.seed:
-        seed(ARGS.seed)
+        with STORE.cond:
+            seed(ARGS.seed)
     if ARGS.unix:
         try:
             os.unlink(ARGS.unix)

@@ -271,19 +271,35 @@ bool fake_cuda_ctx_valid(const struct CUctx_st *ctx)
     return !ctx->primary || ctx->refs > 0;
 }
 
+/* Device memory the driver takes for each context (GV_FAKE_CTX_MEMORY, default 0). */
+static uint64_t ctx_memory(void)
+{
+    const char *v = getenv("GV_FAKE_CTX_MEMORY");
+    char *end;
+    unsigned long long b = v != NULL ? strtoull(v, &end, 10) : 0;
+    if (v != NULL && (*end == 'm' || *end == 'M'))
+        b <<= 20;
+    return b;
+}
+
 static CUresult ctx_create(CUcontext *pctx, CUdevice dev)
 {
     int phys;
     if (pctx == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     CHECK_DEV(dev, phys);
-    struct CUctx_st *c = calloc(1, sizeof(*c));
-    if (c == NULL)
+    if (!fake_gpu_mem_charge(phys, ctx_memory()))
         return CUDA_ERROR_OUT_OF_MEMORY;
+    struct CUctx_st *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        fake_gpu_mem_uncharge(phys, ctx_memory());
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     c->device = dev;
     c->phys = phys;
     if (ctx_depth >= MAX_CTX_STACK) {
         free(c);
+        fake_gpu_mem_uncharge(phys, ctx_memory());
         return CUDA_ERROR_INVALID_VALUE;
     }
     ctx_stack[ctx_depth++] = c;
@@ -328,6 +344,7 @@ CUresult cuCtxDestroy_v2(CUcontext ctx)
     }
     /* Contexts are kept (marked destroyed) so stale handles stay detectable. */
     ctx->destroyed = true;
+    fake_gpu_mem_uncharge(ctx->phys, ctx_memory());
     return CUDA_SUCCESS;
 }
 
@@ -395,10 +412,16 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     CHECK_DEV(dev, phys);
     pthread_mutex_lock(&lock);
-    primary[dev].refs++;
+    /* The primary context comes to life (and takes memory) at its first retain. */
+    CUresult rc = CUDA_SUCCESS;
+    if (primary[dev].refs == 0 && !fake_gpu_mem_charge(phys, ctx_memory()))
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    else
+        primary[dev].refs++;
     pthread_mutex_unlock(&lock);
-    *pctx = &primary[dev];
-    return CUDA_SUCCESS;
+    if (rc == CUDA_SUCCESS)
+        *pctx = &primary[dev];
+    return rc;
 }
 
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
@@ -407,8 +430,8 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     CHECK_DEV(dev, phys);
     pthread_mutex_lock(&lock);
     CUresult rc = primary[dev].refs > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
-    if (rc == CUDA_SUCCESS)
-        primary[dev].refs--;
+    if (rc == CUDA_SUCCESS && --primary[dev].refs == 0)
+        fake_gpu_mem_uncharge(phys, ctx_memory());
     pthread_mutex_unlock(&lock);
     return rc;
 }
@@ -417,6 +440,12 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
     int phys;
     CHECK_DEV(dev, phys);
+    pthread_mutex_lock(&lock);
+    if (primary[dev].refs > 0) {
+        primary[dev].refs = 0;
+        fake_gpu_mem_uncharge(phys, ctx_memory());
+    }
+    pthread_mutex_unlock(&lock);
     return CUDA_SUCCESS;
 }
 
@@ -439,6 +468,7 @@ struct CUmemPoolHandle_st {
     uint64_t used;     /* bytes handed out */
     uint64_t release_threshold;
     bool is_default;
+    bool destroyed; /* kept, like contexts, so stale handles are detected */
 };
 
 struct CUarray_st {
@@ -468,6 +498,7 @@ static size_t nhandles, cap_handles;
 static CUdeviceptr next_va[FAKE_MAX_GPUS + 1];
 static CUmemGenericAllocationHandle next_handle = 1;
 static struct CUmemPoolHandle_st default_pools[FAKE_MAX_GPUS];
+static struct CUmemPoolHandle_st *current_pools[FAKE_MAX_GPUS]; /* NULL: the default pool */
 
 /* Fresh, never reused, 512-byte aligned device addresses per GPU. */
 static CUdeviceptr new_va(int phys, size_t size)
@@ -849,6 +880,31 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
+CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    int phys;
+    if (pool == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    CHECK_DEV(dev, phys);
+    pthread_mutex_lock(&lock);
+    *pool = current_pools[dev] != NULL ? current_pools[dev] : default_pool(dev);
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+    int phys;
+    CHECK_DEV(dev, phys);
+    if (pool == NULL || pool->phys != phys)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    current_pools[dev] = pool;
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
+
+/* cuMemAllocAsync allocates from the device's current pool. */
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
     (void)hStream;
@@ -858,7 +914,7 @@ CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
     if (rc != CUDA_SUCCESS)
         return rc;
     pthread_mutex_lock(&lock);
-    struct CUmemPoolHandle_st *p = default_pool(dev);
+    struct CUmemPoolHandle_st *p = current_pools[dev] != NULL ? current_pools[dev] : default_pool(dev);
     pthread_mutex_unlock(&lock);
     return pool_alloc(dptr, bytesize, p);
 }
@@ -873,7 +929,7 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPoo
 {
     (void)hStream;
     CHECK_INIT();
-    if (pool == NULL)
+    if (pool == NULL || pool->destroyed)
         return CUDA_ERROR_INVALID_VALUE;
     return pool_alloc(dptr, bytesize, pool);
 }
@@ -920,7 +976,7 @@ CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 CUresult cuMemPoolDestroy(CUmemoryPool pool)
 {
     CHECK_INIT();
-    if (pool == NULL || pool->is_default)
+    if (pool == NULL || pool->is_default || pool->destroyed)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     /* Allocations still live keep their memory until freed (as the driver does). */
@@ -933,15 +989,18 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool)
             pool->reserved -= allocs[i].size;
         }
     pool_shrink(pool, 0);
+    for (int d = 0; d < FAKE_MAX_GPUS; d++)
+        if (current_pools[d] == pool)
+            current_pools[d] = NULL;
+    pool->destroyed = true;
     pthread_mutex_unlock(&lock);
-    free(pool);
     return CUDA_SUCCESS;
 }
 
 CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
     CHECK_INIT();
-    if (pool == NULL)
+    if (pool == NULL || pool->destroyed)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     pool_shrink(pool, minBytesToKeep);
@@ -952,7 +1011,7 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
     CHECK_INIT();
-    if (pool == NULL || value == NULL)
+    if (pool == NULL || value == NULL || pool->destroyed)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     CUresult rc = CUDA_SUCCESS;
@@ -969,7 +1028,8 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
 CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
     CHECK_INIT();
-    if (pool == NULL || value == NULL || attr != CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
+    if (pool == NULL || value == NULL || attr != CU_MEMPOOL_ATTR_RELEASE_THRESHOLD ||
+        pool->destroyed)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     pool->release_threshold = *(cuuint64_t *)value;

@@ -59,6 +59,8 @@ bool fake_cuda_ctx_valid(const struct CUctx_st *ctx);
     X(cuDeviceGetPCIBusId, 4010, 0, cuDeviceGetPCIBusId)                                           \
     X(cuDeviceGetByPCIBusId, 4010, 0, cuDeviceGetByPCIBusId)                                       \
     X(cuDeviceGetDefaultMemPool, 11020, 0, cuDeviceGetDefaultMemPool)                              \
+    X(cuDeviceGetMemPool, 11020, 0, cuDeviceGetMemPool)                                            \
+    X(cuDeviceSetMemPool, 11020, 0, cuDeviceSetMemPool)                                            \
     X(cuCtxCreate, 3020, 0, cuCtxCreate_v2)                                                        \
     X(cuCtxCreate, 11040, 0, cuCtxCreate_v3)                                                       \
     X(cuCtxCreate, 12050, 0, cuCtxCreate_v4)                                                       \
@@ -153,7 +155,8 @@ bool fake_cuda_ctx_valid(const struct CUctx_st *ctx);
     X(cuStreamIsCapturing, 10000, 0, cuStreamIsCapturing)                                          \
     X(cuStreamIsCapturing, 10000, FAKE_PT, cuStreamIsCapturing_ptsz)                               \
     X(cuStreamGetDevice, 12080, 0, cuStreamGetDevice)                                              \
-    X(cuStreamGetDevice, 12080, FAKE_PT, cuStreamGetDevice_ptsz)
+    X(cuStreamGetDevice, 12080, FAKE_PT, cuStreamGetDevice_ptsz)                                   \
+    X(cuThreadExchangeStreamCaptureMode, 10010, 0, cuThreadExchangeStreamCaptureMode)
 
 /*
  * Execution half (fake_cuda_exec.c): the virtual clock.  Exported (see

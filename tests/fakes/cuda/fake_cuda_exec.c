@@ -20,7 +20,8 @@
  * Kernel run time is chosen by the test through the kernel's name: a name
  * ending in _<N>ns, _<N>us or _<N>ms runs for that long per launch (e.g.
  * "spin_1000us"); other names run GV_FAKE_KERNEL_NS (default 10 us).
- * GV_FAKE_KERNEL_JITTER=j varies each launch by up to +-j percent.
+ * GV_FAKE_KERNEL_JITTER=j varies each launch by up to +-j percent;
+ * GV_FAKE_SLEEP_SLACK_NS makes every gvfake_sleep_ns oversleep that much.
  *
  * Test seam: gvfake_clock_ns() and gvfake_sleep_ns() let libgpuvisor's
  * throttle run on this clock; the real driver has no such symbols.
@@ -124,6 +125,8 @@ struct CUgraph_st {
     uint32_t magic;
     uint64_t ns;
     unsigned kernels;
+    bool global;           /* captured in CU_STREAM_CAPTURE_MODE_GLOBAL */
+    unsigned unsafe_epoch; /* g_unsafe_epoch when the capture began */
 };
 
 struct CUgraphExec_st {
@@ -137,12 +140,21 @@ static struct vt_shared *g_vt;
 static unsigned g_depth = 1024;
 static uint64_t g_default_ns = 10000;
 static unsigned g_jitter;       /* percent: each launch runs ns * (1 +- jitter) */
+static uint64_t g_slack;        /* every gvfake_sleep_ns oversleeps this much */
 static uint64_t g_jitter_state; /* per-process LCG: runs are reproducible */
 static struct CUstream_st g_default_stream[VT_MAX_DEVICES];
 static uint64_t g_proc_tail[VT_MAX_DEVICES]; /* for cuCtxSynchronize */
 static uint64_t g_proc_busy;                 /* kernel time this process submitted */
 static __thread int t_actor = -1;
 static __thread int t_spins;
+/*
+ * Stream-capture safety, as the driver enforces it: while a capture in
+ * global mode is under way, a "potentially unsafe" call (here: event queries)
+ * from a thread not in relaxed mode invalidates it.
+ */
+static __thread CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+static _Atomic int g_global_captures;
+static _Atomic unsigned g_unsafe_epoch;
 
 static uint64_t env_u64(const char *name, uint64_t def)
 {
@@ -192,6 +204,7 @@ static void vt_open(void)
         g_depth = 1024;
     g_default_ns = env_u64("GV_FAKE_KERNEL_NS", 10000);
     g_jitter = (unsigned)env_u64("GV_FAKE_KERNEL_JITTER", 0);
+    g_slack = env_u64("GV_FAKE_SLEEP_SLACK_NS", 0);
     if (g_jitter > 100)
         g_jitter = 100;
     g_jitter_state = 0x9e3779b97f4a7c15ull;
@@ -328,6 +341,7 @@ static void vt_wait_until_locked(struct vt_shared *v, uint64_t until)
     }
     self->state = ACTOR_BLOCKED;
     self->wake_at = until;
+    int idle = 0; /* consecutive 50 ms waits without progress */
     while (v->now < until) {
         vt_try_advance_locked(v);
         if (v->now >= until)
@@ -340,10 +354,18 @@ static void vt_wait_until_locked(struct vt_shared *v, uint64_t until)
             ts.tv_nsec -= 1000000000;
         }
         int rc = pthread_cond_timedwait(&v->cv, &v->mu, &ts);
-        if (rc == EOWNERDEAD)
+        if (rc == EOWNERDEAD) {
             pthread_mutex_consistent(&v->mu);
-        else if (rc == ETIMEDOUT)
+        } else if (rc == ETIMEDOUT) {
             vt_reap_dead_locked(v);
+            /* A tenant that died before joining must not hang the others. */
+            if (v->joined < v->expected && ++idle >= 200) {
+                fprintf(stderr, "fake libcuda: %u of %u GV_FAKE_ACTORS joined in 10 s; "
+                                "starting the clock without the rest\n",
+                        v->joined, v->expected);
+                v->expected = v->joined;
+            }
+        }
     }
     self->state = ACTOR_RUNNING;
 }
@@ -373,6 +395,15 @@ static void vt_release_process(void)
     pthread_mutex_unlock(&v->mu);
 }
 
+/* True (and the captures invalidated) when an unsafe call is not allowed now. */
+static bool unsafe_during_capture(void)
+{
+    if (atomic_load(&g_global_captures) == 0 || t_capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+        return false;
+    atomic_fetch_add(&g_unsafe_epoch, 1);
+    return true;
+}
+
 uint64_t gvfake_clock_ns(void)
 {
     struct vt_shared *v = vt();
@@ -386,7 +417,8 @@ void gvfake_sleep_ns(uint64_t ns)
 {
     struct vt_shared *v = vt();
     vt_lock(v);
-    vt_wait_until_locked(v, v->now + ns);
+    /* Real sleeps overshoot (timer slack, scheduling): so may these. */
+    vt_wait_until_locked(v, v->now + ns + g_slack);
     pthread_mutex_unlock(&v->mu);
 }
 
@@ -526,6 +558,19 @@ static CUresult stream_new(CUstream *out)
     return CUDA_SUCCESS;
 }
 
+/* As on current NVIDIA GPUs: 0 is the lowest stream priority, -5 the highest
+ * (the fake runs every stream alike). */
+CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
+{
+    if (current_ctx() == NULL)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (leastPriority)
+        *leastPriority = 0;
+    if (greatestPriority)
+        *greatestPriority = -5;
+    return CUDA_SUCCESS;
+}
+
 CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
     (void)Flags;
@@ -545,7 +590,9 @@ CUresult cuStreamDestroy_v2(CUstream hStream)
         hStream->magic != OBJ_STREAM)
         return CUDA_ERROR_INVALID_HANDLE;
     if (hStream->capture) {
-        free(hStream->capture);
+        if (hStream->capture->global)
+            atomic_fetch_sub(&g_global_captures, 1);
+        obj_free(hStream->capture, OBJ_GRAPH);
         hStream->capture = NULL;
     }
     /* Queued work still completes (its finish times are already fixed). */
@@ -729,6 +776,8 @@ CUresult cuEventQuery(CUevent hEvent)
 {
     if (hEvent == NULL || hEvent->magic != OBJ_EVENT)
         return CUDA_ERROR_INVALID_HANDLE;
+    if (unsafe_during_capture())
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     struct vt_shared *v = vt();
     vt_lock(v);
     bool done = !hEvent->recorded || hEvent->at <= v->now;
@@ -756,6 +805,8 @@ static CUresult elapsed(float *pMilliseconds, CUevent hStart, CUevent hEnd)
         return CUDA_ERROR_INVALID_VALUE;
     if (hStart == NULL || hEnd == NULL || hStart->magic != OBJ_EVENT || hEnd->magic != OBJ_EVENT)
         return CUDA_ERROR_INVALID_HANDLE;
+    if (unsafe_during_capture())
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (!hStart->recorded || !hEnd->recorded ||
         ((hStart->flags | hEnd->flags) & CU_EVENT_DISABLE_TIMING))
         return CUDA_ERROR_INVALID_HANDLE;
@@ -941,7 +992,6 @@ CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsLi
 
 static CUresult begin_capture(CUstream hStream, int mode)
 {
-    (void)mode;
     CUresult rc;
     struct CUstream_st *s = stream_get(hStream, &rc);
     if (s == NULL)
@@ -953,6 +1003,10 @@ static CUresult begin_capture(CUstream hStream, int mode)
     struct CUgraph_st *g = obj_new(sizeof(*g), OBJ_GRAPH);
     if (g == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    g->global = mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
+    g->unsafe_epoch = atomic_load(&g_unsafe_epoch);
+    if (g->global)
+        atomic_fetch_add(&g_global_captures, 1);
     s->capture = g;
     return CUDA_SUCCESS;
 }
@@ -965,10 +1019,17 @@ static CUresult end_capture(CUstream hStream, CUgraph *phGraph)
     struct CUstream_st *s = stream_query_target(hStream, phGraph, &rc);
     if (s == NULL)
         return rc;
-    if (s->capture == NULL)
+    struct CUgraph_st *g = s->capture;
+    if (g == NULL)
         return CUDA_ERROR_ILLEGAL_STATE;
-    *phGraph = s->capture;
     s->capture = NULL;
+    if (g->global)
+        atomic_fetch_sub(&g_global_captures, 1);
+    if (g->global && g->unsafe_epoch != atomic_load(&g_unsafe_epoch)) {
+        obj_free(g, OBJ_GRAPH);
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    }
+    *phGraph = g;
     return CUDA_SUCCESS;
 }
 
@@ -1010,6 +1071,16 @@ static CUresult stream_device(CUstream hStream, CUdevice *device)
 }
 
 FAKE_BOTH(cuStreamGetDevice, stream_device, (CUstream hStream, CUdevice *device), (hStream, device))
+
+CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    if (mode == NULL || (unsigned)*mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureMode old = t_capture_mode;
+    t_capture_mode = *mode;
+    *mode = old;
+    return CUDA_SUCCESS;
+}
 
 CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {

@@ -1,0 +1,305 @@
+/*
+ * Context creation overhead: the driver takes device memory for every
+ * context (hundreds of MiB on current GPUs), which is the slice's memory
+ * like any allocation.  Each context a process creates, and each primary
+ * context it brings to life, is charged:
+ *   - GPUVISOR_CONTEXT_RESERVE[_<i>] bytes when configured (reserved before
+ *     the driver is asked, like an allocation), else
+ *   - what the driver took, measured as the change of the card's used memory
+ *     in NVML across the creation (capped: a concurrent allocation by another
+ *     tenant must not be billed to us).
+ * A context that does not fit the slice is destroyed again and the call
+ * returns CUDA_ERROR_OUT_OF_MEMORY.
+ */
+#include <pthread.h>
+#include <string.h>
+
+#include "interposer/interposer.h"
+
+/* No context is this large; a bigger measurement includes someone else. */
+#define CTX_MEASURE_MAX (1ull << 30)
+
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static int primary_refs[GV_SHM_MAX_DEVICES];
+static uint64_t primary_charge[GV_SHM_MAX_DEVICES];
+
+struct ctx_charge {
+    CUcontext ctx;
+    int rdev;
+    uint64_t bytes;
+};
+/* Created contexts still alive (few per process). */
+static struct ctx_charge created[64];
+
+/* What NVML says about the card: used bytes and the pids holding contexts. */
+struct card_view {
+    uint64_t used;
+    unsigned npids;
+    unsigned pids[64];
+};
+
+static bool card_view(int rdev, struct card_view *v)
+{
+    const struct gv_shm_device *d = gv_ip_dev_info(rdev);
+    static bool nvml_inited;
+    nvmlDevice_t h;
+    nvmlMemory_t m;
+    if (d == NULL || !gv_ip_nvml_ready() || gv_nv.nvmlInit_v2 == NULL ||
+        gv_nv.nvmlDeviceGetHandleByUUID == NULL || gv_nv.nvmlDeviceGetMemoryInfo == NULL)
+        return false;
+    if (!nvml_inited && gv_nv.nvmlInit_v2() == NVML_SUCCESS)
+        nvml_inited = true;
+    if (gv_nv.nvmlDeviceGetHandleByUUID(d->uuid, &h) != NVML_SUCCESS ||
+        gv_nv.nvmlDeviceGetMemoryInfo(h, &m) != NVML_SUCCESS)
+        return false;
+    v->used = m.used;
+    v->npids = 0;
+    nvmlProcessInfo_t infos[64];
+    unsigned n = 64;
+    if (gv_nv.nvmlDeviceGetComputeRunningProcesses_v3 != NULL &&
+        gv_nv.nvmlDeviceGetComputeRunningProcesses_v3(h, &n, infos) == NVML_SUCCESS)
+        for (unsigned i = 0; i < n && i < 64; i++)
+            v->pids[v->npids++] = infos[i].pid;
+    return true;
+}
+
+/*
+ * NVML names processes by their pid on the host, which a process in a
+ * container cannot see.  The one pid that appears in NVML's list while we
+ * create our first context is ours: record it in our slot so NVML process
+ * lists can be matched to the container (HAMi finds it the same way).
+ */
+static void learn_host_pid(const struct card_view *before, const struct card_view *after)
+{
+    struct gv_shm_proc *self = gv_ip.shm != NULL ? gv_shm_self(gv_ip.shm) : NULL;
+    if (self == NULL || self->hostpid != 0)
+        return;
+    unsigned found = 0, count = 0;
+    for (unsigned i = 0; i < after->npids; i++) {
+        bool old = false;
+        for (unsigned j = 0; j < before->npids && !old; j++)
+            old = before->pids[j] == after->pids[i];
+        if (!old) {
+            found = after->pids[i];
+            count++;
+        }
+    }
+    if (count == 1) {
+        self->hostpid = (int32_t)found;
+        gv_debug("host pid %u", found);
+    }
+}
+
+/*
+ * Runs create() (which makes a context on CUDA ordinal dev) and charges it.
+ * Called with ctx_lock held.  *charged gets the bytes charged; *refused is
+ * set when the context was created but does not fit the slice (the caller
+ * undoes the creation and returns CUDA_ERROR_OUT_OF_MEMORY).
+ */
+typedef CUresult (*create_fn)(void *arg);
+
+static CUresult charged_create(CUdevice dev, create_fn create, void *arg, uint64_t *charged,
+                               bool *refused)
+{
+    int rdev = gv_ip_cuda_dev(dev);
+    *charged = 0;
+    *refused = false;
+    if (rdev == GV_DEV_DENY)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (rdev < 0)
+        return create(arg);
+    uint64_t fixed = gv_ipcfg_ctx_reserve(&gv_ip.cfg, dev);
+    if (fixed != 0 && gv_shm_mem_reserve(gv_ip.shm, rdev, fixed, GV_SHM_DEVICE, NULL) != GV_OK)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct card_view before, after;
+    bool viewed = card_view(rdev, &before);
+    CUresult rc = create(arg);
+    bool viewed_after = rc == CUDA_SUCCESS && viewed && card_view(rdev, &after);
+    if (viewed_after)
+        learn_host_pid(&before, &after);
+    if (fixed != 0) {
+        if (rc != CUDA_SUCCESS)
+            gv_shm_mem_release(gv_ip.shm, rdev, fixed, false);
+        else
+            *charged = fixed;
+        return rc;
+    }
+    if (!viewed_after || after.used <= before.used)
+        return rc;
+    uint64_t bytes = after.used - before.used;
+    if (bytes > CTX_MEASURE_MAX) {
+        gv_debug("context on %s measured %llu bytes: not all ours, charging %llu",
+                 gv_ip_dev_info(rdev)->uuid, (unsigned long long)bytes,
+                 (unsigned long long)CTX_MEASURE_MAX);
+        bytes = CTX_MEASURE_MAX;
+    }
+    if (gv_shm_mem_reserve(gv_ip.shm, rdev, bytes, GV_SHM_DEVICE, NULL) != GV_OK) {
+        *refused = true;
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *charged = bytes;
+    return CUDA_SUCCESS;
+}
+
+/* --- created contexts ------------------------------------------------------ */
+
+struct create_args {
+    int version;
+    CUcontext *pctx;
+    unsigned int flags;
+    CUdevice dev;
+    CUexecAffinityParam *params;
+    int nparams;
+    CUctxCreateParams *cparams;
+};
+
+static CUresult do_create(void *arg)
+{
+    struct create_args *a = arg;
+    switch (a->version) {
+    case 2: return gv_cu.cuCtxCreate_v2(a->pctx, a->flags, a->dev);
+    case 3: return gv_cu.cuCtxCreate_v3(a->pctx, a->params, a->nparams, a->flags, a->dev);
+    default: return gv_cu.cuCtxCreate_v4(a->pctx, a->cparams, a->flags, a->dev);
+    }
+}
+
+static CUresult create_context(struct create_args *a)
+{
+    uint64_t bytes;
+    bool refused;
+    pthread_mutex_lock(&ctx_lock);
+    CUresult rc = charged_create(a->dev, do_create, a, &bytes, &refused);
+    if (refused) {
+        gv_cu.cuCtxDestroy_v2(*a->pctx);
+        *a->pctx = NULL;
+    }
+    if (rc == CUDA_SUCCESS && bytes != 0) {
+        size_t i = 0;
+        while (i < sizeof(created) / sizeof(created[0]) && created[i].ctx != NULL)
+            i++;
+        if (i < sizeof(created) / sizeof(created[0]))
+            created[i] = (struct ctx_charge){*a->pctx, gv_ip_cuda_dev(a->dev), bytes};
+        else
+            gv_warn("more than %zu live contexts: the next one's memory stays charged",
+                    sizeof(created) / sizeof(created[0]));
+    }
+    pthread_mutex_unlock(&ctx_lock);
+    return rc;
+}
+
+GV_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    GV_NEED_CU(cuCtxCreate_v2);
+    GV_NEED_CU(cuCtxDestroy_v2);
+    struct create_args a = {.version = 2, .pctx = pctx, .flags = flags, .dev = dev};
+    return create_context(&a);
+}
+
+GV_EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
+                                  unsigned int flags, CUdevice dev)
+{
+    GV_NEED_CU(cuCtxCreate_v3);
+    GV_NEED_CU(cuCtxDestroy_v2);
+    struct create_args a = {.version = 3, .pctx = pctx, .flags = flags, .dev = dev,
+                            .params = paramsArray, .nparams = numParams};
+    return create_context(&a);
+}
+
+GV_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
+                                  unsigned int flags, CUdevice dev)
+{
+    GV_NEED_CU(cuCtxCreate_v4);
+    GV_NEED_CU(cuCtxDestroy_v2);
+    struct create_args a = {.version = 4, .pctx = pctx, .flags = flags, .dev = dev,
+                            .cparams = ctxCreateParams};
+    return create_context(&a);
+}
+
+GV_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    GV_NEED_CU(cuCtxDestroy_v2);
+    pthread_mutex_lock(&ctx_lock);
+    CUresult rc = gv_cu.cuCtxDestroy_v2(ctx);
+    for (size_t i = 0; rc == CUDA_SUCCESS && ctx != NULL && i < sizeof(created) / sizeof(created[0]);
+         i++) {
+        if (created[i].ctx == ctx) {
+            gv_shm_mem_release(gv_ip.shm, created[i].rdev, created[i].bytes, false);
+            memset(&created[i], 0, sizeof(created[i]));
+        }
+    }
+    pthread_mutex_unlock(&ctx_lock);
+    return rc;
+}
+
+/* --- primary contexts -------------------------------------------------------- */
+
+struct retain_args {
+    CUcontext *pctx;
+    CUdevice dev;
+};
+
+static CUresult do_retain(void *arg)
+{
+    struct retain_args *a = arg;
+    return gv_cu.cuDevicePrimaryCtxRetain(a->pctx, a->dev);
+}
+
+GV_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    GV_NEED_CU(cuDevicePrimaryCtxRetain);
+    if (dev < 0 || dev >= GV_SHM_MAX_DEVICES)
+        return gv_cu.cuDevicePrimaryCtxRetain(pctx, dev);
+    pthread_mutex_lock(&ctx_lock);
+    CUresult rc;
+    if (primary_refs[dev] > 0) {
+        rc = gv_cu.cuDevicePrimaryCtxRetain(pctx, dev);
+    } else {
+        /* The first retain in this process brings the context to life. */
+        bool refused;
+        struct retain_args a = {pctx, dev};
+        rc = charged_create(dev, do_retain, &a, &primary_charge[dev], &refused);
+        if (refused) {
+            if (gv_cu.cuDevicePrimaryCtxRelease_v2 != NULL)
+                gv_cu.cuDevicePrimaryCtxRelease_v2(dev);
+            *pctx = NULL;
+        }
+    }
+    if (rc == CUDA_SUCCESS)
+        primary_refs[dev]++;
+    pthread_mutex_unlock(&ctx_lock);
+    return rc;
+}
+
+/* Credits the primary context of dev when this process no longer holds it. */
+static void primary_gone(CUdevice dev)
+{
+    int rdev = gv_ip_cuda_dev(dev);
+    if (primary_charge[dev] != 0 && rdev >= 0)
+        gv_shm_mem_release(gv_ip.shm, rdev, primary_charge[dev], false);
+    primary_charge[dev] = 0;
+}
+
+GV_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    GV_NEED_CU(cuDevicePrimaryCtxRelease_v2);
+    pthread_mutex_lock(&ctx_lock);
+    CUresult rc = gv_cu.cuDevicePrimaryCtxRelease_v2(dev);
+    if (rc == CUDA_SUCCESS && dev >= 0 && dev < GV_SHM_MAX_DEVICES && primary_refs[dev] > 0 &&
+        --primary_refs[dev] == 0)
+        primary_gone(dev);
+    pthread_mutex_unlock(&ctx_lock);
+    return rc;
+}
+
+GV_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    GV_NEED_CU(cuDevicePrimaryCtxReset_v2);
+    pthread_mutex_lock(&ctx_lock);
+    CUresult rc = gv_cu.cuDevicePrimaryCtxReset_v2(dev);
+    if (rc == CUDA_SUCCESS && dev >= 0 && dev < GV_SHM_MAX_DEVICES) {
+        primary_refs[dev] = 0;
+        primary_gone(dev);
+    }
+    pthread_mutex_unlock(&ctx_lock);
+    return rc;
+}

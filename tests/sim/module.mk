@@ -1,0 +1,10 @@
+TEST_PROGS += test_sim
+test_sim_SRCS := tests/sim/test_sim.c
+test_sim_LIBS := sim contracts alloc common
+test_sim_LDLIBS = $(contracts_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
+TEST_SCRIPTS += tests/sim/test_simulate_cli.sh
+
+FUZZ_TARGETS += fuzz_sim_openb_csv
+fuzz_sim_openb_csv_SRCS := tests/sim/fuzz_sim_openb_csv.c $(wildcard src/sim/*.c) \
+	src/contracts/podspec.c $(wildcard src/alloc/*.c) src/common/gv_error.c src/common/gv_file.c
+fuzz_sim_openb_csv_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)

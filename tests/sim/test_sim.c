@@ -1,0 +1,347 @@
+/* Tests for src/sim: trace readers, synthetic generator, replay protocol, reports. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim/gv_sim.h"
+
+static const char nodes_csv[] = "sn,cpu_milli,memory_mib,gpu,model\n"
+                                "n0,32000,131072,2,T4\n"
+                                "n1,96000,393216,8,V100M32\r\n"
+                                "cpu0,16000,65536,0,\n";
+
+static const char pods5_csv[] = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+                                "p0,4000,8192,1,1000\n"
+                                "p1,2000,4096,1,500\n"
+                                "\n"
+                                "p2,8000,16384,2,1000\n"
+                                "p3,1000,1024,0,0\n";
+
+static const char pods11_csv[] =
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+    "deletion_time,scheduled_time\n"
+    "p0,4000,8192,1,460,T4|V100M32,LS,Running,0,10,0\n"
+    "p1,4000,8192,1,1000,,BE,Running,0,10,0\n";
+
+static struct gv_sim_trace *trace_with_nodes(void)
+{
+    struct gv_sim_trace *t;
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    struct gv_error err = {0};
+    if (gv_sim_parse_openb_nodes(t, "nodes.csv", nodes_csv, strlen(nodes_csv), &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    return t;
+}
+
+static void test_openb_readers(void **state)
+{
+    (void)state;
+    struct gv_sim_trace *t = trace_with_nodes();
+    assert_int_equal(gv_sim_trace_nodes(t), 3);
+    assert_int_equal(gv_sim_trace_gpu_milli(t), 10000);
+    struct gv_error err = {0};
+    assert_int_equal(gv_sim_parse_openb_pods(t, "pods.csv", pods5_csv, strlen(pods5_csv), &err),
+                     GV_OK);
+    assert_int_equal(gv_sim_trace_pods(t), 4);
+    assert_int_equal(gv_sim_trace_request_milli(t), 1000 + 500 + 2000);
+    assert_int_equal(gv_sim_parse_openb_pods(t, "p11.csv", pods11_csv, strlen(pods11_csv), &err),
+                     GV_OK);
+    assert_int_equal(gv_sim_trace_pods(t), 6);
+    assert_int_equal(gv_sim_trace_request_milli(t), 3500 + 460 + 1000);
+    gv_sim_trace_free(t);
+}
+
+static void expect_bad_pods(const char *csv, const char *needle)
+{
+    struct gv_sim_trace *t = trace_with_nodes();
+    struct gv_error err = {0};
+    if (gv_sim_parse_openb_pods(t, "bad.csv", csv, strlen(csv), &err) == GV_OK)
+        fail_msg("accepted: %s", csv);
+    if (strstr(err.msg, needle) == NULL)
+        fail_msg("error \"%s\" lacks \"%s\"", err.msg, needle);
+    assert_int_equal(gv_sim_trace_pods(t), 0); /* nothing half-loaded */
+    gv_sim_trace_free(t);
+}
+
+static void test_openb_broken_files(void **state)
+{
+    (void)state;
+    const char *h = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n";
+    char buf[512];
+    expect_bad_pods("", "bad.csv: empty file");
+    expect_bad_pods(h, "bad.csv: no pods");
+    expect_bad_pods("name,cpu_milli,memory_mib,num_gpu\np,1,1,1\n", "missing column \"gpu_milli\"");
+    snprintf(buf, sizeof(buf), "%sp,abc,1,1,1000\n", h);
+    expect_bad_pods(buf, "bad.csv:2: field cpu_milli: \"abc\" is not a number");
+    snprintf(buf, sizeof(buf), "%sp,1,1,1,1000\nq,1,-5,1,1000\n", h);
+    expect_bad_pods(buf, "bad.csv:3: field memory_mib: negative");
+    snprintf(buf, sizeof(buf), "%sp,1,1,1\n", h);
+    expect_bad_pods(buf, "bad.csv:2: 4 fields, header has 5");
+    snprintf(buf, sizeof(buf), "%sp,1,1,1,1200\n", h);
+    expect_bad_pods(buf, "field gpu_milli");
+    snprintf(buf, sizeof(buf), "%sp,1,1,2,500\n", h);
+    expect_bad_pods(buf, "multi-GPU");
+    snprintf(buf, sizeof(buf), "%sp,1,1,0,500\n", h);
+    expect_bad_pods(buf, "field gpu_milli: 500 with num_gpu 0");
+    snprintf(buf, sizeof(buf), "%sp,1,1,1,\n", h);
+    expect_bad_pods(buf, "field gpu_milli: empty");
+    expect_bad_pods("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np,1,1,1,500,A100\n",
+                    "bad.csv:2: field gpu_spec: unknown GPU model \"A100\"");
+    expect_bad_pods("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np,1,1,1,500,T4|\n",
+                    "field gpu_spec");
+
+    struct gv_sim_trace *t;
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    struct gv_error err = {0};
+    const char *dup = "sn,cpu_milli,memory_mib,gpu,model\na,1,1,1,T4\na,1,1,1,T4\n";
+    assert_int_not_equal(gv_sim_parse_openb_nodes(t, "n.csv", dup, strlen(dup), &err), GV_OK);
+    assert_non_null(strstr(err.msg, "n.csv:3: field sn: duplicate node"));
+    const char *nomodel = "sn,cpu_milli,memory_mib,gpu,model\na,1,1,1,\n";
+    assert_int_not_equal(gv_sim_parse_openb_nodes(t, "n.csv", nomodel, strlen(nomodel), &err),
+                         GV_OK);
+    assert_non_null(strstr(err.msg, "n.csv:2: field model: empty"));
+    const char *many = "sn,cpu_milli,memory_mib,gpu,model\na,1,1,65,T4\n";
+    assert_int_not_equal(gv_sim_parse_openb_nodes(t, "n.csv", many, strlen(many), &err), GV_OK);
+    assert_non_null(strstr(err.msg, "field gpu"));
+    assert_int_equal(gv_sim_trace_nodes(t), 0);
+    gv_sim_trace_free(t);
+}
+
+static const char k8s_nodes[] =
+    "{\"kind\":\"List\",\"items\":[{\"metadata\":{\"name\":\"g1\",\"labels\":"
+    "{\"nvidia.com/gpu.product\":\"Tesla-T4\",\"nvidia.com/gpu.memory\":\"15360\"}},"
+    "\"status\":{\"capacity\":{\"cpu\":\"16\",\"memory\":\"64Gi\",\"nvidia.com/gpu\":\"4\"}}},"
+    "{\"metadata\":{\"name\":\"c1\"},\"status\":{\"capacity\":{\"cpu\":\"8\"}}}]}";
+
+static const char k8s_pods[] =
+    "{\"kind\":\"List\",\"items\":["
+    "{\"metadata\":{\"name\":\"a\",\"uid\":\"1\",\"annotations\":{\"nvidia.com/use-gputype\":\"t4\"}},"
+    "\"spec\":{\"containers\":[{\"name\":\"m\",\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\","
+    "\"nvidia.com/gpucores\":\"50\",\"nvidia.com/gpumem\":\"4000\"}}}]},\"status\":{\"phase\":\"Running\"}},"
+    "{\"metadata\":{\"name\":\"done\",\"uid\":\"2\"},\"spec\":{\"containers\":[{\"name\":\"m\","
+    "\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"4\"}}}]},\"status\":{\"phase\":\"Succeeded\"}},"
+    "{\"metadata\":{\"name\":\"b\",\"uid\":\"3\"},\"spec\":{\"containers\":[{\"name\":\"m\","
+    "\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"2\"}}}]}}]}";
+
+static void test_k8s_readers(void **state)
+{
+    (void)state;
+    struct gv_sim_trace *t;
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    struct gv_error err = {0};
+    if (gv_sim_parse_k8s_nodes(t, "nodes.json", k8s_nodes, strlen(k8s_nodes), &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(gv_sim_trace_nodes(t), 2);
+    assert_int_equal(gv_sim_trace_gpu_milli(t), 4000);
+    if (gv_sim_parse_k8s_pods(t, "pods.json", k8s_pods, strlen(k8s_pods), &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(gv_sim_trace_pods(t), 2); /* the Succeeded pod is skipped */
+    /* 500 milli + 2 whole GPUs (whole memory) */
+    assert_int_equal(gv_sim_trace_request_milli(t), 2500);
+    struct gv_sim_curve cv;
+    assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_FGD, 1, 1.0, &cv, &err), GV_OK);
+    assert_true(cv.placed > 0);
+    gv_sim_curve_free(&cv);
+
+    const char *bad = "{\"items\":[{\"metadata\":{\"name\":\"x\"},\"spec\":{\"containers\":[{\"name\":"
+                      "\"m\",\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\"}}}]},\"metadata\":"
+                      "{\"name\":\"x\",\"annotations\":{\"nvidia.com/use-gputype\":\"H100\"}}}]}";
+    assert_int_not_equal(gv_sim_parse_k8s_pods(t, "p.json", bad, strlen(bad), &err), GV_OK);
+    assert_non_null(strstr(err.msg, "p.json: items[0]: use-gputype"));
+    assert_non_null(strstr(err.msg, "h100"));
+    const char *notlist = "{\"kind\":\"Pod\"}";
+    assert_int_not_equal(gv_sim_parse_k8s_pods(t, "p.json", notlist, strlen(notlist), &err), GV_OK);
+    assert_non_null(strstr(err.msg, "p.json: field items"));
+    const char *broken = "{\"items\": [";
+    assert_int_not_equal(gv_sim_parse_k8s_nodes(t, "n.json", broken, strlen(broken), &err), GV_OK);
+    assert_non_null(strstr(err.msg, "n.json:1"));
+    const char *badpod = "{\"items\":[{\"metadata\":{},\"spec\":{\"containers\":[{\"name\":\"m\","
+                         "\"resources\":{\"limits\":{\"nvidia.com/gpucores\":\"300\"}}}]}}]}";
+    assert_int_not_equal(gv_sim_parse_k8s_pods(t, "p.json", badpod, strlen(badpod), &err), GV_OK);
+    assert_non_null(strstr(err.msg, "p.json: items[0]"));
+    assert_non_null(strstr(err.msg, "nvidia.com/gpucores"));
+    assert_int_equal(gv_sim_trace_pods(t), 2);
+    gv_sim_trace_free(t);
+}
+
+static void test_synthetic_is_seeded(void **state)
+{
+    (void)state;
+    struct gv_sim_trace *a, *b, *c;
+    assert_int_equal(gv_sim_trace_new(&a, NULL), GV_OK);
+    assert_int_equal(gv_sim_trace_new(&b, NULL), GV_OK);
+    assert_int_equal(gv_sim_trace_new(&c, NULL), GV_OK);
+    assert_int_equal(gv_sim_synthetic(a, "default", 7, NULL), GV_OK);
+    assert_int_equal(gv_sim_synthetic(b, "default", 7, NULL), GV_OK);
+    assert_int_equal(gv_sim_synthetic(c, "nodes=50,frac=80,multi=0,cpu=0", 8, NULL), GV_OK);
+    assert_int_equal(gv_sim_trace_nodes(a), 200);
+    assert_int_equal(gv_sim_trace_gpu_milli(a), gv_sim_trace_gpu_milli(b));
+    assert_int_equal(gv_sim_trace_request_milli(a), gv_sim_trace_request_milli(b));
+    assert_int_equal(gv_sim_trace_nodes(c), 50);
+    /* 80 % fractional pods: well under one GPU per pod on average */
+    assert_true(gv_sim_trace_request_milli(c) < 700 * gv_sim_trace_pods(c));
+    struct gv_error err = {0};
+    struct gv_sim_trace *d;
+    assert_int_equal(gv_sim_trace_new(&d, NULL), GV_OK);
+    assert_int_equal(gv_sim_synthetic(d, "nodes=0", 1, &err), GV_EINVAL);
+    assert_int_equal(gv_sim_synthetic(d, "gpus=3", 1, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "unknown key \"gpus\""));
+    assert_int_equal(gv_sim_synthetic(d, "frac=70,multi=20,cpu=20", 1, &err), GV_EINVAL);
+    assert_int_equal(gv_sim_synthetic(d, "nodes=-1", 1, &err), GV_EINVAL);
+    assert_int_equal(gv_sim_trace_nodes(d), 0);
+    gv_sim_trace_free(a);
+    gv_sim_trace_free(b);
+    gv_sim_trace_free(c);
+    gv_sim_trace_free(d);
+}
+
+/* Hand-built replay: 1 node with 2 GPUs, only whole-GPU pods: every pod
+ * fits until the GPUs are gone, so allocated follows arrived to 100 %. */
+static void test_protocol_on_known_trace(void **state)
+{
+    (void)state;
+    struct gv_sim_trace *t;
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    const char *n = "sn,cpu_milli,memory_mib,gpu,model\nn,64000,65536,2,T4\n";
+    const char *p = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,1000\n";
+    assert_int_equal(gv_sim_parse_openb_nodes(t, "n", n, strlen(n), NULL), GV_OK);
+    assert_int_equal(gv_sim_parse_openb_pods(t, "p", p, strlen(p), NULL), GV_OK);
+    struct gv_sim_curve cv;
+    assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_BINPACK, 42, 1.5, &cv, NULL), GV_OK);
+    assert_int_equal(cv.n, 151);
+    assert_int_equal(cv.arrivals, 3); /* 50 %, 100 %, 150 % */
+    assert_int_equal(cv.placed, 2);
+    assert_int_equal(cv.failed, 1);
+    assert_true(cv.allocated[0] == 0.0);
+    assert_true(cv.allocated[50] == 50.0);
+    assert_true(cv.allocated[51] == 100.0);
+    assert_true(cv.allocated[100] == 100.0);
+    assert_true(cv.allocated[150] == 100.0);
+    gv_sim_curve_free(&cv);
+    struct gv_error err = {0};
+    assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_FGD, 1, 0.0, &cv, &err), GV_EINVAL);
+    gv_sim_trace_free(t);
+}
+
+static void test_protocol_is_deterministic(void **state)
+{
+    (void)state;
+    struct gv_sim_trace *t;
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    assert_int_equal(gv_sim_synthetic(t, "nodes=40", 3, NULL), GV_OK);
+    for (int p = 0; p < GV_ALLOC_POLICY_COUNT; p++) {
+        struct gv_sim_curve a, b, c;
+        assert_int_equal(gv_sim_run(t, (gv_alloc_policy)p, 5, 1.3, &a, NULL), GV_OK);
+        assert_int_equal(gv_sim_run(t, (gv_alloc_policy)p, 5, 1.3, &b, NULL), GV_OK);
+        assert_int_equal(gv_sim_run(t, (gv_alloc_policy)p, 6, 1.3, &c, NULL), GV_OK);
+        assert_int_equal(a.n, 131);
+        assert_memory_equal(a.allocated, b.allocated, a.n * sizeof(double));
+        assert_int_equal(a.placed, b.placed);
+        bool differs = a.arrivals != c.arrivals ||
+                       memcmp(a.allocated, c.allocated, a.n * sizeof(double)) != 0;
+        assert_true(differs);
+        for (uint32_t i = 1; i < a.n; i++) {
+            assert_true(a.allocated[i] >= a.allocated[i - 1]); /* nothing departs */
+            assert_true(a.allocated[i] <= 100.0 + 1e-9);
+        }
+        gv_sim_curve_free(&a);
+        gv_sim_curve_free(&b);
+        gv_sim_curve_free(&c);
+    }
+    gv_sim_trace_free(t);
+}
+
+static void test_rng(void **state)
+{
+    (void)state;
+    struct gv_sim_rng a, b;
+    gv_sim_rng_seed(&a, 42);
+    gv_sim_rng_seed(&b, 42);
+    for (int i = 0; i < 100; i++)
+        assert_true(gv_sim_rng_next(&a) == gv_sim_rng_next(&b));
+    unsigned hist[7] = {0};
+    for (int i = 0; i < 7000; i++) {
+        uint64_t x = gv_sim_rng_below(&a, 7);
+        assert_true(x < 7);
+        hist[x]++;
+    }
+    for (int i = 0; i < 7; i++)
+        assert_true(hist[i] > 800 && hist[i] < 1200);
+}
+
+static void test_reports(void **state)
+{
+    (void)state;
+    struct gv_sim_trace *t;
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    assert_int_equal(gv_sim_synthetic(t, "nodes=20", 1, NULL), GV_OK);
+    struct gv_sim_report r = {0};
+    uint64_t seeds[2] = {1, 2};
+    struct gv_sim_curve curves[4];
+    r.n_policies = 2;
+    r.policies[0] = GV_ALLOC_POLICY_BESTFIT;
+    r.policies[1] = GV_ALLOC_POLICY_FGD;
+    r.n_seeds = 2;
+    r.seeds = seeds;
+    r.curves = curves;
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(gv_sim_run(t, r.policies[i / 2], seeds[i % 2], 1.3, &curves[i], NULL),
+                         GV_OK);
+    r.max_pct = curves[0].n - 1;
+    struct gv_sim_buf b = {0};
+    gv_sim_report_table(&r, "title <x>", &b);
+    assert_false(b.oom);
+    assert_non_null(strstr(b.data, "title <x>\n"));
+    assert_non_null(strstr(b.data, "bestfit"));
+    const char *last = b.data + b.len - 1;
+    while (last > b.data && last[-1] != '\n')
+        last--;
+    double m, sd;
+    gv_sim_headline(&r, 1, &m, &sd);
+    char want[128];
+    snprintf(want, sizeof(want), "unallocated_pct_at_100 policy=fgd mean=%.2f sd=%.2f seeds=2\n", m,
+             sd);
+    assert_string_equal(last, want);
+    assert_true(m >= 0 && m <= 100);
+    gv_sim_buf_free(&b);
+    gv_sim_report_csv(&r, &b);
+    assert_true(strncmp(b.data, "policy,seed,arrived_pct,allocated_pct\n", 38) == 0);
+    size_t lines = 0;
+    for (size_t i = 0; i < b.len; i++)
+        lines += b.data[i] == '\n';
+    assert_int_equal(lines, 1 + 4 * 131);
+    gv_sim_buf_free(&b);
+    gv_sim_report_svg(&r, "title <x>", &b);
+    assert_true(strncmp(b.data, "<?xml", 5) == 0);
+    assert_non_null(strstr(b.data, "title &lt;x&gt;"));
+    assert_non_null(strstr(b.data, "</svg>\n"));
+    size_t polylines = 0;
+    for (const char *s = b.data; (s = strstr(s, "<polyline")) != NULL; s++)
+        polylines++;
+    assert_int_equal(polylines, 6); /* two panels: ideal + one per policy */
+    gv_sim_buf_free(&b);
+    for (int i = 0; i < 4; i++)
+        gv_sim_curve_free(&curves[i]);
+    gv_sim_trace_free(t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_openb_readers),
+        cmocka_unit_test(test_openb_broken_files),
+        cmocka_unit_test(test_k8s_readers),
+        cmocka_unit_test(test_synthetic_is_seeded),
+        cmocka_unit_test(test_protocol_on_known_trace),
+        cmocka_unit_test(test_protocol_is_deterministic),
+        cmocka_unit_test(test_rng),
+        cmocka_unit_test(test_reports),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# gpuvisor simulate end to end: the README quickstart, outputs, bad input and
+# usage errors (exit 2, nothing written), Kubernetes dumps, and the real
+# openb trace when it sits beside the repository (GV_OPENB_DIR overrides).
+set -u
+bin="$BUILD/bin/gpuvisor"
+tmp="${GV_TEST_TMP:-/tmp}/simulate.$$"
+mkdir -p "$tmp"
+trap 'rm -rf "$tmp"' EXIT
+n=0
+check() { # check <description> <command...>
+    n=$((n + 1)); local d=$1; shift
+    if "$@"; then echo "ok $n - $d"; else echo "not ok $n - $d"; fi
+}
+skip() { n=$((n + 1)); echo "ok $n # SKIP $1"; }
+
+# The README quickstart: no arguments but --plot, built-in synthetic cluster.
+(cd "$tmp" && "$OLDPWD/$bin" simulate --plot simulate.svg >quick.out 2>quick.err)
+rc=$?
+check "quickstart exits 0" test "$rc" -eq 0
+check "quickstart prints every policy" bash -c "for p in binpack spread bestfit fgd; do grep -q \"^\$p \" '$tmp/quick.out' || exit 1; done"
+check "quickstart last line is the machine-readable summary" bash -c \
+    "tail -1 '$tmp/quick.out' | grep -Eq '^unallocated_pct_at_100 policy=fgd mean=[0-9]+\.[0-9]{2} sd=[0-9]+\.[0-9]{2} seeds=10$'"
+check "quickstart writes an SVG chart (two panels x (ideal + 4 policies))" bash -c "head -c 5 '$tmp/simulate.svg' | grep -q '<?xml' && grep -c '<polyline' '$tmp/simulate.svg' | grep -qx 10"
+check "no temp files left" bash -c "! ls '$tmp' | grep -q tmp"
+
+"$bin" simulate --synthetic nodes=30 --policy fgd --seed 7 --csv "$tmp/a.csv" >"$tmp/a.out" 2>/dev/null
+check "one policy, one seed, CSV written" bash -c \
+    "head -1 '$tmp/a.csv' | grep -qx 'policy,seed,arrived_pct,allocated_pct' && [ \$(wc -l <'$tmp/a.csv') -eq 132 ] && grep -q 'seeds=1$' '$tmp/a.out'"
+"$bin" simulate --synthetic nodes=30 --policy fgd --seed 7 >"$tmp/b.out" 2>/dev/null
+check "same seed, same result" bash -c "diff <(grep -v s/seed '$tmp/a.out' | cut -c1-100) <(grep -v s/seed '$tmp/b.out' | cut -c1-100) >/dev/null"
+
+# Bad input: exit 2, message names file, line and field, nothing written.
+printf 'sn,cpu_milli,memory_mib,gpu,model\nn0,32000,131072,2,T4\n' >"$tmp/nodes.csv"
+printf 'name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,4000,oops,1,500\n' >"$tmp/bad.csv"
+"$bin" simulate --nodes "$tmp/nodes.csv" --pods "$tmp/bad.csv" --plot "$tmp/bad.svg" --csv "$tmp/bad.out.csv" >"$tmp/bad.out" 2>"$tmp/bad.err"
+rc=$?
+check "bad pod file exits 2" test "$rc" -eq 2
+check "error names file, line and field" grep -q "bad.csv:2: field memory_mib" "$tmp/bad.err"
+check "no partial output on bad input" bash -c "[ ! -e '$tmp/bad.svg' ] && [ ! -e '$tmp/bad.out.csv' ] && [ ! -s '$tmp/bad.out' ]"
+: >"$tmp/empty.csv"
+"$bin" simulate --nodes "$tmp/empty.csv" --pods "$tmp/bad.csv" >/dev/null 2>"$tmp/empty.err"
+check "empty file exits 2 and says so" bash -c "[ $? -eq 2 ] && grep -q 'empty.csv: empty file' '$tmp/empty.err'"
+printf 'name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np0,1,1,1,500,A100\n' >"$tmp/spec.csv"
+"$bin" simulate --nodes "$tmp/nodes.csv" --pods "$tmp/spec.csv" >/dev/null 2>"$tmp/spec.err"
+check "unknown GPU model in a constraint exits 2" bash -c "[ $? -eq 2 ] && grep -q 'spec.csv:2: field gpu_spec: unknown GPU model' '$tmp/spec.err'"
+"$bin" simulate --nodes "$tmp/missing.csv" --pods "$tmp/bad.csv" >/dev/null 2>"$tmp/missing.err"
+check "missing file exits 2" bash -c "[ $? -eq 2 ] && grep -q 'missing.csv: cannot open' '$tmp/missing.err'"
+
+# Usage errors.
+for args in "--policy worst" "--seeds 9-3" "--seed x" "--inflate 0.5" "--nodes $tmp/nodes.csv" \
+    "--synthetic nodes=5 --nodes a --pods b" "--synthetic bogus=1" "--frobnicate" "extra"; do
+    # shellcheck disable=SC2086
+    "$bin" simulate $args >/dev/null 2>&1
+    check "usage error exits 2: $args" test $? -eq 2
+done
+check "--help exits 0 and documents the flags" bash -c "'$bin' simulate --help | grep -q -- '--inflate'"
+
+# Kubernetes JSON dumps.
+cat >"$tmp/nodes.json" <<'EOF'
+{"apiVersion":"v1","kind":"List","items":[
+ {"metadata":{"name":"g1","labels":{"nvidia.com/gpu.product":"Tesla-T4","nvidia.com/gpu.memory":"15360"}},
+  "status":{"capacity":{"cpu":"32","memory":"128Gi","nvidia.com/gpu":"4"}}},
+ {"metadata":{"name":"g2","labels":{"nvidia.com/gpu.product":"A100-SXM4-80GB","nvidia.com/gpu.memory":"81920"}},
+  "status":{"capacity":{"cpu":"64","memory":"512Gi","nvidia.com/gpu":"8"}}}]}
+EOF
+cat >"$tmp/pods.json" <<'EOF'
+{"apiVersion":"v1","kind":"List","items":[
+ {"metadata":{"name":"infer","namespace":"a","uid":"u1"},"spec":{"containers":[{"name":"m",
+  "resources":{"limits":{"nvidia.com/gpu":"1","nvidia.com/gpumem":"8000","nvidia.com/gpucores":"30"},"requests":{"cpu":"2"}}}]}},
+ {"metadata":{"name":"train","namespace":"a","uid":"u2","annotations":{"nvidia.com/use-gputype":"a100"}},
+  "spec":{"containers":[{"name":"m","resources":{"limits":{"nvidia.com/gpu":"4","nvidia.com/gpucores":"100"},"requests":{"cpu":"16"}}}]}}]}
+EOF
+"$bin" simulate --nodes "$tmp/nodes.json" --pods "$tmp/pods.json" --seeds 1-3 >"$tmp/k8s.out" 2>"$tmp/k8s.err"
+check "Kubernetes JSON dumps replay" bash -c "[ $? -eq 0 ] && grep -q 'seeds=3$' '$tmp/k8s.out' && grep -q '2 nodes, 12 GPUs, 2 pods' '$tmp/k8s.out'"
+
+# The real openb trace.
+openb="${GV_OPENB_DIR:-$(git rev-parse --show-toplevel 2>/dev/null)/../shared/data/openb}"
+if [ -f "$openb/openb_node_list_gpu_node.csv" ] && [ -f "$openb/openb_pod_list_default.csv" ]; then
+    out=$("$bin" simulate --nodes "$openb/openb_node_list_gpu_node.csv" \
+        --pods "$openb/openb_pod_list_default.csv" --policy fgd --seed 42 2>/dev/null)
+    fgd=$(echo "$out" | tail -1 | sed -n 's/.* mean=\([0-9.]*\) .*/\1/p')
+    out=$("$bin" simulate --nodes "$openb/openb_node_list_gpu_node.csv" \
+        --pods "$openb/openb_pod_list_default.csv" --policy bestfit --seed 42 2>/dev/null)
+    bf=$(echo "$out" | tail -1 | sed -n 's/.* mean=\([0-9.]*\) .*/\1/p')
+    check "openb default: trace shape (1213 nodes, 6212 GPUs, 8152 pods)" bash -c "echo '$out' | grep -q '1213 nodes, 6212 GPUs, 8152 pods'"
+    check "openb default seed 42: fgd ($fgd%) leaves less unallocated than bestfit ($bf%)" \
+        awk -v f="$fgd" -v b="$bf" 'BEGIN { exit !(f != "" && b != "" && f + 0 < b + 0) }'
+else
+    skip "openb trace not found at $openb (set GV_OPENB_DIR)"
+    skip "openb trace not found at $openb (set GV_OPENB_DIR)"
+fi
+echo "1..$n"
