@@ -193,6 +193,48 @@ probe CUDA_VISIBLE_DEVICES=GPU-fa4e0001,GPU-fa4e0000 CUDA_DEVICE_MEMORY_LIMIT_0=
     CUDA_DEVICE_MEMORY_LIMIT_1=2g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
     "$PROBE" init info:1g:1g ctx:1 info:2g:2g alloc:1g:OK nvml-mem:0:1g:2g nvml-mem:1:0:1g
 
+# NVML enumerates in PCI order; the driver's default order (FASTEST_FIRST) may
+# differ: here CUDA ordinal 0 is NVML device 1 (GV_FAKE_CUDA_ORDER).  Handles
+# are mapped by uuid, whatever the order and CUDA_VISIBLE_DEVICES.
+fresh
+probe GV_FAKE_CUDA_ORDER=1,0 CUDA_DEVICE_MEMORY_LIMIT_0=1g CUDA_DEVICE_MEMORY_LIMIT_1=2g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init info:1g:1g alloc:256m:OK nvml-mem:1:256m:1g nvml-mem:0:0:2g
+# An NVML-only process (nvidia-smi) registers the devices first: it must give
+# them the CUDA ordinals' limits, or the CUDA process would be refused.
+fresh
+probe GV_FAKE_CUDA_ORDER=1,0 CUDA_DEVICE_MEMORY_LIMIT_0=1g CUDA_DEVICE_MEMORY_LIMIT_1=2g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" nvml-mem:0:0:2g nvml-mem:1:0:1g
+probe GV_FAKE_CUDA_ORDER=1,0 CUDA_DEVICE_MEMORY_LIMIT_0=1g CUDA_DEVICE_MEMORY_LIMIT_1=2g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init info:1g:1g ctx:1 info:2g:2g
+# Indices in CUDA_VISIBLE_DEVICES are the driver's order: "0" is NVML device 1.
+fresh
+probe GV_FAKE_CUDA_ORDER=1,0 CUDA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT_0=1g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" nvml-mem:1:0:1g nvml-mem:0:0:16g \
+    init info:1g:1g alloc:128m:OK nvml-mem:1:128m:1g
+# CUDA_DEVICE_ORDER=PCI_BUS_ID puts the driver back in NVML's order.
+fresh
+probe GV_FAKE_CUDA_ORDER=1,0 CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_DEVICE_MEMORY_LIMIT_0=1g \
+    CUDA_DEVICE_MEMORY_LIMIT_1=2g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" nvml-mem:0:0:1g init info:1g:1g
+# Full uuids in CUDA_VISIBLE_DEVICES, NVML-only process first.
+fresh
+probe CUDA_VISIBLE_DEVICES=GPU-fa4e0001-0000-4000-8000-000000000001 CUDA_DEVICE_MEMORY_LIMIT_0=1g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" nvml-mem:0:0:16g nvml-mem:1:0:1g \
+    init info:1g:1g
+
+# MIG: CUDA sees a compute instance (cuDeviceGetUuid_v2 names it "MIG-…"),
+# NVML's GPU handle keeps the GPU's uuid.  The slice is the instance's, keyed
+# by its MIG uuid in the region; the GPU handle is not the slice (untracked).
+fresh
+printf 'name=A\nname=B uuid=GPU-fa4e0001-0000-4000-8000-000000000001 mig=MIG-3c2d1e0f-0000-4000-8000-0000000000aa\n' \
+    >"$TMP/mig.conf"
+probe GV_FAKE_GPU_CONFIG="$TMP/mig.conf" CUDA_VISIBLE_DEVICES=MIG-3c2d1e0f CUDA_DEVICE_MEMORY_LIMIT=1g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" nvml-mem:1:0:16g init info:1g:1g \
+    alloc:256m:OK info:768m:1g nvml-mem:1:256m:16g nvml-mem:0:0:16g
+check "a MIG compute instance is keyed by its MIG uuid in the region" \
+    grep -qa 'MIG-3c2d1e0f-0000-4000-8000-0000000000aa' "$TMP/r.cache"
+
 # --- oversubscription: beyond the share, managed memory capped by the card ---
 fresh
 probe CUDA_OVERSUBSCRIBE=true CUDA_DEVICE_MEMORY_LIMIT=8g GPUVISOR_DEVICE_MEMORY_SHARE=4g \

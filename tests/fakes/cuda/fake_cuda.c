@@ -127,10 +127,14 @@ static void parse_visible(void)
         while (isspace((unsigned char)*tok))
             tok++;
         int found = -1;
-        if (strncmp(tok, "GPU-", 4) == 0) {
-            for (int i = 0; i < n; i++)
-                if (strncmp(fake_gpu_get(i)->uuid, tok, strlen(tok)) == 0)
+        if (strncmp(tok, "GPU-", 4) == 0 || strncmp(tok, "MIG-", 4) == 0) {
+            for (int i = 0; i < n; i++) {
+                const struct fake_gpu *g = fake_gpu_get(i);
+                /* A GPU in MIG mode is reached through its instance's uuid only. */
+                const char *name = g->mig[0] ? g->mig : g->uuid;
+                if (strncmp(name, tok, strlen(tok)) == 0)
                     found = i;
+            }
         } else if (isdigit((unsigned char)*tok)) {
             char *end;
             long v = strtol(tok, &end, 10);
@@ -229,11 +233,22 @@ CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
     if (uuid == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     CHECK_DEV(dev, phys);
-    memcpy(uuid->bytes, fake_gpu_get(phys)->uuid_bytes, 16);
+    const struct fake_gpu *g = fake_gpu_get(phys);
+    /* A MIG compute instance is named by its own uuid (since CUDA 11.4's _v2). */
+    memcpy(uuid->bytes, g->mig[0] ? g->mig_bytes : g->uuid_bytes, 16);
     return CUDA_SUCCESS;
 }
 
-CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) { return cuDeviceGetUuid_v2(uuid, dev); }
+/* The v1 ABI names the GPU, also for a MIG compute instance on it. */
+CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+    int phys;
+    if (uuid == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    CHECK_DEV(dev, phys);
+    memcpy(uuid->bytes, fake_gpu_get(phys)->uuid_bytes, 16);
+    return CUDA_SUCCESS;
+}
 
 CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
