@@ -19,20 +19,21 @@ uint64_t alloc_hash_str(const char *s);
 
 /* --- cluster state ------------------------------------------------------- */
 struct gpu {
-    char uuid[GV_ALLOC_UUID_MAX];
-    char model[GV_ALLOC_MODEL_MAX];
-    uint32_t index;
-    uint32_t model_id; /* interned lower-cased model */
-    uint64_t mem_mib;
-    uint32_t split;
-    int32_t numa;
-    bool healthy;
-    gv_alloc_gpu_mode mode;
-    /* usage */
+    /* hot: read for every node of every decision, kept in one cache line */
     uint64_t used_mem;
+    uint64_t mem_mib;
     uint32_t used_milli;
     uint32_t tasks;
     uint32_t whole; /* tasks holding the GPU exclusively */
+    uint32_t split;
+    uint32_t model_id; /* interned lower-cased model */
+    int32_t numa;
+    bool healthy;
+    gv_alloc_gpu_mode mode;
+    uint32_t index;
+    /* cold */
+    char uuid[GV_ALLOC_UUID_MAX];
+    char model[GV_ALLOC_MODEL_MAX];
 };
 
 struct pod_dev {
@@ -139,7 +140,8 @@ struct pick {
 /* Per-call view of a request on the cluster (models allowed, resolved). */
 struct req_view {
     const struct gv_alloc_request *req;
-    uint8_t *model_ok; /* per model id */
+    uint8_t *model_ok; /* per model id: model_buf, or heap beyond 64 models */
+    uint8_t model_buf[64];
     gv_alloc_policy policy;
     gv_alloc_gpu_policy gpu_policy;
 };

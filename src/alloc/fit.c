@@ -13,7 +13,7 @@ gv_status alloc_view_init(struct gv_alloc_cluster *c, const struct gv_alloc_requ
 {
     memset(v, 0, sizeof(*v));
     v->req = req;
-    v->model_ok = calloc(c->n_models ? c->n_models : 1, 1);
+    v->model_ok = c->n_models <= sizeof(v->model_buf) ? v->model_buf : calloc(c->n_models, 1);
     if (v->model_ok == NULL)
         return gv_error_set(err, GV_ENOMEM, "out of memory");
     const char *use = req->constraint[GV_ALLOC_USE_TYPE];
@@ -32,7 +32,8 @@ gv_status alloc_view_init(struct gv_alloc_cluster *c, const struct gv_alloc_requ
 
 void alloc_view_fini(struct req_view *v)
 {
-    free(v->model_ok);
+    if (v->model_ok != v->model_buf)
+        free(v->model_ok);
     v->model_ok = NULL;
 }
 
