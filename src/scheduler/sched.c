@@ -84,8 +84,8 @@ static struct gv_alloc_gpu_spec gpu_spec_of(const struct gv_inventory_gpu *g)
         .split = g->split,
         .numa = g->numa,
         .healthy = g->healthy,
-        .mode = g->mode == GV_INVENTORY_MODE_EXCLUSIVE ? GV_ALLOC_GPU_EXCLUSIVE
-                                                      : GV_ALLOC_GPU_SHARED,
+        .mode =
+            g->mode == GV_INVENTORY_MODE_EXCLUSIVE ? GV_ALLOC_GPU_EXCLUSIVE : GV_ALLOC_GPU_SHARED,
     };
 }
 
@@ -105,8 +105,7 @@ static void node_apply_inventory(struct gv_sched *s, struct snode *n, json_t *no
         goto oom;
     if (gv_inventory_decode(text, strlen(text), inv, &err) != GV_OK) {
         char why[GV_ERROR_MSG_MAX + 64];
-        snprintf(why, sizeof(why), "malformed %s annotation: %s", GV_INVENTORY_ANNOTATION,
-                 err.msg);
+        snprintf(why, sizeof(why), "malformed %s annotation: %s", GV_INVENTORY_ANNOTATION, err.msg);
         node_set_malformed(n, why);
         goto out;
     }
@@ -136,7 +135,8 @@ static void node_apply_inventory(struct gv_sched *s, struct snode *n, json_t *no
     }
     const char *k;
     json_t *v;
-    json_object_foreach(jl, k, v) {
+    json_object_foreach(jl, k, v)
+    {
         if (json_is_string(v))
             labels[li++] = (struct gv_alloc_kv){k, json_string_value(v)};
     }
@@ -193,7 +193,8 @@ void gv_sched_node_update(struct gv_sched *s, json_t *node)
     else
         n->heartbeat = 0; /* unreadable heartbeat: treated as stale */
     if (hb != NULL && t == 0)
-        gv_warn("node %s: unreadable %s annotation '%.40s'", name, GV_INVENTORY_HEARTBEAT_ANNOTATION, hb);
+        gv_warn("node %s: unreadable %s annotation '%.40s'", name,
+                GV_INVENTORY_HEARTBEAT_ANNOTATION, hb);
     if (inv == NULL) {
         if (n->state != NODE_NO_INVENTORY)
             gv_info("node %s has no %s annotation (no gpuvisor-node agent)", name,
@@ -218,7 +219,8 @@ void gv_sched_node_update(struct gv_sched *s, json_t *node)
         json_t *pods = gv_informer_list(s->pod_inf);
         size_t i;
         json_t *p;
-        json_array_foreach(pods, i, p) {
+        json_array_foreach(pods, i, p)
+        {
             const char *an = annotation(p, ANN_ASSIGNED_NODE);
             if (an != NULL && strcmp(an, name) == 0)
                 place_from_annotation(s, p);
@@ -241,8 +243,8 @@ void gv_sched_node_delete(struct gv_sched *s, json_t *node)
     gv_info("node %s deleted", name);
 }
 
-const char *gv_sched_node_unusable(struct gv_sched *s, const struct snode *n, time_t now,
-                                   char *buf, size_t cap)
+const char *gv_sched_node_unusable(struct gv_sched *s, const struct snode *n, time_t now, char *buf,
+                                   size_t cap)
 {
     if (n == NULL)
         return "no gpuvisor inventory for this node (gpuvisor-node not running here?)";
@@ -256,7 +258,8 @@ const char *gv_sched_node_unusable(struct gv_sched *s, const struct snode *n, ti
         break;
     }
     if (n->heartbeat == 0) {
-        snprintf(buf, cap, "gpuvisor-node agent stale: no readable %s", GV_INVENTORY_HEARTBEAT_ANNOTATION);
+        snprintf(buf, cap, "gpuvisor-node agent stale: no readable %s",
+                 GV_INVENTORY_HEARTBEAT_ANNOTATION);
         return buf;
     }
     if (now - n->heartbeat > s->cfg.heartbeat_timeout_s) {
@@ -296,8 +299,8 @@ static void place_from_annotation(struct gv_sched *s, json_t *pod)
         goto out;
     }
     if (bound != NULL && *bound != '\0' && strcmp(bound, a->node) != 0) {
-        gv_warn("pod %s/%s: bound to %s but its assignment is for %s; ignoring it", ns, name,
-                bound, a->node);
+        gv_warn("pod %s/%s: bound to %s but its assignment is for %s; ignoring it", ns, name, bound,
+                a->node);
         goto out;
     }
     if (gv_podspec_request(&s->cfg.alloc, pod, &req, &err) != GV_OK) {
@@ -401,17 +404,17 @@ void gv_sched_expire(struct gv_sched *s)
 /*
  * Informer transforms: what the caches keep.  A node is applied to the
  * engine here, from the full object, and only its name is cached (as a JSON
- * string, all a later delete needs): the inventory text (kilobytes per node) is never needed again, and
- * at 5,000 nodes full objects would cost tens of MiB.  Pods keep the fields
- * the scheduler reads back (assignment annotations and the pod's GPU
- * request) and drop the rest (last-applied-configuration, env, volumes...).
+ * string, all a later delete needs): the inventory text (kilobytes per node) is never needed again,
+ * and at 5,000 nodes full objects would cost tens of MiB.  Pods keep the fields the scheduler reads
+ * back (assignment annotations and the pod's GPU request) and drop the rest
+ * (last-applied-configuration, env, volumes...).
  */
 static json_t *node_transform(void *ud, json_t *node)
 {
     gv_sched_node_update(ud, node);
     /* The cache keeps just the name: all a later delete needs. */
-    return json_string(json_string_value(json_object_get(json_object_get(node, "metadata"),
-                                                         "name")));
+    return json_string(
+        json_string_value(json_object_get(json_object_get(node, "metadata"), "name")));
 }
 
 static bool kept_annotation(const char *key)
@@ -431,22 +434,24 @@ static json_t *pod_transform(void *ud, json_t *pod)
     json_t *ann = json_object(), *containers = json_array();
     const char *k;
     json_t *v;
-    json_object_foreach(json_object_get(md, "annotations"), k, v) {
+    json_object_foreach(json_object_get(md, "annotations"), k, v)
+    {
         if (kept_annotation(k))
             json_object_set(ann, k, v);
     }
     size_t i;
-    json_array_foreach(json_object_get(spec, "containers"), i, v) {
-        json_array_append_new(containers, json_pack("{s:O?,s:O?}", "name",
-                                                    json_object_get(v, "name"), "resources",
-                                                    json_object_get(v, "resources")));
+    json_array_foreach(json_object_get(spec, "containers"), i, v)
+    {
+        json_array_append_new(containers,
+                              json_pack("{s:O?,s:O?}", "name", json_object_get(v, "name"),
+                                        "resources", json_object_get(v, "resources")));
     }
     return json_pack("{s:{s:O?,s:O?,s:O?,s:O?,s:o},s:{s:O?,s:o},s:{s:O?}}", "metadata", "name",
                      json_object_get(md, "name"), "namespace", json_object_get(md, "namespace"),
                      "uid", json_object_get(md, "uid"), "resourceVersion",
-                     json_object_get(md, "resourceVersion"), "annotations", ann, "spec",
-                     "nodeName", json_object_get(spec, "nodeName"), "containers", containers,
-                     "status", "phase", json_object_get(json_object_get(pod, "status"), "phase"));
+                     json_object_get(md, "resourceVersion"), "annotations", ann, "spec", "nodeName",
+                     json_object_get(spec, "nodeName"), "containers", containers, "status", "phase",
+                     json_object_get(json_object_get(pod, "status"), "phase"));
 }
 
 static void inf_node_delete(void *ud, json_t *name)
@@ -456,13 +461,19 @@ static void inf_node_delete(void *ud, json_t *name)
         gv_sched_node_delete(ud, node);
     json_decref(node);
 }
-static void inf_pod_add(void *ud, json_t *obj) { gv_sched_pod_update(ud, obj); }
+static void inf_pod_add(void *ud, json_t *obj)
+{
+    gv_sched_pod_update(ud, obj);
+}
 static void inf_pod_update(void *ud, json_t *old_obj, json_t *new_obj)
 {
     (void)old_obj;
     gv_sched_pod_update(ud, new_obj);
 }
-static void inf_pod_delete(void *ud, json_t *obj) { gv_sched_pod_delete(ud, obj); }
+static void inf_pod_delete(void *ud, json_t *obj)
+{
+    gv_sched_pod_delete(ud, obj);
+}
 
 gv_status gv_sched_new(const struct gv_sched_config *cfg, struct gv_kube_client *kube,
                        struct gv_sched **out, struct gv_error *err)
