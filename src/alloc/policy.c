@@ -112,6 +112,14 @@ static bool eval_node(struct gv_alloc_cluster *c, const struct req_view *v, uint
          * name, which consolidates load (docs/alloc.md, "Ties"). */
         if (c->cfg.fgd_score_step > 0)
             *score = floor(*score / c->cfg.fgd_score_step);
+        /* A pod without GPUs only takes CPU and memory: put it where the
+         * GPUs are most used (its CPU is worth least to GPU tasks there),
+         * nodes without GPUs first; the fragmentation delta breaks ties. */
+        if (v->req->n_containers == 0) {
+            double used = n->n_gpus ? 1.0 - n->free_share / ((double)n->n_gpus * GV_ALLOC_MILLI)
+                                    : 1.0;
+            *score = floor(used * 1000.0) + fmax(-999.0, fmin(999.0, *score)) * 1e-4;
+        }
         break;
     }
     return true;
