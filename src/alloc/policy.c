@@ -125,6 +125,11 @@ static bool eval_node(struct gv_alloc_cluster *c, const struct req_view *v, uint
     return true;
 }
 
+static double spread_bound(const struct node *n)
+{
+    return n->n_gpus ? -(1.0 - n->free_share / ((double)n->n_gpus * GV_ALLOC_MILLI)) : 0.0;
+}
+
 static bool better(double s, const char *name, double best, const char *best_name)
 {
     double tol = 1e-9 * fmax(1.0, fabs(best));
@@ -230,6 +235,11 @@ gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_reques
                 continue;
         }
         tried++;
+        /* spread: taking GPUs only lowers a node's score, so a node whose
+         * current utilisation already loses to the best cannot win */
+        if (v.policy == GV_ALLOC_POLICY_SPREAD && best != UINT32_MAX &&
+            spread_bound(&c->nodes[idx]) < best_score - 1e-9 * fmax(1.0, fabs(best_score)))
+            continue;
         double s;
         bool need_reason = first_name == NULL;
         if (score_node(c, &v, use_memo, idx, &s, need_reason ? first_reason : NULL,
