@@ -57,7 +57,8 @@ static int start_daemon(struct daemon *d, const char *api, const char *policy, c
     FILE *f = fopen(cfg, "w");
     if (f == NULL)
         return -1;
-    fprintf(f, "{\"nodePolicy\":\"%s\",\"gpuPolicy\":\"binpack\",\"reservationTimeoutSeconds\":600}\n",
+    fprintf(f,
+            "{\"nodePolicy\":\"%s\",\"gpuPolicy\":\"binpack\",\"reservationTimeoutSeconds\":600}\n",
             policy);
     fclose(f);
     unlink(ports);
@@ -189,10 +190,13 @@ static int count_oversubscribed(struct gv_kube_client *c, int *assigned_pods)
     size_t i;
     json_t *p;
     *assigned_pods = 0;
-    json_array_foreach(json_object_get(list, "items"), i, p) {
-        const char *a = json_string_value(json_object_get(
-            json_object_get(json_object_get(p, "metadata"), "annotations"), "gpuvisor.io/assignment"));
-        const char *bound = json_string_value(json_object_get(json_object_get(p, "spec"), "nodeName"));
+    json_array_foreach(json_object_get(list, "items"), i, p)
+    {
+        const char *a = json_string_value(
+            json_object_get(json_object_get(json_object_get(p, "metadata"), "annotations"),
+                            "gpuvisor.io/assignment"));
+        const char *bound =
+            json_string_value(json_object_get(json_object_get(p, "spec"), "nodeName"));
         if (a == NULL || bound == NULL)
             continue;
         (*assigned_pods)++;
@@ -203,7 +207,8 @@ static int count_oversubscribed(struct gv_kube_client *c, int *assigned_pods)
             if (eq == NULL || strncmp(part, "node=", 5) == 0)
                 continue;
             char *save2 = NULL;
-            for (char *dev = strtok_r(eq + 1, ",", &save2); dev; dev = strtok_r(NULL, ",", &save2)) {
+            for (char *dev = strtok_r(eq + 1, ",", &save2); dev;
+                 dev = strtok_r(NULL, ",", &save2)) {
                 char uuid[128];
                 unsigned long long m = 0;
                 unsigned milli = 0;
@@ -220,8 +225,10 @@ static int count_oversubscribed(struct gv_kube_client *c, int *assigned_pods)
     int over = 0;
     const char *k;
     json_t *v;
-    json_object_foreach(mem, k, v) {
-        if (json_integer_value(v) > GPU_MIB || json_integer_value(json_object_get(tasks, k)) > SPLIT)
+    json_object_foreach(mem, k, v)
+    {
+        if (json_integer_value(v) > GPU_MIB ||
+            json_integer_value(json_object_get(tasks, k)) > SPLIT)
             over++;
     }
     json_decref(mem);
@@ -272,8 +279,9 @@ static int part1(const char *api, struct gv_kube_client *c, const char *dir)
     printf("concurrent scheduling: %d pods, %d nodes x %d GPUs (%d MiB, split %d), %d client "
            "threads, node policy binpack\n",
            N_PODS, N_NODES, GPUS_PER_NODE, GPU_MIB, SPLIT, N_WORKERS);
-    printf("  pods bound:             %d of %d (all fit by construction; no-fit %d, bind errors %d)\n",
-           bound, N_PODS, atomic_load(&w.nofit), atomic_load(&w.failed));
+    printf(
+        "  pods bound:             %d of %d (all fit by construction; no-fit %d, bind errors %d)\n",
+        bound, N_PODS, atomic_load(&w.nofit), atomic_load(&w.failed));
     printf("  pods bound per the API: %d (spec.nodeName + gpuvisor.io/assignment)\n", assigned);
     printf("  oversubscribed GPUs:    %d (memory or task count above capacity, from annotations)\n",
            over);
@@ -373,8 +381,9 @@ static int part2(const char *api, struct gv_kube_client *c, const char *dir, con
            BIG_NODES);
     printf("  server-side mean %.2f ms (histogram sum / count); %.0f of %d answered within 5 ms\n",
            sum_s / N_FILTERS * 1e3, within5, N_FILTERS);
-    printf("  scheduler RSS with %d nodes cached: %.1f MiB after sync, %.1f MiB after the filters\n",
-           BIG_NODES, rss_idle / 1024.0, rss / 1024.0);
+    printf(
+        "  scheduler RSS with %d nodes cached: %.1f MiB after sync, %.1f MiB after the filters\n",
+        BIG_NODES, rss_idle / 1024.0, rss / 1024.0);
     stop_daemon(&d);
     for (int i = 0; i < BIG_NODES; i++)
         free((char *)names[i]);

@@ -366,6 +366,9 @@ CUresult cuCtxPopCurrent_v2(CUcontext *pctx);
 CUresult cuCtxGetDevice(CUdevice *device);
 CUresult cuCtxSynchronize(void);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
+/* The pre-11.0 ABI: the CUDA runtime still fetches these. */
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
+CUresult cuDevicePrimaryCtxReset(CUdevice dev);
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
 

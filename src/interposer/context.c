@@ -259,8 +259,11 @@ GV_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         struct retain_args a = {pctx, dev};
         rc = charged_create(dev, do_retain, &a, &primary_charge[dev], &refused);
         if (refused) {
-            if (gv_cu.cuDevicePrimaryCtxRelease_v2 != NULL)
-                gv_cu.cuDevicePrimaryCtxRelease_v2(dev);
+            CUresult (*undo)(CUdevice) = gv_cu.cuDevicePrimaryCtxRelease_v2 != NULL
+                                             ? gv_cu.cuDevicePrimaryCtxRelease_v2
+                                             : gv_cu.cuDevicePrimaryCtxRelease;
+            if (undo != NULL)
+                undo(dev);
             *pctx = NULL;
         }
     }
@@ -279,11 +282,16 @@ static void primary_gone(CUdevice dev)
     primary_charge[dev] = 0;
 }
 
-GV_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+/*
+ * Release and reset exist in two ABIs (the v1 entry points predate CUDA
+ * 11.0 and the CUDA runtime still fetches them); both credit the charge.
+ */
+typedef CUresult (*primary_fn)(CUdevice);
+
+static CUresult primary_release(primary_fn real, CUdevice dev)
 {
-    GV_NEED_CU(cuDevicePrimaryCtxRelease_v2);
     pthread_mutex_lock(&ctx_lock);
-    CUresult rc = gv_cu.cuDevicePrimaryCtxRelease_v2(dev);
+    CUresult rc = real(dev);
     if (rc == CUDA_SUCCESS && dev >= 0 && dev < GV_SHM_MAX_DEVICES && primary_refs[dev] > 0 &&
         --primary_refs[dev] == 0)
         primary_gone(dev);
@@ -291,11 +299,10 @@ GV_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     return rc;
 }
 
-GV_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+static CUresult primary_reset(primary_fn real, CUdevice dev)
 {
-    GV_NEED_CU(cuDevicePrimaryCtxReset_v2);
     pthread_mutex_lock(&ctx_lock);
-    CUresult rc = gv_cu.cuDevicePrimaryCtxReset_v2(dev);
+    CUresult rc = real(dev);
     if (rc == CUDA_SUCCESS && dev >= 0 && dev < GV_SHM_MAX_DEVICES) {
         primary_refs[dev] = 0;
         primary_gone(dev);
@@ -303,3 +310,15 @@ GV_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
     pthread_mutex_unlock(&ctx_lock);
     return rc;
 }
+
+#define GV_PRIMARY_HOOK(sym, impl)                                                                 \
+    GV_EXPORT CUresult sym(CUdevice dev)                                                           \
+    {                                                                                              \
+        GV_NEED_CU(sym);                                                                           \
+        return impl(gv_cu.sym, dev);                                                               \
+    }
+
+GV_PRIMARY_HOOK(cuDevicePrimaryCtxRelease, primary_release)
+GV_PRIMARY_HOOK(cuDevicePrimaryCtxRelease_v2, primary_release)
+GV_PRIMARY_HOOK(cuDevicePrimaryCtxReset, primary_reset)
+GV_PRIMARY_HOOK(cuDevicePrimaryCtxReset_v2, primary_reset)

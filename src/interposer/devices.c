@@ -4,10 +4,13 @@
  *
  * Limits are indexed by the CUDA ordinal the application sees (after
  * CUDA_VISIBLE_DEVICES), as in HAMi.  The region keys devices by uuid so
- * processes with different CUDA_VISIBLE_DEVICES share one account per GPU.
- * NVML ignores CUDA_VISIBLE_DEVICES, so an NVML handle is mapped to a CUDA
- * ordinal by parsing it the way the driver does (indices in NVML order, or
- * GPU-uuid prefixes; the first invalid entry ends the list).
+ * processes with different CUDA_VISIBLE_DEVICES share one account per GPU
+ * (or MIG compute instance).  NVML ignores CUDA_VISIBLE_DEVICES and
+ * enumerates in PCI order, while the driver's default order
+ * (CUDA_DEVICE_ORDER=FASTEST_FIRST) may differ, so an NVML handle is mapped
+ * to the CUDA ordinal whose uuid it has, asking the driver itself (which
+ * has applied CUDA_VISIBLE_DEVICES, index, GPU- and MIG- forms alike).
+ * Only a process without libcuda falls back to parsing the variable.
  */
 #include <ctype.h>
 #include <pthread.h>
@@ -15,12 +18,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "interposer/interposer.h"
 
-/* Cached region index + 2 per CUDA ordinal / NVML index (0 = not resolved). */
+/* Cached region index + 2 per CUDA ordinal (0 = not resolved). */
 static _Atomic int cuda_map[GV_SHM_MAX_DEVICES];
-static _Atomic int nvml_map[GV_SHM_MAX_DEVICES];
+/* Resolved NVML handles (GPUs and MIG devices): appended under map_lock. */
+#define NVML_CACHE 64
+static struct {
+    _Atomic(nvmlDevice_t) handle;
+    _Atomic int idx;
+} nvml_map[NVML_CACHE];
+static _Atomic int nvml_mapped;
 static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* When limits exist but cannot be enforced, deny; otherwise pass through. */
@@ -57,13 +67,41 @@ static int register_device(const char *uuid, int cuda_index, uint64_t physical)
     return idx;
 }
 
-static void format_uuid(const CUuuid *u, char *out, size_t n)
+static void format_uuid(const CUuuid *u, const char *prefix, char *out, size_t n)
 {
     const unsigned char *b = (const unsigned char *)u->bytes;
     snprintf(out, n,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-             b[14], b[15]);
+             "%s%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", prefix,
+             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
+             b[13], b[14], b[15]);
+}
+
+/*
+ * The uuid of CUDA ordinal dev in NVML's form: "GPU-..." for a GPU, and
+ * "MIG-..." for a MIG compute instance, which cuDeviceGetUuid_v2 names by
+ * its own uuid while cuDeviceGetUuid names the GPU it lives on.
+ */
+static bool cuda_uuid(CUdevice dev, char *out, size_t n)
+{
+    CUuuid u1, u2;
+    bool have1 = gv_cu.cuDeviceGetUuid != NULL && gv_cu.cuDeviceGetUuid(&u1, dev) == CUDA_SUCCESS;
+    bool have2 =
+        gv_cu.cuDeviceGetUuid_v2 != NULL && gv_cu.cuDeviceGetUuid_v2(&u2, dev) == CUDA_SUCCESS;
+    if (!have1 && !have2)
+        return false;
+    bool mig = have1 && have2 && memcmp(u1.bytes, u2.bytes, sizeof(u1.bytes)) != 0;
+    format_uuid(have2 ? &u2 : &u1, mig ? "MIG-" : "GPU-", out, n);
+    return true;
+}
+
+/* The same GPU or MIG instance: uuids compared without their GPU-/MIG- prefix. */
+static bool same_device(const char *a, const char *b)
+{
+    if (strncmp(a, "GPU-", 4) == 0 || strncmp(a, "MIG-", 4) == 0)
+        a += 4;
+    if (strncmp(b, "GPU-", 4) == 0 || strncmp(b, "MIG-", 4) == 0)
+        b += 4;
+    return strcasecmp(a, b) == 0;
 }
 
 int gv_ip_cuda_dev(CUdevice dev)
@@ -79,13 +117,9 @@ int gv_ip_cuda_dev(CUdevice dev)
     int idx = atomic_load(&cuda_map[dev]) - 2;
     if (idx != -2)
         goto out;
-    CUuuid u;
-    CUresult rc = CUDA_ERROR_NOT_SUPPORTED;
-    if (gv_cu.cuDeviceGetUuid_v2 != NULL)
-        rc = gv_cu.cuDeviceGetUuid_v2(&u, dev);
-    else if (gv_cu.cuDeviceGetUuid != NULL)
-        rc = gv_cu.cuDeviceGetUuid(&u, dev);
+    char uuid[GV_SHM_UUID_LEN];
     size_t total = 0;
+    CUresult rc = cuda_uuid(dev, uuid, sizeof(uuid)) ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
     if (rc == CUDA_SUCCESS && gv_cu.cuDeviceTotalMem_v2 != NULL)
         rc = gv_cu.cuDeviceTotalMem_v2(&total, dev);
     if (rc != CUDA_SUCCESS) {
@@ -93,8 +127,6 @@ int gv_ip_cuda_dev(CUdevice dev)
         pthread_mutex_unlock(&map_lock);
         return GV_DEV_UNTRACKED;
     }
-    char uuid[GV_SHM_UUID_LEN];
-    format_uuid(&u, uuid, sizeof(uuid));
     idx = register_device(uuid, dev, total);
     atomic_store_explicit(&cuda_map[dev], idx + 2, memory_order_release);
 out:
@@ -112,8 +144,12 @@ int gv_ip_current_dev(void)
     return gv_ip_cuda_dev(dev);
 }
 
-/* The CUDA ordinal of NVML device (index, uuid) under CUDA_VISIBLE_DEVICES, or -1. */
-static int cuda_index_of(unsigned nvml_index, const char *uuid)
+/*
+ * Without libcuda: the CUDA ordinal of NVML device (index, uuid) as the
+ * driver would number it under CUDA_VISIBLE_DEVICES, assuming its order is
+ * NVML's (PCI) order, or -1.
+ */
+static int cuda_index_from_env(unsigned nvml_index, const char *uuid)
 {
     const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
     if (cvd == NULL)
@@ -125,7 +161,7 @@ static int cuda_index_of(unsigned nvml_index, const char *uuid)
     for (char *tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save), pos++) {
         while (isspace((unsigned char)*tok))
             tok++;
-        if (strncmp(tok, "GPU-", 4) == 0) {
+        if (strncmp(tok, "GPU-", 4) == 0 || strncmp(tok, "MIG-", 4) == 0) {
             if (strncmp(uuid, tok, strlen(tok)) == 0)
                 return pos;
             continue;
@@ -140,27 +176,70 @@ static int cuda_index_of(unsigned nvml_index, const char *uuid)
     return -1;
 }
 
+/*
+ * The CUDA ordinal with this NVML uuid, or -1 when CUDA does not see it.
+ * A process that only uses NVML (nvidia-smi) has not initialised the
+ * driver: it is initialised here (cuInit creates no context).
+ */
+static int cuda_index_of(nvmlDevice_t dev, const char *uuid)
+{
+    int count = 0;
+    CUresult rc = CUDA_ERROR_NOT_SUPPORTED;
+    if (gv_ip_cuda_ready() && gv_cu.cuDeviceGetCount != NULL) {
+        rc = gv_cu.cuDeviceGetCount(&count);
+        if (rc == CUDA_ERROR_NOT_INITIALIZED && gv_cu.cuInit != NULL) {
+            rc = gv_cu.cuInit(0);
+            if (rc == CUDA_SUCCESS)
+                rc = gv_cu.cuDeviceGetCount(&count);
+        }
+    }
+    if (rc == CUDA_ERROR_NO_DEVICE)
+        return -1; /* CUDA_VISIBLE_DEVICES hides every device */
+    if (rc != CUDA_SUCCESS) {
+        unsigned index;
+        if (gv_nv.nvmlDeviceGetIndex == NULL || gv_nv.nvmlDeviceGetIndex(dev, &index) != NVML_SUCCESS)
+            return -1;
+        return cuda_index_from_env(index, uuid);
+    }
+    char cu[GV_SHM_UUID_LEN];
+    for (int i = 0; i < count; i++)
+        if (cuda_uuid(i, cu, sizeof(cu)) && same_device(cu, uuid))
+            return i;
+    return -1;
+}
+
 int gv_ip_nvml_dev(nvmlDevice_t dev)
 {
-    unsigned index;
+    int n = atomic_load_explicit(&nvml_mapped, memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        if (atomic_load_explicit(&nvml_map[i].handle, memory_order_relaxed) == dev)
+            return atomic_load_explicit(&nvml_map[i].idx, memory_order_relaxed);
     char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
-    if (gv_nv.nvmlDeviceGetIndex == NULL || gv_nv.nvmlDeviceGetUUID == NULL ||
-        gv_nv.nvmlDeviceGetIndex(dev, &index) != NVML_SUCCESS || index >= GV_SHM_MAX_DEVICES ||
+    if (gv_nv.nvmlDeviceGetUUID == NULL ||
         gv_nv.nvmlDeviceGetUUID(dev, uuid, sizeof(uuid)) != NVML_SUCCESS)
         return GV_DEV_UNTRACKED;
-    int cached = atomic_load_explicit(&nvml_map[index], memory_order_acquire);
-    if (cached != 0)
-        return cached - 2;
     pthread_mutex_lock(&map_lock);
+    n = atomic_load(&nvml_mapped);
+    for (int i = 0; i < n; i++)
+        if (atomic_load(&nvml_map[i].handle) == dev) {
+            int cached = atomic_load(&nvml_map[i].idx);
+            pthread_mutex_unlock(&map_lock);
+            return cached;
+        }
     int idx = gv_ip.shm != NULL ? gv_shm_device_find(gv_ip.shm, uuid) : -1;
     if (idx < 0) {
         nvmlMemory_t mem = {0, 0, 0};
         if (gv_nv.nvmlDeviceGetMemoryInfo != NULL)
             gv_nv.nvmlDeviceGetMemoryInfo(dev, &mem);
-        int cuda_index = cuda_index_of(index, uuid);
+        int cuda_index = cuda_index_of(dev, uuid);
         idx = cuda_index >= 0 ? register_device(uuid, cuda_index, mem.total) : GV_DEV_UNTRACKED;
     }
-    atomic_store_explicit(&nvml_map[index], idx + 2, memory_order_release);
+    n = atomic_load(&nvml_mapped);
+    if (n < NVML_CACHE) {
+        atomic_store_explicit(&nvml_map[n].idx, idx, memory_order_relaxed);
+        atomic_store_explicit(&nvml_map[n].handle, dev, memory_order_relaxed);
+        atomic_store_explicit(&nvml_mapped, n + 1, memory_order_release);
+    }
     pthread_mutex_unlock(&map_lock);
     return idx;
 }

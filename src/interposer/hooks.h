@@ -29,7 +29,9 @@
     X(cuCtxCreate_v4, cuCtxCreate, 12050, 0)                                                       \
     X(cuCtxDestroy_v2, cuCtxDestroy, 4000, 0)                                                      \
     X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 7000, 0)                                 \
+    X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease, 7000, 0)                               \
     X(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease, 11000, 0)                           \
+    X(cuDevicePrimaryCtxReset, cuDevicePrimaryCtxReset, 7000, 0)                                   \
     X(cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset, 11000, 0)                               \
     X(cuMemAlloc_v2, cuMemAlloc, 3020, 0)                                                          \
     X(cuMemAllocPitch_v2, cuMemAllocPitch, 3020, 0)                                                \
@@ -68,6 +70,9 @@
     X(cuDeviceGetAttribute)                                                                        \
     X(cuDeviceGetCount)                                                                            \
     X(cuDeviceGetMemPool)                                                                          \
+    X(cuDeviceGetDefaultMemPool)                                                                   \
+    X(cuStreamSynchronize)                                                                         \
+    X(cuStreamSynchronize_ptsz)                                                                    \
     X(cuMemPoolGetAttribute)
 
 #define GV_NVML_HOOKS(X)                                                                           \

@@ -15,6 +15,8 @@
  * global scope (which would find the hooks again).
  */
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -63,7 +65,81 @@ typedef void *(*dlsym_fn)(void *, const char *);
  */
 static _Thread_local int in_loader __attribute__((tls_model("initial-exec")));
 
-/* --- the real dlsym ------------------------------------------------------ */
+/* --- the real dlsym and dlvsym ------------------------------------------ */
+
+typedef void *(*dlvsym_fn)(void *, const char *, const char *);
+
+/*
+ * We export dlvsym, so a call to "dlvsym" from this library would reach our
+ * own (-Bsymbolic), and the global scope finds ours first too.  glibc's is
+ * found by reading the dynamic symbol table of the object that defines
+ * dlinfo (libc.so.6 since glibc 2.34, libdl.so.2 before; dlinfo is not
+ * interposed by us nor by sanitizer runtimes): its GNU hash table gives the
+ * default (non-hidden) version of "dlvsym".  Plain loops, no libc string
+ * calls: this runs before sanitizer runtimes are ready.
+ */
+GV_NO_ASAN static uint32_t gnu_hash(const char *s)
+{
+    uint32_t h = 5381;
+    for (; *s != '\0'; s++)
+        h = h * 33 + (unsigned char)*s;
+    return h;
+}
+
+GV_NO_ASAN static bool same_name(const char *a, const char *b);
+
+GV_NO_ASAN static void *elf_default_symbol(const struct link_map *lm, const char *name)
+{
+    const ElfW(Sym) *symtab = NULL;
+    const char *strtab = NULL;
+    const uint32_t *gnuhash = NULL;
+    const ElfW(Half) *versym = NULL;
+    /* ld.so relocates these entries in place, except on a read-only dynamic section. */
+#define GV_DPTR(d) ((d)->d_un.d_ptr < (ElfW(Addr))lm->l_addr ? (d)->d_un.d_ptr + lm->l_addr : (d)->d_un.d_ptr)
+    for (const ElfW(Dyn) *d = lm->l_ld; d != NULL && d->d_tag != DT_NULL; d++) {
+        if (d->d_tag == DT_SYMTAB)
+            symtab = (const ElfW(Sym) *)GV_DPTR(d);
+        else if (d->d_tag == DT_STRTAB)
+            strtab = (const char *)GV_DPTR(d);
+        else if (d->d_tag == DT_GNU_HASH)
+            gnuhash = (const uint32_t *)GV_DPTR(d);
+        else if (d->d_tag == DT_VERSYM)
+            versym = (const ElfW(Half) *)GV_DPTR(d);
+    }
+#undef GV_DPTR
+    if (symtab == NULL || strtab == NULL || gnuhash == NULL)
+        return NULL;
+    uint32_t nbuckets = gnuhash[0], symoffset = gnuhash[1], bloom_size = gnuhash[2];
+    const uint32_t *buckets = (const uint32_t *)((const ElfW(Addr) *)(gnuhash + 4) + bloom_size);
+    const uint32_t *chain = buckets + nbuckets;
+    uint32_t h = gnu_hash(name);
+    if (nbuckets == 0)
+        return NULL;
+    for (uint32_t i = buckets[h % nbuckets]; i >= symoffset && i != 0; i++) {
+        uint32_t h2 = chain[i - symoffset];
+        const ElfW(Sym) *sym = &symtab[i];
+        if ((h | 1) == (h2 | 1) && sym->st_shndx != SHN_UNDEF && sym->st_value != 0 &&
+            same_name(strtab + sym->st_name, name) && (versym == NULL || !(versym[i] & 0x8000)))
+            return (void *)(lm->l_addr + sym->st_value);
+        if (h2 & 1)
+            break;
+    }
+    return NULL;
+}
+
+GV_NO_ASAN static dlvsym_fn real_dlvsym(void)
+{
+    static _Atomic(dlvsym_fn) fn;
+    dlvsym_fn f = atomic_load_explicit(&fn, memory_order_acquire);
+    if (f != NULL)
+        return f;
+    Dl_info info;
+    struct link_map *lm = NULL;
+    if (dladdr1((void *)&dlinfo, &info, (void **)&lm, RTLD_DL_LINKMAP) != 0 && lm != NULL)
+        f = (dlvsym_fn)elf_default_symbol(lm, "dlvsym");
+    atomic_store_explicit(&fn, f, memory_order_release);
+    return f;
+}
 
 GV_NO_ASAN static dlsym_fn real_dlsym(void)
 {
@@ -71,10 +147,11 @@ GV_NO_ASAN static dlsym_fn real_dlsym(void)
     dlsym_fn f = atomic_load_explicit(&fn, memory_order_acquire);
     if (f != NULL)
         return f;
-    /* dlvsym is not interposed; dlsym moved into libc at glibc 2.34. */
+    dlvsym_fn vs = real_dlvsym();
+    /* The next dlsym after us; it moved into libc at glibc 2.34. */
     static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0"};
-    for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]) && f == NULL; i++)
-        f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+    for (size_t i = 0; vs != NULL && i < sizeof(versions) / sizeof(versions[0]) && f == NULL; i++)
+        f = (dlsym_fn)vs(RTLD_NEXT, "dlsym", versions[i]);
     atomic_store_explicit(&fn, f, memory_order_release);
     return f;
 }
@@ -288,6 +365,22 @@ GV_EXPORT GV_NO_ASAN void *dlsym(void *handle, const char *name)
     if (handle == RTLD_NEXT)
         GV_TAIL return rd(handle, name);
     void *p = rd(handle, name);
+    if (p == NULL || in_loader)
+        return p;
+    void *h = hook_for_name(name);
+    return h != NULL ? h : p;
+}
+
+/* The same for versioned lookups (the driver libraries' symbols are unversioned,
+ * so any version the caller names finds them). */
+GV_EXPORT GV_NO_ASAN void *dlvsym(void *handle, const char *name, const char *version)
+{
+    dlvsym_fn rv = real_dlvsym();
+    if (rv == NULL)
+        return NULL;
+    if (handle == RTLD_NEXT)
+        GV_TAIL return rv(handle, name, version);
+    void *p = rv(handle, name, version);
     if (p == NULL || in_loader)
         return p;
     void *h = hook_for_name(name);

@@ -254,36 +254,65 @@ static uint64_t mul_sat(uint64_t a, uint64_t b)
  * never exceed what the card really has free: asking UVM for more than the
  * card can take in would make every access evict, which can stall the GPU.
  */
-static CUresult alloc_oversubscribed(int rdev, CUdeviceptr *dptr, size_t bytesize)
+static bool oversubscribed(int rdev)
 {
-    bool managed = false;
-    if (gv_shm_mem_reserve(gv_ip.shm, rdev, bytesize, GV_SHM_ANY, &managed) != GV_OK)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    struct charge c = {rdev, bytesize, managed};
-    CUresult rc;
-    if (!managed) {
-        rc = gv_cu.cuMemAlloc_v2(dptr, bytesize);
-        if (rc != CUDA_ERROR_OUT_OF_MEMORY) {
-            charge_end(&c, rc, T_MEM, rc == CUDA_SUCCESS ? *dptr : 0);
-            return rc;
-        }
-        /* The card itself is full: try managed memory instead. */
-        gv_shm_mem_release(gv_ip.shm, rdev, bytesize, false);
-        if (gv_shm_mem_reserve(gv_ip.shm, rdev, bytesize, GV_SHM_MANAGED, NULL) != GV_OK)
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        c.managed = true;
-    }
-    size_t card_free = 0, card_total = 0;
     const struct gv_shm_device *d = gv_ip_dev_info(rdev);
+    return d != NULL && (d->flags & GV_SHM_DEV_OVERSUBSCRIBE) != 0;
+}
+
+/* Reserves c->bytes as device memory while the share allows, else as managed. */
+static CUresult os_reserve(struct charge *c, int rdev, uint64_t bytes)
+{
+    *c = (struct charge){rdev, bytes, false};
+    if (gv_shm_mem_reserve(gv_ip.shm, rdev, bytes, GV_SHM_ANY, &c->managed) != GV_OK)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    return CUDA_SUCCESS;
+}
+
+/* The card itself is full: turns a device reservation into a managed one. */
+static CUresult os_to_managed(struct charge *c)
+{
+    gv_shm_mem_release(gv_ip.shm, c->rdev, c->bytes, false);
+    if (gv_shm_mem_reserve(gv_ip.shm, c->rdev, c->bytes, GV_SHM_MANAGED, NULL) != GV_OK)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    c->managed = true;
+    return CUDA_SUCCESS;
+}
+
+/*
+ * Allocates the managed memory a managed reservation stands for, within the
+ * cap.  The caller records or rolls back the reservation (charge_end).
+ */
+static CUresult os_alloc_managed(const struct charge *c, CUdeviceptr *dptr)
+{
+    size_t card_free = 0, card_total = 0;
+    const struct gv_shm_device *d = gv_ip_dev_info(c->rdev);
     if (gv_cu.cuMemAllocManaged == NULL || gv_cu.cuMemGetInfo_v2 == NULL ||
         gv_cu.cuMemGetInfo_v2(&card_free, &card_total) != CUDA_SUCCESS ||
         atomic_load(&d->mem_managed) > card_free) {
         gv_info("oversubscription: %llu managed bytes would exceed the %zu the card has free",
                 (unsigned long long)atomic_load(&d->mem_managed), card_free);
-        gv_shm_mem_release(gv_ip.shm, rdev, bytesize, true);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    rc = gv_cu.cuMemAllocManaged(dptr, bytesize, CU_MEM_ATTACH_GLOBAL);
+    return gv_cu.cuMemAllocManaged(dptr, c->bytes, CU_MEM_ATTACH_GLOBAL);
+}
+
+static CUresult alloc_oversubscribed(int rdev, CUdeviceptr *dptr, size_t bytesize)
+{
+    struct charge c;
+    if (os_reserve(&c, rdev, bytesize) != CUDA_SUCCESS)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc;
+    if (!c.managed) {
+        rc = gv_cu.cuMemAlloc_v2(dptr, bytesize);
+        if (rc != CUDA_ERROR_OUT_OF_MEMORY) {
+            charge_end(&c, rc, T_MEM, rc == CUDA_SUCCESS ? *dptr : 0);
+            return rc;
+        }
+        if (os_to_managed(&c) != CUDA_SUCCESS)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    rc = os_alloc_managed(&c, dptr);
     charge_end(&c, rc, T_MEM, rc == CUDA_SUCCESS ? *dptr : 0);
     return rc;
 }
@@ -292,8 +321,7 @@ GV_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
     GV_NEED_CU(cuMemAlloc_v2);
     int rdev = gv_ip_current_dev();
-    const struct gv_shm_device *d = gv_ip_dev_info(rdev);
-    if (d != NULL && (d->flags & GV_SHM_DEV_OVERSUBSCRIBE) && dptr != NULL && bytesize != 0)
+    if (oversubscribed(rdev) && dptr != NULL && bytesize != 0)
         return alloc_oversubscribed(rdev, dptr, bytesize);
     GV_CHARGED(rdev, bytesize, T_MEM, gv_cu.cuMemAlloc_v2(dptr, bytesize), *dptr);
 }
@@ -302,34 +330,79 @@ GV_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
  * GPUs use.  The charge is corrected to the returned pitch afterwards. */
 #define PITCH_GUESS 512u
 
+static uint64_t pitch_round(uint64_t width)
+{
+    return width > UINT64_MAX - PITCH_GUESS ? UINT64_MAX
+                                            : (width + PITCH_GUESS - 1) / PITCH_GUESS * PITCH_GUESS;
+}
+
+/* After the driver's pitched allocation: charge the returned pitch x height. */
+static CUresult pitch_charged(struct charge *c, CUresult rc, CUdeviceptr *dptr, size_t *pPitch,
+                              size_t Height)
+{
+    if (rc == CUDA_SUCCESS && c->rdev >= 0 && pPitch != NULL) {
+        uint64_t real = mul_sat(*pPitch, Height);
+        if (real > c->bytes) {
+            if (gv_shm_mem_reserve(gv_ip.shm, c->rdev, real - c->bytes, GV_SHM_DEVICE, NULL) !=
+                GV_OK) {
+                gv_cu.cuMemFree_v2(*dptr);
+                gv_shm_mem_release(gv_ip.shm, c->rdev, c->bytes, false);
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
+        } else if (real < c->bytes) {
+            gv_shm_mem_release(gv_ip.shm, c->rdev, c->bytes - real, false);
+        }
+        c->bytes = real;
+    }
+    charge_end(c, rc, T_MEM, rc == CUDA_SUCCESS ? *dptr : 0);
+    return rc;
+}
+
+/*
+ * Oversubscribed pitched allocation: pitched memory is plain linear memory
+ * with a row stride, so beyond the share it is served from managed memory
+ * with the pitch the driver would choose (width rounded up to 512 bytes,
+ * which also meets the texture pitch alignment).  The driver's argument
+ * checks are repeated first, so a bad request fails as it would without us.
+ */
+static CUresult pitch_oversubscribed(int rdev, CUdeviceptr *dptr, size_t *pPitch,
+                                     size_t WidthInBytes, size_t Height, unsigned ElementSizeBytes)
+{
+    if (WidthInBytes == 0 || Height == 0 ||
+        (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16))
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t row = pitch_round(WidthInBytes);
+    struct charge c;
+    if (os_reserve(&c, rdev, mul_sat(row, Height)) != CUDA_SUCCESS)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc;
+    if (!c.managed) {
+        rc = gv_cu.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+        if (rc != CUDA_ERROR_OUT_OF_MEMORY)
+            return pitch_charged(&c, rc, dptr, pPitch, Height);
+        if (os_to_managed(&c) != CUDA_SUCCESS)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    rc = os_alloc_managed(&c, dptr);
+    if (rc == CUDA_SUCCESS)
+        *pPitch = (size_t)row;
+    charge_end(&c, rc, T_MEM, rc == CUDA_SUCCESS ? *dptr : 0);
+    return rc;
+}
+
 GV_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
                                       size_t Height, unsigned int ElementSizeBytes)
 {
     GV_NEED_CU(cuMemAllocPitch_v2);
-    uint64_t row = WidthInBytes > UINT64_MAX - PITCH_GUESS
-                       ? UINT64_MAX
-                       : (WidthInBytes + PITCH_GUESS - 1) / PITCH_GUESS * PITCH_GUESS;
+    int rdev = gv_ip_current_dev();
+    if (oversubscribed(rdev) && dptr != NULL && pPitch != NULL)
+        return pitch_oversubscribed(rdev, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     struct charge c;
-    CUresult rc = charge_begin(&c, gv_ip_current_dev(), mul_sat(row, Height));
+    CUresult rc = charge_begin(&c, rdev, mul_sat(pitch_round(WidthInBytes), Height));
     if (rc != CUDA_SUCCESS)
         return rc;
     rc = gv_cu.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-    if (rc == CUDA_SUCCESS && c.rdev >= 0 && pPitch != NULL) {
-        uint64_t real = mul_sat(*pPitch, Height);
-        if (real > c.bytes) {
-            if (gv_shm_mem_reserve(gv_ip.shm, c.rdev, real - c.bytes, GV_SHM_DEVICE, NULL) !=
-                GV_OK) {
-                gv_cu.cuMemFree_v2(*dptr);
-                gv_shm_mem_release(gv_ip.shm, c.rdev, c.bytes, false);
-                return CUDA_ERROR_OUT_OF_MEMORY;
-            }
-        } else if (real < c.bytes) {
-            gv_shm_mem_release(gv_ip.shm, c.rdev, c.bytes - real, false);
-        }
-        c.bytes = real;
-    }
-    charge_end(&c, rc, T_MEM, rc == CUDA_SUCCESS ? *dptr : 0);
-    return rc;
+    return pitch_charged(&c, rc, dptr, pPitch, Height);
 }
 
 GV_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
@@ -530,13 +603,54 @@ static CUmemoryPool current_pool(void)
 typedef CUresult (*alloc_async_fn)(CUdeviceptr *, size_t, CUstream);
 typedef CUresult (*alloc_pool_fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
 typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
+typedef CUresult (*stream_sync_fn)(CUstream);
+
+static CUresult pooled_async(alloc_async_fn real, int rdev, CUmemoryPool pool, CUdeviceptr *dptr,
+                             size_t bytesize, CUstream hStream)
+{
+    GV_POOLED(rdev, pool, bytesize, dptr, real(dptr, bytesize, hStream));
+}
+
+static CUresult pooled_from_pool(alloc_pool_fn real, int rdev, CUdeviceptr *dptr, size_t bytesize,
+                                 CUmemoryPool pool, CUstream hStream)
+{
+    GV_POOLED(rdev, pool, bytesize, dptr, real(dptr, bytesize, pool, hStream));
+}
+
+/*
+ * Oversubscription of stream-ordered allocations: when the device's share
+ * (or the card) cannot hold an allocation from the device's *default* pool,
+ * it is served from managed memory instead, which any stream may use at
+ * once.  Pools the application created keep their properties (IPC export
+ * handle types, location, access) that managed memory cannot honour: their
+ * allocations stay within the share and fail with out of memory.  A managed
+ * one is freed by cuMemFreeAsync after its stream's earlier work (free_async).
+ */
+static CUresult async_fallback(CUresult rc, int rdev, CUmemoryPool pool, CUdeviceptr *dptr,
+                               size_t bytesize)
+{
+    CUdevice dev;
+    CUmemoryPool def = NULL;
+    if (rc != CUDA_ERROR_OUT_OF_MEMORY || !oversubscribed(rdev) || dptr == NULL ||
+        bytesize == 0 || gv_cu.cuCtxGetDevice == NULL || gv_cu.cuDeviceGetDefaultMemPool == NULL ||
+        gv_cu.cuCtxGetDevice(&dev) != CUDA_SUCCESS ||
+        gv_cu.cuDeviceGetDefaultMemPool(&def, dev) != CUDA_SUCCESS || pool != def)
+        return rc;
+    struct charge c;
+    if (charge_begin_kind(&c, rdev, bytesize, GV_SHM_MANAGED) != CUDA_SUCCESS)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    rc = os_alloc_managed(&c, dptr);
+    charge_end(&c, rc, T_MEM, rc == CUDA_SUCCESS ? *dptr : 0);
+    return rc;
+}
 
 static CUresult alloc_async(alloc_async_fn real, CUdeviceptr *dptr, size_t bytesize,
                             CUstream hStream)
 {
     int rdev = gv_ip_current_dev();
     CUmemoryPool pool = current_pool();
-    GV_POOLED(rdev, pool, bytesize, dptr, real(dptr, bytesize, hStream));
+    CUresult rc = pooled_async(real, rdev, pool, dptr, bytesize, hStream);
+    return async_fallback(rc, rdev, pool, dptr, bytesize);
 }
 
 static CUresult alloc_from_pool(alloc_pool_fn real, CUdeviceptr *dptr, size_t bytesize,
@@ -544,7 +658,8 @@ static CUresult alloc_from_pool(alloc_pool_fn real, CUdeviceptr *dptr, size_t by
 {
     struct track p;
     int rdev = track_get(T_POOL, (uint64_t)(uintptr_t)pool, &p) ? p.rdev : gv_ip_current_dev();
-    GV_POOLED(rdev, pool, bytesize, dptr, real(dptr, bytesize, pool, hStream));
+    CUresult rc = pooled_from_pool(real, rdev, dptr, bytesize, pool, hStream);
+    return async_fallback(rc, rdev, pool, dptr, bytesize);
 }
 
 /* A pooled allocation went back to its pool: its charge becomes cache. */
@@ -557,8 +672,22 @@ static void pool_freed(const struct track *t)
     pthread_mutex_unlock(&pool_lock);
 }
 
-static CUresult free_async(free_async_fn real, CUdeviceptr dptr, CUstream hStream)
+/*
+ * A stream-ordered free.  Memory that oversubscription served from managed
+ * memory belongs to no pool: once the work queued on the stream before the
+ * free is done, it is freed with cuMemFree (slower, but only on that path).
+ */
+static CUresult free_async(free_async_fn real, stream_sync_fn sync, CUdeviceptr dptr,
+                           CUstream hStream)
 {
+    struct track t;
+    if (track_get(T_MEM, dptr, &t) && t.managed && t.pool == 0 && oversubscribed(t.rdev) &&
+        sync != NULL && gv_cu.cuMemFree_v2 != NULL) {
+        CUresult rc = sync(hStream);
+        if (rc != CUDA_SUCCESS)
+            return rc;
+        GV_RELEASE(T_MEM, dptr, gv_cu.cuMemFree_v2(dptr));
+    }
     GV_RELEASE(T_MEM, dptr, real(dptr, hStream));
 }
 
@@ -591,13 +720,13 @@ GV_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesi
 GV_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
     GV_NEED_CU(cuMemFreeAsync);
-    return free_async(gv_cu.cuMemFreeAsync, dptr, hStream);
+    return free_async(gv_cu.cuMemFreeAsync, gv_cu.cuStreamSynchronize, dptr, hStream);
 }
 
 GV_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
     GV_NEED_CU(cuMemFreeAsync_ptsz);
-    return free_async(gv_cu.cuMemFreeAsync_ptsz, dptr, hStream);
+    return free_async(gv_cu.cuMemFreeAsync_ptsz, gv_cu.cuStreamSynchronize_ptsz, dptr, hStream);
 }
 
 GV_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
@@ -643,9 +772,7 @@ static uint64_t array_bytes(uint64_t w, uint64_t h, uint64_t d, CUarray_format f
 {
     size_t eb = gv_cuda_format_bytes(f);
     /* Formats newer than our list: assume 4 bytes per channel. */
-    uint64_t row = mul_sat(mul_sat(w, eb ? eb : 4), ch ? ch : 1);
-    row = row > UINT64_MAX - PITCH_GUESS ? UINT64_MAX
-                                         : (row + PITCH_GUESS - 1) / PITCH_GUESS * PITCH_GUESS;
+    uint64_t row = pitch_round(mul_sat(mul_sat(w, eb ? eb : 4), ch ? ch : 1));
     return mul_sat(mul_sat(row, h ? h : 1), d ? d : 1);
 }
 

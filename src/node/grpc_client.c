@@ -148,8 +148,8 @@ static int64_t now_ms(void)
 }
 
 gv_status gv_grpc_client_unary(const char *socket_path, const char *path, const uint8_t *req,
-                               size_t len, int timeout_ms, struct gv_grpc_reply *reply,
-                               struct gv_error *err)
+                               size_t len, int timeout_ms, int cancel_fd,
+                               struct gv_grpc_reply *reply, struct gv_error *err)
 {
     struct client cl = {.reply = reply, .stream_id = -1};
     nghttp2_session *session = NULL;
@@ -241,11 +241,17 @@ gv_status gv_grpc_client_unary(const char *socket_path, const char *path, const 
                               socket_path, timeout_ms);
             goto out;
         }
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int pr = poll(&pfd, 1, (int)left);
+        struct pollfd pfd[2] = {{.fd = fd, .events = POLLIN}, {.fd = cancel_fd, .events = POLLIN}};
+        int pr = poll(pfd, cancel_fd >= 0 ? 2 : 1, (int)left);
         if (pr < 0 && errno == EINTR)
             continue;
         if (pr <= 0)
+            continue;
+        if (cancel_fd >= 0 && (pfd[1].revents & POLLIN)) {
+            st = gv_error_set(err, GV_EUNAVAILABLE, "grpc: %s on %s: cancelled", path, socket_path);
+            goto out;
+        }
+        if (!(pfd[0].revents & (POLLIN | POLLHUP | POLLERR)))
             continue;
         uint8_t buf[16384];
         ssize_t r = recv(fd, buf, sizeof(buf), 0);

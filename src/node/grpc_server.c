@@ -60,6 +60,8 @@ struct conn {
     bool want_out;
     bool closing;
     bool goaway_sent;
+    bool lingering;         /* all sent, write side shut: waiting for the peer's EOF */
+    uint64_t linger_timer;
     struct gv_grpc_call *calls;
     struct conn *next;
 };
@@ -80,8 +82,16 @@ struct gv_grpc_server {
     uint64_t grace_timer;
 };
 
-static void conn_flush(struct conn *c);
+static bool conn_flush(struct conn *c);
 static void conn_close(struct conn *c);
+
+static void linger_expired(struct gv_loop *loop, void *ud)
+{
+    (void)loop;
+    struct conn *c = ud;
+    c->linger_timer = 0;
+    conn_close(c);
+}
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -313,23 +323,12 @@ static gv_status collect_msg(const uint8_t *msg, size_t len, void *ud, struct gv
     return GV_OK;
 }
 
+/* Whole request received: answer a rejected call, or run the handler. */
 static void dispatch(struct gv_grpc_call *call)
 {
     if (call->dispatched || call->finished)
         return;
     call->dispatched = true;
-    if (call->n_req != 1 || !gv_grpc_framer_idle(&call->framer)) {
-        gv_grpc_call_finish(call, GV_GRPC_INTERNAL,
-                            "request stream ended without exactly one complete message");
-        return;
-    }
-    call->method->handler(call, call->req, call->req_len, call->conn->srv->ud);
-}
-
-/* Request headers complete: route, or reject before any body arrives. */
-static void begin_call(struct gv_grpc_call *call)
-{
-    struct gv_grpc_server *srv = call->conn->srv;
     if (call->bad_method || call->bad_content_type) {
         nghttp2_nv hdrs[] = {NV(":status", "415"), NV("content-type", "text/plain")};
         if (call->bad_method)
@@ -338,16 +337,34 @@ static void begin_call(struct gv_grpc_call *call)
         nghttp2_submit_response(call->conn->session, call->stream_id, hdrs, 2, NULL);
         return;
     }
-    for (size_t i = 0; i < srv->n_methods; i++)
-        if (strcmp(srv->methods[i].path, call->path) == 0)
-            call->method = &srv->methods[i];
     if (call->method == NULL) {
         char msg[300];
         snprintf(msg, sizeof(msg), "unknown method %s", call->path);
         gv_grpc_call_finish(call, GV_GRPC_UNIMPLEMENTED, msg);
         return;
     }
-    if (call->timeout_ms >= 0)
+    if (call->n_req != 1 || !gv_grpc_framer_idle(&call->framer)) {
+        gv_grpc_call_finish(call, GV_GRPC_INTERNAL,
+                            "request stream ended without exactly one complete message");
+        return;
+    }
+    call->method->handler(call, call->req, call->req_len, call->conn->srv->ud);
+}
+
+/*
+ * Request headers complete: route and arm the deadline.  A call that cannot
+ * be served is answered once the client has sent its whole request: some
+ * clients (curl 7.88) never finish a stream whose response came first.
+ */
+static void begin_call(struct gv_grpc_call *call)
+{
+    struct gv_grpc_server *srv = call->conn->srv;
+    if (call->bad_method || call->bad_content_type)
+        return;
+    for (size_t i = 0; i < srv->n_methods; i++)
+        if (strcmp(srv->methods[i].path, call->path) == 0)
+            call->method = &srv->methods[i];
+    if (call->method != NULL && call->timeout_ms >= 0)
         call->deadline_timer = gv_loop_timer(srv->loop, call->timeout_ms, deadline_cb, call);
 }
 
@@ -431,8 +448,8 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream
     (void)flags;
     (void)user_data;
     struct gv_grpc_call *call = nghttp2_session_get_stream_user_data(session, stream_id);
-    if (call == NULL || call->finished || call->dispatched)
-        return 0;
+    if (call == NULL || call->finished || call->dispatched || call->method == NULL)
+        return 0; /* rejected calls discard their body */
     struct gv_error e;
     gv_status st = gv_grpc_framer_feed(&call->framer, data, len, collect_msg, call, &e);
     if (st != GV_OK) {
@@ -457,6 +474,22 @@ static int on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t
         gv_debug("grpc: %s cancelled by the client", call->path);
     call->finished = true; /* nothing may be submitted on a closed stream */
     call_free(call);
+    return 0;
+}
+
+/*
+ * A response can end before the request did (unknown method, deadline,
+ * oversized message).  Like grpc-go, follow the final HEADERS with
+ * RST_STREAM(NO_ERROR) so the client stops sending (RFC 9113 section 8.1);
+ * curl, for one, otherwise waits for a stream close that never comes.
+ */
+static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
+{
+    (void)user_data;
+    if (frame->hd.type == NGHTTP2_HEADERS && (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
+        nghttp2_session_get_stream_remote_close(session, frame->hd.stream_id) == 0)
+        nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                                  NGHTTP2_NO_ERROR);
     return 0;
 }
 
@@ -496,16 +529,21 @@ static void maybe_goaway(struct conn *c)
     }
 }
 
-/* Moves nghttp2's output to the socket; closes the connection when done. */
-static void conn_flush(struct conn *c)
+/*
+ * Moves nghttp2's output to the socket; closes the connection when done.
+ * Returns false when the connection is gone (c is freed: do not touch it).
+ */
+static bool conn_flush(struct conn *c)
 {
-    if (c->hold > 0 || c->closing)
-        return;
+    if (c->closing)
+        return false;
+    if (c->hold > 0)
+        return true;
     maybe_goaway(c);
     for (;;) {
         if (!conn_write_pending(c)) {
             conn_close(c);
-            return;
+            return false;
         }
         if (c->wlen > 0)
             break; /* socket full: wait for EPOLLOUT */
@@ -514,14 +552,14 @@ static void conn_flush(struct conn *c)
         if (n < 0) {
             gv_warn("grpc: connection error: %s", nghttp2_strerror((int)n));
             conn_close(c);
-            return;
+            return false;
         }
         if (n == 0)
             break;
         uint8_t *p = realloc(c->wbuf, (size_t)n);
         if (p == NULL) {
             conn_close(c);
-            return;
+            return false;
         }
         c->wbuf = p;
         memcpy(c->wbuf, data, (size_t)n);
@@ -530,10 +568,20 @@ static void conn_flush(struct conn *c)
     }
     if (!nghttp2_session_want_read(c->session) && !nghttp2_session_want_write(c->session) &&
         c->wlen == 0) {
-        conn_close(c);
-        return;
+        /*
+         * Lingering close: a peer that still writes (a WINDOW_UPDATE, a PING
+         * ack) into a closed socket gets EPIPE and may fail streams whose
+         * trailers it has not processed yet.  Shut our side, wait for its EOF.
+         */
+        if (!c->lingering) {
+            c->lingering = true;
+            shutdown(c->fd, SHUT_WR);
+            c->linger_timer = gv_loop_timer(c->srv->loop, 1000, linger_expired, c);
+        }
+        return true;
     }
     conn_update_events(c);
+    return true;
 }
 
 static void conn_close(struct conn *c)
@@ -542,6 +590,8 @@ static void conn_close(struct conn *c)
     if (c->closing)
         return;
     c->closing = true;
+    if (c->linger_timer)
+        gv_loop_timer_cancel(srv->loop, c->linger_timer);
     /* nghttp2_session_del() does not report the open streams: close them here. */
     while (c->calls) {
         c->calls->finished = true;
@@ -564,6 +614,15 @@ static void conn_io(struct gv_loop *loop, int fd, uint32_t events, void *ud)
 {
     (void)loop;
     struct conn *c = ud;
+    if (c->lingering) {
+        uint8_t sink[4096];
+        ssize_t n;
+        while ((n = recv(fd, sink, sizeof(sink), 0)) > 0)
+            ;
+        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            conn_close(c);
+        return;
+    }
     if (events & EPOLLIN) {
         uint8_t buf[16384];
         for (;;) {
@@ -582,13 +641,11 @@ static void conn_io(struct gv_loop *loop, int fd, uint32_t events, void *ud)
             if (rv < 0) {
                 gv_debug("grpc: bad HTTP/2 input: %s", nghttp2_strerror((int)rv));
                 /* nghttp2 queued a GOAWAY for protocol errors: send it, then close. */
-                conn_flush(c);
-                if (!c->closing)
+                if (conn_flush(c))
                     conn_close(c);
                 return;
             }
-            conn_flush(c);
-            if (c->closing)
+            if (!conn_flush(c))
                 return;
             if ((size_t)n < sizeof(buf))
                 break;
@@ -601,8 +658,62 @@ static void conn_io(struct gv_loop *loop, int fd, uint32_t events, void *ud)
         conn_flush(c);
 }
 
+gv_status gv_grpc_server_adopt(struct gv_grpc_server *srv, int fd, struct gv_error *err)
+{
+    struct conn *c = calloc(1, sizeof(*c));
+    nghttp2_session_callbacks *cbs = NULL;
+    if (c == NULL || nghttp2_session_callbacks_new(&cbs) != 0) {
+        free(c);
+        return gv_error_set(err, GV_ENOMEM, "grpc: out of memory");
+    }
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
+    c->srv = srv;
+    c->fd = fd;
+    /*
+     * grpc-go (the kubelet) sends the socket path as :authority, which
+     * nghttp2's HTTP messaging checks reject with PROTOCOL_ERROR; gRPC
+     * routing needs only :path, :method and content-type, checked in
+     * begin_call().
+     */
+    nghttp2_option *opt = NULL;
+    int rv = nghttp2_option_new(&opt);
+    if (rv == 0) {
+        nghttp2_option_set_no_http_messaging(opt, 1);
+        rv = nghttp2_session_server_new2(&c->session, cbs, c, opt);
+        nghttp2_option_del(opt);
+    }
+    nghttp2_session_callbacks_del(cbs);
+    nghttp2_settings_entry iv[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, 128},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 16384},
+    };
+    gv_status st = GV_OK;
+    if (rv != 0 || nghttp2_submit_settings(c->session, NGHTTP2_FLAG_NONE, iv, 2) != 0)
+        st = gv_error_set(err, GV_ENOMEM, "grpc: cannot set up the HTTP/2 session");
+    else
+        st = gv_loop_add_fd(srv->loop, fd, EPOLLIN, conn_io, c, err);
+    if (st != GV_OK) {
+        if (c->session)
+            nghttp2_session_del(c->session);
+        free(c);
+        return st;
+    }
+    c->next = srv->conns;
+    srv->conns = c;
+    if (srv->draining)
+        nghttp2_submit_shutdown_notice(c->session);
+    conn_flush(c);
+    return GV_OK;
+}
+
 static void accept_cb(struct gv_loop *loop, int fd, uint32_t events, void *ud)
 {
+    (void)loop;
     (void)events;
     struct gv_grpc_server *srv = ud;
     for (;;) {
@@ -612,52 +723,11 @@ static void accept_cb(struct gv_loop *loop, int fd, uint32_t events, void *ud)
                 gv_warn("grpc: accept on %s: %s", srv->path, strerror(errno));
             return;
         }
-        struct conn *c = calloc(1, sizeof(*c));
-        nghttp2_session_callbacks *cbs = NULL;
-        if (c == NULL || nghttp2_session_callbacks_new(&cbs) != 0) {
-            free(c);
+        struct gv_error err;
+        if (gv_grpc_server_adopt(srv, cfd, &err) != GV_OK) {
+            gv_warn("grpc: connection dropped: %s", err.msg);
             close(cfd);
-            continue;
         }
-        nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
-        nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
-        nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
-        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
-        nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
-        c->srv = srv;
-        c->fd = cfd;
-        /*
-         * grpc-go (the kubelet) sends the socket path as :authority, which
-         * nghttp2's HTTP messaging checks reject with PROTOCOL_ERROR; gRPC
-         * routing needs only :path, :method and content-type, checked in
-         * begin_call().
-         */
-        nghttp2_option *opt = NULL;
-        int rv = nghttp2_option_new(&opt);
-        if (rv == 0) {
-            nghttp2_option_set_no_http_messaging(opt, 1);
-            rv = nghttp2_session_server_new2(&c->session, cbs, c, opt);
-            nghttp2_option_del(opt);
-        }
-        nghttp2_session_callbacks_del(cbs);
-        nghttp2_settings_entry iv[] = {
-            {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, 128},
-            {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 16384},
-        };
-        if (rv != 0 || nghttp2_submit_settings(c->session, NGHTTP2_FLAG_NONE, iv, 2) != 0 ||
-            gv_loop_add_fd(loop, cfd, EPOLLIN, conn_io, c, NULL) != GV_OK) {
-            if (c->session)
-                nghttp2_session_del(c->session);
-            free(c);
-            close(cfd);
-            continue;
-        }
-        c->next = srv->conns;
-        srv->conns = c;
-        if (srv->draining) {
-            nghttp2_submit_shutdown_notice(c->session);
-        }
-        conn_flush(c);
     }
 }
 
@@ -736,9 +806,12 @@ static void grace_expired(struct gv_loop *loop, void *ud)
     (void)loop;
     struct gv_grpc_server *srv = ud;
     srv->grace_timer = 0;
-    for (struct conn *c = srv->conns; c; c = c->next)
+    for (struct conn *c = srv->conns; c; c = c->next) {
+        c->hold++; /* no flush (which may free calls) while walking the list */
         for (struct gv_grpc_call *call = c->calls; call; call = call->next)
             gv_grpc_call_finish(call, GV_GRPC_UNAVAILABLE, "server shutting down");
+        c->hold--;
+    }
     for (struct conn *c = srv->conns, *next; c; c = next) {
         next = c->next;
         if (!c->goaway_sent) {

@@ -118,6 +118,8 @@ void gv_grpc_server_free(struct gv_grpc_server *srv);
  * accepted on an earlier socket are kept.
  */
 gv_status gv_grpc_server_listen(struct gv_grpc_server *srv, struct gv_error *err);
+/* Serves an already connected stream socket (tests, fuzzing, socket activation). */
+gv_status gv_grpc_server_adopt(struct gv_grpc_server *srv, int fd, struct gv_error *err);
 /* True while the path still names the socket we bound (not deleted/replaced). */
 bool gv_grpc_server_socket_present(const struct gv_grpc_server *srv);
 
@@ -157,9 +159,10 @@ struct gv_grpc_reply {
     size_t len;
 };
 
+/* cancel_fd (-1: none) becoming readable aborts the call with GV_EUNAVAILABLE. */
 gv_status gv_grpc_client_unary(const char *socket_path, const char *path, const uint8_t *req,
-                               size_t len, int timeout_ms, struct gv_grpc_reply *reply,
-                               struct gv_error *err);
+                               size_t len, int timeout_ms, int cancel_fd,
+                               struct gv_grpc_reply *reply, struct gv_error *err);
 void gv_grpc_reply_clear(struct gv_grpc_reply *reply);
 
 #endif

@@ -42,8 +42,15 @@ bool gv_loop_post(struct gv_loop *loop, gv_loop_fn fn, void *ud);
 gv_status gv_loop_run(struct gv_loop *loop, struct gv_error *err);
 /* Thread-safe. */
 void gv_loop_stop(struct gv_loop *loop);
+/* One round: waits up to timeout_ms for events, runs them and due timers (tests, fuzzing). */
+gv_status gv_loop_run_once(struct gv_loop *loop, int timeout_ms, struct gv_error *err);
 
-/* Monotonic milliseconds. */
+/* Monotonic milliseconds / microseconds. */
 int64_t gv_loop_now_ms(void);
+int64_t gv_loop_now_us(void);
+
+struct timespec;
+/* CLOCK_REALTIME time ms from now, for pthread_cond_timedwait. */
+void gv_loop_abstime(struct timespec *ts, int64_t ms);
 
 #endif

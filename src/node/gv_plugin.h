@@ -66,6 +66,8 @@ size_t gv_plugin_watchers(const struct gv_plugin *p);
 /* Ends the ListAndWatch streams and starts a graceful server shutdown. */
 void gv_plugin_shutdown(struct gv_plugin *p, int64_t grace_ms);
 bool gv_plugin_drained(const struct gv_plugin *p);
+/* True once gv_plugin_shutdown() ran: the socket must not be recreated. */
+bool gv_plugin_stopping(const struct gv_plugin *p);
 
 /* Encodes a ListAndWatchResponse (exposed for the size test). */
 gv_status gv_plugin_encode_list(const struct gv_plugin_device *devs, size_t n, uint8_t **out,

@@ -31,14 +31,14 @@ gv_status gv_registrar_new(struct gv_loop *loop, struct gv_plugin *plugin,
                            struct gv_error *err);
 void gv_registrar_free(struct gv_registrar *r);
 
-/* Asks for a (re-)registration now (any thread). */
+/* Asks for a (re-)registration now (any thread); aborts one in flight. */
 void gv_registrar_kick(struct gv_registrar *r);
 /* Number of successful registrations so far (any thread). */
 uint64_t gv_registrar_count(struct gv_registrar *r);
 
 /* Sends one RegisterRequest; exposed for tests. */
 gv_status gv_registrar_register_once(const char *kubelet_socket_path, const char *endpoint,
-                                     const char *resource_name, int timeout_ms,
+                                     const char *resource_name, int timeout_ms, int cancel_fd,
                                      struct gv_error *err);
 
 #endif

@@ -50,6 +50,24 @@ int64_t gv_loop_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t gv_loop_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+void gv_loop_abstime(struct timespec *ts, int64_t ms)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (ms % 1000) * 1000000;
+    if (ts->tv_nsec >= 1000000000) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000;
+    }
+}
+
 static void wake(struct gv_loop *loop)
 {
     uint64_t one = 1;
@@ -264,30 +282,46 @@ static bool stopping(struct gv_loop *loop)
     return s;
 }
 
-gv_status gv_loop_run(struct gv_loop *loop, struct gv_error *err)
+/* Waits for and runs one batch; max_wait_ms < 0: until the next timer. */
+static gv_status run_batch(struct gv_loop *loop, int max_wait_ms, struct gv_error *err)
 {
     struct epoll_event evs[32];
+    int timeout = max_wait_ms;
+    if (loop->timers) {
+        int64_t d = loop->timers->due - gv_loop_now_ms();
+        int t = d < 0 ? 0 : (d > 3600000 ? 3600000 : (int)d);
+        if (timeout < 0 || t < timeout)
+            timeout = t;
+    }
+    int n = epoll_wait(loop->epfd, evs, 32, timeout);
+    if (n < 0) {
+        if (errno == EINTR)
+            return GV_OK;
+        return gv_error_set(err, GV_EIO, "event loop: epoll_wait: %s", strerror(errno));
+    }
+    for (int i = 0; i < n; i++) {
+        struct watch *w = evs[i].data.ptr;
+        if (w == NULL)
+            run_posts(loop);
+        else if (!w->dead)
+            w->cb(loop, w->fd, evs[i].events, w->ud);
+    }
+    reap_watches(loop);
+    run_timers(loop);
+    return GV_OK;
+}
+
+gv_status gv_loop_run_once(struct gv_loop *loop, int timeout_ms, struct gv_error *err)
+{
+    return run_batch(loop, timeout_ms < 0 ? 0 : timeout_ms, err);
+}
+
+gv_status gv_loop_run(struct gv_loop *loop, struct gv_error *err)
+{
     while (!stopping(loop)) {
-        int timeout = -1;
-        if (loop->timers) {
-            int64_t d = loop->timers->due - gv_loop_now_ms();
-            timeout = d < 0 ? 0 : (d > 3600000 ? 3600000 : (int)d);
-        }
-        int n = epoll_wait(loop->epfd, evs, 32, timeout);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return gv_error_set(err, GV_EIO, "event loop: epoll_wait: %s", strerror(errno));
-        }
-        for (int i = 0; i < n; i++) {
-            struct watch *w = evs[i].data.ptr;
-            if (w == NULL)
-                run_posts(loop);
-            else if (!w->dead)
-                w->cb(loop, w->fd, evs[i].events, w->ud);
-        }
-        reap_watches(loop);
-        run_timers(loop);
+        gv_status st = run_batch(loop, -1, err);
+        if (st != GV_OK)
+            return st;
     }
     pthread_mutex_lock(&loop->lock);
     loop->stop = false;

@@ -25,3 +25,10 @@ node_SRCS := $(filter-out src/node/main.c,$(wildcard src/node/*.c)) $(NODE_PB_C)
 node_CFLAGS := $(NODE_CFLAGS)
 # Every object of the node library (and its tests) may include the generated header.
 $(patsubst %.c,$(BUILD)/obj/%.o,$(node_SRCS)): $(NODE_PB_H)
+
+PROGS += gpuvisor-node
+gpuvisor-node_SRCS := src/node/main.c
+gpuvisor-node_LIBS := node kube contracts alloc common
+gpuvisor-node_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS)
+gpuvisor-node_CFLAGS := $(NODE_CFLAGS)
+$(BUILD)/obj/src/node/main.o: $(NODE_PB_H)

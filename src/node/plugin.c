@@ -40,6 +40,7 @@ struct gv_plugin {
     uint8_t *list;
     size_t list_len;
     struct watcher *watchers;
+    bool stopping;
     /* worker pool */
     pthread_t *threads;
     unsigned n_threads;
@@ -594,8 +595,14 @@ bool gv_plugin_socket_present(const struct gv_plugin *p)
 
 void gv_plugin_shutdown(struct gv_plugin *p, int64_t grace_ms)
 {
+    p->stopping = true;
     broadcast(p, NULL, 0, GV_GRPC_UNAVAILABLE, "device plugin is shutting down");
     gv_grpc_server_shutdown(p->srv, grace_ms);
+}
+
+bool gv_plugin_stopping(const struct gv_plugin *p)
+{
+    return p->stopping;
 }
 
 bool gv_plugin_drained(const struct gv_plugin *p)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/inotify.h>
 #include <time.h>
 #include <unistd.h>
@@ -17,7 +18,7 @@
 
 /* Backstop for what inotify cannot see (the directory itself recreated). */
 #define RECHECK_MS 10000
-#define BACKOFF_MIN_MS 100
+#define BACKOFF_MIN_MS 20
 #define BACKOFF_MAX_MS 5000
 #define REGISTER_TIMEOUT_MS 5000
 
@@ -26,6 +27,7 @@ struct gv_registrar {
     struct gv_plugin *plugin;
     char *dir, *kubelet_path, *endpoint, *resource;
     int ino_fd, ino_wd;
+    int cancel_fd; /* eventfd: a kick aborts the Register call in flight */
     uint64_t recheck_timer;
     pthread_t thread;
     bool thread_started;
@@ -36,7 +38,7 @@ struct gv_registrar {
 };
 
 gv_status gv_registrar_register_once(const char *kubelet_socket_path, const char *endpoint,
-                                     const char *resource_name, int timeout_ms,
+                                     const char *resource_name, int timeout_ms, int cancel_fd,
                                      struct gv_error *err)
 {
     V1beta1__RegisterRequest req = V1BETA1__REGISTER_REQUEST__INIT;
@@ -53,7 +55,7 @@ gv_status gv_registrar_register_once(const char *kubelet_socket_path, const char
     v1beta1__register_request__pack(&req, buf);
     struct gv_grpc_reply reply;
     gv_status st = gv_grpc_client_unary(kubelet_socket_path, "/v1beta1.Registration/Register",
-                                        buf, len, timeout_ms, &reply, err);
+                                        buf, len, timeout_ms, cancel_fd, &reply, err);
     if (st != GV_OK)
         return st;
     if (reply.status != GV_GRPC_OK)
@@ -75,10 +77,14 @@ static void *registrar_main(void *arg)
         if (r->quit)
             break;
         r->pending = false;
+        uint64_t drained;
+        while (read(r->cancel_fd, &drained, sizeof(drained)) > 0)
+            ;
         pthread_mutex_unlock(&r->lock);
         struct gv_error err;
+        /* A kick while this runs (kubelet.sock recreated) cancels it: it talks to a dead kubelet. */
         gv_status st = gv_registrar_register_once(r->kubelet_path, r->endpoint, r->resource,
-                                                  REGISTER_TIMEOUT_MS, &err);
+                                                  REGISTER_TIMEOUT_MS, r->cancel_fd, &err);
         pthread_mutex_lock(&r->lock);
         if (st == GV_OK) {
             r->count++;
@@ -89,13 +95,7 @@ static void *registrar_main(void *arg)
         gv_warn("registration failed, retrying in %lld ms: %s", (long long)backoff, err.msg);
         /* Retry after the backoff unless a newer request or stop arrives first. */
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += backoff / 1000;
-        ts.tv_nsec += (backoff % 1000) * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        gv_loop_abstime(&ts, backoff);
         while (!r->pending && !r->quit)
             if (pthread_cond_timedwait(&r->cond, &r->lock, &ts) == ETIMEDOUT)
                 break;
@@ -110,6 +110,9 @@ void gv_registrar_kick(struct gv_registrar *r)
 {
     pthread_mutex_lock(&r->lock);
     r->pending = true;
+    uint64_t one = 1;
+    ssize_t w = write(r->cancel_fd, &one, sizeof(one));
+    (void)w;
     pthread_cond_signal(&r->cond);
     pthread_mutex_unlock(&r->lock);
 }
@@ -137,6 +140,8 @@ static void add_watch(struct gv_registrar *r)
 /* Our socket gone means the kubelet restarted (or someone cleaned up): start over. */
 static void check_socket(struct gv_registrar *r, bool kubelet_appeared)
 {
+    if (gv_plugin_stopping(r->plugin))
+        return; /* our own shutdown removed it */
     if (!gv_plugin_socket_present(r->plugin)) {
         struct gv_error err;
         if (gv_plugin_listen(r->plugin, &err) != GV_OK) {
@@ -202,13 +207,14 @@ gv_status gv_registrar_new(struct gv_loop *loop, struct gv_plugin *plugin,
     r->loop = loop;
     r->plugin = plugin;
     r->ino_fd = r->ino_wd = -1;
+    r->cancel_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->cond, NULL);
     r->dir = strdup(cfg->plugin_dir);
     r->kubelet_path = join(cfg->plugin_dir, cfg->kubelet_socket);
     r->endpoint = strdup(cfg->endpoint);
     r->resource = strdup(cfg->resource_name);
-    if (!r->dir || !r->kubelet_path || !r->endpoint || !r->resource) {
+    if (!r->dir || !r->kubelet_path || !r->endpoint || !r->resource || r->cancel_fd < 0) {
         gv_error_set(err, GV_ENOMEM, "registrar: out of memory");
         goto fail;
     }
@@ -241,6 +247,9 @@ void gv_registrar_free(struct gv_registrar *r)
     if (r->thread_started) {
         pthread_mutex_lock(&r->lock);
         r->quit = true;
+        uint64_t one = 1;
+        ssize_t w = write(r->cancel_fd, &one, sizeof(one));
+        (void)w;
         pthread_cond_signal(&r->cond);
         pthread_mutex_unlock(&r->lock);
         pthread_join(r->thread, NULL);
@@ -251,6 +260,8 @@ void gv_registrar_free(struct gv_registrar *r)
         gv_loop_del_fd(r->loop, r->ino_fd);
         close(r->ino_fd);
     }
+    if (r->cancel_fd >= 0)
+        close(r->cancel_fd);
     pthread_mutex_destroy(&r->lock);
     pthread_cond_destroy(&r->cond);
     free(r->dir);

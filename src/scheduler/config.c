@@ -32,8 +32,9 @@ static gv_status get_int(json_t *v, const char *key, int64_t lo, int64_t hi, int
                          struct gv_error *err)
 {
     if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
-        return gv_error_set(err, GV_EINVAL, "config: \"%s\" must be an integer in %" PRId64
-                            "..%" PRId64, key, lo, hi);
+        return gv_error_set(err, GV_EINVAL,
+                            "config: \"%s\" must be an integer in %" PRId64 "..%" PRId64, key, lo,
+                            hi);
     *out = json_integer_value(v);
     return GV_OK;
 }
@@ -67,7 +68,8 @@ static gv_status parse_resources(json_t *obj, struct gv_sched_config *cfg, struc
         return gv_error_set(err, GV_EINVAL, "config: \"resources\" must be an object");
     const char *k;
     json_t *v;
-    json_object_foreach(obj, k, v) {
+    json_object_foreach(obj, k, v)
+    {
         size_t i = 0;
         while (i < 6 && strcmp(k, resource_keys[i]) != 0)
             i++;
@@ -89,7 +91,8 @@ static gv_status parse_defaults(json_t *obj, struct gv_sched_config *cfg, struct
         return gv_error_set(err, GV_EINVAL, "config: \"defaults\" must be an object");
     const char *k;
     json_t *v;
-    json_object_foreach(obj, k, v) {
+    json_object_foreach(obj, k, v)
+    {
         int64_t x = 0;
         gv_status st;
         if (strcmp(k, "gpumemMiB") == 0) {
@@ -130,7 +133,8 @@ gv_status gv_sched_config_parse(const char *text, size_t len, struct gv_sched_co
     }
     const char *k;
     json_t *v;
-    json_object_foreach(root, k, v) {
+    json_object_foreach(root, k, v)
+    {
         int64_t x = 0;
         if (strcmp(k, "schedulerName") == 0) {
             st = set_string(v, k, &cfg->scheduler_name, err);
@@ -144,8 +148,8 @@ gv_status gv_sched_config_parse(const char *text, size_t len, struct gv_sched_co
         } else if (strcmp(k, "gpuPolicy") == 0) {
             int p = gv_alloc_gpu_policy_parse(json_string_value(v));
             if (p < 0)
-                st = gv_error_set(err, GV_EINVAL,
-                                  "config: \"gpuPolicy\" must be binpack or spread");
+                st =
+                    gv_error_set(err, GV_EINVAL, "config: \"gpuPolicy\" must be binpack or spread");
             else
                 cfg->alloc.gpu_policy = (gv_alloc_gpu_policy)p;
         } else if (strcmp(k, "filterReturns") == 0) {
@@ -180,8 +184,7 @@ out:
     return st;
 }
 
-gv_status gv_sched_config_load(const char *path, struct gv_sched_config *cfg,
-                               struct gv_error *err)
+gv_status gv_sched_config_load(const char *path, struct gv_sched_config *cfg, struct gv_error *err)
 {
     char *text = NULL;
     size_t len = 0;

@@ -13,7 +13,8 @@ json_t *gv_ext_json_get(const json_t *object, const char *key)
         return v;
     const char *k;
     json_t *val;
-    json_object_foreach((json_t *)object, k, val) {
+    json_object_foreach((json_t *)object, k, val)
+    {
         if (strcasecmp(k, key) == 0)
             return val;
     }
@@ -83,7 +84,8 @@ gv_status gv_ext_args_parse(const char *body, size_t len, struct gv_ext_args *ou
         }
         n = json_array_size(items);
     } else {
-        st = gv_error_set(err, GV_EINVAL, "ExtenderArgs: neither \"NodeNames\" nor \"Nodes\" given");
+        st =
+            gv_error_set(err, GV_EINVAL, "ExtenderArgs: neither \"NodeNames\" nor \"Nodes\" given");
         goto fail;
     }
     out->names = calloc(n ? n : 1, sizeof(*out->names));
@@ -138,8 +140,8 @@ static char *dump(json_t *o)
 }
 
 char *gv_ext_filter_result_encode(const struct gv_ext_args *args,
-                                  const enum gv_ext_verdict *verdicts,
-                                  const char *const *reasons, const char *error)
+                                  const enum gv_ext_verdict *verdicts, const char *const *reasons,
+                                  const char *error)
 {
     json_t *res = json_object();
     json_t *failed = json_object();
@@ -198,8 +200,8 @@ char *gv_ext_priorities_encode(const char *const *names, const long *scores, siz
         return NULL;
     for (size_t i = 0; i < n; i++) {
         long s = scores[i] < 0 ? 0 : scores[i] > GV_EXT_MAX_SCORE ? GV_EXT_MAX_SCORE : scores[i];
-        if (json_array_append_new(list, json_pack("{s:s,s:I}", "Host", names[i], "Score",
-                                                  (json_int_t)s)) != 0) {
+        if (json_array_append_new(
+                list, json_pack("{s:s,s:I}", "Host", names[i], "Score", (json_int_t)s)) != 0) {
             json_decref(list);
             return NULL;
         }

@@ -56,8 +56,8 @@ void gv_ext_args_clear(struct gv_ext_args *args);
  * error, when non-NULL, fills "Error".  Returns a heap string or NULL (OOM).
  */
 char *gv_ext_filter_result_encode(const struct gv_ext_args *args,
-                                  const enum gv_ext_verdict *verdicts,
-                                  const char *const *reasons, const char *error);
+                                  const enum gv_ext_verdict *verdicts, const char *const *reasons,
+                                  const char *error);
 
 /* HostPriorityList: [{"Host": names[i], "Score": scores[i]}, ...]. */
 char *gv_ext_priorities_encode(const char *const *names, const long *scores, size_t n);

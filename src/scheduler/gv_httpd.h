@@ -25,8 +25,8 @@ struct gv_httpd;
 
 struct gv_http_request {
     const char *method;
-    const char *path;    /* without the query string */
-    const char *body;    /* NUL-terminated; body_len excludes the NUL */
+    const char *path; /* without the query string */
+    const char *body; /* NUL-terminated; body_len excludes the NUL */
     size_t body_len;
 };
 
@@ -48,7 +48,7 @@ struct gv_http_response {
 };
 
 typedef void (*gv_httpd_handler)(void *ctx, const struct gv_http_request *req,
-                                  struct gv_http_response *resp);
+                                 struct gv_http_response *resp);
 
 struct gv_httpd_options {
     const char *name;      /* label in metrics and logs: "extender", "webhook" */

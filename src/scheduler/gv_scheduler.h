@@ -27,10 +27,10 @@ struct gv_sched_config {
     /* Resource names, defaults and the cluster's default policies.  The
      * name strings point into names_storage (or static defaults). */
     struct gv_alloc_config alloc;
-    char *scheduler_name;     /* spec.schedulerName the webhook sets */
-    bool filter_feasible;     /* filter returns every fitting node (prioritize configured) */
-    long reservation_ttl_s;   /* reservation / unbound assignment lifetime */
-    long heartbeat_timeout_s; /* agent heartbeat older than this = stale */
+    char *scheduler_name;      /* spec.schedulerName the webhook sets */
+    bool filter_feasible;      /* filter returns every fitting node (prioritize configured) */
+    long reservation_ttl_s;    /* reservation / unbound assignment lifetime */
+    long heartbeat_timeout_s;  /* agent heartbeat older than this = stale */
     char *node_label_selector; /* nodes the scheduler watches (NULL = all) */
     char *names_storage[6];
 };
@@ -42,8 +42,7 @@ gv_status gv_sched_config_default(struct gv_sched_config *cfg, struct gv_error *
  * unknown keys and bad values are errors naming the key. */
 gv_status gv_sched_config_parse(const char *text, size_t len, struct gv_sched_config *cfg,
                                 struct gv_error *err);
-gv_status gv_sched_config_load(const char *path, struct gv_sched_config *cfg,
-                               struct gv_error *err);
+gv_status gv_sched_config_load(const char *path, struct gv_sched_config *cfg, struct gv_error *err);
 void gv_sched_config_clear(struct gv_sched_config *cfg);
 
 struct gv_sched;

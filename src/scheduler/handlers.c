@@ -121,8 +121,7 @@ static void engine_reasons(struct filter_ctx *f, bool keep_fits)
     for (size_t j = 0; j < f->n_usable; j++) {
         size_t i = f->usable_idx[j];
         struct gv_alloc_fit fit = {0};
-        if (gv_alloc_filter(f->s->cluster, f->req, f->usable[j], &fit, NULL) == GV_OK &&
-            fit.fits) {
+        if (gv_alloc_filter(f->s->cluster, f->req, f->usable[j], &fit, NULL) == GV_OK && fit.fits) {
             f->verdicts[i] = keep_fits ? GV_EXT_FIT : GV_EXT_FAILED;
             continue;
         }
@@ -167,13 +166,13 @@ static void filter_reserve(struct filter_ctx *f)
     }
     if (st != GV_OK) {
         engine_reasons(f, false);
-        note_pending(s, f->args.pod, f->n_usable == 0 ? PENDING_NO_GPU_NODE
-                                                      : PENDING_INSUFFICIENT_GPU);
+        note_pending(s, f->args.pod,
+                     f->n_usable == 0 ? PENDING_NO_GPU_NODE : PENDING_INSUFFICIENT_GPU);
         free(a);
         return;
     }
-    struct srec *r = gv_sched_rec_get(s, uid, meta(f->args.pod, "namespace"),
-                                      meta(f->args.pod, "name"));
+    struct srec *r =
+        gv_sched_rec_get(s, uid, meta(f->args.pod, "namespace"), meta(f->args.pod, "name"));
     if (r == NULL || gv_sched_rec_set(r, REC_RESERVED, a->node, enc,
                                       meta(f->args.pod, "resourceVersion")) != GV_OK) {
         gv_alloc_release(s->cluster, uid, NULL);
@@ -240,8 +239,8 @@ static void handle_filter(void *ctx, const struct gv_http_request *hreq,
     struct srec *r = gv_sched_rec_find(s, uid);
     if (r != NULL && r->phase == REC_BINDING) {
         pthread_mutex_unlock(&s->lock);
-        respond_json(resp, gv_ext_filter_result_encode(
-                               &f.args, NULL, NULL, "a bind for this pod is still in progress"));
+        respond_json(resp, gv_ext_filter_result_encode(&f.args, NULL, NULL,
+                                                       "a bind for this pod is still in progress"));
         goto out;
     }
     bool first_seen = r == NULL;
@@ -294,8 +293,7 @@ static void handle_prioritize(void *ctx, const struct gv_http_request *hreq,
         gv_http_respond_error(resp, 500, "out of memory");
         goto done;
     }
-    if (gv_podspec_request(&s->cfg.alloc, args.pod, &req, &err) == GV_OK &&
-        req->n_containers > 0) {
+    if (gv_podspec_request(&s->cfg.alloc, args.pod, &req, &err) == GV_OK && req->n_containers > 0) {
         const char *uid = meta(args.pod, "uid");
         snprintf(req->uid, sizeof(req->uid), "%s", uid ? uid : "");
         pthread_mutex_lock(&s->lock);
@@ -324,8 +322,8 @@ static void pod_path(const struct gv_ext_bind_args *b, char *buf, size_t cap)
 
 /* Fresh placement of the pod on the bind's node (no usable reservation).
  * Reads the pod, picks GPUs on that node and places them (lock inside). */
-static gv_status bind_compute(struct gv_sched *s, struct gv_ext_bind_args *b,
-                              char **enc, char **rv, bool *no_gpu, struct gv_error *err)
+static gv_status bind_compute(struct gv_sched *s, struct gv_ext_bind_args *b, char **enc, char **rv,
+                              bool *no_gpu, struct gv_error *err)
 {
     char path[1024];
     json_t *pod = NULL;
@@ -336,7 +334,8 @@ static gv_status bind_compute(struct gv_sched *s, struct gv_ext_bind_args *b,
     if ((st = gv_kube_get(s->kube, path, &pod, err)) != GV_OK)
         goto out;
     const char *uid = meta(pod, "uid");
-    const char *bound = json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
+    const char *bound =
+        json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
     if (uid == NULL || *uid == '\0') {
         st = gv_error_set(err, GV_EPROTO, "pod %s/%s has no metadata.uid", b->pod_namespace,
                           b->pod_name);
@@ -358,8 +357,8 @@ static gv_status bind_compute(struct gv_sched *s, struct gv_ext_bind_args *b,
         goto out;
     }
     if (bound != NULL && *bound != '\0') {
-        st = gv_error_set(err, GV_ECONFLICT, "pod %s/%s is already bound to %s",
-                          b->pod_namespace, b->pod_name, bound);
+        st = gv_error_set(err, GV_ECONFLICT, "pod %s/%s is already bound to %s", b->pod_namespace,
+                          b->pod_name, bound);
         goto out;
     }
     if ((st = gv_podspec_request(&s->cfg.alloc, pod, &req, err)) != GV_OK)
@@ -392,11 +391,10 @@ static gv_status bind_compute(struct gv_sched *s, struct gv_ext_bind_args *b,
             gv_alloc_release(s->cluster, req->uid, NULL);
             st = gv_error_set(err, GV_ENOMEM, "out of memory");
         }
-        struct srec *r = st == GV_OK ? gv_sched_rec_get(s, req->uid, b->pod_namespace,
-                                                        b->pod_name)
-                                     : NULL;
-        if (st == GV_OK && (r == NULL || gv_sched_rec_set(r, REC_BINDING, b->node, NULL, NULL) !=
-                                             GV_OK)) {
+        struct srec *r =
+            st == GV_OK ? gv_sched_rec_get(s, req->uid, b->pod_namespace, b->pod_name) : NULL;
+        if (st == GV_OK &&
+            (r == NULL || gv_sched_rec_set(r, REC_BINDING, b->node, NULL, NULL) != GV_OK)) {
             gv_alloc_release(s->cluster, req->uid, NULL);
             st = gv_error_set(err, GV_ENOMEM, "out of memory");
         }
@@ -422,13 +420,12 @@ static gv_status bind_annotate(struct gv_sched *s, const struct gv_ext_bind_args
     gv_sched_format_time(&now, at, sizeof(at));
     pod_path(b, path, sizeof(path));
     json_t *patch = json_pack("{s:{s:{s:s,s:s,s:s},s:{s:s}}}", "metadata", "annotations",
-                              ANN_ASSIGNMENT, enc, ANN_ASSIGNED_NODE, b->node, ANN_ASSIGNED_AT,
-                              at, "labels", GV_SCHED_ASSIGNED_LABEL, "true");
+                              ANN_ASSIGNMENT, enc, ANN_ASSIGNED_NODE, b->node, ANN_ASSIGNED_AT, at,
+                              "labels", GV_SCHED_ASSIGNED_LABEL, "true");
     if (patch == NULL)
         return gv_error_set(err, GV_ENOMEM, "out of memory");
     if (rv != NULL)
-        json_object_set_new(json_object_get(patch, "metadata"), "resourceVersion",
-                            json_string(rv));
+        json_object_set_new(json_object_get(patch, "metadata"), "resourceVersion", json_string(rv));
     gv_status st = gv_kube_patch(s->kube, path, GV_KUBE_PATCH_MERGE, patch, NULL, err);
     json_decref(patch);
     return st;
@@ -440,12 +437,13 @@ static void bind_unannotate(struct gv_sched *s, const struct gv_ext_bind_args *b
 {
     char path[1024];
     pod_path(b, path, sizeof(path));
-    json_t *patch = json_pack("{s:{s:{s:n,s:n,s:n},s:{s:n}}}", "metadata", "annotations",
-                              ANN_ASSIGNMENT, ANN_ASSIGNED_NODE, ANN_ASSIGNED_AT, "labels",
-                              GV_SCHED_ASSIGNED_LABEL);
+    json_t *patch =
+        json_pack("{s:{s:{s:n,s:n,s:n},s:{s:n}}}", "metadata", "annotations", ANN_ASSIGNMENT,
+                  ANN_ASSIGNED_NODE, ANN_ASSIGNED_AT, "labels", GV_SCHED_ASSIGNED_LABEL);
     struct gv_error err = {0};
-    if (patch != NULL && gv_kube_patch(s->kube, path, GV_KUBE_PATCH_MERGE, patch, NULL, &err) !=
-                             GV_OK && err.code != GV_ENOTFOUND)
+    if (patch != NULL &&
+        gv_kube_patch(s->kube, path, GV_KUBE_PATCH_MERGE, patch, NULL, &err) != GV_OK &&
+        err.code != GV_ENOTFOUND)
         gv_warn("bind cleanup of %s/%s: %s", b->pod_namespace, b->pod_name, err.msg);
     json_decref(patch);
 }
@@ -464,8 +462,8 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
         return gv_error_set(err, GV_ECONFLICT, "a bind of pod %s/%s is already in progress",
                             b->pod_namespace, b->pod_name);
     }
-    if (r != NULL && r->phase == REC_RESERVED && r->node != NULL &&
-        strcmp(r->node, b->node) == 0 && gv_alloc_is_placed(s->cluster, b->pod_uid)) {
+    if (r != NULL && r->phase == REC_RESERVED && r->node != NULL && strcmp(r->node, b->node) == 0 &&
+        gv_alloc_is_placed(s->cluster, b->pod_uid)) {
         enc = r->encoded ? strdup(r->encoded) : NULL;
         rv = r->rv ? strdup(r->rv) : NULL;
         r->phase = REC_BINDING;
@@ -675,7 +673,7 @@ struct metrics_stream {
     struct gv_sched *s;
     char *text; /* pending bytes */
     size_t len, off;
-    int family;                   /* GPU_FAMILIES = finished */
+    int family; /* GPU_FAMILIES = finished */
     bool family_started;
     char after[GV_ALLOC_NODE_MAX]; /* last node written in this family */
 };
@@ -685,8 +683,8 @@ static void gpu_sample(FILE *f, int family, const char *node, const char *uuid,
 {
     switch (family) {
     case 0:
-        fprintf(f, "gpuvisor_gpu_memory_allocated_mib{node=\"%s\",gpu=\"%s\"} %" PRIu64 "\n",
-                node, uuid, u->mem_mib);
+        fprintf(f, "gpuvisor_gpu_memory_allocated_mib{node=\"%s\",gpu=\"%s\"} %" PRIu64 "\n", node,
+                uuid, u->mem_mib);
         break;
     case 1:
         fprintf(f, "gpuvisor_gpu_cores_allocated_percent{node=\"%s\",gpu=\"%s\"} %.1f\n", node,
@@ -814,7 +812,8 @@ gv_status gv_sched_serve_extender(struct gv_sched *s, struct gv_httpd *h, const 
     static const struct {
         const char *verb;
         gv_httpd_handler fn;
-    } verbs[] = {{"filter", handle_filter}, {"prioritize", handle_prioritize}, {"bind", handle_bind}};
+    } verbs[] = {
+        {"filter", handle_filter}, {"prioritize", handle_prioritize}, {"bind", handle_bind}};
     size_t plen = strlen(prefix);
     while (plen > 0 && prefix[plen - 1] == '/')
         plen--;

@@ -84,7 +84,10 @@ struct pending {
     struct timespec start;
 };
 
-static char *xstrdup(const char *s) { return s ? strdup(s) : NULL; }
+static char *xstrdup(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
 
 void gv_http_respond(struct gv_http_response *resp, unsigned status, const char *content_type,
                      const char *body)
@@ -138,8 +141,8 @@ static gv_status tls_load(const char *cert_file, const char *key_file, struct tl
     gnutls_datum_t cd = {(unsigned char *)cert, (unsigned)cert_len};
     gnutls_datum_t kd = {(unsigned char *)key, (unsigned)key_len};
     g->n_pcerts = sizeof(g->pcerts) / sizeof(g->pcerts[0]);
-    int rc = gnutls_pcert_list_import_x509_raw(g->pcerts, &g->n_pcerts, &cd,
-                                               GNUTLS_X509_FMT_PEM, 0);
+    int rc =
+        gnutls_pcert_list_import_x509_raw(g->pcerts, &g->n_pcerts, &cd, GNUTLS_X509_FMT_PEM, 0);
     if (rc < 0) {
         g->n_pcerts = 0;
         st = gv_error_set(err, GV_EPARSE, "%s: not a PEM certificate chain: %s", cert_file,
@@ -362,9 +365,8 @@ static struct route *find_route(struct gv_httpd *h, const char *method, const ch
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
 {
     (void)version;
     struct gv_httpd *h = cls;
@@ -440,8 +442,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     }
 }
 
-__attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt,
-                                                              va_list ap)
+__attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
     struct gv_httpd *h = cls;
     char buf[512];
@@ -534,16 +535,15 @@ gv_status gv_httpd_start(struct gv_httpd *h, struct gv_error *err)
             return st;
         flags |= MHD_USE_TLS;
         h->daemon = MHD_start_daemon(
-            flags, h->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
-            (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-            MHD_OPTION_CONNECTION_TIMEOUT, h->timeout_seconds, MHD_OPTION_EXTERNAL_LOGGER,
-            on_mhd_log, h, MHD_OPTION_HTTPS_CERT_CALLBACK, tls_retrieve, MHD_OPTION_END);
+            flags, h->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_TIMEOUT,
+            h->timeout_seconds, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
+            MHD_OPTION_HTTPS_CERT_CALLBACK, tls_retrieve, MHD_OPTION_END);
     } else {
         h->daemon = MHD_start_daemon(
-            flags, h->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
-            (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-            MHD_OPTION_CONNECTION_TIMEOUT, h->timeout_seconds, MHD_OPTION_EXTERNAL_LOGGER,
-            on_mhd_log, h, MHD_OPTION_END);
+            flags, h->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_TIMEOUT,
+            h->timeout_seconds, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_END);
     }
     if (h->daemon == NULL) {
         if (h->cert_file != NULL)
@@ -559,7 +559,10 @@ gv_status gv_httpd_start(struct gv_httpd *h, struct gv_error *err)
     return GV_OK;
 }
 
-uint16_t gv_httpd_port(const struct gv_httpd *h) { return h->port; }
+uint16_t gv_httpd_port(const struct gv_httpd *h)
+{
+    return h->port;
+}
 
 void gv_httpd_free(struct gv_httpd *h)
 {
@@ -610,7 +613,8 @@ void gv_httpd_write_metrics(struct gv_httpd *h, FILE *out)
                 h->name, r->path, (unsigned long long)r->count);
         fprintf(out, "gpuvisor_http_request_duration_seconds_sum{server=\"%s\",path=\"%s\"} %.6f\n",
                 h->name, r->path, r->sum);
-        fprintf(out, "gpuvisor_http_request_duration_seconds_count{server=\"%s\",path=\"%s\"} %llu\n",
+        fprintf(out,
+                "gpuvisor_http_request_duration_seconds_count{server=\"%s\",path=\"%s\"} %llu\n",
                 h->name, r->path, (unsigned long long)r->count);
         for (size_t c = 0; c <= N_CODES; c++) {
             if (r->codes[c] == 0)
@@ -620,7 +624,8 @@ void gv_httpd_write_metrics(struct gv_httpd *h, FILE *out)
                 snprintf(code, sizeof(code), "%u", counted_codes[c]);
             else
                 snprintf(code, sizeof(code), "other");
-            fprintf(out, "gpuvisor_http_requests_total{server=\"%s\",path=\"%s\",code=\"%s\"} %llu\n",
+            fprintf(out,
+                    "gpuvisor_http_requests_total{server=\"%s\",path=\"%s\",code=\"%s\"} %llu\n",
                     h->name, r->path, code, (unsigned long long)r->codes[c]);
         }
         pthread_mutex_unlock(&r->lock);

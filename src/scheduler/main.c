@@ -99,16 +99,36 @@ int main(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case OPT_CONFIG: config = optarg; break;
-        case OPT_MASTER: master = optarg; break;
-        case OPT_KUBECONFIG: kubeconfig = optarg; break;
-        case OPT_EXT_LISTEN: ext_listen = optarg; break;
-        case OPT_EXT_PREFIX: ext_prefix = optarg; break;
-        case OPT_EXT_TLS: ext_tls = true; break;
-        case OPT_WH_LISTEN: wh_listen = optarg; break;
-        case OPT_CERT: cert = optarg; break;
-        case OPT_KEY: key = optarg; break;
-        case OPT_PORT_FILE: port_file = optarg; break;
+        case OPT_CONFIG:
+            config = optarg;
+            break;
+        case OPT_MASTER:
+            master = optarg;
+            break;
+        case OPT_KUBECONFIG:
+            kubeconfig = optarg;
+            break;
+        case OPT_EXT_LISTEN:
+            ext_listen = optarg;
+            break;
+        case OPT_EXT_PREFIX:
+            ext_prefix = optarg;
+            break;
+        case OPT_EXT_TLS:
+            ext_tls = true;
+            break;
+        case OPT_WH_LISTEN:
+            wh_listen = optarg;
+            break;
+        case OPT_CERT:
+            cert = optarg;
+            break;
+        case OPT_KEY:
+            key = optarg;
+            break;
+        case OPT_PORT_FILE:
+            port_file = optarg;
+            break;
         case OPT_LOG_LEVEL: {
             int l = gv_log_parse_level(optarg);
             if (l < 0) {
@@ -118,9 +138,15 @@ int main(int argc, char **argv)
             gv_log_set_level((gv_log_level)l);
             break;
         }
-        case OPT_VERSION: printf("gpuvisor-scheduler %s\n", GV_VERSION); return 0;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case OPT_VERSION:
+            printf("gpuvisor-scheduler %s\n", GV_VERSION);
+            return 0;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (optind < argc) {

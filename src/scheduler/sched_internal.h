@@ -19,7 +19,7 @@ enum pending_reason {
 #define X_ENUM(code, label) code,
     GV_SCHED_PENDING_LIST(X_ENUM)
 #undef X_ENUM
-    PENDING_COUNT
+        PENDING_COUNT
 };
 
 /* What the scheduler knows about a node beside the engine's model. */
@@ -32,13 +32,13 @@ enum node_state {
 struct snode {
     char *name;
     enum node_state state;
-    char *reason;          /* NODE_MALFORMED: what was wrong */
-    time_t heartbeat;      /* 0 = none */
-    uint64_t inv_hash;     /* hash of the last inventory text applied */
-    bool in_engine;        /* the engine has a model of this node */
+    char *reason;      /* NODE_MALFORMED: what was wrong */
+    time_t heartbeat;  /* 0 = none */
+    uint64_t inv_hash; /* hash of the last inventory text applied */
+    bool in_engine;    /* the engine has a model of this node */
     uint32_t n_gpus;
     uint64_t max_gpu_mib;
-    char **uuids;          /* n_gpus, for per-GPU metrics (one block) */
+    char **uuids; /* n_gpus, for per-GPU metrics (one block) */
     bool stale_logged;
 };
 
@@ -56,10 +56,10 @@ struct srec {
     char *ns, *name;
     enum rec_phase phase;
     enum pending_reason pending;
-    char *node;     /* RESERVED / BINDING / UNBOUND */
-    char *encoded;  /* RESERVED / BINDING: the assignment text */
-    char *rv;       /* RESERVED: the pod's resourceVersion at filter time */
-    double since;   /* monotonic seconds: when the phase began */
+    char *node;         /* RESERVED / BINDING / UNBOUND */
+    char *encoded;      /* RESERVED / BINDING: the assignment text */
+    char *rv;           /* RESERVED: the pod's resourceVersion at filter time */
+    double since;       /* monotonic seconds: when the phase began */
     time_t assigned_at; /* UNBOUND: wall time from gpuvisor.io/assigned-at */
 };
 
@@ -68,12 +68,13 @@ struct gv_sched {
     struct gv_kube_client *kube;
     struct gv_informer *node_inf, *pod_inf;
 
-    pthread_mutex_t lock; /* guards everything below */
+    pthread_mutex_t lock; /* guards everything below (but servers and the sweeper) */
     struct gv_alloc_cluster *cluster;
     struct snode **nodes; /* sorted by name */
     size_t n_nodes, cap_nodes;
     struct srec **recs; /* sorted by uid */
     size_t n_recs, cap_recs;
+    json_t *orphans; /* uid -> trimmed pod whose assigned node is not known yet */
     uint64_t binds_ok, binds_failed, bind_conflicts, filters_nofit;
 
     struct gv_httpd *servers[4]; /* for /metrics */
@@ -105,7 +106,7 @@ void gv_sched_format_time(const struct timespec *ts, char *buf, size_t cap);
 
 /* Is the node usable at wall time now?  NULL when yes, else why not (a
  * static string or buf). */
-const char *gv_sched_node_unusable(struct gv_sched *s, const struct snode *n, time_t now,
-                                   char *buf, size_t cap);
+const char *gv_sched_node_unusable(struct gv_sched *s, const struct snode *n, time_t now, char *buf,
+                                   size_t cap);
 
 #endif

@@ -72,8 +72,7 @@ struct srec *gv_sched_rec_find(struct gv_sched *s, const char *uid)
     return found ? s->recs[i] : NULL;
 }
 
-struct srec *gv_sched_rec_get(struct gv_sched *s, const char *uid, const char *ns,
-                              const char *name)
+struct srec *gv_sched_rec_get(struct gv_sched *s, const char *uid, const char *ns, const char *name)
 {
     bool found;
     size_t i = search((void *const *)s->recs, s->n_recs, uid, &found);

@@ -36,7 +36,8 @@ static json_t *find_container(json_t *containers, const char *name, size_t *inde
 {
     size_t i;
     json_t *c;
-    json_array_foreach(containers, i, c) {
+    json_array_foreach(containers, i, c)
+    {
         const char *n = json_string_value(json_object_get(c, "name"));
         if (n != NULL && strcmp(n, name) == 0) {
             *index = i;
@@ -94,19 +95,20 @@ static gv_status container_defaults(const struct gv_alloc_config *cfg, json_t *c
     } else if (!json_is_object(limits)) {
         char path[96];
         snprintf(path, sizeof(path), "%s/limits", base);
-        st = json_array_append_new(ops, json_pack("{s:s,s:s,s:o}", "op", "add", "path", path,
-                                                  "value", add)) == 0
+        st = json_array_append_new(
+                 ops, json_pack("{s:s,s:s,s:o}", "op", "add", "path", path, "value", add)) == 0
                  ? GV_OK
                  : GV_ENOMEM;
     } else {
         const char *k;
         json_t *v;
-        json_object_foreach(add, k, v) {
+        json_object_foreach(add, k, v)
+        {
             char esc[256], path[384];
             pointer_escape(k, esc, sizeof(esc));
             snprintf(path, sizeof(path), "%s/limits/%s", base, esc);
-            if (json_array_append_new(ops, json_pack("{s:s,s:s,s:O}", "op", "add", "path", path,
-                                                     "value", v)) != 0)
+            if (json_array_append_new(
+                    ops, json_pack("{s:s,s:s,s:O}", "op", "add", "path", path, "value", v)) != 0)
                 st = GV_ENOMEM;
         }
         json_decref(add);
@@ -156,8 +158,7 @@ static void impossible_reason(const struct gv_webhook_env *env, const struct gv_
         }
         if (lim.most_gpus > 0 && c->num_gpu > lim.most_gpus) {
             snprintf(why, cap,
-                     "container %s: %s %" PRIu32 " exceeds the most GPUs on any node (%" PRIu32
-                     ")",
+                     "container %s: %s %" PRIu32 " exceeds the most GPUs on any node (%" PRIu32 ")",
                      c->name, env->alloc->res.gpu, c->num_gpu, lim.most_gpus);
             return;
         }
@@ -237,7 +238,8 @@ gv_status gv_webhook_review(const struct gv_webhook_env *env, const char *body, 
         goto fail;
     }
     const char *op = json_string_value(json_object_get(request, "operation"));
-    const char *rkind = json_string_value(json_object_get(json_object_get(request, "kind"), "kind"));
+    const char *rkind =
+        json_string_value(json_object_get(json_object_get(request, "kind"), "kind"));
     json_t *pod = json_object_get(request, "object");
     if (op == NULL || strcmp(op, "CREATE") != 0 || rkind == NULL || strcmp(rkind, "Pod") != 0 ||
         !json_is_object(pod)) {
@@ -270,8 +272,7 @@ gv_status gv_webhook_review(const struct gv_webhook_env *env, const char *body, 
     const char *sched = json_string_value(json_object_get(spec, "schedulerName"));
     if (sched == NULL || *sched == '\0' || strcmp(sched, "default-scheduler") == 0) {
         json_array_append_new(ops, json_pack("{s:s,s:s,s:s}", "op", "add", "path",
-                                             "/spec/schedulerName", "value",
-                                             env->scheduler_name));
+                                             "/spec/schedulerName", "value", env->scheduler_name));
     } else if (strcmp(sched, env->scheduler_name) != 0) {
         gv_info("webhook: pod %s keeps its own schedulerName %s",
                 json_string_value(json_object_get(json_object_get(pod, "metadata"), "name")),

@@ -96,21 +96,27 @@ static void set_default(int i)
     g->cc_minor = 0;
 }
 
-static void derive(struct fake_gpu *g)
+/* uuid text -> 16 bytes: hex digits after "GPU-" / "MIG-", dashes skipped. */
+static void uuid_to_bytes(const char *text, unsigned char *bytes)
 {
-    snprintf(g->pci_bus_id, sizeof(g->pci_bus_id), "%08X:%02X:%02X.0", g->pci_domain, g->pci_bus,
-             g->pci_device);
-    /* uuid text -> 16 bytes: hex digits after "GPU-", dashes skipped. */
-    const char *p = strncmp(g->uuid, "GPU-", 4) == 0 ? g->uuid + 4 : g->uuid;
+    const char *p = strncmp(text, "GPU-", 4) == 0 || strncmp(text, "MIG-", 4) == 0 ? text + 4 : text;
     int n = 0;
-    memset(g->uuid_bytes, 0, sizeof(g->uuid_bytes));
+    memset(bytes, 0, 16);
     for (; *p && n < 32; p++) {
         if (!isxdigit((unsigned char)*p))
             continue;
         int v = isdigit((unsigned char)*p) ? *p - '0' : tolower((unsigned char)*p) - 'a' + 10;
-        g->uuid_bytes[n / 2] = (unsigned char)(g->uuid_bytes[n / 2] | (v << ((n % 2) ? 0 : 4)));
+        bytes[n / 2] = (unsigned char)(bytes[n / 2] | (v << ((n % 2) ? 0 : 4)));
         n++;
     }
+}
+
+static void derive(struct fake_gpu *g)
+{
+    snprintf(g->pci_bus_id, sizeof(g->pci_bus_id), "%08X:%02X:%02X.0", g->pci_domain, g->pci_bus,
+             g->pci_device);
+    uuid_to_bytes(g->uuid, g->uuid_bytes);
+    uuid_to_bytes(g->mig, g->mig_bytes);
 }
 
 /* One device per line: key=value fields separated by spaces; "..." quotes. */
@@ -153,6 +159,8 @@ static void parse_line(char *line, int i)
             g->numa_node = atoi(val);
         else if (strcmp(key, "sms") == 0)
             g->sm_count = atoi(val);
+        else if (strcmp(key, "mig") == 0)
+            snprintf(g->mig, sizeof(g->mig), "%s", val);
         else if (strcmp(key, "cc") == 0)
             sscanf(val, "%d.%d", &g->cc_major, &g->cc_minor);
     }

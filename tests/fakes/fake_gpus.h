@@ -28,6 +28,10 @@ struct fake_gpu {
     int numa_node;          /* -1 = none */
     int sm_count;
     int cc_major, cc_minor;
+    /* MIG mode: "" = off, else the uuid ("MIG-...") of the one compute
+     * instance CUDA sees on this GPU (NVML's GPU handle keeps the GPU uuid). */
+    char mig[80];
+    unsigned char mig_bytes[16];
 };
 
 /* Number of simulated GPUs (config parsed once, thread-safe). */

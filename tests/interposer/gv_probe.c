@@ -12,7 +12,8 @@
  *   op      := name[:arg...]      expectations: OK OOM INVAL NS or a number
  *   init                         cuInit + primary context of device 0
  *   ctx:D                        make device D's primary context current
- *   alloc:SIZE:EXP  pitch:W:H:EXP  managed:SIZE:EXP  vmm:SIZE:EXP
+ *   release:D:1|2:EXP  reset:D:1|2:EXP   cuDevicePrimaryCtxRelease / Reset, v1 or _v2
+ *   alloc:SIZE:EXP  pitch:W:H:EXP[:PITCH[:ELEMSIZE]]  managed:SIZE:EXP  vmm:SIZE:EXP
  *   async:SIZE:EXP  async-pt:SIZE:EXP  pool:SIZE:EXP
  *   array:W:H:EXP  array3d:W:H:D:EXP  mipmap:W:H:LEVELS:EXP
  *   free-last:EXP   freeall       free-bogus:EXP (an address never allocated)
@@ -44,6 +45,10 @@
 #define PROBE_CUDA(X)                                                                              \
     X(init, cuInit, cuInit, 0)                                                                     \
     X(retain, cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 0)                               \
+    X(release1, cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease, 0)                           \
+    X(release2, cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease, 0)                        \
+    X(reset1, cuDevicePrimaryCtxReset, cuDevicePrimaryCtxReset, 0)                                 \
+    X(reset2, cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset, 0)                              \
     X(set_current, cuCtxSetCurrent, cuCtxSetCurrent, 0)                                            \
     X(ctx_create, cuCtxCreate_v2, cuCtxCreate, 0)                                                  \
     X(ctx_destroy, cuCtxDestroy_v2, cuCtxDestroy, 0)                                               \
@@ -254,6 +259,12 @@ static void run_op(char *op)
         if (rc == CUDA_SUCCESS)
             primary_ctx = ctx;
         check_rc(orig, rc, n > 2 ? a[2] : "OK");
+    } else if (strcmp(name, "release") == 0 || strcmp(name, "reset") == 0) {
+        NEED(4);
+        __typeof__(api.release1) fn = name[2] == 'l' ? (a[2][0] == '1' ? api.release1 : api.release2)
+                                                     : (a[2][0] == '1' ? api.reset1 : api.reset2);
+        rc = fn != NULL ? fn(atoi(a[1])) : CUDA_ERROR_NOT_FOUND;
+        check_rc(orig, rc, a[3]);
     } else if (strcmp(name, "alloc") == 0 || strcmp(name, "managed") == 0) {
         NEED(3);
         CUdeviceptr p = 0;
@@ -265,10 +276,13 @@ static void run_op(char *op)
         NEED(4);
         CUdeviceptr p = 0;
         size_t pitch = 0;
-        rc = api.mem_pitch(&p, &pitch, parse_size(a[1]), parse_size(a[2]), 4);
+        unsigned elem = n > 5 ? (unsigned)atoi(a[5]) : 4;
+        rc = api.mem_pitch(&p, &pitch, parse_size(a[1]), parse_size(a[2]), elem);
         if (check_rc(orig, rc, a[3])) {
             push(K_MEM, p);
             printf("# pitch %zu\n", pitch);
+            if (n > 4)
+                tap(pitch == parse_size(a[4]), orig, "pitch %zu", pitch);
         }
     } else if (strcmp(name, "vmm") == 0) {
         NEED(3);

@@ -89,6 +89,21 @@ probe GV_FAKE_CTX_MEMORY=64m GPUVISOR_CONTEXT_RESERVE=100m CUDA_DEVICE_MEMORY_LI
     CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init info:924m:1g ctx-create:0:OK \
     info:824m:1g ctx-destroy:OK info:924m:1g
 
+# The CUDA runtime releases and resets primary contexts through the v1 entry
+# points: their charge is credited too (the context is measured at 64 MiB).
+for v in 1 2; do
+    fresh
+    probe GV_FAKE_CTX_MEMORY=64m CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+        "$PROBE" init nvml-mem:0:64m:1g init nvml-mem:0:64m:1g release:0:$v:OK nvml-mem:0:64m:1g \
+        release:0:$v:OK nvml-mem:0:0:1g init nvml-mem:0:64m:1g reset:0:$v:OK nvml-mem:0:0:1g
+done
+fresh
+probe GV_FAKE_CTX_MEMORY=64m CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" --via procaddr:10000 init nvml-mem:0:64m:1g release:0:1:OK nvml-mem:0:0:1g \
+    pa:cuDevicePrimaryCtxRelease:10000:0:cuDevicePrimaryCtxRelease \
+    pa:cuDevicePrimaryCtxRelease:12000:0:cuDevicePrimaryCtxRelease_v2 \
+    pa:cuDevicePrimaryCtxReset:10000:0:cuDevicePrimaryCtxReset
+
 # --- cuGetProcAddress honours cudaVersion and flags ------------------------
 fresh
 probe "$PROBE" --via dlopen init \
@@ -178,16 +193,62 @@ probe CUDA_VISIBLE_DEVICES=GPU-fa4e0001,GPU-fa4e0000 CUDA_DEVICE_MEMORY_LIMIT_0=
     CUDA_DEVICE_MEMORY_LIMIT_1=2g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
     "$PROBE" init info:1g:1g ctx:1 info:2g:2g alloc:1g:OK nvml-mem:0:1g:2g nvml-mem:1:0:1g
 
+# NVML enumerates in PCI order; the driver's default order (FASTEST_FIRST) may
+# differ: here CUDA ordinal 0 is NVML device 1 (GV_FAKE_CUDA_ORDER).  Handles
+# are mapped by uuid, whatever the order and CUDA_VISIBLE_DEVICES.
+fresh
+probe GV_FAKE_CUDA_ORDER=1,0 CUDA_DEVICE_MEMORY_LIMIT_0=1g CUDA_DEVICE_MEMORY_LIMIT_1=2g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init info:1g:1g alloc:256m:OK nvml-mem:1:256m:1g nvml-mem:0:0:2g
+# An NVML-only process (nvidia-smi) registers the devices first: it must give
+# them the CUDA ordinals' limits, or the CUDA process would be refused.
+fresh
+probe GV_FAKE_CUDA_ORDER=1,0 CUDA_DEVICE_MEMORY_LIMIT_0=1g CUDA_DEVICE_MEMORY_LIMIT_1=2g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" nvml-mem:0:0:2g nvml-mem:1:0:1g
+probe GV_FAKE_CUDA_ORDER=1,0 CUDA_DEVICE_MEMORY_LIMIT_0=1g CUDA_DEVICE_MEMORY_LIMIT_1=2g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init info:1g:1g ctx:1 info:2g:2g
+# Indices in CUDA_VISIBLE_DEVICES are the driver's order: "0" is NVML device 1.
+fresh
+probe GV_FAKE_CUDA_ORDER=1,0 CUDA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT_0=1g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" nvml-mem:1:0:1g nvml-mem:0:0:16g \
+    init info:1g:1g alloc:128m:OK nvml-mem:1:128m:1g
+# CUDA_DEVICE_ORDER=PCI_BUS_ID puts the driver back in NVML's order.
+fresh
+probe GV_FAKE_CUDA_ORDER=1,0 CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_DEVICE_MEMORY_LIMIT_0=1g \
+    CUDA_DEVICE_MEMORY_LIMIT_1=2g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" nvml-mem:0:0:1g init info:1g:1g
+# Full uuids in CUDA_VISIBLE_DEVICES, NVML-only process first.
+fresh
+probe CUDA_VISIBLE_DEVICES=GPU-fa4e0001-0000-4000-8000-000000000001 CUDA_DEVICE_MEMORY_LIMIT_0=1g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" nvml-mem:0:0:16g nvml-mem:1:0:1g \
+    init info:1g:1g
+
+# MIG: CUDA sees a compute instance (cuDeviceGetUuid_v2 names it "MIG-…"),
+# NVML's GPU handle keeps the GPU's uuid.  The slice is the instance's, keyed
+# by its MIG uuid in the region; the GPU handle is not the slice (untracked).
+fresh
+printf 'name=A\nname=B uuid=GPU-fa4e0001-0000-4000-8000-000000000001 mig=MIG-3c2d1e0f-0000-4000-8000-0000000000aa\n' \
+    >"$TMP/mig.conf"
+probe GV_FAKE_GPU_CONFIG="$TMP/mig.conf" CUDA_VISIBLE_DEVICES=MIG-3c2d1e0f CUDA_DEVICE_MEMORY_LIMIT=1g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" nvml-mem:1:0:16g init info:1g:1g \
+    alloc:256m:OK info:768m:1g nvml-mem:1:256m:16g nvml-mem:0:0:16g
+check "a MIG compute instance is keyed by its MIG uuid in the region" \
+    grep -qa 'MIG-3c2d1e0f-0000-4000-8000-0000000000aa' "$TMP/r.cache"
+
 # --- oversubscription: beyond the share, managed memory capped by the card ---
 fresh
 probe CUDA_OVERSUBSCRIBE=true CUDA_DEVICE_MEMORY_LIMIT=8g GPUVISOR_DEVICE_MEMORY_SHARE=4g \
     CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
     "$PROBE" init total:0:8g alloc:3g:OK alloc:2g:OK info:3g:8g nvml-mem:0:5g:8g \
-    pitch:1024:1048576:OK pitch:1024:1:OOM array:256:1024:OOM alloc:4g:OOM alloc:2g:OK info:0:8g \
-    freeall info:8g:8g
+    pitch:1000:1048576:OK:1024 pitch:1000:1024:OK:1024 pitch:1000:1:INVAL:0:3 array:256:1024:OOM \
+    vmm:2m:OOM pool:1m:OOM async:1m:OK info:2046m:8g alloc:2g:OOM alloc:1g:OK info:1022m:8g \
+    free-last:OK free-last:OK info:2047m:8g freeall info:8g:8g
+# (pitch:…:INVAL: an element size of 3 is refused as the driver would.)
 fresh
 probe CUDA_OVERSUBSCRIBE=true CUDA_DEVICE_MEMORY_LIMIT=32g \
-    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init info:32g:32g alloc:15g:OK alloc:2g:OOM alloc:512m:OK info:16896m:32g
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init info:32g:32g alloc:15g:OK alloc:2g:OOM \
+    alloc:512m:OK info:16896m:32g pitch:1024:1048576:OOM pitch:1024:262144:OK:1024 async:1g:OOM \
+    info:16640m:32g freeall info:32g:32g
 fresh
 "$PROBE" init alloc:14g:OK sleep:1500 >/dev/null 2>&1 & # another tenant fills the card
 hog=$!
@@ -370,3 +431,60 @@ quiet_for_others() {
     [ "$out" = hello ] && [ ! -s "$TMP/quiet.err" ]
 }
 check "preloaded into a program without CUDA: nothing on stdout or stderr" quiet_for_others
+
+# --- dlvsym lookups of driver symbols are redirected like dlsym ---------------
+# The real libcuda.so.1 / libnvidia-ml.so.1 carry no symbol versions, so
+# dlvsym finds their symbols whatever version the caller names.  The fakes
+# link glibc and so carry a version table, which makes dlvsym refuse their
+# unversioned symbols: stubs built without libc stand in for the drivers here.
+dlvsym_redirect() {
+    mkdir -p "$TMP/vs"
+    printf 'int cuInit(unsigned f) { return (int)f; }\nint cuMemAlloc_v2(void *p, unsigned long n) { (void)p; (void)n; return 0; }\n' \
+        >"$TMP/vs/cuda.c"
+    printf 'int nvmlDeviceGetMemoryInfo_v2(void *d, void *m) { (void)d; (void)m; return 0; }\nint nvmlDeviceGetCount_v2(unsigned *n) { *n = 1; return 0; }\n' \
+        >"$TMP/vs/nvml.c"
+    cat >"$TMP/vs/main.c" <<'EOF'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+static const char *where(void *h, const char *name)
+{
+    Dl_info info;
+    void *fn = dlvsym(h, name, "ANY_1.0");
+    if (fn == NULL)
+        return "none";
+    return dladdr(fn, &info) && info.dli_fname && strstr(info.dli_fname, "libgpuvisor") ? "hook" : "real";
+}
+int main(void)
+{
+    void *cu = dlopen("libcuda.so.1", RTLD_NOW), *nv = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    if (cu == NULL || nv == NULL)
+        return 2;
+    printf("%s %s %s %s\n", where(cu, "cuMemAlloc_v2"), where(cu, "cuCtxGetCurrent"),
+           where(nv, "nvmlDeviceGetMemoryInfo_v2"), where(nv, "nvmlDeviceGetCount_v2"));
+    return 0;
+}
+EOF
+    ${CC:-cc} -shared -fPIC -nostdlib -o "$TMP/vs/libcuda.so.1" "$TMP/vs/cuda.c" &&
+        ${CC:-cc} -shared -fPIC -nostdlib -o "$TMP/vs/libnvidia-ml.so.1" "$TMP/vs/nvml.c" &&
+        ${CC:-cc} -o "$TMP/vs/main" "$TMP/vs/main.c" -ldl || return 2
+    bare=$(env LD_LIBRARY_PATH="$TMP/vs" "$TMP/vs/main" 2>/dev/null)
+    out=$(env LD_LIBRARY_PATH="$TMP/vs" LD_PRELOAD="$PRELOAD" "$TMP/vs/main" 2>/dev/null)
+    echo "# dlvsym without the interposer: $bare; with it: $out"
+    [ "$bare" = "real none real real" ] && [ "$out" = "hook none hook real" ]
+}
+check "dlvsym of a hooked driver symbol gives the hook; others and missing ones are untouched" dlvsym_redirect
+# The RTLD_NEXT wrapper above again, through dlvsym: still relative to the caller.
+rtld_next_versioned() {
+    sed -e 's/dlsym(RTLD_NEXT, "gv_next_probe")/dlvsym(RTLD_NEXT, "gv_next_probe", "V1")/' \
+        -e '1i #define _GNU_SOURCE' "$TMP/next/wrap.c" >"$TMP/next/wrapv.c"
+    printf 'V1 { global: gv_next_probe; };\n' >"$TMP/next/v1.map"
+    ( cd "$TMP/next" &&
+        ${CC:-cc} -shared -fPIC -Wl,--version-script=v1.map -o libreal.so real.c &&
+        ${CC:-cc} -shared -fPIC -o libwrap.so wrapv.c -ldl &&
+        ${CC:-cc} -o mainv main.c -L. -Wl,--no-as-needed -lwrap -lreal -ldl ) || return 2
+    out=$(env LD_LIBRARY_PATH="$TMP/next" LD_PRELOAD="$PRELOAD" "$TMP/next/mainv" 2>/dev/null)
+    [ "$out" = 2 ]
+}
+check "dlvsym(RTLD_NEXT) from a wrapper library still finds the next definition" rtld_next_versioned

@@ -43,6 +43,7 @@ struct tenant {
     uint64_t horizon; /* stop launching at this virtual time */
     uint64_t mark;    /* count launches made at or after this time too */
     uint64_t idle;    /* after the first launch, sleep this long (virtual) */
+    bool steps;       /* a training-like loop: 20 x 50 us kernels, sync, 2 ms on the CPU */
 };
 
 struct result {
@@ -213,7 +214,7 @@ static struct result tenant_main(const struct tenant *tn)
         }
         if (F.clock() != 0 || F.end_capture(s, &graph) || F.instantiate(&g, graph, 0))
             return r;
-    } else if (F.get_fn(&f, m, "spin_1000us")) {
+    } else if (F.get_fn(&f, m, tn->steps ? "step_50us" : "spin_1000us")) {
         return r;
     }
     uint64_t now;
@@ -235,6 +236,10 @@ static struct result tenant_main(const struct tenant *tn)
         r.kernels_after_mark += late;
         if (r.kernels == 1 && tn->idle)
             F.sleep(tn->idle);
+        if (tn->steps && r.kernels % 20 == 0) {
+            F.stream_sync(s);
+            F.sleep(2 * MS); /* data loading, host work */
+        }
     }
     F.stream_sync(s);
     r.end_ns = F.clock();
@@ -413,6 +418,25 @@ static int drop_jitter(void **state)
     (void)state;
     unsetenv("GV_FAKE_KERNEL_JITTER");
     return 0;
+}
+
+/*
+ * A training-like loop (bursts of short kernels, a synchronize, host work)
+ * uses a third of the GPU on its own: a 20% limit holds it to 20%, and a 50%
+ * limit leaves it alone (the limit is a cap, not a target).
+ */
+static void test_share_of_a_step_loop(void **state)
+{
+    (void)state;
+    struct result r;
+    struct tenant tn = {
+        .pct = 20, .prio = -1, .horizon = HORIZON, .mark = UINT64_MAX, .steps = true};
+    run_tenants(&tn, 1, &r);
+    check_share("step loop, limit 20%", 20, &r);
+    tn.pct = 50;
+    run_tenants(&tn, 1, &r);
+    printf("# step loop, limit 50%%: %.1f%% (its own demand: 33.3%%)\n", share(&r));
+    assert_true(share(&r) >= 32.0 && share(&r) <= 34.0);
 }
 
 static void test_share_every_launch_api(void **state)
@@ -782,6 +806,7 @@ int main(void)
         cmocka_unit_test_teardown(test_share_pooled_per_container, drop_pool),
         cmocka_unit_test_teardown(test_share_after_clock_restart, drop_pool),
         cmocka_unit_test_teardown(test_share_with_varying_kernels, drop_jitter),
+        cmocka_unit_test(test_share_of_a_step_loop),
         cmocka_unit_test(test_share_every_launch_api),
         cmocka_unit_test(test_capture_survives_throttling),
         cmocka_unit_test(test_unlimited_and_disabled_run_free),

@@ -151,6 +151,23 @@ class StandIn(Proc):
         ln = self.expect(match, timeout)
         return json.loads(ln) if ln else None
 
+    def restart(self, timeout=10):
+        """Kubelet restart; returns (restarted, registered) events, in whichever
+        order they come (the plugin may re-register before the stand-in reports)."""
+        self.send(json.dumps({"cmd": "restart"}))
+        got = {}
+
+        def match(ln):
+            try:
+                ev = json.loads(ln)
+            except ValueError:
+                return False
+            if ev.get("event") in ("restarted", "registered") and ev["event"] not in got:
+                got[ev["event"]] = ev
+            return len(got) == 2
+        self.expect(match, timeout)
+        return got.get("restarted"), got.get("registered")
+
     def cmd(self, name, timeout=15, **kw):
         self.send(json.dumps(dict(cmd=name, **kw)))
         return self.event(name, timeout=timeout)

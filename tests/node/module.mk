@@ -12,4 +12,24 @@ $(BUILD)/obj/tests/node/grpc_harness.o: $(NODE_PB_H)
 $(foreach h,$(NODE_TEST_HELPERS),$(eval $(call GV_EXE,$(h),testbin)))
 EXTRA_ALL += $(foreach h,$(NODE_TEST_HELPERS),$(BUILD)/testbin/$(h))
 
-TEST_SCRIPTS += tests/node/test_grpc_transport.py
+TEST_PROGS += test_node_units
+test_node_units_SRCS := tests/node/test_node_units.c
+test_node_units_LIBS := node kube contracts alloc common
+test_node_units_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
+test_node_units_CFLAGS := $(NODE_CFLAGS)
+
+TEST_SCRIPTS += tests/node/test_grpc_transport.py tests/node/test_node_agent.py
+
+# Fuzz targets: bytes from a socket peer (HTTP/2 + gRPC framing), the
+# inventory annotation and the node config file.
+FUZZ_TARGETS += fuzz_node_grpc_server fuzz_node_inventory fuzz_node_config
+fuzz_node_grpc_server_SRCS := tests/node/fuzz_node_grpc_server.c src/node/grpc_server.c \
+	src/node/grpc_frame.c src/node/loop.c src/common/gv_error.c src/common/gv_log.c
+fuzz_node_grpc_server_LDLIBS := $(shell $(PKG_CONFIG) --libs libnghttp2)
+fuzz_node_inventory_SRCS := tests/node/fuzz_node_inventory.c src/contracts/inventory.c \
+	src/common/gv_error.c
+fuzz_node_inventory_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
+fuzz_node_config_SRCS := tests/node/fuzz_node_config.c src/node/config.c src/contracts/inventory.c \
+	src/common/gv_error.c \
+	src/common/gv_file.c
+fuzz_node_config_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)

@@ -40,4 +40,10 @@ test_scheduler_with_fake_apiserver_LIBS := $(SCHED_LIBS)
 test_scheduler_with_fake_apiserver_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
 test_scheduler_with_fake_apiserver_CFLAGS := -I.
 TEST_SCRIPTS += tests/scheduler/test_webhook_https_with_fake_apiserver.sh
+
+# deploy/'s config files through the daemons' own parsers.
+TEST_PROGS += test_deploy_configs
+test_deploy_configs_SRCS := tests/scheduler/test_deploy_configs.c
+test_deploy_configs_LIBS := node $(SCHED_LIBS)
+test_deploy_configs_LDLIBS := $(SCHED_TEST_LDLIBS) $(NODE_LDLIBS)
 endif

@@ -48,7 +48,8 @@ json_t *st_node(const char *name, const char *inventory, long heartbeat_age_s)
 void st_put_node(struct gv_kube_client *c, json_t *node)
 {
     char path[512];
-    const char *name = json_string_value(json_object_get(json_object_get(node, "metadata"), "name"));
+    const char *name =
+        json_string_value(json_object_get(json_object_get(node, "metadata"), "name"));
     snprintf(path, sizeof(path), "/api/v1/nodes/%s", name);
     json_t *cur = NULL;
     if (gv_kube_get(c, path, &cur, NULL) == GV_OK) {
@@ -59,11 +60,12 @@ void st_put_node(struct gv_kube_client *c, json_t *node)
         json_t *old = json_object_get(json_object_get(cur, "metadata"), "annotations");
         const char *k;
         json_t *v;
-        json_object_foreach(old, k, v) {
+        json_object_foreach(old, k, v)
+        {
             if (json_object_get(ann, k) == NULL)
-                json_object_set_new(json_object_get(json_object_get(patch, "metadata"),
-                                                    "annotations"),
-                                    k, json_null());
+                json_object_set_new(
+                    json_object_get(json_object_get(patch, "metadata"), "annotations"), k,
+                    json_null());
         }
         gv_kube_patch(c, path, GV_KUBE_PATCH_MERGE, patch, NULL, NULL);
         json_decref(patch);
@@ -83,12 +85,12 @@ json_t *st_create_pod(struct gv_kube_client *c, const char *name, const char *co
     json_t *list = json_array();
     size_t i;
     json_t *ct;
-    json_array_foreach(spec_c, i, ct) {
-        json_array_append_new(
-            list, json_pack("{s:O,s:s,s:{s:O,s:O}}", "name", json_object_get(ct, "name"),
-                            "image", "cuda:12", "resources", "limits",
-                            json_object_get(ct, "limits"), "requests",
-                            json_object_get(ct, "limits")));
+    json_array_foreach(spec_c, i, ct)
+    {
+        json_array_append_new(list, json_pack("{s:O,s:s,s:{s:O,s:O}}", "name",
+                                              json_object_get(ct, "name"), "image", "cuda:12",
+                                              "resources", "limits", json_object_get(ct, "limits"),
+                                              "requests", json_object_get(ct, "limits")));
     }
     json_t *pod = json_pack("{s:s,s:s,s:{s:s,s:s,s:o},s:{s:s,s:o},s:{s:s}}", "apiVersion", "v1",
                             "kind", "Pod", "metadata", "name", name, "namespace", "default",

@@ -19,11 +19,12 @@ static void test_defaults_and_overrides(void **state)
     assert_string_equal(c.scheduler_name, "gpuvisor-scheduler");
     assert_false(c.filter_feasible);
     assert_string_equal(c.alloc.res.gpu, "nvidia.com/gpu");
-    const char *text = "{\"schedulerName\":\"s2\",\"nodePolicy\":\"spread\",\"gpuPolicy\":\"spread\","
-                       "\"filterReturns\":\"feasible\",\"reservationTimeoutSeconds\":5,"
-                       "\"heartbeatTimeoutSeconds\":7,\"nodeLabelSelector\":\"gpu=yes\","
-                       "\"resources\":{\"gpu\":\"example.com/vgpu\",\"gpumem\":\"example.com/vmem\"},"
-                       "\"defaults\":{\"gpumemMiB\":1024,\"gpucores\":20,\"gpuCount\":2,\"splitCount\":4}}";
+    const char *text =
+        "{\"schedulerName\":\"s2\",\"nodePolicy\":\"spread\",\"gpuPolicy\":\"spread\","
+        "\"filterReturns\":\"feasible\",\"reservationTimeoutSeconds\":5,"
+        "\"heartbeatTimeoutSeconds\":7,\"nodeLabelSelector\":\"gpu=yes\","
+        "\"resources\":{\"gpu\":\"example.com/vgpu\",\"gpumem\":\"example.com/vmem\"},"
+        "\"defaults\":{\"gpumemMiB\":1024,\"gpucores\":20,\"gpuCount\":2,\"splitCount\":4}}";
     assert_int_equal(gv_sched_config_parse(text, strlen(text), &c, &err), GV_OK);
     assert_string_equal(c.scheduler_name, "s2");
     assert_int_equal(c.alloc.node_policy, GV_ALLOC_POLICY_SPREAD);

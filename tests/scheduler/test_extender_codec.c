@@ -41,9 +41,9 @@ static void test_names_mode_roundtrip(void **state)
     assert_string_equal(json_string_value(json_array_get(nn, 0)), "n1");
     assert_string_equal(json_string_value(json_object_get(json_object_get(r, "FailedNodes"), "n2")),
                         "gpu 0/8 free");
-    assert_string_equal(json_string_value(json_object_get(
-                            json_object_get(r, "FailedAndUnresolvableNodes"), "n3")),
-                        "agent stale");
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(r, "FailedAndUnresolvableNodes"), "n3")),
+        "agent stale");
     assert_string_equal(json_string_value(json_object_get(r, "Error")), "");
     json_decref(r);
     free(out);
@@ -67,11 +67,10 @@ static void test_full_nodes_mode_returns_objects(void **state)
     json_t *items = json_object_get(json_object_get(r, "Nodes"), "items");
     assert_int_equal(json_array_size(items), 1);
     /* The whole Node object comes back, not just its name. */
-    assert_string_equal(json_string_value(json_object_get(
-                            json_object_get(json_object_get(json_array_get(items, 0), "metadata"),
-                                            "labels"),
-                            "x")),
-                        "1");
+    assert_string_equal(
+        json_string_value(json_object_get(
+            json_object_get(json_object_get(json_array_get(items, 0), "metadata"), "labels"), "x")),
+        "1");
     assert_true(json_is_null(json_object_get(r, "NodeNames")));
     assert_non_null(json_object_get(json_object_get(r, "FailedNodes"), "b"));
     json_decref(r);
@@ -111,8 +110,7 @@ static void test_malformed_args(void **state)
     expect_parse_error("{\"Pod\":{\"metadata\":{}}}", "neither");
     expect_parse_error("{\"Pod\":{\"metadata\":{}},\"NodeNames\":[\"a\",7]}", "NodeNames[1]");
     expect_parse_error("{\"Pod\":{\"metadata\":{}},\"NodeNames\":\"a\"}", "must be an array");
-    expect_parse_error("{\"Pod\":{\"metadata\":{}},\"Nodes\":{\"items\":[{}]}}",
-                       "Nodes.items[0]");
+    expect_parse_error("{\"Pod\":{\"metadata\":{}},\"Nodes\":{\"items\":[{}]}}", "Nodes.items[0]");
     expect_parse_error("{\"Pod\":{\"metadata\":{}},\"Nodes\":[]}", "NodeList");
 }
 

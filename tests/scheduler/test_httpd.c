@@ -229,7 +229,8 @@ static void test_bad_options(void **state)
     assert_int_equal(gv_httpd_start(h, &err), GV_EINVAL);
     assert_non_null(strstr(err.msg, "not-an-ip"));
     gv_httpd_free(h);
-    struct gv_httpd_options o3 = {.name = "x", .address = "127.0.0.1",
+    struct gv_httpd_options o3 = {.name = "x",
+                                  .address = "127.0.0.1",
                                   .cert_file = "/nonexistent/c.pem",
                                   .key_file = "/nonexistent/k.pem"};
     assert_int_equal(gv_httpd_new(&o3, &h, &err), GV_OK);

@@ -21,9 +21,14 @@ static void test_parse_time(void **state)
     assert_int_equal((long)t, 1795240367L);
     assert_int_equal(gv_sched_parse_time("2026-11-21T04:52:47-01:00", &t), 0);
     assert_int_equal((long)t, 1795240367L);
-    static const char *bad[] = {"", "2026-11-21", "2026-11-21T05:52:47", "2026-11-21T05:52:47Zjunk",
-                                "2026-11-21T05:52:47.Z", "2026-11-21T05:52:47+2:00",
-                                "2026-11-21T05:52:47+24:00", "yesterday"};
+    static const char *bad[] = {"",
+                                "2026-11-21",
+                                "2026-11-21T05:52:47",
+                                "2026-11-21T05:52:47Zjunk",
+                                "2026-11-21T05:52:47.Z",
+                                "2026-11-21T05:52:47+2:00",
+                                "2026-11-21T05:52:47+24:00",
+                                "yesterday"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         if (gv_sched_parse_time(bad[i], &t) == 0)
             fail_msg("'%s' accepted", bad[i]);

@@ -149,8 +149,8 @@ static void test_filter_bind_writes_assignment(void **state)
     assert_string_equal(e, "");
     free(e);
     json_t *got = get_pod(f, "p1");
-    assert_string_equal(json_string_value(json_object_get(json_object_get(got, "spec"), "nodeName")),
-                        node);
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(got, "spec"), "nodeName")), node);
     const char *a = ann(got, "gpuvisor.io/assignment");
     assert_non_null(a);
     assert_non_null(strstr(a, node));
@@ -158,10 +158,10 @@ static void test_filter_bind_writes_assignment(void **state)
     assert_non_null(strstr(a, ":20000:"));
     assert_string_equal(ann(got, "gpuvisor.io/assigned-node"), node);
     assert_non_null(ann(got, "gpuvisor.io/assigned-at"));
-    assert_string_equal(json_string_value(json_object_get(
-                            json_object_get(json_object_get(got, "metadata"), "labels"),
-                            GV_SCHED_ASSIGNED_LABEL)),
-                        "true");
+    assert_string_equal(
+        json_string_value(json_object_get(
+            json_object_get(json_object_get(got, "metadata"), "labels"), GV_SCHED_ASSIGNED_LABEL)),
+        "true");
     json_decref(got);
     assert_true(st_metric(f->metrics, "gpuvisor_scheduler_binds_total", "result=\"ok\"") == 1);
     assert_true(st_metric(f->metrics, "gpuvisor_gpu_memory_allocated_mib", node) == 20000);
@@ -172,8 +172,8 @@ static void test_nothing_fits_gives_reasons(void **state)
 {
     struct fx *f = *state;
     sched_up(f);
-    json_t *pod = st_create_pod(
-        f->kube, "huge", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpu\":\"3\"}}]", NULL);
+    json_t *pod = st_create_pod(f->kube, "huge",
+                                "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpu\":\"3\"}}]", NULL);
     long code = 0;
     json_t *r = st_filter(f->base, pod, all_nodes, 4, &code);
     assert_int_equal(code, 200);
@@ -215,10 +215,10 @@ static void *conc_main(void *arg)
     struct conc *c = arg;
     char name[32];
     snprintf(name, sizeof(name), "c%d", c->idx);
-    json_t *pod = st_create_pod(
-        c->f->kube, name,
-        "[{\"name\":\"w\",\"limits\":{\"nvidia.com/gpumem\":\"30000\",\"nvidia.com/gpucores\":\"10\"}}]",
-        NULL);
+    json_t *pod = st_create_pod(c->f->kube, name,
+                                "[{\"name\":\"w\",\"limits\":{\"nvidia.com/"
+                                "gpumem\":\"30000\",\"nvidia.com/gpucores\":\"10\"}}]",
+                                NULL);
     const char *one[] = {"gpu-a"};
     json_t *r = st_filter(c->f->base, pod, one, 1, NULL);
     const char *chosen = st_chosen(r);
@@ -258,7 +258,8 @@ static void test_concurrent_binds_never_oversubscribe(void **state)
     int per_gpu[2] = {0, 0};
     size_t i;
     json_t *p;
-    json_array_foreach(json_object_get(list, "items"), i, p) {
+    json_array_foreach(json_object_get(list, "items"), i, p)
+    {
         const char *a = ann(p, "gpuvisor.io/assignment");
         if (a == NULL)
             continue;
@@ -380,6 +381,37 @@ static void test_restart_rebuilds_from_api(void **state)
     json_decref(pod);
 }
 
+static bool late_has_usage(void *ud)
+{
+    struct fx *f = ud;
+    return st_metric(f->metrics, "gpuvisor_gpu_memory_allocated_mib", "GPU-late-0") == 7000;
+}
+
+/* A bound pod whose node object is not there yet (node re-created, watch
+ * order): its usage is counted as soon as the node appears. */
+static void test_pod_seen_before_its_node(void **state)
+{
+    struct fx *f = *state;
+    json_t *pod = st_create_pod(
+        f->kube, "early", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"7000\"}}]",
+        NULL);
+    json_t *patch = json_pack("{s:{s:{s:s,s:s,s:s},s:{s:s}}}", "metadata", "annotations",
+                              "gpuvisor.io/assignment", "v1;node=late;c=GPU-late-0:7000:0",
+                              "gpuvisor.io/assigned-node", "late", "gpuvisor.io/assigned-at",
+                              "2026-01-01T00:00:00Z", "labels", GV_SCHED_ASSIGNED_LABEL, "true");
+    assert_int_equal(gv_kube_patch(f->kube, "/api/v1/namespaces/default/pods/early",
+                                   GV_KUBE_PATCH_MERGE, patch, NULL, NULL),
+                     GV_OK);
+    json_decref(patch);
+    const char *uid = json_string_value(json_object_get(json_object_get(pod, "metadata"), "uid"));
+    assert_int_equal(gv_kube_bind_pod(f->kube, "default", "early", uid, "late", NULL), GV_OK);
+    json_decref(pod);
+    sched_up(f);
+    assert_false(late_has_usage(f));
+    put_gpu_node(f, "late", t4x1, 1, 0);
+    assert_true(st_wait(late_has_usage, f, 5000));
+}
+
 static void test_stale_and_malformed_agents(void **state)
 {
     struct fx *f = *state;
@@ -408,7 +440,10 @@ static void test_stale_and_malformed_agents(void **state)
 
 static bool bad_requests_answered(struct fx *f)
 {
-    static const char *bodies[] = {"", "{", "[]", "{\"Pod\":null,\"NodeNames\":[]}",
+    static const char *bodies[] = {"",
+                                   "{",
+                                   "[]",
+                                   "{\"Pod\":null,\"NodeNames\":[]}",
                                    "{\"Pod\":{\"metadata\":{}},\"NodeNames\":[1]}",
                                    "{\"Pod\":{\"metadata\":{}}}"};
     char url[256];
@@ -517,8 +552,8 @@ static void test_bind_without_filter_and_to_other_node(void **state)
     free(e);
     json_decref(pod);
     json_t *got = get_pod(f, "cpu");
-    assert_string_equal(json_string_value(json_object_get(json_object_get(got, "spec"), "nodeName")),
-                        "gpu-t4");
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(got, "spec"), "nodeName")), "gpu-t4");
     assert_null(ann(got, "gpuvisor.io/assignment"));
     json_decref(got);
     /* A pod that does not exist: an error kube-scheduler will show. */
@@ -528,6 +563,45 @@ static void test_bind_without_filter_and_to_other_node(void **state)
     assert_true(strlen(e) > 0);
     free(e);
     json_decref(ghost);
+}
+
+static bool t4_idle(void *ud)
+{
+    struct fx *f = ud;
+    return st_metric(f->metrics, "gpuvisor_gpu_memory_allocated_mib", "gpu-t4") == 0;
+}
+
+/* The API answers 503 for a while during a bind: the bind fails with the
+ * API's message, the slice is released at once (no stuck reservation), and
+ * once the API is back the pod schedules normally. */
+static void test_api_outage_during_bind(void **state)
+{
+    struct fx *f = *state;
+    sched_up(f);
+    const char *t4[] = {"gpu-t4"};
+    json_t *pod = st_create_pod(
+        f->kube, "outage", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"4000\"}}]",
+        NULL);
+    json_t *r = st_filter(f->base, pod, t4, 1, NULL);
+    assert_string_equal(st_chosen(r), "gpu-t4");
+    json_decref(r);
+    assert_int_equal(fake_apiserver_ctl(&f->fa, "fail?code=503&count=-1", NULL), 200);
+    char *e = st_bind(f->base, pod, "gpu-t4");
+    assert_true(strlen(e) > 0);
+    assert_non_null(strstr(e, "503"));
+    free(e);
+    assert_true(t4_idle(f));
+    assert_true(st_metric(f->metrics, "gpuvisor_scheduler_pods_pending", "bind_failed") == 1);
+    assert_int_equal(fake_apiserver_ctl(&f->fa, "heal", NULL), 200);
+    r = st_filter(f->base, pod, t4, 1, NULL);
+    assert_string_equal(st_chosen(r), "gpu-t4");
+    json_decref(r);
+    e = st_bind(f->base, pod, "gpu-t4");
+    assert_string_equal(e, "");
+    free(e);
+    assert_true(st_metric(f->metrics, "gpuvisor_gpu_memory_allocated_mib", "gpu-t4") == 4000);
+    assert_true(st_metric(f->metrics, "gpuvisor_scheduler_pods_pending", "bind_failed") == 0);
+    json_decref(pod);
 }
 
 static void test_feasible_mode_and_prioritize(void **state)
@@ -548,8 +622,10 @@ static void test_feasible_mode_and_prioritize(void **state)
     /* Every fitting node comes back; nothing is reserved. */
     assert_int_equal(json_array_size(json_object_get(r, "NodeNames")), 2);
     json_decref(r);
-    assert_true(st_metric(f->metrics, "gpuvisor_scheduler_reservations", "state=\"reserved\"") == 0);
-    json_t *args = json_pack("{s:O,s:[s,s,s]}", "Pod", pod, "NodeNames", "gpu-a", "gpu-b", "gpu-t4");
+    assert_true(st_metric(f->metrics, "gpuvisor_scheduler_reservations", "state=\"reserved\"") ==
+                0);
+    json_t *args =
+        json_pack("{s:O,s:[s,s,s]}", "Pod", pod, "NodeNames", "gpu-a", "gpu-b", "gpu-t4");
     char *body = json_dumps(args, JSON_COMPACT), *out = NULL, url[256];
     json_decref(args);
     snprintf(url, sizeof(url), "%s/prioritize", f->base);
@@ -559,7 +635,8 @@ static void test_feasible_mode_and_prioritize(void **state)
     long sa = -1, sb = -1, st = -1;
     size_t i;
     json_t *hp;
-    json_array_foreach(list, i, hp) {
+    json_array_foreach(list, i, hp)
+    {
         const char *host = json_string_value(json_object_get(hp, "Host"));
         long sc = (long)json_integer_value(json_object_get(hp, "Score"));
         assert_true(sc >= 0 && sc <= 10);
@@ -570,7 +647,7 @@ static void test_feasible_mode_and_prioritize(void **state)
         else
             st = sc;
     }
-    assert_true(sa > sb); /* binpack: the fuller node wins */
+    assert_true(sa > sb);    /* binpack: the fuller node wins */
     assert_int_equal(st, 0); /* does not fit */
     json_decref(list);
     free(out);
@@ -582,9 +659,9 @@ static void test_full_node_objects_mode(void **state)
 {
     struct fx *f = *state;
     sched_up(f);
-    json_t *pod = st_create_pod(
-        f->kube, "objs", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"1000\"}}]",
-        "{\"nvidia.com/use-gputype\":\"T4\"}");
+    json_t *pod = st_create_pod(f->kube, "objs",
+                                "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"1000\"}}]",
+                                "{\"nvidia.com/use-gputype\":\"T4\"}");
     json_t *items = json_array();
     for (int i = 0; i < 3; i++)
         json_array_append_new(items, json_pack("{s:{s:s}}", "metadata", "name", all_nodes[i]));
@@ -596,9 +673,9 @@ static void test_full_node_objects_mode(void **state)
     json_t *r = json_loads(out, 0, NULL);
     json_t *kept = json_object_get(json_object_get(r, "Nodes"), "items");
     assert_int_equal(json_array_size(kept), 1);
-    assert_string_equal(
-        json_string_value(json_object_get(json_object_get(json_array_get(kept, 0), "metadata"), "name")),
-        "gpu-t4");
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(json_array_get(kept, 0), "metadata"), "name")),
+                        "gpu-t4");
     json_decref(r);
     free(out);
     free(body);
@@ -617,12 +694,14 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reservation_expires_without_bind, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete_and_finish_release, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_rebuilds_from_api, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pod_seen_before_its_node, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_and_malformed_agents, setup, teardown),
         cmocka_unit_test_setup_teardown(test_malformed_requests_get_400, setup, teardown),
         cmocka_unit_test_setup_teardown(test_invalid_gpu_request_is_unresolvable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bind_recomputes_on_conflict, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bind_without_filter_and_to_other_node, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_api_outage_during_bind, setup, teardown),
         cmocka_unit_test_setup_teardown(test_feasible_mode_and_prioritize, setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_node_objects_mode, setup, teardown),
     };

@@ -28,8 +28,9 @@ static struct gv_webhook_env env = {&cfg, "gpuvisor-scheduler", limits, NULL};
 static char *review_of(const char *pod, const char *op)
 {
 #define REVIEW_FMT                                                                                 \
-    "{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\","                          \
-    "\"request\":{\"uid\":\"rev-1\",\"kind\":{\"group\":\"\",\"version\":\"v1\",\"kind\":\"Pod\"},"        \
+    "{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\","                        \
+    "\"request\":{\"uid\":\"rev-1\",\"kind\":{\"group\":\"\",\"version\":\"v1\",\"kind\":\"Pod\"}" \
+    ","                                                                                            \
     "\"operation\":\"%s\",\"namespace\":\"default\",\"object\":%s}}"
     size_t n = sizeof(REVIEW_FMT) + strlen(pod) + 16;
     char *s = malloc(n);
@@ -78,7 +79,8 @@ static json_t *find_op(json_t *patch, const char *path)
 {
     size_t i;
     json_t *op;
-    json_array_foreach(patch, i, op) {
+    json_array_foreach(patch, i, op)
+    {
         if (strcmp(json_string_value(json_object_get(op, "path")), path) == 0)
             return op;
     }
@@ -104,14 +106,15 @@ static const char *denial(json_t *resp)
 static void test_gpu_pod_is_routed_and_defaulted(void **state)
 {
     (void)state;
-    json_t *resp = run("{\"metadata\":{\"name\":\"p\",\"uid\":\"u\"},\"spec\":{"
-                       "\"schedulerName\":\"default-scheduler\",\"containers\":["
-                       "{\"name\":\"plain\"},"
-                       "{\"name\":\"a\",\"resources\":{\"limits\":{\"nvidia.com/gpumem\":\"3000\"}}},"
-                       "{\"name\":\"b\",\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"2\","
-                       "\"nvidia.com/gpucores\":\"30\"}}},"
-                       "{\"name\":\"c\",\"resources\":{\"requests\":{\"aliyun.com/gpu-mem\":\"4\"}}}]}}",
-                       "CREATE");
+    json_t *resp =
+        run("{\"metadata\":{\"name\":\"p\",\"uid\":\"u\"},\"spec\":{"
+            "\"schedulerName\":\"default-scheduler\",\"containers\":["
+            "{\"name\":\"plain\"},"
+            "{\"name\":\"a\",\"resources\":{\"limits\":{\"nvidia.com/gpumem\":\"3000\"}}},"
+            "{\"name\":\"b\",\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"2\","
+            "\"nvidia.com/gpucores\":\"30\"}}},"
+            "{\"name\":\"c\",\"resources\":{\"requests\":{\"aliyun.com/gpu-mem\":\"4\"}}}]}}",
+            "CREATE");
     assert_true(json_is_true(json_object_get(resp, "allowed")));
     json_t *patch = patch_of(resp);
     assert_non_null(patch);
@@ -190,7 +193,8 @@ static void test_impossible_requests_denied(void **state)
          "\"resources\":{\"limits\":{\"nvidia.com/gpumem\":\"200000\"}}}]}}",
          "nvidia.com/gpumem 200000 exceeds the largest GPU in the cluster (81559 MiB)"},
         {"{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":\"c\","
-         "\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpucores\":\"150\"}}}]}}",
+         "\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\",\"nvidia.com/"
+         "gpucores\":\"150\"}}}]}}",
          "0..100"},
         {"{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":\"root\","
          "\"securityContext\":{\"privileged\":true},"
@@ -209,9 +213,8 @@ static void test_impossible_requests_denied(void **state)
         assert_non_null(msg);
         if (strstr(msg, cases[i].needle) == NULL)
             fail_msg("case %zu: '%s' lacks '%s'", i, msg, cases[i].needle);
-        assert_int_equal(json_integer_value(json_object_get(json_object_get(resp, "status"),
-                                                            "code")),
-                         400);
+        assert_int_equal(
+            json_integer_value(json_object_get(json_object_get(resp, "status"), "code")), 400);
         assert_null(json_object_get(resp, "patch"));
         json_decref(resp);
     }
@@ -235,7 +238,10 @@ static void test_malformed_reviews(void **state)
 {
     (void)state;
     const char *bad[] = {
-        "", "{", "[]", "{\"apiVersion\":\"admission.k8s.io/v1beta1\",\"kind\":\"AdmissionReview\"}",
+        "",
+        "{",
+        "[]",
+        "{\"apiVersion\":\"admission.k8s.io/v1beta1\",\"kind\":\"AdmissionReview\"}",
         "{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\"}",
         "{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\",\"request\":{}}",
     };

@@ -50,7 +50,7 @@ node=$("$PY" -c 'import json,sys; print(json.dumps({"apiVersion":"v1","kind":"No
 curl -sf -X POST -H 'Content-Type: application/json' -d "$node" "$url/api/v1/nodes" >/dev/null
 check "node with inventory created on the API stand-in" '[ $? -eq 0 ]'
 
-"$BIN" --master "$url" --extender-listen 127.0.0.1:0 --webhook-listen 127.0.0.1:0 \
+"$BIN" --master "$url" --extender-listen 127.0.0.1:0 --extender-tls --webhook-listen 127.0.0.1:0 \
     --tls-cert-file "$tmp/cert.pem" --tls-key-file "$tmp/key.pem" --port-file "$tmp/ports" \
     --log-level warn 2>"$tmp/sched.log" &
 sched_pid=$!
@@ -65,6 +65,11 @@ for _ in $(seq 100); do
 done
 check "healthz over HTTPS with the generated CA" \
     '[ "$(curl -s --cacert "$tmp/ca-first.pem" "$W/healthz")" = ok ]'
+eport=$(sed -n 's/^extender=//p' "$tmp/ports" 2>/dev/null)
+out=$(curl -s --cacert "$tmp/ca-first.pem" -H 'Content-Type: application/json' \
+    -d '{"Pod":{"metadata":{"name":"p","uid":"u"},"spec":{"containers":[{"name":"c"}]}},"NodeNames":["gpu-1"]}' \
+    "https://127.0.0.1:$eport/gpuvisor/filter")
+check "extender over HTTPS (--extender-tls) answers filter" '[[ "$out" == *"\"NodeNames\":[\"gpu-1\"]"* ]]' "$out"
 check "readyz turns ready once caches are synced" \
     '[ "$(curl -s --cacert "$tmp/ca-first.pem" -o /dev/null -w "%{http_code}" "$W/readyz")" = 200 ]'
 

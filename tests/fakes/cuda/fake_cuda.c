@@ -73,15 +73,50 @@ CUresult cuGetErrorName(CUresult error, const char **pStr)
 
 /* --- init and devices ---------------------------------------------------- */
 
-/* CUDA_VISIBLE_DEVICES: indices or uuid prefixes; the first bad entry ends the list. */
+/*
+ * The driver's enumeration order.  NVML (and CUDA_DEVICE_ORDER=PCI_BUS_ID)
+ * enumerate by PCI bus; the driver's default, FASTEST_FIRST, may put another
+ * GPU first.  GV_FAKE_CUDA_ORDER (NVML indices, comma-separated) models that:
+ * the listed GPUs come first in that order, the others follow in NVML order.
+ */
+static int enumeration_order(int *order, int n)
+{
+    int count = 0;
+    bool used[FAKE_MAX_GPUS] = {false};
+    const char *want = getenv("GV_FAKE_CUDA_ORDER");
+    const char *dev_order = getenv("CUDA_DEVICE_ORDER");
+    if (want != NULL && (dev_order == NULL || strcmp(dev_order, "PCI_BUS_ID") != 0)) {
+        for (const char *p = want; *p != '\0';) {
+            char *end;
+            long v = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            if (v >= 0 && v < n && !used[v]) {
+                used[v] = true;
+                order[count++] = (int)v;
+            }
+            p = *end == ',' ? end + 1 : end;
+            if (*end != ',')
+                break;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (!used[i])
+            order[count++] = i;
+    return count;
+}
+
+/* CUDA_VISIBLE_DEVICES: indices (in the driver's enumeration order) or uuid
+ * prefixes; the first bad entry ends the list. */
 static void parse_visible(void)
 {
-    int n = fake_gpu_count();
+    int order[FAKE_MAX_GPUS];
+    int n = enumeration_order(order, fake_gpu_count());
     const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
     nvisible = 0;
     if (cvd == NULL) {
         for (int i = 0; i < n; i++)
-            visible[nvisible++] = i;
+            visible[nvisible++] = order[i];
         return;
     }
     char buf[512];
@@ -92,15 +127,19 @@ static void parse_visible(void)
         while (isspace((unsigned char)*tok))
             tok++;
         int found = -1;
-        if (strncmp(tok, "GPU-", 4) == 0) {
-            for (int i = 0; i < n; i++)
-                if (strncmp(fake_gpu_get(i)->uuid, tok, strlen(tok)) == 0)
+        if (strncmp(tok, "GPU-", 4) == 0 || strncmp(tok, "MIG-", 4) == 0) {
+            for (int i = 0; i < n; i++) {
+                const struct fake_gpu *g = fake_gpu_get(i);
+                /* A GPU in MIG mode is reached through its instance's uuid only. */
+                const char *name = g->mig[0] ? g->mig : g->uuid;
+                if (strncmp(name, tok, strlen(tok)) == 0)
                     found = i;
+            }
         } else if (isdigit((unsigned char)*tok)) {
             char *end;
             long v = strtol(tok, &end, 10);
             if (*end == '\0' && v >= 0 && v < n)
-                found = (int)v;
+                found = order[v];
         }
         if (found < 0)
             break;
@@ -194,11 +233,22 @@ CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
     if (uuid == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     CHECK_DEV(dev, phys);
-    memcpy(uuid->bytes, fake_gpu_get(phys)->uuid_bytes, 16);
+    const struct fake_gpu *g = fake_gpu_get(phys);
+    /* A MIG compute instance is named by its own uuid (since CUDA 11.4's _v2). */
+    memcpy(uuid->bytes, g->mig[0] ? g->mig_bytes : g->uuid_bytes, 16);
     return CUDA_SUCCESS;
 }
 
-CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) { return cuDeviceGetUuid_v2(uuid, dev); }
+/* The v1 ABI names the GPU, also for a MIG compute instance on it. */
+CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+    int phys;
+    if (uuid == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    CHECK_DEV(dev, phys);
+    memcpy(uuid->bytes, fake_gpu_get(phys)->uuid_bytes, 16);
+    return CUDA_SUCCESS;
+}
 
 CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
@@ -435,6 +485,11 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     pthread_mutex_unlock(&lock);
     return rc;
 }
+
+/* The pre-11.0 ABI (the CUDA runtime still asks for it): same behaviour here. */
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
+
+CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxReset_v2(dev); }
 
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {

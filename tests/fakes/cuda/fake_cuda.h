@@ -72,7 +72,9 @@ bool fake_cuda_ctx_valid(const struct CUctx_st *ctx);
     X(cuCtxGetDevice, 2000, 0, cuCtxGetDevice)                                                     \
     X(cuCtxSynchronize, 2000, 0, cuCtxSynchronize)                                                 \
     X(cuDevicePrimaryCtxRetain, 7000, 0, cuDevicePrimaryCtxRetain)                                 \
+    X(cuDevicePrimaryCtxRelease, 7000, 0, cuDevicePrimaryCtxRelease)                               \
     X(cuDevicePrimaryCtxRelease, 11000, 0, cuDevicePrimaryCtxRelease_v2)                           \
+    X(cuDevicePrimaryCtxReset, 7000, 0, cuDevicePrimaryCtxReset)                                   \
     X(cuDevicePrimaryCtxReset, 11000, 0, cuDevicePrimaryCtxReset_v2)                               \
     X(cuMemGetInfo, 3020, 0, cuMemGetInfo_v2)                                                      \
     X(cuMemAlloc, 3020, 0, cuMemAlloc_v2)                                                          \

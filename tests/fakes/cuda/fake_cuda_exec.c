@@ -558,6 +558,19 @@ static CUresult stream_new(CUstream *out)
     return CUDA_SUCCESS;
 }
 
+/* As on current NVIDIA GPUs: 0 is the lowest stream priority, -5 the highest
+ * (the fake runs every stream alike). */
+CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
+{
+    if (current_ctx() == NULL)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (leastPriority)
+        *leastPriority = 0;
+    if (greatestPriority)
+        *greatestPriority = -5;
+    return CUDA_SUCCESS;
+}
+
 CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
     (void)Flags;

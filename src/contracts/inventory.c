@@ -1,0 +1,207 @@
+/* Node GPU inventory codec: see inventory.h and docs/contracts.md. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "contracts/inventory.h"
+
+static const char *const mode_names[] = {
+#define GV_X_IMODE(id, name) name,
+    GV_INVENTORY_MODE_LIST(GV_X_IMODE)
+#undef GV_X_IMODE
+};
+
+const char *gv_inventory_mode_name(enum gv_inventory_mode m)
+{
+    return (unsigned)m < GV_INVENTORY_MODE_COUNT ? mode_names[m] : "unknown";
+}
+
+int gv_inventory_mode_parse(const char *name)
+{
+    for (int i = 0; i < GV_INVENTORY_MODE_COUNT; i++)
+        if (strcmp(name, mode_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+gv_status gv_inventory_encode(const struct gv_inventory *inv, char **out, struct gv_error *err)
+{
+    json_t *gpus = json_array();
+    json_t *root = json_pack("{s:i, s:s, s:s, s:o}", "version", (json_int_t)GV_INVENTORY_VERSION,
+                             "driverVersion", inv->driver_version, "cudaVersion",
+                             inv->cuda_version, "gpus", gpus);
+    if (root == NULL)
+        return gv_error_set(err, GV_ENOMEM, "inventory: cannot build JSON");
+    for (uint32_t i = 0; i < inv->n_gpus && i < GV_INVENTORY_MAX_GPUS; i++) {
+        const struct gv_inventory_gpu *g = &inv->gpus[i];
+        json_t *o = json_pack("{s:s, s:I, s:s, s:I, s:f, s:I, s:I, s:I, s:b, s:s, s:b, s:s}",
+                              "uuid", g->uuid, "index", (json_int_t)g->index, "model", g->model,
+                              "memoryMiB", (json_int_t)g->memory_mib, "memoryScaling",
+                              g->memory_scaling, "cores", (json_int_t)g->cores, "split",
+                              (json_int_t)g->split, "numa", (json_int_t)g->numa, "healthy",
+                              g->healthy, "mode", gv_inventory_mode_name(g->mode), "mig",
+                              g->mig, "pciBusId", g->pci_bus_id);
+        if (o == NULL || json_array_append_new(gpus, o) != 0) {
+            json_decref(root);
+            return gv_error_set(err, GV_EINVAL, "inventory: GPU %u has a field JSON cannot hold",
+                                i);
+        }
+    }
+    *out = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    if (*out == NULL)
+        return gv_error_set(err, GV_ENOMEM, "inventory: cannot encode JSON");
+    return GV_OK;
+}
+
+static gv_status get_str(json_t *o, const char *key, const char *where, char *dst, size_t cap,
+                         bool required, struct gv_error *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (v == NULL && !required) {
+        dst[0] = '\0';
+        return GV_OK;
+    }
+    if (!json_is_string(v))
+        return gv_error_set(err, GV_EPARSE, "inventory: %s%s must be a string", where, key);
+    if (json_string_length(v) >= cap || strlen(json_string_value(v)) != json_string_length(v))
+        return gv_error_set(err, GV_ERANGE,
+                            "inventory: %s%s is longer than %zu characters or holds NUL", where,
+                            key, cap - 1);
+    memcpy(dst, json_string_value(v), json_string_length(v) + 1);
+    return GV_OK;
+}
+
+static gv_status get_int(json_t *o, const char *key, const char *where, int64_t lo, int64_t hi,
+                         int64_t *out, struct gv_error *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v))
+        return gv_error_set(err, GV_EPARSE, "inventory: %s%s must be an integer", where, key);
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return gv_error_set(err, GV_ERANGE, "inventory: %s%s = %lld is outside [%lld, %lld]",
+                            where, key, (long long)x, (long long)lo, (long long)hi);
+    *out = x;
+    return GV_OK;
+}
+
+static gv_status get_bool(json_t *o, const char *key, const char *where, bool *out,
+                          struct gv_error *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_boolean(v))
+        return gv_error_set(err, GV_EPARSE, "inventory: %s%s must be true or false", where, key);
+    *out = json_is_true(v);
+    return GV_OK;
+}
+
+static gv_status decode_gpu(json_t *o, const char *where, struct gv_inventory_gpu *g,
+                            struct gv_error *err)
+{
+    int64_t x;
+    char mode[32];
+    if (!json_is_object(o))
+        return gv_error_set(err, GV_EPARSE, "inventory: %s must be an object", where);
+    if (get_str(o, "uuid", where, g->uuid, sizeof(g->uuid), true, err) ||
+        get_str(o, "model", where, g->model, sizeof(g->model), true, err) ||
+        get_str(o, "pciBusId", where, g->pci_bus_id, sizeof(g->pci_bus_id), false, err) ||
+        get_str(o, "mode", where, mode, sizeof(mode), true, err))
+        return err->code;
+    if (g->uuid[0] == '\0')
+        return gv_error_set(err, GV_EPARSE, "inventory: %suuid is empty", where);
+    int m = gv_inventory_mode_parse(mode);
+    if (m < 0)
+        return gv_error_set(err, GV_EPARSE, "inventory: %smode '%s' is not vgpu, exclusive or "
+                            "timeslicing", where, mode);
+    g->mode = (enum gv_inventory_mode)m;
+    if (get_int(o, "index", where, 0, 1023, &x, err))
+        return err->code;
+    g->index = (uint32_t)x;
+    if (get_int(o, "memoryMiB", where, 0, INT64_C(1) << 40, &x, err))
+        return err->code;
+    g->memory_mib = (uint64_t)x;
+    if (get_int(o, "cores", where, 0, 10000, &x, err))
+        return err->code;
+    g->cores = (uint32_t)x;
+    if (get_int(o, "split", where, 1, 1024, &x, err))
+        return err->code;
+    g->split = (uint32_t)x;
+    if (get_int(o, "numa", where, -1, 1023, &x, err))
+        return err->code;
+    g->numa = (int32_t)x;
+    if (get_bool(o, "healthy", where, &g->healthy, err) || get_bool(o, "mig", where, &g->mig, err))
+        return err->code;
+    json_t *s = json_object_get(o, "memoryScaling");
+    if (!json_is_number(s) || !(json_number_value(s) > 0 && json_number_value(s) <= 100))
+        return gv_error_set(err, GV_EPARSE, "inventory: %smemoryScaling must be a number in "
+                            "(0, 100]", where);
+    g->memory_scaling = json_number_value(s);
+    return GV_OK;
+}
+
+gv_status gv_inventory_decode(const char *text, size_t len, struct gv_inventory *out,
+                              struct gv_error *err)
+{
+    struct gv_error local;
+    if (err == NULL)
+        err = &local; /* the helpers below report through err */
+    json_error_t je;
+    gv_status st = GV_OK;
+    memset(out, 0, sizeof(*out));
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (root == NULL)
+        return gv_error_set(err, GV_EPARSE, "inventory: not JSON (column %d: %s)", je.column,
+                            je.text);
+    int64_t ver;
+    if (!json_is_object(root)) {
+        st = gv_error_set(err, GV_EPARSE, "inventory: must be a JSON object");
+        goto out;
+    }
+    if ((st = get_int(root, "version", "", 1, 1000, &ver, err)) != GV_OK)
+        goto out;
+    if (ver != GV_INVENTORY_VERSION) {
+        st = gv_error_set(err, GV_EUNSUPPORTED, "inventory: version %lld is not supported (want %d)",
+                          (long long)ver, GV_INVENTORY_VERSION);
+        goto out;
+    }
+    out->version = (uint32_t)ver;
+    if ((st = get_str(root, "driverVersion", "", out->driver_version, sizeof(out->driver_version),
+                      false, err)) != GV_OK ||
+        (st = get_str(root, "cudaVersion", "", out->cuda_version, sizeof(out->cuda_version), false,
+                      err)) != GV_OK)
+        goto out;
+    json_t *gpus = json_object_get(root, "gpus");
+    if (!json_is_array(gpus)) {
+        st = gv_error_set(err, GV_EPARSE, "inventory: gpus must be a list");
+        goto out;
+    }
+    if (json_array_size(gpus) > GV_INVENTORY_MAX_GPUS) {
+        st = gv_error_set(err, GV_ERANGE, "inventory: %zu GPUs, more than the %d supported",
+                          json_array_size(gpus), GV_INVENTORY_MAX_GPUS);
+        goto out;
+    }
+    size_t i;
+    json_t *g;
+    json_array_foreach(gpus, i, g) {
+        char where[32];
+        snprintf(where, sizeof(where), "gpus[%zu].", i);
+        if ((st = decode_gpu(g, where, &out->gpus[i], err)) != GV_OK)
+            goto out;
+        for (size_t k = 0; k < i; k++) {
+            if (strcmp(out->gpus[k].uuid, out->gpus[i].uuid) == 0) {
+                st = gv_error_set(err, GV_EPARSE, "inventory: gpus[%zu] repeats uuid %s", i,
+                                  out->gpus[i].uuid);
+                goto out;
+            }
+        }
+        out->n_gpus = (uint32_t)(i + 1);
+    }
+out:
+    json_decref(root);
+    if (st != GV_OK)
+        memset(out, 0, sizeof(*out));
+    return st;
+}

@@ -1,0 +1,74 @@
+/*
+ * Node GPU inventory: the JSON the node agent publishes in the node
+ * annotation gpuvisor.io/node-gpus and the scheduler reads back.  Schema
+ * (version 1) in docs/contracts.md, "Node GPU inventory".
+ *
+ * The decoder is strict (it reads what another process wrote into the API
+ * server): unknown versions, missing or mistyped fields, duplicate uuids and
+ * out-of-range numbers fail with a message naming the field.  Unknown extra
+ * fields are ignored so a newer agent can add fields without breaking an
+ * older scheduler.
+ */
+#ifndef GV_CONTRACTS_INVENTORY_H
+#define GV_CONTRACTS_INVENTORY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/gv_error.h"
+
+#define GV_INVENTORY_ANNOTATION "gpuvisor.io/node-gpus"
+#define GV_INVENTORY_HEARTBEAT_ANNOTATION "gpuvisor.io/node-heartbeat"
+#define GV_INVENTORY_VERSION 1
+#define GV_INVENTORY_MAX_GPUS 64
+#define GV_INVENTORY_UUID_MAX 96
+#define GV_INVENTORY_MODEL_MAX 96
+
+/* Sharing mode names as they appear in the JSON. */
+#define GV_INVENTORY_MODE_LIST(X)                                                                  \
+    X(VGPU, "vgpu")                                                                                \
+    X(EXCLUSIVE, "exclusive")                                                                      \
+    X(TIMESLICING, "timeslicing")
+
+enum gv_inventory_mode {
+#define GV_X_IMODE(id, name) GV_INVENTORY_MODE_##id,
+    GV_INVENTORY_MODE_LIST(GV_X_IMODE)
+#undef GV_X_IMODE
+    GV_INVENTORY_MODE_COUNT
+};
+
+const char *gv_inventory_mode_name(enum gv_inventory_mode m);
+/* -1 when unknown. */
+int gv_inventory_mode_parse(const char *name);
+
+struct gv_inventory_gpu {
+    char uuid[GV_INVENTORY_UUID_MAX];
+    uint32_t index;
+    char model[GV_INVENTORY_MODEL_MAX];
+    uint64_t memory_mib;       /* physical */
+    double memory_scaling;     /* schedulable memory = memory_mib * memory_scaling */
+    uint32_t cores;            /* schedulable compute, percent (100 x core scaling) */
+    uint32_t split;            /* max tasks (devices advertised) */
+    int32_t numa;              /* -1: unknown */
+    bool healthy;
+    enum gv_inventory_mode mode;
+    bool mig;                  /* MIG mode enabled */
+    char pci_bus_id[32];
+};
+
+struct gv_inventory {
+    uint32_t version;
+    char driver_version[80];
+    char cuda_version[16]; /* "12.4"; "" unknown */
+    uint32_t n_gpus;
+    struct gv_inventory_gpu gpus[GV_INVENTORY_MAX_GPUS];
+};
+
+/* Encodes to compact JSON with keys in a fixed order (stable text: compare to detect change). */
+gv_status gv_inventory_encode(const struct gv_inventory *inv, char **out, struct gv_error *err);
+/* Strict decoder of the above (len bytes, need not be NUL-terminated). */
+gv_status gv_inventory_decode(const char *text, size_t len, struct gv_inventory *out,
+                              struct gv_error *err);
+
+#endif

@@ -1,0 +1,1083 @@
+/* Allocate from the scheduler's assignment: see gv_allocator.h. */
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "alloc/gv_alloc.h"
+#include "common/gv_file.h"
+#include "contracts/podspec.h"
+#include "common/gv_log.h"
+#include "deviceplugin.pb-c.h"
+#include "node/gv_allocator.h"
+#include "node/gv_grpc.h"
+#include "node/gv_loop.h"
+
+#define ANN_ASSIGNMENT GV_ALLOC_ASSIGNMENT_ANNOTATION
+#define ANN_ASSIGNED_AT "gpuvisor.io/assigned-at"
+#define ANN_ALLOCATION "gpuvisor.io/allocation"
+#define ANN_MESSAGE "gpuvisor.io/allocation-message"
+#define ANN_CONTAINERS "gpuvisor.io/allocated-containers"
+#define ANN_PRELOAD "gpuvisor.io/preload"
+
+/* What this agent knows about a pod beyond the (possibly lagging) cache. */
+struct pod_state {
+    char uid[GV_ALLOC_UID_MAX];
+    char ns[GV_ALLOC_NODE_MAX];
+    char name[GV_ALLOC_NODE_MAX];
+    char done[GV_ALLOC_MAX_CONTAINERS][GV_ALLOC_CNAME_MAX];
+    size_t n_done;
+    char inflight[GV_ALLOC_CNAME_MAX];
+    bool all_done;
+    uint64_t version, written; /* progress changes / the last one the API took */
+    bool writing;               /* the writer thread is sending it (GC must wait) */
+    unsigned attempts;          /* failed writes in a row */
+    int64_t next_try;           /* monotonic ms of the next attempt */
+    char state[16];
+    char message[256];
+    int64_t gone_since; /* monotonic ms the cache stopped showing it; 0 while present */
+    struct pod_state *next;
+};
+
+struct gv_allocator {
+    struct gv_allocator_config cfg;
+    char *node, *state_dir, *host_state_dir, *install_dir;
+    struct gv_kube_client *kube;
+    struct gv_kube_client *writer;
+    struct gv_informer *pods_inf;
+    pthread_mutex_t mu; /* guards everything below; never held across I/O */
+    pthread_cond_t changed;
+    uint64_t generation; /* bumped by every cache event */
+    struct pod_state *pods;
+    struct gv_allocator_gpu *gpus;
+    size_t n_gpus;
+    bool cdi;
+    char cdi_kind[128];
+    char core_policy[16];
+    char resource_name[128];
+    /* the writer thread: progress annotations, retried through API outages */
+    pthread_t writer_thread;
+    bool writer_running, quit;
+};
+
+/* ---- small helpers ------------------------------------------------------ */
+
+/* o[k1][k2] when it is a string, else NULL (pod fields are at most two levels deep here). */
+static const char *jstr2(json_t *o, const char *k1, const char *k2)
+{
+    json_t *v = json_object_get(json_object_get(o, k1), k2);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+/* uids and container names become path components: allow only what Kubernetes allows. */
+static bool safe_component(const char *s)
+{
+    if (s == NULL || *s == '\0' || strlen(s) > 127 || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+        return false;
+    for (const char *p = s; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '.' ||
+              (*p >= 'A' && *p <= 'Z') || *p == '_'))
+            return false;
+    return true;
+}
+
+static bool in_list(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; p && *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0)
+            return true;
+        p = e ? e + 1 : NULL;
+    }
+    return false;
+}
+
+static struct pod_state *find_pod(struct gv_allocator *a, const char *uid)
+{
+    for (struct pod_state *p = a->pods; p; p = p->next)
+        if (strcmp(p->uid, uid) == 0)
+            return p;
+    return NULL;
+}
+
+static struct pod_state *get_pod(struct gv_allocator *a, const char *uid, const char *ns,
+                                 const char *name)
+{
+    struct pod_state *p = find_pod(a, uid);
+    if (p && p->ns[0] == '\0' && ns[0]) { /* recovered from disk: now we know its name */
+        snprintf(p->ns, sizeof(p->ns), "%s", ns);
+        snprintf(p->name, sizeof(p->name), "%s", name);
+    }
+    if (p)
+        return p;
+    p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return NULL;
+    snprintf(p->uid, sizeof(p->uid), "%s", uid);
+    snprintf(p->ns, sizeof(p->ns), "%s", ns);
+    snprintf(p->name, sizeof(p->name), "%s", name);
+    p->next = a->pods;
+    a->pods = p;
+    return p;
+}
+
+static bool pod_has(const struct pod_state *p, const char *ctr)
+{
+    for (size_t i = 0; i < p->n_done; i++)
+        if (strcmp(p->done[i], ctr) == 0)
+            return true;
+    return strcmp(p->inflight, ctr) == 0;
+}
+
+static const struct gv_allocator_gpu *find_gpu(const struct gv_allocator *a, const char *uuid)
+{
+    for (size_t i = 0; i < a->n_gpus; i++)
+        if (strcmp(a->gpus[i].gpu.uuid, uuid) == 0)
+            return &a->gpus[i];
+    return NULL;
+}
+
+/* ---- response building --------------------------------------------------- */
+
+struct resp_builder {
+    V1beta1__ContainerAllocateResponse *r;
+    char *limits; /* KEY=VALUE lines for limits.env */
+    size_t limits_len;
+    bool oom;
+};
+
+static void add_env(struct resp_builder *b, const char *key, const char *value, bool limit)
+{
+    V1beta1__ContainerAllocateResponse *r = b->r;
+    void *p = realloc(r->envs, (r->n_envs + 1) * sizeof(*r->envs));
+    V1beta1__ContainerAllocateResponse__EnvsEntry *e = malloc(sizeof(*e));
+    if (p)
+        r->envs = p;
+    if (!p || !e) {
+        free(e);
+        b->oom = true;
+        return;
+    }
+    v1beta1__container_allocate_response__envs_entry__init(e);
+    e->key = strdup(key);
+    e->value = strdup(value);
+    r->envs[r->n_envs++] = e;
+    if (!e->key || !e->value)
+        b->oom = true;
+    if (limit) {
+        size_t add = strlen(key) + strlen(value) + 2;
+        char *l = realloc(b->limits, b->limits_len + add + 1);
+        if (l == NULL) {
+            b->oom = true;
+            return;
+        }
+        b->limits = l;
+        b->limits_len += (size_t)sprintf(l + b->limits_len, "%s=%s\n", key, value);
+    }
+}
+
+static void add_mount(struct resp_builder *b, const char *host, const char *ctr, bool ro)
+{
+    V1beta1__ContainerAllocateResponse *r = b->r;
+    void *p = realloc(r->mounts, (r->n_mounts + 1) * sizeof(*r->mounts));
+    V1beta1__Mount *m = malloc(sizeof(*m));
+    if (p)
+        r->mounts = p;
+    if (!p || !m) {
+        free(m);
+        b->oom = true;
+        return;
+    }
+    v1beta1__mount__init(m);
+    m->host_path = strdup(host);
+    m->container_path = strdup(ctr);
+    m->read_only = ro;
+    r->mounts[r->n_mounts++] = m;
+    if (!m->host_path || !m->container_path)
+        b->oom = true;
+}
+
+static void add_cdi(struct resp_builder *b, const char *kind, const char *uuid)
+{
+    V1beta1__ContainerAllocateResponse *r = b->r;
+    void *p = realloc(r->cdi_devices, (r->n_cdi_devices + 1) * sizeof(*r->cdi_devices));
+    V1beta1__CDIDevice *d = malloc(sizeof(*d));
+    if (p)
+        r->cdi_devices = p;
+    if (!p || !d) {
+        free(d);
+        b->oom = true;
+        return;
+    }
+    v1beta1__cdidevice__init(d);
+    char name[256];
+    snprintf(name, sizeof(name), "%s=%s", kind, uuid);
+    d->name = strdup(name);
+    r->cdi_devices[r->n_cdi_devices++] = d;
+    if (!d->name)
+        b->oom = true;
+}
+
+/* Visible devices: CDI names when configured, else NVIDIA_VISIBLE_DEVICES. */
+static void add_visible(struct gv_allocator *a, struct resp_builder *b, char uuids[][GV_ALLOC_UUID_MAX],
+                        size_t n)
+{
+    if (a->cdi) {
+        for (size_t i = 0; i < n; i++)
+            add_cdi(b, a->cdi_kind, uuids[i]);
+        return;
+    }
+    char list[GV_ALLOC_MAX_DEVICES * GV_ALLOC_UUID_MAX + 16] = "";
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            strcat(list, ",");
+        strcat(list, uuids[i]);
+    }
+    add_env(b, "NVIDIA_VISIBLE_DEVICES", list, false);
+}
+
+/*
+ * Creates <state>/containers/<uid>/<ctr>/ writable by any container user
+ * (the interposer creates its shared region there) and the limits file.
+ */
+static gv_status prepare_dir(struct gv_allocator *a, const char *uid, const char *ctr,
+                             bool with_limits, const char *limits, size_t len,
+                             struct gv_error *err)
+{
+    char path[4096];
+    const char *parts[] = {"containers", uid, ctr};
+    snprintf(path, sizeof(path), "%s", a->state_dir);
+    for (size_t i = 0; i < 3; i++) {
+        size_t l = strlen(path);
+        snprintf(path + l, sizeof(path) - l, "/%s", parts[i]);
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return gv_error_set(err, GV_EIO, "cannot create %s: %s", path, strerror(errno));
+    }
+    /* The interposer in the container creates its shared region here as any user. */
+    if (chmod(path, 01777) != 0)
+        return gv_error_set(err, GV_EIO, "cannot chmod %s: %s", path, strerror(errno));
+    if (!with_limits)
+        return GV_OK;
+    size_t l = strlen(path);
+    snprintf(path + l, sizeof(path) - l, "/limits.env");
+    return gv_file_write_atomic(path, limits ? limits : "", len, 0644, err);
+}
+
+/* ---- annotations ---------------------------------------------------------- */
+
+/*
+ * Progress annotations are written by one writer thread, off Allocate's
+ * path: the kubelet waits for Allocate, nobody waits for the annotation.
+ * What a restarted agent must know (which containers were served) is on
+ * disk first: the per-container directory is created before the reply.
+ */
+static void record(struct gv_allocator *a, struct pod_state *p, const char *state,
+                   const char *message)
+{
+    pthread_mutex_lock(&a->mu);
+    snprintf(p->state, sizeof(p->state), "%s", state);
+    snprintf(p->message, sizeof(p->message), "%s", message ? message : "");
+    p->version++;
+    p->next_try = 0;
+    pthread_cond_broadcast(&a->changed);
+    pthread_mutex_unlock(&a->mu);
+}
+
+/* Caller holds a->mu; returns with it held.  Writes p's progress as of now. */
+static void write_progress(struct gv_allocator *a, struct pod_state *p)
+{
+    char list[GV_ALLOC_MAX_CONTAINERS * GV_ALLOC_CNAME_MAX] = "";
+    char state[16], message[256], path[600];
+    for (size_t i = 0; i < p->n_done; i++) {
+        if (i)
+            strcat(list, ",");
+        strcat(list, p->done[i]);
+    }
+    snprintf(state, sizeof(state), "%s", p->state);
+    snprintf(message, sizeof(message), "%s", p->message);
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", p->ns, p->name);
+    uint64_t version = p->version;
+    p->writing = true;
+    pthread_mutex_unlock(&a->mu);
+    const char *keys[] = {ANN_ALLOCATION, ANN_CONTAINERS, ANN_MESSAGE};
+    const char *vals[] = {state, list, message[0] ? message : NULL};
+    struct gv_error err;
+    gv_status st = gv_kube_patch_annotations(a->writer, path, NULL, keys, vals, 3, NULL, &err);
+    pthread_mutex_lock(&a->mu);
+    p->writing = false;
+    if (st == GV_OK || st == GV_ENOTFOUND) { /* a deleted pod needs no progress */
+        if (p->attempts)
+            gv_info("pod %s/%s: allocation %s recorded after %u retries", p->ns, p->name, state,
+                    p->attempts);
+        p->written = version;
+        p->attempts = 0;
+    } else {
+        int64_t delay = 250LL << (p->attempts < 7 ? p->attempts : 7); /* up to 32 s */
+        p->attempts++;
+        p->next_try = gv_loop_now_ms() + delay;
+        gv_warn("pod %s/%s: cannot record allocation %s (retry in %lld ms): %s", p->ns, p->name,
+                state, (long long)delay, err.msg);
+    }
+}
+
+static bool needs_write(const struct pod_state *p)
+{
+    return p->version != p->written && p->gone_since == 0 && p->ns[0];
+}
+
+static void *writer_main(void *arg)
+{
+    struct gv_allocator *a = arg;
+    pthread_mutex_lock(&a->mu);
+    while (!a->quit) {
+        struct pod_state *todo = NULL;
+        int64_t now = gv_loop_now_ms(), wake = INT64_MAX;
+        for (struct pod_state *p = a->pods; p; p = p->next) {
+            if (!needs_write(p))
+                continue;
+            if (p->next_try <= now) {
+                todo = p;
+                break;
+            }
+            if (p->next_try < wake)
+                wake = p->next_try;
+        }
+        if (todo) {
+            write_progress(a, todo);
+            continue;
+        }
+        if (wake == INT64_MAX) {
+            pthread_cond_wait(&a->changed, &a->mu);
+        } else {
+            struct timespec ts;
+            gv_loop_abstime(&ts, wake - now);
+            pthread_cond_timedwait(&a->changed, &a->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+/* ---- choosing the pod ----------------------------------------------------- */
+
+struct candidate {
+    json_t *pod;
+    struct pod_state *state;
+    struct gv_alloc_assignment asg;
+    size_t next; /* container index in asg */
+    const char *order;
+};
+
+struct choice {
+    struct candidate best;
+    bool found;
+    size_t n_mismatch;      /* pods whose next container wants another device count */
+    char mismatch[256];
+    size_t n_bad;
+    json_t *bad[8];         /* malformed pods (new references) */
+    char bad_msg[8][GV_ERROR_MSG_MAX];
+};
+
+static const char *order_key(json_t *pod)
+{
+    const char *k = gv_podspec_annotation(pod, ANN_ASSIGNED_AT);
+    return k ? k : jstr2(pod, "metadata", "creationTimestamp");
+}
+
+static bool earlier(json_t *x, const char *kx, json_t *y, const char *ky)
+{
+    int c = strcmp(kx ? kx : "", ky ? ky : "");
+    if (c != 0)
+        return c < 0;
+    c = strcmp(jstr2(x, "metadata", "namespace") ? jstr2(x, "metadata", "namespace") : "",
+               jstr2(y, "metadata", "namespace") ? jstr2(y, "metadata", "namespace") : "");
+    if (c != 0)
+        return c < 0;
+    return strcmp(jstr2(x, "metadata", "name"), jstr2(y, "metadata", "name")) < 0;
+}
+
+/* Caller holds a->mu.  Scans the cache snapshot for the pod being admitted. */
+struct light {
+    json_t *pod;
+    const char *order;
+};
+
+static int light_cmp(const void *x, const void *y)
+{
+    const struct light *a = x, *b = y;
+    if (a->pod == b->pod)
+        return 0;
+    return earlier(a->pod, a->order, b->pod, b->order) ? -1 : 1;
+}
+
+/*
+ * Caller holds a->mu.  Scans the cache snapshot for the pod being admitted:
+ * cheap filters first, then assignments decoded oldest first until one
+ * fits, so a call costs one decode in the common case however many pods
+ * the node has.
+ */
+static void choose(struct gv_allocator *a, json_t *pods, size_t n_ids, struct choice *ch)
+{
+    size_t i, n = 0;
+    json_t *pod;
+    struct light *cand = malloc((json_array_size(pods) + 1) * sizeof(*cand));
+    if (cand == NULL)
+        return;
+    json_array_foreach(pods, i, pod) {
+        const char *uid = jstr2(pod, "metadata", "uid"), *phase = jstr2(pod, "status", "phase");
+        const char *node = jstr2(pod, "spec", "nodeName");
+        const char *progress = gv_podspec_annotation(pod, ANN_ALLOCATION);
+        if (!uid || !jstr2(pod, "metadata", "namespace") || !jstr2(pod, "metadata", "name") || !node ||
+            strcmp(node, a->node) != 0 || !gv_podspec_annotation(pod, ANN_ASSIGNMENT))
+            continue;
+        if (json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp"))
+            continue;
+        if (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0))
+            continue;
+        if (progress && (strcmp(progress, "success") == 0 || strcmp(progress, "failed") == 0))
+            continue;
+        struct pod_state *ps = find_pod(a, uid);
+        if (ps && (ps->all_done || strcmp(ps->state, "failed") == 0))
+            continue;
+        cand[n].pod = pod;
+        cand[n++].order = order_key(pod);
+    }
+    qsort(cand, n, sizeof(*cand), light_cmp);
+    for (size_t j = 0; j < n && !ch->found; j++) {
+        pod = cand[j].pod;
+        const char *uid = jstr2(pod, "metadata", "uid"), *ns = jstr2(pod, "metadata", "namespace");
+        const char *name = jstr2(pod, "metadata", "name");
+        const char *text = gv_podspec_annotation(pod, ANN_ASSIGNMENT);
+        struct pod_state *ps = find_pod(a, uid);
+        struct candidate *c = &ch->best;
+        memset(c, 0, sizeof(*c));
+        c->pod = pod;
+        c->state = ps;
+        c->order = cand[j].order;
+        struct gv_error err;
+        gv_status st = gv_alloc_assignment_decode(text, strlen(text), &c->asg, &err);
+        if (st == GV_OK && strcmp(c->asg.node, a->node) != 0)
+            st = gv_error_set(&err, GV_EINVAL, "assignment is for node '%s', not '%s'",
+                              c->asg.node, a->node);
+        for (size_t k = 0; st == GV_OK && k < c->asg.n_containers; k++) {
+            if (!safe_component(c->asg.containers[k].name))
+                st = gv_error_set(&err, GV_EINVAL, "container name '%s' is not valid",
+                                  c->asg.containers[k].name);
+            for (size_t d = 0; st == GV_OK && d < c->asg.containers[k].n_devices; d++)
+                if (!find_gpu(a, c->asg.containers[k].devices[d].uuid))
+                    st = gv_error_set(&err, GV_ENOTFOUND,
+                                      "assigned GPU %s is not advertised on node %s "
+                                      "(absent, excluded or MIG-enabled)",
+                                      c->asg.containers[k].devices[d].uuid, a->node);
+        }
+        if (st == GV_OK && !safe_component(uid))
+            st = gv_error_set(&err, GV_EINVAL, "pod uid '%s' is not valid", uid);
+        if (st != GV_OK) {
+            if (ch->n_bad < 8) {
+                ch->bad[ch->n_bad] = json_incref(pod);
+                snprintf(ch->bad_msg[ch->n_bad], sizeof(ch->bad_msg[0]), "%s", err.msg);
+                ch->n_bad++;
+            }
+            continue;
+        }
+        const char *listed = gv_podspec_annotation(pod, ANN_CONTAINERS);
+        c->next = c->asg.n_containers;
+        for (size_t k = 0; k < c->asg.n_containers; k++) {
+            const char *cn = c->asg.containers[k].name;
+            if (!in_list(listed, cn) && !(ps && pod_has(ps, cn))) {
+                c->next = k;
+                break;
+            }
+        }
+        if (c->next == c->asg.n_containers)
+            continue;
+        if (c->asg.containers[c->next].n_devices != n_ids) {
+            if (ch->n_mismatch++ == 0)
+                snprintf(ch->mismatch, sizeof(ch->mismatch),
+                         "pod %s/%s container %s is assigned %u GPU(s)", ns, name,
+                         c->asg.containers[c->next].name, c->asg.containers[c->next].n_devices);
+            continue;
+        }
+        ch->found = true;
+    }
+    free(cand);
+}
+
+static void choice_release(struct choice *ch)
+{
+    for (size_t i = 0; i < ch->n_bad; i++)
+        json_decref(ch->bad[i]);
+    ch->n_bad = 0;
+}
+
+/* ---- Allocate ----------------------------------------------------------------- */
+
+/* IDs are "<gpu uuid>::<slice>" (or the bare uuid in exclusive mode). */
+static bool id_to_uuid(const char *id, char *uuid, size_t cap)
+{
+    const char *sep = strstr(id, "::");
+    size_t n = sep ? (size_t)(sep - id) : strlen(id);
+    if (n == 0 || n >= cap)
+        return false;
+    memcpy(uuid, id, n);
+    uuid[n] = '\0';
+    return true;
+}
+
+static int fail(char *msg, size_t cap, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(char *msg, size_t cap, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = snprintf(msg, cap, "gpuvisor: ");
+    vsnprintf(msg + n, cap - (size_t)n, fmt, ap);
+    va_end(ap);
+    gv_warn("Allocate refused: %s", msg);
+    return code;
+}
+
+/* Answer from the kubelet's device IDs: only for GPUs that need no limits. */
+static int answer_from_ids(struct gv_allocator *a, char uuids[][GV_ALLOC_UUID_MAX], size_t n,
+                           V1beta1__ContainerAllocateResponse *resp, char *msg, size_t cap)
+{
+    char uniq[GV_ALLOC_MAX_DEVICES][GV_ALLOC_UUID_MAX];
+    size_t u = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool seen = false;
+        for (size_t k = 0; k < u; k++)
+            seen |= strcmp(uniq[k], uuids[i]) == 0;
+        if (!seen && u < GV_ALLOC_MAX_DEVICES)
+            snprintf(uniq[u++], GV_ALLOC_UUID_MAX, "%s", uuids[i]);
+    }
+    struct resp_builder b = {.r = resp};
+    add_visible(a, &b, uniq, u);
+    free(b.limits);
+    if (b.oom)
+        return fail(msg, cap, GV_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+    return GV_GRPC_OK;
+}
+
+/* nvidia.com/priority of a container (HAMi: 0 high, 1 low), -1 when unset. */
+static int container_priority(struct gv_allocator *a, json_t *pod, const char *ctr)
+{
+    struct gv_alloc_config cfg;
+    gv_alloc_config_default(&cfg);
+    char res[128];
+    pthread_mutex_lock(&a->mu);
+    snprintf(res, sizeof(res), "%s", a->resource_name);
+    pthread_mutex_unlock(&a->mu);
+    cfg.res.gpu = res;
+    struct gv_alloc_request *req = NULL;
+    struct gv_error err;
+    int prio = -1;
+    if (gv_podspec_request(&cfg, pod, &req, &err) != GV_OK) {
+        gv_warn("pod %s: cannot read container resources (%s): no CUDA_TASK_PRIORITY",
+                jstr2(pod, "metadata", "name"), err.msg);
+        return -1;
+    }
+    for (uint32_t i = 0; i < req->n_containers; i++)
+        if (strcmp(req->containers[i].name, ctr) == 0)
+            prio = req->containers[i].priority;
+    gv_alloc_request_free(req);
+    return prio;
+}
+
+/* Builds the response for container c of the chosen pod. */
+static int build(struct gv_allocator *a, json_t *pod, const struct gv_alloc_container_assign *c,
+                 V1beta1__ContainerAllocateResponse *resp, char *msg, size_t cap)
+{
+    const char *uid = jstr2(pod, "metadata", "uid");
+    char uuids[GV_ALLOC_MAX_DEVICES][GV_ALLOC_UUID_MAX];
+    bool limited = false, oversub = false;
+    struct resp_builder b = {.r = resp};
+    for (uint32_t i = 0; i < c->n_devices; i++) {
+        snprintf(uuids[i], GV_ALLOC_UUID_MAX, "%s", c->devices[i].uuid);
+        pthread_mutex_lock(&a->mu);
+        const struct gv_allocator_gpu *g = find_gpu(a, c->devices[i].uuid);
+        bool vgpu = g && g->settings.mode == GV_NODE_MODE_VGPU;
+        bool healthy = g && g->gpu.healthy;
+        oversub |= g && vgpu && g->settings.mem_scaling > 1.0;
+        pthread_mutex_unlock(&a->mu);
+        if (!healthy)
+            return fail(msg, cap, GV_GRPC_FAILED_PRECONDITION,
+                        "GPU %s assigned to container %s is not healthy on this node",
+                        c->devices[i].uuid, c->name);
+        limited |= vgpu;
+    }
+    add_visible(a, &b, uuids, c->n_devices);
+    char key[64], val[64];
+    bool same_sm = true;
+    for (uint32_t i = 0; limited && i < c->n_devices; i++) {
+        if (c->devices[i].mem_mib) {
+            snprintf(key, sizeof(key), "CUDA_DEVICE_MEMORY_LIMIT_%u", i);
+            snprintf(val, sizeof(val), "%llum", (unsigned long long)c->devices[i].mem_mib);
+            add_env(&b, key, val, true);
+        }
+        if (c->devices[i].milli) {
+            snprintf(key, sizeof(key), "CUDA_DEVICE_SM_LIMIT_%u", i);
+            snprintf(val, sizeof(val), "%u", (c->devices[i].milli + 9) / 10);
+            add_env(&b, key, val, true);
+        }
+        same_sm &= c->devices[i].milli == c->devices[0].milli;
+    }
+    if (limited) {
+        if (same_sm && c->devices[0].milli) {
+            snprintf(val, sizeof(val), "%u", (c->devices[0].milli + 9) / 10);
+            add_env(&b, "CUDA_DEVICE_SM_LIMIT", val, true);
+        }
+        add_env(&b, "CUDA_DEVICE_MEMORY_SHARED_CACHE", GV_NODE_CONTAINER_PATH "/shared.cache", true);
+        if (oversub)
+            add_env(&b, "CUDA_OVERSUBSCRIBE", "true", true);
+        int prio = container_priority(a, pod, c->name);
+        if (prio >= 0) {
+            snprintf(val, sizeof(val), "%d", prio);
+            add_env(&b, "CUDA_TASK_PRIORITY", val, true);
+        }
+        pthread_mutex_lock(&a->mu);
+        char policy[16];
+        snprintf(policy, sizeof(policy), "%s", a->core_policy);
+        pthread_mutex_unlock(&a->mu);
+        if (policy[0])
+            add_env(&b, "GPU_CORE_UTILIZATION_POLICY", policy, true);
+        char host[4096], host_file[4200], lib[4096], preload[4096];
+        snprintf(host, sizeof(host), "%s/containers/%s/%s", a->host_state_dir, uid, c->name);
+        snprintf(host_file, sizeof(host_file), "%s/limits.env", host);
+        snprintf(lib, sizeof(lib), "%s/lib/libgpuvisor.so", a->install_dir);
+        snprintf(preload, sizeof(preload), "%s/ld.so.preload", a->install_dir);
+        add_mount(&b, lib, GV_NODE_LIB_PATH, true);
+        const char *opt = gv_podspec_annotation(pod, ANN_PRELOAD);
+        if (!(opt && strcmp(opt, "false") == 0))
+            add_mount(&b, preload, GV_NODE_PRELOAD_PATH, true);
+        add_mount(&b, host, GV_NODE_CONTAINER_PATH, false);
+        add_mount(&b, host_file, GV_NODE_LIMITS_PATH, true);
+    }
+    if (b.oom) {
+        free(b.limits);
+        return fail(msg, cap, GV_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    struct gv_error err;
+    /* Always: the directory records on disk that this container was served. */
+    gv_status st = prepare_dir(a, uid, c->name, limited, b.limits, b.limits_len, &err);
+    free(b.limits);
+    if (st != GV_OK)
+        return fail(msg, cap, GV_GRPC_INTERNAL, "container %s: %s", c->name, err.msg);
+    return GV_GRPC_OK;
+}
+
+static void mark_bad(struct gv_allocator *a, struct choice *ch)
+{
+    for (size_t i = 0; i < ch->n_bad; i++) {
+        const char *uid = jstr2(ch->bad[i], "metadata", "uid");
+        pthread_mutex_lock(&a->mu);
+        struct pod_state *p = get_pod(a, uid, jstr2(ch->bad[i], "metadata", "namespace"),
+                                      jstr2(ch->bad[i], "metadata", "name"));
+        pthread_mutex_unlock(&a->mu);
+        if (p)
+            record(a, p, "failed", ch->bad_msg[i]);
+    }
+}
+
+int gv_allocator_allocate(void *ud, const char *const *ids, size_t n_ids,
+                          V1beta1__ContainerAllocateResponse *resp, char *msg, size_t cap)
+{
+    struct gv_allocator *a = ud;
+    int64_t t_start = gv_loop_now_us();
+    char uuids[GV_ALLOC_MAX_DEVICES][GV_ALLOC_UUID_MAX];
+    if (n_ids == 0 || n_ids > GV_ALLOC_MAX_DEVICES)
+        return fail(msg, cap, GV_GRPC_INVALID_ARGUMENT, "Allocate asks for %zu devices (1..%d)",
+                    n_ids, GV_ALLOC_MAX_DEVICES);
+    bool all_plain = true;
+    pthread_mutex_lock(&a->mu);
+    for (size_t i = 0; i < n_ids; i++) {
+        const struct gv_allocator_gpu *g =
+            id_to_uuid(ids[i], uuids[i], sizeof(uuids[i])) ? find_gpu(a, uuids[i]) : NULL;
+        if (g == NULL) {
+            pthread_mutex_unlock(&a->mu);
+            return fail(msg, cap, GV_GRPC_INVALID_ARGUMENT, "unknown device ID '%s'", ids[i]);
+        }
+        all_plain &= g->settings.mode != GV_NODE_MODE_VGPU;
+    }
+    pthread_mutex_unlock(&a->mu);
+    if (a->kube == NULL) {
+        if (all_plain)
+            return answer_from_ids(a, uuids, n_ids, resp, msg, cap);
+        return fail(msg, cap, GV_GRPC_FAILED_PRECONDITION,
+                    "no API server connection: cannot read the pod's assignment");
+    }
+
+    /* Find the pod; wait a little for the cache when the kubelet is ahead of it. */
+    int64_t deadline = gv_loop_now_ms() + (all_plain ? 0 : a->cfg.wait_ms);
+    if (!all_plain)
+        gv_informer_wait_synced(a->pods_inf, a->cfg.wait_ms);
+    struct choice ch;
+    struct pod_state *ps = NULL;
+    for (;;) {
+        memset(&ch, 0, sizeof(ch));
+        json_t *pods = gv_informer_list(a->pods_inf);
+        pthread_mutex_lock(&a->mu);
+        uint64_t gen = a->generation;
+        if (pods)
+            choose(a, pods, n_ids, &ch);
+        if (ch.found) {
+            const char *uid = jstr2(ch.best.pod, "metadata", "uid");
+            ps = get_pod(a, uid, jstr2(ch.best.pod, "metadata", "namespace"),
+                         jstr2(ch.best.pod, "metadata", "name"));
+            if (ps)
+                snprintf(ps->inflight, sizeof(ps->inflight), "%s",
+                         ch.best.asg.containers[ch.best.next].name);
+            json_incref(ch.best.pod);
+        }
+        int64_t left = deadline - gv_loop_now_ms();
+        if (!ch.found && left > 0 && ch.n_bad == 0) {
+            /* sleep until the cache changes or the deadline */
+            struct timespec ts;
+            gv_loop_abstime(&ts, left);
+            while (a->generation == gen && !a->quit)
+                if (pthread_cond_timedwait(&a->changed, &a->mu, &ts) != 0)
+                    break;
+            pthread_mutex_unlock(&a->mu);
+            json_decref(pods);
+            choice_release(&ch);
+            continue;
+        }
+        pthread_mutex_unlock(&a->mu);
+        json_decref(pods);
+        break;
+    }
+    if (!ch.found) {
+        if (all_plain && ch.n_bad == 0)
+            return answer_from_ids(a, uuids, n_ids, resp, msg, cap);
+        int code;
+        if (ch.n_bad) {
+            char names[512] = "";
+            for (size_t i = 0; i < ch.n_bad; i++) {
+                size_t l = strlen(names);
+                snprintf(names + l, sizeof(names) - l, "%spod %s/%s: %s", i ? "; " : "",
+                         jstr2(ch.bad[i], "metadata", "namespace"), jstr2(ch.bad[i], "metadata", "name"),
+                         ch.bad_msg[i]);
+            }
+            code = fail(msg, cap, GV_GRPC_INVALID_ARGUMENT,
+                        "the GPU assignment of the pod being admitted is unusable: %s", names);
+            mark_bad(a, &ch);
+        } else if (ch.n_mismatch) {
+            code = fail(msg, cap, GV_GRPC_FAILED_PRECONDITION,
+                        "no pending pod on node %s has a container assigned %zu GPU(s) (%s)",
+                        a->node, n_ids, ch.mismatch);
+        } else {
+            code = fail(msg, cap, GV_GRPC_FAILED_PRECONDITION,
+                        "no pending pod on node %s has an unallocated gpuvisor.io/assignment "
+                        "for %zu GPU(s): was the pod scheduled by gpuvisor-scheduler?",
+                        a->node, n_ids);
+        }
+        choice_release(&ch);
+        return code;
+    }
+    choice_release(&ch);
+    if (ps == NULL) {
+        json_decref(ch.best.pod);
+        return fail(msg, cap, GV_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    const struct gv_alloc_container_assign *c = &ch.best.asg.containers[ch.best.next];
+    int64_t t_chosen = gv_loop_now_us();
+    int code = build(a, ch.best.pod, c, resp, msg, cap);
+    int64_t t_built = gv_loop_now_us();
+
+    /* Progress: this container done; the pod is a success once all are. */
+    const char *listed = gv_podspec_annotation(ch.best.pod, ANN_CONTAINERS);
+    pthread_mutex_lock(&a->mu);
+    ps->inflight[0] = '\0';
+    if (code == GV_GRPC_OK && ps->n_done < GV_ALLOC_MAX_CONTAINERS) {
+        /* carry over what an earlier run of the agent recorded */
+        for (size_t k = 0; k < ch.best.asg.n_containers; k++) {
+            const char *cn = ch.best.asg.containers[k].name;
+            if (in_list(listed, cn) && !pod_has(ps, cn) && ps->n_done < GV_ALLOC_MAX_CONTAINERS)
+                snprintf(ps->done[ps->n_done++], GV_ALLOC_CNAME_MAX, "%s", cn);
+        }
+        snprintf(ps->done[ps->n_done++], GV_ALLOC_CNAME_MAX, "%s", c->name);
+        ps->all_done = ps->n_done >= ch.best.asg.n_containers;
+    }
+    bool all = ps->all_done;
+    pthread_mutex_unlock(&a->mu);
+    if (code == GV_GRPC_OK) {
+        record(a, ps, all ? "success" : "allocating", NULL);
+        gv_info("Allocate: pod %s/%s container %s -> %u GPU(s) (find %lld us, build %lld us, "
+                "record %lld us)",
+                ps->ns, ps->name, c->name, c->n_devices, (long long)(t_chosen - t_start),
+                (long long)(t_built - t_chosen), (long long)(gv_loop_now_us() - t_built));
+    } else {
+        record(a, ps, "failed", msg);
+    }
+    json_decref(ch.best.pod);
+    return code;
+}
+
+/* ---- cache events, GC, lifecycle ----------------------------------------- */
+
+static void bump(struct gv_allocator *a)
+{
+    pthread_mutex_lock(&a->mu);
+    a->generation++;
+    pthread_cond_broadcast(&a->changed);
+    pthread_mutex_unlock(&a->mu);
+}
+
+static void on_add(void *ud, json_t *obj)
+{
+    struct gv_allocator *a = ud;
+    const char *uid = jstr2(obj, "metadata", "uid");
+    pthread_mutex_lock(&a->mu);
+    struct pod_state *p = uid ? find_pod(a, uid) : NULL;
+    if (p)
+        p->gone_since = 0;
+    pthread_mutex_unlock(&a->mu);
+    bump(a);
+}
+
+static void on_update(void *ud, json_t *old_obj, json_t *new_obj)
+{
+    (void)old_obj;
+    on_add(ud, new_obj);
+}
+
+static void on_delete(void *ud, json_t *obj)
+{
+    struct gv_allocator *a = ud;
+    const char *uid = jstr2(obj, "metadata", "uid");
+    pthread_mutex_lock(&a->mu);
+    struct pod_state *p = uid ? find_pod(a, uid) : NULL;
+    if (p && p->gone_since == 0)
+        p->gone_since = gv_loop_now_ms();
+    pthread_mutex_unlock(&a->mu);
+    bump(a);
+}
+
+static int rm_tree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return unlink(path);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        char sub[4096];
+        snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name);
+        struct stat st;
+        if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
+            rm_tree(sub);
+        else
+            unlink(sub);
+    }
+    closedir(d);
+    return rmdir(path);
+}
+
+size_t gv_allocator_gc(struct gv_allocator *a)
+{
+    if (a->pods_inf == NULL || !gv_informer_has_synced(a->pods_inf))
+        return 0; /* an empty cache would look like "every pod is gone" */
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/containers", a->state_dir);
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return 0;
+    json_t *pods = gv_informer_list(a->pods_inf);
+    size_t removed = 0;
+    int64_t now = gv_loop_now_ms();
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        bool live = false;
+        size_t i;
+        json_t *pod;
+        json_array_foreach(pods, i, pod) {
+            const char *uid = jstr2(pod, "metadata", "uid");
+            live |= uid && strcmp(uid, e->d_name) == 0;
+        }
+        pthread_mutex_lock(&a->mu);
+        struct pod_state *p = find_pod(a, e->d_name);
+        if (!live && p && p->gone_since == 0)
+            p->gone_since = now; /* gone from the cache: its grace period starts */
+        if (!live && p && (now - p->gone_since < a->cfg.gc_grace_ms || p->writing))
+            live = true;
+        if (!live && p) {
+            /* forget it: unlink from the list */
+            for (struct pod_state **pp = &a->pods; *pp; pp = &(*pp)->next) {
+                if (*pp == p) {
+                    *pp = p->next;
+                    break;
+                }
+            }
+        }
+        pthread_mutex_unlock(&a->mu);
+        if (live)
+            continue;
+        free(p); /* unlinked and not being written: nobody else can reach it */
+        char path[4400];
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        if (rm_tree(path) == 0) {
+            removed++;
+            gv_info("removed the container directories of vanished pod %s", e->d_name);
+        } else {
+            gv_warn("cannot remove %s: %s", path, strerror(errno));
+        }
+    }
+    closedir(d);
+    json_decref(pods);
+    return removed;
+}
+
+gv_status gv_allocator_set_gpus(struct gv_allocator *a, const struct gv_node_config *cfg,
+                                const struct gv_allocator_gpu *gpus, size_t n,
+                                struct gv_error *err)
+{
+    struct gv_allocator_gpu *copy = calloc(n + 1, sizeof(*copy));
+    if (copy == NULL)
+        return gv_error_set(err, GV_ENOMEM, "allocator: out of memory");
+    if (n)
+        memcpy(copy, gpus, n * sizeof(*copy));
+    pthread_mutex_lock(&a->mu);
+    free(a->gpus);
+    a->gpus = copy;
+    a->n_gpus = n;
+    a->cdi = cfg->cdi;
+    snprintf(a->cdi_kind, sizeof(a->cdi_kind), "%s", cfg->cdi_kind);
+    snprintf(a->core_policy, sizeof(a->core_policy), "%s", cfg->core_policy);
+    snprintf(a->resource_name, sizeof(a->resource_name), "%s", cfg->resource_name);
+    a->generation++;
+    pthread_cond_broadcast(&a->changed);
+    pthread_mutex_unlock(&a->mu);
+    return GV_OK;
+}
+
+bool gv_allocator_synced(struct gv_allocator *a)
+{
+    return a->pods_inf && gv_informer_has_synced(a->pods_inf);
+}
+
+size_t gv_allocator_pending_writes(struct gv_allocator *a)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&a->mu);
+    for (struct pod_state *p = a->pods; p; p = p->next)
+        n += p->version != p->written && p->gone_since == 0;
+    pthread_mutex_unlock(&a->mu);
+    return n;
+}
+
+/*
+ * A restarted agent learns which containers it already served from their
+ * directories (written before each reply), in case the progress annotation
+ * had not reached the API server yet.
+ */
+static void recover(struct gv_allocator *a, const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' || !safe_component(e->d_name))
+            continue;
+        char sub[4400];
+        snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name);
+        DIR *cd = opendir(sub);
+        if (cd == NULL)
+            continue;
+        struct pod_state *p = get_pod(a, e->d_name, "", "");
+        struct dirent *ce;
+        while (p && (ce = readdir(cd)) != NULL)
+            if (ce->d_name[0] != '.' && !pod_has(p, ce->d_name) && p->n_done < GV_ALLOC_MAX_CONTAINERS &&
+                strlen(ce->d_name) < GV_ALLOC_CNAME_MAX)
+                snprintf(p->done[p->n_done++], GV_ALLOC_CNAME_MAX, "%s", ce->d_name);
+        closedir(cd);
+    }
+    closedir(d);
+}
+
+gv_status gv_allocator_new(const struct gv_allocator_config *cfg, struct gv_kube_client *kube,
+                           struct gv_kube_client *writer, struct gv_allocator **out,
+                           struct gv_error *err)
+{
+    struct gv_allocator *a = calloc(1, sizeof(*a));
+    if (a == NULL)
+        return gv_error_set(err, GV_ENOMEM, "allocator: out of memory");
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->changed, NULL);
+    a->cfg = *cfg;
+    a->cfg.wait_ms = cfg->wait_ms > 0 ? cfg->wait_ms : 5000;
+    a->cfg.gc_grace_ms = cfg->gc_grace_ms > 0 ? cfg->gc_grace_ms : 60000;
+    a->node = strdup(cfg->node);
+    a->state_dir = strdup(cfg->state_dir);
+    a->host_state_dir = strdup(cfg->host_state_dir ? cfg->host_state_dir : cfg->state_dir);
+    a->install_dir = strdup(cfg->install_dir);
+    a->kube = kube;
+    a->writer = writer ? writer : kube;
+    if (!a->node || !a->state_dir || !a->host_state_dir || !a->install_dir) {
+        gv_error_set(err, GV_ENOMEM, "allocator: out of memory");
+        goto fail;
+    }
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/containers", a->state_dir);
+    if ((mkdir(a->state_dir, 0755) != 0 && errno != EEXIST) ||
+        (mkdir(dir, 0755) != 0 && errno != EEXIST)) {
+        gv_error_set(err, GV_EIO, "allocator: cannot create %s: %s", dir, strerror(errno));
+        goto fail;
+    }
+    recover(a, dir);
+    if (kube) {
+        char selector[600];
+        snprintf(selector, sizeof(selector), "spec.nodeName=%s", a->node);
+        struct gv_informer_opts io = {.field_selector = selector};
+        struct gv_informer_callbacks cb = {on_add, on_update, on_delete, a};
+        if (gv_informer_new(kube, "/api/v1/pods", &io, &cb, &a->pods_inf, err) != GV_OK ||
+            gv_informer_start(a->pods_inf, err) != GV_OK)
+            goto fail;
+        if (pthread_create(&a->writer_thread, NULL, writer_main, a) != 0) {
+            gv_error_set(err, GV_EINTERNAL, "allocator: cannot start the retry thread");
+            goto fail;
+        }
+        a->writer_running = true;
+    }
+    *out = a;
+    return GV_OK;
+fail:
+    gv_allocator_free(a);
+    return err ? err->code : GV_EINTERNAL;
+}
+
+void gv_allocator_free(struct gv_allocator *a)
+{
+    if (a == NULL)
+        return;
+    pthread_mutex_lock(&a->mu);
+    a->quit = true;
+    pthread_cond_broadcast(&a->changed);
+    pthread_mutex_unlock(&a->mu);
+    if (a->writer_running)
+        pthread_join(a->writer_thread, NULL);
+    gv_informer_free(a->pods_inf);
+    while (a->pods) {
+        struct pod_state *p = a->pods;
+        a->pods = p->next;
+        free(p);
+    }
+    free(a->gpus);
+    free(a->node);
+    free(a->state_dir);
+    free(a->host_state_dir);
+    free(a->install_dir);
+    pthread_cond_destroy(&a->changed);
+    pthread_mutex_destroy(&a->mu);
+    free(a);
+}

@@ -1,0 +1,415 @@
+/* Node configuration file: see gv_config.h. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/gv_file.h"
+#include "node/gv_config.h"
+
+static int mode_parse(const char *s)
+{
+    char lower[32];
+    size_t i = 0;
+    for (; s[i] && i + 1 < sizeof(lower); i++)
+        lower[i] = (char)(s[i] >= 'A' && s[i] <= 'Z' ? s[i] - 'A' + 'a' : s[i]);
+    lower[i] = '\0';
+    int m = gv_inventory_mode_parse(lower);
+    if (m >= 0)
+        return m;
+    /* the spellings NVIDIA's plugin and HAMi use */
+    if (strcasecmp(s, "time-slicing") == 0)
+        return GV_NODE_MODE_TIMESLICING;
+    if (strcasecmp(s, "hami-core") == 0)
+        return GV_NODE_MODE_VGPU;
+    return -1;
+}
+
+gv_status gv_node_config_default(struct gv_node_config **out, struct gv_error *err)
+{
+    struct gv_node_config *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return gv_error_set(err, GV_ENOMEM, "node config: out of memory");
+    snprintf(c->resource_name, sizeof(c->resource_name), "nvidia.com/gpu");
+    snprintf(c->cdi_kind, sizeof(c->cdi_kind), "nvidia.com/gpu");
+    c->defaults.mode = GV_NODE_MODE_VGPU;
+    c->defaults.split = 10;
+    c->defaults.mem_scaling = 1.0;
+    c->defaults.core_scaling = 1.0;
+    *out = c;
+    return GV_OK;
+}
+
+void gv_node_config_free(struct gv_node_config *cfg)
+{
+    if (cfg == NULL)
+        return;
+    free(cfg->exclude_uuids);
+    free(cfg->exclude_indexes);
+    free(cfg->rules);
+    free(cfg);
+}
+
+/* ---- parsing ------------------------------------------------------------- */
+
+struct settings_mask {
+    bool mode, split, mem, core;
+};
+
+static gv_status want_string(json_t *v, const char *where, size_t max, struct gv_error *err)
+{
+    if (!json_is_string(v))
+        return gv_error_set(err, GV_EINVAL, "node config: %s must be a string", where);
+    if (json_string_length(v) >= max)
+        return gv_error_set(err, GV_ERANGE, "node config: %s is longer than %zu characters",
+                            where, max - 1);
+    return GV_OK;
+}
+
+static gv_status want_number(json_t *v, const char *where, double lo, double hi, double *out,
+                             struct gv_error *err)
+{
+    if (!json_is_number(v))
+        return gv_error_set(err, GV_EINVAL, "node config: %s must be a number", where);
+    double d = json_number_value(v);
+    if (!(d >= lo && d <= hi))
+        return gv_error_set(err, GV_ERANGE, "node config: %s = %g is outside [%g, %g]", where, d,
+                            lo, hi);
+    *out = d;
+    return GV_OK;
+}
+
+/* Sets one sharing key; returns GV_ENOTFOUND when key is not a sharing key. */
+static gv_status settings_key(const char *key, json_t *v, const char *path,
+                              struct gv_node_gpu_settings *s, struct settings_mask *m,
+                              struct gv_error *err)
+{
+    char where[256];
+    snprintf(where, sizeof(where), "%s%s", path, key);
+    double d;
+    if (strcasecmp(key, "mode") == 0 || strcasecmp(key, "sharingMode") == 0) {
+        if (want_string(v, where, 32, err) != GV_OK)
+            return err->code;
+        int md = mode_parse(json_string_value(v));
+        if (md < 0)
+            return gv_error_set(err, GV_EINVAL,
+                                "node config: %s = '%s' is not vgpu, exclusive or timeslicing",
+                                where, json_string_value(v));
+        s->mode = (gv_node_mode)md;
+        m->mode = true;
+    } else if (strcasecmp(key, "deviceSplitCount") == 0 || strcasecmp(key, "replicas") == 0) {
+        if (!json_is_integer(v))
+            return gv_error_set(err, GV_EINVAL, "node config: %s must be an integer", where);
+        if (want_number(v, where, 1, GV_NODE_MAX_SPLIT, &d, err) != GV_OK)
+            return err->code;
+        s->split = (unsigned)d;
+        m->split = true;
+    } else if (strcasecmp(key, "deviceMemoryScaling") == 0) {
+        if (want_number(v, where, 0.01, 100, &d, err) != GV_OK)
+            return err->code;
+        s->mem_scaling = d;
+        m->mem = true;
+    } else if (strcasecmp(key, "deviceCoreScaling") == 0) {
+        if (want_number(v, where, 0.01, 100, &d, err) != GV_OK)
+            return err->code;
+        s->core_scaling = d;
+        m->core = true;
+    } else {
+        return GV_ENOTFOUND;
+    }
+    return GV_OK;
+}
+
+static gv_status parse_filter(struct gv_node_config *c, json_t *v, const char *path,
+                              struct gv_error *err)
+{
+    if (!json_is_object(v))
+        return gv_error_set(err, GV_EINVAL, "node config: %sfilterDevices must be an object",
+                            path);
+    const char *k;
+    json_t *arr;
+    json_object_foreach(v, k, arr) {
+        bool uuid = strcasecmp(k, "uuid") == 0;
+        if (!uuid && strcasecmp(k, "index") != 0)
+            return gv_error_set(err, GV_EINVAL,
+                                "node config: %sfilterDevices.%s is not a known key (uuid, index)",
+                                path, k);
+        if (!json_is_array(arr))
+            return gv_error_set(err, GV_EINVAL, "node config: %sfilterDevices.%s must be a list",
+                                path, k);
+        size_t i, n = json_array_size(arr);
+        json_t *e;
+        if (uuid) {
+            void *p = realloc(c->exclude_uuids, (c->n_exclude_uuids + n + 1) * sizeof(*c->exclude_uuids));
+            if (p == NULL)
+                return gv_error_set(err, GV_ENOMEM, "node config: out of memory");
+            c->exclude_uuids = p;
+        } else {
+            void *p = realloc(c->exclude_indexes, (c->n_exclude_indexes + n + 1) * sizeof(int));
+            if (p == NULL)
+                return gv_error_set(err, GV_ENOMEM, "node config: out of memory");
+            c->exclude_indexes = p;
+        }
+        json_array_foreach(arr, i, e) {
+            char where[256];
+            snprintf(where, sizeof(where), "%sfilterDevices.%s[%zu]", path, k, i);
+            if (uuid) {
+                if (want_string(e, where, 96, err) != GV_OK)
+                    return err->code;
+                snprintf(c->exclude_uuids[c->n_exclude_uuids++], 96, "%s", json_string_value(e));
+            } else {
+                double d;
+                if (!json_is_integer(e) || want_number(e, where, 0, 1023, &d, err) != GV_OK)
+                    return gv_error_set(err, GV_EINVAL,
+                                        "node config: %s must be a GPU index 0..1023", where);
+                c->exclude_indexes[c->n_exclude_indexes++] = (int)d;
+            }
+        }
+    }
+    return GV_OK;
+}
+
+static gv_status parse_rules(struct gv_node_config *c, json_t *v, const char *path,
+                             struct gv_error *err)
+{
+    if (!json_is_array(v))
+        return gv_error_set(err, GV_EINVAL, "node config: %sgpus must be a list", path);
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+        char where[256];
+        snprintf(where, sizeof(where), "%sgpus[%zu].", path, i);
+        if (!json_is_object(e))
+            return gv_error_set(err, GV_EINVAL, "node config: %sgpus[%zu] must be an object", path,
+                                i);
+        void *p = realloc(c->rules, (c->n_rules + 1) * sizeof(*c->rules));
+        if (p == NULL)
+            return gv_error_set(err, GV_ENOMEM, "node config: out of memory");
+        c->rules = p;
+        struct gv_node_gpu_rule *r = &c->rules[c->n_rules++];
+        memset(r, 0, sizeof(*r));
+        r->index = -1;
+        r->s = c->defaults;
+        struct settings_mask m = {0};
+        const char *k;
+        json_t *val;
+        json_object_foreach(e, k, val) {
+            char w[300];
+            snprintf(w, sizeof(w), "%s%s", where, k);
+            if (strcasecmp(k, "uuid") == 0) {
+                if (want_string(val, w, sizeof(r->uuid), err) != GV_OK)
+                    return err->code;
+                snprintf(r->uuid, sizeof(r->uuid), "%s", json_string_value(val));
+            } else if (strcasecmp(k, "index") == 0) {
+                double d;
+                if (!json_is_integer(val) || want_number(val, w, 0, 1023, &d, err) != GV_OK)
+                    return gv_error_set(err, GV_EINVAL,
+                                        "node config: %s must be a GPU index 0..1023", w);
+                r->index = (int)d;
+            } else {
+                gv_status st = settings_key(k, val, where, &r->s, &m, err);
+                if (st == GV_ENOTFOUND)
+                    return gv_error_set(err, GV_EINVAL, "node config: %s is not a known key", w);
+                if (st != GV_OK)
+                    return st;
+            }
+        }
+        if ((r->uuid[0] != '\0') == (r->index >= 0))
+            return gv_error_set(err, GV_EINVAL,
+                                "node config: %sgpus[%zu] needs exactly one of uuid or index",
+                                path, i);
+        r->has_mode = m.mode;
+        r->has_split = m.split;
+        r->has_mem = m.mem;
+        r->has_core = m.core;
+    }
+    return GV_OK;
+}
+
+/* HAMi keys we accept and ignore: they configure things gpuvisor decides elsewhere. */
+static bool ignored_key(const char *k)
+{
+    static const char *const keys[] = {"operatingmode", "migstrategy", "name", "version"};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        if (strcasecmp(k, keys[i]) == 0)
+            return true;
+    return false;
+}
+
+/* Applies one level (top or a nodeConfig entry) of keys. */
+static gv_status parse_level(struct gv_node_config *c, json_t *obj, const char *path,
+                             const char *node, bool top, struct gv_error *err)
+{
+    const char *k;
+    json_t *v;
+    struct settings_mask m = {0};
+    json_object_foreach(obj, k, v) {
+        char where[256];
+        snprintf(where, sizeof(where), "%s%s", path, k);
+        gv_status st = settings_key(k, v, path, &c->defaults, &m, err);
+        if (st == GV_OK)
+            continue;
+        if (st != GV_ENOTFOUND)
+            return st;
+        if (strcasecmp(k, "resourceName") == 0) {
+            if (want_string(v, where, sizeof(c->resource_name), err) != GV_OK)
+                return err->code;
+            if (strchr(json_string_value(v), '/') == NULL)
+                return gv_error_set(err, GV_EINVAL,
+                                    "node config: %s = '%s' is not a domain/name resource", where,
+                                    json_string_value(v));
+            snprintf(c->resource_name, sizeof(c->resource_name), "%s", json_string_value(v));
+        } else if (strcasecmp(k, "cdi") == 0) {
+            if (!json_is_boolean(v))
+                return gv_error_set(err, GV_EINVAL, "node config: %s must be true or false",
+                                    where);
+            c->cdi = json_is_true(v);
+        } else if (strcasecmp(k, "cdiKind") == 0) {
+            if (want_string(v, where, sizeof(c->cdi_kind), err) != GV_OK)
+                return err->code;
+            snprintf(c->cdi_kind, sizeof(c->cdi_kind), "%s", json_string_value(v));
+        } else if (strcasecmp(k, "coreUtilizationPolicy") == 0) {
+            if (want_string(v, where, sizeof(c->core_policy), err) != GV_OK)
+                return err->code;
+            const char *p = json_string_value(v);
+            if (strcmp(p, "default") != 0 && strcmp(p, "force") != 0 &&
+                strcmp(p, "disable") != 0)
+                return gv_error_set(err, GV_EINVAL,
+                                    "node config: %s = '%s' is not default, force or disable",
+                                    where, p);
+            snprintf(c->core_policy, sizeof(c->core_policy), "%s", p);
+        } else if (strcasecmp(k, "filterDevices") == 0) {
+            if (parse_filter(c, v, path, err) != GV_OK)
+                return err->code;
+        } else if (strcasecmp(k, "gpus") == 0) {
+            /* after the node-level defaults, so rules inherit them */
+        } else if (top && strcasecmp(k, "nodeConfig") == 0) {
+            if (!json_is_array(v))
+                return gv_error_set(err, GV_EINVAL, "node config: nodeConfig must be a list");
+            size_t i;
+            json_t *e;
+            json_array_foreach(v, i, e) {
+                json_t *name = json_is_object(e) ? json_object_get(e, "name") : NULL;
+                if (!json_is_string(name))
+                    return gv_error_set(err, GV_EINVAL,
+                                        "node config: nodeConfig[%zu] needs a string name", i);
+            }
+        } else if (!ignored_key(k)) {
+            return gv_error_set(err, GV_EINVAL, "node config: %s is not a known key", where);
+        }
+    }
+    (void)node;
+    return GV_OK;
+}
+
+static json_t *get_ci(json_t *obj, const char *key)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(obj, k, v) {
+        if (strcasecmp(k, key) == 0)
+            return v;
+    }
+    return NULL;
+}
+
+gv_status gv_node_config_parse(const char *text, size_t len, const char *node,
+                               struct gv_node_config **out, struct gv_error *err)
+{
+    struct gv_error local;
+    if (err == NULL)
+        err = &local; /* the helpers below report through err */
+    struct gv_node_config *c = NULL;
+    json_error_t je;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (root == NULL)
+        return gv_error_set(err, GV_EPARSE, "node config: line %d column %d: %s", je.line,
+                            je.column, je.text);
+    if (!json_is_object(root)) {
+        gv_error_set(err, GV_EPARSE, "node config: the document must be a JSON object");
+        goto fail;
+    }
+    json_t *ver = get_ci(root, "version");
+    if (ver != NULL && !(json_is_integer(ver) && json_integer_value(ver) == 1)) {
+        gv_error_set(err, GV_EUNSUPPORTED, "node config: version must be 1");
+        goto fail;
+    }
+    if (gv_node_config_default(&c, err) != GV_OK)
+        goto fail;
+    if (parse_level(c, root, "", node, true, err) != GV_OK)
+        goto fail;
+    json_t *mine = NULL, *list = get_ci(root, "nodeConfig");
+    size_t i;
+    json_t *e;
+    json_array_foreach(list, i, e) {
+        if (node && strcmp(json_string_value(json_object_get(e, "name")), node) == 0)
+            mine = e;
+    }
+    char path[300] = "";
+    if (mine) {
+        snprintf(path, sizeof(path), "nodeConfig[%s].", node);
+        if (parse_level(c, mine, path, node, false, err) != GV_OK)
+            goto fail;
+    }
+    /* GPU rules: the node's own list replaces the top-level one */
+    json_t *rules = mine && get_ci(mine, "gpus") ? get_ci(mine, "gpus") : get_ci(root, "gpus");
+    if (rules && parse_rules(c, rules, mine && get_ci(mine, "gpus") ? path : "", err) != GV_OK)
+        goto fail;
+    json_decref(root);
+    *out = c;
+    return GV_OK;
+fail:
+    json_decref(root);
+    gv_node_config_free(c);
+    return err->code;
+}
+
+gv_status gv_node_config_load(const char *path, const char *node, struct gv_node_config **out,
+                              struct gv_error *err)
+{
+    char *text;
+    size_t len;
+    FILE *f = fopen(path, "r");
+    if (f == NULL && errno == ENOENT)
+        return gv_node_config_default(out, err);
+    if (f)
+        fclose(f);
+    if (gv_file_read_all(path, &text, &len, err) != GV_OK)
+        return err ? err->code : GV_EIO;
+    gv_status st = gv_node_config_parse(text, len, node, out, err);
+    if (st != GV_OK)
+        gv_error_prefix(err, "%s", path);
+    free(text);
+    return st;
+}
+
+bool gv_node_config_gpu(const struct gv_node_config *cfg, const char *uuid, unsigned index,
+                        struct gv_node_gpu_settings *out)
+{
+    for (size_t i = 0; i < cfg->n_exclude_uuids; i++)
+        if (strcasecmp(cfg->exclude_uuids[i], uuid) == 0)
+            return false;
+    for (size_t i = 0; i < cfg->n_exclude_indexes; i++)
+        if (cfg->exclude_indexes[i] == (int)index)
+            return false;
+    *out = cfg->defaults;
+    for (size_t i = 0; i < cfg->n_rules; i++) {
+        const struct gv_node_gpu_rule *r = &cfg->rules[i];
+        bool match = r->uuid[0] ? strcasecmp(r->uuid, uuid) == 0 : r->index == (int)index;
+        if (!match)
+            continue;
+        if (r->has_mode)
+            out->mode = r->s.mode;
+        if (r->has_split)
+            out->split = r->s.split;
+        if (r->has_mem)
+            out->mem_scaling = r->s.mem_scaling;
+        if (r->has_core)
+            out->core_scaling = r->s.core_scaling;
+    }
+    if (out->mode == GV_NODE_MODE_EXCLUSIVE)
+        out->split = 1;
+    return true;
+}

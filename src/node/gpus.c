@@ -1,0 +1,378 @@
+/* NVML discovery and health: see gv_gpus.h. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/gv_log.h"
+#include "common/gv_nvml.h"
+#include "node/gv_gpus.h"
+#include "node/gv_loop.h"
+
+/* The NVML functions we resolve: one list makes the table and the dlsym loop. */
+#define NODE_NVML_FUNCS(X)                                                                         \
+    X(nvmlInit_v2)                                                                                 \
+    X(nvmlShutdown)                                                                                \
+    X(nvmlErrorString)                                                                             \
+    X(nvmlSystemGetDriverVersion)                                                                  \
+    X(nvmlSystemGetCudaDriverVersion_v2)                                                           \
+    X(nvmlDeviceGetCount_v2)                                                                       \
+    X(nvmlDeviceGetHandleByIndex_v2)                                                               \
+    X(nvmlDeviceGetUUID)                                                                           \
+    X(nvmlDeviceGetName)                                                                           \
+    X(nvmlDeviceGetIndex)                                                                          \
+    X(nvmlDeviceGetMemoryInfo)                                                                     \
+    X(nvmlDeviceGetPciInfo_v3)                                                                     \
+    X(nvmlDeviceGetMigMode)                                                                        \
+    X(nvmlDeviceGetTemperature)                                                                    \
+    X(nvmlEventSetCreate)                                                                          \
+    X(nvmlDeviceRegisterEvents)                                                                    \
+    X(nvmlEventSetWait_v2)                                                                         \
+    X(nvmlEventSetFree)
+
+struct nvml_fns {
+#define GV_X_FN(name) __typeof__(&name) name;
+    NODE_NVML_FUNCS(GV_X_FN)
+#undef GV_X_FN
+};
+
+struct gpu_state {
+    struct gv_gpu info;
+    nvmlDevice_t handle;
+    int64_t last_xid_ms; /* 0: none */
+    bool unreachable;
+};
+
+struct gv_gpus {
+    void *dl;
+    struct nvml_fns f;
+    bool inited;
+    char driver[80];
+    char cuda[16];
+    int64_t probe_ms, recover_ms;
+    unsigned *ignored;
+    size_t n_ignored;
+    pthread_mutex_t lock; /* guards gpus[].info health fields */
+    struct gpu_state *gpus;
+    size_t n;
+    pthread_t thread;
+    bool running, quit;
+    void (*changed)(void *);
+    void *changed_ud;
+};
+
+static const char *nv_err(struct gv_gpus *g, nvmlReturn_t r)
+{
+    const char *s = g->f.nvmlErrorString ? g->f.nvmlErrorString(r) : NULL;
+    return s ? s : "unknown NVML error";
+}
+
+int gv_gpus_numa_node(const char *sys_root, const char *pci_bus_id)
+{
+    /* NVML: "00000000:3B:00.0" (8-digit domain); sysfs: "0000:3b:00.0". */
+    const char *colon = strchr(pci_bus_id, ':');
+    if (colon == NULL || colon - pci_bus_id < 4)
+        return -1;
+    char id[32];
+    snprintf(id, sizeof(id), "%.4s%s", colon - 4, colon);
+    for (char *p = id; *p; p++)
+        if (*p >= 'A' && *p <= 'F')
+            *p = (char)(*p - 'A' + 'a');
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/sys/bus/pci/devices/%s/numa_node",
+             strcmp(sys_root, "/") == 0 ? "" : sys_root, id);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    int n = -1;
+    if (fscanf(f, "%d", &n) != 1 || n < 0)
+        n = -1;
+    fclose(f);
+    return n;
+}
+
+static gv_status discover(struct gv_gpus *g, const char *sys_root, struct gv_error *err)
+{
+    unsigned count = 0;
+    nvmlReturn_t r = g->f.nvmlDeviceGetCount_v2(&count);
+    if (r != NVML_SUCCESS)
+        return gv_error_set(err, GV_EIO, "NVML: device count: %s", nv_err(g, r));
+    g->gpus = calloc(count + 1, sizeof(*g->gpus));
+    if (g->gpus == NULL)
+        return gv_error_set(err, GV_ENOMEM, "NVML: out of memory");
+    for (unsigned i = 0; i < count; i++) {
+        struct gpu_state *s = &g->gpus[g->n];
+        struct gv_gpu *d = &s->info;
+        nvmlMemory_t mem;
+        nvmlPciInfo_t pci;
+        unsigned cur = 0, pend = 0;
+        if ((r = g->f.nvmlDeviceGetHandleByIndex_v2(i, &s->handle)) != NVML_SUCCESS ||
+            (r = g->f.nvmlDeviceGetUUID(s->handle, d->uuid, sizeof(d->uuid))) != NVML_SUCCESS) {
+            /* A GPU that cannot even name itself cannot be advertised. */
+            gv_warn("NVML: GPU %u skipped: %s", i, nv_err(g, r));
+            continue;
+        }
+        d->index = i;
+        unsigned idx;
+        if (g->f.nvmlDeviceGetIndex(s->handle, &idx) == NVML_SUCCESS)
+            d->index = idx;
+        if (g->f.nvmlDeviceGetName(s->handle, d->model, sizeof(d->model)) != NVML_SUCCESS)
+            snprintf(d->model, sizeof(d->model), "NVIDIA GPU");
+        if ((r = g->f.nvmlDeviceGetMemoryInfo(s->handle, &mem)) != NVML_SUCCESS)
+            return gv_error_set(err, GV_EIO, "NVML: GPU %s memory: %s", d->uuid, nv_err(g, r));
+        d->memory_mib = mem.total >> 20;
+        d->numa = -1;
+        if (g->f.nvmlDeviceGetPciInfo_v3(s->handle, &pci) == NVML_SUCCESS) {
+            snprintf(d->pci_bus_id, sizeof(d->pci_bus_id), "%s", pci.busId);
+            d->numa = gv_gpus_numa_node(sys_root, d->pci_bus_id);
+        }
+        d->mig = g->f.nvmlDeviceGetMigMode(s->handle, &cur, &pend) == NVML_SUCCESS &&
+                 cur == NVML_DEVICE_MIG_ENABLE;
+        d->healthy = true;
+        g->n++;
+    }
+    return GV_OK;
+}
+
+gv_status gv_gpus_open(const struct gv_gpus_config *cfg, struct gv_gpus **out,
+                       struct gv_error *err)
+{
+    static const unsigned app_xids[] = {GV_GPUS_APP_XIDS};
+    const char *lib = cfg->library ? cfg->library : "libnvidia-ml.so.1";
+    struct gv_gpus *g = calloc(1, sizeof(*g));
+    if (g == NULL)
+        return gv_error_set(err, GV_ENOMEM, "NVML: out of memory");
+    pthread_mutex_init(&g->lock, NULL);
+    g->probe_ms = cfg->probe_interval_ms > 0 ? cfg->probe_interval_ms : 10000;
+    g->recover_ms = cfg->recover_after_ms > 0 ? cfg->recover_after_ms : 60000;
+    size_t n_app = sizeof(app_xids) / sizeof(app_xids[0]);
+    g->ignored = calloc(n_app + cfg->n_extra_ignored_xids, sizeof(unsigned));
+    if (g->ignored == NULL) {
+        gv_error_set(err, GV_ENOMEM, "NVML: out of memory");
+        goto fail;
+    }
+    memcpy(g->ignored, app_xids, sizeof(app_xids));
+    if (cfg->n_extra_ignored_xids)
+        memcpy(g->ignored + n_app, cfg->extra_ignored_xids,
+               cfg->n_extra_ignored_xids * sizeof(unsigned));
+    g->n_ignored = n_app + cfg->n_extra_ignored_xids;
+    g->dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (g->dl == NULL) {
+        gv_error_set(err, GV_EUNAVAILABLE, "NVML: cannot load %s: %s (is the NVIDIA driver "
+                     "installed and the library mounted?)", lib, dlerror());
+        goto fail;
+    }
+#define GV_X_FN(name)                                                                              \
+    *(void **)&g->f.name = dlsym(g->dl, #name);                                                    \
+    if (g->f.name == NULL) {                                                                       \
+        gv_error_set(err, GV_EUNSUPPORTED, "NVML: %s lacks %s (driver too old?)", lib, #name);     \
+        goto fail;                                                                                 \
+    }
+    NODE_NVML_FUNCS(GV_X_FN)
+#undef GV_X_FN
+    nvmlReturn_t r = g->f.nvmlInit_v2();
+    if (r != NVML_SUCCESS) {
+        gv_error_set(err, GV_EUNAVAILABLE, "NVML: init: %s", nv_err(g, r));
+        goto fail;
+    }
+    g->inited = true;
+    if (g->f.nvmlSystemGetDriverVersion(g->driver, sizeof(g->driver)) != NVML_SUCCESS)
+        g->driver[0] = '\0';
+    int cv = 0;
+    if (g->f.nvmlSystemGetCudaDriverVersion_v2(&cv) == NVML_SUCCESS && cv > 0)
+        snprintf(g->cuda, sizeof(g->cuda), "%d.%d", cv / 1000, (cv % 1000) / 10);
+    if (discover(g, cfg->sys_root ? cfg->sys_root : "/", err) != GV_OK)
+        goto fail;
+    *out = g;
+    return GV_OK;
+fail:
+    gv_gpus_free(g);
+    return err ? err->code : GV_EIO;
+}
+
+void gv_gpus_free(struct gv_gpus *g)
+{
+    if (g == NULL)
+        return;
+    if (g->running) {
+        pthread_mutex_lock(&g->lock);
+        g->quit = true;
+        pthread_mutex_unlock(&g->lock);
+        pthread_join(g->thread, NULL);
+    }
+    if (g->inited)
+        g->f.nvmlShutdown();
+    if (g->dl)
+        dlclose(g->dl);
+    free(g->gpus);
+    free(g->ignored);
+    pthread_mutex_destroy(&g->lock);
+    free(g);
+}
+
+gv_status gv_gpus_snapshot(struct gv_gpus *g, struct gv_gpu **out, size_t *n,
+                           struct gv_error *err)
+{
+    struct gv_gpu *copy = calloc(g->n + 1, sizeof(*copy));
+    if (copy == NULL)
+        return gv_error_set(err, GV_ENOMEM, "GPUs: out of memory");
+    pthread_mutex_lock(&g->lock);
+    for (size_t i = 0; i < g->n; i++)
+        copy[i] = g->gpus[i].info;
+    pthread_mutex_unlock(&g->lock);
+    *out = copy;
+    *n = g->n;
+    return GV_OK;
+}
+
+const char *gv_gpus_driver_version(const struct gv_gpus *g)
+{
+    return g->driver;
+}
+
+const char *gv_gpus_cuda_version(const struct gv_gpus *g)
+{
+    return g->cuda;
+}
+
+/* ---- health ------------------------------------------------------------- */
+
+static bool xid_ignored(const struct gv_gpus *g, unsigned long long xid)
+{
+    for (size_t i = 0; i < g->n_ignored; i++)
+        if (g->ignored[i] == xid)
+            return true;
+    return false;
+}
+
+/* Caller holds the lock.  Returns true when health flipped. */
+static bool set_health(struct gpu_state *s, bool healthy, const char *reason)
+{
+    bool changed = s->info.healthy != healthy;
+    s->info.healthy = healthy;
+    snprintf(s->info.reason, sizeof(s->info.reason), "%s", healthy ? "" : reason);
+    if (changed) {
+        if (healthy)
+            gv_info("GPU %u (%s) is healthy again", s->info.index, s->info.uuid);
+        else
+            gv_warn("GPU %u (%s) is unhealthy: %s", s->info.index, s->info.uuid, reason);
+    }
+    return changed;
+}
+
+static bool on_xid(struct gv_gpus *g, const nvmlEventData_t *ev)
+{
+    unsigned long long xid = ev->eventData;
+    if (xid_ignored(g, xid)) {
+        gv_info("Xid %llu on a GPU is application-caused: health unchanged", xid);
+        return false;
+    }
+    char why[64];
+    snprintf(why, sizeof(why), "critical Xid %llu", xid);
+    bool changed = false;
+    int64_t now = gv_loop_now_ms();
+    pthread_mutex_lock(&g->lock);
+    for (size_t i = 0; i < g->n; i++) {
+        /* An event without a device concerns every GPU (NVML's convention). */
+        if (ev->device == NULL || ev->device == g->gpus[i].handle) {
+            g->gpus[i].last_xid_ms = now;
+            changed |= set_health(&g->gpus[i], false, why);
+        }
+    }
+    pthread_mutex_unlock(&g->lock);
+    return changed;
+}
+
+/* Reachability: a GPU that stops answering NVML is Unhealthy until it answers again. */
+static bool probe(struct gv_gpus *g)
+{
+    bool changed = false;
+    int64_t now = gv_loop_now_ms();
+    for (size_t i = 0; i < g->n; i++) {
+        struct gpu_state *s = &g->gpus[i];
+        unsigned temp;
+        nvmlReturn_t r = g->f.nvmlDeviceGetTemperature(s->handle, NVML_TEMPERATURE_GPU, &temp);
+        pthread_mutex_lock(&g->lock);
+        if (r != NVML_SUCCESS && r != NVML_ERROR_NOT_SUPPORTED) {
+            char why[128];
+            snprintf(why, sizeof(why), "unreachable: %s", nv_err(g, r));
+            s->unreachable = true;
+            changed |= set_health(s, false, why);
+        } else {
+            s->unreachable = false;
+            if (!s->info.healthy && (s->last_xid_ms == 0 || now - s->last_xid_ms >= g->recover_ms))
+                changed |= set_health(s, true, "");
+        }
+        pthread_mutex_unlock(&g->lock);
+    }
+    return changed;
+}
+
+static bool quitting(struct gv_gpus *g)
+{
+    pthread_mutex_lock(&g->lock);
+    bool q = g->quit;
+    pthread_mutex_unlock(&g->lock);
+    return q;
+}
+
+/* Bounded waits keep shutdown prompt; 4 wake-ups a second cost nothing measurable. */
+#define WAIT_SLICE_MS 250
+
+static void *health_main(void *arg)
+{
+    struct gv_gpus *g = arg;
+    nvmlEventSet_t set = NULL;
+    nvmlReturn_t r = g->f.nvmlEventSetCreate(&set);
+    if (r != NVML_SUCCESS) {
+        gv_warn("NVML: no event set (%s): health from probes only", nv_err(g, r));
+        set = NULL;
+    }
+    for (size_t i = 0; set && i < g->n; i++) {
+        r = g->f.nvmlDeviceRegisterEvents(g->gpus[i].handle, nvmlEventTypeXidCriticalError, set);
+        if (r != NVML_SUCCESS)
+            gv_warn("NVML: GPU %s: no Xid events (%s): health from probes only",
+                    g->gpus[i].info.uuid, nv_err(g, r));
+    }
+    int64_t next_probe = gv_loop_now_ms() + g->probe_ms;
+    while (!quitting(g)) {
+        bool changed = false;
+        int64_t left = next_probe - gv_loop_now_ms();
+        unsigned wait = (unsigned)(left < 0 ? 0 : left > WAIT_SLICE_MS ? WAIT_SLICE_MS : left);
+        if (set) {
+            nvmlEventData_t ev;
+            memset(&ev, 0, sizeof(ev));
+            r = g->f.nvmlEventSetWait_v2(set, &ev, wait);
+            if (r == NVML_SUCCESS && (ev.eventType & nvmlEventTypeXidCriticalError))
+                changed |= on_xid(g, &ev);
+            else if (r != NVML_SUCCESS && r != NVML_ERROR_TIMEOUT)
+                next_probe = 0; /* the driver itself is in trouble: probe every GPU now */
+        } else {
+            struct timespec ts = {wait / 1000, (long)(wait % 1000) * 1000000};
+            nanosleep(&ts, NULL);
+        }
+        if (gv_loop_now_ms() >= next_probe) {
+            changed |= probe(g);
+            next_probe = gv_loop_now_ms() + g->probe_ms;
+        }
+        if (changed && g->changed)
+            g->changed(g->changed_ud);
+    }
+    if (set)
+        g->f.nvmlEventSetFree(set);
+    return NULL;
+}
+
+gv_status gv_gpus_watch(struct gv_gpus *g, void (*changed)(void *ud), void *ud,
+                        struct gv_error *err)
+{
+    g->changed = changed;
+    g->changed_ud = ud;
+    if (pthread_create(&g->thread, NULL, health_main, g) != 0)
+        return gv_error_set(err, GV_EINTERNAL, "GPUs: cannot start the health thread");
+    g->running = true;
+    return GV_OK;
+}

@@ -1,0 +1,80 @@
+/*
+ * Allocate: turns the scheduler's assignment for the pod being admitted
+ * into the container's devices, limits and mounts (docs/node-agent.md,
+ * "Allocate").
+ *
+ * The kubelet's Allocate names device IDs but no pod, so the allocator
+ * finds the pod: among pods bound to this node (an informer cache, never a
+ * LIST per call) it takes those with a gpuvisor assignment whose containers
+ * are not all allocated yet, oldest assignment first, and hands out the
+ * next container's GPUs.  Progress goes back into the pod's annotations.
+ * Locks are per pod and never held across an API round trip that another
+ * pod waits on.
+ */
+#ifndef GV_NODE_ALLOCATOR_H
+#define GV_NODE_ALLOCATOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/gv_error.h"
+#include "kube/gv_kube.h"
+#include "node/gv_config.h"
+#include "node/gv_gpus.h"
+
+struct V1beta1__ContainerAllocateResponse;
+
+#define GV_NODE_CONTAINER_PATH "/var/run/gpuvisor"
+#define GV_NODE_LIMITS_PATH "/etc/gpuvisor/limits.env"
+#define GV_NODE_PRELOAD_PATH "/etc/ld.so.preload"
+#define GV_NODE_LIB_PATH "/usr/local/gpuvisor/lib/libgpuvisor.so"
+
+struct gv_allocator_config {
+    const char *node;           /* this node's name */
+    const char *state_dir;      /* agent's view: <state_dir>/containers/<uid>/<container>/ */
+    const char *host_state_dir; /* the same directory as the host sees it (mount sources) */
+    const char *install_dir;    /* host: <install_dir>/lib/libgpuvisor.so, <install_dir>/ld.so.preload */
+    int64_t wait_ms;            /* how long to wait for the cache to show the pod (0: 5000) */
+    int64_t gc_grace_ms;        /* keep a vanished pod's directory this long (0: 60000) */
+};
+
+/* What Allocate may hand out: one entry per advertised GPU. */
+struct gv_allocator_gpu {
+    struct gv_gpu gpu;
+    struct gv_node_gpu_settings settings;
+};
+
+struct gv_allocator;
+
+/*
+ * Starts a pod informer for this node on kube; progress annotations go
+ * through writer (a client with few retries: Allocate must not wait out an
+ * API outage, the allocator's own retry thread catches up later).  Both
+ * stay owned by the caller and must outlive the allocator; NULL kube: no
+ * API server (only modes without limits can be served).
+ */
+gv_status gv_allocator_new(const struct gv_allocator_config *cfg, struct gv_kube_client *kube,
+                           struct gv_kube_client *writer, struct gv_allocator **out,
+                           struct gv_error *err);
+void gv_allocator_free(struct gv_allocator *a);
+
+/* Replaces the GPU table and node settings (config reload, health change). */
+gv_status gv_allocator_set_gpus(struct gv_allocator *a, const struct gv_node_config *cfg,
+                                const struct gv_allocator_gpu *gpus, size_t n,
+                                struct gv_error *err);
+
+/* The gv_plugin_allocate_fn: ud is the allocator. */
+int gv_allocator_allocate(void *ud, const char *const *ids, size_t n_ids,
+                          struct V1beta1__ContainerAllocateResponse *resp, char *msg,
+                          size_t msg_size);
+
+/* Removes per-container directories of pods gone for longer than the grace; returns how many. */
+size_t gv_allocator_gc(struct gv_allocator *a);
+
+/* True once the pod cache has its first list. */
+bool gv_allocator_synced(struct gv_allocator *a);
+/* Annotation writes waiting for the API server to come back. */
+size_t gv_allocator_pending_writes(struct gv_allocator *a);
+
+#endif

@@ -1,0 +1,75 @@
+/*
+ * gpuvisor-node's per-node configuration file (docs/node-agent.md,
+ * "Configuration"): how GPUs are sliced and shared, which are excluded, and
+ * what the plugin registers.  One JSON document can serve a whole cluster
+ * (a ConfigMap mounted by the DaemonSet): top-level defaults, overridden by
+ * the entry of "nodeConfig" whose name is this node, overridden per GPU.
+ * Keys are matched case-insensitively so HAMi's device-config keys
+ * (devicesplitcount, devicememoryscaling, filterdevices, nodeconfig) work.
+ */
+#ifndef GV_NODE_CONFIG_H
+#define GV_NODE_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/gv_error.h"
+#include "contracts/inventory.h"
+
+#define GV_NODE_CONFIG_PATH "/etc/gpuvisor/node-config.json"
+#define GV_NODE_MAX_SPLIT 1024
+
+/* The sharing modes are the inventory's (one list: contracts/inventory.h). */
+#define GV_NODE_MODE_VGPU GV_INVENTORY_MODE_VGPU               /* limits via the interposer */
+#define GV_NODE_MODE_EXCLUSIVE GV_INVENTORY_MODE_EXCLUSIVE     /* whole GPUs, no interposer */
+#define GV_NODE_MODE_TIMESLICING GV_INVENTORY_MODE_TIMESLICING /* replicas without limits */
+typedef enum gv_inventory_mode gv_node_mode;
+
+struct gv_node_gpu_settings {
+    gv_node_mode mode;
+    unsigned split;     /* devices advertised per GPU (1 in exclusive mode) */
+    double mem_scaling; /* > 1: oversubscription */
+    double core_scaling;
+};
+
+struct gv_node_gpu_rule {
+    char uuid[96]; /* "" when matched by index */
+    int index;     /* -1 when matched by uuid */
+    /* which settings the rule overrides */
+    bool has_mode, has_split, has_mem, has_core;
+    struct gv_node_gpu_settings s;
+};
+
+struct gv_node_config {
+    char resource_name[128];
+    bool cdi;              /* answer CDI device names instead of NVIDIA_VISIBLE_DEVICES */
+    char cdi_kind[128];    /* "nvidia.com/gpu": CDI names are <kind>=<uuid> */
+    char core_policy[16];  /* GPU_CORE_UTILIZATION_POLICY: "", default, force, disable */
+    struct gv_node_gpu_settings defaults;
+    char (*exclude_uuids)[96];
+    size_t n_exclude_uuids;
+    int *exclude_indexes;
+    size_t n_exclude_indexes;
+    struct gv_node_gpu_rule *rules;
+    size_t n_rules;
+};
+
+/* Defaults: nvidia.com/gpu, vgpu, split 10, scaling 1, no CDI, nothing excluded. */
+gv_status gv_node_config_default(struct gv_node_config **out, struct gv_error *err);
+/*
+ * Parses a config document for node `node` (may be NULL: no per-node
+ * section applies).  Unknown keys, wrong types and out-of-range values fail
+ * with a message naming the key path and the value.
+ */
+gv_status gv_node_config_parse(const char *text, size_t len, const char *node,
+                               struct gv_node_config **out, struct gv_error *err);
+/* Reads path; a missing file gives the defaults (the file is optional). */
+gv_status gv_node_config_load(const char *path, const char *node, struct gv_node_config **out,
+                              struct gv_error *err);
+void gv_node_config_free(struct gv_node_config *cfg);
+
+/* Settings of one GPU; returns false when the GPU is excluded. */
+bool gv_node_config_gpu(const struct gv_node_config *cfg, const char *uuid, unsigned index,
+                        struct gv_node_gpu_settings *out);
+
+#endif

@@ -1,0 +1,66 @@
+/*
+ * GPU discovery and health through NVML, loaded with
+ * dlopen("libnvidia-ml.so.1") and our own declarations
+ * (src/common/gv_nvml.h): nothing from a driver or toolkit is needed to
+ * build.  Health comes from an NVML event set (Xid errors) plus a periodic
+ * reachability probe, on a thread of its own; see docs/node-agent.md
+ * ("Health").
+ */
+#ifndef GV_NODE_GPUS_H
+#define GV_NODE_GPUS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/gv_error.h"
+
+/* Xids caused by applications, not by the GPU: they never make a GPU unhealthy. */
+#define GV_GPUS_APP_XIDS 13, 31, 43, 45, 68, 109
+
+struct gv_gpu {
+    char uuid[96];
+    unsigned index;
+    char model[96];
+    uint64_t memory_mib;
+    char pci_bus_id[32];
+    int numa; /* -1: unknown */
+    bool mig; /* MIG mode enabled */
+    bool healthy;
+    char reason[128]; /* why unhealthy */
+};
+
+struct gv_gpus_config {
+    const char *library;        /* NULL: "libnvidia-ml.so.1" */
+    const char *sys_root;       /* NULL: "/" (tests point it at a fake /sys tree) */
+    int64_t probe_interval_ms;  /* reachability probe period (0: 10000) */
+    int64_t recover_after_ms;   /* quiet time after a critical Xid before Healthy (0: 60000) */
+    const unsigned *extra_ignored_xids;
+    size_t n_extra_ignored_xids;
+};
+
+struct gv_gpus;
+
+gv_status gv_gpus_open(const struct gv_gpus_config *cfg, struct gv_gpus **out,
+                       struct gv_error *err);
+/* Stops the health thread, shuts NVML down, unloads it. */
+void gv_gpus_free(struct gv_gpus *g);
+
+/* Copy of the current GPUs with their health (caller frees *out). */
+gv_status gv_gpus_snapshot(struct gv_gpus *g, struct gv_gpu **out, size_t *n,
+                           struct gv_error *err);
+const char *gv_gpus_driver_version(const struct gv_gpus *g);
+/* "12.4", or "" when NVML cannot say. */
+const char *gv_gpus_cuda_version(const struct gv_gpus *g);
+
+/*
+ * Starts the health thread; changed(ud) runs on that thread after any
+ * GPU's health flips (use it to wake the event loop).
+ */
+gv_status gv_gpus_watch(struct gv_gpus *g, void (*changed)(void *ud), void *ud,
+                        struct gv_error *err);
+
+/* Parses the sysfs numa_node of a PCI bus id under sys_root; -1 when unknown. */
+int gv_gpus_numa_node(const char *sys_root, const char *pci_bus_id);
+
+#endif

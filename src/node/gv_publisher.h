@@ -1,0 +1,32 @@
+/*
+ * Publishes this node's GPU inventory (annotation gpuvisor.io/node-gpus,
+ * rewritten only when it changes), a heartbeat (gpuvisor.io/node-heartbeat)
+ * and GFD-style labels (nvidia.com/gpu.product, ...) on the Node object,
+ * from a thread of its own that rides out API outages with backoff.
+ */
+#ifndef GV_NODE_PUBLISHER_H
+#define GV_NODE_PUBLISHER_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "common/gv_error.h"
+#include "contracts/inventory.h"
+#include "kube/gv_kube.h"
+
+struct gv_publisher;
+
+gv_status gv_publisher_new(struct gv_kube_client *kube, const char *node, int64_t heartbeat_ms,
+                           struct gv_publisher **out, struct gv_error *err);
+void gv_publisher_free(struct gv_publisher *p);
+
+/* New inventory (any thread); written at once when it differs from the last one. */
+gv_status gv_publisher_update(struct gv_publisher *p, const struct gv_inventory *inv,
+                              struct gv_error *err);
+/* Inventory writes that reached the API server so far. */
+uint64_t gv_publisher_writes(struct gv_publisher *p);
+
+/* GFD-style labels for an inventory: a new JSON object of strings. */
+json_t *gv_publisher_labels(const struct gv_inventory *inv);
+
+#endif

@@ -1,0 +1,512 @@
+/*
+ * gpuvisor-node: the kubelet device plugin of gpuvisor (docs/node-agent.md).
+ *
+ * Wiring only: options, the event loop and the reactions to its events
+ * (signals, config file changes, GPU health changes, GC timer).  The parts
+ * live in their own files: gpus.c (NVML), plugin.c + grpc_*.c (the
+ * device-plugin API), registrar.c (kubelet registration), allocator.c
+ * (Allocate), publisher.c (node annotations and labels), config.c.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/inotify.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "common/gv_file.h"
+#include "common/gv_log.h"
+#include "common/gv_version.h"
+#include "contracts/inventory.h"
+#include "node/gv_allocator.h"
+#include "node/gv_config.h"
+#include "node/gv_gpus.h"
+#include "node/gv_plugin.h"
+#include "node/gv_publisher.h"
+#include "node/gv_registrar.h"
+
+struct options {
+    const char *node;
+    const char *config;
+    const char *plugin_dir;
+    const char *socket_name;
+    const char *kubelet_socket;
+    const char *state_dir;
+    const char *host_state_dir;
+    const char *install_dir;
+    const char *nvml_lib;
+    const char *sys_root;
+    const char *kube_url;
+    const char *kubeconfig;
+    bool no_kube;
+    long heartbeat_s;
+    long probe_ms;
+    long recover_ms;
+    long allocate_wait_ms;
+    long gc_s;
+    long gc_grace_ms;
+};
+
+struct agent {
+    struct options o;
+    struct gv_loop *loop;
+    struct gv_node_config *cfg;
+    char *cfg_text; /* last loaded config file content, to skip no-op reloads */
+    struct gv_gpus *gpus;
+    struct gv_kube_config *kcfg;
+    struct gv_kube_client *kube;
+    struct gv_kube_client *kube_writer; /* few retries: for Allocate's annotation writes */
+    struct gv_allocator *alloc;
+    struct gv_publisher *pub;
+    struct gv_plugin *plugin;
+    struct gv_registrar *reg;
+    int sigfd;
+    int cfg_ino;
+    uint64_t reload_timer;
+    bool stopping;
+    int exit_code;
+};
+
+/* ---- device list, allocator table and inventory from GPUs + config ------- */
+
+static void rebuild(struct agent *ag)
+{
+    struct gv_gpu *gpus = NULL;
+    size_t n = 0;
+    struct gv_error err;
+    struct gv_plugin_device *devs = NULL;
+    struct gv_allocator_gpu *agpus = NULL;
+    struct gv_inventory *inv = calloc(1, sizeof(*inv));
+    if (inv == NULL || gv_gpus_snapshot(ag->gpus, &gpus, &n, &err) != GV_OK) {
+        gv_error("cannot rebuild the device list: out of memory");
+        goto out;
+    }
+    size_t n_devs = 0, n_agpus = 0, cap = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct gv_node_gpu_settings s;
+        if (gv_node_config_gpu(ag->cfg, gpus[i].uuid, gpus[i].index, &s))
+            cap += s.split;
+    }
+    devs = calloc(cap + 1, sizeof(*devs));
+    agpus = calloc(n + 1, sizeof(*agpus));
+    if (devs == NULL || agpus == NULL) {
+        gv_error("cannot rebuild the device list: out of memory");
+        goto out;
+    }
+    snprintf(inv->driver_version, sizeof(inv->driver_version), "%s",
+             gv_gpus_driver_version(ag->gpus));
+    snprintf(inv->cuda_version, sizeof(inv->cuda_version), "%s", gv_gpus_cuda_version(ag->gpus));
+    for (size_t i = 0; i < n; i++) {
+        const struct gv_gpu *g = &gpus[i];
+        struct gv_node_gpu_settings s;
+        if (!gv_node_config_gpu(ag->cfg, g->uuid, g->index, &s))
+            continue; /* excluded: not ours at all */
+        if (inv->n_gpus < GV_INVENTORY_MAX_GPUS) {
+            struct gv_inventory_gpu *ig = &inv->gpus[inv->n_gpus++];
+            snprintf(ig->uuid, sizeof(ig->uuid), "%s", g->uuid);
+            snprintf(ig->model, sizeof(ig->model), "%s", g->model);
+            snprintf(ig->pci_bus_id, sizeof(ig->pci_bus_id), "%s", g->pci_bus_id);
+            ig->index = g->index;
+            ig->memory_mib = g->memory_mib;
+            ig->memory_scaling = s.mem_scaling;
+            ig->cores = (uint32_t)(100.0 * s.core_scaling + 0.5);
+            ig->split = s.split;
+            ig->numa = g->numa;
+            ig->healthy = g->healthy;
+            ig->mode = s.mode;
+            ig->mig = g->mig;
+        }
+        if (g->mig) {
+            gv_warn("GPU %u (%s) has MIG enabled: not advertised", g->index, g->uuid);
+            continue;
+        }
+        agpus[n_agpus].gpu = *g;
+        agpus[n_agpus++].settings = s;
+        for (unsigned k = 0; k < s.split; k++) {
+            struct gv_plugin_device *d = &devs[n_devs];
+            int len = s.mode == GV_NODE_MODE_EXCLUSIVE
+                          ? snprintf(d->id, sizeof(d->id), "%s", g->uuid)
+                          : snprintf(d->id, sizeof(d->id), "%s::%u", g->uuid, k);
+            if (len <= 0 || (size_t)len >= sizeof(d->id)) {
+                gv_error("GPU %s: device IDs would exceed 63 characters: not advertised",
+                         g->uuid);
+                break;
+            }
+            d->healthy = g->healthy;
+            d->numa = g->numa;
+            d->gpu = (int)g->index;
+            n_devs++;
+        }
+    }
+    if (gv_allocator_set_gpus(ag->alloc, ag->cfg, agpus, n_agpus, &err) != GV_OK ||
+        gv_plugin_set_devices(ag->plugin, devs, n_devs, &err) != GV_OK)
+        gv_error("device list not updated: %s", err.msg);
+    if (ag->pub && gv_publisher_update(ag->pub, inv, &err) != GV_OK)
+        gv_error("inventory not published: %s", err.msg);
+out:
+    free(inv);
+    free(gpus);
+    free(devs);
+    free(agpus);
+}
+
+static void health_changed_on_loop(struct gv_loop *loop, void *ud)
+{
+    (void)loop;
+    rebuild(ud);
+}
+
+static void health_changed(void *ud)
+{
+    struct agent *ag = ud;
+    gv_loop_post(ag->loop, health_changed_on_loop, ag);
+}
+
+/* ---- configuration reload ------------------------------------------------ */
+
+static void reload(struct agent *ag, bool forced)
+{
+    char *text = NULL;
+    size_t len = 0;
+    struct gv_error err;
+    struct gv_node_config *cfg = NULL;
+    if (access(ag->o.config, F_OK) == 0 &&
+        gv_file_read_all(ag->o.config, &text, &len, &err) != GV_OK) {
+        gv_error("config reload: %s (keeping the current configuration)", err.msg);
+        return;
+    }
+    if (!forced && ((text == NULL && ag->cfg_text == NULL) ||
+                    (text && ag->cfg_text && strcmp(text, ag->cfg_text) == 0))) {
+        free(text);
+        return;
+    }
+    gv_status st = text ? gv_node_config_parse(text, len, ag->o.node, &cfg, &err)
+                        : gv_node_config_default(&cfg, &err);
+    if (st != GV_OK) {
+        gv_error("config reload: %s: %s (keeping the current configuration)", ag->o.config,
+                 err.msg);
+        free(text);
+        return;
+    }
+    if (strcmp(cfg->resource_name, ag->cfg->resource_name) != 0) {
+        gv_warn("config reload: resourceName changes from %s to %s only after a restart",
+                ag->cfg->resource_name, cfg->resource_name);
+        snprintf(cfg->resource_name, sizeof(cfg->resource_name), "%s", ag->cfg->resource_name);
+    }
+    gv_node_config_free(ag->cfg);
+    free(ag->cfg_text);
+    ag->cfg = cfg;
+    ag->cfg_text = text;
+    gv_info("configuration %s loaded", ag->o.config);
+    rebuild(ag);
+}
+
+static void reload_timer(struct gv_loop *loop, void *ud)
+{
+    (void)loop;
+    struct agent *ag = ud;
+    ag->reload_timer = 0;
+    reload(ag, false);
+}
+
+/* ConfigMap volumes swap a ..data symlink: watch the directory, debounce, compare content. */
+static void on_config_dir(struct gv_loop *loop, int fd, uint32_t events, void *ud)
+{
+    (void)events;
+    struct agent *ag = ud;
+    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    while (read(fd, buf, sizeof(buf)) > 0)
+        ;
+    if (ag->reload_timer == 0)
+        ag->reload_timer = gv_loop_timer(loop, 100, reload_timer, ag);
+}
+
+/* ---- signals, GC, shutdown ------------------------------------------------ */
+
+static void drain_check(struct gv_loop *loop, void *ud)
+{
+    struct agent *ag = ud;
+    if (gv_plugin_drained(ag->plugin))
+        gv_loop_stop(loop);
+    else
+        gv_loop_timer(loop, 20, drain_check, ag);
+}
+
+static void on_signal(struct gv_loop *loop, int fd, uint32_t events, void *ud)
+{
+    (void)events;
+    struct agent *ag = ud;
+    struct signalfd_siginfo si;
+    while (read(fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        if (si.ssi_signo == SIGHUP) {
+            gv_info("SIGHUP: reloading %s", ag->o.config);
+            reload(ag, true);
+        } else if (!ag->stopping) {
+            gv_info("signal %u: shutting down", si.ssi_signo);
+            ag->stopping = true;
+            gv_plugin_shutdown(ag->plugin, 2000);
+            drain_check(loop, ag);
+        }
+    }
+}
+
+static void gc_tick(struct gv_loop *loop, void *ud)
+{
+    struct agent *ag = ud;
+    gv_allocator_gc(ag->alloc);
+    gv_loop_timer(loop, ag->o.gc_s * 1000, gc_tick, ag);
+}
+
+/* ---- options ------------------------------------------------------------------ */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: gpuvisor-node [options]\n"
+            "  --node-name NAME         this node (default: $NODE_NAME)\n"
+            "  --config PATH            node config file (default " GV_NODE_CONFIG_PATH ")\n"
+            "  --plugin-dir DIR         kubelet device-plugin dir (default "
+            "/var/lib/kubelet/device-plugins)\n"
+            "  --socket-name NAME       our socket in it (default gpuvisor.sock)\n"
+            "  --kubelet-socket NAME    the kubelet's (default kubelet.sock)\n"
+            "  --state-dir DIR          per-container dirs (default /var/lib/gpuvisor)\n"
+            "  --host-state-dir DIR     the same dir as the host sees it (default: state dir)\n"
+            "  --install-dir DIR        host dir of lib/libgpuvisor.so and ld.so.preload\n"
+            "                           (default /usr/local/gpuvisor)\n"
+            "  --nvml-lib PATH          NVML library (default libnvidia-ml.so.1)\n"
+            "  --sys-root DIR           root of /sys for NUMA lookups (default /)\n"
+            "  --kube-url URL | --kubeconfig PATH | --no-kube\n"
+            "                           API server (default: in-cluster, then kubeconfig)\n"
+            "  --heartbeat-seconds N    node heartbeat period (default 30)\n"
+            "  --health-probe-ms N      GPU reachability probe period (default 10000)\n"
+            "  --health-recover-ms N    quiet time after a critical Xid (default 60000)\n"
+            "  --allocate-wait-ms N     wait for the pod cache in Allocate (default 5000)\n"
+            "  --gc-seconds N           GC period for container dirs (default 60)\n"
+            "  --gc-grace-ms N          keep a vanished pod's dir this long (default 60000)\n"
+            "  --version, --help\n");
+}
+
+static int parse_options(int argc, char **argv, struct options *o)
+{
+    enum {
+        O_NODE = 256, O_CONFIG, O_PLUGIN_DIR, O_SOCKET, O_KUBELET, O_STATE, O_HOST_STATE,
+        O_INSTALL, O_NVML, O_SYS, O_URL, O_KUBECONFIG, O_NO_KUBE, O_HB, O_PROBE, O_RECOVER,
+        O_WAIT, O_GC, O_GC_GRACE, O_VERSION, O_HELP
+    };
+    static const struct option opts[] = {
+        {"node-name", 1, 0, O_NODE},         {"config", 1, 0, O_CONFIG},
+        {"plugin-dir", 1, 0, O_PLUGIN_DIR},  {"socket-name", 1, 0, O_SOCKET},
+        {"kubelet-socket", 1, 0, O_KUBELET}, {"state-dir", 1, 0, O_STATE},
+        {"host-state-dir", 1, 0, O_HOST_STATE}, {"install-dir", 1, 0, O_INSTALL},
+        {"nvml-lib", 1, 0, O_NVML},          {"sys-root", 1, 0, O_SYS},
+        {"kube-url", 1, 0, O_URL},           {"kubeconfig", 1, 0, O_KUBECONFIG},
+        {"no-kube", 0, 0, O_NO_KUBE},        {"heartbeat-seconds", 1, 0, O_HB},
+        {"health-probe-ms", 1, 0, O_PROBE},  {"health-recover-ms", 1, 0, O_RECOVER},
+        {"allocate-wait-ms", 1, 0, O_WAIT},  {"gc-seconds", 1, 0, O_GC},
+        {"gc-grace-ms", 1, 0, O_GC_GRACE},   {"version", 0, 0, O_VERSION},
+        {"help", 0, 0, O_HELP},              {0, 0, 0, 0},
+    };
+    *o = (struct options){
+        .node = getenv("NODE_NAME"),
+        .config = GV_NODE_CONFIG_PATH,
+        .plugin_dir = "/var/lib/kubelet/device-plugins",
+        .socket_name = "gpuvisor.sock",
+        .kubelet_socket = "kubelet.sock",
+        .state_dir = "/var/lib/gpuvisor",
+        .install_dir = "/usr/local/gpuvisor",
+        .sys_root = "/",
+        .heartbeat_s = 30,
+        .probe_ms = 10000,
+        .recover_ms = 60000,
+        .allocate_wait_ms = 5000,
+        .gc_s = 60,
+        .gc_grace_ms = 60000,
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        long *num = NULL;
+        switch (c) {
+        case O_NODE: o->node = optarg; break;
+        case O_CONFIG: o->config = optarg; break;
+        case O_PLUGIN_DIR: o->plugin_dir = optarg; break;
+        case O_SOCKET: o->socket_name = optarg; break;
+        case O_KUBELET: o->kubelet_socket = optarg; break;
+        case O_STATE: o->state_dir = optarg; break;
+        case O_HOST_STATE: o->host_state_dir = optarg; break;
+        case O_INSTALL: o->install_dir = optarg; break;
+        case O_NVML: o->nvml_lib = optarg; break;
+        case O_SYS: o->sys_root = optarg; break;
+        case O_URL: o->kube_url = optarg; break;
+        case O_KUBECONFIG: o->kubeconfig = optarg; break;
+        case O_NO_KUBE: o->no_kube = true; break;
+        case O_HB: num = &o->heartbeat_s; break;
+        case O_PROBE: num = &o->probe_ms; break;
+        case O_RECOVER: num = &o->recover_ms; break;
+        case O_WAIT: num = &o->allocate_wait_ms; break;
+        case O_GC: num = &o->gc_s; break;
+        case O_GC_GRACE: num = &o->gc_grace_ms; break;
+        case O_VERSION: printf("gpuvisor-node %s\n", GV_VERSION); exit(0);
+        case O_HELP: usage(stdout); exit(0);
+        default: usage(stderr); return 2;
+        }
+        if (num) {
+            char *end;
+            errno = 0;
+            *num = strtol(optarg, &end, 10);
+            if (errno || *end || *num <= 0) {
+                fprintf(stderr, "gpuvisor-node: --%s needs a positive integer, not '%s'\n",
+                        opts[c - O_NODE].name, optarg);
+                return 2;
+            }
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "gpuvisor-node: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!o->no_kube && (o->node == NULL || *o->node == '\0')) {
+        fprintf(stderr, "gpuvisor-node: the node name is needed (--node-name or $NODE_NAME), "
+                        "or run with --no-kube\n");
+        return 2;
+    }
+    if (o->host_state_dir == NULL)
+        o->host_state_dir = o->state_dir;
+    return 0;
+}
+
+/* ---- main ------------------------------------------------------------------- */
+
+static int start(struct agent *ag, struct gv_error *err)
+{
+    const struct options *o = &ag->o;
+    char path[4096];
+    if (gv_loop_new(&ag->loop, err) != GV_OK)
+        return 1;
+    if (access(o->config, F_OK) == 0) {
+        size_t len;
+        if (gv_file_read_all(o->config, &ag->cfg_text, &len, err) != GV_OK ||
+            gv_node_config_parse(ag->cfg_text, len, o->node, &ag->cfg, err) != GV_OK) {
+            gv_error_prefix(err, "%s", o->config);
+            return 2;
+        }
+    } else if (gv_node_config_default(&ag->cfg, err) != GV_OK) {
+        return 1;
+    }
+    struct gv_gpus_config gc = {.library = o->nvml_lib, .sys_root = o->sys_root,
+                                .probe_interval_ms = o->probe_ms,
+                                .recover_after_ms = o->recover_ms};
+    if (gv_gpus_open(&gc, &ag->gpus, err) != GV_OK)
+        return 1;
+    if (!o->no_kube) {
+        if (gv_kube_config_load(o->kube_url, o->kubeconfig, &ag->kcfg, err) != GV_OK ||
+            gv_kube_client_new(ag->kcfg, &ag->kube, err) != GV_OK) {
+            gv_error_prefix(err, "API server configuration");
+            return 1;
+        }
+        long retries = ag->kcfg->max_retries, timeout = ag->kcfg->timeout_ms;
+        ag->kcfg->max_retries = 1;
+        ag->kcfg->timeout_ms = 3000;
+        gv_status st = gv_kube_client_new(ag->kcfg, &ag->kube_writer, err);
+        ag->kcfg->max_retries = (int)retries;
+        ag->kcfg->timeout_ms = timeout;
+        if (st != GV_OK)
+            return 1;
+        if (gv_publisher_new(ag->kube, o->node, o->heartbeat_s * 1000, &ag->pub, err) != GV_OK)
+            return 1;
+    }
+    struct gv_allocator_config ac = {.node = o->node ? o->node : "",
+                                     .state_dir = o->state_dir,
+                                     .host_state_dir = o->host_state_dir,
+                                     .install_dir = o->install_dir,
+                                     .wait_ms = o->allocate_wait_ms,
+                                     .gc_grace_ms = o->gc_grace_ms};
+    if (gv_allocator_new(&ac, ag->kube, ag->kube_writer, &ag->alloc, err) != GV_OK)
+        return 1;
+    snprintf(path, sizeof(path), "%s/%s", o->plugin_dir, o->socket_name);
+    struct gv_plugin_config pc = {.socket_path = path, .allocate = gv_allocator_allocate,
+                                  .allocate_ud = ag->alloc};
+    if (gv_plugin_new(ag->loop, &pc, &ag->plugin, err) != GV_OK)
+        return 1;
+    rebuild(ag);
+    if (gv_plugin_listen(ag->plugin, err) != GV_OK)
+        return 1;
+    struct gv_registrar_config rc = {.plugin_dir = o->plugin_dir,
+                                     .kubelet_socket = o->kubelet_socket,
+                                     .endpoint = o->socket_name,
+                                     .resource_name = ag->cfg->resource_name};
+    if (gv_registrar_new(ag->loop, ag->plugin, &rc, &ag->reg, err) != GV_OK ||
+        gv_gpus_watch(ag->gpus, health_changed, ag, err) != GV_OK)
+        return 1;
+
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    ag->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (ag->sigfd < 0 || gv_loop_add_fd(ag->loop, ag->sigfd, EPOLLIN, on_signal, ag, err) != GV_OK)
+        return 1;
+    snprintf(path, sizeof(path), "%s", o->config);
+    ag->cfg_ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (ag->cfg_ino >= 0 &&
+        inotify_add_watch(ag->cfg_ino, dirname(path),
+                          IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE) >= 0)
+        gv_loop_add_fd(ag->loop, ag->cfg_ino, EPOLLIN, on_config_dir, ag, NULL);
+    else
+        gv_warn("cannot watch %s for changes (%s): reload with SIGHUP", path, strerror(errno));
+    gv_loop_timer(ag->loop, o->gc_s * 1000, gc_tick, ag);
+    gv_info("gpuvisor-node %s serving %s on %s/%s", GV_VERSION, ag->cfg->resource_name,
+            o->plugin_dir, o->socket_name);
+    return 0;
+}
+
+static void stop(struct agent *ag)
+{
+    /* Order: nothing may call into a part after it is freed. */
+    gv_gpus_free(ag->gpus); /* joins the health thread, which posts to the loop */
+    gv_registrar_free(ag->reg);
+    gv_plugin_free(ag->plugin); /* joins the Allocate workers */
+    gv_allocator_free(ag->alloc);
+    gv_publisher_free(ag->pub);
+    gv_kube_client_free(ag->kube_writer);
+    gv_kube_client_free(ag->kube);
+    gv_kube_config_free(ag->kcfg);
+    gv_node_config_free(ag->cfg);
+    free(ag->cfg_text);
+    if (ag->sigfd >= 0)
+        close(ag->sigfd);
+    if (ag->cfg_ino >= 0)
+        close(ag->cfg_ino);
+    gv_loop_free(ag->loop);
+}
+
+int main(int argc, char **argv)
+{
+    struct agent ag = {.sigfd = -1, .cfg_ino = -1};
+    /* Before any thread exists: every thread inherits the mask, the loop reads a signalfd. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    gv_log_init("gpuvisor-node", GV_LOG_INFO);
+    int rc = parse_options(argc, argv, &ag.o);
+    if (rc != 0)
+        return rc;
+    struct gv_error err = {0};
+    rc = start(&ag, &err);
+    if (rc == 0 && gv_loop_run(ag.loop, &err) != GV_OK)
+        rc = 1;
+    if (rc != 0)
+        gv_error("%s", err.msg);
+    stop(&ag);
+    return rc;
+}

@@ -1,0 +1,160 @@
+"""Test fixture: gpuvisor-node over the fake NVML, the fake API server and a
+kubelet stand-in, all in one scratch directory.  Used by
+tests/node/test_node_*.py.
+"""
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import gvtest
+
+FAKES = os.environ.get("GV_FAKE_NVML_DIR") or os.path.join(gvtest.BUILD, "tests", "fakes")
+NODE_BIN = os.path.join(gvtest.BUILD, "bin", "gpuvisor-node")
+GPUS = ["GPU-11111111-2222-4333-8444-000000000000", "GPU-11111111-2222-4333-8444-000000000001"]
+
+
+def have_fake_nvml():
+    return os.path.exists(os.path.join(FAKES, "libnvidia-ml.so.1"))
+
+
+class Api:
+    """Minimal client for the fake API server (urllib; no gpuvisor code)."""
+
+    def __init__(self, url):
+        self.url = url
+
+    def req(self, method, path, body=None, ctype="application/json"):
+        data = json.dumps(body).encode() if body is not None else None
+        r = urllib.request.Request(self.url + path, data=data, method=method)
+        if data is not None:
+            r.add_header("Content-Type", ctype)
+        try:
+            with urllib.request.urlopen(r, timeout=10) as resp:
+                return resp.status, json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"null")
+
+    def ctl(self, op):
+        r = urllib.request.Request(self.url + "/_fake/" + op, data=b"", method="POST")
+        with urllib.request.urlopen(r, timeout=10) as resp:
+            return resp.status
+
+    def pod(self, name, ns="default"):
+        return self.req("GET", "/api/v1/namespaces/%s/pods/%s" % (ns, name))[1]
+
+    def node(self, name):
+        return self.req("GET", "/api/v1/nodes/" + name)[1]
+
+    def create_pod(self, name, containers, assignment=None, annotations=None, node="node1",
+                   ns="default", phase=None):
+        """containers: list of (name, limits dict)."""
+        ann = dict(annotations or {})
+        if assignment is not None:
+            ann["gpuvisor.io/assignment"] = assignment
+            ann["gpuvisor.io/assigned-node"] = node
+            now = time.time()
+            ann["gpuvisor.io/assigned-at"] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + \
+                ".%06dZ" % int((now % 1) * 1e6)
+        body = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": ns, "annotations": ann},
+                "spec": {"nodeName": node, "containers": [
+                    {"name": c, "image": "cuda", "resources": {"limits": lim}} for c, lim in containers]}}
+        if phase:
+            body["status"] = {"phase": phase}
+        code, obj = self.req("POST", "/api/v1/namespaces/%s/pods" % ns, body)
+        assert code == 201, (code, obj)
+        return obj
+
+    def delete_pod(self, name, ns="default"):
+        return self.req("DELETE", "/api/v1/namespaces/%s/pods/%s" % (ns, name))[0]
+
+
+def write_atomic(path, text):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.rename(tmp, path)
+
+
+class Env:
+    """Scratch tree + fake API server; agents and stand-ins are started on demand."""
+
+    def __init__(self, gpus=2, node="node1", config=None):
+        self.dir = gvtest.scratch("na")
+        self.node_name = node
+        self.plugin_dir = os.path.join(self.dir, "dp")
+        self.state = os.path.join(self.dir, "state")
+        self.config = os.path.join(self.dir, "cfg", "node-config.json")
+        self.faults = os.path.join(self.dir, "faults", "faults")
+        for d in (self.plugin_dir, os.path.dirname(self.config), os.path.dirname(self.faults)):
+            os.makedirs(d)
+        write_atomic(self.faults, "")
+        if config is not None:
+            write_atomic(self.config, json.dumps(config))
+        # the GPUs the fake NVML shows, and a /sys with their NUMA nodes
+        self.gpu_cfg = os.path.join(self.dir, "gpus.conf")
+        with open(self.gpu_cfg, "w") as f:
+            for i in range(gpus):
+                f.write('name="NVIDIA A100-SXM4-40GB" uuid=%s memory=40g pci=0:%x:0\n'
+                        % (GPUS[i], 0x3b + i))
+                numa = os.path.join(self.dir, "sys/sys/bus/pci/devices/0000:%02x:00.0" % (0x3b + i))
+                os.makedirs(numa)
+                with open(os.path.join(numa, "numa_node"), "w") as g:
+                    g.write("%d\n" % i)
+        self.api_proc = gvtest.Proc([gvtest.PY, os.path.join(gvtest.ROOT, "tests/fakes/apiserver/fake_apiserver.py"),
+                                     "--port", "0"], log=os.path.join(self.dir, "apiserver.log"))
+        ready = self.api_proc.expect(lambda l: l.startswith("READY"), 20)
+        if ready is None:
+            raise RuntimeError("fake apiserver did not start")
+        self.api = Api(ready.split()[1])
+        code, _ = self.api.req("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
+                                                         "metadata": {"name": node}})
+        assert code == 201
+        self.agent = None
+        self.kubelet = None
+
+    def start_agent(self, extra=(), env_extra=None):
+        env = dict(os.environ, LD_LIBRARY_PATH=FAKES, GV_FAKE_GPU_CONFIG=self.gpu_cfg,
+                   GV_FAKE_NVML_FAULTS=self.faults, GPUVISOR_LOG_LEVEL="debug",
+                   GV_FAKE_NVML_DRIVER_VERSION="550.54.15", GV_FAKE_CUDA_DRIVER_VERSION="12040")
+        env.update(env_extra or {})
+        argv = [NODE_BIN, "--node-name", self.node_name, "--kube-url", self.api.url,
+                "--config", self.config, "--plugin-dir", self.plugin_dir,
+                "--state-dir", self.state, "--host-state-dir", "/host" + self.state,
+                "--install-dir", "/usr/local/gpuvisor", "--sys-root", os.path.join(self.dir, "sys"),
+                "--heartbeat-seconds", "1", "--health-probe-ms", "100", "--health-recover-ms", "300",
+                "--allocate-wait-ms", "1500", "--gc-seconds", "1", "--gc-grace-ms", "200"] + list(extra)
+        self.agent = gvtest.Proc(argv, env=env, stdin=False, log=os.path.join(self.dir, "agent.log"))
+        return self.agent
+
+    def stop_agent(self, sig=signal.SIGTERM):
+        rc = self.agent.stop(sig) if self.agent else None
+        self.agent = None
+        return rc
+
+    def start_kubelet(self, kind, go_bin=None):
+        self.kubelet = gvtest.StandIn(kind, self.plugin_dir, go_binary=go_bin,
+                                      log=os.path.join(self.dir, "kubelet-%s.log" % kind))
+        return self.kubelet
+
+    def agent_log(self):
+        try:
+            with open(os.path.join(self.dir, "agent.log")) as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def close(self):
+        if self.kubelet:
+            try:
+                self.kubelet.send(json.dumps({"cmd": "quit"}))
+            except OSError:
+                pass
+            self.kubelet.stop()
+        if self.agent:
+            self.stop_agent()
+        self.api_proc.stop()

@@ -1,0 +1,21 @@
+/* Fuzz target: the node configuration file (an operator-edited ConfigMap). */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "node/gv_config.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct gv_node_config *cfg = NULL;
+    if (gv_node_config_parse((const char *)data, size, "node1", &cfg, NULL) != GV_OK)
+        return 0;
+    struct gv_node_gpu_settings s;
+    for (unsigned i = 0; i < 4; i++)
+        if (gv_node_config_gpu(cfg, "GPU-11111111-2222-4333-8444-000000000000", i, &s) &&
+            (s.split < 1 || s.split > GV_NODE_MAX_SPLIT || !(s.mem_scaling > 0)))
+            abort();
+    gv_node_config_free(cfg);
+    return 0;
+}

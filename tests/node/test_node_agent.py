@@ -1,0 +1,363 @@
+#!/usr/bin/python3
+"""gpuvisor-node end to end, with stand-ins for what cannot run here.
+
+The real agent binary runs over the fake libnvidia-ml.so.1
+(tests/fakes/nvml, faults injected through GV_FAKE_NVML_FAULTS), the fake
+API server (tests/fakes/apiserver) and the kubelet stand-ins
+(tests/fakes/kubelet: Python grpcio and grpc-go).
+"""
+import json
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import agent  # noqa: E402
+import gvtest  # noqa: E402
+from agent import GPUS, write_atomic  # noqa: E402
+
+t = gvtest.Tap()
+if not agent.have_fake_nvml():
+    t.skip("gpuvisor-node end to end", "fake libnvidia-ml.so.1 not built in " + agent.FAKES)
+    t.done()
+
+LIM1 = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "30"}
+
+
+def envs(ev):
+    return ev["resp"]["envs"] if ev and ev.get("ok") else {}
+
+
+def mounts(ev):
+    return {m["container_path"]: (m["host_path"], m["read_only"]) for m in ev["resp"]["mounts"]} \
+        if ev and ev.get("ok") else {}
+
+
+def ann(pod, key):
+    return (pod.get("metadata", {}).get("annotations") or {}).get(key)
+
+
+def wait_ann(env, pod, key, want, timeout=5):
+    return gvtest.wait_for(lambda: ann(env.api.pod(pod), key) == want, timeout)
+
+
+def devices_event(k, pred=None, timeout=5):
+    return k.event("devices", pred, timeout)
+
+
+def scenario_core(kind, go_bin):
+    """Registration, ListAndWatch, Allocate flows, kubelet restart: for each stand-in."""
+    env = agent.Env()
+    try:
+        env.start_agent()
+        k = env.start_kubelet(kind, go_bin)
+        reg = k.event("registered", timeout=10)
+        t.ok(reg and reg["resource_name"] == "nvidia.com/gpu" and reg["version"] == "v1beta1",
+             "[%s] agent registers nvidia.com/gpu v1beta1" % kind, reg or env.agent_log())
+        ev = devices_event(k, timeout=10)
+        ids = [d["id"] for d in ev["devices"]] if ev else []
+        t.ok(len(ids) == 20 and all(len(i) <= 63 for i in ids) and
+             sum(i.startswith(GPUS[1]) for i in ids) == 10,
+             "[%s] 2 GPUs x deviceSplitCount 10 = 20 devices, IDs <= 63 chars" % kind, ev)
+        t.ok(ev and {tuple(d["numa"]) for d in ev["devices"] if d["id"].startswith(GPUS[1])} == {(1,)},
+             "[%s] NUMA node of each GPU comes from /sys (PCI bus id)" % kind)
+
+        # single GPU
+        env.api.create_pod("single", [("main", LIM1)], "v1;node=node1;main=%s:1000:300" % GPUS[1])
+        a = k.cmd("allocate", ids=[ids[0]])
+        e = envs(a)
+        t.ok(e.get("NVIDIA_VISIBLE_DEVICES") == GPUS[1] and e.get("CUDA_DEVICE_MEMORY_LIMIT_0") == "1000m" and
+             e.get("CUDA_DEVICE_SM_LIMIT_0") == "30" and e.get("CUDA_DEVICE_SM_LIMIT") == "30" and
+             e.get("CUDA_DEVICE_MEMORY_SHARED_CACHE") == "/var/run/gpuvisor/shared.cache" and
+             "CUDA_OVERSUBSCRIBE" not in e,
+             "[%s] Allocate single-GPU: the scheduler's GPU (not the kubelet's pick) and its limits" % kind, a)
+        pod = env.api.pod("single")
+        uid = pod["metadata"]["uid"]
+        m = mounts(a)
+        host = "/host%s/containers/%s/main" % (env.state, uid)
+        t.ok(m.get("/usr/local/gpuvisor/lib/libgpuvisor.so") == ("/usr/local/gpuvisor/lib/libgpuvisor.so", True) and
+             m.get("/etc/ld.so.preload") == ("/usr/local/gpuvisor/ld.so.preload", True) and
+             m.get("/var/run/gpuvisor") == (host, False) and
+             m.get("/etc/gpuvisor/limits.env") == (host + "/limits.env", True),
+             "[%s] mounts: interposer ro, ld.so.preload ro, per-container dir rw, limits file ro" % kind, m)
+        lim = os.path.join(env.state, "containers", uid, "main", "limits.env")
+        text = open(lim).read() if os.path.exists(lim) else ""
+        t.ok("CUDA_DEVICE_MEMORY_LIMIT_0=1000m\n" in text and "CUDA_DEVICE_SM_LIMIT_0=30\n" in text and
+             "NVIDIA_VISIBLE_DEVICES" not in text,
+             "[%s] limits file written with the same keys as the environment" % kind, text)
+        t.ok(wait_ann(env, "single", "gpuvisor.io/allocation", "success") and
+             ann(env.api.pod("single"), "gpuvisor.io/allocated-containers") == "main",
+             "[%s] pod annotated allocation=success, allocated-containers=main" % kind, env.api.pod("single"))
+
+        # multi-GPU container
+        env.api.create_pod("multi", [("train", {"nvidia.com/gpu": "2", "nvidia.com/gpumem": "2000"})],
+                           "v1;node=node1;train=%s:2000:0,%s:2000:0" % (GPUS[0], GPUS[1]))
+        a = k.cmd("allocate", ids=[ids[0], ids[15]])
+        e = envs(a)
+        t.ok(e.get("NVIDIA_VISIBLE_DEVICES") == "%s,%s" % (GPUS[0], GPUS[1]) and
+             e.get("CUDA_DEVICE_MEMORY_LIMIT_0") == "2000m" and e.get("CUDA_DEVICE_MEMORY_LIMIT_1") == "2000m" and
+             "CUDA_DEVICE_SM_LIMIT_0" not in e,
+             "[%s] Allocate multi-GPU: both GPUs in assignment order, a memory limit per index" % kind, a)
+
+        # multi-container pod: one Allocate per container, in order
+        env.api.create_pod("pair", [("a", LIM1), ("b", LIM1)],
+                           "v1;node=node1;a=%s:1000:300;b=%s:500:100" % (GPUS[0], GPUS[1]))
+        a1 = k.cmd("allocate", ids=[ids[1]])
+        t.ok(envs(a1).get("CUDA_DEVICE_MEMORY_LIMIT_0") == "1000m" and
+             wait_ann(env, "pair", "gpuvisor.io/allocation", "allocating"),
+             "[%s] multi-container: first container allocated, pod still allocating" % kind, a1)
+        a2 = k.cmd("allocate", ids=[ids[2]])
+        t.ok(envs(a2).get("CUDA_DEVICE_MEMORY_LIMIT_0") == "500m" and
+             envs(a2).get("NVIDIA_VISIBLE_DEVICES") == GPUS[1] and
+             wait_ann(env, "pair", "gpuvisor.io/allocation", "success") and
+             ann(env.api.pod("pair"), "gpuvisor.io/allocated-containers") == "a,b",
+             "[%s] multi-container: second container gets its own GPU, pod success" % kind, a2)
+
+        # opt-out of /etc/ld.so.preload
+        env.api.create_pod("optout", [("main", LIM1)], "v1;node=node1;main=%s:1000:0" % GPUS[0],
+                           annotations={"gpuvisor.io/preload": "false"})
+        a = k.cmd("allocate", ids=[ids[3]])
+        m = mounts(a)
+        t.ok(a and a["ok"] and "/etc/ld.so.preload" not in m and "/usr/local/gpuvisor/lib/libgpuvisor.so" in m,
+             "[%s] gpuvisor.io/preload=false drops only the ld.so.preload mount" % kind, m)
+
+        # no assignment: clear error
+        env.api.create_pod("plain", [("main", {"nvidia.com/gpu": "1"})])
+        a = k.cmd("allocate", ids=[ids[4]])
+        t.ok(a and not a["ok"] and a["code"] == 9 and "no pending pod on node node1" in a["message"] and
+             "gpuvisor-scheduler" in a["message"],
+             "[%s] no assignment: FAILED_PRECONDITION explaining why" % kind, a)
+        env.api.delete_pod("plain")
+
+        # kubelet restart: sockets deleted, re-registration within 1 s
+        start = time.time()
+        _, reg = k.restart()
+        took = time.time() - start
+        t.ok(reg is not None and took < 1.0, "[%s] kubelet restart: re-registered in %.3f s" % (kind, took))
+        ev = devices_event(k, timeout=5)
+        t.ok(ev and len(ev["devices"]) == 20, "[%s] devices re-sent after kubelet restart" % kind)
+    finally:
+        env.close()
+
+
+def scenario_health():
+    env = agent.Env()
+    try:
+        env.start_agent()
+        k = env.start_kubelet("py")
+        devices_event(k, timeout=10)
+        write_atomic(env.faults, "xid 1 13 1\n")
+        ev = devices_event(k, timeout=1.5)
+        t.ok(ev is None, "application Xid 13 leaves health unchanged", ev)
+        write_atomic(env.faults, "xid 1 13 1\nxid 1 79 2\n")
+        ev = devices_event(k, lambda e: any(d["health"] == "Unhealthy" for d in e["devices"]), 5)
+        t.ok(ev and all((d["health"] == "Unhealthy") == d["id"].startswith(GPUS[1]) for d in ev["devices"]),
+             "critical Xid 79 on GPU 1: its 10 devices turn Unhealthy in ListAndWatch", ev)
+        inv = gvtest.wait_for(lambda: json.loads(
+            (env.api.node("node1")["metadata"].get("annotations") or {}).get("gpuvisor.io/node-gpus", "{}")
+        ).get("gpus", [{}, {}])[1].get("healthy") is False, 5)
+        t.ok(inv, "inventory annotation shows GPU 1 unhealthy")
+        ev = devices_event(k, lambda e: all(d["health"] == "Healthy" for d in e["devices"]), 5)
+        t.ok(ev is not None, "GPU 1 back to Healthy after the quiet period (recovery)")
+        write_atomic(env.faults, "lost 0\n")
+        ev = devices_event(k, lambda e: any(d["health"] == "Unhealthy" for d in e["devices"]), 5)
+        t.ok(ev and all((d["health"] == "Unhealthy") == d["id"].startswith(GPUS[0]) for d in ev["devices"]),
+             "unreachable GPU 0 (GPU_IS_LOST): Unhealthy", ev)
+        write_atomic(env.faults, "")
+        ev = devices_event(k, lambda e: all(d["health"] == "Healthy" for d in e["devices"]), 5)
+        t.ok(ev is not None, "GPU 0 reachable again: Healthy")
+    finally:
+        env.close()
+
+
+def scenario_node_publication():
+    env = agent.Env()
+    try:
+        env.start_agent()
+        node = gvtest.wait_for(lambda: (env.api.node("node1")["metadata"].get("annotations") or {})
+                               .get("gpuvisor.io/node-gpus") and env.api.node("node1"), 10)
+        a = node["metadata"]["annotations"] if node else {}
+        inv = json.loads(a.get("gpuvisor.io/node-gpus", "{}"))
+        g = inv.get("gpus", [{}])[0]
+        t.ok(inv.get("version") == 1 and len(inv.get("gpus", [])) == 2 and g.get("uuid") == GPUS[0] and
+             g.get("model") == "NVIDIA A100-SXM4-40GB" and g.get("memoryMiB") == 40960 and
+             g.get("split") == 10 and g.get("cores") == 100 and g.get("numa") == 0 and
+             g.get("mode") == "vgpu" and g.get("healthy") is True and inv.get("cudaVersion") == "12.4",
+             "node annotation gpuvisor.io/node-gpus carries the versioned inventory", inv)
+        lab = node["metadata"].get("labels", {}) if node else {}
+        t.ok(lab.get("nvidia.com/gpu.product") == "NVIDIA-A100-SXM4-40GB" and lab.get("nvidia.com/gpu.count") == "2" and
+             lab.get("nvidia.com/gpu.memory") == "40960" and lab.get("nvidia.com/gpu.replicas") == "10" and
+             lab.get("nvidia.com/gpu.sharing-strategy") == "vgpu" and lab.get("nvidia.com/cuda.driver.major") == "550" and
+             lab.get("nvidia.com/cuda.runtime.major") == "12",
+             "GFD-style labels published", lab)
+        hb1 = a.get("gpuvisor.io/node-heartbeat")
+        rv1 = node["metadata"]["resourceVersion"] if node else None
+        time.sleep(2.2)
+        node2 = env.api.node("node1")
+        hb2 = node2["metadata"]["annotations"].get("gpuvisor.io/node-heartbeat")
+        t.ok(hb1 and hb2 and hb2 > hb1, "heartbeat annotation refreshed (%s -> %s)" % (hb1, hb2))
+        stats = json.loads(urllib_get(env.api.url + "/_fake/stats"))
+        patches = sum(v for k2, v in stats.items() if k2.startswith("PATCH /api/v1/nodes/node1"))
+        t.ok(node2["metadata"]["annotations"]["gpuvisor.io/node-gpus"] == a["gpuvisor.io/node-gpus"] and
+             rv1 is not None, "inventory text unchanged across heartbeats (%d node patches)" % patches)
+
+        # API outage: heartbeats fail, then resume
+        env.api.ctl("fail?code=503&count=-1")
+        time.sleep(1.5)
+        env.api.ctl("heal")
+        hb_before = env.api.node("node1")["metadata"]["annotations"]["gpuvisor.io/node-heartbeat"]
+        ok = gvtest.wait_for(lambda: env.api.node("node1")["metadata"]["annotations"]
+                             ["gpuvisor.io/node-heartbeat"] > hb_before, 6)
+        t.ok(ok and env.agent.p.poll() is None, "API outage: agent survives, heartbeat resumes after recovery")
+    finally:
+        env.close()
+
+
+def urllib_get(url):
+    import urllib.request
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return r.read().decode()
+
+
+def scenario_config_reload():
+    env = agent.Env(config={"deviceSplitCount": 4})
+    try:
+        env.start_agent()
+        k = env.start_kubelet("py")
+        ev = devices_event(k, timeout=10)
+        t.ok(ev and len(ev["devices"]) == 8, "config file: deviceSplitCount 4 -> 8 devices", ev)
+        env.api.create_pod("running", [("main", LIM1)], "v1;node=node1;main=%s:1000:0" % GPUS[0])
+        a = k.cmd("allocate", ids=[ev["devices"][0]["id"]])
+        uid = env.api.pod("running")["metadata"]["uid"]
+        write_atomic(env.config, json.dumps({"deviceSplitCount": 2, "gpus": [
+            {"index": 1, "mode": "exclusive"}], "deviceMemoryScaling": 2}))
+        ev = devices_event(k, timeout=5)
+        t.ok(ev and sorted(d["id"] for d in ev["devices"]) == sorted(
+            ["%s::0" % GPUS[0], "%s::1" % GPUS[0], GPUS[1]]),
+            "file change reloads: split 2 on GPU 0, GPU 1 exclusive (one device, bare uuid)", ev)
+        t.ok(a and a["ok"] and os.path.isdir(os.path.join(env.state, "containers", uid, "main")),
+             "running pod's container directory kept across the reload")
+        env.api.create_pod("over", [("main", LIM1)], "v1;node=node1;main=%s:30000:0" % GPUS[0])
+        a = k.cmd("allocate", ids=["%s::1" % GPUS[0]])
+        t.ok(envs(a).get("CUDA_OVERSUBSCRIBE") == "true" and envs(a).get("CUDA_DEVICE_MEMORY_LIMIT_0") == "30000m",
+             "deviceMemoryScaling 2: CUDA_OVERSUBSCRIBE=true", a)
+        a = k.cmd("allocate", ids=[GPUS[1]])
+        t.ok(a and a["ok"] and envs(a) == {"NVIDIA_VISIBLE_DEVICES": GPUS[1]} and not a["resp"]["mounts"],
+             "exclusive GPU without a gpuvisor assignment: the kubelet's device, no interposer", a)
+        write_atomic(env.config, "{\"deviceSplitCount\": 0}")
+        time.sleep(0.6)
+        t.ok(env.agent.p.poll() is None and "deviceSplitCount = 0 is outside" in env.agent_log(),
+             "invalid config: clear error, agent keeps running with the old one")
+        write_atomic(env.config, json.dumps({"deviceSplitCount": 3}))
+        ev = devices_event(k, lambda e: len(e["devices"]) == 6, 5)
+        t.ok(ev is not None, "a valid config after an invalid one is picked up (3 x 2 devices)")
+        with open(env.config, "w") as f:  # in place, no rename: SIGHUP is the way
+            f.write(json.dumps({"deviceSplitCount": 5, "cdi": True}))
+        env.agent.p.send_signal(signal.SIGHUP)
+        ev = devices_event(k, lambda e: len(e["devices"]) == 10, 5)
+        t.ok(ev is not None, "SIGHUP reloads the config (5 x 2 devices)")
+        env.api.create_pod("cdi", [("main", LIM1)], "v1;node=node1;main=%s:1000:0" % GPUS[1])
+        a = k.cmd("allocate", ids=["%s::0" % GPUS[1]])
+        t.ok(a and a["ok"] and a["resp"]["cdi_devices"] == ["nvidia.com/gpu=%s" % GPUS[1]] and
+             "NVIDIA_VISIBLE_DEVICES" not in envs(a),
+             "cdi: true answers CDI device names instead of NVIDIA_VISIBLE_DEVICES", a)
+    finally:
+        env.close()
+
+
+def scenario_restart_and_gc():
+    env = agent.Env()
+    try:
+        env.start_agent()
+        k = env.start_kubelet("py")
+        ev = devices_event(k, timeout=10)
+        ids = [d["id"] for d in ev["devices"]]
+        env.api.create_pod("half", [("a", LIM1), ("b", LIM1)],
+                           "v1;node=node1;a=%s:100:0;b=%s:200:0" % (GPUS[0], GPUS[1]))
+        a = k.cmd("allocate", ids=[ids[0]])
+        wait_ann(env, "half", "gpuvisor.io/allocated-containers", "a")
+        # agent crash: SIGKILL leaves a stale socket behind
+        env.stop_agent(signal.SIGKILL)
+        sock = os.path.join(env.plugin_dir, "gpuvisor.sock")
+        t.ok(os.path.exists(sock), "after a crash the stale plugin socket remains")
+        k.event("stream_end", timeout=5)
+        env.start_agent()
+        reg = k.event("registered", timeout=10)
+        ev = devices_event(k, timeout=5)
+        t.ok(reg is not None and ev is not None, "agent restart: stale socket replaced, registered, devices listed")
+        a = k.cmd("allocate", ids=[ids[1]])
+        t.ok(envs(a).get("CUDA_DEVICE_MEMORY_LIMIT_0") == "200m" and
+             wait_ann(env, "half", "gpuvisor.io/allocation", "success"),
+             "after a restart the next container of a half-allocated pod is served (state from annotations)", a)
+
+        # malformed annotations from the API: clear error, no crash
+        env.api.create_pod("bad", [("main", LIM1)], "v1;node=node1;main=%s:lots:0" % GPUS[0])
+        a = k.cmd("allocate", ids=[ids[2]])
+        t.ok(a and not a["ok"] and a["code"] == 3 and "default/bad" in a["message"] and
+             "assignment" in a["message"] and env.agent.p.poll() is None,
+             "malformed assignment: INVALID_ARGUMENT naming the pod and the problem, agent alive", a)
+        t.ok(wait_ann(env, "bad", "gpuvisor.io/allocation", "failed") and
+             ann(env.api.pod("bad"), "gpuvisor.io/allocation-message"),
+             "malformed assignment: pod marked failed with a message")
+        env.api.create_pod("foreign", [("main", LIM1)], "v1;node=node1;main=GPU-deadbeef:100:0")
+        a = k.cmd("allocate", ids=[ids[3]])
+        t.ok(a and not a["ok"] and "GPU-deadbeef" in a["message"] and "not advertised" in a["message"],
+             "assignment naming a GPU this node lacks: refused with the uuid", a)
+
+        # API outage during Allocate: answered from the cache, annotations written on recovery
+        env.api.create_pod("outage", [("main", LIM1)], "v1;node=node1;main=%s:100:0" % GPUS[1])
+        time.sleep(0.3)
+        env.api.ctl("fail?code=503&count=-1")
+        a = k.cmd("allocate", ids=[ids[4]])
+        t.ok(a and a["ok"] and envs(a).get("CUDA_DEVICE_MEMORY_LIMIT_0") == "100m",
+             "API down: Allocate still answered from the informer cache", a)
+        env.api.ctl("heal")
+        t.ok(wait_ann(env, "outage", "gpuvisor.io/allocation", "success", timeout=8),
+             "API back: the pending allocation annotation is written (backoff retry)")
+
+        # crash before the progress annotation was written: the directory on disk remembers
+        env.api.create_pod("crash", [("a", LIM1), ("b", LIM1)],
+                           "v1;node=node1;a=%s:300:0;b=%s:400:0" % (GPUS[0], GPUS[1]))
+        time.sleep(0.3)
+        env.api.ctl("fail?code=503&count=-1")
+        a = k.cmd("allocate", ids=[ids[5]])
+        env.stop_agent(signal.SIGKILL)
+        k.event("stream_end", timeout=5)
+        env.api.ctl("heal")
+        t.ok(envs(a).get("CUDA_DEVICE_MEMORY_LIMIT_0") == "300m" and
+             ann(env.api.pod("crash"), "gpuvisor.io/allocated-containers") is None,
+             "container a served while the API was down, agent killed before recording it")
+        env.start_agent()
+        k.event("registered", timeout=10)
+        devices_event(k, timeout=5)
+        a = k.cmd("allocate", ids=[ids[6]])
+        t.ok(envs(a).get("CUDA_DEVICE_MEMORY_LIMIT_0") == "400m" and
+             wait_ann(env, "crash", "gpuvisor.io/allocated-containers", "a,b"),
+             "restarted agent serves container b next (served containers recovered from disk)", a)
+
+        # GC of per-container directories
+        uid = env.api.pod("half")["metadata"]["uid"]
+        d = os.path.join(env.state, "containers", uid)
+        t.ok(os.path.isdir(d), "per-container directory exists while the pod does")
+        env.api.delete_pod("half")
+        t.ok(gvtest.wait_for(lambda: not os.path.exists(d), 6), "directory GC'd after the pod is deleted")
+        uid2 = env.api.pod("outage")["metadata"]["uid"]
+        t.ok(os.path.isdir(os.path.join(env.state, "containers", uid2)), "other pods' directories kept")
+        rc = env.stop_agent()
+        t.ok(rc == 0 and not os.path.exists(sock), "SIGTERM: graceful exit 0, socket removed")
+    finally:
+        env.close()
+
+
+go_bin = gvtest.build_go_standin()
+scenario_core("py", None)
+if go_bin:
+    scenario_core("go", go_bin)
+else:
+    t.skip("[go] core scenarios", "Go toolchain or golang-google-grpc-dev missing")
+scenario_health()
+scenario_node_publication()
+scenario_config_reload()
+scenario_restart_and_gc()
+t.done()

@@ -1,0 +1,332 @@
+/*
+ * Unit tests of gpuvisor-node's pure parts: the node config file, the
+ * inventory codec (src/contracts/inventory), GFD labels, sysfs NUMA lookup,
+ * the gRPC framer and grpc-timeout parser.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "contracts/inventory.h"
+#include "node/gv_config.h"
+#include "node/gv_gpus.h"
+#include "node/gv_grpc.h"
+#include "node/gv_publisher.h"
+
+#define U0 "GPU-11111111-2222-4333-8444-000000000000"
+
+static struct gv_node_config *parse_ok(const char *text, const char *node)
+{
+    struct gv_node_config *c = NULL;
+    struct gv_error err = {0};
+    gv_status st = gv_node_config_parse(text, strlen(text), node, &c, &err);
+    if (st != GV_OK)
+        fail_msg("unexpected error: %s", err.msg);
+    return c;
+}
+
+static void parse_fails(const char *text, const char *want)
+{
+    struct gv_node_config *c = NULL;
+    struct gv_error err = {0};
+    assert_int_not_equal(gv_node_config_parse(text, strlen(text), "node1", &c, &err), GV_OK);
+    assert_null(c);
+    if (strstr(err.msg, want) == NULL)
+        fail_msg("error '%s' does not mention '%s'", err.msg, want);
+}
+
+static void test_config_defaults(void **state)
+{
+    (void)state;
+    struct gv_node_config *c = parse_ok("{}", "node1");
+    struct gv_node_gpu_settings s;
+    assert_string_equal(c->resource_name, "nvidia.com/gpu");
+    assert_true(gv_node_config_gpu(c, U0, 0, &s));
+    assert_int_equal(s.mode, GV_NODE_MODE_VGPU);
+    assert_int_equal(s.split, 10);
+    assert_true(s.mem_scaling == 1.0 && s.core_scaling == 1.0);
+    gv_node_config_free(c);
+}
+
+static void test_config_layers(void **state)
+{
+    (void)state;
+    const char *text =
+        "{\"deviceSplitCount\": 8, \"deviceMemoryScaling\": 1.5,"
+        " \"gpus\": [{\"index\": 1, \"mode\": \"timeslicing\"}],"
+        " \"nodeConfig\": [{\"name\": \"node1\", \"deviceSplitCount\": 4,"
+        "   \"filterDevices\": {\"index\": [3]},"
+        "   \"gpus\": [{\"uuid\": \"" U0 "\", \"mode\": \"exclusive\"}]},"
+        "  {\"name\": \"node2\", \"deviceSplitCount\": 2}]}";
+    struct gv_node_config *c = parse_ok(text, "node1");
+    struct gv_node_gpu_settings s;
+    assert_true(gv_node_config_gpu(c, U0, 0, &s)); /* node rule: exclusive -> split 1 */
+    assert_int_equal(s.mode, GV_NODE_MODE_EXCLUSIVE);
+    assert_int_equal(s.split, 1);
+    assert_true(gv_node_config_gpu(c, "GPU-other", 1, &s)); /* node list replaces top rules */
+    assert_int_equal(s.mode, GV_NODE_MODE_VGPU);
+    assert_int_equal(s.split, 4);
+    assert_true(s.mem_scaling == 1.5);
+    assert_false(gv_node_config_gpu(c, "GPU-x", 3, &s)); /* excluded by index */
+    gv_node_config_free(c);
+    c = parse_ok(text, "node9"); /* no section: top level and its rules */
+    assert_true(gv_node_config_gpu(c, "GPU-other", 1, &s));
+    assert_int_equal(s.mode, GV_NODE_MODE_TIMESLICING);
+    assert_int_equal(s.split, 8);
+    gv_node_config_free(c);
+}
+
+static void test_config_hami_keys(void **state)
+{
+    (void)state;
+    struct gv_node_config *c = parse_ok(
+        "{\"nodeconfig\": [{\"name\": \"node1\", \"operatingmode\": \"hami-core\","
+        " \"devicememoryscaling\": 1.8, \"devicesplitcount\": 7, \"migstrategy\": \"none\","
+        " \"filterdevices\": {\"uuid\": [\"" U0 "\"], \"index\": []}}]}",
+        "node1");
+    struct gv_node_gpu_settings s;
+    assert_false(gv_node_config_gpu(c, U0, 0, &s));
+    assert_true(gv_node_config_gpu(c, "GPU-b", 1, &s));
+    assert_int_equal(s.split, 7);
+    assert_true(s.mem_scaling == 1.8);
+    gv_node_config_free(c);
+}
+
+static void test_config_errors(void **state)
+{
+    (void)state;
+    parse_fails("{\"deviceSplitCount\": 0}", "deviceSplitCount = 0 is outside");
+    parse_fails("{\"deviceSplitCount\": 2.5}", "deviceSplitCount must be an integer");
+    parse_fails("{\"mode\": \"mps\"}", "mode = 'mps' is not vgpu");
+    parse_fails("{\"deviceSplitCont\": 4}", "deviceSplitCont is not a known key");
+    parse_fails("{\"gpus\": [{\"index\": 1, \"uuid\": \"x\"}]}", "exactly one of uuid or index");
+    parse_fails("{\"nodeConfig\": [{\"name\": \"node1\", \"deviceMemoryScaling\": -1}]}",
+                "nodeConfig[node1].deviceMemoryScaling");
+    parse_fails("{\"resourceName\": \"gpu\"}", "not a domain/name resource");
+    parse_fails("{\"version\": 2}", "version must be 1");
+    parse_fails("{\"a\": 1, \"a\": 2}", "line 1");
+    parse_fails("[1]", "must be a JSON object");
+}
+
+static void test_config_missing_file_is_default(void **state)
+{
+    (void)state;
+    struct gv_node_config *c = NULL;
+    assert_int_equal(gv_node_config_load("/nonexistent/node-config.json", "n", &c, NULL), GV_OK);
+    assert_int_equal(c->defaults.split, 10);
+    gv_node_config_free(c);
+}
+
+static void fill(struct gv_inventory *inv)
+{
+    memset(inv, 0, sizeof(*inv));
+    snprintf(inv->driver_version, sizeof(inv->driver_version), "550.54.15");
+    snprintf(inv->cuda_version, sizeof(inv->cuda_version), "12.4");
+    inv->n_gpus = 2;
+    for (int i = 0; i < 2; i++) {
+        struct gv_inventory_gpu *g = &inv->gpus[i];
+        snprintf(g->uuid, sizeof(g->uuid), "GPU-%d", i);
+        snprintf(g->model, sizeof(g->model), "NVIDIA H100 80GB HBM3");
+        g->index = (uint32_t)i;
+        g->memory_mib = 81559;
+        g->memory_scaling = i ? 2.0 : 1.0;
+        g->cores = 100;
+        g->split = 10;
+        g->numa = i ? -1 : 0;
+        g->healthy = i == 0;
+        g->mode = i ? GV_INVENTORY_MODE_TIMESLICING : GV_INVENTORY_MODE_VGPU;
+    }
+}
+
+static void test_inventory_round_trip(void **state)
+{
+    (void)state;
+    struct gv_inventory a, b;
+    fill(&a);
+    char *text = NULL;
+    assert_int_equal(gv_inventory_encode(&a, &text, NULL), GV_OK);
+    assert_non_null(strstr(text, "\"version\":1"));
+    assert_int_equal(gv_inventory_decode(text, strlen(text), &b, NULL), GV_OK);
+    assert_int_equal(b.n_gpus, 2);
+    assert_string_equal(b.gpus[1].uuid, "GPU-1");
+    assert_int_equal(b.gpus[1].mode, GV_INVENTORY_MODE_TIMESLICING);
+    assert_int_equal(b.gpus[1].numa, -1);
+    assert_false(b.gpus[1].healthy);
+    assert_true(b.gpus[1].memory_scaling == 2.0);
+    assert_string_equal(b.cuda_version, "12.4");
+    /* stable text: the agent compares it to skip needless writes */
+    char *again = NULL;
+    assert_int_equal(gv_inventory_encode(&b, &again, NULL), GV_OK);
+    assert_string_equal(text, again);
+    free(text);
+    free(again);
+}
+
+static void decode_fails(const char *text, const char *want)
+{
+    struct gv_inventory inv;
+    struct gv_error err = {0};
+    assert_int_not_equal(gv_inventory_decode(text, strlen(text), &inv, &err), GV_OK);
+    assert_int_equal(inv.n_gpus, 0);
+    if (strstr(err.msg, want) == NULL)
+        fail_msg("error '%s' does not mention '%s'", err.msg, want);
+}
+
+static void test_inventory_errors(void **state)
+{
+    (void)state;
+    decode_fails("{\"version\":2,\"gpus\":[]}", "version 2 is not supported");
+    decode_fails("{\"version\":1}", "gpus must be a list");
+    decode_fails("{\"version\":1,\"gpus\":[{\"uuid\":\"a\"}]}", "gpus[0].model must be a string");
+    decode_fails("{\"version\":1,\"gpus\":[{\"uuid\":\"a\",\"model\":\"m\",\"mode\":\"mig\"}]}",
+                 "gpus[0].mode 'mig'");
+    decode_fails("not json", "not JSON");
+#define GPU_FMT                                                                                    \
+    "{\"uuid\":\"a\",\"index\":0,\"model\":\"m\",\"memoryMiB\":1,\"memoryScaling\":1,"             \
+    "\"cores\":100,\"split\":%d,\"numa\":0,\"healthy\":true,\"mode\":\"vgpu\",\"mig\":false}"
+    char text[1024], one[400];
+    snprintf(one, sizeof(one), GPU_FMT, 0);
+    snprintf(text, sizeof(text), "{\"version\":1,\"gpus\":[%s]}", one);
+    decode_fails(text, "gpus[0].split = 0 is outside");
+    snprintf(one, sizeof(one), GPU_FMT, 1);
+    snprintf(text, sizeof(text), "{\"version\":1,\"gpus\":[%s,%s]}", one, one);
+    decode_fails(text, "repeats uuid a");
+}
+
+static const char *label(json_t *o, const char *k)
+{
+    return json_string_value(json_object_get(o, k));
+}
+
+static void test_labels(void **state)
+{
+    (void)state;
+    struct gv_inventory inv;
+    fill(&inv);
+    json_t *l = gv_publisher_labels(&inv);
+    assert_string_equal(label(l, "nvidia.com/gpu.product"), "NVIDIA-H100-80GB-HBM3");
+    assert_string_equal(label(l, "nvidia.com/gpu.count"), "2");
+    assert_string_equal(label(l, "nvidia.com/gpu.memory"), "81559");
+    assert_string_equal(label(l, "nvidia.com/gpu.replicas"), "10");
+    assert_string_equal(label(l, "nvidia.com/gpu.sharing-strategy"), "vgpu");
+    assert_string_equal(label(l, "nvidia.com/cuda.driver.major"), "550");
+    assert_string_equal(label(l, "nvidia.com/cuda.driver.minor"), "54");
+    assert_string_equal(label(l, "nvidia.com/cuda.driver.rev"), "15");
+    assert_string_equal(label(l, "nvidia.com/cuda.runtime.major"), "12");
+    assert_string_equal(label(l, "nvidia.com/cuda.runtime.minor"), "4");
+    json_decref(l);
+}
+
+static void test_numa_from_sysfs(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/gv-numa-XXXXXX";
+    assert_non_null(mkdtemp(root));
+    char dir[256], file[300];
+    snprintf(dir, sizeof(dir), "%s/sys/bus/pci/devices/0000:3b:00.0", root);
+    char cmd[400];
+    snprintf(cmd, sizeof(cmd), "mkdir -p %s", dir);
+    assert_int_equal(system(cmd), 0);
+    snprintf(file, sizeof(file), "%s/numa_node", dir);
+    FILE *f = fopen(file, "w");
+    fputs("1\n", f);
+    fclose(f);
+    assert_int_equal(gv_gpus_numa_node(root, "00000000:3B:00.0"), 1);
+    assert_int_equal(gv_gpus_numa_node(root, "00000000:3C:00.0"), -1);
+    assert_int_equal(gv_gpus_numa_node(root, "junk"), -1);
+    f = fopen(file, "w");
+    fputs("-1\n", f);
+    fclose(f);
+    assert_int_equal(gv_gpus_numa_node(root, "00000000:3B:00.0"), -1);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+    assert_int_equal(system(cmd), 0);
+}
+
+static gv_status collect(const uint8_t *msg, size_t len, void *ud, struct gv_error *err)
+{
+    (void)err;
+    char *out = ud;
+    strncat(out, (const char *)msg, len);
+    strcat(out, "|");
+    return GV_OK;
+}
+
+static void test_framer(void **state)
+{
+    (void)state;
+    const uint8_t in[] = {0, 0, 0, 0, 2, 'h', 'i', 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 'a', 'b', 'c'};
+    for (size_t step = 1; step <= sizeof(in); step++) {
+        struct gv_grpc_framer f;
+        char out[64] = "";
+        gv_grpc_framer_init(&f, 16);
+        for (size_t off = 0; off < sizeof(in); off += step)
+            assert_int_equal(gv_grpc_framer_feed(&f, in + off,
+                                                 sizeof(in) - off < step ? sizeof(in) - off : step,
+                                                 collect, out, NULL),
+                             GV_OK);
+        assert_string_equal(out, "hi||abc|");
+        assert_true(gv_grpc_framer_idle(&f));
+        gv_grpc_framer_clear(&f);
+    }
+    struct gv_grpc_framer f;
+    struct gv_error err;
+    char out[64] = "";
+    gv_grpc_framer_init(&f, 16);
+    const uint8_t big[] = {0, 0, 0, 0, 17};
+    assert_int_equal(gv_grpc_framer_feed(&f, big, 5, collect, out, &err), GV_ERANGE);
+    assert_non_null(strstr(err.msg, "17 bytes exceeds the limit of 16"));
+    gv_grpc_framer_clear(&f);
+    const uint8_t comp[] = {1, 0, 0, 0, 1, 'x'};
+    assert_int_equal(gv_grpc_framer_feed(&f, comp, 6, collect, out, &err), GV_EUNSUPPORTED);
+    gv_grpc_framer_clear(&f);
+    const uint8_t half[] = {0, 0, 0, 0, 4, 'a'};
+    assert_int_equal(gv_grpc_framer_feed(&f, half, 6, collect, out, NULL), GV_OK);
+    assert_false(gv_grpc_framer_idle(&f));
+    gv_grpc_framer_clear(&f);
+}
+
+static void test_timeout(void **state)
+{
+    (void)state;
+    int64_t ms;
+    assert_int_equal(gv_grpc_parse_timeout("100m", 4, &ms, NULL), GV_OK);
+    assert_int_equal(ms, 100);
+    assert_int_equal(gv_grpc_parse_timeout("2S", 2, &ms, NULL), GV_OK);
+    assert_int_equal(ms, 2000);
+    assert_int_equal(gv_grpc_parse_timeout("1H", 2, &ms, NULL), GV_OK);
+    assert_int_equal(ms, 3600000);
+    assert_int_equal(gv_grpc_parse_timeout("1500u", 5, &ms, NULL), GV_OK);
+    assert_int_equal(ms, 2);
+    assert_int_equal(gv_grpc_parse_timeout("1n", 2, &ms, NULL), GV_OK);
+    assert_int_equal(ms, 1);
+    assert_int_equal(gv_grpc_parse_timeout("123456789S", 10, &ms, NULL), GV_EPARSE);
+    assert_int_equal(gv_grpc_parse_timeout("10x", 3, &ms, NULL), GV_EPARSE);
+    assert_int_equal(gv_grpc_parse_timeout("m", 1, &ms, NULL), GV_EPARSE);
+    assert_int_equal(gv_grpc_parse_timeout("1-m", 3, &ms, NULL), GV_EPARSE);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_config_defaults),
+        cmocka_unit_test(test_config_layers),
+        cmocka_unit_test(test_config_hami_keys),
+        cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_config_missing_file_is_default),
+        cmocka_unit_test(test_inventory_round_trip),
+        cmocka_unit_test(test_inventory_errors),
+        cmocka_unit_test(test_labels),
+        cmocka_unit_test(test_numa_from_sysfs),
+        cmocka_unit_test(test_framer),
+        cmocka_unit_test(test_timeout),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
