@@ -83,7 +83,12 @@
     X(nvmlDeviceGetComputeRunningProcesses)                                                        \
     X(nvmlDeviceGetComputeRunningProcesses_v2)                                                     \
     X(nvmlDeviceGetComputeRunningProcesses_v3)                                                     \
-    X(nvmlDeviceGetGraphicsRunningProcesses_v3)
+    X(nvmlDeviceGetGraphicsRunningProcesses)                                                       \
+    X(nvmlDeviceGetGraphicsRunningProcesses_v2)                                                    \
+    X(nvmlDeviceGetGraphicsRunningProcesses_v3)                                                    \
+    X(nvmlDeviceGetMPSComputeRunningProcesses)                                                     \
+    X(nvmlDeviceGetMPSComputeRunningProcesses_v2)                                                  \
+    X(nvmlDeviceGetMPSComputeRunningProcesses_v3)
 
 #define GV_NVML_USED(X)                                                                            \
     X(nvmlInit_v2)                                                                                 \
