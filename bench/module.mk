@@ -36,3 +36,6 @@ bench_scheduler_LIBS := kube common
 bench_scheduler_LDLIBS := $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
 bench_scheduler_CFLAGS := -I.
 endif
+
+# gpuvisor-node: Allocate p99 with 500 pods on the node, idle RSS and CPU.
+BENCH_SCRIPTS += bench/bench_node_agent.sh

@@ -31,12 +31,14 @@ struct pod_state {
     char uid[GV_ALLOC_UID_MAX];
     char ns[GV_ALLOC_NODE_MAX];
     char name[GV_ALLOC_NODE_MAX];
-    pthread_mutex_t write_lock; /* orders this pod's annotation writes (per pod, never node-wide) */
     char done[GV_ALLOC_MAX_CONTAINERS][GV_ALLOC_CNAME_MAX];
     size_t n_done;
     char inflight[GV_ALLOC_CNAME_MAX];
     bool all_done;
-    bool write_pending; /* the API did not take our last annotations: retry */
+    uint64_t version, written; /* progress changes / the last one the API took */
+    bool writing;               /* the writer thread is sending it (GC must wait) */
+    unsigned attempts;          /* failed writes in a row */
+    int64_t next_try;           /* monotonic ms of the next attempt */
     char state[16];
     char message[256];
     int64_t gone_since; /* monotonic ms the cache stopped showing it; 0 while present */
@@ -59,22 +61,18 @@ struct gv_allocator {
     char cdi_kind[128];
     char core_policy[16];
     char resource_name[128];
-    /* retry of annotation writes during API outages */
-    pthread_t retry_thread;
-    bool retry_running, quit;
+    /* the writer thread: progress annotations, retried through API outages */
+    pthread_t writer_thread;
+    bool writer_running, quit;
 };
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static const char *jstr(json_t *o, const char *path)
+/* o[k1][k2] when it is a string, else NULL (pod fields are at most two levels deep here). */
+static const char *jstr2(json_t *o, const char *k1, const char *k2)
 {
-    /* path: dot-separated object keys */
-    char buf[256];
-    snprintf(buf, sizeof(buf), "%s", path);
-    json_t *cur = o;
-    for (char *save = NULL, *k = strtok_r(buf, ".", &save); k && cur; k = strtok_r(NULL, ".", &save))
-        cur = json_object_get(cur, k);
-    return json_is_string(cur) ? json_string_value(cur) : NULL;
+    json_t *v = json_object_get(json_object_get(o, k1), k2);
+    return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
 /* uids and container names become path components: allow only what Kubernetes allows. */
@@ -114,6 +112,10 @@ static struct pod_state *get_pod(struct gv_allocator *a, const char *uid, const 
                                  const char *name)
 {
     struct pod_state *p = find_pod(a, uid);
+    if (p && p->ns[0] == '\0' && ns[0]) { /* recovered from disk: now we know its name */
+        snprintf(p->ns, sizeof(p->ns), "%s", ns);
+        snprintf(p->name, sizeof(p->name), "%s", name);
+    }
     if (p)
         return p;
     p = calloc(1, sizeof(*p));
@@ -122,7 +124,6 @@ static struct pod_state *get_pod(struct gv_allocator *a, const char *uid, const 
     snprintf(p->uid, sizeof(p->uid), "%s", uid);
     snprintf(p->ns, sizeof(p->ns), "%s", ns);
     snprintf(p->name, sizeof(p->name), "%s", name);
-    pthread_mutex_init(&p->write_lock, NULL);
     p->next = a->pods;
     a->pods = p;
     return p;
@@ -243,9 +244,13 @@ static void add_visible(struct gv_allocator *a, struct resp_builder *b, char uui
     add_env(b, "NVIDIA_VISIBLE_DEVICES", list, false);
 }
 
-/* Creates <state>/containers/<uid>/<ctr>/ writable by any container user, and the limits file. */
+/*
+ * Creates <state>/containers/<uid>/<ctr>/ writable by any container user
+ * (the interposer creates its shared region there) and the limits file.
+ */
 static gv_status prepare_dir(struct gv_allocator *a, const char *uid, const char *ctr,
-                             const char *limits, size_t len, struct gv_error *err)
+                             bool with_limits, const char *limits, size_t len,
+                             struct gv_error *err)
 {
     char path[4096];
     const char *parts[] = {"containers", uid, ctr};
@@ -259,6 +264,8 @@ static gv_status prepare_dir(struct gv_allocator *a, const char *uid, const char
     /* The interposer in the container creates its shared region here as any user. */
     if (chmod(path, 01777) != 0)
         return gv_error_set(err, GV_EIO, "cannot chmod %s: %s", path, strerror(errno));
+    if (!with_limits)
+        return GV_OK;
     size_t l = strlen(path);
     snprintf(path + l, sizeof(path) - l, "/limits.env");
     return gv_file_write_atomic(path, limits ? limits : "", len, 0644, err);
@@ -266,12 +273,29 @@ static gv_status prepare_dir(struct gv_allocator *a, const char *uid, const char
 
 /* ---- annotations ---------------------------------------------------------- */
 
-/* Writes the pod's progress; caller holds p->write_lock. */
-static gv_status write_progress(struct gv_allocator *a, struct pod_state *p, struct gv_error *err)
+/*
+ * Progress annotations are written by one writer thread, off Allocate's
+ * path: the kubelet waits for Allocate, nobody waits for the annotation.
+ * What a restarted agent must know (which containers were served) is on
+ * disk first: the per-container directory is created before the reply.
+ */
+static void record(struct gv_allocator *a, struct pod_state *p, const char *state,
+                   const char *message)
+{
+    pthread_mutex_lock(&a->mu);
+    snprintf(p->state, sizeof(p->state), "%s", state);
+    snprintf(p->message, sizeof(p->message), "%s", message ? message : "");
+    p->version++;
+    p->next_try = 0;
+    pthread_cond_broadcast(&a->changed);
+    pthread_mutex_unlock(&a->mu);
+}
+
+/* Caller holds a->mu; returns with it held.  Writes p's progress as of now. */
+static void write_progress(struct gv_allocator *a, struct pod_state *p)
 {
     char list[GV_ALLOC_MAX_CONTAINERS * GV_ALLOC_CNAME_MAX] = "";
-    char state[16], message[256];
-    pthread_mutex_lock(&a->mu);
+    char state[16], message[256], path[600];
     for (size_t i = 0; i < p->n_done; i++) {
         if (i)
             strcat(list, ",");
@@ -279,69 +303,63 @@ static gv_status write_progress(struct gv_allocator *a, struct pod_state *p, str
     }
     snprintf(state, sizeof(state), "%s", p->state);
     snprintf(message, sizeof(message), "%s", p->message);
-    pthread_mutex_unlock(&a->mu);
-    char path[600];
     snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", p->ns, p->name);
+    uint64_t version = p->version;
+    p->writing = true;
+    pthread_mutex_unlock(&a->mu);
     const char *keys[] = {ANN_ALLOCATION, ANN_CONTAINERS, ANN_MESSAGE};
     const char *vals[] = {state, list, message[0] ? message : NULL};
-    gv_status st = gv_kube_patch_annotations(a->writer, path, NULL, keys, vals, 3, NULL, err);
-    pthread_mutex_lock(&a->mu);
-    p->write_pending = st != GV_OK && st != GV_ENOTFOUND;
-    pthread_cond_broadcast(&a->changed); /* wakes the retry thread */
-    pthread_mutex_unlock(&a->mu);
-    return st;
-}
-
-static void record(struct gv_allocator *a, struct pod_state *p, const char *state,
-                   const char *message)
-{
-    pthread_mutex_lock(&p->write_lock);
-    pthread_mutex_lock(&a->mu);
-    snprintf(p->state, sizeof(p->state), "%s", state);
-    snprintf(p->message, sizeof(p->message), "%s", message ? message : "");
-    pthread_mutex_unlock(&a->mu);
     struct gv_error err;
-    if (write_progress(a, p, &err) != GV_OK)
-        gv_warn("pod %s/%s: cannot record allocation %s (will retry): %s", p->ns, p->name, state,
-                err.msg);
-    pthread_mutex_unlock(&p->write_lock);
+    gv_status st = gv_kube_patch_annotations(a->writer, path, NULL, keys, vals, 3, NULL, &err);
+    pthread_mutex_lock(&a->mu);
+    p->writing = false;
+    if (st == GV_OK || st == GV_ENOTFOUND) { /* a deleted pod needs no progress */
+        if (p->attempts)
+            gv_info("pod %s/%s: allocation %s recorded after %u retries", p->ns, p->name, state,
+                    p->attempts);
+        p->written = version;
+        p->attempts = 0;
+    } else {
+        int64_t delay = 250LL << (p->attempts < 7 ? p->attempts : 7); /* up to 32 s */
+        p->attempts++;
+        p->next_try = gv_loop_now_ms() + delay;
+        gv_warn("pod %s/%s: cannot record allocation %s (retry in %lld ms): %s", p->ns, p->name,
+                state, (long long)delay, err.msg);
+    }
 }
 
-/* Retries progress writes the API refused while it was down; idles on the condvar. */
-static void *retry_main(void *arg)
+static bool needs_write(const struct pod_state *p)
+{
+    return p->version != p->written && p->gone_since == 0 && p->ns[0];
+}
+
+static void *writer_main(void *arg)
 {
     struct gv_allocator *a = arg;
-    long delay = 500;
     pthread_mutex_lock(&a->mu);
     while (!a->quit) {
         struct pod_state *todo = NULL;
-        for (struct pod_state *p = a->pods; p && !todo; p = p->next)
-            if (p->write_pending && p->gone_since == 0)
+        int64_t now = gv_loop_now_ms(), wake = INT64_MAX;
+        for (struct pod_state *p = a->pods; p; p = p->next) {
+            if (!needs_write(p))
+                continue;
+            if (p->next_try <= now) {
                 todo = p;
-        if (todo == NULL) {
-            delay = 500;
-            pthread_cond_wait(&a->changed, &a->mu);
+                break;
+            }
+            if (p->next_try < wake)
+                wake = p->next_try;
+        }
+        if (todo) {
+            write_progress(a, todo);
             continue;
         }
-        struct timespec ts;
-        gv_loop_abstime(&ts, delay);
-        pthread_cond_timedwait(&a->changed, &a->mu, &ts);
-        bool still = false; /* GC may have forgotten it while we slept */
-        for (struct pod_state *p = a->pods; p; p = p->next)
-            still |= p == todo;
-        if (a->quit || !still || !todo->write_pending)
-            continue;
-        pthread_mutex_unlock(&a->mu);
-        pthread_mutex_lock(&todo->write_lock);
-        struct gv_error err;
-        gv_status st = write_progress(a, todo, &err);
-        pthread_mutex_unlock(&todo->write_lock);
-        pthread_mutex_lock(&a->mu);
-        if (st == GV_OK) {
-            gv_info("pod %s/%s: allocation progress recorded after retry", todo->ns, todo->name);
-            delay = 500;
+        if (wake == INT64_MAX) {
+            pthread_cond_wait(&a->changed, &a->mu);
         } else {
-            delay = delay * 2 > 30000 ? 30000 : delay * 2;
+            struct timespec ts;
+            gv_loop_abstime(&ts, wake - now);
+            pthread_cond_timedwait(&a->changed, &a->mu, &ts);
         }
     }
     pthread_mutex_unlock(&a->mu);
@@ -371,7 +389,7 @@ struct choice {
 static const char *order_key(json_t *pod)
 {
     const char *k = gv_podspec_annotation(pod, ANN_ASSIGNED_AT);
-    return k ? k : jstr(pod, "metadata.creationTimestamp");
+    return k ? k : jstr2(pod, "metadata", "creationTimestamp");
 }
 
 static bool earlier(json_t *x, const char *kx, json_t *y, const char *ky)
@@ -379,24 +397,46 @@ static bool earlier(json_t *x, const char *kx, json_t *y, const char *ky)
     int c = strcmp(kx ? kx : "", ky ? ky : "");
     if (c != 0)
         return c < 0;
-    c = strcmp(jstr(x, "metadata.namespace") ? jstr(x, "metadata.namespace") : "",
-               jstr(y, "metadata.namespace") ? jstr(y, "metadata.namespace") : "");
+    c = strcmp(jstr2(x, "metadata", "namespace") ? jstr2(x, "metadata", "namespace") : "",
+               jstr2(y, "metadata", "namespace") ? jstr2(y, "metadata", "namespace") : "");
     if (c != 0)
         return c < 0;
-    return strcmp(jstr(x, "metadata.name"), jstr(y, "metadata.name")) < 0;
+    return strcmp(jstr2(x, "metadata", "name"), jstr2(y, "metadata", "name")) < 0;
 }
 
 /* Caller holds a->mu.  Scans the cache snapshot for the pod being admitted. */
+struct light {
+    json_t *pod;
+    const char *order;
+};
+
+static int light_cmp(const void *x, const void *y)
+{
+    const struct light *a = x, *b = y;
+    if (a->pod == b->pod)
+        return 0;
+    return earlier(a->pod, a->order, b->pod, b->order) ? -1 : 1;
+}
+
+/*
+ * Caller holds a->mu.  Scans the cache snapshot for the pod being admitted:
+ * cheap filters first, then assignments decoded oldest first until one
+ * fits, so a call costs one decode in the common case however many pods
+ * the node has.
+ */
 static void choose(struct gv_allocator *a, json_t *pods, size_t n_ids, struct choice *ch)
 {
-    size_t i;
+    size_t i, n = 0;
     json_t *pod;
+    struct light *cand = malloc((json_array_size(pods) + 1) * sizeof(*cand));
+    if (cand == NULL)
+        return;
     json_array_foreach(pods, i, pod) {
-        const char *uid = jstr(pod, "metadata.uid"), *ns = jstr(pod, "metadata.namespace");
-        const char *name = jstr(pod, "metadata.name"), *phase = jstr(pod, "status.phase");
-        const char *node = jstr(pod, "spec.nodeName"), *text = gv_podspec_annotation(pod, ANN_ASSIGNMENT);
+        const char *uid = jstr2(pod, "metadata", "uid"), *phase = jstr2(pod, "status", "phase");
+        const char *node = jstr2(pod, "spec", "nodeName");
         const char *progress = gv_podspec_annotation(pod, ANN_ALLOCATION);
-        if (!uid || !ns || !name || !text || !node || strcmp(node, a->node) != 0)
+        if (!uid || !jstr2(pod, "metadata", "namespace") || !jstr2(pod, "metadata", "name") || !node ||
+            strcmp(node, a->node) != 0 || !gv_podspec_annotation(pod, ANN_ASSIGNMENT))
             continue;
         if (json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp"))
             continue;
@@ -407,22 +447,36 @@ static void choose(struct gv_allocator *a, json_t *pods, size_t n_ids, struct ch
         struct pod_state *ps = find_pod(a, uid);
         if (ps && (ps->all_done || strcmp(ps->state, "failed") == 0))
             continue;
-        struct candidate c = {.pod = pod, .state = ps, .order = order_key(pod)};
+        cand[n].pod = pod;
+        cand[n++].order = order_key(pod);
+    }
+    qsort(cand, n, sizeof(*cand), light_cmp);
+    for (size_t j = 0; j < n && !ch->found; j++) {
+        pod = cand[j].pod;
+        const char *uid = jstr2(pod, "metadata", "uid"), *ns = jstr2(pod, "metadata", "namespace");
+        const char *name = jstr2(pod, "metadata", "name");
+        const char *text = gv_podspec_annotation(pod, ANN_ASSIGNMENT);
+        struct pod_state *ps = find_pod(a, uid);
+        struct candidate *c = &ch->best;
+        memset(c, 0, sizeof(*c));
+        c->pod = pod;
+        c->state = ps;
+        c->order = cand[j].order;
         struct gv_error err;
-        gv_status st = gv_alloc_assignment_decode(text, strlen(text), &c.asg, &err);
-        if (st == GV_OK && strcmp(c.asg.node, a->node) != 0)
+        gv_status st = gv_alloc_assignment_decode(text, strlen(text), &c->asg, &err);
+        if (st == GV_OK && strcmp(c->asg.node, a->node) != 0)
             st = gv_error_set(&err, GV_EINVAL, "assignment is for node '%s', not '%s'",
-                              c.asg.node, a->node);
-        for (size_t k = 0; st == GV_OK && k < c.asg.n_containers; k++) {
-            if (!safe_component(c.asg.containers[k].name))
+                              c->asg.node, a->node);
+        for (size_t k = 0; st == GV_OK && k < c->asg.n_containers; k++) {
+            if (!safe_component(c->asg.containers[k].name))
                 st = gv_error_set(&err, GV_EINVAL, "container name '%s' is not valid",
-                                  c.asg.containers[k].name);
-            for (size_t d = 0; st == GV_OK && d < c.asg.containers[k].n_devices; d++)
-                if (!find_gpu(a, c.asg.containers[k].devices[d].uuid))
+                                  c->asg.containers[k].name);
+            for (size_t d = 0; st == GV_OK && d < c->asg.containers[k].n_devices; d++)
+                if (!find_gpu(a, c->asg.containers[k].devices[d].uuid))
                     st = gv_error_set(&err, GV_ENOTFOUND,
                                       "assigned GPU %s is not advertised on node %s "
                                       "(absent, excluded or MIG-enabled)",
-                                      c.asg.containers[k].devices[d].uuid, a->node);
+                                      c->asg.containers[k].devices[d].uuid, a->node);
         }
         if (st == GV_OK && !safe_component(uid))
             st = gv_error_set(&err, GV_EINVAL, "pod uid '%s' is not valid", uid);
@@ -435,28 +489,26 @@ static void choose(struct gv_allocator *a, json_t *pods, size_t n_ids, struct ch
             continue;
         }
         const char *listed = gv_podspec_annotation(pod, ANN_CONTAINERS);
-        c.next = c.asg.n_containers;
-        for (size_t k = 0; k < c.asg.n_containers; k++) {
-            const char *cn = c.asg.containers[k].name;
+        c->next = c->asg.n_containers;
+        for (size_t k = 0; k < c->asg.n_containers; k++) {
+            const char *cn = c->asg.containers[k].name;
             if (!in_list(listed, cn) && !(ps && pod_has(ps, cn))) {
-                c.next = k;
+                c->next = k;
                 break;
             }
         }
-        if (c.next == c.asg.n_containers)
+        if (c->next == c->asg.n_containers)
             continue;
-        if (c.asg.containers[c.next].n_devices != n_ids) {
+        if (c->asg.containers[c->next].n_devices != n_ids) {
             if (ch->n_mismatch++ == 0)
                 snprintf(ch->mismatch, sizeof(ch->mismatch),
                          "pod %s/%s container %s is assigned %u GPU(s)", ns, name,
-                         c.asg.containers[c.next].name, c.asg.containers[c.next].n_devices);
+                         c->asg.containers[c->next].name, c->asg.containers[c->next].n_devices);
             continue;
         }
-        if (!ch->found || earlier(pod, c.order, ch->best.pod, ch->best.order)) {
-            ch->best = c;
-            ch->found = true;
-        }
+        ch->found = true;
     }
+    free(cand);
 }
 
 static void choice_release(struct choice *ch)
@@ -529,7 +581,7 @@ static int container_priority(struct gv_allocator *a, json_t *pod, const char *c
     int prio = -1;
     if (gv_podspec_request(&cfg, pod, &req, &err) != GV_OK) {
         gv_warn("pod %s: cannot read container resources (%s): no CUDA_TASK_PRIORITY",
-                jstr(pod, "metadata.name"), err.msg);
+                jstr2(pod, "metadata", "name"), err.msg);
         return -1;
     }
     for (uint32_t i = 0; i < req->n_containers; i++)
@@ -543,7 +595,7 @@ static int container_priority(struct gv_allocator *a, json_t *pod, const char *c
 static int build(struct gv_allocator *a, json_t *pod, const struct gv_alloc_container_assign *c,
                  V1beta1__ContainerAllocateResponse *resp, char *msg, size_t cap)
 {
-    const char *uid = jstr(pod, "metadata.uid");
+    const char *uid = jstr2(pod, "metadata", "uid");
     char uuids[GV_ALLOC_MAX_DEVICES][GV_ALLOC_UUID_MAX];
     bool limited = false, oversub = false;
     struct resp_builder b = {.r = resp};
@@ -613,7 +665,8 @@ static int build(struct gv_allocator *a, json_t *pod, const struct gv_alloc_cont
         return fail(msg, cap, GV_GRPC_RESOURCE_EXHAUSTED, "out of memory");
     }
     struct gv_error err;
-    gv_status st = limited ? prepare_dir(a, uid, c->name, b.limits, b.limits_len, &err) : GV_OK;
+    /* Always: the directory records on disk that this container was served. */
+    gv_status st = prepare_dir(a, uid, c->name, limited, b.limits, b.limits_len, &err);
     free(b.limits);
     if (st != GV_OK)
         return fail(msg, cap, GV_GRPC_INTERNAL, "container %s: %s", c->name, err.msg);
@@ -623,10 +676,10 @@ static int build(struct gv_allocator *a, json_t *pod, const struct gv_alloc_cont
 static void mark_bad(struct gv_allocator *a, struct choice *ch)
 {
     for (size_t i = 0; i < ch->n_bad; i++) {
-        const char *uid = jstr(ch->bad[i], "metadata.uid");
+        const char *uid = jstr2(ch->bad[i], "metadata", "uid");
         pthread_mutex_lock(&a->mu);
-        struct pod_state *p = get_pod(a, uid, jstr(ch->bad[i], "metadata.namespace"),
-                                      jstr(ch->bad[i], "metadata.name"));
+        struct pod_state *p = get_pod(a, uid, jstr2(ch->bad[i], "metadata", "namespace"),
+                                      jstr2(ch->bad[i], "metadata", "name"));
         pthread_mutex_unlock(&a->mu);
         if (p)
             record(a, p, "failed", ch->bad_msg[i]);
@@ -637,6 +690,7 @@ int gv_allocator_allocate(void *ud, const char *const *ids, size_t n_ids,
                           V1beta1__ContainerAllocateResponse *resp, char *msg, size_t cap)
 {
     struct gv_allocator *a = ud;
+    int64_t t_start = gv_loop_now_us();
     char uuids[GV_ALLOC_MAX_DEVICES][GV_ALLOC_UUID_MAX];
     if (n_ids == 0 || n_ids > GV_ALLOC_MAX_DEVICES)
         return fail(msg, cap, GV_GRPC_INVALID_ARGUMENT, "Allocate asks for %zu devices (1..%d)",
@@ -674,9 +728,9 @@ int gv_allocator_allocate(void *ud, const char *const *ids, size_t n_ids,
         if (pods)
             choose(a, pods, n_ids, &ch);
         if (ch.found) {
-            const char *uid = jstr(ch.best.pod, "metadata.uid");
-            ps = get_pod(a, uid, jstr(ch.best.pod, "metadata.namespace"),
-                         jstr(ch.best.pod, "metadata.name"));
+            const char *uid = jstr2(ch.best.pod, "metadata", "uid");
+            ps = get_pod(a, uid, jstr2(ch.best.pod, "metadata", "namespace"),
+                         jstr2(ch.best.pod, "metadata", "name"));
             if (ps)
                 snprintf(ps->inflight, sizeof(ps->inflight), "%s",
                          ch.best.asg.containers[ch.best.next].name);
@@ -708,7 +762,7 @@ int gv_allocator_allocate(void *ud, const char *const *ids, size_t n_ids,
             for (size_t i = 0; i < ch.n_bad; i++) {
                 size_t l = strlen(names);
                 snprintf(names + l, sizeof(names) - l, "%spod %s/%s: %s", i ? "; " : "",
-                         jstr(ch.bad[i], "metadata.namespace"), jstr(ch.bad[i], "metadata.name"),
+                         jstr2(ch.bad[i], "metadata", "namespace"), jstr2(ch.bad[i], "metadata", "name"),
                          ch.bad_msg[i]);
             }
             code = fail(msg, cap, GV_GRPC_INVALID_ARGUMENT,
@@ -733,7 +787,9 @@ int gv_allocator_allocate(void *ud, const char *const *ids, size_t n_ids,
         return fail(msg, cap, GV_GRPC_RESOURCE_EXHAUSTED, "out of memory");
     }
     const struct gv_alloc_container_assign *c = &ch.best.asg.containers[ch.best.next];
+    int64_t t_chosen = gv_loop_now_us();
     int code = build(a, ch.best.pod, c, resp, msg, cap);
+    int64_t t_built = gv_loop_now_us();
 
     /* Progress: this container done; the pod is a success once all are. */
     const char *listed = gv_podspec_annotation(ch.best.pod, ANN_CONTAINERS);
@@ -753,8 +809,10 @@ int gv_allocator_allocate(void *ud, const char *const *ids, size_t n_ids,
     pthread_mutex_unlock(&a->mu);
     if (code == GV_GRPC_OK) {
         record(a, ps, all ? "success" : "allocating", NULL);
-        gv_info("Allocate: pod %s/%s container %s -> %u GPU(s)", ps->ns, ps->name, c->name,
-                c->n_devices);
+        gv_info("Allocate: pod %s/%s container %s -> %u GPU(s) (find %lld us, build %lld us, "
+                "record %lld us)",
+                ps->ns, ps->name, c->name, c->n_devices, (long long)(t_chosen - t_start),
+                (long long)(t_built - t_chosen), (long long)(gv_loop_now_us() - t_built));
     } else {
         record(a, ps, "failed", msg);
     }
@@ -775,7 +833,7 @@ static void bump(struct gv_allocator *a)
 static void on_add(void *ud, json_t *obj)
 {
     struct gv_allocator *a = ud;
-    const char *uid = jstr(obj, "metadata.uid");
+    const char *uid = jstr2(obj, "metadata", "uid");
     pthread_mutex_lock(&a->mu);
     struct pod_state *p = uid ? find_pod(a, uid) : NULL;
     if (p)
@@ -793,7 +851,7 @@ static void on_update(void *ud, json_t *old_obj, json_t *new_obj)
 static void on_delete(void *ud, json_t *obj)
 {
     struct gv_allocator *a = ud;
-    const char *uid = jstr(obj, "metadata.uid");
+    const char *uid = jstr2(obj, "metadata", "uid");
     pthread_mutex_lock(&a->mu);
     struct pod_state *p = uid ? find_pod(a, uid) : NULL;
     if (p && p->gone_since == 0)
@@ -843,13 +901,14 @@ size_t gv_allocator_gc(struct gv_allocator *a)
         size_t i;
         json_t *pod;
         json_array_foreach(pods, i, pod) {
-            const char *uid = jstr(pod, "metadata.uid");
+            const char *uid = jstr2(pod, "metadata", "uid");
             live |= uid && strcmp(uid, e->d_name) == 0;
         }
         pthread_mutex_lock(&a->mu);
         struct pod_state *p = find_pod(a, e->d_name);
-        /* a pod we just allocated may not be in the cache yet: keep it for the grace period */
-        if (!live && p && (p->gone_since == 0 || now - p->gone_since < a->cfg.gc_grace_ms))
+        if (!live && p && p->gone_since == 0)
+            p->gone_since = now; /* gone from the cache: its grace period starts */
+        if (!live && p && (now - p->gone_since < a->cfg.gc_grace_ms || p->writing))
             live = true;
         if (!live && p) {
             /* forget it: unlink from the list */
@@ -863,13 +922,7 @@ size_t gv_allocator_gc(struct gv_allocator *a)
         pthread_mutex_unlock(&a->mu);
         if (live)
             continue;
-        if (p) {
-            /* nobody else holds p: it is only reachable through the list we left */
-            pthread_mutex_lock(&p->write_lock);
-            pthread_mutex_unlock(&p->write_lock);
-            pthread_mutex_destroy(&p->write_lock);
-            free(p);
-        }
+        free(p); /* unlinked and not being written: nobody else can reach it */
         char path[4400];
         snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
         if (rm_tree(path) == 0) {
@@ -917,9 +970,39 @@ size_t gv_allocator_pending_writes(struct gv_allocator *a)
     size_t n = 0;
     pthread_mutex_lock(&a->mu);
     for (struct pod_state *p = a->pods; p; p = p->next)
-        n += p->write_pending;
+        n += p->version != p->written && p->gone_since == 0;
     pthread_mutex_unlock(&a->mu);
     return n;
+}
+
+/*
+ * A restarted agent learns which containers it already served from their
+ * directories (written before each reply), in case the progress annotation
+ * had not reached the API server yet.
+ */
+static void recover(struct gv_allocator *a, const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' || !safe_component(e->d_name))
+            continue;
+        char sub[4400];
+        snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name);
+        DIR *cd = opendir(sub);
+        if (cd == NULL)
+            continue;
+        struct pod_state *p = get_pod(a, e->d_name, "", "");
+        struct dirent *ce;
+        while (p && (ce = readdir(cd)) != NULL)
+            if (ce->d_name[0] != '.' && !pod_has(p, ce->d_name) && p->n_done < GV_ALLOC_MAX_CONTAINERS &&
+                strlen(ce->d_name) < GV_ALLOC_CNAME_MAX)
+                snprintf(p->done[p->n_done++], GV_ALLOC_CNAME_MAX, "%s", ce->d_name);
+        closedir(cd);
+    }
+    closedir(d);
 }
 
 gv_status gv_allocator_new(const struct gv_allocator_config *cfg, struct gv_kube_client *kube,
@@ -951,6 +1034,7 @@ gv_status gv_allocator_new(const struct gv_allocator_config *cfg, struct gv_kube
         gv_error_set(err, GV_EIO, "allocator: cannot create %s: %s", dir, strerror(errno));
         goto fail;
     }
+    recover(a, dir);
     if (kube) {
         char selector[600];
         snprintf(selector, sizeof(selector), "spec.nodeName=%s", a->node);
@@ -959,11 +1043,11 @@ gv_status gv_allocator_new(const struct gv_allocator_config *cfg, struct gv_kube
         if (gv_informer_new(kube, "/api/v1/pods", &io, &cb, &a->pods_inf, err) != GV_OK ||
             gv_informer_start(a->pods_inf, err) != GV_OK)
             goto fail;
-        if (pthread_create(&a->retry_thread, NULL, retry_main, a) != 0) {
+        if (pthread_create(&a->writer_thread, NULL, writer_main, a) != 0) {
             gv_error_set(err, GV_EINTERNAL, "allocator: cannot start the retry thread");
             goto fail;
         }
-        a->retry_running = true;
+        a->writer_running = true;
     }
     *out = a;
     return GV_OK;
@@ -980,13 +1064,12 @@ void gv_allocator_free(struct gv_allocator *a)
     a->quit = true;
     pthread_cond_broadcast(&a->changed);
     pthread_mutex_unlock(&a->mu);
-    if (a->retry_running)
-        pthread_join(a->retry_thread, NULL);
+    if (a->writer_running)
+        pthread_join(a->writer_thread, NULL);
     gv_informer_free(a->pods_inf);
     while (a->pods) {
         struct pod_state *p = a->pods;
         a->pods = p->next;
-        pthread_mutex_destroy(&p->write_lock);
         free(p);
     }
     free(a->gpus);

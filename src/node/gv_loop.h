@@ -45,8 +45,9 @@ void gv_loop_stop(struct gv_loop *loop);
 /* One round: waits up to timeout_ms for events, runs them and due timers (tests, fuzzing). */
 gv_status gv_loop_run_once(struct gv_loop *loop, int timeout_ms, struct gv_error *err);
 
-/* Monotonic milliseconds. */
+/* Monotonic milliseconds / microseconds. */
 int64_t gv_loop_now_ms(void);
+int64_t gv_loop_now_us(void);
 
 struct timespec;
 /* CLOCK_REALTIME time ms from now, for pthread_cond_timedwait. */

@@ -50,6 +50,13 @@ int64_t gv_loop_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t gv_loop_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 void gv_loop_abstime(struct timespec *ts, int64_t ms)
 {
     clock_gettime(CLOCK_REALTIME, ts);

@@ -316,6 +316,26 @@ def scenario_restart_and_gc():
         t.ok(wait_ann(env, "outage", "gpuvisor.io/allocation", "success", timeout=8),
              "API back: the pending allocation annotation is written (backoff retry)")
 
+        # crash before the progress annotation was written: the directory on disk remembers
+        env.api.create_pod("crash", [("a", LIM1), ("b", LIM1)],
+                           "v1;node=node1;a=%s:300:0;b=%s:400:0" % (GPUS[0], GPUS[1]))
+        time.sleep(0.3)
+        env.api.ctl("fail?code=503&count=-1")
+        a = k.cmd("allocate", ids=[ids[5]])
+        env.stop_agent(signal.SIGKILL)
+        k.event("stream_end", timeout=5)
+        env.api.ctl("heal")
+        t.ok(envs(a).get("CUDA_DEVICE_MEMORY_LIMIT_0") == "300m" and
+             ann(env.api.pod("crash"), "gpuvisor.io/allocated-containers") is None,
+             "container a served while the API was down, agent killed before recording it")
+        env.start_agent()
+        k.event("registered", timeout=10)
+        devices_event(k, timeout=5)
+        a = k.cmd("allocate", ids=[ids[6]])
+        t.ok(envs(a).get("CUDA_DEVICE_MEMORY_LIMIT_0") == "400m" and
+             wait_ann(env, "crash", "gpuvisor.io/allocated-containers", "a,b"),
+             "restarted agent serves container b next (served containers recovered from disk)", a)
+
         # GC of per-container directories
         uid = env.api.pod("half")["metadata"]["uid"]
         d = os.path.join(env.state, "containers", uid)
