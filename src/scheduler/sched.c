@@ -169,7 +169,7 @@ out:
     free(inv);
 }
 
-static void place_from_annotation(struct gv_sched *s, json_t *pod);
+static bool place_from_annotation(struct gv_sched *s, json_t *pod);
 
 void gv_sched_node_update(struct gv_sched *s, json_t *node)
 {
@@ -214,19 +214,26 @@ void gv_sched_node_update(struct gv_sched *s, json_t *node)
     pthread_mutex_unlock(&s->lock);
 
     /* Pods that were seen before their node carry usage we could not place
-     * then: place them now from the pod cache. */
-    if (added && s->pod_inf != NULL) {
-        json_t *pods = gv_informer_list(s->pod_inf);
-        size_t i;
-        json_t *p;
-        json_array_foreach(pods, i, p)
-        {
-            const char *an = annotation(p, ANN_ASSIGNED_NODE);
-            if (an != NULL && strcmp(an, name) == 0)
-                place_from_annotation(s, p);
-        }
-        json_decref(pods);
+     * then: place them now. */
+    if (!added)
+        return;
+    json_t *waiting = json_array();
+    pthread_mutex_lock(&s->lock);
+    const char *uid;
+    json_t *p;
+    json_object_foreach(s->orphans, uid, p)
+    {
+        const char *an = annotation(p, ANN_ASSIGNED_NODE);
+        if (an != NULL && strcmp(an, name) == 0)
+            json_array_append(waiting, p);
     }
+    pthread_mutex_unlock(&s->lock);
+    size_t i;
+    json_array_foreach(waiting, i, p)
+    {
+        gv_sched_pod_update(s, p);
+    }
+    json_decref(waiting);
 }
 
 void gv_sched_node_delete(struct gv_sched *s, json_t *node)
@@ -279,21 +286,23 @@ static bool pod_finished(json_t *pod)
 }
 
 /* Places a pod's recorded assignment in the engine unless already there
- * (restart, or an assignment another instance wrote).  Takes the lock. */
-static void place_from_annotation(struct gv_sched *s, json_t *pod)
+ * (restart, or an assignment another instance wrote).  Takes the lock.
+ * True when the assignment's node is not known yet (place it later). */
+static bool place_from_annotation(struct gv_sched *s, json_t *pod)
 {
+    bool orphan = false;
     const char *uid = str_at(pod, "metadata", "uid");
     const char *ns = str_at(pod, "metadata", "namespace");
     const char *name = str_at(pod, "metadata", "name");
     const char *text = annotation(pod, ANN_ASSIGNMENT);
     const char *bound = str_at(pod, "spec", "nodeName");
     if (uid == NULL || text == NULL)
-        return;
+        return false;
     struct gv_alloc_request *req = NULL;
     struct gv_alloc_assignment *a = malloc(sizeof(*a));
     struct gv_error err = {0};
     if (a == NULL)
-        return;
+        return false;
     if (gv_alloc_assignment_decode(text, strlen(text), a, &err) != GV_OK) {
         gv_warn("pod %s/%s: ignoring malformed %s: %s", ns, name, ANN_ASSIGNMENT, err.msg);
         goto out;
@@ -328,6 +337,7 @@ static void place_from_annotation(struct gv_sched *s, json_t *pod)
             gv_sched_rec_drop(s, uid); /* now bound: the annotation backs it */
     } else if (!gv_alloc_node_exists(s->cluster, a->node)) {
         gv_debug("pod %s/%s: node %s not known yet; placed when it appears", ns, name, a->node);
+        orphan = true;
     } else if (gv_alloc_place(s->cluster, req, a, &err) != GV_OK) {
         gv_error("pod %s/%s: recorded assignment on %s does not fit the node's current "
                  "inventory: %s",
@@ -345,6 +355,44 @@ static void place_from_annotation(struct gv_sched *s, json_t *pod)
 out:
     gv_alloc_request_free(req);
     free(a);
+    return orphan;
+}
+
+static bool kept_annotation(const char *key)
+{
+    static const char *const prefixes[] = {"gpuvisor.io/", "nvidia.com/", "hami.io/"};
+    for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
+        if (strncmp(key, prefixes[i], strlen(prefixes[i])) == 0)
+            return true;
+    return false;
+}
+
+/* The fields of a pod the scheduler reads back (assignment annotations and
+ * the GPU request): what an orphan keeps until its node appears. */
+static json_t *pod_trim(json_t *pod)
+{
+    json_t *md = json_object_get(pod, "metadata");
+    json_t *spec = json_object_get(pod, "spec");
+    json_t *ann = json_object(), *containers = json_array();
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_object_get(md, "annotations"), k, v)
+    {
+        if (kept_annotation(k))
+            json_object_set(ann, k, v);
+    }
+    size_t i;
+    json_array_foreach(json_object_get(spec, "containers"), i, v)
+    {
+        json_array_append_new(containers,
+                              json_pack("{s:O?,s:O?}", "name", json_object_get(v, "name"),
+                                        "resources", json_object_get(v, "resources")));
+    }
+    return json_pack("{s:{s:O?,s:O?,s:O?,s:o},s:{s:O?,s:o},s:{s:O?}}", "metadata", "name",
+                     json_object_get(md, "name"), "namespace", json_object_get(md, "namespace"),
+                     "uid", json_object_get(md, "uid"), "annotations", ann, "spec", "nodeName",
+                     json_object_get(spec, "nodeName"), "containers", containers, "status", "phase",
+                     json_object_get(json_object_get(pod, "status"), "phase"));
 }
 
 void gv_sched_pod_update(struct gv_sched *s, json_t *pod)
@@ -352,14 +400,18 @@ void gv_sched_pod_update(struct gv_sched *s, json_t *pod)
     const char *uid = str_at(pod, "metadata", "uid");
     if (uid == NULL)
         return;
-    if (pod_finished(pod)) {
-        pthread_mutex_lock(&s->lock);
+    bool orphan = false;
+    if (!pod_finished(pod) && annotation(pod, ANN_ASSIGNMENT) != NULL)
+        orphan = place_from_annotation(s, pod);
+    json_t *keep = orphan ? pod_trim(pod) : NULL;
+    pthread_mutex_lock(&s->lock);
+    if (pod_finished(pod))
         gv_sched_forget_pod(s, uid);
-        pthread_mutex_unlock(&s->lock);
-        return;
-    }
-    if (annotation(pod, ANN_ASSIGNMENT) != NULL)
-        place_from_annotation(s, pod);
+    if (keep != NULL)
+        json_object_set_new(s->orphans, uid, keep);
+    else
+        json_object_del(s->orphans, uid);
+    pthread_mutex_unlock(&s->lock);
 }
 
 void gv_sched_pod_delete(struct gv_sched *s, json_t *pod)
@@ -372,6 +424,7 @@ void gv_sched_pod_delete(struct gv_sched *s, json_t *pod)
     /* A bind in flight cleans up after itself when the API says the pod is gone. */
     if (r == NULL || r->phase != REC_BINDING)
         gv_sched_forget_pod(s, uid);
+    json_object_del(s->orphans, uid);
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -402,56 +455,25 @@ void gv_sched_expire(struct gv_sched *s)
 /* ---- life cycle ------------------------------------------------------ */
 
 /*
- * Informer transforms: what the caches keep.  A node is applied to the
- * engine here, from the full object, and only its name is cached (as a JSON
- * string, all a later delete needs): the inventory text (kilobytes per node) is never needed again,
- * and at 5,000 nodes full objects would cost tens of MiB.  Pods keep the fields the scheduler reads
- * back (assignment annotations and the pod's GPU request) and drop the rest
- * (last-applied-configuration, env, volumes...).
+ * Informer transforms: what the caches keep.  Nodes and pods are applied to
+ * the engine here, from the full objects, and the caches keep only the name
+ * (nodes) or uid (pods) as a JSON string, all a later delete needs: at 5,000
+ * nodes the inventories, and at thousands of GPU pods their specs, would
+ * otherwise cost tens of MiB for nothing.  A pod whose node is not known yet
+ * is kept, trimmed, in s->orphans until the node appears.
  */
 static json_t *node_transform(void *ud, json_t *node)
 {
     gv_sched_node_update(ud, node);
-    /* The cache keeps just the name: all a later delete needs. */
     return json_string(
         json_string_value(json_object_get(json_object_get(node, "metadata"), "name")));
 }
 
-static bool kept_annotation(const char *key)
-{
-    static const char *const prefixes[] = {"gpuvisor.io/", "nvidia.com/", "hami.io/"};
-    for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
-        if (strncmp(key, prefixes[i], strlen(prefixes[i])) == 0)
-            return true;
-    return false;
-}
-
 static json_t *pod_transform(void *ud, json_t *pod)
 {
-    (void)ud;
-    json_t *md = json_object_get(pod, "metadata");
-    json_t *spec = json_object_get(pod, "spec");
-    json_t *ann = json_object(), *containers = json_array();
-    const char *k;
-    json_t *v;
-    json_object_foreach(json_object_get(md, "annotations"), k, v)
-    {
-        if (kept_annotation(k))
-            json_object_set(ann, k, v);
-    }
-    size_t i;
-    json_array_foreach(json_object_get(spec, "containers"), i, v)
-    {
-        json_array_append_new(containers,
-                              json_pack("{s:O?,s:O?}", "name", json_object_get(v, "name"),
-                                        "resources", json_object_get(v, "resources")));
-    }
-    return json_pack("{s:{s:O?,s:O?,s:O?,s:O?,s:o},s:{s:O?,s:o},s:{s:O?}}", "metadata", "name",
-                     json_object_get(md, "name"), "namespace", json_object_get(md, "namespace"),
-                     "uid", json_object_get(md, "uid"), "resourceVersion",
-                     json_object_get(md, "resourceVersion"), "annotations", ann, "spec", "nodeName",
-                     json_object_get(spec, "nodeName"), "containers", containers, "status", "phase",
-                     json_object_get(json_object_get(pod, "status"), "phase"));
+    gv_sched_pod_update(ud, pod);
+    const char *uid = str_at(pod, "metadata", "uid");
+    return uid != NULL ? json_string(uid) : NULL;
 }
 
 static void inf_node_delete(void *ud, json_t *name)
@@ -461,18 +483,13 @@ static void inf_node_delete(void *ud, json_t *name)
         gv_sched_node_delete(ud, node);
     json_decref(node);
 }
-static void inf_pod_add(void *ud, json_t *obj)
+
+static void inf_pod_delete(void *ud, json_t *uid)
 {
-    gv_sched_pod_update(ud, obj);
-}
-static void inf_pod_update(void *ud, json_t *old_obj, json_t *new_obj)
-{
-    (void)old_obj;
-    gv_sched_pod_update(ud, new_obj);
-}
-static void inf_pod_delete(void *ud, json_t *obj)
-{
-    gv_sched_pod_delete(ud, obj);
+    json_t *pod = json_pack("{s:{s:O}}", "metadata", "uid", uid);
+    if (pod != NULL)
+        gv_sched_pod_delete(ud, pod);
+    json_decref(pod);
 }
 
 gv_status gv_sched_new(const struct gv_sched_config *cfg, struct gv_kube_client *kube,
@@ -482,6 +499,9 @@ gv_status gv_sched_new(const struct gv_sched_config *cfg, struct gv_kube_client 
     gv_status st;
     if (s == NULL)
         return gv_error_set(err, GV_ENOMEM, "out of memory");
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->stop_lock, NULL);
+    pthread_cond_init(&s->stop_cond, NULL);
     /* The config's strings are copied so the caller may clear its own. */
     s->cfg = *cfg;
     memset(s->cfg.names_storage, 0, sizeof(s->cfg.names_storage));
@@ -500,25 +520,23 @@ gv_status gv_sched_new(const struct gv_sched_config *cfg, struct gv_kube_client 
         }
         *res[i] = s->cfg.names_storage[i];
     }
-    if (s->cfg.scheduler_name == NULL) {
+    if (s->cfg.scheduler_name == NULL || (s->orphans = json_object()) == NULL) {
         st = gv_error_set(err, GV_ENOMEM, "out of memory");
         goto fail;
     }
-    pthread_mutex_init(&s->lock, NULL);
-    pthread_mutex_init(&s->stop_lock, NULL);
-    pthread_cond_init(&s->stop_cond, NULL);
     if ((st = gv_alloc_cluster_new(&s->cfg.alloc, &s->cluster, err)) != GV_OK)
         goto fail;
     s->kube = kube;
     if (kube != NULL) {
         /* Nodes are applied in their transform (see above). */
         struct gv_informer_callbacks ncb = {NULL, NULL, inf_node_delete, s};
-        struct gv_informer_callbacks pcb = {inf_pod_add, inf_pod_update, inf_pod_delete, s};
+        struct gv_informer_callbacks pcb = {NULL, NULL, inf_pod_delete, s};
         struct gv_informer_opts nopts = {.label_selector = s->cfg.node_label_selector,
                                          .transform = node_transform,
                                          .transform_ud = s};
         struct gv_informer_opts popts = {.label_selector = GV_SCHED_ASSIGNED_LABEL "=true",
-                                         .transform = pod_transform};
+                                         .transform = pod_transform,
+                                         .transform_ud = s};
         if ((st = gv_informer_new(kube, "/api/v1/nodes", &nopts, &ncb, &s->node_inf, err)) !=
                 GV_OK ||
             (st = gv_informer_new(kube, "/api/v1/pods", &popts, &pcb, &s->pod_inf, err)) != GV_OK)
@@ -596,12 +614,11 @@ void gv_sched_free(struct gv_sched *s)
     gv_informer_free(s->pod_inf);
     gv_informer_free(s->node_inf);
     gv_sched_tables_free(s);
+    json_decref(s->orphans);
     gv_alloc_cluster_free(s->cluster);
-    if (s->cluster != NULL || s->kube != NULL || s->sweeper_running) {
-        pthread_mutex_destroy(&s->lock);
-        pthread_mutex_destroy(&s->stop_lock);
-        pthread_cond_destroy(&s->stop_cond);
-    }
+    pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->stop_lock);
+    pthread_cond_destroy(&s->stop_cond);
     free(s->cfg.scheduler_name);
     free(s->cfg.node_label_selector);
     for (size_t i = 0; i < 6; i++)

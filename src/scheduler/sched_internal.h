@@ -68,12 +68,13 @@ struct gv_sched {
     struct gv_kube_client *kube;
     struct gv_informer *node_inf, *pod_inf;
 
-    pthread_mutex_t lock; /* guards everything below */
+    pthread_mutex_t lock; /* guards everything below (but servers and the sweeper) */
     struct gv_alloc_cluster *cluster;
     struct snode **nodes; /* sorted by name */
     size_t n_nodes, cap_nodes;
     struct srec **recs; /* sorted by uid */
     size_t n_recs, cap_recs;
+    json_t *orphans; /* uid -> trimmed pod whose assigned node is not known yet */
     uint64_t binds_ok, binds_failed, bind_conflicts, filters_nofit;
 
     struct gv_httpd *servers[4]; /* for /metrics */

@@ -381,6 +381,37 @@ static void test_restart_rebuilds_from_api(void **state)
     json_decref(pod);
 }
 
+static bool late_has_usage(void *ud)
+{
+    struct fx *f = ud;
+    return st_metric(f->metrics, "gpuvisor_gpu_memory_allocated_mib", "GPU-late-0") == 7000;
+}
+
+/* A bound pod whose node object is not there yet (node re-created, watch
+ * order): its usage is counted as soon as the node appears. */
+static void test_pod_seen_before_its_node(void **state)
+{
+    struct fx *f = *state;
+    json_t *pod = st_create_pod(
+        f->kube, "early", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"7000\"}}]",
+        NULL);
+    json_t *patch = json_pack("{s:{s:{s:s,s:s,s:s},s:{s:s}}}", "metadata", "annotations",
+                              "gpuvisor.io/assignment", "v1;node=late;c=GPU-late-0:7000:0",
+                              "gpuvisor.io/assigned-node", "late", "gpuvisor.io/assigned-at",
+                              "2026-01-01T00:00:00Z", "labels", GV_SCHED_ASSIGNED_LABEL, "true");
+    assert_int_equal(gv_kube_patch(f->kube, "/api/v1/namespaces/default/pods/early",
+                                   GV_KUBE_PATCH_MERGE, patch, NULL, NULL),
+                     GV_OK);
+    json_decref(patch);
+    const char *uid = json_string_value(json_object_get(json_object_get(pod, "metadata"), "uid"));
+    assert_int_equal(gv_kube_bind_pod(f->kube, "default", "early", uid, "late", NULL), GV_OK);
+    json_decref(pod);
+    sched_up(f);
+    assert_false(late_has_usage(f));
+    put_gpu_node(f, "late", t4x1, 1, 0);
+    assert_true(st_wait(late_has_usage, f, 5000));
+}
+
 static void test_stale_and_malformed_agents(void **state)
 {
     struct fx *f = *state;
@@ -663,6 +694,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reservation_expires_without_bind, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete_and_finish_release, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_rebuilds_from_api, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pod_seen_before_its_node, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_and_malformed_agents, setup, teardown),
         cmocka_unit_test_setup_teardown(test_malformed_requests_get_400, setup, teardown),
         cmocka_unit_test_setup_teardown(test_invalid_gpu_request_is_unresolvable, setup, teardown),
