@@ -28,6 +28,8 @@
  *   pool-keep:BYTES   release threshold of the probe's pool ("default": the device's current pool)
  *   pool-trim:BYTES   cuMemPoolTrimTo on the probe's pool   pool-destroy:EXP
  *   ipc-export:FILE  ipc-import:FILE:EXP
+ *   ext-import:SIZE:EXP           cuImportExternalMemory (an opaque fd from a graphics API)
+ *   ext-map:SIZE:EXP              a buffer mapped from the last import (freed with cuMemFree)
  *   sleep:MS
  */
 #include <dlfcn.h>
@@ -76,7 +78,10 @@
     X(mipmap_destroy, cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, 0)                         \
     X(ipc_get, cuIpcGetMemHandle, cuIpcGetMemHandle, 0)                                            \
     X(ipc_open, cuIpcOpenMemHandle_v2, cuIpcOpenMemHandle, 0)                                      \
-    X(ipc_close, cuIpcCloseMemHandle, cuIpcCloseMemHandle, 0)
+    X(ipc_close, cuIpcCloseMemHandle, cuIpcCloseMemHandle, 0)                                      \
+    X(ext_import, cuImportExternalMemory, cuImportExternalMemory, 0)                               \
+    X(ext_map, cuExternalMemoryGetMappedBuffer, cuExternalMemoryGetMappedBuffer, 0)                \
+    X(ext_destroy, cuDestroyExternalMemory, cuDestroyExternalMemory, 0)
 
 #define PROBE_NVML(X)                                                                              \
     X(nv_init, nvmlInit_v2)                                                                        \
@@ -94,7 +99,7 @@ static struct {
 #undef X
 } api;
 
-enum kind { K_MEM, K_ASYNC, K_VMM, K_ARRAY, K_MIPMAP, K_IPC };
+enum kind { K_MEM, K_ASYNC, K_VMM, K_ARRAY, K_MIPMAP, K_IPC, K_EXT };
 struct item {
     enum kind kind;
     uint64_t handle;
@@ -214,6 +219,7 @@ static CUresult release(const struct item *it)
     case K_ARRAY: return api.array_destroy((CUarray)(uintptr_t)it->handle);
     case K_MIPMAP: return api.mipmap_destroy((CUmipmappedArray)(uintptr_t)it->handle);
     case K_IPC: return api.ipc_close((CUdeviceptr)it->handle);
+    case K_EXT: return api.ext_destroy((CUexternalMemory)(uintptr_t)it->handle);
     }
     return CUDA_ERROR_UNKNOWN;
 }
@@ -472,6 +478,28 @@ static void run_op(char *op)
         rc = ok ? api.ipc_open(&p, h, 1) : CUDA_ERROR_INVALID_VALUE;
         if (check_rc(orig, rc, a[2]))
             push(K_IPC, p);
+    } else if (strcmp(name, "ext-import") == 0) {
+        NEED(3);
+        CUDA_EXTERNAL_MEMORY_HANDLE_DESC d;
+        memset(&d, 0, sizeof(d));
+        d.type = CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD;
+        d.handle.fd = -1;
+        d.size = parse_size(a[1]);
+        CUexternalMemory m = NULL;
+        rc = api.ext_import(&m, &d);
+        if (check_rc(orig, rc, a[2]))
+            push(K_EXT, (uint64_t)(uintptr_t)m);
+    } else if (strcmp(name, "ext-map") == 0) {
+        NEED(3);
+        CUDA_EXTERNAL_MEMORY_BUFFER_DESC b;
+        memset(&b, 0, sizeof(b));
+        b.size = parse_size(a[1]);
+        CUdeviceptr p = 0;
+        rc = nitems > 0 && items[nitems - 1].kind == K_EXT
+                 ? api.ext_map(&p, (CUexternalMemory)(uintptr_t)items[nitems - 1].handle, &b)
+                 : CUDA_ERROR_INVALID_VALUE;
+        if (check_rc(orig, rc, a[2]))
+            push(K_MEM, p);
     } else if (strcmp(name, "sleep") == 0) {
         NEED(2);
         struct timespec ts = {atoi(a[1]) / 1000, (atoi(a[1]) % 1000) * 1000000L};

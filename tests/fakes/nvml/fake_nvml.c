@@ -343,17 +343,29 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
     return list_procs(device, infoCount, infos, sizeof(nvmlProcessInfo_t));
 }
 
-nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
-                                                      nvmlProcessInfo_t *infos)
+/* The simulated card runs no graphics work and no MPS server: empty lists. */
+static nvmlReturn_t no_procs(nvmlDevice_t device, unsigned int *infoCount)
 {
     const struct fake_gpu *g;
     CHECK_DEVICE(device, g);
     (void)g;
-    (void)infos;
     if (infoCount == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    *infoCount = 0; /* the simulated card runs no graphics work */
+    *infoCount = 0;
     return NVML_SUCCESS;
 }
+
+#define FAKE_NO_PROCS(sym, type)                                                                   \
+    nvmlReturn_t sym(nvmlDevice_t device, unsigned int *infoCount, type *infos)                    \
+    {                                                                                              \
+        (void)infos;                                                                               \
+        return no_procs(device, infoCount);                                                        \
+    }
+FAKE_NO_PROCS(nvmlDeviceGetGraphicsRunningProcesses, nvmlProcessInfo_v1_t)
+FAKE_NO_PROCS(nvmlDeviceGetGraphicsRunningProcesses_v2, nvmlProcessInfo_t)
+FAKE_NO_PROCS(nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlProcessInfo_t)
+FAKE_NO_PROCS(nvmlDeviceGetMPSComputeRunningProcesses, nvmlProcessInfo_v1_t)
+FAKE_NO_PROCS(nvmlDeviceGetMPSComputeRunningProcesses_v2, nvmlProcessInfo_t)
+FAKE_NO_PROCS(nvmlDeviceGetMPSComputeRunningProcesses_v3, nvmlProcessInfo_t)
 
 /* ---- node agent block (events, Xid injection, MIG, ...) goes below ---- */
