@@ -43,7 +43,8 @@ check "nm -D exports exactly the hook list ($(echo "$want" | wc -l) symbols)" [ 
 check "the hook list covers every allocation path" \
     bash -c "for s in cuMemAlloc_v2 cuMemAllocPitch_v2 cuMemAllocManaged cuMemFree_v2 cuMemCreate cuMemRelease \
         cuMemAllocAsync cuMemAllocFromPoolAsync cuMemFreeAsync cuArrayCreate_v2 cuArray3DCreate_v2 cuArrayDestroy \
-        cuMipmappedArrayCreate cuMipmappedArrayDestroy cuGetProcAddress_v2 dlsym; do echo '$got' | grep -qx \$s || exit 1; done"
+        cuMipmappedArrayCreate cuMipmappedArrayDestroy cuImportExternalMemory cuDestroyExternalMemory \
+        cuGetProcAddress_v2 dlsym dlvsym; do echo '$got' | grep -qx \$s || exit 1; done"
 
 # --- the three ways in, every allocation path -------------------------------
 for via in link dlopen procaddr:12000 procaddr:12080:pt procaddr:13000; do
@@ -113,7 +114,8 @@ probe "$PROBE" --via dlopen init \
     pa:cuGetProcAddress:11030:0:cuGetProcAddress pa:cuGetProcAddress:12000:0:cuGetProcAddress_v2 \
     pa:cuCtxCreate:12000:0:cuCtxCreate_v3 pa:cuCtxCreate:13000:0:cuCtxCreate_v4 \
     pa:cuCtxCreate:3020:0:cuCtxCreate_v2 pa:cuMemAlloc:13000:2:cuMemAlloc_v2 \
-    hooked:cuCtxCreate_v4:yes hooked:cuCtxGetCurrent:no hooked:nvmlDeviceGetMemoryInfo_v2:yes hooked:nvmlDeviceGetCount_v2:no
+    hooked:cuCtxCreate_v4:yes hooked:cuCtxGetCurrent:no hooked:nvmlDeviceGetMemoryInfo_v2:yes hooked:nvmlDeviceGetCount_v2:no \
+    hooked:nvmlDeviceGetGraphicsRunningProcesses:yes hooked:nvmlDeviceGetMPSComputeRunningProcesses_v3:yes
 # The request pattern of the CUDA 13 runtime (libcudart.so.13, traced against the fake):
 # each entry point is asked for with the ABI version the runtime was built for.
 fresh
@@ -154,7 +156,8 @@ sleep 0.5
 other=$!
 sleep 0.4
 probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
-    "$PROBE" nvml-procs:0:1 nvml-mem:0:100m:1g
+    "$PROBE" nvml-procs:0:1 nvml-util:0:1 nvml-mem:0:100m:1g
+"$PROBE" nvml-procs:0:2 nvml-util:0:2 # without the interposer NVML shows both tenants
 wait $holder $other
 check "holder process passed" grep -q '^ok' "$TMP/holder"
 
@@ -182,6 +185,12 @@ probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache"
     "$PROBE" init ipc-import:"$TMP/ipc":OK info:768m:1g freeall info:768m:1g
 wait $owner
 check "IPC owner passed" grep -q '^ok' "$TMP/owner"
+
+# --- external memory (from a graphics API) is charged to the importer --------
+fresh
+probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init ext-import:256m:OK info:768m:1g ext-map:128m:OK info:768m:1g free-last:OK \
+    ext-import:1g:OOM alloc:768m:OK alloc:1:OOM free-last:OK free-last:OK info:1g:1g
 
 # --- device remapping with CUDA_VISIBLE_DEVICES ----------------------------
 fresh
