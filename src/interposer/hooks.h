@@ -88,7 +88,8 @@
     X(nvmlDeviceGetGraphicsRunningProcesses_v3)                                                    \
     X(nvmlDeviceGetMPSComputeRunningProcesses)                                                     \
     X(nvmlDeviceGetMPSComputeRunningProcesses_v2)                                                  \
-    X(nvmlDeviceGetMPSComputeRunningProcesses_v3)
+    X(nvmlDeviceGetMPSComputeRunningProcesses_v3)                                                  \
+    X(nvmlDeviceGetProcessUtilization)
 
 #define GV_NVML_USED(X)                                                                            \
     X(nvmlInit_v2)                                                                                 \

@@ -21,6 +21,7 @@
  *   total:DEV:BYTES               cuDeviceTotalMem
  *   nvml-mem:IDX:USED:TOTAL       nvmlDeviceGetMemoryInfo and _v2
  *   nvml-procs:IDX:COUNT          compute processes NVML lists
+ *   nvml-util:IDX:COUNT           processes with utilisation samples (size query, then fill)
  *   fill:CHUNK                    allocate until out of memory; prints "# filled N"
  *   hooked:NAME:yes|no            whether NAME, reached via --via, is the interposer's
  *   pa:BASE:VER:FLAGS:SYMBOL      cuGetProcAddress_v2(BASE) is what dlsym gives for SYMBOL
@@ -88,7 +89,8 @@
     X(nv_handle, nvmlDeviceGetHandleByIndex_v2)                                                    \
     X(nv_mem, nvmlDeviceGetMemoryInfo)                                                             \
     X(nv_mem2, nvmlDeviceGetMemoryInfo_v2)                                                         \
-    X(nv_procs, nvmlDeviceGetComputeRunningProcesses_v3)
+    X(nv_procs, nvmlDeviceGetComputeRunningProcesses_v3)                                            \
+    X(nv_util, nvmlDeviceGetProcessUtilization)
 
 static struct {
 #define X(f, sym, base, pt) __typeof__(&sym) f;
@@ -423,6 +425,17 @@ static void run_op(char *op)
         tap(r == NVML_SUCCESS && count == (unsigned)atoi(a[2]), orig, "rc %d count %u", r, count);
         for (unsigned i = 0; r == NVML_SUCCESS && i < count; i++)
             printf("# pid %u used %llu\n", infos[i].pid, infos[i].usedGpuMemory);
+    } else if (strcmp(name, "nvml-util") == 0) {
+        NEED(3);
+        nvmlDevice_t d = nvml_dev((unsigned)atoi(a[1]));
+        nvmlProcessUtilizationSample_t s[64];
+        unsigned count = 0;
+        nvmlReturn_t r = d ? api.nv_util(d, NULL, &count, 0) : NVML_ERROR_INVALID_ARGUMENT;
+        if (r == NVML_ERROR_INSUFFICIENT_SIZE && count <= 64)
+            r = api.nv_util(d, s, &count, 0);
+        unsigned want = (unsigned)atoi(a[2]);
+        tap(want == 0 ? r == NVML_ERROR_NOT_FOUND : (r == NVML_SUCCESS && count == want), orig,
+            "rc %d count %u", r, count);
     } else if (strcmp(name, "fill") == 0) {
         NEED(2);
         uint64_t chunk = parse_size(a[1]);

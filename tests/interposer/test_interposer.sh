@@ -156,7 +156,8 @@ sleep 0.5
 other=$!
 sleep 0.4
 probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
-    "$PROBE" nvml-procs:0:1 nvml-mem:0:100m:1g
+    "$PROBE" nvml-procs:0:1 nvml-util:0:1 nvml-mem:0:100m:1g
+"$PROBE" nvml-procs:0:2 nvml-util:0:2 # without the interposer NVML shows both tenants
 wait $holder $other
 check "holder process passed" grep -q '^ok' "$TMP/holder"
 

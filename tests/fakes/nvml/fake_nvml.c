@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/gv_nvml.h"
 #include "fake_gpus.h"
@@ -288,14 +289,34 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
 {
     const struct fake_gpu *g;
     CHECK_DEVICE(device, g);
-    (void)g;
-    (void)utilization;
-    (void)lastSeenTimeStamp;
     if (processSamplesCount == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    /* The simulated card keeps no utilisation samples. */
-    *processSamplesCount = 0;
-    return NVML_ERROR_NOT_FOUND;
+    /*
+     * One sample, taken now, per live process holding memory on the card:
+     * memory utilisation is its share of the card; the simulated card does
+     * not attribute SM time to processes, so smUtil is 0.
+     */
+    pid_t pids[FAKE_MAX_PROCS];
+    uint64_t bytes[FAKE_MAX_PROCS];
+    int n = fake_gpu_procs(device->index, pids, bytes, FAKE_MAX_PROCS);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    unsigned long long now = (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000;
+    if (n == 0 || now <= lastSeenTimeStamp) {
+        *processSamplesCount = 0;
+        return NVML_ERROR_NOT_FOUND;
+    }
+    if (utilization == NULL || *processSamplesCount < (unsigned)n) {
+        *processSamplesCount = (unsigned)n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (int i = 0; i < n; i++)
+        utilization[i] = (nvmlProcessUtilizationSample_t){
+            .pid = (unsigned)pids[i],
+            .timeStamp = now,
+            .memUtil = (unsigned)(g->mem_total ? bytes[i] * 100 / g->mem_total : 0)};
+    *processSamplesCount = (unsigned)n;
+    return NVML_SUCCESS;
 }
 
 /* Fills infos (stride-sized entries) from the card's live processes. */
