@@ -95,6 +95,9 @@
     X(nvmlInit_v2)                                                                                 \
     X(nvmlDeviceGetHandleByUUID)                                                                   \
     X(nvmlDeviceGetUUID)                                                                           \
-    X(nvmlDeviceGetIndex)
+    X(nvmlDeviceGetIndex)                                                                          \
+    X(nvmlDeviceGetCount_v2)                                                                       \
+    X(nvmlDeviceGetHandleByIndex_v2)                                                               \
+    X(nvmlDeviceGetName)
 
 #endif

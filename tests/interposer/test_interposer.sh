@@ -211,9 +211,14 @@ probe GV_FAKE_CUDA_ORDER=1,0 CUDA_DEVICE_MEMORY_LIMIT_0=1g CUDA_DEVICE_MEMORY_LI
     "$PROBE" init info:1g:1g alloc:256m:OK nvml-mem:1:256m:1g nvml-mem:0:0:2g
 # An NVML-only process (nvidia-smi) registers the devices first: it must give
 # them the CUDA ordinals' limits, or the CUDA process would be refused.
+# (The fake's default GPUs have different names, i.e. models: only the driver
+# knows its order, so the NVML-only process initialises it to ask.)
 fresh
 probe GV_FAKE_CUDA_ORDER=1,0 CUDA_DEVICE_MEMORY_LIMIT_0=1g CUDA_DEVICE_MEMORY_LIMIT_1=2g \
-    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" nvml-mem:0:0:2g nvml-mem:1:0:1g
+    GPUVISOR_LOG_LEVEL=debug CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" nvml-mem:0:0:2g nvml-mem:1:0:1g 2>"$TMP/order.err"
+check "an NVML-only process initialises the driver only to learn an order it cannot know" \
+    grep -q 'initialising the driver to learn its device order' "$TMP/order.err"
 probe GV_FAKE_CUDA_ORDER=1,0 CUDA_DEVICE_MEMORY_LIMIT_0=1g CUDA_DEVICE_MEMORY_LIMIT_1=2g \
     CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init info:1g:1g ctx:1 info:2g:2g
 # Indices in CUDA_VISIBLE_DEVICES are the driver's order: "0" is NVML device 1.
@@ -226,11 +231,25 @@ fresh
 probe GV_FAKE_CUDA_ORDER=1,0 CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_DEVICE_MEMORY_LIMIT_0=1g \
     CUDA_DEVICE_MEMORY_LIMIT_1=2g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
     "$PROBE" nvml-mem:0:0:1g init info:1g:1g
-# Full uuids in CUDA_VISIBLE_DEVICES, NVML-only process first.
+# Full uuids in CUDA_VISIBLE_DEVICES, NVML-only process first: exact without the driver.
 fresh
 probe CUDA_VISIBLE_DEVICES=GPU-fa4e0001-0000-4000-8000-000000000001 CUDA_DEVICE_MEMORY_LIMIT_0=1g \
-    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" nvml-mem:0:0:16g nvml-mem:1:0:1g \
-    init info:1g:1g
+    GPUVISOR_LOG_LEVEL=debug CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" nvml-mem:0:0:16g nvml-mem:1:0:1g 2>"$TMP/order.err"
+check "uuids in CUDA_VISIBLE_DEVICES: an NVML-only process leaves the driver alone" \
+    bash -c "! grep -q 'initialising the driver' '$TMP/order.err'"
+probe CUDA_VISIBLE_DEVICES=GPU-fa4e0001-0000-4000-8000-000000000001 CUDA_DEVICE_MEMORY_LIMIT_0=1g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init info:1g:1g
+# GPUs of one model keep PCI order: indices are exact without the driver too.
+fresh
+printf 'name=H100\nname=H100\n' >"$TMP/same.conf"
+probe GV_FAKE_GPU_CONFIG="$TMP/same.conf" CUDA_VISIBLE_DEVICES=1 CUDA_DEVICE_MEMORY_LIMIT_0=1g \
+    GPUVISOR_LOG_LEVEL=debug CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" nvml-mem:1:0:1g nvml-mem:0:0:16g 2>"$TMP/order.err"
+check "GPUs of one model: an NVML-only process leaves the driver alone" \
+    bash -c "! grep -q 'initialising the driver' '$TMP/order.err'"
+probe GV_FAKE_GPU_CONFIG="$TMP/same.conf" CUDA_VISIBLE_DEVICES=1 CUDA_DEVICE_MEMORY_LIMIT_0=1g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init info:1g:1g
 
 # MIG: CUDA sees a compute instance (cuDeviceGetUuid_v2 names it "MIG-…"),
 # NVML's GPU handle keeps the GPU's uuid.  The slice is the instance's, keyed
