@@ -112,9 +112,22 @@ static bool eval_node(struct gv_alloc_cluster *c, const struct req_view *v, uint
          * name, which consolidates load (docs/alloc.md, "Ties"). */
         if (c->cfg.fgd_score_step > 0)
             *score = floor(*score / c->cfg.fgd_score_step);
+        /* A pod without GPUs only takes CPU and memory: put it where the
+         * GPUs are most used (its CPU is worth least to GPU tasks there),
+         * nodes without GPUs first; the fragmentation delta breaks ties. */
+        if (v->req->n_containers == 0) {
+            double used = n->n_gpus ? 1.0 - n->free_share / ((double)n->n_gpus * GV_ALLOC_MILLI)
+                                    : 1.0;
+            *score = floor(used * 1000.0) + fmax(-999.0, fmin(999.0, *score)) * 1e-4;
+        }
         break;
     }
     return true;
+}
+
+static double spread_bound(const struct node *n)
+{
+    return n->n_gpus ? -(1.0 - n->free_share / ((double)n->n_gpus * GV_ALLOC_MILLI)) : 0.0;
 }
 
 static bool better(double s, const char *name, double best, const char *best_name)
@@ -222,6 +235,11 @@ gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_reques
                 continue;
         }
         tried++;
+        /* spread: taking GPUs only lowers a node's score, so a node whose
+         * current utilisation already loses to the best cannot win */
+        if (v.policy == GV_ALLOC_POLICY_SPREAD && best != UINT32_MAX &&
+            spread_bound(&c->nodes[idx]) < best_score - 1e-9 * fmax(1.0, fabs(best_score)))
+            continue;
         double s;
         bool need_reason = first_name == NULL;
         if (score_node(c, &v, use_memo, idx, &s, need_reason ? first_reason : NULL,

@@ -3,7 +3,8 @@
  * `gpuvisor run` slices (gv_shm_local_dir) and, when readable, the node
  * agent's containers (GV_SHM_NODE_DIR/<pod-uid>/<container>/shared.cache) —
  * or of the region files given as arguments.  One line per live process and
- * device.  A region that cannot be trusted is reported on stderr and skipped.
+ * device: memory used / limit, of it managed (oversubscribed slices), the SM
+ * limit and the recent utilisation the compute-share module records.  A region that cannot be trusted is reported on stderr and skipped.
  * Exit codes: 0 ok, 1 when a named region cannot be read, 2 bad usage.
  */
 #include <dirent.h>
@@ -18,8 +19,8 @@
 
 static void print_header(void)
 {
-    printf("%-28s %8s %8s %4s  %-40s %21s %4s\n", "NAME", "PID", "HOSTPID", "PRIO", "GPU",
-           "MEMORY(MiB used/limit)", "SM%");
+    printf("%-28s %8s %8s %4s  %-40s %21s %8s %4s %5s\n", "NAME", "PID", "HOSTPID", "PRIO", "GPU",
+           "MEMORY(MiB used/limit)", "MANAGED", "SM%", "UTIL%");
 }
 
 static void limit_text(char *buf, size_t n, uint64_t limit)
@@ -63,21 +64,29 @@ static int show_region(const char *path, const char *name, bool other_ns)
         for (uint32_t d = 0; d < nd && d < GV_SHM_MAX_DEVICES; d++) {
             const struct gv_shm_device *dev = &r->devices[d];
             uint64_t used = atomic_load(&p->mem_used[d]);
-            char lim[24], mem[48], sm[16];
+            char lim[24], mem[48], sm[16], managed[24];
             limit_text(lim, sizeof(lim), dev->mem_limit);
             snprintf(mem, sizeof(mem), "%llu/%s", (unsigned long long)(used >> 20), lim);
             if (dev->sm_limit)
                 snprintf(sm, sizeof(sm), "%u", dev->sm_limit);
             else
                 snprintf(sm, sizeof(sm), "-");
-            /* The file is the container's to write: bound every string. */
-            printf("%-28s %8d %8d %4d  %-40.*s %21s %4s\n", name, (int)pid, (int)p->hostpid,
-                   p->priority, (int)strnlen(dev->uuid, GV_SHM_UUID_LEN), dev->uuid, mem, sm);
+            /* Of the memory, how much oversubscription served from host-backed managed memory. */
+            if (dev->flags & GV_SHM_DEV_OVERSUBSCRIBE)
+                snprintf(managed, sizeof(managed), "%llu",
+                         (unsigned long long)(atomic_load(&p->managed_used[d]) >> 20));
+            else
+                snprintf(managed, sizeof(managed), "-");
+            /* The file is the container's to write: bound every string and number. */
+            uint32_t util = atomic_load(&p->util[d]);
+            printf("%-28s %8d %8d %4d  %-40.*s %21s %8s %4s %5u\n", name, (int)pid,
+                   (int)p->hostpid, p->priority, (int)strnlen(dev->uuid, GV_SHM_UUID_LEN),
+                   dev->uuid, mem, managed, sm, util > 100 ? 100 : util);
             any = true;
         }
         if (!any) {
-            printf("%-28s %8d %8d %4d  %-40s %21s %4s\n", name, (int)pid, (int)p->hostpid,
-                   p->priority, "-", "-", "-");
+            printf("%-28s %8d %8d %4d  %-40s %21s %8s %4s %5s\n", name, (int)pid,
+                   (int)p->hostpid, p->priority, "-", "-", "-", "-", "-");
         }
     }
     gv_shm_close(shm);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "contracts/inventory.h"
 #include "contracts/podspec.h"
 
 #define PS_MAX_CONTAINERS 64
@@ -162,6 +163,60 @@ void gv_podspec_node_free(struct gv_podspec_node *n)
     free(n);
 }
 
+void gv_podspec_gpu_from_inventory(const struct gv_inventory_gpu *g, struct gv_alloc_gpu_spec *out)
+{
+    double scale = g->memory_scaling > 0 ? g->memory_scaling : 1.0;
+    *out = (struct gv_alloc_gpu_spec){
+        .uuid = g->uuid,
+        .index = g->index,
+        .model = g->model,
+        .mem_mib = (uint64_t)((double)g->memory_mib * scale),
+        .split = g->split,
+        .numa = g->numa,
+        .healthy = g->healthy,
+        .mode = g->mode == GV_INVENTORY_MODE_EXCLUSIVE ? GV_ALLOC_GPU_EXCLUSIVE
+                                                      : GV_ALLOC_GPU_SHARED,
+    };
+}
+
+/* GPUs from the agent's inventory; the strings are copied into n->strings. */
+static gv_status node_gpus_from_inventory(const char *name, const char *text,
+                                          struct gv_podspec_node *n, struct gv_error *err)
+{
+    struct gv_inventory *inv = malloc(sizeof(*inv));
+    gv_status rc = GV_OK;
+    if (inv == NULL)
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    if ((rc = gv_inventory_decode(text, strlen(text), inv, err)) != GV_OK) {
+        gv_error_prefix(err, "node %s: annotation %s", name, GV_INVENTORY_ANNOTATION);
+        rc = GV_EPARSE;
+        goto done;
+    }
+    size_t bytes = 1;
+    for (uint32_t i = 0; i < inv->n_gpus; i++)
+        bytes += strlen(inv->gpus[i].uuid) + strlen(inv->gpus[i].model) + 2;
+    n->strings = malloc(bytes);
+    n->gpus = calloc(inv->n_gpus ? inv->n_gpus : 1, sizeof(*n->gpus));
+    if (n->strings == NULL || n->gpus == NULL) {
+        rc = gv_error_set(err, GV_ENOMEM, "out of memory");
+        goto done;
+    }
+    char *o = n->strings;
+    for (uint32_t i = 0; i < inv->n_gpus; i++) {
+        gv_podspec_gpu_from_inventory(&inv->gpus[i], &n->gpus[i]);
+        size_t lu = strlen(inv->gpus[i].uuid) + 1, lm = strlen(inv->gpus[i].model) + 1;
+        memcpy(o, inv->gpus[i].uuid, lu);
+        n->gpus[i].uuid = o;
+        memcpy(o + lu, inv->gpus[i].model, lm);
+        n->gpus[i].model = o + lu;
+        o += lu + lm;
+    }
+    n->spec.n_gpus = inv->n_gpus;
+done:
+    free(inv);
+    return rc;
+}
+
 /* status.allocatable[key], else status.capacity[key]. */
 static const json_t *node_res(const json_t *status, const char *key, bool capacity_first)
 {
@@ -197,6 +252,47 @@ static gv_status node_qty(const json_t *status, const char *name, const char *ke
     return GV_OK;
 }
 
+/* GPUs from the device plugin's capacity and the GFD labels. */
+static gv_status node_gpus_from_labels(const char *name, const json_t *status,
+                                       const struct kv_store *labels, struct gv_podspec_node *n,
+                                       int64_t *gpus_out, struct gv_error *err)
+{
+    int64_t gpus, gpu_mem = 0;
+    gv_status rc = node_qty(status, name, "nvidia.com/gpu", 1, 1, true, &gpus, err);
+    if (rc != GV_OK)
+        return rc;
+    if (gpus > GV_ALLOC_MAX_NODE_GPUS)
+        return gv_error_set(err, GV_EPARSE, "node %s: %lld GPUs (at most %d)", name,
+                            (long long)gpus, GV_ALLOC_MAX_NODE_GPUS);
+    const char *model = "unknown";
+    for (size_t i = 0; i < labels->n; i++) {
+        if (strcmp(labels->kv[i].key, "nvidia.com/gpu.product") == 0)
+            model = labels->kv[i].value;
+        if (strcmp(labels->kv[i].key, "nvidia.com/gpu.memory") == 0 &&
+            gv_quantity_integer(labels->kv[i].value, &gpu_mem, err) != GV_OK) {
+            gv_error_prefix(err, "node %s: label nvidia.com/gpu.memory", name);
+            return GV_EPARSE;
+        }
+    }
+    /* One block for uuids and the model: "<node>-gpu<i>\0"... "model\0". */
+    size_t uuid_len = strlen(name) + 8;
+    size_t model_len = strlen(model) + 1;
+    n->strings = malloc((size_t)gpus * uuid_len + model_len);
+    n->gpus = calloc(gpus ? (size_t)gpus : 1, sizeof(*n->gpus));
+    if (n->strings == NULL || n->gpus == NULL)
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    char *model_copy = n->strings + (size_t)gpus * uuid_len;
+    memcpy(model_copy, model, model_len);
+    for (int64_t i = 0; i < gpus; i++) {
+        char *u = n->strings + (size_t)i * uuid_len;
+        snprintf(u, uuid_len, "%s-gpu%d", name, (int)i);
+        n->gpus[i] = (struct gv_alloc_gpu_spec){u, (uint32_t)i, model_copy, (uint64_t)gpu_mem,
+                                                0, -1, true, GV_ALLOC_GPU_SHARED};
+    }
+    *gpus_out = gpus;
+    return GV_OK;
+}
+
 gv_status gv_podspec_node(const json_t *node, struct gv_podspec_node **out, struct gv_error *err)
 {
     if (!json_is_object(node))
@@ -217,44 +313,23 @@ gv_status gv_podspec_node(const json_t *node, struct gv_podspec_node **out, stru
     snprintf(path, sizeof(path), "node %s: metadata.labels", name);
     if ((rc = collect(json_object_get(meta, "labels"), path, labels, false, err)) != GV_OK)
         goto fail;
-    int64_t cpu, mem, gpus, gpu_mem = 0;
+    int64_t cpu, mem, gpus = 0;
     if ((rc = node_qty(status, name, "cpu", 1000, 1, false, &cpu, err)) ||
-        (rc = node_qty(status, name, "memory", 1, 1 << 20, false, &mem, err)) ||
-        (rc = node_qty(status, name, "nvidia.com/gpu", 1, 1, true, &gpus, err)))
+        (rc = node_qty(status, name, "memory", 1, 1 << 20, false, &mem, err)))
         goto fail;
-    if (gpus > GV_ALLOC_MAX_NODE_GPUS) {
-        rc = gv_error_set(err, GV_EPARSE, "node %s: %lld GPUs (at most %d)", name,
-                          (long long)gpus, GV_ALLOC_MAX_NODE_GPUS);
-        goto fail;
-    }
-    const char *model = "unknown";
-    for (size_t i = 0; i < labels->n; i++) {
-        if (strcmp(labels->kv[i].key, "nvidia.com/gpu.product") == 0)
-            model = labels->kv[i].value;
-        if (strcmp(labels->kv[i].key, "nvidia.com/gpu.memory") == 0 &&
-            gv_quantity_integer(labels->kv[i].value, &gpu_mem, err) != GV_OK) {
-            gv_error_prefix(err, "node %s: label nvidia.com/gpu.memory", name);
-            rc = GV_EPARSE;
+    const char *inventory = gv_podspec_annotation(node, GV_INVENTORY_ANNOTATION);
+    if (inventory != NULL) {
+        if ((rc = node_gpus_from_inventory(name, inventory, n, err)) != GV_OK)
             goto fail;
-        }
+        gpus = (int64_t)n->spec.n_gpus;
+    } else if ((rc = node_gpus_from_labels(name, status, labels, n, &gpus, err)) !=
+               GV_OK) {
+        goto fail;
     }
-    /* One block for uuids and the model: "<node>-gpu<i>\0"... "model\0". */
-    size_t uuid_len = strlen(name) + 8;
-    size_t model_len = strlen(model) + 1;
-    n->strings = malloc((size_t)gpus * uuid_len + model_len);
-    n->gpus = calloc(gpus ? (size_t)gpus : 1, sizeof(*n->gpus));
     n->labels = calloc(labels->n ? labels->n : 1, sizeof(*n->labels));
-    if (n->strings == NULL || n->gpus == NULL || n->labels == NULL) {
+    if (n->labels == NULL) {
         rc = gv_error_set(err, GV_ENOMEM, "out of memory");
         goto fail;
-    }
-    char *model_copy = n->strings + (size_t)gpus * uuid_len;
-    memcpy(model_copy, model, model_len);
-    for (int64_t i = 0; i < gpus; i++) {
-        char *u = n->strings + (size_t)i * uuid_len;
-        snprintf(u, uuid_len, "%s-gpu%d", name, (int)i);
-        n->gpus[i] = (struct gv_alloc_gpu_spec){u, (uint32_t)i, model_copy, (uint64_t)gpu_mem,
-                                                0, -1, true, GV_ALLOC_GPU_SHARED};
     }
     /* Label keys/values point into the JSON, which the caller keeps. */
     memcpy(n->labels, labels->kv, labels->n * sizeof(*n->labels));

@@ -40,13 +40,24 @@ struct gv_podspec_node {
 
 /*
  * Node object -> node spec.  CPU and memory from status.allocatable (else
- * status.capacity).  GPUs: from status.capacity["nvidia.com/gpu"] (else
- * allocatable) with the GFD labels nvidia.com/gpu.product (model) and
- * nvidia.com/gpu.memory (MiB); uuids are "<node>-gpu<i>".  A node without
- * GPUs is valid (n_gpus == 0).  The spec's name and labels point into the
- * JSON: keep it alive until the spec has been used (upsert copies it).
+ * status.capacity).  GPUs: from the node agent's inventory annotation
+ * gpuvisor.io/node-gpus when present (an unreadable one is an error);
+ * otherwise status.capacity["nvidia.com/gpu"] (else allocatable) with the
+ * GFD labels nvidia.com/gpu.product (model) and nvidia.com/gpu.memory (MiB),
+ * uuids "<node>-gpu<i>".  A node without GPUs is valid (n_gpus == 0).  The
+ * spec's name and labels point into the JSON: keep it alive until the spec
+ * has been used (upsert copies it).
  */
 gv_status gv_podspec_node(const json_t *node, struct gv_podspec_node **out, struct gv_error *err);
 void gv_podspec_node_free(struct gv_podspec_node *n);
+
+struct gv_inventory_gpu;
+/*
+ * Engine view of one inventory GPU: schedulable memory = memoryMiB x
+ * memoryScaling; "exclusive" mode GPUs take one whole-GPU task, "vgpu" and
+ * "timeslicing" are shared up to split.  uuid and model point into g.
+ */
+void gv_podspec_gpu_from_inventory(const struct gv_inventory_gpu *g,
+                                   struct gv_alloc_gpu_spec *out);
 
 #endif

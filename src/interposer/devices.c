@@ -8,9 +8,8 @@
  * (or MIG compute instance).  NVML ignores CUDA_VISIBLE_DEVICES and
  * enumerates in PCI order, while the driver's default order
  * (CUDA_DEVICE_ORDER=FASTEST_FIRST) may differ, so an NVML handle is mapped
- * to the CUDA ordinal whose uuid it has, asking the driver itself (which
- * has applied CUDA_VISIBLE_DEVICES, index, GPU- and MIG- forms alike).
- * Only a process without libcuda falls back to parsing the variable.
+ * to the CUDA ordinal whose uuid it has: the driver's word when the process
+ * uses CUDA, else CUDA_VISIBLE_DEVICES where it is exact (cuda_index_of).
  */
 #include <ctype.h>
 #include <pthread.h>
@@ -145,9 +144,8 @@ int gv_ip_current_dev(void)
 }
 
 /*
- * Without libcuda: the CUDA ordinal of NVML device (index, uuid) as the
- * driver would number it under CUDA_VISIBLE_DEVICES, assuming its order is
- * NVML's (PCI) order, or -1.
+ * Without the driver's word: the CUDA ordinal of NVML device (index, uuid)
+ * under CUDA_VISIBLE_DEVICES, with indices in NVML's (PCI) order, or -1.
  */
 static int cuda_index_from_env(unsigned nvml_index, const char *uuid)
 {
@@ -177,26 +175,74 @@ static int cuda_index_from_env(unsigned nvml_index, const char *uuid)
 }
 
 /*
+ * Whether CUDA_VISIBLE_DEVICES alone tells the CUDA ordinal of every GPU:
+ * it names them all by uuid, or the driver enumerates in NVML's PCI order
+ * (CUDA_DEVICE_ORDER=PCI_BUS_ID, or the default FASTEST_FIRST among GPUs of
+ * one model, which it keeps in PCI order).
+ */
+static bool order_known(void)
+{
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    if (cvd != NULL && *cvd != '\0') {
+        bool all_uuids = true;
+        for (const char *p = cvd; *p != '\0' && all_uuids;) {
+            while (isspace((unsigned char)*p))
+                p++;
+            all_uuids = strncmp(p, "GPU-", 4) == 0 || strncmp(p, "MIG-", 4) == 0;
+            p = strchr(p, ',') != NULL ? strchr(p, ',') + 1 : p + strlen(p);
+        }
+        if (all_uuids)
+            return true;
+    }
+    const char *order = getenv("CUDA_DEVICE_ORDER");
+    if (order != NULL && strcmp(order, "PCI_BUS_ID") == 0)
+        return true;
+    unsigned n = 0;
+    char first[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = "", name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    if (gv_nv.nvmlDeviceGetCount_v2 == NULL || gv_nv.nvmlDeviceGetHandleByIndex_v2 == NULL ||
+        gv_nv.nvmlDeviceGetName == NULL || gv_nv.nvmlDeviceGetCount_v2(&n) != NVML_SUCCESS)
+        return false;
+    for (unsigned i = 0; i < n; i++) {
+        nvmlDevice_t h;
+        if (gv_nv.nvmlDeviceGetHandleByIndex_v2(i, &h) != NVML_SUCCESS ||
+            gv_nv.nvmlDeviceGetName(h, name, sizeof(name)) != NVML_SUCCESS)
+            return false;
+        if (i == 0)
+            snprintf(first, sizeof(first), "%s", name);
+        else if (strcmp(first, name) != 0)
+            return false;
+    }
+    return true;
+}
+
+/*
  * The CUDA ordinal with this NVML uuid, or -1 when CUDA does not see it.
- * A process that only uses NVML (nvidia-smi) has not initialised the
- * driver: it is initialised here (cuInit creates no context).
+ * When this process has initialised the driver, the driver says (it has
+ * applied CUDA_VISIBLE_DEVICES and its enumeration order).  A process that
+ * has not (nvidia-smi, or a program that queries NVML before it forks CUDA
+ * workers) is not made to: CUDA_VISIBLE_DEVICES decides when that is exact
+ * (order_known), and only otherwise -- GPUs of different models under the
+ * default FASTEST_FIRST order, named by index -- is the driver initialised
+ * here (cuInit creates no context) to learn its order.
  */
 static int cuda_index_of(nvmlDevice_t dev, const char *uuid)
 {
     int count = 0;
+    unsigned index;
     CUresult rc = CUDA_ERROR_NOT_SUPPORTED;
-    if (gv_ip_cuda_ready() && gv_cu.cuDeviceGetCount != NULL) {
+    bool have_cuda = gv_ip_cuda_ready() && gv_cu.cuDeviceGetCount != NULL;
+    if (have_cuda)
         rc = gv_cu.cuDeviceGetCount(&count);
-        if (rc == CUDA_ERROR_NOT_INITIALIZED && gv_cu.cuInit != NULL) {
-            rc = gv_cu.cuInit(0);
-            if (rc == CUDA_SUCCESS)
-                rc = gv_cu.cuDeviceGetCount(&count);
-        }
+    if (rc == CUDA_ERROR_NOT_INITIALIZED && !order_known() && gv_cu.cuInit != NULL) {
+        gv_debug("GPUs of different models, CUDA_VISIBLE_DEVICES by index: initialising the "
+                 "driver to learn its device order");
+        rc = gv_cu.cuInit(0);
+        if (rc == CUDA_SUCCESS)
+            rc = gv_cu.cuDeviceGetCount(&count);
     }
     if (rc == CUDA_ERROR_NO_DEVICE)
         return -1; /* CUDA_VISIBLE_DEVICES hides every device */
     if (rc != CUDA_SUCCESS) {
-        unsigned index;
         if (gv_nv.nvmlDeviceGetIndex == NULL || gv_nv.nvmlDeviceGetIndex(dev, &index) != NVML_SUCCESS)
             return -1;
         return cuda_index_from_env(index, uuid);

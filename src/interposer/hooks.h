@@ -53,6 +53,8 @@
     X(cuArrayDestroy, cuArrayDestroy, 2000, 0)                                                     \
     X(cuMipmappedArrayCreate, cuMipmappedArrayCreate, 5000, 0)                                     \
     X(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, 5000, 0)                                   \
+    X(cuImportExternalMemory, cuImportExternalMemory, 10000, 0)                                    \
+    X(cuDestroyExternalMemory, cuDestroyExternalMemory, 10000, 0)                                  \
     X(cuLaunchKernel, cuLaunchKernel, 4000, 0)                                                     \
     X(cuLaunchKernel_ptsz, cuLaunchKernel, 7000, 1)                                                \
     X(cuLaunchKernelEx, cuLaunchKernelEx, 11060, 0)                                                \
@@ -81,12 +83,21 @@
     X(nvmlDeviceGetComputeRunningProcesses)                                                        \
     X(nvmlDeviceGetComputeRunningProcesses_v2)                                                     \
     X(nvmlDeviceGetComputeRunningProcesses_v3)                                                     \
-    X(nvmlDeviceGetGraphicsRunningProcesses_v3)
+    X(nvmlDeviceGetGraphicsRunningProcesses)                                                       \
+    X(nvmlDeviceGetGraphicsRunningProcesses_v2)                                                    \
+    X(nvmlDeviceGetGraphicsRunningProcesses_v3)                                                    \
+    X(nvmlDeviceGetMPSComputeRunningProcesses)                                                     \
+    X(nvmlDeviceGetMPSComputeRunningProcesses_v2)                                                  \
+    X(nvmlDeviceGetMPSComputeRunningProcesses_v3)                                                  \
+    X(nvmlDeviceGetProcessUtilization)
 
 #define GV_NVML_USED(X)                                                                            \
     X(nvmlInit_v2)                                                                                 \
     X(nvmlDeviceGetHandleByUUID)                                                                   \
     X(nvmlDeviceGetUUID)                                                                           \
-    X(nvmlDeviceGetIndex)
+    X(nvmlDeviceGetIndex)                                                                          \
+    X(nvmlDeviceGetCount_v2)                                                                       \
+    X(nvmlDeviceGetHandleByIndex_v2)                                                               \
+    X(nvmlDeviceGetName)
 
 #endif

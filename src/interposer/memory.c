@@ -6,9 +6,11 @@
  * handle -> region device, bytes) so its release returns exactly what was
  * charged; releasing something we never saw goes to the driver untouched.
  *
- * Imported memory (cuIpcOpenMemHandle, cuImportExternalMemory) is not
+ * Memory imported from another CUDA process (cuIpcOpenMemHandle) is not
  * hooked: its owner was charged when it allocated, and charging importers
- * too would count one buffer several times.
+ * too would count one buffer several times.  External memory
+ * (cuImportExternalMemory) comes from a graphics API we do not see
+ * (Vulkan, D3D, NvSciBuf): nobody charged it, so the import is charged.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -18,7 +20,7 @@
 
 /* --- what we charged, by address / handle ------------------------------- */
 
-enum track_kind { T_MEM = 1, T_VMM, T_ARRAY, T_MIPMAP, T_POOL };
+enum track_kind { T_MEM = 1, T_VMM, T_ARRAY, T_MIPMAP, T_POOL, T_EXTERNAL };
 
 struct track {
     uint64_t key;    /* 0 = empty */
@@ -817,6 +819,30 @@ GV_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray h)
 {
     GV_NEED_CU(cuMipmappedArrayDestroy);
     GV_RELEASE(T_MIPMAP, (uint64_t)(uintptr_t)h, gv_cu.cuMipmappedArrayDestroy(h));
+}
+
+/* --- external memory ---------------------------------------------------- */
+
+/*
+ * Device memory a graphics API allocated (Vulkan, D3D, NvSciBuf) and this
+ * process imports: the interposer never saw its allocation, so the import
+ * is charged (its whole size, on the current context's device) and the
+ * destroy credits it.  Buffers mapped from it (cuExternalMemoryGetMappedBuffer)
+ * add nothing; their cuMemFree passes through untracked.
+ */
+GV_EXPORT CUresult cuImportExternalMemory(CUexternalMemory *extMem_out,
+                                          const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *memHandleDesc)
+{
+    GV_NEED_CU(cuImportExternalMemory);
+    uint64_t bytes = memHandleDesc != NULL && extMem_out != NULL ? memHandleDesc->size : 0;
+    GV_CHARGED(gv_ip_current_dev(), bytes, T_EXTERNAL,
+               gv_cu.cuImportExternalMemory(extMem_out, memHandleDesc), (uintptr_t)*extMem_out);
+}
+
+GV_EXPORT CUresult cuDestroyExternalMemory(CUexternalMemory extMem)
+{
+    GV_NEED_CU(cuDestroyExternalMemory);
+    GV_RELEASE(T_EXTERNAL, (uint64_t)(uintptr_t)extMem, gv_cu.cuDestroyExternalMemory(extMem));
 }
 
 /* --- views --------------------------------------------------------------- */

@@ -54,11 +54,12 @@ static const struct gv_shm_proc *slot_of_pid(unsigned pid)
 
 /*
  * Keeps the entries of the container's processes (entries are stride
- * bytes, pid and usedGpuMemory first in every NVML version) and reports
- * what the region charged them.  Without a shared region configured the
- * list is left as the driver gave it.
+ * bytes, pid first) and, for process lists (pid then usedGpuMemory in every
+ * NVML version), reports what the region charged them.  Without a shared
+ * region configured the list is left as the driver gave it.
  */
-static void filter_procs(nvmlDevice_t device, unsigned *count, void *infos, size_t stride)
+static void filter_procs(nvmlDevice_t device, unsigned *count, void *infos, size_t stride,
+                         bool memory)
 {
     if (gv_ip.shm == NULL || !gv_ip.cfg.shared_cache[0] || infos == NULL)
         return;
@@ -71,7 +72,7 @@ static void filter_procs(nvmlDevice_t device, unsigned *count, void *infos, size
         const struct gv_shm_proc *p = slot_of_pid(head.pid);
         if (p == NULL)
             continue;
-        if (rdev >= 0)
+        if (rdev >= 0 && memory)
             head.usedGpuMemory = atomic_load(&p->mem_used[rdev]);
         memcpy(e, &head, sizeof(head));
         if (kept != i)
@@ -87,11 +88,35 @@ static void filter_procs(nvmlDevice_t device, unsigned *count, void *infos, size
         GV_NEED_NVML(sym);                                                                         \
         nvmlReturn_t rc = gv_nv.sym(device, infoCount, infos);                                     \
         if (rc == NVML_SUCCESS && infoCount != NULL)                                               \
-            filter_procs(device, infoCount, infos, sizeof(type));                                  \
+            filter_procs(device, infoCount, infos, sizeof(type), true);                            \
         return rc;                                                                                 \
     }
 
 GV_PROC_HOOK(nvmlDeviceGetComputeRunningProcesses, nvmlProcessInfo_v1_t)
 GV_PROC_HOOK(nvmlDeviceGetComputeRunningProcesses_v2, nvmlProcessInfo_t)
 GV_PROC_HOOK(nvmlDeviceGetComputeRunningProcesses_v3, nvmlProcessInfo_t)
+GV_PROC_HOOK(nvmlDeviceGetGraphicsRunningProcesses, nvmlProcessInfo_v1_t)
+GV_PROC_HOOK(nvmlDeviceGetGraphicsRunningProcesses_v2, nvmlProcessInfo_t)
 GV_PROC_HOOK(nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlProcessInfo_t)
+GV_PROC_HOOK(nvmlDeviceGetMPSComputeRunningProcesses, nvmlProcessInfo_v1_t)
+GV_PROC_HOOK(nvmlDeviceGetMPSComputeRunningProcesses_v2, nvmlProcessInfo_t)
+GV_PROC_HOOK(nvmlDeviceGetMPSComputeRunningProcesses_v3, nvmlProcessInfo_t)
+
+/* Per-process utilisation samples name processes too: only the container's. */
+GV_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                                       nvmlProcessUtilizationSample_t *utilization,
+                                                       unsigned int *processSamplesCount,
+                                                       unsigned long long lastSeenTimeStamp)
+{
+    GV_NEED_NVML(nvmlDeviceGetProcessUtilization);
+    nvmlReturn_t rc = gv_nv.nvmlDeviceGetProcessUtilization(device, utilization,
+                                                            processSamplesCount, lastSeenTimeStamp);
+    if (rc != NVML_SUCCESS || processSamplesCount == NULL)
+        return rc;
+    filter_procs(device, processSamplesCount, utilization, sizeof(*utilization), false);
+    /* NVML's answer when no process has a sample. */
+    return *processSamplesCount == 0 && utilization != NULL && gv_ip.shm != NULL &&
+                   gv_ip.cfg.shared_cache[0]
+               ? NVML_ERROR_NOT_FOUND
+               : rc;
+}

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <libgen.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -260,6 +261,7 @@ static void gc_tick(struct gv_loop *loop, void *ud)
 {
     struct agent *ag = ud;
     gv_allocator_gc(ag->alloc);
+    malloc_trim(0); /* give freed cache and Allocate memory back: idle RSS stays small */
     gv_loop_timer(loop, ag->o.gc_s * 1000, gc_tick, ag);
 }
 

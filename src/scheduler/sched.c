@@ -32,10 +32,6 @@
  * pods only). */
 #define PENDING_TTL_S 600.0
 
-struct snode *gv_sched_node_add(struct gv_sched *s, const char *name);
-void gv_sched_node_clear_gpus(struct snode *n);
-void gv_sched_node_remove(struct gv_sched *s, const char *name);
-void gv_sched_tables_free(struct gv_sched *s);
 
 static const char *str_at(json_t *obj, const char *a, const char *b)
 {

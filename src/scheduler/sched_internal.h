@@ -91,6 +91,12 @@ struct gv_sched {
 double gv_sched_now(void);
 struct snode *gv_sched_node_find(struct gv_sched *s, const char *name);
 struct srec *gv_sched_rec_find(struct gv_sched *s, const char *uid);
+/* Adds (or returns the existing) node entry; NULL on OOM. */
+struct snode *gv_sched_node_add(struct gv_sched *s, const char *name);
+void gv_sched_node_clear_gpus(struct snode *n);
+void gv_sched_node_remove(struct gv_sched *s, const char *name);
+/* Frees every node entry and pod record. */
+void gv_sched_tables_free(struct gv_sched *s);
 /* Creates (or returns the existing) record for uid. */
 struct srec *gv_sched_rec_get(struct gv_sched *s, const char *uid, const char *ns,
                               const char *name);

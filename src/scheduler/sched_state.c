@@ -146,8 +146,6 @@ gv_status gv_sched_rec_set(struct srec *r, enum rec_phase phase, const char *nod
     return GV_OK;
 }
 
-/* Adds a node entry (sorted); NULL on OOM. */
-struct snode *gv_sched_node_add(struct gv_sched *s, const char *name);
 struct snode *gv_sched_node_add(struct gv_sched *s, const char *name)
 {
     bool found;
@@ -165,7 +163,6 @@ struct snode *gv_sched_node_add(struct gv_sched *s, const char *name)
     return n;
 }
 
-void gv_sched_node_clear_gpus(struct snode *n);
 void gv_sched_node_clear_gpus(struct snode *n)
 {
     free(n->uuids); /* one block with the strings */
@@ -174,7 +171,6 @@ void gv_sched_node_clear_gpus(struct snode *n)
     n->max_gpu_mib = 0;
 }
 
-void gv_sched_node_remove(struct gv_sched *s, const char *name);
 void gv_sched_node_remove(struct gv_sched *s, const char *name)
 {
     bool found;
@@ -189,7 +185,6 @@ void gv_sched_node_remove(struct gv_sched *s, const char *name)
     free(n);
 }
 
-void gv_sched_tables_free(struct gv_sched *s);
 void gv_sched_tables_free(struct gv_sched *s)
 {
     while (s->n_nodes > 0)

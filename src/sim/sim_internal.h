@@ -15,6 +15,10 @@ struct gv_sim_trace {
     size_t n_pods, cap_pods;
 };
 
+/* Deep copy of a node spec (labels dropped). */
+gv_status sim_add_node_spec(struct gv_sim_trace *t, const struct gv_alloc_node_spec *spec,
+                            struct gv_error *err);
+/* A uniform node: n_gpus of one model, uuids "<name>-gpu<i>", no task limit. */
 gv_status sim_add_node(struct gv_sim_trace *t, const char *name, int64_t cpu, int64_t mem,
                        uint32_t n_gpus, const char *model, uint64_t gpu_mem,
                        struct gv_error *err);

@@ -89,9 +89,8 @@ uint64_t gv_sim_trace_request_milli(const struct gv_sim_trace *t)
 
 /* --- building blocks ----------------------------------------------------- */
 
-gv_status sim_add_node(struct gv_sim_trace *t, const char *name, int64_t cpu, int64_t mem,
-                       uint32_t n_gpus, const char *model, uint64_t gpu_mem,
-                       struct gv_error *err)
+gv_status sim_add_node_spec(struct gv_sim_trace *t, const struct gv_alloc_node_spec *spec,
+                            struct gv_error *err)
 {
     if (t->n_nodes == t->cap_nodes) {
         size_t ncap = t->cap_nodes ? t->cap_nodes * 2 : 256;
@@ -103,20 +102,18 @@ gv_status sim_add_node(struct gv_sim_trace *t, const char *name, int64_t cpu, in
     }
     struct sim_node *n = &t->nodes[t->n_nodes];
     memset(n, 0, sizeof(*n));
-    struct gv_alloc_gpu_spec *g = calloc(n_gpus ? n_gpus : 1, sizeof(*g));
-    char *nm = strdup(name);
+    struct gv_alloc_gpu_spec *g = calloc(spec->n_gpus ? spec->n_gpus : 1, sizeof(*g));
+    char *nm = strdup(spec->name);
     if (g == NULL || nm == NULL) {
         free(g);
         free(nm);
         return gv_error_set(err, GV_ENOMEM, "out of memory");
     }
-    n->spec = (struct gv_alloc_node_spec){nm, cpu, mem, NULL, 0, g, 0};
-    for (uint32_t i = 0; i < n_gpus; i++) {
-        char uuid[GV_ALLOC_UUID_MAX];
-        snprintf(uuid, sizeof(uuid), "%.80s-gpu%u", name, i);
-        g[i] = (struct gv_alloc_gpu_spec){strdup(uuid), i, strdup(model), gpu_mem, SIM_SPLIT,
-                                          (int32_t)(i * 2 / (n_gpus ? n_gpus : 1)), true,
-                                          GV_ALLOC_GPU_SHARED};
+    n->spec = (struct gv_alloc_node_spec){nm, spec->cpu_milli, spec->mem_mib, NULL, 0, g, 0};
+    for (size_t i = 0; i < spec->n_gpus; i++) {
+        g[i] = spec->gpus[i];
+        g[i].uuid = strdup(spec->gpus[i].uuid);
+        g[i].model = strdup(spec->gpus[i].model ? spec->gpus[i].model : "");
         n->spec.n_gpus = i + 1;
         if (g[i].uuid == NULL || g[i].model == NULL) {
             node_free(n);
@@ -125,6 +122,23 @@ gv_status sim_add_node(struct gv_sim_trace *t, const char *name, int64_t cpu, in
     }
     t->n_nodes++;
     return GV_OK;
+}
+
+gv_status sim_add_node(struct gv_sim_trace *t, const char *name, int64_t cpu, int64_t mem,
+                       uint32_t n_gpus, const char *model, uint64_t gpu_mem,
+                       struct gv_error *err)
+{
+    struct gv_alloc_gpu_spec g[GV_ALLOC_MAX_NODE_GPUS];
+    char uuids[GV_ALLOC_MAX_NODE_GPUS][GV_ALLOC_UUID_MAX];
+    if (n_gpus > GV_ALLOC_MAX_NODE_GPUS)
+        return gv_error_set(err, GV_EINVAL, "node %s: too many GPUs", name);
+    for (uint32_t i = 0; i < n_gpus; i++) {
+        snprintf(uuids[i], sizeof(uuids[i]), "%.80s-gpu%u", name, i);
+        g[i] = (struct gv_alloc_gpu_spec){uuids[i], i, model, gpu_mem, SIM_SPLIT,
+                                          (int32_t)(i * 2 / n_gpus), true, GV_ALLOC_GPU_SHARED};
+    }
+    struct gv_alloc_node_spec spec = {name, cpu, mem, NULL, 0, g, n_gpus};
+    return sim_add_node_spec(t, &spec, err);
 }
 
 gv_status sim_add_pod(struct gv_sim_trace *t, struct gv_alloc_request *r, struct gv_error *err)
@@ -522,10 +536,7 @@ gv_status gv_sim_parse_k8s_nodes(struct gv_sim_trace *t, const char *name, const
             gv_error_prefix(err, "%s: items[%zu]", name, i);
             break;
         }
-        const struct gv_alloc_gpu_spec *g = n->spec.gpus;
-        rc = sim_add_node(&tmp, n->spec.name, n->spec.cpu_milli, n->spec.mem_mib,
-                          (uint32_t)n->spec.n_gpus, n->spec.n_gpus ? g[0].model : "",
-                          n->spec.n_gpus ? g[0].mem_mib : 0, err);
+        rc = sim_add_node_spec(&tmp, &n->spec, err);
         gv_podspec_node_free(n);
     }
     if (rc == GV_OK)

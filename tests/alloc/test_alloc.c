@@ -946,6 +946,33 @@ static void test_fgd_cpu_dimension(void **state)
     gv_alloc_cluster_free(c);
 }
 
+/* Under FGD a pod without GPUs goes where GPUs are most used: a node
+ * without GPUs first, then the fuller GPU node, never the empty one. */
+static void test_fgd_cpu_only_pods_avoid_free_gpus(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_FGD);
+    add_node(c, "a-empty", 2, "T4", 0, 32000);
+    add_node(c, "b-half", 2, "T4", 0, 32000);
+    struct gv_alloc_request *w = simple_req("w", 1, 0, 1000);
+    const char *only_b[] = {"b-half"};
+    struct gv_alloc_assignment a;
+    assert_int_equal(gv_alloc_pick(c, w, only_b, 1, &a, NULL), GV_OK);
+    assert_int_equal(gv_alloc_place(c, w, &a, NULL), GV_OK);
+    struct gv_alloc_request *cpu;
+    assert_int_equal(gv_alloc_request_new(&cpu, NULL), GV_OK);
+    snprintf(cpu->uid, sizeof(cpu->uid), "cpu");
+    cpu->cpu_milli = 8000;
+    assert_int_equal(gv_alloc_pick(c, cpu, NULL, 0, &a, NULL), GV_OK);
+    assert_string_equal(a.node, "b-half");
+    add_node(c, "z-cpu", 0, "", 0, 32000);
+    assert_int_equal(gv_alloc_pick(c, cpu, NULL, 0, &a, NULL), GV_OK);
+    assert_string_equal(a.node, "z-cpu");
+    gv_alloc_request_free(cpu);
+    gv_alloc_request_free(w);
+    gv_alloc_cluster_free(c);
+}
+
 /* --- assignment codec ---------------------------------------------------- */
 
 static void test_assignment_roundtrip(void **state)
@@ -1050,6 +1077,7 @@ int main(void)
         cmocka_unit_test(test_fgd_worked_example),
         cmocka_unit_test(test_fgd_workload_decay),
         cmocka_unit_test(test_fgd_cpu_dimension),
+        cmocka_unit_test(test_fgd_cpu_only_pods_avoid_free_gpus),
         cmocka_unit_test(test_assignment_roundtrip),
         cmocka_unit_test(test_assignment_strict_parser),
     };

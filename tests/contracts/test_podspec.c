@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "contracts/inventory.h"
 #include "contracts/podspec.h"
 
 static json_t *load(const char *path)
@@ -141,6 +142,65 @@ static void test_node_from_gfd_labels(void **state)
     json_decref(node);
 }
 
+static void test_node_from_agent_inventory(void **state)
+{
+    (void)state;
+    struct gv_inventory inv;
+    memset(&inv, 0, sizeof(inv));
+    inv.version = GV_INVENTORY_VERSION;
+    snprintf(inv.driver_version, sizeof(inv.driver_version), "550.54.15");
+    snprintf(inv.cuda_version, sizeof(inv.cuda_version), "12.4");
+    inv.n_gpus = 2;
+    for (uint32_t i = 0; i < 2; i++) {
+        struct gv_inventory_gpu *g = &inv.gpus[i];
+        snprintf(g->uuid, sizeof(g->uuid), "GPU-%u0000000-1111-2222-3333-444444444444", i);
+        g->index = i;
+        snprintf(g->model, sizeof(g->model), i ? "NVIDIA H100 80GB HBM3" : "NVIDIA A100-SXM4-40GB");
+        g->memory_mib = i ? 81920 : 40960;
+        g->memory_scaling = i ? 1.0 : 1.5;
+        g->cores = 100;
+        g->split = i ? 1 : 10;
+        g->numa = (int32_t)i;
+        g->healthy = i == 0;
+        g->mode = i ? GV_INVENTORY_MODE_EXCLUSIVE : GV_INVENTORY_MODE_VGPU;
+        snprintf(g->pci_bus_id, sizeof(g->pci_bus_id), "00000000:3B:00.0");
+    }
+    char *text = NULL;
+    struct gv_error err = {0};
+    if (gv_inventory_encode(&inv, &text, &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    json_t *node = json_pack("{s:{s:s,s:{s:s}},s:{s:{s:s,s:s,s:s}}}", "metadata", "name", "gpu-7",
+                             "annotations", GV_INVENTORY_ANNOTATION, text, "status", "capacity",
+                             "cpu", "64", "memory", "256Gi", "nvidia.com/gpu", "20");
+    free(text);
+    struct gv_podspec_node *n = NULL;
+    if (gv_podspec_node(node, &n, &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    /* the inventory wins over the device plugin's count (20 virtual devices) */
+    assert_int_equal(n->spec.n_gpus, 2);
+    assert_string_equal(n->spec.gpus[0].uuid, "GPU-00000000-1111-2222-3333-444444444444");
+    assert_string_equal(n->spec.gpus[1].model, "NVIDIA H100 80GB HBM3");
+    assert_int_equal(n->spec.gpus[0].mem_mib, 61440); /* 40960 x 1.5 */
+    assert_int_equal(n->spec.gpus[0].split, 10);
+    assert_int_equal(n->spec.gpus[0].mode, GV_ALLOC_GPU_SHARED);
+    assert_int_equal(n->spec.gpus[1].mode, GV_ALLOC_GPU_EXCLUSIVE);
+    assert_false(n->spec.gpus[1].healthy);
+    assert_int_equal(n->spec.gpus[1].numa, 1);
+    assert_int_equal(n->spec.cpu_milli, 64000);
+    struct gv_alloc_cluster *c;
+    assert_int_equal(gv_alloc_cluster_new(NULL, &c, NULL), GV_OK);
+    assert_int_equal(gv_alloc_node_upsert(c, &n->spec, NULL), GV_OK);
+    gv_alloc_cluster_free(c);
+    gv_podspec_node_free(n);
+    json_decref(node);
+
+    node = json_pack("{s:{s:s,s:{s:s}}}", "metadata", "name", "gpu-8", "annotations",
+                     GV_INVENTORY_ANNOTATION, "{\"version\":2}");
+    assert_int_not_equal(gv_podspec_node(node, &n, &err), GV_OK);
+    assert_non_null(strstr(err.msg, "node gpu-8: annotation gpuvisor.io/node-gpus"));
+    json_decref(node);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -148,6 +208,7 @@ int main(void)
         cmocka_unit_test(test_pod_errors_name_the_field),
         cmocka_unit_test(test_pod_without_gpus),
         cmocka_unit_test(test_node_from_gfd_labels),
+        cmocka_unit_test(test_node_from_agent_inventory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

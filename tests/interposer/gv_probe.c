@@ -21,6 +21,7 @@
  *   total:DEV:BYTES               cuDeviceTotalMem
  *   nvml-mem:IDX:USED:TOTAL       nvmlDeviceGetMemoryInfo and _v2
  *   nvml-procs:IDX:COUNT          compute processes NVML lists
+ *   nvml-util:IDX:COUNT           processes with utilisation samples (size query, then fill)
  *   fill:CHUNK                    allocate until out of memory; prints "# filled N"
  *   hooked:NAME:yes|no            whether NAME, reached via --via, is the interposer's
  *   pa:BASE:VER:FLAGS:SYMBOL      cuGetProcAddress_v2(BASE) is what dlsym gives for SYMBOL
@@ -28,6 +29,8 @@
  *   pool-keep:BYTES   release threshold of the probe's pool ("default": the device's current pool)
  *   pool-trim:BYTES   cuMemPoolTrimTo on the probe's pool   pool-destroy:EXP
  *   ipc-export:FILE  ipc-import:FILE:EXP
+ *   ext-import:SIZE:EXP           cuImportExternalMemory (an opaque fd from a graphics API)
+ *   ext-map:SIZE:EXP              a buffer mapped from the last import (freed with cuMemFree)
  *   sleep:MS
  */
 #include <dlfcn.h>
@@ -76,14 +79,18 @@
     X(mipmap_destroy, cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, 0)                         \
     X(ipc_get, cuIpcGetMemHandle, cuIpcGetMemHandle, 0)                                            \
     X(ipc_open, cuIpcOpenMemHandle_v2, cuIpcOpenMemHandle, 0)                                      \
-    X(ipc_close, cuIpcCloseMemHandle, cuIpcCloseMemHandle, 0)
+    X(ipc_close, cuIpcCloseMemHandle, cuIpcCloseMemHandle, 0)                                      \
+    X(ext_import, cuImportExternalMemory, cuImportExternalMemory, 0)                               \
+    X(ext_map, cuExternalMemoryGetMappedBuffer, cuExternalMemoryGetMappedBuffer, 0)                \
+    X(ext_destroy, cuDestroyExternalMemory, cuDestroyExternalMemory, 0)
 
 #define PROBE_NVML(X)                                                                              \
     X(nv_init, nvmlInit_v2)                                                                        \
     X(nv_handle, nvmlDeviceGetHandleByIndex_v2)                                                    \
     X(nv_mem, nvmlDeviceGetMemoryInfo)                                                             \
     X(nv_mem2, nvmlDeviceGetMemoryInfo_v2)                                                         \
-    X(nv_procs, nvmlDeviceGetComputeRunningProcesses_v3)
+    X(nv_procs, nvmlDeviceGetComputeRunningProcesses_v3)                                            \
+    X(nv_util, nvmlDeviceGetProcessUtilization)
 
 static struct {
 #define X(f, sym, base, pt) __typeof__(&sym) f;
@@ -94,7 +101,7 @@ static struct {
 #undef X
 } api;
 
-enum kind { K_MEM, K_ASYNC, K_VMM, K_ARRAY, K_MIPMAP, K_IPC };
+enum kind { K_MEM, K_ASYNC, K_VMM, K_ARRAY, K_MIPMAP, K_IPC, K_EXT };
 struct item {
     enum kind kind;
     uint64_t handle;
@@ -214,6 +221,7 @@ static CUresult release(const struct item *it)
     case K_ARRAY: return api.array_destroy((CUarray)(uintptr_t)it->handle);
     case K_MIPMAP: return api.mipmap_destroy((CUmipmappedArray)(uintptr_t)it->handle);
     case K_IPC: return api.ipc_close((CUdeviceptr)it->handle);
+    case K_EXT: return api.ext_destroy((CUexternalMemory)(uintptr_t)it->handle);
     }
     return CUDA_ERROR_UNKNOWN;
 }
@@ -417,6 +425,17 @@ static void run_op(char *op)
         tap(r == NVML_SUCCESS && count == (unsigned)atoi(a[2]), orig, "rc %d count %u", r, count);
         for (unsigned i = 0; r == NVML_SUCCESS && i < count; i++)
             printf("# pid %u used %llu\n", infos[i].pid, infos[i].usedGpuMemory);
+    } else if (strcmp(name, "nvml-util") == 0) {
+        NEED(3);
+        nvmlDevice_t d = nvml_dev((unsigned)atoi(a[1]));
+        nvmlProcessUtilizationSample_t s[64];
+        unsigned count = 0;
+        nvmlReturn_t r = d ? api.nv_util(d, NULL, &count, 0) : NVML_ERROR_INVALID_ARGUMENT;
+        if (r == NVML_ERROR_INSUFFICIENT_SIZE && count <= 64)
+            r = api.nv_util(d, s, &count, 0);
+        unsigned want = (unsigned)atoi(a[2]);
+        tap(want == 0 ? r == NVML_ERROR_NOT_FOUND : (r == NVML_SUCCESS && count == want), orig,
+            "rc %d count %u", r, count);
     } else if (strcmp(name, "fill") == 0) {
         NEED(2);
         uint64_t chunk = parse_size(a[1]);
@@ -472,6 +491,28 @@ static void run_op(char *op)
         rc = ok ? api.ipc_open(&p, h, 1) : CUDA_ERROR_INVALID_VALUE;
         if (check_rc(orig, rc, a[2]))
             push(K_IPC, p);
+    } else if (strcmp(name, "ext-import") == 0) {
+        NEED(3);
+        CUDA_EXTERNAL_MEMORY_HANDLE_DESC d;
+        memset(&d, 0, sizeof(d));
+        d.type = CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD;
+        d.handle.fd = -1;
+        d.size = parse_size(a[1]);
+        CUexternalMemory m = NULL;
+        rc = api.ext_import(&m, &d);
+        if (check_rc(orig, rc, a[2]))
+            push(K_EXT, (uint64_t)(uintptr_t)m);
+    } else if (strcmp(name, "ext-map") == 0) {
+        NEED(3);
+        CUDA_EXTERNAL_MEMORY_BUFFER_DESC b;
+        memset(&b, 0, sizeof(b));
+        b.size = parse_size(a[1]);
+        CUdeviceptr p = 0;
+        rc = nitems > 0 && items[nitems - 1].kind == K_EXT
+                 ? api.ext_map(&p, (CUexternalMemory)(uintptr_t)items[nitems - 1].handle, &b)
+                 : CUDA_ERROR_INVALID_VALUE;
+        if (check_rc(orig, rc, a[2]))
+            push(K_MEM, p);
     } else if (strcmp(name, "sleep") == 0) {
         NEED(2);
         struct timespec ts = {atoi(a[1]) / 1000, (atoi(a[1]) % 1000) * 1000000L};

@@ -43,10 +43,20 @@ ps_lists() {
     for _ in $(seq 50); do grep -q 'alloc:100m' "$TMP/job.out" 2>/dev/null && break; sleep 0.05; done
     "$GV" ps >"$TMP/ps.out"
     wait $job
-    grep -Eq '^job-a +[0-9]+ +[0-9]+ +2 +GPU-fa4e0000-[0-9a-f-]+ +100/1024 +30$' "$TMP/ps.out" &&
+    grep -Eq '^job-a +[0-9]+ +[0-9]+ +2 +GPU-fa4e0000-[0-9a-f-]+ +100/1024 +- +30 +[0-9]+$' "$TMP/ps.out" &&
         grep -q '^ok' "$TMP/job.out" && ! grep -q '^not ok' "$TMP/job.out"
 }
 check "ps lists a live run with its usage, limit, share and priority" ps_lists
+ps_managed() {
+    "$GV" run --name job-o --gpumem 8Gi --oversubscribe --gpumem-share 1Gi -- \
+        "$PROBE" init alloc:512m:OK alloc:1g:OK sleep:1500 >"$TMP/jobo.out" 2>&1 &
+    local job=$!
+    for _ in $(seq 50); do grep -q 'alloc:1g' "$TMP/jobo.out" 2>/dev/null && break; sleep 0.05; done
+    "$GV" ps >"$TMP/ps.out"
+    wait $job
+    grep -Eq '^job-o +[0-9]+ +[0-9]+ +[0-9]+ +GPU-fa4e0000-[0-9a-f-]+ +1536/8192 +1024 +- +[0-9]+$' "$TMP/ps.out"
+}
+check "ps shows the managed part of an oversubscribed slice" ps_managed
 check "the run's region is removed when the command ends" bash -c "! ls '$TMP/runs/job-a.cache' 2>/dev/null"
 ps_empty() { [ "$("$GV" ps | wc -l)" -eq 1 ]; }
 check "ps with no live tenants prints only its header" ps_empty

@@ -43,7 +43,8 @@ check "nm -D exports exactly the hook list ($(echo "$want" | wc -l) symbols)" [ 
 check "the hook list covers every allocation path" \
     bash -c "for s in cuMemAlloc_v2 cuMemAllocPitch_v2 cuMemAllocManaged cuMemFree_v2 cuMemCreate cuMemRelease \
         cuMemAllocAsync cuMemAllocFromPoolAsync cuMemFreeAsync cuArrayCreate_v2 cuArray3DCreate_v2 cuArrayDestroy \
-        cuMipmappedArrayCreate cuMipmappedArrayDestroy cuGetProcAddress_v2 dlsym; do echo '$got' | grep -qx \$s || exit 1; done"
+        cuMipmappedArrayCreate cuMipmappedArrayDestroy cuImportExternalMemory cuDestroyExternalMemory \
+        cuGetProcAddress_v2 dlsym dlvsym; do echo '$got' | grep -qx \$s || exit 1; done"
 
 # --- the three ways in, every allocation path -------------------------------
 for via in link dlopen procaddr:12000 procaddr:12080:pt procaddr:13000; do
@@ -113,7 +114,8 @@ probe "$PROBE" --via dlopen init \
     pa:cuGetProcAddress:11030:0:cuGetProcAddress pa:cuGetProcAddress:12000:0:cuGetProcAddress_v2 \
     pa:cuCtxCreate:12000:0:cuCtxCreate_v3 pa:cuCtxCreate:13000:0:cuCtxCreate_v4 \
     pa:cuCtxCreate:3020:0:cuCtxCreate_v2 pa:cuMemAlloc:13000:2:cuMemAlloc_v2 \
-    hooked:cuCtxCreate_v4:yes hooked:cuCtxGetCurrent:no hooked:nvmlDeviceGetMemoryInfo_v2:yes hooked:nvmlDeviceGetCount_v2:no
+    hooked:cuCtxCreate_v4:yes hooked:cuCtxGetCurrent:no hooked:nvmlDeviceGetMemoryInfo_v2:yes hooked:nvmlDeviceGetCount_v2:no \
+    hooked:nvmlDeviceGetGraphicsRunningProcesses:yes hooked:nvmlDeviceGetMPSComputeRunningProcesses_v3:yes
 # The request pattern of the CUDA 13 runtime (libcudart.so.13, traced against the fake):
 # each entry point is asked for with the ABI version the runtime was built for.
 fresh
@@ -154,7 +156,8 @@ sleep 0.5
 other=$!
 sleep 0.4
 probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
-    "$PROBE" nvml-procs:0:1 nvml-mem:0:100m:1g
+    "$PROBE" nvml-procs:0:1 nvml-util:0:1 nvml-mem:0:100m:1g
+"$PROBE" nvml-procs:0:2 nvml-util:0:2 # without the interposer NVML shows both tenants
 wait $holder $other
 check "holder process passed" grep -q '^ok' "$TMP/holder"
 
@@ -183,6 +186,12 @@ probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache"
 wait $owner
 check "IPC owner passed" grep -q '^ok' "$TMP/owner"
 
+# --- external memory (from a graphics API) is charged to the importer --------
+fresh
+probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init ext-import:256m:OK info:768m:1g ext-map:128m:OK info:768m:1g free-last:OK \
+    ext-import:1g:OOM alloc:768m:OK alloc:1:OOM free-last:OK free-last:OK info:1g:1g
+
 # --- device remapping with CUDA_VISIBLE_DEVICES ----------------------------
 fresh
 probe CUDA_VISIBLE_DEVICES=1 CUDA_DEVICE_MEMORY_LIMIT_0=1g CUDA_DEVICE_MEMORY_LIMIT_1=2g \
@@ -202,9 +211,14 @@ probe GV_FAKE_CUDA_ORDER=1,0 CUDA_DEVICE_MEMORY_LIMIT_0=1g CUDA_DEVICE_MEMORY_LI
     "$PROBE" init info:1g:1g alloc:256m:OK nvml-mem:1:256m:1g nvml-mem:0:0:2g
 # An NVML-only process (nvidia-smi) registers the devices first: it must give
 # them the CUDA ordinals' limits, or the CUDA process would be refused.
+# (The fake's default GPUs have different names, i.e. models: only the driver
+# knows its order, so the NVML-only process initialises it to ask.)
 fresh
 probe GV_FAKE_CUDA_ORDER=1,0 CUDA_DEVICE_MEMORY_LIMIT_0=1g CUDA_DEVICE_MEMORY_LIMIT_1=2g \
-    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" nvml-mem:0:0:2g nvml-mem:1:0:1g
+    GPUVISOR_LOG_LEVEL=debug CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" nvml-mem:0:0:2g nvml-mem:1:0:1g 2>"$TMP/order.err"
+check "an NVML-only process initialises the driver only to learn an order it cannot know" \
+    grep -q 'initialising the driver to learn its device order' "$TMP/order.err"
 probe GV_FAKE_CUDA_ORDER=1,0 CUDA_DEVICE_MEMORY_LIMIT_0=1g CUDA_DEVICE_MEMORY_LIMIT_1=2g \
     CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init info:1g:1g ctx:1 info:2g:2g
 # Indices in CUDA_VISIBLE_DEVICES are the driver's order: "0" is NVML device 1.
@@ -217,11 +231,25 @@ fresh
 probe GV_FAKE_CUDA_ORDER=1,0 CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_DEVICE_MEMORY_LIMIT_0=1g \
     CUDA_DEVICE_MEMORY_LIMIT_1=2g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
     "$PROBE" nvml-mem:0:0:1g init info:1g:1g
-# Full uuids in CUDA_VISIBLE_DEVICES, NVML-only process first.
+# Full uuids in CUDA_VISIBLE_DEVICES, NVML-only process first: exact without the driver.
 fresh
 probe CUDA_VISIBLE_DEVICES=GPU-fa4e0001-0000-4000-8000-000000000001 CUDA_DEVICE_MEMORY_LIMIT_0=1g \
-    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" nvml-mem:0:0:16g nvml-mem:1:0:1g \
-    init info:1g:1g
+    GPUVISOR_LOG_LEVEL=debug CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" nvml-mem:0:0:16g nvml-mem:1:0:1g 2>"$TMP/order.err"
+check "uuids in CUDA_VISIBLE_DEVICES: an NVML-only process leaves the driver alone" \
+    bash -c "! grep -q 'initialising the driver' '$TMP/order.err'"
+probe CUDA_VISIBLE_DEVICES=GPU-fa4e0001-0000-4000-8000-000000000001 CUDA_DEVICE_MEMORY_LIMIT_0=1g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init info:1g:1g
+# GPUs of one model keep PCI order: indices are exact without the driver too.
+fresh
+printf 'name=H100\nname=H100\n' >"$TMP/same.conf"
+probe GV_FAKE_GPU_CONFIG="$TMP/same.conf" CUDA_VISIBLE_DEVICES=1 CUDA_DEVICE_MEMORY_LIMIT_0=1g \
+    GPUVISOR_LOG_LEVEL=debug CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" nvml-mem:1:0:1g nvml-mem:0:0:16g 2>"$TMP/order.err"
+check "GPUs of one model: an NVML-only process leaves the driver alone" \
+    bash -c "! grep -q 'initialising the driver' '$TMP/order.err'"
+probe GV_FAKE_GPU_CONFIG="$TMP/same.conf" CUDA_VISIBLE_DEVICES=1 CUDA_DEVICE_MEMORY_LIMIT_0=1g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init info:1g:1g
 
 # MIG: CUDA sees a compute instance (cuDeviceGetUuid_v2 names it "MIG-…"),
 # NVML's GPU handle keeps the GPU's uuid.  The slice is the instance's, keyed

@@ -350,6 +350,49 @@ def scenario_restart_and_gc():
         env.close()
 
 
+def scenario_concurrency():
+    """Several pods admitted at once: parallel Allocates each get a different pod."""
+    sys.path.insert(0, os.path.join(gvtest.ROOT, "tests", "fakes", "kubelet"))
+    import grpc
+    import kubelet_py
+    import threading
+    pb, pbg = kubelet_py.pb, kubelet_py.pbg
+    env = agent.Env()
+    try:
+        env.start_agent()
+        k = env.start_kubelet("py")
+        devices_event(k, timeout=10)
+        n = 8
+        for i in range(n):
+            env.api.create_pod("c%d" % i, [("main", LIM1)],
+                               "v1;node=node1;main=%s:%d:0" % (GPUS[i % 2], 100 + i))
+        time.sleep(0.3)
+        ch = grpc.insecure_channel("unix://" + os.path.join(env.plugin_dir, "gpuvisor.sock"))
+        stub = pbg.DevicePluginStub(ch)
+        got, errs = [], []
+
+        def one(i):
+            try:
+                r = stub.Allocate(pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(
+                    devices_ids=["%s::%d" % (GPUS[i % 2], i)])]), timeout=10)
+                got.append(r.container_responses[0].envs["CUDA_DEVICE_MEMORY_LIMIT_0"])
+            except grpc.RpcError as e:
+                errs.append(e.details())
+        ths = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join()
+        ch.close()
+        t.ok(not errs and sorted(got) == sorted("%dm" % (100 + i) for i in range(n)),
+             "%d concurrent Allocates: each served a different pod" % n, (got, errs))
+        t.ok(gvtest.wait_for(lambda: all(ann(env.api.pod("c%d" % i), "gpuvisor.io/allocation") == "success"
+                                         for i in range(n)), 5),
+             "every concurrently admitted pod recorded as success")
+    finally:
+        env.close()
+
+
 go_bin = gvtest.build_go_standin()
 scenario_core("py", None)
 if go_bin:
@@ -360,4 +403,5 @@ scenario_health()
 scenario_node_publication()
 scenario_config_reload()
 scenario_restart_and_gc()
+scenario_concurrency()
 t.done()

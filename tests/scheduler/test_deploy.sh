@@ -126,6 +126,23 @@ for j in objs("Job"):
 
 def pod_checks(kind, obj):
     spec = obj["spec"]["template"]["spec"]
+    for c in spec.get("containers", []) + spec.get("initContainers", []):
+        paths = [m["mountPath"].rstrip("/") for m in c.get("volumeMounts", [])]
+        nested = [(a, b) for a in paths for b in paths if a != b and b.startswith(a + "/")]
+        check(not nested, f'{kind} container {c["name"]}: no mount inside another mount '
+              "(a read-only ConfigMap/Secret volume cannot hold a mount point)", str(nested))
+        vols = {v["name"]: v for v in spec.get("volumes", [])}
+        for m in c.get("volumeMounts", []):
+            v = vols.get(m["name"], {})
+            if "configMap" in v:
+                files = [a for a in c.get("args", []) + c.get("command", [])
+                         if "=" in a and a.split("=", 1)[1].startswith(m["mountPath"] + "/")]
+                for a in files:
+                    fname = a.split("=", 1)[1][len(m["mountPath"]) + 1:]
+                    cm = next((d for d in objs("ConfigMap")
+                               if d["metadata"]["name"] == v["configMap"]["name"]), None)
+                    check(cm is not None and fname in cm.get("data", {}),
+                          f'{kind} container {c["name"]}: {a} names a file of its ConfigMap')
     check(spec.get("serviceAccountName") in sas, f"{kind} runs as a rendered service account")
     for v in spec.get("volumes", []):
         if "configMap" in v:

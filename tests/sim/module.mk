@@ -6,5 +6,6 @@ TEST_SCRIPTS += tests/sim/test_simulate_cli.sh
 
 FUZZ_TARGETS += fuzz_sim_openb_csv
 fuzz_sim_openb_csv_SRCS := tests/sim/fuzz_sim_openb_csv.c $(wildcard src/sim/*.c) \
-	src/contracts/podspec.c $(wildcard src/alloc/*.c) src/common/gv_error.c src/common/gv_file.c
+	src/contracts/podspec.c src/contracts/inventory.c $(wildcard src/alloc/*.c) src/common/gv_error.c \
+	src/common/gv_file.c
 fuzz_sim_openb_csv_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/gv_nvml.h"
 #include "fake_gpus.h"
@@ -288,14 +289,34 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
 {
     const struct fake_gpu *g;
     CHECK_DEVICE(device, g);
-    (void)g;
-    (void)utilization;
-    (void)lastSeenTimeStamp;
     if (processSamplesCount == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    /* The simulated card keeps no utilisation samples. */
-    *processSamplesCount = 0;
-    return NVML_ERROR_NOT_FOUND;
+    /*
+     * One sample, taken now, per live process holding memory on the card:
+     * memory utilisation is its share of the card; the simulated card does
+     * not attribute SM time to processes, so smUtil is 0.
+     */
+    pid_t pids[FAKE_MAX_PROCS];
+    uint64_t bytes[FAKE_MAX_PROCS];
+    int n = fake_gpu_procs(device->index, pids, bytes, FAKE_MAX_PROCS);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    unsigned long long now = (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000;
+    if (n == 0 || now <= lastSeenTimeStamp) {
+        *processSamplesCount = 0;
+        return NVML_ERROR_NOT_FOUND;
+    }
+    if (utilization == NULL || *processSamplesCount < (unsigned)n) {
+        *processSamplesCount = (unsigned)n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (int i = 0; i < n; i++)
+        utilization[i] = (nvmlProcessUtilizationSample_t){
+            .pid = (unsigned)pids[i],
+            .timeStamp = now,
+            .memUtil = (unsigned)(g->mem_total ? bytes[i] * 100 / g->mem_total : 0)};
+    *processSamplesCount = (unsigned)n;
+    return NVML_SUCCESS;
 }
 
 /* Fills infos (stride-sized entries) from the card's live processes. */
@@ -343,17 +364,29 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
     return list_procs(device, infoCount, infos, sizeof(nvmlProcessInfo_t));
 }
 
-nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
-                                                      nvmlProcessInfo_t *infos)
+/* The simulated card runs no graphics work and no MPS server: empty lists. */
+static nvmlReturn_t no_procs(nvmlDevice_t device, unsigned int *infoCount)
 {
     const struct fake_gpu *g;
     CHECK_DEVICE(device, g);
     (void)g;
-    (void)infos;
     if (infoCount == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    *infoCount = 0; /* the simulated card runs no graphics work */
+    *infoCount = 0;
     return NVML_SUCCESS;
 }
+
+#define FAKE_NO_PROCS(sym, type)                                                                   \
+    nvmlReturn_t sym(nvmlDevice_t device, unsigned int *infoCount, type *infos)                    \
+    {                                                                                              \
+        (void)infos;                                                                               \
+        return no_procs(device, infoCount);                                                        \
+    }
+FAKE_NO_PROCS(nvmlDeviceGetGraphicsRunningProcesses, nvmlProcessInfo_v1_t)
+FAKE_NO_PROCS(nvmlDeviceGetGraphicsRunningProcesses_v2, nvmlProcessInfo_t)
+FAKE_NO_PROCS(nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlProcessInfo_t)
+FAKE_NO_PROCS(nvmlDeviceGetMPSComputeRunningProcesses, nvmlProcessInfo_v1_t)
+FAKE_NO_PROCS(nvmlDeviceGetMPSComputeRunningProcesses_v2, nvmlProcessInfo_t)
+FAKE_NO_PROCS(nvmlDeviceGetMPSComputeRunningProcesses_v3, nvmlProcessInfo_t)
 
 /* ---- node agent block (events, Xid injection, MIG, ...) goes below ---- */
