@@ -51,6 +51,7 @@ struct gv_allocator {
     struct gv_kube_client *kube;
     struct gv_kube_client *writer;
     struct gv_informer *pods_inf;
+    json_t *fixed_pods; /* tests/fuzzing: the pod list instead of the informer's */
     pthread_mutex_t mu; /* guards everything below; never held across I/O */
     pthread_cond_t changed;
     uint64_t generation; /* bumped by every cache event */
@@ -707,7 +708,7 @@ int gv_allocator_allocate(void *ud, const char *const *ids, size_t n_ids,
         all_plain &= g->settings.mode != GV_NODE_MODE_VGPU;
     }
     pthread_mutex_unlock(&a->mu);
-    if (a->kube == NULL) {
+    if (a->kube == NULL && a->fixed_pods == NULL) {
         if (all_plain)
             return answer_from_ids(a, uuids, n_ids, resp, msg, cap);
         return fail(msg, cap, GV_GRPC_FAILED_PRECONDITION,
@@ -715,14 +716,14 @@ int gv_allocator_allocate(void *ud, const char *const *ids, size_t n_ids,
     }
 
     /* Find the pod; wait a little for the cache when the kubelet is ahead of it. */
-    int64_t deadline = gv_loop_now_ms() + (all_plain ? 0 : a->cfg.wait_ms);
-    if (!all_plain)
+    int64_t deadline = gv_loop_now_ms() + (all_plain || a->fixed_pods ? 0 : a->cfg.wait_ms);
+    if (!all_plain && a->pods_inf)
         gv_informer_wait_synced(a->pods_inf, a->cfg.wait_ms);
     struct choice ch;
     struct pod_state *ps = NULL;
     for (;;) {
         memset(&ch, 0, sizeof(ch));
-        json_t *pods = gv_informer_list(a->pods_inf);
+        json_t *pods = a->fixed_pods ? json_incref(a->fixed_pods) : gv_informer_list(a->pods_inf);
         pthread_mutex_lock(&a->mu);
         uint64_t gen = a->generation;
         if (pods)
@@ -933,6 +934,27 @@ size_t gv_allocator_gc(struct gv_allocator *a)
         }
     }
     closedir(d);
+    /* Pods known only in memory (failed ones have no directory): forget them too. */
+    pthread_mutex_lock(&a->mu);
+    for (struct pod_state **pp = &a->pods; *pp;) {
+        struct pod_state *p = *pp;
+        bool live = false;
+        size_t i;
+        json_t *pod;
+        json_array_foreach(pods, i, pod) {
+            const char *uid = jstr2(pod, "metadata", "uid");
+            live |= uid && strcmp(uid, p->uid) == 0;
+        }
+        if (!live && p->gone_since == 0)
+            p->gone_since = now;
+        if (!live && !p->writing && now - p->gone_since >= a->cfg.gc_grace_ms) {
+            *pp = p->next;
+            free(p);
+        } else {
+            pp = &p->next;
+        }
+    }
+    pthread_mutex_unlock(&a->mu);
     json_decref(pods);
     return removed;
 }
@@ -958,6 +980,12 @@ gv_status gv_allocator_set_gpus(struct gv_allocator *a, const struct gv_node_con
     pthread_cond_broadcast(&a->changed);
     pthread_mutex_unlock(&a->mu);
     return GV_OK;
+}
+
+void gv_allocator_set_pods(struct gv_allocator *a, json_t *pods)
+{
+    json_decref(a->fixed_pods);
+    a->fixed_pods = json_incref(pods);
 }
 
 bool gv_allocator_synced(struct gv_allocator *a)
@@ -1067,6 +1095,7 @@ void gv_allocator_free(struct gv_allocator *a)
     if (a->writer_running)
         pthread_join(a->writer_thread, NULL);
     gv_informer_free(a->pods_inf);
+    json_decref(a->fixed_pods);
     while (a->pods) {
         struct pod_state *p = a->pods;
         a->pods = p->next;

@@ -72,6 +72,12 @@ int gv_allocator_allocate(void *ud, const char *const *ids, size_t n_ids,
 /* Removes per-container directories of pods gone for longer than the grace; returns how many. */
 size_t gv_allocator_gc(struct gv_allocator *a);
 
+/*
+ * Tests and fuzzing: an allocator made without an API server answers from
+ * this pod list (a JSON array, referenced) as if it were the cache.
+ */
+void gv_allocator_set_pods(struct gv_allocator *a, json_t *pods);
+
 /* True once the pod cache has its first list. */
 bool gv_allocator_synced(struct gv_allocator *a);
 /* Annotation writes waiting for the API server to come back. */

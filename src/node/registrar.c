@@ -70,6 +70,7 @@ static void *registrar_main(void *arg)
 {
     struct gv_registrar *r = arg;
     int64_t backoff = BACKOFF_MIN_MS;
+    unsigned failures = 0;
     pthread_mutex_lock(&r->lock);
     for (;;) {
         while (!r->pending && !r->quit)
@@ -88,11 +89,18 @@ static void *registrar_main(void *arg)
         pthread_mutex_lock(&r->lock);
         if (st == GV_OK) {
             r->count++;
+            gv_info("registered %s with the kubelet (%s) after %u failed attempt(s)",
+                    r->resource, r->endpoint, failures);
             backoff = BACKOFF_MIN_MS;
-            gv_info("registered %s with the kubelet (%s)", r->resource, r->endpoint);
+            failures = 0;
             continue;
         }
-        gv_warn("registration failed, retrying in %lld ms: %s", (long long)backoff, err.msg);
+        /* A kubelet that is not up yet is normal: say so once, then quietly retry. */
+        if (failures++ == 0)
+            gv_warn("registration failed, retrying (backoff up to %d ms): %s", BACKOFF_MAX_MS,
+                    err.msg);
+        else
+            gv_debug("registration attempt %u failed: %s", failures, err.msg);
         /* Retry after the backoff unless a newer request or stop arrives first. */
         struct timespec ts;
         gv_loop_abstime(&ts, backoff);

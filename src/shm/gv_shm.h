@@ -37,7 +37,7 @@
 #define GV_SHM_DEV_OVERSUBSCRIBE 0x1u
 
 struct gv_shm_device {
-    char uuid[GV_SHM_UUID_LEN];          /* NVML form, "GPU-xxxxxxxx-..." */
+    char uuid[GV_SHM_UUID_LEN];          /* NVML form, "GPU-..." (or "MIG-...") */
     uint64_t mem_limit;                  /* bytes; 0 = unlimited */
     uint64_t mem_physical;               /* the card's total bytes */
     _Atomic uint64_t mem_used;           /* sum of slots' mem_used (cache) */

@@ -73,6 +73,21 @@ class Api:
         return self.req("DELETE", "/api/v1/namespaces/%s/pods/%s" % (ns, name))[0]
 
 
+def envs(ev):
+    """Environment of a stand-in's allocate reply ({} when it failed)."""
+    return ev["resp"]["envs"] if ev and ev.get("ok") else {}
+
+
+def mounts(ev):
+    """container path -> (host path, read-only) of an allocate reply."""
+    return {m["container_path"]: (m["host_path"], m["read_only"]) for m in ev["resp"]["mounts"]} \
+        if ev and ev.get("ok") else {}
+
+
+def ann(obj, key):
+    return (obj.get("metadata", {}).get("annotations") or {}).get(key)
+
+
 def write_atomic(path, text):
     tmp = path + ".tmp"
     with open(tmp, "w") as f:

@@ -15,7 +15,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agent  # noqa: E402
 import gvtest  # noqa: E402
-from agent import GPUS, write_atomic  # noqa: E402
+from agent import GPUS, ann, envs, mounts, write_atomic  # noqa: E402
 
 t = gvtest.Tap()
 if not agent.have_fake_nvml():
@@ -23,19 +23,6 @@ if not agent.have_fake_nvml():
     t.done()
 
 LIM1 = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "30"}
-
-
-def envs(ev):
-    return ev["resp"]["envs"] if ev and ev.get("ok") else {}
-
-
-def mounts(ev):
-    return {m["container_path"]: (m["host_path"], m["read_only"]) for m in ev["resp"]["mounts"]} \
-        if ev and ev.get("ok") else {}
-
-
-def ann(pod, key):
-    return (pod.get("metadata", {}).get("annotations") or {}).get(key)
 
 
 def wait_ann(env, pod, key, want, timeout=5):
