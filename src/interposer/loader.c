@@ -107,6 +107,7 @@ GV_NO_ASAN static void *elf_default_symbol(const struct link_map *lm, const char
             versym = (const ElfW(Half) *)GV_DPTR(d);
     }
 #undef GV_DPTR
+    /* glibc has been built with GNU hash tables for over a decade. */
     if (symtab == NULL || strtab == NULL || gnuhash == NULL)
         return NULL;
     uint32_t nbuckets = gnuhash[0], symoffset = gnuhash[1], bloom_size = gnuhash[2];
@@ -118,6 +119,7 @@ GV_NO_ASAN static void *elf_default_symbol(const struct link_map *lm, const char
     for (uint32_t i = buckets[h % nbuckets]; i >= symoffset && i != 0; i++) {
         uint32_t h2 = chain[i - symoffset];
         const ElfW(Sym) *sym = &symtab[i];
+        /* A definition of that name, in its default (non-hidden) version. */
         if ((h | 1) == (h2 | 1) && sym->st_shndx != SHN_UNDEF && sym->st_value != 0 &&
             same_name(strtab + sym->st_name, name) && (versym == NULL || !(versym[i] & 0x8000)))
             return (void *)(lm->l_addr + sym->st_value);
@@ -362,6 +364,8 @@ GV_NO_ASAN static void *hook_for_name(const char *name)
 GV_EXPORT GV_NO_ASAN void *dlsym(void *handle, const char *name)
 {
     dlsym_fn rd = real_dlsym();
+    if (rd == NULL)
+        return NULL; /* glibc's dlsym not found: nothing to answer with */
     if (handle == RTLD_NEXT)
         GV_TAIL return rd(handle, name);
     void *p = rd(handle, name);

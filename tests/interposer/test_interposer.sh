@@ -114,6 +114,8 @@ probe "$PROBE" --via dlopen init \
     pa:cuGetProcAddress:11030:0:cuGetProcAddress pa:cuGetProcAddress:12000:0:cuGetProcAddress_v2 \
     pa:cuCtxCreate:12000:0:cuCtxCreate_v3 pa:cuCtxCreate:13000:0:cuCtxCreate_v4 \
     pa:cuCtxCreate:3020:0:cuCtxCreate_v2 pa:cuMemAlloc:13000:2:cuMemAlloc_v2 \
+    pa:cuImportExternalMemory:13000:0:cuImportExternalMemory pa:cuDestroyExternalMemory:10000:0:cuDestroyExternalMemory \
+    pa:cuDevicePrimaryCtxReset:13000:0:cuDevicePrimaryCtxReset_v2 pa:cuDevicePrimaryCtxRelease:7000:0:cuDevicePrimaryCtxRelease \
     hooked:cuCtxCreate_v4:yes hooked:cuCtxGetCurrent:no hooked:nvmlDeviceGetMemoryInfo_v2:yes hooked:nvmlDeviceGetCount_v2:no \
     hooked:nvmlDeviceGetGraphicsRunningProcesses:yes hooked:nvmlDeviceGetMPSComputeRunningProcesses_v3:yes
 # The request pattern of the CUDA 13 runtime (libcudart.so.13, traced against the fake):
