@@ -40,4 +40,5 @@ fuzz_node_allocate_SRCS := tests/node/fuzz_node_allocate.c src/node/allocator.c 
 	src/common/gv_error.c src/common/gv_log.c src/common/gv_file.c $(NODE_PB_C)
 fuzz_node_allocate_CFLAGS := $(NODE_CFLAGS)
 fuzz_node_allocate_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS)
-$(FUZZ_BUILD)/fuzz_node_allocate $(BUILD)/tests/fuzzreplay_fuzz_node_allocate: $(NODE_PB_H)
+# order-only: the replay rule compiles $^, which must hold sources only
+$(FUZZ_BUILD)/fuzz_node_allocate $(BUILD)/tests/fuzzreplay_fuzz_node_allocate: | $(NODE_PB_H)
