@@ -575,6 +575,8 @@ static bool conn_flush(struct conn *c)
          */
         if (!c->lingering) {
             c->lingering = true;
+            /* An EPOLLOUT left armed by the last partial write would spin the loop. */
+            conn_update_events(c);
             shutdown(c->fd, SHUT_WR);
             c->linger_timer = gv_loop_timer(c->srv->loop, 1000, linger_expired, c);
         }

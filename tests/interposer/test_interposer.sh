@@ -288,6 +288,22 @@ probe CUDA_OVERSUBSCRIBE=true CUDA_DEVICE_MEMORY_LIMIT=8g GPUVISOR_DEVICE_MEMORY
     "$PROBE" init alloc:3g:OOM alloc:1g:OK alloc:1536m:OOM alloc:512m:OK
 wait $hog
 
+# Many processes oversubscribing together: the virtual limit holds exactly, and
+# exactly the share is device memory.
+fresh
+pids=()
+for i in 1 2 3 4; do
+    probe_bg CUDA_OVERSUBSCRIBE=true CUDA_DEVICE_MEMORY_LIMIT=8g GPUVISOR_DEVICE_MEMORY_SHARE=2g \
+        CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+        "$PROBE" init fill:256m nvml-mem:0:8g:8g sleep:1500 >"$TMP/ofill.$i" 2>&1 &
+    pids+=($!)
+done
+wait "${pids[@]}"
+total=$(cat "$TMP"/ofill.* | awk '/^# filled/ {s += $3} END {print s + 0}')
+bad=$(cat "$TMP"/ofill.* | grep -c '^not ok')
+check "4 processes oversubscribing an 8 GiB slice (2 GiB share) together get exactly 32 x 256 MiB (got $total)" \
+    [ "$total" -eq 32 -a "$bad" -eq 0 ]
+
 # --- limits fixed by the first process --------------------------------------
 fresh
 probe_bg CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \

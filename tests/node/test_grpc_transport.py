@@ -9,6 +9,7 @@ kubelet stand-ins (grpcio and grpc-go) for registration and kubelet restarts.
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -136,8 +137,118 @@ if shutil.which("curl"):
     t.ok("grpc-status: 12" in out, "curl (raw HTTP/2): compressed message without negotiation: UNIMPLEMENTED", out)
     out = curl("/v1beta1.DevicePlugin/GetDevicePluginOptions", b"\0\0\0")
     t.ok("grpc-status: 13" in out, "curl (raw HTTP/2): truncated message: INTERNAL", out)
+
+    # The body streamed from a pipe well after the request headers: the order a
+    # loaded machine produces by chance (curl 7.88 hung when the answer came
+    # between its HEADERS and its DATA), forced here.
+    def curl_streamed(path, body):
+        p = subprocess.Popen(["curl", "-sS", "-i", "--http2-prior-knowledge", "--unix-socket", h.sock,
+                              "-H", "content-type: application/grpc", "-H", "te: trailers",
+                              "-X", "POST", "-T", "-", "http://localhost" + path],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        time.sleep(0.3)
+        try:
+            return p.communicate(body, timeout=10)[0].decode()
+        except subprocess.TimeoutExpired:
+            p.kill()
+            return p.communicate()[0].decode() + "\n(curl timed out)"
+
+    out = curl_streamed("/v1beta1.Foo/Bar", b"\0" * 5)
+    t.ok("HTTP/2 200" in out and "grpc-status: 12" in out,
+         "curl (raw HTTP/2): unknown method with the body sent after the headers is answered", out)
 else:
     t.skip("curl raw HTTP/2 tests", "curl not installed")
+
+
+# raw HTTP/2 frames, ordered exactly: request HEADERS, then PINGs whose ACKs
+# prove the server has processed them and sent its reaction, then the DATA.
+def frame(typ, flags, sid, payload=b""):
+    return len(payload).to_bytes(3, "big") + bytes([typ, flags]) + sid.to_bytes(4, "big") + payload
+
+
+def request_headers(path):
+    # HPACK literal header fields without indexing, no Huffman coding
+    hs = [(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "localhost"),
+          ("content-type", "application/grpc"), ("te", "trailers")]
+    return b"".join(b"\0" + bytes([len(n)]) + n.encode() + bytes([len(v)]) + v.encode() for n, v in hs)
+
+
+class RawH2:
+    DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = 0, 1, 3, 4, 6, 7
+
+    def __init__(self, path):
+        self.s = socket.socket(socket.AF_UNIX)
+        self.s.settimeout(5)
+        self.s.connect(path)
+        self.buf = b""
+        self.s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(self.SETTINGS, 0, 0))
+
+    def frames_until(self, want):
+        """Frames (type, flags, stream[, RST code]) read up to and including the first for which want() holds."""
+        seen = []
+        while True:
+            while len(self.buf) < 9 or len(self.buf) < 9 + int.from_bytes(self.buf[:3], "big"):
+                try:
+                    d = self.s.recv(65536)
+                except socket.timeout:
+                    d = b""
+                if not d:
+                    return seen + [("eof",)]
+                self.buf += d
+            n = int.from_bytes(self.buf[:3], "big")
+            fr = (self.buf[3], self.buf[4], int.from_bytes(self.buf[5:9], "big") & 0x7fffffff)
+            if fr[0] == self.RST_STREAM:
+                fr += (int.from_bytes(self.buf[9:13], "big"),)  # error code
+            self.buf = self.buf[9 + n:]
+            seen.append(fr)
+            if fr[0] == self.SETTINGS and not fr[1] & 1:
+                self.s.sendall(frame(self.SETTINGS, 1, 0))
+            if want(fr):
+                return seen
+
+    def sync(self):
+        """Frames the server sent in reaction to everything sent so far."""
+        # nghttp2 sends PING ACKs ahead of queued frames: the first ACK can
+        # overtake a response to earlier input, the second cannot.
+        seen = []
+        for _ in range(2):
+            self.s.sendall(frame(self.PING, 0, 0, b"gvsync00"))
+            seen += self.frames_until(lambda f: f[0] == self.PING and f[1] & 1)
+        return seen
+
+
+def ends(sid):
+    return lambda f: f[0] == RawH2.GOAWAY or f[2] == sid and (
+        f[0] == RawH2.RST_STREAM or f[0] == RawH2.HEADERS and f[1] & 1)
+
+
+r = RawH2(h.sock)
+r.s.sendall(frame(r.HEADERS, 4, 1, request_headers("/v1beta1.Foo/Bar")))
+early = [f for f in r.sync() if f[2] == 1]
+r.s.sendall(frame(r.DATA, 1, 1, b"\0" * 5))
+# Answering before the request ended is allowed only if RST_STREAM(NO_ERROR)
+# follows (RFC 9113 section 8.1): curl 7.88 never finishes a stream whose
+# whole response came before its body and no reset came with it.
+if early:
+    ok = early == [(r.HEADERS, 5, 1), (r.RST_STREAM, 0, 1, 0)]
+else:
+    early = r.frames_until(ends(1))
+    ok = early[-1] == (r.HEADERS, 5, 1)
+t.ok(ok, "raw HTTP/2: DATA after the server processed the HEADERS of an unknown method: answered "
+     "(Trailers-Only) after the request ended, or before it and reset", early)
+# an answer that comes before the request ended (oversized message) resets the
+# stream; the client's DATA still in flight must not break the connection
+r.s.sendall(frame(r.HEADERS, 4, 3, request_headers("/v1beta1.DevicePlugin/Allocate")) +
+            frame(r.DATA, 0, 3, b"\0\0\x50\0\0"))
+seen = r.frames_until(lambda f: f[0] in (r.RST_STREAM, r.GOAWAY) and f[2] in (0, 3))
+t.ok((r.HEADERS, 5, 3) in seen and seen[-1] == (r.RST_STREAM, 0, 3, 0),
+     "raw HTTP/2: early answer ends the stream, then RST_STREAM(NO_ERROR) stops the request", seen)
+r.s.sendall(frame(r.DATA, 0, 3, b"\0" * 1000) + frame(r.DATA, 1, 3, b"\0" * 10) +
+            frame(r.HEADERS, 5, 5, request_headers("/v1beta1.Foo/Bar")))
+seen = r.frames_until(ends(5))
+t.ok(seen[-1] == (r.HEADERS, 5, 5), "raw HTTP/2: late DATA on the reset stream is ignored, "
+     "the connection keeps serving", seen)
+r.s.close()
 
 # cancellation: the server drops the stream when the client cancels it
 t.ok(ask(h, "watchers") == "watchers 1", "one ListAndWatch stream open")
@@ -245,7 +356,6 @@ for kind in ("py", "go"):
 # --- agent restart: a stale socket of ours is replaced ----------------------
 d = gvtest.scratch("gs")
 stale = os.path.join(d, "gpuvisor.sock")
-import socket  # noqa: E402
 so = socket.socket(socket.AF_UNIX)
 so.bind(stale)
 so.close()  # a socket file nobody listens on, like after a crash
