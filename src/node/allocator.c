@@ -861,6 +861,61 @@ static void on_delete(void *ud, json_t *obj)
     bump(a);
 }
 
+/* Copies src[key] into dst when present. */
+static void keep(json_t *dst, json_t *src, const char *key)
+{
+    json_t *v = json_object_get(src, key);
+    if (v)
+        json_object_set(dst, key, v);
+}
+
+/*
+ * What the cache keeps of a pod: the fields Allocate and GC read (identity,
+ * node, phase, deletion, the annotations gpuvisor and HAMi define, container
+ * names and resources).  Bounds memory on nodes running many pods.
+ */
+static json_t *trim_pod(void *ud, json_t *pod)
+{
+    (void)ud;
+    json_t *out = json_object(), *meta = json_object(), *spec = json_object();
+    json_t *status = json_object(), *anns = json_object(), *ctrs = json_array();
+    if (!out || !meta || !spec || !status || !anns || !ctrs) {
+        json_decref(out), json_decref(meta), json_decref(spec);
+        json_decref(status), json_decref(anns), json_decref(ctrs);
+        return json_incref(pod); /* out of memory: cache it whole rather than lose it */
+    }
+    json_t *m = json_object_get(pod, "metadata");
+    static const char *const mkeys[] = {"name", "namespace", "uid", "resourceVersion",
+                                        "creationTimestamp", "deletionTimestamp"};
+    for (size_t i = 0; i < sizeof(mkeys) / sizeof(mkeys[0]); i++)
+        keep(meta, m, mkeys[i]);
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_object_get(m, "annotations"), k, v) {
+        if (strncmp(k, "gpuvisor.io/", 12) == 0 || strncmp(k, "nvidia.com/", 11) == 0 ||
+            strncmp(k, "hami.io/", 8) == 0)
+            json_object_set(anns, k, v);
+    }
+    json_object_set_new(meta, "annotations", anns);
+    json_t *sp = json_object_get(pod, "spec"), *c;
+    size_t i;
+    keep(spec, sp, "nodeName");
+    json_array_foreach(json_object_get(sp, "containers"), i, c) {
+        json_t *tc = json_object();
+        if (tc == NULL)
+            continue;
+        keep(tc, c, "name");
+        keep(tc, c, "resources");
+        json_array_append_new(ctrs, tc);
+    }
+    json_object_set_new(spec, "containers", ctrs);
+    keep(status, json_object_get(pod, "status"), "phase");
+    json_object_set_new(out, "metadata", meta);
+    json_object_set_new(out, "spec", spec);
+    json_object_set_new(out, "status", status);
+    return out;
+}
+
 static int rm_tree(const char *path)
 {
     DIR *d = opendir(path);
@@ -1066,7 +1121,7 @@ gv_status gv_allocator_new(const struct gv_allocator_config *cfg, struct gv_kube
     if (kube) {
         char selector[600];
         snprintf(selector, sizeof(selector), "spec.nodeName=%s", a->node);
-        struct gv_informer_opts io = {.field_selector = selector};
+        struct gv_informer_opts io = {.field_selector = selector, .transform = trim_pod};
         struct gv_informer_callbacks cb = {on_add, on_update, on_delete, a};
         if (gv_informer_new(kube, "/api/v1/pods", &io, &cb, &a->pods_inf, err) != GV_OK ||
             gv_informer_start(a->pods_inf, err) != GV_OK)
