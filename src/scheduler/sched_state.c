@@ -19,14 +19,15 @@ double gv_sched_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Index of name in a sorted array of structs whose first member is a string
- * pointer; *found tells whether it is there (else it is the insert point). */
-static size_t search(void *const *arr, size_t n, const char *key, bool *found)
+/* Binary search over n sorted entries; cmp orders entry i against the key
+ * held in ctx.  Returns the index, or the insert point with *found false. */
+static size_t bisect(size_t n, int (*cmp)(const void *ctx, size_t i), const void *ctx,
+                     bool *found)
 {
     size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(*(char *const *)arr[mid], key);
+        int c = cmp(ctx, mid);
         if (c == 0) {
             *found = true;
             return mid;
@@ -38,6 +39,25 @@ static size_t search(void *const *arr, size_t n, const char *key, bool *found)
     }
     *found = false;
     return lo;
+}
+
+struct by_name {
+    void *const *arr; /* structs whose first member is a string pointer */
+    const char *key;
+};
+
+static int cmp_by_name(const void *ctx, size_t i)
+{
+    const struct by_name *b = ctx;
+    return strcmp(*(char *const *)b->arr[i], b->key);
+}
+
+/* Index of key in a sorted array of structs whose first member is a string
+ * pointer; *found tells whether it is there (else it is the insert point). */
+static size_t search(void *const *arr, size_t n, const char *key, bool *found)
+{
+    struct by_name b = {arr, key};
+    return bisect(n, cmp_by_name, &b, found);
 }
 
 static int insert_at(void ***arr, size_t *n, size_t *cap, size_t pos, void *item)
@@ -62,25 +82,24 @@ static void remove_at(void **arr, size_t *n, size_t pos)
     (*n)--;
 }
 
+struct by_hash {
+    const struct gv_sched *s;
+    uint64_t h;
+    const char *name;
+};
+
+static int cmp_by_hash(const void *ctx, size_t i)
+{
+    const struct by_hash *b = ctx;
+    uint64_t mh = b->s->node_hash[i];
+    return mh < b->h ? -1 : mh > b->h ? 1 : strcmp(b->s->nodes[i]->name, b->name);
+}
+
 /* Index of name (hash h) in s->nodes, or its insert point (*found false). */
 static size_t node_search(const struct gv_sched *s, uint64_t h, const char *name, bool *found)
 {
-    size_t lo = 0, hi = s->n_nodes;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        uint64_t mh = s->node_hash[mid];
-        int c = mh < h ? -1 : mh > h ? 1 : strcmp(s->nodes[mid]->name, name);
-        if (c == 0) {
-            *found = true;
-            return mid;
-        }
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    *found = false;
-    return lo;
+    struct by_hash b = {s, h, name};
+    return bisect(s->n_nodes, cmp_by_hash, &b, found);
 }
 
 struct snode *gv_sched_node_find(struct gv_sched *s, const char *name)
