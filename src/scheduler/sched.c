@@ -65,104 +65,66 @@ static void node_set_malformed(struct snode *n, const char *why)
     n->state = NODE_MALFORMED;
 }
 
-/* Engine view of one GPU of the agent's inventory.  Memory is what the agent
- * lets the scheduler hand out (physical x scaling: > 1 is oversubscription);
- * "exclusive" GPUs are whole-GPU only; "vgpu" and "timeslicing" are shared
- * up to the split count. */
-static struct gv_alloc_gpu_spec gpu_spec_of(const struct gv_inventory_gpu *g)
+/* Applies the node's inventory annotation to the engine (called with the
+ * lock), through the shared Node -> engine codec (src/contracts/podspec.h).
+ * An unreadable one leaves the last good model in place (pods on the node
+ * keep their usage) and marks the node unusable with the reason. */
+static void node_apply_inventory(struct gv_sched *s, struct snode *n, json_t *node)
 {
-    double scaled = (double)g->memory_mib * (g->memory_scaling > 0 ? g->memory_scaling : 1.0);
-    return (struct gv_alloc_gpu_spec){
-        .uuid = g->uuid,
-        .index = g->index,
-        .model = g->model,
-        .mem_mib = (uint64_t)scaled,
-        .split = g->split,
-        .numa = g->numa,
-        .healthy = g->healthy,
-        .mode =
-            g->mode == GV_INVENTORY_MODE_EXCLUSIVE ? GV_ALLOC_GPU_EXCLUSIVE : GV_ALLOC_GPU_SHARED,
-    };
-}
-
-/* Applies an inventory annotation to the engine (called with the lock).  An
- * unreadable one leaves the last good model in place (pods on the node keep
- * their usage) and marks the node unusable with the reason. */
-static void node_apply_inventory(struct gv_sched *s, struct snode *n, json_t *node,
-                                 const char *text)
-{
-    struct gv_inventory *inv = malloc(sizeof(*inv));
+    struct gv_podspec_node *pn = NULL;
     struct gv_error err = {0};
-    struct gv_alloc_gpu_spec *gpus = NULL;
-    struct gv_alloc_kv *labels = NULL;
     char **uuids = NULL;
-    uint32_t ng = 0;
-    if (inv == NULL)
-        goto oom;
-    if (gv_inventory_decode(text, strlen(text), inv, &err) != GV_OK) {
-        char why[GV_ERROR_MSG_MAX + 64];
-        snprintf(why, sizeof(why), "malformed %s annotation: %s", GV_INVENTORY_ANNOTATION, err.msg);
+    if (gv_podspec_node(node, &pn, &err) != GV_OK) {
+        char why[GV_ERROR_MSG_MAX + 32];
+        snprintf(why, sizeof(why), "malformed inventory: %s", err.msg);
         node_set_malformed(n, why);
+        return;
+    }
+    /* Host CPU and memory are kube-scheduler's to check, against every pod;
+     * the engine here sees GPU pods only. */
+    pn->spec.cpu_milli = 0;
+    pn->spec.mem_mib = 0;
+    size_t ng = pn->spec.n_gpus;
+    /* One block: the pointer array, then the uuid strings (one allocation
+     * per node instead of one per GPU; 40,000 GPUs at 5,000 nodes). */
+    size_t bytes = (ng ? ng : 1) * sizeof(*uuids);
+    for (size_t i = 0; i < ng; i++)
+        bytes += strlen(pn->spec.gpus[i].uuid) + 1;
+    if ((uuids = malloc(bytes)) == NULL) {
+        node_set_malformed(n, "out of memory while reading the inventory");
         goto out;
     }
-    ng = inv->n_gpus;
-    gpus = calloc(ng ? ng : 1, sizeof(*gpus));
-    /* One block: the pointer array, then the strings (one allocation per
-     * node instead of one per GPU; 40,000 GPUs at 5,000 nodes). */
-    size_t bytes = (ng ? ng : 1) * sizeof(*uuids);
-    for (uint32_t i = 0; i < ng; i++)
-        bytes += strlen(inv->gpus[i].uuid) + 1;
-    uuids = malloc(bytes);
-    json_t *jl = json_object_get(json_object_get(node, "metadata"), "labels");
-    size_t nl = json_is_object(jl) ? json_object_size(jl) : 0, li = 0;
-    labels = calloc(nl ? nl : 1, sizeof(*labels));
-    if (gpus == NULL || uuids == NULL || labels == NULL)
-        goto oom;
     uint64_t max_mib = 0;
     char *strings = (char *)(uuids + (ng ? ng : 1));
-    for (uint32_t i = 0; i < ng; i++) {
-        gpus[i] = gpu_spec_of(&inv->gpus[i]);
-        size_t len = strlen(inv->gpus[i].uuid) + 1;
-        memcpy(strings, inv->gpus[i].uuid, len);
+    for (size_t i = 0; i < ng; i++) {
+        const struct gv_alloc_gpu_spec *g = &pn->spec.gpus[i];
+        size_t len = strlen(g->uuid) + 1;
+        memcpy(strings, g->uuid, len);
         uuids[i] = strings;
         strings += len;
-        if (gpus[i].healthy && gpus[i].mem_mib > max_mib)
-            max_mib = gpus[i].mem_mib;
+        if (g->healthy && g->mem_mib > max_mib)
+            max_mib = g->mem_mib;
     }
-    const char *k;
-    json_t *v;
-    json_object_foreach(jl, k, v)
-    {
-        if (json_is_string(v))
-            labels[li++] = (struct gv_alloc_kv){k, json_string_value(v)};
-    }
-    struct gv_alloc_node_spec spec = {
-        .name = n->name, .labels = labels, .n_labels = li, .gpus = gpus, .n_gpus = ng};
-    if (gv_alloc_node_upsert(s->cluster, &spec, &err) != GV_OK) {
-        char why[GV_ERROR_MSG_MAX + 64];
+    if (gv_alloc_node_upsert(s->cluster, &pn->spec, &err) != GV_OK) {
+        char why[GV_ERROR_MSG_MAX + 32];
         snprintf(why, sizeof(why), "inventory rejected: %s", err.msg);
         node_set_malformed(n, why);
         goto out;
     }
     if (n->state != NODE_OK)
-        gv_info("node %s: %u GPU(s) from the agent's inventory", n->name, (unsigned)ng);
+        gv_info("node %s: %zu GPU(s) from the agent's inventory", n->name, ng);
     gv_sched_node_clear_gpus(n);
     n->uuids = uuids;
     uuids = NULL;
-    n->n_gpus = ng;
+    n->n_gpus = (uint32_t)ng;
     n->max_gpu_mib = max_mib;
     n->in_engine = true;
     n->state = NODE_OK;
     free(n->reason);
     n->reason = NULL;
-    goto out;
-oom:
-    node_set_malformed(n, "out of memory while reading the inventory");
 out:
     free(uuids);
-    free(gpus);
-    free(labels);
-    free(inv);
+    gv_podspec_node_free(pn);
 }
 
 static bool place_from_annotation(struct gv_sched *s, json_t *pod);
@@ -203,7 +165,7 @@ void gv_sched_node_update(struct gv_sched *s, json_t *node)
          * rarely changes, so only a different text is parsed again. */
         if (h != n->inv_hash || n->state == NODE_NO_INVENTORY) {
             n->inv_hash = h;
-            node_apply_inventory(s, n, node, inv);
+            node_apply_inventory(s, n, node);
         }
     }
     bool added = !was_in_engine && n->in_engine;

@@ -479,8 +479,9 @@ quiet_for_others() {
 check "preloaded into a program without CUDA: nothing on stdout or stderr" quiet_for_others
 
 # --- dlvsym lookups of driver symbols are redirected like dlsym ---------------
-# The real libcuda.so.1 / libnvidia-ml.so.1 carry no symbol versions, so
-# dlvsym finds their symbols whatever version the caller names.  The fakes
+# The CUDA toolkit's libcuda.so stub carries no symbol versions (the driver's
+# libraries are assumed alike), so dlvsym finds their symbols whatever version
+# the caller names.  The fakes
 # link glibc and so carry a version table, which makes dlvsym refuse their
 # unversioned symbols: stubs built without libc stand in for the drivers here.
 dlvsym_redirect() {
