@@ -5,7 +5,9 @@ cannot run here.
   kube-apiserver  -> tests/fakes/apiserver/fake_apiserver.py (real HTTP/JSON
                      semantics: resourceVersion, 409, watch, Binding)
   GPUs / NVML     -> the fake libnvidia-ml.so.1 (tests/fakes/nvml)
-  kubelet         -> the Python grpcio kubelet stand-in (tests/fakes/kubelet)
+  kubelet         -> the kubelet stand-ins (tests/fakes/kubelet): grpc-go (the
+                     library the kubelet uses) on node2 when Go is installed,
+                     Python grpcio on node1
   kube-scheduler  -> this script: it sends the extender the requests
                      kube-scheduler would (filter with node names, bind)
 
@@ -168,10 +170,10 @@ class Cluster:
     def env(self, node):
         return self.n1 if node == "node1" else self.n2
 
-    def start_node(self, node):
+    def start_node(self, node, kind="py", go_bin=None):
         e = self.env(node)
         e.start_agent()
-        k = e.start_kubelet("py")
+        k = e.start_kubelet(kind, go_bin)
         reg = k.event("registered", timeout=10)
         ev = k.event("devices", timeout=10)
         self.kubelets[node] = k
@@ -268,8 +270,11 @@ def main():
                                         "heartbeatTimeoutSeconds": HEARTBEAT_TIMEOUT,
                                         "reservationTimeoutSeconds": 30})
     try:
-        t.ok(c.start_node("node1") and c.start_node("node2"),
-             "two gpuvisor-node agents registered with their kubelet stand-ins",
+        go_bin = gvtest.build_go_standin()
+        kind2 = "go" if go_bin else "py"
+        t.ok(c.start_node("node1") and c.start_node("node2", kind2, go_bin),
+             "two gpuvisor-node agents registered with their kubelet stand-ins (node1: py, "
+             "node2: %s)" % kind2,
              c.n1.agent_log()[-2000:] + c.n2.agent_log()[-2000:])
         t.ok(gvtest.wait_for(c.inventory_published, 10),
              "agents published inventory and heartbeat annotations", c.api.node("node2"))
