@@ -370,6 +370,14 @@ bool gv_alloc_node_exists(const struct gv_alloc_cluster *c, const char *name)
     return strmap_get(&c->node_map, name) != UINT32_MAX;
 }
 
+static void usage_fill(const struct gpu *g, struct gv_alloc_gpu_usage *out)
+{
+    out->mem_mib = g->used_mem;
+    out->milli = g->used_milli;
+    out->tasks = g->tasks;
+    out->uuid = g->uuid;
+}
+
 gv_status gv_alloc_gpu_usage_get(const struct gv_alloc_cluster *c, const char *node,
                                  const char *uuid, struct gv_alloc_gpu_usage *out,
                                  struct gv_error *err)
@@ -380,13 +388,25 @@ gv_status gv_alloc_gpu_usage_get(const struct gv_alloc_cluster *c, const char *n
     const struct node *n = &c->nodes[idx];
     for (uint32_t i = 0; i < n->n_gpus; i++) {
         if (strcmp(n->gpus[i].uuid, uuid) == 0) {
-            out->mem_mib = n->gpus[i].used_mem;
-            out->milli = n->gpus[i].used_milli;
-            out->tasks = n->gpus[i].tasks;
+            usage_fill(&n->gpus[i], out);
             return GV_OK;
         }
     }
     return gv_error_set(err, GV_ENOTFOUND, "node %s: no GPU %s", node, uuid);
+}
+
+gv_status gv_alloc_gpu_usage_at(const struct gv_alloc_cluster *c, const char *node, uint32_t i,
+                                struct gv_alloc_gpu_usage *out, struct gv_error *err)
+{
+    uint32_t idx = strmap_get(&c->node_map, node);
+    if (idx == UINT32_MAX)
+        return gv_error_set(err, GV_ENOTFOUND, "node %s: unknown", node);
+    const struct node *n = &c->nodes[idx];
+    if (i >= n->n_gpus)
+        return gv_error_set(err, GV_ENOTFOUND, "node %s: no GPU #%u (it has %u)", node, i,
+                            n->n_gpus);
+    usage_fill(&n->gpus[i], out);
+    return GV_OK;
 }
 
 void gv_alloc_cluster_totals(const struct gv_alloc_cluster *c, struct gv_alloc_totals *t)
