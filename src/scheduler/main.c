@@ -96,6 +96,11 @@ int main(int argc, char **argv)
      * (a 5,000-node filter body), multiplying resident memory.  Two arenas
      * are plenty for a daemon whose hot path holds one lock. */
     mallopt(M_ARENA_MAX, 2);
+    /* Fixed thresholds: glibc would raise both after the first large
+     * request body is freed (up to 32 MiB), and every later filter's
+     * transient 5,000-name JSON would stay resident. */
+    mallopt(M_MMAP_THRESHOLD, 128 << 10);
+    mallopt(M_TRIM_THRESHOLD, 256 << 10);
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {

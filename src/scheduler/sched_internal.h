@@ -30,7 +30,6 @@ enum node_state {
 };
 
 struct snode {
-    char *name;
     enum node_state state;
     char *reason;      /* NODE_MALFORMED: what was wrong */
     time_t heartbeat;  /* 0 = none */
@@ -39,6 +38,9 @@ struct snode {
     uint32_t n_gpus;
     uint64_t max_gpu_mib;
     bool stale_logged;
+    /* Inline: a filter confirms each candidate's hash match here, on the
+     * cache line it reads next anyway. */
+    char name[];
 };
 
 /* Pods the scheduler tracks outside the engine's placements: pending ones

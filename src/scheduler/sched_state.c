@@ -212,14 +212,13 @@ struct snode *gv_sched_node_add(struct gv_sched *s, const char *name)
             return NULL;
         s->node_hash = nh;
     }
-    struct snode *n = calloc(1, sizeof(*n));
-    if (n == NULL || (n->name = strdup(name)) == NULL ||
-        insert_at((void ***)&s->nodes, &s->n_nodes, &s->cap_nodes, i, n) != 0) {
-        if (n != NULL)
-            free(n->name);
+    size_t len = strlen(name) + 1;
+    struct snode *n = calloc(1, sizeof(*n) + len);
+    if (n == NULL || insert_at((void ***)&s->nodes, &s->n_nodes, &s->cap_nodes, i, n) != 0) {
         free(n);
         return NULL;
     }
+    memcpy(n->name, name, len);
     memmove(s->node_hash + i + 1, s->node_hash + i, (s->n_nodes - 1 - i) * sizeof(*s->node_hash));
     s->node_hash[i] = h;
     return n;
@@ -235,7 +234,6 @@ void gv_sched_node_remove(struct gv_sched *s, const char *name)
     remove_at((void **)s->nodes, &s->n_nodes, i);
     memmove(s->node_hash + i, s->node_hash + i + 1, (s->n_nodes - i) * sizeof(*s->node_hash));
     free(n->reason);
-    free(n->name);
     free(n);
 }
 
