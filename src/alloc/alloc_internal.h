@@ -15,7 +15,6 @@ void strmap_free(struct strmap *m);
 uint32_t strmap_get(const struct strmap *m, const char *key);
 gv_status strmap_put(struct strmap *m, const char *key, uint32_t val);
 void strmap_del(struct strmap *m, const char *key);
-uint64_t alloc_hash_str(const char *s);
 
 /* --- cluster state ------------------------------------------------------- */
 struct gpu {

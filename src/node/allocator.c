@@ -15,6 +15,7 @@
 #include "contracts/podspec.h"
 #include "common/gv_log.h"
 #include "deviceplugin.pb-c.h"
+#include "interposer/priority.h" /* the node directory's container path, priority range */
 #include "node/gv_allocator.h"
 #include "node/gv_grpc.h"
 #include "node/gv_loop.h"
@@ -48,6 +49,7 @@ struct pod_state {
 struct gv_allocator {
     struct gv_allocator_config cfg;
     char *node, *state_dir, *host_state_dir, *install_dir;
+    char node_dir[4096], host_node_dir[4096]; /* the node-wide priority directory, both views */
     struct gv_kube_client *kube;
     struct gv_kube_client *writer;
     struct gv_informer *pods_inf;
@@ -246,8 +248,24 @@ static void add_visible(struct gv_allocator *a, struct resp_builder *b, char uui
 }
 
 /*
- * Creates <state>/containers/<uid>/<ctr>/ writable by any container user
- * (the interposer creates its shared region there) and the limits file.
+ * A directory the interposer writes into as whatever user the container
+ * runs as (sticky, like /tmp: nobody removes another tenant's files).
+ */
+static gv_status make_shared_dir(const char *path, struct gv_error *err)
+{
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        return gv_error_set(err, GV_EIO, "cannot create %s: %s", path, strerror(errno));
+    if (chmod(path, 01777) != 0)
+        return gv_error_set(err, GV_EIO, "cannot chmod %s: %s", path, strerror(errno));
+    return GV_OK;
+}
+
+/*
+ * Creates <state>/containers/<uid>/<ctr>/ (the interposer creates its
+ * shared region there) and the limits file; with limits (the interposer is
+ * injected) also makes sure the node-wide priority directory exists: the
+ * container runtime fails the container if a mount source is missing, and
+ * someone may have removed it since the agent started.
  */
 static gv_status prepare_dir(struct gv_allocator *a, const char *uid, const char *ctr,
                              bool with_limits, const char *limits, size_t len,
@@ -256,17 +274,19 @@ static gv_status prepare_dir(struct gv_allocator *a, const char *uid, const char
     char path[4096];
     const char *parts[] = {"containers", uid, ctr};
     snprintf(path, sizeof(path), "%s", a->state_dir);
-    for (size_t i = 0; i < 3; i++) {
+    for (size_t i = 0; i < 2; i++) {
         size_t l = strlen(path);
         snprintf(path + l, sizeof(path) - l, "/%s", parts[i]);
         if (mkdir(path, 0755) != 0 && errno != EEXIST)
             return gv_error_set(err, GV_EIO, "cannot create %s: %s", path, strerror(errno));
     }
-    /* The interposer in the container creates its shared region here as any user. */
-    if (chmod(path, 01777) != 0)
-        return gv_error_set(err, GV_EIO, "cannot chmod %s: %s", path, strerror(errno));
-    if (!with_limits)
-        return GV_OK;
+    size_t l0 = strlen(path);
+    snprintf(path + l0, sizeof(path) - l0, "/%s", parts[2]);
+    gv_status st = make_shared_dir(path, err);
+    if (st != GV_OK || !with_limits)
+        return st;
+    if ((st = make_shared_dir(a->node_dir, err)) != GV_OK)
+        return st;
     size_t l = strlen(path);
     snprintf(path + l, sizeof(path) - l, "/limits.env");
     return gv_file_write_atomic(path, limits ? limits : "", len, 0644, err);
@@ -567,9 +587,48 @@ static int answer_from_ids(struct gv_allocator *a, char uuids[][GV_ALLOC_UUID_MA
     return GV_GRPC_OK;
 }
 
-/* nvidia.com/priority of a container (HAMi: 0 high, 1 low), -1 when unset. */
+/*
+ * CUDA_TASK_PRIORITY set as a literal in the container's env (HAMi's
+ * documented way to ask for a priority), -1 when absent or not a number.
+ * The limits file is the interposer's only source once it exists, so the
+ * agent must carry this over or the pod silently loses its priority.
+ */
+static int env_priority(json_t *pod, const char *ctr)
+{
+    json_t *c, *e;
+    size_t i, j;
+    json_array_foreach(json_object_get(json_object_get(pod, "spec"), "containers"), i, c) {
+        if (!json_is_string(json_object_get(c, "name")) ||
+            strcmp(json_string_value(json_object_get(c, "name")), ctr) != 0)
+            continue;
+        json_array_foreach(json_object_get(c, "env"), j, e) {
+            json_t *n = json_object_get(e, "name"), *v = json_object_get(e, "value");
+            if (!json_is_string(n) || strcmp(json_string_value(n), "CUDA_TASK_PRIORITY") != 0)
+                continue;
+            const char *s = json_string_value(v);
+            char *end;
+            errno = 0;
+            long p = s ? strtol(s, &end, 10) : -1;
+            if (!s || end == s || *end || errno || p < 0) {
+                gv_warn("pod %s container %s: env CUDA_TASK_PRIORITY=\"%s\" is not an integer >= 0;"
+                        " ignored", jstr2(pod, "metadata", "name"), ctr, s ? s : "(not a literal)");
+                return -1;
+            }
+            return p > INT32_MAX ? INT32_MAX : (int)p;
+        }
+    }
+    return -1;
+}
+
+/*
+ * The container's priority (HAMi: 0 high, 1 low), -1 when unset:
+ * nvidia.com/priority, else a literal CUDA_TASK_PRIORITY in its env.
+ * Levels past the interposer's lowest are that lowest level: the
+ * interposer refuses to start on an out-of-range value.
+ */
 static int container_priority(struct gv_allocator *a, json_t *pod, const char *ctr)
 {
+    int prio = -1;
     struct gv_alloc_config cfg;
     gv_alloc_config_default(&cfg);
     char res[128];
@@ -579,7 +638,6 @@ static int container_priority(struct gv_allocator *a, json_t *pod, const char *c
     cfg.res.gpu = res;
     struct gv_alloc_request *req = NULL;
     struct gv_error err;
-    int prio = -1;
     if (gv_podspec_request(&cfg, pod, &req, &err) != GV_OK) {
         gv_warn("pod %s: cannot read container resources (%s): no CUDA_TASK_PRIORITY",
                 jstr2(pod, "metadata", "name"), err.msg);
@@ -589,6 +647,13 @@ static int container_priority(struct gv_allocator *a, json_t *pod, const char *c
         if (strcmp(req->containers[i].name, ctr) == 0)
             prio = req->containers[i].priority;
     gv_alloc_request_free(req);
+    if (prio < 0)
+        prio = env_priority(pod, ctr);
+    if (prio > GV_IPCFG_MAX_PRIORITY) {
+        gv_warn("pod %s container %s: priority %d is past the lowest level; using %d",
+                jstr2(pod, "metadata", "name"), ctr, prio, GV_IPCFG_MAX_PRIORITY);
+        prio = GV_IPCFG_MAX_PRIORITY;
+    }
     return prio;
 }
 
@@ -660,6 +725,7 @@ static int build(struct gv_allocator *a, json_t *pod, const struct gv_alloc_cont
             add_mount(&b, preload, GV_NODE_PRELOAD_PATH, true);
         add_mount(&b, host, GV_NODE_CONTAINER_PATH, false);
         add_mount(&b, host_file, GV_NODE_LIMITS_PATH, true);
+        add_mount(&b, a->host_node_dir, GV_PRIO_DEFAULT_DIR, false);
     }
     if (b.oom) {
         free(b.limits);
@@ -906,6 +972,16 @@ static json_t *trim_pod(void *ud, json_t *pod)
             continue;
         keep(tc, c, "name");
         keep(tc, c, "resources");
+        json_t *env = json_array(), *e;
+        size_t j;
+        json_array_foreach(json_object_get(c, "env"), j, e) {
+            json_t *n = json_object_get(e, "name");
+            if (json_is_string(n) && strcmp(json_string_value(n), "CUDA_TASK_PRIORITY") == 0)
+                json_array_append(env, e);
+        }
+        if (json_array_size(env))
+            json_object_set(tc, "env", env);
+        json_decref(env);
         json_array_append_new(ctrs, tc);
     }
     json_object_set_new(spec, "containers", ctrs);
@@ -1110,11 +1186,17 @@ gv_status gv_allocator_new(const struct gv_allocator_config *cfg, struct gv_kube
         gv_error_set(err, GV_ENOMEM, "allocator: out of memory");
         goto fail;
     }
+    snprintf(a->node_dir, sizeof(a->node_dir), "%s/node", a->state_dir);
+    snprintf(a->host_node_dir, sizeof(a->host_node_dir), "%s/node", a->host_state_dir);
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s/containers", a->state_dir);
     if ((mkdir(a->state_dir, 0755) != 0 && errno != EEXIST) ||
         (mkdir(dir, 0755) != 0 && errno != EEXIST)) {
         gv_error_set(err, GV_EIO, "allocator: cannot create %s: %s", dir, strerror(errno));
+        goto fail;
+    }
+    if (make_shared_dir(a->node_dir, err) != GV_OK) {
+        gv_error_prefix(err, "allocator: node priority directory: ");
         goto fail;
     }
     recover(a, dir);

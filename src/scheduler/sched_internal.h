@@ -70,7 +70,8 @@ struct gv_sched {
 
     pthread_mutex_t lock; /* guards everything below (but servers and the sweeper) */
     struct gv_alloc_cluster *cluster;
-    struct snode **nodes; /* sorted by name */
+    struct snode **nodes; /* sorted by (gv_hash_str(name), name) */
+    uint64_t *node_hash;  /* parallel to nodes: gv_hash_str of each name */
     size_t n_nodes, cap_nodes;
     struct srec **recs; /* sorted by uid */
     size_t n_recs, cap_recs;
@@ -90,6 +91,9 @@ struct gv_sched {
 /* sched_state.c */
 double gv_sched_now(void);
 struct snode *gv_sched_node_find(struct gv_sched *s, const char *name);
+/* Index of the first node ordered after name (which need not exist):
+ * resumes a walk over s->nodes after its lock was dropped. */
+size_t gv_sched_node_after(struct gv_sched *s, const char *name);
 struct srec *gv_sched_rec_find(struct gv_sched *s, const char *uid);
 /* Adds (or returns the existing) node entry; NULL on OOM. */
 struct snode *gv_sched_node_add(struct gv_sched *s, const char *name);

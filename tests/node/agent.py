@@ -51,7 +51,7 @@ class Api:
 
     def create_pod(self, name, containers, assignment=None, annotations=None, node="node1",
                    ns="default", phase=None):
-        """containers: list of (name, limits dict)."""
+        """containers: list of (name, limits dict[, env dict])."""
         ann = dict(annotations or {})
         if assignment is not None:
             ann["gpuvisor.io/assignment"] = assignment
@@ -62,7 +62,9 @@ class Api:
         body = {"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": name, "namespace": ns, "annotations": ann},
                 "spec": {"nodeName": node, "containers": [
-                    {"name": c, "image": "cuda", "resources": {"limits": lim}} for c, lim in containers]}}
+                    dict({"name": c[0], "image": "cuda", "resources": {"limits": c[1]}},
+                         **({"env": [{"name": k, "value": v} for k, v in c[2].items()]} if len(c) > 2 else {}))
+                    for c in containers]}}
         if phase:
             body["status"] = {"phase": phase}
         code, obj = self.req("POST", "/api/v1/namespaces/%s/pods" % ns, body)

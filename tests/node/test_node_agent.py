@@ -33,6 +33,35 @@ def devices_event(k, pred=None, timeout=5):
     return k.event("devices", pred, timeout)
 
 
+def scenario_priority(kind, env, k, ids):
+    """CUDA_TASK_PRIORITY from nvidia.com/priority or HAMi's env, into env and limits file."""
+    cases = [("prio-res", dict(LIM1, **{"nvidia.com/priority": "0"}), {}, "0", "nvidia.com/priority: 0"),
+             ("prio-env", LIM1, {"CUDA_TASK_PRIORITY": "1"}, "1", "env CUDA_TASK_PRIORITY=1 (HAMi)"),
+             ("prio-both", dict(LIM1, **{"nvidia.com/priority": "2"}), {"CUDA_TASK_PRIORITY": "5"}, "2",
+              "nvidia.com/priority wins over env"),
+             ("prio-low", dict(LIM1, **{"nvidia.com/priority": "40"}), {}, "15",
+              "nvidia.com/priority 40: the lowest level the interposer accepts, 15"),
+             ("prio-bad", LIM1, {"CUDA_TASK_PRIORITY": "high"}, None, "env CUDA_TASK_PRIORITY=high ignored")]
+    for i, (name, lim, cenv, want, what) in enumerate(cases):
+        env.api.create_pod(name, [("main", lim, cenv)], "v1;node=node1;main=%s:1000:300" % GPUS[i % 2])
+        a = k.cmd("allocate", ids=[ids[5 + i]])
+        uid = env.api.pod(name)["metadata"]["uid"]
+        lim_file = os.path.join(env.state, "containers", uid, "main", "limits.env")
+        text = open(lim_file).read() if os.path.exists(lim_file) else ""
+        has = ("CUDA_TASK_PRIORITY=%s\n" % want) in text if want else "CUDA_TASK_PRIORITY" not in text
+        t.ok(a and a["ok"] and envs(a).get("CUDA_TASK_PRIORITY") == want and has and
+             "CUDA_DEVICE_SM_LIMIT_0=30\n" in text and "/var/run/gpuvisor-node" in mounts(a),
+             "[%s] %s -> CUDA_TASK_PRIORITY %s in env and limits file, SM limit, node dir mounted"
+             % (kind, what, want), (a, text))
+    # the directory removed under a running agent comes back at the next Allocate
+    node_dir = os.path.join(env.state, "node")
+    os.rmdir(node_dir)
+    env.api.create_pod("prio-again", [("main", LIM1)], "v1;node=node1;main=%s:1000:0" % GPUS[0])
+    a = k.cmd("allocate", ids=[ids[5 + len(cases)]])
+    t.ok(a and a["ok"] and os.path.isdir(node_dir) and os.stat(node_dir).st_mode & 0o7777 == 0o1777,
+         "[%s] node directory removed on the host: recreated (1777) before the next reply" % kind, a)
+
+
 def scenario_core(kind, go_bin):
     """Registration, ListAndWatch, Allocate flows, kubelet restart: for each stand-in."""
     env = agent.Env()
@@ -73,6 +102,13 @@ def scenario_core(kind, go_bin):
         t.ok("CUDA_DEVICE_MEMORY_LIMIT_0=1000m\n" in text and "CUDA_DEVICE_SM_LIMIT_0=30\n" in text and
              "NVIDIA_VISIBLE_DEVICES" not in text,
              "[%s] limits file written with the same keys as the environment" % kind, text)
+        node_dir = os.path.join(env.state, "node")
+        st = os.stat(node_dir) if os.path.isdir(node_dir) else None
+        t.ok(m.get("/var/run/gpuvisor-node") == ("/host%s/node" % env.state, False) and
+             st is not None and st.st_mode & 0o7777 == 0o1777 and "CUDA_TASK_PRIORITY" not in e,
+             "[%s] node priority directory: <state>/node mode 1777 mounted rw at /var/run/gpuvisor-node; "
+             "no priority asked, none set" % kind, (m, st and oct(st.st_mode)))
+        scenario_priority(kind, env, k, ids)
         t.ok(wait_ann(env, "single", "gpuvisor.io/allocation", "success") and
              ann(env.api.pod("single"), "gpuvisor.io/allocated-containers") == "main",
              "[%s] pod annotated allocation=success, allocated-containers=main" % kind, env.api.pod("single"))
@@ -232,6 +268,12 @@ def scenario_config_reload():
         a = k.cmd("allocate", ids=[GPUS[1]])
         t.ok(a and a["ok"] and envs(a) == {"NVIDIA_VISIBLE_DEVICES": GPUS[1]} and not a["resp"]["mounts"],
              "exclusive GPU without a gpuvisor assignment: the kubelet's device, no interposer", a)
+        env.api.create_pod("excl", [("main", dict(LIM1, **{"nvidia.com/priority": "0"}))],
+                           "v1;node=node1;main=%s:40960:1000" % GPUS[1])
+        a = k.cmd("allocate", ids=[GPUS[1]])
+        t.ok(a and a["ok"] and envs(a) == {"NVIDIA_VISIBLE_DEVICES": GPUS[1]} and not a["resp"]["mounts"] and
+             wait_ann(env, "excl", "gpuvisor.io/allocation", "success"),
+             "exclusive GPU with a gpuvisor assignment: no interposer, so no limits, priority or node dir", a)
         write_atomic(env.config, "{\"deviceSplitCount\": 0}")
         time.sleep(0.6)
         t.ok(env.agent.p.poll() is None and "deviceSplitCount = 0 is outside" in env.agent_log(),
