@@ -721,8 +721,8 @@ static bool metrics_next_batch(struct metrics_stream *ms)
             const struct snode *n = s->nodes[i];
             for (uint32_t g = 0; n->state == NODE_OK && g < n->n_gpus; g++) {
                 struct gv_alloc_gpu_usage u;
-                if (gv_alloc_gpu_usage_get(s->cluster, n->name, n->uuids[g], &u, NULL) == GV_OK)
-                    gpu_sample(f, ms->family, n->name, n->uuids[g], &u);
+                if (gv_alloc_gpu_usage_at(s->cluster, n->name, g, &u, NULL) == GV_OK)
+                    gpu_sample(f, ms->family, n->name, u.uuid, &u);
             }
             snprintf(ms->after, sizeof(ms->after), "%s", n->name);
         }

@@ -38,7 +38,6 @@ struct snode {
     bool in_engine;    /* the engine has a model of this node */
     uint32_t n_gpus;
     uint64_t max_gpu_mib;
-    char **uuids; /* n_gpus, for per-GPU metrics (one block) */
     bool stale_logged;
 };
 
@@ -97,7 +96,6 @@ size_t gv_sched_node_after(struct gv_sched *s, const char *name);
 struct srec *gv_sched_rec_find(struct gv_sched *s, const char *uid);
 /* Adds (or returns the existing) node entry; NULL on OOM. */
 struct snode *gv_sched_node_add(struct gv_sched *s, const char *name);
-void gv_sched_node_clear_gpus(struct snode *n);
 void gv_sched_node_remove(struct gv_sched *s, const char *name);
 /* Frees every node entry and pod record. */
 void gv_sched_tables_free(struct gv_sched *s);

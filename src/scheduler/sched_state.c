@@ -225,14 +225,6 @@ struct snode *gv_sched_node_add(struct gv_sched *s, const char *name)
     return n;
 }
 
-void gv_sched_node_clear_gpus(struct snode *n)
-{
-    free(n->uuids); /* one block with the strings */
-    n->uuids = NULL;
-    n->n_gpus = 0;
-    n->max_gpu_mib = 0;
-}
-
 void gv_sched_node_remove(struct gv_sched *s, const char *name)
 {
     bool found;
@@ -242,7 +234,6 @@ void gv_sched_node_remove(struct gv_sched *s, const char *name)
     struct snode *n = s->nodes[i];
     remove_at((void **)s->nodes, &s->n_nodes, i);
     memmove(s->node_hash + i, s->node_hash + i + 1, (s->n_nodes - i) * sizeof(*s->node_hash));
-    gv_sched_node_clear_gpus(n);
     free(n->reason);
     free(n->name);
     free(n);
