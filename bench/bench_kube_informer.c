@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench_proc.h"
 #include "kube/gv_kube.h"
 #include "tests/fakes/apiserver/fake_apiserver.h"
 
@@ -24,19 +25,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static long rss_kib(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kib = -1;
-    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
-        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-            break;
-    if (f != NULL)
-        fclose(f);
-    return kib;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -100,7 +88,7 @@ static size_t heap_used(void)
 
 static void sync_informer(struct gv_kube_client *c, int n, bool trim)
 {
-    long before = rss_kib();
+    long before = bench_rss_kib(0);
     size_t heap0 = heap_used();
     struct gv_informer_opts o = {.transform = trim ? trim_node : NULL};
     struct gv_informer *inf = NULL;
@@ -114,7 +102,7 @@ static void sync_informer(struct gv_kube_client *c, int n, bool trim)
     double t = now_s() - t0;
     if ((int)gv_informer_size(inf) != n)
         die("informer size mismatch", NULL);
-    long after = rss_kib();
+    long after = bench_rss_kib(0);
     double heap = (double)(heap_used() - heap0);
     printf("informer_sync_%s nodes=%d seconds=%.3f cache_heap_kib=%.0f (%.2f KiB/node) "
            "rss_growth_kib=%ld\n",

@@ -26,6 +26,7 @@
 
 #include <curl/curl.h>
 
+#include "bench/bench_proc.h"
 #include "common/gv_log.h"
 #include "kube/gv_kube.h"
 #include "tests/scheduler/sched_testlib.h"
@@ -102,20 +103,6 @@ static void stop_daemon(struct daemon *d)
         waitpid(d->pid, NULL, 0);
         d->pid = 0;
     }
-}
-
-static long rss_kib(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kib = -1;
-    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
-        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-            break;
-    if (f != NULL)
-        fclose(f);
-    return kib;
 }
 
 static void make_nodes(struct gv_kube_client *c, int first, int count)
@@ -333,7 +320,7 @@ static int part2(const char *api, struct gv_kube_client *c, const char *dir, con
     /* The daemon returns its start-up LIST buffers to the system about a
      * second after the caches are synced; measure the steady state. */
     usleep(1500 * 1000);
-    long rss_idle = rss_kib(d.pid);
+    long rss_idle = bench_rss_kib(d.pid);
     /* The names array is serialised once: the client's own JSON work must
      * not pollute the latency of the scheduler it measures. */
     json_t *jn = json_array();
@@ -371,7 +358,7 @@ static int part2(const char *api, struct gv_kube_client *c, const char *dir, con
                              "path=\"/gpuvisor/filter\"");
     double within5 = st_metric(d.metrics, "gpuvisor_http_request_duration_seconds_bucket",
                                "path=\"/gpuvisor/filter\",le=\"0.005\"");
-    long rss = rss_kib(d.pid);
+    long rss = bench_rss_kib(d.pid);
     printf("filter with %d candidate nodes (%d GPUs), node policy %s, %d sequential filters:\n",
            BIG_NODES, BIG_NODES * GPUS_PER_NODE, policy, N_FILTERS);
     printf("  placed:  %d of %d\n", chosen, N_FILTERS);

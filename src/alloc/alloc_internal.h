@@ -15,7 +15,6 @@ void strmap_free(struct strmap *m);
 uint32_t strmap_get(const struct strmap *m, const char *key);
 gv_status strmap_put(struct strmap *m, const char *key, uint32_t val);
 void strmap_del(struct strmap *m, const char *key);
-uint64_t alloc_hash_str(const char *s);
 
 /* --- cluster state ------------------------------------------------------- */
 struct gpu {
@@ -31,9 +30,10 @@ struct gpu {
     bool healthy;
     gv_alloc_gpu_mode mode;
     uint32_t index;
-    /* cold */
-    char uuid[GV_ALLOC_UUID_MAX];
-    char model[GV_ALLOC_MODEL_MAX];
+    /* cold: in the same block as the node's gpus array, after it (fixed
+     * 96-byte arrays cost 190 of the 250 bytes of a GPU at 40,000 GPUs) */
+    const char *uuid;
+    const char *model;
 };
 
 struct pod_dev {

@@ -201,13 +201,30 @@ static void pod_apply(struct node *n, struct pod *p, int sign)
     }
 }
 
+static const char *model_of(const struct gv_alloc_gpu_spec *g)
+{
+    return g->model ? g->model : "";
+}
+
+static bool same_model(const struct gv_alloc_node_spec *s, size_t i)
+{
+    return i > 0 && strcmp(model_of(&s->gpus[i]), model_of(&s->gpus[i - 1])) == 0;
+}
+
 gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc_node_spec *s,
                                struct gv_error *err)
 {
     gv_status rc = check_spec(s, err);
     if (rc != GV_OK)
         return rc;
-    struct gpu *gpus = calloc(s->n_gpus ? s->n_gpus : 1, sizeof(*gpus));
+    /* One block: the GPU array, then their uuid and model strings (a model
+     * equal to the previous GPU's is shared: nodes are mostly uniform). */
+    size_t n_slots = s->n_gpus ? s->n_gpus : 1, text = 0;
+    for (size_t i = 0; i < s->n_gpus; i++)
+        text += strlen(s->gpus[i].uuid) + 1 +
+                (same_model(s, i) ? 0 : strlen(model_of(&s->gpus[i])) + 1);
+    struct gpu *gpus = calloc(1, n_slots * sizeof(*gpus) + text);
+    char *strings = NULL;
     char **lk = calloc(s->n_labels + 1, sizeof(*lk));
     char **lv = calloc(s->n_labels + 1, sizeof(*lv));
     char *name = strdup(s->name);
@@ -215,6 +232,7 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
         rc = gv_error_set(err, GV_ENOMEM, "out of memory");
         goto fail;
     }
+    strings = (char *)(gpus + n_slots);
     for (size_t i = 0; i < s->n_labels; i++) {
         lk[i] = strdup(s->labels[i].key ? s->labels[i].key : "");
         lv[i] = strdup(s->labels[i].value ? s->labels[i].value : "");
@@ -226,8 +244,16 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
     for (size_t i = 0; i < s->n_gpus; i++) {
         const struct gv_alloc_gpu_spec *gs = &s->gpus[i];
         struct gpu *g = &gpus[i];
-        snprintf(g->uuid, sizeof(g->uuid), "%s", gs->uuid);
-        snprintf(g->model, sizeof(g->model), "%s", gs->model ? gs->model : "");
+        size_t ul = strlen(gs->uuid) + 1;
+        g->uuid = memcpy(strings, gs->uuid, ul);
+        strings += ul;
+        if (same_model(s, i)) {
+            g->model = gpus[i - 1].model;
+        } else {
+            size_t ml = strlen(model_of(gs)) + 1;
+            g->model = memcpy(strings, model_of(gs), ml);
+            strings += ml;
+        }
         g->index = gs->index;
         g->mem_mib = gs->mem_mib;
         g->split = gs->split ? gs->split : c->cfg.default_split;
@@ -344,6 +370,14 @@ bool gv_alloc_node_exists(const struct gv_alloc_cluster *c, const char *name)
     return strmap_get(&c->node_map, name) != UINT32_MAX;
 }
 
+static void usage_fill(const struct gpu *g, struct gv_alloc_gpu_usage *out)
+{
+    out->mem_mib = g->used_mem;
+    out->milli = g->used_milli;
+    out->tasks = g->tasks;
+    out->uuid = g->uuid;
+}
+
 gv_status gv_alloc_gpu_usage_get(const struct gv_alloc_cluster *c, const char *node,
                                  const char *uuid, struct gv_alloc_gpu_usage *out,
                                  struct gv_error *err)
@@ -354,13 +388,25 @@ gv_status gv_alloc_gpu_usage_get(const struct gv_alloc_cluster *c, const char *n
     const struct node *n = &c->nodes[idx];
     for (uint32_t i = 0; i < n->n_gpus; i++) {
         if (strcmp(n->gpus[i].uuid, uuid) == 0) {
-            out->mem_mib = n->gpus[i].used_mem;
-            out->milli = n->gpus[i].used_milli;
-            out->tasks = n->gpus[i].tasks;
+            usage_fill(&n->gpus[i], out);
             return GV_OK;
         }
     }
     return gv_error_set(err, GV_ENOTFOUND, "node %s: no GPU %s", node, uuid);
+}
+
+gv_status gv_alloc_gpu_usage_at(const struct gv_alloc_cluster *c, const char *node, uint32_t i,
+                                struct gv_alloc_gpu_usage *out, struct gv_error *err)
+{
+    uint32_t idx = strmap_get(&c->node_map, node);
+    if (idx == UINT32_MAX)
+        return gv_error_set(err, GV_ENOTFOUND, "node %s: unknown", node);
+    const struct node *n = &c->nodes[idx];
+    if (i >= n->n_gpus)
+        return gv_error_set(err, GV_ENOTFOUND, "node %s: no GPU #%u (it has %u)", node, i,
+                            n->n_gpus);
+    usage_fill(&n->gpus[i], out);
+    return GV_OK;
 }
 
 void gv_alloc_cluster_totals(const struct gv_alloc_cluster *c, struct gv_alloc_totals *t)

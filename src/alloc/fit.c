@@ -284,7 +284,8 @@ void alloc_pick_assignment(const struct gv_alloc_cluster *c, const struct gv_all
         memcpy(ca->name, req->containers[ci].name, sizeof(ca->name));
         ca->n_devices = req->containers[ci].num_gpu;
         for (uint32_t d = 0; d < ca->n_devices; d++, k++) {
-            memcpy(ca->devices[d].uuid, n->gpus[p->gpu[k]].uuid, sizeof(ca->devices[d].uuid));
+            /* check_spec bounded it by GV_ALLOC_UUID_MAX */
+            strcpy(ca->devices[d].uuid, n->gpus[p->gpu[k]].uuid);
             ca->devices[d].mem_mib = p->mem[k];
             ca->devices[d].milli = p->milli[k];
         }

@@ -237,6 +237,7 @@ struct gv_alloc_gpu_usage {
     uint64_t mem_mib;
     uint32_t milli;
     uint32_t tasks;
+    const char *uuid; /* the cluster's copy: valid until the node is next changed */
 };
 
 struct gv_alloc_totals {
@@ -267,6 +268,10 @@ bool gv_alloc_node_exists(const struct gv_alloc_cluster *c, const char *name);
 gv_status gv_alloc_gpu_usage_get(const struct gv_alloc_cluster *c, const char *node,
                                  const char *uuid, struct gv_alloc_gpu_usage *out,
                                  struct gv_error *err);
+/* Usage of a node's i-th GPU (its spec order), so a walk over every GPU
+ * needs no uuid list of its own. */
+gv_status gv_alloc_gpu_usage_at(const struct gv_alloc_cluster *c, const char *node, uint32_t i,
+                                struct gv_alloc_gpu_usage *out, struct gv_error *err);
 void gv_alloc_cluster_totals(const struct gv_alloc_cluster *c, struct gv_alloc_totals *out);
 
 /* ------------------------------------------------------------------------ */

@@ -7,19 +7,10 @@
 #include <string.h>
 
 #include "alloc/alloc_internal.h"
+#include "common/gv_hash.h"
 
 #define TOMB ((const char *)&tomb_marker)
 static const char tomb_marker;
-
-uint64_t alloc_hash_str(const char *s)
-{
-    uint64_t h = UINT64_C(1469598103934665603);
-    for (; *s != '\0'; s++) {
-        h ^= (unsigned char)*s;
-        h *= UINT64_C(1099511628211);
-    }
-    return h ^ (h >> 29);
-}
 
 void strmap_free(struct strmap *m)
 {
@@ -30,7 +21,7 @@ void strmap_free(struct strmap *m)
 
 static uint32_t slot_of(const struct strmap *m, const char *key)
 {
-    return (uint32_t)(alloc_hash_str(key) & (m->cap - 1));
+    return (uint32_t)(gv_hash_str(key) & (m->cap - 1));
 }
 
 uint32_t strmap_get(const struct strmap *m, const char *key)

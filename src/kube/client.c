@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/gv_buf.h"
 #include "common/gv_file.h"
 #include "common/gv_log.h"
 #include "common/gv_version.h"
@@ -58,39 +59,6 @@ struct gv_kube_cancel {
 /* ------------------------------------------------------------------------
  * Small helpers
  */
-
-struct membuf {
-    char *data;
-    size_t len, cap;
-    bool overflow;
-};
-
-static bool membuf_append(struct membuf *b, const char *p, size_t n)
-{
-    if (b->len + n + 1 > MAX_RESPONSE_BYTES) {
-        b->overflow = true;
-        return false;
-    }
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 16384;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *nd = realloc(b->data, cap);
-        if (nd == NULL)
-            return false;
-        b->data = nd;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, p, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-    return true;
-}
-
-static size_t write_membuf(char *p, size_t size, size_t n, void *ud)
-{
-    return membuf_append(ud, p, size * n) ? size * n : 0;
-}
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc;
@@ -379,22 +347,22 @@ static bool token_rotated(struct gv_kube_client *c)
 static char *build_url(struct gv_kube_client *c, CURL *h, const char *path,
                        const char *const *kv, size_t nkv)
 {
-    struct membuf b = {0};
-    bool ok = membuf_append(&b, c->server, strlen(c->server)) &&
-              membuf_append(&b, path, strlen(path));
+    struct gv_buf b = {0};
+    bool ok = gv_buf_append(&b, c->server, strlen(c->server)) == GV_OK &&
+              gv_buf_append(&b, path, strlen(path)) == GV_OK;
     char sep = strchr(path, '?') != NULL ? '&' : '?';
     for (size_t i = 0; ok && i + 1 < nkv; i += 2) {
         if (kv[i + 1] == NULL)
             continue;
         char *esc = curl_easy_escape(h, kv[i + 1], 0);
-        ok = esc != NULL && membuf_append(&b, &sep, 1) &&
-             membuf_append(&b, kv[i], strlen(kv[i])) && membuf_append(&b, "=", 1) &&
-             membuf_append(&b, esc, strlen(esc));
+        ok = esc != NULL && gv_buf_append(&b, &sep, 1) == GV_OK &&
+             gv_buf_append(&b, kv[i], strlen(kv[i])) == GV_OK &&
+             gv_buf_append(&b, "=", 1) == GV_OK && gv_buf_append(&b, esc, strlen(esc)) == GV_OK;
         curl_free(esc);
         sep = '&';
     }
     if (!ok) {
-        free(b.data);
+        gv_buf_free(&b);
         return NULL;
     }
     return b.data;
@@ -533,7 +501,7 @@ static bool curl_retryable(CURLcode rc)
  * the mapped API error for non-2xx answers, GV_EUNAVAILABLE/GV_ETIMEOUT for
  * transport failures once retries are exhausted.
  */
-static gv_status perform(struct gv_kube_client *c, const struct request *r, struct membuf *resp,
+static gv_status perform(struct gv_kube_client *c, const struct request *r, struct gv_buf *resp,
                          struct gv_error *err)
 {
     char what[300];
@@ -547,8 +515,8 @@ static gv_status perform(struct gv_kube_client *c, const struct request *r, stru
         struct curl_slist *headers = NULL;
         char *url = NULL;
         char errbuf[CURL_ERROR_SIZE] = "";
-        free(resp->data);
-        memset(resp, 0, sizeof(*resp));
+        gv_buf_free(resp);
+        gv_buf_init(resp, MAX_RESPONSE_BYTES);
         st = setup_handle(c, h, r, &headers, &url, errbuf, err);
         if (st != GV_OK) {
             curl_easy_cleanup(h);
@@ -557,7 +525,7 @@ static gv_status perform(struct gv_kube_client *c, const struct request *r, stru
             return st;
         }
         curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, c->timeout_ms);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_membuf);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, gv_buf_write_cb);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, resp);
         CURLcode rc = curl_easy_perform(h);
         long code = 0;
@@ -611,7 +579,7 @@ static gv_status request_json(struct gv_kube_client *c, const struct request *r,
 {
     if (out != NULL)
         *out = NULL;
-    struct membuf resp = {0};
+    struct gv_buf resp = {0};
     gv_status st = perform(c, r, &resp, err);
     if (st != GV_OK)
         goto done;
@@ -632,7 +600,7 @@ static gv_status request_json(struct gv_kube_client *c, const struct request *r,
         *out = j;
     }
 done:
-    free(resp.data);
+    gv_buf_free(&resp);
     return st;
 }
 
@@ -897,7 +865,7 @@ gv_status gv_kube_bind_pod(struct gv_kube_client *c, const char *namespace_, con
 struct watch_ctx {
     CURL *h;
     struct gv_kube_stream stream;
-    struct membuf errbody; /* body of a non-200 answer */
+    struct gv_buf errbody; /* body of a non-200 answer */
     long code;
     gv_status st;
     struct gv_error err;
@@ -912,7 +880,7 @@ static size_t write_watch(char *p, size_t size, size_t n, void *ud)
     if (w->code != 200) {
         /* Error bodies are small Status objects; cap what we keep. */
         if (w->errbody.len < 65536)
-            membuf_append(&w->errbody, p, len);
+            gv_buf_append(&w->errbody, p, len);
         return len;
     }
     w->st = gv_kube_stream_feed(&w->stream, p, len, &w->err);
@@ -1050,7 +1018,7 @@ out:
         curl_multi_cleanup(m);
     curl_slist_free_all(headers);
     free(url);
-    free(w.errbody.data);
+    gv_buf_free(&w.errbody);
     gv_kube_stream_release(&w.stream);
     return st;
 }

@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 
+#include "common/gv_buf.h"
 #include "common/gv_error.h"
 #include "kube/gv_kube.h"
 
@@ -34,8 +35,7 @@ gv_status gv_kube_status_code(long http_code, const char *reason);
 #define GV_KUBE_STREAM_MAX_LINE (64u << 20)
 
 struct gv_kube_stream {
-    char *buf;
-    size_t len, cap;
+    struct gv_buf line; /* a partial line carried to the next chunk */
     size_t max_line;
     gv_kube_watch_fn fn;
     void *ud;

@@ -135,11 +135,9 @@ void gv_kube_stream_init(struct gv_kube_stream *s, gv_kube_watch_fn fn, void *ud
 
 void gv_kube_stream_release(struct gv_kube_stream *s)
 {
-    free(s->buf);
+    gv_buf_free(&s->line);
     free(s->last_rv);
-    s->buf = NULL;
     s->last_rv = NULL;
-    s->len = s->cap = 0;
 }
 
 static gv_status stream_error_event(json_t *obj, struct gv_error *err)
@@ -221,31 +219,20 @@ gv_status gv_kube_stream_feed(struct gv_kube_stream *s, const char *data, size_t
     while (len > 0 && !s->stopped) {
         const char *nl = memchr(data, '\n', len);
         size_t take = nl != NULL ? (size_t)(nl - data) : len;
-        if (s->len + take > s->max_line)
+        if (s->line.len + take > s->max_line)
             return gv_error_set(err, GV_EPROTO, "watch event %zu exceeds %zu bytes",
                                 s->events + 1, s->max_line);
-        if (nl != NULL && s->len == 0) {
+        if (nl != NULL && s->line.len == 0) {
             /* Whole line in this chunk: parse in place, no copy. */
             gv_status st = stream_line(s, data, take, err);
             if (st != GV_OK)
                 return st;
         } else {
-            if (s->len + take + 1 > s->cap) {
-                size_t cap = s->cap ? s->cap : 4096;
-                while (cap < s->len + take + 1)
-                    cap *= 2;
-                char *nb = realloc(s->buf, cap);
-                if (nb == NULL)
-                    return gv_error_set(err, GV_ENOMEM, "watch stream: out of memory");
-                s->buf = nb;
-                s->cap = cap;
-            }
-            memcpy(s->buf + s->len, data, take);
-            s->len += take;
+            if (gv_buf_append(&s->line, data, take) != GV_OK)
+                return gv_error_set(err, GV_ENOMEM, "watch stream: out of memory");
             if (nl != NULL) {
-                size_t l = s->len;
-                s->len = 0;
-                gv_status st = stream_line(s, s->buf, l, err);
+                gv_status st = stream_line(s, s->line.data, s->line.len, err);
+                gv_buf_reset(&s->line);
                 if (st != GV_OK)
                     return st;
             }
@@ -260,16 +247,17 @@ gv_status gv_kube_stream_feed(struct gv_kube_stream *s, const char *data, size_t
 
 gv_status gv_kube_stream_finish(struct gv_kube_stream *s, struct gv_error *err)
 {
-    if (s->stopped || s->len == 0)
+    if (s->stopped || s->line.len == 0)
         return GV_OK;
     /* The API server ends every event with a newline; a final event without
      * one is complete only if it parses, otherwise the stream was cut. */
-    size_t l = s->len;
-    s->len = 0;
-    json_t *probe = json_loadb(s->buf, l, 0, NULL);
-    if (probe == NULL)
-        return gv_error_set(err, GV_EPROTO, "watch stream ended inside event %zu (%zu bytes)",
-                            s->events + 1, l);
+    size_t l = s->line.len;
+    json_t *probe = json_loadb(s->line.data, l, 0, NULL);
+    gv_status st = probe == NULL ? gv_error_set(err, GV_EPROTO,
+                                                "watch stream ended inside event %zu (%zu bytes)",
+                                                s->events + 1, l)
+                                 : stream_line(s, s->line.data, l, err);
     json_decref(probe);
-    return stream_line(s, s->buf, l, err);
+    gv_buf_reset(&s->line);
+    return st;
 }

@@ -18,6 +18,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/gv_buf.h"
 #include "common/gv_log.h"
 #include "node/gv_grpc.h"
 
@@ -38,8 +39,8 @@ struct gv_grpc_call {
     size_t n_req;
     bool dispatched;
     /* response state */
-    uint8_t *out;
-    size_t out_len, out_off, out_cap;
+    struct gv_buf out; /* framed messages not yet handed to nghttp2 */
+    size_t out_off;
     bool headers_sent;  /* response headers + data provider submitted */
     bool finished;      /* status decided */
     bool trailers_sent; /* trailers submitted (or trailers-only response) */
@@ -149,7 +150,7 @@ static void call_free(struct gv_grpc_call *call)
     }
     gv_grpc_framer_clear(&call->framer);
     free(call->req);
-    free(call->out);
+    gv_buf_free(&call->out);
     free(call->status_msg);
     free(call);
 }
@@ -162,13 +163,15 @@ static ssize_t data_read_cb(nghttp2_session *session, int32_t stream_id, uint8_t
 {
     (void)user_data;
     struct gv_grpc_call *call = source->ptr;
-    size_t avail = call->out_len - call->out_off;
+    size_t avail = call->out.len - call->out_off;
     if (avail > 0) {
         size_t n = avail < length ? avail : length;
-        memcpy(buf, call->out + call->out_off, n);
+        memcpy(buf, call->out.data + call->out_off, n);
         call->out_off += n;
-        if (call->out_off == call->out_len)
-            call->out_off = call->out_len = 0;
+        if (call->out_off == call->out.len) {
+            call->out_off = 0;
+            gv_buf_reset(&call->out);
+        }
         return (ssize_t)n;
     }
     if (!call->finished)
@@ -204,21 +207,11 @@ static int submit_headers(struct gv_grpc_call *call)
 static gv_status queue_out(struct gv_grpc_call *call, const uint8_t *hdr, const uint8_t *msg,
                            size_t len, struct gv_error *err)
 {
-    size_t need = call->out_len + 5 + len;
-    if (need > call->out_cap) {
-        size_t cap = call->out_cap ? call->out_cap : 256;
-        while (cap < need)
-            cap *= 2;
-        uint8_t *p = realloc(call->out, cap);
-        if (p == NULL)
-            return gv_error_set(err, GV_ENOMEM, "grpc: out of memory queueing %zu bytes", len);
-        call->out = p;
-        call->out_cap = cap;
-    }
-    memcpy(call->out + call->out_len, hdr, 5);
-    if (len)
-        memcpy(call->out + call->out_len + 5, msg, len);
-    call->out_len = need;
+    /* Reserve first so a frame is queued whole or not at all. */
+    if (gv_buf_reserve(&call->out, 5 + len) != GV_OK)
+        return gv_error_set(err, GV_ENOMEM, "grpc: out of memory queueing %zu bytes", len);
+    gv_buf_append(&call->out, hdr, 5);
+    gv_buf_append(&call->out, msg, len);
     return GV_OK;
 }
 

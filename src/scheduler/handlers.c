@@ -714,22 +714,15 @@ static bool metrics_next_batch(struct metrics_stream *ms)
         }
         size_t written = 0;
         pthread_mutex_lock(&s->lock);
-        size_t i = 0, lo = 0, hi = s->n_nodes;
-        /* First node whose name sorts after the last one written. */
-        while (ms->after[0] != '\0' && lo < hi) {
-            size_t mid = lo + (hi - lo) / 2;
-            if (strcmp(s->nodes[mid]->name, ms->after) <= 0)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        for (i = ms->after[0] != '\0' ? lo : 0; i < s->n_nodes && written < NODES_PER_BATCH;
+        size_t i;
+        for (i = ms->after[0] != '\0' ? gv_sched_node_after(s, ms->after) : 0;
+             i < s->n_nodes && written < NODES_PER_BATCH;
              i++, written++) {
             const struct snode *n = s->nodes[i];
             for (uint32_t g = 0; n->state == NODE_OK && g < n->n_gpus; g++) {
                 struct gv_alloc_gpu_usage u;
-                if (gv_alloc_gpu_usage_get(s->cluster, n->name, n->uuids[g], &u, NULL) == GV_OK)
-                    gpu_sample(f, ms->family, n->name, n->uuids[g], &u);
+                if (gv_alloc_gpu_usage_at(s->cluster, n->name, g, &u, NULL) == GV_OK)
+                    gpu_sample(f, ms->family, n->name, u.uuid, &u);
             }
             snprintf(ms->after, sizeof(ms->after), "%s", n->name);
         }

@@ -15,6 +15,7 @@
 #include <gnutls/gnutls.h>
 #include <microhttpd.h>
 
+#include "common/gv_buf.h"
 #include "common/gv_file.h"
 #include "common/gv_log.h"
 
@@ -78,9 +79,7 @@ static struct {
 
 /* Per-connection request state while the body arrives. */
 struct pending {
-    char *buf;
-    size_t len, cap;
-    int too_large;
+    struct gv_buf body; /* capped at max_body; overflow means 413 */
     struct timespec start;
 };
 
@@ -375,6 +374,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         p = calloc(1, sizeof(*p));
         if (p == NULL)
             return MHD_NO;
+        gv_buf_init(&p->body, h->max_body);
         clock_gettime(CLOCK_MONOTONIC, &p->start);
         *con_cls = p;
         return MHD_YES;
@@ -382,25 +382,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (*upload_data_size > 0) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        if (p->too_large || p->len + n > h->max_body) {
-            /* Keep reading (and dropping) so the client sees a clean 413. */
-            p->too_large = 1;
-            return MHD_YES;
-        }
-        if (p->len + n + 1 > p->cap) {
-            size_t cap = p->cap ? p->cap : 4096;
-            while (cap < p->len + n + 1)
-                cap *= 2;
-            char *nb = realloc(p->buf, cap);
-            if (nb == NULL)
-                return MHD_NO;
-            p->buf = nb;
-            p->cap = cap;
-        }
-        memcpy(p->buf + p->len, upload_data, n);
-        p->len += n;
-        p->buf[p->len] = '\0';
-        return MHD_YES;
+        /* Past max_body, keep reading (and dropping) so the client sees a clean 413. */
+        return gv_buf_append(&p->body, upload_data, n) == GV_ENOMEM ? MHD_NO : MHD_YES;
     }
 
     struct gv_http_response resp = {.status = 200, .content_type = "application/json"};
@@ -411,12 +394,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             gv_http_respond_error(&resp, 405, "method not allowed");
         else
             gv_http_respond_error(&resp, 404, "no such path");
-    } else if (p->too_large) {
+    } else if (p->body.overflow) {
         char msg[96];
         snprintf(msg, sizeof(msg), "request body larger than %zu bytes", h->max_body);
         gv_http_respond_error(&resp, 413, msg);
     } else {
-        struct gv_http_request req = {method, url, p->buf ? p->buf : "", p->len};
+        struct gv_http_request req = {method, url, p->body.data ? p->body.data : "", p->body.len};
         r->fn(r->ctx, &req, &resp);
         if (resp.body == NULL && resp.stream == NULL)
             gv_http_respond(&resp, resp.status, resp.content_type, "");
@@ -436,7 +419,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)toe;
     struct pending *p = *con_cls;
     if (p != NULL) {
-        free(p->buf);
+        gv_buf_free(&p->body);
         free(p);
         *con_cls = NULL;
     }

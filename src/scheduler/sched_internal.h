@@ -38,7 +38,6 @@ struct snode {
     bool in_engine;    /* the engine has a model of this node */
     uint32_t n_gpus;
     uint64_t max_gpu_mib;
-    char **uuids; /* n_gpus, for per-GPU metrics (one block) */
     bool stale_logged;
 };
 
@@ -70,7 +69,8 @@ struct gv_sched {
 
     pthread_mutex_t lock; /* guards everything below (but servers and the sweeper) */
     struct gv_alloc_cluster *cluster;
-    struct snode **nodes; /* sorted by name */
+    struct snode **nodes; /* sorted by (gv_hash_str(name), name) */
+    uint64_t *node_hash;  /* parallel to nodes: gv_hash_str of each name */
     size_t n_nodes, cap_nodes;
     struct srec **recs; /* sorted by uid */
     size_t n_recs, cap_recs;
@@ -90,10 +90,12 @@ struct gv_sched {
 /* sched_state.c */
 double gv_sched_now(void);
 struct snode *gv_sched_node_find(struct gv_sched *s, const char *name);
+/* Index of the first node ordered after name (which need not exist):
+ * resumes a walk over s->nodes after its lock was dropped. */
+size_t gv_sched_node_after(struct gv_sched *s, const char *name);
 struct srec *gv_sched_rec_find(struct gv_sched *s, const char *uid);
 /* Adds (or returns the existing) node entry; NULL on OOM. */
 struct snode *gv_sched_node_add(struct gv_sched *s, const char *name);
-void gv_sched_node_clear_gpus(struct snode *n);
 void gv_sched_node_remove(struct gv_sched *s, const char *name);
 /* Frees every node entry and pod record. */
 void gv_sched_tables_free(struct gv_sched *s);

@@ -1,11 +1,15 @@
 /* Tables beside the engine: nodes (agent state) and pod records, as sorted
  * pointer arrays searched with bsearch.  Inserts are O(n) moves of pointers,
  * which at 5,000 nodes costs microseconds and keeps memory to one pointer
- * per entry. */
+ * per entry.  Nodes are ordered by (name hash, name) with the hashes in a
+ * parallel array: a filter looks up every candidate, and a binary search
+ * over 40 KB of hashes touches one node name instead of thirteen (it was a
+ * fifth of a 5,000-node filter). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/gv_hash.h"
 #include "scheduler/sched_internal.h"
 
 double gv_sched_now(void)
@@ -15,14 +19,15 @@ double gv_sched_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Index of name in a sorted array of structs whose first member is a string
- * pointer; *found tells whether it is there (else it is the insert point). */
-static size_t search(void *const *arr, size_t n, const char *key, bool *found)
+/* Binary search over n sorted entries; cmp orders entry i against the key
+ * held in ctx.  Returns the index, or the insert point with *found false. */
+static size_t bisect(size_t n, int (*cmp)(const void *ctx, size_t i), const void *ctx,
+                     bool *found)
 {
     size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(*(char *const *)arr[mid], key);
+        int c = cmp(ctx, mid);
         if (c == 0) {
             *found = true;
             return mid;
@@ -34,6 +39,25 @@ static size_t search(void *const *arr, size_t n, const char *key, bool *found)
     }
     *found = false;
     return lo;
+}
+
+struct by_name {
+    void *const *arr; /* structs whose first member is a string pointer */
+    const char *key;
+};
+
+static int cmp_by_name(const void *ctx, size_t i)
+{
+    const struct by_name *b = ctx;
+    return strcmp(*(char *const *)b->arr[i], b->key);
+}
+
+/* Index of key in a sorted array of structs whose first member is a string
+ * pointer; *found tells whether it is there (else it is the insert point). */
+static size_t search(void *const *arr, size_t n, const char *key, bool *found)
+{
+    struct by_name b = {arr, key};
+    return bisect(n, cmp_by_name, &b, found);
 }
 
 static int insert_at(void ***arr, size_t *n, size_t *cap, size_t pos, void *item)
@@ -58,11 +82,38 @@ static void remove_at(void **arr, size_t *n, size_t pos)
     (*n)--;
 }
 
+struct by_hash {
+    const struct gv_sched *s;
+    uint64_t h;
+    const char *name;
+};
+
+static int cmp_by_hash(const void *ctx, size_t i)
+{
+    const struct by_hash *b = ctx;
+    uint64_t mh = b->s->node_hash[i];
+    return mh < b->h ? -1 : mh > b->h ? 1 : strcmp(b->s->nodes[i]->name, b->name);
+}
+
+/* Index of name (hash h) in s->nodes, or its insert point (*found false). */
+static size_t node_search(const struct gv_sched *s, uint64_t h, const char *name, bool *found)
+{
+    struct by_hash b = {s, h, name};
+    return bisect(s->n_nodes, cmp_by_hash, &b, found);
+}
+
 struct snode *gv_sched_node_find(struct gv_sched *s, const char *name)
 {
     bool found;
-    size_t i = search((void *const *)s->nodes, s->n_nodes, name, &found);
+    size_t i = node_search(s, gv_hash_str(name), name, &found);
     return found ? s->nodes[i] : NULL;
+}
+
+size_t gv_sched_node_after(struct gv_sched *s, const char *name)
+{
+    bool found;
+    size_t i = node_search(s, gv_hash_str(name), name, &found);
+    return found ? i + 1 : i;
 }
 
 struct srec *gv_sched_rec_find(struct gv_sched *s, const char *uid)
@@ -149,9 +200,18 @@ gv_status gv_sched_rec_set(struct srec *r, enum rec_phase phase, const char *nod
 struct snode *gv_sched_node_add(struct gv_sched *s, const char *name)
 {
     bool found;
-    size_t i = search((void *const *)s->nodes, s->n_nodes, name, &found);
+    uint64_t h = gv_hash_str(name);
+    size_t i = node_search(s, h, name, &found);
     if (found)
         return s->nodes[i];
+    if (s->n_nodes == s->cap_nodes) {
+        /* Grow the hashes first: insert_at grows s->nodes to the same cap. */
+        size_t nc = s->cap_nodes ? s->cap_nodes * 2 : 64;
+        uint64_t *nh = realloc(s->node_hash, nc * sizeof(*nh));
+        if (nh == NULL)
+            return NULL;
+        s->node_hash = nh;
+    }
     struct snode *n = calloc(1, sizeof(*n));
     if (n == NULL || (n->name = strdup(name)) == NULL ||
         insert_at((void ***)&s->nodes, &s->n_nodes, &s->cap_nodes, i, n) != 0) {
@@ -160,26 +220,20 @@ struct snode *gv_sched_node_add(struct gv_sched *s, const char *name)
         free(n);
         return NULL;
     }
+    memmove(s->node_hash + i + 1, s->node_hash + i, (s->n_nodes - 1 - i) * sizeof(*s->node_hash));
+    s->node_hash[i] = h;
     return n;
-}
-
-void gv_sched_node_clear_gpus(struct snode *n)
-{
-    free(n->uuids); /* one block with the strings */
-    n->uuids = NULL;
-    n->n_gpus = 0;
-    n->max_gpu_mib = 0;
 }
 
 void gv_sched_node_remove(struct gv_sched *s, const char *name)
 {
     bool found;
-    size_t i = search((void *const *)s->nodes, s->n_nodes, name, &found);
+    size_t i = node_search(s, gv_hash_str(name), name, &found);
     if (!found)
         return;
     struct snode *n = s->nodes[i];
     remove_at((void **)s->nodes, &s->n_nodes, i);
-    gv_sched_node_clear_gpus(n);
+    memmove(s->node_hash + i, s->node_hash + i + 1, (s->n_nodes - i) * sizeof(*s->node_hash));
     free(n->reason);
     free(n->name);
     free(n);
@@ -190,6 +244,9 @@ void gv_sched_tables_free(struct gv_sched *s)
     while (s->n_nodes > 0)
         gv_sched_node_remove(s, s->nodes[s->n_nodes - 1]->name);
     free(s->nodes);
+    free(s->node_hash);
+    s->node_hash = NULL;
+    s->cap_nodes = 0;
     for (size_t i = 0; i < s->n_recs; i++)
         rec_free(s->recs[i]);
     free(s->recs);

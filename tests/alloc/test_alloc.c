@@ -682,6 +682,12 @@ static void test_gpu_modes_split_and_vanishing(void **state)
     assert_int_equal(u.tasks, 1);
     assert_int_equal(u.mem_mib, 10240);
     assert_int_equal(gv_alloc_gpu_usage_get(c, "n", "sh", &u, NULL), GV_ENOTFOUND);
+    /* by position: the node's new GPU list, uuid included */
+    assert_int_equal(gv_alloc_gpu_usage_at(c, "n", 0, &u, NULL), GV_OK);
+    assert_string_equal(u.uuid, "ex");
+    assert_int_equal(u.tasks, 1);
+    assert_int_equal(gv_alloc_gpu_usage_at(c, "n", 1, &u, NULL), GV_ENOTFOUND);
+    assert_int_equal(gv_alloc_gpu_usage_at(c, "nope", 0, &u, NULL), GV_ENOTFOUND);
     /* releasing pods whose GPU vanished is exact too */
     assert_int_equal(gv_alloc_release(c, "p2", NULL), GV_OK);
     assert_int_equal(gv_alloc_release(c, "p1", NULL), GV_OK);

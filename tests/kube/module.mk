@@ -27,7 +27,7 @@ test_kube_config_CFLAGS := -I.
 # Fuzz targets: everything the client parses from the network or from files.
 FUZZ_TARGETS += fuzz_kube_watch_stream fuzz_kube_kubeconfig
 fuzz_kube_watch_stream_SRCS := tests/kube/fuzz_kube_watch_stream.c src/kube/stream.c \
-	src/common/gv_error.c
+	src/common/gv_buf.c src/common/gv_error.c
 fuzz_kube_watch_stream_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
 fuzz_kube_kubeconfig_SRCS := tests/kube/fuzz_kube_kubeconfig.c src/kube/config.c \
 	src/common/gv_error.c src/common/gv_file.c

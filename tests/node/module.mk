@@ -24,7 +24,7 @@ TEST_SCRIPTS += tests/node/test_grpc_transport.py tests/node/test_node_agent.py
 # inventory annotation and the node config file.
 FUZZ_TARGETS += fuzz_node_grpc_server fuzz_node_inventory fuzz_node_config fuzz_node_allocate
 fuzz_node_grpc_server_SRCS := tests/node/fuzz_node_grpc_server.c src/node/grpc_server.c \
-	src/node/grpc_frame.c src/node/loop.c src/common/gv_error.c src/common/gv_log.c
+	src/node/grpc_frame.c src/node/loop.c src/common/gv_buf.c src/common/gv_error.c src/common/gv_log.c
 fuzz_node_grpc_server_LDLIBS := $(shell $(PKG_CONFIG) --libs libnghttp2)
 fuzz_node_inventory_SRCS := tests/node/fuzz_node_inventory.c src/contracts/inventory.c \
 	src/common/gv_error.c
@@ -37,7 +37,7 @@ fuzz_node_config_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
 fuzz_node_allocate_SRCS := tests/node/fuzz_node_allocate.c src/node/allocator.c src/node/config.c \
 	src/node/loop.c src/contracts/inventory.c src/contracts/podspec.c $(wildcard src/alloc/*.c) \
 	$(wildcard src/kube/*.c) \
-	src/common/gv_error.c src/common/gv_log.c src/common/gv_file.c $(NODE_PB_C)
+	src/common/gv_buf.c src/common/gv_error.c src/common/gv_log.c src/common/gv_file.c $(NODE_PB_C)
 fuzz_node_allocate_CFLAGS := $(NODE_CFLAGS)
 fuzz_node_allocate_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS)
 # order-only: the replay rule compiles $^, which must hold sources only

@@ -7,6 +7,8 @@
 
 #include <curl/curl.h>
 
+#include "common/gv_buf.h"
+
 char *st_inventory(const char *node, const struct gpu_desc *gpus, unsigned n, bool healthy)
 {
     json_t *list = json_array();
@@ -105,32 +107,14 @@ json_t *st_create_pod(struct gv_kube_client *c, const char *name, const char *co
     return out;
 }
 
-struct buf {
-    char *data;
-    size_t len;
-};
-
-static size_t on_data(char *p, size_t size, size_t n, void *ud)
-{
-    struct buf *b = ud;
-    char *nd = realloc(b->data, b->len + size * n + 1);
-    if (nd == NULL)
-        return 0;
-    b->data = nd;
-    memcpy(b->data + b->len, p, size * n);
-    b->len += size * n;
-    b->data[b->len] = '\0';
-    return size * n;
-}
-
 long st_http(const char *method, const char *url, const char *body, char **out)
 {
     CURL *c = curl_easy_init();
-    struct buf b = {NULL, 0};
+    struct gv_buf b = {0};
     long code = 0;
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
     curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, gv_buf_write_cb);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);

@@ -16,25 +16,8 @@
 #include <cmocka.h>
 #include <curl/curl.h>
 
+#include "common/gv_buf.h"
 #include "scheduler/gv_httpd.h"
-
-struct buf {
-    char *data;
-    size_t len;
-};
-
-static size_t on_data(char *p, size_t size, size_t n, void *ud)
-{
-    struct buf *b = ud;
-    char *nd = realloc(b->data, b->len + size * n + 1);
-    if (nd == NULL)
-        return 0;
-    b->data = nd;
-    memcpy(b->data + b->len, p, size * n);
-    b->len += size * n;
-    b->data[b->len] = '\0';
-    return size * n;
-}
 
 /* Performs a request; returns the status (0 on transport error), body in *out.
  * subject (if non-NULL) receives the server certificate's subject. */
@@ -42,10 +25,10 @@ static long request(const char *url, const char *method, const char *body, size_
                     const char *cafile, char **out, char *subject, size_t subject_cap)
 {
     CURL *c = curl_easy_init();
-    struct buf b = {NULL, 0};
+    struct gv_buf b = {0};
     long code = 0;
     curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, gv_buf_write_cb);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
@@ -113,9 +96,16 @@ static void test_plain_http_routes(void **state)
     assert_string_equal(body, "abc");
     free(body);
 
-    /* Over the limit: 413 with a JSON error naming the limit. */
+    /* Exactly the limit still passes; one byte over is refused. */
     char big[2048];
     memset(big, 'x', sizeof(big));
+    assert_int_equal(request(url, "POST", big, 1024, NULL, &body, NULL, 0), 200);
+    assert_int_equal(strlen(body), 1024);
+    free(body);
+    assert_int_equal(request(url, "POST", big, 1025, NULL, &body, NULL, 0), 413);
+    free(body);
+
+    /* Over the limit: 413 with a JSON error naming the limit. */
     assert_int_equal(request(url, "POST", big, sizeof(big), NULL, &body, NULL, 0), 413);
     assert_non_null(strstr(body, "1024 bytes"));
     free(body);
@@ -138,9 +128,9 @@ static void test_plain_http_routes(void **state)
     gv_httpd_write_metrics(h, f);
     fclose(f);
     assert_non_null(strstr(m, "gpuvisor_http_request_duration_seconds_count{server=\"t\","
-                              "path=\"/echo\"} 2"));
+                              "path=\"/echo\"} 4"));
     assert_non_null(strstr(m, "gpuvisor_http_requests_total{server=\"t\",path=\"/echo\","
-                              "code=\"413\"} 1"));
+                              "code=\"413\"} 2"));
     free(m);
     gv_httpd_free(h);
 }

@@ -10,6 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/gv_buf.h"
+
 int fake_apiserver_start(struct fake_apiserver *fa, const char *const *args)
 {
     memset(fa, 0, sizeof(*fa));
@@ -59,19 +61,6 @@ int fake_apiserver_start(struct fake_apiserver *fa, const char *const *args)
     return rc;
 }
 
-static size_t collect(char *p, size_t size, size_t n, void *ud)
-{
-    char **buf = ud;
-    size_t old = *buf ? strlen(*buf) : 0;
-    char *nb = realloc(*buf, old + size * n + 1);
-    if (nb == NULL)
-        return 0;
-    memcpy(nb + old, p, size * n);
-    nb[old + size * n] = '\0';
-    *buf = nb;
-    return size * n;
-}
-
 long fake_apiserver_ctl(const struct fake_apiserver *fa, const char *op, char **body)
 {
     bool get = strncmp(op, "GET ", 4) == 0;
@@ -82,22 +71,22 @@ long fake_apiserver_ctl(const struct fake_apiserver *fa, const char *op, char **
     CURL *h = curl_easy_init();
     if (h == NULL)
         return -1;
-    char *buf = NULL;
+    struct gv_buf buf = {0};
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_TIMEOUT, 10L);
     if (!get)
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, gv_buf_write_cb);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &buf);
     long code = -1;
     if (curl_easy_perform(h) == CURLE_OK)
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
     curl_easy_cleanup(h);
     if (body != NULL)
-        *body = buf;
+        *body = buf.data;
     else
-        free(buf);
+        gv_buf_free(&buf);
     return code;
 }
 
