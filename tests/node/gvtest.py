@@ -137,9 +137,14 @@ class StandIn(Proc):
             argv = [go_binary, directory]
         super().__init__(argv, log=log)
         self.kind = kind
+        self.early = []
         ev = self.event("ready", timeout=60)
         if ev is None:
             raise RuntimeError("kubelet stand-in %s did not start" % kind)
+        # The stand-in listens before it says "ready", so an agent already
+        # running can register (and open ListAndWatch) first: those events
+        # must not be lost to the wait for "ready".
+        self.early = self.seen[:]
 
     def event(self, name, pred=None, timeout=10):
         def match(ln):
@@ -148,6 +153,10 @@ class StandIn(Proc):
             except ValueError:
                 return False
             return ev.get("event") == name and (pred is None or pred(ev))
+        for i, ln in enumerate(self.early):
+            if match(ln):
+                del self.early[:i + 1]
+                return json.loads(ln)
         ln = self.expect(match, timeout)
         return json.loads(ln) if ln else None
 
