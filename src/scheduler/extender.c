@@ -1,8 +1,11 @@
 #include "scheduler/gv_extender.h"
 
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 
 json_t *gv_ext_json_get(const json_t *object, const char *key)
 {
@@ -37,14 +40,145 @@ static gv_status load_object(const char *body, size_t len, const char *what, jso
     return GV_OK;
 }
 
+/*
+ * Parse scratch.  A 5,000-name filter body becomes ~10,000 small jansson
+ * allocations that die with the request.  From malloc they raised each
+ * arena's high-water mark by ~0.5 MiB, and the reservations a filter leaves
+ * behind (long-lived, small) land among them and pin those pages.  So the
+ * parse runs on a bump region of its own (one mmap, returned whole), and
+ * only what outlives the request is copied to the heap: the Pod and the
+ * names, in one block.  jansson's allocator hooks are process-wide; outside
+ * a parse (no region on this thread) they are plain malloc/free.
+ */
+struct scratch {
+    uintptr_t base, cur, end;
+};
+
+static _Thread_local struct scratch *tl_scratch;
+static pthread_once_t alloc_once = PTHREAD_ONCE_INIT;
+
+static void *scratch_malloc(size_t size)
+{
+    struct scratch *a = tl_scratch;
+    size_t need = (size + 15) & ~(size_t)15;
+    if (a != NULL && need >= size && a->end - a->cur >= need) {
+        void *p = (void *)a->cur;
+        a->cur += need;
+        return p;
+    }
+    return malloc(size);
+}
+
+static void scratch_free(void *p)
+{
+    struct scratch *a = tl_scratch;
+    if (a != NULL && (uintptr_t)p >= a->base && (uintptr_t)p < a->end)
+        return;
+    free(p);
+}
+
+static void install_alloc(void)
+{
+    json_set_alloc_funcs(scratch_malloc, scratch_free);
+}
+
+void gv_ext_init(void)
+{
+    pthread_once(&alloc_once, install_alloc);
+}
+
+/* Virtual space only: pages never touched cost nothing, and a body that
+ * needs more than this spills to malloc. */
+static void scratch_open(struct scratch *a, size_t body_len)
+{
+    size_t cap = body_len < ((size_t)64 << 20) ? body_len * 16 + (64 << 10) : (size_t)1 << 30;
+    void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED) {
+        memset(a, 0, sizeof(*a));
+        return;
+    }
+    a->base = a->cur = (uintptr_t)p;
+    a->end = a->base + cap;
+}
+
+static void scratch_close(struct scratch *a)
+{
+    if (a->base != 0)
+        munmap((void *)a->base, a->end - a->base);
+}
+
+static gv_status args_extract(json_t *root, struct gv_ext_args *out, struct gv_error *err);
+
+/* Copies what out points into (the parse region) to the heap. */
+static gv_status args_detach(struct gv_ext_args *out, struct gv_error *err)
+{
+    if (out->node_items != NULL) {
+        /* Full Node objects are answered in the form they came in: keep the
+         * whole document (rare: nodeCacheCapable senders use NodeNames). */
+        json_t *copy = json_deep_copy(out->root);
+        free(out->names);
+        memset(out, 0, sizeof(*out));
+        if (copy == NULL)
+            return gv_error_set(err, GV_ENOMEM, "out of memory");
+        gv_status st = args_extract(copy, out, err);
+        if (st != GV_OK)
+            json_decref(copy);
+        return st;
+    }
+    size_t bytes = out->n_names * sizeof(char *);
+    for (size_t i = 0; i < out->n_names; i++)
+        bytes += strlen(out->names[i]) + 1;
+    char **names = malloc(bytes ? bytes : 1);
+    json_t *pod = json_deep_copy(out->pod);
+    if (names == NULL || pod == NULL) {
+        free(names);
+        json_decref(pod);
+        free(out->names);
+        memset(out, 0, sizeof(*out));
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    }
+    char *text = (char *)(names + out->n_names);
+    for (size_t i = 0; i < out->n_names; i++) {
+        size_t l = strlen(out->names[i]) + 1;
+        memcpy(text, out->names[i], l);
+        names[i] = text;
+        text += l;
+    }
+    free(out->names);
+    out->names = (const char **)names;
+    out->root = out->pod = pod;
+    return GV_OK;
+}
+
 gv_status gv_ext_args_parse(const char *body, size_t len, struct gv_ext_args *out,
                             struct gv_error *err)
 {
     memset(out, 0, sizeof(*out));
+    gv_ext_init();
+    struct scratch a;
+    scratch_open(&a, len);
+    tl_scratch = a.base ? &a : NULL;
     json_t *root = NULL;
     gv_status st = load_object(body, len, "ExtenderArgs", &root, err);
-    if (st != GV_OK)
-        return st;
+    if (st == GV_OK)
+        st = args_extract(root, out, err);
+    tl_scratch = NULL;
+    if (st == GV_OK && a.base != 0)
+        st = args_detach(out, err);
+    tl_scratch = a.base ? &a : NULL;
+    if (a.base != 0 || st != GV_OK)
+        json_decref(root);
+    tl_scratch = NULL;
+    scratch_close(&a);
+    return st;
+}
+
+/* Fills out from root (which it then owns); on failure leaves out empty
+ * and root to the caller. */
+static gv_status args_extract(json_t *root, struct gv_ext_args *out, struct gv_error *err)
+{
+    gv_status st;
     json_t *pod = gv_ext_json_get(root, "Pod");
     json_t *names = gv_ext_json_get(root, "NodeNames");
     json_t *nodes = gv_ext_json_get(root, "Nodes");
@@ -121,7 +255,6 @@ gv_status gv_ext_args_parse(const char *body, size_t len, struct gv_ext_args *ou
 fail:
     free(out->names);
     memset(out, 0, sizeof(*out));
-    json_decref(root);
     return st;
 }
 

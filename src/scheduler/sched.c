@@ -21,6 +21,7 @@
 #include "common/gv_log.h"
 #include "contracts/inventory.h"
 #include "contracts/podspec.h"
+#include "scheduler/gv_extender.h"
 #include "scheduler/sched_internal.h"
 
 #define ANN_ASSIGNMENT GV_ALLOC_ASSIGNMENT_ANNOTATION
@@ -434,6 +435,7 @@ static void inf_pod_delete(void *ud, json_t *uid)
 gv_status gv_sched_new(const struct gv_sched_config *cfg, struct gv_kube_client *kube,
                        struct gv_sched **out, struct gv_error *err)
 {
+    gv_ext_init(); /* before the informers' threads parse JSON */
     struct gv_sched *s = calloc(1, sizeof(*s));
     gv_status st;
     if (s == NULL)

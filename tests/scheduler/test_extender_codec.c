@@ -50,6 +50,40 @@ static void test_names_mode_roundtrip(void **state)
     gv_ext_args_clear(&a);
 }
 
+/* The parse runs on a scratch region that is unmapped before it returns:
+ * everything args hold must have been copied out, including when tiny
+ * names overflow the region and spill to malloc. */
+static void test_large_names_outlive_parse_scratch(void **state)
+{
+    (void)state;
+    enum { N = 20000 };
+    size_t cap = (size_t)N * 16 + 256, len = 0;
+    char *req = malloc(cap);
+    assert_non_null(req);
+    len += (size_t)snprintf(req, cap,
+                            "{\"Pod\":{\"metadata\":{\"name\":\"big\",\"uid\":\"u-big\"},"
+                            "\"spec\":{\"containers\":[{\"name\":\"c\"}]}},\"NodeNames\":[");
+    for (int i = 0; i < N; i++)
+        len += (size_t)snprintf(req + len, cap - len, "%s\"%c\"", i ? "," : "", 'a' + i % 26);
+    len += (size_t)snprintf(req + len, cap - len, "]}");
+    struct gv_ext_args a;
+    struct gv_error err = {0};
+    assert_int_equal(gv_ext_args_parse(req, len, &a, &err), GV_OK);
+    free(req);
+    assert_int_equal(a.n_names, N);
+    for (int i = 0; i < N; i += 997) {
+        char want[2] = {(char)('a' + i % 26), '\0'};
+        assert_string_equal(a.names[i], want);
+    }
+    assert_string_equal(a.names[N - 1], "f");
+    json_t *md = json_object_get(a.pod, "metadata");
+    assert_string_equal(json_string_value(json_object_get(md, "uid")), "u-big");
+    /* Objects made after the parse are ordinary heap objects. */
+    json_object_set_new(md, "resourceVersion", json_string("7"));
+    assert_string_equal(json_string_value(json_object_get(md, "resourceVersion")), "7");
+    gv_ext_args_clear(&a);
+}
+
 static void test_full_nodes_mode_returns_objects(void **state)
 {
     (void)state;
@@ -165,6 +199,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_names_mode_roundtrip),
+        cmocka_unit_test(test_large_names_outlive_parse_scratch),
         cmocka_unit_test(test_full_nodes_mode_returns_objects),
         cmocka_unit_test(test_keys_case_insensitive_like_go),
         cmocka_unit_test(test_malformed_args),
