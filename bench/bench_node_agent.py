@@ -1,14 +1,26 @@
 #!/usr/bin/python3
 """gpuvisor-node benchmark: Allocate latency with 500 pods on the node, idle
-RSS and idle CPU.  Run by bench/bench_node_agent.sh (make bench).
+memory and idle CPU.  Run by bench/bench_node_agent.sh (make bench).
 
 Setup: the real agent over the fake NVML (8 GPUs x split 100) and the fake
-API server; 500 pending pods, each with a gpuvisor assignment for one
-container, all in the agent's informer cache.  A grpcio client plays the
-kubelet and sends one Allocate per pod (one container each, like the device
-manager), timing each call end to end (gRPC, pod lookup in the cache,
-limits file, annotation PATCH to the API server).
+API server.  Every pod on the node has a gpuvisor assignment for one
+container (the most the agent caches per pod: a node running only GPU pods).
+
+Allocate: 500 pending pods, all in the agent's informer cache.  A grpcio
+client plays the kubelet and sends one Allocate per pod (one container each,
+like the device manager), timing each call end to end (gRPC, pod lookup in
+the cache, limits file, annotation PATCH to the API server).
+
+Memory, at four points, each once the agent has been idle past a GC pass:
+just started (no pods), 110 pods on the node and served (the kubelet's
+default max-pods), the 500 pods of the Allocate run served, and after those
+were deleted and GC ran.  For each: VmRSS, RssAnon, RssFile
+(/proc/PID/status), Pss (/proc/PID/smaps_rollup: shared library pages
+divided among the processes mapping them), where the anonymous pages are
+(/proc/PID/smaps), and VmRSS against the 5 MiB target.  BENCH_SMAPS=1 also
+prints every mapping with anonymous pages on stderr.
 """
+import collections
 import os
 import statistics
 import sys
@@ -20,14 +32,17 @@ import agent  # noqa: E402
 import gvtest  # noqa: E402
 
 PODS = 500
+NODE_MAX_PODS = 110  # kubelet --max-pods default
 GPUS = ["GPU-bbbbbbbb-0000-4000-8000-%012d" % i for i in range(8)]
+RSS_TARGET_KIB = 5120
+ARENA_ALIGN = 64 << 20  # glibc thread-arena heaps are aligned to HEAP_MAX_SIZE (64 MiB)
 
 
 def log(msg):
     sys.stderr.write(msg + "\n")
 
 
-def rss_kib(pid, key="VmRSS"):
+def status_kib(pid, key):
     with open("/proc/%d/status" % pid) as f:
         for ln in f:
             if ln.startswith(key + ":"):
@@ -35,10 +50,145 @@ def rss_kib(pid, key="VmRSS"):
     return -1
 
 
+def pss_kib(pid):
+    with open("/proc/%d/smaps_rollup" % pid) as f:
+        for ln in f:
+            if ln.startswith("Pss:"):
+                return int(ln.split()[1])
+    return -1
+
+
+def thread_sps(pid):
+    """Stack pointers of the threads blocked in a system call."""
+    sps = []
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/syscall" % (pid, tid)) as f:
+                parts = f.read().split()
+        except OSError:
+            continue
+        if len(parts) >= 9:
+            sps.append(int(parts[7], 16))
+    return sps
+
+
+def anon_breakdown(pid, dump=False):
+    """Anonymous KiB by kind: heap (main malloc arena), thread malloc arenas,
+    thread stacks, main stack, writable data of the binary and libraries
+    (relocations, .data, .bss), other anonymous mappings."""
+    sps = thread_sps(pid)
+    kinds = collections.Counter()
+    kind = None
+    with open("/proc/%d/smaps" % pid) as f:
+        for ln in f:
+            head = ln.split()
+            if "-" in head[0] and not head[0].endswith(":"):
+                lo, hi = (int(x, 16) for x in head[0].split("-"))
+                name = head[5] if len(head) > 5 else ""
+                if name == "[heap]":
+                    kind = "heap"
+                elif name == "[stack]":
+                    kind = "main_stack"
+                elif name.startswith("/"):
+                    kind = "library_data"
+                elif any(lo <= sp < hi for sp in sps):
+                    kind = "thread_stacks"
+                elif lo % ARENA_ALIGN == 0:
+                    kind = "thread_arenas"
+                else:
+                    kind = "other"
+                where = "%s %s" % (head[0], name)
+            elif head[0] == "Anonymous:" and int(head[1]):
+                kinds[kind] += int(head[1])
+                if dump:
+                    log("  %6s KiB %-13s %s" % (head[1], kind, where))
+    return kinds
+
+
+def report_memory(pid, point, what):
+    rss, anon, fil = status_kib(pid, "VmRSS"), status_kib(pid, "RssAnon"), status_kib(pid, "RssFile")
+    if os.environ.get("BENCH_SMAPS"):
+        log("anonymous mappings at %s:" % point)
+    kinds = anon_breakdown(pid, bool(os.environ.get("BENCH_SMAPS")))
+    print("idle_rss_kib_%s %d (%s): anonymous %d, file-backed %d; pss %d"
+          % (point, rss, what, anon, fil, pss_kib(pid)))
+    print("idle_anon_kib_%s heap %d, thread_arenas %d, thread_stacks %d (%d threads), main_stack %d, "
+          "library_data %d, other %d"
+          % (point, kinds["heap"], kinds["thread_arenas"], kinds["thread_stacks"],
+             status_kib(pid, "Threads"), kinds["main_stack"], kinds["library_data"], kinds["other"]))
+    print("idle_rss_target_kib_%s %d total %s" % (point, RSS_TARGET_KIB, "met" if rss <= RSS_TARGET_KIB else "MISSED"))
+
+
 def cpu_ticks(pid):
     with open("/proc/%d/stat" % pid) as f:
         parts = f.read().rsplit(")", 1)[1].split()
     return int(parts[11]) + int(parts[12])  # utime + stime (fields 14, 15)
+
+
+def start(env, gc_seconds):
+    with open(env.gpu_cfg, "w") as f:
+        for i, u in enumerate(GPUS):
+            f.write('name="NVIDIA H100 80GB HBM3" uuid=%s memory=80g pci=0:%x:0\n' % (u, 0x10 + i))
+    # heartbeat at its default; GC often enough that each memory figure follows a pass
+    env.start_agent(extra=["--heartbeat-seconds", "30", "--gc-seconds", str(gc_seconds), "--gc-grace-ms", "1000",
+                           "--health-probe-ms", "10000", "--health-recover-ms", "60000"],
+                    env_extra={"GPUVISOR_LOG_LEVEL": os.environ.get("BENCH_LOG", "warn")})
+    sock = os.path.join(env.plugin_dir, "gpuvisor.sock")
+    gvtest.wait_for(lambda: os.path.exists(sock), 10)
+    return sock
+
+
+def create_pods(env, first, count):
+    for i in range(first, first + count):
+        env.api.create_pod("p%03d" % i, [("main", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"})],
+                           "v1;node=node1;main=%s:1000:100" % GPUS[i % len(GPUS)])
+
+
+def allocate(stub, pb, first, count):
+    """One Allocate per pod; latencies in ms (the Python client included)."""
+    lat = []
+    for i in range(first, first + count):
+        req = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(
+            devices_ids=["%s::%d" % (GPUS[i % len(GPUS)], i % 100)])])
+        t0 = time.perf_counter()
+        r = stub.Allocate(req, timeout=10)
+        lat.append((time.perf_counter() - t0) * 1000)
+        if r.container_responses[0].envs["CUDA_DEVICE_MEMORY_LIMIT_0"] != "1000m":
+            raise SystemExit("wrong answer for pod %d" % i)
+    return lat
+
+
+def wait_recorded(env, first, count):
+    """Until the agent's progress annotations reached the API server."""
+    def done():
+        for i in range(first, first + count):
+            _, pod = env.api.req("GET", "/api/v1/namespaces/default/pods/p%03d" % i)
+            if pod["metadata"].get("annotations", {}).get("gpuvisor.io/allocation") != "success":
+                return False
+        return True
+    gvtest.wait_for(done, 30)
+
+
+def small_node(kubelet_py, grpc):
+    """Memory just after start and with a full node of 110 served pods."""
+    pb, pbg = kubelet_py.pb, kubelet_py.pbg
+    env = agent.Env(gpus=0, config={"deviceSplitCount": 100})
+    try:
+        sock = start(env, 5)
+        pid = env.agent.p.pid
+        time.sleep(6)
+        report_memory(pid, "start", "just started, no pods")
+        create_pods(env, 0, NODE_MAX_PODS)
+        ch = grpc.insecure_channel("unix://" + sock)
+        stub = pbg.DevicePluginStub(ch)
+        stub.GetDevicePluginOptions(pb.Empty(), timeout=10)
+        allocate(stub, pb, 0, NODE_MAX_PODS)
+        ch.close()
+        wait_recorded(env, 0, NODE_MAX_PODS)
+        time.sleep(6)
+        report_memory(pid, "%d_pods" % NODE_MAX_PODS, "%d pods cached and served" % NODE_MAX_PODS)
+    finally:
+        env.close()
 
 
 def main():
@@ -50,33 +200,14 @@ def main():
     pb, pbg = kubelet_py.pb, kubelet_py.pbg
     env = agent.Env(gpus=0, config={"deviceSplitCount": 100})
     try:
-        with open(env.gpu_cfg, "w") as f:
-            for i, u in enumerate(GPUS):
-                f.write('name="NVIDIA H100 80GB HBM3" uuid=%s memory=80g pci=0:%x:0\n' % (u, 0x10 + i))
-        # heartbeat at its default; GC every 25 s so the last figure shows memory after a pass
-        env.start_agent(extra=["--heartbeat-seconds", "30", "--gc-seconds", "25", "--gc-grace-ms", "1000",
-                               "--health-probe-ms", "10000", "--health-recover-ms", "60000"],
-                        env_extra={"GPUVISOR_LOG_LEVEL": os.environ.get("BENCH_LOG", "warn")})
-        sock = os.path.join(env.plugin_dir, "gpuvisor.sock")
-        gvtest.wait_for(lambda: os.path.exists(sock), 10)
+        sock = start(env, 25)
         log("creating %d pods" % PODS)
-        for i in range(PODS):
-            g = GPUS[i % len(GPUS)]
-            env.api.create_pod("p%03d" % i, [("main", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"})],
-                               "v1;node=node1;main=%s:1000:100" % g)
+        create_pods(env, 0, PODS)
         ch = grpc.insecure_channel("unix://" + sock)
         stub = pbg.DevicePluginStub(ch)
         stub.GetDevicePluginOptions(pb.Empty(), timeout=10)
         time.sleep(2)  # let the informer catch up with the 500 creations
-        lat = []
-        for i in range(PODS):
-            req = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(
-                devices_ids=["%s::%d" % (GPUS[i % len(GPUS)], i % 100)])])
-            t0 = time.perf_counter()
-            r = stub.Allocate(req, timeout=10)
-            lat.append((time.perf_counter() - t0) * 1000)  # includes the Python client
-            if r.container_responses[0].envs["CUDA_DEVICE_MEMORY_LIMIT_0"] != "1000m":
-                raise SystemExit("wrong answer for pod %d" % i)
+        lat = allocate(stub, pb, 0, PODS)
         ch.close()
         lat.sort()
         p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]  # noqa: E731
@@ -97,19 +228,16 @@ def main():
         t1, c1 = time.time(), cpu_ticks(pid)
         hz = os.sysconf("SC_CLK_TCK")
         cpu = (c1 - c0) / hz / (t1 - t0) * 100
-        rss, anon, fil = rss_kib(pid), rss_kib(pid, "RssAnon"), rss_kib(pid, "RssFile")
-        print("idle_rss_kib %d (with %d pods cached): anonymous %d, file-backed (shared libraries) %d"
-              % (rss, PODS, anon, fil))
-        print("idle_rss_target_kib 5120 total %s, anonymous %s"
-              % ("met" if rss <= 5120 else "MISSED", "met" if anon <= 5120 else "MISSED"))
-        print("idle_cpu_percent %.3f (over %.0f s)" % (cpu, t1 - t0))
-        # the same agent with no pods: the floor
+        print("idle_cpu_percent %.3f (over %.0f s, %d pods cached)" % (cpu, t1 - t0, PODS))
+        # 23 s after the Allocate run: a GC pass (25 s period) has run since the agent started
+        report_memory(pid, "%d_pods" % PODS, "%d pods cached and served" % PODS)
         for i in range(PODS):
             env.api.delete_pod("p%03d" % i)
         time.sleep(27)  # a GC pass (directories, per-pod state, malloc_trim)
-        print("idle_rss_kib_after_pods_deleted_and_gc %d (anonymous %d)" % (rss_kib(pid), rss_kib(pid, "RssAnon")))
+        report_memory(pid, "after_pods_deleted_and_gc", "the %d pods deleted, a GC pass since" % PODS)
     finally:
         env.close()
+    small_node(kubelet_py, grpc)
     return 0
 
 

@@ -27,23 +27,26 @@
 #define ANN_CONTAINERS "gpuvisor.io/allocated-containers"
 #define ANN_PRELOAD "gpuvisor.io/preload"
 
-/* What this agent knows about a pod beyond the (possibly lagging) cache. */
+/*
+ * What this agent knows about a pod beyond the (possibly lagging) cache.
+ * One per pod served since its last GC, so strings are sized to their
+ * content rather than to their maximum (a fixed-size record was 2.3 KiB).
+ */
 struct pod_state {
-    char uid[GV_ALLOC_UID_MAX];
-    char ns[GV_ALLOC_NODE_MAX];
-    char name[GV_ALLOC_NODE_MAX];
-    char done[GV_ALLOC_MAX_CONTAINERS][GV_ALLOC_CNAME_MAX];
+    struct pod_state *next;
+    char *ns, *name;           /* NULL until known (recovered from disk) */
+    char *done;                /* containers served, comma-separated; NULL: none */
     size_t n_done;
     char inflight[GV_ALLOC_CNAME_MAX];
     bool all_done;
     uint64_t version, written; /* progress changes / the last one the API took */
-    bool writing;               /* the writer thread is sending it (GC must wait) */
-    unsigned attempts;          /* failed writes in a row */
-    int64_t next_try;           /* monotonic ms of the next attempt */
+    bool writing;              /* the writer thread is sending it (GC must wait) */
+    unsigned attempts;         /* failed writes in a row */
+    int64_t next_try;          /* monotonic ms of the next attempt */
     char state[16];
-    char message[256];
-    int64_t gone_since; /* monotonic ms the cache stopped showing it; 0 while present */
-    struct pod_state *next;
+    char *message;             /* NULL when none */
+    int64_t gone_since;        /* monotonic ms the cache stopped showing it; 0 while present */
+    char uid[];
 };
 
 struct gv_allocator {
@@ -111,22 +114,52 @@ static struct pod_state *find_pod(struct gv_allocator *a, const char *uid)
     return NULL;
 }
 
+static void pod_free(struct pod_state *p)
+{
+    if (p == NULL)
+        return;
+    free(p->ns);
+    free(p->name);
+    free(p->done);
+    free(p->message);
+    free(p);
+}
+
+/* Sets the pod's namespace and name; false when out of memory. */
+static bool pod_set_name(struct pod_state *p, const char *ns, const char *name)
+{
+    char *n = strdup(ns), *m = strdup(name);
+    if (n == NULL || m == NULL) {
+        free(n);
+        free(m);
+        return false;
+    }
+    free(p->ns);
+    free(p->name);
+    p->ns = n;
+    p->name = m;
+    return true;
+}
+
+/* NULL ns: not known (recovered from disk).  NULL when out of memory. */
 static struct pod_state *get_pod(struct gv_allocator *a, const char *uid, const char *ns,
                                  const char *name)
 {
     struct pod_state *p = find_pod(a, uid);
-    if (p && p->ns[0] == '\0' && ns[0]) { /* recovered from disk: now we know its name */
-        snprintf(p->ns, sizeof(p->ns), "%s", ns);
-        snprintf(p->name, sizeof(p->name), "%s", name);
-    }
-    if (p)
+    if (p) {
+        if (p->ns == NULL && ns && !pod_set_name(p, ns, name)) /* recovered: now we know its name */
+            return NULL;
         return p;
-    p = calloc(1, sizeof(*p));
+    }
+    size_t len = strlen(uid);
+    p = calloc(1, sizeof(*p) + len + 1);
     if (p == NULL)
         return NULL;
-    snprintf(p->uid, sizeof(p->uid), "%s", uid);
-    snprintf(p->ns, sizeof(p->ns), "%s", ns);
-    snprintf(p->name, sizeof(p->name), "%s", name);
+    memcpy(p->uid, uid, len + 1);
+    if (ns && !pod_set_name(p, ns, name)) {
+        free(p);
+        return NULL;
+    }
     p->next = a->pods;
     a->pods = p;
     return p;
@@ -134,10 +167,24 @@ static struct pod_state *get_pod(struct gv_allocator *a, const char *uid, const 
 
 static bool pod_has(const struct pod_state *p, const char *ctr)
 {
-    for (size_t i = 0; i < p->n_done; i++)
-        if (strcmp(p->done[i], ctr) == 0)
-            return true;
-    return strcmp(p->inflight, ctr) == 0;
+    return in_list(p->done, ctr) || strcmp(p->inflight, ctr) == 0;
+}
+
+/* Records container ctr as served; false when full or out of memory. */
+static bool pod_add_done(struct pod_state *p, const char *ctr)
+{
+    size_t old = p->done ? strlen(p->done) : 0, n = strlen(ctr);
+    if (p->n_done >= GV_ALLOC_MAX_CONTAINERS || n >= GV_ALLOC_CNAME_MAX)
+        return false;
+    char *d = realloc(p->done, old + n + 2);
+    if (d == NULL)
+        return false;
+    if (old)
+        d[old++] = ',';
+    memcpy(d + old, ctr, n + 1);
+    p->done = d;
+    p->n_done++;
+    return true;
 }
 
 static const struct gv_allocator_gpu *find_gpu(const struct gv_allocator *a, const char *uuid)
@@ -305,7 +352,8 @@ static void record(struct gv_allocator *a, struct pod_state *p, const char *stat
 {
     pthread_mutex_lock(&a->mu);
     snprintf(p->state, sizeof(p->state), "%s", state);
-    snprintf(p->message, sizeof(p->message), "%s", message ? message : "");
+    free(p->message);
+    p->message = message && *message ? strdup(message) : NULL; /* NULL on ENOMEM: no message */
     p->version++;
     p->next_try = 0;
     pthread_cond_broadcast(&a->changed);
@@ -317,13 +365,9 @@ static void write_progress(struct gv_allocator *a, struct pod_state *p)
 {
     char list[GV_ALLOC_MAX_CONTAINERS * GV_ALLOC_CNAME_MAX] = "";
     char state[16], message[256], path[600];
-    for (size_t i = 0; i < p->n_done; i++) {
-        if (i)
-            strcat(list, ",");
-        strcat(list, p->done[i]);
-    }
+    snprintf(list, sizeof(list), "%s", p->done ? p->done : "");
     snprintf(state, sizeof(state), "%s", p->state);
-    snprintf(message, sizeof(message), "%s", p->message);
+    snprintf(message, sizeof(message), "%s", p->message ? p->message : "");
     snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", p->ns, p->name);
     uint64_t version = p->version;
     p->writing = true;
@@ -351,7 +395,7 @@ static void write_progress(struct gv_allocator *a, struct pod_state *p)
 
 static bool needs_write(const struct pod_state *p)
 {
-    return p->version != p->written && p->gone_since == 0 && p->ns[0];
+    return p->version != p->written && p->gone_since == 0 && p->ns;
 }
 
 static void *writer_main(void *arg)
@@ -425,7 +469,23 @@ static bool earlier(json_t *x, const char *kx, json_t *y, const char *ky)
     return strcmp(jstr2(x, "metadata", "name"), jstr2(y, "metadata", "name")) < 0;
 }
 
-/* Caller holds a->mu.  Scans the cache snapshot for the pod being admitted. */
+/*
+ * What the pod says about itself: it has an assignment and is not deleted,
+ * finished, or done with allocation.  Only such a pod can be the one being
+ * admitted, so only such a pod needs more than its identity in the cache.
+ */
+static bool may_be_admitted(json_t *pod)
+{
+    const char *phase = jstr2(pod, "status", "phase");
+    const char *progress = gv_podspec_annotation(pod, ANN_ALLOCATION);
+    if (!gv_podspec_annotation(pod, ANN_ASSIGNMENT) ||
+        json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp"))
+        return false;
+    if (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0))
+        return false;
+    return !(progress && (strcmp(progress, "success") == 0 || strcmp(progress, "failed") == 0));
+}
+
 struct light {
     json_t *pod;
     const char *order;
@@ -453,17 +513,10 @@ static void choose(struct gv_allocator *a, json_t *pods, size_t n_ids, struct ch
     if (cand == NULL)
         return;
     json_array_foreach(pods, i, pod) {
-        const char *uid = jstr2(pod, "metadata", "uid"), *phase = jstr2(pod, "status", "phase");
+        const char *uid = jstr2(pod, "metadata", "uid");
         const char *node = jstr2(pod, "spec", "nodeName");
-        const char *progress = gv_podspec_annotation(pod, ANN_ALLOCATION);
         if (!uid || !jstr2(pod, "metadata", "namespace") || !jstr2(pod, "metadata", "name") || !node ||
-            strcmp(node, a->node) != 0 || !gv_podspec_annotation(pod, ANN_ASSIGNMENT))
-            continue;
-        if (json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp"))
-            continue;
-        if (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0))
-            continue;
-        if (progress && (strcmp(progress, "success") == 0 || strcmp(progress, "failed") == 0))
+            strcmp(node, a->node) != 0 || !may_be_admitted(pod))
             continue;
         struct pod_state *ps = find_pod(a, uid);
         if (ps && (ps->all_done || strcmp(ps->state, "failed") == 0))
@@ -862,14 +915,16 @@ int gv_allocator_allocate(void *ud, const char *const *ids, size_t n_ids,
     const char *listed = gv_podspec_annotation(ch.best.pod, ANN_CONTAINERS);
     pthread_mutex_lock(&a->mu);
     ps->inflight[0] = '\0';
-    if (code == GV_GRPC_OK && ps->n_done < GV_ALLOC_MAX_CONTAINERS) {
+    if (code == GV_GRPC_OK) {
         /* carry over what an earlier run of the agent recorded */
         for (size_t k = 0; k < ch.best.asg.n_containers; k++) {
             const char *cn = ch.best.asg.containers[k].name;
-            if (in_list(listed, cn) && !pod_has(ps, cn) && ps->n_done < GV_ALLOC_MAX_CONTAINERS)
-                snprintf(ps->done[ps->n_done++], GV_ALLOC_CNAME_MAX, "%s", cn);
+            if (in_list(listed, cn) && !pod_has(ps, cn))
+                pod_add_done(ps, cn);
         }
-        snprintf(ps->done[ps->n_done++], GV_ALLOC_CNAME_MAX, "%s", c->name);
+        if (!pod_add_done(ps, c->name))
+            gv_warn("pod %s/%s: cannot record container %s as served (out of memory)", ps->ns,
+                    ps->name, c->name);
         ps->all_done = ps->n_done >= ch.best.asg.n_containers;
     }
     bool all = ps->all_done;
@@ -936,60 +991,78 @@ static void keep(json_t *dst, json_t *src, const char *key)
 }
 
 /*
- * What the cache keeps of a pod: the fields Allocate and GC read (identity,
- * node, phase, deletion, the annotations gpuvisor and HAMi define, container
- * names and resources).  Bounds memory on nodes running many pods.
+ * The annotations the agent reads.  Every other one (HAMi's, the
+ * scheduler's other gpuvisor.io/ keys, kubectl's last-applied-configuration)
+ * stays out of the cache.
  */
-static json_t *trim_pod(void *ud, json_t *pod)
+static const char *const read_annotations[] = {ANN_ASSIGNMENT, ANN_ASSIGNED_AT, ANN_ALLOCATION,
+                                               ANN_CONTAINERS, ANN_PRELOAD};
+
+/*
+ * Every pod keeps its identity: GC looks pods up by uid, the informer needs
+ * resourceVersion to tell updates apart.  A pod that may still be admitted
+ * (may_be_admitted) also keeps what choose() and build() read: node,
+ * creationTimestamp when it has no assigned-at (the order key), the
+ * annotations above, and per container its name, resources
+ * (container_priority) and a CUDA_TASK_PRIORITY env entry (env_priority);
+ * its deletion and phase need no copy, they are known to be unset and not
+ * final.  A pod that can no longer be admitted reads as one without an
+ * assignment, so Allocate skips it exactly as it would the whole pod.  jansson spends
+ * about 220 bytes per object, 170 per string member: a small pending pod
+ * costs ~3.5 KiB, a served one ~1.2 KiB.
+ */
+json_t *gv_allocator_cache_pod(json_t *pod)
 {
-    (void)ud;
-    json_t *out = json_object(), *meta = json_object(), *spec = json_object();
-    json_t *status = json_object(), *anns = json_object(), *ctrs = json_array();
-    if (!out || !meta || !spec || !status || !anns || !ctrs) {
-        json_decref(out), json_decref(meta), json_decref(spec);
-        json_decref(status), json_decref(anns), json_decref(ctrs);
+    json_t *out = json_object(), *meta = json_object();
+    json_t *m = json_object_get(pod, "metadata");
+    if (!out || !meta || json_object_set_new(out, "metadata", meta) != 0) {
+        json_decref(out);
+        json_decref(meta);
         return json_incref(pod); /* out of memory: cache it whole rather than lose it */
     }
-    json_t *m = json_object_get(pod, "metadata");
-    static const char *const mkeys[] = {"name", "namespace", "uid", "resourceVersion",
-                                        "creationTimestamp", "deletionTimestamp"};
-    for (size_t i = 0; i < sizeof(mkeys) / sizeof(mkeys[0]); i++)
-        keep(meta, m, mkeys[i]);
-    const char *k;
-    json_t *v;
-    json_object_foreach(json_object_get(m, "annotations"), k, v) {
-        if (strncmp(k, "gpuvisor.io/", 12) == 0 || strncmp(k, "nvidia.com/", 11) == 0 ||
-            strncmp(k, "hami.io/", 8) == 0)
-            json_object_set(anns, k, v);
+    static const char *const ids[] = {"name", "namespace", "uid", "resourceVersion"};
+    for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++)
+        keep(meta, m, ids[i]);
+    if (!may_be_admitted(pod))
+        return out;
+    json_t *anns = json_object(), *spec = json_object(), *ctrs = json_array(), *c;
+    if (!anns || !spec || !ctrs || json_object_set_new(meta, "annotations", anns) != 0 ||
+        json_object_set_new(out, "spec", spec) != 0 ||
+        json_object_set_new(spec, "containers", ctrs) != 0) {
+        json_decref(out);
+        return json_incref(pod);
     }
-    json_object_set_new(meta, "annotations", anns);
-    json_t *sp = json_object_get(pod, "spec"), *c;
+    for (size_t i = 0; i < sizeof(read_annotations) / sizeof(read_annotations[0]); i++)
+        keep(anns, json_object_get(m, "annotations"), read_annotations[i]);
+    if (!gv_podspec_annotation(pod, ANN_ASSIGNED_AT))
+        keep(meta, m, "creationTimestamp");
+    json_t *sp = json_object_get(pod, "spec");
     size_t i;
     keep(spec, sp, "nodeName");
     json_array_foreach(json_object_get(sp, "containers"), i, c) {
-        json_t *tc = json_object();
-        if (tc == NULL)
-            continue;
+        json_t *tc = json_object(), *e;
+        if (tc == NULL || json_array_append_new(ctrs, tc) != 0) {
+            json_decref(out);
+            return json_incref(pod);
+        }
         keep(tc, c, "name");
         keep(tc, c, "resources");
-        json_t *env = json_array(), *e;
         size_t j;
         json_array_foreach(json_object_get(c, "env"), j, e) {
             json_t *n = json_object_get(e, "name");
-            if (json_is_string(n) && strcmp(json_string_value(n), "CUDA_TASK_PRIORITY") == 0)
-                json_array_append(env, e);
+            if (json_is_string(n) && strcmp(json_string_value(n), "CUDA_TASK_PRIORITY") == 0) {
+                json_object_set_new(tc, "env", json_pack("[O]", e));
+                break;
+            }
         }
-        if (json_array_size(env))
-            json_object_set(tc, "env", env);
-        json_decref(env);
-        json_array_append_new(ctrs, tc);
     }
-    json_object_set_new(spec, "containers", ctrs);
-    keep(status, json_object_get(pod, "status"), "phase");
-    json_object_set_new(out, "metadata", meta);
-    json_object_set_new(out, "spec", spec);
-    json_object_set_new(out, "status", status);
     return out;
+}
+
+static json_t *trim_pod(void *ud, json_t *pod)
+{
+    (void)ud;
+    return gv_allocator_cache_pod(pod);
 }
 
 static int rm_tree(const char *path)
@@ -1054,7 +1127,7 @@ size_t gv_allocator_gc(struct gv_allocator *a)
         pthread_mutex_unlock(&a->mu);
         if (live)
             continue;
-        free(p); /* unlinked and not being written: nobody else can reach it */
+        pod_free(p); /* unlinked and not being written: nobody else can reach it */
         char path[4400];
         snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
         if (rm_tree(path) == 0) {
@@ -1080,7 +1153,7 @@ size_t gv_allocator_gc(struct gv_allocator *a)
             p->gone_since = now;
         if (!live && !p->writing && now - p->gone_since >= a->cfg.gc_grace_ms) {
             *pp = p->next;
-            free(p);
+            pod_free(p);
         } else {
             pp = &p->next;
         }
@@ -1115,8 +1188,12 @@ gv_status gv_allocator_set_gpus(struct gv_allocator *a, const struct gv_node_con
 
 void gv_allocator_set_pods(struct gv_allocator *a, json_t *pods)
 {
+    size_t i;
+    json_t *pod, *cached = json_array();
+    json_array_foreach(pods, i, pod) /* exactly what the informer would cache */
+        json_array_append_new(cached, gv_allocator_cache_pod(pod));
     json_decref(a->fixed_pods);
-    a->fixed_pods = json_incref(pods);
+    a->fixed_pods = cached;
 }
 
 bool gv_allocator_synced(struct gv_allocator *a)
@@ -1153,12 +1230,11 @@ static void recover(struct gv_allocator *a, const char *dir)
         DIR *cd = opendir(sub);
         if (cd == NULL)
             continue;
-        struct pod_state *p = get_pod(a, e->d_name, "", "");
+        struct pod_state *p = get_pod(a, e->d_name, NULL, NULL);
         struct dirent *ce;
         while (p && (ce = readdir(cd)) != NULL)
-            if (ce->d_name[0] != '.' && !pod_has(p, ce->d_name) && p->n_done < GV_ALLOC_MAX_CONTAINERS &&
-                strlen(ce->d_name) < GV_ALLOC_CNAME_MAX)
-                snprintf(p->done[p->n_done++], GV_ALLOC_CNAME_MAX, "%s", ce->d_name);
+            if (ce->d_name[0] != '.' && !pod_has(p, ce->d_name))
+                pod_add_done(p, ce->d_name);
         closedir(cd);
     }
     closedir(d);
@@ -1236,7 +1312,7 @@ void gv_allocator_free(struct gv_allocator *a)
     while (a->pods) {
         struct pod_state *p = a->pods;
         a->pods = p->next;
-        free(p);
+        pod_free(p);
     }
     free(a->gpus);
     free(a->node);

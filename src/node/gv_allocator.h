@@ -74,9 +74,17 @@ size_t gv_allocator_gc(struct gv_allocator *a);
 
 /*
  * Tests and fuzzing: an allocator made without an API server answers from
- * this pod list (a JSON array, referenced) as if it were the cache.
+ * this pod list (a JSON array, not referenced) as if it were the cache,
+ * each pod passed through gv_allocator_cache_pod.
  */
 void gv_allocator_set_pods(struct gv_allocator *a, json_t *pods);
+
+/*
+ * What the pod cache keeps of a pod (new reference): its identity, plus
+ * what Allocate reads while the pod may still be admitted (docs/node-agent.md,
+ * "Memory").  The informer's transform; public for tests.
+ */
+json_t *gv_allocator_cache_pod(json_t *pod);
 
 /* True once the pod cache has its first list. */
 bool gv_allocator_synced(struct gv_allocator *a);

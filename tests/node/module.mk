@@ -18,6 +18,14 @@ test_node_units_LIBS := node kube contracts alloc common
 test_node_units_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
 test_node_units_CFLAGS := $(NODE_CFLAGS)
 
+# The pod cache's transform, and Allocate from trimmed pods.
+TEST_PROGS += test_node_podcache
+test_node_podcache_SRCS := tests/node/test_node_podcache.c
+test_node_podcache_LIBS := node kube contracts alloc common
+test_node_podcache_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
+test_node_podcache_CFLAGS := $(NODE_CFLAGS)
+$(BUILD)/obj/tests/node/test_node_podcache.o: $(NODE_PB_H)
+
 TEST_SCRIPTS += tests/node/test_grpc_transport.py tests/node/test_node_agent.py
 
 # Fuzz targets: bytes from a socket peer (HTTP/2 + gRPC framing), the

@@ -1,0 +1,336 @@
+/*
+ * The node agent's pod cache (gv_allocator_cache_pod, the informer's
+ * transform): what it keeps of a pod, and that Allocate gives the same
+ * answers from the trimmed pods as a kubelet would expect from the whole
+ * ones (pods as the API server returns them: labels, managedFields,
+ * kubectl's last-applied-configuration, HAMi annotations, volumes, env,
+ * status conditions).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#define _XOPEN_SOURCE 700
+#include <ftw.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/gv_log.h"
+#include "deviceplugin.pb-c.h"
+#include "node/gv_allocator.h"
+
+#define G0 "GPU-11111111-2222-4333-8444-000000000000"
+#define G1 "GPU-11111111-2222-4333-8444-000000000001"
+
+/* A pod as the API server returns it; assignment NULL: none. */
+static json_t *make_pod(const char *name, const char *assignment, const char *assigned_at)
+{
+    json_t *pod = json_pack(
+        "{s:s, s:s,"
+        " s:{s:s, s:s, s:s, s:s, s:s, s:{s:s, s:s},"
+        "    s:{s:s, s:s, s:s, s:s, s:s},"
+        "    s:[{s:s, s:s, s:s, s:{}}], s:[{s:s, s:s, s:s}]},"
+        " s:{s:s, s:s, s:s, s:[{s:s}],"
+        "    s:[{s:s, s:s, s:[{s:s, s:s}, {s:s, s:s}],"
+        "        s:{s:{s:s, s:s, s:s}, s:{s:s, s:s}}, s:[{s:s, s:s}]},"
+        "       {s:s, s:s, s:{s:{s:s}}}]},"
+        " s:{s:s, s:[{s:s, s:s}], s:s}}",
+        "apiVersion", "v1", "kind", "Pod",
+        "metadata", "name", name, "namespace", "team-a", "uid", name /* unique enough */,
+        "resourceVersion", "4711", "creationTimestamp", "2026-01-01T00:00:00Z",
+        "labels", "app", "trainer", "pod-template-hash", "5d9f",
+        "annotations", "kubectl.kubernetes.io/last-applied-configuration",
+        "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"x\"},\"spec\":{}}",
+        "hami.io/vgpu-node", "node1", "nvidia.com/use-gputype", "A100",
+        "gpuvisor.io/assigned-node", "node1", "gpuvisor.io/node-policy", "binpack",
+        "managedFields", "manager", "kubectl", "operation", "Update", "apiVersion", "v1",
+        "fieldsV1", "ownerReferences", "kind", "ReplicaSet", "name", "trainer-5d9f", "uid", "rs-1",
+        "spec", "nodeName", "node1", "schedulerName", "gpuvisor-scheduler",
+        "serviceAccountName", "default", "volumes", "name", "data",
+        "containers", "name", "main", "image", "cuda:12", "env", "name", "CUDA_TASK_PRIORITY",
+        "value", "1", "name", "HOME", "value", "/root", "resources", "limits", "nvidia.com/gpu",
+        "1", "nvidia.com/gpumem", "1000", "cpu", "2", "requests", "cpu", "1", "memory", "1Gi",
+        "volumeMounts", "name", "data", "mountPath", "/data", "name", "sidecar", "image", "busybox",
+        "resources", "limits", "cpu", "100m",
+        "status", "phase", "Pending", "conditions", "type", "PodScheduled", "status", "True",
+        "qosClass", "Burstable");
+    assert_non_null(pod);
+    json_t *anns = json_object_get(json_object_get(pod, "metadata"), "annotations");
+    if (assignment)
+        json_object_set_new(anns, "gpuvisor.io/assignment", json_string(assignment));
+    if (assigned_at)
+        json_object_set_new(anns, "gpuvisor.io/assigned-at", json_string(assigned_at));
+    return pod;
+}
+
+static void set_annotation(json_t *pod, const char *key, const char *value)
+{
+    json_object_set_new(json_object_get(json_object_get(pod, "metadata"), "annotations"), key,
+                        json_string(value));
+}
+
+/* Sorted, comma-joined keys of obj. */
+static void keys_of(json_t *obj, char *out, size_t cap)
+{
+    const char *keys[64];
+    size_t n = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(obj, k, v)
+        if (n < 64)
+            keys[n++] = k;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++)
+            if (strcmp(keys[j], keys[i]) < 0) {
+                const char *t = keys[i];
+                keys[i] = keys[j];
+                keys[j] = t;
+            }
+    out[0] = '\0';
+    for (size_t i = 0; i < n; i++)
+        snprintf(out + strlen(out), cap - strlen(out), "%s%s", i ? "," : "", keys[i]);
+}
+
+static void assert_keys(json_t *obj, const char *want)
+{
+    char got[1024];
+    keys_of(obj, got, sizeof(got));
+    if (strcmp(got, want) != 0)
+        fail_msg("keys '%s', want '%s'", got, want);
+}
+
+static void test_pending_pod_keeps_what_allocate_reads(void **state)
+{
+    (void)state;
+    json_t *pod = make_pod("p1", "v1;node=node1;main=" G0 ":1000:300", "2026-01-01T00:00:01.000000Z");
+    set_annotation(pod, "gpuvisor.io/preload", "false");
+    set_annotation(pod, "gpuvisor.io/allocated-containers", "");
+    json_t *c = gv_allocator_cache_pod(pod);
+    assert_non_null(c);
+    assert_keys(c, "metadata,spec");
+    json_t *m = json_object_get(c, "metadata");
+    assert_keys(m, "annotations,name,namespace,resourceVersion,uid");
+    assert_string_equal(json_string_value(json_object_get(m, "resourceVersion")), "4711");
+    assert_keys(json_object_get(m, "annotations"),
+                "gpuvisor.io/allocated-containers,gpuvisor.io/assigned-at,gpuvisor.io/assignment,"
+                "gpuvisor.io/preload");
+    json_t *spec = json_object_get(c, "spec");
+    assert_keys(spec, "containers,nodeName");
+    json_t *ctrs = json_object_get(spec, "containers");
+    assert_int_equal(json_array_size(ctrs), 2);
+    json_t *main_c = json_array_get(ctrs, 0);
+    assert_keys(main_c, "env,name,resources");
+    assert_int_equal(json_array_size(json_object_get(main_c, "env")), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(main_c, "env"), 0),
+                                                          "name")),
+                        "CUDA_TASK_PRIORITY");
+    assert_true(json_equal(json_object_get(main_c, "resources"),
+                           json_object_get(json_array_get(json_object_get(json_object_get(pod, "spec"),
+                                                                          "containers"), 0),
+                                           "resources")));
+    assert_keys(json_array_get(ctrs, 1), "name,resources");
+    /* the point of it all */
+    char *whole = json_dumps(pod, JSON_COMPACT), *kept = json_dumps(c, JSON_COMPACT);
+    assert_true(strlen(kept) * 2 < strlen(whole));
+    free(whole);
+    free(kept);
+    json_decref(c);
+    json_decref(pod);
+}
+
+static void test_order_key_fallback(void **state)
+{
+    (void)state;
+    json_t *pod = make_pod("p1", "v1;node=node1;main=" G0 ":1000:300", NULL);
+    json_t *c = gv_allocator_cache_pod(pod);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(c, "metadata"),
+                                                          "creationTimestamp")),
+                        "2026-01-01T00:00:00Z");
+    json_decref(c);
+    json_decref(pod);
+}
+
+/* Pods Allocate can no longer pick keep their identity only (GC needs the uid). */
+static void test_other_pods_keep_identity(void **state)
+{
+    (void)state;
+    json_t *pods[5];
+    pods[0] = make_pod("none", NULL, NULL);
+    pods[1] = make_pod("served", "v1;node=node1;main=" G0 ":1000:300", "2026-01-01T00:00:01Z");
+    set_annotation(pods[1], "gpuvisor.io/allocation", "success");
+    pods[2] = make_pod("failed", "v1;node=node1;main=" G0 ":1000:300", "2026-01-01T00:00:01Z");
+    set_annotation(pods[2], "gpuvisor.io/allocation", "failed");
+    pods[3] = make_pod("deleting", "v1;node=node1;main=" G0 ":1000:300", "2026-01-01T00:00:01Z");
+    json_object_set_new(json_object_get(pods[3], "metadata"), "deletionTimestamp",
+                        json_string("2026-01-01T00:01:00Z"));
+    pods[4] = make_pod("done", "v1;node=node1;main=" G0 ":1000:300", "2026-01-01T00:00:01Z");
+    json_object_set_new(json_object_get(pods[4], "status"), "phase", json_string("Succeeded"));
+    for (size_t i = 0; i < 5; i++) {
+        json_t *c = gv_allocator_cache_pod(pods[i]);
+        assert_keys(c, "metadata");
+        assert_keys(json_object_get(c, "metadata"), "name,namespace,resourceVersion,uid");
+        assert_string_equal(json_string_value(json_object_get(json_object_get(c, "metadata"), "uid")),
+                            json_string_value(json_object_get(json_object_get(pods[i], "metadata"),
+                                                              "uid")));
+        json_decref(c);
+        json_decref(pods[i]);
+    }
+}
+
+/* ---- Allocate from the trimmed pods ------------------------------------------- */
+
+static char scratch[] = "/tmp/gv-test-podcache-XXXXXX";
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static int setup_alloc(void **state)
+{
+    gv_log_set_level(GV_LOG_ERROR);
+    memcpy(scratch + strlen(scratch) - 6, "XXXXXX", 6);
+    if (mkdtemp(scratch) == NULL)
+        return -1;
+    struct gv_allocator_config cfg = {.node = "node1", .state_dir = scratch,
+                                      .install_dir = "/usr/local/gpuvisor", .wait_ms = 1};
+    struct gv_allocator *a;
+    if (gv_allocator_new(&cfg, NULL, NULL, &a, NULL) != GV_OK)
+        return -1;
+    struct gv_node_config *nc;
+    if (gv_node_config_default(&nc, NULL) != GV_OK)
+        return -1;
+    struct gv_allocator_gpu g[2] = {0};
+    const char *uuids[2] = {G0, G1};
+    for (int i = 0; i < 2; i++) {
+        snprintf(g[i].gpu.uuid, sizeof(g[i].gpu.uuid), "%s", uuids[i]);
+        g[i].gpu.index = (unsigned)i;
+        g[i].gpu.healthy = true;
+        g[i].gpu.numa = -1;
+        g[i].settings = nc->defaults;
+    }
+    gv_status st = gv_allocator_set_gpus(a, nc, g, 2, NULL);
+    gv_node_config_free(nc);
+    *state = a;
+    return st == GV_OK ? 0 : -1;
+}
+
+static int teardown_alloc(void **state)
+{
+    gv_allocator_free(*state);
+    return nftw(scratch, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+struct answer {
+    int code;
+    char env[2048];   /* KEY=VALUE;... */
+    char mounts[2048]; /* container path;... */
+};
+
+static void allocate(struct gv_allocator *a, const char *id0, const char *id1, struct answer *ans)
+{
+    const char *ids[2] = {id0, id1};
+    V1beta1__ContainerAllocateResponse *r = malloc(sizeof(*r));
+    assert_non_null(r);
+    v1beta1__container_allocate_response__init(r);
+    char msg[512];
+    memset(ans, 0, sizeof(*ans));
+    ans->code = gv_allocator_allocate(a, ids, id1 ? 2 : 1, r, msg, sizeof(msg));
+    for (size_t i = 0; i < r->n_envs; i++)
+        snprintf(ans->env + strlen(ans->env), sizeof(ans->env) - strlen(ans->env), "%s=%s;",
+                 r->envs[i]->key, r->envs[i]->value);
+    for (size_t i = 0; i < r->n_mounts; i++)
+        snprintf(ans->mounts + strlen(ans->mounts), sizeof(ans->mounts) - strlen(ans->mounts),
+                 "%s;", r->mounts[i]->container_path);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+}
+
+static void test_allocate_from_trimmed_pods(void **state)
+{
+    struct gv_allocator *a = *state;
+    json_t *pods = json_array();
+    json_array_append_new(pods, make_pod("plain", NULL, NULL));
+    json_t *served = make_pod("served", "v1;node=node1;main=" G0 ":500:100", "2026-01-01T00:00:00Z");
+    set_annotation(served, "gpuvisor.io/allocation", "success");
+    json_array_append_new(pods, served);
+    /* newer assignment: served second */
+    json_t *late = make_pod("late", "v1;node=node1;main=" G1 ":700:0", "2026-01-01T00:00:09Z");
+    set_annotation(late, "gpuvisor.io/preload", "false");
+    json_array_append_new(pods, late);
+    /* two GPU containers; the first (main) asks CUDA_TASK_PRIORITY=1 in its env */
+    json_t *early = make_pod("early", "v1;node=node1;main=" G0 ":1000:300;sidecar=" G1 ":2000:0",
+                             "2026-01-01T00:00:01Z");
+    json_array_append_new(pods, early);
+    gv_allocator_set_pods(a, pods);
+    json_decref(pods);
+
+    struct answer ans;
+    allocate(a, G0 "::1", NULL, &ans);
+    assert_int_equal(ans.code, 0);
+    assert_non_null(strstr(ans.env, "NVIDIA_VISIBLE_DEVICES=" G0 ";"));
+    assert_non_null(strstr(ans.env, "CUDA_DEVICE_MEMORY_LIMIT_0=1000m;"));
+    assert_non_null(strstr(ans.env, "CUDA_DEVICE_SM_LIMIT=30;"));
+    assert_non_null(strstr(ans.env, "CUDA_TASK_PRIORITY=1;")); /* from the kept env entry */
+    assert_non_null(strstr(ans.mounts, GV_NODE_PRELOAD_PATH ";"));
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s/containers/early/main/limits.env", scratch);
+    assert_int_equal(access(dir, F_OK), 0);
+
+    allocate(a, G1 "::2", NULL, &ans); /* the next container of the same pod */
+    assert_int_equal(ans.code, 0);
+    assert_non_null(strstr(ans.env, "NVIDIA_VISIBLE_DEVICES=" G1 ";"));
+    assert_non_null(strstr(ans.env, "CUDA_DEVICE_MEMORY_LIMIT_0=2000m;"));
+    assert_null(strstr(ans.env, "CUDA_TASK_PRIORITY")); /* the sidecar asked none */
+    snprintf(dir, sizeof(dir), "%s/containers/early/sidecar", scratch);
+    assert_int_equal(access(dir, F_OK), 0);
+
+    allocate(a, G1 "::3", NULL, &ans); /* then the later pod, opted out of ld.so.preload */
+    assert_int_equal(ans.code, 0);
+    assert_non_null(strstr(ans.env, "CUDA_DEVICE_MEMORY_LIMIT_0=700m;"));
+    assert_null(strstr(ans.mounts, GV_NODE_PRELOAD_PATH));
+    assert_non_null(strstr(ans.mounts, GV_NODE_LIMITS_PATH));
+
+    allocate(a, G0 "::4", NULL, &ans); /* nothing left: the served pod is not served again */
+    assert_int_not_equal(ans.code, 0);
+}
+
+/* Two GPUs in one container, priority from the nvidia.com/priority resource. */
+static void test_allocate_multi_gpu_priority_resource(void **state)
+{
+    struct gv_allocator *a = *state;
+    json_t *pod = make_pod("multi", "v1;node=node1;main=" G0 ":1000:0," G1 ":1000:0",
+                           "2026-01-01T00:00:01Z");
+    json_t *main_c = json_array_get(json_object_get(json_object_get(pod, "spec"), "containers"), 0);
+    json_object_del(main_c, "env");
+    json_t *lim = json_object_get(json_object_get(main_c, "resources"), "limits");
+    json_object_set_new(lim, "nvidia.com/gpu", json_string("2"));
+    json_object_set_new(lim, "nvidia.com/priority", json_string("0"));
+    json_t *pods = json_pack("[o]", pod);
+    gv_allocator_set_pods(a, pods);
+    json_decref(pods);
+    struct answer ans;
+    allocate(a, G0 "::1", G1 "::1", &ans);
+    assert_int_equal(ans.code, 0);
+    assert_non_null(strstr(ans.env, "NVIDIA_VISIBLE_DEVICES=" G0 "," G1 ";"));
+    assert_non_null(strstr(ans.env, "CUDA_DEVICE_MEMORY_LIMIT_1=1000m;"));
+    assert_non_null(strstr(ans.env, "CUDA_TASK_PRIORITY=0;"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pending_pod_keeps_what_allocate_reads),
+        cmocka_unit_test(test_order_key_fallback),
+        cmocka_unit_test(test_other_pods_keep_identity),
+        cmocka_unit_test_setup_teardown(test_allocate_from_trimmed_pods, setup_alloc, teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_allocate_multi_gpu_priority_resource, setup_alloc,
+                                        teardown_alloc),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
