@@ -48,3 +48,13 @@ test_kube_stream_LDLIBS := $(KUBE_TEST_LDLIBS)
 
 # The stand-in itself, checked against a real client (kubectl / client-go).
 TEST_SCRIPTS += tests/kube/test_fake_apiserver_with_kubectl.sh
+
+# TLS end to end: certificates made at run time by
+# tests/fakes/apiserver/gen_test_certs.sh (openssl CLI); libcrypto for base64.
+TEST_PROGS += test_kube_tls_with_fake_apiserver
+test_kube_tls_with_fake_apiserver_SRCS := tests/kube/test_kube_tls_with_fake_apiserver.c \
+	$(KUBE_TESTLIB_SRCS)
+test_kube_tls_with_fake_apiserver_LIBS := $(KUBE_TEST_LIBS)
+test_kube_tls_with_fake_apiserver_LDLIBS := $(KUBE_TEST_LDLIBS) \
+	$(shell $(PKG_CONFIG) --libs libcrypto)
+test_kube_tls_with_fake_apiserver_CFLAGS := -I.
