@@ -65,3 +65,13 @@ TEST_PROGS += test_kube_http_transport
 test_kube_http_transport_SRCS := tests/kube/test_kube_http_transport.c
 test_kube_http_transport_LIBS := $(KUBE_TEST_LIBS)
 test_kube_http_transport_LDLIBS := $(KUBE_TEST_LDLIBS)
+
+# TLS end to end: certificates made at run time by
+# tests/fakes/apiserver/gen_test_certs.sh (openssl CLI); libcrypto for base64.
+TEST_PROGS += test_kube_tls_with_fake_apiserver
+test_kube_tls_with_fake_apiserver_SRCS := tests/kube/test_kube_tls_with_fake_apiserver.c \
+	$(KUBE_TESTLIB_SRCS)
+test_kube_tls_with_fake_apiserver_LIBS := $(KUBE_TEST_LIBS)
+test_kube_tls_with_fake_apiserver_LDLIBS := $(KUBE_TEST_LDLIBS) \
+	$(shell $(PKG_CONFIG) --libs libcrypto)
+test_kube_tls_with_fake_apiserver_CFLAGS := -I.
