@@ -75,3 +75,5 @@ test_kube_tls_with_fake_apiserver_LIBS := $(KUBE_TEST_LIBS)
 test_kube_tls_with_fake_apiserver_LDLIBS := $(KUBE_TEST_LDLIBS) \
 	$(shell $(PKG_CONFIG) --libs libcrypto)
 test_kube_tls_with_fake_apiserver_CFLAGS := -I.
+# The HTTPS stand-in and the generated certificates, checked against kubectl.
+TEST_SCRIPTS += tests/kube/test_fake_apiserver_tls_with_kubectl.sh
