@@ -33,7 +33,7 @@ BENCH_PROGS += bench_scheduler
 bench_scheduler_SRCS := bench/bench_scheduler.c tests/scheduler/sched_testlib.c \
 	tests/fakes/apiserver/fake_apiserver_proc.c
 bench_scheduler_LIBS := kube common
-bench_scheduler_LDLIBS := $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
+bench_scheduler_LDLIBS := $(kube_LDLIBS) $(FAKE_APISERVER_LDLIBS)
 bench_scheduler_CFLAGS := -I.
 endif
 

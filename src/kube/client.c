@@ -1,17 +1,17 @@
 /*
- * HTTP side of the Kubernetes API client: one curl easy handle per call
- * (so any thread may call at any time), a curl share object for the
- * connection cache, DNS and TLS sessions (so calls still reuse keep-alive
- * connections), retries with jittered exponential backoff on failures that
- * a retry can cure (connection errors, 429, 5xx) and never on other 4xx.
+ * Request side of the Kubernetes API client: URLs, headers and auth, retries
+ * with jittered exponential backoff on failures that a retry can cure
+ * (connection errors, 429, 5xx) and never on other 4xx, and watches.  The
+ * bytes travel through the transport in http.c (kube_http.h); any thread
+ * may call at any time.
  */
-#include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,6 +20,7 @@
 #include "common/gv_file.h"
 #include "common/gv_log.h"
 #include "common/gv_version.h"
+#include "kube/kube_http.h"
 #include "kube/kube_internal.h"
 
 /* Responses larger than this are refused: a page of 500 objects is far
@@ -32,11 +33,7 @@
 #define WATCH_GRACE_SECONDS 30
 
 struct gv_kube_client {
-    char *server;
-    char *unix_socket;
-    char *ca_file, *cert_file, *key_file;
-    char *ca_data, *cert_data, *key_data;
-    bool insecure;
+    struct gv_http *http;
     long timeout_ms, connect_timeout_ms, backoff_initial_ms, backoff_max_ms;
     int max_retries;
 
@@ -44,29 +41,18 @@ struct gv_kube_client {
     char *token;
     char *token_file;
     time_t token_read_at;
-
-    CURLSH *share;
-    pthread_mutex_t share_mu[CURL_LOCK_DATA_LAST];
 };
 
 struct gv_kube_cancel {
     pthread_mutex_t mu;
     pthread_cond_t cond;
     bool fired;
-    CURLM *active; /* the watch's multi handle while one runs */
+    int fd; /* eventfd, readable once fired: wakes a watch's poll() */
 };
 
 /* ------------------------------------------------------------------------
  * Small helpers
  */
-
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_rc;
-
-static void curl_init(void)
-{
-    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
 
 static pthread_mutex_t rng_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t rng_state;
@@ -132,6 +118,12 @@ gv_status gv_kube_cancel_new(struct gv_kube_cancel **out, struct gv_error *err)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&c->cond, &ca);
     pthread_condattr_destroy(&ca);
+    c->fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (c->fd < 0) {
+        int e = errno;
+        gv_kube_cancel_free(c);
+        return gv_error_set(err, GV_EINTERNAL, "kube cancel: eventfd: %s", strerror(e));
+    }
     *out = c;
     return GV_OK;
 }
@@ -141,9 +133,12 @@ void gv_kube_cancel_fire(struct gv_kube_cancel *c)
     if (c == NULL)
         return;
     pthread_mutex_lock(&c->mu);
+    if (!c->fired) {
+        uint64_t one = 1;
+        ssize_t n = write(c->fd, &one, sizeof(one));
+        (void)n; /* an eventfd counter cannot overflow from one write */
+    }
     c->fired = true;
-    if (c->active != NULL)
-        curl_multi_wakeup(c->active);
     pthread_cond_broadcast(&c->cond);
     pthread_mutex_unlock(&c->mu);
 }
@@ -163,6 +158,8 @@ void gv_kube_cancel_free(struct gv_kube_cancel *c)
 {
     if (c == NULL)
         return;
+    if (c->fd >= 0)
+        close(c->fd);
     pthread_cond_destroy(&c->cond);
     pthread_mutex_destroy(&c->mu);
     free(c);
@@ -203,93 +200,53 @@ bool gv_kube_cancel_sleep(struct gv_kube_cancel *c, long ms)
  * Client
  */
 
-static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *ud)
-{
-    (void)h;
-    (void)access;
-    struct gv_kube_client *c = ud;
-    pthread_mutex_lock(&c->share_mu[data]);
-}
-
-static void share_unlock(CURL *h, curl_lock_data data, void *ud)
-{
-    (void)h;
-    struct gv_kube_client *c = ud;
-    pthread_mutex_unlock(&c->share_mu[data]);
-}
-
 gv_status gv_kube_client_new(const struct gv_kube_config *cfg, struct gv_kube_client **out,
                              struct gv_error *err)
 {
     *out = NULL;
     if (cfg == NULL || cfg->server == NULL || cfg->server[0] == '\0')
         return gv_error_set(err, GV_EINVAL, "kube client: no API server URL configured");
-    if (strncmp(cfg->server, "http://", 7) != 0 && strncmp(cfg->server, "https://", 8) != 0)
-        return gv_error_set(err, GV_EINVAL,
-                            "kube client: server \"%s\" is not an http:// or https:// URL",
-                            cfg->server);
-    pthread_once(&curl_once, curl_init);
-    if (curl_init_rc != CURLE_OK)
-        return gv_error_set(err, GV_EINTERNAL, "kube client: curl_global_init: %s",
-                            curl_easy_strerror(curl_init_rc));
     struct gv_kube_client *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return gv_error_set(err, GV_ENOMEM, "kube client: out of memory");
     pthread_mutex_init(&c->token_mu, NULL);
-    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
-        pthread_mutex_init(&c->share_mu[i], NULL);
-    if (!dup_into(&c->server, cfg->server) || !dup_into(&c->unix_socket, cfg->unix_socket) ||
-        !dup_into(&c->ca_file, cfg->ca_file) || !dup_into(&c->ca_data, cfg->ca_data) ||
-        !dup_into(&c->cert_file, cfg->client_cert_file) ||
-        !dup_into(&c->cert_data, cfg->client_cert_data) ||
-        !dup_into(&c->key_file, cfg->client_key_file) ||
-        !dup_into(&c->key_data, cfg->client_key_data) || !dup_into(&c->token, cfg->token) ||
-        !dup_into(&c->token_file, cfg->token_file))
-        goto nomem;
-    /* Strip a trailing slash so "server + path" never doubles it. */
-    size_t sl = strlen(c->server);
-    while (sl > 0 && c->server[sl - 1] == '/')
-        c->server[--sl] = '\0';
-    c->insecure = cfg->insecure_skip_tls_verify;
+    if (!dup_into(&c->token, cfg->token) || !dup_into(&c->token_file, cfg->token_file)) {
+        gv_kube_client_free(c);
+        return gv_error_set(err, GV_ENOMEM, "kube client: out of memory");
+    }
     c->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 30000;
     c->connect_timeout_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 5000;
     c->max_retries = cfg->max_retries >= 0 ? cfg->max_retries : 5;
     c->backoff_initial_ms = cfg->backoff_initial_ms > 0 ? cfg->backoff_initial_ms : 200;
     c->backoff_max_ms = cfg->backoff_max_ms > 0 ? cfg->backoff_max_ms : 5000;
-
-    c->share = curl_share_init();
-    if (c->share == NULL)
-        goto nomem;
-    curl_share_setopt(c->share, CURLSHOPT_LOCKFUNC, share_lock);
-    curl_share_setopt(c->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
-    curl_share_setopt(c->share, CURLSHOPT_USERDATA, c);
-    curl_share_setopt(c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
-    curl_share_setopt(c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
-    curl_share_setopt(c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+    struct gv_http_opts ho = {
+        .server = cfg->server,
+        .unix_socket = cfg->unix_socket,
+        .tls = {.ca_file = cfg->ca_file,
+                .ca_data = cfg->ca_data,
+                .cert_file = cfg->client_cert_file,
+                .cert_data = cfg->client_cert_data,
+                .key_file = cfg->client_key_file,
+                .key_data = cfg->client_key_data,
+                .insecure = cfg->insecure_skip_tls_verify},
+        .connect_timeout_ms = c->connect_timeout_ms,
+    };
+    gv_status st = gv_http_new(&ho, &c->http, err);
+    if (st != GV_OK) {
+        gv_error_prefix(err, "kube client");
+        gv_kube_client_free(c);
+        return st;
+    }
     *out = c;
     return GV_OK;
-nomem:
-    gv_kube_client_free(c);
-    return gv_error_set(err, GV_ENOMEM, "kube client: out of memory");
 }
 
 void gv_kube_client_free(struct gv_kube_client *c)
 {
     if (c == NULL)
         return;
-    if (c->share != NULL)
-        curl_share_cleanup(c->share);
-    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
-        pthread_mutex_destroy(&c->share_mu[i]);
+    gv_http_free(c->http);
     pthread_mutex_destroy(&c->token_mu);
-    free(c->server);
-    free(c->unix_socket);
-    free(c->ca_file);
-    free(c->ca_data);
-    free(c->cert_file);
-    free(c->cert_data);
-    free(c->key_file);
-    free(c->key_data);
     free(c->token);
     free(c->token_file);
     free(c);
@@ -342,23 +299,38 @@ static bool token_rotated(struct gv_kube_client *c)
     return changed;
 }
 
-/* Builds "server + path ? query" where query comes from name/value pairs
- * (values escaped, NULL values skipped). */
-static char *build_url(struct gv_kube_client *c, CURL *h, const char *path,
-                       const char *const *kv, size_t nkv)
+/* Appends s percent-encoded for a query value (RFC 3986: all but the
+ * unreserved characters). */
+static gv_status append_escaped(struct gv_buf *b, const char *s)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    gv_status st = GV_OK;
+    for (; *s != '\0' && st == GV_OK; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if ((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+            ch == '-' || ch == '.' || ch == '_' || ch == '~') {
+            st = gv_buf_append(b, s, 1);
+        } else {
+            char e[3] = {'%', hex[ch >> 4], hex[ch & 15]};
+            st = gv_buf_append(b, e, 3);
+        }
+    }
+    return st;
+}
+
+/* "path ? query" from name/value pairs (values escaped, NULL values
+ * skipped); the transport puts the server's prefix in front. */
+static char *build_target(const char *path, const char *const *kv, size_t nkv)
 {
     struct gv_buf b = {0};
-    bool ok = gv_buf_append(&b, c->server, strlen(c->server)) == GV_OK &&
-              gv_buf_append(&b, path, strlen(path)) == GV_OK;
+    bool ok = gv_buf_append(&b, path, strlen(path)) == GV_OK;
     char sep = strchr(path, '?') != NULL ? '&' : '?';
     for (size_t i = 0; ok && i + 1 < nkv; i += 2) {
         if (kv[i + 1] == NULL)
             continue;
-        char *esc = curl_easy_escape(h, kv[i + 1], 0);
-        ok = esc != NULL && gv_buf_append(&b, &sep, 1) == GV_OK &&
+        ok = gv_buf_append(&b, &sep, 1) == GV_OK &&
              gv_buf_append(&b, kv[i], strlen(kv[i])) == GV_OK &&
-             gv_buf_append(&b, "=", 1) == GV_OK && gv_buf_append(&b, esc, strlen(esc)) == GV_OK;
-        curl_free(esc);
+             gv_buf_append(&b, "=", 1) == GV_OK && append_escaped(&b, kv[i + 1]) == GV_OK;
         sep = '&';
     }
     if (!ok) {
@@ -378,122 +350,54 @@ struct request {
     size_t body_len;
 };
 
-/* Sets the options every request shares: TLS, auth, timeouts. */
-static gv_status setup_handle(struct gv_kube_client *c, CURL *h, const struct request *r,
-                              struct curl_slist **headers, char **url_out, char *errbuf,
-                              struct gv_error *err)
+/* Target and header lines every request shares: Accept, Content-Type,
+ * the bearer token.  Both strings are the caller's to free. */
+static gv_status prepare(struct gv_kube_client *c, const struct request *r, char **target,
+                         char **headers, struct gv_error *err)
 {
-    char *url = build_url(c, h, r->path, r->query, r->nquery);
-    if (url == NULL)
-        return gv_error_set(err, GV_ENOMEM, "%s %s: out of memory", r->method, r->path);
-    *url_out = url;
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_SHARE, c->share);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, c->connect_timeout_ms);
-    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 30L);
-    curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 10L);
-    curl_easy_setopt(h, CURLOPT_USERAGENT, "gpuvisor/" GV_VERSION);
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-    /* HTTP/1.1 on purpose: each watch gets its own TCP connection, so TCP
-     * keepalive detects a dead one, instead of every watch stalling on one
-     * shared HTTP/2 connection (client-go needed HTTP/2 pings for that). */
-    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, r->method);
-    if (r->body != NULL) {
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, r->body);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);
-    }
-    if (c->unix_socket != NULL)
-        curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, c->unix_socket);
-    if (c->insecure) {
-        curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
-        curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
-    }
-    if (c->ca_file != NULL)
-        curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
-    if (c->ca_data != NULL) {
-        struct curl_blob blob = {c->ca_data, strlen(c->ca_data), CURL_BLOB_COPY};
-        curl_easy_setopt(h, CURLOPT_CAINFO_BLOB, &blob);
-    }
-    if (c->cert_file != NULL)
-        curl_easy_setopt(h, CURLOPT_SSLCERT, c->cert_file);
-    if (c->cert_data != NULL) {
-        struct curl_blob blob = {c->cert_data, strlen(c->cert_data), CURL_BLOB_COPY};
-        curl_easy_setopt(h, CURLOPT_SSLCERT_BLOB, &blob);
-    }
-    if (c->key_file != NULL)
-        curl_easy_setopt(h, CURLOPT_SSLKEY, c->key_file);
-    if (c->key_data != NULL) {
-        struct curl_blob blob = {c->key_data, strlen(c->key_data), CURL_BLOB_COPY};
-        curl_easy_setopt(h, CURLOPT_SSLKEY_BLOB, &blob);
-    }
-
-    struct curl_slist *hl = curl_slist_append(NULL, "Accept: application/json");
-    if (hl != NULL && r->content_type != NULL) {
+    *target = build_target(r->path, r->query, r->nquery);
+    struct gv_buf h = {0};
+    gv_status st = *target == NULL ? GV_ENOMEM : GV_OK;
+    const char *accept = "Accept: application/json\r\n";
+    if (st == GV_OK)
+        st = gv_buf_append(&h, accept, strlen(accept));
+    if (st == GV_OK && r->content_type != NULL) {
         char ct[128];
-        snprintf(ct, sizeof(ct), "Content-Type: %s", r->content_type);
-        struct curl_slist *n = curl_slist_append(hl, ct);
-        hl = n != NULL ? n : (curl_slist_free_all(hl), NULL);
+        int n = snprintf(ct, sizeof(ct), "Content-Type: %s\r\n", r->content_type);
+        st = gv_buf_append(&h, ct, (size_t)n);
     }
     char *tok = current_token(c);
-    if (hl != NULL && tok != NULL && tok[0] != '\0') {
-        size_t n = strlen(tok) + 32;
-        char *auth = malloc(n);
-        struct curl_slist *nl = NULL;
-        if (auth != NULL) {
-            snprintf(auth, n, "Authorization: Bearer %s", tok);
-            nl = curl_slist_append(hl, auth);
-            free(auth);
+    if (st == GV_OK && tok != NULL && tok[0] != '\0') {
+        /* A token with a line break would inject headers: refuse it. */
+        if (strpbrk(tok, "\r\n") != NULL) {
+            free(tok);
+            gv_buf_free(&h);
+            free(*target);
+            *target = NULL;
+            return gv_error_set(err, GV_EINVAL, "%s %s: bearer token contains a line break",
+                                r->method, r->path);
         }
-        hl = nl != NULL ? nl : (curl_slist_free_all(hl), NULL);
+        const char *pre = "Authorization: Bearer ";
+        st = gv_buf_append(&h, pre, strlen(pre));
+        if (st == GV_OK)
+            st = gv_buf_append(&h, tok, strlen(tok));
+        if (st == GV_OK)
+            st = gv_buf_append(&h, "\r\n", 2);
     }
     free(tok);
-    if (hl == NULL)
-        return gv_error_set(err, GV_ENOMEM, "%s %s: out of memory", r->method, r->path);
-    /* libcurl would otherwise send "Expect: 100-continue" for large bodies
-     * and wait a second for an answer the API server does not send. */
-    struct curl_slist *nl = curl_slist_append(hl, "Expect:");
-    if (nl == NULL) {
-        curl_slist_free_all(hl);
+    if (st != GV_OK) {
+        gv_buf_free(&h);
+        free(*target);
+        *target = NULL;
         return gv_error_set(err, GV_ENOMEM, "%s %s: out of memory", r->method, r->path);
     }
-    *headers = nl;
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, nl);
+    *headers = h.data;
     return GV_OK;
 }
 
-static long retry_after_ms(CURL *h)
+static bool collect_body(void *ud, const char *data, size_t len)
 {
-    struct curl_header *hd = NULL;
-    if (curl_easy_header(h, "Retry-After", 0, CURLH_HEADER, -1, &hd) != CURLHE_OK)
-        return 0;
-    char *end = NULL;
-    long s = strtol(hd->value, &end, 10);
-    if (end == hd->value || s < 0)
-        return 0;
-    return s > 3600 ? 3600000L : s * 1000L;
-}
-
-static bool curl_retryable(CURLcode rc)
-{
-    switch (rc) {
-    case CURLE_COULDNT_CONNECT:
-    case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_OPERATION_TIMEDOUT:
-    case CURLE_SEND_ERROR:
-    case CURLE_RECV_ERROR:
-    case CURLE_GOT_NOTHING:
-    case CURLE_PARTIAL_FILE:
-    case CURLE_SSL_CONNECT_ERROR:
-    case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM:
-        return true;
-    default:
-        return false;
-    }
+    return gv_buf_append(ud, data, len) == GV_OK;
 }
 
 /*
@@ -509,51 +413,40 @@ static gv_status perform(struct gv_kube_client *c, const struct request *r, stru
     gv_status st = GV_EINTERNAL;
     bool reauthed = false;
     for (unsigned attempt = 0;; attempt++) {
-        CURL *h = curl_easy_init();
-        if (h == NULL)
-            return gv_error_set(err, GV_ENOMEM, "%s: curl_easy_init failed", what);
-        struct curl_slist *headers = NULL;
-        char *url = NULL;
-        char errbuf[CURL_ERROR_SIZE] = "";
+        char *target = NULL, *headers = NULL;
         gv_buf_free(resp);
         gv_buf_init(resp, MAX_RESPONSE_BYTES);
-        st = setup_handle(c, h, r, &headers, &url, errbuf, err);
-        if (st != GV_OK) {
-            curl_easy_cleanup(h);
-            curl_slist_free_all(headers);
-            free(url);
+        st = prepare(c, r, &target, &headers, err);
+        if (st != GV_OK)
             return st;
-        }
-        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, c->timeout_ms);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, gv_buf_write_cb);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, resp);
-        CURLcode rc = curl_easy_perform(h);
-        long code = 0;
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+        struct gv_http_request hr = {.method = r->method,
+                                     .target = target,
+                                     .headers = headers,
+                                     .body = r->body,
+                                     .body_len = r->body_len,
+                                     .timeout_ms = c->timeout_ms,
+                                     .cancel_fd = -1};
+        struct gv_http_result res;
+        st = gv_http_exchange(c->http, &hr, collect_body, resp, &res, err);
+        free(target);
+        free(headers);
         bool retry = false;
         long min_delay = 0;
-        if (rc != CURLE_OK) {
-            if (resp->overflow)
-                st = gv_error_set(err, GV_EPROTO, "%s: response larger than %zu bytes", what,
-                                  MAX_RESPONSE_BYTES);
-            else
-                st = gv_error_set(err,
-                                  rc == CURLE_OPERATION_TIMEDOUT ? GV_ETIMEOUT : GV_EUNAVAILABLE,
-                                  "%s: %s%s%s", what, curl_easy_strerror(rc),
-                                  errbuf[0] ? ": " : "", errbuf);
-            retry = !resp->overflow && curl_retryable(rc);
-        } else if (code >= 200 && code < 300) {
+        if (resp->overflow) {
+            st = gv_error_set(err, GV_EPROTO, "%s: response larger than %zu bytes", what,
+                              MAX_RESPONSE_BYTES);
+        } else if (st != GV_OK) {
+            gv_error_prefix(err, "%s", what);
+            retry = res.retryable;
+        } else if (res.status >= 200 && res.status < 300) {
             st = GV_OK;
         } else {
-            st = gv_kube_http_error(code, resp->data, resp->len, what, err);
-            retry = code == 429 || code >= 500;
-            if (retry)
-                min_delay = retry_after_ms(h);
+            st = gv_kube_http_error(res.status, resp->data, resp->len, what, err);
+            retry = res.status == 429 || res.status >= 500;
+            if (retry && res.retry_after_s > 0)
+                min_delay = res.retry_after_s > 3600 ? 3600000L : res.retry_after_s * 1000L;
         }
-        curl_easy_cleanup(h);
-        curl_slist_free_all(headers);
-        free(url);
-        if (code == 401 && !reauthed && token_rotated(c)) {
+        if (res.status == 401 && !reauthed && token_rotated(c)) {
             /* Rotated service-account token: retry once at once. */
             reauthed = true;
             attempt--;
@@ -858,35 +751,29 @@ gv_status gv_kube_bind_pod(struct gv_kube_client *c, const char *namespace_, con
 }
 
 /* ------------------------------------------------------------------------
- * Watch: multi interface so a cancel can wake the transfer at once
- * (curl_multi_wakeup) instead of waiting for the next progress callback.
+ * Watch: one long response on a dedicated connection, decoded as it
+ * arrives; a cancel wakes the transport's poll() through the eventfd.
  */
 
 struct watch_ctx {
-    CURL *h;
+    struct gv_http_result *res;
     struct gv_kube_stream stream;
     struct gv_buf errbody; /* body of a non-200 answer */
-    long code;
     gv_status st;
     struct gv_error err;
 };
 
-static size_t write_watch(char *p, size_t size, size_t n, void *ud)
+static bool watch_body(void *ud, const char *p, size_t len)
 {
     struct watch_ctx *w = ud;
-    size_t len = size * n;
-    if (w->code == 0)
-        curl_easy_getinfo(w->h, CURLINFO_RESPONSE_CODE, &w->code);
-    if (w->code != 200) {
+    if (w->res->status != 200) {
         /* Error bodies are small Status objects; cap what we keep. */
         if (w->errbody.len < 65536)
             gv_buf_append(&w->errbody, p, len);
-        return len;
+        return true;
     }
     w->st = gv_kube_stream_feed(&w->stream, p, len, &w->err);
-    if (w->st != GV_OK || w->stream.stopped)
-        return 0; /* aborts the transfer */
-    return len;
+    return w->st == GV_OK && !w->stream.stopped;
 }
 
 gv_status gv_kube_watch(struct gv_kube_client *c, const char *path,
@@ -917,64 +804,28 @@ gv_status gv_kube_watch(struct gv_kube_client *c, const char *path,
     char what[300];
     snprintf(what, sizeof(what), "WATCH %s", path);
 
+    struct gv_http_result res;
     struct watch_ctx w;
     memset(&w, 0, sizeof(w));
+    w.res = &res;
     gv_kube_stream_init(&w.stream, fn, ud);
-    struct curl_slist *headers = NULL;
-    char *url = NULL;
-    char errbuf[CURL_ERROR_SIZE] = "";
-    CURLM *m = NULL;
-    bool attached = false;
-    w.h = curl_easy_init();
-    m = curl_multi_init();
-    if (w.h == NULL || m == NULL) {
-        st = gv_error_set(err, GV_ENOMEM, "%s: curl init failed", what);
-        goto out;
-    }
-    st = setup_handle(c, w.h, &r, &headers, &url, errbuf, err);
+    char *target = NULL, *headers = NULL;
+    st = prepare(c, &r, &target, &headers, err);
     if (st != GV_OK)
         goto out;
-    if (opts->timeout_seconds > 0)
-        curl_easy_setopt(w.h, CURLOPT_TIMEOUT_MS,
-                         (opts->timeout_seconds + WATCH_GRACE_SECONDS) * 1000L);
-    curl_easy_setopt(w.h, CURLOPT_WRITEFUNCTION, write_watch);
-    curl_easy_setopt(w.h, CURLOPT_WRITEDATA, &w);
-    curl_multi_add_handle(m, w.h);
-    attached = true;
-
-    if (opts->cancel != NULL) {
-        pthread_mutex_lock(&opts->cancel->mu);
-        opts->cancel->active = m;
-        pthread_mutex_unlock(&opts->cancel->mu);
-    }
-    CURLcode rc = CURLE_OK;
-    bool cancelled = false;
-    for (;;) {
-        int running = 0;
-        CURLMcode mc = curl_multi_perform(m, &running);
-        if (mc != CURLM_OK) {
-            st = gv_error_set(err, GV_EINTERNAL, "%s: %s", what, curl_multi_strerror(mc));
-            goto detach;
-        }
-        int queued;
-        CURLMsg *msg = curl_multi_info_read(m, &queued);
-        if (msg != NULL && msg->msg == CURLMSG_DONE) {
-            rc = msg->data.result;
-            break;
-        }
-        if (gv_kube_cancel_fired(opts->cancel)) {
-            cancelled = true;
-            break;
-        }
-        mc = curl_multi_poll(m, NULL, 0, 1000, NULL);
-        if (mc != CURLM_OK) {
-            st = gv_error_set(err, GV_EINTERNAL, "%s: %s", what, curl_multi_strerror(mc));
-            goto detach;
-        }
-    }
-    if (w.code == 0)
-        curl_easy_getinfo(w.h, CURLINFO_RESPONSE_CODE, &w.code);
-    if (cancelled || w.stream.stopped) {
+    struct gv_http_request hr = {
+        .method = "GET",
+        .target = target,
+        .headers = headers,
+        .timeout_ms = opts->timeout_seconds > 0
+                          ? (opts->timeout_seconds + WATCH_GRACE_SECONDS) * 1000L
+                          : 0,
+        .cancel_fd = opts->cancel != NULL ? opts->cancel->fd : -1,
+        .dedicated = true,
+    };
+    struct gv_error terr;
+    gv_status tst = gv_http_exchange(c->http, &hr, watch_body, &w, &res, &terr);
+    if (res.cancelled || w.stream.stopped) {
         st = GV_OK;
     } else if (w.st != GV_OK) {
         /* The decoder refused the stream (malformed event, ERROR event). */
@@ -983,14 +834,16 @@ gv_status gv_kube_watch(struct gv_kube_client *c, const char *path,
             *err = w.err;
             gv_error_prefix(err, "%s", what);
         }
-    } else if (w.code != 0 && w.code != 200) {
-        st = gv_kube_http_error(w.code, w.errbody.data, w.errbody.len, what, err);
-        if (w.code == 401)
+    } else if (res.status != 0 && res.status != 200) {
+        st = gv_kube_http_error(res.status, w.errbody.data, w.errbody.len, what, err);
+        if (res.status == 401)
             token_rotated(c); /* the caller's next watch uses a rotated token */
-    } else if (rc != CURLE_OK) {
-        st = gv_error_set(err, rc == CURLE_OPERATION_TIMEDOUT ? GV_ETIMEOUT : GV_EUNAVAILABLE,
-                          "%s: %s%s%s", what, curl_easy_strerror(rc), errbuf[0] ? ": " : "",
-                          errbuf);
+    } else if (tst != GV_OK) {
+        st = tst;
+        if (err != NULL) {
+            *err = terr;
+            gv_error_prefix(err, "%s", what);
+        }
     } else {
         st = gv_kube_stream_finish(&w.stream, &w.err);
         if (st != GV_OK && err != NULL) {
@@ -998,26 +851,14 @@ gv_status gv_kube_watch(struct gv_kube_client *c, const char *path,
             gv_error_prefix(err, "%s", what);
         }
     }
-detach:
-    if (opts->cancel != NULL) {
-        pthread_mutex_lock(&opts->cancel->mu);
-        opts->cancel->active = NULL;
-        pthread_mutex_unlock(&opts->cancel->mu);
-    }
 out:
     if (last_rv != NULL && w.stream.last_rv != NULL) {
         free(*last_rv);
         *last_rv = w.stream.last_rv;
         w.stream.last_rv = NULL;
     }
-    if (attached)
-        curl_multi_remove_handle(m, w.h);
-    if (w.h != NULL)
-        curl_easy_cleanup(w.h);
-    if (m != NULL)
-        curl_multi_cleanup(m);
-    curl_slist_free_all(headers);
-    free(url);
+    free(target);
+    free(headers);
     gv_buf_free(&w.errbody);
     gv_kube_stream_release(&w.stream);
     return st;

@@ -7,12 +7,13 @@
  * because aliases can make a small file expand exponentially.
  */
 #include <limits.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <yaml.h>
+
+#include <mbedtls/base64.h>
 
 #include "common/gv_file.h"
 #include "kube/gv_kube.h"
@@ -305,27 +306,25 @@ static bool yaml_true(const char *s)
 static gv_status b64_decode(const char *field, const char *in, char **out, struct gv_error *err)
 {
     size_t n = strlen(in);
-    if (n % 4 != 0 || n > INT_MAX)
+    if (n % 4 != 0)
         return gv_error_set(err, GV_EPARSE, "kubeconfig %s: invalid base64 (length %zu)", field,
                             n);
-    unsigned char *buf = malloc(n / 4 * 3 + 1);
+    size_t len = 0;
+    char *buf = malloc(n / 4 * 3 + 1);
     if (buf == NULL)
         return gv_error_set(err, GV_ENOMEM, "kubeconfig %s: out of memory", field);
-    int r = EVP_DecodeBlock(buf, (const unsigned char *)in, (int)n);
-    if (r < 0) {
+    if (mbedtls_base64_decode((unsigned char *)buf, n / 4 * 3 + 1, &len,
+                              (const unsigned char *)in, n) != 0) {
         free(buf);
         return gv_error_set(err, GV_EPARSE, "kubeconfig %s: invalid base64", field);
     }
-    /* EVP_DecodeBlock counts padding as output bytes. */
-    size_t len = (size_t)r;
-    for (size_t i = n; i > 0 && in[i - 1] == '=' && len > 0; i--)
-        len--;
-    if (memchr(buf, '\0', len) != NULL) {
-        free(buf);
+    buf[len] = '\0';
+    *out = buf;
+    if (memchr(*out, '\0', len) != NULL) {
+        free(*out);
+        *out = NULL;
         return gv_error_set(err, GV_EPARSE, "kubeconfig %s: decoded data is not PEM text", field);
     }
-    buf[len] = '\0';
-    *out = (char *)buf;
     return GV_OK;
 }
 

@@ -1,7 +1,7 @@
 /*
  * Kubernetes API client and informer cache shared by gpuvisor's daemons
- * (gpuvisor-scheduler and gpuvisor-node).  libcurl for HTTP, jansson for
- * JSON.  See docs/kube-client.md for the design.
+ * (gpuvisor-scheduler and gpuvisor-node).  Our HTTP/1.1 transport over
+ * mbedTLS (src/kube/kube_http.h), jansson for JSON.  See docs/kube-client.md for the design.
  *
  * Paths are API paths ("/api/v1/namespaces/default/pods/p1"); the client
  * prepends the server URL and adds the query string built from the options.
@@ -25,8 +25,8 @@
  * Lifetimes: free informers (and end watches) before their client.
  *
  * Thread safety: a client may be used from any number of threads at once.
- * Each call uses its own curl handle; connections, DNS and TLS sessions are
- * shared through a curl share object.  JSON objects returned to the caller
+ * Calls share a small pool of keep-alive connections; watches get their own
+ * connection.  JSON objects returned to the caller
  * are new references the caller owns (json_decref).  Objects handed to
  * informer callbacks, and those returned by gv_informer_get/gv_informer_list,
  * are shared with the cache: treat them as read-only (since jansson 2.11

@@ -24,3 +24,7 @@ $(GV_FAKE_NVML): $(fake_nvml_OBJS) tests/fakes/fake.map tests/fakes/module.mk
 		-Wl,--version-script=tests/fakes/fake.map -o $@ $(fake_nvml_OBJS) -lpthread
 
 EXTRA_ALL += $(GV_FAKE_CUDA) $(GV_FAKE_NVML)
+
+# The API-server stand-in's C launcher (apiserver/fake_apiserver_proc.c)
+# drives the fake's control endpoints with libcurl, a real HTTP client.
+FAKE_APISERVER_LDLIBS := $(shell $(PKG_CONFIG) --libs libcurl)

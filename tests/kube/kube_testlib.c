@@ -9,6 +9,15 @@
 
 #include <cmocka.h>
 
+void kube_config_fast_retries(struct gv_kube_config *cfg)
+{
+    /* Fast retries keep fault-injection tests short. */
+    cfg->backoff_initial_ms = 5;
+    cfg->backoff_max_ms = 20;
+    cfg->max_retries = 3;
+    cfg->timeout_ms = 10000;
+}
+
 int kube_fixture_setup_args(void **state, const char *const *args)
 {
     struct kube_fixture *fx = calloc(1, sizeof(*fx));
@@ -20,11 +29,7 @@ int kube_fixture_setup_args(void **state, const char *const *args)
     struct gv_error err;
     if (gv_kube_config_from_url(fx->fa.url, &cfg, &err) != GV_OK)
         goto fail;
-    /* Fast retries keep fault-injection tests short. */
-    cfg->backoff_initial_ms = 5;
-    cfg->backoff_max_ms = 20;
-    cfg->max_retries = 3;
-    cfg->timeout_ms = 10000;
+    kube_config_fast_retries(cfg);
     gv_status st = gv_kube_client_new(cfg, &fx->client, &err);
     gv_kube_config_free(cfg);
     if (st != GV_OK)

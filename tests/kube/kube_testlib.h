@@ -19,6 +19,9 @@ int kube_fixture_teardown(void **state);
 /* Same with extra fake_apiserver arguments. */
 int kube_fixture_setup_args(void **state, const char *const *args);
 
+/* The fixture's client settings: short backoff, 3 retries, 10 s timeout. */
+void kube_config_fast_retries(struct gv_kube_config *cfg);
+
 /* Creates pod ns/name (labels "k=v,..." or NULL; node or NULL); returns it. */
 json_t *kube_create_pod(struct gv_kube_client *c, const char *ns, const char *name,
                         const char *label_key, const char *label_value, const char *node);

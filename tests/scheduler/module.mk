@@ -1,6 +1,7 @@
 # Scheduler tests.  "with_fake_apiserver" tests run the daemon against
 # tests/fakes/apiserver/fake_apiserver.py, a kube-apiserver stand-in.
-SCHED_TEST_LDLIBS := $(scheduler_LDLIBS) $(contracts_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
+SCHED_TEST_LDLIBS := $(scheduler_LDLIBS) $(contracts_LDLIBS) $(FAKE_APISERVER_LDLIBS) \
+	$(shell $(PKG_CONFIG) --libs cmocka)
 
 TEST_PROGS += test_extender_codec
 test_extender_codec_SRCS := tests/scheduler/test_extender_codec.c

@@ -10,7 +10,10 @@
 
 struct fake_apiserver {
     pid_t pid;
-    char url[512]; /* "http://127.0.0.1:PORT" (or "unix:/path") */
+    char url[512]; /* "http://127.0.0.1:PORT" (or "unix:/path", "https://...") */
+    /* Plain-HTTP /_fake/ endpoint when started with --control-port, else "":
+     * lets fake_apiserver_ctl drive an HTTPS stand-in. */
+    char ctl_url[512];
 };
 
 /*
@@ -20,7 +23,8 @@ struct fake_apiserver {
  * current directory, which is the repo root under `make test`).
  */
 int fake_apiserver_start(struct fake_apiserver *fa, const char *const *args);
-/* POSTs (or GETs when op starts with "GET ") a /_fake/ control, e.g.
+/* POSTs (or GETs when op starts with "GET ") a /_fake/ control (on
+ * ctl_url when set, else url), e.g.
  * "fail?code=503&count=2".  Returns the HTTP status, -1 on transport error;
  * body (if non-NULL, caller frees) receives the answer. */
 long fake_apiserver_ctl(const struct fake_apiserver *fa, const char *op, char **body);

@@ -31,14 +31,28 @@ Test controls (never part of the real API) live under /_fake/:
        --graceful-pod-deletion (what their kubelet would do)
   POST /_fake/watch-410-status?on=1    answer too-old watches with HTTP 410
        instead of an ERROR event (both happen in real clusters)
-  GET  /_fake/stats                    request counts {"METHOD path": n}
+  GET  /_fake/stats                    request counts {"METHOD path": n}; over
+       TLS also "TLS handshake", "TLS handshake-failed", "TLS TLSv1.x" and
+       "X509 <client CN>" (requests authenticated by a client certificate)
   GET  /_fake/watches                  number of open watch streams
 
 Usage: fake_apiserver.py [--port 0] [--unix PATH] [--token T]
-       [--tls-cert F --tls-key F [--client-ca F]] [--bookmark-interval S]
+       [--tls-cert F --tls-key F [--client-ca F] [--tls-max-version 1.2]]
+       [--control-port P] [--bookmark-interval S]
        [--graceful-pod-deletion] [--seed objects.json]
 Prints "READY <url>" on stdout once listening.  Exits when its parent dies,
 so a crashed test never leaves it running.
+
+TLS (--tls-cert/--tls-key): HTTPS, TLS 1.2 or later (--tls-max-version 1.2
+pins 1.2, what a TLS-1.2-only client negotiates anyway).  With --client-ca
+every connection must present a certificate signed by that CA (the handshake
+fails otherwise), and a request carrying no Authorization header is
+authenticated by that certificate, as kube-apiserver's x509 authenticator
+does; a request that does carry a bearer token is still checked against
+--token (so a wrong token is 401 even with a valid certificate).
+--control-port serves /_fake/ (and nothing else) over plain HTTP on that
+port, announced by a "CONTROL <url>" line before READY, so a test can drive
+an HTTPS stand-in without a TLS client of its own.
 """
 
 import argparse
@@ -350,9 +364,15 @@ def conflict(res, name, why="the object has been modified; please apply your cha
                     % (res, name, why), {"name": name, "kind": res})
 
 
+def count_stat(key):
+    with STATS_LOCK:
+        STATS[key] = STATS.get(key, 0) + 1
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "fake-apiserver/1.0"
+    control_only = False
 
     def setup(self):
         super().setup()
@@ -402,20 +422,38 @@ class Handler(BaseHTTPRequestHandler):
                            "format - accepted media types include: application/json "
                            "(%s)" % e)
 
+    def client_cn(self):
+        """CN of the verified client certificate, or None."""
+        cert = self.connection.getpeercert() if isinstance(self.connection, ssl.SSLSocket) \
+            else None
+        if not cert:
+            return None
+        for rdn in cert.get("subject", ()):
+            for k, v in rdn:
+                if k == "commonName":
+                    return v
+        return ""
+
     def authorized(self):
+        auth = self.headers.get("Authorization")
+        if auth is None:
+            cn = self.client_cn()
+            if cn is not None:
+                count_stat("X509 " + cn)
+                return True
         if not ARGS.token:
             return True
-        return self.headers.get("Authorization") == "Bearer " + ARGS.token
+        return auth == "Bearer " + ARGS.token
 
     def dispatch(self, method):
         u = urlsplit(self.path)
         q = {k: v[-1] for k, v in parse_qs(u.query, keep_blank_values=True).items()}
-        with STATS_LOCK:
-            key = "%s %s" % (method, u.path)
-            STATS[key] = STATS.get(key, 0) + 1
+        count_stat("%s %s" % (method, u.path))
         try:
             if u.path.startswith("/_fake/"):
                 return self.admin(method, u.path, q)
+            if self.control_only:
+                raise ApiError(404, "NotFound", "the control port serves /_fake/ only")
             if not self.authorized():
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             fault = FAULTS.take(q.get("watch") in ("1", "true"))
@@ -929,6 +967,45 @@ class Handler(BaseHTTPRequestHandler):
             OPEN_WATCHES[0] -= 1
 
 
+class ControlHandler(Handler):
+    control_only = True
+
+
+class TLSHTTPServer(ThreadingHTTPServer):
+    """HTTPS.  The handshake runs on the connection's own thread (not in
+    accept, as wrapping the listening socket would do), so a client that
+    stalls or fails its handshake never holds up the others; handshakes
+    are counted for the tests (how many connections a client opened)."""
+    daemon_threads = True
+
+    def __init__(self, addr, ctx):
+        self.ctx = ctx
+        super().__init__(addr, Handler)
+
+    def finish_request(self, request, client_address):
+        request.settimeout(10)
+        try:
+            tls = self.ctx.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as e:
+            count_stat("TLS handshake-failed")
+            if os.environ.get("FAKE_APISERVER_LOG"):
+                sys.stderr.write("fake_apiserver: TLS handshake failed: %s\n" % e)
+            return
+        count_stat("TLS handshake")
+        count_stat("TLS " + (tls.version() or "?"))
+        tls.settimeout(None)
+        try:
+            self.RequestHandlerClass(tls, client_address, self)
+        finally:
+            # Send close_notify like a Go server, without waiting for the peer's.
+            try:
+                tls.setblocking(False)
+                tls.unwrap()
+            except (ssl.SSLError, OSError, ValueError):
+                pass
+            tls.close()
+
+
 class UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
@@ -976,6 +1053,8 @@ def main():
     ap.add_argument("--tls-cert")
     ap.add_argument("--tls-key")
     ap.add_argument("--client-ca")
+    ap.add_argument("--tls-max-version", choices=("1.2", "1.3"))
+    ap.add_argument("--control-port", type=int)
     ap.add_argument("--bookmark-interval", type=float, default=60.0)
     ap.add_argument("--graceful-pod-deletion", action="store_true",
                     help="DELETE of a bound pod only marks it terminating, as with a kubelet")
@@ -994,17 +1073,26 @@ def main():
         url = "unix:" + ARGS.unix
     else:
         ThreadingHTTPServer.daemon_threads = True
-        srv = ThreadingHTTPServer((ARGS.host, ARGS.port), Handler)
         scheme = "http"
         if ARGS.tls_cert:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+            if ARGS.tls_max_version == "1.2":
+                ctx.maximum_version = ssl.TLSVersion.TLSv1_2
             ctx.load_cert_chain(ARGS.tls_cert, ARGS.tls_key)
             if ARGS.client_ca:
                 ctx.load_verify_locations(ARGS.client_ca)
                 ctx.verify_mode = ssl.CERT_REQUIRED
-            srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+            srv = TLSHTTPServer((ARGS.host, ARGS.port), ctx)
             scheme = "https"
+        else:
+            srv = ThreadingHTTPServer((ARGS.host, ARGS.port), Handler)
         url = "%s://%s:%d" % (scheme, ARGS.host, srv.server_address[1])
+    if ARGS.control_port is not None:
+        ctl = ThreadingHTTPServer(("127.0.0.1", ARGS.control_port), ControlHandler)
+        threading.Thread(target=ctl.serve_forever, kwargs={"poll_interval": 0.2},
+                         daemon=True).start()
+        print("CONTROL http://127.0.0.1:%d" % ctl.server_address[1], flush=True)
     threading.Thread(target=parent_watchdog, args=(os.getppid(),), daemon=True).start()
     print("READY " + url, flush=True)
     try:

@@ -45,10 +45,17 @@ int fake_apiserver_start(struct fake_apiserver *fa, const char *const *args)
     FILE *f = fdopen(p[0], "r");
     char line[480];
     int rc = -1;
-    if (f != NULL && fgets(line, sizeof(line), f) != NULL && strncmp(line, "READY ", 6) == 0) {
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
         line[strcspn(line, "\r\n")] = '\0';
-        snprintf(fa->url, sizeof(fa->url), "%s", line + 6);
-        rc = 0;
+        if (strncmp(line, "CONTROL ", 8) == 0) {
+            snprintf(fa->ctl_url, sizeof(fa->ctl_url), "%s", line + 8);
+            continue;
+        }
+        if (strncmp(line, "READY ", 6) == 0) {
+            snprintf(fa->url, sizeof(fa->url), "%s", line + 6);
+            rc = 0;
+        }
+        break;
     }
     /* Keep the pipe's read end closed: the server prints nothing more. */
     if (f != NULL)
@@ -67,7 +74,7 @@ long fake_apiserver_ctl(const struct fake_apiserver *fa, const char *op, char **
     if (get)
         op += 4;
     char url[1024];
-    snprintf(url, sizeof(url), "%s/_fake/%s", fa->url, op);
+    snprintf(url, sizeof(url), "%s/_fake/%s", fa->ctl_url[0] ? fa->ctl_url : fa->url, op);
     CURL *h = curl_easy_init();
     if (h == NULL)
         return -1;
