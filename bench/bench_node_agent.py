@@ -198,6 +198,7 @@ def main():
     import kubelet_py  # compiles the proto
     import grpc
     pb, pbg = kubelet_py.pb, kubelet_py.pbg
+    small_node(kubelet_py, grpc)
     env = agent.Env(gpus=0, config={"deviceSplitCount": 100})
     try:
         sock = start(env, 25)
@@ -237,7 +238,6 @@ def main():
         report_memory(pid, "after_pods_deleted_and_gc", "the %d pods deleted, a GC pass since" % PODS)
     finally:
         env.close()
-    small_node(kubelet_py, grpc)
     return 0
 
 

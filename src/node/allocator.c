@@ -806,10 +806,10 @@ static void mark_bad(struct gv_allocator *a, struct choice *ch)
     }
 }
 
-int gv_allocator_allocate(void *ud, const char *const *ids, size_t n_ids,
-                          V1beta1__ContainerAllocateResponse *resp, char *msg, size_t cap)
+static int allocate(struct gv_allocator *a, const char *const *ids, size_t n_ids,
+                    V1beta1__ContainerAllocateResponse *resp, char *msg, size_t cap,
+                    struct choice *ch)
 {
-    struct gv_allocator *a = ud;
     int64_t t_start = gv_loop_now_us();
     char uuids[GV_ALLOC_MAX_DEVICES][GV_ALLOC_UUID_MAX];
     if (n_ids == 0 || n_ids > GV_ALLOC_MAX_DEVICES)
@@ -838,26 +838,25 @@ int gv_allocator_allocate(void *ud, const char *const *ids, size_t n_ids,
     int64_t deadline = gv_loop_now_ms() + (all_plain || a->fixed_pods ? 0 : a->cfg.wait_ms);
     if (!all_plain && a->pods_inf)
         gv_informer_wait_synced(a->pods_inf, a->cfg.wait_ms);
-    struct choice ch;
     struct pod_state *ps = NULL;
     for (;;) {
-        memset(&ch, 0, sizeof(ch));
+        memset(ch, 0, sizeof(*ch));
         json_t *pods = a->fixed_pods ? json_incref(a->fixed_pods) : gv_informer_list(a->pods_inf);
         pthread_mutex_lock(&a->mu);
         uint64_t gen = a->generation;
         if (pods)
-            choose(a, pods, n_ids, &ch);
-        if (ch.found) {
-            const char *uid = jstr2(ch.best.pod, "metadata", "uid");
-            ps = get_pod(a, uid, jstr2(ch.best.pod, "metadata", "namespace"),
-                         jstr2(ch.best.pod, "metadata", "name"));
+            choose(a, pods, n_ids, ch);
+        if (ch->found) {
+            const char *uid = jstr2(ch->best.pod, "metadata", "uid");
+            ps = get_pod(a, uid, jstr2(ch->best.pod, "metadata", "namespace"),
+                         jstr2(ch->best.pod, "metadata", "name"));
             if (ps)
                 snprintf(ps->inflight, sizeof(ps->inflight), "%s",
-                         ch.best.asg.containers[ch.best.next].name);
-            json_incref(ch.best.pod);
+                         ch->best.asg.containers[ch->best.next].name);
+            json_incref(ch->best.pod);
         }
         int64_t left = deadline - gv_loop_now_ms();
-        if (!ch.found && left > 0 && ch.n_bad == 0) {
+        if (!ch->found && left > 0 && ch->n_bad == 0) {
             /* sleep until the cache changes or the deadline */
             struct timespec ts;
             gv_loop_abstime(&ts, left);
@@ -866,66 +865,66 @@ int gv_allocator_allocate(void *ud, const char *const *ids, size_t n_ids,
                     break;
             pthread_mutex_unlock(&a->mu);
             json_decref(pods);
-            choice_release(&ch);
+            choice_release(ch);
             continue;
         }
         pthread_mutex_unlock(&a->mu);
         json_decref(pods);
         break;
     }
-    if (!ch.found) {
-        if (all_plain && ch.n_bad == 0)
+    if (!ch->found) {
+        if (all_plain && ch->n_bad == 0)
             return answer_from_ids(a, uuids, n_ids, resp, msg, cap);
         int code;
-        if (ch.n_bad) {
+        if (ch->n_bad) {
             char names[512] = "";
-            for (size_t i = 0; i < ch.n_bad; i++) {
+            for (size_t i = 0; i < ch->n_bad; i++) {
                 size_t l = strlen(names);
                 snprintf(names + l, sizeof(names) - l, "%spod %s/%s: %s", i ? "; " : "",
-                         jstr2(ch.bad[i], "metadata", "namespace"), jstr2(ch.bad[i], "metadata", "name"),
-                         ch.bad_msg[i]);
+                         jstr2(ch->bad[i], "metadata", "namespace"), jstr2(ch->bad[i], "metadata", "name"),
+                         ch->bad_msg[i]);
             }
             code = fail(msg, cap, GV_GRPC_INVALID_ARGUMENT,
                         "the GPU assignment of the pod being admitted is unusable: %s", names);
-            mark_bad(a, &ch);
-        } else if (ch.n_mismatch) {
+            mark_bad(a, ch);
+        } else if (ch->n_mismatch) {
             code = fail(msg, cap, GV_GRPC_FAILED_PRECONDITION,
                         "no pending pod on node %s has a container assigned %zu GPU(s) (%s)",
-                        a->node, n_ids, ch.mismatch);
+                        a->node, n_ids, ch->mismatch);
         } else {
             code = fail(msg, cap, GV_GRPC_FAILED_PRECONDITION,
                         "no pending pod on node %s has an unallocated gpuvisor.io/assignment "
                         "for %zu GPU(s): was the pod scheduled by gpuvisor-scheduler?",
                         a->node, n_ids);
         }
-        choice_release(&ch);
+        choice_release(ch);
         return code;
     }
-    choice_release(&ch);
+    choice_release(ch);
     if (ps == NULL) {
-        json_decref(ch.best.pod);
+        json_decref(ch->best.pod);
         return fail(msg, cap, GV_GRPC_RESOURCE_EXHAUSTED, "out of memory");
     }
-    const struct gv_alloc_container_assign *c = &ch.best.asg.containers[ch.best.next];
+    const struct gv_alloc_container_assign *c = &ch->best.asg.containers[ch->best.next];
     int64_t t_chosen = gv_loop_now_us();
-    int code = build(a, ch.best.pod, c, resp, msg, cap);
+    int code = build(a, ch->best.pod, c, resp, msg, cap);
     int64_t t_built = gv_loop_now_us();
 
     /* Progress: this container done; the pod is a success once all are. */
-    const char *listed = gv_podspec_annotation(ch.best.pod, ANN_CONTAINERS);
+    const char *listed = gv_podspec_annotation(ch->best.pod, ANN_CONTAINERS);
     pthread_mutex_lock(&a->mu);
     ps->inflight[0] = '\0';
     if (code == GV_GRPC_OK) {
         /* carry over what an earlier run of the agent recorded */
-        for (size_t k = 0; k < ch.best.asg.n_containers; k++) {
-            const char *cn = ch.best.asg.containers[k].name;
+        for (size_t k = 0; k < ch->best.asg.n_containers; k++) {
+            const char *cn = ch->best.asg.containers[k].name;
             if (in_list(listed, cn) && !pod_has(ps, cn))
                 pod_add_done(ps, cn);
         }
         if (!pod_add_done(ps, c->name))
             gv_warn("pod %s/%s: cannot record container %s as served (out of memory)", ps->ns,
                     ps->name, c->name);
-        ps->all_done = ps->n_done >= ch.best.asg.n_containers;
+        ps->all_done = ps->n_done >= ch->best.asg.n_containers;
     }
     bool all = ps->all_done;
     pthread_mutex_unlock(&a->mu);
@@ -938,7 +937,23 @@ int gv_allocator_allocate(void *ud, const char *const *ids, size_t n_ids,
     } else {
         record(a, ps, "failed", msg);
     }
-    json_decref(ch.best.pod);
+    json_decref(ch->best.pod);
+    return code;
+}
+
+int gv_allocator_allocate(void *ud, const char *const *ids, size_t n_ids,
+                          V1beta1__ContainerAllocateResponse *resp, char *msg, size_t cap)
+{
+    /*
+     * A choice holds a decoded assignment (~35 KiB).  On the heap its pages
+     * go back after the call; on a worker's stack they would stay resident
+     * for good, in each of the 4 workers.
+     */
+    struct choice *ch = malloc(sizeof(*ch));
+    if (ch == NULL)
+        return fail(msg, cap, GV_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+    int code = allocate(ud, ids, n_ids, resp, msg, cap, ch);
+    free(ch);
     return code;
 }
 
@@ -999,17 +1014,18 @@ static const char *const read_annotations[] = {ANN_ASSIGNMENT, ANN_ASSIGNED_AT, 
                                                ANN_CONTAINERS, ANN_PRELOAD};
 
 /*
- * Every pod keeps its identity: GC looks pods up by uid, the informer needs
- * resourceVersion to tell updates apart.  A pod that may still be admitted
- * (may_be_admitted) also keeps what choose() and build() read: node,
- * creationTimestamp when it has no assigned-at (the order key), the
- * annotations above, and per container its name, resources
- * (container_priority) and a CUDA_TASK_PRIORITY env entry (env_priority);
- * its deletion and phase need no copy, they are known to be unset and not
+ * Every pod keeps its uid (GC and the cache callbacks look pods up by it)
+ * and resourceVersion (the informer tells updates apart by it; it keys the
+ * cache by namespace/name itself).  A pod that may still be admitted
+ * (may_be_admitted) also keeps what choose() and build() read: name,
+ * namespace, node, creationTimestamp when it has no assigned-at (the order
+ * key), the annotations above, and per container its name, resources
+ * (container_priority) and a CUDA_TASK_PRIORITY env entry (env_priority).
+ * Its deletion and phase need no copy: they are known to be unset and not
  * final.  A pod that can no longer be admitted reads as one without an
- * assignment, so Allocate skips it exactly as it would the whole pod.  jansson spends
- * about 220 bytes per object, 170 per string member: a small pending pod
- * costs ~3.5 KiB, a served one ~1.2 KiB.
+ * assignment, so Allocate skips it exactly as it would the whole pod.
+ * jansson spends ~220 bytes per object and ~170 per string member: a small
+ * pending pod costs ~3.5 KiB, any other pod ~0.7 KiB.
  */
 json_t *gv_allocator_cache_pod(json_t *pod)
 {
@@ -1020,11 +1036,12 @@ json_t *gv_allocator_cache_pod(json_t *pod)
         json_decref(meta);
         return json_incref(pod); /* out of memory: cache it whole rather than lose it */
     }
-    static const char *const ids[] = {"name", "namespace", "uid", "resourceVersion"};
-    for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++)
-        keep(meta, m, ids[i]);
+    keep(meta, m, "uid");
+    keep(meta, m, "resourceVersion");
     if (!may_be_admitted(pod))
         return out;
+    keep(meta, m, "name");
+    keep(meta, m, "namespace");
     json_t *anns = json_object(), *spec = json_object(), *ctrs = json_array(), *c;
     if (!anns || !spec || !ctrs || json_object_set_new(meta, "annotations", anns) != 0 ||
         json_object_set_new(out, "spec", spec) != 0 ||
