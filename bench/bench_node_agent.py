@@ -3,7 +3,8 @@
 memory and idle CPU.  Run by bench/bench_node_agent.sh (make bench).
 
 Setup: the real agent over the fake NVML (8 GPUs x split 100) and the fake
-API server.  Every pod on the node has a gpuvisor assignment for one
+API server over HTTPS (verified TLS, CA and bearer token from a kubeconfig:
+what the agent does in a cluster, so the TLS library's pages are counted).  Every pod on the node has a gpuvisor assignment for one
 container (the most the agent caches per pod: a node running only GPU pods).
 
 Allocate: 500 pending pods, all in the agent's informer cache.  A grpcio
@@ -172,7 +173,7 @@ def wait_recorded(env, first, count):
 def small_node(kubelet_py, grpc):
     """Memory just after start and with a full node of 110 served pods."""
     pb, pbg = kubelet_py.pb, kubelet_py.pbg
-    env = agent.Env(gpus=0, config={"deviceSplitCount": 100})
+    env = agent.Env(gpus=0, config={"deviceSplitCount": 100}, tls=True)
     try:
         sock = start(env, 5)
         pid = env.agent.p.pid
@@ -199,7 +200,7 @@ def main():
     import grpc
     pb, pbg = kubelet_py.pb, kubelet_py.pbg
     small_node(kubelet_py, grpc)
-    env = agent.Env(gpus=0, config={"deviceSplitCount": 100})
+    env = agent.Env(gpus=0, config={"deviceSplitCount": 100}, tls=True)
     try:
         sock = start(env, 25)
         log("creating %d pods" % PODS)

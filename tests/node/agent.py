@@ -5,6 +5,7 @@ tests/node/test_node_*.py.
 import json
 import os
 import signal
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -14,6 +15,8 @@ import gvtest
 
 FAKES = os.environ.get("GV_FAKE_NVML_DIR") or os.path.join(gvtest.BUILD, "tests", "fakes")
 NODE_BIN = os.path.join(gvtest.BUILD, "bin", "gpuvisor-node")
+# The bearer token the HTTPS fake demands (Env(tls=True)).
+TLS_TOKEN = "node-agent-token"
 GPUS = ["GPU-11111111-2222-4333-8444-000000000000", "GPU-11111111-2222-4333-8444-000000000001"]
 
 
@@ -24,23 +27,35 @@ def have_fake_nvml():
 class Api:
     """Minimal client for the fake API server (urllib; no gpuvisor code)."""
 
-    def __init__(self, url):
+    def __init__(self, url, cafile=None, token=None):
         self.url = url
+        self.ctx = ssl.create_default_context(cafile=cafile) if cafile else None
+        self.token = token
+
+    def _request(self, path, data=None, method="GET"):
+        r = urllib.request.Request(self.url + path, data=data, method=method)
+        if self.token:
+            r.add_header("Authorization", "Bearer " + self.token)
+        return r
+
+    def get_raw(self, path):
+        with urllib.request.urlopen(self._request(path), timeout=5, context=self.ctx) as r:
+            return r.read().decode()
 
     def req(self, method, path, body=None, ctype="application/json"):
         data = json.dumps(body).encode() if body is not None else None
-        r = urllib.request.Request(self.url + path, data=data, method=method)
+        r = self._request(path, data, method)
         if data is not None:
             r.add_header("Content-Type", ctype)
         try:
-            with urllib.request.urlopen(r, timeout=10) as resp:
+            with urllib.request.urlopen(r, timeout=10, context=self.ctx) as resp:
                 return resp.status, json.loads(resp.read() or b"null")
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"null")
 
     def ctl(self, op):
-        r = urllib.request.Request(self.url + "/_fake/" + op, data=b"", method="POST")
-        with urllib.request.urlopen(r, timeout=10) as resp:
+        r = self._request("/_fake/" + op, b"", "POST")
+        with urllib.request.urlopen(r, timeout=10, context=self.ctx) as resp:
             return resp.status
 
     def pod(self, name, ns="default"):
@@ -98,9 +113,12 @@ def write_atomic(path, text):
 
 
 class Env:
-    """Scratch tree + fake API server; agents and stand-ins are started on demand."""
+    """Scratch tree + fake API server; agents and stand-ins are started on demand.
+    tls: the fake serves HTTPS (certificates made by gen_test_certs.sh) and the
+    agent reaches it through a kubeconfig with the CA and a bearer token, as
+    in a cluster."""
 
-    def __init__(self, gpus=2, node="node1", config=None):
+    def __init__(self, gpus=2, node="node1", config=None, tls=False):
         self.dir = gvtest.scratch("na")
         self.node_name = node
         self.plugin_dir = os.path.join(self.dir, "dp")
@@ -122,12 +140,29 @@ class Env:
                 os.makedirs(numa)
                 with open(os.path.join(numa, "numa_node"), "w") as g:
                     g.write("%d\n" % i)
-        self.api_proc = gvtest.Proc([gvtest.PY, os.path.join(gvtest.ROOT, "tests/fakes/apiserver/fake_apiserver.py"),
-                                     "--port", "0"], log=os.path.join(self.dir, "apiserver.log"))
+        fake_argv = [gvtest.PY, os.path.join(gvtest.ROOT, "tests/fakes/apiserver/fake_apiserver.py"),
+                     "--port", "0"]
+        self.kubeconfig = None
+        cafile = None
+        if tls:
+            certs = os.path.join(self.dir, "certs")
+            subprocess.run(["sh", os.path.join(gvtest.ROOT, "tests/fakes/apiserver/gen_test_certs.sh"), certs],
+                           check=True, stdout=subprocess.DEVNULL)
+            cafile = os.path.join(certs, "ca.crt")
+            fake_argv += ["--tls-cert", os.path.join(certs, "server.crt"),
+                          "--tls-key", os.path.join(certs, "server.key"), "--token", TLS_TOKEN]
+        self.api_proc = gvtest.Proc(fake_argv, log=os.path.join(self.dir, "apiserver.log"))
         ready = self.api_proc.expect(lambda l: l.startswith("READY"), 20)
         if ready is None:
             raise RuntimeError("fake apiserver did not start")
-        self.api = Api(ready.split()[1])
+        self.api = Api(ready.split()[1], cafile, TLS_TOKEN if tls else None)
+        if tls:
+            self.kubeconfig = os.path.join(self.dir, "kubeconfig")
+            write_atomic(self.kubeconfig, json.dumps({
+                "apiVersion": "v1", "kind": "Config", "current-context": "c",
+                "clusters": [{"name": "k", "cluster": {"server": self.api.url, "certificate-authority": cafile}}],
+                "users": [{"name": "u", "user": {"token": TLS_TOKEN}}],
+                "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
         code, _ = self.api.req("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
                                                          "metadata": {"name": node}})
         assert code == 201
@@ -139,7 +174,8 @@ class Env:
                    GV_FAKE_NVML_FAULTS=self.faults, GPUVISOR_LOG_LEVEL="debug",
                    GV_FAKE_NVML_DRIVER_VERSION="550.54.15", GV_FAKE_CUDA_DRIVER_VERSION="12040")
         env.update(env_extra or {})
-        argv = [NODE_BIN, "--node-name", self.node_name, "--kube-url", self.api.url,
+        kube = ["--kubeconfig", self.kubeconfig] if self.kubeconfig else ["--kube-url", self.api.url]
+        argv = [NODE_BIN, "--node-name", self.node_name] + kube + [
                 "--config", self.config, "--plugin-dir", self.plugin_dir,
                 "--state-dir", self.state, "--host-state-dir", "/host" + self.state,
                 "--install-dir", "/usr/local/gpuvisor", "--sys-root", os.path.join(self.dir, "sys"),

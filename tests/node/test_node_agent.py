@@ -194,8 +194,15 @@ def scenario_health():
         env.close()
 
 
-def scenario_node_publication():
-    env = agent.Env()
+def scenario_node_publication(tls=False):
+    """Inventory, labels, heartbeat, API outage; tls: the same over HTTPS with
+    the CA and token from a kubeconfig (the transport a cluster uses)."""
+    tag = "[https] " if tls else ""
+
+    def ok(cond, name, diag=None):
+        t.ok(cond, tag + name, diag)
+
+    env = agent.Env(tls=tls)
     try:
         env.start_agent()
         node = gvtest.wait_for(lambda: (env.api.node("node1")["metadata"].get("annotations") or {})
@@ -203,13 +210,13 @@ def scenario_node_publication():
         a = node["metadata"]["annotations"] if node else {}
         inv = json.loads(a.get("gpuvisor.io/node-gpus", "{}"))
         g = inv.get("gpus", [{}])[0]
-        t.ok(inv.get("version") == 1 and len(inv.get("gpus", [])) == 2 and g.get("uuid") == GPUS[0] and
+        ok(inv.get("version") == 1 and len(inv.get("gpus", [])) == 2 and g.get("uuid") == GPUS[0] and
              g.get("model") == "NVIDIA A100-SXM4-40GB" and g.get("memoryMiB") == 40960 and
              g.get("split") == 10 and g.get("cores") == 100 and g.get("numa") == 0 and
              g.get("mode") == "vgpu" and g.get("healthy") is True and inv.get("cudaVersion") == "12.4",
              "node annotation gpuvisor.io/node-gpus carries the versioned inventory", inv)
         lab = node["metadata"].get("labels", {}) if node else {}
-        t.ok(lab.get("nvidia.com/gpu.product") == "NVIDIA-A100-SXM4-40GB" and lab.get("nvidia.com/gpu.count") == "2" and
+        ok(lab.get("nvidia.com/gpu.product") == "NVIDIA-A100-SXM4-40GB" and lab.get("nvidia.com/gpu.count") == "2" and
              lab.get("nvidia.com/gpu.memory") == "40960" and lab.get("nvidia.com/gpu.replicas") == "10" and
              lab.get("nvidia.com/gpu.sharing-strategy") == "vgpu" and lab.get("nvidia.com/cuda.driver.major") == "550" and
              lab.get("nvidia.com/cuda.runtime.major") == "12",
@@ -219,10 +226,10 @@ def scenario_node_publication():
         time.sleep(2.2)
         node2 = env.api.node("node1")
         hb2 = node2["metadata"]["annotations"].get("gpuvisor.io/node-heartbeat")
-        t.ok(hb1 and hb2 and hb2 > hb1, "heartbeat annotation refreshed (%s -> %s)" % (hb1, hb2))
-        stats = json.loads(urllib_get(env.api.url + "/_fake/stats"))
+        ok(hb1 and hb2 and hb2 > hb1, "heartbeat annotation refreshed (%s -> %s)" % (hb1, hb2))
+        stats = json.loads(env.api.get_raw("/_fake/stats"))
         patches = sum(v for k2, v in stats.items() if k2.startswith("PATCH /api/v1/nodes/node1"))
-        t.ok(node2["metadata"]["annotations"]["gpuvisor.io/node-gpus"] == a["gpuvisor.io/node-gpus"] and
+        ok(node2["metadata"]["annotations"]["gpuvisor.io/node-gpus"] == a["gpuvisor.io/node-gpus"] and
              rv1 is not None, "inventory text unchanged across heartbeats (%d node patches)" % patches)
 
         # API outage: heartbeats fail, then resume
@@ -230,17 +237,15 @@ def scenario_node_publication():
         time.sleep(1.5)
         env.api.ctl("heal")
         hb_before = env.api.node("node1")["metadata"]["annotations"]["gpuvisor.io/node-heartbeat"]
-        ok = gvtest.wait_for(lambda: env.api.node("node1")["metadata"]["annotations"]
-                             ["gpuvisor.io/node-heartbeat"] > hb_before, 6)
-        t.ok(ok and env.agent.p.poll() is None, "API outage: agent survives, heartbeat resumes after recovery")
+        resumed = gvtest.wait_for(lambda: env.api.node("node1")["metadata"]["annotations"]
+                                  ["gpuvisor.io/node-heartbeat"] > hb_before, 6)
+        ok(resumed and env.agent.p.poll() is None, "API outage: agent survives, heartbeat resumes after recovery")
+        if tls:
+            stats = json.loads(env.api.get_raw("/_fake/stats"))
+            ok(stats.get("TLS handshake", 0) >= 1 and stats.get("TLS handshake-failed", 0) == 0,
+               "agent reached the API server over verified TLS with the kubeconfig's CA", stats)
     finally:
         env.close()
-
-
-def urllib_get(url):
-    import urllib.request
-    with urllib.request.urlopen(url, timeout=5) as r:
-        return r.read().decode()
 
 
 def scenario_config_reload():
@@ -430,6 +435,7 @@ else:
     t.skip("[go] core scenarios", "Go toolchain or golang-google-grpc-dev missing")
 scenario_health()
 scenario_node_publication()
+scenario_node_publication(tls=True)
 scenario_config_reload()
 scenario_restart_and_gc()
 scenario_concurrency()
