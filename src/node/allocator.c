@@ -435,10 +435,8 @@ static void *writer_main(void *arg)
 
 struct candidate {
     json_t *pod;
-    struct pod_state *state;
     struct gv_alloc_assignment asg;
     size_t next; /* container index in asg */
-    const char *order;
 };
 
 struct choice {
@@ -488,6 +486,7 @@ static bool may_be_admitted(json_t *pod)
 
 struct light {
     json_t *pod;
+    struct pod_state *state; /* NULL: not served yet */
     const char *order;
 };
 
@@ -521,8 +520,7 @@ static void choose(struct gv_allocator *a, json_t *pods, size_t n_ids, struct ch
         struct pod_state *ps = find_pod(a, uid);
         if (ps && (ps->all_done || strcmp(ps->state, "failed") == 0))
             continue;
-        cand[n].pod = pod;
-        cand[n++].order = order_key(pod);
+        cand[n++] = (struct light){pod, ps, order_key(pod)};
     }
     qsort(cand, n, sizeof(*cand), light_cmp);
     for (size_t j = 0; j < n && !ch->found; j++) {
@@ -530,12 +528,10 @@ static void choose(struct gv_allocator *a, json_t *pods, size_t n_ids, struct ch
         const char *uid = jstr2(pod, "metadata", "uid"), *ns = jstr2(pod, "metadata", "namespace");
         const char *name = jstr2(pod, "metadata", "name");
         const char *text = gv_podspec_annotation(pod, ANN_ASSIGNMENT);
-        struct pod_state *ps = find_pod(a, uid);
+        struct pod_state *ps = cand[j].state;
         struct candidate *c = &ch->best;
         memset(c, 0, sizeof(*c));
         c->pod = pod;
-        c->state = ps;
-        c->order = cand[j].order;
         struct gv_error err;
         gv_status st = gv_alloc_assignment_decode(text, strlen(text), &c->asg, &err);
         if (st == GV_OK && strcmp(c->asg.node, a->node) != 0)
