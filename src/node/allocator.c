@@ -1099,6 +1099,19 @@ static int rm_tree(const char *path)
     return rmdir(path);
 }
 
+/* Whether the cache snapshot pods holds the pod with this uid. */
+static bool cached(json_t *pods, const char *uid)
+{
+    size_t i;
+    json_t *pod;
+    json_array_foreach(pods, i, pod) {
+        const char *u = jstr2(pod, "metadata", "uid");
+        if (u && strcmp(u, uid) == 0)
+            return true;
+    }
+    return false;
+}
+
 size_t gv_allocator_gc(struct gv_allocator *a)
 {
     if (a->pods_inf == NULL || !gv_informer_has_synced(a->pods_inf))
@@ -1115,13 +1128,7 @@ size_t gv_allocator_gc(struct gv_allocator *a)
     while ((e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.')
             continue;
-        bool live = false;
-        size_t i;
-        json_t *pod;
-        json_array_foreach(pods, i, pod) {
-            const char *uid = jstr2(pod, "metadata", "uid");
-            live |= uid && strcmp(uid, e->d_name) == 0;
-        }
+        bool live = cached(pods, e->d_name);
         pthread_mutex_lock(&a->mu);
         struct pod_state *p = find_pod(a, e->d_name);
         if (!live && p && p->gone_since == 0)
@@ -1155,13 +1162,7 @@ size_t gv_allocator_gc(struct gv_allocator *a)
     pthread_mutex_lock(&a->mu);
     for (struct pod_state **pp = &a->pods; *pp;) {
         struct pod_state *p = *pp;
-        bool live = false;
-        size_t i;
-        json_t *pod;
-        json_array_foreach(pods, i, pod) {
-            const char *uid = jstr2(pod, "metadata", "uid");
-            live |= uid && strcmp(uid, p->uid) == 0;
-        }
+        bool live = cached(pods, p->uid);
         if (!live && p->gone_since == 0)
             p->gone_since = now;
         if (!live && !p->writing && now - p->gone_since >= a->cfg.gc_grace_ms) {
