@@ -1025,11 +1025,11 @@ static const char *const read_annotations[] = {ANN_ASSIGNMENT, ANN_ASSIGNED_AT, 
  */
 json_t *gv_allocator_cache_pod(json_t *pod)
 {
+    /* json_object_set_new takes its value even when it fails (NULL parent included) */
     json_t *out = json_object(), *meta = json_object();
     json_t *m = json_object_get(pod, "metadata");
-    if (!out || !meta || json_object_set_new(out, "metadata", meta) != 0) {
+    if (json_object_set_new(out, "metadata", meta) != 0) {
         json_decref(out);
-        json_decref(meta);
         return json_incref(pod); /* out of memory: cache it whole rather than lose it */
     }
     keep(meta, m, "uid");
@@ -1039,9 +1039,10 @@ json_t *gv_allocator_cache_pod(json_t *pod)
     keep(meta, m, "name");
     keep(meta, m, "namespace");
     json_t *anns = json_object(), *spec = json_object(), *ctrs = json_array(), *c;
-    if (!anns || !spec || !ctrs || json_object_set_new(meta, "annotations", anns) != 0 ||
-        json_object_set_new(out, "spec", spec) != 0 ||
-        json_object_set_new(spec, "containers", ctrs) != 0) {
+    int bad = json_object_set_new(meta, "annotations", anns);
+    bad |= json_object_set_new(spec, "containers", ctrs); /* before spec can be freed */
+    bad |= json_object_set_new(out, "spec", spec);
+    if (bad) {
         json_decref(out);
         return json_incref(pod);
     }
