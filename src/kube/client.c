@@ -34,7 +34,7 @@
 
 struct gv_kube_client {
     struct gv_http *http;
-    long timeout_ms, connect_timeout_ms, backoff_initial_ms, backoff_max_ms;
+    long timeout_ms, backoff_initial_ms, backoff_max_ms;
     int max_retries;
 
     pthread_mutex_t token_mu;
@@ -215,7 +215,6 @@ gv_status gv_kube_client_new(const struct gv_kube_config *cfg, struct gv_kube_cl
         return gv_error_set(err, GV_ENOMEM, "kube client: out of memory");
     }
     c->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 30000;
-    c->connect_timeout_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 5000;
     c->max_retries = cfg->max_retries >= 0 ? cfg->max_retries : 5;
     c->backoff_initial_ms = cfg->backoff_initial_ms > 0 ? cfg->backoff_initial_ms : 200;
     c->backoff_max_ms = cfg->backoff_max_ms > 0 ? cfg->backoff_max_ms : 5000;
@@ -229,7 +228,7 @@ gv_status gv_kube_client_new(const struct gv_kube_config *cfg, struct gv_kube_cl
                 .key_file = cfg->client_key_file,
                 .key_data = cfg->client_key_data,
                 .insecure = cfg->insecure_skip_tls_verify},
-        .connect_timeout_ms = c->connect_timeout_ms,
+        .connect_timeout_ms = cfg->connect_timeout_ms, /* the transport defaults it */
     };
     gv_status st = gv_http_new(&ho, &c->http, err);
     if (st != GV_OK) {
@@ -352,47 +351,51 @@ struct request {
 
 /* Target and header lines every request shares: Accept, Content-Type,
  * the bearer token.  Both strings are the caller's to free. */
+/* Appends "name: [scheme ]value\r\n"; nothing when value is NULL or empty. */
+static gv_status add_header(struct gv_buf *h, const char *name, const char *scheme,
+                            const char *value)
+{
+    if (value == NULL || value[0] == '\0')
+        return GV_OK;
+    const char *parts[] = {name, ": ", scheme ? scheme : "", scheme ? " " : "", value, "\r\n"};
+    gv_status st = GV_OK;
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]) && st == GV_OK; i++)
+        st = gv_buf_append(h, parts[i], strlen(parts[i]));
+    return st;
+}
+
 static gv_status prepare(struct gv_kube_client *c, const struct request *r, char **target,
                          char **headers, struct gv_error *err)
 {
+    *headers = NULL;
     *target = build_target(r->path, r->query, r->nquery);
-    struct gv_buf h = {0};
-    gv_status st = *target == NULL ? GV_ENOMEM : GV_OK;
-    const char *accept = "Accept: application/json\r\n";
-    if (st == GV_OK)
-        st = gv_buf_append(&h, accept, strlen(accept));
-    if (st == GV_OK && r->content_type != NULL) {
-        char ct[128];
-        int n = snprintf(ct, sizeof(ct), "Content-Type: %s\r\n", r->content_type);
-        st = gv_buf_append(&h, ct, (size_t)n);
-    }
     char *tok = current_token(c);
-    if (st == GV_OK && tok != NULL && tok[0] != '\0') {
+    struct gv_buf h = {0};
+    gv_status st;
+    if (tok != NULL && strpbrk(tok, "\r\n") != NULL) {
         /* A token with a line break would inject headers: refuse it. */
-        if (strpbrk(tok, "\r\n") != NULL) {
-            free(tok);
-            gv_buf_free(&h);
-            free(*target);
-            *target = NULL;
-            return gv_error_set(err, GV_EINVAL, "%s %s: bearer token contains a line break",
-                                r->method, r->path);
-        }
-        const char *pre = "Authorization: Bearer ";
-        st = gv_buf_append(&h, pre, strlen(pre));
-        if (st == GV_OK)
-            st = gv_buf_append(&h, tok, strlen(tok));
-        if (st == GV_OK)
-            st = gv_buf_append(&h, "\r\n", 2);
+        st = gv_error_set(err, GV_EINVAL, "%s %s: bearer token contains a line break",
+                          r->method, r->path);
+        goto fail;
+    }
+    st = *target == NULL ? GV_ENOMEM : add_header(&h, "Accept", NULL, "application/json");
+    if (st == GV_OK)
+        st = add_header(&h, "Content-Type", NULL, r->content_type);
+    if (st == GV_OK)
+        st = add_header(&h, "Authorization", "Bearer", tok);
+    if (st != GV_OK) {
+        st = gv_error_set(err, GV_ENOMEM, "%s %s: out of memory", r->method, r->path);
+        goto fail;
     }
     free(tok);
-    if (st != GV_OK) {
-        gv_buf_free(&h);
-        free(*target);
-        *target = NULL;
-        return gv_error_set(err, GV_ENOMEM, "%s %s: out of memory", r->method, r->path);
-    }
     *headers = h.data;
     return GV_OK;
+fail:
+    free(tok);
+    gv_buf_free(&h);
+    free(*target);
+    *target = NULL;
+    return st;
 }
 
 static bool collect_body(void *ud, const char *data, size_t len)

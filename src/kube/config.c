@@ -318,13 +318,12 @@ static gv_status b64_decode(const char *field, const char *in, char **out, struc
         free(buf);
         return gv_error_set(err, GV_EPARSE, "kubeconfig %s: invalid base64", field);
     }
-    buf[len] = '\0';
-    *out = buf;
-    if (memchr(*out, '\0', len) != NULL) {
-        free(*out);
-        *out = NULL;
+    if (memchr(buf, '\0', len) != NULL) {
+        free(buf);
         return gv_error_set(err, GV_EPARSE, "kubeconfig %s: decoded data is not PEM text", field);
     }
+    buf[len] = '\0';
+    *out = buf;
     return GV_OK;
 }
 

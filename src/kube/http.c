@@ -81,13 +81,16 @@ static char *dup_range(const char *s, size_t n)
  * Client
  */
 
-static gv_status parse_server(struct gv_http *h, const char *url, struct gv_error *err)
+/* Splits the server URL into host, port, Host header and path prefix;
+ * *https says whether it asks for TLS. */
+static gv_status parse_server(struct gv_http *h, const char *url, bool *https,
+                              struct gv_error *err)
 {
-    bool https = strncmp(url, "https://", 8) == 0;
-    if (!https && strncmp(url, "http://", 7) != 0)
+    *https = strncmp(url, "https://", 8) == 0;
+    if (!*https && strncmp(url, "http://", 7) != 0)
         return gv_error_set(err, GV_EINVAL, "server \"%s\" is not an http:// or https:// URL",
                             url);
-    const char *a = url + (https ? 8 : 7);
+    const char *a = url + (*https ? 8 : 7);
     const char *slash = strchr(a, '/');
     const char *auth_end = slash != NULL ? slash : a + strlen(a);
     if (memchr(a, '@', (size_t)(auth_end - a)) != NULL || memchr(a, '?', (size_t)(auth_end - a)))
@@ -123,7 +126,7 @@ static gv_status parse_server(struct gv_http *h, const char *url, struct gv_erro
             return gv_error_set(err, GV_EINVAL, "server \"%s\": bad port", url);
         h->port = dup_range(port, pl);
     } else {
-        h->port = strdup(https ? "443" : "80");
+        h->port = strdup(*https ? "443" : "80");
     }
     h->host = dup_range(host, (size_t)(host_end - host));
     h->host_header = dup_range(a, (size_t)(auth_end - a));
@@ -134,7 +137,7 @@ static gv_status parse_server(struct gv_http *h, const char *url, struct gv_erro
     h->prefix = dup_range(slash != NULL ? slash : "", pl);
     if (h->port == NULL || h->host == NULL || h->host_header == NULL || h->prefix == NULL)
         return gv_error_set(err, GV_ENOMEM, "out of memory");
-    return https ? GV_EEXIST : GV_OK; /* GV_EEXIST: "TLS wanted", internal to gv_http_new */
+    return GV_OK;
 }
 
 gv_status gv_http_new(const struct gv_http_opts *o, struct gv_http **out, struct gv_error *err)
@@ -145,9 +148,9 @@ gv_status gv_http_new(const struct gv_http_opts *o, struct gv_http **out, struct
         return gv_error_set(err, GV_ENOMEM, "out of memory");
     pthread_mutex_init(&h->pool_mu, NULL);
     h->connect_timeout_ms = o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 5000;
-    gv_status st = parse_server(h, o->server != NULL ? o->server : "", err);
-    bool https = st == GV_EEXIST;
-    if (st != GV_OK && !https)
+    bool https = false;
+    gv_status st = parse_server(h, o->server != NULL ? o->server : "", &https, err);
+    if (st != GV_OK)
         goto fail;
     if (o->unix_socket != NULL) {
         if (strlen(o->unix_socket) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {

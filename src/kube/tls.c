@@ -59,11 +59,12 @@ struct gv_tls_session {
     bool handshaken;
 };
 
-static void tls_error(struct gv_error *err, gv_status code, int rc, const char *what)
+/* gv_error_set with mbedTLS's text for rc. */
+static gv_status tls_error(struct gv_error *err, gv_status code, int rc, const char *what)
 {
     char buf[160];
     mbedtls_strerror(rc, buf, sizeof(buf));
-    gv_error_set(err, code, "%s: %s (mbedTLS -0x%04x)", what, buf, (unsigned)-rc);
+    return gv_error_set(err, code, "%s: %s (mbedTLS -0x%04x)", what, buf, (unsigned)-rc);
 }
 
 static int locked_rng(void *ud, unsigned char *out, size_t len)
@@ -99,8 +100,7 @@ static gv_status load_ca(struct gv_tls *t, const struct gv_tls_opts *o, struct g
             return gv_error_set(err, GV_EINVAL, "TLS: no usable CA certificate in %s", src);
         char what[300];
         snprintf(what, sizeof(what), "TLS: cannot load CA certificates from %s", src);
-        tls_error(err, GV_EINVAL, rc, what);
-        return GV_EINVAL;
+        return tls_error(err, GV_EINVAL, rc, what);
     }
     return GV_OK;
 }
@@ -122,8 +122,7 @@ static gv_status load_client_cert(struct gv_tls *t, const struct gv_tls_opts *o,
     if (rc != 0) {
         if (rc > 0)
             return gv_error_set(err, GV_EINVAL, "TLS: client certificate does not parse");
-        tls_error(err, GV_EINVAL, rc, "TLS: cannot load the client certificate");
-        return GV_EINVAL;
+        return tls_error(err, GV_EINVAL, rc, "TLS: cannot load the client certificate");
     }
 #if MBEDTLS_VERSION_NUMBER >= 0x03000000
     rc = o->key_data != NULL
@@ -137,8 +136,7 @@ static gv_status load_client_cert(struct gv_tls *t, const struct gv_tls_opts *o,
              : mbedtls_pk_parse_keyfile(&t->own_key, o->key_file, NULL);
 #endif
     if (rc != 0) {
-        tls_error(err, GV_EINVAL, rc, "TLS: cannot load the client key");
-        return GV_EINVAL;
+        return tls_error(err, GV_EINVAL, rc, "TLS: cannot load the client key");
     }
 #if MBEDTLS_VERSION_NUMBER >= 0x03000000
     rc = mbedtls_pk_check_pair(&t->own_cert.pk, &t->own_key, locked_rng, t);
@@ -150,8 +148,7 @@ static gv_status load_client_cert(struct gv_tls *t, const struct gv_tls_opts *o,
                                             "certificate");
     rc = mbedtls_ssl_conf_own_cert(&t->conf, &t->own_cert, &t->own_key);
     if (rc != 0) {
-        tls_error(err, GV_EINVAL, rc, "TLS: client certificate");
-        return GV_EINVAL;
+        return tls_error(err, GV_EINVAL, rc, "TLS: client certificate");
     }
     return GV_OK;
 }
@@ -324,9 +321,10 @@ gv_status gv_tls_session_new(struct gv_tls *t, int fd, const char *host,
     s->tls = t;
     s->fd = fd;
     mbedtls_ssl_init(&s->ssl);
+    gv_status st = GV_OK;
     int rc = mbedtls_ssl_setup(&s->ssl, &t->conf);
     if (rc != 0) {
-        tls_error(err, GV_ENOMEM, rc, "TLS: session setup");
+        st = tls_error(err, GV_ENOMEM, rc, "TLS: session setup");
         goto fail;
     }
     if (inet_pton(AF_INET, host, s->ip) == 1) {
@@ -345,7 +343,7 @@ gv_status gv_tls_session_new(struct gv_tls *t, int fd, const char *host,
         rc = mbedtls_ssl_set_hostname(&s->ssl, host);
     }
     if (rc != 0) {
-        tls_error(err, GV_EINVAL, rc, "TLS: server name");
+        st = tls_error(err, GV_EINVAL, rc, "TLS: server name");
         goto fail;
     }
     mbedtls_ssl_set_bio(&s->ssl, s, bio_send, bio_recv, NULL);
@@ -354,7 +352,7 @@ gv_status gv_tls_session_new(struct gv_tls *t, int fd, const char *host,
 fail:
     mbedtls_ssl_free(&s->ssl);
     free(s);
-    return err != NULL ? err->code : GV_EINTERNAL;
+    return st;
 }
 
 void gv_tls_session_free(struct gv_tls_session *s)
