@@ -13,6 +13,7 @@
 #ifndef GV_CUDA_H
 #define GV_CUDA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -75,6 +76,32 @@ typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUuuid_st {
     char bytes[16];
 } CUuuid;
+
+/*
+ * A uuid in NVML's text form: prefix ("GPU-" or "MIG-") then 8-4-4-4-12
+ * lowercase hex digits, the key the shared region and the priority board
+ * use.  False when out (n bytes) cannot hold it.
+ */
+static inline bool gv_cuda_uuid_text(const CUuuid *u, const char *prefix, char *out, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t plen = 0;
+    while (prefix[plen] != '\0')
+        plen++;
+    if (n < plen + 37)
+        return false;
+    for (size_t i = 0; i < plen; i++)
+        *out++ = prefix[i];
+    for (int i = 0; i < 16; i++) {
+        unsigned char b = (unsigned char)u->bytes[i];
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            *out++ = '-';
+        *out++ = hex[b >> 4];
+        *out++ = hex[b & 15];
+    }
+    *out = '\0';
+    return true;
+}
 
 #define CU_IPC_HANDLE_SIZE 64
 typedef struct CUipcMemHandle_st {

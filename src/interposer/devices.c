@@ -66,15 +66,6 @@ static int register_device(const char *uuid, int cuda_index, uint64_t physical)
     return idx;
 }
 
-static void format_uuid(const CUuuid *u, const char *prefix, char *out, size_t n)
-{
-    const unsigned char *b = (const unsigned char *)u->bytes;
-    snprintf(out, n,
-             "%s%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", prefix,
-             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
-             b[13], b[14], b[15]);
-}
-
 /*
  * The uuid of CUDA ordinal dev in NVML's form: "GPU-..." for a GPU, and
  * "MIG-..." for a MIG compute instance, which cuDeviceGetUuid_v2 names by
@@ -89,8 +80,7 @@ static bool cuda_uuid(CUdevice dev, char *out, size_t n)
     if (!have1 && !have2)
         return false;
     bool mig = have1 && have2 && memcmp(u1.bytes, u2.bytes, sizeof(u1.bytes)) != 0;
-    format_uuid(have2 ? &u2 : &u1, mig ? "MIG-" : "GPU-", out, n);
-    return true;
+    return gv_cuda_uuid_text(have2 ? &u2 : &u1, mig ? "MIG-" : "GPU-", out, n);
 }
 
 /* The same GPU or MIG instance: uuids compared without their GPU-/MIG- prefix. */

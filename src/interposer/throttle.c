@@ -18,7 +18,6 @@
 #include "interposer/throttle.h"
 
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -543,12 +542,7 @@ static int drv_device_key(void *ctx, int dev, char *buf, unsigned len)
     CUuuid u;
     if (g_drv.device_get(&d, dev) != CUDA_SUCCESS || g_drv.device_uuid(&u, d) != CUDA_SUCCESS)
         return -1;
-    const unsigned char *b = (const unsigned char *)u.bytes;
-    int n = snprintf(buf, len,
-                     "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-                     b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
-                     b[12], b[13], b[14], b[15]);
-    return n > 0 && (unsigned)n < len ? 0 : -1;
+    return gv_cuda_uuid_text(&u, "GPU-", buf, len) ? 0 : -1;
 }
 
 gv_status gv_throttle_driver_ops(gv_throttle_sym_fn sym, void *arg, struct gv_throttle_ops *ops,
