@@ -43,12 +43,17 @@ def log(msg):
     sys.stderr.write(msg + "\n")
 
 
-def status_kib(pid, key):
+def proc_status(pid):
+    """/proc/PID/status as {key: first number}, read once so that VmRSS,
+    RssAnon and RssFile come from the same instant."""
+    out = {}
     with open("/proc/%d/status" % pid) as f:
         for ln in f:
-            if ln.startswith(key + ":"):
-                return int(ln.split()[1])
-    return -1
+            key, _, rest = ln.partition(":")
+            v = rest.split()
+            if v and v[0].isdigit():
+                out[key] = int(v[0])
+    return out
 
 
 def pss_kib(pid):
@@ -107,7 +112,8 @@ def anon_breakdown(pid, dump=False):
 
 
 def report_memory(pid, point, what):
-    rss, anon, fil = status_kib(pid, "VmRSS"), status_kib(pid, "RssAnon"), status_kib(pid, "RssFile")
+    st = proc_status(pid)
+    rss, anon, fil = st.get("VmRSS", -1), st.get("RssAnon", -1), st.get("RssFile", -1)
     if os.environ.get("BENCH_SMAPS"):
         log("anonymous mappings at %s:" % point)
     kinds = anon_breakdown(pid, bool(os.environ.get("BENCH_SMAPS")))
@@ -116,7 +122,7 @@ def report_memory(pid, point, what):
     print("idle_anon_kib_%s heap %d, thread_arenas %d, thread_stacks %d (%d threads), main_stack %d, "
           "library_data %d, other %d"
           % (point, kinds["heap"], kinds["thread_arenas"], kinds["thread_stacks"],
-             status_kib(pid, "Threads"), kinds["main_stack"], kinds["library_data"], kinds["other"]))
+             st.get("Threads", -1), kinds["main_stack"], kinds["library_data"], kinds["other"]))
     print("idle_rss_target_kib_%s %d total %s" % (point, RSS_TARGET_KIB, "met" if rss <= RSS_TARGET_KIB else "MISSED"))
 
 

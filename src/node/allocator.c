@@ -435,10 +435,8 @@ static void *writer_main(void *arg)
 
 struct candidate {
     json_t *pod;
-    struct pod_state *state;
     struct gv_alloc_assignment asg;
     size_t next; /* container index in asg */
-    const char *order;
 };
 
 struct choice {
@@ -488,6 +486,7 @@ static bool may_be_admitted(json_t *pod)
 
 struct light {
     json_t *pod;
+    struct pod_state *state; /* NULL: not served yet */
     const char *order;
 };
 
@@ -521,8 +520,7 @@ static void choose(struct gv_allocator *a, json_t *pods, size_t n_ids, struct ch
         struct pod_state *ps = find_pod(a, uid);
         if (ps && (ps->all_done || strcmp(ps->state, "failed") == 0))
             continue;
-        cand[n].pod = pod;
-        cand[n++].order = order_key(pod);
+        cand[n++] = (struct light){pod, ps, order_key(pod)};
     }
     qsort(cand, n, sizeof(*cand), light_cmp);
     for (size_t j = 0; j < n && !ch->found; j++) {
@@ -530,12 +528,10 @@ static void choose(struct gv_allocator *a, json_t *pods, size_t n_ids, struct ch
         const char *uid = jstr2(pod, "metadata", "uid"), *ns = jstr2(pod, "metadata", "namespace");
         const char *name = jstr2(pod, "metadata", "name");
         const char *text = gv_podspec_annotation(pod, ANN_ASSIGNMENT);
-        struct pod_state *ps = find_pod(a, uid);
+        struct pod_state *ps = cand[j].state;
         struct candidate *c = &ch->best;
         memset(c, 0, sizeof(*c));
         c->pod = pod;
-        c->state = ps;
-        c->order = cand[j].order;
         struct gv_error err;
         gv_status st = gv_alloc_assignment_decode(text, strlen(text), &c->asg, &err);
         if (st == GV_OK && strcmp(c->asg.node, a->node) != 0)
@@ -1029,11 +1025,11 @@ static const char *const read_annotations[] = {ANN_ASSIGNMENT, ANN_ASSIGNED_AT, 
  */
 json_t *gv_allocator_cache_pod(json_t *pod)
 {
+    /* json_object_set_new takes its value even when it fails (NULL parent included) */
     json_t *out = json_object(), *meta = json_object();
     json_t *m = json_object_get(pod, "metadata");
-    if (!out || !meta || json_object_set_new(out, "metadata", meta) != 0) {
+    if (json_object_set_new(out, "metadata", meta) != 0) {
         json_decref(out);
-        json_decref(meta);
         return json_incref(pod); /* out of memory: cache it whole rather than lose it */
     }
     keep(meta, m, "uid");
@@ -1043,9 +1039,10 @@ json_t *gv_allocator_cache_pod(json_t *pod)
     keep(meta, m, "name");
     keep(meta, m, "namespace");
     json_t *anns = json_object(), *spec = json_object(), *ctrs = json_array(), *c;
-    if (!anns || !spec || !ctrs || json_object_set_new(meta, "annotations", anns) != 0 ||
-        json_object_set_new(out, "spec", spec) != 0 ||
-        json_object_set_new(spec, "containers", ctrs) != 0) {
+    int bad = json_object_set_new(meta, "annotations", anns);
+    bad |= json_object_set_new(spec, "containers", ctrs); /* before spec can be freed */
+    bad |= json_object_set_new(out, "spec", spec);
+    if (bad) {
         json_decref(out);
         return json_incref(pod);
     }
@@ -1103,6 +1100,19 @@ static int rm_tree(const char *path)
     return rmdir(path);
 }
 
+/* Whether the cache snapshot pods holds the pod with this uid. */
+static bool cached(json_t *pods, const char *uid)
+{
+    size_t i;
+    json_t *pod;
+    json_array_foreach(pods, i, pod) {
+        const char *u = jstr2(pod, "metadata", "uid");
+        if (u && strcmp(u, uid) == 0)
+            return true;
+    }
+    return false;
+}
+
 size_t gv_allocator_gc(struct gv_allocator *a)
 {
     if (a->pods_inf == NULL || !gv_informer_has_synced(a->pods_inf))
@@ -1119,13 +1129,7 @@ size_t gv_allocator_gc(struct gv_allocator *a)
     while ((e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.')
             continue;
-        bool live = false;
-        size_t i;
-        json_t *pod;
-        json_array_foreach(pods, i, pod) {
-            const char *uid = jstr2(pod, "metadata", "uid");
-            live |= uid && strcmp(uid, e->d_name) == 0;
-        }
+        bool live = cached(pods, e->d_name);
         pthread_mutex_lock(&a->mu);
         struct pod_state *p = find_pod(a, e->d_name);
         if (!live && p && p->gone_since == 0)
@@ -1159,13 +1163,7 @@ size_t gv_allocator_gc(struct gv_allocator *a)
     pthread_mutex_lock(&a->mu);
     for (struct pod_state **pp = &a->pods; *pp;) {
         struct pod_state *p = *pp;
-        bool live = false;
-        size_t i;
-        json_t *pod;
-        json_array_foreach(pods, i, pod) {
-            const char *uid = jstr2(pod, "metadata", "uid");
-            live |= uid && strcmp(uid, p->uid) == 0;
-        }
+        bool live = cached(pods, p->uid);
         if (!live && p->gone_since == 0)
             p->gone_since = now;
         if (!live && !p->writing && now - p->gone_since >= a->cfg.gc_grace_ms) {
