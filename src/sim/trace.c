@@ -336,63 +336,69 @@ static gv_status csv_fields(const struct csv *c, size_t ncols, struct gv_error *
 #define CPU_MAX (UINT64_C(1) << 40)
 #define MEM_MAX (UINT64_C(1) << 40)
 
-gv_status gv_sim_parse_openb_nodes(struct gv_sim_trace *t, const char *name, const char *buf,
-                                   size_t len, struct gv_error *err)
+/* Adds one data row to tmp (t: what was loaded before, for cross-checks). */
+typedef gv_status (*csv_row_fn)(const struct gv_sim_trace *t, struct gv_sim_trace *tmp,
+                                const struct csv *c, const int *idx, struct gv_error *err);
+
+/* The openb CSV frame shared by node and pod lists: header, then every
+ * row through row() into a scratch trace, moved into t only when all rows
+ * were good.  what names the rows for the "only a header" error. */
+static gv_status csv_parse(struct gv_sim_trace *t, const char *name, const char *buf, size_t len,
+                           const char *const *cols, size_t n_cols, size_t n_required,
+                           csv_row_fn row, const char *what, struct gv_error *err)
 {
-    static const char *const cols[] = {"sn", "cpu_milli", "memory_mib", "gpu", "model"};
     struct csv *c = calloc(1, sizeof(*c));
     struct gv_sim_trace tmp = {0};
-    gv_status rc = GV_OK;
+    int idx[CSV_MAX_FIELDS];
+    size_t ncols = 0;
+    bool more = true;
     if (c == NULL)
         return gv_error_set(err, GV_ENOMEM, "out of memory");
     *c = (struct csv){.name = name, .p = buf, .end = buf + len};
-    int idx[5];
-    size_t ncols;
-    if ((rc = csv_header(c, cols, 5, 5, idx, &ncols, err)) != GV_OK)
-        goto done;
-    for (;;) {
-        bool more;
-        if ((rc = csv_next(c, &more, err)) != GV_OK)
-            goto done;
-        if (!more)
-            break;
-        uint64_t cpu, mem, gpus;
-        if ((rc = csv_fields(c, ncols, err)) || (rc = csv_uint(c, idx[1], cols[1], CPU_MAX, &cpu, err)) ||
-            (rc = csv_uint(c, idx[2], cols[2], MEM_MAX, &mem, err)) ||
-            (rc = csv_uint(c, idx[3], cols[3], GV_ALLOC_MAX_NODE_GPUS, &gpus, err)))
-            goto done;
-        const char *sn = c->f[idx[0]], *model = c->f[idx[4]];
-        if (*sn == '\0' || strlen(sn) >= 200) {
-            rc = gv_error_set(err, GV_EPARSE, "%s:%zu: field sn: empty or too long", name,
-                              c->line);
-            goto done;
-        }
-        if (gpus > 0 && (*model == '\0' || strlen(model) >= GV_ALLOC_MODEL_MAX)) {
-            rc = gv_error_set(err, GV_EPARSE, "%s:%zu: field model: %s for a GPU node", name,
-                              c->line, *model ? "too long" : "empty");
-            goto done;
-        }
-        for (size_t i = 0; i < t->n_nodes + tmp.n_nodes; i++) {
-            const struct sim_node *o = i < t->n_nodes ? &t->nodes[i] : &tmp.nodes[i - t->n_nodes];
-            if (strcmp(o->spec.name, sn) == 0) {
-                rc = gv_error_set(err, GV_EPARSE, "%s:%zu: field sn: duplicate node \"%s\"", name,
-                                  c->line, sn);
-                goto done;
-            }
-        }
-        if ((rc = sim_add_node(&tmp, sn, (int64_t)cpu, (int64_t)mem, (uint32_t)gpus, model, 0,
-                               err)) != GV_OK)
-            goto done;
-    }
-    if (tmp.n_nodes == 0) {
-        rc = gv_error_set(err, GV_EPARSE, "%s: no nodes (only a header)", name);
-        goto done;
-    }
-    rc = trace_move(t, &tmp, err);
-done:
+    gv_status rc = csv_header(c, cols, n_cols, n_required, idx, &ncols, err);
+    while (rc == GV_OK && (rc = csv_next(c, &more, err)) == GV_OK && more)
+        if ((rc = csv_fields(c, ncols, err)) == GV_OK)
+            rc = row(t, &tmp, c, idx, err);
+    if (rc == GV_OK && tmp.n_nodes == 0 && tmp.n_pods == 0)
+        rc = gv_error_set(err, GV_EPARSE, "%s: no %s (only a header)", name, what);
+    if (rc == GV_OK)
+        rc = trace_move(t, &tmp, err);
     sim_trace_clear(&tmp);
     free(c);
     return rc;
+}
+
+static const char *const node_cols[] = {"sn", "cpu_milli", "memory_mib", "gpu", "model"};
+
+static gv_status node_row(const struct gv_sim_trace *t, struct gv_sim_trace *tmp,
+                          const struct csv *c, const int *idx, struct gv_error *err)
+{
+    uint64_t cpu, mem, gpus;
+    gv_status rc;
+    if ((rc = csv_uint(c, idx[1], node_cols[1], CPU_MAX, &cpu, err)) ||
+        (rc = csv_uint(c, idx[2], node_cols[2], MEM_MAX, &mem, err)) ||
+        (rc = csv_uint(c, idx[3], node_cols[3], GV_ALLOC_MAX_NODE_GPUS, &gpus, err)))
+        return rc;
+    const char *sn = c->f[idx[0]], *model = c->f[idx[4]];
+    if (*sn == '\0' || strlen(sn) >= 200)
+        return gv_error_set(err, GV_EPARSE, "%s:%zu: field sn: empty or too long", c->name,
+                            c->line);
+    if (gpus > 0 && (*model == '\0' || strlen(model) >= GV_ALLOC_MODEL_MAX))
+        return gv_error_set(err, GV_EPARSE, "%s:%zu: field model: %s for a GPU node", c->name,
+                            c->line, *model ? "too long" : "empty");
+    for (size_t i = 0; i < t->n_nodes + tmp->n_nodes; i++) {
+        const struct sim_node *o = i < t->n_nodes ? &t->nodes[i] : &tmp->nodes[i - t->n_nodes];
+        if (strcmp(o->spec.name, sn) == 0)
+            return gv_error_set(err, GV_EPARSE, "%s:%zu: field sn: duplicate node \"%s\"",
+                                c->name, c->line, sn);
+    }
+    return sim_add_node(tmp, sn, (int64_t)cpu, (int64_t)mem, (uint32_t)gpus, model, 0, err);
+}
+
+gv_status gv_sim_parse_openb_nodes(struct gv_sim_trace *t, const char *name, const char *buf,
+                                   size_t len, struct gv_error *err)
+{
+    return csv_parse(t, name, buf, len, node_cols, 5, 5, node_row, "nodes", err);
 }
 
 /* Converts "A|B" into the engine's use-gputype list after checking each
@@ -426,77 +432,55 @@ static gv_status openb_spec(const struct gv_sim_trace *t, const struct csv *c, c
     return gv_alloc_request_set_constraint(r, GV_ALLOC_USE_TYPE, list, err);
 }
 
+static const char *const pod_cols[] = {"name",    "cpu_milli", "memory_mib",
+                                       "num_gpu", "gpu_milli", "gpu_spec"};
+
+static gv_status pod_row(const struct gv_sim_trace *t, struct gv_sim_trace *tmp,
+                         const struct csv *c, const int *idx, struct gv_error *err)
+{
+    uint64_t cpu, mem, ngpu, milli;
+    gv_status rc;
+    if ((rc = csv_uint(c, idx[1], pod_cols[1], CPU_MAX, &cpu, err)) ||
+        (rc = csv_uint(c, idx[2], pod_cols[2], MEM_MAX, &mem, err)) ||
+        (rc = csv_uint(c, idx[3], pod_cols[3], GV_ALLOC_MAX_DEVICES, &ngpu, err)) ||
+        (rc = csv_uint(c, idx[4], pod_cols[4], GV_ALLOC_MILLI, &milli, err)))
+        return rc;
+    if ((ngpu == 0) != (milli == 0))
+        return gv_error_set(err, GV_EPARSE, "%s:%zu: field gpu_milli: %llu with num_gpu %llu",
+                            c->name, c->line, (unsigned long long)milli,
+                            (unsigned long long)ngpu);
+    if (ngpu > 1 && milli != GV_ALLOC_MILLI)
+        return gv_error_set(err, GV_EPARSE,
+                            "%s:%zu: field gpu_milli: multi-GPU pods take whole GPUs (1000), got %llu",
+                            c->name, c->line, (unsigned long long)milli);
+    struct gv_alloc_request *r;
+    if ((rc = gv_alloc_request_new(&r, err)) != GV_OK)
+        return rc;
+    snprintf(r->name, sizeof(r->name), "%s", c->f[idx[0]]);
+    r->cpu_milli = (int64_t)cpu;
+    r->mem_mib = (int64_t)mem;
+    if (ngpu > 0) {
+        r->n_containers = 1;
+        snprintf(r->containers[0].name, sizeof(r->containers[0].name), "main");
+        r->containers[0].num_gpu = (uint32_t)ngpu;
+        r->containers[0].mem_kind = GV_ALLOC_MEM_MIB;
+        r->containers[0].mem = 0;
+        r->containers[0].milli = (uint32_t)milli;
+        r->containers[0].priority = -1;
+    }
+    const char *spec = idx[5] >= 0 ? c->f[idx[5]] : "";
+    if (*spec != '\0' && (rc = openb_spec(t, c, spec, r, err)) != GV_OK) {
+        gv_alloc_request_free(r);
+        return rc;
+    }
+    return sim_add_pod(tmp, r, err);
+}
+
 gv_status gv_sim_parse_openb_pods(struct gv_sim_trace *t, const char *name, const char *buf,
                                   size_t len, struct gv_error *err)
 {
-    static const char *const cols[] = {"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli",
-                                       "gpu_spec"};
-    struct csv *c = calloc(1, sizeof(*c));
-    struct gv_sim_trace tmp = {0};
-    gv_status rc = GV_OK;
-    if (c == NULL)
-        return gv_error_set(err, GV_ENOMEM, "out of memory");
-    *c = (struct csv){.name = name, .p = buf, .end = buf + len};
-    int idx[6];
-    size_t ncols;
-    if ((rc = csv_header(c, cols, 6, 5, idx, &ncols, err)) != GV_OK)
-        goto done;
-    for (;;) {
-        bool more;
-        if ((rc = csv_next(c, &more, err)) != GV_OK)
-            goto done;
-        if (!more)
-            break;
-        uint64_t cpu, mem, ngpu, milli;
-        if ((rc = csv_fields(c, ncols, err)) ||
-            (rc = csv_uint(c, idx[1], cols[1], CPU_MAX, &cpu, err)) ||
-            (rc = csv_uint(c, idx[2], cols[2], MEM_MAX, &mem, err)) ||
-            (rc = csv_uint(c, idx[3], cols[3], GV_ALLOC_MAX_DEVICES, &ngpu, err)) ||
-            (rc = csv_uint(c, idx[4], cols[4], GV_ALLOC_MILLI, &milli, err)))
-            goto done;
-        if ((ngpu == 0) != (milli == 0)) {
-            rc = gv_error_set(err, GV_EPARSE, "%s:%zu: field gpu_milli: %llu with num_gpu %llu",
-                              name, c->line, (unsigned long long)milli, (unsigned long long)ngpu);
-            goto done;
-        }
-        if (ngpu > 1 && milli != GV_ALLOC_MILLI) {
-            rc = gv_error_set(err, GV_EPARSE,
-                              "%s:%zu: field gpu_milli: multi-GPU pods take whole GPUs (1000), got %llu",
-                              name, c->line, (unsigned long long)milli);
-            goto done;
-        }
-        struct gv_alloc_request *r;
-        if ((rc = gv_alloc_request_new(&r, err)) != GV_OK)
-            goto done;
-        snprintf(r->name, sizeof(r->name), "%s", c->f[idx[0]]);
-        r->cpu_milli = (int64_t)cpu;
-        r->mem_mib = (int64_t)mem;
-        if (ngpu > 0) {
-            r->n_containers = 1;
-            snprintf(r->containers[0].name, sizeof(r->containers[0].name), "main");
-            r->containers[0].num_gpu = (uint32_t)ngpu;
-            r->containers[0].mem_kind = GV_ALLOC_MEM_MIB;
-            r->containers[0].mem = 0;
-            r->containers[0].milli = (uint32_t)milli;
-            r->containers[0].priority = -1;
-        }
-        const char *spec = idx[5] >= 0 ? c->f[idx[5]] : "";
-        if (*spec != '\0' && (rc = openb_spec(t, c, spec, r, err)) != GV_OK) {
-            gv_alloc_request_free(r);
-            goto done;
-        }
-        if ((rc = sim_add_pod(&tmp, r, err)) != GV_OK)
-            goto done;
-    }
-    if (tmp.n_pods == 0) {
-        rc = gv_error_set(err, GV_EPARSE, "%s: no pods (only a header)", name);
-        goto done;
-    }
-    rc = trace_move(t, &tmp, err);
-done:
-    sim_trace_clear(&tmp);
-    free(c);
-    return rc;
+    /* gpu_spec is optional: the first five columns are required */
+    return csv_parse(t, name, buf, len, pod_cols, 6, 5, pod_row, "pods", err);
 }
 
 /* --- Kubernetes JSON ----------------------------------------------------- */

@@ -133,16 +133,12 @@ long st_http(const char *method, const char *url, const char *body, char **out)
     return code;
 }
 
-json_t *st_filter(const char *base, json_t *pod, const char *const *names, size_t n, long *status)
+json_t *st_post(const char *base, const char *verb, json_t *args, long *status)
 {
-    json_t *jn = json_array();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(jn, json_string(names[i]));
-    json_t *args = json_pack("{s:O,s:n,s:o}", "Pod", pod, "Nodes", "NodeNames", jn);
     char *body = json_dumps(args, JSON_COMPACT);
     json_decref(args);
     char url[512], *out = NULL;
-    snprintf(url, sizeof(url), "%s/filter", base);
+    snprintf(url, sizeof(url), "%s/%s", base, verb);
     long code = st_http("POST", url, body, &out);
     free(body);
     if (status != NULL)
@@ -152,19 +148,24 @@ json_t *st_filter(const char *base, json_t *pod, const char *const *names, size_
     return res;
 }
 
+json_t *st_filter(const char *base, json_t *pod, const char *const *names, size_t n, long *status)
+{
+    json_t *jn = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(jn, json_string(names[i]));
+    return st_post(base, "filter",
+                   json_pack("{s:O,s:n,s:o}", "Pod", pod, "Nodes", "NodeNames", jn), status);
+}
+
 char *st_bind(const char *base, json_t *pod, const char *node)
 {
     json_t *md = json_object_get(pod, "metadata");
-    json_t *args = json_pack("{s:O,s:O,s:O,s:s}", "PodName", json_object_get(md, "name"),
-                             "PodNamespace", json_object_get(md, "namespace"), "PodUID",
-                             json_object_get(md, "uid"), "Node", node);
-    char *body = json_dumps(args, JSON_COMPACT);
-    json_decref(args);
-    char url[512], *out = NULL;
-    snprintf(url, sizeof(url), "%s/bind", base);
-    long code = st_http("POST", url, body, &out);
-    free(body);
-    json_t *res = code == 200 && out ? json_loads(out, 0, NULL) : NULL;
+    long code;
+    json_t *res = st_post(base, "bind",
+                          json_pack("{s:O,s:O,s:O,s:s}", "PodName", json_object_get(md, "name"),
+                                    "PodNamespace", json_object_get(md, "namespace"), "PodUID",
+                                    json_object_get(md, "uid"), "Node", node),
+                          &code);
     char *err = NULL;
     if (res == NULL) {
         err = malloc(64);
@@ -174,7 +175,6 @@ char *st_bind(const char *base, json_t *pod, const char *node)
         err = strdup(e != NULL ? e : "no Error key in the answer");
     }
     json_decref(res);
-    free(out);
     return err;
 }
 

@@ -40,6 +40,9 @@ json_t *st_create_pod(struct gv_kube_client *c, const char *name, const char *co
 
 /* HTTP POST/GET; returns the status (0 on transport error), body in *out. */
 long st_http(const char *method, const char *url, const char *body, char **out);
+/* POSTs args (consumed) as JSON to base/verb; returns the parsed answer
+ * (NULL on non-200); *status (if not NULL) gets the HTTP status. */
+json_t *st_post(const char *base, const char *verb, json_t *args, long *status);
 /* POSTs {"Pod": pod, "NodeNames": names} to base/filter; returns the
  * parsed result (NULL on non-200); *status gets the HTTP status. */
 json_t *st_filter(const char *base, json_t *pod, const char *const *names, size_t n, long *status);

@@ -104,6 +104,16 @@ static int teardown(void **state)
 
 static const char *const all_nodes[] = {"gpu-a", "gpu-b", "gpu-t4", "cpu-only"};
 
+/* A pod with one container "c" asking for mib of GPU memory. */
+static json_t *gpumem_pod(struct gv_kube_client *kube, const char *name, unsigned mib,
+                          const char *annotations)
+{
+    char containers[128];
+    snprintf(containers, sizeof(containers),
+             "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"%u\"}}]", mib);
+    return st_create_pod(kube, name, containers, annotations);
+}
+
 static json_t *get_pod(struct fx *f, const char *name)
 {
     char path[256];
@@ -194,9 +204,7 @@ static void test_type_constraint(void **state)
 {
     struct fx *f = *state;
     sched_up(f);
-    json_t *pod = st_create_pod(f->kube, "t4only",
-                                "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"1000\"}}]",
-                                "{\"nvidia.com/use-gputype\":\"T4\"}");
+    json_t *pod = gpumem_pod(f->kube, "t4only", 1000, "{\"nvidia.com/use-gputype\":\"T4\"}");
     json_t *r = st_filter(f->base, pod, all_nodes, 4, NULL);
     assert_string_equal(st_chosen(r), "gpu-t4");
     json_decref(r);
@@ -290,9 +298,7 @@ static void test_reservation_expires_without_bind(void **state)
     struct fx *f = *state;
     f->cfg.reservation_ttl_s = 1;
     sched_up(f);
-    json_t *pod = st_create_pod(f->kube, "nobind",
-                                "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"5000\"}}]",
-                                "{\"gpuvisor.io/use-gputype\":\"T4\"}");
+    json_t *pod = gpumem_pod(f->kube, "nobind", 5000, "{\"gpuvisor.io/use-gputype\":\"T4\"}");
     json_t *r = st_filter(f->base, pod, all_nodes, 4, NULL);
     assert_string_equal(st_chosen(r), "gpu-t4");
     json_decref(r);
@@ -312,8 +318,7 @@ static void test_delete_and_finish_release(void **state)
     struct fx *f = *state;
     sched_up(f);
     const char *t4[] = {"gpu-t4"};
-    json_t *pod = st_create_pod(
-        f->kube, "gone", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"6000\"}}]", NULL);
+    json_t *pod = gpumem_pod(f->kube, "gone", 6000, NULL);
     json_t *r = st_filter(f->base, pod, t4, 1, NULL);
     assert_string_equal(st_chosen(r), "gpu-t4");
     json_decref(r);
@@ -327,8 +332,7 @@ static void test_delete_and_finish_release(void **state)
     json_decref(pod);
 
     /* A pod that finishes (phase Succeeded) releases too. */
-    pod = st_create_pod(f->kube, "done",
-                        "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"6000\"}}]", NULL);
+    pod = gpumem_pod(f->kube, "done", 6000, NULL);
     r = st_filter(f->base, pod, t4, 1, NULL);
     json_decref(r);
     e = st_bind(f->base, pod, "gpu-t4");
@@ -358,8 +362,7 @@ static void test_restart_rebuilds_from_api(void **state)
     struct fx *f = *state;
     sched_up(f);
     const char *t4[] = {"gpu-t4"};
-    json_t *pod = st_create_pod(
-        f->kube, "keep", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"6000\"}}]", NULL);
+    json_t *pod = gpumem_pod(f->kube, "keep", 6000, NULL);
     json_t *r = st_filter(f->base, pod, t4, 1, NULL);
     json_decref(r);
     char *e = st_bind(f->base, pod, "gpu-t4");
@@ -372,8 +375,7 @@ static void test_restart_rebuilds_from_api(void **state)
     sched_up(f);
     assert_true(st_wait(t4_has_6000, f, 5000));
     /* 15360 - 6000 left: a 10000 MiB pod no longer fits on the T4. */
-    pod = st_create_pod(f->kube, "big",
-                        "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"10000\"}}]", NULL);
+    pod = gpumem_pod(f->kube, "big", 10000, NULL);
     r = st_filter(f->base, pod, t4, 1, NULL);
     assert_null(st_chosen(r));
     assert_non_null(json_object_get(json_object_get(r, "FailedNodes"), "gpu-t4"));
@@ -392,9 +394,7 @@ static bool late_has_usage(void *ud)
 static void test_pod_seen_before_its_node(void **state)
 {
     struct fx *f = *state;
-    json_t *pod = st_create_pod(
-        f->kube, "early", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"7000\"}}]",
-        NULL);
+    json_t *pod = gpumem_pod(f->kube, "early", 7000, NULL);
     json_t *patch = json_pack("{s:{s:{s:s,s:s,s:s},s:{s:s}}}", "metadata", "annotations",
                               "gpuvisor.io/assignment", "v1;node=late;c=GPU-late-0:7000:0",
                               "gpuvisor.io/assigned-node", "late", "gpuvisor.io/assigned-at",
@@ -421,8 +421,7 @@ static void test_stale_and_malformed_agents(void **state)
     st_put_node(f->kube, bad);
     json_decref(bad);
     sched_up(f);
-    json_t *pod = st_create_pod(
-        f->kube, "p", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"1000\"}}]", NULL);
+    json_t *pod = gpumem_pod(f->kube, "p", 1000, NULL);
     json_t *r = st_filter(f->base, pod, all_nodes, 4, NULL);
     assert_string_equal(st_chosen(r), "gpu-t4");
     json_t *unres = json_object_get(r, "FailedAndUnresolvableNodes");
@@ -495,8 +494,7 @@ static void test_bind_recomputes_on_conflict(void **state)
     struct fx *f = *state;
     sched_up(f);
     const char *t4[] = {"gpu-t4"};
-    json_t *pod = st_create_pod(
-        f->kube, "moving", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"1000\"}}]", NULL);
+    json_t *pod = gpumem_pod(f->kube, "moving", 1000, NULL);
     json_t *r = st_filter(f->base, pod, t4, 1, NULL);
     json_decref(r);
     /* Someone updates the pod between filter and bind: its resourceVersion moves. */
@@ -522,17 +520,14 @@ static void test_bind_without_filter_and_to_other_node(void **state)
     struct fx *f = *state;
     sched_up(f);
     /* Bind with no prior filter (e.g. after a scheduler restart). */
-    json_t *pod = st_create_pod(
-        f->kube, "direct", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"2000\"}}]", NULL);
+    json_t *pod = gpumem_pod(f->kube, "direct", 2000, NULL);
     char *e = st_bind(f->base, pod, "gpu-t4");
     assert_string_equal(e, "");
     free(e);
     json_decref(pod);
     /* Filter reserves on one node, kube-scheduler binds to another:
      * the reservation moves, nothing is counted twice. */
-    pod = st_create_pod(f->kube, "moved",
-                        "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"3000\"}}]",
-                        "{\"gpuvisor.io/use-gputype\":\"A100\"}");
+    pod = gpumem_pod(f->kube, "moved", 3000, "{\"gpuvisor.io/use-gputype\":\"A100\"}");
     const char *two[] = {"gpu-a", "gpu-b"};
     json_t *r = st_filter(f->base, pod, two, 2, NULL);
     const char *chosen = st_chosen(r);
@@ -579,9 +574,7 @@ static void test_api_outage_during_bind(void **state)
     struct fx *f = *state;
     sched_up(f);
     const char *t4[] = {"gpu-t4"};
-    json_t *pod = st_create_pod(
-        f->kube, "outage", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"4000\"}}]",
-        NULL);
+    json_t *pod = gpumem_pod(f->kube, "outage", 4000, NULL);
     json_t *r = st_filter(f->base, pod, t4, 1, NULL);
     assert_string_equal(st_chosen(r), "gpu-t4");
     json_decref(r);
@@ -610,27 +603,23 @@ static void test_feasible_mode_and_prioritize(void **state)
     f->cfg.filter_feasible = true;
     sched_up(f);
     /* Load gpu-a so binpack prefers it. */
-    json_t *pod = st_create_pod(
-        f->kube, "load", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"40000\"}}]", NULL);
+    json_t *pod = gpumem_pod(f->kube, "load", 40000, NULL);
     char *e = st_bind(f->base, pod, "gpu-a");
     assert_string_equal(e, "");
     free(e);
     json_decref(pod);
-    pod = st_create_pod(f->kube, "next",
-                        "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"20000\"}}]", NULL);
+    pod = gpumem_pod(f->kube, "next", 20000, NULL);
     json_t *r = st_filter(f->base, pod, all_nodes, 4, NULL);
     /* Every fitting node comes back; nothing is reserved. */
     assert_int_equal(json_array_size(json_object_get(r, "NodeNames")), 2);
     json_decref(r);
     assert_true(st_metric(f->metrics, "gpuvisor_scheduler_reservations", "state=\"reserved\"") ==
                 0);
-    json_t *args =
-        json_pack("{s:O,s:[s,s,s]}", "Pod", pod, "NodeNames", "gpu-a", "gpu-b", "gpu-t4");
-    char *body = json_dumps(args, JSON_COMPACT), *out = NULL, url[256];
-    json_decref(args);
-    snprintf(url, sizeof(url), "%s/prioritize", f->base);
-    assert_int_equal(st_http("POST", url, body, &out), 200);
-    json_t *list = json_loads(out, 0, NULL);
+    long code;
+    json_t *list = st_post(
+        f->base, "prioritize",
+        json_pack("{s:O,s:[s,s,s]}", "Pod", pod, "NodeNames", "gpu-a", "gpu-b", "gpu-t4"), &code);
+    assert_int_equal(code, 200);
     assert_int_equal(json_array_size(list), 3);
     long sa = -1, sb = -1, st = -1;
     size_t i;
@@ -650,8 +639,6 @@ static void test_feasible_mode_and_prioritize(void **state)
     assert_true(sa > sb);    /* binpack: the fuller node wins */
     assert_int_equal(st, 0); /* does not fit */
     json_decref(list);
-    free(out);
-    free(body);
     json_decref(pod);
 }
 
@@ -659,26 +646,22 @@ static void test_full_node_objects_mode(void **state)
 {
     struct fx *f = *state;
     sched_up(f);
-    json_t *pod = st_create_pod(f->kube, "objs",
-                                "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"1000\"}}]",
-                                "{\"nvidia.com/use-gputype\":\"T4\"}");
+    json_t *pod = gpumem_pod(f->kube, "objs", 1000, "{\"nvidia.com/use-gputype\":\"T4\"}");
     json_t *items = json_array();
     for (int i = 0; i < 3; i++)
         json_array_append_new(items, json_pack("{s:{s:s}}", "metadata", "name", all_nodes[i]));
-    json_t *args = json_pack("{s:O,s:{s:{},s:o}}", "Pod", pod, "Nodes", "metadata", "items", items);
-    char *body = json_dumps(args, JSON_COMPACT), *out = NULL, url[256];
-    json_decref(args);
-    snprintf(url, sizeof(url), "%s/filter", f->base);
-    assert_int_equal(st_http("POST", url, body, &out), 200);
-    json_t *r = json_loads(out, 0, NULL);
+    long code;
+    json_t *r = st_post(f->base, "filter",
+                        json_pack("{s:O,s:{s:{},s:o}}", "Pod", pod, "Nodes", "metadata", "items",
+                                  items),
+                        &code);
+    assert_int_equal(code, 200);
     json_t *kept = json_object_get(json_object_get(r, "Nodes"), "items");
     assert_int_equal(json_array_size(kept), 1);
     assert_string_equal(json_string_value(json_object_get(
                             json_object_get(json_array_get(kept, 0), "metadata"), "name")),
                         "gpu-t4");
     json_decref(r);
-    free(out);
-    free(body);
     json_decref(pod);
 }
 
