@@ -80,8 +80,9 @@ size_t gv_allocator_gc(struct gv_allocator *a);
 void gv_allocator_set_pods(struct gv_allocator *a, json_t *pods);
 
 /*
- * What the pod cache keeps of a pod (new reference): its identity, plus
- * what Allocate reads while the pod may still be admitted (docs/node-agent.md,
+ * What the pod cache keeps of a pod (new reference): what Allocate reads
+ * while the pod may still be admitted, else its uid alone as a JSON string;
+ * NULL for a pod that cannot be admitted and has no uid (docs/node-agent.md,
  * "Memory").  The informer's transform; public for tests.
  */
 json_t *gv_allocator_cache_pod(json_t *pod);

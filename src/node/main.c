@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "common/gv_file.h"
+#include "common/gv_jalloc.h"
 #include "common/gv_log.h"
 #include "common/gv_version.h"
 #include "contracts/inventory.h"
@@ -503,6 +504,7 @@ int main(int argc, char **argv)
      * any thread exists.
      */
     mallopt(M_ARENA_MAX, 1);
+    gv_jalloc_init(); /* the allocator places pending pod forms in a zone (gv_jalloc.h) */
     /* Before any thread exists: every thread inherits the mask, the loop reads a signalfd. */
     sigset_t set;
     sigemptyset(&set);

@@ -1,11 +1,11 @@
 #include "scheduler/gv_extender.h"
 
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/mman.h>
+
+#include "common/gv_jalloc.h"
 
 json_t *gv_ext_json_get(const json_t *object, const char *key)
 {
@@ -45,67 +45,16 @@ static gv_status load_object(const char *body, size_t len, const char *what, jso
  * allocations that die with the request.  From malloc they raised each
  * arena's high-water mark by ~0.5 MiB, and the reservations a filter leaves
  * behind (long-lived, small) land among them and pin those pages.  So the
- * parse runs on a bump region of its own (one mmap, returned whole), and
- * only what outlives the request is copied to the heap: the Pod and the
- * names, in one block.  jansson's allocator hooks are process-wide; outside
- * a parse (no region on this thread) they are plain malloc/free.
+ * parse runs on a scratch region of its own (gv_jalloc.h: one mapping,
+ * returned whole), and only what outlives the request is copied to the
+ * heap: the Pod and the names, in one block.
  */
-struct scratch {
-    uintptr_t base, cur, end;
-};
-
-static _Thread_local struct scratch *tl_scratch;
-static pthread_once_t alloc_once = PTHREAD_ONCE_INIT;
-
-static void *scratch_malloc(size_t size)
-{
-    struct scratch *a = tl_scratch;
-    size_t need = (size + 15) & ~(size_t)15;
-    if (a != NULL && need >= size && a->end - a->cur >= need) {
-        void *p = (void *)a->cur;
-        a->cur += need;
-        return p;
-    }
-    return malloc(size);
-}
-
-static void scratch_free(void *p)
-{
-    struct scratch *a = tl_scratch;
-    if (a != NULL && (uintptr_t)p >= a->base && (uintptr_t)p < a->end)
-        return;
-    free(p);
-}
-
-static void install_alloc(void)
-{
-    json_set_alloc_funcs(scratch_malloc, scratch_free);
-}
-
-void gv_ext_init(void)
-{
-    pthread_once(&alloc_once, install_alloc);
-}
 
 /* Virtual space only: pages never touched cost nothing, and a body that
  * needs more than this spills to malloc. */
-static void scratch_open(struct scratch *a, size_t body_len)
+static size_t scratch_cap(size_t body_len)
 {
-    size_t cap = body_len < ((size_t)64 << 20) ? body_len * 16 + (64 << 10) : (size_t)1 << 30;
-    void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
-    if (p == MAP_FAILED) {
-        memset(a, 0, sizeof(*a));
-        return;
-    }
-    a->base = a->cur = (uintptr_t)p;
-    a->end = a->base + cap;
-}
-
-static void scratch_close(struct scratch *a)
-{
-    if (a->base != 0)
-        munmap((void *)a->base, a->end - a->base);
+    return body_len < ((size_t)64 << 20) ? body_len * 16 + (64 << 10) : (size_t)1 << 30;
 }
 
 static gv_status args_extract(json_t *root, struct gv_ext_args *out, struct gv_error *err);
@@ -155,22 +104,22 @@ gv_status gv_ext_args_parse(const char *body, size_t len, struct gv_ext_args *ou
                             struct gv_error *err)
 {
     memset(out, 0, sizeof(*out));
-    gv_ext_init();
-    struct scratch a;
-    scratch_open(&a, len);
-    tl_scratch = a.base ? &a : NULL;
+    gv_jalloc_init();
+    struct gv_jscratch a;
+    gv_jscratch_open(&a, scratch_cap(len));
+    gv_jscratch_enter(&a);
     json_t *root = NULL;
     gv_status st = load_object(body, len, "ExtenderArgs", &root, err);
     if (st == GV_OK)
         st = args_extract(root, out, err);
-    tl_scratch = NULL;
+    gv_jalloc_leave();
     if (st == GV_OK && a.base != 0)
         st = args_detach(out, err);
-    tl_scratch = a.base ? &a : NULL;
+    gv_jscratch_enter(&a);
     if (a.base != 0 || st != GV_OK)
         json_decref(root);
-    tl_scratch = NULL;
-    scratch_close(&a);
+    gv_jalloc_leave();
+    gv_jscratch_close(&a);
     return st;
 }
 

@@ -20,14 +20,6 @@
 /* The score range kube-scheduler accepts from an extender (MaxExtenderPriority). */
 #define GV_EXT_MAX_SCORE 10
 
-/*
- * Installs jansson allocator hooks (plain malloc/free except inside
- * gv_ext_args_parse, which parses on a scratch region of its own).  Called
- * by gv_ext_args_parse itself; call it before starting threads that use
- * jansson so the hooks never change under them.
- */
-void gv_ext_init(void);
-
 /* ExtenderArgs: the body of filter and prioritize calls. */
 struct gv_ext_args {
     json_t *root;       /* owns everything below */

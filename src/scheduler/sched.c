@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/gv_jalloc.h"
 #include "common/gv_log.h"
 #include "contracts/inventory.h"
 #include "contracts/podspec.h"
@@ -435,7 +436,7 @@ static void inf_pod_delete(void *ud, json_t *uid)
 gv_status gv_sched_new(const struct gv_sched_config *cfg, struct gv_kube_client *kube,
                        struct gv_sched **out, struct gv_error *err)
 {
-    gv_ext_init(); /* before the informers' threads parse JSON */
+    gv_jalloc_init(); /* before the informers' threads parse JSON (gv_ext_args_parse places its parse) */
     struct gv_sched *s = calloc(1, sizeof(*s));
     gv_status st;
     if (s == NULL)

@@ -6,3 +6,7 @@ TEST_PROGS += test_gv_buf
 test_gv_buf_SRCS := tests/common/test_gv_buf.c
 test_gv_buf_LIBS := common
 test_gv_buf_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)
+TEST_PROGS += test_jalloc
+test_jalloc_SRCS := tests/common/test_jalloc.c
+test_jalloc_LIBS := common
+test_jalloc_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka jansson)

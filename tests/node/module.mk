@@ -45,7 +45,8 @@ fuzz_node_config_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
 fuzz_node_allocate_SRCS := tests/node/fuzz_node_allocate.c src/node/allocator.c src/node/config.c \
 	src/node/loop.c src/contracts/inventory.c src/contracts/podspec.c $(wildcard src/alloc/*.c) \
 	$(wildcard src/kube/*.c) \
-	src/common/gv_buf.c src/common/gv_error.c src/common/gv_log.c src/common/gv_file.c $(NODE_PB_C)
+	src/common/gv_buf.c src/common/gv_error.c src/common/gv_log.c src/common/gv_file.c \
+	src/common/gv_jalloc.c $(NODE_PB_C)
 fuzz_node_allocate_CFLAGS := $(NODE_CFLAGS)
 fuzz_node_allocate_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS)
 # order-only: the replay rule compiles $^, which must hold sources only
