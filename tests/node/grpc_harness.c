@@ -10,9 +10,11 @@
  *   health GPU 0|1      mark every slice of GPU (un)healthy -> "ok"
  *   watchers            -> "watchers N"
  *   connections         -> "connections N"
+ *   inflight_max        -> "inflight_max N": most Allocates ever inside the handler at once
  *   shutdown            graceful stop; exits once drained
  * Allocate answers env GV_TEST_IDS=<comma list of the requested IDs>.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,15 +33,20 @@ static size_t n_devs;
 static long delay_ms;
 static bool stopping;
 static struct gv_registrar *registrar;
+static atomic_int inflight, inflight_max;
 
 static int fake_allocate(void *ud, const char *const *ids, size_t n,
                          V1beta1__ContainerAllocateResponse *resp, char *msg, size_t msg_size)
 {
     (void)ud;
+    int now = atomic_fetch_add(&inflight, 1) + 1, seen = atomic_load(&inflight_max);
+    while (now > seen && !atomic_compare_exchange_weak(&inflight_max, &seen, now))
+        ;
     if (delay_ms > 0) {
         struct timespec ts = {delay_ms / 1000, (delay_ms % 1000) * 1000000};
         nanosleep(&ts, NULL);
     }
+    atomic_fetch_sub(&inflight, 1);
     if (n == 0) {
         snprintf(msg, msg_size, "no devices requested");
         return 9; /* FAILED_PRECONDITION */
@@ -107,6 +114,8 @@ static void on_stdin(struct gv_loop *loop, int fd, uint32_t events, void *ud)
                 printf("ok\n");
         } else if (strcmp(l, "registrations") == 0) {
             printf("registrations %llu\n", (unsigned long long)gv_registrar_count(registrar));
+        } else if (strcmp(l, "inflight_max") == 0) {
+            printf("inflight_max %d\n", atomic_load(&inflight_max));
         } else if (strcmp(l, "watchers") == 0) {
             printf("watchers %zu\n", gv_plugin_watchers(plugin));
         } else if (strcmp(l, "shutdown") == 0 && !stopping) {
