@@ -23,6 +23,23 @@
 
 #define ALIGN 16u
 
+/* Under AddressSanitizer a released page is poisoned until it is taken
+ * again, so a use after free of a zone object is caught, as it would be
+ * for malloc'd memory (ASan does not see inside the zone otherwise). */
+#if defined(__SANITIZE_ADDRESS__)
+#define GV_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GV_ASAN 1
+#endif
+#endif
+#ifdef GV_ASAN
+#include <sanitizer/asan_interface.h>
+#else
+#define ASAN_POISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+#define ASAN_UNPOISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+#endif
+
 struct page_head {
     _Atomic uint32_t refs; /* live objects, +1 while the zone's current page */
     uint32_t unused[3];    /* keeps objects 16-byte aligned */
@@ -61,6 +78,7 @@ static uintptr_t take_page(struct gv_jzone *z)
         p = z->fresh, z->fresh += z->page_size;
     else
         return 0;
+    ASAN_UNPOISON_MEMORY_REGION((void *)p, z->page_size);
     atomic_store_explicit(&((struct page_head *)p)->refs, 1, memory_order_relaxed);
     z->in_use++;
     return p;
@@ -70,6 +88,7 @@ static void release_page(struct gv_jzone *z, uintptr_t page)
 {
     /* Content is dropped, the address stays reserved: the next use faults in a zero page. */
     madvise((void *)page, z->page_size, MADV_DONTNEED);
+    ASAN_POISON_MEMORY_REGION((void *)page, z->page_size);
     pthread_mutex_lock(&z->mu);
     z->free_stack[z->n_free++] = (uint32_t)((page - z->pages) / z->page_size);
     z->in_use--;
@@ -158,6 +177,8 @@ void gv_jzone_free(struct gv_jzone *z)
         struct gv_jzone *expected = z;
         atomic_compare_exchange_strong(&zones[i], &expected, NULL);
     }
+    /* the address range may be mapped again for something else */
+    ASAN_UNPOISON_MEMORY_REGION((void *)z->base, z->end - z->base);
     munmap((void *)z->base, z->end - z->base);
     pthread_mutex_destroy(&z->mu);
     free(z);
