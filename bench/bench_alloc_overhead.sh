@@ -3,8 +3,9 @@
 # alone (target: <= 1 us more).  The interposed run has a memory limit and a
 # shared region, i.e. the full accounting path.
 set -eu
+cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
-BIN=$BUILD/bench/alloc_roundtrip
+BIN=$PWD/$BUILD/bench/alloc_roundtrip
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 export LD_LIBRARY_PATH=$PWD/$BUILD/tests/fakes
