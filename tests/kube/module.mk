@@ -19,7 +19,7 @@ test_kube_watch_with_fake_apiserver_LDLIBS := $(KUBE_TEST_LDLIBS)
 test_kube_watch_with_fake_apiserver_CFLAGS := -I.
 
 TEST_PROGS += test_kube_config
-test_kube_config_SRCS := tests/kube/test_kube_config.c tests/fakes/apiserver/fake_apiserver_proc.c
+test_kube_config_SRCS := tests/kube/test_kube_config.c
 test_kube_config_LIBS := $(KUBE_TEST_LIBS)
 test_kube_config_LDLIBS := $(KUBE_TEST_LDLIBS)
 test_kube_config_CFLAGS := -I.

@@ -1,8 +1,8 @@
 /*
  * Client configuration: kubeconfig parsing (contexts, token, client
  * certificates by path and inline, errors), in-cluster service-account
- * config, the resolution order, and TLS end to end against fake_apiserver
- * serving HTTPS with certificates made here by the openssl CLI.
+ * config and the resolution order.  What the client does with the
+ * certificates and tokens over TLS is test_kube_tls_with_fake_apiserver.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -229,159 +229,6 @@ static void test_in_cluster(void **state)
     assert_non_null(strstr(err.msg, "KUBERNETES_SERVICE_HOST"));
 }
 
-/* ---- TLS end to end */
-
-static bool have_certs;
-
-static int run(const char *cmd)
-{
-    char full[4096];
-    snprintf(full, sizeof(full), "cd '%s' && %s >/dev/null 2>&1", tmpdir, cmd);
-    return system(full);
-}
-
-static void make_certs(void)
-{
-    if (run("command -v openssl") != 0)
-        return;
-    have_certs =
-        run("openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 "
-            "-subj /CN=test-ca") == 0 &&
-        run("openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr "
-            "-subj /CN=127.0.0.1") == 0 &&
-        run("printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > san.ext && "
-            "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
-            "-out server.crt -days 2 -extfile san.ext") == 0 &&
-        run("openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr "
-            "-subj /CN=gpuvisor-scheduler") == 0 &&
-        run("openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
-            "-out client.crt -days 2") == 0;
-}
-
-static char *b64_file(const char *name)
-{
-    char cmd[2048];
-    snprintf(cmd, sizeof(cmd), "base64 -w0 '%s/%s'", tmpdir, name);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    static char buf[4][16384];
-    static int i;
-    i = (i + 1) % 4;
-    size_t n = fread(buf[i], 1, sizeof(buf[i]) - 1, p);
-    buf[i][n] = '\0';
-    pclose(p);
-    return buf[i];
-}
-
-static struct gv_kube_client *client_from(const char *yaml, const char *context)
-{
-    struct gv_kube_config *cfg = NULL;
-    struct gv_error err;
-    if (gv_kube_config_parse_kubeconfig(yaml, strlen(yaml), tmpdir, context, &cfg, &err) != GV_OK)
-        fail_msg("kubeconfig: %s", err.msg);
-    cfg->max_retries = 0;
-    struct gv_kube_client *c = NULL;
-    assert_int_equal(gv_kube_client_new(cfg, &c, &err), GV_OK);
-    gv_kube_config_free(cfg);
-    return c;
-}
-
-static void test_tls_client_cert_with_fake_apiserver(void **state)
-{
-    (void)state;
-    if (!have_certs)
-        skip();
-    char ca[1024], crt[1024], key[1024];
-    snprintf(ca, sizeof(ca), "%s", tpath("ca.crt"));
-    snprintf(crt, sizeof(crt), "%s", tpath("server.crt"));
-    snprintf(key, sizeof(key), "%s", tpath("server.key"));
-    const char *args[] = {"--tls-cert", crt, "--tls-key", key, "--client-ca", ca,
-                          "--token", "s3cret", NULL};
-    struct fake_apiserver fa;
-    assert_int_equal(fake_apiserver_start(&fa, args), 0);
-    assert_memory_equal(fa.url, "https://", 8);
-
-    static char yaml[65536];
-    snprintf(yaml, sizeof(yaml),
-             "current-context: files\n"
-             "clusters:\n"
-             "- name: c\n  cluster: {server: '%s', certificate-authority: ca.crt}\n"
-             "- name: inline\n  cluster: {server: '%s', certificate-authority-data: %s}\n"
-             "contexts:\n"
-             "- name: files\n  context: {cluster: c, user: files}\n"
-             "- name: inline\n  context: {cluster: inline, user: inline}\n"
-             "- name: nocert\n  context: {cluster: c, user: nocert}\n"
-             "- name: badtoken\n  context: {cluster: c, user: badtoken}\n"
-             "users:\n"
-             "- name: files\n  user: {token: s3cret, client-certificate: client.crt, "
-             "client-key: client.key}\n"
-             "- name: inline\n  user: {token: s3cret, client-certificate-data: %s, "
-             "client-key-data: %s}\n"
-             "- name: nocert\n  user: {token: s3cret}\n"
-             "- name: badtoken\n  user: {token: wrong, client-certificate: client.crt, "
-             "client-key: client.key}\n",
-             fa.url, fa.url, b64_file("ca.crt"), b64_file("client.crt"), b64_file("client.key"));
-
-    struct gv_error err;
-    json_t *out = NULL;
-    /* Certificates and CA by path. */
-    struct gv_kube_client *c = client_from(yaml, "files");
-    assert_int_equal(gv_kube_list(c, "/api/v1/nodes", NULL, &out, &err), GV_OK);
-    json_decref(out);
-    gv_kube_client_free(c);
-    /* Inline *-data: the same, from memory. */
-    c = client_from(yaml, "inline");
-    assert_int_equal(gv_kube_list(c, "/api/v1/nodes", NULL, &out, &err), GV_OK);
-    json_decref(out);
-    gv_kube_client_free(c);
-    /* The server requires a client certificate. */
-    c = client_from(yaml, "nocert");
-    assert_int_not_equal(gv_kube_list(c, "/api/v1/nodes", NULL, &out, &err), GV_OK);
-    assert_null(out);
-    gv_kube_client_free(c);
-    /* Wrong bearer token → 401 with the API's message. */
-    c = client_from(yaml, "badtoken");
-    assert_int_equal(gv_kube_list(c, "/api/v1/nodes", NULL, &out, &err), GV_EIO);
-    assert_non_null(strstr(err.msg, "HTTP 401"));
-    gv_kube_client_free(c);
-    fake_apiserver_stop(&fa);
-}
-
-static void test_tls_wrong_ca_with_fake_apiserver(void **state)
-{
-    (void)state;
-    if (!have_certs)
-        skip();
-    const char *args[] = {"--tls-cert", NULL, "--tls-key", NULL, NULL};
-    char crt[1024], key[1024];
-    snprintf(crt, sizeof(crt), "%s", tpath("server.crt"));
-    snprintf(key, sizeof(key), "%s", tpath("server.key"));
-    args[1] = crt;
-    args[3] = key;
-    struct fake_apiserver fa;
-    assert_int_equal(fake_apiserver_start(&fa, args), 0);
-    /* The server's certificate is checked: the client's own cert is not a CA for it. */
-    static char yaml[4096];
-    snprintf(yaml, sizeof(yaml),
-             "current-context: x\n"
-             "clusters:\n- name: c\n  cluster: {server: '%s', certificate-authority: client.crt}\n"
-             "- name: skip\n  cluster: {server: '%s', insecure-skip-tls-verify: true}\n"
-             "contexts:\n- name: x\n  context: {cluster: c}\n"
-             "- name: skip\n  context: {cluster: skip}\n",
-             fa.url, fa.url);
-    struct gv_error err;
-    json_t *out = NULL;
-    struct gv_kube_client *c = client_from(yaml, "x");
-    assert_int_equal(gv_kube_list(c, "/api/v1/nodes", NULL, &out, &err), GV_EUNAVAILABLE);
-    assert_non_null(strstr(err.msg, "GET /api/v1/nodes"));
-    gv_kube_client_free(c);
-    c = client_from(yaml, "skip");
-    assert_int_equal(gv_kube_list(c, "/api/v1/nodes", NULL, &out, &err), GV_OK);
-    json_decref(out);
-    gv_kube_client_free(c);
-    fake_apiserver_stop(&fa);
-}
-
 static int group_setup(void **state)
 {
     (void)state;
@@ -389,7 +236,6 @@ static int group_setup(void **state)
     snprintf(tmpdir, sizeof(tmpdir), "%s/kubecfg.XXXXXX", base != NULL ? base : "/tmp");
     if (mkdtemp(tmpdir) == NULL)
         return -1;
-    make_certs();
     return 0;
 }
 
@@ -409,8 +255,6 @@ int main(void)
         cmocka_unit_test(test_kubeconfig_errors),
         cmocka_unit_test(test_kubeconfig_file_and_load_order),
         cmocka_unit_test(test_in_cluster),
-        cmocka_unit_test(test_tls_client_cert_with_fake_apiserver),
-        cmocka_unit_test(test_tls_wrong_ca_with_fake_apiserver),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
