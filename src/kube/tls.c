@@ -374,6 +374,55 @@ static enum gv_tls_io want(int rc)
     return GV_TLS_ERROR;
 }
 
+/*
+ * Fatal alerts a server sends when it will not take this client's
+ * credentials or parameters.  They are configuration, so retrying only
+ * delays the error; any other alert (internal_error, ...) stays retryable.
+ * handshake_failure is what OpenSSL sends over TLS 1.2 when a required
+ * client certificate is missing.
+ */
+#define GV_TLS_FINAL_ALERTS(X)                                                                     \
+    X(40, "handshake_failure", "no common parameters, or no client certificate where one is "      \
+                               "required")                                                         \
+    X(42, "bad_certificate", "the server rejects our client certificate")                         \
+    X(43, "unsupported_certificate", "the server rejects our client certificate")                 \
+    X(44, "certificate_revoked", "our client certificate is revoked")                             \
+    X(45, "certificate_expired", "our client certificate has expired")                            \
+    X(46, "certificate_unknown", "the server rejects our client certificate")                     \
+    X(48, "unknown_ca", "the server does not trust the CA of our client certificate")             \
+    X(49, "access_denied", "the server denies access")                                            \
+    X(70, "protocol_version", "no TLS version in common")                                         \
+    X(116, "certificate_required", "the server requires a client certificate")
+
+/* The description of the fatal alert just received. */
+static unsigned received_alert(const mbedtls_ssl_context *ssl)
+{
+#if MBEDTLS_VERSION_NUMBER >= 0x03000000
+    return ssl->MBEDTLS_PRIVATE(in_msg)[1];
+#else
+    return ssl->in_msg[1];
+#endif
+}
+
+/*
+ * A server that refuses our certificate sends its alert and closes at once,
+ * with the rest of our flight unread, so its kernel answers that with a
+ * reset.  When the reset breaks one of our writes first, the alert is still
+ * waiting, unread, in our socket (data that arrived before a reset stays
+ * readable).  Handshake alerts before the server's ChangeCipherSpec are
+ * plaintext records: content type 21, version 3.x, length 2, level 2
+ * (fatal), description.  Returns the description, or -1 when none is there.
+ */
+static int pending_fatal_alert(int fd)
+{
+    unsigned char rec[7];
+    ssize_t n = recv(fd, rec, sizeof(rec), MSG_PEEK | MSG_DONTWAIT);
+    if (n != (ssize_t)sizeof(rec) || rec[0] != 21 || rec[1] != 3 || rec[3] != 0 || rec[4] != 2 ||
+        rec[5] != 2)
+        return -1;
+    return rec[6];
+}
+
 enum gv_tls_io gv_tls_handshake(struct gv_tls_session *s, bool *retryable, struct gv_error *err)
 {
     *retryable = true;
@@ -398,6 +447,26 @@ enum gv_tls_io gv_tls_handshake(struct gv_tls_session *s, bool *retryable, struc
         gv_error_set(err, GV_EUNAVAILABLE, "TLS: server certificate verification failed: %s",
                      info);
         return GV_TLS_ERROR;
+    }
+    int pending = -1;
+    if (rc == MBEDTLS_ERR_NET_CONN_RESET || rc == MBEDTLS_ERR_NET_SEND_FAILED)
+        pending = pending_fatal_alert(s->fd);
+    if (rc == MBEDTLS_ERR_SSL_FATAL_ALERT_MESSAGE || pending >= 0) {
+        unsigned alert = pending >= 0 ? (unsigned)pending : received_alert(&s->ssl);
+        switch (alert) {
+#define GV_TLS_ALERT_CASE(code, name, why)                                                         \
+    case code:                                                                                     \
+        *retryable = false;                                                                        \
+        gv_error_set(err, GV_EUNAVAILABLE, "TLS: the server refused the handshake with alert "    \
+                     "%u %s: %s", alert, name, why);                                               \
+        return GV_TLS_ERROR;
+            GV_TLS_FINAL_ALERTS(GV_TLS_ALERT_CASE)
+#undef GV_TLS_ALERT_CASE
+        default:
+            gv_error_set(err, GV_EUNAVAILABLE, "TLS handshake failed: the server sent alert %u",
+                         alert);
+            return GV_TLS_ERROR;
+        }
     }
     tls_error(err, GV_EUNAVAILABLE, rc, "TLS handshake failed");
     return GV_TLS_ERROR;
