@@ -32,7 +32,11 @@
  *   ext-import:SIZE:EXP           cuImportExternalMemory (an opaque fd from a graphics API)
  *   ext-map:SIZE:EXP              a buffer mapped from the last import (freed with cuMemFree)
  *   sleep:MS
+ *   barrier:DIR:N                 waits (10 s at most) until N probes reached it: each
+ *                                 adds DIR/<pid>, DIR must exist (ops that read shared
+ *                                 state only after every tenant is done changing it)
  */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -238,6 +242,20 @@ static nvmlDevice_t nvml_dev(unsigned idx)
 }
 
 static int eq_or_any(const char *want, uint64_t got) { return strcmp(want, "*") == 0 || parse_size(want) == got; }
+
+/* Entries of dir other than . and .. (-1 when it cannot be read). */
+static int count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    return n;
+}
 
 static void run_op(char *op)
 {
@@ -513,6 +531,20 @@ static void run_op(char *op)
                  : CUDA_ERROR_INVALID_VALUE;
         if (check_rc(orig, rc, a[2]))
             push(K_MEM, p);
+    } else if (strcmp(name, "barrier") == 0) {
+        NEED(3);
+        char mine[4096];
+        snprintf(mine, sizeof(mine), "%s/%d", a[1], (int)getpid());
+        FILE *f = fopen(mine, "w");
+        if (f != NULL)
+            fclose(f);
+        int want = atoi(a[2]), seen = 0;
+        for (int tries = 0; f != NULL && tries < 1000 && (seen = count_entries(a[1])) < want;
+             tries++) {
+            struct timespec ts = {0, 10 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        tap(f != NULL && seen >= want, orig, "%d of %d probes arrived", seen, want);
     } else if (strcmp(name, "sleep") == 0) {
         NEED(2);
         struct timespec ts = {atoi(a[1]) / 1000, (atoi(a[1]) % 1000) * 1000000L};

@@ -135,11 +135,14 @@ fresh
 probe "$PROBE" init info:16g:16g total:0:16g alloc:1g:OK info:15g:16g nvml-mem:0:1g:16g freeall
 
 # --- limit across many concurrent processes --------------------------------
+# Each holds what it got until all eight are done (a process that exited
+# early would free room for the others).
 fresh
 pids=()
+mkdir -p "$TMP/filled"
 for i in 1 2 3 4 5 6 7 8; do
     probe_bg CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
-        "$PROBE" init fill:32m sleep:2500 >"$TMP/fill.$i" 2>&1 &
+        "$PROBE" init fill:32m barrier:"$TMP/filled":8 >"$TMP/fill.$i" 2>&1 &
     pids+=($!)
 done
 wait "${pids[@]}"
@@ -290,12 +293,17 @@ wait $hog
 
 # Many processes oversubscribing together: the virtual limit holds exactly, and
 # exactly the share is device memory.
+# NVML is read once all four are done filling (and before any frees):
+# earlier, another tenant's allocation may still be between its charge and
+# the driver's answer.
 fresh
 pids=()
+mkdir -p "$TMP/ofilled" "$TMP/ochecked"
 for i in 1 2 3 4; do
     probe_bg CUDA_OVERSUBSCRIBE=true CUDA_DEVICE_MEMORY_LIMIT=8g GPUVISOR_DEVICE_MEMORY_SHARE=2g \
         CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
-        "$PROBE" init fill:256m nvml-mem:0:8g:8g sleep:1500 >"$TMP/ofill.$i" 2>&1 &
+        "$PROBE" init fill:256m barrier:"$TMP/ofilled":4 nvml-mem:0:8g:8g \
+        barrier:"$TMP/ochecked":4 >"$TMP/ofill.$i" 2>&1 &
     pids+=($!)
 done
 wait "${pids[@]}"
