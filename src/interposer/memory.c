@@ -271,12 +271,17 @@ static CUresult os_reserve(struct charge *c, int rdev, uint64_t bytes)
     return CUDA_SUCCESS;
 }
 
-/* The card itself is full: turns a device reservation into a managed one. */
+/*
+ * The card itself is full: turns a device reservation into a managed one,
+ * in one step (releasing and reserving again would let another tenant take
+ * the bytes in between).  On failure the device reservation is returned.
+ */
 static CUresult os_to_managed(struct charge *c)
 {
-    gv_shm_mem_release(gv_ip.shm, c->rdev, c->bytes, false);
-    if (gv_shm_mem_reserve(gv_ip.shm, c->rdev, c->bytes, GV_SHM_MANAGED, NULL) != GV_OK)
+    if (gv_shm_mem_to_managed(gv_ip.shm, c->rdev, c->bytes) != GV_OK) {
+        gv_shm_mem_release(gv_ip.shm, c->rdev, c->bytes, false);
         return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     c->managed = true;
     return CUDA_SUCCESS;
 }

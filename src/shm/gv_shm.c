@@ -521,6 +521,25 @@ void gv_shm_mem_release(struct gv_shm *shm, int dev, uint64_t bytes, bool manage
     region_unlock(shm);
 }
 
+gv_status gv_shm_mem_to_managed(struct gv_shm *shm, int dev, uint64_t bytes)
+{
+    if (shm->readonly || shm->slot < 0 || dev < 0 || dev >= GV_SHM_MAX_DEVICES)
+        return GV_EINVAL;
+    struct gv_shm_device *d = &shm->r->devices[dev];
+    struct gv_shm_proc *p = &shm->r->procs[shm->slot];
+    if (region_lock(shm) != 0)
+        return GV_EIO;
+    uint64_t held = atomic_load(&p->mem_used[dev]), managed = atomic_load(&p->managed_used[dev]);
+    gv_status st = GV_EINVAL;
+    if (managed <= held && bytes <= held - managed) {
+        atomic_fetch_add(&p->managed_used[dev], bytes);
+        atomic_fetch_add(&d->mem_managed, bytes);
+        st = GV_OK;
+    }
+    region_unlock(shm);
+    return st;
+}
+
 uint64_t gv_shm_mem_used(const struct gv_shm *shm, int dev)
 {
     if (dev < 0 || dev >= GV_SHM_MAX_DEVICES)

@@ -154,6 +154,14 @@ gv_status gv_shm_mem_reserve(struct gv_shm *shm, int dev, uint64_t bytes, enum g
                              bool *managed);
 /* Returns bytes on device dev charged by gv_shm_mem_reserve. */
 void gv_shm_mem_release(struct gv_shm *shm, int dev, uint64_t bytes, bool managed);
+/*
+ * Recharges bytes this process holds as device memory on dev as managed
+ * memory (the card itself was full).  One step under the region lock: the
+ * container's total never dips, so no other process can take the bytes in
+ * between.  GV_EIO when the lock cannot be taken, GV_EINVAL when this
+ * process does not hold that many device bytes.
+ */
+gv_status gv_shm_mem_to_managed(struct gv_shm *shm, int dev, uint64_t bytes);
 /* Container-wide bytes charged on dev. */
 uint64_t gv_shm_mem_used(const struct gv_shm *shm, int dev);
 

@@ -269,6 +269,18 @@ static void test_oversubscribed_share(void **state)
     gv_shm_mem_release(a, idx, 200, true);
     assert_int_equal(gv_shm_region(a)->devices[idx].mem_managed, 0);
     assert_int_equal(gv_shm_mem_used(a, idx), 400);
+    /* The card was full for 100 device bytes: recharged as managed in place,
+     * the total unchanged, which frees that much of the share. */
+    assert_int_equal(gv_shm_mem_to_managed(a, idx, 100), GV_OK);
+    assert_int_equal(gv_shm_mem_used(a, idx), 400);
+    assert_int_equal(gv_shm_region(a)->devices[idx].mem_managed, 100);
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 100, GV_SHM_DEVICE, NULL), GV_OK);
+    /* Only device bytes this process holds can be converted. */
+    assert_int_equal(gv_shm_mem_to_managed(a, idx, 401), GV_EINVAL);
+    assert_int_equal(gv_shm_region(a)->devices[idx].mem_managed, 100);
+    gv_shm_mem_release(a, idx, 100, true);
+    assert_int_equal(gv_shm_region(a)->devices[idx].mem_managed, 0);
+    assert_int_equal(gv_shm_mem_used(a, idx), 400);
     gv_shm_close(a);
 }
 
