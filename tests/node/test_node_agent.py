@@ -275,6 +275,10 @@ def scenario_config_reload():
              "exclusive GPU without a gpuvisor assignment: the kubelet's device, no interposer", a)
         env.api.create_pod("excl", [("main", dict(LIM1, **{"nvidia.com/priority": "0"}))],
                            "v1;node=node1;main=%s:40960:1000" % GPUS[1])
+        # A plain-GPU Allocate is answered at once from the kubelet's IDs when
+        # no pod in the cache claims it (no waiting for pods gpuvisor did not
+        # schedule), so let the watch deliver the pod first (it takes ~1 ms).
+        time.sleep(0.5)
         a = k.cmd("allocate", ids=[GPUS[1]])
         t.ok(a and a["ok"] and envs(a) == {"NVIDIA_VISIBLE_DEVICES": GPUS[1]} and not a["resp"]["mounts"] and
              wait_ann(env, "excl", "gpuvisor.io/allocation", "success"),
