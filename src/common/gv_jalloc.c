@@ -12,6 +12,7 @@
  * draining, and this keeps the hot path a bump and an atomic increment.
  */
 #include "common/gv_jalloc.h"
+#include "common/gv_sanitizer.h"
 
 #include <jansson.h>
 #include <pthread.h>
@@ -26,19 +27,19 @@
 /* Under AddressSanitizer a released page is poisoned until it is taken
  * again, so a use after free of a zone object is caught, as it would be
  * for malloc'd memory (ASan does not see inside the zone otherwise). */
-#if defined(__SANITIZE_ADDRESS__)
-#define GV_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define GV_ASAN 1
-#endif
-#endif
-#ifdef GV_ASAN
+#if GV_ASAN
 #include <sanitizer/asan_interface.h>
 #else
 #define ASAN_POISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
 #define ASAN_UNPOISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
 #endif
+
+/* size rounded up to ALIGN; 0 when that overflows. */
+static size_t aligned(size_t size)
+{
+    size_t need = (size + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+    return need < size ? 0 : need;
+}
 
 struct page_head {
     _Atomic uint32_t refs; /* live objects, +1 while the zone's current page */
@@ -104,8 +105,8 @@ static void unref_page(struct gv_jzone *z, uintptr_t page)
 
 static void *zone_alloc(struct gv_jzone *z, size_t size)
 {
-    size_t need = (size + ALIGN - 1) & ~(size_t)(ALIGN - 1);
-    if (need < size || need > z->page_size - sizeof(struct page_head))
+    size_t need = aligned(size);
+    if (need == 0 || need > z->page_size - sizeof(struct page_head))
         return NULL;
     uintptr_t retired = 0;
     void *p = NULL;
@@ -232,8 +233,8 @@ void gv_jscratch_enter(struct gv_jscratch *s)
 
 static void *scratch_alloc(struct gv_jscratch *s, size_t size)
 {
-    size_t need = (size + ALIGN - 1) & ~(size_t)(ALIGN - 1);
-    if (need < size || s->end - s->cur < need)
+    size_t need = aligned(size);
+    if (need == 0 || s->end - s->cur < need)
         return NULL;
     void *p = (void *)s->cur;
     s->cur += need;
@@ -269,7 +270,7 @@ static void hook_free(void *p)
         return;
     for (size_t i = 0; i < GV_JZONE_MAX; i++) {
         struct gv_jzone *z = atomic_load_explicit(&zones[i], memory_order_acquire);
-        if (z != NULL && a >= z->pages && a < z->end) {
+        if (z != NULL && gv_jzone_owns(z, p)) {
             unref_page(z, a - (a - z->pages) % z->page_size);
             return;
         }

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/gv_sanitizer.h"
 #include "interposer/interposer.h"
 
 extern char **environ;
@@ -38,14 +39,9 @@ typedef void *(*dlsym_fn)(void *, const char *);
  * dlsym is called by sanitizer runtimes while they initialise, before their
  * shadow memory exists: the dlsym path must not be instrumented.
  */
-#if defined(__SANITIZE_ADDRESS__)
+#if GV_ASAN
 #define GV_NO_ASAN __attribute__((no_sanitize_address))
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define GV_NO_ASAN __attribute__((no_sanitize_address))
-#endif
-#endif
-#ifndef GV_NO_ASAN
+#else
 #define GV_NO_ASAN
 #endif
 /* clang can guarantee a tail call; gcc makes one at -O1 and above. */

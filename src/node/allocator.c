@@ -1038,10 +1038,10 @@ static const char *const read_annotations[] = {ANN_ASSIGNMENT, ANN_ASSIGNED_AT, 
  * final.  jansson spends ~220 bytes per object and ~170 per string member:
  * a small pending pod costs ~3.5 KiB, any other pod ~100 bytes.
  */
-json_t *gv_allocator_cache_pod(json_t *pod)
+static json_t *cache_form(json_t *pod, bool admissible)
 {
     json_t *m = json_object_get(pod, "metadata");
-    if (!may_be_admitted(pod)) {
+    if (!admissible) {
         const char *uid = jstr2(pod, "metadata", "uid");
         return uid ? json_string(uid) : NULL; /* no uid: nothing on disk to collect */
     }
@@ -1090,6 +1090,11 @@ json_t *gv_allocator_cache_pod(json_t *pod)
     return out;
 }
 
+json_t *gv_allocator_cache_pod(json_t *pod)
+{
+    return cache_form(pod, may_be_admitted(pod));
+}
+
 /*
  * The informer's transform.  A form that may still be admitted is built in
  * the pending zone: such forms are the largest the cache holds (~3.5 KiB
@@ -1102,11 +1107,11 @@ json_t *gv_allocator_cache_pod(json_t *pod)
 static json_t *trim_pod(void *ud, json_t *pod)
 {
     struct gv_allocator *a = ud;
-    bool pending = a->pending_zone != NULL && may_be_admitted(pod);
-    if (pending)
+    bool admissible = may_be_admitted(pod), zoned = admissible && a->pending_zone != NULL;
+    if (zoned)
         gv_jzone_enter(a->pending_zone);
-    json_t *out = gv_allocator_cache_pod(pod);
-    if (pending)
+    json_t *out = cache_form(pod, admissible);
+    if (zoned)
         gv_jalloc_leave();
     return out;
 }

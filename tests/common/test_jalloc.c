@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "common/gv_jalloc.h"
+#include "common/gv_sanitizer.h"
 
 static size_t page_size(void)
 {
@@ -196,15 +197,7 @@ static void test_zone_falls_back_to_malloc(void **state)
     gv_jzone_free(z);
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-#define ASAN_BUILD 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define ASAN_BUILD 1
-#endif
-#endif
-
-#ifdef ASAN_BUILD
+#if GV_ASAN
 /* Under ASan, touching an object whose page went back is reported like a
  * use after free of malloc'd memory (in a child: the report ends it). */
 static void test_zone_use_after_release_caught_by_asan(void **state)
@@ -304,6 +297,8 @@ static void test_scratch_region(void **state)
     gv_jscratch_enter(&none);
     json_t *plain = json_string("heap");
     gv_jalloc_leave();
+    assert_non_null(plain); /* from malloc, usable like any other */
+    assert_string_equal(json_string_value(plain), "heap");
     json_decref(plain);
     gv_jscratch_close(&none);
 }
@@ -315,7 +310,7 @@ int main(void)
         cmocka_unit_test(test_zone_pages_return_when_their_objects_die),
         cmocka_unit_test(test_zone_objects_freed_on_other_threads),
         cmocka_unit_test(test_zone_falls_back_to_malloc),
-#ifdef ASAN_BUILD
+#if GV_ASAN
         cmocka_unit_test(test_zone_use_after_release_caught_by_asan),
 #endif
         cmocka_unit_test(test_zone_limits),
