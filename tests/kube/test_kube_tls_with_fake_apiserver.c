@@ -36,8 +36,10 @@ static bool have_certs;
 
 #define NEED_CERTS()                                                                               \
     do {                                                                                           \
-        if (!have_certs)                                                                           \
+        if (!have_certs) {                                                                         \
+            print_message("# openssl CLI not found: no certificates to test TLS with\n");          \
             skip();                                                                                \
+        }                                                                                          \
     } while (0)
 
 /* Path of a generated file (a few live at once). */
@@ -164,25 +166,23 @@ static long settled_connections(struct kube_fixture *fx, long at_least)
 static void assert_verify_failure(struct kube_fixture *fx, struct gv_kube_config *cfg,
                                   const char *label)
 {
-    /* Slow backoff so that a retry could not hide. */
+    /* Retries allowed, with a slow backoff, so that a retry could not hide:
+     * every retried connection would have a whole second to be counted by
+     * the fake before the client returns.  The check is the number of
+     * connections, never the time taken (no wall-clock asserts). */
     cfg->max_retries = 5;
     cfg->backoff_initial_ms = 1000;
     cfg->backoff_max_ms = 1000;
     long before = connections(fx);
     long gets = kube_fake_count(fx, "GET /api/v1/nodes");
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
     struct gv_error err;
     gv_status st = get_nodes(fx, cfg, &err);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
     print_message("# %s: %s\n", label, err.msg);
     assert_int_equal(st, GV_EUNAVAILABLE);
     assert_non_null(strstr(err.msg, "GET /api/v1/nodes"));
     assert_true(strcasestr(err.msg, "certificate") != NULL || strcasestr(err.msg, "verif") != NULL);
     assert_int_equal(settled_connections(fx, before + 1), before + 1);
     assert_int_equal(kube_fake_count(fx, "GET /api/v1/nodes"), gets);
-    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-    assert_true(s < 5.0);
 }
 
 /* ---- server verification */
