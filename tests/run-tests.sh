@@ -112,7 +112,11 @@ for t in "$@"; do
         "$(awk -v a="$start" -v b="$end" 'BEGIN{print b-a}')"
     if [ "$f" -ne 0 ]; then
         failed_names+=("$name")
-        grep -E '^not ok|^# ' "$log" | grep -vE "$skip_re" | head -40 | sed 's/^/    /'
+        # each failure with the diagnostics printed right after it
+        awk -v skip="$skip_re" '
+            /^not ok/ && $0 !~ skip { print; k = 8; next }
+            /^# / && k > 0 { print; k--; next }
+            { k = 0 }' "$log" | head -40 | sed 's/^/    /'
         echo "    (full log: $log)"
         if [ -n "${GV_TEST_FAILURES:-}" ]; then
             failed_cases "$log" | sed "s|^|$t: |" >>"$GV_TEST_FAILURES"
