@@ -23,7 +23,14 @@
 set -u
 export CMOCKA_MESSAGE_OUTPUT=TAP
 export BUILD="${BUILD:-build}"
-export GV_TEST_TMP="${GV_TEST_TMP:-$(mktemp -d /tmp/gpuvisor-test.XXXXXX)}"
+# Scratch space: ours unless the caller gave one (then it is the caller's to
+# remove: a runner run inside a test must not delete its parent's files).
+own_tmp=0
+if [ -z "${GV_TEST_TMP:-}" ]; then
+    GV_TEST_TMP=$(mktemp -d /tmp/gpuvisor-test.XXXXXX)
+    own_tmp=1
+fi
+export GV_TEST_TMP
 logdir="${GV_TEST_LOGDIR:-$BUILD/test-logs}"
 mkdir -p "$logdir"
 
@@ -123,7 +130,9 @@ for t in "$@"; do
         fi
     fi
 done
-rm -rf "$GV_TEST_TMP"
+if [ "$own_tmp" = 1 ]; then
+    rm -rf "$GV_TEST_TMP"
+fi
 if [ ${#skip_lines[@]} -ne 0 ]; then
     echo "skipped (${#skip_lines[@]}):"
     printf '    %s\n' "${skip_lines[@]}"
