@@ -68,6 +68,7 @@ struct gv_allocator {
     bool cdi;
     char cdi_kind[128];
     char core_policy[16];
+    char libcuda_log_level[8];
     char resource_name[128];
     /* the writer thread: progress annotations, retried through API outages */
     pthread_t writer_thread;
@@ -766,11 +767,14 @@ static int build(struct gv_allocator *a, json_t *pod, const struct gv_alloc_cont
             add_env(&b, "CUDA_TASK_PRIORITY", val, true);
         }
         pthread_mutex_lock(&a->mu);
-        char policy[16];
+        char policy[16], loglevel[8];
         snprintf(policy, sizeof(policy), "%s", a->core_policy);
+        snprintf(loglevel, sizeof(loglevel), "%s", a->libcuda_log_level);
         pthread_mutex_unlock(&a->mu);
         if (policy[0])
             add_env(&b, "GPU_CORE_UTILIZATION_POLICY", policy, true);
+        if (loglevel[0]) /* HAMi's libcudaloglevel (node config) */
+            add_env(&b, "LIBCUDA_LOG_LEVEL", loglevel, true);
         char host[4096], host_file[4200], lib[4096], preload[4096];
         snprintf(host, sizeof(host), "%s/containers/%s/%s", a->host_state_dir, uid, c->name);
         snprintf(host_file, sizeof(host_file), "%s/limits.env", host);
@@ -1231,6 +1235,7 @@ gv_status gv_allocator_set_gpus(struct gv_allocator *a, const struct gv_node_con
     a->cdi = cfg->cdi;
     snprintf(a->cdi_kind, sizeof(a->cdi_kind), "%s", cfg->cdi_kind);
     snprintf(a->core_policy, sizeof(a->core_policy), "%s", cfg->core_policy);
+    snprintf(a->libcuda_log_level, sizeof(a->libcuda_log_level), "%s", cfg->libcuda_log_level);
     snprintf(a->resource_name, sizeof(a->resource_name), "%s", cfg->resource_name);
     a->generation++;
     pthread_cond_broadcast(&a->changed);

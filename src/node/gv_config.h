@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/gv_error.h"
 #include "contracts/inventory.h"
@@ -52,6 +53,13 @@ struct gv_node_config {
     size_t n_exclude_indexes;
     struct gv_node_gpu_rule *rules;
     size_t n_rules;
+    /* HAMi's node keys (docs/migrate-from-hami.md, "Node configuration"). */
+    uint64_t preconfigured_mem_mib; /* memory of GPUs NVML reports none for; 0 = none */
+    char libcuda_log_level[8];      /* LIBCUDA_LOG_LEVEL handed to containers; "" = unset */
+    bool hide_numa;                 /* enablenumatopology false: no NUMA node to the kubelet */
+    /* Why a HAMi key read here changes nothing (each also logged at parse). */
+    char (*notes)[256];
+    size_t n_notes;
 };
 
 /* Defaults: nvidia.com/gpu, vgpu, split 10, scaling 1, no CDI, nothing excluded. */

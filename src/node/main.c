@@ -94,6 +94,8 @@ static void rebuild(struct agent *ag)
         struct gv_node_gpu_settings s;
         if (gv_node_config_gpu(ag->cfg, gpus[i].uuid, gpus[i].index, &s))
             cap += s.split;
+        if (gpus[i].memory_mib == 0) /* HAMi's preconfigureddevicememory */
+            gpus[i].memory_mib = ag->cfg->preconfigured_mem_mib;
     }
     devs = calloc(cap + 1, sizeof(*devs));
     agpus = calloc(n + 1, sizeof(*agpus));
@@ -141,7 +143,7 @@ static void rebuild(struct agent *ag)
                 break;
             }
             d->healthy = g->healthy;
-            d->numa = g->numa;
+            d->numa = ag->cfg->hide_numa ? -1 : g->numa; /* HAMi's enablenumatopology */
             d->gpu = (int)g->index;
             n_devs++;
         }

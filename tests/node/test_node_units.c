@@ -100,6 +100,64 @@ static void test_config_hami_keys(void **state)
     gv_node_config_free(c);
 }
 
+/* HAMi's chart default (tests/data/hami/node-config.json) loads as it is,
+ * on the node it names and on any other node. */
+static void test_config_hami_chart_default(void **state)
+{
+    (void)state;
+    struct gv_node_config *c = NULL;
+    struct gv_error err = {0};
+    const char *path = "tests/data/hami/node-config.json";
+    assert_int_equal(gv_node_config_load(path, "your-node-name", &c, &err), GV_OK);
+    struct gv_node_gpu_settings s;
+    assert_true(gv_node_config_gpu(c, U0, 0, &s));
+    assert_int_equal(s.mode, GV_NODE_MODE_VGPU); /* operatingmode hami-core */
+    assert_int_equal(s.split, 10);
+    assert_true(s.mem_scaling == 1.0);
+    assert_true(c->hide_numa); /* enablenumatopology: false, HAMi's meaning */
+    assert_int_equal(c->preconfigured_mem_mib, 0);
+    /* migstrategy none and enablegetpreferredallocation: noted, no effect */
+    assert_int_equal(c->n_notes, 2);
+    assert_non_null(strstr(c->notes[0], "migstrategy = none: no effect"));
+    assert_non_null(strstr(c->notes[1], "GetPreferredAllocation"));
+    gv_node_config_free(c);
+    assert_int_equal(gv_node_config_load(path, "another-node", &c, &err), GV_OK);
+    assert_false(c->hide_numa); /* no section for this node: gpuvisor's default */
+    assert_int_equal(c->n_notes, 0);
+    gv_node_config_free(c);
+}
+
+/* Every other key of HAMi's node config, with HAMi's meaning. */
+static void test_config_hami_node_keys(void **state)
+{
+    (void)state;
+    struct gv_node_config *c = parse_ok(
+        "{\"nodeconfig\": [{\"name\": \"node1\", \"devicecorescaling\": 2,"
+        " \"preconfigureddevicememory\": 131072, \"libcudaloglevel\": \"4\","
+        " \"enablenumatopology\": true}]}",
+        "node1");
+    struct gv_node_gpu_settings s;
+    assert_true(gv_node_config_gpu(c, U0, 0, &s));
+    assert_true(s.core_scaling == 2.0);
+    assert_int_equal(c->preconfigured_mem_mib, 131072);
+    assert_string_equal(c->libcuda_log_level, "4");
+    assert_false(c->hide_numa);
+    gv_node_config_free(c);
+    c = parse_ok("{\"libcudaloglevel\": 1}", "node1"); /* an integer, as in HAMi's YAML */
+    assert_string_equal(c->libcuda_log_level, "1");
+    gv_node_config_free(c);
+    /* what gpuvisor cannot do is refused, saying what to write instead */
+    parse_fails("{\"nodeconfig\": [{\"name\": \"node1\", \"operatingmode\": \"mig\"}]}",
+                "write \"operatingmode\": \"hami-core\"");
+    parse_fails("{\"operatingmode\": \"mps\"}", "no mps partitioning");
+    parse_fails("{\"migstrategy\": \"mixed\"}", "write \"none\"");
+    parse_fails("{\"libcudaloglevel\": \"9\"}", "libcudaloglevel must be");
+    parse_fails("{\"preconfigureddevicememory\": -1}", "preconfigureddevicememory must be");
+    /* a typo in another node's entry fails on every node */
+    parse_fails("{\"nodeconfig\": [{\"name\": \"other\", \"devicesplitcont\": 4}]}",
+                "nodeConfig[other].devicesplitcont is not a known key");
+}
+
 static void test_config_errors(void **state)
 {
     (void)state;
@@ -319,6 +377,8 @@ int main(void)
         cmocka_unit_test(test_config_defaults),
         cmocka_unit_test(test_config_layers),
         cmocka_unit_test(test_config_hami_keys),
+        cmocka_unit_test(test_config_hami_chart_default),
+        cmocka_unit_test(test_config_hami_node_keys),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_config_missing_file_is_default),
         cmocka_unit_test(test_inventory_round_trip),
