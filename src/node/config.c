@@ -293,6 +293,16 @@ static gv_status hami_node_key(struct gv_node_config *c, const char *key, json_t
             return gv_error_set(err, GV_EINVAL, "node config: %s must be \"0\" .. \"4\"",
                                 where);
         snprintf(c->libcuda_log_level, sizeof(c->libcuda_log_level), "%s", lvl);
+    } else if (strcasecmp(key, "disablecorelimit") == 0) {
+        /* HAMi's device-plugin switch (a string in its chart): the same as
+         * coreUtilizationPolicy "disable" */
+        const char *t = json_string_value(v);
+        bool on = json_is_true(v) || (t != NULL && strcasecmp(t, "true") == 0);
+        if (!json_is_boolean(v) &&
+            !(t != NULL && (strcasecmp(t, "true") == 0 || strcasecmp(t, "false") == 0)))
+            return gv_error_set(err, GV_EINVAL, "node config: %s must be true or false", where);
+        if (on)
+            snprintf(c->core_policy, sizeof(c->core_policy), "disable");
     } else if (strcasecmp(key, "enablenumatopology") == 0) {
         if (!json_is_boolean(v))
             return gv_error_set(err, GV_EINVAL, "node config: %s must be true or false", where);

@@ -146,6 +146,12 @@ static void test_config_hami_node_keys(void **state)
     c = parse_ok("{\"libcudaloglevel\": 1}", "node1"); /* an integer, as in HAMi's YAML */
     assert_string_equal(c->libcuda_log_level, "1");
     gv_node_config_free(c);
+    c = parse_ok("{\"disablecorelimit\": \"true\"}", "node1"); /* a string in HAMi's chart */
+    assert_string_equal(c->core_policy, "disable");
+    gv_node_config_free(c);
+    c = parse_ok("{\"disablecorelimit\": false}", "node1");
+    assert_string_equal(c->core_policy, "");
+    gv_node_config_free(c);
     /* what gpuvisor cannot do is refused, saying what to write instead */
     parse_fails("{\"nodeconfig\": [{\"name\": \"node1\", \"operatingmode\": \"mig\"}]}",
                 "write \"operatingmode\": \"hami-core\"");
