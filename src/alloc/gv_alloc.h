@@ -161,6 +161,10 @@ struct gv_alloc_request {
     bool numa_bind;     /* all GPUs of a container on one NUMA node */
     int node_policy;    /* gv_alloc_policy, or -1 for the cluster default */
     int gpu_policy;     /* gv_alloc_gpu_policy, or -1 */
+    /* The rest of HAMi's gpu-scheduler-policy chain (docs/alloc.md). */
+    bool gpu_mutex;     /* "mutex": only GPUs no task uses */
+    uint8_t gpu_numa;   /* "numa": 0 absent, 1 sort key before binpack/spread, 2 after */
+    bool gpu_topology;  /* "topology-aware": a container's GPUs best connected */
 };
 
 /* Key/value pair: a resource quantity, an annotation or a label. */
