@@ -13,6 +13,7 @@
 #include "alloc/gv_alloc.h"
 #include "common/gv_file.h"
 #include "common/gv_jalloc.h"
+#include "contracts/gpushare.h"
 #include "contracts/podspec.h"
 #include "common/gv_log.h"
 #include "deviceplugin.pb-c.h"
@@ -715,6 +716,26 @@ static int container_priority(struct gv_allocator *a, json_t *pod, const char *c
     return prio;
 }
 
+/* ALIYUN_COM_GPU_MEM_* for a container asking for aliyun.com/gpu-mem. */
+static void add_gpushare_env(struct gv_allocator *a, struct resp_builder *b, json_t *pod,
+                             const struct gv_alloc_container_assign *c)
+{
+    unsigned idx[GV_ALLOC_MAX_DEVICES];
+    uint64_t dev_mib = 0;
+    pthread_mutex_lock(&a->mu);
+    for (uint32_t i = 0; i < c->n_devices; i++) {
+        const struct gv_allocator_gpu *g = find_gpu(a, c->devices[i].uuid);
+        idx[i] = g ? g->gpu.index : 0;
+        if (i == 0 && g)
+            dev_mib = g->gpu.memory_mib;
+    }
+    pthread_mutex_unlock(&a->mu);
+    struct gv_gpushare_env env[GV_GPUSHARE_ENV_COUNT];
+    size_t n = gv_gpushare_env(pod, c->name, idx, c->n_devices, dev_mib, env);
+    for (size_t i = 0; i < n; i++)
+        add_env(b, env[i].key, env[i].value, false);
+}
+
 /* Builds the response for container c of the chosen pod. */
 static int build(struct gv_allocator *a, json_t *pod, const struct gv_alloc_container_assign *c,
                  V1beta1__ContainerAllocateResponse *resp, char *msg, size_t cap)
@@ -738,6 +759,7 @@ static int build(struct gv_allocator *a, json_t *pod, const struct gv_alloc_cont
         limited |= vgpu;
     }
     add_visible(a, &b, uuids, c->n_devices);
+    add_gpushare_env(a, &b, pod, c); /* Aliyun gpushare's env, when asked for */
     char key[64], val[64];
     bool same_sm = true;
     for (uint32_t i = 0; limited && i < c->n_devices; i++) {

@@ -11,6 +11,7 @@
 #ifndef GV_WEBHOOK_H
 #define GV_WEBHOOK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +29,11 @@ struct gv_webhook_env {
     /* Cluster facts for "impossible request" checks (may be NULL). */
     void (*limits)(void *ud, struct gv_webhook_limits *out);
     void *ud;
+    /* NVIDIA container runtime switches (webhook_hami.c): runtimeClassName
+     * for GPU pods (NULL or "" = none); NVIDIA_VISIBLE_DEVICES=none on
+     * containers asking for no GPU. */
+    const char *runtime_class;
+    bool hide_gpus_from_others;
 };
 
 /*

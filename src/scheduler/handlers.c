@@ -566,7 +566,8 @@ static void handle_mutate(void *ctx, const struct gv_http_request *hreq,
                           struct gv_http_response *resp)
 {
     struct gv_sched *s = ctx;
-    struct gv_webhook_env env = {&s->cfg.alloc, s->cfg.scheduler_name, webhook_limits, s};
+    struct gv_webhook_env env = {&s->cfg.alloc, s->cfg.scheduler_name, webhook_limits, s,
+                                 s->cfg.runtime_class, s->cfg.hide_gpus_from_others};
     struct gv_error err = {0};
     char *out = NULL;
     if (gv_webhook_review(&env, hreq->body, hreq->body_len, &out, &err) != GV_OK) {

@@ -120,8 +120,19 @@ def scenario_core(kind, go_bin):
         e = envs(a)
         t.ok(e.get("NVIDIA_VISIBLE_DEVICES") == "%s,%s" % (GPUS[0], GPUS[1]) and
              e.get("CUDA_DEVICE_MEMORY_LIMIT_0") == "2000m" and e.get("CUDA_DEVICE_MEMORY_LIMIT_1") == "2000m" and
-             "CUDA_DEVICE_SM_LIMIT_0" not in e,
+             "CUDA_DEVICE_SM_LIMIT_0" not in e and "ALIYUN_COM_GPU_MEM_IDX" not in e,
              "[%s] Allocate multi-GPU: both GPUs in assignment order, a memory limit per index" % kind, a)
+
+        # Aliyun gpushare: aliyun.com/gpu-mem (GiB per container) sets its env
+        env.api.create_pod("share", [("app", {"aliyun.com/gpu-mem": "3"}), ("side", {"cpu": "1"})],
+                           "v1;node=node1;app=%s:3072:0" % GPUS[1])
+        a = k.cmd("allocate", ids=[ids[3]])
+        e = envs(a)
+        t.ok(e.get("ALIYUN_COM_GPU_MEM_IDX") == "1" and e.get("ALIYUN_COM_GPU_MEM_DEV") == "40" and
+             e.get("ALIYUN_COM_GPU_MEM_CONTAINER") == "3" and e.get("ALIYUN_COM_GPU_MEM_POD") == "3" and
+             e.get("CUDA_DEVICE_MEMORY_LIMIT_0") == "3072m",
+             "[%s] aliyun.com/gpu-mem: 3 -> gpushare env (GPU index 1, its 40 GiB, the 3 GiB asked) and a 3 GiB limit"
+             % kind, a)
 
         # multi-container pod: one Allocate per container, in order
         env.api.create_pod("pair", [("a", LIM1), ("b", LIM1)],
