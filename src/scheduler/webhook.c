@@ -256,17 +256,17 @@ gv_status gv_webhook_review(const struct gv_webhook_env *env, const char *body, 
         st = *out ? GV_OK : gv_error_set(err, GV_ENOMEM, "out of memory");
         goto fail;
     }
+    char why[GV_ERROR_MSG_MAX];
     if (req->n_containers == 0) {
         ops = json_array();
-        if (ops == NULL || gv_webhook_hami_other(env, pod, ops) != GV_OK) {
+        if (ops == NULL || gv_webhook_hami_other(env, pod, ops, why, sizeof(why)) != GV_OK) {
             st = gv_error_set(err, GV_ENOMEM, "out of memory");
             goto fail;
         }
-        *out = review_response(uid, true, NULL, ops);
+        *out = review_response(uid, why[0] == '\0', why, ops);
         st = *out ? GV_OK : gv_error_set(err, GV_ENOMEM, "out of memory");
         goto fail;
     }
-    char why[GV_ERROR_MSG_MAX];
     impossible_reason(env, req, pod, why, sizeof(why));
     if (why[0] != '\0') {
         *out = review_response(uid, false, why, NULL);

@@ -9,9 +9,11 @@
 
 /* hami.io/webhook: "ignore". */
 bool gv_webhook_hami_ignored(json_t *pod);
-/* A pod asking for no GPU: NVIDIA_VISIBLE_DEVICES=none when configured
- * (not for ignored pods).  GV_ENOMEM only. */
-gv_status gv_webhook_hami_other(const struct gv_webhook_env *env, json_t *pod, json_t *ops);
+/* A pod asking for no gpuvisor resource: why[0] != 0 when it asks for HAMi's
+ * MIG resources (refused); otherwise NVIDIA_VISIBLE_DEVICES=none when
+ * configured (not for ignored pods).  GV_ENOMEM only. */
+gv_status gv_webhook_hami_other(const struct gv_webhook_env *env, json_t *pod, json_t *ops,
+                                char *why, size_t cap);
 /* A GPU pod: why[0] != 0 when it is refused (ignore annotation, mixed
  * CUDA_DISABLE_CONTROL); otherwise adds the opt-out annotation, the runtime
  * class and NVIDIA_VISIBLE_DEVICES=none on its non-GPU containers to ops. */

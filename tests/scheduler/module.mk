@@ -14,6 +14,11 @@ test_httpd_LIBS := $(SCHED_LIBS)
 test_httpd_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
 
 TEST_PROGS += test_webhook
+# HAMi's example pods and default device ConfigMap through webhook and engine
+TEST_PROGS += test_hami_examples
+test_hami_examples_SRCS := tests/scheduler/test_hami_examples.c
+test_hami_examples_LIBS := $(SCHED_LIBS)
+test_hami_examples_LDLIBS := $(SCHED_TEST_LDLIBS)
 test_webhook_SRCS := tests/scheduler/test_webhook.c
 test_webhook_LIBS := $(SCHED_LIBS)
 test_webhook_LDLIBS := $(SCHED_TEST_LDLIBS)
