@@ -234,6 +234,7 @@ bool alloc_fit_node(struct gv_alloc_cluster *c, const struct req_view *v, uint32
                 return false;
             }
         }
+        alloc_order_topology(n, cands, nc, cr->num_gpu);
         for (uint32_t k = 0; k < cr->num_gpu; k++) {
             uint32_t gi = cands[k].gpu;
             const struct gpu *g = &n->gpus[gi];

@@ -265,6 +265,17 @@ void gv_alloc_cluster_free(struct gv_alloc_cluster *c);
  */
 gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc_node_spec *spec,
                                struct gv_error *err);
+/*
+ * Interconnect of a node's GPUs (spec order, n = its GPU count): GPUs with
+ * the same nonzero nvlink_group are joined by NVLink, the same nonzero
+ * pcie_group sit under one PCIe switch (0 = in none; NULL = all 0).  A
+ * container asking for several GPUs gets the best-connected set among those
+ * its policy allows (docs/alloc.md, "Topology").  gv_alloc_node_upsert
+ * forgets them: set them again after each upsert.
+ */
+gv_status gv_alloc_node_set_links(struct gv_alloc_cluster *c, const char *node,
+                                  const uint32_t *nvlink_group, const uint32_t *pcie_group,
+                                  size_t n, struct gv_error *err);
 /* Removes a node and every pod placed on it. */
 gv_status gv_alloc_node_remove(struct gv_alloc_cluster *c, const char *name, struct gv_error *err);
 bool gv_alloc_node_exists(const struct gv_alloc_cluster *c, const char *name);

@@ -43,6 +43,10 @@ gv_status gv_inventory_encode(const struct gv_inventory *inv, char **out, struct
                               (json_int_t)g->split, "numa", (json_int_t)g->numa, "healthy",
                               g->healthy, "mode", gv_inventory_mode_name(g->mode), "mig",
                               g->mig, "pciBusId", g->pci_bus_id);
+        if (o != NULL && g->nvlink_group > 0)
+            json_object_set_new(o, "nvlinkIsland", json_integer(g->nvlink_group - 1));
+        if (o != NULL && g->pcie_group > 0)
+            json_object_set_new(o, "pcieSwitch", json_integer(g->pcie_group - 1));
         if (o == NULL || json_array_append_new(gpus, o) != 0) {
             json_decref(root);
             return gv_error_set(err, GV_EINVAL, "inventory: GPU %u has a field JSON cannot hold",
@@ -134,6 +138,17 @@ static gv_status decode_gpu(json_t *o, const char *where, struct gv_inventory_gp
     g->numa = (int32_t)x;
     if (get_bool(o, "healthy", where, &g->healthy, err) || get_bool(o, "mig", where, &g->mig, err))
         return err->code;
+    /* optional: agents before topology publish none */
+    const char *groups[] = {"nvlinkIsland", "pcieSwitch"};
+    uint32_t *slots[] = {&g->nvlink_group, &g->pcie_group};
+    for (int k = 0; k < 2; k++) {
+        *slots[k] = 0;
+        if (json_object_get(o, groups[k]) == NULL)
+            continue;
+        if (get_int(o, groups[k], where, 0, 1023, &x, err))
+            return err->code;
+        *slots[k] = (uint32_t)x + 1;
+    }
     json_t *s = json_object_get(o, "memoryScaling");
     if (!json_is_number(s) || !(json_number_value(s) > 0 && json_number_value(s) <= 100))
         return gv_error_set(err, GV_EPARSE, "inventory: %smemoryScaling must be a number in "

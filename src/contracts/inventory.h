@@ -55,6 +55,12 @@ struct gv_inventory_gpu {
     enum gv_inventory_mode mode;
     bool mig;                  /* MIG mode enabled */
     char pci_bus_id[32];
+    /* Interconnect groups, 1 + the lowest GPU index of the GPUs joined by
+     * NVLink / under one PCIe switch; 0 = in none (a zeroed struct claims no
+     * topology).  JSON: "nvlinkIsland" / "pcieSwitch" = that index, absent
+     * when 0. */
+    uint32_t nvlink_group;
+    uint32_t pcie_group;
 };
 
 struct gv_inventory {

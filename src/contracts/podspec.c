@@ -160,6 +160,8 @@ void gv_podspec_node_free(struct gv_podspec_node *n)
     free(n->gpus);
     free(n->labels);
     free(n->strings);
+    free(n->nvlink_group);
+    free(n->pcie_group);
     free(n);
 }
 
@@ -212,6 +214,16 @@ static gv_status node_gpus_from_inventory(const char *name, const char *text,
         o += lu + lm;
     }
     n->spec.n_gpus = inv->n_gpus;
+    n->nvlink_group = calloc(inv->n_gpus + 1, sizeof(uint32_t));
+    n->pcie_group = calloc(inv->n_gpus + 1, sizeof(uint32_t));
+    if (n->nvlink_group == NULL || n->pcie_group == NULL) {
+        rc = gv_error_set(err, GV_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (uint32_t i = 0; i < inv->n_gpus; i++) {
+        n->nvlink_group[i] = inv->gpus[i].nvlink_group;
+        n->pcie_group[i] = inv->gpus[i].pcie_group;
+    }
 done:
     free(inv);
     return rc;

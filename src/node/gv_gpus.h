@@ -28,6 +28,11 @@ struct gv_gpu {
     bool mig; /* MIG mode enabled */
     bool healthy;
     char reason[128]; /* why unhealthy */
+    /* Interconnect groups (docs/contracts.md, "Node inventory"): GPUs with
+     * the same id are joined by NVLink / sit under one PCIe switch; the id
+     * is the lowest GPU index of the group, -1 = in no group (or unknown). */
+    int nvlink_island;
+    int pcie_switch;
 };
 
 struct gv_gpus_config {

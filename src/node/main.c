@@ -125,6 +125,8 @@ static void rebuild(struct agent *ag)
             ig->healthy = g->healthy;
             ig->mode = s.mode;
             ig->mig = g->mig;
+            ig->nvlink_group = g->nvlink_island >= 0 ? (uint32_t)g->nvlink_island + 1 : 0;
+            ig->pcie_group = g->pcie_switch >= 0 ? (uint32_t)g->pcie_switch + 1 : 0;
         }
         if (g->mig) {
             gv_warn("GPU %u (%s) has MIG enabled: not advertised", g->index, g->uuid);

@@ -98,6 +98,9 @@ static void node_apply_inventory(struct gv_sched *s, struct snode *n, json_t *no
         node_set_malformed(n, why);
         goto out;
     }
+    /* NVLink / PCIe switch groups for multi-GPU choices (alloc/topology.c) */
+    gv_alloc_node_set_links(s->cluster, pn->spec.name, pn->nvlink_group, pn->pcie_group, ng,
+                            NULL);
     if (n->state != NODE_OK)
         gv_info("node %s: %zu GPU(s) from the agent's inventory", n->name, ng);
     n->n_gpus = (uint32_t)ng;

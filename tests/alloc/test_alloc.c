@@ -949,6 +949,69 @@ static void test_gpu_policy_mutex_and_numa(void **state)
     gv_alloc_cluster_free(c);
 }
 
+/*
+ * Golden topology choices on an 8-GPU PCIe box: NVLink bridges 0-1, 2-3,
+ * 4-5, 6-7; PCIe switch A over 0-3, B over 4-7; NUMA 0 = 0-3, 1 = 4-7.
+ */
+static void test_topology_choice(void **state)
+{
+    (void)state;
+    static const uint32_t nvlink[8] = {1, 1, 3, 3, 5, 5, 7, 7};
+    static const uint32_t pcie[8] = {1, 1, 1, 1, 5, 5, 5, 5};
+    static const struct {
+        uint32_t busy;   /* GPU given a little load first */
+        uint32_t k;      /* GPUs asked */
+        bool topo;       /* node publishes its groups */
+        const char *want; /* chosen GPU indexes, sorted */
+    } cases[] = {
+        /* spread alone takes g0,g2 (emptiest, by index; g1 is loaded) */
+        {1, 2, false, "0,2"},
+        {1, 2, true, "0,1"}, /* the NVLink pair beats the emptier PCIe peer */
+        /* spread alone: g0,g1,g3,g4 crosses NUMA nodes */
+        {2, 4, false, "0,1,3,4"},
+        {2, 4, true, "0,1,2,3"}, /* two NVLink pairs under one switch */
+        /* whole node: nothing to choose */
+        {0, 8, true, "0,1,2,3,4,5,6,7"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_BINPACK);
+        add_node(c, "n", 8, "A100", 10000, 0);
+        if (cases[i].topo)
+            assert_int_equal(gv_alloc_node_set_links(c, "n", nvlink, pcie, 8, NULL), GV_OK);
+        struct gv_alloc_assignment a;
+        struct gv_alloc_request *load = simple_req("load", 1, 1000, 0);
+        char uuid[16];
+        snprintf(uuid, sizeof(uuid), "n-g%u", cases[i].busy);
+        assert_int_equal(gv_alloc_request_set_constraint(load, GV_ALLOC_USE_UUID, uuid, NULL),
+                         GV_OK);
+        pick_place(c, load, &a);
+        struct gv_alloc_request *r = simple_req("x", cases[i].k, 1000, 0);
+        r->gpu_policy = GV_ALLOC_GPU_SPREAD;
+        struct gv_error err = {0};
+        if (gv_alloc_pick(c, r, NULL, 0, &a, &err) != GV_OK)
+            fail_msg("case %zu: %s", i, err.msg);
+        bool got[8] = {false};
+        for (uint32_t d = 0; d < a.containers[0].n_devices; d++)
+            got[atoi(strrchr(a.containers[0].devices[d].uuid, 'g') + 1)] = true;
+        char text[32] = "";
+        for (int g = 0; g < 8; g++)
+            if (got[g])
+                snprintf(text + strlen(text), sizeof(text) - strlen(text), "%s%d",
+                         text[0] ? "," : "", g);
+        if (strcmp(text, cases[i].want) != 0)
+            fail_msg("case %zu: chose %s, want %s", i, text, cases[i].want);
+        gv_alloc_request_free(r);
+        gv_alloc_request_free(load);
+        gv_alloc_cluster_free(c);
+    }
+    /* bad input: unknown node, wrong count */
+    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_BINPACK);
+    add_node(c, "n", 8, "A100", 10000, 0);
+    assert_int_equal(gv_alloc_node_set_links(c, "zz", nvlink, pcie, 8, NULL), GV_ENOTFOUND);
+    assert_int_equal(gv_alloc_node_set_links(c, "n", nvlink, pcie, 4, NULL), GV_EINVAL);
+    gv_alloc_cluster_free(c);
+}
+
 static void test_bestfit_prefers_least_left(void **state)
 {
     (void)state;
@@ -1214,6 +1277,7 @@ int main(void)
         cmocka_unit_test(test_request_annotations),
         cmocka_unit_test(test_request_hami_policy_chains),
         cmocka_unit_test(test_gpu_policy_mutex_and_numa),
+        cmocka_unit_test(test_topology_choice),
         cmocka_unit_test(test_filter_reasons),
         cmocka_unit_test(test_filter_host_resources_and_numa),
         cmocka_unit_test(test_multi_container_distinct_gpus),

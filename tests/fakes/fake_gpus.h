@@ -32,6 +32,10 @@ struct fake_gpu {
      * instance CUDA sees on this GPU (NVML's GPU handle keeps the GPU uuid). */
     char mig[80];
     unsigned char mig_bytes[16];
+    /* Topology table: NVLink peer (GPU index) of each link, -1 = link down;
+     * PCIe switch id (GPUs sharing one are PIX to each other), -1 = none. */
+    int nvlink_peer[18];
+    int pcie_switch;
 };
 
 /* Number of simulated GPUs (config parsed once, thread-safe). */

@@ -17,7 +17,8 @@ FAKES = os.environ.get("GV_FAKE_NVML_DIR") or os.path.join(gvtest.BUILD, "tests"
 NODE_BIN = os.path.join(gvtest.BUILD, "bin", "gpuvisor-node")
 # The bearer token the HTTPS fake demands (Env(tls=True)).
 TLS_TOKEN = "node-agent-token"
-GPUS = ["GPU-11111111-2222-4333-8444-000000000000", "GPU-11111111-2222-4333-8444-000000000001"]
+GPUS = ["GPU-11111111-2222-4333-8444-000000000000", "GPU-11111111-2222-4333-8444-000000000001",
+        "GPU-11111111-2222-4333-8444-000000000002", "GPU-11111111-2222-4333-8444-000000000003"]
 
 
 def have_fake_nvml():

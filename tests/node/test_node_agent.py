@@ -259,6 +259,27 @@ def scenario_node_publication(tls=False):
         env.close()
 
 
+def scenario_topology():
+    """NVLink and PCIe-switch groups from (fake) NVML in the inventory: a 4-GPU
+    box with NVLink bridges 0-1 and 2-3, GPUs 0 and 1 behind one PCIe switch."""
+    env = agent.Env(gpus=4)
+    try:
+        topo = ["nvlink=1:4 pcieswitch=7", "nvlink=0:4 pcieswitch=7", "nvlink=3:2", "nvlink=2:2"]
+        lines = open(env.gpu_cfg).read().splitlines()
+        write_atomic(env.gpu_cfg, "".join("%s %s\n" % (l, x) for l, x in zip(lines, topo)))
+        env.start_agent()
+        node = gvtest.wait_for(lambda: (env.api.node("node1")["metadata"].get("annotations") or {})
+                               .get("gpuvisor.io/node-gpus") and env.api.node("node1"), 10)
+        inv = json.loads(node["metadata"]["annotations"]["gpuvisor.io/node-gpus"]) if node else {}
+        gpus = inv.get("gpus", [])
+        t.ok([g.get("nvlinkIsland") for g in gpus] == [0, 0, 2, 2] and
+             [g.get("pcieSwitch") for g in gpus] == [0, 0, None, None],
+             "inventory: nvlinkIsland from NVLink state + remote PCI ids, pcieSwitch from the common "
+             "ancestor (PIX); GPUs in no group carry neither", gpus)
+    finally:
+        env.close()
+
+
 def scenario_config_reload():
     env = agent.Env(config={"deviceSplitCount": 4})
     try:
@@ -451,6 +472,7 @@ else:
 scenario_health()
 scenario_node_publication()
 scenario_node_publication(tls=True)
+scenario_topology()
 scenario_config_reload()
 scenario_restart_and_gc()
 scenario_concurrency()
