@@ -34,6 +34,10 @@ struct gv_webhook_env {
      * containers asking for no GPU. */
     const char *runtime_class;
     bool hide_gpus_from_others;
+    /* Namespace ResourceQuota on GPU memory / cores (NULL = none): false
+     * with why set refuses the pod (quota.h). */
+    bool (*quota)(void *ud, const char *ns, const struct gv_alloc_request *req, char *why,
+                  size_t cap);
 };
 
 /*

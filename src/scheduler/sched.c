@@ -23,6 +23,7 @@
 #include "contracts/inventory.h"
 #include "contracts/podspec.h"
 #include "scheduler/gv_extender.h"
+#include "scheduler/quota.h"
 #include "scheduler/sched_internal.h"
 
 #define ANN_ASSIGNMENT GV_ALLOC_ASSIGNMENT_ANNOTATION
@@ -295,6 +296,8 @@ static bool place_from_annotation(struct gv_sched *s, json_t *pod)
     } else if (r != NULL) {
         gv_sched_rec_drop(s, uid);
     }
+    if (gv_alloc_is_placed(s->cluster, uid)) /* charged to its namespace's quota */
+        gv_sched_quota_placed(s, uid, ns, a);
     pthread_mutex_unlock(&s->lock);
 out:
     gv_alloc_request_free(req);
@@ -469,7 +472,8 @@ gv_status gv_sched_new(const struct gv_sched_config *cfg, struct gv_kube_client 
         st = gv_error_set(err, GV_ENOMEM, "out of memory");
         goto fail;
     }
-    if ((st = gv_alloc_cluster_new(&s->cfg.alloc, &s->cluster, err)) != GV_OK)
+    if ((st = gv_alloc_cluster_new(&s->cfg.alloc, &s->cluster, err)) != GV_OK ||
+        (st = gv_sched_quota_init(s, kube, err)) != GV_OK)
         goto fail;
     s->kube = kube;
     if (kube != NULL) {
@@ -523,6 +527,8 @@ static void *sweeper_main(void *arg)
 gv_status gv_sched_start(struct gv_sched *s, struct gv_error *err)
 {
     gv_status st;
+    if ((st = gv_sched_quota_start(s, err)) != GV_OK) /* limits before the first filter */
+        return st;
     if (s->node_inf != NULL) {
         /* Nodes first, so pods replayed at start find their node. */
         if ((st = gv_informer_start(s->node_inf, err)) != GV_OK)
@@ -556,6 +562,7 @@ void gv_sched_free(struct gv_sched *s)
         pthread_mutex_unlock(&s->stop_lock);
         pthread_join(s->sweeper, NULL);
     }
+    gv_sched_quota_fini(s);
     gv_informer_free(s->pod_inf);
     gv_informer_free(s->node_inf);
     gv_sched_tables_free(s);

@@ -87,6 +87,9 @@ struct gv_sched {
     pthread_mutex_t stop_lock;
     pthread_cond_t stop_cond;
     bool stopping;
+
+    struct gv_quota *quota;            /* ResourceQuota limits and charges (quota.c) */
+    struct gv_informer *quota_inf;     /* ResourceQuota objects (NULL without kube) */
 };
 
 /* sched_state.c */

@@ -268,6 +268,13 @@ gv_status gv_webhook_review(const struct gv_webhook_env *env, const char *body, 
         goto fail;
     }
     impossible_reason(env, req, pod, why, sizeof(why));
+    if (why[0] == '\0' && env->quota != NULL) {
+        const char *ns = json_string_value(json_object_get(request, "namespace"));
+        if (ns == NULL)
+            ns = json_string_value(json_object_get(json_object_get(pod, "metadata"), "namespace"));
+        if (!env->quota(env->ud, ns ? ns : "default", req, why, sizeof(why)) && why[0] == '\0')
+            snprintf(why, sizeof(why), "over the namespace's GPU ResourceQuota");
+    }
     if (why[0] != '\0') {
         *out = review_response(uid, false, why, NULL);
         st = *out ? GV_OK : gv_error_set(err, GV_ENOMEM, "out of memory");

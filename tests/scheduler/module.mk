@@ -45,6 +45,16 @@ test_scheduler_with_fake_apiserver_SRCS := tests/scheduler/test_scheduler_with_f
 test_scheduler_with_fake_apiserver_LIBS := $(SCHED_LIBS)
 test_scheduler_with_fake_apiserver_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
 test_scheduler_with_fake_apiserver_CFLAGS := -I.
+TEST_PROGS += test_quota
+test_quota_SRCS := tests/scheduler/test_quota.c
+test_quota_LIBS := $(SCHED_LIBS)
+test_quota_LDLIBS := $(SCHED_TEST_LDLIBS)
+TEST_PROGS += test_quota_with_fake_apiserver
+test_quota_with_fake_apiserver_SRCS := tests/scheduler/test_quota_with_fake_apiserver.c \
+	$(SCHED_TESTLIB_SRCS)
+test_quota_with_fake_apiserver_LIBS := $(SCHED_LIBS)
+test_quota_with_fake_apiserver_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
+test_quota_with_fake_apiserver_CFLAGS := -I.
 TEST_SCRIPTS += tests/scheduler/test_webhook_https_with_fake_apiserver.sh
 
 # deploy/'s config files through the daemons' own parsers.
