@@ -21,7 +21,7 @@ for bin in "${shipped[@]}"; do
         continue
     fi
     if readelf -d "$bin" | grep -q 'NEEDED.*lib\(a\|ub\|t\)san'; then
-        n=$((n + 1)); echo "ok $n # SKIP $name is a sanitizer build (its runtime is not an image's)"
+        n=$((n + 1)); echo "ok $n - $name: runtime libraries # SKIP a sanitizer build (its runtime is not an image's)"
         continue
     fi
     missing=()
