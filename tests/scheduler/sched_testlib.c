@@ -218,3 +218,17 @@ bool st_wait(bool (*cond)(void *ud), void *ud, long timeout_ms)
     }
     return cond(ud);
 }
+
+struct gv_kube_client *st_kube(const char *url)
+{
+    struct gv_kube_config *kc = NULL;
+    struct gv_kube_client *c = NULL;
+    if (gv_kube_config_from_url(url, &kc, NULL) != GV_OK)
+        return NULL;
+    kc->max_retries = 2;
+    kc->backoff_initial_ms = 10;
+    if (gv_kube_client_new(kc, &c, NULL) != GV_OK)
+        c = NULL;
+    gv_kube_config_free(kc);
+    return c;
+}

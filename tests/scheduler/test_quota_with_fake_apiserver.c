@@ -66,15 +66,8 @@ static int setup(void **state)
 {
     struct fx *f = calloc(1, sizeof(*f));
     struct gv_error err = {0};
-    if (fake_apiserver_start(&f->fa, NULL) != 0)
+    if (fake_apiserver_start(&f->fa, NULL) != 0 || (f->kube = st_kube(f->fa.url)) == NULL)
         return -1;
-    struct gv_kube_config *kc = NULL;
-    if (gv_kube_config_from_url(f->fa.url, &kc, &err) != GV_OK)
-        return -1;
-    kc->max_retries = 2;
-    kc->backoff_initial_ms = 10;
-    gv_kube_client_new(kc, &f->kube, &err);
-    gv_kube_config_free(kc);
     gv_sched_config_default(&f->cfg, &err);
     f->cfg.alloc.node_policy = GV_ALLOC_POLICY_BINPACK;
     char *inv = st_inventory("gpu-a", a100x2, 2, true);
