@@ -115,7 +115,9 @@ gv_status gv_webhook_hami_other(const struct gv_webhook_env *env, json_t *pod, j
                  mig);
         return GV_OK;
     }
-    if (!env->hide_gpus_from_others || gv_webhook_hami_ignored(pod))
+    /* Not skipped for hami.io/webhook: ignore: hiding the GPUs protects the
+     * node's other tenants, and a tenant's annotation must not undo that. */
+    if (!env->hide_gpus_from_others)
         return GV_OK;
     json_t *spec = json_object_get(pod, "spec");
     gv_status st = hide_gpus(NULL, spec, "initContainers", ops);

@@ -10,8 +10,9 @@
 /* hami.io/webhook: "ignore". */
 bool gv_webhook_hami_ignored(json_t *pod);
 /* A pod asking for no gpuvisor resource: why[0] != 0 when it asks for HAMi's
- * MIG resources (refused); otherwise NVIDIA_VISIBLE_DEVICES=none when
- * configured (not for ignored pods).  GV_ENOMEM only. */
+ * MIG resources (refused, unless the pod is ignored); otherwise
+ * NVIDIA_VISIBLE_DEVICES=none when configured (ignored pods too: a tenant's
+ * annotation must not let it see every GPU).  GV_ENOMEM only. */
 gv_status gv_webhook_hami_other(const struct gv_webhook_env *env, json_t *pod, json_t *ops,
                                 char *why, size_t cap);
 /* A GPU pod: why[0] != 0 when it is refused (ignore annotation, mixed

@@ -227,12 +227,14 @@ static void test_nvidia_runtime_switches(void **state)
     assert_null(find_op(patch, "/spec/runtimeClassName")); /* GPU pods only */
     json_decref(patch);
     json_decref(resp);
-    /* hami.io/webhook: ignore leaves a non-GPU pod alone */
+    /* hami.io/webhook: ignore does not let a tenant's non-GPU pod see every GPU */
     resp = run("{\"metadata\":{\"name\":\"p\",\"annotations\":{\"hami.io/webhook\":"
                "\"ignore\"}},\"spec\":{\"containers\":[" CPU_C("a", "") "]}}",
                "CREATE");
     assert_true(json_is_true(json_object_get(resp, "allowed")));
-    assert_null(json_object_get(resp, "patch"));
+    patch = patch_of(resp);
+    assert_non_null(find_op(patch, "/spec/containers/0/env"));
+    json_decref(patch);
     json_decref(resp);
     /* a runtimeClassName of the user's own is kept */
     resp = run("{\"metadata\":{\"name\":\"p\"},\"spec\":{\"runtimeClassName\":\"kata\","
@@ -250,6 +252,13 @@ static void test_nvidia_runtime_switches(void **state)
 static void test_hami_opt_outs(void **state)
 {
     (void)state;
+    /* hami.io/webhook: ignore leaves a non-GPU pod alone (switches off) */
+    json_t *plain = run("{\"metadata\":{\"name\":\"p\",\"annotations\":{\"hami.io/webhook\":"
+                        "\"ignore\"}},\"spec\":{\"containers\":[" CPU_C("a", "") "]}}",
+                        "CREATE");
+    assert_true(json_is_true(json_object_get(plain, "allowed")));
+    assert_null(json_object_get(plain, "patch"));
+    json_decref(plain);
     json_t *resp = run("{\"metadata\":{\"name\":\"p\",\"annotations\":{\"hami.io/webhook\":"
                        "\"ignore\"}},\"spec\":{\"containers\":[" GPU_C("a", "") "]}}",
                        "CREATE");
