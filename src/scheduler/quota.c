@@ -68,7 +68,8 @@ static const char *md(json_t *obj, const char *key)
     return json_string_value(json_object_get(json_object_get(obj, "metadata"), key));
 }
 
-/* "limits.<res>" / "requests.<res>": the smaller when both are set. */
+/* "limits.<res>" / "requests.<res>": the smaller when both are set; a
+ * fraction rounds down, an unreadable value counts as 0. */
 static int64_t hard_limit(json_t *hard, const char *res, const char *ns, const char *name)
 {
     int64_t best = -1;
@@ -79,12 +80,17 @@ static int64_t hard_limit(json_t *hard, const char *res, const char *ns, const c
         json_t *v = json_object_get(hard, key);
         if (v == NULL)
             continue;
-        int64_t x;
+        int64_t x = 0;
+        bool exact = true;
         struct gv_error err = {0};
         if (!json_is_string(v) ||
-            gv_quantity_integer(json_string_value(v), &x, &err) != GV_OK) {
-            gv_warn("ResourceQuota %s/%s: %s is not a whole number: ignored", ns, name, key);
-            continue;
+            gv_quantity_parse(json_string_value(v), 1, 1, &x, &exact, &err) != GV_OK) {
+            /* fail closed: a limit we cannot read admits nothing */
+            gv_error("ResourceQuota %s/%s: %s: %s; treated as 0", ns, name, key,
+                     json_is_string(v) ? err.msg : "not a quantity string");
+            x = 0;
+        } else if (!exact) {
+            x--; /* parse rounds up; a limit rounds down ("1500m" -> 1) */
         }
         if (best < 0 || x < best)
             best = x;

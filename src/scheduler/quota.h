@@ -27,8 +27,9 @@ typedef bool (*gv_quota_placed_fn)(void *ud, const char *uid);
 struct gv_quota *gv_quota_new(const char *mem_resource, const char *cores_resource);
 void gv_quota_free(struct gv_quota *q);
 /* A ResourceQuota added or changed (deleted: removed).  Keys it does not
- * know are not ours (Kubernetes enforces them); a GPU key whose value is
- * not a whole number is logged and ignored. */
+ * know are not ours (Kubernetes enforces them); a GPU key's fraction rounds
+ * down, and a value that is no quantity counts as 0 (logged): an unreadable
+ * limit admits nothing rather than everything. */
 void gv_quota_object(struct gv_quota *q, json_t *rq, bool deleted);
 /* Records (or replaces) what pod uid of namespace ns holds. */
 void gv_quota_charge(struct gv_quota *q, const char *uid, const char *ns, uint64_t mem_mib,

@@ -63,3 +63,9 @@ test_deploy_configs_SRCS := tests/scheduler/test_deploy_configs.c
 test_deploy_configs_LIBS := node $(SCHED_LIBS)
 test_deploy_configs_LDLIBS := $(SCHED_TEST_LDLIBS) $(NODE_LDLIBS)
 endif
+
+FUZZ_TARGETS += fuzz_quota
+fuzz_quota_SRCS := tests/scheduler/fuzz_quota.c src/scheduler/quota.c $(wildcard src/alloc/*.c) \
+	$(wildcard src/kube/*.c) src/common/gv_error.c src/common/gv_log.c src/common/gv_file.c \
+	src/common/gv_buf.c
+fuzz_quota_LDLIBS := $(kube_LDLIBS)

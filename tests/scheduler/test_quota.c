@@ -52,10 +52,17 @@ static void test_quota_table(void **state)
     gv_quota_object(q, o2, false);
     assert_false(gv_quota_fits(q, "a", "p3", 0, 31, NULL, NULL, why, sizeof(why)));
     assert_non_null(strstr(why, "q2: nvidia.com/gpucores"));
-    /* a value that is not a whole number is ignored (logged), the rest stays */
-    json_t *bad = rq("a", "q2", "{\"limits.nvidia.com/gpucores\":\"1.5\"}");
+    /* a fraction rounds down; a value that is no quantity admits nothing */
+    json_t *bad = rq("a", "q2", "{\"limits.nvidia.com/gpucores\":\"1500m\"}");
     gv_quota_object(q, bad, false);
-    assert_true(gv_quota_fits(q, "a", "p3", 0, 31, NULL, NULL, why, sizeof(why)));
+    assert_true(gv_quota_fits(q, "a", "p3", 0, 1, NULL, NULL, why, sizeof(why)));
+    assert_false(gv_quota_fits(q, "a", "p3", 0, 2, NULL, NULL, why, sizeof(why)));
+    json_decref(bad);
+    bad = rq("a", "q2", "{\"limits.nvidia.com/gpucores\":\"lots\"}");
+    gv_quota_object(q, bad, false);
+    assert_false(gv_quota_fits(q, "a", "p3", 0, 1, NULL, NULL, why, sizeof(why)));
+    assert_non_null(strstr(why, "limit 0"));
+    assert_true(gv_quota_fits(q, "a", "p3", 0, 0, NULL, NULL, why, sizeof(why)));
     /* deleted: no limit */
     gv_quota_object(q, o, true);
     assert_true(gv_quota_fits(q, "a", "p9", 1u << 30, 0, NULL, NULL, why, sizeof(why)));
