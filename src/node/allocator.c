@@ -796,7 +796,7 @@ static int build(struct gv_allocator *a, json_t *pod, const struct gv_alloc_cont
         if (policy[0])
             add_env(&b, "GPU_CORE_UTILIZATION_POLICY", policy, true);
         if (loglevel[0]) /* HAMi's libcudaloglevel (node config) */
-            add_env(&b, "LIBCUDA_LOG_LEVEL", loglevel, true);
+            add_env(&b, "LIBCUDA_LOG_LEVEL", loglevel, false); /* not a limit */
         char host[4096], host_file[4200], lib[4096], preload[4096];
         snprintf(host, sizeof(host), "%s/containers/%s/%s", a->host_state_dir, uid, c->name);
         snprintf(host_file, sizeof(host_file), "%s/limits.env", host);
