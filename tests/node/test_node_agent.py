@@ -290,8 +290,9 @@ def scenario_config_reload():
         env.api.create_pod("running", [("main", LIM1)], "v1;node=node1;main=%s:1000:0" % GPUS[0])
         a = k.cmd("allocate", ids=[ev["devices"][0]["id"]])
         uid = env.api.pod("running")["metadata"]["uid"]
+        t.ok("LIBCUDA_LOG_LEVEL" not in envs(a), "no libcudaloglevel configured: no LIBCUDA_LOG_LEVEL", a)
         write_atomic(env.config, json.dumps({"deviceSplitCount": 2, "gpus": [
-            {"index": 1, "mode": "exclusive"}], "deviceMemoryScaling": 2}))
+            {"index": 1, "mode": "exclusive"}], "deviceMemoryScaling": 2, "libcudaloglevel": "3"}))
         ev = devices_event(k, timeout=5)
         t.ok(ev and sorted(d["id"] for d in ev["devices"]) == sorted(
             ["%s::0" % GPUS[0], "%s::1" % GPUS[0], GPUS[1]]),
@@ -302,6 +303,8 @@ def scenario_config_reload():
         a = k.cmd("allocate", ids=["%s::1" % GPUS[0]])
         t.ok(envs(a).get("CUDA_OVERSUBSCRIBE") == "true" and envs(a).get("CUDA_DEVICE_MEMORY_LIMIT_0") == "30000m",
              "deviceMemoryScaling 2: CUDA_OVERSUBSCRIBE=true", a)
+        t.ok(envs(a).get("LIBCUDA_LOG_LEVEL") == "3",
+             "HAMi's libcudaloglevel \"3\" in the config: LIBCUDA_LOG_LEVEL=3 in the container", a)
         a = k.cmd("allocate", ids=[GPUS[1]])
         t.ok(a and a["ok"] and envs(a) == {"NVIDIA_VISIBLE_DEVICES": GPUS[1]} and not a["resp"]["mounts"],
              "exclusive GPU without a gpuvisor assignment: the kubelet's device, no interposer", a)
