@@ -34,8 +34,9 @@ struct gpu {
      * 96-byte arrays cost 190 of the 250 bytes of a GPU at 40,000 GPUs) */
     const char *uuid;
     const char *model;
-    /* interconnect groups (gv_alloc_node_set_links): 0 = none */
-    uint32_t nvlink_group, pcie_group;
+    /* interconnect groups (gv_alloc_node_set_links): 0 = none; 16 bits
+     * hold 1 + any GPU index (< 1024) */
+    uint16_t nvlink_group, pcie_group;
 };
 
 struct pod_dev {

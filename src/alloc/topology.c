@@ -21,8 +21,14 @@ gv_status gv_alloc_node_set_links(struct gv_alloc_cluster *c, const char *node,
         return gv_error_set(err, GV_EINVAL, "node %s: %zu link entries for %u GPUs", node, n,
                             nd->n_gpus);
     for (uint32_t i = 0; i < nd->n_gpus; i++) {
-        nd->gpus[i].nvlink_group = nvlink_group ? nvlink_group[i] : 0;
-        nd->gpus[i].pcie_group = pcie_group ? pcie_group[i] : 0;
+        uint32_t nv = nvlink_group ? nvlink_group[i] : 0, pc = pcie_group ? pcie_group[i] : 0;
+        if (nv > UINT16_MAX || pc > UINT16_MAX)
+            return gv_error_set(err, GV_ERANGE, "node %s: GPU %u: group id out of range", node,
+                                i);
+    }
+    for (uint32_t i = 0; i < nd->n_gpus; i++) {
+        nd->gpus[i].nvlink_group = (uint16_t)(nvlink_group ? nvlink_group[i] : 0);
+        nd->gpus[i].pcie_group = (uint16_t)(pcie_group ? pcie_group[i] : 0);
     }
     return GV_OK;
 }
