@@ -5,7 +5,6 @@
  * quota, the webhook refuses early with the reason, metrics show usage,
  * deletions and quota changes take effect.
  */
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -207,16 +206,12 @@ static void test_concurrent_pods_never_overrun(void **state)
     struct fx *f = *state;
     enum { N = 12 };
     struct conc c[N];
-    pthread_t t[N];
-    for (int i = 0; i < N; i++) {
+    for (int i = 0; i < N; i++)
         c[i] = (struct conc){.f = f, .idx = i};
-        pthread_create(&t[i], NULL, conc_main, &c[i]);
-    }
+    st_race(N, conc_main, c, sizeof(c[0]));
     int bound = 0;
-    for (int i = 0; i < N; i++) {
-        pthread_join(t[i], NULL);
+    for (int i = 0; i < N; i++)
         bound += c[i].bound;
-    }
     assert_int_equal(bound, 3);
     assert_int_equal(assigned_mib(f), 90000); /* the API's truth */
     struct wait_ctx w = {f, 90000};
