@@ -110,7 +110,7 @@ out:
     gv_podspec_node_free(pn);
 }
 
-static bool place_from_annotation(struct gv_sched *s, json_t *pod);
+static void node_replace(struct gv_sched *s, const char *node);
 
 void gv_sched_node_update(struct gv_sched *s, json_t *node)
 {
@@ -125,7 +125,6 @@ void gv_sched_node_update(struct gv_sched *s, json_t *node)
         pthread_mutex_unlock(&s->lock);
         return;
     }
-    bool was_in_engine = n->in_engine;
     time_t t = 0;
     if (hb == NULL)
         n->heartbeat = 0;
@@ -149,32 +148,14 @@ void gv_sched_node_update(struct gv_sched *s, json_t *node)
         if (h != n->inv_hash || n->state == NODE_NO_INVENTORY) {
             n->inv_hash = h;
             node_apply_inventory(s, n, node);
+            /* New or changed inventory: recorded pods on this node are
+             * placed again (a GPU that vanished and came back has no usage
+             * in the engine; pods seen before their node wait for it). */
+            if (n->state == NODE_OK && n->in_engine)
+                node_replace(s, name);
         }
     }
-    bool added = !was_in_engine && n->in_engine;
     pthread_mutex_unlock(&s->lock);
-
-    /* Pods that were seen before their node carry usage we could not place
-     * then: place them now. */
-    if (!added)
-        return;
-    json_t *waiting = json_array();
-    pthread_mutex_lock(&s->lock);
-    const char *uid;
-    json_t *p;
-    json_object_foreach(s->orphans, uid, p)
-    {
-        const char *an = annotation(p, ANN_ASSIGNED_NODE);
-        if (an != NULL && strcmp(an, name) == 0)
-            json_array_append(waiting, p);
-    }
-    pthread_mutex_unlock(&s->lock);
-    size_t i;
-    json_array_foreach(waiting, i, p)
-    {
-        gv_sched_pod_update(s, p);
-    }
-    json_decref(waiting);
 }
 
 void gv_sched_node_delete(struct gv_sched *s, json_t *node)
@@ -226,114 +207,233 @@ static bool pod_finished(json_t *pod)
     return phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
 }
 
-/* Places a pod's recorded assignment in the engine unless already there
- * (restart, or an assignment another instance wrote).  Takes the lock.
- * True when the assignment's node is not known yet (place it later). */
-static bool place_from_annotation(struct gv_sched *s, json_t *pod)
+gv_status gv_sched_place_encoded(struct gv_sched *s, const char *uid, const char *ns,
+                                 const char *name, const char *encoded, enum rec_phase phase,
+                                 struct gv_error *err)
 {
-    bool orphan = false;
-    const char *uid = str_at(pod, "metadata", "uid");
-    const char *ns = str_at(pod, "metadata", "namespace");
-    const char *name = str_at(pod, "metadata", "name");
-    const char *text = annotation(pod, ANN_ASSIGNMENT);
-    const char *bound = str_at(pod, "spec", "nodeName");
-    if (uid == NULL || text == NULL)
-        return false;
-    struct gv_alloc_request *req = NULL;
     struct gv_alloc_assignment *a = malloc(sizeof(*a));
-    struct gv_error err = {0};
+    struct gv_alloc_request *req = NULL;
+    gv_status st;
     if (a == NULL)
-        return false;
-    if (gv_alloc_assignment_decode(text, strlen(text), a, &err) != GV_OK) {
-        gv_warn("pod %s/%s: ignoring malformed %s: %s", ns, name, ANN_ASSIGNMENT, err.msg);
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    if ((st = gv_alloc_assignment_decode(encoded, strlen(encoded), a, err)) != GV_OK ||
+        (st = gv_alloc_request_new(&req, err)) != GV_OK)
         goto out;
-    }
-    if (bound != NULL && *bound != '\0' && strcmp(bound, a->node) != 0) {
-        gv_warn("pod %s/%s: bound to %s but its assignment is for %s; ignoring it", ns, name, bound,
-                a->node);
-        goto out;
-    }
-    if (gv_podspec_request(&s->cfg.alloc, pod, &req, &err) != GV_OK) {
-        gv_warn("pod %s/%s: cannot read its request: %s", ns, name, err.msg);
-        goto out;
-    }
+    /* The engine accounts GPUs by the assignment's devices; the request
+     * only has to name the same containers with the same GPU counts. */
     snprintf(req->uid, sizeof(req->uid), "%s", uid);
-    bool unbound = bound == NULL || *bound == '\0';
-    time_t assigned_at = 0;
-    if (unbound) {
-        const char *at = annotation(pod, ANN_ASSIGNED_AT);
-        if (at == NULL || gv_sched_parse_time(at, &assigned_at) != 0 ||
-            time(NULL) - assigned_at > s->cfg.reservation_ttl_s) {
-            /* Its bind never completed and the reservation lapsed. */
-            gv_debug("pod %s/%s: unbound assignment expired; not counted", ns, name);
-            goto out;
-        }
+    snprintf(req->ns, sizeof(req->ns), "%s", ns ? ns : "");
+    snprintf(req->name, sizeof(req->name), "%s", name ? name : "");
+    req->n_containers = a->n_containers;
+    for (uint32_t i = 0; i < a->n_containers; i++) {
+        memcpy(req->containers[i].name, a->containers[i].name, sizeof(req->containers[i].name));
+        req->containers[i].num_gpu = a->containers[i].n_devices;
     }
-    pthread_mutex_lock(&s->lock);
-    struct srec *r = gv_sched_rec_find(s, uid);
-    if (r != NULL && (r->phase == REC_BINDING || r->phase == REC_RESERVED)) {
-        /* Our own bind is under way; it owns the placement. */
-    } else if (gv_alloc_is_placed(s->cluster, uid)) {
-        if (!unbound && r != NULL && r->phase == REC_UNBOUND)
-            gv_sched_rec_drop(s, uid); /* now bound: the annotation backs it */
-    } else if (!gv_alloc_node_exists(s->cluster, a->node)) {
-        gv_debug("pod %s/%s: node %s not known yet; placed when it appears", ns, name, a->node);
-        orphan = true;
-    } else if (gv_alloc_place(s->cluster, req, a, &err) != GV_OK) {
-        gv_error("pod %s/%s: recorded assignment on %s does not fit the node's current "
-                 "inventory: %s",
-                 ns, name, a->node, err.msg);
-    } else if (unbound) {
-        struct srec *nr = gv_sched_rec_get(s, uid, ns, name);
-        if (nr != NULL) {
-            gv_sched_rec_set(nr, REC_UNBOUND, a->node, NULL, NULL);
-            nr->assigned_at = assigned_at;
-        }
-    } else if (r != NULL) {
-        gv_sched_rec_drop(s, uid);
+    if ((st = gv_alloc_place(s->cluster, req, a, err)) != GV_OK)
+        goto out;
+    struct srec *r = gv_sched_rec_get(s, uid, ns, name);
+    if (r == NULL || gv_sched_rec_set(r, phase, a->node, encoded, NULL) != GV_OK) {
+        gv_alloc_release(s->cluster, uid, NULL);
+        st = gv_error_set(err, GV_ENOMEM, "out of memory");
     }
-    pthread_mutex_unlock(&s->lock);
 out:
     gv_alloc_request_free(req);
     free(a);
-    return orphan;
+    return st;
 }
 
-static bool kept_annotation(const char *key)
+/* Node of an assignment text, into buf; false when unreadable. */
+static bool encoded_node(const char *text, char *buf, size_t cap)
 {
-    static const char *const prefixes[] = {"gpuvisor.io/", "nvidia.com/", "hami.io/"};
-    for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
-        if (strncmp(key, prefixes[i], strlen(prefixes[i])) == 0)
-            return true;
-    return false;
+    const char *p = strncmp(text, "v1;node=", 8) == 0 ? text + 8 : NULL;
+    size_t n = p != NULL ? strcspn(p, ";") : 0;
+    if (n == 0 || n >= cap)
+        return false;
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    return true;
 }
 
-/* The fields of a pod the scheduler reads back (assignment annotations and
- * the GPU request): what an orphan keeps until its node appears. */
-static json_t *pod_trim(json_t *pod)
+/*
+ * The truth table (s->truth, uid -> {ns,name,node,a,bound,at,rv}): the last
+ * state of each pod with an assignment as the pod informer delivered it, by
+ * plain overwrite.  It is what the accounting must equal (with the live
+ * reservations), and what the self-check recomputes usage from.  A bound
+ * pod whose annotation disappears keeps its assignment: the container got
+ * those GPUs and keeps them until it ends.  Lock held.
+ */
+static void truth_note(struct gv_sched *s, json_t *pod)
 {
-    json_t *md = json_object_get(pod, "metadata");
-    json_t *spec = json_object_get(pod, "spec");
-    json_t *ann = json_object(), *containers = json_array();
-    const char *k;
-    json_t *v;
-    json_object_foreach(json_object_get(md, "annotations"), k, v)
-    {
-        if (kept_annotation(k))
-            json_object_set(ann, k, v);
+    const char *uid = str_at(pod, "metadata", "uid");
+    if (uid == NULL)
+        return;
+    if (pod_finished(pod)) {
+        json_object_del(s->truth, uid);
+        return;
     }
-    size_t i;
-    json_array_foreach(json_object_get(spec, "containers"), i, v)
-    {
-        json_array_append_new(containers,
-                              json_pack("{s:O?,s:O?}", "name", json_object_get(v, "name"),
-                                        "resources", json_object_get(v, "resources")));
+    const char *text = annotation(pod, ANN_ASSIGNMENT);
+    const char *bound = str_at(pod, "spec", "nodeName");
+    bool is_bound = bound != NULL && *bound != '\0';
+    const char *rv = str_at(pod, "metadata", "resourceVersion");
+    json_t *old = json_object_get(s->truth, uid);
+    char node[GV_ALLOC_NODE_MAX];
+    if (text == NULL) {
+        const char *on = json_string_value(json_object_get(old, "node"));
+        if (old != NULL && is_bound && on != NULL && strcmp(on, bound) == 0) {
+            json_object_set_new(old, "bound", json_true());
+            json_object_set_new(old, "rv", json_string(rv ? rv : ""));
+        } else {
+            json_object_del(s->truth, uid);
+        }
+        return;
     }
-    return json_pack("{s:{s:O?,s:O?,s:O?,s:o},s:{s:O?,s:o},s:{s:O?}}", "metadata", "name",
-                     json_object_get(md, "name"), "namespace", json_object_get(md, "namespace"),
-                     "uid", json_object_get(md, "uid"), "annotations", ann, "spec", "nodeName",
-                     json_object_get(spec, "nodeName"), "containers", containers, "status", "phase",
-                     json_object_get(json_object_get(pod, "status"), "phase"));
+    if (!encoded_node(text, node, sizeof(node)) || (is_bound && strcmp(node, bound) != 0)) {
+        json_object_del(s->truth, uid);
+        return;
+    }
+    time_t at = 0;
+    gv_sched_parse_time(annotation(pod, ANN_ASSIGNED_AT), &at);
+    const char *ns = str_at(pod, "metadata", "namespace"), *name = str_at(pod, "metadata", "name");
+    json_t *t = json_pack("{s:s,s:s,s:s,s:s,s:b,s:I,s:s}", "ns", ns ? ns : "", "name",
+                          name ? name : "", "node", node, "a", text, "bound", is_bound, "at",
+                          (json_int_t)at, "rv", rv ? rv : "");
+    if (t != NULL)
+        json_object_set_new(s->truth, uid, t);
+}
+
+/* The assignment the truth entry t says is live at wall time, or NULL:
+ * bound pods always, unbound ones until their assigned-at is older than
+ * the reservation TTL (their bind never completed). */
+static const char *truth_live(struct gv_sched *s, json_t *t, time_t wall)
+{
+    if (t == NULL)
+        return NULL;
+    if (!json_is_true(json_object_get(t, "bound"))) {
+        json_int_t at = json_integer_value(json_object_get(t, "at"));
+        if (at == 0 || wall - (time_t)at > s->cfg.reservation_ttl_s)
+            return NULL;
+    }
+    return json_string_value(json_object_get(t, "a"));
+}
+
+/* Have all GPUs of an assignment a model in the engine (its node and each
+ * uuid)?  A placement on a GPU the inventory does not list waits. */
+static bool encoded_placeable(struct gv_sched *s, const char *text)
+{
+    struct gv_alloc_assignment *a = malloc(sizeof(*a));
+    bool ok = a != NULL && gv_alloc_assignment_decode(text, strlen(text), a, NULL) == GV_OK &&
+              gv_alloc_node_exists(s->cluster, a->node);
+    for (uint32_t i = 0; ok && i < a->n_containers; i++)
+        for (uint32_t d = 0; ok && d < a->containers[i].n_devices; d++) {
+            struct gv_alloc_gpu_usage u;
+            ok = gv_alloc_gpu_usage_get(s->cluster, a->node, a->containers[i].devices[d].uuid, &u,
+                                        NULL) == GV_OK;
+        }
+    free(a);
+    return ok;
+}
+
+/* Records (and places, when its GPUs are known) text as uid's placement in
+ * phase; replaces a different earlier one.  Lock held. */
+static void account(struct gv_sched *s, const char *uid, const char *ns, const char *name,
+                    const char *text, enum rec_phase phase)
+{
+    struct gv_error err = {0};
+    if (gv_alloc_is_placed(s->cluster, uid))
+        gv_alloc_release(s->cluster, uid, NULL);
+    if (encoded_placeable(s, text)) {
+        if (gv_sched_place_encoded(s, uid, ns, name, text, phase, &err) == GV_OK)
+            return;
+        gv_error("pod %s/%s: recorded assignment %s does not fit the node's current inventory: %s",
+                 ns, name, text, err.msg);
+    }
+    /* Node or GPU not known yet: kept on record, placed when the node's
+     * inventory lists them (node_replace). */
+    char node[GV_ALLOC_NODE_MAX];
+    struct srec *r = gv_sched_rec_get(s, uid, ns, name);
+    if (r != NULL && encoded_node(text, node, sizeof(node)))
+        gv_sched_rec_set(r, phase, node, text, NULL);
+}
+
+/* Settles uid's accounting with its truth entry after an informer event
+ * (lock held).  Only pods whose placement no bind or reservation of ours
+ * owns are touched; a BOUND placement is kept even when the annotation
+ * vanishes (only deletion or termination frees it). */
+void gv_sched_apply_truth(struct gv_sched *s, const char *uid, time_t wall)
+{
+    struct srec *r = gv_sched_rec_find(s, uid);
+    if (r != NULL && (r->phase == REC_RESERVED || r->phase == REC_BINDING))
+        return;
+    json_t *t = json_object_get(s->truth, uid);
+    const char *text = truth_live(s, t, wall);
+    bool bound = json_is_true(json_object_get(t, "bound"));
+    if (text == NULL) {
+        if (r != NULL && r->phase == REC_UNBOUND)
+            gv_sched_forget_pod(s, uid); /* bind failed elsewhere, or lapsed */
+        return;
+    }
+    enum rec_phase want = bound ? REC_BOUND : REC_UNBOUND;
+    if (r != NULL && gv_sched_phase_placed(r->phase) && r->encoded != NULL &&
+        strcmp(r->encoded, text) == 0) {
+        if (r->phase == REC_UNBOUND && bound)
+            r->phase = REC_BOUND;
+        return;
+    }
+    const char *ns = json_string_value(json_object_get(t, "ns"));
+    const char *name = json_string_value(json_object_get(t, "name"));
+    if (r != NULL && gv_sched_phase_placed(r->phase))
+        gv_warn("pod %s/%s: assignment changed in the API from %s to %s; following the API", ns,
+                name, r->encoded ? r->encoded : "?", text);
+    account(s, uid, ns, name, text, want);
+    if (!bound) {
+        struct srec *nr = gv_sched_rec_find(s, uid);
+        if (nr != NULL)
+            nr->assigned_at = (time_t)json_integer_value(json_object_get(t, "at"));
+    }
+}
+
+/* Places the recorded pods of a node whose inventory just changed or
+ * appeared (lock held): a GPU that vanished and came back starts with no
+ * usage in the engine, and pods seen before their node wait for it. */
+static void node_replace(struct gv_sched *s, const char *node)
+{
+    for (size_t i = 0; i < s->n_recs; i++) {
+        struct srec *r = s->recs[i];
+        if (!gv_sched_phase_placed(r->phase) || r->node == NULL || r->encoded == NULL ||
+            strcmp(r->node, node) != 0 || !encoded_placeable(s, r->encoded))
+            continue;
+        struct gv_error err = {0};
+        char *text = strdup(r->encoded);
+        char *ns = strdup(r->ns), *name = strdup(r->name), *uid = strdup(r->uid);
+        enum rec_phase ph = r->phase;
+        time_t at = r->assigned_at;
+        if (text != NULL && ns != NULL && name != NULL && uid != NULL) {
+            if (gv_alloc_is_placed(s->cluster, uid))
+                gv_alloc_release(s->cluster, uid, NULL);
+            if (gv_sched_place_encoded(s, uid, ns, name, text, ph, &err) != GV_OK)
+                gv_error("pod %s/%s: assignment %s does not fit node %s's new inventory: %s", ns,
+                         name, text, node, err.msg);
+            struct srec *nr = gv_sched_rec_find(s, uid);
+            if (nr != NULL)
+                nr->assigned_at = at;
+        }
+        free(text);
+        free(ns);
+        free(name);
+        free(uid);
+    }
+}
+
+/* A pod ended or left (lock held): free it, unless our bind owns the
+ * placement, which then frees it when it ends. */
+static void pod_gone(struct gv_sched *s, const char *uid)
+{
+    json_object_del(s->truth, uid);
+    struct srec *r = gv_sched_rec_find(s, uid);
+    if (r != NULL && r->phase == REC_BINDING)
+        r->gone = true;
+    else
+        gv_sched_forget_pod(s, uid);
 }
 
 void gv_sched_pod_update(struct gv_sched *s, json_t *pod)
@@ -341,17 +441,13 @@ void gv_sched_pod_update(struct gv_sched *s, json_t *pod)
     const char *uid = str_at(pod, "metadata", "uid");
     if (uid == NULL)
         return;
-    bool orphan = false;
-    if (!pod_finished(pod) && annotation(pod, ANN_ASSIGNMENT) != NULL)
-        orphan = place_from_annotation(s, pod);
-    json_t *keep = orphan ? pod_trim(pod) : NULL;
     pthread_mutex_lock(&s->lock);
-    if (pod_finished(pod))
-        gv_sched_forget_pod(s, uid);
-    if (keep != NULL)
-        json_object_set_new(s->orphans, uid, keep);
-    else
-        json_object_del(s->orphans, uid);
+    if (pod_finished(pod)) {
+        pod_gone(s, uid);
+    } else {
+        truth_note(s, pod);
+        gv_sched_apply_truth(s, uid, time(NULL));
+    }
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -361,19 +457,13 @@ void gv_sched_pod_delete(struct gv_sched *s, json_t *pod)
     if (uid == NULL)
         return;
     pthread_mutex_lock(&s->lock);
-    struct srec *r = gv_sched_rec_find(s, uid);
-    /* A bind in flight cleans up after itself when the API says the pod is gone. */
-    if (r == NULL || r->phase != REC_BINDING)
-        gv_sched_forget_pod(s, uid);
-    json_object_del(s->orphans, uid);
+    pod_gone(s, uid);
     pthread_mutex_unlock(&s->lock);
 }
 
-void gv_sched_expire(struct gv_sched *s)
+/* Expiry at (now, wall); lock held. */
+static void expire_locked(struct gv_sched *s, double now, time_t wall)
 {
-    double now = gv_sched_now();
-    time_t wall = time(NULL);
-    pthread_mutex_lock(&s->lock);
     for (size_t i = s->n_recs; i-- > 0;) {
         struct srec *r = s->recs[i];
         bool expired = false;
@@ -390,7 +480,251 @@ void gv_sched_expire(struct gv_sched *s)
                     r->ns, r->name, r->node ? r->node : "?", s->cfg.reservation_ttl_s);
         gv_sched_forget_pod(s, r->uid);
     }
+}
+
+void gv_sched_expire(struct gv_sched *s)
+{
+    pthread_mutex_lock(&s->lock);
+    expire_locked(s, gv_sched_now(), time(NULL));
     pthread_mutex_unlock(&s->lock);
+}
+
+/* ---- self-check ------------------------------------------------------ */
+
+/* Is the truth behind a BOUND record of our own bind not delivered yet?
+ * Our bind wrote the assignment at r->rv; the informer may still be at an
+ * older version of the pod.  Versions are compared as numbers when both
+ * are (etcd revisions); otherwise a record younger than two periods. */
+static bool truth_lags(struct gv_sched *s, const struct srec *r, json_t *t, double now)
+{
+    if (r->phase != REC_BOUND || r->rv == NULL)
+        return false;
+    const char *trv = json_string_value(json_object_get(t, "rv"));
+    char *e1 = NULL, *e2 = NULL;
+    unsigned long long mine = strtoull(r->rv, &e1, 10);
+    unsigned long long seen = trv != NULL ? strtoull(trv, &e2, 10) : 0;
+    if (*r->rv != '\0' && *e1 == '\0' && (trv == NULL || (*trv != '\0' && *e2 == '\0')))
+        return seen < mine;
+    return now - r->since < 2.0 * (double)s->cfg.self_check_s;
+}
+
+/* What uid's placement should be per the API (or our own live reservation
+ * or bind), or NULL for none. */
+static const char *expected_text(struct gv_sched *s, const struct srec *r, const char *uid,
+                                 time_t wall, double now)
+{
+    if (r != NULL && (r->phase == REC_RESERVED || r->phase == REC_BINDING))
+        return r->encoded;
+    json_t *t = json_object_get(s->truth, uid);
+    const char *text = truth_live(s, t, wall);
+    if (text == NULL && r != NULL && truth_lags(s, r, t, now))
+        return r->encoded;
+    return text;
+}
+
+struct gpu_sum {
+    const char *node, *uuid; /* into the decoded assignments' texts */
+    uint64_t mem;
+    uint32_t milli, tasks;
+};
+
+static int gpu_sum_cmp(const void *a, const void *b)
+{
+    const struct gpu_sum *x = a, *y = b;
+    int c = strcmp(x->node, y->node);
+    return c != 0 ? c : strcmp(x->uuid, y->uuid);
+}
+
+/* Rebuilds node's accounting from the records (lock held): every placement
+ * the engine holds there is released and the recorded ones placed again. */
+static void node_rebuild(struct gv_sched *s, const char *node)
+{
+    const char *stack[64];
+    size_t n = gv_alloc_node_pods(s->cluster, node, stack, 64);
+    const char **uids = n <= 64 ? stack : malloc(n * sizeof(*uids));
+    char **copy = calloc(n ? n : 1, sizeof(*copy));
+    if (uids == NULL || copy == NULL) {
+        if (uids != stack)
+            free(uids);
+        free(copy);
+        return;
+    }
+    if (uids != stack)
+        gv_alloc_node_pods(s->cluster, node, uids, n);
+    for (size_t i = 0; i < n; i++)
+        copy[i] = strdup(uids[i]);
+    for (size_t i = 0; i < n; i++) {
+        struct srec *r = copy[i] ? gv_sched_rec_find(s, copy[i]) : NULL;
+        if (r == NULL || !gv_sched_phase_placed(r->phase))
+            gv_warn("accounting drift: node %s held an unrecorded placement for pod uid %s; "
+                    "released",
+                    node, copy[i] ? copy[i] : "?");
+        if (copy[i] != NULL)
+            gv_alloc_release(s->cluster, copy[i], NULL);
+        free(copy[i]);
+    }
+    free(copy);
+    if (uids != stack)
+        free(uids);
+    node_replace(s, node);
+}
+
+unsigned gv_sched_self_check(struct gv_sched *s)
+{
+    unsigned repairs = 0;
+    if (s->pod_inf == NULL && s->kube != NULL)
+        return 0;
+    double now = gv_sched_now();
+    time_t wall = time(NULL);
+    pthread_mutex_lock(&s->lock);
+    expire_locked(s, now, wall);
+
+    /* 1. Pods: each record against what the API says. */
+    for (size_t i = s->n_recs; i-- > 0;) {
+        struct srec *r = s->recs[i];
+        if (!gv_sched_phase_placed(r->phase) || (r->phase == REC_BINDING && r->encoded == NULL))
+            continue; /* a bind computing its placement */
+        const char *want = expected_text(s, r, r->uid, wall, now);
+        if (want == NULL) {
+            gv_warn("accounting drift: pod %s/%s held %s but the API shows no live assignment "
+                    "for it; released",
+                    r->ns, r->name, r->encoded ? r->encoded : "?");
+            gv_sched_forget_pod(s, r->uid);
+            repairs++;
+        } else if (r->encoded == NULL || strcmp(want, r->encoded) != 0) {
+            gv_warn("accounting drift: pod %s/%s held %s but the API says %s; replaced", r->ns,
+                    r->name, r->encoded ? r->encoded : "?", want);
+            char *uid = strdup(r->uid);
+            if (uid != NULL) {
+                gv_sched_apply_truth(s, uid, wall);
+                free(uid);
+            }
+            repairs++;
+        } else if (!gv_alloc_is_placed(s->cluster, r->uid) && encoded_placeable(s, r->encoded)) {
+            gv_warn("accounting drift: pod %s/%s: %s was not counted; placed", r->ns, r->name,
+                    r->encoded);
+            char *uid = strdup(r->uid), *ns = strdup(r->ns), *name = strdup(r->name),
+                 *text = strdup(r->encoded);
+            enum rec_phase ph = r->phase;
+            struct gv_error err = {0};
+            if (uid && ns && name && text &&
+                gv_sched_place_encoded(s, uid, ns, name, text, ph, &err) != GV_OK)
+                gv_error("pod %s/%s: %s", ns, name, err.msg);
+            free(uid);
+            free(ns);
+            free(name);
+            free(text);
+            repairs++;
+        }
+    }
+    const char *uid;
+    json_t *t;
+    void *tmp;
+    json_object_foreach_safe(s->truth, tmp, uid, t)
+    {
+        struct srec *r = gv_sched_rec_find(s, uid);
+        if (r != NULL && gv_sched_phase_placed(r->phase))
+            continue;
+        if (truth_live(s, t, wall) == NULL)
+            continue;
+        gv_warn("accounting drift: pod %s/%s has assignment %s in the API but was not counted; "
+                "placed",
+                json_string_value(json_object_get(t, "ns")),
+                json_string_value(json_object_get(t, "name")),
+                json_string_value(json_object_get(t, "a")));
+        gv_sched_apply_truth(s, uid, wall);
+        repairs++;
+    }
+
+    /* 2. GPUs: the engine's usage against the sum of the recorded
+     * placements (which step 1 made equal to the API's). */
+    size_t cap = 0, n = 0;
+    struct gpu_sum *sums = NULL;
+    struct gv_alloc_assignment *a = malloc(sizeof(*a));
+    for (size_t i = 0; a != NULL && i < s->n_recs; i++) {
+        struct srec *r = s->recs[i];
+        if (!gv_sched_phase_placed(r->phase) || r->encoded == NULL ||
+            !gv_alloc_is_placed(s->cluster, r->uid) ||
+            gv_alloc_assignment_decode(r->encoded, strlen(r->encoded), a, NULL) != GV_OK)
+            continue;
+        for (uint32_t c = 0; c < a->n_containers; c++)
+            for (uint32_t d = 0; d < a->containers[c].n_devices; d++) {
+                if (n == cap) {
+                    size_t nc = cap ? cap * 2 : 256;
+                    struct gpu_sum *ns = realloc(sums, nc * sizeof(*ns));
+                    if (ns == NULL)
+                        goto compared;
+                    sums = ns;
+                    cap = nc;
+                }
+                /* Point at the record's text: node and uuid are substrings
+                 * of it, copied into the entry's own storage below. */
+                const struct gv_alloc_device *dv = &a->containers[c].devices[d];
+                sums[n].node = r->node;
+                sums[n].uuid = strdup(dv->uuid);
+                sums[n].mem = dv->mem_mib;
+                sums[n].milli = dv->milli;
+                sums[n].tasks = 1;
+                if (sums[n].uuid != NULL)
+                    n++;
+            }
+    }
+    qsort(sums, n, sizeof(*sums), gpu_sum_cmp);
+    {
+        size_t m = 0; /* merge equal (node, uuid) */
+        for (size_t i = 0; i < n; i++) {
+            if (m > 0 && gpu_sum_cmp(&sums[m - 1], &sums[i]) == 0) {
+                sums[m - 1].mem += sums[i].mem;
+                sums[m - 1].milli += sums[i].milli;
+                sums[m - 1].tasks += sums[i].tasks;
+                free((char *)sums[i].uuid);
+            } else {
+                sums[m++] = sums[i];
+            }
+        }
+        n = m;
+    }
+    for (size_t i = 0; i < s->n_nodes; i++) {
+        const struct snode *sn = s->nodes[i];
+        if (!sn->in_engine)
+            continue;
+        bool drift = false;
+        for (uint32_t g = 0; g < sn->n_gpus; g++) {
+            struct gv_alloc_gpu_usage u;
+            if (gv_alloc_gpu_usage_at(s->cluster, sn->name, g, &u, NULL) != GV_OK)
+                continue;
+            struct gpu_sum key = {.node = sn->name, .uuid = u.uuid}, zero = {0};
+            struct gpu_sum *e = n ? bsearch(&key, sums, n, sizeof(*sums), gpu_sum_cmp) : NULL;
+            if (e == NULL)
+                e = &zero;
+            if (e->mem == u.mem_mib && e->milli == u.milli && e->tasks == u.tasks)
+                continue;
+            gv_warn("accounting drift: node %s GPU %s counted %" PRIu64 " MiB, %u milli, %u "
+                    "task(s); its pods hold %" PRIu64 " MiB, %u milli, %u task(s); rebuilt",
+                    sn->name, u.uuid, u.mem_mib, u.milli, u.tasks, e->mem, e->milli, e->tasks);
+            drift = true;
+            repairs++;
+        }
+        if (drift)
+            node_rebuild(s, sn->name);
+    }
+compared:
+    for (size_t i = 0; i < n; i++)
+        free((char *)sums[i].uuid);
+    free(sums);
+    free(a);
+    s->drift_repairs += repairs;
+    s->self_checks++;
+    pthread_mutex_unlock(&s->lock);
+    return repairs;
+}
+
+uint64_t gv_sched_drift_repairs(struct gv_sched *s)
+{
+    pthread_mutex_lock(&s->lock);
+    uint64_t n = s->drift_repairs;
+    pthread_mutex_unlock(&s->lock);
+    return n;
 }
 
 /* ---- life cycle ------------------------------------------------------ */
@@ -400,8 +734,8 @@ void gv_sched_expire(struct gv_sched *s)
  * the engine here, from the full objects, and the caches keep only the name
  * (nodes) or uid (pods) as a JSON string, all a later delete needs: at 5,000
  * nodes the inventories, and at thousands of GPU pods their specs, would
- * otherwise cost tens of MiB for nothing.  A pod whose node is not known yet
- * is kept, trimmed, in s->orphans until the node appears.
+ * otherwise cost tens of MiB for nothing.  What the accounting needs of a
+ * pod (its assignment, node, phase) goes to the truth table (s->truth).
  */
 static json_t *node_transform(void *ud, json_t *node)
 {
@@ -423,6 +757,18 @@ static void inf_node_delete(void *ud, json_t *name)
     if (node != NULL)
         gv_sched_node_delete(ud, node);
     json_decref(node);
+}
+
+/* The cache is keyed by namespace/name: a pod deleted and created again
+ * under the same name while the watch was down arrives as an update. */
+static void inf_pod_update(void *ud, json_t *old_uid, json_t *new_uid)
+{
+    if (json_equal(old_uid, new_uid))
+        return;
+    json_t *pod = json_pack("{s:{s:O}}", "metadata", "uid", old_uid);
+    if (pod != NULL)
+        gv_sched_pod_delete(ud, pod);
+    json_decref(pod);
 }
 
 static void inf_pod_delete(void *ud, json_t *uid)
@@ -462,7 +808,7 @@ gv_status gv_sched_new(const struct gv_sched_config *cfg, struct gv_kube_client 
         }
         *res[i] = s->cfg.names_storage[i];
     }
-    if (s->cfg.scheduler_name == NULL || (s->orphans = json_object()) == NULL) {
+    if (s->cfg.scheduler_name == NULL || (s->truth = json_object()) == NULL) {
         st = gv_error_set(err, GV_ENOMEM, "out of memory");
         goto fail;
     }
@@ -472,13 +818,17 @@ gv_status gv_sched_new(const struct gv_sched_config *cfg, struct gv_kube_client 
     if (kube != NULL) {
         /* Nodes are applied in their transform (see above). */
         struct gv_informer_callbacks ncb = {NULL, NULL, inf_node_delete, s};
-        struct gv_informer_callbacks pcb = {NULL, NULL, inf_pod_delete, s};
+        struct gv_informer_callbacks pcb = {NULL, inf_pod_update, inf_pod_delete, s};
         struct gv_informer_opts nopts = {.label_selector = s->cfg.node_label_selector,
                                          .transform = node_transform,
                                          .transform_ud = s};
-        struct gv_informer_opts popts = {.label_selector = GV_SCHED_ASSIGNED_LABEL "=true",
-                                         .transform = pod_transform,
-                                         .transform_ud = s};
+        /* Pods of our scheduler name: every pod the extender can place,
+         * by a field the API server sets at creation and never lets
+         * anyone change (a label would be the tenant's to remove). */
+        char fsel[300];
+        snprintf(fsel, sizeof(fsel), "spec.schedulerName=%s", s->cfg.scheduler_name);
+        struct gv_informer_opts popts = {
+            .field_selector = fsel, .transform = pod_transform, .transform_ud = s};
         if ((st = gv_informer_new(kube, "/api/v1/nodes", &nopts, &ncb, &s->node_inf, err)) !=
                 GV_OK ||
             (st = gv_informer_new(kube, "/api/v1/pods", &popts, &pcb, &s->pod_inf, err)) != GV_OK)
@@ -505,6 +855,10 @@ static void *sweeper_main(void *arg)
             break;
         pthread_mutex_unlock(&s->stop_lock);
         gv_sched_expire(s);
+        if (gv_sched_ready(s) && gv_sched_now() - s->last_self_check >= (double)s->cfg.self_check_s) {
+            gv_sched_self_check(s);
+            s->last_self_check = gv_sched_now();
+        }
         if (!trimmed && gv_sched_ready(s)) {
             /* The initial LISTs (every node, every GPU pod) were parsed and
              * dropped; hand those pages back to the system once. */
@@ -556,7 +910,7 @@ void gv_sched_free(struct gv_sched *s)
     gv_informer_free(s->pod_inf);
     gv_informer_free(s->node_inf);
     gv_sched_tables_free(s);
-    json_decref(s->orphans);
+    json_decref(s->truth);
     gv_alloc_cluster_free(s->cluster);
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->stop_lock);
