@@ -639,6 +639,7 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
             gv_sched_forget_pod(s, b->pod_uid); /* no GPUs, or deleted meanwhile */
         } else if (fr != NULL) {
             fr->phase = REC_BOUND;
+            fr->bound_here = true;
             free(fr->rv);
             fr->rv = written;
             written = NULL;

@@ -392,38 +392,6 @@ void gv_sched_apply_truth(struct gv_sched *s, const char *uid, time_t wall)
     }
 }
 
-/* Places the recorded pods of a node whose inventory just changed or
- * appeared (lock held): a GPU that vanished and came back starts with no
- * usage in the engine, and pods seen before their node wait for it. */
-static void node_replace(struct gv_sched *s, const char *node)
-{
-    for (size_t i = 0; i < s->n_recs; i++) {
-        struct srec *r = s->recs[i];
-        if (!gv_sched_phase_placed(r->phase) || r->node == NULL || r->encoded == NULL ||
-            strcmp(r->node, node) != 0 || !encoded_placeable(s, r->encoded))
-            continue;
-        struct gv_error err = {0};
-        char *text = strdup(r->encoded);
-        char *ns = strdup(r->ns), *name = strdup(r->name), *uid = strdup(r->uid);
-        enum rec_phase ph = r->phase;
-        time_t at = r->assigned_at;
-        if (text != NULL && ns != NULL && name != NULL && uid != NULL) {
-            if (gv_alloc_is_placed(s->cluster, uid))
-                gv_alloc_release(s->cluster, uid, NULL);
-            if (gv_sched_place_encoded(s, uid, ns, name, text, ph, &err) != GV_OK)
-                gv_error("pod %s/%s: assignment %s does not fit node %s's new inventory: %s", ns,
-                         name, text, node, err.msg);
-            struct srec *nr = gv_sched_rec_find(s, uid);
-            if (nr != NULL)
-                nr->assigned_at = at;
-        }
-        free(text);
-        free(ns);
-        free(name);
-        free(uid);
-    }
-}
-
 /* A pod ended or left (lock held): free it, unless our bind owns the
  * placement, which then frees it when it ends. */
 static void pod_gone(struct gv_sched *s, const char *uid)
@@ -492,38 +460,32 @@ void gv_sched_expire(struct gv_sched *s)
 /* ---- self-check ------------------------------------------------------ */
 
 /* Is the truth behind a BOUND record of our own bind not delivered yet?
- * Our bind wrote the assignment at r->rv; the informer may still be at an
- * older version of the pod.  Versions are compared as numbers when both
- * are (etcd revisions); otherwise a record younger than two periods. */
-static bool truth_lags(struct gv_sched *s, const struct srec *r, json_t *t, double now)
+ * Our bind created the Binding; until the pod informer shows the pod bound
+ * (it may still be at a version before our annotation, or before the
+ * Binding), the record stands: only deletion or termination, which the
+ * informer does deliver, frees a pod we bound. */
+static bool truth_lags(const struct srec *r, json_t *t)
 {
-    if (r->phase != REC_BOUND || r->rv == NULL)
-        return false;
-    const char *trv = json_string_value(json_object_get(t, "rv"));
-    char *e1 = NULL, *e2 = NULL;
-    unsigned long long mine = strtoull(r->rv, &e1, 10);
-    unsigned long long seen = trv != NULL ? strtoull(trv, &e2, 10) : 0;
-    if (*r->rv != '\0' && *e1 == '\0' && (trv == NULL || (*trv != '\0' && *e2 == '\0')))
-        return seen < mine;
-    return now - r->since < 2.0 * (double)s->cfg.self_check_s;
+    return r->phase == REC_BOUND && r->bound_here && !json_is_true(json_object_get(t, "bound"));
 }
 
 /* What uid's placement should be per the API (or our own live reservation
  * or bind), or NULL for none. */
 static const char *expected_text(struct gv_sched *s, const struct srec *r, const char *uid,
-                                 time_t wall, double now)
+                                 time_t wall)
 {
     if (r != NULL && (r->phase == REC_RESERVED || r->phase == REC_BINDING))
         return r->encoded;
     json_t *t = json_object_get(s->truth, uid);
     const char *text = truth_live(s, t, wall);
-    if (text == NULL && r != NULL && truth_lags(s, r, t, now))
+    if (text == NULL && r != NULL && truth_lags(r, t))
         return r->encoded;
     return text;
 }
 
 struct gpu_sum {
-    const char *node, *uuid; /* into the decoded assignments' texts */
+    const char *node; /* the record's */
+    char *uuid;
     uint64_t mem;
     uint32_t milli, tasks;
 };
@@ -535,38 +497,200 @@ static int gpu_sum_cmp(const void *a, const void *b)
     return c != 0 ? c : strcmp(x->uuid, y->uuid);
 }
 
-/* Rebuilds node's accounting from the records (lock held): every placement
- * the engine holds there is released and the recorded ones placed again. */
-static void node_rebuild(struct gv_sched *s, const char *node)
+struct sums {
+    struct gpu_sum *v;
+    size_t n, cap;
+};
+
+static void sums_free(struct sums *m)
 {
-    const char *stack[64];
-    size_t n = gv_alloc_node_pods(s->cluster, node, stack, 64);
-    const char **uids = n <= 64 ? stack : malloc(n * sizeof(*uids));
+    for (size_t i = 0; i < m->n; i++)
+        free(m->v[i].uuid);
+    free(m->v);
+    memset(m, 0, sizeof(*m));
+}
+
+/* Per-GPU usage the records say the engine holds: the sum of the recorded
+ * placements that are placed (of node only, unless NULL), sorted by (node,
+ * uuid).  false on OOM. */
+static bool sums_build(struct gv_sched *s, const char *node, struct sums *m)
+{
+    struct gv_alloc_assignment *a = malloc(sizeof(*a));
+    memset(m, 0, sizeof(*m));
+    if (a == NULL)
+        return false;
+    for (size_t i = 0; i < s->n_recs; i++) {
+        struct srec *r = s->recs[i];
+        if (!gv_sched_phase_placed(r->phase) || r->encoded == NULL || r->node == NULL ||
+            (node != NULL && strcmp(r->node, node) != 0) ||
+            !gv_alloc_is_placed(s->cluster, r->uid) ||
+            gv_alloc_assignment_decode(r->encoded, strlen(r->encoded), a, NULL) != GV_OK)
+            continue;
+        for (uint32_t c = 0; c < a->n_containers; c++)
+            for (uint32_t d = 0; d < a->containers[c].n_devices; d++) {
+                if (m->n == m->cap) {
+                    size_t nc = m->cap ? m->cap * 2 : 64;
+                    struct gpu_sum *nv = realloc(m->v, nc * sizeof(*nv));
+                    if (nv == NULL)
+                        goto oom;
+                    m->v = nv;
+                    m->cap = nc;
+                }
+                const struct gv_alloc_device *dv = &a->containers[c].devices[d];
+                struct gpu_sum *e = &m->v[m->n];
+                *e = (struct gpu_sum){r->node, strdup(dv->uuid), dv->mem_mib, dv->milli, 1};
+                if (e->uuid == NULL)
+                    goto oom;
+                m->n++;
+            }
+    }
+    free(a);
+    qsort(m->v, m->n, sizeof(*m->v), gpu_sum_cmp);
+    size_t k = 0; /* merge equal (node, uuid) */
+    for (size_t i = 0; i < m->n; i++) {
+        if (k > 0 && gpu_sum_cmp(&m->v[k - 1], &m->v[i]) == 0) {
+            m->v[k - 1].mem += m->v[i].mem;
+            m->v[k - 1].milli += m->v[i].milli;
+            m->v[k - 1].tasks += m->v[i].tasks;
+            free(m->v[i].uuid);
+        } else {
+            m->v[k++] = m->v[i];
+        }
+    }
+    m->n = k;
+    return true;
+oom:
+    free(a);
+    sums_free(m);
+    return false;
+}
+
+/* Does GPU g of node differ from the records?  *want gets what they say. */
+static bool gpu_differs(struct gv_sched *s, const struct sums *m, const char *node, uint32_t g,
+                        struct gv_alloc_gpu_usage *u, struct gpu_sum *want)
+{
+    if (gv_alloc_gpu_usage_at(s->cluster, node, g, u, NULL) != GV_OK)
+        return false;
+    struct gpu_sum key = {.node = node, .uuid = (char *)u->uuid};
+    const struct gpu_sum *e = m->n ? bsearch(&key, m->v, m->n, sizeof(*m->v), gpu_sum_cmp) : NULL;
+    *want = e != NULL ? *e : (struct gpu_sum){node, NULL, 0, 0, 0};
+    return want->mem != u->mem_mib || want->milli != u->milli || want->tasks != u->tasks;
+}
+
+/* Releases and places again, from its record, every placement on node
+ * (all, or only those using a GPU listed in uuids); releases placements
+ * the engine holds there without a record.  Lock held. */
+static void node_replace_pods(struct gv_sched *s, const char *node, char *const *uuids,
+                              size_t n_uuids)
+{
+    /* Unrecorded placements first (a bug, or planted drift). */
+    size_t n = gv_alloc_node_pods(s->cluster, node, NULL, 0);
+    const char **held = calloc(n ? n : 1, sizeof(*held));
     char **copy = calloc(n ? n : 1, sizeof(*copy));
-    if (uids == NULL || copy == NULL) {
-        if (uids != stack)
-            free(uids);
-        free(copy);
-        return;
+    if (held != NULL && copy != NULL) {
+        gv_alloc_node_pods(s->cluster, node, held, n);
+        for (size_t i = 0; i < n; i++)
+            copy[i] = strdup(held[i]);
+        for (size_t i = 0; i < n; i++) {
+            struct srec *r = copy[i] ? gv_sched_rec_find(s, copy[i]) : NULL;
+            if (copy[i] != NULL && (r == NULL || !gv_sched_phase_placed(r->phase))) {
+                gv_warn("accounting drift: node %s held a placement for pod uid %s that no "
+                        "pod accounts for; released",
+                        node, copy[i]);
+                gv_alloc_release(s->cluster, copy[i], NULL);
+            }
+            free(copy[i]);
+        }
     }
-    if (uids != stack)
-        gv_alloc_node_pods(s->cluster, node, uids, n);
-    for (size_t i = 0; i < n; i++)
-        copy[i] = strdup(uids[i]);
-    for (size_t i = 0; i < n; i++) {
-        struct srec *r = copy[i] ? gv_sched_rec_find(s, copy[i]) : NULL;
-        if (r == NULL || !gv_sched_phase_placed(r->phase))
-            gv_warn("accounting drift: node %s held an unrecorded placement for pod uid %s; "
-                    "released",
-                    node, copy[i] ? copy[i] : "?");
-        if (copy[i] != NULL)
-            gv_alloc_release(s->cluster, copy[i], NULL);
-        free(copy[i]);
-    }
+    free(held);
     free(copy);
-    if (uids != stack)
-        free(uids);
-    node_replace(s, node);
+    for (size_t i = 0; i < s->n_recs; i++) {
+        struct srec *r = s->recs[i];
+        if (!gv_sched_phase_placed(r->phase) || r->node == NULL || r->encoded == NULL ||
+            strcmp(r->node, node) != 0)
+            continue;
+        bool uses = n_uuids == 0;
+        for (size_t k = 0; k < n_uuids && !uses; k++)
+            uses = strstr(r->encoded, uuids[k]) != NULL;
+        if (!uses || !encoded_placeable(s, r->encoded))
+            continue;
+        char *text = strdup(r->encoded), *ns = strdup(r->ns), *name = strdup(r->name),
+             *uid = strdup(r->uid);
+        enum rec_phase ph = r->phase;
+        time_t at = r->assigned_at;
+        bool here = r->bound_here;
+        struct gv_error err = {0};
+        if (text != NULL && ns != NULL && name != NULL && uid != NULL) {
+            if (gv_alloc_is_placed(s->cluster, uid))
+                gv_alloc_release(s->cluster, uid, NULL);
+            if (gv_sched_place_encoded(s, uid, ns, name, text, ph, &err) != GV_OK)
+                gv_error("pod %s/%s: assignment %s does not fit node %s now: %s", ns, name, text,
+                         node, err.msg);
+            struct srec *nr = gv_sched_rec_find(s, uid);
+            if (nr != NULL) {
+                nr->assigned_at = at;
+                nr->bound_here = here;
+            }
+        }
+        free(text);
+        free(ns);
+        free(name);
+        free(uid);
+    }
+}
+
+/* After a node's inventory appeared or changed (lock held): recorded pods
+ * not placed yet (seen before their node, or on a GPU that was missing) are
+ * placed, and GPUs whose usage no longer matches the records (a GPU that
+ * vanished and came back starts empty in the engine) get their pods placed
+ * again.  Health changes keep the engine's usage as it is. */
+static void node_replace(struct gv_sched *s, const char *node)
+{
+    for (size_t i = 0; i < s->n_recs; i++) {
+        struct srec *r = s->recs[i];
+        if (!gv_sched_phase_placed(r->phase) || r->node == NULL || r->encoded == NULL ||
+            strcmp(r->node, node) != 0 || gv_alloc_is_placed(s->cluster, r->uid) ||
+            !encoded_placeable(s, r->encoded))
+            continue;
+        char *text = strdup(r->encoded), *ns = strdup(r->ns), *name = strdup(r->name),
+             *uid = strdup(r->uid);
+        enum rec_phase ph = r->phase;
+        time_t at = r->assigned_at;
+        bool here = r->bound_here;
+        struct gv_error err = {0};
+        if (text && ns && name && uid &&
+            gv_sched_place_encoded(s, uid, ns, name, text, ph, &err) != GV_OK)
+            gv_error("pod %s/%s: assignment %s does not fit node %s: %s", ns, name, text, node,
+                     err.msg);
+        struct srec *nr = uid ? gv_sched_rec_find(s, uid) : NULL;
+        if (nr != NULL) {
+            nr->assigned_at = at;
+            nr->bound_here = here;
+        }
+        free(text);
+        free(ns);
+        free(name);
+        free(uid);
+    }
+    struct sums m;
+    struct snode *sn = gv_sched_node_find(s, node);
+    if (sn == NULL || !sums_build(s, node, &m))
+        return;
+    char *uuids[GV_ALLOC_MAX_NODE_GPUS];
+    size_t nu = 0;
+    for (uint32_t g = 0; g < sn->n_gpus && nu < GV_ALLOC_MAX_NODE_GPUS; g++) {
+        struct gv_alloc_gpu_usage u;
+        struct gpu_sum want;
+        if (gpu_differs(s, &m, node, g, &u, &want) && (uuids[nu] = strdup(u.uuid)) != NULL)
+            nu++;
+    }
+    sums_free(&m);
+    if (nu > 0) {
+        gv_info("node %s: inventory changed; %zu GPU(s) get their pods placed again", node, nu);
+        node_replace_pods(s, node, uuids, nu);
+    }
+    for (size_t k = 0; k < nu; k++)
+        free(uuids[k]);
 }
 
 unsigned gv_sched_self_check(struct gv_sched *s)
@@ -584,7 +708,7 @@ unsigned gv_sched_self_check(struct gv_sched *s)
         struct srec *r = s->recs[i];
         if (!gv_sched_phase_placed(r->phase) || (r->phase == REC_BINDING && r->encoded == NULL))
             continue; /* a bind computing its placement */
-        const char *want = expected_text(s, r, r->uid, wall, now);
+        const char *want = expected_text(s, r, r->uid, wall);
         if (want == NULL) {
             gv_warn("accounting drift: pod %s/%s held %s but the API shows no live assignment "
                     "for it; released",
@@ -601,20 +725,32 @@ unsigned gv_sched_self_check(struct gv_sched *s)
             }
             repairs++;
         } else if (!gv_alloc_is_placed(s->cluster, r->uid) && encoded_placeable(s, r->encoded)) {
-            gv_warn("accounting drift: pod %s/%s: %s was not counted; placed", r->ns, r->name,
-                    r->encoded);
             char *uid = strdup(r->uid), *ns = strdup(r->ns), *name = strdup(r->name),
                  *text = strdup(r->encoded);
             enum rec_phase ph = r->phase;
+            bool here = r->bound_here;
+            time_t at = r->assigned_at;
             struct gv_error err = {0};
-            if (uid && ns && name && text &&
-                gv_sched_place_encoded(s, uid, ns, name, text, ph, &err) != GV_OK)
-                gv_error("pod %s/%s: %s", ns, name, err.msg);
+            if (uid && ns && name && text) {
+                if (gv_sched_place_encoded(s, uid, ns, name, text, ph, &err) == GV_OK) {
+                    gv_warn("accounting drift: pod %s/%s: %s was not counted; placed", ns, name,
+                            text);
+                    struct srec *nr = gv_sched_rec_find(s, uid);
+                    if (nr != NULL) {
+                        nr->bound_here = here;
+                        nr->assigned_at = at;
+                    }
+                    repairs++;
+                } else {
+                    /* Not a drift the scheduler can repair: the GPUs are
+                     * unhealthy or taken (the API itself over-commits). */
+                    gv_debug("pod %s/%s: %s not placeable now: %s", ns, name, text, err.msg);
+                }
+            }
             free(uid);
             free(ns);
             free(name);
             free(text);
-            repairs++;
         }
     }
     const char *uid;
@@ -638,81 +774,34 @@ unsigned gv_sched_self_check(struct gv_sched *s)
 
     /* 2. GPUs: the engine's usage against the sum of the recorded
      * placements (which step 1 made equal to the API's). */
-    size_t cap = 0, n = 0;
-    struct gpu_sum *sums = NULL;
-    struct gv_alloc_assignment *a = malloc(sizeof(*a));
-    for (size_t i = 0; a != NULL && i < s->n_recs; i++) {
-        struct srec *r = s->recs[i];
-        if (!gv_sched_phase_placed(r->phase) || r->encoded == NULL ||
-            !gv_alloc_is_placed(s->cluster, r->uid) ||
-            gv_alloc_assignment_decode(r->encoded, strlen(r->encoded), a, NULL) != GV_OK)
-            continue;
-        for (uint32_t c = 0; c < a->n_containers; c++)
-            for (uint32_t d = 0; d < a->containers[c].n_devices; d++) {
-                if (n == cap) {
-                    size_t nc = cap ? cap * 2 : 256;
-                    struct gpu_sum *ns = realloc(sums, nc * sizeof(*ns));
-                    if (ns == NULL)
-                        goto compared;
-                    sums = ns;
-                    cap = nc;
-                }
-                /* Point at the record's text: node and uuid are substrings
-                 * of it, copied into the entry's own storage below. */
-                const struct gv_alloc_device *dv = &a->containers[c].devices[d];
-                sums[n].node = r->node;
-                sums[n].uuid = strdup(dv->uuid);
-                sums[n].mem = dv->mem_mib;
-                sums[n].milli = dv->milli;
-                sums[n].tasks = 1;
-                if (sums[n].uuid != NULL)
-                    n++;
-            }
-    }
-    qsort(sums, n, sizeof(*sums), gpu_sum_cmp);
-    {
-        size_t m = 0; /* merge equal (node, uuid) */
-        for (size_t i = 0; i < n; i++) {
-            if (m > 0 && gpu_sum_cmp(&sums[m - 1], &sums[i]) == 0) {
-                sums[m - 1].mem += sums[i].mem;
-                sums[m - 1].milli += sums[i].milli;
-                sums[m - 1].tasks += sums[i].tasks;
-                free((char *)sums[i].uuid);
-            } else {
-                sums[m++] = sums[i];
-            }
-        }
-        n = m;
-    }
-    for (size_t i = 0; i < s->n_nodes; i++) {
-        const struct snode *sn = s->nodes[i];
-        if (!sn->in_engine)
-            continue;
-        bool drift = false;
-        for (uint32_t g = 0; g < sn->n_gpus; g++) {
-            struct gv_alloc_gpu_usage u;
-            if (gv_alloc_gpu_usage_at(s->cluster, sn->name, g, &u, NULL) != GV_OK)
+    struct sums m;
+    if (sums_build(s, NULL, &m)) {
+        for (size_t i = 0; i < s->n_nodes; i++) {
+            const struct snode *sn = s->nodes[i];
+            if (!sn->in_engine)
                 continue;
-            struct gpu_sum key = {.node = sn->name, .uuid = u.uuid}, zero = {0};
-            struct gpu_sum *e = n ? bsearch(&key, sums, n, sizeof(*sums), gpu_sum_cmp) : NULL;
-            if (e == NULL)
-                e = &zero;
-            if (e->mem == u.mem_mib && e->milli == u.milli && e->tasks == u.tasks)
-                continue;
-            gv_warn("accounting drift: node %s GPU %s counted %" PRIu64 " MiB, %u milli, %u "
-                    "task(s); its pods hold %" PRIu64 " MiB, %u milli, %u task(s); rebuilt",
-                    sn->name, u.uuid, u.mem_mib, u.milli, u.tasks, e->mem, e->milli, e->tasks);
-            drift = true;
-            repairs++;
+            char *bad[GV_ALLOC_MAX_NODE_GPUS];
+            size_t nb = 0;
+            for (uint32_t g = 0; g < sn->n_gpus && nb < GV_ALLOC_MAX_NODE_GPUS; g++) {
+                struct gv_alloc_gpu_usage u;
+                struct gpu_sum e;
+                if (!gpu_differs(s, &m, sn->name, g, &u, &e))
+                    continue;
+                gv_warn("accounting drift: node %s GPU %s counted %" PRIu64 " MiB, %u milli, "
+                        "%u task(s); its pods hold %" PRIu64 " MiB, %u milli, %u task(s); "
+                        "rebuilt",
+                        sn->name, u.uuid, u.mem_mib, u.milli, u.tasks, e.mem, e.milli, e.tasks);
+                if ((bad[nb] = strdup(u.uuid)) != NULL)
+                    nb++;
+                repairs++;
+            }
+            if (nb > 0)
+                node_replace_pods(s, sn->name, bad, nb);
+            for (size_t k = 0; k < nb; k++)
+                free(bad[k]);
         }
-        if (drift)
-            node_rebuild(s, sn->name);
+        sums_free(&m);
     }
-compared:
-    for (size_t i = 0; i < n; i++)
-        free((char *)sums[i].uuid);
-    free(sums);
-    free(a);
     s->drift_repairs += repairs;
     s->self_checks++;
     pthread_mutex_unlock(&s->lock);

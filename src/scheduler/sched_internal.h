@@ -70,6 +70,7 @@ struct srec {
     double since;       /* monotonic seconds: when the phase began */
     time_t assigned_at; /* UNBOUND: wall time from gpuvisor.io/assigned-at */
     bool gone;          /* BINDING: the pod was deleted or ended meanwhile */
+    bool bound_here;    /* BOUND by this process's bind (the informer may lag) */
 };
 
 static inline bool gv_sched_phase_placed(enum rec_phase p)
