@@ -545,7 +545,8 @@ static bool sums_build(struct gv_sched *s, const char *node, struct sums *m)
             }
     }
     free(a);
-    qsort(m->v, m->n, sizeof(*m->v), gpu_sum_cmp);
+    if (m->n > 1)
+        qsort(m->v, m->n, sizeof(*m->v), gpu_sum_cmp);
     size_t k = 0; /* merge equal (node, uuid) */
     for (size_t i = 0; i < m->n; i++) {
         if (k > 0 && gpu_sum_cmp(&m->v[k - 1], &m->v[i]) == 0) {
