@@ -578,6 +578,37 @@ static bool gpu_differs(struct gv_sched *s, const struct sums *m, const char *no
     return want->mem != u->mem_mib || want->milli != u->milli || want->tasks != u->tasks;
 }
 
+/* Places r's recorded assignment again (releasing what the engine holds
+ * for it first), keeping the record's phase and bookkeeping.  Lock held. */
+static gv_status rec_place_again(struct gv_sched *s, struct srec *r, struct gv_error *err)
+{
+    char *text = strdup(r->encoded), *ns = strdup(r->ns), *name = strdup(r->name),
+         *uid = strdup(r->uid), *rv = r->rv ? strdup(r->rv) : NULL;
+    enum rec_phase ph = r->phase;
+    time_t at = r->assigned_at;
+    bool here = r->bound_here;
+    gv_status st = gv_error_set(err, GV_ENOMEM, "out of memory");
+    if (text != NULL && ns != NULL && name != NULL && uid != NULL) {
+        if (gv_alloc_is_placed(s->cluster, uid))
+            gv_alloc_release(s->cluster, uid, NULL);
+        st = gv_sched_place_encoded(s, uid, ns, name, text, ph, err);
+        struct srec *nr = gv_sched_rec_find(s, uid);
+        if (nr != NULL) {
+            nr->assigned_at = at;
+            nr->bound_here = here;
+            free(nr->rv);
+            nr->rv = rv;
+            rv = NULL;
+        }
+    }
+    free(text);
+    free(ns);
+    free(name);
+    free(uid);
+    free(rv);
+    return st;
+}
+
 /* Releases and places again, from its record, every placement on node
  * (all, or only those using a GPU listed in uuids); releases placements
  * the engine holds there without a record.  Lock held. */
@@ -615,28 +646,10 @@ static void node_replace_pods(struct gv_sched *s, const char *node, char *const 
             uses = strstr(r->encoded, uuids[k]) != NULL;
         if (!uses || !encoded_placeable(s, r->encoded))
             continue;
-        char *text = strdup(r->encoded), *ns = strdup(r->ns), *name = strdup(r->name),
-             *uid = strdup(r->uid);
-        enum rec_phase ph = r->phase;
-        time_t at = r->assigned_at;
-        bool here = r->bound_here;
         struct gv_error err = {0};
-        if (text != NULL && ns != NULL && name != NULL && uid != NULL) {
-            if (gv_alloc_is_placed(s->cluster, uid))
-                gv_alloc_release(s->cluster, uid, NULL);
-            if (gv_sched_place_encoded(s, uid, ns, name, text, ph, &err) != GV_OK)
-                gv_error("pod %s/%s: assignment %s does not fit node %s now: %s", ns, name, text,
-                         node, err.msg);
-            struct srec *nr = gv_sched_rec_find(s, uid);
-            if (nr != NULL) {
-                nr->assigned_at = at;
-                nr->bound_here = here;
-            }
-        }
-        free(text);
-        free(ns);
-        free(name);
-        free(uid);
+        if (rec_place_again(s, r, &err) != GV_OK)
+            gv_error("pod %s/%s: assignment %s does not fit node %s now: %s", r->ns, r->name,
+                     r->encoded, node, err.msg);
     }
 }
 
@@ -653,25 +666,10 @@ static void node_replace(struct gv_sched *s, const char *node)
             strcmp(r->node, node) != 0 || gv_alloc_is_placed(s->cluster, r->uid) ||
             !encoded_placeable(s, r->encoded))
             continue;
-        char *text = strdup(r->encoded), *ns = strdup(r->ns), *name = strdup(r->name),
-             *uid = strdup(r->uid);
-        enum rec_phase ph = r->phase;
-        time_t at = r->assigned_at;
-        bool here = r->bound_here;
         struct gv_error err = {0};
-        if (text && ns && name && uid &&
-            gv_sched_place_encoded(s, uid, ns, name, text, ph, &err) != GV_OK)
-            gv_error("pod %s/%s: assignment %s does not fit node %s: %s", ns, name, text, node,
-                     err.msg);
-        struct srec *nr = uid ? gv_sched_rec_find(s, uid) : NULL;
-        if (nr != NULL) {
-            nr->assigned_at = at;
-            nr->bound_here = here;
-        }
-        free(text);
-        free(ns);
-        free(name);
-        free(uid);
+        if (rec_place_again(s, r, &err) != GV_OK)
+            gv_error("pod %s/%s: assignment %s does not fit node %s: %s", r->ns, r->name,
+                     r->encoded, node, err.msg);
     }
     struct sums m;
     struct snode *sn = gv_sched_node_find(s, node);
@@ -726,32 +724,17 @@ unsigned gv_sched_self_check(struct gv_sched *s)
             }
             repairs++;
         } else if (!gv_alloc_is_placed(s->cluster, r->uid) && encoded_placeable(s, r->encoded)) {
-            char *uid = strdup(r->uid), *ns = strdup(r->ns), *name = strdup(r->name),
-                 *text = strdup(r->encoded);
-            enum rec_phase ph = r->phase;
-            bool here = r->bound_here;
-            time_t at = r->assigned_at;
             struct gv_error err = {0};
-            if (uid && ns && name && text) {
-                if (gv_sched_place_encoded(s, uid, ns, name, text, ph, &err) == GV_OK) {
-                    gv_warn("accounting drift: pod %s/%s: %s was not counted; placed", ns, name,
-                            text);
-                    struct srec *nr = gv_sched_rec_find(s, uid);
-                    if (nr != NULL) {
-                        nr->bound_here = here;
-                        nr->assigned_at = at;
-                    }
-                    repairs++;
-                } else {
-                    /* Not a drift the scheduler can repair: the GPUs are
-                     * unhealthy or taken (the API itself over-commits). */
-                    gv_debug("pod %s/%s: %s not placeable now: %s", ns, name, text, err.msg);
-                }
+            if (rec_place_again(s, r, &err) == GV_OK) {
+                gv_warn("accounting drift: pod %s/%s: %s was not counted; placed", r->ns,
+                        r->name, r->encoded);
+                repairs++;
+            } else {
+                /* Not a drift the scheduler can repair: the GPUs are
+                 * unhealthy or taken (the API itself over-commits). */
+                gv_debug("pod %s/%s: %s not placeable now: %s", r->ns, r->name, r->encoded,
+                         err.msg);
             }
-            free(uid);
-            free(ns);
-            free(name);
-            free(text);
         }
     }
     const char *uid;
