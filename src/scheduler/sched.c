@@ -255,7 +255,7 @@ static bool encoded_node(const char *text, char *buf, size_t cap)
 }
 
 /*
- * The truth table (s->truth, uid -> {ns,name,node,a,bound,at,rv}): the last
+ * The truth table (s->truth, uid -> {ns,name,a,bound,at,rv}): the last
  * state of each pod with an assignment as the pod informer delivered it, by
  * plain overwrite.  It is what the accounting must equal (with the live
  * reservations), and what the self-check recomputes usage from.  A bound
@@ -278,8 +278,9 @@ static void truth_note(struct gv_sched *s, json_t *pod)
     json_t *old = json_object_get(s->truth, uid);
     char node[GV_ALLOC_NODE_MAX];
     if (text == NULL) {
-        const char *on = json_string_value(json_object_get(old, "node"));
-        if (old != NULL && is_bound && on != NULL && strcmp(on, bound) == 0) {
+        const char *ot = json_string_value(json_object_get(old, "a"));
+        if (old != NULL && is_bound && ot != NULL && encoded_node(ot, node, sizeof(node)) &&
+            strcmp(node, bound) == 0) {
             json_object_set_new(old, "bound", json_true());
             json_object_set_new(old, "rv", json_string(rv ? rv : ""));
         } else {
@@ -294,9 +295,9 @@ static void truth_note(struct gv_sched *s, json_t *pod)
     time_t at = 0;
     gv_sched_parse_time(annotation(pod, ANN_ASSIGNED_AT), &at);
     const char *ns = str_at(pod, "metadata", "namespace"), *name = str_at(pod, "metadata", "name");
-    json_t *t = json_pack("{s:s,s:s,s:s,s:s,s:b,s:I,s:s}", "ns", ns ? ns : "", "name",
-                          name ? name : "", "node", node, "a", text, "bound", is_bound, "at",
-                          (json_int_t)at, "rv", rv ? rv : "");
+    json_t *t = json_pack("{s:s,s:s,s:s,s:b,s:I,s:s}", "ns", ns ? ns : "", "name",
+                          name ? name : "", "a", text, "bound", is_bound, "at", (json_int_t)at,
+                          "rv", rv ? rv : "");
     if (t != NULL)
         json_object_set_new(s->truth, uid, t);
 }

@@ -3,7 +3,9 @@
  * (tests/fakes/apiserver), replaying what a real kube-scheduler and cluster
  * do to it, in randomized rounds with concurrent clients:
  *
- *   filter, bind (annotation patch + Binding), filters of pods that are
+ *   filter, bind (annotation patch + Binding), label/annotation updates by
+ *   others (before a bind: its resourceVersion precondition fails and it
+ *   recomputes), filters of pods that are
  *   already reserved or bound (kube-scheduler re-queues an assumed pod when
  *   it changes), duplicate and reordered binds, reservations that never get
  *   their bind (timeout), deletions, pods that finish, node agent restarts
@@ -307,6 +309,18 @@ static void refilter(struct stress *t, unsigned *rs, size_t idx)
     json_decref(old);
 }
 
+/* A label and an annotation of someone else's changed on the pod. */
+static void touch(struct stress *t, unsigned *rs, size_t idx)
+{
+    char path[256], v[16];
+    snprintf(path, sizeof(path), "/api/v1/namespaces/default/pods/%s", t->pods[idx].name);
+    snprintf(v, sizeof(v), "%u", rnd(rs) % 1000);
+    json_t *patch = json_pack("{s:{s:{s:s},s:{s:s}}}", "metadata", "labels", "stress/touch", v,
+                              "annotations", "stress/touch", v);
+    gv_kube_patch(t->kube, path, GV_KUBE_PATCH_MERGE, patch, NULL, NULL);
+    json_decref(patch);
+}
+
 static void client_round(struct stress *t, unsigned *rs, unsigned round, unsigned id)
 {
     char tag[32];
@@ -328,6 +342,8 @@ static void client_round(struct stress *t, unsigned *rs, unsigned round, unsigne
         json_decref(r);
         if (node[0] && rnd(rs) % 4 == 0)
             refilter(t, rs, idx); /* between filter and bind */
+        if (node[0] && rnd(rs) % 6 == 0)
+            touch(t, rs, idx); /* the pod changes before its bind: 409, recompute */
         if (node[0] && do_bind(t, pod, node)) {
             if (rnd(rs) % 2)
                 refilter(t, rs, idx);
@@ -335,10 +351,19 @@ static void client_round(struct stress *t, unsigned *rs, unsigned round, unsigne
                 do_bind(t, pod, node);
         }
         json_decref(pod);
-    } else if (op < 50) {
+    } else if (op < 44) {
         size_t idx = any_pod(t, rs);
         if (idx != MAX_PODS)
             refilter(t, rs, idx);
+    } else if (op < 50) {
+        /* Someone else updates the pod (a controller's label or annotation):
+         * the informer delivers it, kube-scheduler may filter it again. */
+        size_t idx = any_pod(t, rs);
+        if (idx != MAX_PODS) {
+            touch(t, rs, idx);
+            if (rnd(rs) % 2)
+                refilter(t, rs, idx);
+        }
     } else if (op < 60) {
         /* Reserved, never bound: the reservation times out. */
         size_t idx = new_pod(t, rs, tag);

@@ -782,6 +782,64 @@ static void test_self_check_repairs_planted_drift(void **state)
     json_decref(pod);
 }
 
+struct seen {
+    struct fx *f;
+    const char *uid, *rv;
+};
+
+/* Has the scheduler's pod informer delivered this version of the pod? */
+static bool truth_at(void *ud)
+{
+    struct seen *w = ud;
+    pthread_mutex_lock(&w->f->s->lock);
+    const char *rv = json_string_value(
+        json_object_get(json_object_get(w->f->s->truth, w->uid), "rv"));
+    bool ok = rv != NULL && strcmp(rv, w->rv) == 0;
+    pthread_mutex_unlock(&w->f->s->lock);
+    return ok;
+}
+
+/* A tenant strips the assignment annotations from its running pod: the
+ * container keeps its GPUs, so the accounting keeps them too (only deletion
+ * or termination frees them), and the self-check agrees. */
+static void test_stripped_annotation_keeps_gpus(void **state)
+{
+    struct fx *f = *state;
+    sched_up(f);
+    const char *t4[] = {"gpu-t4"};
+    json_t *pod = gpumem_pod(f->kube, "strip", 6000, NULL);
+    json_t *r = st_filter(f->base, pod, t4, 1, NULL);
+    json_decref(r);
+    char *e = st_bind(f->base, pod, "gpu-t4");
+    assert_string_equal(e, "");
+    free(e);
+    json_t *patch = json_pack("{s:{s:{s:n,s:n,s:n}}}", "metadata", "annotations",
+                              "gpuvisor.io/assignment", "gpuvisor.io/assigned-node",
+                              "gpuvisor.io/assigned-at");
+    json_t *out = NULL;
+    assert_int_equal(gv_kube_patch(f->kube, "/api/v1/namespaces/default/pods/strip",
+                                   GV_KUBE_PATCH_MERGE, patch, &out, NULL),
+                     GV_OK);
+    json_decref(patch);
+    struct seen w = {f, json_string_value(json_object_get(json_object_get(pod, "metadata"), "uid")),
+                     json_string_value(json_object_get(json_object_get(out, "metadata"),
+                                                       "resourceVersion"))};
+    assert_true(st_wait(truth_at, &w, 5000));
+    assert_true(gpu_mem(f, "gpu-t4") == 6000);
+    assert_int_equal(gv_sched_self_check(f->s), 0);
+    assert_true(gpu_mem(f, "gpu-t4") == 6000);
+    /* Its filter still answers its node. */
+    r = st_filter(f->base, pod, all_nodes, 4, NULL);
+    assert_string_equal(st_chosen(r), "gpu-t4");
+    json_decref(r);
+    assert_int_equal(gv_kube_delete(f->kube, "/api/v1/namespaces/default/pods/strip", NULL, NULL),
+                     GV_OK);
+    assert_true(st_wait(released, f, 5000));
+    assert_int_equal(gv_sched_self_check(f->s), 0);
+    json_decref(out);
+    json_decref(pod);
+}
+
 /*
  * What kube-scheduler's event recorder does with an extender's reason: it
  * is passed as the format string of a Go fmt call with no arguments.  '%%'
@@ -1044,6 +1102,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_refilter_of_placed_pod_keeps_its_gpus, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_self_check_repairs_planted_drift, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stripped_annotation_keeps_gpus, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reasons_arrive_verbatim, setup, teardown),
         cmocka_unit_test(test_engine_reason_templates_verbatim),
         cmocka_unit_test_setup_teardown(test_cores_and_split_decide_fit, setup, teardown),
