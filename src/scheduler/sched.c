@@ -486,7 +486,8 @@ static const char *expected_text(struct gv_sched *s, const struct srec *r, const
 
 struct gpu_sum {
     const char *node; /* the record's */
-    char *uuid;
+    const char *uuid; /* into the record's assignment text, uuid_len bytes */
+    size_t uuid_len;
     uint64_t mem;
     uint32_t milli, tasks;
 };
@@ -495,7 +496,11 @@ static int gpu_sum_cmp(const void *a, const void *b)
 {
     const struct gpu_sum *x = a, *y = b;
     int c = strcmp(x->node, y->node);
-    return c != 0 ? c : strcmp(x->uuid, y->uuid);
+    if (c != 0)
+        return c;
+    size_t n = x->uuid_len < y->uuid_len ? x->uuid_len : y->uuid_len;
+    c = memcmp(x->uuid, y->uuid, n);
+    return c != 0 ? c : x->uuid_len < y->uuid_len ? -1 : x->uuid_len > y->uuid_len;
 }
 
 struct sums {
@@ -505,47 +510,67 @@ struct sums {
 
 static void sums_free(struct sums *m)
 {
-    for (size_t i = 0; i < m->n; i++)
-        free(m->v[i].uuid);
     free(m->v);
     memset(m, 0, sizeof(*m));
 }
 
+/* Appends the devices of an assignment text (already validated when it was
+ * placed: "v1;node=N;c=uuid:mem:milli,...;c2=...") without decoding it into
+ * the engine's structure: at 40,000 pods a full decode of each one was most
+ * of a self-check's time under the lock.  false on OOM. */
+static bool sums_add(struct sums *m, const char *node, const char *text)
+{
+    const char *p = strchr(text, ';');
+    p = p ? strchr(p + 1, ';') : NULL; /* past "v1;node=N" */
+    while (p != NULL && *p == ';') {
+        const char *eq = strchr(p, '=');
+        if (eq == NULL)
+            break;
+        p = eq + 1;
+        for (;;) {
+            const char *colon = strchr(p, ':');
+            if (colon == NULL)
+                return true;
+            char *end = NULL;
+            unsigned long long mem = strtoull(colon + 1, &end, 10);
+            unsigned long milli = end && *end == ':' ? strtoul(end + 1, &end, 10) : 0;
+            if (m->n == m->cap) {
+                size_t nc = m->cap ? m->cap * 2 : 64;
+                struct gpu_sum *nv = realloc(m->v, nc * sizeof(*nv));
+                if (nv == NULL)
+                    return false;
+                m->v = nv;
+                m->cap = nc;
+            }
+            m->v[m->n++] = (struct gpu_sum){node, p, (size_t)(colon - p), mem, (uint32_t)milli, 1};
+            if (end == NULL || *end != ',') {
+                p = end;
+                break;
+            }
+            p = end + 1;
+        }
+    }
+    return true;
+}
+
 /* Per-GPU usage the records say the engine holds: the sum of the recorded
  * placements that are placed (of node only, unless NULL), sorted by (node,
- * uuid).  false on OOM. */
+ * uuid).  The entries point into the records: use before the next change.
+ * false on OOM. */
 static bool sums_build(struct gv_sched *s, const char *node, struct sums *m)
 {
-    struct gv_alloc_assignment *a = malloc(sizeof(*a));
     memset(m, 0, sizeof(*m));
-    if (a == NULL)
-        return false;
     for (size_t i = 0; i < s->n_recs; i++) {
         struct srec *r = s->recs[i];
         if (!gv_sched_phase_placed(r->phase) || r->encoded == NULL || r->node == NULL ||
             (node != NULL && strcmp(r->node, node) != 0) ||
-            !gv_alloc_is_placed(s->cluster, r->uid) ||
-            gv_alloc_assignment_decode(r->encoded, strlen(r->encoded), a, NULL) != GV_OK)
+            !gv_alloc_is_placed(s->cluster, r->uid))
             continue;
-        for (uint32_t c = 0; c < a->n_containers; c++)
-            for (uint32_t d = 0; d < a->containers[c].n_devices; d++) {
-                if (m->n == m->cap) {
-                    size_t nc = m->cap ? m->cap * 2 : 64;
-                    struct gpu_sum *nv = realloc(m->v, nc * sizeof(*nv));
-                    if (nv == NULL)
-                        goto oom;
-                    m->v = nv;
-                    m->cap = nc;
-                }
-                const struct gv_alloc_device *dv = &a->containers[c].devices[d];
-                struct gpu_sum *e = &m->v[m->n];
-                *e = (struct gpu_sum){r->node, strdup(dv->uuid), dv->mem_mib, dv->milli, 1};
-                if (e->uuid == NULL)
-                    goto oom;
-                m->n++;
-            }
+        if (!sums_add(m, r->node, r->encoded)) {
+            sums_free(m);
+            return false;
+        }
     }
-    free(a);
     if (m->n > 1)
         qsort(m->v, m->n, sizeof(*m->v), gpu_sum_cmp);
     size_t k = 0; /* merge equal (node, uuid) */
@@ -554,17 +579,12 @@ static bool sums_build(struct gv_sched *s, const char *node, struct sums *m)
             m->v[k - 1].mem += m->v[i].mem;
             m->v[k - 1].milli += m->v[i].milli;
             m->v[k - 1].tasks += m->v[i].tasks;
-            free(m->v[i].uuid);
         } else {
             m->v[k++] = m->v[i];
         }
     }
     m->n = k;
     return true;
-oom:
-    free(a);
-    sums_free(m);
-    return false;
 }
 
 /* Does GPU g of node differ from the records?  *want gets what they say. */
@@ -573,9 +593,9 @@ static bool gpu_differs(struct gv_sched *s, const struct sums *m, const char *no
 {
     if (gv_alloc_gpu_usage_at(s->cluster, node, g, u, NULL) != GV_OK)
         return false;
-    struct gpu_sum key = {.node = node, .uuid = (char *)u->uuid};
+    struct gpu_sum key = {.node = node, .uuid = u->uuid, .uuid_len = strlen(u->uuid)};
     const struct gpu_sum *e = m->n ? bsearch(&key, m->v, m->n, sizeof(*m->v), gpu_sum_cmp) : NULL;
-    *want = e != NULL ? *e : (struct gpu_sum){node, NULL, 0, 0, 0};
+    *want = e != NULL ? *e : (struct gpu_sum){node, NULL, 0, 0, 0, 0};
     return want->mem != u->mem_mib || want->milli != u->milli || want->tasks != u->tasks;
 }
 
