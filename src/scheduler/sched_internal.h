@@ -113,6 +113,9 @@ struct snode *gv_sched_node_find(struct gv_sched *s, const char *name);
  * resumes a walk over s->nodes after its lock was dropped. */
 size_t gv_sched_node_after(struct gv_sched *s, const char *name);
 struct srec *gv_sched_rec_find(struct gv_sched *s, const char *uid);
+/* Index of the first record ordered after uid (which need not exist). */
+size_t gv_sched_rec_after(struct gv_sched *s, const char *uid);
+
 /* Adds (or returns the existing) node entry; NULL on OOM. */
 struct snode *gv_sched_node_add(struct gv_sched *s, const char *name);
 void gv_sched_node_remove(struct gv_sched *s, const char *name);
