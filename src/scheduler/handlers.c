@@ -46,12 +46,15 @@ static void note_pending(struct gv_sched *s, json_t *pod, enum pending_reason wh
     const char *uid = meta(pod, "uid");
     if (uid == NULL)
         return;
-    struct srec *r = gv_sched_rec_get(s, uid, meta(pod, "namespace"), meta(pod, "name"));
+    s->filters_nofit++;
+    struct srec *r = gv_sched_rec_find(s, uid);
+    if (r != NULL && gv_sched_phase_placed(r->phase))
+        return; /* its placement stands; only what frees GPUs may end it */
+    r = gv_sched_rec_get(s, uid, meta(pod, "namespace"), meta(pod, "name"));
     if (r != NULL) {
         gv_sched_rec_set(r, REC_PENDING, NULL, NULL, NULL);
         r->pending = why;
     }
-    s->filters_nofit++;
 }
 
 /* ---- filter ------------------------------------------------------------ */
