@@ -661,6 +661,32 @@ static bool gpu_differs(struct gv_sched *s, const struct sums *m, const char *no
     return want->mem != u->mem_mib || want->milli != u->milli || want->tasks != u->tasks;
 }
 
+/* The GPUs of node sn whose engine usage differs from its records' sum
+ * (lock held): their uuids (heap copies) go to out; logged as drift when
+ * log is set.  Returns how many. */
+static size_t node_differing_gpus(struct gv_sched *s, const struct snode *sn,
+                                  char *out[GV_ALLOC_MAX_NODE_GPUS], bool log)
+{
+    struct sums m;
+    size_t n = 0;
+    if (!sums_node(s, sn->name, &m))
+        return 0;
+    for (uint32_t g = 0; g < sn->n_gpus && n < GV_ALLOC_MAX_NODE_GPUS; g++) {
+        struct gv_alloc_gpu_usage u;
+        struct gpu_sum e;
+        if (!gpu_differs(s, &m, sn->name, g, &u, &e))
+            continue;
+        if (log)
+            gv_warn("accounting drift: node %s GPU %s counted %" PRIu64 " MiB, %u milli, %u "
+                    "task(s); its pods hold %" PRIu64 " MiB, %u milli, %u task(s); rebuilt",
+                    sn->name, u.uuid, u.mem_mib, u.milli, u.tasks, e.mem, e.milli, e.tasks);
+        if ((out[n] = strdup(u.uuid)) != NULL)
+            n++;
+    }
+    sums_free(&m); /* points into records the caller may rewrite */
+    return n;
+}
+
 /* Places r's recorded assignment again (releasing what the engine holds
  * for it first), keeping the record's phase and bookkeeping.  Lock held. */
 static gv_status rec_place_again(struct gv_sched *s, struct srec *r, struct gv_error *err)
@@ -754,19 +780,9 @@ static void node_replace(struct gv_sched *s, const char *node)
             gv_error("pod %s/%s: assignment %s does not fit node %s: %s", r->ns, r->name,
                      r->encoded, node, err.msg);
     }
-    struct sums m;
     struct snode *sn = gv_sched_node_find(s, node);
-    if (sn == NULL || !sums_node(s, node, &m))
-        return;
     char *uuids[GV_ALLOC_MAX_NODE_GPUS];
-    size_t nu = 0;
-    for (uint32_t g = 0; g < sn->n_gpus && nu < GV_ALLOC_MAX_NODE_GPUS; g++) {
-        struct gv_alloc_gpu_usage u;
-        struct gpu_sum want;
-        if (gpu_differs(s, &m, node, g, &u, &want) && (uuids[nu] = strdup(u.uuid)) != NULL)
-            nu++;
-    }
-    sums_free(&m);
+    size_t nu = sn != NULL ? node_differing_gpus(s, sn, uuids, false) : 0;
     if (nu > 0) {
         gv_info("node %s: inventory changed; %zu GPU(s) get their pods placed again", node, nu);
         node_replace_pods(s, node, uuids, nu);
@@ -823,24 +839,11 @@ static unsigned check_nodes(struct gv_sched *s, size_t lo, size_t hi)
     unsigned repairs = 0;
     for (size_t i = lo; i < hi && i < s->n_nodes; i++) {
         const struct snode *sn = s->nodes[i];
-        struct sums m;
-        if (!sn->in_engine || !sums_node(s, sn->name, &m))
+        if (!sn->in_engine)
             continue;
         char *bad[GV_ALLOC_MAX_NODE_GPUS];
-        size_t nb = 0;
-        for (uint32_t g = 0; g < sn->n_gpus && nb < GV_ALLOC_MAX_NODE_GPUS; g++) {
-            struct gv_alloc_gpu_usage u;
-            struct gpu_sum e;
-            if (!gpu_differs(s, &m, sn->name, g, &u, &e))
-                continue;
-            gv_warn("accounting drift: node %s GPU %s counted %" PRIu64 " MiB, %u milli, %u "
-                    "task(s); its pods hold %" PRIu64 " MiB, %u milli, %u task(s); rebuilt",
-                    sn->name, u.uuid, u.mem_mib, u.milli, u.tasks, e.mem, e.milli, e.tasks);
-            if ((bad[nb] = strdup(u.uuid)) != NULL)
-                nb++;
-            repairs++;
-        }
-        sums_free(&m); /* points into records node_replace_pods may rewrite */
+        size_t nb = node_differing_gpus(s, sn, bad, true);
+        repairs += (unsigned)nb;
         if (nb > 0)
             node_replace_pods(s, sn->name, bad, nb);
         for (size_t k = 0; k < nb; k++)
