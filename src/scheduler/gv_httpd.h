@@ -57,8 +57,23 @@ struct gv_httpd_options {
     const char *cert_file; /* both set = HTTPS; both NULL = plain HTTP */
     const char *key_file;
     size_t max_body;          /* bytes; larger requests get 413 */
-    unsigned timeout_seconds; /* idle connection timeout */
+    unsigned timeout_seconds; /* idle connection timeout (0: 60) */
+    /* Abuse limits (docs/isolation.md, "Control plane"): open connections
+     * in all (0: 256) and from one client address (0: 32); request body
+     * bytes buffered across all connections at once (0: 4 x max_body).  A
+     * body over max_body is refused with 413 as soon as its Content-Length
+     * (or its bytes) say so, one over the shared budget with 503, before it
+     * is buffered. */
+    unsigned max_connections;
+    unsigned max_per_ip;
+    size_t max_buffered;
+    const char *tls_priorities; /* GnuTLS priority string; NULL: GV_HTTPD_TLS_PRIORITIES */
 };
+
+/* TLS 1.3 and 1.2 only, AEAD suites with forward secrecy only. */
+#define GV_HTTPD_TLS_PRIORITIES                                                                    \
+    "SECURE128:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-CIPHER-ALL:+AES-256-GCM:+AES-128-GCM:"         \
+    "+CHACHA20-POLY1305:-MAC-ALL:+AEAD:-KX-ALL:+ECDHE-ECDSA:+ECDHE-RSA:%SERVER_PRECEDENCE"
 
 gv_status gv_httpd_new(const struct gv_httpd_options *opts, struct gv_httpd **out,
                        struct gv_error *err);
@@ -68,6 +83,8 @@ gv_status gv_httpd_route(struct gv_httpd *h, const char *method, const char *pat
 gv_status gv_httpd_start(struct gv_httpd *h, struct gv_error *err);
 /* The bound port (useful when the options asked for port 0). */
 uint16_t gv_httpd_port(const struct gv_httpd *h);
+/* Request body bytes buffered right now, over all connections (tests). */
+size_t gv_httpd_buffered(const struct gv_httpd *h);
 /* Stops serving (waits for in-flight handlers) and frees everything. */
 void gv_httpd_free(struct gv_httpd *h);
 

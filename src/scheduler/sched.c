@@ -23,6 +23,7 @@
 #include "contracts/inventory.h"
 #include "contracts/podspec.h"
 #include "scheduler/gv_extender.h"
+#include "scheduler/placement_guard.h"
 #include "scheduler/sched_internal.h"
 
 #define ANN_ASSIGNMENT GV_ALLOC_ASSIGNMENT_ANNOTATION
@@ -237,7 +238,7 @@ static bool place_from_annotation(struct gv_sched *s, json_t *pod)
     const char *name = str_at(pod, "metadata", "name");
     const char *text = annotation(pod, ANN_ASSIGNMENT);
     const char *bound = str_at(pod, "spec", "nodeName");
-    if (uid == NULL || text == NULL)
+    if (uid == NULL || text == NULL || !gv_sched_placement_trusted(&s->cfg, pod))
         return false;
     struct gv_alloc_request *req = NULL;
     struct gv_alloc_assignment *a = malloc(sizeof(*a));

@@ -22,7 +22,7 @@ static void limits(void *ud, struct gv_webhook_limits *out)
     *out = cluster;
 }
 
-static struct gv_webhook_env env = {&cfg, "gpuvisor-scheduler", limits, NULL};
+static struct gv_webhook_env env = {&cfg, "gpuvisor-scheduler", limits, NULL, NULL};
 
 /* Wraps a pod JSON in an AdmissionReview request. */
 static char *review_of(const char *pod, const char *op)

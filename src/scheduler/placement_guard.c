@@ -1,0 +1,77 @@
+/* Placement authentication in the scheduler: see placement_guard.h. */
+#include "scheduler/placement_guard.h"
+
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/gv_log.h"
+
+static atomic_ullong rejected;
+
+gv_status gv_sched_placement_sign(const struct gv_sched_config *cfg, const char *uid,
+                                  const char *node, const char *assigned_at,
+                                  const char *assignment, char *out, size_t cap,
+                                  struct gv_error *err)
+{
+    if (cap > 0)
+        out[0] = '\0';
+    if (cfg->placement_key == NULL)
+        return GV_OK;
+    return gv_placement_sign(cfg->placement_key, uid, node, assigned_at, assignment, out, cap,
+                             err);
+}
+
+static const char *meta(const json_t *pod, const char *key)
+{
+    return json_string_value(json_object_get(json_object_get(pod, "metadata"), key));
+}
+
+/* metadata.creationTimestamp is set by the API server, never by the client:
+ * the one clock a tenant cannot choose. */
+static bool created_before(const json_t *pod, time_t cutoff)
+{
+    const char *ts = meta(pod, "creationTimestamp");
+    struct tm tm;
+    memset(&tm, 0, sizeof(tm));
+    const char *end = ts ? strptime(ts, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
+    if (end == NULL || (*end != 'Z' && *end != '.'))
+        return false;
+    return timegm(&tm) < cutoff;
+}
+
+bool gv_sched_placement_trusted(const struct gv_sched_config *cfg, const json_t *pod)
+{
+    if (cfg->placement_key == NULL)
+        return true; /* the daemon runs keyless only with insecureUnsignedPlacements */
+    struct gv_error err = {0};
+    if (gv_placement_verify_pod(cfg->placement_key, pod, &err) == GV_OK)
+        return true;
+    const json_t *anns = json_object_get(json_object_get(pod, "metadata"), "annotations");
+    if (cfg->unsigned_before != 0 && json_object_get(anns, GV_PLACEMENT_SIG_ANNOTATION) == NULL &&
+        created_before(pod, cfg->unsigned_before))
+        return true;
+    atomic_fetch_add(&rejected, 1);
+    gv_warn("pod %s/%s: placement ignored, not counted: %s", meta(pod, "namespace"),
+            meta(pod, "name"), err.msg);
+    return false;
+}
+
+unsigned long long gv_sched_placements_rejected(void)
+{
+    return atomic_load(&rejected);
+}
+
+void gv_sched_placement_metrics(const struct gv_sched_config *cfg, FILE *out)
+{
+    fprintf(out,
+            "# HELP gpuvisor_placement_signing_enabled 1 when placements are authenticated "
+            "(placementKeyFile), 0 when unsigned ones are trusted.\n"
+            "# TYPE gpuvisor_placement_signing_enabled gauge\n"
+            "gpuvisor_placement_signing_enabled %d\n"
+            "# HELP gpuvisor_placements_rejected_total Pod placements ignored because their "
+            "signature was missing or wrong (forged or altered).\n"
+            "# TYPE gpuvisor_placements_rejected_total counter\n"
+            "gpuvisor_placements_rejected_total %llu\n",
+            cfg->placement_key != NULL, gv_sched_placements_rejected());
+}
