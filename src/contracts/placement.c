@@ -204,3 +204,28 @@ gv_status gv_placement_verify_pod(const struct gv_placement_key *k, const json_t
                         "assignment altered since)",
                         GV_PLACEMENT_SIG_ANNOTATION);
 }
+
+gv_status gv_placement_admit(const struct gv_placement_policy *pol, const json_t *pod,
+                             struct gv_error *err)
+{
+    if (pol == NULL)
+        return GV_OK;
+    if (pol->key != NULL) {
+        gv_status st = gv_placement_verify_pod(pol->key, pod, err);
+        if (st != GV_OK)
+            return st;
+    }
+    const char *pre = annotation(pod, "gpuvisor.io/preload");
+    if (pre == NULL || strcmp(pre, "false") != 0)
+        return GV_OK;
+    const char *ns = meta_str(pod, "namespace");
+    for (const char *const *p = pol->opt_out_namespaces; ns != NULL && p != NULL && *p != NULL;
+         p++)
+        if (strcmp(*p, ns) == 0)
+            return GV_OK;
+    return gv_error_set(err, GV_EINVAL,
+                        "gpuvisor.io/preload: \"false\" would run the pod without gpuvisor's "
+                        "limits; the node config allows it only in the namespaces listed in "
+                        "preloadOptOutNamespaces (namespace %s is not)",
+                        ns ? ns : "?");
+}

@@ -59,4 +59,19 @@ gv_status gv_placement_sign(const struct gv_placement_key *k, const char *uid, c
 gv_status gv_placement_verify_pod(const struct gv_placement_key *k, const json_t *pod,
                                   struct gv_error *err);
 
+/*
+ * What a node agent checks before it hands a pod's placement out
+ * (Allocate): the signature when key is set, and that a pod opting out of
+ * the interposer (gpuvisor.io/preload: "false") sits in a namespace the
+ * admin listed (opt_out_namespaces, NULL-terminated; NULL = none).
+ */
+struct gv_placement_policy {
+    const struct gv_placement_key *key; /* NULL: placements unauthenticated (insecure) */
+    const char *const *opt_out_namespaces;
+};
+
+/* GV_OK when the pod may be served; GV_EINVAL with the reason otherwise. */
+gv_status gv_placement_admit(const struct gv_placement_policy *pol, const json_t *pod,
+                             struct gv_error *err);
+
 #endif

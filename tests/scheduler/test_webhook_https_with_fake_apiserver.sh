@@ -50,7 +50,16 @@ node=$("$PY" -c 'import json,sys; print(json.dumps({"apiVersion":"v1","kind":"No
 curl -sf -X POST -H 'Content-Type: application/json' -d "$node" "$url/api/v1/nodes" >/dev/null
 check "node with inventory created on the API stand-in" '[ $? -eq 0 ]'
 
+# Without a placement key the daemon refuses to start (fail closed), naming the way out.
+"$BIN" --master "$url" --extender-listen 127.0.0.1:0 --log-level warn 2>"$tmp/nokey.log"
+rc=$?
+check "no placement key: refuses to start and says why" \
+    '[ "$rc" != 0 ] && grep -q "no placement key: give --placement-key-file" "$tmp/nokey.log"' \
+    "exit $rc: $(cat "$tmp/nokey.log")"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tmp/placement.key"
+
 "$BIN" --master "$url" --extender-listen 127.0.0.1:0 --extender-tls --webhook-listen 127.0.0.1:0 \
+    --health-listen 127.0.0.1:0 --placement-key-file "$tmp/placement.key" \
     --tls-cert-file "$tmp/cert.pem" --tls-key-file "$tmp/key.pem" --port-file "$tmp/ports" \
     --log-level warn 2>"$tmp/sched.log" &
 sched_pid=$!
@@ -58,20 +67,23 @@ for _ in $(seq 100); do [ -s "$tmp/ports" ] && break; sleep 0.1; done
 wport=$(sed -n 's/^webhook=//p' "$tmp/ports" 2>/dev/null)
 check "scheduler started with the webhook listener" '[ -n "$wport" ] && [ "$wport" -gt 0 ]' "$(cat "$tmp/sched.log")"
 W="https://127.0.0.1:$wport"
+H="http://127.0.0.1:$(sed -n 's/^health=//p' "$tmp/ports" 2>/dev/null)"
 
 for _ in $(seq 100); do
-    [ "$(curl -s --cacert "$tmp/ca-first.pem" -o /dev/null -w '%{http_code}' "$W/readyz")" = 200 ] && break
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$H/readyz")" = 200 ] && break
     sleep 0.1
 done
-check "healthz over HTTPS with the generated CA" \
-    '[ "$(curl -s --cacert "$tmp/ca-first.pem" "$W/healthz")" = ok ]'
+check "healthz on the health listener" '[ "$(curl -s "$H/healthz")" = ok ]'
+check "webhook listener serves no health or metrics (tenants may reach it)" \
+    '[ "$(curl -s --cacert "$tmp/ca-first.pem" -o /dev/null -w "%{http_code}" "$W/metrics")" = 404 ] &&
+     [ "$(curl -s --cacert "$tmp/ca-first.pem" -o /dev/null -w "%{http_code}" "$W/healthz")" = 404 ]'
 eport=$(sed -n 's/^extender=//p' "$tmp/ports" 2>/dev/null)
 out=$(curl -s --cacert "$tmp/ca-first.pem" -H 'Content-Type: application/json' \
     -d '{"Pod":{"metadata":{"name":"p","uid":"u"},"spec":{"containers":[{"name":"c"}]}},"NodeNames":["gpu-1"]}' \
     "https://127.0.0.1:$eport/gpuvisor/filter")
 check "extender over HTTPS (--extender-tls) answers filter" '[[ "$out" == *"\"NodeNames\":[\"gpu-1\"]"* ]]' "$out"
 check "readyz turns ready once caches are synced" \
-    '[ "$(curl -s --cacert "$tmp/ca-first.pem" -o /dev/null -w "%{http_code}" "$W/readyz")" = 200 ]'
+    '[ "$(curl -s -o /dev/null -w "%{http_code}" "$H/readyz")" = 200 ]'
 
 review() { # pod-json -> AdmissionReview request
     "$PY" -c 'import json,sys; print(json.dumps({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"r-1","kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},"operation":"CREATE","namespace":"default","object":json.loads(sys.argv[1])}}))' "$1"
@@ -106,16 +118,18 @@ check "wrong API version gets 400" '[ "$(tail -1 <<<"$out")" = 400 ]'
 sleep 1
 mkcert rotated
 sleep 1.2
-subj=$(curl -sv --cacert "$tmp/cert.pem" "$W/healthz" 2>&1 | sed -n 's/^\*  *subject: *//p')
+subj=$(curl -sv --cacert "$tmp/cert.pem" "$W/mutate" 2>&1 | sed -n 's/^\*  *subject: *//p')
 check "rotated certificate served without restart" '[[ "$subj" == *rotated* ]]' "subject: $subj"
 check "old CA no longer verifies the server" \
-    '! curl -s --cacert "$tmp/ca-first.pem" "$W/healthz" >/dev/null 2>&1'
+    '! curl -s --cacert "$tmp/ca-first.pem" "$W/mutate" >/dev/null 2>&1'
 
-metrics=$(curl -s --cacert "$tmp/cert.pem" "$W/metrics")
+metrics=$(curl -s "$H/metrics")
 check "metrics count webhook requests per code" \
     '[[ "$metrics" == *"gpuvisor_http_requests_total{server=\"webhook\",path=\"/mutate\",code=\"400\"} 2"* ]]'
 check "metrics carry the latency histogram" \
     '[[ "$metrics" == *"gpuvisor_http_request_duration_seconds_bucket{server=\"webhook\",path=\"/mutate\",le=\"+Inf\"} 5"* ]]'
+
+check "metrics say placements are signed" '[[ "$metrics" == *"gpuvisor_placement_signing_enabled 1"* ]]'
 
 kill -TERM "$sched_pid"
 wait "$sched_pid"
