@@ -61,9 +61,10 @@ struct gv_httpd_options {
     /* Abuse limits (docs/isolation.md, "Control plane"): open connections
      * in all (0: 256) and from one client address (0: 32); request body
      * bytes buffered across all connections at once (0: 4 x max_body).  A
-     * body over max_body is refused with 413 as soon as its Content-Length
-     * (or its bytes) say so, one over the shared budget with 503, before it
-     * is buffered. */
+     * body whose Content-Length is over max_body gets 413 before any of it
+     * is read; one that passes max_body or the shared budget while it
+     * arrives ends its connection at once (libmicrohttpd cannot answer
+     * mid-body).  Nothing past either bound is ever buffered. */
     unsigned max_connections;
     unsigned max_per_ip;
     size_t max_buffered;

@@ -87,7 +87,6 @@ struct pending {
     struct gv_buf body; /* capped at max_body; overflow means 413 */
     struct timespec start;
     size_t charged;     /* bytes of h->buffered this request holds */
-    bool answered;      /* a refusal was queued before the body ended */
 };
 
 /* Takes n more bytes of the listener's body budget for p; false when that
@@ -405,30 +404,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!p->body.overflow)
             return MHD_YES;
     }
-    if (*upload_data_size > 0 && !p->body.overflow && !p->answered) {
+    if (*upload_data_size > 0) {
         size_t n = *upload_data_size;
-        *upload_data_size = 0;
-        if (p->body.len + n > h->max_body) {
-            p->body.overflow = true;
-        } else if (!budget_take(h, p, n)) {
-            /* Too many large bodies in flight: the memory bound wins. */
-            p->answered = true;
-            struct gv_http_response busy = {0};
-            gv_http_respond_error(&busy, 503, "server busy: too many request bodies in flight");
-            return send_response(conn, &busy);
-        } else {
-            return gv_buf_append(&p->body, upload_data, n) == GV_ENOMEM ? MHD_NO : MHD_YES;
+        /* Mid-body, libmicrohttpd cannot queue an answer (only before the
+         * body or after all of it): a body found too large here, or one
+         * past the listener's shared budget, ends the connection at once.
+         * Reading on just to answer would let a stalled client hold the
+         * memory and the thread. */
+        if (p->body.len + n > h->max_body || !budget_take(h, p, n)) {
+            gv_debug("%s: request body past %s; closing the connection", h->name,
+                     p->body.len + n > h->max_body ? "the size limit" : "the shared budget");
+            return MHD_NO;
         }
-    }
-    if (p->answered) {
         *upload_data_size = 0;
-        return MHD_YES;
+        return gv_buf_append(&p->body, upload_data, n) == GV_ENOMEM ? MHD_NO : MHD_YES;
     }
     if (p->body.overflow) {
-        /* Answer now, without reading (or buffering) the rest: MHD closes
+        /* Declared too large: answer before reading any of it; MHD closes
          * the connection after the response. */
-        *upload_data_size = 0;
-        p->answered = true;
         struct gv_http_response big = {0};
         char msg[96];
         snprintf(msg, sizeof(msg), "request body larger than %zu bytes", h->max_body);
@@ -440,7 +433,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             route_observe(r, elapsed_since(&p->start), 413);
         return ret;
     }
-
     struct gv_http_response resp = {.status = 200, .content_type = "application/json"};
     int path_known = 0;
     struct route *r = find_route(h, method, url, &path_known);
@@ -593,20 +585,21 @@ gv_status gv_httpd_start(struct gv_httpd *h, struct gv_error *err)
         gnutls_priority_deinit(prio);
         flags |= MHD_USE_TLS;
         h->daemon = MHD_start_daemon(
-            flags, h->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+            flags, h->port, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
+            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_TIMEOUT,
             h->timeout_seconds, MHD_OPTION_CONNECTION_LIMIT, h->max_connections,
             MHD_OPTION_PER_IP_CONNECTION_LIMIT, h->max_per_ip, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-            (size_t)(32 << 10), MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
-            MHD_OPTION_HTTPS_PRIORITIES, h->tls_priorities, MHD_OPTION_HTTPS_CERT_CALLBACK,
+            (size_t)(32 << 10), MHD_OPTION_HTTPS_PRIORITIES, h->tls_priorities, MHD_OPTION_HTTPS_CERT_CALLBACK,
             tls_retrieve, MHD_OPTION_END);
     } else {
         h->daemon = MHD_start_daemon(
-            flags, h->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+            flags, h->port, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
+            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_TIMEOUT,
             h->timeout_seconds, MHD_OPTION_CONNECTION_LIMIT, h->max_connections,
             MHD_OPTION_PER_IP_CONNECTION_LIMIT, h->max_per_ip, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-            (size_t)(32 << 10), MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_END);
+            (size_t)(32 << 10), MHD_OPTION_END);
     }
     if (h->daemon == NULL) {
         if (h->cert_file != NULL)
