@@ -16,3 +16,18 @@ test_grpc_conn_caps_LDLIBS := $(NODE_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka
 test_grpc_conn_caps_CFLAGS := $(NODE_CFLAGS)
 
 TEST_SCRIPTS += tests/security/test_control_plane_abuse.py
+
+# Fuzz targets for hostile input (docs/contributing.md, "Tests").
+FUZZ_TARGETS += fuzz_placement
+fuzz_placement_SRCS := tests/security/fuzz_placement.c src/contracts/placement.c \
+	src/common/gv_error.c src/common/gv_file.c
+fuzz_placement_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson) -lmbedcrypto
+
+FUZZ_TARGETS += fuzz_ipcfg_load
+fuzz_ipcfg_load_SRCS := tests/security/fuzz_ipcfg_load.c src/interposer/config.c src/common/gv_error.c
+
+FUZZ_TARGETS += fuzz_sched_pods
+fuzz_sched_pods_SRCS := tests/security/fuzz_sched_pods.c \
+	$(filter-out src/scheduler/main.c,$(wildcard src/scheduler/*.c)) $(wildcard src/kube/*.c) \
+	$(wildcard src/contracts/*.c) $(wildcard src/alloc/*.c) $(wildcard src/common/*.c)
+fuzz_sched_pods_LDLIBS := $(scheduler_LDLIBS) $(contracts_LDLIBS)

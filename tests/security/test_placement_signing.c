@@ -97,6 +97,13 @@ static void test_sign_verify_and_tamper(void **state)
     assert_int_equal(gv_placement_verify_pod(a, pod, &err), GV_EINVAL);
     assert_non_null(strstr(err.msg, "not signed"));
     sign(a, pod);
+    /* Known answer, computed independently (Python hmac, the message layout
+     * of placement.c): the format is a contract, not an implementation detail. */
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(json_object_get(pod, "metadata"),
+                                                          "annotations"),
+                                          GV_PLACEMENT_SIG_ANNOTATION)),
+        "v1.969e28c6918a61b096ff14711b983bc1b2119aaa1e14c5eb7c26c5f066084571");
     assert_int_equal(gv_placement_verify_pod(a, pod, &err), GV_OK);
     assert_int_equal(gv_placement_verify_pod(rotated, pod, &err), GV_OK); /* old key still verifies */
     assert_int_equal(gv_placement_verify_pod(b, pod, &err), GV_EINVAL);   /* another key */
