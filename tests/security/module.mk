@@ -31,3 +31,16 @@ fuzz_sched_pods_SRCS := tests/security/fuzz_sched_pods.c \
 	$(filter-out src/scheduler/main.c,$(wildcard src/scheduler/*.c)) $(wildcard src/kube/*.c) \
 	$(wildcard src/contracts/*.c) $(wildcard src/alloc/*.c) $(wildcard src/common/*.c)
 fuzz_sched_pods_LDLIBS := $(scheduler_LDLIBS) $(contracts_LDLIBS)
+
+FUZZ_TARGETS += fuzz_kube_list_pages
+fuzz_kube_list_pages_SRCS := tests/security/fuzz_kube_list_pages.c $(wildcard src/kube/*.c) \
+	src/common/gv_buf.c src/common/gv_error.c src/common/gv_log.c src/common/gv_file.c \
+	src/common/gv_jalloc.c
+fuzz_kube_list_pages_CFLAGS := -Itests/security
+fuzz_kube_list_pages_LDLIBS := $(kube_LDLIBS)
+
+FUZZ_TARGETS += fuzz_grpc_client
+fuzz_grpc_client_SRCS := tests/security/fuzz_grpc_client.c src/node/grpc_client.c src/node/loop.c \
+	src/node/grpc_frame.c src/common/gv_buf.c src/common/gv_error.c src/common/gv_log.c
+fuzz_grpc_client_CFLAGS := -Itests/security
+fuzz_grpc_client_LDLIBS := $(shell $(PKG_CONFIG) --libs libnghttp2)
