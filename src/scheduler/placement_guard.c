@@ -52,8 +52,9 @@ bool gv_sched_placement_trusted(const struct gv_sched_config *cfg, const json_t 
         created_before(pod, cfg->unsigned_before))
         return true;
     atomic_fetch_add(&rejected, 1);
-    gv_warn("pod %s/%s: placement ignored, not counted: %s", meta(pod, "namespace"),
-            meta(pod, "name"), err.msg);
+    const char *ns = meta(pod, "namespace"), *name = meta(pod, "name");
+    gv_warn("pod %s/%s: placement ignored, not counted: %s", ns ? ns : "-", name ? name : "-",
+            err.msg);
     return false;
 }
 

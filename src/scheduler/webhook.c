@@ -545,12 +545,12 @@ gv_status gv_webhook_review(const struct gv_webhook_env *env, const char *body, 
     }
     char why[GV_ERROR_MSG_MAX];
     if (security_denied(env, request, pod, update ? old : NULL, why, sizeof(why))) {
-        gv_info("webhook: refused %s of pod %s/%s by %s: %s", op,
-                json_string_value(json_object_get(request, "namespace")),
-                json_string_value(meta_of(pod, "name")),
-                json_string_value(
-                    json_object_get(json_object_get(request, "userInfo"), "username")),
-                why);
+        const char *rns = json_string_value(json_object_get(request, "namespace"));
+        const char *rname = json_string_value(meta_of(pod, "name"));
+        const char *ruser =
+            json_string_value(json_object_get(json_object_get(request, "userInfo"), "username"));
+        gv_info("webhook: refused %s of pod %s/%s by %s: %s", op, rns ? rns : "-",
+                rname ? rname : "-", ruser ? ruser : "-", why);
         *out = review_response(uid, false, why, NULL);
         st = *out ? GV_OK : gv_error_set(err, GV_ENOMEM, "out of memory");
         goto fail;

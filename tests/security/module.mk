@@ -44,3 +44,8 @@ fuzz_grpc_client_SRCS := tests/security/fuzz_grpc_client.c src/node/grpc_client.
 	src/node/grpc_frame.c src/common/gv_buf.c src/common/gv_error.c src/common/gv_log.c
 fuzz_grpc_client_CFLAGS := -Itests/security
 fuzz_grpc_client_LDLIBS := $(shell $(PKG_CONFIG) --libs libnghttp2)
+
+TEST_PROGS += test_sched_placements
+test_sched_placements_SRCS := tests/security/test_sched_placements.c
+test_sched_placements_LIBS := $(SCHED_LIBS)
+test_sched_placements_LDLIBS := $(SCHED_TEST_LDLIBS)
