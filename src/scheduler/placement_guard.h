@@ -29,6 +29,15 @@ gv_status gv_sched_placement_sign(const struct gv_sched_config *cfg, const char 
  */
 bool gv_sched_placement_trusted(const struct gv_sched_config *cfg, const json_t *pod);
 
+/*
+ * The informer's hook: gv_sched_placement_trusted, and for a rejected pod a
+ * Warning event PlacementRejected on it (one per pod: the event's name is
+ * derived from the pod's uid; at most a few a second, so a flood of forged
+ * pods cannot turn the scheduler into an event cannon).
+ */
+struct gv_sched;
+bool gv_sched_placement_admit(struct gv_sched *s, const json_t *pod);
+
 /* Placements rejected so far by this process (metrics). */
 unsigned long long gv_sched_placements_rejected(void);
 void gv_sched_placement_metrics(const struct gv_sched_config *cfg, FILE *out);

@@ -238,7 +238,7 @@ static bool place_from_annotation(struct gv_sched *s, json_t *pod)
     const char *name = str_at(pod, "metadata", "name");
     const char *text = annotation(pod, ANN_ASSIGNMENT);
     const char *bound = str_at(pod, "spec", "nodeName");
-    if (uid == NULL || text == NULL || !gv_sched_placement_trusted(&s->cfg, pod))
+    if (uid == NULL || text == NULL || !gv_sched_placement_admit(s, pod))
         return false;
     struct gv_alloc_request *req = NULL;
     struct gv_alloc_assignment *a = malloc(sizeof(*a));

@@ -149,6 +149,13 @@ check "webhook down: the rejection is logged with the reason" \
     "$(tail -5 "$tmp/sched.log")"
 check "webhook down: the rejection is counted in metrics" \
     '[[ "$(curl -s "$E/metrics")" == *"gpuvisor_placements_rejected_total 1"* ]]'
+ev=$(curl -s "$url/api/v1/namespaces/tenant/events" | "$PY" -c '
+import json, sys
+for e in json.load(sys.stdin).get("items", []):
+    if e.get("reason") == "PlacementRejected" and e["involvedObject"]["name"] == "forged":
+        print(e["type"] + ": " + e["message"])' 2>&1)
+check "webhook down: a Warning event PlacementRejected on the pod says why" \
+    '[[ "$ev" == "Warning: gpuvisor placement ignored"*"assignment-sig does not match"* ]]' "$ev"
 
 echo "1..$n"
 [ "$fails" -eq 0 ]
