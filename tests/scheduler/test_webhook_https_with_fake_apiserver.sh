@@ -6,29 +6,9 @@
 # on SIGTERM.
 set -u
 cd "$(git rev-parse --show-toplevel 2>/dev/null || pwd)"
-BUILD="${BUILD:-build}"
-PY=/usr/bin/python3
+. tests/scheduler/scheduler_testlib.sh
 BIN="$BUILD/bin/gpuvisor-scheduler"
-n=0
-fails=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-nok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; [ -n "${2:-}" ] && echo "# $2"; }
-check() { if eval "$2"; then ok "$1"; else nok "$1" "${3:-}"; fi; }
-
-for tool in openssl curl; do
-    if ! command -v $tool >/dev/null; then
-        echo "1..1"; echo "ok 1 # SKIP $tool not installed"; exit 0
-    fi
-done
-
-tmp=$(mktemp -d "${GV_TEST_TMP:-/tmp}/webhook.XXXXXX")
-fa_pid= sched_pid=
-cleanup() {
-    [ -n "$sched_pid" ] && kill "$sched_pid" 2>/dev/null && wait "$sched_pid" 2>/dev/null
-    [ -n "$fa_pid" ] && kill "$fa_pid" 2>/dev/null && wait "$fa_pid" 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+sched_testlib_init webhook
 
 mkcert() { # cn -> $tmp/cert.pem, $tmp/key.pem, replaced atomically
     openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=$1" \
@@ -40,10 +20,7 @@ mkcert first || { echo "1..1"; echo "not ok 1 - openssl could not make a certifi
 cp "$tmp/cert.pem" "$tmp/ca-first.pem"
 
 # The API-server stand-in, with one node whose agent reports an 80 GB GPU.
-coproc FA { exec "$PY" tests/fakes/apiserver/fake_apiserver.py --port 0; }
-fa_pid=$FA_PID
-read -r -t 20 ready url <&"${FA[0]}"
-if [ "${ready:-}" != READY ]; then echo "1..1"; echo "not ok 1 - fake apiserver did not start"; exit 1; fi
+start_fake_apiserver
 now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 inv='{"version":1,"driverVersion":"550.54.15","cudaVersion":"12.4","gpus":[{"uuid":"GPU-a","index":0,"model":"NVIDIA A100-SXM4-80GB","memoryMiB":81559,"memoryScaling":1.0,"cores":100,"split":10,"numa":0,"healthy":true,"mode":"vgpu","mig":false,"pciBusId":"00000000:07:00.0"}]}'
 node=$("$PY" -c 'import json,sys; print(json.dumps({"apiVersion":"v1","kind":"Node","metadata":{"name":"gpu-1","annotations":{"gpuvisor.io/node-gpus":sys.argv[1],"gpuvisor.io/node-heartbeat":sys.argv[2]}}}))' "$inv" "$now")

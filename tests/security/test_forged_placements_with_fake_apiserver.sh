@@ -14,40 +14,17 @@
 # fixes (no signing flags), to show they succeed there.
 set -u
 cd "$(git rev-parse --show-toplevel 2>/dev/null || pwd)"
-BUILD="${BUILD:-build}"
-PY=/usr/bin/python3
+. tests/scheduler/scheduler_testlib.sh
 BIN="$BUILD/bin/gpuvisor-scheduler"
 BASELINE="${GV_SECURITY_BASELINE:-0}"
-n=0
-fails=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-nok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; [ -n "${2:-}" ] && echo "# $2"; }
-check() { if eval "$2"; then ok "$1"; else nok "$1" "${3:-}"; fi; }
-
-for tool in openssl curl; do
-    if ! command -v $tool >/dev/null; then
-        echo "1..1"; echo "ok 1 # SKIP $tool not installed"; exit 0
-    fi
-done
-
-tmp=$(mktemp -d "${GV_TEST_TMP:-/tmp}/forged.XXXXXX")
-fa_pid= sched_pid=
-cleanup() {
-    [ -n "$sched_pid" ] && kill "$sched_pid" 2>/dev/null && wait "$sched_pid" 2>/dev/null
-    [ -n "$fa_pid" ] && kill "$fa_pid" 2>/dev/null && wait "$fa_pid" 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+sched_testlib_init forged
 
 openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=webhook" \
     -addext "subjectAltName=IP:127.0.0.1" -keyout "$tmp/key.pem" -out "$tmp/cert.pem" \
-    >/dev/null 2>&1 || { echo "1..1"; echo "not ok 1 - openssl could not make a certificate"; exit 1; }
+    >/dev/null 2>&1 || bail "openssl could not make a certificate"
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tmp/placement.key"
 
-coproc FA { exec "$PY" tests/fakes/apiserver/fake_apiserver.py --port 0; }
-fa_pid=$FA_PID
-read -r -t 20 ready url <&"${FA[0]}"
-if [ "${ready:-}" != READY ]; then echo "1..1"; echo "not ok 1 - fake apiserver did not start"; exit 1; fi
+start_fake_apiserver
 
 # One node, 8 GPUs, live agent heartbeat.
 "$PY" - "$url" <<'PYEOF'
