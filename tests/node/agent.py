@@ -185,6 +185,9 @@ class Env:
             # These tests write assignments themselves, as the scheduler would
             # (unsigned); tests/security covers signed ones.
             argv.append("--insecure-unsigned-placements")
+        if "--preload-opt-out-namespaces" not in extra:
+            # The tests' pods live in "default" and one of them opts out.
+            argv += ["--preload-opt-out-namespaces", "default"]
         self.agent = gvtest.Proc(argv, env=env, stdin=False, log=os.path.join(self.dir, "agent.log"))
         return self.agent
 
