@@ -75,6 +75,7 @@ def connect_from(src, port):
 
 
 def main():
+    global n
     if not os.path.exists(BIN) or shutil.which("openssl") is None:
         print("1..1\nok 1 # SKIP gpuvisor-scheduler or openssl missing")
         return 0
@@ -147,16 +148,22 @@ def main():
                 opened += 1
             except OSError:
                 break
-        time.sleep(0.5)  # let the server accept what it will (no assertion on time)
-        alive = 0
+        # The server closes what is over its cap as it accepts: count until
+        # it has (bounded: 50 rounds), not after a fixed sleep.
         for s in held:
             s.setblocking(False)
-            try:
-                alive += s.recv(1) != b""
-            except BlockingIOError:
-                alive += 1  # still open, nothing sent
-            except OSError:
-                pass
+        for _ in range(50):
+            alive = 0
+            for s in held:
+                try:
+                    alive += s.recv(1) != b""
+                except BlockingIOError:
+                    alive += 1  # still open, nothing sent
+                except OSError:
+                    pass
+            if alive <= 32:
+                break
+            time.sleep(0.2)
         print("# slow loris, one address: %d connections opened, %d still held by the server" % (opened, alive))
         ok(alive <= 32, "slow loris from one address: the server holds at most 32 of its connections",
            "held %d" % alive)
@@ -246,8 +253,20 @@ def main():
               % (len(held), sent_total >> 20, closed))
         print("# scheduler VmRSS: idle %d KiB; before bodies %d KiB; 40 stalled %d MiB bodies %d KiB (+%d KiB)"
               % (rss0, rss_before, big >> 20, rss_attack, rss_attack - rss_before))
-        ok(rss_attack - rss_before < 64 * 1024,
-           "40 stalled large bodies: scheduler memory grows < 64 MiB (+%d KiB)" % (rss_attack - rss_before))
+        # Whatever the timing, the server holds at most budget / body of them
+        # open (16 MiB / ~4 MiB): the others were closed, or timed out.
+        ok(len(held) - closed <= 4,
+           "stalled bodies: at most 4 held at once (the 16 MiB body budget), %d of %d closed"
+           % (closed, len(held)))
+        with open("/proc/%d/maps" % sched.pid) as f:
+            sanitized = "libasan" in f.read()
+        if sanitized:
+            # ASan keeps freed memory in quarantine: RSS says nothing here.
+            n += 1
+            print("ok %d # SKIP scheduler memory under attack: AddressSanitizer build" % n)
+        else:
+            ok(rss_attack - rss_before < 64 * 1024,
+               "40 stalled large bodies: scheduler memory grows < 64 MiB (+%d KiB)" % (rss_attack - rss_before))
         ok(http_code(health, ctx=hctx) == 200, "health probe green with the bodies stalled")
         for s in held:
             s.close()
