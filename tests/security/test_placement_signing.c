@@ -7,6 +7,7 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
@@ -189,11 +190,10 @@ static int teardown(void **state)
 struct answer {
     int code;
     char msg[512];
-    char env[2048];
-    char mounts[2048];
+    V1beta1__ContainerAllocateResponse *r;
 };
 
-/* Allocate of one GPU with only pod in the cache. */
+/* Allocate of one GPU with only pod in the cache; answer_free() after. */
 static void allocate_one(const struct gv_placement_policy *pol, json_t *pod, struct answer *ans)
 {
     struct gv_allocator *a = new_allocator(pol);
@@ -201,19 +201,35 @@ static void allocate_one(const struct gv_placement_policy *pol, json_t *pod, str
     gv_allocator_set_pods(a, pods);
     json_decref(pods);
     const char *ids[1] = {G0 "::1"};
-    V1beta1__ContainerAllocateResponse *r = malloc(sizeof(*r));
-    assert_non_null(r);
-    v1beta1__container_allocate_response__init(r);
     memset(ans, 0, sizeof(*ans));
-    ans->code = gv_allocator_allocate(a, ids, 1, r, ans->msg, sizeof(ans->msg));
-    for (size_t i = 0; i < r->n_envs; i++)
-        snprintf(ans->env + strlen(ans->env), sizeof(ans->env) - strlen(ans->env), "%s=%s;",
-                 r->envs[i]->key, r->envs[i]->value);
-    for (size_t i = 0; i < r->n_mounts; i++)
-        snprintf(ans->mounts + strlen(ans->mounts), sizeof(ans->mounts) - strlen(ans->mounts),
-                 "%s;", r->mounts[i]->container_path);
-    protobuf_c_message_free_unpacked(&r->base, NULL);
+    ans->r = malloc(sizeof(*ans->r));
+    assert_non_null(ans->r);
+    v1beta1__container_allocate_response__init(ans->r);
+    ans->code = gv_allocator_allocate(a, ids, 1, ans->r, ans->msg, sizeof(ans->msg));
     gv_allocator_free(a);
+}
+
+static void answer_free(struct answer *ans)
+{
+    protobuf_c_message_free_unpacked(&ans->r->base, NULL);
+    ans->r = NULL;
+}
+
+/* The answer's value of env key, or NULL. */
+static const char *env_of(const struct answer *ans, const char *key)
+{
+    for (size_t i = 0; i < ans->r->n_envs; i++)
+        if (strcmp(ans->r->envs[i]->key, key) == 0)
+            return ans->r->envs[i]->value;
+    return NULL;
+}
+
+static bool mounts_at(const struct answer *ans, const char *container_path)
+{
+    for (size_t i = 0; i < ans->r->n_mounts; i++)
+        if (strcmp(ans->r->mounts[i]->container_path, container_path) == 0)
+            return true;
+    return false;
 }
 
 static void test_allocate_serves_signed_placement(void **state)
@@ -224,8 +240,9 @@ static void test_allocate_serves_signed_placement(void **state)
     struct answer ans;
     allocate_one(&policy, pod, &ans);
     assert_int_equal(ans.code, 0);
-    assert_non_null(strstr(ans.env, "CUDA_DEVICE_MEMORY_LIMIT_0=500m;"));
-    assert_non_null(strstr(ans.mounts, GV_NODE_PRELOAD_PATH ";"));
+    assert_string_equal(env_of(&ans, "CUDA_DEVICE_MEMORY_LIMIT_0"), "500m");
+    assert_true(mounts_at(&ans, GV_NODE_PRELOAD_PATH));
+    answer_free(&ans);
     json_decref(pod);
 }
 
@@ -238,13 +255,15 @@ static void test_allocate_refuses_forged_altered_moved(void **state)
     allocate_one(&policy, forged, &ans);
     assert_int_not_equal(ans.code, 0);
     assert_non_null(strstr(ans.msg, "not signed"));
-    assert_null(strstr(ans.env, "NVIDIA_VISIBLE_DEVICES"));
+    assert_null(env_of(&ans, "NVIDIA_VISIBLE_DEVICES"));
+    answer_free(&ans);
     set_ann(forged, GV_PLACEMENT_SIG_ANNOTATION,
             "v1.0000000000000000000000000000000000000000000000000000000000000000");
     json_object_set_new(json_object_get(forged, "metadata"), "uid", json_string("forged-2"));
     allocate_one(&policy, forged, &ans);
     assert_int_not_equal(ans.code, 0);
     assert_non_null(strstr(ans.msg, "does not match"));
+    answer_free(&ans);
     /* Altered: signed for 500 MiB, patched by the tenant to 0 (no memory limit). */
     json_t *altered = pod_of("altered-1", "tenant", "v1;node=node1;main=" G0 ":500:100");
     sign(node_key, altered);
@@ -252,19 +271,22 @@ static void test_allocate_refuses_forged_altered_moved(void **state)
     allocate_one(&policy, altered, &ans);
     assert_int_not_equal(ans.code, 0);
     assert_non_null(strstr(ans.msg, "does not match"));
+    answer_free(&ans);
     /* Moved: a real signature copied onto another pod. */
     json_t *moved = json_deep_copy(altered);
     set_ann(moved, "gpuvisor.io/assignment", "v1;node=node1;main=" G0 ":500:100");
     json_object_set_new(json_object_get(moved, "metadata"), "uid", json_string("moved-1"));
     allocate_one(&policy, moved, &ans);
     assert_int_not_equal(ans.code, 0);
+    answer_free(&ans);
     /* Without a policy (what an agent before issue 14 did, and what
      * --insecure-unsigned-placements does) the forged pod is served
      * without a memory limit: the attack the signature stops. */
     json_object_set_new(json_object_get(forged, "metadata"), "uid", json_string("forged-3"));
     allocate_one(NULL, forged, &ans);
     assert_int_equal(ans.code, 0);
-    assert_null(strstr(ans.env, "CUDA_DEVICE_MEMORY_LIMIT_0"));
+    assert_null(env_of(&ans, "CUDA_DEVICE_MEMORY_LIMIT_0"));
+    answer_free(&ans);
     json_decref(moved);
     json_decref(altered);
     json_decref(forged);
@@ -280,12 +302,14 @@ static void test_preload_opt_out_only_where_listed(void **state)
     allocate_one(&policy, pod, &ans);
     assert_int_not_equal(ans.code, 0);
     assert_non_null(strstr(ans.msg, "preloadOptOutNamespaces (namespace tenant is not)"));
+    answer_free(&ans);
     json_t *admin = pod_of("optout-2", "ml-admin", "v1;node=node1;main=" G0 ":500:100");
     set_ann(admin, "gpuvisor.io/preload", "false");
     sign(node_key, admin);
     allocate_one(&policy, admin, &ans);
     assert_int_equal(ans.code, 0);
-    assert_null(strstr(ans.mounts, GV_NODE_PRELOAD_PATH ";"));
+    assert_false(mounts_at(&ans, GV_NODE_PRELOAD_PATH));
+    answer_free(&ans);
     json_decref(admin);
     json_decref(pod);
 }
