@@ -49,3 +49,5 @@ TEST_PROGS += test_sched_placements
 test_sched_placements_SRCS := tests/security/test_sched_placements.c
 test_sched_placements_LIBS := $(SCHED_LIBS)
 test_sched_placements_LDLIBS := $(SCHED_TEST_LDLIBS)
+
+TEST_SCRIPTS += tests/security/test_forged_allocate_with_fake_apiserver.py
