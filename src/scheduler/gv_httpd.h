@@ -84,8 +84,6 @@ gv_status gv_httpd_route(struct gv_httpd *h, const char *method, const char *pat
 gv_status gv_httpd_start(struct gv_httpd *h, struct gv_error *err);
 /* The bound port (useful when the options asked for port 0). */
 uint16_t gv_httpd_port(const struct gv_httpd *h);
-/* Request body bytes buffered right now, over all connections (tests). */
-size_t gv_httpd_buffered(const struct gv_httpd *h);
 /* Stops serving (waits for in-flight handlers) and frees everything. */
 void gv_httpd_free(struct gv_httpd *h);
 

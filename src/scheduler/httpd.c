@@ -84,7 +84,7 @@ static struct {
 
 /* Per-connection request state while the body arrives. */
 struct pending {
-    struct gv_buf body; /* capped at max_body; overflow means 413 */
+    struct gv_buf body; /* capped at max_body; overflow: Content-Length said more (413) */
     struct timespec start;
     size_t charged;     /* bytes of h->buffered this request holds */
 };
@@ -620,10 +620,6 @@ uint16_t gv_httpd_port(const struct gv_httpd *h)
     return h->port;
 }
 
-size_t gv_httpd_buffered(const struct gv_httpd *h)
-{
-    return atomic_load(&((struct gv_httpd *)h)->buffered);
-}
 
 void gv_httpd_free(struct gv_httpd *h)
 {
