@@ -545,6 +545,8 @@ static void choose(struct gv_allocator *a, json_t *pods, size_t n_ids, struct ch
         if (st == GV_OK && strcmp(c->asg.node, a->node) != 0)
             st = gv_error_set(&err, GV_EINVAL, "assignment is for node '%s', not '%s'",
                               c->asg.node, a->node);
+        if (st == GV_OK)
+            st = gv_placement_admit(a->cfg.placement, pod, &err);
         for (size_t k = 0; st == GV_OK && k < c->asg.n_containers; k++) {
             if (!safe_component(c->asg.containers[k].name))
                 st = gv_error_set(&err, GV_EINVAL, "container name '%s' is not valid",
@@ -1019,7 +1021,9 @@ static void keep(json_t *dst, json_t *src, const char *key)
  * stays out of the cache.
  */
 static const char *const read_annotations[] = {ANN_ASSIGNMENT, ANN_ASSIGNED_AT, ANN_ALLOCATION,
-                                               ANN_CONTAINERS, ANN_PRELOAD};
+                                               ANN_CONTAINERS, ANN_PRELOAD,
+                                               GV_PLACEMENT_NODE_ANNOTATION,
+                                               GV_PLACEMENT_SIG_ANNOTATION};
 
 /*
  * A pod that can no longer be admitted is cached as its uid alone, a JSON

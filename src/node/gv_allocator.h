@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "common/gv_error.h"
+#include "contracts/placement.h"
 #include "kube/gv_kube.h"
 #include "node/gv_config.h"
 #include "node/gv_gpus.h"
@@ -37,6 +38,9 @@ struct gv_allocator_config {
     const char *install_dir;    /* host: <install_dir>/lib/libgpuvisor.so, <install_dir>/ld.so.preload */
     int64_t wait_ms;            /* how long to wait for the cache to show the pod (0: 5000) */
     int64_t gc_grace_ms;        /* keep a vanished pod's directory this long (0: 60000) */
+    /* Placement signature and opt-out checks before a pod is served
+     * (contracts/placement.h); borrowed, NULL = none (tests). */
+    const struct gv_placement_policy *placement;
 };
 
 /* What Allocate may hand out: one entry per advertised GPU. */

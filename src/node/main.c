@@ -53,6 +53,9 @@ struct options {
     long allocate_wait_ms;
     long gc_s;
     long gc_grace_ms;
+    const char *placement_key_file;
+    bool insecure_unsigned;
+    const char *opt_out_namespaces; /* comma list */
 };
 
 struct agent {
@@ -60,6 +63,10 @@ struct agent {
     struct gv_loop *loop;
     struct gv_node_config *cfg;
     char *cfg_text; /* last loaded config file content, to skip no-op reloads */
+    struct gv_placement_key *placement_key;
+    char *opt_out_text; /* storage of opt_out[] */
+    const char *opt_out[65];
+    struct gv_placement_policy placement;
     struct gv_gpus *gpus;
     struct gv_kube_config *kcfg;
     struct gv_kube_client *kube;
@@ -292,6 +299,10 @@ static void usage(FILE *f)
             "  --allocate-wait-ms N     wait for the pod cache in Allocate (default 5000)\n"
             "  --gc-seconds N           GC period for container dirs (default 60)\n"
             "  --gc-grace-ms N          keep a vanished pod's dir this long (default 60000)\n"
+            "  --placement-key-file F   HMAC key authenticating the scheduler's placements\n"
+            "  --insecure-unsigned-placements  serve placements without authenticating them\n"
+            "  --preload-opt-out-namespaces NS,NS  namespaces whose pods may run without the\n"
+            "                           interposer (gpuvisor.io/preload: \"false\"; default none)\n"
             "  --version, --help\n");
 }
 
@@ -300,7 +311,7 @@ static int parse_options(int argc, char **argv, struct options *o)
     enum {
         O_NODE = 256, O_CONFIG, O_PLUGIN_DIR, O_SOCKET, O_KUBELET, O_STATE, O_HOST_STATE,
         O_INSTALL, O_NVML, O_SYS, O_URL, O_KUBECONFIG, O_NO_KUBE, O_HB, O_PROBE, O_RECOVER,
-        O_WAIT, O_GC, O_GC_GRACE, O_VERSION, O_HELP
+        O_WAIT, O_GC, O_GC_GRACE, O_VERSION, O_HELP, O_KEY_FILE, O_INSECURE, O_OPT_OUT
     };
     static const struct option opts[] = {
         {"node-name", 1, 0, O_NODE},         {"config", 1, 0, O_CONFIG},
@@ -313,7 +324,9 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"health-probe-ms", 1, 0, O_PROBE},  {"health-recover-ms", 1, 0, O_RECOVER},
         {"allocate-wait-ms", 1, 0, O_WAIT},  {"gc-seconds", 1, 0, O_GC},
         {"gc-grace-ms", 1, 0, O_GC_GRACE},   {"version", 0, 0, O_VERSION},
-        {"help", 0, 0, O_HELP},              {0, 0, 0, 0},
+        {"help", 0, 0, O_HELP},              {"placement-key-file", 1, 0, O_KEY_FILE},
+        {"insecure-unsigned-placements", 0, 0, O_INSECURE},
+        {"preload-opt-out-namespaces", 1, 0, O_OPT_OUT}, {0, 0, 0, 0},
     };
     *o = (struct options){
         .node = getenv("NODE_NAME"),
@@ -347,6 +360,9 @@ static int parse_options(int argc, char **argv, struct options *o)
         case O_SYS: o->sys_root = optarg; break;
         case O_URL: o->kube_url = optarg; break;
         case O_KUBECONFIG: o->kubeconfig = optarg; break;
+        case O_KEY_FILE: o->placement_key_file = optarg; break;
+        case O_INSECURE: o->insecure_unsigned = true; break;
+        case O_OPT_OUT: o->opt_out_namespaces = optarg; break;
         case O_NO_KUBE: o->no_kube = true; break;
         case O_HB: num = &o->heartbeat_s; break;
         case O_PROBE: num = &o->probe_ms; break;
@@ -371,6 +387,13 @@ static int parse_options(int argc, char **argv, struct options *o)
     }
     if (optind < argc) {
         fprintf(stderr, "gpuvisor-node: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!o->no_kube && o->placement_key_file == NULL && !o->insecure_unsigned) {
+        /* Fail closed: without a key any pod could hand itself GPUs. */
+        fprintf(stderr, "gpuvisor-node: no placement key: give --placement-key-file the file of "
+                        "the gpuvisor-placement-key Secret; --insecure-unsigned-placements "
+                        "serves placements without authenticating them (docs/isolation.md)\n");
         return 2;
     }
     if (!o->no_kube && (o->node == NULL || *o->node == '\0')) {
@@ -423,12 +446,27 @@ static int start(struct agent *ag, struct gv_error *err)
         if (gv_publisher_new(ag->kube, o->node, o->heartbeat_s * 1000, &ag->pub, err) != GV_OK)
             return 1;
     }
+    if (o->placement_key_file != NULL &&
+        gv_placement_key_load(o->placement_key_file, &ag->placement_key, err) != GV_OK)
+        return 2;
+    if (ag->placement_key == NULL && !o->no_kube)
+        gv_warn("INSECURE: no placement key; Allocate serves placement annotations without "
+                "authenticating them (docs/isolation.md)");
+    if (o->opt_out_namespaces != NULL && (ag->opt_out_text = strdup(o->opt_out_namespaces))) {
+        size_t n = 0;
+        for (char *save = NULL, *t = strtok_r(ag->opt_out_text, ",", &save); t && n < 64;
+             t = strtok_r(NULL, ",", &save))
+            ag->opt_out[n++] = t;
+    }
+    ag->placement = (struct gv_placement_policy){.key = ag->placement_key,
+                                                 .opt_out_namespaces = ag->opt_out};
     struct gv_allocator_config ac = {.node = o->node ? o->node : "",
                                      .state_dir = o->state_dir,
                                      .host_state_dir = o->host_state_dir,
                                      .install_dir = o->install_dir,
                                      .wait_ms = o->allocate_wait_ms,
-                                     .gc_grace_ms = o->gc_grace_ms};
+                                     .gc_grace_ms = o->gc_grace_ms,
+                                     .placement = &ag->placement};
     if (gv_allocator_new(&ac, ag->kube, ag->kube_writer, &ag->alloc, err) != GV_OK)
         return 1;
     snprintf(path, sizeof(path), "%s/%s", o->plugin_dir, o->socket_name);
@@ -482,6 +520,8 @@ static void stop(struct agent *ag)
     gv_kube_config_free(ag->kcfg);
     gv_node_config_free(ag->cfg);
     free(ag->cfg_text);
+    gv_placement_key_free(ag->placement_key);
+    free(ag->opt_out_text);
     if (ag->sigfd >= 0)
         close(ag->sigfd);
     if (ag->cfg_ino >= 0)

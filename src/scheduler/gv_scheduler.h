@@ -13,11 +13,15 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <time.h>
 
 #include "alloc/gv_alloc.h"
 #include "common/gv_error.h"
 #include "kube/gv_kube.h"
 #include "scheduler/gv_httpd.h"
+#include "scheduler/gv_webhook.h"
+
+struct gv_placement_key;
 
 /* Label that versions before the placement invariant (docs/scheduler.md,
  * "Life of a placement") put on bound pods.  No longer written: a label
@@ -36,6 +40,22 @@ struct gv_sched_config {
     long self_check_s;         /* accounting self-check period */
     char *node_label_selector; /* nodes the scheduler watches (NULL = all) */
     char *names_storage[6];
+    /* Security (docs/isolation.md).  placementKeyFile: the HMAC key that
+     * signs every bind and authenticates every placement the informer
+     * counts; loaded by gv_sched_config_load_key (owned here, borrowed by
+     * gv_sched: free the scheduler first).  NULL key: placements are not
+     * authenticated, allowed only with insecure_unsigned (the daemon
+     * refuses to start otherwise). */
+    char *placement_key_file;
+    struct gv_placement_key *placement_key;
+    bool insecure_unsigned;
+    /* Upgrade window: unsigned placements of pods the API server created
+     * before this time still count (0 = none). */
+    time_t unsigned_before;
+    /* Admission policy: identities that may write placement keys,
+     * namespaces where running without limits is allowed. */
+    struct gv_webhook_policy admission;
+    char **writers_storage, **opt_out_storage; /* NULL-terminated; what admission points into */
 };
 
 /* Defaults: engine defaults, "gpuvisor-scheduler", filter returns one node,
@@ -47,6 +67,10 @@ gv_status gv_sched_config_parse(const char *text, size_t len, struct gv_sched_co
                                 struct gv_error *err);
 gv_status gv_sched_config_load(const char *path, struct gv_sched_config *cfg, struct gv_error *err);
 void gv_sched_config_clear(struct gv_sched_config *cfg);
+/* Loads cfg->placement_key from path (or cfg->placement_key_file when path
+ * is NULL); GV_OK and no key when neither names a file. */
+gv_status gv_sched_config_load_key(struct gv_sched_config *cfg, const char *path,
+                                   struct gv_error *err);
 
 struct gv_sched;
 

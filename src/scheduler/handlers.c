@@ -8,6 +8,7 @@
 #include "contracts/podspec.h"
 #include "scheduler/gv_extender.h"
 #include "scheduler/gv_webhook.h"
+#include "scheduler/placement_guard.h"
 #include "scheduler/sched_internal.h"
 
 #define ANN_ASSIGNMENT GV_ALLOC_ASSIGNMENT_ANNOTATION
@@ -504,11 +505,17 @@ static gv_status bind_annotate(struct gv_sched *s, const struct gv_ext_bind_args
     clock_gettime(CLOCK_REALTIME, &now);
     gv_sched_format_time(&now, at, sizeof(at));
     pod_path(b, path, sizeof(path));
+    char sig[GV_PLACEMENT_SIG_MAX];
+    gv_status sst = gv_sched_placement_sign(&s->cfg, b->pod_uid, b->node, at, enc, sig,
+                                            sizeof(sig), err);
+    if (sst != GV_OK)
+        return sst;
     /* Annotations only: kube-scheduler ignores annotation changes of an
      * assumed pod, while a label change (older versions added
      * gpuvisor.io/assigned=true here) made it filter the pod again. */
-    json_t *patch = json_pack("{s:{s:{s:s,s:s,s:s}}}", "metadata", "annotations", ANN_ASSIGNMENT,
-                              enc, ANN_ASSIGNED_NODE, b->node, ANN_ASSIGNED_AT, at);
+    json_t *patch = json_pack("{s:{s:{s:s,s:s,s:s,s:s?}}}", "metadata", "annotations",
+                              ANN_ASSIGNMENT, enc, ANN_ASSIGNED_NODE, b->node, ANN_ASSIGNED_AT, at,
+                              GV_PLACEMENT_SIG_ANNOTATION, sig[0] ? sig : NULL);
     json_t *out = NULL;
     if (patch == NULL)
         return gv_error_set(err, GV_ENOMEM, "out of memory");
@@ -528,9 +535,9 @@ static void bind_unannotate(struct gv_sched *s, const struct gv_ext_bind_args *b
 {
     char path[1024];
     pod_path(b, path, sizeof(path));
-    json_t *patch =
-        json_pack("{s:{s:{s:n,s:n,s:n},s:{s:n}}}", "metadata", "annotations", ANN_ASSIGNMENT,
-                  ANN_ASSIGNED_NODE, ANN_ASSIGNED_AT, "labels", GV_SCHED_ASSIGNED_LABEL);
+    json_t *patch = json_pack("{s:{s:{s:n,s:n,s:n,s:n}}}", "metadata", "annotations",
+                              ANN_ASSIGNMENT, ANN_ASSIGNED_NODE, ANN_ASSIGNED_AT,
+                              GV_PLACEMENT_SIG_ANNOTATION);
     struct gv_error err = {0};
     if (patch != NULL &&
         gv_kube_patch(s->kube, path, GV_KUBE_PATCH_MERGE, patch, NULL, &err) != GV_OK &&
@@ -717,7 +724,8 @@ static void handle_mutate(void *ctx, const struct gv_http_request *hreq,
                           struct gv_http_response *resp)
 {
     struct gv_sched *s = ctx;
-    struct gv_webhook_env env = {&s->cfg.alloc, s->cfg.scheduler_name, webhook_limits, s};
+    struct gv_webhook_env env = {&s->cfg.alloc, s->cfg.scheduler_name, webhook_limits, s,
+                                 &s->cfg.admission};
     struct gv_error err = {0};
     char *out = NULL;
     if (gv_webhook_review(&env, hreq->body, hreq->body_len, &out, &err) != GV_OK) {
@@ -749,6 +757,7 @@ static void handle_readyz(void *ctx, const struct gv_http_request *hreq,
 
 static void write_state_metrics(struct gv_sched *s, FILE *f)
 {
+    gv_sched_placement_metrics(&s->cfg, f);
     size_t pending[PENDING_COUNT] = {0};
     size_t reserved = 0, unbound = 0, nodes_ok = 0, nodes_bad = 0, nodes_stale = 0;
     pthread_mutex_lock(&s->lock);

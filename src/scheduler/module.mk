@@ -35,5 +35,5 @@ fuzz_webhook_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson gnutls)
 
 FUZZ_TARGETS += fuzz_sched_config
 fuzz_sched_config_SRCS := tests/scheduler/fuzz_sched_config.c src/scheduler/config.c \
-	$(wildcard src/alloc/*.c) src/common/gv_error.c src/common/gv_file.c
-fuzz_sched_config_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
+	src/contracts/placement.c $(wildcard src/alloc/*.c) src/common/gv_error.c src/common/gv_file.c
+fuzz_sched_config_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson) -lmbedcrypto

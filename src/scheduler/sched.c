@@ -23,6 +23,7 @@
 #include "contracts/inventory.h"
 #include "contracts/podspec.h"
 #include "scheduler/gv_extender.h"
+#include "scheduler/placement_guard.h"
 #include "scheduler/sched_internal.h"
 
 #define ANN_ASSIGNMENT GV_ALLOC_ASSIGNMENT_ANNOTATION
@@ -327,6 +328,10 @@ static void truth_note(struct gv_sched *s, json_t *pod)
         return;
     }
     const char *text = annotation(pod, ANN_ASSIGNMENT);
+    /* A placement gpuvisor did not write (no valid signature) counts as
+     * none: a bound pod keeps the verified assignment it had. */
+    if (text != NULL && !gv_sched_placement_admit(s, pod))
+        text = NULL;
     const char *bound = str_at(pod, "spec", "nodeName");
     bool is_bound = bound != NULL && *bound != '\0';
     const char *rv = str_at(pod, "metadata", "resourceVersion");

@@ -145,6 +145,9 @@ class Scheduler:
             return ""
 
 
+PLACEMENT_KEY = None
+
+
 class Cluster:
     """Two real agents on one fake API server, each with a kubelet stand-in."""
 
@@ -172,7 +175,8 @@ class Cluster:
 
     def start_node(self, node, kind="py", go_bin=None):
         e = self.env(node)
-        e.start_agent()
+        # The real scheduler signs its placements; the agents verify them.
+        e.start_agent(extra=["--placement-key-file", PLACEMENT_KEY])
         k = e.start_kubelet(kind, go_bin)
         reg = k.event("registered", timeout=10)
         ev = k.event("devices", timeout=10)
@@ -266,7 +270,12 @@ def ann(pod, key):
 
 def main():
     c = Cluster()
+    global PLACEMENT_KEY
+    PLACEMENT_KEY = os.path.join(c.n1.dir, "placement.key")
+    with open(PLACEMENT_KEY, "w") as f:
+        f.write("e2e-placement-key-0123456789abcdef0123456789\n")
     s = Scheduler(c.api.url, c.n1.dir, {"nodePolicy": "binpack", "gpuPolicy": "binpack",
+                                        "placementKeyFile": PLACEMENT_KEY,
                                         "heartbeatTimeoutSeconds": HEARTBEAT_TIMEOUT,
                                         "reservationTimeoutSeconds": 30})
     try:

@@ -181,6 +181,15 @@ class Env:
                 "--install-dir", "/usr/local/gpuvisor", "--sys-root", os.path.join(self.dir, "sys"),
                 "--heartbeat-seconds", "1", "--health-probe-ms", "100", "--health-recover-ms", "300",
                 "--allocate-wait-ms", "1500", "--gc-seconds", "1", "--gc-grace-ms", "200"] + list(extra)
+        if os.environ.get("GV_SECURITY_BASELINE") == "1":
+            pass  # tests/security runs an agent from before these flags
+        elif "--placement-key-file" not in extra:
+            # These tests write assignments themselves, as the scheduler would
+            # (unsigned); tests/security covers signed ones.
+            argv.append("--insecure-unsigned-placements")
+        if "--preload-opt-out-namespaces" not in extra and os.environ.get("GV_SECURITY_BASELINE") != "1":
+            # The tests' pods live in "default" and one of them opts out.
+            argv += ["--preload-opt-out-namespaces", "default"]
         self.agent = gvtest.Proc(argv, env=env, stdin=False, log=os.path.join(self.dir, "agent.log"))
         return self.agent
 

@@ -117,7 +117,8 @@ static void test_pending_pod_keeps_what_allocate_reads(void **state)
     assert_keys(m, "annotations,name,namespace,resourceVersion,uid");
     assert_string_equal(json_string_value(json_object_get(m, "resourceVersion")), "4711");
     assert_keys(json_object_get(m, "annotations"),
-                "gpuvisor.io/allocated-containers,gpuvisor.io/assigned-at,gpuvisor.io/assignment,"
+                "gpuvisor.io/allocated-containers,gpuvisor.io/assigned-at,gpuvisor.io/assigned-node,"
+                "gpuvisor.io/assignment,"
                 "gpuvisor.io/preload");
     json_t *spec = json_object_get(c, "spec");
     assert_keys(spec, "containers,nodeName");

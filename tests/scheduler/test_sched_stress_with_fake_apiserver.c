@@ -535,12 +535,19 @@ static void test_stress_rounds_with_kills_and_agent_restarts(void **state)
     snprintf(t->cfg_path, sizeof(t->cfg_path), "%s/config.json", t->dir);
     snprintf(t->port_path, sizeof(t->port_path), "%s/ports", t->dir);
     snprintf(t->log_path, sizeof(t->log_path), "%s/scheduler.log", t->dir);
+    /* Placements signed as in production (docs/isolation.md). */
+    char key_path[320];
+    snprintf(key_path, sizeof(key_path), "%s/placement.key", t->dir);
+    FILE *kf = fopen(key_path, "w");
+    assert_non_null(kf);
+    fprintf(kf, "5eed5eed0123456789abcdef0123456789abcdef0123456789abcdef5eed5eed\n");
+    fclose(kf);
     FILE *cf = fopen(t->cfg_path, "w");
     assert_non_null(cf);
     fprintf(cf,
             "{\"nodePolicy\":\"binpack\",\"reservationTimeoutSeconds\":%d,"
-            "\"heartbeatTimeoutSeconds\":86400%s}\n",
-            TTL_S, t->check_drift ? ",\"selfCheckSeconds\":1" : "");
+            "\"heartbeatTimeoutSeconds\":86400,\"placementKeyFile\":\"%s\"%s}\n",
+            TTL_S, key_path, t->check_drift ? ",\"selfCheckSeconds\":1" : "");
     fclose(cf);
 
     assert_int_equal(fake_apiserver_start(&t->fa, NULL), 0);
@@ -629,6 +636,9 @@ static void test_stress_rounds_with_kills_and_agent_restarts(void **state)
     for (size_t i = 0; i < t->n_pods; i++)
         json_decref(t->pods[i].created);
     unlink(t->cfg_path);
+    char key_unlink[320];
+    snprintf(key_unlink, sizeof(key_unlink), "%s/placement.key", t->dir);
+    unlink(key_unlink);
     unlink(t->port_path);
     if (getenv("GV_STRESS_KEEP_LOG") == NULL) { /* else: the scheduler's log stays for reading */
         unlink(t->log_path);
