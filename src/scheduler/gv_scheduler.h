@@ -76,5 +76,8 @@ gv_status gv_sched_serve_extender(struct gv_sched *s, struct gv_httpd *h, const 
 gv_status gv_sched_serve_webhook(struct gv_sched *s, struct gv_httpd *h, struct gv_error *err);
 /* Routes: /healthz, /readyz, /metrics (metrics cover every server registered here). */
 gv_status gv_sched_serve_health(struct gv_sched *s, struct gv_httpd *h, struct gv_error *err);
+/* Routes: the read-only web dashboard (/, its assets) and its JSON
+ * (/api/state); see docs/observability.md, "Dashboard". */
+gv_status gv_sched_serve_dashboard(struct gv_sched *s, struct gv_httpd *h, struct gv_error *err);
 
 #endif

@@ -25,6 +25,7 @@ static void usage(FILE *out)
             "  --webhook-listen A:P     serve the admission webhook (HTTPS) here\n"
             "  --tls-cert-file FILE     PEM certificate chain (reloaded when it changes)\n"
             "  --tls-key-file FILE      PEM private key (reloaded when it changes)\n"
+            "  --dashboard-listen A:P   serve the read-only web dashboard here (off by default)\n"
             "  --port-file FILE         write the bound ports here once listening\n"
             "  --log-level LEVEL        error|warn|info|debug|trace (or GPUVISOR_LOG_LEVEL)\n"
             "  --version, --help\n");
@@ -69,6 +70,7 @@ int main(int argc, char **argv)
         OPT_PORT_FILE,
         OPT_LOG_LEVEL,
         OPT_VERSION,
+        OPT_DASH_LISTEN,
     };
     static const struct option opts[] = {
         {"config", required_argument, NULL, OPT_CONFIG},
@@ -83,12 +85,13 @@ int main(int argc, char **argv)
         {"port-file", required_argument, NULL, OPT_PORT_FILE},
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
         {"version", no_argument, NULL, OPT_VERSION},
+        {"dashboard-listen", required_argument, NULL, OPT_DASH_LISTEN},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *config = NULL, *master = NULL, *kubeconfig = NULL;
     const char *ext_listen = "127.0.0.1:8888", *ext_prefix = "/gpuvisor", *wh_listen = NULL;
-    const char *cert = NULL, *key = NULL, *port_file = NULL;
+    const char *cert = NULL, *key = NULL, *port_file = NULL, *dash_listen = NULL;
     bool ext_tls = false;
     gv_log_init("gpuvisor-scheduler", GV_LOG_INFO);
     /* Every HTTP connection has its own thread, and glibc spreads threads
@@ -132,6 +135,9 @@ int main(int argc, char **argv)
             break;
         case OPT_KEY:
             key = optarg;
+            break;
+        case OPT_DASH_LISTEN:
+            dash_listen = optarg;
             break;
         case OPT_PORT_FILE:
             port_file = optarg;
@@ -181,7 +187,7 @@ int main(int argc, char **argv)
     struct gv_kube_config *kcfg = NULL;
     struct gv_kube_client *kube = NULL;
     struct gv_sched *s = NULL;
-    struct gv_httpd *ext = NULL, *wh = NULL;
+    struct gv_httpd *ext = NULL, *wh = NULL, *dash = NULL;
     char addr[128];
     uint16_t port = 0;
     if (gv_sched_config_default(&cfg, &err) != GV_OK ||
@@ -225,6 +231,21 @@ int main(int argc, char **argv)
             gv_sched_serve_health(s, wh, &err) != GV_OK)
             goto fail;
     }
+    if (dash_listen != NULL) {
+        char daddr[128];
+        uint16_t dport = 0;
+        if (split_listen(dash_listen, daddr, sizeof(daddr), &dport) != 0) {
+            gv_error_set(&err, GV_EINVAL, "--dashboard-listen '%s' is not ADDRESS:PORT",
+                         dash_listen);
+            goto fail;
+        }
+        struct gv_httpd_options dopts = {
+            .name = "dashboard", .address = daddr[0] ? daddr : NULL, .port = dport,
+            .max_body = 4096}; /* read-only: GET routes only */
+        if (gv_httpd_new(&dopts, &dash, &err) != GV_OK ||
+            gv_sched_serve_dashboard(s, dash, &err) != GV_OK || gv_httpd_start(dash, &err) != GV_OK)
+            goto fail;
+    }
     /* Serve health and metrics at once; filter answers only from synced
      * caches once the informers have listed (readyz says when). */
     if (gv_httpd_start(ext, &err) != GV_OK || (wh != NULL && gv_httpd_start(wh, &err) != GV_OK))
@@ -232,9 +253,10 @@ int main(int argc, char **argv)
     if (gv_sched_start(s, &err) != GV_OK)
         goto fail;
     if (port_file != NULL) {
-        char text[96];
-        int n = snprintf(text, sizeof(text), "extender=%u\nwebhook=%u\n",
-                         (unsigned)gv_httpd_port(ext), wh ? (unsigned)gv_httpd_port(wh) : 0u);
+        char text[128];
+        int n = snprintf(text, sizeof(text), "extender=%u\nwebhook=%u\ndashboard=%u\n",
+                         (unsigned)gv_httpd_port(ext), wh ? (unsigned)gv_httpd_port(wh) : 0u,
+                         dash ? (unsigned)gv_httpd_port(dash) : 0u);
         if (gv_file_write_atomic(port_file, text, (size_t)n, 0644, &err) != GV_OK)
             goto fail;
     }
@@ -248,6 +270,7 @@ fail:
     if (rc != 0)
         gv_error("%s", err.msg[0] ? err.msg : "start-up failed");
     /* Servers first: no handler may run once the state is gone. */
+    gv_httpd_free(dash);
     gv_httpd_free(wh);
     gv_httpd_free(ext);
     gv_sched_free(s);

@@ -24,6 +24,7 @@
 #include "contracts/podspec.h"
 #include "scheduler/gv_extender.h"
 #include "scheduler/sched_internal.h"
+#include "scheduler/sched_observe.h"
 
 #define ANN_ASSIGNMENT GV_ALLOC_ASSIGNMENT_ANNOTATION
 #define ANN_ASSIGNED_NODE "gpuvisor.io/assigned-node"
@@ -353,6 +354,7 @@ void gv_sched_pod_update(struct gv_sched *s, json_t *pod)
     else
         json_object_del(s->orphans, uid);
     pthread_mutex_unlock(&s->lock);
+    gv_sched_obs_pod_update(s, pod);
 }
 
 void gv_sched_pod_delete(struct gv_sched *s, json_t *pod)
@@ -367,6 +369,7 @@ void gv_sched_pod_delete(struct gv_sched *s, json_t *pod)
         gv_sched_forget_pod(s, uid);
     json_object_del(s->orphans, uid);
     pthread_mutex_unlock(&s->lock);
+    gv_sched_obs_pod_delete(s, pod);
 }
 
 void gv_sched_expire(struct gv_sched *s)
@@ -468,6 +471,10 @@ gv_status gv_sched_new(const struct gv_sched_config *cfg, struct gv_kube_client 
     }
     if ((st = gv_alloc_cluster_new(&s->cfg.alloc, &s->cluster, err)) != GV_OK)
         goto fail;
+    if (gv_sched_obs_new(s) != GV_OK) {
+        st = gv_error_set(err, GV_ENOMEM, "out of memory");
+        goto fail;
+    }
     s->kube = kube;
     if (kube != NULL) {
         /* Nodes are applied in their transform (see above). */
@@ -505,6 +512,7 @@ static void *sweeper_main(void *arg)
             break;
         pthread_mutex_unlock(&s->stop_lock);
         gv_sched_expire(s);
+        gv_sched_obs_tick(s);
         if (!trimmed && gv_sched_ready(s)) {
             /* The initial LISTs (every node, every GPU pod) were parsed and
              * dropped; hand those pages back to the system once. */
@@ -557,6 +565,7 @@ void gv_sched_free(struct gv_sched *s)
     gv_informer_free(s->node_inf);
     gv_sched_tables_free(s);
     json_decref(s->orphans);
+    gv_sched_obs_free(s);
     gv_alloc_cluster_free(s->cluster);
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->stop_lock);

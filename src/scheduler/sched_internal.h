@@ -80,6 +80,7 @@ struct gv_sched {
     uint64_t binds_ok, binds_failed, bind_conflicts, filters_nofit;
 
     struct gv_httpd *servers[4]; /* for /metrics */
+    struct gv_sched_obs *obs;    /* observe.c: HAMi series, dashboard state */
     size_t n_servers;
 
     pthread_t sweeper;

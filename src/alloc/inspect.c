@@ -1,0 +1,53 @@
+/*
+ * Read-only views of the cluster model for observers (scheduler metrics and
+ * dashboard, `kubectl gpuvisor inspect`): a GPU's capacity beside its usage,
+ * and the cluster's fragmentation under the learned workload.  Nothing here
+ * changes the model, so observers can share the decision makers' numbers
+ * instead of recomputing them.
+ */
+#include <string.h>
+
+#include "alloc/alloc_internal.h"
+
+gv_status gv_alloc_gpu_info_at(const struct gv_alloc_cluster *c, const char *node, uint32_t i,
+                               struct gv_alloc_gpu_info *out, struct gv_error *err)
+{
+    uint32_t idx = strmap_get(&c->node_map, node);
+    if (idx == UINT32_MAX)
+        return gv_error_set(err, GV_ENOTFOUND, "node %s: unknown", node);
+    const struct node *n = &c->nodes[idx];
+    if (i >= n->n_gpus)
+        return gv_error_set(err, GV_ENOTFOUND, "node %s: no GPU #%u (it has %u)", node, i,
+                            n->n_gpus);
+    const struct gpu *g = &n->gpus[i];
+    memset(out, 0, sizeof(*out));
+    out->uuid = g->uuid;
+    out->model = g->model;
+    out->index = g->index;
+    out->mem_mib = g->mem_mib;
+    out->split = g->split;
+    out->healthy = g->healthy;
+    out->mode = g->mode;
+    out->used_mem_mib = g->used_mem;
+    out->used_milli = g->used_milli;
+    out->tasks = g->tasks;
+    return GV_OK;
+}
+
+uint32_t gv_alloc_node_gpu_count(const struct gv_alloc_cluster *c, const char *node)
+{
+    uint32_t idx = strmap_get(&c->node_map, node);
+    return idx == UINT32_MAX ? 0 : c->nodes[idx].n_gpus;
+}
+
+void gv_alloc_cluster_fragmentation(struct gv_alloc_cluster *c, struct gv_alloc_frag *out)
+{
+    memset(out, 0, sizeof(*out));
+    for (uint32_t i = 0; i < c->n_nodes; i++) {
+        if (c->nodes[i].name == NULL)
+            continue;
+        out->free_milli += c->nodes[i].free_share;
+        out->frag_milli += fgd_node_frag(c, i);
+    }
+    out->ratio = out->free_milli > 0 ? out->frag_milli / out->free_milli : 0;
+}

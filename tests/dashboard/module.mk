@@ -1,0 +1,4 @@
+# Scheduler metrics (parsed with prometheus_client) and the web dashboard
+# (headless chromium), against the scheduler on the kube-apiserver stand-in
+# seeded with cluster_fixture.py.
+TEST_SCRIPTS += tests/dashboard/test_scheduler_metrics_with_fake_apiserver.py
