@@ -2,3 +2,4 @@
 # (headless chromium), against the scheduler on the kube-apiserver stand-in
 # seeded with cluster_fixture.py.
 TEST_SCRIPTS += tests/dashboard/test_scheduler_metrics_with_fake_apiserver.py
+TEST_SCRIPTS += tests/dashboard/test_dashboard_chromium_with_fake_apiserver.py

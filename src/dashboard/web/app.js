@@ -177,7 +177,8 @@
     var box = document.getElementById("nodes");
     box.textContent = "";
     if (!st.nodes.length) box.appendChild(el("p", "free", "No node known yet."));
-    st.nodes.forEach(function (n) {
+    st.nodes.slice().sort(function (a, b) { return a.name < b.name ? -1 : a.name > b.name ? 1 : 0; })
+      .forEach(function (n) {
       var nd = el("div", "node");
       nd.id = "node-" + n.name;
       var head = el("div", "node-head");
