@@ -9,7 +9,7 @@ scheduler's assignment annotation and label, as bind writes them.  The
 expected figures the tests assert are computed here from the same data
 (EXPECTED), never copied from the programs' output.
 
-usage: cluster_fixture.py OUT.json [--agents URL_TEMPLATE]
+usage: cluster_fixture.py OUT.json
 """
 import json
 import sys
@@ -63,7 +63,8 @@ def inventory(node, model, n):
                                 for i in range(n)]}, separators=(",", ":"))
 
 
-def objects(agent_url=None, now=None):
+def objects(agents=None, now=None):
+    """agents: {node: (ip, port)} of node-agent pods to add."""
     now = time.time() if now is None else now
     out = []
     for k, (name, model, n, age) in enumerate(NODES):
@@ -97,19 +98,15 @@ def objects(agent_url=None, now=None):
                     "spec": {"schedulerName": "gpuvisor-scheduler", "nodeName": node,
                              "containers": specs},
                     "status": {"phase": "Running", "podIP": "10.0.0.%d" % (i + 10)}})
-    if agent_url is not None:
+    for name, (host, port) in sorted((agents or {}).items()):
         # the node agents' pods (DaemonSet), reached through the API server's pod proxy
-        host, port = agent_url
-        for name, model, n, age in NODES:
-            if model is None:
-                continue
-            out.append({"apiVersion": "v1", "kind": "Pod",
-                        "metadata": {"name": "gpuvisor-node-" + name, "namespace": "gpuvisor-system",
-                                     "uid": "agent-" + name,
-                                     "labels": {"app.kubernetes.io/name": "gpuvisor-node"}},
-                        "spec": {"nodeName": name, "containers": [{
-                            "name": "agent", "ports": [{"name": "metrics", "containerPort": port}]}]},
-                        "status": {"phase": "Running", "podIP": host}})
+        out.append({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "gpuvisor-node-" + name, "namespace": "gpuvisor-system",
+                                 "uid": "agent-" + name,
+                                 "labels": {"app.kubernetes.io/name": "gpuvisor-node"}},
+                    "spec": {"nodeName": name, "containers": [{
+                        "name": "agent", "ports": [{"name": "metrics", "containerPort": port}]}]},
+                    "status": {"phase": "Running", "podIP": host}})
     return out
 
 
@@ -128,9 +125,5 @@ def expected():
 
 
 if __name__ == "__main__":
-    agents = None
-    if "--agents" in sys.argv:
-        h, p = sys.argv[sys.argv.index("--agents") + 1].rsplit(":", 1)
-        agents = (h, int(p))
     with open(sys.argv[1], "w") as f:
-        json.dump({"kind": "List", "apiVersion": "v1", "items": objects(agents)}, f, indent=1)
+        json.dump({"kind": "List", "apiVersion": "v1", "items": objects()}, f, indent=1)
