@@ -155,7 +155,7 @@ static int emit_value(yaml_emitter_t *e, json_t *v)
         snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
         return emit_scalar(e, num, true);
     case JSON_REAL:
-        snprintf(num, sizeof(num), "%.6g", json_real_value(v));
+        snprintf(num, sizeof(num), "%.17g", json_real_value(v)); /* round-trips, as jansson's */
         return emit_scalar(e, num, true);
     case JSON_TRUE:
         return emit_scalar(e, "true", true);

@@ -131,6 +131,9 @@ static void on_sample(void *ud, const struct kc_sample *s)
     if (idx != NULL && isdigit((unsigned char)idx[0]))
         g->index = strtol(idx, NULL, 10);
     const char *model = kc_sample_label(s, "modelName");
+    const char *type = kc_sample_label(s, "device_type"); /* HAMi: "NVIDIA-<model>" */
+    if (model == NULL && type != NULL)
+        model = strncmp(type, "NVIDIA-", 7) == 0 ? type + 7 : type;
     if (model != NULL && g->model[0] == '\0') {
         free(g->model);
         g->model = dup0(model);
@@ -342,7 +345,7 @@ static int top_pods(const struct kc_opts *o, struct scrape *sc)
         if (!r->have_target)
             snprintf(tg, sizeof(tg), "-");
         else if (r->target >= 1)
-            snprintf(tg, sizeof(tg), "any");
+            snprintf(tg, sizeof(tg), "100%%"); /* the agent's 1: whole GPU or no limit */
         else
             fmt_pct(tg, sizeof(tg), true, r->target);
         snprintf(share, sizeof(share), "%s/%s", a, tg);
@@ -430,7 +433,7 @@ static int top_gpus(const struct kc_opts *o, struct scrape *sc, bool by_node)
             snprintf(util, sizeof(util), "%.0f%%", n->util);
             kc_fmt_mib(a, sizeof(a), n->fb_used);
             kc_fmt_mib(b, sizeof(b), n->fb_total);
-            snprintf(mem, sizeof(mem), "%s/%s", a, b);
+            snprintf(mem, sizeof(mem), "%s/%s", a, n->fb_total > 0 ? b : "-");
             snprintf(c, sizeof(c), "%.0f", n->used);
             kc_table_row(&t, n->node, gi, util, mem, c);
             json_array_append_new(doc, json_pack("{s:s,s:I,s:f,s:f,s:f,s:I}", "node", n->node,
