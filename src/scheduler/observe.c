@@ -66,7 +66,10 @@ struct gv_sched_obs {
     double sum[FR_COUNT];
     struct sample ring[HISTORY_LEN];
     size_t ring_head, ring_n;
-    double last_sample; /* monotonic; 0 = never */
+    /* the sampler thread (started with the dashboard) */
+    pthread_t sampler;
+    bool sampler_running, stopping;
+    pthread_cond_t wake;
 };
 
 static const char *meta_str(const json_t *obj, const char *key)
@@ -84,6 +87,7 @@ gv_status gv_sched_obs_new(struct gv_sched *s)
         return GV_ENOMEM;
     }
     pthread_mutex_init(&o->lock, NULL);
+    pthread_cond_init(&o->wake, NULL);
     s->obs = o;
     return GV_OK;
 }
@@ -93,6 +97,14 @@ void gv_sched_obs_free(struct gv_sched *s)
     struct gv_sched_obs *o = s->obs;
     if (o == NULL)
         return;
+    if (o->sampler_running) {
+        pthread_mutex_lock(&o->lock);
+        o->stopping = true;
+        pthread_cond_broadcast(&o->wake);
+        pthread_mutex_unlock(&o->lock);
+        pthread_join(o->sampler, NULL);
+    }
+    pthread_cond_destroy(&o->wake);
     json_decref(o->pods);
     json_decref(o->reasons);
     pthread_mutex_destroy(&o->lock);
@@ -267,29 +279,48 @@ static struct sample take_sample(struct gv_sched *s, struct gv_alloc_frag *frag,
     return x;
 }
 
-void gv_sched_obs_tick(struct gv_sched *s)
+/* Samples the cluster every HISTORY_INTERVAL_S once the caches are synced
+ * (checked every second until then). */
+static void *sampler_main(void *arg)
+{
+    struct gv_sched *s = arg;
+    struct gv_sched_obs *o = s->obs;
+    pthread_mutex_lock(&o->lock);
+    while (!o->stopping) {
+        double wait = 1.0;
+        if (gv_sched_ready(s)) {
+            pthread_mutex_unlock(&o->lock);
+            struct gv_alloc_frag frag;
+            struct gv_alloc_totals tot;
+            pthread_mutex_lock(&s->lock);
+            struct sample x = take_sample(s, &frag, &tot);
+            pthread_mutex_unlock(&s->lock);
+            pthread_mutex_lock(&o->lock);
+            o->ring[o->ring_head] = x;
+            o->ring_head = (o->ring_head + 1) % HISTORY_LEN;
+            if (o->ring_n < HISTORY_LEN)
+                o->ring_n++;
+            wait = HISTORY_INTERVAL_S;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += (time_t)wait;
+        while (!o->stopping && pthread_cond_timedwait(&o->wake, &o->lock, &ts) == 0) {
+        }
+    }
+    pthread_mutex_unlock(&o->lock);
+    return NULL;
+}
+
+static gv_status sampler_start(struct gv_sched *s)
 {
     struct gv_sched_obs *o = s->obs;
-    if (o == NULL || !gv_sched_ready(s))
-        return;
-    double now = gv_sched_now();
-    pthread_mutex_lock(&o->lock);
-    bool due = o->last_sample == 0 || now - o->last_sample >= HISTORY_INTERVAL_S;
-    pthread_mutex_unlock(&o->lock);
-    if (!due)
-        return;
-    struct gv_alloc_frag frag;
-    struct gv_alloc_totals tot;
-    pthread_mutex_lock(&s->lock);
-    struct sample x = take_sample(s, &frag, &tot);
-    pthread_mutex_lock(&o->lock);
-    o->ring[o->ring_head] = x;
-    o->ring_head = (o->ring_head + 1) % HISTORY_LEN;
-    if (o->ring_n < HISTORY_LEN)
-        o->ring_n++;
-    o->last_sample = now;
-    pthread_mutex_unlock(&o->lock);
-    pthread_mutex_unlock(&s->lock);
+    if (o == NULL || o->sampler_running)
+        return GV_OK;
+    if (pthread_create(&o->sampler, NULL, sampler_main, s) != 0)
+        return GV_EINTERNAL;
+    o->sampler_running = true;
+    return GV_OK;
 }
 
 /* ---- metrics --------------------------------------------------------------- */
@@ -734,6 +765,8 @@ static void handle_state(void *ctx, const struct gv_http_request *hreq,
 
 gv_status gv_sched_serve_dashboard(struct gv_sched *s, struct gv_httpd *h, struct gv_error *err)
 {
+    if (sampler_start(s) != GV_OK)
+        return gv_error_set(err, GV_EINTERNAL, "cannot start the dashboard's sampler thread");
     gv_status st = gv_httpd_route(h, "GET", "/api/state", handle_state, s, err);
     if (st == GV_OK)
         st = gv_httpd_route(h, "GET", "/", handle_asset, s, err);

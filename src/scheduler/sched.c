@@ -354,7 +354,6 @@ void gv_sched_pod_update(struct gv_sched *s, json_t *pod)
     else
         json_object_del(s->orphans, uid);
     pthread_mutex_unlock(&s->lock);
-    gv_sched_obs_pod_update(s, pod);
 }
 
 void gv_sched_pod_delete(struct gv_sched *s, json_t *pod)
@@ -369,7 +368,6 @@ void gv_sched_pod_delete(struct gv_sched *s, json_t *pod)
         gv_sched_forget_pod(s, uid);
     json_object_del(s->orphans, uid);
     pthread_mutex_unlock(&s->lock);
-    gv_sched_obs_pod_delete(s, pod);
 }
 
 void gv_sched_expire(struct gv_sched *s)
@@ -416,6 +414,7 @@ static json_t *node_transform(void *ud, json_t *node)
 static json_t *pod_transform(void *ud, json_t *pod)
 {
     gv_sched_pod_update(ud, pod);
+    gv_sched_obs_pod_update(ud, pod);
     const char *uid = str_at(pod, "metadata", "uid");
     return uid != NULL ? json_string(uid) : NULL;
 }
@@ -431,8 +430,10 @@ static void inf_node_delete(void *ud, json_t *name)
 static void inf_pod_delete(void *ud, json_t *uid)
 {
     json_t *pod = json_pack("{s:{s:O}}", "metadata", "uid", uid);
-    if (pod != NULL)
+    if (pod != NULL) {
         gv_sched_pod_delete(ud, pod);
+        gv_sched_obs_pod_delete(ud, pod);
+    }
     json_decref(pod);
 }
 
@@ -447,6 +448,10 @@ gv_status gv_sched_new(const struct gv_sched_config *cfg, struct gv_kube_client 
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->stop_lock, NULL);
     pthread_cond_init(&s->stop_cond, NULL);
+    if (gv_sched_obs_new(s) != GV_OK) {
+        st = gv_error_set(err, GV_ENOMEM, "out of memory");
+        goto fail;
+    }
     /* The config's strings are copied so the caller may clear its own. */
     s->cfg = *cfg;
     memset(s->cfg.names_storage, 0, sizeof(s->cfg.names_storage));
@@ -471,10 +476,6 @@ gv_status gv_sched_new(const struct gv_sched_config *cfg, struct gv_kube_client 
     }
     if ((st = gv_alloc_cluster_new(&s->cfg.alloc, &s->cluster, err)) != GV_OK)
         goto fail;
-    if (gv_sched_obs_new(s) != GV_OK) {
-        st = gv_error_set(err, GV_ENOMEM, "out of memory");
-        goto fail;
-    }
     s->kube = kube;
     if (kube != NULL) {
         /* Nodes are applied in their transform (see above). */
@@ -512,7 +513,6 @@ static void *sweeper_main(void *arg)
             break;
         pthread_mutex_unlock(&s->stop_lock);
         gv_sched_expire(s);
-        gv_sched_obs_tick(s);
         if (!trimmed && gv_sched_ready(s)) {
             /* The initial LISTs (every node, every GPU pod) were parsed and
              * dropped; hand those pages back to the system once. */
@@ -563,9 +563,9 @@ void gv_sched_free(struct gv_sched *s)
     }
     gv_informer_free(s->pod_inf);
     gv_informer_free(s->node_inf);
+    gv_sched_obs_free(s); /* joins its sampler before the tables go */
     gv_sched_tables_free(s);
     json_decref(s->orphans);
-    gv_sched_obs_free(s);
     gv_alloc_cluster_free(s->cluster);
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->stop_lock);

@@ -2,9 +2,10 @@
  * What gpuvisor-scheduler shows about itself beyond the extender's own
  * counters (src/scheduler/observe.c): HAMi's allocation series, filter
  * latency, pending pods with their top reason, who holds which slice, and
- * the fragmentation history the dashboard draws.  Fed by one-line hooks in
- * sched.c (pod events, the sweeper's tick) and handlers.c (filter, metrics);
- * it never changes the scheduler's state.
+ * the fragmentation history the dashboard draws (sampled by a thread of its
+ * own, started with the dashboard).  Fed by one-line hooks in sched.c (new,
+ * free, the pod informer's transform and delete) and handlers.c (filter,
+ * metrics); it never changes the scheduler's state.
  *
  * Lock order: s->lock before the observer's own lock.
  */
@@ -29,8 +30,6 @@ void gv_sched_obs_pod_delete(struct gv_sched *s, json_t *pod);
 void gv_sched_obs_filter(struct gv_sched *s, const struct gv_ext_args *args, int gpu_containers,
                          const enum gv_ext_verdict *verdicts, const char *const *reasons,
                          double seconds);
-/* Called every second by the sweeper: samples the history when due. */
-void gv_sched_obs_tick(struct gv_sched *s);
 /* Non-GPU families: filter histogram, pending pods, per-container HAMi
  * allocations, fragmentation (takes the locks itself; s->lock not held). */
 void gv_sched_obs_write_metrics(struct gv_sched *s, FILE *f);

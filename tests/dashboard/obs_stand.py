@@ -69,7 +69,8 @@ class Stand:
 
     def filter(self, ns, name, uid, containers, nodes):
         pod = {"metadata": {"name": name, "namespace": ns, "uid": uid, "resourceVersion": "1"},
-               "spec": {"containers": containers}}
+               # as the webhook sets it; the scheduler tracks pods by this name
+               "spec": {"schedulerName": "gpuvisor-scheduler", "containers": containers}}
         code, body = http("POST", self.ext + "/gpuvisor/filter", {"Pod": pod, "NodeNames": nodes})
         return code, json.loads(body) if code == 200 else body
 
