@@ -5,6 +5,7 @@
  * gpuvisor.io/assignment and fed to the workload model, so the
  * fragmentation figure is the scheduler's own measure over today's pods.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -13,8 +14,6 @@
 #include "contracts/podspec.h"
 #include "kubectl/gv_kubectl.h"
 
-/* Pods the scheduler assigned carry this label (src/scheduler/gv_scheduler.h). */
-#define ASSIGNED_SELECTOR "gpuvisor.io/assigned=true"
 /* An assignment whose Binding never came stops counting after this long
  * (the scheduler's default reservation lifetime). */
 #define UNBOUND_TTL_S 60
@@ -167,7 +166,12 @@ int kc_cluster_load(struct gv_kube_client *kube, const struct kc_opts *o, struct
         rc = kc_kube_failure(err);
         goto out;
     }
-    struct gv_kube_list_opts lo = {.label_selector = ASSIGNED_SELECTOR};
+    /* The pods gpuvisor places: by the scheduler name the webhook sets (a
+     * field nobody can change after creation), as the scheduler watches
+     * them; those without an assignment are left out below. */
+    char fsel[300];
+    snprintf(fsel, sizeof(fsel), "spec.schedulerName=%s", o->scheduler_name);
+    struct gv_kube_list_opts lo = {.field_selector = fsel};
     if (gv_kube_list(kube, "/api/v1/pods", &lo, &pods, err) != GV_OK) {
         rc = kc_kube_failure(err);
         goto out;

@@ -30,6 +30,7 @@ struct kc_opts {
     const char *sort;           /* top: column to sort by */
     const char *agent_selector; /* label selector of the node agents' pods */
     const char *agent_port;     /* port (name or number) of their /metrics; NULL: "metrics" */
+    const char *scheduler_name; /* spec.schedulerName of the pods gpuvisor places */
     long heartbeat_timeout_s;
     FILE *out;
 };

@@ -42,6 +42,7 @@ static void usage(FILE *out)
             "                            (default app.kubernetes.io/name=gpuvisor-node)\n"
             "      --agent-port PORT     their metrics port, number or name (default \"metrics\")\n"
             "      --heartbeat-timeout S agent heartbeat age that marks a node stale (90)\n"
+            "      --scheduler-name NAME schedulerName of gpuvisor's pods (gpuvisor-scheduler)\n"
             "\n"
             "Exit status: 0 ok, 1 error, 2 usage, 3 gpuvisor not installed, 4 forbidden (RBAC).\n");
 }
@@ -86,7 +87,15 @@ static int load_config(const struct kc_opts *o, struct gv_kube_config **cfg, str
 
 int main(int argc, char **argv)
 {
-    enum { OPT_KUBECONFIG = 1000, OPT_CONTEXT, OPT_SORT, OPT_AGENT_SEL, OPT_AGENT_PORT, OPT_HB };
+    enum {
+        OPT_KUBECONFIG = 1000,
+        OPT_CONTEXT,
+        OPT_SORT,
+        OPT_AGENT_SEL,
+        OPT_AGENT_PORT,
+        OPT_HB,
+        OPT_SCHED_NAME
+    };
     static const struct option opts[] = {
         {"details", no_argument, NULL, 'd'},
         {"output", required_argument, NULL, 'o'},
@@ -99,11 +108,13 @@ int main(int argc, char **argv)
         {"agent-selector", required_argument, NULL, OPT_AGENT_SEL},
         {"agent-port", required_argument, NULL, OPT_AGENT_PORT},
         {"heartbeat-timeout", required_argument, NULL, OPT_HB},
+        {"scheduler-name", required_argument, NULL, OPT_SCHED_NAME},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     struct kc_opts o = {.agent_selector = "app.kubernetes.io/name=gpuvisor-node",
                         .heartbeat_timeout_s = 90,
+                        .scheduler_name = "gpuvisor-scheduler",
                         .out = stdout};
     int c;
     while ((c = getopt_long(argc, argv, "do:n:As:h", opts, NULL)) != -1) {
@@ -117,6 +128,7 @@ int main(int argc, char **argv)
         case OPT_SORT: o.sort = optarg; break;
         case OPT_AGENT_SEL: o.agent_selector = optarg; break;
         case OPT_AGENT_PORT: o.agent_port = optarg; break;
+        case OPT_SCHED_NAME: o.scheduler_name = optarg; break;
         case OPT_HB: {
             char *end = NULL;
             o.heartbeat_timeout_s = strtol(optarg, &end, 10);
