@@ -21,11 +21,11 @@ static void usage(FILE *out)
             "  --kubeconfig FILE        kubeconfig for development\n"
             "  --extender-listen A:P    extender address (default 127.0.0.1:8888)\n"
             "  --extender-prefix PATH   URL prefix of the verbs (default /gpuvisor)\n"
+            "  --dashboard-listen A:P   serve the read-only web dashboard here (off by default)\n"
             "  --extender-tls           serve the extender over HTTPS too (same cert/key)\n"
             "  --webhook-listen A:P     serve the admission webhook (HTTPS) here\n"
             "  --tls-cert-file FILE     PEM certificate chain (reloaded when it changes)\n"
             "  --tls-key-file FILE      PEM private key (reloaded when it changes)\n"
-            "  --dashboard-listen A:P   serve the read-only web dashboard here (off by default)\n"
             "  --port-file FILE         write the bound ports here once listening\n"
             "  --log-level LEVEL        error|warn|info|debug|trace (or GPUVISOR_LOG_LEVEL)\n"
             "  --version, --help\n");
@@ -55,11 +55,29 @@ static int split_listen(const char *text, char *addr, size_t cap, uint16_t *port
     return 0;
 }
 
+/* The read-only dashboard on a listener of its own (GET routes only). */
+static gv_status start_dashboard(struct gv_sched *s, const char *listen, struct gv_httpd **out,
+                                 struct gv_error *err)
+{
+    char addr[128];
+    uint16_t port = 0;
+    if (split_listen(listen, addr, sizeof(addr), &port) != 0)
+        return gv_error_set(err, GV_EINVAL, "--dashboard-listen '%s' is not ADDRESS:PORT", listen);
+    struct gv_httpd_options o = {
+        .name = "dashboard", .address = addr[0] ? addr : NULL, .port = port, .max_body = 4096};
+    gv_status st;
+    if ((st = gv_httpd_new(&o, out, err)) != GV_OK ||
+        (st = gv_sched_serve_dashboard(s, *out, err)) != GV_OK)
+        return st;
+    return gv_httpd_start(*out, err);
+}
+
 int main(int argc, char **argv)
 {
     enum {
         OPT_CONFIG = 1000,
         OPT_MASTER,
+        OPT_DASH_LISTEN,
         OPT_KUBECONFIG,
         OPT_EXT_LISTEN,
         OPT_EXT_PREFIX,
@@ -70,11 +88,11 @@ int main(int argc, char **argv)
         OPT_PORT_FILE,
         OPT_LOG_LEVEL,
         OPT_VERSION,
-        OPT_DASH_LISTEN,
     };
     static const struct option opts[] = {
         {"config", required_argument, NULL, OPT_CONFIG},
         {"master", required_argument, NULL, OPT_MASTER},
+        {"dashboard-listen", required_argument, NULL, OPT_DASH_LISTEN},
         {"kubeconfig", required_argument, NULL, OPT_KUBECONFIG},
         {"extender-listen", required_argument, NULL, OPT_EXT_LISTEN},
         {"extender-prefix", required_argument, NULL, OPT_EXT_PREFIX},
@@ -85,13 +103,13 @@ int main(int argc, char **argv)
         {"port-file", required_argument, NULL, OPT_PORT_FILE},
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
         {"version", no_argument, NULL, OPT_VERSION},
-        {"dashboard-listen", required_argument, NULL, OPT_DASH_LISTEN},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *config = NULL, *master = NULL, *kubeconfig = NULL;
+    const char *dash_listen = NULL;
     const char *ext_listen = "127.0.0.1:8888", *ext_prefix = "/gpuvisor", *wh_listen = NULL;
-    const char *cert = NULL, *key = NULL, *port_file = NULL, *dash_listen = NULL;
+    const char *cert = NULL, *key = NULL, *port_file = NULL;
     bool ext_tls = false;
     gv_log_init("gpuvisor-scheduler", GV_LOG_INFO);
     /* Every HTTP connection has its own thread, and glibc spreads threads
@@ -115,6 +133,9 @@ int main(int argc, char **argv)
         case OPT_MASTER:
             master = optarg;
             break;
+        case OPT_DASH_LISTEN:
+            dash_listen = optarg;
+            break;
         case OPT_KUBECONFIG:
             kubeconfig = optarg;
             break;
@@ -135,9 +156,6 @@ int main(int argc, char **argv)
             break;
         case OPT_KEY:
             key = optarg;
-            break;
-        case OPT_DASH_LISTEN:
-            dash_listen = optarg;
             break;
         case OPT_PORT_FILE:
             port_file = optarg;
@@ -187,9 +205,10 @@ int main(int argc, char **argv)
     struct gv_kube_config *kcfg = NULL;
     struct gv_kube_client *kube = NULL;
     struct gv_sched *s = NULL;
-    struct gv_httpd *ext = NULL, *wh = NULL, *dash = NULL;
+    struct gv_httpd *ext = NULL, *wh = NULL;
     char addr[128];
     uint16_t port = 0;
+    struct gv_httpd *dash = NULL; /* the dashboard's own listener */
     if (gv_sched_config_default(&cfg, &err) != GV_OK ||
         (config != NULL && gv_sched_config_load(config, &cfg, &err) != GV_OK))
         goto fail;
@@ -197,6 +216,8 @@ int main(int argc, char **argv)
         gv_kube_client_new(kcfg, &kube, &err) != GV_OK)
         goto fail;
     if (gv_sched_new(&cfg, kube, &s, &err) != GV_OK)
+        goto fail;
+    if (dash_listen != NULL && start_dashboard(s, dash_listen, &dash, &err) != GV_OK)
         goto fail;
 
     if (split_listen(ext_listen, addr, sizeof(addr), &port) != 0) {
@@ -231,21 +252,6 @@ int main(int argc, char **argv)
             gv_sched_serve_health(s, wh, &err) != GV_OK)
             goto fail;
     }
-    if (dash_listen != NULL) {
-        char daddr[128];
-        uint16_t dport = 0;
-        if (split_listen(dash_listen, daddr, sizeof(daddr), &dport) != 0) {
-            gv_error_set(&err, GV_EINVAL, "--dashboard-listen '%s' is not ADDRESS:PORT",
-                         dash_listen);
-            goto fail;
-        }
-        struct gv_httpd_options dopts = {
-            .name = "dashboard", .address = daddr[0] ? daddr : NULL, .port = dport,
-            .max_body = 4096}; /* read-only: GET routes only */
-        if (gv_httpd_new(&dopts, &dash, &err) != GV_OK ||
-            gv_sched_serve_dashboard(s, dash, &err) != GV_OK || gv_httpd_start(dash, &err) != GV_OK)
-            goto fail;
-    }
     /* Serve health and metrics at once; filter answers only from synced
      * caches once the informers have listed (readyz says when). */
     if (gv_httpd_start(ext, &err) != GV_OK || (wh != NULL && gv_httpd_start(wh, &err) != GV_OK))
@@ -270,9 +276,9 @@ fail:
     if (rc != 0)
         gv_error("%s", err.msg[0] ? err.msg : "start-up failed");
     /* Servers first: no handler may run once the state is gone. */
-    gv_httpd_free(dash);
     gv_httpd_free(wh);
     gv_httpd_free(ext);
+    gv_httpd_free(dash);
     gv_sched_free(s);
     gv_kube_client_free(kube);
     gv_kube_config_free(kcfg);
