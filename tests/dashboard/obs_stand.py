@@ -74,9 +74,17 @@ class Stand:
         code, body = http("POST", self.ext + "/gpuvisor/filter", {"Pod": pod, "NodeNames": nodes})
         return code, json.loads(body) if code == 200 else body
 
+    def stop_scheduler(self):
+        """SIGTERM; returns (exit status, its log): a sanitizer build reports
+        leaks and errors there and exits non-zero."""
+        if self.sched is None:
+            return None, ""
+        rc = self.sched.stop(timeout=60)
+        self.sched = None
+        return rc, open(os.path.join(self.dir, "sched.log"), errors="replace").read()
+
     def stop(self):
-        if self.sched is not None:
-            self.sched.stop()
+        self.stop_scheduler()
         self.api.stop()
 
 

@@ -107,6 +107,10 @@ try:
     keep = os.environ.get("GV_DASHBOARD_SCREENSHOT")
     if keep and ok:
         shutil.copy(png, keep)
+    rc, log = stand.stop_scheduler()
+    t.ok(rc == 0 and "Sanitizer" not in log and "runtime error" not in log,
+         "scheduler with the dashboard exits cleanly on SIGTERM (sampler joined, no sanitizer report)",
+         log[-3000:])
 finally:
     stand.stop()
 t.done()

@@ -144,6 +144,9 @@ try:
     u = cluster_fixture.uuid("gpu-t4-1", 1)
     t.ok(gone and [s.value for s in samples("hami_gpu_memory_allocated_bytes") if s.labels["device_uuid"] == u] == [0],
          "finished pod: its container series vanish and its GPU reads 0 bytes")
+    rc, log = stand.stop_scheduler()
+    t.ok(rc == 0 and "Sanitizer" not in log and "runtime error" not in log,
+         "scheduler exits cleanly on SIGTERM (no sanitizer report)", log[-3000:])
 finally:
     stand.stop()
 t.done()
