@@ -89,24 +89,4 @@ int kc_emit(json_t *doc, enum kc_output fmt, FILE *out);
 /* "81920" MiB -> "80.0Gi" style for tables. */
 void kc_fmt_mib(char *buf, size_t cap, double mib);
 
-/* ---- Prometheus text exposition (expfmt.c, fuzzed) --------------------- */
-
-#define KC_EXP_MAX_LABELS 16
-
-struct kc_sample {
-    const char *name;
-    size_t n_labels;
-    const char *label_names[KC_EXP_MAX_LABELS];
-    const char *label_values[KC_EXP_MAX_LABELS];
-    double value;
-};
-
-/* Calls fn for every well-formed sample of text (modified in place: names
- * and values are NUL-terminated inside it).  Returns the number of
- * malformed lines skipped. */
-typedef void (*kc_sample_fn)(void *ud, const struct kc_sample *s);
-size_t kc_expfmt_parse(char *text, size_t len, kc_sample_fn fn, void *ud);
-/* The sample's label value, or NULL. */
-const char *kc_sample_label(const struct kc_sample *s, const char *name);
-
 #endif

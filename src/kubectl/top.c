@@ -10,150 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "contracts/agent_usage.h"
 #include "kubectl/gv_kubectl.h"
 
 #define MIB 1048576.0
 
-/* One container on one GPU, or one GPU. */
-struct row {
-    char *ns, *pod, *ctr, *uuid, *node, *model;
-    double used, limit, share, target; /* bytes, bytes, 0-1, 0-1 (1 = unlimited) */
-    double util, fb_used, fb_total;    /* %, MiB, MiB */
-    long index;
-    bool have_used, have_limit, have_share, have_target, have_util, have_fb;
-};
-
-struct rows {
-    struct row *v;
-    size_t n, cap;
-};
-
-static char *dup0(const char *s)
-{
-    return strdup(s ? s : "");
-}
-
-static struct row *find_or_add(struct rows *r, const char *ns, const char *pod, const char *ctr,
-                               const char *uuid)
-{
-    for (size_t i = 0; i < r->n; i++) {
-        struct row *x = &r->v[i];
-        if (strcmp(x->ns, ns ? ns : "") == 0 && strcmp(x->pod, pod ? pod : "") == 0 &&
-            strcmp(x->ctr, ctr ? ctr : "") == 0 &&
-            /* HAMi cuts uuids to 40 characters: a prefix match joins both */
-            strncmp(x->uuid, uuid ? uuid : "", 40) == 0)
-            return x;
-    }
-    if (r->n == r->cap) {
-        size_t cap = r->cap ? r->cap * 2 : 64;
-        struct row *v = realloc(r->v, cap * sizeof(*v));
-        if (v == NULL)
-            return NULL;
-        r->v = v;
-        r->cap = cap;
-    }
-    struct row *x = &r->v[r->n++];
-    memset(x, 0, sizeof(*x));
-    x->ns = dup0(ns);
-    x->pod = dup0(pod);
-    x->ctr = dup0(ctr);
-    x->uuid = dup0(uuid);
-    x->node = dup0("");
-    x->model = dup0("");
-    x->index = -1;
-    return x;
-}
-
-static void rows_free(struct rows *r)
-{
-    for (size_t i = 0; i < r->n; i++) {
-        free(r->v[i].ns);
-        free(r->v[i].pod);
-        free(r->v[i].ctr);
-        free(r->v[i].uuid);
-        free(r->v[i].node);
-        free(r->v[i].model);
-    }
-    free(r->v);
-}
-
 struct scrape {
-    struct rows ctrs, gpus;
-    const char *node; /* the agent's node, for series without a node label */
-    bool gpuvisor_names; /* this agent exports gpuvisor_container_*: prefer them */
+    struct gv_usage u;
 };
-
-static void set_node(struct row *x, const char *node)
-{
-    if (node != NULL && *node != '\0' && x->node[0] == '\0') {
-        free(x->node);
-        x->node = dup0(node);
-    }
-}
-
-static void on_sample(void *ud, const struct kc_sample *s)
-{
-    struct scrape *sc = ud;
-    const char *n = s->name;
-    bool gv = strncmp(n, "gpuvisor_container_gpu_", 23) == 0;
-    bool hami = strncmp(n, "hami_vgpu_", 10) == 0 || strcmp(n, "hami_container_device_utilization_ratio") == 0;
-    if (gv || (hami && !sc->gpuvisor_names)) {
-        const char *uuid = gv ? kc_sample_label(s, "uuid") : kc_sample_label(s, "device_uuid");
-        struct row *x = find_or_add(&sc->ctrs, kc_sample_label(s, "namespace"),
-                                    kc_sample_label(s, "pod"), kc_sample_label(s, "container"), uuid);
-        if (x == NULL)
-            return;
-        set_node(x, kc_sample_label(s, "node") ? kc_sample_label(s, "node") : sc->node);
-        if (strcmp(n, "gpuvisor_container_gpu_memory_used_bytes") == 0 ||
-            strcmp(n, "hami_vgpu_memory_used_bytes") == 0)
-            x->used = s->value, x->have_used = true;
-        else if (strcmp(n, "gpuvisor_container_gpu_memory_limit_bytes") == 0 ||
-                 strcmp(n, "hami_vgpu_memory_limit_bytes") == 0)
-            x->limit = s->value, x->have_limit = true;
-        else if (strcmp(n, "gpuvisor_container_gpu_compute_share_achieved_ratio") == 0)
-            x->share = s->value, x->have_share = true;
-        else if (strcmp(n, "hami_container_device_utilization_ratio") == 0)
-            x->share = s->value / 100.0, x->have_share = true;
-        else if (strcmp(n, "gpuvisor_container_gpu_compute_share_limit_ratio") == 0)
-            x->target = s->value, x->have_target = true;
-        return;
-    }
-    bool dcgm = strncmp(n, "DCGM_FI_DEV_", 12) == 0;
-    if (!dcgm && strncmp(n, "hami_host_gpu_", 14) != 0)
-        return;
-    const char *uuid = dcgm ? kc_sample_label(s, "UUID") : kc_sample_label(s, "device_uuid");
-    struct row *g = find_or_add(&sc->gpus, "", "", "", uuid);
-    if (g == NULL)
-        return;
-    set_node(g, dcgm ? kc_sample_label(s, "Hostname") : kc_sample_label(s, "node"));
-    set_node(g, sc->node);
-    const char *idx = dcgm ? kc_sample_label(s, "gpu") : kc_sample_label(s, "device_index");
-    if (idx != NULL && isdigit((unsigned char)idx[0]))
-        g->index = strtol(idx, NULL, 10);
-    const char *model = kc_sample_label(s, "modelName");
-    const char *type = kc_sample_label(s, "device_type"); /* HAMi: "NVIDIA-<model>" */
-    if (model == NULL && type != NULL)
-        model = strncmp(type, "NVIDIA-", 7) == 0 ? type + 7 : type;
-    if (model != NULL && g->model[0] == '\0') {
-        free(g->model);
-        g->model = dup0(model);
-    }
-    if (strcmp(n, "DCGM_FI_DEV_GPU_UTIL") == 0 || (strcmp(n, "hami_host_gpu_utilization_ratio") == 0 && !g->have_util))
-        g->util = s->value, g->have_util = true;
-    else if (strcmp(n, "DCGM_FI_DEV_FB_USED") == 0)
-        g->fb_used = s->value, g->have_fb = true, g->fb_total += s->value;
-    else if (strcmp(n, "DCGM_FI_DEV_FB_FREE") == 0)
-        g->fb_total += s->value;
-    else if (strcmp(n, "hami_host_gpu_memory_used_bytes") == 0 && !g->have_fb)
-        g->fb_used = s->value / MIB, g->have_fb = true;
-}
-
-static void note_gpuvisor_names(void *ud, const struct kc_sample *s)
-{
-    struct scrape *sc = ud;
-    if (strncmp(s->name, "gpuvisor_container_gpu_", 23) == 0)
-        sc->gpuvisor_names = true;
-}
 
 /* The agent's metrics port: a number, or a container port by name. */
 static long agent_port(json_t *pod, const char *want)
@@ -222,16 +86,7 @@ static int scrape_all(struct gv_kube_client *kube, const struct kc_opts *o, stru
             fprintf(stderr, "kubectl-gpuvisor: warning: node %s: %s\n", node ? node : "?", err.msg);
             continue;
         }
-        sc->node = node;
-        sc->gpuvisor_names = false;
-        /* Two passes over copies: the parser writes NULs into its input. */
-        char *copy = malloc(len + 1);
-        if (copy != NULL) {
-            memcpy(copy, text, len + 1);
-            kc_expfmt_parse(copy, len, note_gpuvisor_names, sc);
-            free(copy);
-        }
-        size_t bad = kc_expfmt_parse(text, len, on_sample, sc);
+        size_t bad = gv_usage_add_text(&sc->u, text, len, node);
         if (bad > 0)
             fprintf(stderr, "kubectl-gpuvisor: warning: node %s: %zu malformed metric line(s) skipped\n",
                     node ? node : "?", bad);
@@ -257,14 +112,14 @@ static int scrape_all(struct gv_kube_client *kube, const struct kc_opts *o, stru
 
 static const char *g_sort;
 
-static double mem_pct(const struct row *r)
+static double mem_pct(const struct gv_usage_row *r)
 {
     return r->limit > 0 ? r->used / r->limit : 0;
 }
 
 static int cmp_rows(const void *a, const void *b)
 {
-    const struct row *x = a, *y = b;
+    const struct gv_usage_row *x = a, *y = b;
     double dx = 0, dy = 0;
     if (strcmp(g_sort, "memory") == 0) {
         dx = x->pod[0] ? x->used : x->fb_used;
@@ -305,12 +160,10 @@ static void fmt_pct(char *b, size_t cap, bool have, double v)
         snprintf(b, cap, "-");
 }
 
-static long gpu_index(const struct rows *gpus, const char *uuid)
+static long gpu_index(struct gv_usage_rows *gpus, const char *uuid)
 {
-    for (size_t i = 0; i < gpus->n; i++)
-        if (strncmp(gpus->v[i].uuid, uuid, 40) == 0)
-            return gpus->v[i].index;
-    return -1;
+    const struct gv_usage_row *g = gv_usage_row_find(gpus, "", "", "", uuid);
+    return g != NULL ? g->index : -1;
 }
 
 static int top_pods(const struct kc_opts *o, struct scrape *sc)
@@ -323,13 +176,13 @@ static int top_pods(const struct kc_opts *o, struct scrape *sc)
     kc_table_row(&t, "NAMESPACE", "POD", "CONTAINER", "NODE", "GPU", "MEMORY(USED/LIMIT)", "MEM%",
                  "SHARE(ACHIEVED/TARGET)", wide ? "UUID" : "");
     size_t shown = 0;
-    for (size_t i = 0; i < sc->ctrs.n; i++) {
-        const struct row *r = &sc->ctrs.v[i];
+    for (size_t i = 0; i < sc->u.ctrs.n; i++) {
+        const struct gv_usage_row *r = &sc->u.ctrs.v[i];
         if (ns != NULL && strcmp(r->ns, ns) != 0)
             continue;
         shown++;
         char gpu[32], mem[64], u[24], l[24], pct[16], share[64], a[16], tg[16];
-        long gi = gpu_index(&sc->gpus, r->uuid);
+        long gi = gpu_index(&sc->u.gpus, r->uuid);
         if (gi >= 0)
             snprintf(gpu, sizeof(gpu), "%ld", gi);
         else
@@ -386,17 +239,24 @@ static int top_gpus(const struct kc_opts *o, struct scrape *sc, bool by_node)
     else
         kc_table_row(&t, "NODE", "GPU", "MODEL", "UTIL", "MEMORY(USED/TOTAL)", "CONTAINERS",
                      o->output == KC_OUT_WIDE ? "UUID" : "");
-    struct rows nodes = {0};
-    for (size_t i = 0; i < sc->gpus.n; i++) {
-        struct row *g = &sc->gpus.v[i];
-        size_t nctr = 0;
-        for (size_t k = 0; k < sc->ctrs.n; k++)
-            nctr += strncmp(sc->ctrs.v[k].uuid, g->uuid, 40) == 0;
+    struct gv_usage_rows nodes = {0};
+    json_t *per_gpu = json_object(); /* uuid (40 characters) -> containers on it */
+    for (size_t k = 0; per_gpu != NULL && k < sc->u.ctrs.n; k++) {
+        char u[41];
+        snprintf(u, sizeof(u), "%s", sc->u.ctrs.v[k].uuid);
+        json_object_set_new(per_gpu, u,
+                            json_integer(json_integer_value(json_object_get(per_gpu, u)) + 1));
+    }
+    for (size_t i = 0; i < sc->u.gpus.n; i++) {
+        struct gv_usage_row *g = &sc->u.gpus.v[i];
+        char u[41];
+        snprintf(u, sizeof(u), "%s", g->uuid);
+        size_t nctr = (size_t)json_integer_value(json_object_get(per_gpu, u));
         if (by_node) {
-            struct row *n = find_or_add(&nodes, "", "", "", g->node);
+            struct gv_usage_row *n = gv_usage_row_get(&nodes, "", "", "", g->node);
             if (n == NULL)
                 continue;
-            set_node(n, g->node);
+            gv_usage_row_set_node(n, g->node);
             n->index++; /* GPUs (starts at -1) */
             n->util += g->util;
             n->fb_used += g->fb_used;
@@ -421,13 +281,13 @@ static int top_gpus(const struct kc_opts *o, struct scrape *sc, bool by_node)
     }
     if (by_node) {
         for (size_t i = 0; i < nodes.n; i++) {
-            struct row *n = &nodes.v[i];
+            struct gv_usage_row *n = &nodes.v[i];
             n->util /= (double)(n->index + 1); /* mean over the node's GPUs */
         }
         if (nodes.n > 0)
             qsort(nodes.v, nodes.n, sizeof(*nodes.v), cmp_rows);
         for (size_t i = 0; i < nodes.n; i++) {
-            struct row *n = &nodes.v[i];
+            struct gv_usage_row *n = &nodes.v[i];
             char gi[24], util[16], mem[64], a[24], b[24], c[16];
             snprintf(gi, sizeof(gi), "%ld", n->index + 1);
             snprintf(util, sizeof(util), "%.0f%%", n->util);
@@ -443,7 +303,8 @@ static int top_gpus(const struct kc_opts *o, struct scrape *sc, bool by_node)
                                                  "containers", (json_int_t)n->used));
         }
     }
-    rows_free(&nodes);
+    gv_usage_rows_free(&nodes);
+    json_decref(per_gpu);
     int rc = KC_OK;
     if (o->output == KC_OUT_JSON || o->output == KC_OUT_YAML)
         rc = kc_emit(doc, o->output, o->out) == 0 ? KC_OK : KC_ERR;
@@ -478,13 +339,18 @@ int kc_top(struct gv_kube_client *kube, const struct kc_opts *o, const char *wha
     struct scrape sc = {0};
     int rc = KC_OK;
     if (scrape_all(kube, o, &sc, &rc) >= 0) {
-        if (sc.ctrs.n > 0)
-            qsort(sc.ctrs.v, sc.ctrs.n, sizeof(*sc.ctrs.v), cmp_rows);
-        if (sc.gpus.n > 0)
-            qsort(sc.gpus.v, sc.gpus.n, sizeof(*sc.gpus.v), cmp_rows);
+        if (sc.u.ctrs.n > 0)
+            qsort(sc.u.ctrs.v, sc.u.ctrs.n, sizeof(*sc.u.ctrs.v), cmp_rows);
+        if (sc.u.gpus.n > 0)
+            qsort(sc.u.gpus.v, sc.u.gpus.n, sizeof(*sc.u.gpus.v), cmp_rows);
+        /* the rows moved: their index follows */
+        if (gv_usage_rows_reindex(&sc.u.ctrs) != 0 || gv_usage_rows_reindex(&sc.u.gpus) != 0) {
+            fprintf(stderr, "kubectl-gpuvisor: out of memory\n");
+            gv_usage_free(&sc.u);
+            return KC_ERR;
+        }
         rc = pods ? top_pods(o, &sc) : top_gpus(o, &sc, nodes);
     }
-    rows_free(&sc.ctrs);
-    rows_free(&sc.gpus);
+    gv_usage_free(&sc.u);
     return rc;
 }
