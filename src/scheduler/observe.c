@@ -23,6 +23,7 @@
 
 #include "common/gv_log.h"
 #include "common/gv_version.h"
+#include "contracts/agent_usage.h"
 #include "contracts/podspec.h"
 #include "dashboard/gv_dashboard.h"
 #include "scheduler/sched_observe.h"
@@ -48,6 +49,10 @@ static const char *const filter_result_labels[FR_COUNT] = {
 /* History: one sample per interval, 720 kept (6 h at 30 s). */
 #define HISTORY_LEN 720
 #define HISTORY_INTERVAL_S 30.0
+/* Live usage: every agent's /metrics read this often (dashboard only). */
+#define USAGE_INTERVAL_S 15.0
+#define AGENT_SELECTOR "app.kubernetes.io/name=gpuvisor-node"
+#define AGENT_PORT_NAME "metrics"
 
 struct sample {
     time_t t;
@@ -70,6 +75,10 @@ struct gv_sched_obs {
     pthread_t sampler;
     bool sampler_running, stopping;
     pthread_cond_t wake;
+    /* live usage from the node agents, replaced whole at each round */
+    struct gv_usage usage;
+    time_t usage_time; /* 0 = never read */
+    uint32_t agents_ok, agents_failed;
 };
 
 static const char *meta_str(const json_t *obj, const char *key)
@@ -105,6 +114,7 @@ void gv_sched_obs_free(struct gv_sched *s)
         pthread_join(o->sampler, NULL);
     }
     pthread_cond_destroy(&o->wake);
+    gv_usage_free(&o->usage);
     json_decref(o->pods);
     json_decref(o->reasons);
     pthread_mutex_destroy(&o->lock);
@@ -279,32 +289,136 @@ static struct sample take_sample(struct gv_sched *s, struct gv_alloc_frag *frag,
     return x;
 }
 
-/* Samples the cluster every HISTORY_INTERVAL_S once the caches are synced
- * (checked every second until then). */
+/* The agent pod's metrics port (a container port named "metrics"), or -1. */
+static long agent_port(json_t *pod)
+{
+    size_t i, j;
+    json_t *c, *p;
+    json_array_foreach(json_object_get(json_object_get(pod, "spec"), "containers"), i, c)
+    {
+        json_array_foreach(json_object_get(c, "ports"), j, p)
+        {
+            const char *nm = json_string_value(json_object_get(p, "name"));
+            if (nm != NULL && strcmp(nm, AGENT_PORT_NAME) == 0)
+                return (long)json_integer_value(json_object_get(p, "containerPort"));
+        }
+    }
+    return -1;
+}
+
+static bool stopping(struct gv_sched_obs *o)
+{
+    pthread_mutex_lock(&o->lock);
+    bool st = o->stopping;
+    pthread_mutex_unlock(&o->lock);
+    return st;
+}
+
+/* Reads every node agent's /metrics (pod IP, port "metrics", plain HTTP as
+ * Prometheus scrapes it) into a new usage table and swaps it in.  No lock
+ * is held across the network. */
+static void read_usage(struct gv_sched *s)
+{
+    struct gv_sched_obs *o = s->obs;
+    json_t *agents = NULL;
+    struct gv_error err = {0};
+    struct gv_kube_list_opts lo = {.label_selector = AGENT_SELECTOR};
+    if (s->kube == NULL || gv_kube_list(s->kube, "/api/v1/pods", &lo, &agents, &err) != GV_OK) {
+        if (s->kube != NULL)
+            gv_warn("dashboard: cannot list the node agents: %s", err.msg);
+        return;
+    }
+    struct gv_usage u = {0};
+    uint32_t ok = 0, failed = 0;
+    size_t i;
+    json_t *pod;
+    json_array_foreach(json_object_get(agents, "items"), i, pod)
+    {
+        const char *ip = json_string_value(json_object_get(json_object_get(pod, "status"), "podIP"));
+        const char *node = json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
+        long port = agent_port(pod);
+        if (ip == NULL || port <= 0 || port > 65535 || stopping(o))
+            continue;
+        char url[128], *text = NULL;
+        size_t len = 0;
+        /* an IPv6 pod IP needs brackets in a URL */
+        snprintf(url, sizeof(url), strchr(ip, ':') ? "http://[%s]:%ld" : "http://%s:%ld", ip, port);
+        struct gv_kube_config *cfg = NULL;
+        struct gv_kube_client *c = NULL;
+        if (gv_kube_config_from_url(url, &cfg, &err) == GV_OK) {
+            /* one round every USAGE_INTERVAL_S: a slow agent is skipped, not waited for */
+            cfg->max_retries = 0;
+            cfg->timeout_ms = 3000;
+            cfg->connect_timeout_ms = 2000;
+        }
+        if (cfg != NULL && gv_kube_client_new(cfg, &c, &err) == GV_OK &&
+            gv_kube_get_text(c, "/metrics", &text, &len, &err) == GV_OK) {
+            gv_usage_add_text(&u, text, len, node);
+            ok++;
+        } else {
+            gv_debug("dashboard: agent on %s: %s", node ? node : ip, err.msg);
+            failed++;
+        }
+        free(text);
+        gv_kube_client_free(c);
+        gv_kube_config_free(cfg);
+    }
+    json_decref(agents);
+    pthread_mutex_lock(&o->lock);
+    gv_usage_free(&o->usage);
+    o->usage = u;
+    o->usage_time = time(NULL);
+    o->agents_ok = ok;
+    o->agents_failed = failed;
+    pthread_mutex_unlock(&o->lock);
+}
+
+/* Samples the cluster every HISTORY_INTERVAL_S and reads the agents every
+ * USAGE_INTERVAL_S once the caches are synced (checked every second until
+ * then). */
 static void *sampler_main(void *arg)
 {
     struct gv_sched *s = arg;
     struct gv_sched_obs *o = s->obs;
+    double next_sample = 0, next_usage = 0;
     pthread_mutex_lock(&o->lock);
     while (!o->stopping) {
-        double wait = 1.0;
+        double now = gv_sched_now(), wait = 1.0;
         if (gv_sched_ready(s)) {
             pthread_mutex_unlock(&o->lock);
-            struct gv_alloc_frag frag;
-            struct gv_alloc_totals tot;
-            pthread_mutex_lock(&s->lock);
-            struct sample x = take_sample(s, &frag, &tot);
-            pthread_mutex_unlock(&s->lock);
+            if (now >= next_sample) {
+                struct gv_alloc_frag frag;
+                struct gv_alloc_totals tot;
+                pthread_mutex_lock(&s->lock);
+                struct sample x = take_sample(s, &frag, &tot);
+                pthread_mutex_unlock(&s->lock);
+                pthread_mutex_lock(&o->lock);
+                o->ring[o->ring_head] = x;
+                o->ring_head = (o->ring_head + 1) % HISTORY_LEN;
+                if (o->ring_n < HISTORY_LEN)
+                    o->ring_n++;
+                pthread_mutex_unlock(&o->lock);
+                next_sample = now + HISTORY_INTERVAL_S;
+            }
+            if (now >= next_usage) {
+                read_usage(s);
+                next_usage = gv_sched_now() + USAGE_INTERVAL_S;
+            }
+            now = gv_sched_now();
+            wait = (next_sample < next_usage ? next_sample : next_usage) - now;
+            if (wait < 0.05)
+                wait = 0.05;
             pthread_mutex_lock(&o->lock);
-            o->ring[o->ring_head] = x;
-            o->ring_head = (o->ring_head + 1) % HISTORY_LEN;
-            if (o->ring_n < HISTORY_LEN)
-                o->ring_n++;
-            wait = HISTORY_INTERVAL_S;
         }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
+        double frac = wait - (double)(time_t)wait;
         ts.tv_sec += (time_t)wait;
+        ts.tv_nsec += (long)(frac * 1e9);
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
         while (!o->stopping && pthread_cond_timedwait(&o->wake, &o->lock, &ts) == 0) {
         }
     }
@@ -587,21 +701,41 @@ void gv_sched_obs_write_metrics(struct gv_sched *s, FILE *f)
 
 /* ---- dashboard state ------------------------------------------------------ */
 
+/* Adds the agents' live figures for this slice (observer lock held). */
+static void slice_usage(struct gv_sched_obs *o, json_t *sl, const char *ns, const char *pod,
+                        const char *container, const char *uuid)
+{
+    const struct gv_usage_row *r = gv_usage_row_find(&o->usage.ctrs, ns, pod, container, uuid);
+    if (r == NULL)
+        return;
+    if (r->have_used)
+        json_object_set_new(sl, "usedMemMiB", json_real(r->used / 1048576.0));
+    if (r->have_share)
+        json_object_set_new(sl, "achievedShare", json_real(r->share));
+}
+
+struct slice_ctx {
+    struct gv_sched_obs *o;
+    json_t *by_uuid;
+};
+
 static void slice_json(void *ud, const char *ns, const char *pod, const char *node,
                        const char *container, size_t cidx, const struct gv_alloc_device *d)
 {
     (void)node;
     (void)cidx;
-    json_t *by_uuid = ud;
-    json_t *arr = json_object_get(by_uuid, d->uuid);
+    struct slice_ctx *sc = ud;
+    json_t *arr = json_object_get(sc->by_uuid, d->uuid);
     if (arr == NULL) {
         arr = json_array();
-        json_object_set_new(by_uuid, d->uuid, arr);
+        json_object_set_new(sc->by_uuid, d->uuid, arr);
     }
-    json_array_append_new(arr, json_pack("{s:s?,s:s?,s:s,s:I,s:f,s:s}", "namespace", ns, "pod",
-                                         pod, "container", container, "memMiB",
-                                         (json_int_t)d->mem_mib, "cores", d->milli / 10.0,
-                                         "phase", "bound"));
+    json_t *sl = json_pack("{s:s?,s:s?,s:s,s:I,s:f,s:s}", "namespace", ns, "pod", pod,
+                           "container", container, "memMiB", (json_int_t)d->mem_mib, "cores",
+                           d->milli / 10.0, "phase", "bound");
+    if (sl != NULL)
+        slice_usage(sc->o, sl, ns, pod, container, d->uuid);
+    json_array_append_new(arr, sl);
 }
 
 static const char *node_state_name(struct gv_sched *s, const struct snode *n, time_t now)
@@ -655,7 +789,8 @@ char *gv_sched_obs_state_json(struct gv_sched *s)
     pthread_mutex_lock(&s->lock);
     pthread_mutex_lock(&o->lock);
     struct sample cur = take_sample(s, &frag, &tot);
-    each_slice(s, NULL, slice_json, by_uuid);
+    struct slice_ctx sctx = {o, by_uuid};
+    each_slice(s, NULL, slice_json, &sctx);
     reserved_slices(s, by_uuid);
     for (size_t i = 0; i < s->n_nodes; i++) {
         const struct snode *n = s->nodes[i];
@@ -675,6 +810,12 @@ char *gv_sched_obs_state_json(struct gv_sched *s)
                                 "healthy", gi.healthy, "mode",
                                 gi.mode == GV_ALLOC_GPU_EXCLUSIVE ? "exclusive" : "shared",
                                 "slices", sl ? json_incref(sl) : json_array()));
+            const struct gv_usage_row *live = gv_usage_row_find(&o->usage.gpus, "", "", "", gi.uuid);
+            json_t *gj = json_array_get(gpus, json_array_size(gpus) - 1);
+            if (live != NULL && live->have_util)
+                json_object_set_new(gj, "utilPercent", json_real(live->util));
+            if (live != NULL && live->have_fb)
+                json_object_set_new(gj, "fbUsedMiB", json_real(live->fb_used));
         }
         double nf = 0;
         if (n->in_engine)
@@ -725,6 +866,13 @@ char *gv_sched_obs_state_json(struct gv_sched *s)
                         json_pack("{s:f,s:f,s:f}", "ratio", frag.ratio, "fragGPUs",
                                   frag.frag_milli / 1000.0, "freeGPUs", frag.free_milli / 1000.0));
     json_object_set_new(root, "historyIntervalSeconds", json_real(HISTORY_INTERVAL_S));
+    pthread_mutex_lock(&o->lock);
+    json_object_set_new(root, "usage",
+                        json_pack("{s:I,s:I,s:I,s:f}", "time", (json_int_t)o->usage_time,
+                                  "agents", (json_int_t)o->agents_ok, "agentsFailed",
+                                  (json_int_t)o->agents_failed, "intervalSeconds",
+                                  USAGE_INTERVAL_S));
+    pthread_mutex_unlock(&o->lock);
     json_object_set_new(root, "history", history);
     json_object_set_new(root, "nodes", nodes);
     json_object_set_new(root, "pending", pending);

@@ -8,15 +8,18 @@ taken in the same way (a PNG of the requested size).  Also: the page is
 self-contained (nothing fetched from elsewhere) and read-only.
 
 GV_DASHBOARD_SCREENSHOT=path keeps the screenshot for a human to look at."""
+import json
 import os
 import re
 import shutil
 import struct
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import agent_standin  # noqa: E402
 import obs_stand  # noqa: E402
 from obs_stand import cluster_fixture, gvtest  # noqa: E402
 
@@ -45,10 +48,27 @@ def text_of(dom):
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom)).replace("&amp;", "&")
 
 
-stand = obs_stand.Stand(work)
+# node-agent stand-ins on every node with an agent but the stale one
+agents = agent_standin.start_agents(skip=("gpu-h100-1",))
+stand = obs_stand.Stand(work, agents=agents)
 try:
     stand.start_scheduler()
     obs_stand.drive_filters(stand)
+    # the dashboard reads the agents once the caches are synced, then every
+    # 15 s: wait for that first round (no timing asserted)
+    state = {}
+    for _ in range(1200):
+        code, body = obs_stand.http("GET", stand.dash + "/api/state")
+        state = json.loads(body) if code == 200 else {}
+        if state.get("usage", {}).get("time"):
+            break
+        time.sleep(0.05)
+    t.ok(state.get("usage", {}).get("agents") == 3, "the scheduler read the 3 node agents", state.get("usage"))
+    sl = {(x["pod"], x["container"]): x for n in state.get("nodes", []) for g in n["gpus"] for x in g["slices"]
+          if g["index"] == 0 and n["name"] == "gpu-a100-1"}
+    b0 = sl.get(("bert-finetune-0", "trainer"), {})
+    t.ok(b0.get("usedMemMiB") == int(40960 * 0.9) and b0.get("achievedShare") == 0.25,
+         "api/state: a slice's live memory use and achieved share from its agent", b0)
 
     # self-contained: every asset comes from the scheduler, none refers elsewhere
     code, page = obs_stand.http("GET", stand.dash + "/")
@@ -79,9 +99,13 @@ try:
         ("gpu-a100-1 ready", "node gpu-a100-1 with a live agent"),
         ("gpu-h100-1 stale", "node whose agent stopped reporting shown stale"),
         ("cpu-1 no agent", "node without the agent shown"),
-        ("ml-train/bert-finetune-0 · trainer 40 GiB · 50%", "a slice: who, container, memory, cores"),
-        ("inference/llama-serve-7b · sidecar 2.0 GiB · 10%", "a second container's slice on a shared GPU"),
-        ("research/notebook-alice · jupyter 8.0 GiB · any", "a slice without a compute limit"),
+        ("ml-train/bert-finetune-0 · trainer 36 GiB of 40 GiB · 25% of 50%",
+         "a slice: who, container, memory used of allocated, share achieved of target"),
+        ("inference/llama-serve-7b · sidecar 1.5 GiB of 2.0 GiB · 5% of 10%", "a second container's slice on a shared GPU"),
+        ("research/notebook-alice · jupyter 0.0 GiB of 8.0 GiB · 0% of any", "a slice without a compute limit"),
+        ("inference/ocr · ocr 11 GiB of 12 GiB · 30% of 60%", "HAMi-named agent series read too"),
+        ("util 26% · 2/10 tasks", "a GPU's live utilisation"),
+        ("live usage from 3 agents", "status line names the agents read"),
         ("inference/small-infer · s (reserved) 8.0 GiB · 20%", "a reservation (filter done, bind pending)"),
         ("ml-train big-train insufficient gpu 3/5 nodes:", "pending pod with its top failure reason"),
         ("research bad-cores invalid request", "invalid request listed as pending"),

@@ -126,16 +126,26 @@
     left.appendChild(el("b", "", "GPU " + g.index));
     left.appendChild(document.createTextNode(" " + (g.model || "") + (g.healthy ? "" : " (unhealthy)")));
     head.appendChild(left);
-    head.appendChild(el("span", "", g.tasks + "/" + g.split + " tasks"));
+    head.appendChild(el("span", "", (g.utilPercent !== undefined ? "util " + Math.round(g.utilPercent) + "% · " : "") +
+                                    g.tasks + "/" + g.split + " tasks"));
     head.title = g.uuid;
     box.appendChild(head);
     var bar = el("div", "bar");
     g.slices.forEach(function (s) {
       var seg = el("div", "seg" + (s.phase === "reserved" ? " reserved" : ""));
       seg.style.width = (g.memMiB ? 100 * s.memMiB / g.memMiB : 0) + "%";
-      seg.style.background = colorOf(s.namespace + "/" + s.pod);
+      var c = colorOf(s.namespace + "/" + s.pod);
+      if (s.usedMemMiB !== undefined && s.memMiB > 0) {
+        // live usage: the used part of the slice solid, the rest pale
+        var u = Math.min(100, 100 * s.usedMemMiB / s.memMiB).toFixed(1);
+        seg.style.background = "linear-gradient(to right, " + c + " " + u + "%, " + c + "55 " + u + "%)";
+      } else {
+        seg.style.background = c;
+      }
       seg.title = s.namespace + "/" + s.pod + " [" + s.container + "]: " + gib(s.memMiB) +
                   ", " + (s.cores ? s.cores + "% compute" : "unlimited compute") +
+                  (s.usedMemMiB !== undefined ? "; using " + gib(s.usedMemMiB) : "") +
+                  (s.achievedShare !== undefined ? ", " + Math.round(100 * s.achievedShare) + "% busy" : "") +
                   (s.phase === "reserved" ? " (reserved)" : "");
       bar.appendChild(seg);
     });
@@ -165,7 +175,10 @@
         li.appendChild(sw);
         li.appendChild(el("span", "who", s.namespace + "/" + s.pod + " · " + s.container +
                           (s.phase === "reserved" ? " (reserved)" : "")));
-        li.appendChild(el("span", "amt", gib(s.memMiB) + " · " + (s.cores ? s.cores + "%" : "any")));
+        var amt = (s.usedMemMiB !== undefined ? gib(s.usedMemMiB) + " of " : "") + gib(s.memMiB) + " · " +
+                  (s.achievedShare !== undefined ? Math.round(100 * s.achievedShare) + "% of " : "") +
+                  (s.cores ? s.cores + "%" : "any");
+        li.appendChild(el("span", "amt", amt));
         ul.appendChild(li);
       });
       box.appendChild(ul);
@@ -205,9 +218,13 @@
     drawNodes(st);
     var s = document.getElementById("status");
     s.className = "status";
+    var u = st.usage || {};
     s.textContent = "gpuvisor " + st.version + " · updated " +
                     new Date(st.time * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC" +
-                    (st.ready ? "" : " · caches syncing");
+                    (st.ready ? "" : " · caches syncing") +
+                    (u.time ? " · live usage from " + u.agents + " agent" + (u.agents === 1 ? "" : "s") +
+                              (u.agentsFailed ? " (" + u.agentsFailed + " not answering)" : "")
+                            : " · no live usage yet");
     document.body.setAttribute("data-loaded", "1");
   }
 
