@@ -12,14 +12,12 @@
 gv_status gv_alloc_gpu_info_at(const struct gv_alloc_cluster *c, const char *node, uint32_t i,
                                struct gv_alloc_gpu_info *out, struct gv_error *err)
 {
-    uint32_t idx = strmap_get(&c->node_map, node);
-    if (idx == UINT32_MAX)
-        return gv_error_set(err, GV_ENOTFOUND, "node %s: unknown", node);
-    const struct node *n = &c->nodes[idx];
-    if (i >= n->n_gpus)
-        return gv_error_set(err, GV_ENOTFOUND, "node %s: no GPU #%u (it has %u)", node, i,
-                            n->n_gpus);
-    const struct gpu *g = &n->gpus[i];
+    /* the usage call checks node and index (and says what is wrong) */
+    struct gv_alloc_gpu_usage u;
+    gv_status st = gv_alloc_gpu_usage_at(c, node, i, &u, err);
+    if (st != GV_OK)
+        return st;
+    const struct gpu *g = &c->nodes[strmap_get(&c->node_map, node)].gpus[i];
     memset(out, 0, sizeof(*out));
     out->uuid = g->uuid;
     out->model = g->model;
@@ -28,9 +26,9 @@ gv_status gv_alloc_gpu_info_at(const struct gv_alloc_cluster *c, const char *nod
     out->split = g->split;
     out->healthy = g->healthy;
     out->mode = g->mode;
-    out->used_mem_mib = g->used_mem;
-    out->used_milli = g->used_milli;
-    out->tasks = g->tasks;
+    out->used_mem_mib = u.mem_mib;
+    out->used_milli = u.milli;
+    out->tasks = u.tasks;
     return GV_OK;
 }
 

@@ -168,6 +168,25 @@ static char *dup0(const char *s)
     return strdup(s ? s : "");
 }
 
+long gv_usage_agent_port(const void *pod_json, const char *name)
+{
+    const json_t *pod = pod_json;
+    if (name != NULL && name[0] >= '0' && name[0] <= '9')
+        return strtol(name, NULL, 10);
+    size_t i, j;
+    json_t *c, *p;
+    json_array_foreach(json_object_get(json_object_get(pod, "spec"), "containers"), i, c)
+    {
+        json_array_foreach(json_object_get(c, "ports"), j, p)
+        {
+            const char *nm = json_string_value(json_object_get(p, "name"));
+            if (nm != NULL && strcmp(nm, name ? name : "metrics") == 0)
+                return (long)json_integer_value(json_object_get(p, "containerPort"));
+        }
+    }
+    return -1;
+}
+
 static char *row_key(const char *ns, const char *pod, const char *ctr, const char *uuid)
 {
     /* uuids compare on 40 characters: HAMi's series cut them there */

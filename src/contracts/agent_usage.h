@@ -67,6 +67,10 @@ size_t gv_usage_add_text(struct gv_usage *u, char *text, size_t len, const char 
  * NULL on OOM.  uuids match on their first 40 characters (HAMi cuts them). */
 struct gv_usage_row *gv_usage_row_get(struct gv_usage_rows *r, const char *ns, const char *pod,
                                       const char *ctr, const char *uuid);
+/* An agent pod's metrics port: name a number ("9401") or a container port
+ * name (NULL: "metrics"), looked up in the Pod object.  -1 when absent. */
+long gv_usage_agent_port(const void *pod_json, const char *name);
+
 /* The row, or NULL when absent. */
 struct gv_usage_row *gv_usage_row_find(struct gv_usage_rows *r, const char *ns, const char *pod,
                                        const char *ctr, const char *uuid);

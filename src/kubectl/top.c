@@ -6,7 +6,6 @@
  * shared regions, compute share achieved / target) and dcgm-exporter's
  * per-GPU fields; HAMi's hami_vgpu_* / hami_host_* when only those are on.
  */
-#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,25 +17,6 @@
 struct scrape {
     struct gv_usage u;
 };
-
-/* The agent's metrics port: a number, or a container port by name. */
-static long agent_port(json_t *pod, const char *want)
-{
-    if (want != NULL && isdigit((unsigned char)want[0]))
-        return strtol(want, NULL, 10);
-    size_t i, j;
-    json_t *c, *p;
-    json_array_foreach(json_object_get(json_object_get(pod, "spec"), "containers"), i, c)
-    {
-        json_array_foreach(json_object_get(c, "ports"), j, p)
-        {
-            const char *nm = json_string_value(json_object_get(p, "name"));
-            if (nm != NULL && strcmp(nm, want ? want : "metrics") == 0)
-                return (long)json_integer_value(json_object_get(p, "containerPort"));
-        }
-    }
-    return -1;
-}
 
 /* Scrapes every agent; returns the number scraped, -1 after a fatal error. */
 static int scrape_all(struct gv_kube_client *kube, const struct kc_opts *o, struct scrape *sc,
@@ -65,7 +45,7 @@ static int scrape_all(struct gv_kube_client *kube, const struct kc_opts *o, stru
         if (ns == NULL || name == NULL)
             continue;
         seen++;
-        long port = agent_port(pod, o->agent_port);
+        long port = gv_usage_agent_port(pod, o->agent_port);
         if (port <= 0 || port > 65535) {
             fprintf(stderr, "kubectl-gpuvisor: warning: agent %s/%s has no port \"%s\"; skipped\n",
                     ns, name, o->agent_port ? o->agent_port : "metrics");

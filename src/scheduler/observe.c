@@ -289,23 +289,6 @@ static struct sample take_sample(struct gv_sched *s, struct gv_alloc_frag *frag,
     return x;
 }
 
-/* The agent pod's metrics port (a container port named "metrics"), or -1. */
-static long agent_port(json_t *pod)
-{
-    size_t i, j;
-    json_t *c, *p;
-    json_array_foreach(json_object_get(json_object_get(pod, "spec"), "containers"), i, c)
-    {
-        json_array_foreach(json_object_get(c, "ports"), j, p)
-        {
-            const char *nm = json_string_value(json_object_get(p, "name"));
-            if (nm != NULL && strcmp(nm, AGENT_PORT_NAME) == 0)
-                return (long)json_integer_value(json_object_get(p, "containerPort"));
-        }
-    }
-    return -1;
-}
-
 static bool stopping(struct gv_sched_obs *o)
 {
     pthread_mutex_lock(&o->lock);
@@ -336,7 +319,7 @@ static void read_usage(struct gv_sched *s)
     {
         const char *ip = json_string_value(json_object_get(json_object_get(pod, "status"), "podIP"));
         const char *node = json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
-        long port = agent_port(pod);
+        long port = gv_usage_agent_port(pod, AGENT_PORT_NAME);
         if (ip == NULL || port <= 0 || port > 65535 || stopping(o))
             continue;
         char url[128], *text = NULL;
