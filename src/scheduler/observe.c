@@ -228,6 +228,20 @@ static char *top_reason(size_t n, const char *const *reasons)
     return out;
 }
 
+/* Drops reasons of pods no longer pending (placed, deleted, lapsed): pending
+ * pods are not watched, so this is where their reasons go (both locks held). */
+static void prune_reasons(struct gv_sched *s)
+{
+    const char *uid;
+    json_t *v, *tmp;
+    json_object_foreach_safe(s->obs->reasons, tmp, uid, v)
+    {
+        const struct srec *r = gv_sched_rec_find(s, uid);
+        if (r == NULL || r->phase != REC_PENDING)
+            json_object_del(s->obs->reasons, uid);
+    }
+}
+
 void gv_sched_obs_filter(struct gv_sched *s, const struct gv_ext_args *args, int gpu_containers,
                          const enum gv_ext_verdict *verdicts, const char *const *reasons,
                          double seconds)
@@ -261,8 +275,16 @@ void gv_sched_obs_filter(struct gv_sched *s, const struct gv_ext_args *args, int
         else if (any_fit)
             json_object_del(o->reasons, uid);
     }
+    bool crowded = json_object_size(o->reasons) > 1024;
     pthread_mutex_unlock(&o->lock);
     free(top);
+    if (crowded) {
+        pthread_mutex_lock(&s->lock);
+        pthread_mutex_lock(&o->lock);
+        prune_reasons(s);
+        pthread_mutex_unlock(&o->lock);
+        pthread_mutex_unlock(&s->lock);
+    }
 }
 
 /* ---- cluster samples ----------------------------------------------------- */
@@ -634,6 +656,7 @@ void gv_sched_obs_write_metrics(struct gv_sched *s, FILE *f)
     struct gv_alloc_frag frag;
     gv_alloc_cluster_fragmentation(s->cluster, &frag);
     pthread_mutex_lock(&o->lock);
+    prune_reasons(s);
     fputs("# HELP gpuvisor_scheduler_filter_duration_seconds Time to answer a filter call, by "
           "outcome.\n# TYPE gpuvisor_scheduler_filter_duration_seconds histogram\n",
           f);
@@ -772,6 +795,7 @@ char *gv_sched_obs_state_json(struct gv_sched *s)
     pthread_mutex_lock(&s->lock);
     pthread_mutex_lock(&o->lock);
     struct sample cur = take_sample(s, &frag, &tot);
+    prune_reasons(s);
     struct slice_ctx sctx = {o, by_uuid};
     each_slice(s, NULL, slice_json, &sctx);
     reserved_slices(s, by_uuid);

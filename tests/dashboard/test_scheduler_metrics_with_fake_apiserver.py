@@ -126,6 +126,12 @@ try:
     t.ok("gpucores" in pend.get("bad-cores", {}).get("message", "")
          and pend.get("bad-cores", {}).get("reason") == "invalid_request",
          "invalid request: the engine's message", pend.get("bad-cores"))
+    # the same pod, asking for less, fits: it leaves the pending list with its reason
+    stand.filter("ml-train", "big-train", "p-big", [obs_stand.gpu_container("t", 1, 1024, 10)],
+                 obs_stand.ALL_NODES)
+    fams = {f.name: f for f in text_string_to_metric_families(obs_stand.http("GET", stand.ext + "/metrics")[1])}
+    pend = {s.labels["pod"] for s in samples("gpuvisor_scheduler_pending_pod")}
+    t.ok(pend == {"bad-cores"}, "a pod placed at a later filter is no longer pending", pend)
     frag = samples("gpuvisor_cluster_fragmentation_ratio")
     t.ok(len(frag) == 1 and 0 <= frag[0].value <= 1, "fragmentation ratio exported (0-1)", frag)
 
