@@ -716,7 +716,7 @@ static bool metrics_next_batch(struct metrics_stream *ms)
         if (!ms->family_started) {
             fputs(ms->family < GPU_FAMILIES_OWN
                       ? gpu_family_head[ms->family]
-                      : gv_sched_obs_gpu_family_head(ms->family - GPU_FAMILIES_OWN),
+                      : gv_sched_obs_gpu_family_head(s, ms->family - GPU_FAMILIES_OWN),
                   f);
             ms->family_started = true;
         }

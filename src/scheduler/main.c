@@ -22,6 +22,7 @@ static void usage(FILE *out)
             "  --extender-listen A:P    extender address (default 127.0.0.1:8888)\n"
             "  --extender-prefix PATH   URL prefix of the verbs (default /gpuvisor)\n"
             "  --dashboard-listen A:P   serve the read-only web dashboard here (off by default)\n"
+            "  --hami-metrics on|off    HAMi's names on /metrics as well (default on)\n"
             "  --extender-tls           serve the extender over HTTPS too (same cert/key)\n"
             "  --webhook-listen A:P     serve the admission webhook (HTTPS) here\n"
             "  --tls-cert-file FILE     PEM certificate chain (reloaded when it changes)\n"
@@ -78,6 +79,7 @@ int main(int argc, char **argv)
         OPT_CONFIG = 1000,
         OPT_MASTER,
         OPT_DASH_LISTEN,
+        OPT_HAMI_METRICS,
         OPT_KUBECONFIG,
         OPT_EXT_LISTEN,
         OPT_EXT_PREFIX,
@@ -93,6 +95,7 @@ int main(int argc, char **argv)
         {"config", required_argument, NULL, OPT_CONFIG},
         {"master", required_argument, NULL, OPT_MASTER},
         {"dashboard-listen", required_argument, NULL, OPT_DASH_LISTEN},
+        {"hami-metrics", required_argument, NULL, OPT_HAMI_METRICS},
         {"kubeconfig", required_argument, NULL, OPT_KUBECONFIG},
         {"extender-listen", required_argument, NULL, OPT_EXT_LISTEN},
         {"extender-prefix", required_argument, NULL, OPT_EXT_PREFIX},
@@ -108,6 +111,7 @@ int main(int argc, char **argv)
     };
     const char *config = NULL, *master = NULL, *kubeconfig = NULL;
     const char *dash_listen = NULL;
+    bool hami_metrics = true;
     const char *ext_listen = "127.0.0.1:8888", *ext_prefix = "/gpuvisor", *wh_listen = NULL;
     const char *cert = NULL, *key = NULL, *port_file = NULL;
     bool ext_tls = false;
@@ -135,6 +139,13 @@ int main(int argc, char **argv)
             break;
         case OPT_DASH_LISTEN:
             dash_listen = optarg;
+            break;
+        case OPT_HAMI_METRICS:
+            if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0) {
+                fprintf(stderr, "gpuvisor-scheduler: --hami-metrics takes on or off\n");
+                return 2;
+            }
+            hami_metrics = strcmp(optarg, "on") == 0;
             break;
         case OPT_KUBECONFIG:
             kubeconfig = optarg;
@@ -217,6 +228,7 @@ int main(int argc, char **argv)
         goto fail;
     if (gv_sched_new(&cfg, kube, &s, &err) != GV_OK)
         goto fail;
+    gv_sched_obs_set_hami(s, hami_metrics);
     if (dash_listen != NULL && start_dashboard(s, dash_listen, &dash, &err) != GV_OK)
         goto fail;
 

@@ -79,6 +79,7 @@ struct gv_sched_obs {
     struct gv_usage usage;
     time_t usage_time; /* 0 = never read */
     uint32_t agents_ok, agents_failed;
+    bool hami_off; /* --hami-metrics=off: HAMi's names left out */
 };
 
 static const char *meta_str(const json_t *obj, const char *key)
@@ -476,8 +477,16 @@ static const char *const hami_gpu_head[GV_SCHED_OBS_GPU_FAMILIES] = {
     "GPU (HAMi name).\n# TYPE hami_node_gpu_memory_allocated_ratio gauge\n",
 };
 
-const char *gv_sched_obs_gpu_family_head(int fam)
+void gv_sched_obs_set_hami(struct gv_sched *s, bool on)
 {
+    if (s->obs != NULL)
+        s->obs->hami_off = !on;
+}
+
+const char *gv_sched_obs_gpu_family_head(struct gv_sched *s, int fam)
+{
+    if (s->obs == NULL || s->obs->hami_off)
+        return "";
     return fam >= 0 && fam < GV_SCHED_OBS_GPU_FAMILIES ? hami_gpu_head[fam] : "";
 }
 
@@ -491,7 +500,7 @@ void gv_sched_obs_gpu_sample(struct gv_sched *s, FILE *f, int fam, const char *n
         "hami_gpu_core_allocated_ratio",    "hami_node_gpu_overview",
         "hami_node_gpu_memory_allocated_ratio"};
     struct gv_alloc_gpu_info g;
-    if (fam < 0 || fam >= GV_SCHED_OBS_GPU_FAMILIES ||
+    if (fam < 0 || fam >= GV_SCHED_OBS_GPU_FAMILIES || s->obs == NULL || s->obs->hami_off ||
         gv_alloc_gpu_info_at(s->cluster, node, i, &g, NULL) != GV_OK)
         return;
     if (fam == 6 && g.mem_mib == 0)
@@ -691,16 +700,18 @@ void gv_sched_obs_write_metrics(struct gv_sched *s, FILE *f)
             "# TYPE gpuvisor_cluster_gpu_fragmented_share gauge\n"
             "gpuvisor_cluster_gpu_fragmented_share %g\n",
             frag.ratio, frag.free_milli / 1000.0, frag.frag_milli / 1000.0);
-    fputs("# HELP hami_vgpu_memory_allocated_bytes vGPU memory allocated from a container "
-          "(HAMi name).\n# TYPE hami_vgpu_memory_allocated_bytes gauge\n",
-          f);
-    struct vgpu_out v = {f, 0};
-    each_slice(s, NULL, vgpu_sample, &v);
-    fputs("# HELP hami_vgpu_core_allocated_ratio vGPU core allocated from a container, 0-100 "
-          "(HAMi name).\n# TYPE hami_vgpu_core_allocated_ratio gauge\n",
-          f);
-    v.fam = 1;
-    each_slice(s, NULL, vgpu_sample, &v);
+    if (!o->hami_off) {
+        fputs("# HELP hami_vgpu_memory_allocated_bytes vGPU memory allocated from a container "
+              "(HAMi name).\n# TYPE hami_vgpu_memory_allocated_bytes gauge\n",
+              f);
+        struct vgpu_out v = {f, 0};
+        each_slice(s, NULL, vgpu_sample, &v);
+        fputs("# HELP hami_vgpu_core_allocated_ratio vGPU core allocated from a container, 0-100 "
+              "(HAMi name).\n# TYPE hami_vgpu_core_allocated_ratio gauge\n",
+              f);
+        v.fam = 1;
+        each_slice(s, NULL, vgpu_sample, &v);
+    }
     pthread_mutex_unlock(&o->lock);
     pthread_mutex_unlock(&s->lock);
 }

@@ -37,7 +37,7 @@ void gv_sched_obs_write_metrics(struct gv_sched *s, FILE *f);
  * one GPU's sample (s->lock held). */
 /* The dashboard's JSON state (heap text; NULL on OOM). */
 char *gv_sched_obs_state_json(struct gv_sched *s);
-const char *gv_sched_obs_gpu_family_head(int fam);
+const char *gv_sched_obs_gpu_family_head(struct gv_sched *s, int fam);
 void gv_sched_obs_gpu_sample(struct gv_sched *s, FILE *f, int fam, const char *node, uint32_t i);
 
 #endif

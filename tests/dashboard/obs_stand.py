@@ -45,11 +45,13 @@ class Stand:
         self.api_url = ready.split()[1]
         self.sched = None
 
-    def start_scheduler(self):
+    def start_scheduler(self, *extra):
         ports = os.path.join(self.dir, "ports")
+        if os.path.exists(ports):
+            os.unlink(ports)
         self.sched = gvtest.Proc([SCHED_BIN, "--master", self.api_url, "--extender-listen",
                                   "127.0.0.1:0", "--dashboard-listen", "127.0.0.1:0",
-                                  "--port-file", ports, "--log-level", "warn"],
+                                  "--port-file", ports, "--log-level", "warn"] + list(extra),
                                  stdin=False, log=os.path.join(self.dir, "sched.log"))
         # the port file is written once the listeners are up (no sleep-based wait)
         for _ in range(600):

@@ -153,6 +153,13 @@ try:
     rc, log = stand.stop_scheduler()
     t.ok(rc == 0 and "Sanitizer" not in log and "runtime error" not in log,
          "scheduler exits cleanly on SIGTERM (no sanitizer report)", log[-3000:])
+
+    # HAMi's names can be switched off (they are most of a large scrape)
+    stand.start_scheduler("--hami-metrics", "off")
+    text = obs_stand.http("GET", stand.ext + "/metrics")[1]
+    names = {f.name for f in text_string_to_metric_families(text)}
+    t.ok(not any(n.startswith("hami_") for n in names) and "gpuvisor_gpu_memory_allocated_mib" in names,
+         "--hami-metrics off: no hami_ family, gpuvisor's kept", sorted(names))
 finally:
     stand.stop()
 t.done()
