@@ -107,6 +107,19 @@ try:
         for n in (y or {}).get("nodes", []) + doc.get("nodes", []):
             n.pop("reason", None)  # heartbeat ages move between the two runs
         t.ok(y == doc, "-o yaml is the same document as -o json (YAML parser)", err)
+    # through kubectl itself: it finds kubectl-gpuvisor on PATH and passes the arguments on
+    import shutil
+    if shutil.which("kubectl") is None:
+        t.skip("kubectl gpuvisor through kubectl", "kubectl not installed")
+    else:
+        e = dict(os.environ, PATH=os.path.dirname(BIN) + os.pathsep + os.environ.get("PATH", ""),
+                 HOME=work)
+        e.pop("KUBECONFIG", None)
+        r = subprocess.run(["kubectl", "gpuvisor", "inspect", "-d", "-s", stand.api_url] + HB,
+                           capture_output=True, env=e, timeout=120)
+        ok, diff = golden("inspect-d.txt", r.stdout.decode())
+        t.ok(r.returncode == 0 and ok, "`kubectl gpuvisor inspect -d` (real kubectl, plugin on PATH) prints the same",
+             diff or r.stderr.decode())
     rc, out, err = run(*S, "inspect", "no-such-node", *HB)
     t.ok(rc == 1 and 'node "no-such-node" not found' in err, "inspect of an unknown node: clear error", err)
 
