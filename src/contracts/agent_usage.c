@@ -193,8 +193,8 @@ static char *row_key(const char *ns, const char *pod, const char *ctr, const cha
     size_t kl = strlen(ns ? ns : "") + strlen(pod ? pod : "") + strlen(ctr ? ctr : "") + 48;
     char *key = malloc(kl);
     if (key != NULL)
-        snprintf(key, kl, "%s\x1f%s\x1f%s\x1f%.40s", ns ? ns : "", pod ? pod : "",
-                 ctr ? ctr : "", uuid ? uuid : "");
+        snprintf(key, kl, "%s\x1f%s\x1f%s\x1f%.40s", ns ? ns : "", pod ? pod : "", ctr ? ctr : "",
+                 uuid ? uuid : "");
     return key;
 }
 
@@ -320,7 +320,8 @@ static void on_sample(void *ud, const struct gv_expfmt_sample *s)
                              gv_expfmt_label(s, "pod"), gv_expfmt_label(s, "container"), uuid);
         if (x == NULL)
             return;
-        gv_usage_row_set_node(x, gv_expfmt_label(s, "node") ? gv_expfmt_label(s, "node") : rd->node);
+        gv_usage_row_set_node(x,
+                              gv_expfmt_label(s, "node") ? gv_expfmt_label(s, "node") : rd->node);
         if (strcmp(n, "gpuvisor_container_gpu_memory_used_bytes") == 0 ||
             strcmp(n, "hami_vgpu_memory_used_bytes") == 0)
             x->used = s->value, x->have_used = true;

@@ -41,11 +41,11 @@ const char *gv_expfmt_label(const struct gv_expfmt_sample *s, const char *name);
 /* One container on one GPU (ns/pod/ctr set), or one GPU (ns/pod/ctr ""). */
 struct gv_usage_row {
     char *ns, *pod, *ctr, *uuid, *node, *model;
-    double used, limit;   /* bytes */
-    double share, target; /* 0-1; target 1 = whole GPU or unlimited */
-    double util;          /* percent */
+    double used, limit;       /* bytes */
+    double share, target;     /* 0-1; target 1 = whole GPU or unlimited */
+    double util;              /* percent */
     double fb_used, fb_total; /* MiB */
-    long index;           /* GPU index, -1 unknown */
+    long index;               /* GPU index, -1 unknown */
     bool have_used, have_limit, have_share, have_target, have_util, have_fb;
 };
 

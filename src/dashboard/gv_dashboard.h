@@ -12,8 +12,8 @@
 #include <stddef.h>
 
 struct gv_dashboard_asset {
-    const char *path;         /* "/index.html" */
-    const char *content_type; /* "text/html; charset=utf-8" */
+    const char *path;          /* "/index.html" */
+    const char *content_type;  /* "text/html; charset=utf-8" */
     const unsigned char *data; /* NUL-terminated */
     size_t len;
 };

@@ -140,7 +140,8 @@ static bool add_pod(struct kc_cluster *c, const struct gv_alloc_config *cfg, jso
             }
         }
     }
-    p->ns = strdup(str_at(pod, "metadata", "namespace") ? str_at(pod, "metadata", "namespace") : "");
+    p->ns =
+        strdup(str_at(pod, "metadata", "namespace") ? str_at(pod, "metadata", "namespace") : "");
     p->name = strdup(str_at(pod, "metadata", "name") ? str_at(pod, "metadata", "name") : "");
     p->node = strdup(p->a->node);
     c->n_pods++;

@@ -29,11 +29,11 @@ static json_t *gpu_pods(const struct kc_cluster *c, const struct kc_opts *o, con
             for (uint32_t d = 0; d < p->a->containers[k].n_devices; d++) {
                 const struct gv_alloc_device *dv = &p->a->containers[k].devices[d];
                 if (strcmp(dv->uuid, uuid) == 0)
-                    json_array_append_new(
-                        arr, json_pack("{s:s,s:s,s:s,s:I,s:f,s:b}", "namespace", p->ns, "pod",
-                                       p->name, "container", p->a->containers[k].name, "memMiB",
-                                       (json_int_t)dv->mem_mib, "cores", dv->milli / 10.0,
-                                       "bound", p->bound));
+                    json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:I,s:f,s:b}", "namespace",
+                                                         p->ns, "pod", p->name, "container",
+                                                         p->a->containers[k].name, "memMiB",
+                                                         (json_int_t)dv->mem_mib, "cores",
+                                                         dv->milli / 10.0, "bound", p->bound));
             }
     }
     return arr;
@@ -65,18 +65,18 @@ static json_t *build(struct kc_cluster *c, const struct kc_opts *o, const char *
                 ga, json_pack("{s:I,s:s,s:s,s:I,s:I,s:i,s:f,s:I,s:I,s:b,s:s,s:o}", "index",
                               (json_int_t)gi.index, "uuid", gi.uuid, "model",
                               gi.model ? gi.model : "", "memMiB", (json_int_t)gi.mem_mib,
-                              "usedMemMiB", (json_int_t)gi.used_mem_mib, "cores", 100,
-                              "usedCores", gi.used_milli / 10.0, "tasks", (json_int_t)gi.tasks,
-                              "split", (json_int_t)gi.split, "healthy", gi.healthy, "mode",
+                              "usedMemMiB", (json_int_t)gi.used_mem_mib, "cores", 100, "usedCores",
+                              gi.used_milli / 10.0, "tasks", (json_int_t)gi.tasks, "split",
+                              (json_int_t)gi.split, "healthy", gi.healthy, "mode",
                               gi.mode == GV_ALLOC_GPU_EXCLUSIVE ? "exclusive" : "shared", "pods",
                               gpu_pods(c, o, n->name, gi.uuid)));
         }
         double nf = 0;
         if (n->in_engine)
             gv_alloc_node_fragmentation(c->engine, n->name, &nf, NULL);
-        json_array_append_new(nodes, json_pack("{s:s,s:s,s:s?,s:f,s:o}", "name", n->name,
-                                               "state", n->state, "reason", n->reason,
-                                               "fragmentedGPUs", nf / 1000.0, "gpus", ga));
+        json_array_append_new(nodes, json_pack("{s:s,s:s,s:s?,s:f,s:o}", "name", n->name, "state",
+                                               n->state, "reason", n->reason, "fragmentedGPUs",
+                                               nf / 1000.0, "gpus", ga));
     }
     struct gv_alloc_frag fr;
     gv_alloc_cluster_fragmentation(c->engine, &fr);

@@ -119,22 +119,44 @@ int main(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "do:n:As:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'd': o.details = true; break;
-        case 'n': o.namespace_ = optarg; break;
-        case 'A': o.all_namespaces = true; break;
-        case 's': o.server = optarg; break;
-        case OPT_KUBECONFIG: o.kubeconfig = optarg; break;
-        case OPT_CONTEXT: o.context = optarg; break;
-        case OPT_SORT: o.sort = optarg; break;
-        case OPT_AGENT_SEL: o.agent_selector = optarg; break;
-        case OPT_AGENT_PORT: o.agent_port = optarg; break;
-        case OPT_SCHED_NAME: o.scheduler_name = optarg; break;
+        case 'd':
+            o.details = true;
+            break;
+        case 'n':
+            o.namespace_ = optarg;
+            break;
+        case 'A':
+            o.all_namespaces = true;
+            break;
+        case 's':
+            o.server = optarg;
+            break;
+        case OPT_KUBECONFIG:
+            o.kubeconfig = optarg;
+            break;
+        case OPT_CONTEXT:
+            o.context = optarg;
+            break;
+        case OPT_SORT:
+            o.sort = optarg;
+            break;
+        case OPT_AGENT_SEL:
+            o.agent_selector = optarg;
+            break;
+        case OPT_AGENT_PORT:
+            o.agent_port = optarg;
+            break;
+        case OPT_SCHED_NAME:
+            o.scheduler_name = optarg;
+            break;
         case OPT_HB: {
             char *end = NULL;
             o.heartbeat_timeout_s = strtol(optarg, &end, 10);
             if (end == optarg || *end != '\0' || o.heartbeat_timeout_s <= 0) {
-                fprintf(stderr, "kubectl-gpuvisor: --heartbeat-timeout %s: not a positive number "
-                                "of seconds\n", optarg);
+                fprintf(stderr,
+                        "kubectl-gpuvisor: --heartbeat-timeout %s: not a positive number "
+                        "of seconds\n",
+                        optarg);
                 return KC_USAGE;
             }
             break;
@@ -153,8 +175,12 @@ int main(int argc, char **argv)
                 return KC_USAGE;
             }
             break;
-        case 'h': usage(stdout); return KC_OK;
-        default: usage(stderr); return KC_USAGE;
+        case 'h':
+            usage(stdout);
+            return KC_OK;
+        default:
+            usage(stderr);
+            return KC_USAGE;
         }
     }
     const char *cmd = optind < argc ? argv[optind++] : NULL;

@@ -94,9 +94,9 @@ static int yaml_write(void *ud, unsigned char *buf, size_t size)
 static int emit_scalar(yaml_emitter_t *e, const char *text, bool plain_ok)
 {
     yaml_event_t ev;
-    yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)text, (int)strlen(text), plain_ok,
-                                 !plain_ok, plain_ok ? YAML_ANY_SCALAR_STYLE
-                                                     : YAML_DOUBLE_QUOTED_SCALAR_STYLE);
+    yaml_scalar_event_initialize(
+        &ev, NULL, NULL, (yaml_char_t *)text, (int)strlen(text), plain_ok, !plain_ok,
+        plain_ok ? YAML_ANY_SCALAR_STYLE : YAML_DOUBLE_QUOTED_SCALAR_STYLE);
     return yaml_emitter_emit(e, &ev);
 }
 
@@ -104,8 +104,8 @@ static int emit_scalar(yaml_emitter_t *e, const char *text, bool plain_ok)
  * it is quoted, so "true" or "1.0" stays a string. */
 static bool looks_typed(const char *s)
 {
-    static const char *const words[] = {"true", "false", "yes", "no", "on", "off", "null", "~",
-                                        "y", "n", NULL};
+    static const char *const words[] = {"true", "false", "yes", "no", "on", "off",
+                                        "null", "~",     "y",   "n",  NULL};
     if (*s == '\0')
         return true;
     for (size_t i = 0; words[i] != NULL; i++)

@@ -39,9 +39,12 @@ static int scrape_all(struct gv_kube_client *kube, const struct kc_opts *o, stru
     json_t *pod;
     json_array_foreach(json_object_get(agents, "items"), i, pod)
     {
-        const char *ns = json_string_value(json_object_get(json_object_get(pod, "metadata"), "namespace"));
-        const char *name = json_string_value(json_object_get(json_object_get(pod, "metadata"), "name"));
-        const char *node = json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
+        const char *ns =
+            json_string_value(json_object_get(json_object_get(pod, "metadata"), "namespace"));
+        const char *name =
+            json_string_value(json_object_get(json_object_get(pod, "metadata"), "name"));
+        const char *node =
+            json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
         if (ns == NULL || name == NULL)
             continue;
         seen++;
@@ -57,8 +60,10 @@ static int scrape_all(struct gv_kube_client *kube, const struct kc_opts *o, stru
                  port);
         if (gv_kube_get_text(kube, path, &text, &len, &err) != GV_OK) {
             if (kc_kube_failure(&err) == KC_FORBIDDEN) {
-                fprintf(stderr, "kubectl-gpuvisor: %s\nkubectl-gpuvisor: top needs get on "
-                                "pods/proxy for the gpuvisor-node pods\n", err.msg);
+                fprintf(stderr,
+                        "kubectl-gpuvisor: %s\nkubectl-gpuvisor: top needs get on "
+                        "pods/proxy for the gpuvisor-node pods\n",
+                        err.msg);
                 *rc = KC_FORBIDDEN;
                 json_decref(agents);
                 return -1;
@@ -68,15 +73,18 @@ static int scrape_all(struct gv_kube_client *kube, const struct kc_opts *o, stru
         }
         size_t bad = gv_usage_add_text(&sc->u, text, len, node);
         if (bad > 0)
-            fprintf(stderr, "kubectl-gpuvisor: warning: node %s: %zu malformed metric line(s) skipped\n",
+            fprintf(stderr,
+                    "kubectl-gpuvisor: warning: node %s: %zu malformed metric line(s) skipped\n",
                     node ? node : "?", bad);
         free(text);
         ok++;
     }
     json_decref(agents);
     if (seen == 0) {
-        fprintf(stderr, "kubectl-gpuvisor: no gpuvisor-node agent pods found (label selector %s): "
-                        "is gpuvisor installed? (docs/install.md)\n", o->agent_selector);
+        fprintf(stderr,
+                "kubectl-gpuvisor: no gpuvisor-node agent pods found (label selector %s): "
+                "is gpuvisor installed? (docs/install.md)\n",
+                o->agent_selector);
         *rc = KC_NOT_INSTALLED;
         return -1;
     }
@@ -183,9 +191,9 @@ static int top_pods(const struct kc_opts *o, struct scrape *sc)
             fmt_pct(tg, sizeof(tg), true, r->target);
         snprintf(share, sizeof(share), "%s/%s", a, tg);
         kc_table_row(&t, r->ns, r->pod, r->ctr, r->node, gpu, mem, pct, share, wide ? r->uuid : "");
-        json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:s,s:I}", "namespace", r->ns, "pod", r->pod,
-                              "container", r->ctr, "node", r->node, "uuid", r->uuid, "gpu",
-                              (json_int_t)gi);
+        json_t *j =
+            json_pack("{s:s,s:s,s:s,s:s,s:s,s:I}", "namespace", r->ns, "pod", r->pod, "container",
+                      r->ctr, "node", r->node, "uuid", r->uuid, "gpu", (json_int_t)gi);
         if (r->have_used)
             json_object_set_new(j, "memoryUsedBytes", json_real(r->used));
         if (r->have_limit)
@@ -276,11 +284,11 @@ static int top_gpus(const struct kc_opts *o, struct scrape *sc, bool by_node)
             snprintf(mem, sizeof(mem), "%s/%s", a, n->fb_total > 0 ? b : "-");
             snprintf(c, sizeof(c), "%.0f", n->used);
             kc_table_row(&t, n->node, gi, util, mem, c);
-            json_array_append_new(doc, json_pack("{s:s,s:I,s:f,s:f,s:f,s:I}", "node", n->node,
-                                                 "gpus", (json_int_t)(n->index + 1),
-                                                 "utilPercent", n->util, "memoryUsedMiB",
-                                                 n->fb_used, "memoryTotalMiB", n->fb_total,
-                                                 "containers", (json_int_t)n->used));
+            json_array_append_new(doc,
+                                  json_pack("{s:s,s:I,s:f,s:f,s:f,s:I}", "node", n->node, "gpus",
+                                            (json_int_t)(n->index + 1), "utilPercent", n->util,
+                                            "memoryUsedMiB", n->fb_used, "memoryTotalMiB",
+                                            n->fb_total, "containers", (json_int_t)n->used));
         }
     }
     gv_usage_rows_free(&nodes);

@@ -33,7 +33,8 @@ static const double filter_buckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 
                                         0.01,   0.025,   0.05,   0.1,   0.25,   1.0};
 #define N_BUCKETS (sizeof(filter_buckets) / sizeof(filter_buckets[0]))
 
-#define FILTER_RESULTS(X) X(FIT, "fit") X(NOFIT, "nofit") X(INVALID, "invalid") X(SKIPPED, "not_gpu")
+#define FILTER_RESULTS(X)                                                                          \
+    X(FIT, "fit") X(NOFIT, "nofit") X(INVALID, "invalid") X(SKIPPED, "not_gpu")
 enum filter_result {
 #define X_ENUM(id, label) FR_##id,
     FILTER_RESULTS(X_ENUM)
@@ -132,8 +133,7 @@ void gv_sched_obs_pod_update(struct gv_sched *s, json_t *pod)
     if (o == NULL || uid == NULL)
         return;
     const char *text = gv_podspec_annotation(pod, GV_ALLOC_ASSIGNMENT_ANNOTATION);
-    const char *phase =
-        json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
+    const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
     bool done = phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
     struct gv_alloc_assignment *a = NULL;
     json_t *rec = NULL;
@@ -306,7 +306,8 @@ static struct sample take_sample(struct gv_sched *s, struct gv_alloc_frag *frag,
     gv_alloc_cluster_fragmentation(s->cluster, frag);
     gv_alloc_cluster_totals(s->cluster, tot);
     struct sample x = {.t = time(NULL), .frag_ratio = (float)frag->ratio};
-    x.mem_used = tot->mem_capacity_mib ? (float)tot->mem_used_mib / (float)tot->mem_capacity_mib : 0;
+    x.mem_used =
+        tot->mem_capacity_mib ? (float)tot->mem_used_mib / (float)tot->mem_capacity_mib : 0;
     x.cores_used = tot->milli_capacity ? (float)tot->milli_used / (float)tot->milli_capacity : 0;
     x.pending = pending_count(s);
     return x;
@@ -340,8 +341,10 @@ static void read_usage(struct gv_sched *s)
     json_t *pod;
     json_array_foreach(json_object_get(agents, "items"), i, pod)
     {
-        const char *ip = json_string_value(json_object_get(json_object_get(pod, "status"), "podIP"));
-        const char *node = json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
+        const char *ip =
+            json_string_value(json_object_get(json_object_get(pod, "status"), "podIP"));
+        const char *node =
+            json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
         long port = gv_usage_agent_port(pod, AGENT_PORT_NAME);
         if (ip == NULL || port <= 0 || port > 65535 || stopping(o))
             continue;
@@ -495,9 +498,9 @@ const char *gv_sched_obs_gpu_family_head(struct gv_sched *s, int fam)
 void gv_sched_obs_gpu_sample(struct gv_sched *s, FILE *f, int fam, const char *node, uint32_t i)
 {
     static const char *const names[GV_SCHED_OBS_GPU_FAMILIES] = {
-        "hami_gpu_memory_limit_bytes",      "hami_gpu_core_limit_ratio",
-        "hami_gpu_memory_allocated_bytes",  "hami_gpu_shared_count",
-        "hami_gpu_core_allocated_ratio",    "hami_node_gpu_overview",
+        "hami_gpu_memory_limit_bytes",         "hami_gpu_core_limit_ratio",
+        "hami_gpu_memory_allocated_bytes",     "hami_gpu_shared_count",
+        "hami_gpu_core_allocated_ratio",       "hami_node_gpu_overview",
         "hami_node_gpu_memory_allocated_ratio"};
     struct gv_alloc_gpu_info g;
     if (fam < 0 || fam >= GV_SCHED_OBS_GPU_FAMILIES || s->obs == NULL || s->obs->hami_off ||
@@ -747,9 +750,9 @@ static void slice_json(void *ud, const char *ns, const char *pod, const char *no
         arr = json_array();
         json_object_set_new(sc->by_uuid, d->uuid, arr);
     }
-    json_t *sl = json_pack("{s:s?,s:s?,s:s,s:I,s:f,s:s}", "namespace", ns, "pod", pod,
-                           "container", container, "memMiB", (json_int_t)d->mem_mib, "cores",
-                           d->milli / 10.0, "phase", "bound");
+    json_t *sl = json_pack("{s:s?,s:s?,s:s,s:I,s:f,s:s}", "namespace", ns, "pod", pod, "container",
+                           container, "memMiB", (json_int_t)d->mem_mib, "cores", d->milli / 10.0,
+                           "phase", "bound");
     if (sl != NULL)
         slice_usage(sc->o, sl, ns, pod, container, d->uuid);
     json_array_append_new(arr, sl);
@@ -783,11 +786,11 @@ static void reserved_slices(struct gv_sched *s, json_t *by_uuid)
                     arr = json_array();
                     json_object_set_new(by_uuid, dv->uuid, arr);
                 }
-                json_array_append_new(
-                    arr, json_pack("{s:s?,s:s?,s:s,s:I,s:f,s:s}", "namespace", r->ns, "pod",
-                                   r->name, "container", a->containers[c].name, "memMiB",
-                                   (json_int_t)dv->mem_mib, "cores", dv->milli / 10.0, "phase",
-                                   "reserved"));
+                json_array_append_new(arr,
+                                      json_pack("{s:s?,s:s?,s:s,s:I,s:f,s:s}", "namespace", r->ns,
+                                                "pod", r->name, "container", a->containers[c].name,
+                                                "memMiB", (json_int_t)dv->mem_mib, "cores",
+                                                dv->milli / 10.0, "phase", "reserved"));
             }
     }
     free(a);
@@ -820,15 +823,15 @@ char *gv_sched_obs_state_json(struct gv_sched *s)
                 continue;
             json_t *sl = json_object_get(by_uuid, gi.uuid);
             json_array_append_new(
-                gpus, json_pack("{s:s,s:I,s:s?,s:I,s:I,s:f,s:I,s:I,s:b,s:s,s:o}", "uuid",
-                                gi.uuid, "index", (json_int_t)gi.index, "model", gi.model,
-                                "memMiB", (json_int_t)gi.mem_mib, "usedMemMiB",
-                                (json_int_t)gi.used_mem_mib, "usedCores", gi.used_milli / 10.0,
-                                "tasks", (json_int_t)gi.tasks, "split", (json_int_t)gi.split,
-                                "healthy", gi.healthy, "mode",
+                gpus, json_pack("{s:s,s:I,s:s?,s:I,s:I,s:f,s:I,s:I,s:b,s:s,s:o}", "uuid", gi.uuid,
+                                "index", (json_int_t)gi.index, "model", gi.model, "memMiB",
+                                (json_int_t)gi.mem_mib, "usedMemMiB", (json_int_t)gi.used_mem_mib,
+                                "usedCores", gi.used_milli / 10.0, "tasks", (json_int_t)gi.tasks,
+                                "split", (json_int_t)gi.split, "healthy", gi.healthy, "mode",
                                 gi.mode == GV_ALLOC_GPU_EXCLUSIVE ? "exclusive" : "shared",
                                 "slices", sl ? json_incref(sl) : json_array()));
-            const struct gv_usage_row *live = gv_usage_row_find(&o->usage.gpus, "", "", "", gi.uuid);
+            const struct gv_usage_row *live =
+                gv_usage_row_find(&o->usage.gpus, "", "", "", gi.uuid);
             json_t *gj = json_array_get(gpus, json_array_size(gpus) - 1);
             if (live != NULL && live->have_util)
                 json_object_set_new(gj, "utilPercent", json_real(live->util));
@@ -838,9 +841,9 @@ char *gv_sched_obs_state_json(struct gv_sched *s)
         double nf = 0;
         if (n->in_engine)
             gv_alloc_node_fragmentation(s->cluster, n->name, &nf, NULL);
-        json_array_append_new(nodes, json_pack("{s:s,s:s,s:s?,s:f,s:o}", "name", n->name,
-                                               "state", node_state_name(s, n, now), "reason",
-                                               n->reason, "fragMilli", nf, "gpus", gpus));
+        json_array_append_new(nodes, json_pack("{s:s,s:s,s:s?,s:f,s:o}", "name", n->name, "state",
+                                               node_state_name(s, n, now), "reason", n->reason,
+                                               "fragMilli", nf, "gpus", gpus));
     }
     double mono = gv_sched_now();
     for (size_t i = 0; i < s->n_recs; i++) {
@@ -852,11 +855,11 @@ char *gv_sched_obs_state_json(struct gv_sched *s)
             GV_SCHED_PENDING_LIST(X_LABEL)
 #undef X_LABEL
         };
-        json_array_append_new(
-            pending, json_pack("{s:s?,s:s?,s:s,s:s?,s:f}", "namespace", r->ns, "pod", r->name,
-                               "reason", kinds[r->pending], "message",
-                               json_string_value(json_object_get(o->reasons, r->uid)),
-                               "seconds", mono - r->since));
+        json_array_append_new(pending,
+                              json_pack("{s:s?,s:s?,s:s,s:s?,s:f}", "namespace", r->ns, "pod",
+                                        r->name, "reason", kinds[r->pending], "message",
+                                        json_string_value(json_object_get(o->reasons, r->uid)),
+                                        "seconds", mono - r->since));
     }
     for (size_t k = 0; k < o->ring_n; k++) {
         const struct sample *x =
@@ -873,21 +876,21 @@ char *gv_sched_obs_state_json(struct gv_sched *s)
     json_object_set_new(root, "version", json_string(GV_VERSION));
     json_object_set_new(root, "time", json_integer((json_int_t)now));
     json_object_set_new(root, "ready", json_boolean(gv_sched_ready(s)));
-    json_object_set_new(
-        root, "totals",
-        json_pack("{s:I,s:I,s:I,s:I,s:f,s:f,s:I,s:I}", "nodes", (json_int_t)tot.nodes, "gpus",
-                  (json_int_t)tot.gpus, "memMiB", (json_int_t)tot.mem_capacity_mib, "usedMemMiB",
-                  (json_int_t)tot.mem_used_mib, "cores", tot.milli_capacity / 10.0, "usedCores",
-                  tot.milli_used / 10.0, "pods", (json_int_t)tot.pods, "pending",
-                  (json_int_t)cur.pending));
+    json_object_set_new(root, "totals",
+                        json_pack("{s:I,s:I,s:I,s:I,s:f,s:f,s:I,s:I}", "nodes",
+                                  (json_int_t)tot.nodes, "gpus", (json_int_t)tot.gpus, "memMiB",
+                                  (json_int_t)tot.mem_capacity_mib, "usedMemMiB",
+                                  (json_int_t)tot.mem_used_mib, "cores", tot.milli_capacity / 10.0,
+                                  "usedCores", tot.milli_used / 10.0, "pods", (json_int_t)tot.pods,
+                                  "pending", (json_int_t)cur.pending));
     json_object_set_new(root, "fragmentation",
                         json_pack("{s:f,s:f,s:f}", "ratio", frag.ratio, "fragGPUs",
                                   frag.frag_milli / 1000.0, "freeGPUs", frag.free_milli / 1000.0));
     json_object_set_new(root, "historyIntervalSeconds", json_real(HISTORY_INTERVAL_S));
     pthread_mutex_lock(&o->lock);
     json_object_set_new(root, "usage",
-                        json_pack("{s:I,s:I,s:I,s:f}", "time", (json_int_t)o->usage_time,
-                                  "agents", (json_int_t)o->agents_ok, "agentsFailed",
+                        json_pack("{s:I,s:I,s:I,s:f}", "time", (json_int_t)o->usage_time, "agents",
+                                  (json_int_t)o->agents_ok, "agentsFailed",
                                   (json_int_t)o->agents_failed, "intervalSeconds",
                                   USAGE_INTERVAL_S));
     pthread_mutex_unlock(&o->lock);
