@@ -39,3 +39,7 @@ endif
 
 # gpuvisor-node: Allocate p99 with 500 pods on the node, idle RSS and CPU.
 BENCH_SCRIPTS += bench/bench_node_agent.sh
+
+# gpuvisor-scheduler: /metrics (with and without HAMi's names) and the
+# dashboard's /api/state at 1,000 nodes x 8 GPUs.
+BENCH_SCRIPTS += bench/bench_scheduler_metrics.sh
