@@ -16,6 +16,9 @@ bench_placement_LIBS := sim contracts alloc common
 bench_placement_LDLIBS = $(contracts_LDLIBS)
 # gpuvisor simulate: openb replay speed and quality over every bundled trace.
 BENCH_SCRIPTS += bench/bench_simulate.sh
+# gpuvisor-scheduler: /metrics (with and without HAMi's names) and the
+# dashboard's /api/state at 1,000 nodes x 8 GPUs.
+BENCH_SCRIPTS += bench/bench_scheduler_metrics.sh
 
 # Compute share (docs/compute-share.md): launch overhead of the interposer and
 # share accuracy on the fake driver's virtual clock.

@@ -351,6 +351,36 @@ gv_status gv_alloc_node_fragmentation(struct gv_alloc_cluster *c, const char *no
                                       struct gv_error *err);
 
 /* ------------------------------------------------------------------------ */
+/* Observers (src/alloc/inspect.c): read-only views for metrics, dashboards  */
+/* and `kubectl gpuvisor`.                                                   */
+
+struct gv_alloc_gpu_info {
+    const char *uuid, *model; /* the cluster's copies: valid until the node is next changed */
+    uint32_t index;
+    uint64_t mem_mib;         /* schedulable memory */
+    uint32_t split;
+    bool healthy;
+    gv_alloc_gpu_mode mode;
+    uint64_t used_mem_mib;
+    uint32_t used_milli, tasks;
+};
+
+/* Capacity and usage of a node's i-th GPU (spec order). */
+gv_status gv_alloc_gpu_info_at(const struct gv_alloc_cluster *c, const char *node, uint32_t i,
+                               struct gv_alloc_gpu_info *out, struct gv_error *err);
+/* GPUs of a node (0 when unknown). */
+uint32_t gv_alloc_node_gpu_count(const struct gv_alloc_cluster *c, const char *node);
+
+struct gv_alloc_frag {
+    double free_milli; /* free GPU share over every node (milli-GPU) */
+    double frag_milli; /* of which fragmented: sum of gv_alloc_node_fragmentation */
+    double ratio;      /* frag / free, 0 when nothing is free */
+};
+/* Cluster fragmentation under the current workload model (0 while the model
+ * is empty: feed it with gv_alloc_observe). */
+void gv_alloc_cluster_fragmentation(struct gv_alloc_cluster *c, struct gv_alloc_frag *out);
+
+/* ------------------------------------------------------------------------ */
 /* Assignment encoding (pod annotation gpuvisor.io/assignment).             */
 
 #define GV_ALLOC_ASSIGNMENT_ANNOTATION "gpuvisor.io/assignment"

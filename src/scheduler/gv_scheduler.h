@@ -115,5 +115,11 @@ gv_status gv_sched_serve_extender(struct gv_sched *s, struct gv_httpd *h, const 
 gv_status gv_sched_serve_webhook(struct gv_sched *s, struct gv_httpd *h, struct gv_error *err);
 /* Routes: /healthz, /readyz, /metrics (metrics cover every server registered here). */
 gv_status gv_sched_serve_health(struct gv_sched *s, struct gv_httpd *h, struct gv_error *err);
+/* Routes: the read-only web dashboard (/, its assets) and its JSON
+ * (/api/state); see docs/observability.md, "Dashboard". */
+gv_status gv_sched_serve_dashboard(struct gv_sched *s, struct gv_httpd *h, struct gv_error *err);
+/* HAMi's series names on /metrics (default on; off saves ~80% of a scrape's
+ * text: HAMi repeats every GPU in 7 families). */
+void gv_sched_obs_set_hami(struct gv_sched *s, bool on);
 
 #endif

@@ -10,6 +10,7 @@
 #include "scheduler/gv_webhook.h"
 #include "scheduler/placement_guard.h"
 #include "scheduler/sched_internal.h"
+#include "scheduler/sched_observe.h"
 
 #define ANN_ASSIGNMENT GV_ALLOC_ASSIGNMENT_ANNOTATION
 #define ANN_ASSIGNED_NODE "gpuvisor.io/assigned-node"
@@ -246,6 +247,7 @@ static void handle_filter(void *ctx, const struct gv_http_request *hreq,
     struct filter_ctx f = {.s = ctx};
     struct gv_sched *s = f.s;
     struct gv_error err = {0};
+    double t0 = gv_sched_now();
     if (gv_ext_args_parse(hreq->body, hreq->body_len, &f.args, &err) != GV_OK) {
         gv_http_respond_error(resp, 400, err.msg);
         return;
@@ -347,6 +349,8 @@ static void handle_filter(void *ctx, const struct gv_http_request *hreq,
 answer:
     respond_json(resp, gv_ext_filter_result_encode(&f.args, f.verdicts,
                                                    (const char *const *)f.reasons, NULL));
+    gv_sched_obs_filter(s, &f.args, f.req ? (int)f.req->n_containers : -1, f.verdicts,
+                        (const char *const *)f.reasons, gv_sched_now() - t0);
 out:
     filter_ctx_clear(&f);
 }
@@ -823,10 +827,11 @@ static void write_state_metrics(struct gv_sched *s, FILE *f)
  * walked once per family, a batch of nodes per read, resuming after the
  * last node name written (nodes may come and go between batches).
  */
-#define GPU_FAMILIES 3
+#define GPU_FAMILIES_OWN 3
+#define GPU_FAMILIES (GPU_FAMILIES_OWN + GV_SCHED_OBS_GPU_FAMILIES) /* + HAMi's */
 #define NODES_PER_BATCH 64
 
-static const char *const gpu_family_head[GPU_FAMILIES] = {
+static const char *const gpu_family_head[GPU_FAMILIES_OWN] = {
     "# HELP gpuvisor_gpu_memory_allocated_mib GPU memory assigned to pods, per GPU.\n"
     "# TYPE gpuvisor_gpu_memory_allocated_mib gauge\n",
     "# HELP gpuvisor_gpu_cores_allocated_percent GPU compute assigned to pods, per GPU "
@@ -876,7 +881,10 @@ static bool metrics_next_batch(struct metrics_stream *ms)
         if (f == NULL)
             return false;
         if (!ms->family_started) {
-            fputs(gpu_family_head[ms->family], f);
+            fputs(ms->family < GPU_FAMILIES_OWN
+                      ? gpu_family_head[ms->family]
+                      : gv_sched_obs_gpu_family_head(s, ms->family - GPU_FAMILIES_OWN),
+                  f);
             ms->family_started = true;
         }
         size_t written = 0;
@@ -888,7 +896,9 @@ static bool metrics_next_batch(struct metrics_stream *ms)
             const struct snode *n = s->nodes[i];
             for (uint32_t g = 0; n->state == NODE_OK && g < n->n_gpus; g++) {
                 struct gv_alloc_gpu_usage u;
-                if (gv_alloc_gpu_usage_at(s->cluster, n->name, g, &u, NULL) == GV_OK)
+                if (ms->family >= GPU_FAMILIES_OWN)
+                    gv_sched_obs_gpu_sample(s, f, ms->family - GPU_FAMILIES_OWN, n->name, g);
+                else if (gv_alloc_gpu_usage_at(s->cluster, n->name, g, &u, NULL) == GV_OK)
                     gpu_sample(f, ms->family, n->name, u.uuid, &u);
             }
             snprintf(ms->after, sizeof(ms->after), "%s", n->name);
@@ -945,6 +955,7 @@ static void handle_metrics(void *ctx, const struct gv_http_request *hreq,
     for (size_t i = 0; i < s->n_servers; i++)
         gv_httpd_write_metrics(s->servers[i], f);
     write_state_metrics(s, f);
+    gv_sched_obs_write_metrics(s, f);
     fclose(f);
     resp->status = 200;
     resp->content_type = "text/plain; version=0.0.4";

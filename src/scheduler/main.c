@@ -21,6 +21,8 @@ static void usage(FILE *out)
             "  --kubeconfig FILE        kubeconfig for development\n"
             "  --extender-listen A:P    extender address (default 127.0.0.1:8888)\n"
             "  --extender-prefix PATH   URL prefix of the verbs (default /gpuvisor)\n"
+            "  --dashboard-listen A:P   serve the read-only web dashboard here (off by default)\n"
+            "  --hami-metrics on|off    HAMi's names on /metrics as well (default on)\n"
             "  --extender-tls           serve the extender over HTTPS too (same cert/key)\n"
             "  --webhook-listen A:P     serve the admission webhook (HTTPS) here\n"
             "  --health-listen A:P      serve /healthz, /readyz, /metrics here (plain HTTP),\n"
@@ -61,11 +63,37 @@ static int split_listen(const char *text, char *addr, size_t cap, uint16_t *port
     return 0;
 }
 
+/* The read-only dashboard on a listener of its own (GET routes only). */
+static gv_status start_dashboard(struct gv_sched *s, const char *listen, struct gv_httpd **out,
+                                 struct gv_error *err)
+{
+    char addr[128];
+    uint16_t port = 0;
+    if (split_listen(listen, addr, sizeof(addr), &port) != 0)
+        return gv_error_set(err, GV_EINVAL, "--dashboard-listen '%s' is not ADDRESS:PORT", listen);
+    struct gv_httpd_options o = {
+        .name = "dashboard",
+        .address = addr[0] ? addr : NULL,
+        .port = port,
+        .max_body = 4096,
+        /* the same caps as the health listener (docs/isolation.md) */
+        .timeout_seconds = 10,
+        .max_connections = 32,
+        .max_per_ip = 8};
+    gv_status st;
+    if ((st = gv_httpd_new(&o, out, err)) != GV_OK ||
+        (st = gv_sched_serve_dashboard(s, *out, err)) != GV_OK)
+        return st;
+    return gv_httpd_start(*out, err);
+}
+
 int main(int argc, char **argv)
 {
     enum {
         OPT_CONFIG = 1000,
         OPT_MASTER,
+        OPT_DASH_LISTEN,
+        OPT_HAMI_METRICS,
         OPT_KUBECONFIG,
         OPT_EXT_LISTEN,
         OPT_EXT_PREFIX,
@@ -83,6 +111,8 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"config", required_argument, NULL, OPT_CONFIG},
         {"master", required_argument, NULL, OPT_MASTER},
+        {"dashboard-listen", required_argument, NULL, OPT_DASH_LISTEN},
+        {"hami-metrics", required_argument, NULL, OPT_HAMI_METRICS},
         {"kubeconfig", required_argument, NULL, OPT_KUBECONFIG},
         {"extender-listen", required_argument, NULL, OPT_EXT_LISTEN},
         {"extender-prefix", required_argument, NULL, OPT_EXT_PREFIX},
@@ -100,6 +130,8 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     const char *config = NULL, *master = NULL, *kubeconfig = NULL;
+    const char *dash_listen = NULL;
+    bool hami_metrics = true;
     const char *ext_listen = "127.0.0.1:8888", *ext_prefix = "/gpuvisor", *wh_listen = NULL;
     const char *cert = NULL, *key = NULL, *port_file = NULL;
     const char *health_listen = NULL, *key_file = NULL;
@@ -125,6 +157,16 @@ int main(int argc, char **argv)
             break;
         case OPT_MASTER:
             master = optarg;
+            break;
+        case OPT_DASH_LISTEN:
+            dash_listen = optarg;
+            break;
+        case OPT_HAMI_METRICS:
+            if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0) {
+                fprintf(stderr, "gpuvisor-scheduler: --hami-metrics takes on or off\n");
+                return 2;
+            }
+            hami_metrics = strcmp(optarg, "on") == 0;
             break;
         case OPT_KUBECONFIG:
             kubeconfig = optarg;
@@ -207,6 +249,7 @@ int main(int argc, char **argv)
     struct gv_httpd *ext = NULL, *wh = NULL, *hl = NULL;
     char addr[128];
     uint16_t port = 0;
+    struct gv_httpd *dash = NULL; /* the dashboard's own listener */
     if (gv_sched_config_default(&cfg, &err) != GV_OK ||
         (config != NULL && gv_sched_config_load(config, &cfg, &err) != GV_OK))
         goto fail;
@@ -230,6 +273,9 @@ int main(int argc, char **argv)
         gv_kube_client_new(kcfg, &kube, &err) != GV_OK)
         goto fail;
     if (gv_sched_new(&cfg, kube, &s, &err) != GV_OK)
+        goto fail;
+    gv_sched_obs_set_hami(s, hami_metrics);
+    if (dash_listen != NULL && start_dashboard(s, dash_listen, &dash, &err) != GV_OK)
         goto fail;
 
     if (split_listen(ext_listen, addr, sizeof(addr), &port) != 0) {
@@ -302,9 +348,10 @@ int main(int argc, char **argv)
         goto fail;
     if (port_file != NULL) {
         char text[128];
-        int n = snprintf(text, sizeof(text), "extender=%u\nwebhook=%u\nhealth=%u\n",
+        int n = snprintf(text, sizeof(text), "extender=%u\nwebhook=%u\nhealth=%u\ndashboard=%u\n",
                          (unsigned)gv_httpd_port(ext), wh ? (unsigned)gv_httpd_port(wh) : 0u,
-                         hl ? (unsigned)gv_httpd_port(hl) : 0u);
+                         hl ? (unsigned)gv_httpd_port(hl) : 0u,
+                         dash ? (unsigned)gv_httpd_port(dash) : 0u);
         if (gv_file_write_atomic(port_file, text, (size_t)n, 0644, &err) != GV_OK)
             goto fail;
     }
@@ -321,6 +368,7 @@ fail:
     gv_httpd_free(hl);
     gv_httpd_free(wh);
     gv_httpd_free(ext);
+    gv_httpd_free(dash);
     gv_sched_free(s);
     gv_kube_client_free(kube);
     gv_kube_config_free(kcfg);

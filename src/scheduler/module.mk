@@ -5,7 +5,7 @@ SCHED_PKGS := libmicrohttpd gnutls jansson
 LIBS += scheduler
 scheduler_LDLIBS := $(shell $(PKG_CONFIG) --libs $(SCHED_PKGS)) $(kube_LDLIBS)
 # Component libraries the scheduler library needs, in link order.
-SCHED_LIBS := scheduler kube contracts alloc common
+SCHED_LIBS := scheduler dashboard kube contracts alloc common
 
 # The daemon reads the node agent's inventory through its codec
 # (src/contracts/inventory.h, landed with the node agent).  Until that codec

@@ -25,6 +25,7 @@
 #include "scheduler/gv_extender.h"
 #include "scheduler/placement_guard.h"
 #include "scheduler/sched_internal.h"
+#include "scheduler/sched_observe.h"
 
 #define ANN_ASSIGNMENT GV_ALLOC_ASSIGNMENT_ANNOTATION
 #define ANN_ASSIGNED_NODE "gpuvisor.io/assigned-node"
@@ -983,6 +984,7 @@ static json_t *node_transform(void *ud, json_t *node)
 static json_t *pod_transform(void *ud, json_t *pod)
 {
     gv_sched_pod_update(ud, pod);
+    gv_sched_obs_pod_update(ud, pod);
     const char *uid = str_at(pod, "metadata", "uid");
     return uid != NULL ? json_string(uid) : NULL;
 }
@@ -1010,8 +1012,10 @@ static void inf_pod_update(void *ud, json_t *old_uid, json_t *new_uid)
 static void inf_pod_delete(void *ud, json_t *uid)
 {
     json_t *pod = json_pack("{s:{s:O}}", "metadata", "uid", uid);
-    if (pod != NULL)
+    if (pod != NULL) {
         gv_sched_pod_delete(ud, pod);
+        gv_sched_obs_pod_delete(ud, pod);
+    }
     json_decref(pod);
 }
 
@@ -1026,6 +1030,10 @@ gv_status gv_sched_new(const struct gv_sched_config *cfg, struct gv_kube_client 
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->stop_lock, NULL);
     pthread_cond_init(&s->stop_cond, NULL);
+    if (gv_sched_obs_new(s) != GV_OK) {
+        st = gv_error_set(err, GV_ENOMEM, "out of memory");
+        goto fail;
+    }
     /* The config's strings are copied so the caller may clear its own. */
     s->cfg = *cfg;
     memset(s->cfg.names_storage, 0, sizeof(s->cfg.names_storage));
@@ -1145,6 +1153,7 @@ void gv_sched_free(struct gv_sched *s)
     }
     gv_informer_free(s->pod_inf);
     gv_informer_free(s->node_inf);
+    gv_sched_obs_free(s); /* joins its sampler before the tables go */
     gv_sched_tables_free(s);
     json_decref(s->truth);
     gv_alloc_cluster_free(s->cluster);

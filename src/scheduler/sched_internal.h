@@ -97,6 +97,7 @@ struct gv_sched {
     double last_self_check;  /* monotonic seconds */
 
     struct gv_httpd *servers[4]; /* for /metrics */
+    struct gv_sched_obs *obs;    /* observe.c: HAMi series, dashboard state */
     size_t n_servers;
 
     pthread_t sweeper;

@@ -29,7 +29,8 @@ fuzz_ipcfg_load_SRCS := tests/security/fuzz_ipcfg_load.c src/interposer/config.c
 FUZZ_TARGETS += fuzz_sched_pods
 fuzz_sched_pods_SRCS := tests/security/fuzz_sched_pods.c \
 	$(filter-out src/scheduler/main.c,$(wildcard src/scheduler/*.c)) $(wildcard src/kube/*.c) \
-	$(wildcard src/contracts/*.c) $(wildcard src/alloc/*.c) $(wildcard src/common/*.c)
+	$(wildcard src/contracts/*.c) $(wildcard src/alloc/*.c) $(wildcard src/common/*.c) \
+	$(dashboard_SRCS)
 fuzz_sched_pods_LDLIBS := $(scheduler_LDLIBS) $(contracts_LDLIBS)
 
 FUZZ_TARGETS += fuzz_kube_list_pages
