@@ -16,7 +16,7 @@ $(NODE_PB_C) $(NODE_PB_H) &: $(NODE_GEN)/deviceplugin.proto
 	@echo "  PROTOC  $<"
 	$(Q)cd $(NODE_GEN) && protoc-c --c_out=. deviceplugin.proto
 
-NODE_PKGS := libnghttp2 libprotobuf-c jansson
+NODE_PKGS := libnghttp2 libprotobuf-c jansson libmicrohttpd
 NODE_CFLAGS := -I$(NODE_GEN) $(shell $(PKG_CONFIG) --cflags $(NODE_PKGS))
 NODE_LDLIBS := $(shell $(PKG_CONFIG) --libs $(NODE_PKGS)) -ldl
 
@@ -28,7 +28,7 @@ $(patsubst %.c,$(BUILD)/obj/%.o,$(node_SRCS)): $(NODE_PB_H)
 
 PROGS += gpuvisor-node
 gpuvisor-node_SRCS := src/node/main.c
-gpuvisor-node_LIBS := node kube contracts alloc common
+gpuvisor-node_LIBS := node kube contracts alloc shm common
 gpuvisor-node_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS)
 gpuvisor-node_CFLAGS := $(NODE_CFLAGS)
 $(BUILD)/obj/src/node/main.o: $(NODE_PB_H)

@@ -38,11 +38,12 @@ fuzz_node_inventory_SRCS := tests/node/fuzz_node_inventory.c src/contracts/inven
 	src/common/gv_error.c
 fuzz_node_inventory_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
 fuzz_node_config_SRCS := tests/node/fuzz_node_config.c src/node/config.c src/contracts/inventory.c \
-	src/common/gv_error.c \
+	src/node/monitor_record.c src/common/gv_log.c src/common/gv_error.c \
 	src/common/gv_file.c
 fuzz_node_config_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
 # Pods from the API server through Allocate's pod selection and answer.
 fuzz_node_allocate_SRCS := tests/node/fuzz_node_allocate.c src/node/allocator.c src/node/config.c \
+	src/node/monitor_record.c \
 	src/node/loop.c src/contracts/inventory.c src/contracts/podspec.c $(wildcard src/alloc/*.c) \
 	$(wildcard src/kube/*.c) \
 	src/common/gv_buf.c src/common/gv_error.c src/common/gv_log.c src/common/gv_file.c \
