@@ -72,16 +72,21 @@ static mhd_result on_request(void *cls, struct MHD_Connection *c, const char *ur
     (void)version;
     (void)data;
     struct gv_metrics_http *h = cls;
+    static char had_body; /* *state marker: the request carried a body */
     if (*state == NULL) {
-        /* first call: headers only; a body is refused below */
+        /* first call, headers only: refuse other methods before any body is read */
+        if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+            return text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "GET only\n");
         *state = h;
-        if (*data_size == 0)
-            return MHD_YES;
+        return MHD_YES;
     }
-    if (*data_size != 0)
+    if (*data_size != 0) {
+        *data_size = 0; /* dropped: nothing here takes a body */
+        *state = &had_body;
+        return MHD_YES;
+    }
+    if (*state == &had_body)
         return text(c, MHD_HTTP_BAD_REQUEST, "no request body expected\n");
-    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-        return text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "GET only\n");
     if (strcmp(url, "/metrics") == 0) {
         struct gv_buf b;
         struct gv_error err;

@@ -553,16 +553,20 @@ static int ctr_dev(const struct ctr *c, int gpu)
 /* Which container (index) runs NVML process pid on GPU gi; -1 when none. */
 static int map_process(struct gv_monitor *m, unsigned pid, int gi)
 {
+    char uid[64], cid[80];
+    bool in_pod = pid_cgroup(m, pid, uid, cid);
+    /* A host pid in a region is the tenant's word (the region is writable
+     * from the container): it counts only for a process of the same pod, or
+     * one whose cgroup names no pod at all (no Kubernetes, tests). */
     for (size_t k = 0; k < m->n_ctrs; k++)
         for (unsigned h = 0; h < m->ctrs[k].n_hostpids; h++)
-            if ((unsigned)m->ctrs[k].hostpids[h] == pid) {
-                char uid[64], cid[80];
-                if (pid_cgroup(m, pid, uid, cid) && strcmp(uid, m->ctrs[k].rec.uid) == 0)
+            if ((unsigned)m->ctrs[k].hostpids[h] == pid &&
+                (!in_pod || strcmp(uid, m->ctrs[k].rec.uid) == 0)) {
+                if (in_pod)
                     learn_cid(m, cid, &m->ctrs[k]);
                 return (int)k;
             }
-    char uid[64], cid[80];
-    if (!pid_cgroup(m, pid, uid, cid))
+    if (!in_pod)
         return -1;
     int only = -1, n = 0;
     for (size_t k = 0; k < m->n_ctrs; k++)

@@ -27,6 +27,8 @@ test_node_podcache_CFLAGS := $(NODE_CFLAGS)
 $(BUILD)/obj/tests/node/test_node_podcache.o: $(NODE_PB_H)
 
 TEST_SCRIPTS += tests/node/test_grpc_transport.py tests/node/test_node_agent.py
+# /metrics and the NVML backstop (docs/observability.md)
+TEST_SCRIPTS += tests/node/test_node_metrics.py
 
 # Fuzz targets: bytes from a socket peer (HTTP/2 + gRPC framing), the
 # inventory annotation and the node config file.
