@@ -18,6 +18,13 @@ test_node_units_LIBS := node kube contracts alloc common
 test_node_units_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
 test_node_units_CFLAGS := $(NODE_CFLAGS)
 
+# Monitor units: cgroup parsing, container records, metrics settings, a rendered region.
+TEST_PROGS += test_node_metrics_units
+test_node_metrics_units_SRCS := tests/node/test_node_metrics_units.c
+test_node_metrics_units_LIBS := node kube contracts alloc shm common
+test_node_metrics_units_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
+test_node_metrics_units_CFLAGS := $(NODE_CFLAGS)
+
 # The pod cache's transform, and Allocate from trimmed pods.
 TEST_PROGS += test_node_podcache
 test_node_podcache_SRCS := tests/node/test_node_podcache.c
@@ -43,6 +50,12 @@ fuzz_node_config_SRCS := tests/node/fuzz_node_config.c src/node/config.c src/con
 	src/node/monitor_record.c src/common/gv_log.c src/common/gv_error.c \
 	src/common/gv_file.c
 fuzz_node_config_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
+# What the monitor parses: /proc/<pid>/cgroup text and container records.
+FUZZ_TARGETS += fuzz_node_metrics
+fuzz_node_metrics_SRCS := tests/node/fuzz_node_metrics.c src/node/monitor.c src/node/monitor_record.c \
+	src/shm/gv_shm.c src/common/gv_buf.c src/common/gv_error.c src/common/gv_log.c src/common/gv_file.c \
+	$(wildcard src/kube/*.c)
+fuzz_node_metrics_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) -lpthread
 # Pods from the API server through Allocate's pod selection and answer.
 fuzz_node_allocate_SRCS := tests/node/fuzz_node_allocate.c src/node/allocator.c src/node/config.c \
 	src/node/monitor_record.c \
