@@ -1,8 +1,9 @@
 /*
  * gpuvisor-node's metrics settings (the node config's "metrics" object) and
  * its HTTP listener for /metrics, /healthz and /readyz
- * (docs/observability.md).  The listener is libmicrohttpd with its own
- * thread, a connection cap and timeouts, GET only.
+ * (docs/observability.md).  The listener is a small HTTP/1.1 GET server on
+ * its own thread, with a connection cap and a per-connection time limit
+ * (metrics_http.c says why not libmicrohttpd).
  */
 #ifndef GV_NODE_METRICS_H
 #define GV_NODE_METRICS_H

@@ -1,20 +1,35 @@
 /*
  * gpuvisor-node's HTTP listener: /metrics, /healthz, /readyz (gv_metrics.h).
  *
- * libmicrohttpd on a listening socket we bind ourselves (so ":0" gives the
- * port back), one internal polling thread, at most max_conns connections
- * (MHD refuses more at accept), an idle timeout, GET/HEAD only, no request
- * bodies.  Scrapes are serialised by the monitor's own lock.
+ * Why not libmicrohttpd (which gpuvisor-scheduler uses): Debian's
+ * libmicrohttpd12 links GnuTLS, and loading it (GnuTLS, p11-kit, nettle,
+ * hogweed, gmp, tasn1, idn2, unistring) took the idle agent from 2.7 to
+ * 5.5 MiB VmRSS (measured, docs/observability.md), past the agent's 5 MiB
+ * budget (docs/node-agent.md) before a single pod.  What a scrape endpoint
+ * needs is small: GET of three fixed paths, HTTP/1.1 with
+ * "Connection: close", no bodies, no TLS (the pod network and a
+ * NetworkPolicy guard it; Prometheus' default).  So this is a
+ * deliberately small server, ~250 lines, on a thread of its own (a scrape
+ * must not stall the device-plugin loop):
+ *  - at most max_conns connections; past that the listening socket is not
+ *    polled, so the kernel's backlog holds the rest;
+ *  - a request head of at most 8 KiB, else 431; a connection gets
+ *    timeout_s in all (slow loris), then is closed;
+ *  - GET and HEAD only (405), a body is refused (400), unknown paths 404.
  */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <microhttpd.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,18 +37,26 @@
 #include "common/gv_log.h"
 #include "node/gv_metrics.h"
 
-#if MHD_VERSION >= 0x00097002
-typedef enum MHD_Result mhd_result;
-#else
-typedef int mhd_result;
-#endif
+#define HEAD_MAX 8192
+
+struct conn {
+    int fd;
+    size_t n;          /* bytes of the request head read */
+    char *out;         /* response being written */
+    size_t out_len, out_off;
+    int64_t deadline_ms;
+    char head[HEAD_MAX + 1]; /* NUL-terminated after each read */
+};
 
 struct gv_metrics_http {
     struct gv_metrics_http_config cfg;
-    struct MHD_Daemon *d;
-    int fd;
+    int fd;            /* listening socket */
+    int wake;          /* eventfd: stop */
     unsigned port;
+    pthread_t thread;
     _Atomic int64_t beat_ms;
+    struct conn **conns;
+    size_t n_conns;
 };
 
 static int64_t mono_ms(void)
@@ -43,51 +66,85 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static mhd_result reply(struct MHD_Connection *c, unsigned code, const char *ctype, void *body,
-                        size_t len, enum MHD_ResponseMemoryMode mode)
+static const char *status_text(unsigned code)
 {
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, mode);
-    if (r == NULL) {
-        if (mode == MHD_RESPMEM_MUST_FREE)
-            free(body);
-        return MHD_NO;
+    switch (code) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    default: return "Service Unavailable";
     }
-    MHD_add_response_header(r, "Content-Type", ctype);
-    MHD_add_response_header(r, "Cache-Control", "no-store");
-    mhd_result ok = MHD_queue_response(c, code, r);
-    MHD_destroy_response(r);
-    return ok;
 }
 
-static mhd_result text(struct MHD_Connection *c, unsigned code, const char *msg)
+/* Takes body (malloc'd, may be NULL for an empty one) into c's output. */
+static void respond(struct conn *c, unsigned code, const char *ctype, char *body, size_t len,
+                    bool head_only)
 {
-    return reply(c, code, "text/plain; charset=utf-8", (void *)msg, strlen(msg),
-                 MHD_RESPMEM_MUST_COPY);
+    char hdr[512];
+    int hl = snprintf(hdr, sizeof(hdr),
+                      "HTTP/1.1 %u %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                      "Cache-Control: no-store\r\nConnection: close\r\n%s\r\n",
+                      code, status_text(code), ctype, len,
+                      code == 405 ? "Allow: GET, HEAD\r\n" : "");
+    size_t blen = head_only ? 0 : len;
+    c->out = malloc((size_t)hl + blen);
+    if (c->out == NULL) {
+        free(body);
+        c->out_len = 0;
+        return;
+    }
+    memcpy(c->out, hdr, (size_t)hl);
+    if (blen)
+        memcpy(c->out + hl, body, blen);
+    free(body);
+    c->out_len = (size_t)hl + blen;
+    c->out_off = 0;
 }
 
-static mhd_result on_request(void *cls, struct MHD_Connection *c, const char *url,
-                             const char *method, const char *version, const char *data,
-                             size_t *data_size, void **state)
+static void respond_text(struct conn *c, unsigned code, const char *msg, bool head_only)
 {
-    (void)version;
-    (void)data;
-    struct gv_metrics_http *h = cls;
-    static char had_body; /* *state marker: the request carried a body */
-    if (*state == NULL) {
-        /* first call, headers only: refuse other methods before any body is read */
-        if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-            return text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "GET only\n");
-        *state = h;
-        return MHD_YES;
+    respond(c, code, "text/plain; charset=utf-8", strdup(msg), strlen(msg), head_only);
+}
+
+/* The request head is complete: answer it. */
+static void handle(struct gv_metrics_http *h, struct conn *c, size_t head_len)
+{
+    char line[512];
+    const char *eol = memchr(c->head, '\r', head_len);
+    size_t ll = eol ? (size_t)(eol - c->head) : 0;
+    char method[16], path[256], version[16];
+    if (ll == 0 || ll >= sizeof(line)) {
+        respond_text(c, 400, "malformed request line\n", false);
+        return;
     }
-    if (*data_size != 0) {
-        *data_size = 0; /* dropped: nothing here takes a body */
-        *state = &had_body;
-        return MHD_YES;
+    memcpy(line, c->head, ll);
+    line[ll] = '\0';
+    if (sscanf(line, "%15s %255s %15s", method, path, version) != 3 ||
+        strncmp(version, "HTTP/1.", 7) != 0) {
+        respond_text(c, 400, "malformed request line\n", false);
+        return;
     }
-    if (*state == &had_body)
-        return text(c, MHD_HTTP_BAD_REQUEST, "no request body expected\n");
-    if (strcmp(url, "/metrics") == 0) {
+    bool head_only = strcmp(method, "HEAD") == 0;
+    if (strcmp(method, "GET") != 0 && !head_only) {
+        respond_text(c, 405, "GET only\n", false);
+        return;
+    }
+    /* a body is not expected: Content-Length other than 0 or chunked is refused */
+    for (const char *p = c->head; p && p < c->head + head_len; p = strchr(p, '\n')) {
+        p += *p == '\n';
+        if ((strncasecmp(p, "Content-Length:", 15) == 0 && atol(p + 15) != 0) ||
+            strncasecmp(p, "Transfer-Encoding:", 18) == 0) {
+            respond_text(c, 400, "no request body expected\n", head_only);
+            return;
+        }
+    }
+    char *q = strchr(path, '?');
+    if (q)
+        *q = '\0';
+    if (strcmp(path, "/metrics") == 0) {
         struct gv_buf b;
         struct gv_error err;
         gv_buf_init(&b, 16u << 20);
@@ -95,43 +152,145 @@ static mhd_result on_request(void *cls, struct MHD_Connection *c, const char *ur
             gv_buf_free(&b);
             char msg[sizeof(err.msg) + 32];
             snprintf(msg, sizeof(msg), "metrics unavailable: %s\n", err.msg);
-            return text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, msg);
+            respond_text(c, 500, msg, head_only);
+            return;
         }
         size_t len = b.len;
-        char *body = b.data ? b.data : strdup("");
-        return reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", body, len,
-                     MHD_RESPMEM_MUST_FREE);
-    }
-    if (strcmp(url, "/healthz") == 0 || strcmp(url, "/livez") == 0) {
+        respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, len, head_only);
+    } else if (strcmp(path, "/healthz") == 0 || strcmp(path, "/livez") == 0) {
         int64_t age = mono_ms() - atomic_load(&h->beat_ms);
         if (age > h->cfg.stale_ms) {
             char msg[200];
             snprintf(msg, sizeof(msg), "event loop silent for %lld ms\n", (long long)age);
-            return text(c, MHD_HTTP_SERVICE_UNAVAILABLE, msg);
+            respond_text(c, 503, msg, head_only);
+        } else {
+            respond_text(c, 200, "ok\n", head_only);
         }
-        return text(c, MHD_HTTP_OK, "ok\n");
-    }
-    if (strcmp(url, "/readyz") == 0) {
-        char why[256] = "";
+    } else if (strcmp(path, "/readyz") == 0) {
+        char why[256] = "", msg[300];
         if (h->cfg.ready && !h->cfg.ready(h->cfg.ud, why, sizeof(why))) {
-            char msg[300];
             snprintf(msg, sizeof(msg), "not ready: %s\n", why);
-            return text(c, MHD_HTTP_SERVICE_UNAVAILABLE, msg);
+            respond_text(c, 503, msg, head_only);
+        } else {
+            respond_text(c, 200, "ready\n", head_only);
         }
-        return text(c, MHD_HTTP_OK, "ready\n");
+    } else {
+        respond_text(c, 404, "not found: /metrics, /healthz, /readyz\n", head_only);
     }
-    return text(c, MHD_HTTP_NOT_FOUND, "not found: /metrics, /healthz, /readyz\n");
 }
 
-static void on_log(void *cls, const char *fmt, va_list ap)
+static void conn_close(struct gv_metrics_http *h, size_t i)
 {
-    (void)cls;
-    char msg[512];
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    gv_debug("metrics listener: %s", msg);
+    struct conn *c = h->conns[i];
+    close(c->fd);
+    free(c->out);
+    free(c);
+    h->conns[i] = h->conns[--h->n_conns];
 }
 
-/* "ADDR:PORT", "[ADDR]:PORT", ":PORT" -> a bound, listening socket. */
+/* Reads what is there; true when the connection should be closed. */
+static bool on_readable(struct gv_metrics_http *h, struct conn *c)
+{
+    for (;;) {
+        if (c->n == HEAD_MAX) {
+            respond_text(c, 431, "request head too large\n", false);
+            return c->out == NULL;
+        }
+        ssize_t r = read(c->fd, c->head + c->n, HEAD_MAX - c->n);
+        if (r == 0)
+            return true;
+        if (r < 0)
+            return errno != EAGAIN && errno != EINTR;
+        size_t from = c->n >= 3 ? c->n - 3 : 0;
+        c->n += (size_t)r;
+        c->head[c->n] = '\0';
+        for (size_t i = from; i + 3 < c->n; i++)
+            if (memcmp(c->head + i, "\r\n\r\n", 4) == 0) {
+                handle(h, c, i + 4);
+                return c->out == NULL;
+            }
+    }
+}
+
+/* Writes what it can; true when done (or failed): close. */
+static bool on_writable(struct conn *c)
+{
+    while (c->out_off < c->out_len) {
+        ssize_t w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+        if (w < 0)
+            return errno != EAGAIN && errno != EINTR;
+        c->out_off += (size_t)w;
+    }
+    return true;
+}
+
+static void *serve(void *arg)
+{
+    struct gv_metrics_http *h = arg;
+    struct pollfd *pfd = calloc(h->cfg.max_conns + 2, sizeof(*pfd));
+    if (pfd == NULL)
+        return NULL;
+    for (;;) {
+        size_t n = 0;
+        pfd[n++] = (struct pollfd){.fd = h->wake, .events = POLLIN};
+        bool accepting = h->n_conns < h->cfg.max_conns;
+        pfd[n++] = (struct pollfd){.fd = accepting ? h->fd : -1, .events = POLLIN};
+        int64_t now = mono_ms(), next = now + 1000;
+        for (size_t i = 0; i < h->n_conns; i++) {
+            struct conn *c = h->conns[i];
+            pfd[n++] = (struct pollfd){.fd = c->fd, .events = c->out ? POLLOUT : POLLIN};
+            if (c->deadline_ms < next)
+                next = c->deadline_ms;
+        }
+        int rc = poll(pfd, n, (int)(next > now ? next - now : 0));
+        if (rc < 0 && errno != EINTR)
+            break;
+        if (pfd[0].revents)
+            break;
+        now = mono_ms();
+        /* connections first (indexes match pfd[2..]); closing swaps the last one
+         * in, so walk backwards */
+        for (size_t i = h->n_conns; i-- > 0;) {
+            struct conn *c = h->conns[i];
+            short ev = pfd[2 + i].revents;
+            bool done = false;
+            if (ev & (POLLERR | POLLNVAL))
+                done = true;
+            else if (c->out == NULL && (ev & (POLLIN | POLLHUP)))
+                done = on_readable(h, c);
+            if (!done && c->out != NULL && ((ev & POLLOUT) || c->out_off == 0))
+                done = on_writable(c);
+            if (!done && now >= c->deadline_ms)
+                done = true; /* slow peer: its time is up */
+            if (done)
+                conn_close(h, i);
+        }
+        if (accepting && (pfd[1].revents & POLLIN)) {
+            while (h->n_conns < h->cfg.max_conns) {
+                int fd = accept4(h->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+                if (fd < 0)
+                    break;
+                struct conn *c = malloc(sizeof(*c));
+                if (c == NULL) {
+                    close(fd);
+                    break;
+                }
+                c->fd = fd;
+                c->n = 0;
+                c->out = NULL;
+                c->out_len = c->out_off = 0;
+                c->deadline_ms = now + (int64_t)h->cfg.timeout_s * 1000;
+                h->conns[h->n_conns++] = c;
+            }
+        }
+    }
+    while (h->n_conns > 0)
+        conn_close(h, h->n_conns - 1);
+    free(pfd);
+    return NULL;
+}
+
+/* "ADDR:PORT", "[ADDR]:PORT", ":PORT" -> a bound, listening, non-blocking socket. */
 static gv_status bind_listen(const char *spec, int *fd_out, unsigned *port_out,
                              struct gv_error *err)
 {
@@ -161,7 +320,7 @@ static gv_status bind_listen(const char *spec, int *fd_out, unsigned *port_out,
     gv_status st = GV_EIO;
     int fd = -1, e = 0;
     for (struct addrinfo *a = res; a; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
         if (fd < 0) {
             e = errno;
             continue;
@@ -196,31 +355,35 @@ gv_status gv_metrics_http_new(const struct gv_metrics_http_config *cfg,
         return gv_error_set(err, GV_ENOMEM, "metrics: out of memory");
     h->cfg = *cfg;
     h->cfg.stale_ms = cfg->stale_ms > 0 ? cfg->stale_ms : 30000;
-    h->cfg.max_conns = cfg->max_conns ? cfg->max_conns : 32;
+    h->cfg.max_conns = cfg->max_conns ? cfg->max_conns : 16;
     h->cfg.timeout_s = cfg->timeout_s ? cfg->timeout_s : 10;
-    h->fd = -1;
+    h->fd = h->wake = -1;
     atomic_store(&h->beat_ms, mono_ms());
     gv_status st = bind_listen(cfg->listen, &h->fd, &h->port, err);
-    if (st != GV_OK) {
-        free(h);
-        return st;
+    if (st != GV_OK)
+        goto fail;
+    h->conns = calloc(h->cfg.max_conns, sizeof(*h->conns));
+    h->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (h->conns == NULL || h->wake < 0) {
+        st = gv_error_set(err, GV_ENOMEM, "metrics: out of memory");
+        goto fail;
     }
-    h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
-                            on_request, h, MHD_OPTION_LISTEN_SOCKET, h->fd,
-                            MHD_OPTION_CONNECTION_LIMIT, h->cfg.max_conns,
-                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, h->cfg.max_conns / 2 + 1,
-                            MHD_OPTION_CONNECTION_TIMEOUT, h->cfg.timeout_s,
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)32768,
-                            MHD_OPTION_EXTERNAL_LOGGER, on_log, h, MHD_OPTION_END);
-    if (h->d == NULL) {
-        close(h->fd);
-        free(h);
-        return gv_error_set(err, GV_EIO, "metrics: cannot start the HTTP listener on %s",
-                            cfg->listen);
+    int rc = pthread_create(&h->thread, NULL, serve, h);
+    if (rc != 0) {
+        st = gv_error_set(err, GV_EIO, "metrics: cannot start the listener thread: %s", strerror(rc));
+        goto fail;
     }
     gv_info("metrics: listening on %s (port %u): /metrics /healthz /readyz", cfg->listen, h->port);
     *out = h;
     return GV_OK;
+fail:
+    if (h->fd >= 0)
+        close(h->fd);
+    if (h->wake >= 0)
+        close(h->wake);
+    free(h->conns);
+    free(h);
+    return st;
 }
 
 unsigned gv_metrics_http_port(const struct gv_metrics_http *h) { return h->port; }
@@ -235,6 +398,12 @@ void gv_metrics_http_free(struct gv_metrics_http *h)
 {
     if (h == NULL)
         return;
-    MHD_stop_daemon(h->d); /* closes the listening socket it was given */
+    uint64_t one = 1;
+    if (write(h->wake, &one, sizeof(one)) != (ssize_t)sizeof(one))
+        gv_warn("metrics: cannot wake the listener thread");
+    pthread_join(h->thread, NULL);
+    close(h->fd);
+    close(h->wake);
+    free(h->conns);
     free(h);
 }

@@ -16,7 +16,7 @@ $(NODE_PB_C) $(NODE_PB_H) &: $(NODE_GEN)/deviceplugin.proto
 	@echo "  PROTOC  $<"
 	$(Q)cd $(NODE_GEN) && protoc-c --c_out=. deviceplugin.proto
 
-NODE_PKGS := libnghttp2 libprotobuf-c jansson libmicrohttpd
+NODE_PKGS := libnghttp2 libprotobuf-c jansson
 NODE_CFLAGS := -I$(NODE_GEN) $(shell $(PKG_CONFIG) --cflags $(NODE_PKGS))
 NODE_LDLIBS := $(shell $(PKG_CONFIG) --libs $(NODE_PKGS)) -ldl
 

@@ -101,11 +101,13 @@ struct cdev {
     uint64_t real_bytes;    /* NVML: sum over its processes */
     unsigned real_sm;       /* NVML: sum of its processes' SM percent */
     unsigned nv_procs;
+    int keep;               /* index into m->keep for this sample, -1: none */
 };
 
 struct ctr {
     struct gv_monitor_record rec;
-    bool region;
+    bool region_read;       /* read_region ran this sample */
+    bool region;            /* and found one */
     unsigned procs;         /* region slots in use */
     int32_t hostpids[MAX_HOSTPIDS];
     uint64_t hostpid_bytes[MAX_HOSTPIDS][GV_MONITOR_MAX_GPUS];
@@ -486,7 +488,16 @@ static void read_region(struct gv_monitor *m, struct ctr *c)
     gv_shm_close(shm);
 }
 
-static void load_containers(struct gv_monitor *m)
+/* Reads a container's region once per sample, when first needed. */
+static void ensure_region(struct gv_monitor *m, struct ctr *c)
+{
+    if (!c->region_read) {
+        c->region_read = true;
+        read_region(m, c);
+    }
+}
+
+static void load_containers(struct gv_monitor *m, bool regions)
 {
     m->n_ctrs = 0;
     char dir[4200];
@@ -529,8 +540,10 @@ static void load_containers(struct gv_monitor *m)
                 for (unsigned i = 0; i < c->rec.n_dev; i++) {
                     c->d[i].gpu = gpu_by_uuid(m, c->rec.dev[i].uuid);
                     c->d[i].rdev = -1;
+                    c->d[i].keep = -1;
                 }
-                read_region(m, c);
+                if (regions)
+                    ensure_region(m, c);
                 m->n_ctrs++;
             } else {
                 gv_debug("monitor: %s: ignored (%s)", path, err.msg);
@@ -551,37 +564,57 @@ static int ctr_dev(const struct ctr *c, int gpu)
 }
 
 /* Which container (index) runs NVML process pid on GPU gi; -1 when none. */
+/* Container k's region names host pid pid. */
+static bool claims(struct gv_monitor *m, size_t k, unsigned pid)
+{
+    ensure_region(m, &m->ctrs[k]);
+    for (unsigned h = 0; h < m->ctrs[k].n_hostpids; h++)
+        if ((unsigned)m->ctrs[k].hostpids[h] == pid)
+            return true;
+    return false;
+}
+
+/*
+ * Which container (index) runs NVML process pid on GPU gi; -1 when none.
+ * The cgroup names the pod; a pod with one container on that GPU settles
+ * it without reading any region (the backstop's light samples).  Otherwise
+ * the container id learned earlier, else the host pids the container's
+ * processes wrote into their region.  A host pid in a region is the
+ * tenant's word (the region is writable from the container): it counts
+ * only among the containers of the process's own pod, or for a process
+ * whose cgroup names no pod at all (no Kubernetes, tests).
+ */
 static int map_process(struct gv_monitor *m, unsigned pid, int gi)
 {
     char uid[64], cid[80];
-    bool in_pod = pid_cgroup(m, pid, uid, cid);
-    /* A host pid in a region is the tenant's word (the region is writable
-     * from the container): it counts only for a process of the same pod, or
-     * one whose cgroup names no pod at all (no Kubernetes, tests). */
-    for (size_t k = 0; k < m->n_ctrs; k++)
-        for (unsigned h = 0; h < m->ctrs[k].n_hostpids; h++)
-            if ((unsigned)m->ctrs[k].hostpids[h] == pid &&
-                (!in_pod || strcmp(uid, m->ctrs[k].rec.uid) == 0)) {
-                if (in_pod)
-                    learn_cid(m, cid, &m->ctrs[k]);
+    if (!pid_cgroup(m, pid, uid, cid)) {
+        for (size_t k = 0; k < m->n_ctrs; k++)
+            if (ctr_dev(&m->ctrs[k], gi) >= 0 && claims(m, k, pid))
                 return (int)k;
-            }
-    if (!in_pod)
         return -1;
+    }
     int only = -1, n = 0;
     for (size_t k = 0; k < m->n_ctrs; k++)
         if (strcmp(m->ctrs[k].rec.uid, uid) == 0 && ctr_dev(&m->ctrs[k], gi) >= 0) {
             only = (int)k;
             n++;
         }
-    if (n == 1)
+    if (n <= 1)
         return only;
-    for (size_t i = 0; n > 1 && cid[0] && i < m->n_cids; i++)
+    for (size_t i = 0; cid[0] && i < m->n_cids; i++)
         if (strcmp(m->cids[i].cid, cid) == 0 && strcmp(m->cids[i].uid, uid) == 0)
             for (size_t k = 0; k < m->n_ctrs; k++)
                 if (strcmp(m->ctrs[k].rec.uid, uid) == 0 &&
-                    strcmp(m->ctrs[k].rec.ctr, m->cids[i].ctr) == 0)
+                    strcmp(m->ctrs[k].rec.ctr, m->cids[i].ctr) == 0) {
+                    m->cids[i].gen = m->gen;
                     return (int)k;
+                }
+    for (size_t k = 0; k < m->n_ctrs; k++)
+        if (strcmp(m->ctrs[k].rec.uid, uid) == 0 && ctr_dev(&m->ctrs[k], gi) >= 0 &&
+            claims(m, k, pid)) {
+            learn_cid(m, cid, &m->ctrs[k]);
+            return (int)k;
+        }
     return -1;
 }
 
@@ -624,7 +657,7 @@ static void sample_release(struct gv_monitor *m)
 }
 
 /* Takes a full sample into m (called with m->mu held). */
-static void sample(struct gv_monitor *m)
+static void sample(struct gv_monitor *m, bool regions)
 {
     uint64_t t0 = now_ns(CLOCK_MONOTONIC);
     m->gen++;
@@ -637,7 +670,7 @@ static void sample(struct gv_monitor *m)
     }
     if (m->nvml_ok)
         drain_xids(m);
-    load_containers(m);
+    load_containers(m, regions);
     for (unsigned g = 0; g < m->n_gpus; g++) {
         struct gpu *gp = &m->gpus[g];
         for (unsigned p = 0; p < gp->n_procs; p++) {
@@ -651,12 +684,25 @@ static void sample(struct gv_monitor *m)
             m->ctrs[k].d[i].nv_procs++;
         }
     }
+    /* forget containers and container ids gone for good (before
+     * indexes into m->keep are handed out for this sample) */
+    size_t w = 0;
+    for (size_t k = 0; k < m->n_keep; k++)
+        if (m->gen - m->keep[k].gen < 100)
+            m->keep[w++] = m->keep[k];
+    m->n_keep = w;
+    w = 0;
+    for (size_t k = 0; k < m->n_cids; k++)
+        if (m->gen - m->cids[k].gen < 100)
+            m->cids[w++] = m->cids[k];
+    m->n_cids = w;
     uint64_t now = now_ns(CLOCK_MONOTONIC);
     for (size_t k = 0; k < m->n_ctrs; k++) {
         struct ctr *c = &m->ctrs[k];
         for (unsigned i = 0; i < c->rec.n_dev; i++) {
             struct keep *kp = keep_get(m, c, i);
-            if (kp == NULL || c->d[i].rdev < 0)
+            c->d[i].keep = kp ? (int)(kp - m->keep) : -1;
+            if (kp == NULL || !c->region_read || c->d[i].rdev < 0)
                 continue;
             /* achieved share: GPU time the throttle measured per wall time, over
              * at least a second (closer scrapes keep the last figure) */
@@ -670,17 +716,6 @@ static void sample(struct gv_monitor *m)
             }
         }
     }
-    /* forget containers and container ids gone for good */
-    size_t w = 0;
-    for (size_t k = 0; k < m->n_keep; k++)
-        if (m->gen - m->keep[k].gen < 100)
-            m->keep[w++] = m->keep[k];
-    m->n_keep = w;
-    w = 0;
-    for (size_t k = 0; k < m->n_cids; k++)
-        if (m->gen - m->cids[k].gen < 100)
-            m->cids[w++] = m->cids[k];
-    m->n_cids = w;
     m->last_sample_s = (double)(now_ns(CLOCK_MONOTONIC) - t0) / 1e9;
 }
 
@@ -759,12 +794,7 @@ static void per_cdev(struct out *o, const struct gv_monitor *m, const char *name
 
 static const struct keep *keep_find(const struct gv_monitor *m, const struct ctr *c, unsigned i)
 {
-    char key[384];
-    snprintf(key, sizeof(key), "%s/%s/%s", c->rec.uid, c->rec.ctr, c->rec.dev[i].uuid);
-    for (size_t k = 0; k < m->n_keep; k++)
-        if (strcmp(m->keep[k].key, key) == 0)
-            return &m->keep[k];
-    return NULL;
+    return c->d[i].keep >= 0 ? &m->keep[c->d[i].keep] : NULL;
 }
 
 #define CDEV_FN(fname, cond, expr)                                                                 \
@@ -1024,7 +1054,7 @@ gv_status gv_monitor_render(struct gv_monitor *m, struct gv_buf *b, struct gv_er
 {
     struct out o = {.b = b};
     pthread_mutex_lock(&m->mu);
-    sample(m);
+    sample(m, true);
     m->scrapes++;
     render_containers(&o, m);
     render_gpus(&o, m);
@@ -1100,7 +1130,7 @@ static size_t backstop_decide(struct gv_monitor *m, struct action **out)
         for (unsigned i = 0; i < c->rec.n_dev; i++) {
             struct cdev *d = &c->d[i];
             uint64_t limit = c->rec.dev[i].mem_limit;
-            struct keep *kp = keep_get(m, c, i);
+            struct keep *kp = d->keep >= 0 ? &m->keep[d->keep] : NULL;
             if (kp == NULL || d->gpu < 0 || limit == 0)
                 continue;
             if (d->real_bytes <= limit + m->s.margin_bytes) {
@@ -1119,6 +1149,8 @@ static size_t backstop_decide(struct gv_monitor *m, struct action **out)
              * region does not account for first, until back within the limit */
             uint64_t real = d->real_bytes;
             bool any = false;
+            if (m->s.backstop == GV_BACKSTOP_KILL)
+                ensure_region(m, c); /* what each process has charged there */
             while (m->s.backstop == GV_BACKSTOP_KILL && real > limit + m->s.margin_bytes) {
                 int best = -1;
                 uint64_t best_un = 0;
@@ -1232,7 +1264,7 @@ void gv_monitor_backstop_once(struct gv_monitor *m)
     size_t n = 0;
     pthread_mutex_lock(&m->mu);
     if (m->s.backstop != GV_BACKSTOP_OFF && m->nvml_ok) {
-        sample(m);
+        sample(m, false); /* light: regions only where a process needs them */
         n = backstop_decide(m, &acts);
         sample_release(m);
     }
