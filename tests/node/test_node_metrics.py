@@ -15,6 +15,7 @@ regions and the fake NVML hold.
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import urllib.error
@@ -96,12 +97,15 @@ class Setup:
         self.port = int(line[0].split("(port ")[1].split(")")[0]) if line else 0
         return self.port
 
-    def probe(self, args, limits=None, name="probe"):
+    def probe(self, args, limits=None, name="probe", visible=None, extra=None):
         env = dict(os.environ, LD_LIBRARY_PATH=agent.FAKES, GV_FAKE_GPU_CONFIG=self.env.gpu_cfg,
                    ASAN_OPTIONS="detect_leaks=0", GPUVISOR_NODE_DIR=self.node_dir, **self.fake_env)
         for k in ("GPUVISOR_LIMITS_FILE", "CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT",
                   "CUDA_DEVICE_MEMORY_SHARED_CACHE", "CUDA_VISIBLE_DEVICES", "LD_PRELOAD"):
             env.pop(k, None)
+        if visible is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible
+        env.update(extra or {})
         if limits is not None:
             f = os.path.join(self.env.dir, name + ".limits")
             write_atomic(f, "".join("%s=%s\n" % kv for kv in limits.items()))
@@ -266,6 +270,55 @@ def main():
              "a process of an unknown pod: unattributed memory on the GPU, not charged to a, not killed",
              m and [x for x in m if "unattributed" in x[0]])
 
+        # hostile tenant: container a writes the stranger's host pid into its own region slot
+        # (the region is writable from the container); it must not pull the stranger in
+        forged = False
+        with open(region, "r+b") as f:
+            for i in range(1024):
+                f.seek(4096 + i * 704)
+                pid_, _ = struct.unpack("<ii", f.read(8))
+                if pid_ == inside.p.pid:
+                    f.seek(4096 + i * 704 + 4)
+                    f.write(struct.pack("<i", stranger.p.pid))
+                    forged = True
+        m = parse(scrape(port)[2])
+        t.ok(forged and find(m, "gpuvisor_gpu_unattributed_memory_bytes", uuid=GPUS[0]) == 2048 * MiB and
+             find(m, "gpuvisor_container_gpu_memory_nvml_bytes", **ca) == 320 * MiB and
+             find(m, "gpuvisor_backstop_over_limit", **ca) == 0 and stranger.p.poll() is None,
+             "a region naming another pod's process as its own: ignored (cgroup decides), nobody killed",
+             m and [x for x in m if "nvml" in x[0] or "unattributed" in x[0]])
+
+        # two containers of one pod on the same GPU: told apart by the host pids in their regions
+        s.env.api.create_pod("duo", [("x", {"nvidia.com/gpu": "1"}), ("y", {"nvidia.com/gpu": "1"})],
+                             "v1;node=node1;x=%s:2000:0;y=%s:2000:0" % (GPUS[1], GPUS[1]), ns="team")
+        d1 = k.cmd("allocate", ids=[ids[12]])
+        d2 = k.cmd("allocate", ids=[ids[13]])
+        duo = s.env.api.pod("duo", ns="team")["metadata"]["uid"]
+        outs = []
+        for ctr, size in (("x", "100m"), ("y", "200m")):
+            reg = os.path.join(s.env.state, "containers", duo, ctr, "shared.cache")
+            outs.append(s.probe(["init", "alloc:%s:OK" % size, "sleep:60000"], name="duo-" + ctr, visible="1",
+                                # a context holds memory, so NVML lists the process when its
+                                # context is created: the interposer learns its host pid then
+                                extra={"GV_FAKE_CTX_MEMORY": "4m"},
+                                limits={"CUDA_DEVICE_MEMORY_LIMIT_0": "2000m",
+                                        "CUDA_DEVICE_MEMORY_SHARED_CACHE": reg}))
+        for p, cid in zip(outs, ("e" * 64, "f" * 64)):
+            s.cgroup(p.p.pid, duo, cid)
+        ok_all = all(p.expect(lambda ln: ln.startswith("ok 2") or ln.startswith("not ok"), 20) or False
+                     for p in outs)
+        m = parse(scrape(port)[2])
+        cx = dict(namespace="team", pod="duo", container="x", uuid=GPUS[1])
+        cy = dict(namespace="team", pod="duo", container="y", uuid=GPUS[1])
+        t.ok(d1 and d1["ok"] and d2 and d2["ok"] and ok_all and
+             find(m, "gpuvisor_container_gpu_memory_nvml_bytes", **cx) == 104 * MiB and
+             find(m, "gpuvisor_container_gpu_memory_nvml_bytes", **cy) == 204 * MiB and
+             find(m, "gpuvisor_container_gpu_memory_used_bytes", **cx) == 104 * MiB and
+             find(m, "DCGM_FI_DEV_GPU_UTIL", gpu="1", pod="duo") is None,
+             "two containers of a pod on one GPU: NVML memory split by their regions' host pids; "
+             "dcgm series name no owner on a shared GPU",
+             [x for x in m if "nvml_bytes" in x[0]])
+
         # Xid: the last one per GPU
         write_atomic(s.env.faults, "xid 1 79 1\n")
         m = gvtest.wait_for(lambda: (lambda x: x if find(x, "DCGM_FI_DEV_XID_ERRORS", gpu="1") == 79 else None)(
@@ -290,8 +343,9 @@ def main():
              "metrics.hamiNames false: no hami_* series, gpuvisor's stay")
         # pod gone: its containers leave /metrics once GC removed the directory
         s.env.api.delete_pod("pair", ns="team")
-        m = gvtest.wait_for(lambda: (lambda x: x if not labelsets(x, "gpuvisor_container_gpu_memory_limit_bytes")
-                                     else None)(parse(scrape(port)[2])), 10)
+        m = gvtest.wait_for(lambda: (lambda x: x if not [lab for lab in labelsets(
+            x, "gpuvisor_container_gpu_memory_limit_bytes") if lab["pod"] == "pair"] else None)(
+            parse(scrape(port)[2])), 10)
         t.ok(m is not None, "pod deleted and collected: its series are gone")
     finally:
         s.close()
