@@ -838,35 +838,45 @@ static bool v_busy(const struct gv_monitor *m, const struct ctr *c, unsigned i, 
     return true;
 }
 
+/* The per-container-and-GPU families: one table, one loop. */
+static const struct {
+    const char *name, *type, *help;
+    cdev_value fn;
+} cdev_families[] = {
+    {"gpuvisor_container_gpu_memory_limit_bytes", "gauge",
+     "Memory the container may use on the GPU (from its assignment at Allocate).", v_mem_limit},
+    {"gpuvisor_container_gpu_memory_used_bytes", "gauge",
+     "Memory charged in the container's shared region on every allocation path (0 before the first CUDA call).",
+     v_mem_used},
+    {"gpuvisor_container_gpu_memory_managed_bytes", "gauge",
+     "Of the memory used, bytes served as managed memory (oversubscription).", v_mem_managed},
+    {"gpuvisor_container_gpu_memory_nvml_bytes", "gauge",
+     "Memory NVML reports for the container's processes (mapped by host pid and cgroup).", v_mem_real},
+    {"gpuvisor_container_gpu_compute_share_limit_ratio", "gauge",
+     "Compute share the container is given (1 = unlimited).", v_share_limit},
+    {"gpuvisor_container_gpu_compute_share_achieved_ratio", "gauge",
+     "GPU time the throttle measured per wall time since the previous sample.", v_achieved},
+    {"gpuvisor_container_gpu_busy_seconds_total", "counter",
+     "GPU time the throttle measured for the container's kernels.", v_busy},
+    {"gpuvisor_container_gpu_region_utilization_ratio", "gauge",
+     "Sum of the utilisation each of the container's processes publishes in its region slot.",
+     v_region_util},
+    {"gpuvisor_container_gpu_sm_utilization_ratio", "gauge",
+     "SM utilisation NVML attributes to the container's processes.", v_sm_util},
+    {"gpuvisor_container_gpu_throttle_debt_seconds", "gauge",
+     "GPU time the container is in debt to its share: it waits this long before its next launch.",
+     v_debt},
+    {"gpuvisor_container_gpu_nvml_processes", "gauge",
+     "Processes NVML lists on the GPU for the container.", v_nv_procs},
+    {"gpuvisor_backstop_over_limit", "gauge",
+     "1 while NVML shows the container above its memory limit (plus margin).", v_over},
+};
+
 static void render_containers(struct out *o, const struct gv_monitor *m)
 {
-    per_cdev(o, m, "gpuvisor_container_gpu_memory_limit_bytes", "gauge",
-             "Memory the container may use on the GPU (from its assignment at Allocate).", v_mem_limit);
-    per_cdev(o, m, "gpuvisor_container_gpu_memory_used_bytes", "gauge",
-             "Memory charged in the container's shared region on every allocation path (0 before the first CUDA call).",
-             v_mem_used);
-    per_cdev(o, m, "gpuvisor_container_gpu_memory_managed_bytes", "gauge",
-             "Of the memory used, bytes served as managed memory (oversubscription).", v_mem_managed);
-    per_cdev(o, m, "gpuvisor_container_gpu_memory_nvml_bytes", "gauge",
-             "Memory NVML reports for the container's processes (mapped by host pid and cgroup).", v_mem_real);
-    per_cdev(o, m, "gpuvisor_container_gpu_compute_share_limit_ratio", "gauge",
-             "Compute share the container is given (1 = unlimited).", v_share_limit);
-    per_cdev(o, m, "gpuvisor_container_gpu_compute_share_achieved_ratio", "gauge",
-             "GPU time the throttle measured per wall time since the previous sample.", v_achieved);
-    per_cdev(o, m, "gpuvisor_container_gpu_busy_seconds_total", "counter",
-             "GPU time the throttle measured for the container's kernels.", v_busy);
-    per_cdev(o, m, "gpuvisor_container_gpu_region_utilization_ratio", "gauge",
-             "Sum of the utilisation each of the container's processes publishes in its region slot.",
-             v_region_util);
-    per_cdev(o, m, "gpuvisor_container_gpu_sm_utilization_ratio", "gauge",
-             "SM utilisation NVML attributes to the container's processes.", v_sm_util);
-    per_cdev(o, m, "gpuvisor_container_gpu_throttle_debt_seconds", "gauge",
-             "GPU time the container is in debt to its share: it waits this long before its next launch.",
-             v_debt);
-    per_cdev(o, m, "gpuvisor_container_gpu_nvml_processes", "gauge",
-             "Processes NVML lists on the GPU for the container.", v_nv_procs);
-    per_cdev(o, m, "gpuvisor_backstop_over_limit", "gauge",
-             "1 while NVML shows the container above its memory limit (plus margin).", v_over);
+    for (size_t f = 0; f < sizeof(cdev_families) / sizeof(cdev_families[0]); f++)
+        per_cdev(o, m, cdev_families[f].name, cdev_families[f].type, cdev_families[f].help,
+                 cdev_families[f].fn);
     family(o, "gpuvisor_backstop_actions_total", "counter",
            "Backstop actions on the container: report (event) or kill (a process SIGKILLed).");
     for (size_t k = 0; k < m->n_ctrs; k++) {
