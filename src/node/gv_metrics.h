@@ -64,4 +64,16 @@ unsigned gv_metrics_http_port(const struct gv_metrics_http *h);
 void gv_metrics_http_beat(struct gv_metrics_http *h);
 void gv_metrics_http_free(struct gv_metrics_http *h);
 
+/*
+ * The listener's request-head parser (public for tests and fuzzing): head
+ * is len bytes ending with the blank line, NUL-terminated after them.
+ * Returns 0 (a GET or HEAD of out->path, query cut off), 400 (malformed, or
+ * a request announcing a body) or 405 (another method).
+ */
+struct gv_metrics_http_head {
+    char path[256];
+    bool head_only;
+};
+int gv_metrics_http_parse_head(const char *head, size_t len, struct gv_metrics_http_head *out);
+
 #endif

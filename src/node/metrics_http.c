@@ -109,41 +109,47 @@ static void respond_text(struct conn *c, unsigned code, const char *msg, bool he
     respond(c, code, "text/plain; charset=utf-8", strdup(msg), strlen(msg), head_only);
 }
 
+int gv_metrics_http_parse_head(const char *head, size_t len, struct gv_metrics_http_head *out)
+{
+    char line[512], method[16], version[16];
+    memset(out, 0, sizeof(*out));
+    const char *eol = memchr(head, '\r', len);
+    size_t ll = eol ? (size_t)(eol - head) : 0;
+    if (ll == 0 || ll >= sizeof(line))
+        return 400;
+    memcpy(line, head, ll);
+    line[ll] = '\0';
+    if (sscanf(line, "%15s %255s %15s", method, out->path, version) != 3 ||
+        strncmp(version, "HTTP/1.", 7) != 0)
+        return 400;
+    out->head_only = strcmp(method, "HEAD") == 0;
+    if (strcmp(method, "GET") != 0 && !out->head_only)
+        return 405;
+    /* a body is not expected: Content-Length other than 0 or chunked is refused */
+    for (const char *p = head; p && p < head + len; p = strchr(p, '\n')) {
+        p += *p == '\n';
+        if ((strncasecmp(p, "Content-Length:", 15) == 0 && atol(p + 15) != 0) ||
+            strncasecmp(p, "Transfer-Encoding:", 18) == 0)
+            return 400;
+    }
+    char *q = strchr(out->path, '?');
+    if (q)
+        *q = '\0';
+    return 0;
+}
+
 /* The request head is complete: answer it. */
 static void handle(struct gv_metrics_http *h, struct conn *c, size_t head_len)
 {
-    char line[512];
-    const char *eol = memchr(c->head, '\r', head_len);
-    size_t ll = eol ? (size_t)(eol - c->head) : 0;
-    char method[16], path[256], version[16];
-    if (ll == 0 || ll >= sizeof(line)) {
-        respond_text(c, 400, "malformed request line\n", false);
+    struct gv_metrics_http_head rq;
+    int bad = gv_metrics_http_parse_head(c->head, head_len, &rq);
+    bool head_only = rq.head_only;
+    const char *path = rq.path;
+    if (bad) {
+        respond_text(c, (unsigned)bad,
+                     bad == 405 ? "GET only\n" : "malformed request or unexpected body\n", false);
         return;
     }
-    memcpy(line, c->head, ll);
-    line[ll] = '\0';
-    if (sscanf(line, "%15s %255s %15s", method, path, version) != 3 ||
-        strncmp(version, "HTTP/1.", 7) != 0) {
-        respond_text(c, 400, "malformed request line\n", false);
-        return;
-    }
-    bool head_only = strcmp(method, "HEAD") == 0;
-    if (strcmp(method, "GET") != 0 && !head_only) {
-        respond_text(c, 405, "GET only\n", false);
-        return;
-    }
-    /* a body is not expected: Content-Length other than 0 or chunked is refused */
-    for (const char *p = c->head; p && p < c->head + head_len; p = strchr(p, '\n')) {
-        p += *p == '\n';
-        if ((strncasecmp(p, "Content-Length:", 15) == 0 && atol(p + 15) != 0) ||
-            strncasecmp(p, "Transfer-Encoding:", 18) == 0) {
-            respond_text(c, 400, "no request body expected\n", head_only);
-            return;
-        }
-    }
-    char *q = strchr(path, '?');
-    if (q)
-        *q = '\0';
     if (strcmp(path, "/metrics") == 0) {
         struct gv_buf b;
         struct gv_error err;

@@ -17,6 +17,7 @@
 
 #include "alloc/gv_alloc.h"
 #include "common/gv_file.h"
+#include "node/gv_metrics.h"
 #include "node/gv_monitor.h"
 #include "node/monitor_internal.h"
 #include "shm/gv_shm.h"
@@ -93,6 +94,35 @@ static void record_roundtrip_and_bad(void **state)
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         assert_int_equal(gv_monitor_record_parse(bad[i], strlen(bad[i]), &r, &err), GV_EPARSE);
+}
+
+static void http_heads(void **state)
+{
+    (void)state;
+    struct gv_metrics_http_head h;
+    const char *get = "GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\nAccept: */*\r\n\r\n";
+    assert_int_equal(gv_metrics_http_parse_head(get, strlen(get), &h), 0);
+    assert_string_equal(h.path, "/metrics");
+    assert_false(h.head_only);
+    const char *head = "HEAD /healthz HTTP/1.0\r\nContent-Length: 0\r\n\r\n";
+    assert_int_equal(gv_metrics_http_parse_head(head, strlen(head), &h), 0);
+    assert_true(h.head_only);
+    static const char *const bad400[] = {
+        "GET /metrics\r\n\r\n",                                       /* no version */
+        "GET /metrics SPDY/3\r\n\r\n",                                /* not HTTP/1.x */
+        "\r\n\r\n",                                                  /* empty request line */
+        "GET /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\n",          /* a body announced */
+        "GET /metrics HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n", /* a chunked body */
+    };
+    for (size_t i = 0; i < sizeof(bad400) / sizeof(bad400[0]); i++)
+        assert_int_equal(gv_metrics_http_parse_head(bad400[i], strlen(bad400[i]), &h), 400);
+    char longline[1024];
+    memset(longline, 'a', sizeof(longline));
+    memcpy(longline, "GET /", 5);
+    memcpy(longline + sizeof(longline) - 5, "\r\n\r\n", 5);
+    assert_int_equal(gv_metrics_http_parse_head(longline, sizeof(longline) - 1, &h), 400);
+    const char *post = "POST /metrics HTTP/1.1\r\n\r\n";
+    assert_int_equal(gv_metrics_http_parse_head(post, strlen(post), &h), 405);
 }
 
 static void settings(void **state)
@@ -211,6 +241,7 @@ int main(void)
         cmocka_unit_test(cgroup_not_a_pod),
         cmocka_unit_test(record_roundtrip_and_bad),
         cmocka_unit_test(settings),
+        cmocka_unit_test(http_heads),
         cmocka_unit_test(render_from_region),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
