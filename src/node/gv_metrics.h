@@ -50,8 +50,8 @@ struct gv_metrics_http_config {
     bool (*ready)(void *ud, char *why, size_t cap);
     void *ud;
     int64_t stale_ms;     /* 0: 30000 */
-    unsigned max_conns;   /* 0: 32 */
-    unsigned timeout_s;   /* idle connection timeout, 0: 10 */
+    unsigned max_conns;   /* 0: 32, at most 4 from one peer address */
+    unsigned timeout_s;   /* to take an answer once asked, 0: 10 (the head: 2 s) */
 };
 
 struct gv_metrics_http;

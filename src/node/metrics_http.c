@@ -11,10 +11,12 @@
  * NetworkPolicy guard it; Prometheus' default).  So this is a
  * deliberately small server, ~250 lines, on a thread of its own (a scrape
  * must not stall the device-plugin loop):
- *  - at most max_conns connections; past that the listening socket is not
- *    polled, so the kernel's backlog holds the rest;
- *  - a request head of at most 8 KiB, else 431; a connection gets
- *    timeout_s in all (slow loris), then is closed;
+ *  - at most max_conns connections, at most PER_PEER from one address (one
+ *    pod cannot take every slot; the kubelet's probes come from the node's
+ *    address); past the total the listening socket is not polled, so the
+ *    kernel's backlog holds the rest;
+ *  - a request head of at most 8 KiB, else 431, within HEAD_MS (slow
+ *    loris), then timeout_s in all to take the answer, else closed;
  *  - GET and HEAD only (405), a body is refused (400), unknown paths 404.
  */
 #include <arpa/inet.h>
@@ -38,9 +40,12 @@
 #include "node/gv_metrics.h"
 
 #define HEAD_MAX 8192
+#define HEAD_MS 2000
+#define PER_PEER 4
 
 struct conn {
     int fd;
+    struct sockaddr_storage peer; /* address only (port zeroed) */
     size_t n;          /* bytes of the request head read */
     char *out;         /* response being written */
     size_t out_len, out_off;
@@ -262,8 +267,11 @@ static void *serve(void *arg)
             bool done = false;
             if (ev & (POLLERR | POLLNVAL))
                 done = true;
-            else if (c->out == NULL && (ev & (POLLIN | POLLHUP)))
+            else if (c->out == NULL && (ev & (POLLIN | POLLHUP))) {
                 done = on_readable(h, c);
+                if (c->out != NULL) /* head complete: the answer gets the full time */
+                    c->deadline_ms = now + (int64_t)h->cfg.timeout_s * 1000;
+            }
             if (!done && c->out != NULL && ((ev & POLLOUT) || c->out_off == 0))
                 done = on_writable(c);
             if (!done && now >= c->deadline_ms)
@@ -273,19 +281,30 @@ static void *serve(void *arg)
         }
         if (accepting && (pfd[1].revents & POLLIN)) {
             while (h->n_conns < h->cfg.max_conns) {
-                int fd = accept4(h->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+                struct sockaddr_storage peer;
+                socklen_t pl = sizeof(peer);
+                memset(&peer, 0, sizeof(peer));
+                int fd = accept4(h->fd, (struct sockaddr *)&peer, &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
                 if (fd < 0)
                     break;
-                struct conn *c = malloc(sizeof(*c));
+                if (peer.ss_family == AF_INET)
+                    ((struct sockaddr_in *)&peer)->sin_port = 0;
+                else if (peer.ss_family == AF_INET6)
+                    ((struct sockaddr_in6 *)&peer)->sin6_port = 0;
+                unsigned same = 0;
+                for (size_t i = 0; i < h->n_conns; i++)
+                    same += memcmp(&h->conns[i]->peer, &peer, sizeof(peer)) == 0;
+                struct conn *c = same < PER_PEER ? malloc(sizeof(*c)) : NULL;
                 if (c == NULL) {
-                    close(fd);
-                    break;
+                    close(fd); /* this peer holds its share already */
+                    continue;
                 }
                 c->fd = fd;
+                c->peer = peer;
                 c->n = 0;
                 c->out = NULL;
                 c->out_len = c->out_off = 0;
-                c->deadline_ms = now + (int64_t)h->cfg.timeout_s * 1000;
+                c->deadline_ms = now + HEAD_MS;
                 h->conns[h->n_conns++] = c;
             }
         }
@@ -361,7 +380,7 @@ gv_status gv_metrics_http_new(const struct gv_metrics_http_config *cfg,
         return gv_error_set(err, GV_ENOMEM, "metrics: out of memory");
     h->cfg = *cfg;
     h->cfg.stale_ms = cfg->stale_ms > 0 ? cfg->stale_ms : 30000;
-    h->cfg.max_conns = cfg->max_conns ? cfg->max_conns : 16;
+    h->cfg.max_conns = cfg->max_conns ? cfg->max_conns : 32;
     h->cfg.timeout_s = cfg->timeout_s ? cfg->timeout_s : 10;
     h->fd = h->wake = -1;
     atomic_store(&h->beat_ms, mono_ms());

@@ -15,6 +15,7 @@ regions and the fake NVML hold.
 import json
 import os
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -324,6 +325,34 @@ def main():
         m = gvtest.wait_for(lambda: (lambda x: x if find(x, "DCGM_FI_DEV_XID_ERRORS", gpu="1") == 79 else None)(
             parse(scrape(port)[2])), 5)
         t.ok(m is not None, "DCGM_FI_DEV_XID_ERRORS: the last Xid on the GPU (79)")
+
+        # slow loris from one address (another pod): 40 connections sending half a head
+        hogs = []
+        for _ in range(40):
+            so = socket.socket()
+            try:
+                so.bind(("127.0.0.2", 0))
+                so.connect(("127.0.0.1", port))
+                so.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            except OSError:
+                pass
+            hogs.append(so)
+        code, _, _ = scrape(port, "/healthz")
+        code2, _, text = scrape(port)
+        t.ok(code == 200 and code2 == 200 and parse(text),
+             "40 stalled connections from one peer: probes and scrapes from another still answered", (code, code2))
+
+        def eof(so):
+            so.settimeout(10)
+            try:
+                return so.recv(100) == b""
+            except OSError:
+                return True
+        closed = [eof(so) for so in hogs]
+        for so in hogs:
+            so.close()
+        t.ok(all(closed), "every stalled connection is closed by the agent (4 per peer, 2 s for a head)",
+             closed.count(False))
 
         # HAMi names switched off; bad input
         code, _, _ = scrape(port, "/nope")
