@@ -808,16 +808,17 @@ static const struct keep *keep_find(const struct gv_monitor *m, const struct ctr
         *v = (double)(expr);                                                                       \
         return true;                                                                               \
     }
-CDEV_FN(v_mem_limit, c->rec.dev[i].mem_limit > 0, c->rec.dev[i].mem_limit)
+CDEV_FN(v_mem_limit, c->rec.limited && c->rec.dev[i].mem_limit > 0, c->rec.dev[i].mem_limit)
 CDEV_FN(v_mem_used, true, d->region_used)
 CDEV_FN(v_mem_managed, d->rdev >= 0, d->region_managed)
 CDEV_FN(v_mem_real, m->nvml_ok && d->gpu >= 0, d->real_bytes)
-CDEV_FN(v_share_limit, true, c->rec.dev[i].cores ? c->rec.dev[i].cores / 100.0 : 1.0)
+CDEV_FN(v_share_limit, true,
+        c->rec.limited && c->rec.dev[i].cores ? c->rec.dev[i].cores / 100.0 : 1.0)
 CDEV_FN(v_sm_util, m->nvml_ok && d->gpu >= 0, d->real_sm / 100.0)
 CDEV_FN(v_region_util, d->rdev >= 0, d->region_util / 100.0)
 CDEV_FN(v_debt, d->rdev >= 0, d->tokens < 0 ? (double)-d->tokens / 1e9 : 0.0)
 CDEV_FN(v_nv_procs, m->nvml_ok && d->gpu >= 0, d->nv_procs)
-CDEV_FN(v_over, m->nvml_ok && d->gpu >= 0 && c->rec.dev[i].mem_limit > 0,
+CDEV_FN(v_over, m->nvml_ok && d->gpu >= 0 && c->rec.limited && c->rec.dev[i].mem_limit > 0,
         d->real_bytes > c->rec.dev[i].mem_limit + m->s.margin_bytes)
 
 static bool v_achieved(const struct gv_monitor *m, const struct ctr *c, unsigned i, double *v)
@@ -1046,7 +1047,7 @@ static void render_gpus(struct out *o, const struct gv_monitor *m)
                 const struct ctr *c = &m->ctrs[k];
                 for (unsigned i = 0; i < c->rec.n_dev; i++) {
                     double v = f == 0   ? (double)c->d[i].region_used
-                               : f == 1 ? (double)c->rec.dev[i].mem_limit
+                               : f == 1 ? (double)(c->rec.limited ? c->rec.dev[i].mem_limit : 0)
                                         : (double)c->d[i].real_sm;
                     char a[600], b[600], d[600], u[64];
                     /* HAMi cuts the uuid to its first 40 characters */
@@ -1141,7 +1142,9 @@ static size_t backstop_decide(struct gv_monitor *m, struct action **out)
             struct cdev *d = &c->d[i];
             uint64_t limit = c->rec.dev[i].mem_limit;
             struct keep *kp = d->keep >= 0 ? &m->keep[d->keep] : NULL;
-            if (kp == NULL || d->gpu < 0 || limit == 0)
+            /* only limits gpuvisor enforces: not exclusive or time-sliced GPUs,
+             * whose assignment figures are the scheduler's bookkeeping */
+            if (kp == NULL || d->gpu < 0 || limit == 0 || !c->rec.limited)
                 continue;
             if (d->real_bytes <= limit + m->s.margin_bytes) {
                 kp->over_since_ms = 0;

@@ -23,6 +23,7 @@
 #include "shm/gv_shm.h"
 
 #define UID "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0"
+#define UID2 "1f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0"
 #define CID "3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c"
 
 static void cgroup_layouts(void **state)
@@ -194,6 +195,16 @@ static void render_from_region(void **state)
     const char limits[] = "CUDA_DEVICE_MEMORY_LIMIT_0=1000m\nCUDA_TASK_PRIORITY=4\n";
     gv_monitor_note_allocate(dir, pod, &c, true, limits, sizeof(limits) - 1);
     json_decref(pod);
+    /* a container on an exclusive GPU: its assignment's figure is no limit */
+    snprintf(path, sizeof(path), "%s/containers/" UID2, dir);
+    assert_int_equal(mkdir(path, 0755), 0);
+    json_t *pod2 = json_pack("{s:{s:s, s:s, s:s}}", "metadata", "uid", UID2, "namespace", "ns1",
+                             "name", "whole");
+    struct gv_alloc_container_assign c2 = {.name = "excl", .n_devices = 1};
+    snprintf(c2.devices[0].uuid, sizeof(c2.devices[0].uuid), "GPU-bbbb");
+    c2.devices[0].mem_mib = 40000;
+    gv_monitor_note_allocate(dir, pod2, &c2, false, "", 0);
+    json_decref(pod2);
     /* a region with 300 MiB charged by this process */
     snprintf(path, sizeof(path), "%s/containers/" UID "/main/shared.cache", dir);
     struct gv_shm *shm;
@@ -222,6 +233,9 @@ static void render_from_region(void **state)
     assert_non_null(line_of(b.data, want));
     assert_non_null(line_of(b.data, "gpuvisor_container_priority{node=\"n1\",namespace=\"ns1\",pod=\"web \\\"1\\\"\",container=\"main\"} 4\n"));
     assert_non_null(line_of(b.data, "gpuvisor_container_processes{node=\"n1\",namespace=\"ns1\",pod=\"web \\\"1\\\"\",container=\"main\"} 1\n"));
+    assert_null(line_of(b.data, "gpuvisor_container_gpu_memory_limit_bytes{node=\"n1\",namespace=\"ns1\",pod=\"whole\""));
+    assert_non_null(line_of(b.data, "gpuvisor_container_gpu_compute_share_limit_ratio{node=\"n1\",namespace=\"ns1\",pod=\"whole\",container=\"excl\",uuid=\"GPU-bbbb\"} 1\n"));
+    assert_non_null(line_of(b.data, "gpuvisor_container_region_present{node=\"n1\",namespace=\"ns1\",pod=\"whole\",container=\"excl\",limited=\"false\"} 0\n"));
     /* no NVML: no per-GPU counters, no NVML-derived container series */
     assert_null(line_of(b.data, "DCGM_FI_DEV_GPU_UTIL{"));
     assert_null(line_of(b.data, "gpuvisor_container_gpu_memory_nvml_bytes{"));
