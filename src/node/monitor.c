@@ -152,6 +152,13 @@ struct gv_monitor {
     struct cid_map *cids;
     size_t n_cids, cap_cids;
     unsigned gen;
+    /* processes the backstop killed lately: the driver may list one for a
+     * while as it tears it down; it is neither killed nor reported twice */
+    struct {
+        unsigned pid;
+        int64_t at_ms;
+    } killed[16];
+    unsigned n_killed;
     uint64_t scrapes;
     double last_sample_s;
     /* backstop thread */
@@ -1162,6 +1169,17 @@ static size_t backstop_decide(struct gv_monitor *m, struct action **out)
              * region does not account for first, until back within the limit */
             uint64_t real = d->real_bytes;
             bool any = false;
+            for (unsigned p = 0; p < gp->n_procs; p++)
+                for (unsigned x = 0; x < 16 && gp->procs[p].ctr == (int)k; x++)
+                    if (m->killed[x].pid == gp->procs[p].pid && m->killed[x].at_ms != 0 &&
+                        now_ms - m->killed[x].at_ms < 30000) {
+                        real -= real >= gp->procs[p].bytes ? gp->procs[p].bytes : real;
+                        gp->procs[p].bytes = 0;
+                        any = true; /* still going away: nothing new to do or say */
+                    }
+            if (any && real <= limit + m->s.margin_bytes)
+                continue;
+            any = false;
             if (m->s.backstop == GV_BACKSTOP_KILL)
                 ensure_region(m, c); /* what each process has charged there */
             while (m->s.backstop == GV_BACKSTOP_KILL && real > limit + m->s.margin_bytes) {
@@ -1195,8 +1213,12 @@ static size_t backstop_decide(struct gv_monitor *m, struct action **out)
                 a->limit = limit;
                 snprintf(a->uid, sizeof(a->uid), "%s", c->rec.uid);
                 a->done = kill_checked(m, a->pid, c->rec.uid);
-                if (a->done)
+                if (a->done) {
                     kp->n_kill++;
+                    m->killed[m->n_killed % 16].pid = a->pid;
+                    m->killed[m->n_killed % 16].at_ms = now_ms;
+                    m->n_killed++;
+                }
                 real -= gp->procs[best].bytes;
                 gp->procs[best].bytes = 0; /* not chosen twice */
                 any = true;
