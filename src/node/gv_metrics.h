@@ -40,14 +40,14 @@ gv_status gv_metrics_settings_parse(json_t *obj, const char *path, struct gv_met
                                     struct gv_error *err);
 
 /*
- * The listener.  render(ud, out, err) fills /metrics; ready(ud, why, cap)
- * answers /readyz (false: 503 with why).  /healthz is 200 while the agent's
- * event loop beats (gv_metrics_http_beat) at least every stale_ms.
+ * The listener.  render(ud, out, err) fills /metrics (on the listener's
+ * thread).  /healthz is 200 while the agent's event loop beats
+ * (gv_metrics_http_beat) at least every stale_ms; /readyz answers what the
+ * last beat said (computed on the loop thread, which owns that state).
  */
 struct gv_metrics_http_config {
     const char *listen; /* "ADDR:PORT", "[ADDR]:PORT" or ":PORT" (all addresses); port 0: any */
     gv_status (*render)(void *ud, struct gv_buf *out, struct gv_error *err);
-    bool (*ready)(void *ud, char *why, size_t cap);
     void *ud;
     int64_t stale_ms;     /* 0: 30000 */
     unsigned max_conns;   /* 0: 32, at most 4 from one peer address */
@@ -60,8 +60,8 @@ gv_status gv_metrics_http_new(const struct gv_metrics_http_config *cfg,
                               struct gv_metrics_http **out, struct gv_error *err);
 /* The port bound (useful with port 0). */
 unsigned gv_metrics_http_port(const struct gv_metrics_http *h);
-/* The event loop is alive (call from a loop timer). */
-void gv_metrics_http_beat(struct gv_metrics_http *h);
+/* The event loop is alive (call from a loop timer); ready, else why not. */
+void gv_metrics_http_beat(struct gv_metrics_http *h, bool ready, const char *why);
 void gv_metrics_http_free(struct gv_metrics_http *h);
 
 /*

@@ -268,16 +268,12 @@ static void on_signal(struct gv_loop *loop, int fd, uint32_t events, void *ud)
     }
 }
 
-/* /healthz: the loop is alive as long as this timer runs. */
+/*
+ * /healthz: the loop is alive as long as this timer runs.  /readyz, decided
+ * here on the loop (which owns the plugin's state): serving the kubelet,
+ * registered, and (with an API server) the pod cache listed.
+ */
 static void beat_tick(struct gv_loop *loop, void *ud)
-{
-    struct agent *ag = ud;
-    gv_metrics_http_beat(ag->http);
-    gv_loop_timer(loop, 5000, beat_tick, ag);
-}
-
-/* /readyz: serving the kubelet, registered, and (with an API server) the pod cache listed. */
-static bool agent_ready(void *ud, char *why, size_t cap)
 {
     struct agent *ag = ud;
     const char *no = ag->stopping                            ? "shutting down"
@@ -285,9 +281,8 @@ static bool agent_ready(void *ud, char *why, size_t cap)
                      : gv_registrar_count(ag->reg) == 0      ? "not registered with the kubelet yet"
                      : !ag->o.no_kube && !gv_allocator_synced(ag->alloc) ? "pod cache not synced yet"
                                                                       : NULL;
-    if (no)
-        snprintf(why, cap, "%s", no);
-    return no == NULL;
+    gv_metrics_http_beat(ag->http, no == NULL, no);
+    gv_loop_timer(loop, 1000, beat_tick, ag);
 }
 
 static gv_status metrics_render(void *ud, struct gv_buf *out, struct gv_error *err)
@@ -514,8 +509,7 @@ static int start(struct agent *ag, struct gv_error *err)
     gv_loop_timer(ag->loop, o->gc_s * 1000, gc_tick, ag);
     const char *listen = o->metrics_listen ? o->metrics_listen : ag->cfg->metrics.listen;
     if (listen[0] != '\0') {
-        struct gv_metrics_http_config hc = {.listen = listen, .render = metrics_render,
-                                            .ready = agent_ready, .ud = ag};
+        struct gv_metrics_http_config hc = {.listen = listen, .render = metrics_render, .ud = ag};
         if (gv_metrics_http_new(&hc, &ag->http, err) != GV_OK)
             return 1;
         beat_tick(ag->loop, ag);

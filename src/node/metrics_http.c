@@ -60,6 +60,9 @@ struct gv_metrics_http {
     unsigned port;
     pthread_t thread;
     _Atomic int64_t beat_ms;
+    pthread_mutex_t mu; /* ready, why */
+    bool ready;
+    char why[256];
     struct conn **conns;
     size_t n_conns;
 };
@@ -178,9 +181,12 @@ static void handle(struct gv_metrics_http *h, struct conn *c, size_t head_len)
             respond_text(c, 200, "ok\n", head_only);
         }
     } else if (strcmp(path, "/readyz") == 0) {
-        char why[256] = "", msg[300];
-        if (h->cfg.ready && !h->cfg.ready(h->cfg.ud, why, sizeof(why))) {
-            snprintf(msg, sizeof(msg), "not ready: %s\n", why);
+        char msg[300];
+        pthread_mutex_lock(&h->mu);
+        bool ready = h->ready;
+        snprintf(msg, sizeof(msg), "not ready: %s\n", h->why);
+        pthread_mutex_unlock(&h->mu);
+        if (!ready) {
             respond_text(c, 503, msg, head_only);
         } else {
             respond_text(c, 200, "ready\n", head_only);
@@ -384,6 +390,8 @@ gv_status gv_metrics_http_new(const struct gv_metrics_http_config *cfg,
     h->cfg.timeout_s = cfg->timeout_s ? cfg->timeout_s : 10;
     h->fd = h->wake = -1;
     atomic_store(&h->beat_ms, mono_ms());
+    pthread_mutex_init(&h->mu, NULL);
+    snprintf(h->why, sizeof(h->why), "starting");
     gv_status st = bind_listen(cfg->listen, &h->fd, &h->port, err);
     if (st != GV_OK)
         goto fail;
@@ -413,10 +421,15 @@ fail:
 
 unsigned gv_metrics_http_port(const struct gv_metrics_http *h) { return h->port; }
 
-void gv_metrics_http_beat(struct gv_metrics_http *h)
+void gv_metrics_http_beat(struct gv_metrics_http *h, bool ready, const char *why)
 {
-    if (h != NULL)
-        atomic_store(&h->beat_ms, mono_ms());
+    if (h == NULL)
+        return;
+    atomic_store(&h->beat_ms, mono_ms());
+    pthread_mutex_lock(&h->mu);
+    h->ready = ready;
+    snprintf(h->why, sizeof(h->why), "%s", why ? why : "");
+    pthread_mutex_unlock(&h->mu);
 }
 
 void gv_metrics_http_free(struct gv_metrics_http *h)
@@ -429,6 +442,7 @@ void gv_metrics_http_free(struct gv_metrics_http *h)
     pthread_join(h->thread, NULL);
     close(h->fd);
     close(h->wake);
+    pthread_mutex_destroy(&h->mu);
     free(h->conns);
     free(h);
 }

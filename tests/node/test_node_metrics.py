@@ -136,6 +136,9 @@ def main():
     try:
         port = s.start()
         t.ok(port > 0, "agent logs the metrics port it bound (--metrics-listen 127.0.0.1:0)", s.env.agent_log())
+        code, _, body = scrape(port, "/readyz")
+        t.ok(code == 503 and "not ready:" in body and ("kubelet" in body or "starting" in body or "pod cache" in body),
+             "/readyz 503 with the reason while no kubelet is there to register with", (code, body))
         k = s.env.start_kubelet("py")
         ev = k.event("devices", timeout=10)
         ids = [d["id"] for d in ev["devices"]] if ev else []
