@@ -17,6 +17,7 @@
 
 #include "alloc/gv_alloc.h"
 #include "common/gv_file.h"
+#include "node/gv_config.h"
 #include "node/gv_metrics.h"
 #include "node/gv_monitor.h"
 #include "node/monitor_internal.h"
@@ -95,6 +96,31 @@ static void record_roundtrip_and_bad(void **state)
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         assert_int_equal(gv_monitor_record_parse(bad[i], strlen(bad[i]), &r, &err), GV_EPARSE);
+}
+
+/* The node config's "metrics": top level, then the node's entry key by key. */
+static void config_layering(void **state)
+{
+    (void)state;
+    const char *doc = "{\"metrics\":{\"listen\":\":9401\",\"backstop\":\"kill\",\"backstopGraceMs\":5},"
+                      "\"nodeConfig\":[{\"name\":\"n1\",\"metrics\":{\"backstop\":\"off\"}}]}";
+    struct gv_node_config *c;
+    struct gv_error err;
+    assert_int_equal(gv_node_config_parse(doc, strlen(doc), "n1", &c, &err), GV_OK);
+    assert_string_equal(c->metrics.listen, ":9401");
+    assert_int_equal(c->metrics.backstop, GV_BACKSTOP_OFF);
+    assert_int_equal(c->metrics.grace_ms, 5);
+    gv_node_config_free(c);
+    assert_int_equal(gv_node_config_parse(doc, strlen(doc), "other", &c, &err), GV_OK);
+    assert_int_equal(c->metrics.backstop, GV_BACKSTOP_KILL);
+    gv_node_config_free(c);
+    assert_int_equal(gv_node_config_default(&c, &err), GV_OK);
+    assert_int_equal(c->metrics.backstop, GV_BACKSTOP_REPORT);
+    assert_string_equal(c->metrics.listen, "");
+    gv_node_config_free(c);
+    const char *bad = "{\"nodeConfig\":[{\"name\":\"n1\",\"metrics\":{\"backstopGraceMs\":-1}}]}";
+    assert_int_equal(gv_node_config_parse(bad, strlen(bad), "n1", &c, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "nodeConfig[n1].metrics.backstopGraceMs"));
 }
 
 static void http_heads(void **state)
@@ -256,6 +282,7 @@ int main(void)
         cmocka_unit_test(record_roundtrip_and_bad),
         cmocka_unit_test(settings),
         cmocka_unit_test(http_heads),
+        cmocka_unit_test(config_layering),
         cmocka_unit_test(render_from_region),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
