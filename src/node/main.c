@@ -558,6 +558,14 @@ int main(int argc, char **argv)
      * any thread exists.
      */
     mallopt(M_ARENA_MAX, 1);
+    /*
+     * A fixed mmap threshold: glibc otherwise raises it to the size of each
+     * mmapped block freed, so after the first /metrics answer (a few hundred
+     * KiB, docs/observability.md) every later one came from the heap and
+     * left it larger and fragmented.  Blocks this size and up are mapped and
+     * unmapped, as they were before the first one.
+     */
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
     gv_jalloc_init(); /* the allocator places pending pod forms in a zone (gv_jalloc.h) */
     /* Before any thread exists: every thread inherits the mask, the loop reads a signalfd. */
     sigset_t set;
