@@ -1027,21 +1027,19 @@ static void render_gpus(struct out *o, const struct gv_monitor *m)
     }
     if (m->s.hami_names) {
         /* HAMi's vGPUmonitor names and labels; its registry adds zone="vGPU" */
-        family(o, "hami_host_gpu_memory_used_bytes", "gauge", "GPU device memory usage in bytes");
-        for (unsigned g = 0; g < m->n_gpus; g++) {
-            char model[300];
-            if (m->gpus[g].ok)
-                put(o, "hami_host_gpu_memory_used_bytes{node=\"%s\",device_index=\"%u\",device_uuid=\"%s\",device_type=\"NVIDIA-%s\",zone=\"vGPU\"} %llu\n",
-                    node, m->gpus[g].index, m->gpus[g].uuid, esc(m->gpus[g].name, model, sizeof(model)),
-                    (unsigned long long)m->gpus[g].used);
-        }
-        family(o, "hami_host_gpu_utilization_ratio", "gauge", "GPU core utilization ratio (0-100)");
-        for (unsigned g = 0; g < m->n_gpus; g++) {
-            char model[300];
-            if (m->gpus[g].have_util)
-                put(o, "hami_host_gpu_utilization_ratio{node=\"%s\",device_index=\"%u\",device_uuid=\"%s\",device_type=\"NVIDIA-%s\",zone=\"vGPU\"} %u\n",
-                    node, m->gpus[g].index, m->gpus[g].uuid, esc(m->gpus[g].name, model, sizeof(model)),
-                    m->gpus[g].util);
+        for (int f = 0; f < 2; f++) {
+            const char *name = f == 0 ? "hami_host_gpu_memory_used_bytes" : "hami_host_gpu_utilization_ratio";
+            family(o, name, "gauge",
+                   f == 0 ? "GPU device memory usage in bytes" : "GPU core utilization ratio (0-100)");
+            for (unsigned g = 0; g < m->n_gpus; g++) {
+                const struct gpu *gp = &m->gpus[g];
+                char model[300];
+                if (f == 0 ? !gp->ok : !gp->have_util)
+                    continue;
+                put(o, "%s{node=\"%s\",device_index=\"%u\",device_uuid=\"%s\",device_type=\"NVIDIA-%s\",zone=\"vGPU\"} %llu\n",
+                    name, node, gp->index, gp->uuid, esc(gp->name, model, sizeof(model)),
+                    f == 0 ? (unsigned long long)gp->used : (unsigned long long)gp->util);
+            }
         }
         static const char *const hn[] = {"hami_vgpu_memory_used_bytes", "hami_vgpu_memory_limit_bytes",
                                          "hami_container_device_utilization_ratio"};
