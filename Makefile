@@ -13,6 +13,9 @@
 #   make SAN=address,undefined test   sanitizer build + test (build-san/)
 #   make CC=clang        clang build (build-clang/)
 #   make test-gpu        real-GPU suite (needs a GPU, nvcc, PyTorch)
+#   make test-repeat N=5 run the suite N times; names every case that failed
+#   make coverage        gcc --coverage build (build-cov/), suite, per-file
+#                        line and branch report in build-cov/coverage.txt
 
 CC      ?= cc
 SAN     ?=
@@ -167,9 +170,44 @@ format:
 	$(Q)clang-format -i $$(git ls-files '*.c' '*.h' | grep -v '\.pb-c\.')
 
 clean:
-	rm -rf build build-clang build-san build-clang-san build-fuzz
+	rm -rf build build-clang build-san build-clang-san build-fuzz build-cov
 
 help:
-	@sed -n '3,19p' Makefile
+	@sed -n '3,18p' Makefile
+
+# Flake hunting: the same suite N times (fresh scratch and logs per run,
+# build/test-logs/run-<i>/), then every case that failed at least once with
+# its count.  CI runs it after the README's command (.ci/run).
+N ?= 3
+.PHONY: test-repeat coverage
+test-repeat: all
+	$(Q)BUILD=$(BUILD) SAN=$(SAN) tests/repeat-tests.sh $(N) \
+		$(foreach t,$(TEST_PROGS),$(BUILD)/tests/$(t)) $(FUZZ_REPLAYS) $(TEST_SCRIPTS)
+
+# Coverage: its own tree, gcc --coverage at -O0 (so lines map 1:1), the whole
+# suite, then gcovr's per-file line and branch figures for src/ (not tests,
+# fakes or generated protobuf code).  A failing test does not stop the report
+# but does fail the target.
+COV_BUILD := build-cov
+ifeq ($(GV_COVERAGE),1)
+CFLAGS  += --coverage -fprofile-update=atomic
+LDFLAGS += --coverage
+# The interposer's dlsym must reach glibc's by a tail call (RTLD_NEXT is
+# relative to the caller's return address; gcc 12 has no musttail): gcov's
+# counters after the call and -O0 both prevent it, so loader.c is built as
+# usual and left out of the figures.
+$(BUILD)/obj/src/interposer/loader.o: CFLAGS := $(filter-out --coverage -fprofile-update=atomic,$(CFLAGS))
+$(BUILD)/obj/src/interposer/loader.o: CFLAGS_BASE := $(patsubst -O0,-O2,$(CFLAGS_BASE))
+endif
+coverage:
+	$(Q)if [ -d $(COV_BUILD) ]; then find $(COV_BUILD) -name '*.gcda' -delete; fi
+	$(Q)rc=0; $(MAKE) --no-print-directory BUILD=$(COV_BUILD) OPT='-O0 -g' CC=gcc SAN= \
+		GV_COVERAGE=1 test || rc=$$?; \
+	gcovr --root . --object-directory $(COV_BUILD) --filter 'src/' \
+		--exclude '.*\.pb-c\.[ch]$$' --exclude 'src/interposer/loader\.c' \
+		--exclude-unreachable-branches --gcov-ignore-parse-errors --json-summary-pretty \
+		--json-summary $(COV_BUILD)/coverage.json && \
+	python3 scripts/coverage-report.py $(COV_BUILD)/coverage.json >$(COV_BUILD)/coverage.txt && \
+	cat $(COV_BUILD)/coverage.txt && exit $$rc
 
 -include $(ALL_OBJS:.o=.d)

@@ -35,6 +35,14 @@ bench_scheduler_SRCS := bench/bench_scheduler.c tests/scheduler/sched_testlib.c 
 bench_scheduler_LIBS := kube common
 bench_scheduler_LDLIBS := $(kube_LDLIBS) $(FAKE_APISERVER_LDLIBS)
 bench_scheduler_CFLAGS := -I.
+# 200-pod burst with repeated filters of bound pods (issue 12): over-commit,
+# binds/s, filter p99, accounting drift.
+BENCH_PROGS += bench_sched_burst
+bench_sched_burst_SRCS := bench/bench_sched_burst.c tests/scheduler/sched_testlib.c \
+	tests/fakes/apiserver/fake_apiserver_proc.c
+bench_sched_burst_LIBS := kube alloc common
+bench_sched_burst_LDLIBS := $(kube_LDLIBS) $(FAKE_APISERVER_LDLIBS)
+bench_sched_burst_CFLAGS := -I.
 endif
 
 # gpuvisor-node: Allocate p99 with 500 pods on the node, idle RSS and CPU.

@@ -332,6 +332,11 @@ gv_status gv_alloc_place(struct gv_alloc_cluster *c, const struct gv_alloc_reque
 /* Releases a placed pod, restoring usage exactly.  GV_ENOTFOUND if unknown. */
 gv_status gv_alloc_release(struct gv_alloc_cluster *c, const char *uid, struct gv_error *err);
 bool gv_alloc_is_placed(const struct gv_alloc_cluster *c, const char *uid);
+/* The uids of the pods placed on node: the first cap go to uids[] (the
+ * cluster's copies, valid until the next change); returns how many there
+ * are (0 for an unknown node). */
+size_t gv_alloc_node_pods(const struct gv_alloc_cluster *c, const char *node, const char **uids,
+                          size_t cap);
 
 /*
  * Feeds one request into the FGD workload model (call once per pod, when

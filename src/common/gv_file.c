@@ -56,7 +56,8 @@ gv_status gv_file_write_atomic(const char *path, const void *data, size_t len, u
 {
     char tmp[PATH_MAX];
     if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
-        return gv_error_set(err, GV_EINVAL, "%s: path too long", path);
+        /* the reason first: the path alone may fill the message */
+        return gv_error_set(err, GV_EINVAL, "path too long (%zu bytes): %s", strlen(path), path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, (mode_t)mode);
     if (fd < 0)
         return gv_error_set(err, GV_EIO, "%s: cannot create: %s", tmp, strerror(errno));

@@ -16,6 +16,7 @@ gv_status gv_sched_config_default(struct gv_sched_config *cfg, struct gv_error *
     cfg->filter_feasible = false;
     cfg->reservation_ttl_s = 60;
     cfg->heartbeat_timeout_s = 90;
+    cfg->self_check_s = 30;
     return GV_OK;
 }
 
@@ -167,6 +168,9 @@ gv_status gv_sched_config_parse(const char *text, size_t len, struct gv_sched_co
         } else if (strcmp(k, "heartbeatTimeoutSeconds") == 0) {
             if ((st = get_int(v, k, 1, 86400, &x, err)) == GV_OK)
                 cfg->heartbeat_timeout_s = (long)x;
+        } else if (strcmp(k, "selfCheckSeconds") == 0) {
+            if ((st = get_int(v, k, 1, 86400, &x, err)) == GV_OK)
+                cfg->self_check_s = (long)x;
         } else if (strcmp(k, "nodeLabelSelector") == 0) {
             st = set_string(v, k, &cfg->node_label_selector, err);
         } else if (strcmp(k, "resources") == 0) {

@@ -19,8 +19,10 @@
 #include "kube/gv_kube.h"
 #include "scheduler/gv_httpd.h"
 
-/* Label bind puts on the pods it assigns, so the pod informer can watch only
- * GPU pods instead of every pod of the cluster. */
+/* Label that versions before the placement invariant (docs/scheduler.md,
+ * "Life of a placement") put on bound pods.  No longer written: a label
+ * change made kube-scheduler filter the assumed pod again, and a tenant can
+ * remove a label from its own pod.  A failed bind still removes it. */
 #define GV_SCHED_ASSIGNED_LABEL "gpuvisor.io/assigned"
 
 struct gv_sched_config {
@@ -31,6 +33,7 @@ struct gv_sched_config {
     bool filter_feasible;      /* filter returns every fitting node (prioritize configured) */
     long reservation_ttl_s;    /* reservation / unbound assignment lifetime */
     long heartbeat_timeout_s;  /* agent heartbeat older than this = stale */
+    long self_check_s;         /* accounting self-check period */
     char *node_label_selector; /* nodes the scheduler watches (NULL = all) */
     char *names_storage[6];
 };
@@ -68,6 +71,18 @@ void gv_sched_pod_update(struct gv_sched *s, json_t *pod);
 void gv_sched_pod_delete(struct gv_sched *s, json_t *pod);
 /* Releases reservations older than the TTL now (the sweeper does it every second). */
 void gv_sched_expire(struct gv_sched *s);
+/*
+ * One accounting self-check now (the sweeper runs one every self_check_s):
+ * recomputes per-GPU usage from the pod informer's pods (assignments of
+ * pods not terminated) plus live reservations and compares it with the
+ * engine's incremental accounting.  A mismatch seen by two consecutive
+ * checks is repaired, logged (pod and GPU) and counted in
+ * gpuvisor_accounting_drift_repairs_total.  Returns the repairs made (0
+ * without a pod informer).
+ */
+unsigned gv_sched_self_check(struct gv_sched *s);
+/* Total repairs so far (the metric's value). */
+uint64_t gv_sched_drift_repairs(struct gv_sched *s);
 
 /* Routes: <prefix>/filter, <prefix>/prioritize, <prefix>/bind. */
 gv_status gv_sched_serve_extender(struct gv_sched *s, struct gv_httpd *h, const char *prefix,

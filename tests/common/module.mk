@@ -10,3 +10,7 @@ TEST_PROGS += test_jalloc
 test_jalloc_SRCS := tests/common/test_jalloc.c
 test_jalloc_LIBS := common
 test_jalloc_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka jansson)
+TEST_PROGS += test_gv_file
+test_gv_file_SRCS := tests/common/test_gv_file.c
+test_gv_file_LIBS := common
+test_gv_file_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)

@@ -287,7 +287,36 @@ def main():
     t.done()
 
 
+def cores_and_split_decide(c, s):
+    """Compute share and the split count decide fits through the whole stack
+    (agent inventory -> scheduler -> bind): one T4 of node2, split 10 (the
+    agent's default).  A fit check ignoring cores, or a split count off by
+    one (src/alloc/fit.c), fails here."""
+    gpu = {"nvidia.com/use-gpuuuid": NODE2_GPUS[1]}
+    names, got = [], []
+    for name, cores in (("k60", "60"), ("k50", "50"), ("k40", "40")):
+        lim = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "100", "nvidia.com/gpucores": cores}
+        node, res = schedule(c, s, create_pod(c, name, [("m", lim)], gpu), ("node2",))
+        names.append(name)
+        got.append(node)
+    t.ok(got == ["node2", None, "node2"],
+         "cores decide: 60% then 40% share the T4, 50% on top of 60% does not fit", got)
+    for i in range(9):
+        lim = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "100"}
+        node, res = schedule(c, s, create_pod(c, "sp%d" % i, [("m", lim)], gpu), ("node2",))
+        names.append("sp%d" % i)
+        got.append(node)
+    t.ok(got[3:] == ["node2"] * 8 + [None],
+         "split decides: tasks 3..10 fit the T4 (split 10), the 11th does not", got[3:])
+    bound = [n for n, g in zip(names, got) if g]
+    delete_pods(c, s, bound)
+    for n in names:
+        if n not in bound:
+            c.api.delete_pod(n)
+
+
 def scenarios(c, s):
+    cores_and_split_decide(c, s)
     # --- binpack vs spread, on an empty cluster -----------------------------
     # Pods of half a GPU's compute: node1 (2 x A100) and node2 (2 x T4) then
     # look alike to the policies, whatever their memory sizes.

@@ -2,9 +2,15 @@
 
     torch_checks.py mem LIMIT_MIB     memory view and OutOfMemoryError at the limit
     torch_checks.py train SECONDS     a small training loop; prints "steps=N seconds=T rate=R"
+    torch_checks.py matmul SECONDS [START]
+                                      8192^3 bf16 products for SECONDS, starting at the
+                                      wall-clock time START (seconds since the epoch) if
+                                      given, so that tenants of a duel overlap exactly;
+                                      prints "pid=P products=N seconds=T rate=R tflops=F"
 
 Prints one "PASS name" / "FAIL name: why" line per check (mem).
 """
+import os
 import sys
 import time
 
@@ -74,10 +80,34 @@ def train(seconds):
     return 0
 
 
+def matmul(seconds, start_at=None):
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(10):  # warm-up: cuBLAS heuristics, clocks
+        c = a @ b
+    torch.cuda.synchronize()
+    if start_at is not None:
+        time.sleep(max(0.0, start_at - time.time()))
+    done, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(8):
+            c = a @ b
+        torch.cuda.synchronize()
+        done += 8
+    t = time.perf_counter() - t0
+    del c
+    print(f"pid={os.getpid()} products={done} seconds={t:.3f} rate={done / t:.3f} "
+          f"tflops={2 * n ** 3 * done / t / 1e12:.1f}", flush=True)
+    return 0
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "mem":
         sys.exit(mem(int(sys.argv[2])))
     if len(sys.argv) == 3 and sys.argv[1] == "train":
         sys.exit(train(float(sys.argv[2])))
+    if len(sys.argv) in (3, 4) and sys.argv[1] == "matmul":
+        sys.exit(matmul(float(sys.argv[2]), float(sys.argv[3]) if len(sys.argv) == 4 else None))
     print(__doc__, file=sys.stderr)
     sys.exit(2)

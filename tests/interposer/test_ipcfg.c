@@ -109,8 +109,11 @@ static void test_precedence(void **state)
 {
     (void)state;
     struct stat st;
-    if (stat(GV_IPCFG_DEFAULT_LIMITS_FILE, &st) == 0)
-        skip(); /* a deployed limits file wins over everything here */
+    if (stat(GV_IPCFG_DEFAULT_LIMITS_FILE, &st) == 0) {
+        /* a deployed limits file wins over everything here */
+        print_message("# %s exists on this machine\n", GV_IPCFG_DEFAULT_LIMITS_FILE);
+        skip();
+    }
     char file[256];
     const char *tmp = getenv("GV_TEST_TMP");
     snprintf(file, sizeof(file), "%s/limits.XXXXXX", tmp ? tmp : "/tmp");

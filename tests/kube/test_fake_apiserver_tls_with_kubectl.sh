@@ -31,10 +31,15 @@ port=
 start() { # server-cert-name, extra fake args...
     local name=$1; shift
     [ -n "$pid" ] && { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; }
+    # The previous server's READY line must be gone before we look: the
+    # background job truncates the file only when it gets to run, and reading
+    # the old line gave the dead server's port (connection refused).
+    rm -f "$tmp/out"
     /usr/bin/python3 "$here/tests/fakes/apiserver/fake_apiserver.py" --port 0 \
         --tls-cert "$tmp/$name.crt" --tls-key "$tmp/$name.key" "$@" >"$tmp/out" 2>/dev/null &
     pid=$!
-    for _ in $(seq 100); do grep -q READY "$tmp/out" && break; sleep 0.05; done
+    # until it is ready or gone (no time limit of ours: load must not fail it)
+    while kill -0 "$pid" 2>/dev/null && ! grep -q READY "$tmp/out" 2>/dev/null; do sleep 0.05; done
     port=$(awk '/^READY/ {n = split($2, a, ":"); print a[n]}' "$tmp/out")
 }
 kc() { # host, cluster fields, user fields: writes $tmp/kubeconfig
