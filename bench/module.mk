@@ -50,3 +50,11 @@ endif
 
 # gpuvisor-node: Allocate p99 with 500 pods on the node, idle RSS and CPU.
 BENCH_SCRIPTS += bench/bench_node_agent.sh
+
+# gpuvisor-node /metrics: scrape cost and memory with 110 containers' regions
+# (bench_mkregions makes the regions through the shm API).
+bench_mkregions_SRCS := bench/bench_mkregions.c
+bench_mkregions_LIBS := shm common
+$(eval $(call GV_EXE,bench_mkregions,bench))
+EXTRA_ALL += $(BUILD)/bench/bench_mkregions
+BENCH_SCRIPTS += bench/bench_node_metrics.sh

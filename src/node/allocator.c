@@ -18,6 +18,7 @@
 #include "deviceplugin.pb-c.h"
 #include "interposer/priority.h" /* the node directory's container path, priority range */
 #include "node/gv_allocator.h"
+#include "node/gv_monitor.h"
 #include "node/gv_grpc.h"
 #include "node/gv_loop.h"
 
@@ -793,6 +794,8 @@ static int build(struct gv_allocator *a, json_t *pod, const struct gv_alloc_cont
     struct gv_error err;
     /* Always: the directory records on disk that this container was served. */
     gv_status st = prepare_dir(a, uid, c->name, limited, b.limits, b.limits_len, &err);
+    if (st == GV_OK) /* on /metrics from now on, before its first CUDA call */
+        gv_monitor_note_allocate(a->state_dir, pod, c, limited, b.limits, b.limits_len);
     free(b.limits);
     if (st != GV_OK)
         return fail(msg, cap, GV_GRPC_INTERNAL, "container %s: %s", c->name, err.msg);

@@ -15,6 +15,7 @@
 
 #include "common/gv_error.h"
 #include "contracts/inventory.h"
+#include "node/gv_metrics.h"
 
 #define GV_NODE_CONFIG_PATH "/etc/gpuvisor/node-config.json"
 #define GV_NODE_MAX_SPLIT 1024
@@ -52,6 +53,7 @@ struct gv_node_config {
     size_t n_exclude_indexes;
     struct gv_node_gpu_rule *rules;
     size_t n_rules;
+    struct gv_metrics_settings metrics; /* "metrics": listener, series, backstop */
 };
 
 /* Defaults: nvidia.com/gpu, vgpu, split 10, scaling 1, no CDI, nothing excluded. */

@@ -29,6 +29,8 @@
 #include "node/gv_allocator.h"
 #include "node/gv_config.h"
 #include "node/gv_gpus.h"
+#include "node/gv_metrics.h"
+#include "node/gv_monitor.h"
 #include "node/gv_plugin.h"
 #include "node/gv_publisher.h"
 #include "node/gv_registrar.h"
@@ -56,6 +58,8 @@ struct options {
     const char *placement_key_file;
     bool insecure_unsigned;
     const char *opt_out_namespaces; /* comma list */
+    const char *metrics_listen; /* overrides the config's metrics.listen */
+    const char *proc_root;
 };
 
 struct agent {
@@ -75,6 +79,8 @@ struct agent {
     struct gv_publisher *pub;
     struct gv_plugin *plugin;
     struct gv_registrar *reg;
+    struct gv_monitor *mon;       /* /metrics and the NVML backstop (docs/observability.md) */
+    struct gv_metrics_http *http;
     int sigfd;
     int cfg_ino;
     uint64_t reload_timer;
@@ -135,6 +141,8 @@ static void rebuild(struct agent *ag)
             gv_warn("GPU %u (%s) has MIG enabled: not advertised", g->index, g->uuid);
             continue;
         }
+        if (ag->mon)
+            gv_monitor_set_gpu_info(ag->mon, g->uuid, g->healthy, s.split, g->reason);
         agpus[n_agpus].gpu = *g;
         agpus[n_agpus++].settings = s;
         for (unsigned k = 0; k < s.split; k++) {
@@ -210,6 +218,8 @@ static void reload(struct agent *ag, bool forced)
     }
     gv_node_config_free(ag->cfg);
     free(ag->cfg_text);
+    if (ag->mon)
+        gv_monitor_set_settings(ag->mon, &cfg->metrics);
     ag->cfg = cfg;
     ag->cfg_text = text;
     gv_info("configuration %s loaded", ag->o.config);
@@ -265,6 +275,28 @@ static void on_signal(struct gv_loop *loop, int fd, uint32_t events, void *ud)
     }
 }
 
+/*
+ * /healthz: the loop is alive as long as this timer runs.  /readyz, decided
+ * here on the loop (which owns the plugin's state): serving the kubelet,
+ * registered, and (with an API server) the pod cache listed.
+ */
+static void beat_tick(struct gv_loop *loop, void *ud)
+{
+    struct agent *ag = ud;
+    const char *no = ag->stopping                            ? "shutting down"
+                     : !gv_plugin_socket_present(ag->plugin) ? "device-plugin socket missing"
+                     : gv_registrar_count(ag->reg) == 0      ? "not registered with the kubelet yet"
+                     : !ag->o.no_kube && !gv_allocator_synced(ag->alloc) ? "pod cache not synced yet"
+                                                                      : NULL;
+    gv_metrics_http_beat(ag->http, no == NULL, no);
+    gv_loop_timer(loop, 1000, beat_tick, ag);
+}
+
+static gv_status metrics_render(void *ud, struct gv_buf *out, struct gv_error *err)
+{
+    return gv_monitor_render(((struct agent *)ud)->mon, out, err);
+}
+
 static void gc_tick(struct gv_loop *loop, void *ud)
 {
     struct agent *ag = ud;
@@ -303,6 +335,9 @@ static void usage(FILE *f)
             "  --insecure-unsigned-placements  serve placements without authenticating them\n"
             "  --preload-opt-out-namespaces NS,NS  namespaces whose pods may run without the\n"
             "                           interposer (gpuvisor.io/preload: \"false\"; default none)\n"
+            "  --metrics-listen ADDR:PORT  serve /metrics, /healthz, /readyz (default: the\n"
+            "                           config's metrics.listen; none when both are empty)\n"
+            "  --proc-root DIR          where /proc is, for process cgroups (default /proc)\n"
             "  --version, --help\n");
 }
 
@@ -311,7 +346,8 @@ static int parse_options(int argc, char **argv, struct options *o)
     enum {
         O_NODE = 256, O_CONFIG, O_PLUGIN_DIR, O_SOCKET, O_KUBELET, O_STATE, O_HOST_STATE,
         O_INSTALL, O_NVML, O_SYS, O_URL, O_KUBECONFIG, O_NO_KUBE, O_HB, O_PROBE, O_RECOVER,
-        O_WAIT, O_GC, O_GC_GRACE, O_VERSION, O_HELP, O_KEY_FILE, O_INSECURE, O_OPT_OUT
+        O_WAIT, O_GC, O_GC_GRACE, O_VERSION, O_HELP, O_KEY_FILE, O_INSECURE, O_OPT_OUT, O_METRICS,
+        O_PROC
     };
     static const struct option opts[] = {
         {"node-name", 1, 0, O_NODE},         {"config", 1, 0, O_CONFIG},
@@ -326,7 +362,9 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"gc-grace-ms", 1, 0, O_GC_GRACE},   {"version", 0, 0, O_VERSION},
         {"help", 0, 0, O_HELP},              {"placement-key-file", 1, 0, O_KEY_FILE},
         {"insecure-unsigned-placements", 0, 0, O_INSECURE},
-        {"preload-opt-out-namespaces", 1, 0, O_OPT_OUT}, {0, 0, 0, 0},
+        {"preload-opt-out-namespaces", 1, 0, O_OPT_OUT},
+        {"metrics-listen", 1, 0, O_METRICS}, {"proc-root", 1, 0, O_PROC},
+        {0, 0, 0, 0},
     };
     *o = (struct options){
         .node = getenv("NODE_NAME"),
@@ -372,6 +410,8 @@ static int parse_options(int argc, char **argv, struct options *o)
         case O_GC_GRACE: num = &o->gc_grace_ms; break;
         case O_VERSION: printf("gpuvisor-node %s\n", GV_VERSION); exit(0);
         case O_HELP: usage(stdout); exit(0);
+        case O_METRICS: o->metrics_listen = optarg; break;
+        case O_PROC: o->proc_root = optarg; break;
         default: usage(stderr); return 2;
         }
         if (num) {
@@ -469,6 +509,11 @@ static int start(struct agent *ag, struct gv_error *err)
                                      .placement = &ag->placement};
     if (gv_allocator_new(&ac, ag->kube, ag->kube_writer, &ag->alloc, err) != GV_OK)
         return 1;
+    struct gv_monitor_config mc = {.node = o->node ? o->node : "", .state_dir = o->state_dir,
+                                   .proc_root = o->proc_root, .nvml_lib = o->nvml_lib,
+                                   .kube = ag->kube_writer, .settings = ag->cfg->metrics};
+    if (gv_monitor_new(&mc, &ag->mon, err) != GV_OK)
+        return 1;
     snprintf(path, sizeof(path), "%s/%s", o->plugin_dir, o->socket_name);
     struct gv_plugin_config pc = {.socket_path = path, .allocate = gv_allocator_allocate,
                                   .allocate_ud = ag->alloc};
@@ -502,6 +547,15 @@ static int start(struct agent *ag, struct gv_error *err)
     else
         gv_warn("cannot watch %s for changes (%s): reload with SIGHUP", path, strerror(errno));
     gv_loop_timer(ag->loop, o->gc_s * 1000, gc_tick, ag);
+    const char *listen = o->metrics_listen ? o->metrics_listen : ag->cfg->metrics.listen;
+    if (listen[0] != '\0') {
+        struct gv_metrics_http_config hc = {.listen = listen, .render = metrics_render, .ud = ag};
+        if (gv_metrics_http_new(&hc, &ag->http, err) != GV_OK)
+            return 1;
+        beat_tick(ag->loop, ag);
+    }
+    if (gv_monitor_start(ag->mon, err) != GV_OK)
+        return 1;
     gv_info("gpuvisor-node %s serving %s on %s/%s", GV_VERSION, ag->cfg->resource_name,
             o->plugin_dir, o->socket_name);
     return 0;
@@ -510,6 +564,8 @@ static int start(struct agent *ag, struct gv_error *err)
 static void stop(struct agent *ag)
 {
     /* Order: nothing may call into a part after it is freed. */
+    gv_metrics_http_free(ag->http); /* its thread renders from the monitor */
+    gv_monitor_free(ag->mon);
     gv_gpus_free(ag->gpus); /* joins the health thread, which posts to the loop */
     gv_registrar_free(ag->reg);
     gv_plugin_free(ag->plugin); /* joins the Allocate workers */
@@ -544,6 +600,14 @@ int main(int argc, char **argv)
      * any thread exists.
      */
     mallopt(M_ARENA_MAX, 1);
+    /*
+     * A fixed mmap threshold: glibc otherwise raises it to the size of each
+     * mmapped block freed, so after the first /metrics answer (a few hundred
+     * KiB, docs/observability.md) every later one came from the heap and
+     * left it larger and fragmented.  Blocks this size and up are mapped and
+     * unmapped, as they were before the first one.
+     */
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
     gv_jalloc_init(); /* the allocator places pending pod forms in a zone (gv_jalloc.h) */
     /* Before any thread exists: every thread inherits the mask, the loop reads a signalfd. */
     sigset_t set;

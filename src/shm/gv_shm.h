@@ -1,7 +1,7 @@
 /*
  * The per-container shared region: one file, mmapped by every process of a
- * container (through libgpuvisor.so) and read by `gpuvisor ps` (the node
- * agent does not read regions today).  docs/shared-region.md describes the layout and the
+ * container (through libgpuvisor.so) and read by `gpuvisor ps` and the node
+ * agent's monitor.  docs/shared-region.md describes the layout and the
  * crash-safety rules; this header is the single definition of both.
  *
  * Accounting model: each process owns one slot; the per-process slot usage
@@ -106,7 +106,7 @@ struct gv_shm;
 gv_status gv_shm_open(const char *path, unsigned flags, struct gv_shm **out, struct gv_error *err);
 /* Releases this process's slot (if any) and unmaps. */
 void gv_shm_close(struct gv_shm *shm);
-/* The raw mapping, for readers (`gpuvisor ps`). */
+/* The raw mapping, for readers (`gpuvisor ps`, the node agent's monitor). */
 const struct gv_shm_region *gv_shm_region(const struct gv_shm *shm);
 /* The region-wide bytes owned by the compute-share module (writable). */
 uint8_t *gv_shm_sched_region(struct gv_shm *shm);

@@ -102,8 +102,8 @@ check({("pods/binding", "create"), ("pods", "patch"), ("pods", "watch"), ("nodes
 check(not any(v in ("delete", "create", "update") for r, v in sp if r in ("pods", "nodes")),
       "scheduler role cannot create/update/delete pods or nodes")
 check(("nodes", "patch") in npm and ("pods", "patch") in npm and
-      not any(r == "pods/binding" or v in ("delete", "create") for r, v in npm),
-      "node role patches its node/pods and cannot bind, create or delete", str(sorted(npm)))
+      not any(r == "pods/binding" or (v in ("delete", "create") and r != "events") for r, v in npm),
+      "node role patches its node/pods and cannot bind, create or delete (events aside)", str(sorted(npm)))
 
 sas = {d["metadata"]["name"] for d in objs("ServiceAccount")}
 for kind in ("ClusterRoleBinding", "RoleBinding"):
@@ -172,6 +172,17 @@ if ds:
     mounts = {m["mountPath"]: m for c in spec["containers"] for m in c.get("volumeMounts", [])}
     check(mounts.get("/usr/local/gpuvisor", {}).get("readOnly") is True,
           "agent mounts the interposer directory read-only")
+    agent_c = spec["containers"][0]
+    mport = next((p for p in agent_c.get("ports", []) if p.get("name") == "metrics"), {})
+    listen = next((a.split("=", 1)[1] for a in agent_c.get("args", []) if a.startswith("--metrics-listen=")), "")
+    check(mport and listen.endswith(":%d" % mport["containerPort"]) and
+          agent_c.get("livenessProbe", {}).get("httpGet", {}).get("path") == "/healthz" and
+          agent_c.get("readinessProbe", {}).get("httpGet", {}).get("path") == "/readyz" and
+          all(agent_c[p]["httpGet"]["port"] == "metrics" for p in ("livenessProbe", "readinessProbe")) and
+          ds["spec"]["template"]["metadata"].get("annotations", {}).get("prometheus.io/port") ==
+          str(mport.get("containerPort")),
+          "node agent: --metrics-listen on its metrics port, /healthz and /readyz probes, scrape annotations",
+          str((listen, mport)))
     check(all(m in mounts and mounts[m]["name"] == next(v["name"] for v in spec["volumes"]
               if v.get("hostPath", {}).get("path") == m) for m in need),
           "each host path is mounted at the same path inside the agent (Allocate names host paths)")
