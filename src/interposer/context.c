@@ -93,6 +93,51 @@ static uint64_t used_by(const struct card_view *v, unsigned pid)
     return 0;
 }
 
+/* What each other slot has charged on rdev (a snapshot across a creation). */
+struct sibling_view {
+    uint64_t used[GV_SHM_MAX_PROCS];
+};
+
+static void sibling_view(int rdev, struct sibling_view *v)
+{
+    const struct gv_shm_region *r = gv_shm_region(gv_ip.shm);
+    const struct gv_shm_proc *self = gv_shm_self(gv_ip.shm);
+    for (int i = 0; i < GV_SHM_MAX_PROCS; i++)
+        v->used[i] = &r->procs[i] == self || atomic_load(&r->procs[i].pid) == 0
+                         ? 0
+                         : atomic_load(&r->procs[i].mem_used[rdev]);
+}
+
+/* Sum of what siblings charged between two snapshots (growth only). */
+static uint64_t sibling_growth(const struct sibling_view *a, const struct sibling_view *b)
+{
+    uint64_t g = 0;
+    for (int i = 0; i < GV_SHM_MAX_PROCS; i++)
+        if (b->used[i] > a->used[i])
+            g += b->used[i] - a->used[i];
+    return g;
+}
+
+static bool claimed_by_sibling(unsigned pid);
+
+/*
+ * Whether NVML's entry (pid, used) may be a sibling's: a sibling already
+ * known by that host pid, or one whose host pid is unknown and whose charges
+ * cover used (every sibling charges before it allocates and credits after
+ * it frees, so its charges are never below what NVML shows for it).
+ */
+static bool maybe_sibling(unsigned pid, uint64_t used, const struct sibling_view *sib)
+{
+    const struct gv_shm_region *r = gv_shm_region(gv_ip.shm);
+    for (int i = 0; i < GV_SHM_MAX_PROCS; i++) {
+        if (sib->used[i] == 0 && r->procs[i].hostpid == 0)
+            continue;
+        if (sib->used[i] >= used && r->procs[i].hostpid == 0)
+            return true;
+    }
+    return claimed_by_sibling(pid);
+}
+
 /* Whether another slot of the region already names pid as its host pid. */
 static bool claimed_by_sibling(unsigned pid)
 {
@@ -108,19 +153,24 @@ static bool claimed_by_sibling(unsigned pid)
 /*
  * NVML names processes by their pid on the host, which a process in a
  * container cannot see.  With context creation serialised across the
- * container, the one pid whose usage grew while we created is ours, unless a
- * process of another container grew in the same window: then we learn
- * nothing this time.  Recorded in our slot for `gpuvisor ps` and NVML views.
+ * container, the one pid whose usage grew while we created, by more than
+ * our siblings' allocations in the same window, is ours, unless a process
+ * of another container grew too: then we learn nothing this time.  Recorded in our slot for `gpuvisor ps` and NVML views.
  */
-static void learn_host_pid(const struct card_view *before, const struct card_view *after)
+static void learn_host_pid(const struct card_view *before, const struct card_view *after,
+                           uint64_t siblings_grew, const struct sibling_view *sib)
 {
     if (my_host_pid != 0)
         return;
     unsigned found = 0, count = 0, self = (unsigned)getpid();
     bool self_grew = false;
     for (unsigned i = 0; i < after->npids; i++) {
-        if (after->used[i] <= used_by(before, after->pids[i]) || claimed_by_sibling(after->pids[i]))
-            continue; /* did not grow, or a sibling's */
+        uint64_t was = used_by(before, after->pids[i]);
+        /* Did not grow, is a sibling's, or grew no more than the siblings
+         * charged meanwhile (a sibling's allocation, not a new context). */
+        if (after->used[i] <= was || maybe_sibling(after->pids[i], after->used[i], sib) ||
+            after->used[i] - was <= siblings_grew)
+            continue;
         found = after->pids[i];
         count++;
         self_grew = self_grew || found == self;
@@ -204,13 +254,16 @@ static CUresult charged_create(CUdevice dev, create_fn create, void *arg, uint64
     if (!serial)
         gv_warn("context creation not serialised across the container (lock busy): "
                 "measuring anyway");
+    static struct sibling_view sib_before, sib_after; /* under ctx_lock */
     struct card_view before, after;
     uint64_t held_before = gv_shm_mem_held(gv_ip.shm, rdev);
+    sibling_view(rdev, &sib_before);
     bool viewed = card_view(rdev, &before);
     CUresult rc = create(arg);
     bool viewed_after = rc == CUDA_SUCCESS && viewed && card_view(rdev, &after);
+    sibling_view(rdev, &sib_after);
     if (viewed_after && serial)
-        learn_host_pid(&before, &after);
+        learn_host_pid(&before, &after, sibling_growth(&sib_before, &sib_after), &sib_after);
     uint64_t bytes = viewed_after ? measured_bytes(rdev, &before, &after, held_before) : 0;
     if (serial)
         gv_shm_ctx_unserialize(gv_ip.shm);
