@@ -160,16 +160,24 @@ static void init_mutex(pthread_mutex_t *m)
 }
 
 /*
- * Whether a lock word that kept us waiting names no live owner: glibc keeps
- * a robust mutex's owner thread id in the low 30 bits of its first word.
- * A real owner that dies is reported by the kernel (EOWNERDEAD); a word
- * naming a thread that does not exist was written by someone else.
+ * The thread a lock names as its owner: glibc keeps it in __data.__owner
+ * for every mutex kind (robust ones also in the lock word itself).
  */
-static bool owner_invalid(const uint8_t *word)
+static int32_t lock_owner(const uint8_t *bytes)
 {
-    uint32_t w;
-    memcpy(&w, word, sizeof(w));
-    int32_t tid = (int32_t)(w & 0x3fffffffu);
+    pthread_mutex_t m;
+    memcpy(&m, bytes, sizeof(m));
+    return (int32_t)m.__data.__owner;
+}
+
+/*
+ * Whether a lock that kept us waiting names no live owner.  A real owner
+ * that dies is reported by the kernel (EOWNERDEAD); a lock naming no thread,
+ * or one that does not exist, was written by someone else.
+ */
+static bool owner_invalid(const uint8_t *bytes)
+{
+    int32_t tid = lock_owner(bytes);
     if (tid <= 0)
         return true;
     return kill(tid, 0) != 0 && errno == ESRCH;
@@ -232,8 +240,8 @@ static int region_lock(struct gv_shm *shm)
         memcpy(&w, seen, sizeof(w));
         if (rc == ETIMEDOUT && !owner_invalid(seen)) {
             snprintf(shm->lock_error, sizeof(shm->lock_error),
-                     "shared region lock held by live thread %u for more than %d ms",
-                     (unsigned)(w & 0x3fffffffu), shm->lock_timeout_ms);
+                     "shared region lock held by live thread %d for more than %d ms",
+                     (int)lock_owner(seen), shm->lock_timeout_ms);
             return rc;
         }
         /* ETIMEDOUT with no live owner, EINVAL, ENOTRECOVERABLE: the lock
