@@ -29,6 +29,13 @@ fresh() { rm -f "$TMP"/*.cache "$GV_FAKE_GPU_STATE"; }
 probe() { env LD_PRELOAD="$PRELOAD" "$@"; }
 # probe_bg: the same for `probe_bg ... &`, so $! is the probe itself (kill -9 reaches it).
 probe_bg() { exec env LD_PRELOAD="$PRELOAD" "$@"; }
+# passed FILE: a probe's TAP output has at least one ok and no "not ok".
+passed() { grep -q '^ok' "$1" && ! grep -q '^not ok' "$1"; }
+# sync NAME: a fresh barrier directory for probes that wait on each other.
+syncdir() { rm -rf "$TMP/sync.$1"; mkdir -p "$TMP/sync.$1"; echo "$TMP/sync.$1"; }
+# wait_for FILE-GLOB: waits until a file matching it exists (a condition, not
+# a time; bounded at 120 s so a broken run cannot hang the suite).
+wait_for() { local i; for i in $(seq 12000); do compgen -G "$1" >/dev/null && return 0; sleep 0.01; done; return 1; }
 
 if [ -e /etc/gpuvisor/limits.env ]; then
     has_etc_limits=1
@@ -152,19 +159,22 @@ check "8 processes filling a 1 GiB limit together get exactly 32 x 32 MiB (got $
     [ "$total" -eq 32 -a "$bad" -eq 0 ]
 
 # --- views: NVML process list shows the container's processes ---------------
+# The holder and the other tenant allocate, then wait (barrier "up") until
+# both have; the views are read; then everyone is let go (barrier "done").
 fresh
+up=$(syncdir up); done_=$(syncdir done)
 probe_bg CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
-    "$PROBE" init alloc:100m:OK sleep:1500 >"$TMP/holder" 2>&1 &
+    "$PROBE" init alloc:100m:OK barrier:"$up":3 barrier:"$done_":3 >"$TMP/holder" 2>&1 &
 holder=$!
-sleep 0.5
-"$PROBE" init alloc:50m:OK sleep:1500 >/dev/null 2>&1 & # another tenant, outside the container
+"$PROBE" init alloc:50m:OK barrier:"$up":3 barrier:"$done_":3 >"$TMP/other" 2>&1 & # another tenant, outside the container
 other=$!
-sleep 0.4
+"$PROBE" barrier:"$up":3 >/dev/null
 probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
     "$PROBE" nvml-procs:0:1 nvml-util:0:1 nvml-mem:0:100m:1g
-"$PROBE" nvml-procs:0:2 nvml-util:0:2 # without the interposer NVML shows both tenants
+"$PROBE" nvml-procs:0:2 nvml-util:0:2 barrier:"$done_":3 # without the interposer NVML shows both tenants
 wait $holder $other
-check "holder process passed" grep -q '^ok' "$TMP/holder"
+check "holder process passed" passed "$TMP/holder"
+check "other tenant passed" passed "$TMP/other"
 
 # In a pid namespace (a container) NVML's pids are host pids: the interposer
 # learns its own while creating its first context.
@@ -182,14 +192,16 @@ fi
 
 # --- imported IPC memory is charged once, to its owner ----------------------
 fresh
+up=$(syncdir up); done_=$(syncdir done)
 probe_bg CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
-    "$PROBE" init alloc:256m:OK ipc-export:"$TMP/ipc" sleep:1500 >"$TMP/owner" 2>&1 &
+    "$PROBE" init alloc:256m:OK ipc-export:"$TMP/ipc" barrier:"$up":2 barrier:"$done_":2 \
+    >"$TMP/owner" 2>&1 &
 owner=$!
-for _ in 1 2 3 4 5 6 7 8 9 10; do [ -s "$TMP/ipc" ] && break; sleep 0.1; done
 probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
-    "$PROBE" init ipc-import:"$TMP/ipc":OK info:768m:1g freeall info:768m:1g
+    "$PROBE" barrier:"$up":2 init ipc-import:"$TMP/ipc":OK info:768m:1g freeall info:768m:1g \
+    barrier:"$done_":2
 wait $owner
-check "IPC owner passed" grep -q '^ok' "$TMP/owner"
+check "IPC owner passed" passed "$TMP/owner"
 
 # --- external memory (from a graphics API) is charged to the importer --------
 fresh
@@ -283,13 +295,28 @@ probe CUDA_OVERSUBSCRIBE=true CUDA_DEVICE_MEMORY_LIMIT=32g \
     alloc:512m:OK info:16896m:32g pitch:1024:1048576:OOM pitch:1024:262144:OK:1024 async:1g:OOM \
     info:16640m:32g freeall info:32g:32g
 fresh
-"$PROBE" init alloc:14g:OK sleep:1500 >/dev/null 2>&1 & # another tenant fills the card
+up=$(syncdir up); done_=$(syncdir done)
+"$PROBE" init alloc:14g:OK barrier:"$up":2 barrier:"$done_":2 >"$TMP/hog" 2>&1 & # another tenant fills the card
 hog=$!
-sleep 0.4
 probe CUDA_OVERSUBSCRIBE=true CUDA_DEVICE_MEMORY_LIMIT=8g GPUVISOR_DEVICE_MEMORY_SHARE=4g \
     CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
-    "$PROBE" init alloc:3g:OOM alloc:1g:OK alloc:1536m:OOM alloc:512m:OK
+    "$PROBE" barrier:"$up":2 init alloc:3g:OOM alloc:1g:OK alloc:1536m:OOM alloc:512m:OK \
+    barrier:"$done_":2
 wait $hog
+check "the tenant filling the card passed" passed "$TMP/hog"
+
+# The slice's free memory is capped by what the card really has free: another
+# tenant (outside the container) holds 14 GiB of the 16 GiB card, so a 4 GiB
+# slice shows 2 GiB free through cuMemGetInfo and NVML, and gets no more.
+fresh
+up=$(syncdir up); done_=$(syncdir done)
+"$PROBE" init alloc:14g:OK barrier:"$up":2 barrier:"$done_":2 >"$TMP/hog" 2>&1 &
+hog=$!
+probe CUDA_DEVICE_MEMORY_LIMIT=4g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" barrier:"$up":2 init info:2g:4g nvml-free:0:2g nvml-mem:0:0:4g alloc:1g:OK \
+    info:1g:4g nvml-free:0:1g alloc:1g:OK info:0:4g alloc:1:OOM barrier:"$done_":2
+wait $hog
+check "the tenant filling the card passed (real free below the slice's free)" passed "$TMP/hog"
 
 # Many processes oversubscribing together: the virtual limit holds exactly, and
 # exactly the share is device memory.
@@ -314,13 +341,14 @@ check "4 processes oversubscribing an 8 GiB slice (2 GiB share) together get exa
 
 # --- limits fixed by the first process --------------------------------------
 fresh
+up=$(syncdir up); done_=$(syncdir done)
 probe_bg CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
-    "$PROBE" init alloc:1m:OK sleep:1200 >"$TMP/first" 2>&1 &
+    "$PROBE" init alloc:1m:OK barrier:"$up":2 barrier:"$done_":2 >"$TMP/first" 2>&1 &
 first=$!
-sleep 0.4
 probe CUDA_DEVICE_MEMORY_LIMIT=4g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
-    "$PROBE" init info:1023m:1g alloc:1g:OOM 2>"$TMP/second.err"
+    "$PROBE" barrier:"$up":2 init info:1023m:1g alloc:1g:OOM barrier:"$done_":2 2>"$TMP/second.err"
 wait $first
+check "the first process passed" passed "$TMP/first"
 check "a later process with other limits is refused with a log line" \
     grep -q 'refused: device GPU-fa4e0000.*limits already fixed' "$TMP/second.err"
 
