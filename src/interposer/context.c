@@ -108,16 +108,6 @@ static void sibling_view(int rdev, struct sibling_view *v)
                          : atomic_load(&r->procs[i].mem_used[rdev]);
 }
 
-/* Sum of what siblings charged between two snapshots (growth only). */
-static uint64_t sibling_growth(const struct sibling_view *a, const struct sibling_view *b)
-{
-    uint64_t g = 0;
-    for (int i = 0; i < GV_SHM_MAX_PROCS; i++)
-        if (b->used[i] > a->used[i])
-            g += b->used[i] - a->used[i];
-    return g;
-}
-
 static bool claimed_by_sibling(unsigned pid);
 
 /*
@@ -152,32 +142,32 @@ static bool claimed_by_sibling(unsigned pid)
 
 /*
  * NVML names processes by their pid on the host, which a process in a
- * container cannot see.  With context creation serialised across the
- * container, the one pid whose usage grew while we created, by more than
- * our siblings' allocations in the same window, is ours, unless a process
- * of another container grew too: then we learn nothing this time.  Recorded in our slot for `gpuvisor ps` and NVML views.
+ * container cannot see.  A process enters NVML's list with its first
+ * context, and context creation is serialised across the container, so the
+ * one pid that is new in the list after our first creation is ours -- unless
+ * it may be a sibling's (maybe_sibling: a sibling that never learned its own
+ * host pid, e.g. one whose contexts take no memory and which just made its
+ * first allocation) or a process of another container appeared in the same
+ * window: then we learn nothing this time, and say so.
  */
 static void learn_host_pid(const struct card_view *before, const struct card_view *after,
-                           uint64_t siblings_grew, const struct sibling_view *sib)
+                           const struct sibling_view *sib)
 {
     if (my_host_pid != 0)
         return;
     unsigned found = 0, count = 0, self = (unsigned)getpid();
-    bool self_grew = false;
+    bool self_new = false;
     for (unsigned i = 0; i < after->npids; i++) {
-        uint64_t was = used_by(before, after->pids[i]);
-        /* Did not grow, is a sibling's, or grew no more than the siblings
-         * charged meanwhile (a sibling's allocation, not a new context). */
-        if (after->used[i] <= was || maybe_sibling(after->pids[i], after->used[i], sib) ||
-            after->used[i] - was <= siblings_grew)
+        if (after->used[i] == 0 || used_by(before, after->pids[i]) != 0 ||
+            maybe_sibling(after->pids[i], after->used[i], sib))
             continue;
         found = after->pids[i];
         count++;
-        self_grew = self_grew || found == self;
+        self_new = self_new || found == self;
     }
-    /* Several grew (another container allocated meanwhile): without a pid
+    /* Several are new (another container started meanwhile): without a pid
      * namespace of our own, ours carries our pid; otherwise we cannot tell. */
-    if (count > 1 && self_grew) {
+    if (count > 1 && self_new) {
         found = self;
         count = 1;
     }
@@ -187,6 +177,9 @@ static void learn_host_pid(const struct card_view *before, const struct card_vie
         if (me != NULL)
             me->hostpid = (int32_t)found;
         gv_debug("host pid %u", found);
+    } else if (count > 1) {
+        gv_debug("host pid not learned: %u processes appeared while our context was created",
+                 count);
     }
 }
 
@@ -254,16 +247,15 @@ static CUresult charged_create(CUdevice dev, create_fn create, void *arg, uint64
     if (!serial)
         gv_warn("context creation not serialised across the container (lock busy): "
                 "measuring anyway");
-    static struct sibling_view sib_before, sib_after; /* under ctx_lock */
+    static struct sibling_view sib_after; /* under ctx_lock */
     struct card_view before, after;
     uint64_t held_before = gv_shm_mem_held(gv_ip.shm, rdev);
-    sibling_view(rdev, &sib_before);
     bool viewed = card_view(rdev, &before);
     CUresult rc = create(arg);
     bool viewed_after = rc == CUDA_SUCCESS && viewed && card_view(rdev, &after);
     sibling_view(rdev, &sib_after);
     if (viewed_after && serial)
-        learn_host_pid(&before, &after, sibling_growth(&sib_before, &sib_after), &sib_after);
+        learn_host_pid(&before, &after, &sib_after);
     uint64_t bytes = viewed_after ? measured_bytes(rdev, &before, &after, held_before) : 0;
     if (serial)
         gv_shm_ctx_unserialize(gv_ip.shm);

@@ -97,6 +97,62 @@ probe GV_FAKE_CTX_MEMORY=64m GPUVISOR_CONTEXT_RESERVE=100m CUDA_DEVICE_MEMORY_LI
     CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init info:924m:1g ctx-create:0:OK \
     info:824m:1g ctx-destroy:OK info:924m:1g
 
+# A context is billed to its own process: another tenant (outside the
+# container) allocates 25 MiB inside the window in which the interposer
+# measures the context (the fake driver holds the creation at a gate), and
+# the context is still charged exactly its 64 MiB.  First the primary
+# context (host pid not known yet), then a created one (host pid known).
+ctx_neighbour() { # ctx_neighbour GATE N: open gate N while a neighbour holds 25 MiB more
+    local nb; nb=$(syncdir "nb$2")
+    wait_for "$1/ctx.*.$2" || return 1
+    "$PROBE" init alloc:25m:OK barrier:"$nb":1 barrier:"$done_":2 >"$TMP/neighbour.$2" 2>&1 &
+    wait_for "$nb/*" && touch "$1/go.$2"
+}
+fresh
+gate=$(syncdir gate); done_=$(syncdir done)
+probe_bg GV_FAKE_CTX_MEMORY=64m GV_FAKE_CTX_GATE="$gate" CUDA_DEVICE_MEMORY_LIMIT=1g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init info:960m:1g barrier:"$done_":2 \
+    >"$TMP/billed" 2>&1 &
+tenant=$!
+ctx_neighbour "$gate" 1
+wait $tenant
+wait
+cat "$TMP/billed"
+check "a neighbour's allocation during our first context is not billed to us (fake driver)" \
+    passed "$TMP/billed"
+check "the neighbour passed" passed "$TMP/neighbour.1"
+fresh
+gate=$(syncdir gate); done_=$(syncdir done)
+probe_bg GV_FAKE_CTX_MEMORY=64m GV_FAKE_CTX_GATE="$gate" CUDA_DEVICE_MEMORY_LIMIT=1g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init info:960m:1g ctx-create:0:OK \
+    info:896m:1g barrier:"$done_":2 >"$TMP/billed" 2>&1 &
+tenant=$!
+wait_for "$gate/ctx.*.1" && touch "$gate/go.1"
+ctx_neighbour "$gate" 2
+wait $tenant
+wait
+cat "$TMP/billed"
+check "a neighbour's allocation during a later context is not billed to us (fake driver)" \
+    passed "$TMP/billed"
+
+# Eight processes of one container starting together (torchrun), each with a
+# 64 MiB context, fill a 1 GiB limit once all have their context: 8 contexts
+# + exactly 16 x 32 MiB.
+fresh
+pids=()
+filled=$(syncdir filled); started=$(syncdir started)
+for i in 1 2 3 4 5 6 7 8; do
+    probe_bg GV_FAKE_CTX_MEMORY=64m CUDA_DEVICE_MEMORY_LIMIT=1g \
+        CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+        "$PROBE" init barrier:"$started":8 fill:32m barrier:"$filled":8 >"$TMP/cfill.$i" 2>&1 &
+    pids+=($!)
+done
+wait "${pids[@]}"
+total=$(cat "$TMP"/cfill.* | awk '/^# filled/ {s += $3} END {print s + 0}')
+bad=$(cat "$TMP"/cfill.* | grep -c '^not ok')
+check "8 processes with 64 MiB contexts filling 1 GiB together get exactly 16 x 32 MiB (got $total)" \
+    [ "$total" -eq 16 -a "$bad" -eq 0 ]
+
 # The CUDA runtime releases and resets primary contexts through the v1 entry
 # points: their charge is credited too (the context is measured at 64 MiB).
 for v in 1 2; do
@@ -351,6 +407,40 @@ wait $first
 check "the first process passed" passed "$TMP/first"
 check "a later process with other limits is refused with a log line" \
     grep -q 'refused: device GPU-fa4e0000.*limits already fixed' "$TMP/second.err"
+
+# --- a hostile container editing or deleting its region ---------------------
+# A process holds 600 MiB of a 1 GiB slice; then the container (root in it)
+# raises mem_limit and zeroes every usage field in the region, or deletes the
+# region file.  The holder may still not allocate past its limit, and its
+# views keep showing the configured 1 GiB.
+hostile_edit() { # the region's device 0: mem_limit = 16 GiB, mem_used = 0, every slot's usage = 0
+    python3 - "$1" <<'PY'
+import struct, sys
+f = open(sys.argv[1], "r+b")
+dev = 2048
+f.seek(dev + 64); f.write(struct.pack("<Q", 16 << 30))        # mem_limit
+f.seek(dev + 80); f.write(struct.pack("<Q", 0))               # mem_used
+for i in range(1024):                                          # slots' mem_used[]
+    f.seek(4096 + i * 704 + 32); f.write(b"\0" * 128)
+PY
+}
+for attack in edit delete; do
+    fresh
+    up=$(syncdir up); done_=$(syncdir done)
+    probe_bg CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+        "$PROBE" init alloc:600m:OK barrier:"$up":2 barrier:"$done_":2 alloc:500m:OOM \
+        total:0:1g nvml-mem:0:*:1g >"$TMP/victim" 2>&1 &
+    victim=$!
+    "$PROBE" barrier:"$up":2 >/dev/null
+    case $attack in
+        edit) hostile_edit "$TMP/r.cache" ;;
+        delete) rm -f "$TMP/r.cache" ;;
+    esac
+    "$PROBE" barrier:"$done_":2 >/dev/null
+    wait $victim
+    cat "$TMP/victim"
+    check "a region $attack never raises what a process may allocate" passed "$TMP/victim"
+done
 
 # --- a corrupt or foreign region is reported and not trusted ---------------
 fresh

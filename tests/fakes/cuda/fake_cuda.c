@@ -12,6 +12,7 @@
 
 #include <ctype.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -333,22 +334,25 @@ static uint64_t ctx_memory(void)
 }
 
 /*
- * GV_FAKE_CTX_GATE=<dir>: a context that takes memory holds the creating
- * call, after the memory is taken, until <dir>/go exists (announcing itself
- * as <dir>/ctx.<pid>), so a test can let a neighbour allocate inside the
- * window in which the interposer measures the context.  Bounded at 60 s.
+ * GV_FAKE_CTX_GATE=<dir>: the n-th context this process creates that takes
+ * memory holds the creating call, after the memory is taken, until
+ * <dir>/go.<n> exists (announcing itself as <dir>/ctx.<pid>.<n>), so a test
+ * can let a neighbour allocate inside the window in which the interposer
+ * measures the context.  Bounded at 60 s.
  */
 static void ctx_gate(void)
 {
+    static _Atomic int count;
     const char *dir = getenv("GV_FAKE_CTX_GATE");
     if (dir == NULL || *dir == '\0' || ctx_memory() == 0)
         return;
+    int n = atomic_fetch_add(&count, 1) + 1;
     char path[4096];
-    snprintf(path, sizeof(path), "%s/ctx.%d", dir, (int)getpid());
+    snprintf(path, sizeof(path), "%s/ctx.%d.%d", dir, (int)getpid(), n);
     FILE *f = fopen(path, "w");
     if (f != NULL)
         fclose(f);
-    snprintf(path, sizeof(path), "%s/go", dir);
+    snprintf(path, sizeof(path), "%s/go.%d", dir, n);
     for (int i = 0; i < 60000 && access(path, F_OK) != 0; i++)
         usleep(1000);
 }
