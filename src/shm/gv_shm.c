@@ -7,7 +7,7 @@
  */
 #include "shm/gv_shm.h"
 
-/* F_OFD_SETLK and pthread_mutex_clocklock need _GNU_SOURCE (set by the build). */
+/* F_OFD_SETLK and gettid need _GNU_SOURCE (set by the build). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -17,7 +17,9 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <linux/futex.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -149,54 +151,9 @@ static void recompute_totals(struct gv_shm_region *r)
     }
 }
 
-static void init_mutex(pthread_mutex_t *m)
+static long futex(_Atomic uint32_t *w, int op, uint32_t val, const struct timespec *ts)
 {
-    pthread_mutexattr_t a;
-    pthread_mutexattr_init(&a);
-    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-    pthread_mutex_init(m, &a);
-    pthread_mutexattr_destroy(&a);
-}
-
-/*
- * The thread a lock names as its owner: glibc keeps it in __data.__owner
- * for every mutex kind (robust ones also in the lock word itself).
- */
-static int32_t lock_owner(const uint8_t *bytes)
-{
-    pthread_mutex_t m;
-    memcpy(&m, bytes, sizeof(m));
-    return (int32_t)m.__data.__owner;
-}
-
-/*
- * Whether a lock that kept us waiting names no live owner.  A real owner
- * that dies is reported by the kernel (EOWNERDEAD); a lock naming no thread,
- * or one that does not exist, was written by someone else.
- */
-static bool owner_invalid(const uint8_t *bytes)
-{
-    int32_t tid = lock_owner(bytes);
-    if (tid <= 0)
-        return true;
-    return kill(tid, 0) != 0 && errno == ESRCH;
-}
-
-/*
- * Reinitialises a lock found corrupt, once: under flock (so two recoverers
- * do not both reset it) and only if it still holds the bytes we judged.
- */
-static void lock_recover(struct gv_shm *shm, const uint8_t *seen)
-{
-    if (shm->fd >= 0 && flock(shm->fd, LOCK_EX) != 0)
-        return;
-    if (memcmp(shm->r->lock.bytes, seen, sizeof(shm->r->lock.bytes)) == 0) {
-        memset(shm->r->lock.bytes, 0, sizeof(shm->r->lock.bytes));
-        init_mutex(&shm->r->lock.mutex);
-    }
-    if (shm->fd >= 0)
-        flock(shm->fd, LOCK_UN);
+    return syscall(SYS_futex, (uint32_t *)w, op, val, ts, NULL, 0);
 }
 
 static void deadline_in(struct timespec *ts, int ms)
@@ -210,54 +167,87 @@ static void deadline_in(struct timespec *ts, int ms)
     }
 }
 
+/* Nanoseconds from now until ts (0 when past). */
+static int64_t ns_until(const struct timespec *ts)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t d = (int64_t)(ts->tv_sec - now.tv_sec) * 1000000000LL + (ts->tv_nsec - now.tv_nsec);
+    return d > 0 ? d : 0;
+}
+
 /*
- * Takes the region lock within the lock timeout.  A dead holder's lock is
- * taken over (EOWNERDEAD: totals recomputed); a corrupted lock word is
- * reinitialised once; a live holder that keeps it longer than the timeout
- * (stopped, or hostile) makes the call fail closed, with a reason kept in
- * shm->lock_error.  Never waits unboundedly.
+ * Whether the lock word names no live owner other than us: no thread, bits
+ * no thread id has, our own thread (we never lock recursively, so that was
+ * written by someone else), or a thread that does not exist.
+ */
+static bool owner_gone(uint32_t owner, uint32_t me)
+{
+    if (owner == 0 || owner > GV_SHM_LOCK_TID_MASK || owner == me)
+        return true;
+    return kill((pid_t)owner, 0) != 0 && errno == ESRCH;
+}
+
+/*
+ * Takes the region lock within the lock timeout.  The word holds the owner's
+ * thread id (and GV_SHM_LOCK_WAITERS while someone sleeps on it).  A waiter
+ * that slept a full slice without being woken checks the owner: one that
+ * died (killed inside the lock) or that is not a thread at all (a corrupted
+ * word) is taken over, and the totals it may have left half-updated are
+ * recomputed from the slots.  A live owner that keeps the lock past the
+ * timeout (stopped, or hostile) makes the call fail closed, with the reason
+ * in shm->lock_error.  Never waits unboundedly, never trusts the word.
  */
 static int region_lock(struct gv_shm *shm)
 {
-    pthread_mutex_t *m = &shm->r->lock.mutex;
-    for (int round = 0; round < 2; round++) {
-        struct timespec dl;
-        deadline_in(&dl, shm->lock_timeout_ms);
-        int rc = pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &dl);
-        if (rc == EOWNERDEAD) {
-            /* The previous holder died mid-update: totals may be stale. */
-            recompute_totals(shm->r);
-            pthread_mutex_consistent(m);
-            rc = 0;
-        }
-        if (rc == 0) {
+    _Atomic uint32_t *w = &shm->r->lock.word;
+    uint32_t me = (uint32_t)gettid() & GV_SHM_LOCK_TID_MASK;
+    struct timespec dl;
+    deadline_in(&dl, shm->lock_timeout_ms);
+    bool contended = false, slept_long = false;
+    for (;;) {
+        uint32_t cur = 0;
+        /* After sleeping, take it as "contended" so our unlock wakes the next. */
+        if (atomic_compare_exchange_strong(w, &cur, contended ? me | GV_SHM_LOCK_WAITERS : me)) {
             shm->lock_error[0] = '\0';
             return 0;
         }
-        uint8_t seen[sizeof(shm->r->lock.bytes)];
-        memcpy(seen, shm->r->lock.bytes, sizeof(seen));
-        uint32_t w;
-        memcpy(&w, seen, sizeof(w));
-        if (rc == ETIMEDOUT && !owner_invalid(seen)) {
-            snprintf(shm->lock_error, sizeof(shm->lock_error),
-                     "shared region lock held by live thread %d for more than %d ms",
-                     (int)lock_owner(seen), shm->lock_timeout_ms);
-            return rc;
+        uint32_t owner = cur & ~GV_SHM_LOCK_WAITERS;
+        bool suspect = owner == 0 || owner > GV_SHM_LOCK_TID_MASK || owner == me;
+        if ((suspect || slept_long) && owner_gone(owner, me)) {
+            if (atomic_compare_exchange_strong(w, &cur, me | GV_SHM_LOCK_WAITERS)) {
+                /* The previous holder died mid-update: totals may be stale. */
+                recompute_totals(shm->r);
+                shm->lock_error[0] = '\0';
+                return 0;
+            }
+            continue;
         }
-        /* ETIMEDOUT with no live owner, EINVAL, ENOTRECOVERABLE: the lock
-         * word is not one a gpuvisor process left. */
-        snprintf(shm->lock_error, sizeof(shm->lock_error),
-                 "shared region lock corrupt (word 0x%08x, %s)%s", (unsigned)w, strerror(rc),
-                 round == 0 ? ": reinitialised" : " again: giving up");
-        if (round == 0)
-            lock_recover(shm, seen);
-        else
-            return rc;
+        int64_t left = ns_until(&dl);
+        if (left == 0) {
+            snprintf(shm->lock_error, sizeof(shm->lock_error),
+                     "shared region lock held by live thread %u for more than %d ms", owner,
+                     shm->lock_timeout_ms);
+            return ETIMEDOUT;
+        }
+        if (!(cur & GV_SHM_LOCK_WAITERS) &&
+            !atomic_compare_exchange_strong(w, &cur, cur | GV_SHM_LOCK_WAITERS))
+            continue;
+        contended = true;
+        /* Sleep in slices: a holder that dies cannot wake us. */
+        int64_t slice = left < 10000000LL ? left : 10000000LL;
+        struct timespec rel = {0, (long)slice};
+        slept_long = futex(w, FUTEX_WAIT, cur | GV_SHM_LOCK_WAITERS, &rel) != 0 &&
+                     errno == ETIMEDOUT;
     }
-    return EIO;
 }
 
-static void region_unlock(struct gv_shm *shm) { pthread_mutex_unlock(&shm->r->lock.mutex); }
+static void region_unlock(struct gv_shm *shm)
+{
+    _Atomic uint32_t *w = &shm->r->lock.word;
+    if (atomic_exchange(w, 0) & GV_SHM_LOCK_WAITERS)
+        futex(w, FUTEX_WAKE, 1, NULL);
+}
 
 void gv_shm_set_lock_timeout(struct gv_shm *shm, int ms)
 {
@@ -321,7 +311,7 @@ static void init_region(struct gv_shm_region *r)
     r->max_devices = GV_SHM_MAX_DEVICES;
     r->max_procs = GV_SHM_MAX_PROCS;
     r->created_ns = now_ns();
-    init_mutex(&r->lock.mutex);
+    atomic_store(&r->lock.word, 0);
     crash_point(3);
     __atomic_store_n(&r->magic, GV_SHM_MAGIC, __ATOMIC_RELEASE);
 }

@@ -6,10 +6,12 @@
  *
  * Accounting model: each process owns one slot; the per-process slot usage
  * is the truth, and each device's mem_used is a cache of the sum over
- * slots.  Writers change both under one robust process-shared mutex, so a
- * process killed at any instant leaves at worst a stale cache, which the
- * next locker (EOWNERDEAD) recomputes from the slots.  Readers never lock:
- * every field they read is a naturally aligned atomic.
+ * slots.  Writers change both under the region lock (a futex word naming
+ * its owner thread), so a process killed at any instant leaves at worst a
+ * stale cache, which the next locker -- finding the owner gone -- recomputes
+ * from the slots.  Readers never lock: every field they read is a naturally
+ * aligned atomic.  No glibc mutex lives in the region: glibc aborts on some
+ * corrupted mutex states, and the region is writable by the container.
  *
  * The region is writable by every process of the container, so nothing in
  * it is trusted to raise a limit: each process keeps the limits it derived
@@ -86,7 +88,7 @@ struct gv_shm_region {
     uint32_t sm_policy;                  /* GPU_CORE_UTILIZATION_POLICY: 0 default, 1 force, 2 disable */
     uint64_t created_ns;
     union {
-        pthread_mutex_t mutex;           /* robust, process-shared */
+        _Atomic uint32_t word;           /* 0 free, else owner tid | GV_SHM_LOCK_WAITERS */
         uint8_t bytes[64];
     } lock;
     uint8_t sched[GV_SHM_SCHED_REGION_BYTES]; /* owned by throttle/priority */
@@ -94,7 +96,9 @@ struct gv_shm_region {
     struct gv_shm_device devices[GV_SHM_MAX_DEVICES];
     struct gv_shm_proc procs[GV_SHM_MAX_PROCS];
 };
-_Static_assert(sizeof(pthread_mutex_t) <= 64, "robust mutex must fit its slot");
+/* Set in the lock word while a process waits for it (futex protocol). */
+#define GV_SHM_LOCK_WAITERS 0x80000000u
+#define GV_SHM_LOCK_TID_MASK 0x3fffffffu
 _Static_assert(offsetof(struct gv_shm_region, lock) == 48, "gv_shm_region layout");
 _Static_assert(offsetof(struct gv_shm_region, sched) == 112, "gv_shm_region layout");
 _Static_assert(offsetof(struct gv_shm_region, devices) == 2048, "gv_shm_region layout");
@@ -121,7 +125,9 @@ gv_status gv_shm_open(const char *path, unsigned flags, struct gv_shm **out, str
 /*
  * How long a region-lock wait may take before the call fails closed (GV_EIO
  * from reserve; default GV_SHM_LOCK_TIMEOUT_MS).  A lock whose owner is
- * dead or not a process at all (a corrupted lock word) is recovered.
+ * dead, or that names no thread at all (a corrupted lock word), is taken
+ * over; a live owner that keeps it past the timeout (stopped, or hostile)
+ * makes the call fail closed with the reason in gv_shm_lock_error.
  */
 #define GV_SHM_LOCK_TIMEOUT_MS 10000
 void gv_shm_set_lock_timeout(struct gv_shm *shm, int ms);

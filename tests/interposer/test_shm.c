@@ -171,6 +171,13 @@ static void test_rejects_foreign_and_corrupt(void **state)
     assert_non_null(strstr(err.msg, "magic"));
 }
 
+/* Leaves the cache half-updated and dies holding the lock. */
+static void die_inside(struct gv_shm_region *r, void *arg)
+{
+    r->devices[*(int *)arg].mem_used = 999;
+    raise(SIGKILL);
+}
+
 /* Child: attach, charge bytes, then die without cleaning up. */
 static pid_t child_charges(uint64_t bytes, bool die_holding_lock)
 {
@@ -183,12 +190,8 @@ static pid_t child_charges(uint64_t bytes, bool die_holding_lock)
             gv_shm_device_attach(c, "GPU-a", &(struct gv_shm_limits){1000, 5000, 0, 0, 0}, &idx, NULL) != GV_OK ||
             gv_shm_mem_reserve(c, idx, bytes, GV_SHM_DEVICE, NULL) != GV_OK)
             _exit(1);
-        if (die_holding_lock) {
-            /* Take the lock and get killed inside it. */
-            pthread_mutex_lock(&((struct gv_shm_region *)gv_shm_region(c))->lock.mutex);
-            ((struct gv_shm_region *)gv_shm_region(c))->devices[idx].mem_used = 999;
-            raise(SIGKILL);
-        }
+        if (die_holding_lock) /* take the lock and get killed inside it */
+            gv_shm_with_lock(c, die_inside, &idx);
         _exit(0);
     }
     int st;
