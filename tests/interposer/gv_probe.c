@@ -244,6 +244,18 @@ static nvmlDevice_t nvml_dev(unsigned idx)
     return d;
 }
 
+/* nvmlDeviceGetMemoryInfo and _v2 of NVML device idx. */
+static void nvml_mem_both(unsigned idx, nvmlMemory_t *m, nvmlMemory_v2_t *m2, nvmlReturn_t *r1,
+                          nvmlReturn_t *r2)
+{
+    nvmlDevice_t d = nvml_dev(idx);
+    memset(m, 0, sizeof(*m));
+    memset(m2, 0, sizeof(*m2));
+    m2->version = nvmlMemory_v2;
+    *r1 = d ? api.nv_mem(d, m) : NVML_ERROR_INVALID_ARGUMENT;
+    *r2 = d ? api.nv_mem2(d, m2) : NVML_ERROR_INVALID_ARGUMENT;
+}
+
 static int eq_or_any(const char *want, uint64_t got) { return strcmp(want, "*") == 0 || parse_size(want) == got; }
 
 /* Entries of dir other than . and .. (-1 when it cannot be read). */
@@ -425,13 +437,10 @@ static void run_op(char *op)
         tap(rc == CUDA_SUCCESS && eq_or_any(a[2], t), orig, "rc %d total %zu", (int)rc, t);
     } else if (strcmp(name, "nvml-mem") == 0) {
         NEED(4);
-        nvmlDevice_t d = nvml_dev((unsigned)atoi(a[1]));
-        nvmlMemory_t m = {0, 0, 0};
+        nvmlMemory_t m;
         nvmlMemory_v2_t m2;
-        memset(&m2, 0, sizeof(m2));
-        m2.version = nvmlMemory_v2;
-        nvmlReturn_t r1 = d ? api.nv_mem(d, &m) : NVML_ERROR_INVALID_ARGUMENT;
-        nvmlReturn_t r2 = d ? api.nv_mem2(d, &m2) : NVML_ERROR_INVALID_ARGUMENT;
+        nvmlReturn_t r1, r2;
+        nvml_mem_both((unsigned)atoi(a[1]), &m, &m2, &r1, &r2);
         tap(r1 == NVML_SUCCESS && r2 == NVML_SUCCESS && eq_or_any(a[2], m.used) &&
                 eq_or_any(a[3], m.total) && m.used == m2.used && m.total == m2.total &&
                 m.free + m.used <= m.total,
@@ -439,13 +448,10 @@ static void run_op(char *op)
             m.used, m.total, m.free, m2.used, m2.total);
     } else if (strcmp(name, "nvml-free") == 0) {
         NEED(3);
-        nvmlDevice_t d = nvml_dev((unsigned)atoi(a[1]));
-        nvmlMemory_t m = {0, 0, 0};
+        nvmlMemory_t m;
         nvmlMemory_v2_t m2;
-        memset(&m2, 0, sizeof(m2));
-        m2.version = nvmlMemory_v2;
-        nvmlReturn_t r1 = d ? api.nv_mem(d, &m) : NVML_ERROR_INVALID_ARGUMENT;
-        nvmlReturn_t r2 = d ? api.nv_mem2(d, &m2) : NVML_ERROR_INVALID_ARGUMENT;
+        nvmlReturn_t r1, r2;
+        nvml_mem_both((unsigned)atoi(a[1]), &m, &m2, &r1, &r2);
         tap(r1 == NVML_SUCCESS && r2 == NVML_SUCCESS && eq_or_any(a[2], m.free) &&
                 m.free == m2.free,
             orig, "rc %d/%d free %llu (v2 free %llu)", r1, r2, m.free, m2.free);

@@ -29,6 +29,21 @@ fresh() { rm -f "$TMP"/*.cache "$GV_FAKE_GPU_STATE"; }
 probe() { env LD_PRELOAD="$PRELOAD" "$@"; }
 # probe_bg: the same for `probe_bg ... &`, so $! is the probe itself (kill -9 reaches it).
 probe_bg() { exec env LD_PRELOAD="$PRELOAD" "$@"; }
+# fill_together OUT "OPS" ENV...: eight probes with ENV run OPS at once on
+# the region; sets total (the chunks they filled) and bad (their "not ok"s).
+fill_together() {
+    local out=$1 ops=$2 i pids=()
+    shift 2
+    for i in 1 2 3 4 5 6 7 8; do
+        # shellcheck disable=SC2086 # OPS are separate words
+        probe_bg "$@" CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" $ops \
+            >"$TMP/$out.$i" 2>&1 &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    total=$(cat "$TMP/$out".* | awk '/^# filled/ {s += $3} END {print s + 0}')
+    bad=$(cat "$TMP/$out".* | grep -c '^not ok')
+}
 # passed FILE: a probe's TAP output has at least one ok and no "not ok".
 passed() { grep -q '^ok' "$1" && ! grep -q '^not ok' "$1"; }
 # sync NAME: a fresh barrier directory for probes that wait on each other.
@@ -139,17 +154,9 @@ check "a neighbour's allocation during a later context is not billed to us (fake
 # 64 MiB context, fill a 1 GiB limit once all have their context: 8 contexts
 # + exactly 16 x 32 MiB.
 fresh
-pids=()
 filled=$(syncdir filled); started=$(syncdir started)
-for i in 1 2 3 4 5 6 7 8; do
-    probe_bg GV_FAKE_CTX_MEMORY=64m CUDA_DEVICE_MEMORY_LIMIT=1g \
-        CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
-        "$PROBE" init barrier:"$started":8 fill:32m barrier:"$filled":8 >"$TMP/cfill.$i" 2>&1 &
-    pids+=($!)
-done
-wait "${pids[@]}"
-total=$(cat "$TMP"/cfill.* | awk '/^# filled/ {s += $3} END {print s + 0}')
-bad=$(cat "$TMP"/cfill.* | grep -c '^not ok')
+fill_together cfill "init barrier:$started:8 fill:32m barrier:$filled:8" \
+    GV_FAKE_CTX_MEMORY=64m CUDA_DEVICE_MEMORY_LIMIT=1g
 check "8 processes with 64 MiB contexts filling 1 GiB together get exactly 16 x 32 MiB (got $total)" \
     [ "$total" -eq 16 -a "$bad" -eq 0 ]
 
@@ -201,16 +208,8 @@ probe "$PROBE" init info:16g:16g total:0:16g alloc:1g:OK info:15g:16g nvml-mem:0
 # Each holds what it got until all eight are done (a process that exited
 # early would free room for the others).
 fresh
-pids=()
-mkdir -p "$TMP/filled"
-for i in 1 2 3 4 5 6 7 8; do
-    probe_bg CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
-        "$PROBE" init fill:32m barrier:"$TMP/filled":8 >"$TMP/fill.$i" 2>&1 &
-    pids+=($!)
-done
-wait "${pids[@]}"
-total=$(cat "$TMP"/fill.* | awk '/^# filled/ {s += $3} END {print s + 0}')
-bad=$(cat "$TMP"/fill.* | grep -c '^not ok')
+filled=$(syncdir filled)
+fill_together fill "init fill:32m barrier:$filled:8" CUDA_DEVICE_MEMORY_LIMIT=1g
 check "8 processes filling a 1 GiB limit together get exactly 32 x 32 MiB (got $total)" \
     [ "$total" -eq 32 -a "$bad" -eq 0 ]
 

@@ -357,6 +357,17 @@ static void test_reattach_after_exec_reuses_slot(void **state)
 
 static const struct gv_shm_limits lim1000 = {1000, 5000, 0, 0, 0};
 
+/* This process attached to the region, GPU-a registered (limit 1000), charged bytes. */
+static struct gv_shm *attached(int *idx, uint64_t bytes)
+{
+    struct gv_shm *a = open_rw();
+    assert_int_equal(gv_shm_proc_attach(a, getpid(), 0, NULL), GV_OK);
+    assert_int_equal(gv_shm_device_attach(a, "GPU-a", &lim1000, idx, NULL), GV_OK);
+    if (bytes != 0)
+        assert_int_equal(gv_shm_mem_reserve(a, *idx, bytes, GV_SHM_DEVICE, NULL), GV_OK);
+    return a;
+}
+
 /* What a process of the container does first: open, attach, register, charge. */
 static int first_start(uint64_t bytes)
 {
@@ -517,12 +528,9 @@ static void write_lock_word(struct gv_shm *shm, uint32_t word, uint8_t fill)
 static void test_corrupt_lock_word_recovered(void **state)
 {
     (void)state;
-    struct gv_shm *a = open_rw();
     int idx;
+    struct gv_shm *a = attached(&idx, 100);
     gv_shm_set_lock_timeout(a, 200);
-    assert_int_equal(gv_shm_proc_attach(a, getpid(), 0, NULL), GV_OK);
-    assert_int_equal(gv_shm_device_attach(a, "GPU-a", &lim1000, &idx, NULL), GV_OK);
-    assert_int_equal(gv_shm_mem_reserve(a, idx, 100, GV_SHM_DEVICE, NULL), GV_OK);
     /* Owned by a thread that is gone, without the kernel's owner-died mark. */
     pid_t gone = spawn();
     if (gone == 0)
@@ -553,11 +561,9 @@ static void stop_inside(struct gv_shm_region *r, void *arg)
 static void test_stuck_lock_holder_fails_closed(void **state)
 {
     (void)state;
-    struct gv_shm *a = open_rw();
     int idx;
+    struct gv_shm *a = attached(&idx, 0);
     gv_shm_set_lock_timeout(a, 200);
-    assert_int_equal(gv_shm_proc_attach(a, getpid(), 0, NULL), GV_OK);
-    assert_int_equal(gv_shm_device_attach(a, "GPU-a", &lim1000, &idx, NULL), GV_OK);
     pid_t holder = spawn();
     if (holder == 0) {
         struct gv_shm *c = NULL;
@@ -624,10 +630,8 @@ static struct gv_shm_proc *slot_of_pid(struct gv_shm *shm, pid_t pid)
 static void test_pid_reuse_detected_by_start_time(void **state)
 {
     (void)state;
-    struct gv_shm *a = open_rw();
     int idx;
-    assert_int_equal(gv_shm_proc_attach(a, getpid(), 0, NULL), GV_OK);
-    assert_int_equal(gv_shm_device_attach(a, "GPU-a", &lim1000, &idx, NULL), GV_OK);
+    struct gv_shm *a = attached(&idx, 0);
     pid_t live = live_child_charging(700);
     /* Alive, its own start time: its charge stands. */
     assert_int_equal(gv_shm_mem_reserve(a, idx, 900, GV_SHM_DEVICE, NULL), GV_ENOFIT);
@@ -647,11 +651,8 @@ static void test_pid_reuse_detected_by_start_time(void **state)
 static void test_region_limit_edit_never_raises_limit(void **state)
 {
     (void)state;
-    struct gv_shm *a = open_rw();
     int idx;
-    assert_int_equal(gv_shm_proc_attach(a, getpid(), 0, NULL), GV_OK);
-    assert_int_equal(gv_shm_device_attach(a, "GPU-a", &lim1000, &idx, NULL), GV_OK);
-    assert_int_equal(gv_shm_mem_reserve(a, idx, 600, GV_SHM_DEVICE, NULL), GV_OK);
+    struct gv_shm *a = attached(&idx, 600);
     struct gv_shm_region *r = (struct gv_shm_region *)gv_shm_region(a);
     uint64_t edits[] = {0, UINT64_MAX, 1ull << 40};
     for (size_t e = 0; e < sizeof(edits) / sizeof(edits[0]); e++) {
@@ -678,11 +679,8 @@ static void test_region_limit_edit_never_raises_limit(void **state)
 static void test_slot_stolen_keeps_our_charges(void **state)
 {
     (void)state;
-    struct gv_shm *a = open_rw();
     int idx;
-    assert_int_equal(gv_shm_proc_attach(a, getpid(), 0, NULL), GV_OK);
-    assert_int_equal(gv_shm_device_attach(a, "GPU-a", &lim1000, &idx, NULL), GV_OK);
-    assert_int_equal(gv_shm_mem_reserve(a, idx, 600, GV_SHM_DEVICE, NULL), GV_OK);
+    struct gv_shm *a = attached(&idx, 600);
     atomic_store(&gv_shm_self(a)->pid, 0);
     live_child_charging(300); /* takes the freed slot, clearing it */
     assert_int_equal(gv_shm_mem_reserve(a, idx, 200, GV_SHM_DEVICE, NULL), GV_ENOFIT);
@@ -695,11 +693,8 @@ static void test_slot_stolen_keeps_our_charges(void **state)
 static void test_deleted_region_stops_reservations(void **state)
 {
     (void)state;
-    struct gv_shm *a = open_rw();
     int idx;
-    assert_int_equal(gv_shm_proc_attach(a, getpid(), 0, NULL), GV_OK);
-    assert_int_equal(gv_shm_device_attach(a, "GPU-a", &lim1000, &idx, NULL), GV_OK);
-    assert_int_equal(gv_shm_mem_reserve(a, idx, 600, GV_SHM_DEVICE, NULL), GV_OK);
+    struct gv_shm *a = attached(&idx, 600);
     assert_false(gv_shm_replaced(a));
     unlink(path);
     assert_true(gv_shm_replaced(a));
