@@ -43,6 +43,8 @@ struct gv_shm {
     ino_t st_ino;
     int lock_timeout_ms;
     bool ctx_held;
+    _Atomic bool gone;          /* the path no longer names our region (sticky) */
+    _Atomic int64_t checked_ms; /* when that was last looked up */
     char lock_error[192];
     /*
      * Private truth, never read from the region: the limits this process
@@ -120,6 +122,25 @@ bool gv_shm_proc_alive(const struct gv_shm_proc *p)
 }
 
 /*
+ * How many slots to scan: those up to the high-water mark that attaching
+ * processes raise (slots are taken lowest first).  A mark lowered by a
+ * hostile write hides only slots beyond it, as zeroing them would; a
+ * process rewrites its own mark (own_slot_locked), so it is never hidden.
+ */
+static int scan_limit(const struct gv_shm_region *r)
+{
+    uint32_t hw = atomic_load(&r->slots_hw);
+    return hw < GV_SHM_MAX_PROCS ? (int)hw : GV_SHM_MAX_PROCS;
+}
+
+/* Raises the high-water mark to cover slot i. */
+static void cover_slot(struct gv_shm_region *r, int i)
+{
+    if (atomic_load(&r->slots_hw) < (uint32_t)i + 1)
+        atomic_store(&r->slots_hw, (uint32_t)i + 1);
+}
+
+/*
  * Sums device d over the slots in use (the truth), with each slot's managed
  * part clamped to its total: a slot edited to claim more managed than it
  * holds must not make device-resident room appear.
@@ -127,7 +148,7 @@ bool gv_shm_proc_alive(const struct gv_shm_proc *p)
 static void sum_slots(const struct gv_shm_region *r, uint32_t d, uint64_t *used, uint64_t *managed)
 {
     uint64_t sum = 0, man = 0;
-    for (int i = 0; i < GV_SHM_MAX_PROCS; i++) {
+    for (int i = 0; i < scan_limit(r); i++) {
         if (atomic_load(&r->procs[i].pid) == 0)
             continue;
         uint64_t u = atomic_load(&r->procs[i].mem_used[d]);
@@ -139,16 +160,36 @@ static void sum_slots(const struct gv_shm_region *r, uint32_t d, uint64_t *used,
     *managed = man;
 }
 
-/* Recomputes every device's cached total from the slots (the truth). */
+/* Recomputes device d's cached totals from the slots (the truth). */
+static void recompute_device(struct gv_shm_region *r, uint32_t d)
+{
+    uint64_t sum, managed;
+    sum_slots(r, d, &sum, &managed);
+    atomic_store(&r->devices[d].mem_used, sum);
+    atomic_store(&r->devices[d].mem_managed, managed);
+}
+
+/* Recomputes every device's cached totals. */
 static void recompute_totals(struct gv_shm_region *r)
 {
     uint32_t nd = atomic_load(&r->ndevices);
-    for (uint32_t d = 0; d < nd && d < GV_SHM_MAX_DEVICES; d++) {
-        uint64_t sum, managed;
-        sum_slots(r, d, &sum, &managed);
-        atomic_store(&r->devices[d].mem_used, sum);
-        atomic_store(&r->devices[d].mem_managed, managed);
+    for (uint32_t d = 0; d < nd && d < GV_SHM_MAX_DEVICES; d++)
+        recompute_device(r, d);
+}
+
+/* This thread's id, cached (gettid is a system call); reset in a forked child. */
+static _Thread_local uint32_t cached_tid;
+static pthread_once_t tid_once = PTHREAD_ONCE_INIT;
+static void forget_tid(void) { cached_tid = 0; }
+static void tid_atfork(void) { pthread_atfork(NULL, NULL, forget_tid); }
+
+static uint32_t my_tid(void)
+{
+    if (cached_tid == 0) {
+        pthread_once(&tid_once, tid_atfork);
+        cached_tid = (uint32_t)gettid() & GV_SHM_LOCK_TID_MASK;
     }
+    return cached_tid;
 }
 
 static long futex(_Atomic uint32_t *w, int op, uint32_t val, const struct timespec *ts)
@@ -201,7 +242,7 @@ static bool owner_gone(uint32_t owner, uint32_t me)
 static int region_lock(struct gv_shm *shm)
 {
     _Atomic uint32_t *w = &shm->r->lock.word;
-    uint32_t me = (uint32_t)gettid() & GV_SHM_LOCK_TID_MASK;
+    uint32_t me = my_tid();
     struct timespec dl;
     deadline_in(&dl, shm->lock_timeout_ms);
     bool contended = false, slept_long = false;
@@ -717,6 +758,7 @@ static struct gv_shm_proc *own_slot_locked(struct gv_shm *shm)
         if (p == NULL)
             return NULL;
     }
+    cover_slot(shm->r, shm->slot);
     for (int d = 0; d < GV_SHM_MAX_DEVICES; d++) {
         if (atomic_load(&p->mem_used[d]) != shm->held[d])
             atomic_store(&p->mem_used[d], shm->held[d]);
@@ -763,6 +805,7 @@ gv_status gv_shm_proc_attach(struct gv_shm *shm, int32_t pid, int32_t priority,
         atomic_store(&p->heartbeat_ns, now_ns());
         recompute_totals(shm->r);
         shm->slot = mine;
+        cover_slot(shm->r, mine);
         goto out;
     }
     for (int i = 0; i < GV_SHM_MAX_PROCS; i++) {
@@ -775,6 +818,7 @@ gv_status gv_shm_proc_attach(struct gv_shm *shm, int32_t pid, int32_t priority,
         atomic_store(&p->heartbeat_ns, now_ns());
         atomic_store(&p->pid, pid);
         shm->slot = i;
+        cover_slot(shm->r, i);
         goto out;
     }
     rc = gv_error_set(err, GV_ENOFIT, "all %d process slots of the shared region are in use",
@@ -806,9 +850,34 @@ bool gv_shm_replaced(struct gv_shm *shm)
     struct stat st;
     if (shm == NULL || shm->path == NULL)
         return false;
+    bool gone;
     if (stat(shm->path, &st) != 0)
-        return errno == ENOENT || errno == ENOTDIR;
-    return st.st_dev != shm->st_dev || st.st_ino != shm->st_ino;
+        gone = errno == ENOENT || errno == ENOTDIR;
+    else
+        gone = st.st_dev != shm->st_dev || st.st_ino != shm->st_ino;
+    if (gone)
+        atomic_store(&shm->gone, true);
+    return gone || atomic_load(&shm->gone);
+}
+
+/*
+ * gv_shm_replaced for the allocation path: the path is looked up at most
+ * every 100 ms (a lookup costs more than the rest of a reservation); once
+ * replaced, always replaced.
+ */
+static bool replaced_lately(struct gv_shm *shm)
+{
+    if (shm->path == NULL)
+        return false;
+    if (atomic_load(&shm->gone))
+        return true;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+    int64_t ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    if (atomic_load(&shm->checked_ms) != 0 && ms - atomic_load(&shm->checked_ms) < 100)
+        return false;
+    atomic_store(&shm->checked_ms, ms);
+    return gv_shm_replaced(shm);
 }
 
 gv_status gv_shm_mem_reserve(struct gv_shm *shm, int dev, uint64_t bytes, enum gv_shm_kind kind,
@@ -820,7 +889,7 @@ gv_status gv_shm_mem_reserve(struct gv_shm *shm, int dev, uint64_t bytes, enum g
      * A region deleted or replaced under us (a tenant resetting its usage)
      * no longer tells what the container holds: reserve nothing more.
      */
-    if (gv_shm_replaced(shm)) {
+    if (replaced_lately(shm)) {
         snprintf(shm->lock_error, sizeof(shm->lock_error),
                  "%s was deleted or replaced while in use: refusing further allocations",
                  shm->path);
@@ -894,7 +963,7 @@ void gv_shm_mem_release(struct gv_shm *shm, int dev, uint64_t bytes, bool manage
     if (shm->held_managed[dev] > shm->held[dev])
         shm->held_managed[dev] = shm->held[dev];
     if (own_slot_locked(shm) != NULL)
-        recompute_totals(shm->r);
+        recompute_device(shm->r, (uint32_t)dev);
     region_unlock(shm);
 }
 
@@ -911,7 +980,7 @@ gv_status gv_shm_mem_to_managed(struct gv_shm *shm, int dev, uint64_t bytes)
         st = GV_OK;
     }
     if (own_slot_locked(shm) != NULL)
-        recompute_totals(shm->r);
+        recompute_device(shm->r, (uint32_t)dev);
     region_unlock(shm);
     return st;
 }

@@ -92,7 +92,8 @@ struct gv_shm_region {
         uint8_t bytes[64];
     } lock;
     uint8_t sched[GV_SHM_SCHED_REGION_BYTES]; /* owned by throttle/priority */
-    uint8_t reserved[912];
+    _Atomic uint32_t slots_hw;           /* slots [slots_hw, max_procs) have never been used */
+    uint8_t reserved[908];
     struct gv_shm_device devices[GV_SHM_MAX_DEVICES];
     struct gv_shm_proc procs[GV_SHM_MAX_PROCS];
 };
@@ -101,6 +102,7 @@ struct gv_shm_region {
 #define GV_SHM_LOCK_TID_MASK 0x3fffffffu
 _Static_assert(offsetof(struct gv_shm_region, lock) == 48, "gv_shm_region layout");
 _Static_assert(offsetof(struct gv_shm_region, sched) == 112, "gv_shm_region layout");
+_Static_assert(offsetof(struct gv_shm_region, slots_hw) == 1136, "gv_shm_region layout");
 _Static_assert(offsetof(struct gv_shm_region, devices) == 2048, "gv_shm_region layout");
 _Static_assert(offsetof(struct gv_shm_region, procs) == 2048 + 16 * 128, "gv_shm_region layout");
 _Static_assert(sizeof(struct gv_shm_region) == 4096 + 1024 * 704, "gv_shm_region layout");
@@ -213,7 +215,8 @@ bool gv_shm_limit(const struct gv_shm *shm, int dev, uint64_t *limit, uint64_t *
 /*
  * Whether the file at the region's path is no longer the region this
  * process mapped (deleted or replaced: nothing in gpuvisor does that while
- * a container runs).  Such a process reserves nothing more.
+ * a container runs).  Such a process reserves nothing more; reservations
+ * look the path up at most every 100 ms, this call always does.  Sticky.
  */
 bool gv_shm_replaced(struct gv_shm *shm);
 
