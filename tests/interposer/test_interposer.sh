@@ -213,6 +213,25 @@ fill_together fill "init fill:32m barrier:$filled:8" CUDA_DEVICE_MEMORY_LIMIT=1g
 check "8 processes filling a 1 GiB limit together get exactly 32 x 32 MiB (got $total)" \
     [ "$total" -eq 32 -a "$bad" -eq 0 ]
 
+# torchrun-style first starts, repeated: eight processes start at once on a
+# fresh region (and a fresh fake card) and fill it; every trial must give
+# exactly 32 x 32 MiB with no failed cuInit.  GV_FIRST_START_TRIALS sets the
+# count (20 here; 1,000 reported in docs/shared-region.md).
+first_starts() {
+    local t failed=0
+    for t in $(seq "${GV_FIRST_START_TRIALS:-20}"); do
+        fresh
+        filled=$(syncdir filled)
+        fill_together start "init fill:32m barrier:$filled:8" CUDA_DEVICE_MEMORY_LIMIT=1g
+        if [ "$total" -ne 32 ] || [ "$bad" -ne 0 ]; then
+            failed=$((failed + 1))
+            echo "# trial $t: $total x 32 MiB, $bad failed steps" >&2
+        fi
+    done
+    [ "$failed" -eq 0 ]
+}
+check "concurrent first starts on a fresh region: every trial exact, no cuInit failure" first_starts
+
 # --- views: NVML process list shows the container's processes ---------------
 # The holder and the other tenant allocate, then wait (barrier "up") until
 # both have; the views are read; then everyone is let go (barrier "done").
