@@ -499,7 +499,9 @@ static gv_status install_region(const char *path, int old_fd, struct gv_error *e
         return err != NULL ? err->code : GV_EIO;
     gv_status rc = GV_OK;
     if (old_fd < 0) {
-        if (link(aside, path) != 0 && errno != EEXIST)
+        /* EEXIST: another creator won; ENOENT: our file was taken for a
+         * dead creator's by one in another pid namespace.  Both: look again. */
+        if (link(aside, path) != 0 && errno != EEXIST && errno != ENOENT)
             rc = gv_error_set(err, GV_EIO, "%s: cannot link new region into place: %s", path,
                               strerror(errno));
         crash_point(5);
