@@ -398,16 +398,23 @@ static gv_status describe_bad_size(const char *path, int fd, off_t size, struct 
 
 /*
  * Whether the file open at fd is a region someone began and never finished:
- * empty, or region-sized with no magic (what older builds, which created in
- * place, left when killed).  This build never leaves one at the path.
+ * empty, or region-sized with no magic and not this layout's version (what
+ * older builds, which created in place, left when killed).  This build
+ * never leaves one at the path, so a file of this version without magic was
+ * edited: it is refused (fail closed), not replaced -- replacing it would
+ * reset the container's usage.
  */
 static bool half_made(int fd, const struct stat *st)
 {
     if (st->st_size == 0)
         return true;
-    uint64_t magic = 1;
+    struct {
+        uint64_t magic;
+        uint32_t version;
+    } head = {1, 0};
     return st->st_size == (off_t)sizeof(struct gv_shm_region) &&
-           pread(fd, &magic, sizeof(magic), 0) == (ssize_t)sizeof(magic) && magic == 0;
+           pread(fd, &head, sizeof(head), 0) == (ssize_t)sizeof(head) && head.magic == 0 &&
+           head.version != GV_SHM_VERSION;
 }
 
 /* "<dir>/" and "<base>.tmp." of path, for the files built aside. */

@@ -514,6 +514,16 @@ static void test_half_made_file_replaced(void **state)
         gv_shm_close(shm);
         unlink(path);
     }
+    /* A region of this version whose magic was wiped was edited, not left
+     * half-made (this build never writes one in place): refused, not reset. */
+    struct gv_shm *a = open_rw();
+    gv_shm_close(a);
+    int fd = open(path, O_RDWR);
+    uint64_t zero = 0;
+    assert_int_equal(pwrite(fd, &zero, sizeof(zero), 0), (ssize_t)sizeof(zero));
+    close(fd);
+    assert_int_equal(gv_shm_open(path, GV_SHM_CREATE, &shm, &err), GV_EPROTO);
+    assert_non_null(strstr(err.msg, "not a gpuvisor shared region"));
 }
 
 /* --- the region lock: corrupt words and stuck owners never hang ----------- */
