@@ -54,6 +54,7 @@ struct gv_shm {
     struct trusted_dev trusted[GV_SHM_MAX_DEVICES];
     uint64_t held[GV_SHM_MAX_DEVICES];
     uint64_t held_managed[GV_SHM_MAX_DEVICES];
+    uint64_t peak[GV_SHM_MAX_DEVICES]; /* the most held at once */
 };
 
 void (*gv_shm_crash_hook)(int step);
@@ -798,6 +799,7 @@ gv_status gv_shm_proc_attach(struct gv_shm *shm, int32_t pid, int32_t priority,
     shm->pid = pid;
     shm->start = start;
     memset(shm->held, 0, sizeof(shm->held));
+    memset(shm->peak, 0, sizeof(shm->peak));
     memset(shm->held_managed, 0, sizeof(shm->held_managed));
     reclaim_locked(shm);
     /* A slot already holding this very process is one it had before an
@@ -843,6 +845,7 @@ void gv_shm_after_fork(struct gv_shm *shm)
         shm->slot = -1;
         /* The parent's allocations are not the child's to hold or free. */
         memset(shm->held, 0, sizeof(shm->held));
+        memset(shm->peak, 0, sizeof(shm->peak));
         memset(shm->held_managed, 0, sizeof(shm->held_managed));
         /* OFD locks are shared with the parent's descriptor: not ours. */
         shm->ctx_held = false;
@@ -870,16 +873,25 @@ bool gv_shm_replaced(struct gv_shm *shm)
 }
 
 /*
- * gv_shm_replaced for the allocation path: the path is looked up at most
- * every 100 ms (a lookup costs more than the rest of a reservation); once
- * replaced, always replaced.
+ * gv_shm_replaced for the allocation path, where a system call costs more
+ * than the rest of a reservation.  Unlinking or renaming over the file
+ * drops our inode's link count to 0, which fstat tells: asked whenever the
+ * process is about to hold more than it ever held on the device (so a
+ * process cannot grow after a delete, while steady alloc/free cycles pay
+ * nothing).  The path itself (a hard link kept elsewhere, then a new file
+ * at the path) is looked up at most every 100 ms.  Once replaced, always.
  */
-static bool replaced_lately(struct gv_shm *shm)
+static bool replaced_lately(struct gv_shm *shm, bool growing)
 {
     if (shm->path == NULL)
         return false;
     if (atomic_load(&shm->gone))
         return true;
+    struct stat st;
+    if (growing && fstat(shm->fd, &st) == 0 && st.st_nlink == 0) {
+        atomic_store(&shm->gone, true);
+        return true;
+    }
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
     int64_t ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
@@ -898,7 +910,7 @@ gv_status gv_shm_mem_reserve(struct gv_shm *shm, int dev, uint64_t bytes, enum g
      * A region deleted or replaced under us (a tenant resetting its usage)
      * no longer tells what the container holds: reserve nothing more.
      */
-    if (replaced_lately(shm)) {
+    if (replaced_lately(shm, shm->held[dev] + bytes > shm->peak[dev])) {
         snprintf(shm->lock_error, sizeof(shm->lock_error),
                  "%s was deleted or replaced while in use: refusing further allocations",
                  shm->path);
@@ -940,6 +952,8 @@ gv_status gv_shm_mem_reserve(struct gv_shm *shm, int dev, uint64_t bytes, enum g
             }
         }
         shm->held[dev] += bytes;
+        if (shm->held[dev] > shm->peak[dev])
+            shm->peak[dev] = shm->held[dev];
         atomic_store(&p->mem_used[dev], shm->held[dev]);
         if (as_managed) {
             shm->held_managed[dev] += bytes;

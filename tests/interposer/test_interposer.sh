@@ -430,7 +430,8 @@ check "a later process with other limits is refused with a log line" \
 # A process holds 600 MiB of a 1 GiB slice; then the container (root in it)
 # raises mem_limit and zeroes every usage field in the region, or deletes the
 # region file.  The holder may still not allocate past its limit, and its
-# views keep showing the configured 1 GiB.
+# views keep showing the configured 1 GiB; after a delete it allocates
+# nothing more (its accounting is no longer the container's).
 hostile_edit() { # the region's device 0: mem_limit = 16 GiB, mem_used = 0, every slot's usage = 0
     python3 - "$1" <<'PY'
 import struct, sys
@@ -447,7 +448,8 @@ for attack in edit delete; do
     up=$(syncdir up); done_=$(syncdir done)
     probe_bg CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
         "$PROBE" init alloc:600m:OK barrier:"$up":2 barrier:"$done_":2 alloc:500m:OOM \
-        total:0:1g nvml-mem:0:*:1g >"$TMP/victim" 2>&1 &
+        total:0:1g nvml-mem:0:*:1g $([ $attack = delete ] && echo alloc:100m:OOM) \
+        >"$TMP/victim" 2>&1 &
     victim=$!
     "$PROBE" barrier:"$up":2 >/dev/null
     case $attack in
