@@ -243,10 +243,12 @@ static CUresult charged_create(CUdevice dev, create_fn create, void *arg, uint64
             *charged = fixed;
         return rc;
     }
-    bool serial = gv_shm_ctx_serialize(gv_ip.shm) == GV_OK;
-    if (!serial)
-        gv_warn("context creation not serialised across the container (lock busy): "
-                "measuring anyway");
+    /* Only a process that does not know its host pid yet needs the
+     * container to itself: afterwards its own NVML entry is exact. */
+    bool serial = my_host_pid == 0 && gv_shm_ctx_serialize(gv_ip.shm) == GV_OK;
+    if (my_host_pid == 0 && !serial)
+        gv_warn("context creation not serialised across the container (another process "
+                "kept creating for too long): measuring anyway");
     static struct sibling_view sib_after; /* under ctx_lock */
     struct card_view before, after;
     uint64_t held_before = gv_shm_mem_held(gv_ip.shm, rdev);

@@ -1050,7 +1050,8 @@ gv_status gv_shm_ctx_serialize(struct gv_shm *shm)
     /* Polled, not F_OFD_SETLKW: the wait must stay bounded, and context
      * creation is rare enough that a millisecond's latency costs nothing. */
     struct timespec dl, now;
-    deadline_in(&dl, shm->lock_timeout_ms);
+    deadline_in(&dl, shm->lock_timeout_ms < GV_SHM_CTX_WAIT_MS ? shm->lock_timeout_ms
+                                                               : GV_SHM_CTX_WAIT_MS);
     for (;;) {
         if (ctx_lock_op(shm, F_WRLCK) == 0) {
             shm->ctx_held = true;

@@ -224,9 +224,11 @@ bool gv_shm_replaced(struct gv_shm *shm);
  * Container-wide serialisation of context creation (an OFD lock on the
  * region file, released by the kernel if the holder dies): a process
  * measuring what its new context took sees no sibling's context appear in
- * the same window.  Waits at most the lock timeout, then returns GV_EIO
- * (the caller measures unserialised).  No-ops on a private region.
+ * the same window.  Waits at most GV_SHM_CTX_WAIT_MS (or the lock timeout,
+ * if shorter), then returns GV_EIO (the caller measures unserialised).
+ * No-ops on a private region.
  */
+#define GV_SHM_CTX_WAIT_MS 2000
 gv_status gv_shm_ctx_serialize(struct gv_shm *shm);
 void gv_shm_ctx_unserialize(struct gv_shm *shm);
 
