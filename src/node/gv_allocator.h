@@ -32,7 +32,12 @@ struct V1beta1__ContainerAllocateResponse;
 
 struct gv_allocator_config {
     const char *node;           /* this node's name */
-    const char *state_dir;      /* agent's view: <state_dir>/containers/<uid>/<container>/ */
+    /*
+     * agent's view: <state_dir>/containers/<uid>/<container>/ (the
+     * container's writable runtime dir) and <state_dir>/limits/<uid>/<container>/
+     * (limits file and Allocate records; never mounted writable)
+     */
+    const char *state_dir;
     const char *host_state_dir; /* the same directory as the host sees it (mount sources) */
     const char *install_dir;    /* host: <install_dir>/lib/libgpuvisor.so, <install_dir>/ld.so.preload */
     int64_t wait_ms;            /* how long to wait for the cache to show the pod (0: 5000) */
@@ -68,6 +73,36 @@ gv_status gv_allocator_set_gpus(struct gv_allocator *a, const struct gv_node_con
 int gv_allocator_allocate(void *ud, const char *const *ids, size_t n_ids,
                           struct V1beta1__ContainerAllocateResponse *resp, char *msg,
                           size_t msg_size);
+
+/*
+ * The gv_plugin_prefer_fn (GetPreferredAllocation): picks, for the next
+ * pending container that asks `size` GPUs, one device on each GPU of its
+ * assignment from the kubelet's available (and must-include) IDs, and
+ * remembers that promise (in memory and on disk) so that the Allocate
+ * carrying exactly these IDs is matched to that container.  Writes up to
+ * size pointers into out (pointing into available/must); false when no
+ * pending assignment can be honoured (the caller then prefers generically).
+ */
+bool gv_allocator_prefer(void *ud, const char *const *available, size_t n_available,
+                         const char *const *must, size_t n_must, size_t size, const char **out,
+                         size_t *n_out);
+
+/*
+ * Counters since start (docs/node-agent.md, "Allocate"); for metrics.
+ * id_mismatches: Allocates whose device IDs named other GPUs than the
+ * assignment (the kubelet ignored or never asked our preference): the
+ * container still gets its assigned GPUs, but the kubelet's checkpoint and
+ * PodResources name the IDs it sent.
+ */
+struct gv_allocator_stats {
+    uint64_t answered;        /* containers answered (first answers) */
+    uint64_t replays;         /* repeated Allocates answered from the durable record */
+    uint64_t by_promise;      /* Allocates matched to a container by our preferred IDs */
+    uint64_t id_mismatches;   /* device IDs on other GPUs than the assignment */
+    uint64_t preferred;       /* GetPreferredAllocation answered from an assignment */
+    uint64_t preferred_generic; /* ... answered without one (no pending assignment fits) */
+};
+void gv_allocator_get_stats(struct gv_allocator *a, struct gv_allocator_stats *out);
 
 /* Removes per-container directories of pods gone for longer than the grace; returns how many. */
 size_t gv_allocator_gc(struct gv_allocator *a);

@@ -36,12 +36,24 @@ typedef int (*gv_plugin_allocate_fn)(void *ud, const char *const *device_ids, si
                                      struct V1beta1__ContainerAllocateResponse *resp, char *msg,
                                      size_t msg_size);
 
+/*
+ * GetPreferredAllocation for one container request (loop thread; must not
+ * block): writes up to size device IDs (pointers into available/must) into
+ * out and returns true, or false to leave the choice to the generic
+ * preference (distinct GPUs, most free slices).
+ */
+typedef bool (*gv_plugin_prefer_fn)(void *ud, const char *const *available, size_t n_available,
+                                    const char *const *must, size_t n_must, size_t size,
+                                    const char **out, size_t *n_out);
+
 struct gv_plugin_config {
     const char *socket_path;
     size_t max_msg; /* 0: 4 MiB like the kubelet */
     unsigned workers; /* Allocate threads; 0: 4 */
     gv_plugin_allocate_fn allocate;
     void *allocate_ud;
+    gv_plugin_prefer_fn prefer; /* NULL: generic preference only */
+    void *prefer_ud;
 };
 
 gv_status gv_plugin_new(struct gv_loop *loop, const struct gv_plugin_config *cfg,

@@ -433,7 +433,8 @@ static int start(struct agent *ag, struct gv_error *err)
         return 1;
     snprintf(path, sizeof(path), "%s/%s", o->plugin_dir, o->socket_name);
     struct gv_plugin_config pc = {.socket_path = path, .allocate = gv_allocator_allocate,
-                                  .allocate_ud = ag->alloc};
+                                  .allocate_ud = ag->alloc, .prefer = gv_allocator_prefer,
+                                  .prefer_ud = ag->alloc};
     if (gv_plugin_new(ag->loop, &pc, &ag->plugin, err) != GV_OK)
         return 1;
     rebuild(ag);

@@ -34,6 +34,8 @@ struct gv_plugin {
     size_t max_msg;
     gv_plugin_allocate_fn allocate;
     void *allocate_ud;
+    gv_plugin_prefer_fn prefer;
+    void *prefer_ud;
     /* loop thread only */
     struct gv_plugin_device *devs;
     size_t n_devs;
@@ -373,7 +375,18 @@ static void h_preferred(struct gv_grpc_call *call, const uint8_t *req, size_t le
             ok = false;
             break;
         }
-        prefer_one(p, c, &cr[i], ids[i]);
+        /* The pending assignment first: the kubelet then records the GPU we hand over. */
+        size_t want = c->allocation_size > 0 ? (size_t)c->allocation_size : 0, got = 0;
+        if (p->prefer && want && want <= c->n_available_deviceids + c->n_must_include_deviceids &&
+            p->prefer(p->prefer_ud, (const char *const *)c->available_deviceids,
+                      c->n_available_deviceids, (const char *const *)c->must_include_deviceids,
+                      c->n_must_include_deviceids, want, (const char **)ids[i], &got) &&
+            got == want) {
+            cr[i].n_deviceids = got;
+            cr[i].deviceids = ids[i];
+        } else {
+            prefer_one(p, c, &cr[i], ids[i]);
+        }
     }
     if (ok) {
         o.n_container_responses = n;
@@ -519,6 +532,8 @@ gv_status gv_plugin_new(struct gv_loop *loop, const struct gv_plugin_config *cfg
     p->max_msg = cfg->max_msg ? cfg->max_msg : GV_GRPC_DEFAULT_MAX_MSG;
     p->allocate = cfg->allocate;
     p->allocate_ud = cfg->allocate_ud;
+    p->prefer = cfg->prefer;
+    p->prefer_ud = cfg->prefer_ud;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->cond, NULL);
     struct gv_grpc_server_config sc = {
