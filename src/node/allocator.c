@@ -516,7 +516,7 @@ static gv_status write_answer(struct gv_allocator *a, const char *uid, const cha
 
 /*
  * <state>/limits/<uid>/<ctr>/promise: the IDs GetPreferredAllocation chose.
- * Written from the loop thread, so without fsync: what it protects against
+ * Written without fsync (GetPreferredAllocation should stay quick): what it protects against
  * is the agent being killed (the page cache survives), and after a node
  * crash the kubelet starts over too.
  */
@@ -1433,82 +1433,130 @@ void gv_allocator_get_stats(struct gv_allocator *a, struct gv_allocator_stats *o
     pthread_mutex_unlock(&a->mu);
 }
 
+/*
+ * Caller holds a->mu.  One device on each GPU of the chosen container, from
+ * the kubelet's must-include IDs first, then its available ones not
+ * promised to another container; records the promise.  *key: the promised
+ * request's identity (to free), NULL when it cannot be honoured.
+ */
+static bool pick_preferred(struct gv_allocator *a, const struct choice *ch,
+                           const char *const *avail, size_t n_avail, const char *const *must,
+                           size_t n_must, const char **pick, char **key)
+{
+    const struct gv_alloc_container_assign *c = &ch->best.asg.containers[ch->best.next];
+    const char *uid = jstr2(ch->best.pod, "metadata", "uid");
+    const char *ns = jstr2(ch->best.pod, "metadata", "namespace");
+    const char *name = jstr2(ch->best.pod, "metadata", "name");
+    *key = NULL;
+    for (uint32_t d = 0; d < c->n_devices; d++) {
+        const char *id = NULL;
+        char u[GV_ALLOC_UUID_MAX];
+        for (size_t pass = 0; pass < 2 && !id; pass++) {
+            const char *const *list = pass ? avail : must;
+            size_t nl = pass ? n_avail : n_must;
+            for (size_t i = 0; i < nl && !id; i++) {
+                bool taken = false;
+                for (uint32_t k = 0; k < d; k++)
+                    taken |= strcmp(pick[k], list[i]) == 0;
+                if (!taken && id_wellformed(list[i]) && id_to_uuid(list[i], u, sizeof(u)) &&
+                    strcmp(u, c->devices[d].uuid) == 0 &&
+                    (pass == 0 || !promised_elsewhere(a, list[i], uid, c->name)))
+                    id = list[i];
+            }
+        }
+        if (id == NULL) {
+            gv_warn("GetPreferredAllocation: pod %s/%s container %s is assigned GPU %s, which has "
+                    "no device left in the kubelet's available list", ns, name, c->name,
+                    c->devices[d].uuid);
+            return false;
+        }
+        pick[d] = id;
+    }
+    /* a must-include device on another GPU: the kubelet insists, we cannot honour both */
+    for (size_t i = 0; i < n_must; i++) {
+        bool in = false;
+        for (uint32_t k = 0; k < c->n_devices; k++)
+            in |= strcmp(pick[k], must[i]) == 0;
+        if (!in)
+            return false;
+    }
+    *key = ids_key(pick, c->n_devices);
+    struct pod_state *ps = *key ? get_pod(a, uid, ns, name) : NULL;
+    if (ps == NULL || !set_rec(ps, c->name, *key, false)) {
+        free(*key);
+        *key = NULL;
+        return false;
+    }
+    return true;
+}
+
 bool gv_allocator_prefer(void *ud, const char *const *avail, size_t n_avail,
                          const char *const *must, size_t n_must, size_t size, const char **out,
                          size_t *n_out)
 {
     struct gv_allocator *a = ud;
     *n_out = 0;
-    if (size == 0 || size > GV_ALLOC_MAX_DEVICES || (a->fixed_pods == NULL &&
-                                                    (a->pods_inf == NULL || !gv_informer_has_synced(a->pods_inf))))
+    if (size == 0 || size > GV_ALLOC_MAX_DEVICES || (a->kube == NULL && a->fixed_pods == NULL))
         return false;
-    struct choice *ch = malloc(sizeof(*ch));
-    json_t *pods = a->fixed_pods ? json_incref(a->fixed_pods) : gv_informer_list(a->pods_inf);
-    bool ok = false;
-    if (ch == NULL || pods == NULL)
-        goto out;
-    memset(ch, 0, sizeof(*ch));
+    /* like Allocate: the kubelet may be a few ms ahead of our watch; no wait for plain GPUs */
+    bool plain = true;
+    char u[GV_ALLOC_UUID_MAX];
     pthread_mutex_lock(&a->mu);
-    choose(a, pods, size, NULL, ch);
+    for (size_t i = 0; i < n_avail; i++) {
+        const struct gv_allocator_gpu *g =
+            id_wellformed(avail[i]) && id_to_uuid(avail[i], u, sizeof(u)) ? find_gpu(a, u) : NULL;
+        plain &= g == NULL || g->settings.mode != GV_NODE_MODE_VGPU;
+    }
+    pthread_mutex_unlock(&a->mu);
+    int64_t deadline = gv_loop_now_ms() + (plain || a->fixed_pods ? 0 : a->cfg.wait_ms);
+    if (!plain && a->pods_inf)
+        gv_informer_wait_synced(a->pods_inf, a->cfg.wait_ms);
+    struct choice *ch = malloc(sizeof(*ch));
+    if (ch == NULL)
+        return false;
     const char *pick[GV_ALLOC_MAX_DEVICES];
     char uid[128] = "", ns[128] = "", name[256] = "", ctr[GV_ALLOC_CNAME_MAX] = "", *key = NULL;
-    if (ch->found) {
-        const struct gv_alloc_container_assign *c = &ch->best.asg.containers[ch->best.next];
-        snprintf(uid, sizeof(uid), "%s", jstr2(ch->best.pod, "metadata", "uid"));
-        snprintf(ns, sizeof(ns), "%s", jstr2(ch->best.pod, "metadata", "namespace"));
-        snprintf(name, sizeof(name), "%s", jstr2(ch->best.pod, "metadata", "name"));
-        snprintf(ctr, sizeof(ctr), "%s", c->name);
-        ok = true;
-        /* one device on each assigned GPU, must-include ones first; none promised elsewhere */
-        for (uint32_t d = 0; ok && d < c->n_devices; d++) {
-            const char *id = NULL;
-            char u[GV_ALLOC_UUID_MAX];
-            for (size_t pass = 0; pass < 2 && !id; pass++) {
-                const char *const *list = pass ? avail : must;
-                size_t nl = pass ? n_avail : n_must;
-                for (size_t i = 0; i < nl && !id; i++) {
-                    bool taken = false;
-                    for (uint32_t k = 0; k < d; k++)
-                        taken |= strcmp(pick[k], list[i]) == 0;
-                    if (!taken && id_wellformed(list[i]) && id_to_uuid(list[i], u, sizeof(u)) &&
-                        strcmp(u, c->devices[d].uuid) == 0 &&
-                        (pass == 0 || !promised_elsewhere(a, list[i], uid, ctr)))
-                        id = list[i];
-                }
-            }
-            if (id == NULL)
-                gv_warn("GetPreferredAllocation: pod %s/%s container %s is assigned GPU %s, which "
-                        "has no device left in the kubelet's available list", ns, name, ctr,
-                        c->devices[d].uuid);
-            pick[d] = id;
-            ok = id != NULL;
+    bool ok = false;
+    for (;;) {
+        memset(ch, 0, sizeof(*ch));
+        json_t *pods = a->fixed_pods ? json_incref(a->fixed_pods) : gv_informer_list(a->pods_inf);
+        pthread_mutex_lock(&a->mu);
+        uint64_t gen = a->generation;
+        if (pods)
+            choose(a, pods, size, NULL, ch);
+        if (ch->found) {
+            ok = pick_preferred(a, ch, avail, n_avail, must, n_must, pick, &key);
+            snprintf(uid, sizeof(uid), "%s", jstr2(ch->best.pod, "metadata", "uid"));
+            snprintf(ns, sizeof(ns), "%s", jstr2(ch->best.pod, "metadata", "namespace"));
+            snprintf(name, sizeof(name), "%s", jstr2(ch->best.pod, "metadata", "name"));
+            snprintf(ctr, sizeof(ctr), "%s", ch->best.asg.containers[ch->best.next].name);
         }
-        /* a must-include device on another GPU: the kubelet insists, we cannot honour both */
-        for (size_t i = 0; ok && i < n_must; i++) {
-            bool in = false;
-            for (uint32_t k = 0; k < c->n_devices; k++)
-                in |= strcmp(pick[k], must[i]) == 0;
-            ok = in;
+        int64_t left = deadline - gv_loop_now_ms();
+        if (!ch->found && left > 0 && !a->quit) {
+            struct timespec ts;
+            gv_loop_abstime(&ts, left);
+            while (a->generation == gen && !a->quit)
+                if (pthread_cond_timedwait(&a->changed, &a->mu, &ts) != 0)
+                    break;
+            pthread_mutex_unlock(&a->mu);
+            json_decref(pods);
+            choice_release(ch);
+            continue;
         }
-        key = ok ? ids_key(pick, c->n_devices) : NULL;
-        struct pod_state *ps = key ? get_pod(a, uid, ns, name) : NULL;
-        ok = ps && set_rec(ps, ctr, key, false);
-        if (ok) {
-            memcpy(out, pick, c->n_devices * sizeof(*out));
-            *n_out = c->n_devices;
-        }
+        a->stats.preferred += ok;
+        a->stats.preferred_generic += !ok;
+        pthread_mutex_unlock(&a->mu);
+        json_decref(pods);
+        choice_release(ch);
+        break;
     }
-    a->stats.preferred += ok;
-    a->stats.preferred_generic += !ok;
-    pthread_mutex_unlock(&a->mu);
     if (ok) {
+        memcpy(out, pick, size * sizeof(*out));
+        *n_out = size;
         write_promise(a, uid, ns, name, ctr, key);
         gv_debug("GetPreferredAllocation: pod %s/%s container %s -> %s", ns, name, ctr, key);
     }
     free(key);
-    choice_release(ch);
-out:
-    json_decref(pods);
     free(ch);
     return ok;
 }
@@ -1809,6 +1857,11 @@ void gv_allocator_set_pods(struct gv_allocator *a, json_t *pods)
 bool gv_allocator_synced(struct gv_allocator *a)
 {
     return a->pods_inf && gv_informer_has_synced(a->pods_inf);
+}
+
+bool gv_allocator_wait_synced(struct gv_allocator *a, int64_t ms)
+{
+    return a->pods_inf == NULL || gv_informer_wait_synced(a->pods_inf, ms);
 }
 
 size_t gv_allocator_pending_writes(struct gv_allocator *a)

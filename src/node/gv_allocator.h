@@ -79,7 +79,8 @@ int gv_allocator_allocate(void *ud, const char *const *ids, size_t n_ids,
  * pending container that asks `size` GPUs, one device on each GPU of its
  * assignment from the kubelet's available (and must-include) IDs, and
  * remembers that promise (in memory and on disk) so that the Allocate
- * carrying exactly these IDs is matched to that container.  Writes up to
+ * carrying exactly these IDs is matched to that container.  Like Allocate
+ * it waits up to wait_ms for the cache to show a pending assignment.  Writes up to
  * size pointers into out (pointing into available/must); false when no
  * pending assignment can be honoured (the caller then prefers generically).
  */
@@ -124,6 +125,8 @@ json_t *gv_allocator_cache_pod(json_t *pod);
 
 /* True once the pod cache has its first list. */
 bool gv_allocator_synced(struct gv_allocator *a);
+/* Waits up to ms for the first list; true when synced (no API server: true at once). */
+bool gv_allocator_wait_synced(struct gv_allocator *a, int64_t ms);
 /* Annotation writes waiting for the API server to come back. */
 size_t gv_allocator_pending_writes(struct gv_allocator *a);
 

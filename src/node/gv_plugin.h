@@ -2,7 +2,7 @@
  * The DevicePlugin gRPC service (kubelet device-plugin API v1beta1).
  *
  * Owns the gRPC server on the plugin socket, the ListAndWatch streams and a
- * small pool of Allocate workers.  What the devices are and what Allocate
+ * small pool of workers for Allocate and GetPreferredAllocation.  What the devices are and what Allocate
  * answers come from outside (gv_plugin_set_devices, the allocate callback),
  * so this file only speaks the protocol.
  */
@@ -37,8 +37,8 @@ typedef int (*gv_plugin_allocate_fn)(void *ud, const char *const *device_ids, si
                                      size_t msg_size);
 
 /*
- * GetPreferredAllocation for one container request (loop thread; must not
- * block): writes up to size device IDs (pointers into available/must) into
+ * GetPreferredAllocation for one container request (a worker thread, like
+ * Allocate; may wait for the pod cache): writes up to size device IDs (pointers into available/must) into
  * out and returns true, or false to leave the choice to the generic
  * preference (distinct GPUs, most free slices).
  */
