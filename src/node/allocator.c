@@ -43,6 +43,7 @@ struct ctr_rec {
     struct ctr_rec *next;
     char *ids;     /* the device IDs, sorted, comma-joined (ids_key) */
     bool answered; /* false: promised */
+    int64_t since; /* monotonic ms of the promise; 0: recovered from disk (older than any) */
     bool started;  /* the kubelet created the container: it had the answer */
     char ctr[];
 };
@@ -253,6 +254,7 @@ static bool set_rec(struct pod_state *p, const char *ctr, const char *ids, bool 
     r->ids = d;
     r->answered = answered;
     r->started = false;
+    r->since = gv_loop_now_ms();
     return true;
 }
 
@@ -289,13 +291,18 @@ static char *ids_key(const char *const *ids, size_t n)
     return k;
 }
 
-/* Whether device ID id is promised to a container other than (uid, ctr). */
-static bool promised_elsewhere(struct gv_allocator *a, const char *id, const char *uid,
-                               const char *ctr)
+/*
+ * Whether device ID id is promised or answered to a live container other
+ * than (uid, ctr): the kubelet holds answered IDs until the pod ends, and a
+ * promise is an answer on its way, so neither is preferred twice (a
+ * kubelet's available list can lag behind its own calls).
+ */
+static bool taken_elsewhere(struct gv_allocator *a, json_t *pods, const char *id, const char *uid,
+                            const char *ctr)
 {
     for (struct pod_state *p = a->pods; p; p = p->next)
         for (struct ctr_rec *r = p->recs; r; r = r->next)
-            if (!r->answered && !p->ended && in_list(r->ids, id) &&
+            if (!p->ended && p->gone_since == 0 && in_list(r->ids, id) && cached(pods, p->uid) &&
                 !(strcmp(p->uid, uid) == 0 && strcmp(r->ctr, ctr) == 0))
                 return true;
     return false;
@@ -840,10 +847,28 @@ static size_t pending_index(json_t *pod, const struct pod_state *ps, const struc
     return c->asg.n_containers;
 }
 
-static bool live_promise(const struct pod_state *ps, const char *ctr)
+/*
+ * When ctr's live promise was made (0: recovered), -1 when it has none;
+ * -2 when the kubelet holds its IDs (some are missing from avail, the
+ * kubelet's available list: a preference it took, Allocate on its way).
+ */
+static int64_t live_promise(const struct pod_state *ps, const char *ctr, const char *const *avail,
+                            size_t n_avail)
 {
     const struct ctr_rec *r = find_rec(ps, ctr);
-    return r && !r->answered;
+    if (r == NULL || r->answered)
+        return -1;
+    for (const char *c = avail ? r->ids : NULL; c && *c;) {
+        const char *e = strchr(c, ',');
+        size_t len = e ? (size_t)(e - c) : strlen(c);
+        bool in = false;
+        for (size_t i = 0; i < n_avail && !in; i++)
+            in = strlen(avail[i]) == len && strncmp(avail[i], c, len) == 0;
+        if (!in)
+            return -2;
+        c = e ? e + 1 : NULL;
+    }
+    return r->since;
 }
 
 /*
@@ -851,12 +876,14 @@ static bool live_promise(const struct pod_state *ps, const char *ctr)
  * cheap filters first, then assignments decoded oldest first.  key (the
  * request's IDs, NULL from GetPreferredAllocation): the container these IDs
  * were promised to wins; otherwise the oldest pending container asking
- * n_ids GPUs that no other request was promised, else the oldest such
- * container at all.  A call costs one decode in the common case however
- * many pods the node has.
+ * n_ids GPUs that no other request was promised, else the one promised
+ * longest ago.  avail (GetPreferredAllocation: the kubelet's available
+ * IDs): a container whose promised IDs the kubelet holds is not chosen
+ * again.  A call costs one decode in the common case however many pods the
+ * node has.
  */
 static void choose(struct gv_allocator *a, json_t *pods, size_t n_ids, const char *key,
-                   struct choice *ch)
+                   const char *const *avail, size_t n_avail, struct choice *ch)
 {
     size_t i, n = 0;
     json_t *pod;
@@ -884,7 +911,13 @@ static void choose(struct gv_allocator *a, json_t *pods, size_t n_ids, const cha
                 promised = p;
                 promised_ctr = r->ctr;
             }
-    ssize_t fallback = -1; /* the oldest fitting container that was promised to other IDs */
+    /*
+     * Else the fitting container promised longest ago: a promise the
+     * kubelet never used (its admission was cut short) is the likeliest to
+     * be asked for again, a fresh one is about to be used.
+     */
+    ssize_t fallback = -1;
+    int64_t fallback_since = INT64_MAX;
     struct candidate *c = &ch->best;
     for (int pass = promised ? 0 : 1; pass < 3 && !ch->found; pass++) {
         for (size_t j = 0; j < n && !ch->found; j++) {
@@ -914,9 +947,15 @@ static void choose(struct gv_allocator *a, json_t *pods, size_t n_ids, const cha
                              c->asg.containers[c->next].name, c->asg.containers[c->next].n_devices);
                 continue;
             }
-            if (pass == 1 && live_promise(ps, c->asg.containers[c->next].name)) {
-                if (fallback < 0)
+            int64_t since =
+                pass == 1 ? live_promise(ps, c->asg.containers[c->next].name, avail, n_avail) : -1;
+            if (since == -2)
+                continue; /* the kubelet is admitting it with the promised IDs */
+            if (since >= 0) {
+                if (since < fallback_since) {
                     fallback = (ssize_t)j;
+                    fallback_since = since;
+                }
                 continue;
             }
             ch->found = true;
@@ -1276,7 +1315,7 @@ static int allocate(struct gv_allocator *a, const char *const *ids, size_t n_ids
         if (pods)
             again = find_replay(a, pods, key, r_uid, sizeof(r_uid), r_ctr, sizeof(r_ctr));
         if (pods && !again)
-            choose(a, pods, n_ids, key, ch);
+            choose(a, pods, n_ids, key, NULL, 0, ch);
         if (ch->found) {
             const char *uid = jstr2(ch->best.pod, "metadata", "uid");
             ps = get_pod(a, uid, jstr2(ch->best.pod, "metadata", "namespace"),
@@ -1439,7 +1478,7 @@ void gv_allocator_get_stats(struct gv_allocator *a, struct gv_allocator_stats *o
  * promised to another container; records the promise.  *key: the promised
  * request's identity (to free), NULL when it cannot be honoured.
  */
-static bool pick_preferred(struct gv_allocator *a, const struct choice *ch,
+static bool pick_preferred(struct gv_allocator *a, json_t *pods, const struct choice *ch,
                            const char *const *avail, size_t n_avail, const char *const *must,
                            size_t n_must, const char **pick, char **key)
 {
@@ -1460,7 +1499,7 @@ static bool pick_preferred(struct gv_allocator *a, const struct choice *ch,
                     taken |= strcmp(pick[k], list[i]) == 0;
                 if (!taken && id_wellformed(list[i]) && id_to_uuid(list[i], u, sizeof(u)) &&
                     strcmp(u, c->devices[d].uuid) == 0 &&
-                    (pass == 0 || !promised_elsewhere(a, list[i], uid, c->name)))
+                    (pass == 0 || !taken_elsewhere(a, pods, list[i], uid, c->name)))
                     id = list[i];
             }
         }
@@ -1523,9 +1562,9 @@ bool gv_allocator_prefer(void *ud, const char *const *avail, size_t n_avail,
         pthread_mutex_lock(&a->mu);
         uint64_t gen = a->generation;
         if (pods)
-            choose(a, pods, size, NULL, ch);
+            choose(a, pods, size, NULL, avail, n_avail, ch);
         if (ch->found) {
-            ok = pick_preferred(a, ch, avail, n_avail, must, n_must, pick, &key);
+            ok = pick_preferred(a, pods, ch, avail, n_avail, must, n_must, pick, &key);
             snprintf(uid, sizeof(uid), "%s", jstr2(ch->best.pod, "metadata", "uid"));
             snprintf(ns, sizeof(ns), "%s", jstr2(ch->best.pod, "metadata", "namespace"));
             snprintf(name, sizeof(name), "%s", jstr2(ch->best.pod, "metadata", "name"));
@@ -1906,8 +1945,8 @@ static void recover(struct gv_allocator *a)
             struct pod_state *p = answered || promised ? get_pod(a, e->d_name, r.ns, r.name) : NULL;
             if (p && answered && !pod_has(p, ce->d_name))
                 pod_add_done(p, ce->d_name);
-            if (p)
-                set_rec(p, ce->d_name, r.ids, answered);
+            if (p && set_rec(p, ce->d_name, r.ids, answered))
+                find_rec(p, ce->d_name)->since = 0; /* before anything this run promises */
             if (p && answered) {
                 if (r.containers > 0)
                     p->n_total = (unsigned)r.containers;
