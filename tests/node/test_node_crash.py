@@ -99,18 +99,22 @@ class Kubelet:
             slot["error"] = "%s: %s" % (e.code(), e.details())
 
 
-def run_pass(k, slots, kill_after=None, env=None):
-    """Admits every unanswered slot from its own thread; optionally SIGKILLs
-    the agent after kill_after seconds.  Returns whether a kill happened
-    while calls were still open."""
+def run_pass(k, slots, kill=False, env=None):
+    """Admits every unanswered slot from its own thread.  kill: SIGKILL the
+    agent once a random number of them (0..all-1) were answered, plus a
+    random 0-4 ms, so the kill lands anywhere in the admissions' lifetime.
+    Returns whether a kill happened while calls were still open."""
     k.connect()
     todo = [s for s in slots if "answer" not in s]
     ths = [threading.Thread(target=k.admit, args=(s,)) for s in todo]
     for th in ths:
         th.start()
     interrupted = False
-    if kill_after is not None:
-        time.sleep(kill_after)
+    if kill:
+        at = rng.randrange(len(todo))
+        while sum("answer" in s for s in todo) < at and any(th.is_alive() for th in ths):
+            time.sleep(0.0005)
+        time.sleep(rng.uniform(0.0, 0.004))
         interrupted = any(th.is_alive() for th in ths)
         env.stop_agent(signal.SIGKILL)
     for th in ths:
@@ -141,7 +145,7 @@ try:
             pods["%dm" % mem] = (name, GPUS[i % 2])
         slots = [{} for _ in range(PODS)]
         # first pass: killed at a random moment of the 30 admissions
-        interrupting += run_pass(k, slots, rng.uniform(0.0, 0.08), env)
+        interrupting += run_pass(k, slots, True, env)
         kills += 1
         passes = 0
         while any("answer" not in s for s in slots) and passes < 6:
@@ -150,7 +154,7 @@ try:
                 failures.append("round %d: the agent did not register after a restart" % rounds)
                 break
             again = passes == 1 and rng.random() < 0.3  # sometimes killed again mid-retry
-            interrupting += run_pass(k, slots, rng.uniform(0.0, 0.05) if again else None, env)
+            interrupting += run_pass(k, slots, again, env)
             kills += again
         if env.agent is None:
             start_agent(env, kub)
