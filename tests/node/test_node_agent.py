@@ -221,6 +221,19 @@ def scenario_preferred(kind, go_bin):
         t.ok(wait_ann(env, "ignored", "gpuvisor.io/allocation", "success") and
              wait_ann(env, "mixed", "gpuvisor.io/allocation", "success"),
              "[%s] pods annotated success" % kind)
+        # once the pod's status shows the container created, the kubelet had the answer:
+        # the same IDs no longer replay it (a new container must not inherit it)
+        code, _ = env.api.req("PATCH", "/api/v1/namespaces/default/pods/ignored/status",
+                              {"status": {"containerStatuses": [{"name": "main", "containerID": "containerd://1"}]}},
+                              "application/merge-patch+json")
+        last = {}
+
+        def refused():
+            last["a"] = k.cmd("allocate", ids=a["ids"])
+            return last["a"] and not last["a"]["ok"] and last["a"]["code"] == 9
+        t.ok(code == 200 and a and a["ok"] and gvtest.wait_for(refused, 5),
+             "[%s] container created (status has its containerID): a repeat is refused, not replayed" % kind,
+             (code, last))
     finally:
         env.close()
 
