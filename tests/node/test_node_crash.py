@@ -5,9 +5,9 @@
 The real agent over the fake NVML and the fake API server; the kubelet is
 played twice: the Python grpcio stand-in (tests/fakes/kubelet) receives the
 registrations, and this script plays the device manager's calls with grpcio
-from 30 threads at once: GetPreferredAllocation with the devices not in use,
-then Allocate with the preferred IDs (the real kubelet admits one pod at a
-time; concurrency is the harder case).  Each round creates 30 pending pods,
+from 30 threads: GetPreferredAllocation with the devices not in use (one at a
+time, as the kubelet admits pods one by one, so its view of what is free is
+never stale), then Allocate with the preferred IDs, 30 at once.  Each round creates 30 pending pods,
 starts their admissions, kills the agent at a random moment (sometimes again
 during the retries), restarts it and retries what was interrupted the way a
 kubelet would: the same Allocate again when it had the preferred IDs, the
@@ -58,6 +58,7 @@ class Kubelet:
     def __init__(self, sock):
         self.sock = sock
         self.lock = threading.Lock()
+        self.prefer_lock = threading.Lock()  # one preference at a time, as the kubelet admits
         self.in_use = set()
         self.channel = None
         self.stub = None
@@ -81,17 +82,20 @@ class Kubelet:
         """slot: dict; fills ids (once preferred), answer, env, or error."""
         try:
             if slot.get("ids") is None:
-                avail = self.available()
-                r = self.stub.GetPreferredAllocation(pb.PreferredAllocationRequest(container_requests=[
-                    pb.ContainerPreferredAllocationRequest(available_deviceIDs=avail,
-                                                           allocation_size=1)]), timeout=15)
-                ids = list(r.container_responses[0].deviceIDs)
-                # Like the kubelet, the IDs are taken before Allocate is sent:
-                # never two live containers on one device ID.
-                with self.lock:
-                    if len(ids) != 1 or ids[0] in self.in_use:
-                        ids = [d for d in DEVICES if d not in self.in_use][:1]
-                    self.in_use.update(ids)
+                # The kubelet admits one pod at a time: its available list is
+                # never stale, and the IDs are taken before Allocate is sent
+                # (never two live containers on one device ID).  The Allocates
+                # themselves run concurrently.
+                with self.prefer_lock:
+                    avail = self.available()
+                    r = self.stub.GetPreferredAllocation(pb.PreferredAllocationRequest(container_requests=[
+                        pb.ContainerPreferredAllocationRequest(available_deviceIDs=avail,
+                                                               allocation_size=1)]), timeout=15)
+                    ids = list(r.container_responses[0].deviceIDs)
+                    with self.lock:
+                        if len(ids) != 1 or ids[0] in self.in_use:
+                            ids = [d for d in DEVICES if d not in self.in_use][:1]
+                        self.in_use.update(ids)
                 slot["ids"] = ids
             slot["answer"], slot["env"] = self.allocate(slot["ids"])
             slot.pop("error", None)
@@ -206,6 +210,11 @@ try:
          "%d SIGKILLs during concurrent Allocates: every pod answered exactly once, on the GPU the kubelet "
          "recorded, repeats get the same answer, annotations say success" % kills, "\n".join(failures))
     t.ok(mismatch == 0, "every admission used the preferred IDs of its assignment (no ID mismatch)", mismatch)
+    if failures or mismatch:
+        keep = os.path.join(gvtest.BUILD, "test-logs", "test_node_crash.agent.log")
+        with open(keep, "w") as f:
+            f.write(env.agent_log())
+        print("# agent log kept in " + keep)
 finally:
     k.channel and k.channel.close()
     env.close()
