@@ -210,6 +210,8 @@ try:
          "%d SIGKILLs during concurrent Allocates: every pod answered exactly once, on the GPU the kubelet "
          "recorded, repeats get the same answer, annotations say success" % kills, "\n".join(failures))
     t.ok(mismatch == 0, "every admission used the preferred IDs of its assignment (no ID mismatch)", mismatch)
+    san = [ln for ln in env.agent_log().splitlines() if "Sanitizer" in ln or "runtime error:" in ln]
+    t.ok(not san, "no sanitizer report from any agent run", "\n".join(san[:10]))
     if failures or mismatch:
         keep = os.path.join(gvtest.BUILD, "test-logs", "test_node_crash.agent.log")
         with open(keep, "w") as f:
