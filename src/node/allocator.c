@@ -1270,6 +1270,24 @@ static bool ids_match_assignment(char uuids[][GV_ALLOC_UUID_MAX], size_t n,
     return true;
 }
 
+/*
+ * Caller holds a->mu.  Sleeps until the pod cache changes (the generation
+ * moves on from gen) or the deadline (monotonic ms); false when there is no
+ * time left to wait.  The kubelet can be a few ms ahead of our watch.
+ */
+static bool wait_for_cache(struct gv_allocator *a, uint64_t gen, int64_t deadline)
+{
+    int64_t left = deadline - gv_loop_now_ms();
+    if (left <= 0 || a->quit)
+        return false;
+    struct timespec ts;
+    gv_loop_abstime(&ts, left);
+    while (a->generation == gen && !a->quit)
+        if (pthread_cond_timedwait(&a->changed, &a->mu, &ts) != 0)
+            break;
+    return true;
+}
+
 static int allocate(struct gv_allocator *a, const char *const *ids, size_t n_ids,
                     V1beta1__ContainerAllocateResponse *resp, char *msg, size_t cap,
                     struct choice *ch, char *key)
@@ -1325,14 +1343,7 @@ static int allocate(struct gv_allocator *a, const char *const *ids, size_t n_ids
                          ch->best.asg.containers[ch->best.next].name);
             json_incref(ch->best.pod);
         }
-        int64_t left = deadline - gv_loop_now_ms();
-        if (!again && !ch->found && left > 0 && ch->n_bad == 0) {
-            /* sleep until the cache changes or the deadline */
-            struct timespec ts;
-            gv_loop_abstime(&ts, left);
-            while (a->generation == gen && !a->quit)
-                if (pthread_cond_timedwait(&a->changed, &a->mu, &ts) != 0)
-                    break;
+        if (!again && !ch->found && ch->n_bad == 0 && wait_for_cache(a, gen, deadline)) {
             pthread_mutex_unlock(&a->mu);
             json_decref(pods);
             choice_release(ch);
@@ -1570,13 +1581,7 @@ bool gv_allocator_prefer(void *ud, const char *const *avail, size_t n_avail,
             snprintf(name, sizeof(name), "%s", jstr2(ch->best.pod, "metadata", "name"));
             snprintf(ctr, sizeof(ctr), "%s", ch->best.asg.containers[ch->best.next].name);
         }
-        int64_t left = deadline - gv_loop_now_ms();
-        if (!ch->found && left > 0 && !a->quit) {
-            struct timespec ts;
-            gv_loop_abstime(&ts, left);
-            while (a->generation == gen && !a->quit)
-                if (pthread_cond_timedwait(&a->changed, &a->mu, &ts) != 0)
-                    break;
+        if (!ch->found && wait_for_cache(a, gen, deadline)) {
             pthread_mutex_unlock(&a->mu);
             json_decref(pods);
             choice_release(ch);
