@@ -418,7 +418,7 @@ def scenarios(c, s):
     t.ok(node == "node2" and sorted(vis) == sorted(want) and
          all(e.get("CUDA_DEVICE_MEMORY_LIMIT_%d" % i) == want[g] for i, g in enumerate(vis)) and
          e.get("CUDA_DEVICE_SM_LIMIT_0") == "25" and e.get("CUDA_DEVICE_SM_LIMIT_1") == "25",
-         "mixed cards, gpumem-percentage 50: index i gets 50 %% of card i (T4 8192m, L4 12288m)", (a, ev))
+         "mixed cards, gpumem-percentage 50: index i gets 50 % of card i (T4 8192m, L4 12288m)", (a, ev))
     t.ok(ev and ev.get("ok") and sorted(i.split("::")[0] for i in ev["ids"]) == sorted(want),
          "mixed cards: the kubelet's recorded device IDs are on the assigned cards", ev)
 
