@@ -1271,6 +1271,25 @@ static bool ids_match_assignment(char uuids[][GV_ALLOC_UUID_MAX], size_t n,
 }
 
 /*
+ * When waiting for the cache ends (monotonic ms): none for plain GPUs (pods
+ * gpuvisor did not schedule are answered at once) or fixed pod lists; else
+ * --allocate-wait-ms, after waiting for the first list.
+ */
+static int64_t cache_deadline(struct gv_allocator *a, bool plain)
+{
+    int64_t deadline = gv_loop_now_ms() + (plain || a->fixed_pods ? 0 : a->cfg.wait_ms);
+    if (!plain && a->pods_inf)
+        gv_informer_wait_synced(a->pods_inf, a->cfg.wait_ms);
+    return deadline;
+}
+
+/* The pods as the cache shows them now (new reference; NULL when out of memory). */
+static json_t *snapshot(struct gv_allocator *a)
+{
+    return a->fixed_pods ? json_incref(a->fixed_pods) : gv_informer_list(a->pods_inf);
+}
+
+/*
  * Caller holds a->mu.  Sleeps until the pod cache changes (the generation
  * moves on from gen) or the deadline (monotonic ms); false when there is no
  * time left to wait.  The kubelet can be a few ms ahead of our watch.
@@ -1319,15 +1338,13 @@ static int allocate(struct gv_allocator *a, const char *const *ids, size_t n_ids
     }
 
     /* Find the pod; wait a little for the cache when the kubelet is ahead of it. */
-    int64_t deadline = gv_loop_now_ms() + (all_plain || a->fixed_pods ? 0 : a->cfg.wait_ms);
-    if (!all_plain && a->pods_inf)
-        gv_informer_wait_synced(a->pods_inf, a->cfg.wait_ms);
+    int64_t deadline = cache_deadline(a, all_plain);
     struct pod_state *ps = NULL;
     char r_uid[128], r_ctr[GV_ALLOC_CNAME_MAX];
     bool again = false;
     for (;;) {
         memset(ch, 0, sizeof(*ch));
-        json_t *pods = a->fixed_pods ? json_incref(a->fixed_pods) : gv_informer_list(a->pods_inf);
+        json_t *pods = snapshot(a);
         pthread_mutex_lock(&a->mu);
         uint64_t gen = a->generation;
         if (pods)
@@ -1558,9 +1575,7 @@ bool gv_allocator_prefer(void *ud, const char *const *avail, size_t n_avail,
         plain &= g == NULL || g->settings.mode != GV_NODE_MODE_VGPU;
     }
     pthread_mutex_unlock(&a->mu);
-    int64_t deadline = gv_loop_now_ms() + (plain || a->fixed_pods ? 0 : a->cfg.wait_ms);
-    if (!plain && a->pods_inf)
-        gv_informer_wait_synced(a->pods_inf, a->cfg.wait_ms);
+    int64_t deadline = cache_deadline(a, plain);
     struct choice *ch = malloc(sizeof(*ch));
     if (ch == NULL)
         return false;
@@ -1569,7 +1584,7 @@ bool gv_allocator_prefer(void *ud, const char *const *avail, size_t n_avail,
     bool ok = false;
     for (;;) {
         memset(ch, 0, sizeof(*ch));
-        json_t *pods = a->fixed_pods ? json_incref(a->fixed_pods) : gv_informer_list(a->pods_inf);
+        json_t *pods = snapshot(a);
         pthread_mutex_lock(&a->mu);
         uint64_t gen = a->generation;
         if (pods)
