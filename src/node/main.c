@@ -516,12 +516,21 @@ static int start(struct agent *ag, struct gv_error *err)
         return 1;
     snprintf(path, sizeof(path), "%s/%s", o->plugin_dir, o->socket_name);
     struct gv_plugin_config pc = {.socket_path = path, .allocate = gv_allocator_allocate,
-                                  .allocate_ud = ag->alloc};
+                                  .allocate_ud = ag->alloc, .prefer = gv_allocator_prefer,
+                                  .prefer_ud = ag->alloc};
     if (gv_plugin_new(ag->loop, &pc, &ag->plugin, err) != GV_OK)
         return 1;
     rebuild(ag);
     if (gv_plugin_listen(ag->plugin, err) != GV_OK)
         return 1;
+    /*
+     * Register once the pod cache has its first list (bounded: an API
+     * outage must not keep the GPUs off the node): the kubelet asks
+     * GetPreferredAllocation right after, and only the cache knows which
+     * assignment the answer must come from.
+     */
+    if (!gv_allocator_wait_synced(ag->alloc, o->allocate_wait_ms > 0 ? o->allocate_wait_ms : 5000))
+        gv_warn("pod cache not synced yet: registering anyway (preferences stay generic until it is)");
     struct gv_registrar_config rc = {.plugin_dir = o->plugin_dir,
                                      .kubelet_socket = o->kubelet_socket,
                                      .endpoint = o->socket_name,

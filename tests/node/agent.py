@@ -101,6 +101,23 @@ def mounts(ev):
         if ev and ev.get("ok") else {}
 
 
+def limits_unreachable(ev):
+    """None when no writable mount of an Allocate reply reaches the host
+    directory of the read-only limits file (that directory, a parent or a
+    child of it: through any of them the container could replace the file);
+    else what is wrong."""
+    ms = ev["resp"]["mounts"] if ev and ev.get("ok") else []
+    lim = [m for m in ms if m["container_path"] == "/etc/gpuvisor/limits.env"]
+    if len(lim) != 1 or not lim[0]["read_only"]:
+        return "limits file not mounted exactly once read-only: %r" % ms
+    d = os.path.normpath(os.path.dirname(lim[0]["host_path"]))
+    for m in ms:
+        h = os.path.normpath(m["host_path"])
+        if not m["read_only"] and (h == d or d.startswith(h + "/") or h.startswith(d + "/")):
+            return "writable mount %s -> %s reaches the limits directory %s" % (h, m["container_path"], d)
+    return None
+
+
 def ann(obj, key):
     return (obj.get("metadata", {}).get("annotations") or {}).get(key)
 
@@ -118,7 +135,8 @@ class Env:
     agent reaches it through a kubeconfig with the CA and a bearer token, as
     in a cluster."""
 
-    def __init__(self, gpus=2, node="node1", config=None, tls=False):
+    def __init__(self, gpus=2, node="node1", config=None, tls=False, models=None):
+        """models: per GPU (name, memory) for mixed nodes; default A100 40g."""
         self.dir = gvtest.scratch("na")
         self.node_name = node
         self.plugin_dir = os.path.join(self.dir, "dp")
@@ -134,8 +152,8 @@ class Env:
         self.gpu_cfg = os.path.join(self.dir, "gpus.conf")
         with open(self.gpu_cfg, "w") as f:
             for i in range(gpus):
-                f.write('name="NVIDIA A100-SXM4-40GB" uuid=%s memory=40g pci=0:%x:0\n'
-                        % (GPUS[i], 0x3b + i))
+                name, mem = (models or [])[i] if models and i < len(models) else ("NVIDIA A100-SXM4-40GB", "40g")
+                f.write('name="%s" uuid=%s memory=%s pci=0:%x:0\n' % (name, GPUS[i], mem, 0x3b + i))
                 numa = os.path.join(self.dir, "sys/sys/bus/pci/devices/0000:%02x:00.0" % (0x3b + i))
                 os.makedirs(numa)
                 with open(os.path.join(numa, "numa_node"), "w") as g:

@@ -33,7 +33,7 @@ test_node_podcache_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG)
 test_node_podcache_CFLAGS := $(NODE_CFLAGS)
 $(BUILD)/obj/tests/node/test_node_podcache.o: $(NODE_PB_H)
 
-TEST_SCRIPTS += tests/node/test_grpc_transport.py tests/node/test_node_agent.py
+TEST_SCRIPTS += tests/node/test_grpc_transport.py tests/node/test_node_agent.py tests/node/test_node_crash.py
 # /metrics and the NVML backstop (docs/observability.md)
 TEST_SCRIPTS += tests/node/test_node_metrics.py
 
