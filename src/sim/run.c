@@ -71,6 +71,38 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+gv_status sim_arrivals_init(struct sim_arrivals *a, const struct gv_sim_trace *t, uint64_t seed,
+                            struct gv_error *err)
+{
+    memset(a, 0, sizeof(*a));
+    a->t = t;
+    a->order = malloc((t->n_pods ? t->n_pods : 1) * sizeof(*a->order));
+    if (a->order == NULL)
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    gv_sim_rng_seed(&a->rng, seed);
+    for (size_t i = 0; i < t->n_pods; i++)
+        a->order[i] = i;
+    for (size_t i = t->n_pods; i > 1; i--) {
+        size_t j = (size_t)gv_sim_rng_below(&a->rng, i);
+        size_t x = a->order[i - 1];
+        a->order[i - 1] = a->order[j];
+        a->order[j] = x;
+    }
+    return GV_OK;
+}
+
+size_t sim_arrivals_next(struct sim_arrivals *a)
+{
+    uint64_t k = a->k++;
+    return k < a->t->n_pods ? a->order[k] : (size_t)gv_sim_rng_below(&a->rng, a->t->n_pods);
+}
+
+void sim_arrivals_fini(struct sim_arrivals *a)
+{
+    free(a->order);
+    a->order = NULL;
+}
+
 static gv_alloc_gpu_policy gpu_policy_for(gv_alloc_policy p)
 {
     return p == GV_ALLOC_POLICY_SPREAD ? GV_ALLOC_GPU_SPREAD : GV_ALLOC_GPU_BINPACK;
@@ -94,11 +126,11 @@ gv_status gv_sim_run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
     cfg.node_policy = policy;
     cfg.gpu_policy = gpu_policy_for(policy);
     struct gv_alloc_cluster *c = NULL;
-    size_t *order = malloc(t->n_pods * sizeof(*order));
+    struct sim_arrivals arr = {0};
     struct gv_alloc_assignment *a = malloc(sizeof(*a));
     out->n = (uint32_t)floor(inflate * 100.0 + 1e-9) + 1;
     out->allocated = calloc(out->n, sizeof(*out->allocated));
-    if (order == NULL || a == NULL || out->allocated == NULL) {
+    if (a == NULL || out->allocated == NULL) {
         rc = gv_error_set(err, GV_ENOMEM, "out of memory");
         goto fail;
     }
@@ -107,23 +139,14 @@ gv_status gv_sim_run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
     for (size_t i = 0; i < t->n_nodes; i++)
         if ((rc = gv_alloc_node_upsert(c, &t->nodes[i].spec, err)) != GV_OK)
             goto fail;
-    struct gv_sim_rng rng;
-    gv_sim_rng_seed(&rng, seed);
-    for (size_t i = 0; i < t->n_pods; i++)
-        order[i] = i;
-    for (size_t i = t->n_pods; i > 1; i--) {
-        size_t j = (size_t)gv_sim_rng_below(&rng, i);
-        size_t x = order[i - 1];
-        order[i - 1] = order[j];
-        order[j] = x;
-    }
+    if ((rc = sim_arrivals_init(&arr, t, seed, err)) != GV_OK)
+        goto fail;
     double target = inflate * (double)cap;
     uint64_t arrived = 0, allocated = 0;
     uint32_t next = 0;
     out->allocated[next++] = 0.0;
     for (uint64_t k = 0; (double)arrived < target; k++) {
-        struct gv_alloc_request *r =
-            t->pods[k < t->n_pods ? order[k] : (size_t)gv_sim_rng_below(&rng, t->n_pods)];
+        struct gv_alloc_request *r = t->pods[sim_arrivals_next(&arr)];
         snprintf(r->uid, sizeof(r->uid), "a%llu", (unsigned long long)k);
         gv_alloc_observe(c, r);
         uint64_t milli = sim_pod_milli(r);
@@ -144,12 +167,12 @@ gv_status gv_sim_run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
         out->allocated[next++] = (double)allocated * 100.0 / (double)cap;
     out->seconds = now() - t0;
     gv_alloc_cluster_free(c);
-    free(order);
+    sim_arrivals_fini(&arr);
     free(a);
     return GV_OK;
 fail:
     gv_alloc_cluster_free(c);
-    free(order);
+    sim_arrivals_fini(&arr);
     free(a);
     gv_sim_curve_free(out);
     return rc;
