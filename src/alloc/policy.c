@@ -207,6 +207,49 @@ static bool memo_allowed(const struct gv_alloc_request *req)
            req->constraint[GV_ALLOC_NOUSE_UUID] == NULL;
 }
 
+/*
+ * The indexed search over all nodes: each state class that may fit is
+ * scored once, on its smallest name (docs/alloc.md, "Cost of a decision").
+ * Same result as the exhaustive loop below; *best stays UINT32_MAX when
+ * nothing fits.
+ */
+static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t *best,
+                         double *best_score)
+{
+    struct idx_need need;
+    index_need(v->req, &need);
+    uint64_t allowed = 0;
+    for (uint32_t i = 0; i < c->n_models; i++)
+        if (v->model_ok[i])
+            allowed |= i < 64 ? UINT64_C(1) << i : ~UINT64_C(0);
+    uint32_t fmin;
+    uint32_t wmin = index_first_bucket(&need, &fmin);
+    for (uint32_t w = wmin; w <= IDX_WHOLE_MAX; w++) {
+        for (uint32_t f = fmin; f < IDX_FRAC_BUCKETS; f++) {
+            for (uint32_t ki = c->bucket_head[w * IDX_FRAC_BUCKETS + f]; ki != UINT32_MAX;
+                 ki = c->cls[ki].next) {
+                const struct sclass *k = &c->cls[ki];
+                if (!index_may_fit(k, v->req, &need, allowed))
+                    continue;
+                uint32_t idx = k->heap[0];
+                if (v->policy == GV_ALLOC_POLICY_SPREAD && *best != UINT32_MAX &&
+                    spread_bound(&c->nodes[idx]) <
+                        *best_score - 1e-9 * fmax(1.0, fabs(*best_score)))
+                    continue;
+                struct pick p;
+                double sc;
+                if (!eval_node(c, v, idx, &p, &sc, NULL, 0))
+                    continue;
+                if (*best == UINT32_MAX ||
+                    better(sc, c->nodes[idx].name, *best_score, c->nodes[*best].name)) {
+                    *best = idx;
+                    *best_score = sc;
+                }
+            }
+        }
+    }
+}
+
 gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
                         const char *const *nodes, size_t n, struct gv_alloc_assignment *out,
                         struct gv_error *err)
@@ -215,6 +258,36 @@ gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_reques
     gv_status rc = alloc_view_init(c, req, &v, err);
     if (rc != GV_OK)
         return rc;
+    if (nodes == NULL && memo_allowed(req) && !c->cfg.exhaustive && !c->index_broken) {
+        uint32_t best = UINT32_MAX;
+        double best_score = 0;
+        pick_indexed(c, &v, &best, &best_score);
+        if (best != UINT32_MAX) {
+            struct pick p;
+            double s;
+            eval_node(c, &v, best, &p, &s, NULL, 0);
+            alloc_pick_assignment(c, req, best, &p, out);
+            alloc_view_fini(&v);
+            return GV_OK;
+        }
+        /* Nothing fits: the exhaustive loop would report the first live
+         * node (none fits, so the first is the first misfit) and its
+         * reason; say the same without visiting the rest. */
+        uint32_t first = 0;
+        while (first < c->n_nodes && c->nodes[first].name == NULL)
+            first++;
+        if (first < c->n_nodes) {
+            char why[GV_ALLOC_REASON_MAX] = "";
+            struct pick p;
+            if (!alloc_fit_node(c, &v, first, &p, why, sizeof(why))) {
+                rc = gv_error_set(err, GV_ENOFIT, "0/%u nodes fit; %.200s: %s", c->live_nodes,
+                                  c->nodes[first].name, why);
+                alloc_view_fini(&v);
+                return rc;
+            }
+        }
+        /* the first node fits after all (index out of step): score all */
+    }
     bool use_memo = memo_allowed(req) && memo_prepare(c) == GV_OK;
     size_t total = nodes != NULL ? n : c->n_nodes;
     uint32_t best = UINT32_MAX, tried = 0, unknown = 0;

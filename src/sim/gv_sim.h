@@ -75,6 +75,7 @@ struct gv_sim_curve {
     double *allocated;     /* % of GPU capacity allocated when arrived first reached i % */
     uint64_t arrivals, placed, failed;
     double seconds;        /* wall time of the replay */
+    uint64_t placement_hash; /* of every decision (arrival, node, GPUs): equal = same replay */
 };
 
 void gv_sim_curve_free(struct gv_sim_curve *c);
@@ -83,6 +84,11 @@ void gv_sim_curve_free(struct gv_sim_curve *c);
  * arrived share (1.3 = 130 %). */
 gv_status gv_sim_run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint64_t seed,
                      double inflate, struct gv_sim_curve *out, struct gv_error *err);
+/* The same with the engine scoring every node (gv_alloc_config.exhaustive):
+ * identical decisions, for benchmarks of the index. */
+gv_status gv_sim_run_exhaustive(const struct gv_sim_trace *t, gv_alloc_policy policy,
+                                uint64_t seed, double inflate, struct gv_sim_curve *out,
+                                struct gv_error *err);
 
 /*
  * Offline reference for one seed (docs/simulate.md): the same arrivals as

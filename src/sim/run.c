@@ -108,8 +108,40 @@ static gv_alloc_gpu_policy gpu_policy_for(gv_alloc_policy p)
     return p == GV_ALLOC_POLICY_SPREAD ? GV_ALLOC_GPU_SPREAD : GV_ALLOC_GPU_BINPACK;
 }
 
+/* FNV-1a over the decision, chained. */
+static uint64_t hash_decision(uint64_t h, uint64_t k, const struct gv_alloc_assignment *a)
+{
+    uint64_t x = h ^ k;
+    x *= UINT64_C(0x100000001b3);
+    for (const char *p = a->node; *p != '\0'; p++)
+        x = (x ^ (unsigned char)*p) * UINT64_C(0x100000001b3);
+    for (uint32_t i = 0; i < a->n_containers; i++)
+        for (uint32_t d = 0; d < a->containers[i].n_devices; d++)
+            for (const char *p = a->containers[i].devices[d].uuid; *p != '\0'; p++)
+                x = (x ^ (unsigned char)*p) * UINT64_C(0x100000001b3);
+    return x;
+}
+
+static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint64_t seed,
+                     double inflate, bool exhaustive, struct gv_sim_curve *out,
+                     struct gv_error *err);
+
 gv_status gv_sim_run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint64_t seed,
                      double inflate, struct gv_sim_curve *out, struct gv_error *err)
+{
+    return run(t, policy, seed, inflate, false, out, err);
+}
+
+gv_status gv_sim_run_exhaustive(const struct gv_sim_trace *t, gv_alloc_policy policy,
+                                uint64_t seed, double inflate, struct gv_sim_curve *out,
+                                struct gv_error *err)
+{
+    return run(t, policy, seed, inflate, true, out, err);
+}
+
+static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint64_t seed,
+                     double inflate, bool exhaustive, struct gv_sim_curve *out,
+                     struct gv_error *err)
 {
     memset(out, 0, sizeof(*out));
     uint64_t cap = gv_sim_trace_gpu_milli(t);
@@ -125,6 +157,8 @@ gv_status gv_sim_run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
     gv_alloc_config_default(&cfg);
     cfg.node_policy = policy;
     cfg.gpu_policy = gpu_policy_for(policy);
+    cfg.exhaustive = exhaustive;
+    out->placement_hash = UINT64_C(0xcbf29ce484222325);
     struct gv_alloc_cluster *c = NULL;
     struct sim_arrivals arr = {0};
     struct gv_alloc_assignment *a = malloc(sizeof(*a));
@@ -155,6 +189,7 @@ gv_status gv_sim_run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
             gv_alloc_place(c, r, a, NULL) == GV_OK) {
             out->placed++;
             allocated += milli;
+            out->placement_hash = hash_decision(out->placement_hash, k, a);
         } else {
             out->failed++;
         }

@@ -279,6 +279,34 @@ static void test_reference_known_answer(void **state)
     gv_sim_trace_free(t);
 }
 
+/* The indexed search decides exactly as scoring every node: same placement
+ * hash for every policy over whole replays. */
+static void test_index_replays_identically(void **state)
+{
+    (void)state;
+    struct gv_sim_trace *t;
+    struct gv_error err = {0};
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    if (gv_sim_synthetic(t, "nodes=120,typed=20", 7, &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    for (int p = 0; p < GV_ALLOC_POLICY_COUNT; p++) {
+        for (uint64_t seed = 1; seed <= 2; seed++) {
+            struct gv_sim_curve a, b;
+            assert_int_equal(gv_sim_run(t, (gv_alloc_policy)p, seed, 1.3, &a, &err), GV_OK);
+            assert_int_equal(gv_sim_run_exhaustive(t, (gv_alloc_policy)p, seed, 1.3, &b, &err),
+                             GV_OK);
+            assert_true(a.placed > 100);
+            assert_int_equal(a.placed, b.placed);
+            if (a.placement_hash != b.placement_hash)
+                fail_msg("policy %s seed %llu: indexed and exhaustive replays differ",
+                         gv_alloc_policy_name((gv_alloc_policy)p), (unsigned long long)seed);
+            gv_sim_curve_free(&a);
+            gv_sim_curve_free(&b);
+        }
+    }
+    gv_sim_trace_free(t);
+}
+
 static void test_synthetic_is_seeded(void **state)
 {
     (void)state;
@@ -449,6 +477,7 @@ int main(void)
         cmocka_unit_test(test_openb_input_defects),
         cmocka_unit_test(test_k8s_cluster_dump),
         cmocka_unit_test(test_reference_known_answer),
+        cmocka_unit_test(test_index_replays_identically),
         cmocka_unit_test(test_synthetic_is_seeded),
         cmocka_unit_test(test_protocol_on_known_trace),
         cmocka_unit_test(test_protocol_is_deterministic),
