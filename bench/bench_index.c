@@ -11,10 +11,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <time.h>
+
 #include "common/gv_file.h"
 #include "sim/gv_sim.h"
 
 #define COPIES 10
+
+/* CPU seconds of this process: on a shared machine wall time measures the
+ * neighbours; both are printed. */
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 /* The node list with every row repeated COPIES times, names suffixed. */
 static char *multiply(const char *csv, size_t len, size_t *out_len)
@@ -84,25 +95,33 @@ int main(int argc, char **argv)
     for (int s = 0; s < seeds; s++) {
         uint64_t seed = 42 + (uint64_t)s;
         struct gv_sim_curve a = {0}, b = {0};
-        if (gv_sim_run(t, GV_ALLOC_POLICY_FGD, seed, 1.3, &a, &err) != GV_OK) {
+        double c0 = cpu_now();
+        gv_status rc = gv_sim_run(t, GV_ALLOC_POLICY_FGD, seed, 1.3, &a, &err);
+        double ca = cpu_now() - c0;
+        if (rc != GV_OK) {
             fprintf(stderr, "bench_index: %s\n", err.msg);
             status = 1;
             break;
         }
-        printf("seed %llu  indexed     %7.2f s  %llu decisions  unallocated@100%% %.2f  hash %016llx%s\n",
-               (unsigned long long)seed, a.seconds, (unsigned long long)a.arrivals,
+        printf("seed %llu  indexed     cpu %7.2f s  wall %7.2f s  %llu decisions  "
+               "unallocated@100%% %.2f  hash %016llx%s\n",
+               (unsigned long long)seed, ca, a.seconds, (unsigned long long)a.arrivals,
                100.0 - a.allocated[100], (unsigned long long)a.placement_hash,
-               a.seconds <= 5.0 ? "  (meets 5 s)" : "  (misses 5 s)");
+               ca <= 5.0 ? "  (cpu meets 5 s)" : "  (cpu misses 5 s)");
         if (exhaustive) {
-            if (gv_sim_run_exhaustive(t, GV_ALLOC_POLICY_FGD, seed, 1.3, &b, &err) != GV_OK) {
+            c0 = cpu_now();
+            rc = gv_sim_run_exhaustive(t, GV_ALLOC_POLICY_FGD, seed, 1.3, &b, &err);
+            double cb = cpu_now() - c0;
+            if (rc != GV_OK) {
                 fprintf(stderr, "bench_index: %s\n", err.msg);
                 gv_sim_curve_free(&a);
                 status = 1;
                 break;
             }
             bool same = a.placement_hash == b.placement_hash;
-            printf("seed %llu  exhaustive  %7.2f s  %llu decisions  unallocated@100%% %.2f  hash %016llx  placements %s\n",
-                   (unsigned long long)seed, b.seconds, (unsigned long long)b.arrivals,
+            printf("seed %llu  exhaustive  cpu %7.2f s  wall %7.2f s  %llu decisions  "
+                   "unallocated@100%% %.2f  hash %016llx  placements %s\n",
+                   (unsigned long long)seed, cb, b.seconds, (unsigned long long)b.arrivals,
                    100.0 - b.allocated[100], (unsigned long long)b.placement_hash,
                    same ? "IDENTICAL" : "DIFFER");
             if (!same)

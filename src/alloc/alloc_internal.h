@@ -85,6 +85,8 @@ struct sclass {
     uint32_t free_whole;   /* GPUs with no task and no share used */
     uint32_t open;         /* GPUs that can take one more task */
     uint32_t max_free;     /* largest free share of one open GPU, milli */
+    uint32_t used_pm;      /* GPU share in use, permille (floor), as eval_node counts it */
+    uint32_t pm_prev, pm_next; /* list of classes with this used_pm */
 };
 
 #define IDX_WHOLE_MAX 8
@@ -159,6 +161,7 @@ struct gv_alloc_cluster {
     uint32_t *chash;
     uint32_t chash_cap;
     uint32_t bucket_head[IDX_BUCKETS];
+    uint32_t pm_head[1001]; /* classes by used_pm (pods without GPUs, fgd) */
     bool index_broken; /* an allocation failed: score exhaustively */
 
 };
@@ -222,6 +225,15 @@ double fgd_node_frag(struct gv_alloc_cluster *c, uint32_t node);
 /* Expected fragmentation increase (milli-GPU) of placing a/p on node. */
 double fgd_delta(struct gv_alloc_cluster *c, uint32_t node, const struct gv_alloc_request *req,
                  const struct pick *p);
+/* The same, remembering the node's own per-shape terms in before (valid
+ * false on the first call for a node) for its next candidates. */
+struct fgd_before {
+    bool valid;
+    double contrib[WL_MAX_SHAPES];
+};
+double fgd_delta_memo(struct gv_alloc_cluster *c, uint32_t node,
+                      const struct gv_alloc_request *req, const struct pick *p,
+                      struct fgd_before *before);
 void fgd_free_shapes(struct gv_alloc_cluster *c);
 void fgd_node_invalidate(struct node *n);
 gv_status alloc_model_intern(struct gv_alloc_cluster *c, const char *model, uint32_t *id,

@@ -16,6 +16,7 @@
  * skipping a class never skips a node that fits: the choice is the one
  * exhaustive scoring makes (tests/alloc, property test).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,9 @@ static uint32_t bucket_of(const struct sclass *k)
 /* What a node in this state can still host. */
 static void summarize(const struct node *n, struct sclass *k)
 {
+    double used = n->n_gpus ? 1.0 - n->free_share / ((double)n->n_gpus * GV_ALLOC_MILLI) : 1.0;
+    double pm = floor(used * 1000.0);
+    k->used_pm = pm < 0 ? 0 : pm > 1000 ? 1000 : (uint32_t)pm;
     k->free_whole = 0;
     k->open = 0;
     k->max_free = 0;
@@ -106,6 +110,11 @@ static void heap_down(struct gv_alloc_cluster *c, struct sclass *k, uint32_t pos
 static void bucket_link(struct gv_alloc_cluster *c, uint32_t ki)
 {
     struct sclass *k = &c->cls[ki];
+    k->pm_prev = NONE;
+    k->pm_next = c->pm_head[k->used_pm];
+    if (k->pm_next != NONE)
+        c->cls[k->pm_next].pm_prev = ki;
+    c->pm_head[k->used_pm] = ki;
     k->bucket = bucket_of(k);
     k->prev = NONE;
     k->next = c->bucket_head[k->bucket];
@@ -117,6 +126,12 @@ static void bucket_link(struct gv_alloc_cluster *c, uint32_t ki)
 static void bucket_unlink(struct gv_alloc_cluster *c, uint32_t ki)
 {
     struct sclass *k = &c->cls[ki];
+    if (k->pm_prev != NONE)
+        c->cls[k->pm_prev].pm_next = k->pm_next;
+    else
+        c->pm_head[k->used_pm] = k->pm_next;
+    if (k->pm_next != NONE)
+        c->cls[k->pm_next].pm_prev = k->pm_prev;
     if (k->prev != NONE)
         c->cls[k->prev].next = k->next;
     else
@@ -267,6 +282,8 @@ void index_init(struct gv_alloc_cluster *c)
 {
     for (uint32_t b = 0; b < IDX_BUCKETS; b++)
         c->bucket_head[b] = NONE;
+    for (uint32_t b = 0; b <= 1000; b++)
+        c->pm_head[b] = NONE;
 }
 
 /* What a request needs at least: whole GPUs (summed over containers, which

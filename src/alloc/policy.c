@@ -46,7 +46,9 @@ static double fgd_best_single(struct gv_alloc_cluster *c, const struct req_view 
 {
     const struct node *n = &c->nodes[node];
     const struct gv_alloc_container_req *cr = &v->req->containers[0];
-    double best = fgd_delta(c, node, v->req, p);
+    struct fgd_before before;
+    before.valid = false;
+    double best = fgd_delta_memo(c, node, v->req, p, &before);
     uint8_t tried[GV_ALLOC_MAX_NODE_GPUS];
     uint32_t ntried = 0;
     tried[ntried++] = p->gpu[0];
@@ -64,7 +66,7 @@ static double fgd_best_single(struct gv_alloc_cluster *c, const struct req_view 
         tried[ntried++] = (uint8_t)g;
         alt.gpu[0] = (uint8_t)g;
         alt.mem[0] = need;
-        double d = fgd_delta(c, node, v->req, &alt);
+        double d = fgd_delta_memo(c, node, v->req, &alt, &before);
         if (d < best - 1e-9 * fmax(1.0, fabs(best))) {
             best = d;
             p->gpu[0] = (uint8_t)g;
@@ -207,12 +209,49 @@ static bool memo_allowed(const struct gv_alloc_request *req)
            req->constraint[GV_ALLOC_NOUSE_UUID] == NULL;
 }
 
+/* Could a node scoring at most bound, named name, win against the best
+ * (see better())? */
+static bool may_beat(double bound, const char *name, double best, const char *best_name)
+{
+    double tol = 1e-9 * fmax(1.0, fabs(best));
+    if (bound > best + tol)
+        return true;
+    if (bound < best - tol)
+        return false;
+    return strcmp(name, best_name) < 0;
+}
+
 /*
  * The indexed search over all nodes: each state class that may fit is
  * scored once, on its smallest name (docs/alloc.md, "Cost of a decision").
  * Same result as the exhaustive loop below; *best stays UINT32_MAX when
  * nothing fits.
  */
+static void visit_class(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t ki,
+                        const struct idx_need *need, uint64_t allowed, bool cpu_only_fgd,
+                        uint32_t *best, double *best_score)
+{
+    const struct sclass *k = &c->cls[ki];
+    if (!index_may_fit(k, v->req, need, allowed))
+        return;
+    uint32_t idx = k->heap[0];
+    if (v->policy == GV_ALLOC_POLICY_SPREAD && *best != UINT32_MAX &&
+        spread_bound(&c->nodes[idx]) < *best_score - 1e-9 * fmax(1.0, fabs(*best_score)))
+        return;
+    if (cpu_only_fgd && *best != UINT32_MAX &&
+        !may_beat(k->used_pm + 999.0 * 1e-4, c->nodes[idx].name, *best_score,
+                  c->nodes[*best].name))
+        return;
+    struct pick p;
+    double sc;
+    if (!eval_node(c, v, idx, &p, &sc, NULL, 0))
+        return;
+    if (*best == UINT32_MAX || better(sc, c->nodes[idx].name, *best_score, c->nodes[*best].name)) {
+        *best = idx;
+        *best_score = sc;
+    }
+}
+
 static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t *best,
                          double *best_score)
 {
@@ -224,30 +263,23 @@ static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, u
             allowed |= i < 64 ? UINT64_C(1) << i : ~UINT64_C(0);
     uint32_t fmin;
     uint32_t wmin = index_first_bucket(&need, &fmin);
-    for (uint32_t w = wmin; w <= IDX_WHOLE_MAX; w++) {
-        for (uint32_t f = fmin; f < IDX_FRAC_BUCKETS; f++) {
-            for (uint32_t ki = c->bucket_head[w * IDX_FRAC_BUCKETS + f]; ki != UINT32_MAX;
-                 ki = c->cls[ki].next) {
-                const struct sclass *k = &c->cls[ki];
-                if (!index_may_fit(k, v->req, &need, allowed))
-                    continue;
-                uint32_t idx = k->heap[0];
-                if (v->policy == GV_ALLOC_POLICY_SPREAD && *best != UINT32_MAX &&
-                    spread_bound(&c->nodes[idx]) <
-                        *best_score - 1e-9 * fmax(1.0, fabs(*best_score)))
-                    continue;
-                struct pick p;
-                double sc;
-                if (!eval_node(c, v, idx, &p, &sc, NULL, 0))
-                    continue;
-                if (*best == UINT32_MAX ||
-                    better(sc, c->nodes[idx].name, *best_score, c->nodes[*best].name)) {
-                    *best = idx;
-                    *best_score = sc;
-                }
-            }
+    bool cpu_only_fgd = v->policy == GV_ALLOC_POLICY_FGD && v->req->n_containers == 0;
+    if (cpu_only_fgd) {
+        /* Fullest GPUs first: once a level's best possible score loses,
+         * every emptier level does too. */
+        for (int pm = 1000; pm >= 0; pm--) {
+            if (*best != UINT32_MAX && pm + 999.0 * 1e-4 < *best_score - 1e-9 * fmax(1.0, fabs(*best_score)))
+                break;
+            for (uint32_t ki = c->pm_head[pm]; ki != UINT32_MAX; ki = c->cls[ki].pm_next)
+                visit_class(c, v, ki, &need, allowed, true, best, best_score);
         }
+        return;
     }
+    for (uint32_t w = wmin; w <= IDX_WHOLE_MAX; w++)
+        for (uint32_t f = fmin; f < IDX_FRAC_BUCKETS; f++)
+            for (uint32_t ki = c->bucket_head[w * IDX_FRAC_BUCKETS + f]; ki != UINT32_MAX;
+                 ki = c->cls[ki].next)
+                visit_class(c, v, ki, &need, allowed, false, best, best_score);
 }
 
 gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
