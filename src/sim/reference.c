@@ -17,6 +17,9 @@
  * that may use a model outside S).  That is the max-flow of a transport
  * relaxation (GPU shares split freely), so it ignores CPU, packing and
  * multi-GPU shape: a floor, often far below what any placement reaches.
+ * The same for CPU and for memory: summed over nodes, the arrivals' GPU
+ * share per unit of the resource taken greedily (a fractional knapsack)
+ * bounds what any placement allocates when that resource binds.
  */
 #include <math.h>
 #include <stdio.h>
@@ -132,7 +135,59 @@ struct arrival {
     uint64_t milli;
     int64_t cpu;
     uint64_t seq;
+    double ratio; /* GPU milli per unit of the host resource being bounded */
 };
+
+static int by_ratio(const void *x, const void *y)
+{
+    const struct arrival *a = x, *b = y;
+    return a->ratio > b->ratio ? -1 : a->ratio < b->ratio;
+}
+
+/*
+ * Most GPU share the arrivals can take when all they share is one host
+ * resource of the cluster (CPU or memory, summed over nodes): a fractional
+ * knapsack, filled by GPU share per unit of the resource.  need(i) is pod
+ * i's request; pods that fit nowhere (mask 0) are left out.
+ */
+static double host_bound(const struct gv_sim_trace *t, struct arrival *arr, size_t n,
+                         const uint32_t *mask, bool cpu)
+{
+    double total = 0;
+    for (size_t i = 0; i < t->n_nodes; i++) {
+        int64_t cap = cpu ? t->nodes[i].spec.cpu_milli : t->nodes[i].spec.mem_mib;
+        if (cap <= 0)
+            return INFINITY; /* a node that does not count this resource */
+        total += (double)cap;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const struct gv_alloc_request *r = t->pods[arr[i].pod];
+        double need = (double)(cpu ? r->cpu_milli : r->mem_mib);
+        arr[i].ratio = mask[arr[i].pod] == 0 || arr[i].milli == 0 ? -1.0
+                       : need <= 0                               ? INFINITY
+                                                                 : (double)arr[i].milli / need;
+    }
+    qsort(arr, n, sizeof(*arr), by_ratio);
+    double got = 0;
+    for (size_t i = 0; i < n && arr[i].ratio >= 0; i++) {
+        const struct gv_alloc_request *r = t->pods[arr[i].pod];
+        double need = (double)(cpu ? r->cpu_milli : r->mem_mib);
+        if (need <= total) {
+            total -= need;
+            got += (double)arr[i].milli;
+        } else {
+            got += (double)arr[i].milli * total / need;
+            break;
+        }
+    }
+    return got;
+}
+
+static int by_seq(const void *x, const void *y)
+{
+    const struct arrival *a = x, *b = y;
+    return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
 
 static int by_demand(const void *x, const void *y)
 {
@@ -215,7 +270,7 @@ gv_status gv_sim_reference(const struct gv_sim_trace *t, uint64_t seed,
             cap_arr = nc;
         }
         size_t p = sim_arrivals_next(&seq);
-        arr[n] = (struct arrival){p, sim_pod_milli(t->pods[p]), t->pods[p]->cpu_milli, n};
+        arr[n] = (struct arrival){p, sim_pod_milli(t->pods[p]), t->pods[p]->cpu_milli, n, 0};
         arrived += arr[n++].milli;
     }
     /* Bound (Hall / min-cut over model sets; all sets when few models). */
@@ -232,7 +287,12 @@ gv_status gv_sim_reference(const struct gv_sim_trace *t, uint64_t seed,
         if (v < best)
             best = v;
     }
-    out->bound_unalloc_pct = 100.0 - 100.0 * best / (double)cap;
+    /* CPU and memory: the same, one host resource at a time */
+    best = fmin(best, host_bound(t, arr, n, mask, true));
+    best = fmin(best, host_bound(t, arr, n, mask, false));
+    out->bound_unalloc_pct = 100.0 - 100.0 * fmin(best, (double)cap) / (double)cap;
+    /* restore arrival order for the oracle */
+    qsort(arr, n, sizeof(*arr), by_seq);
     /* Oracle. */
     /* arrival order with the whole workload known, then largest GPU demand
      * first under best fit and under FGD */

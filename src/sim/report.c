@@ -123,7 +123,7 @@ void gv_sim_report_table(const struct gv_sim_report *r, const char *title, struc
                           "best of fgd knowing all pods, largest-first binpack/fgd",
                           om, sqrt(osq / div));
         gv_sim_buf_printf(b, "%-8s %-60s %7.2f +- %4.2f\n", "bound",
-                          "lower bound: GPU capacity per model set, pods that fit",
+                          "lower bound: capacity per GPU model set, CPU, memory",
                           bm, sqrt(bsq / div));
     }
     uint32_t hp = headline_policy(r);
