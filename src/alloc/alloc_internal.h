@@ -87,6 +87,10 @@ struct sclass {
     uint32_t max_free;     /* largest free share of one open GPU, milli */
     uint32_t used_pm;      /* GPU share in use, permille (floor), as eval_node counts it */
     uint32_t pm_prev, pm_next; /* list of classes with this used_pm */
+    /* score memo of the current pass over a candidate list (policy.c) */
+    uint32_t memo_stamp;
+    bool memo_fits;
+    double memo_score;
 };
 
 #define IDX_WHOLE_MAX 8
@@ -163,6 +167,7 @@ struct gv_alloc_cluster {
     uint32_t bucket_head[IDX_BUCKETS];
     uint32_t pm_head[1001]; /* classes by used_pm (pods without GPUs, fgd) */
     bool index_broken; /* an allocation failed: score exhaustively */
+    uint32_t cls_stamp; /* current candidate-list pass */
 
 };
 

@@ -132,8 +132,12 @@ static uint64_t mix64(uint64_t x)
  * order of GPUs, so identical nodes are scored once (policy.c). */
 void alloc_node_resign(struct node *n)
 {
-    uint64_t h = mix64((uint64_t)(n->cpu_cap - n->cpu_used) ^ ((uint64_t)n->n_gpus << 56));
-    h ^= mix64((uint64_t)(n->mem_cap - n->mem_used) + 0x9e3779b97f4a7c15u);
+    /* A capacity of 0 means "not checked", which fits what a full node
+     * does not: the two must not share a signature. */
+    uint64_t h = mix64((uint64_t)(n->cpu_cap - n->cpu_used) ^ ((uint64_t)n->n_gpus << 56) ^
+                       ((uint64_t)(n->cpu_cap > 0) << 63));
+    h ^= mix64((uint64_t)(n->mem_cap - n->mem_used) + 0x9e3779b97f4a7c15u +
+               ((uint64_t)(n->mem_cap > 0) << 62));
     uint64_t sum = 0;
     n->free_share = 0;
     for (uint32_t i = 0; i < n->n_gpus; i++) {

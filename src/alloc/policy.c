@@ -181,10 +181,66 @@ static struct memo_slot *memo_slot(struct gv_alloc_cluster *c, uint64_t sig, boo
     }
 }
 
-/* Scores node through the memo; reason only filled on a fresh misfit. */
-static bool score_node(struct gv_alloc_cluster *c, const struct req_view *v, bool use_memo,
-                       uint32_t node, double *score, char *reason, size_t cap)
+static bool memo_allowed(const struct gv_alloc_request *req)
 {
+    /* Signatures ignore uuids, so uuid constraints must see every node. */
+    return req->constraint[GV_ALLOC_USE_UUID] == NULL &&
+           req->constraint[GV_ALLOC_NOUSE_UUID] == NULL;
+}
+
+/* Per-call state of a scoring pass over a candidate list: with a healthy
+ * index, a node's state class is its memo slot (no hashing), and a class
+ * that cannot fit is known without scoring. */
+struct pass {
+    bool use_memo, use_cls;
+    struct idx_need need;
+    uint64_t allowed;
+};
+
+static void pass_init(struct gv_alloc_cluster *c, const struct req_view *v, struct pass *ps)
+{
+    memset(ps, 0, sizeof(*ps));
+    if (!memo_allowed(v->req))
+        return;
+    if (!c->index_broken && !c->cfg.exhaustive) {
+        ps->use_memo = ps->use_cls = true;
+        index_need(v->req, &ps->need);
+        for (uint32_t i = 0; i < c->n_models; i++)
+            if (v->model_ok[i])
+                ps->allowed |= i < 64 ? UINT64_C(1) << i : ~UINT64_C(0);
+        if (++c->cls_stamp == 0) {
+            for (uint32_t i = 0; i < c->n_cls; i++)
+                c->cls[i].memo_stamp = 0;
+            c->cls_stamp = 1;
+        }
+        return;
+    }
+    ps->use_memo = memo_prepare(c) == GV_OK;
+}
+
+/* Scores node through the memo; reason only filled on a fresh misfit. */
+static bool score_node(struct gv_alloc_cluster *c, const struct req_view *v,
+                       const struct pass *ps, uint32_t node, double *score, char *reason,
+                       size_t cap)
+{
+    uint32_t ki = c->nodes[node].cls;
+    if (ps->use_cls && ki != UINT32_MAX) {
+        struct sclass *k = &c->cls[ki];
+        if (k->memo_stamp == c->cls_stamp) {
+            *score = k->memo_score;
+            if (!k->memo_fits && reason != NULL)
+                snprintf(reason, cap, "same state as another node that does not fit");
+            return k->memo_fits;
+        }
+        k->memo_stamp = c->cls_stamp;
+        struct pick p;
+        bool fits = (reason != NULL || index_may_fit(k, v->req, &ps->need, ps->allowed)) &&
+                    eval_node(c, v, node, &p, score, reason, cap);
+        k->memo_fits = fits;
+        k->memo_score = fits ? *score : 0;
+        return fits;
+    }
+    bool use_memo = ps->use_memo && !ps->use_cls;
     bool hit = false;
     struct memo_slot *m = use_memo ? memo_slot(c, c->nodes[node].sig, &hit) : NULL;
     if (hit) {
@@ -200,13 +256,6 @@ static bool score_node(struct gv_alloc_cluster *c, const struct req_view *v, boo
         m->score = fits ? *score : 0;
     }
     return fits;
-}
-
-static bool memo_allowed(const struct gv_alloc_request *req)
-{
-    /* Signatures ignore uuids, so uuid constraints must see every node. */
-    return req->constraint[GV_ALLOC_USE_UUID] == NULL &&
-           req->constraint[GV_ALLOC_NOUSE_UUID] == NULL;
 }
 
 /* Could a node scoring at most bound, named name, win against the best
@@ -275,11 +324,19 @@ static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, u
         }
         return;
     }
-    for (uint32_t w = wmin; w <= IDX_WHOLE_MAX; w++)
-        for (uint32_t f = fmin; f < IDX_FRAC_BUCKETS; f++)
+    /* Spread's bound prunes once a good (empty) node is found: emptiest
+     * buckets first; the others fullest first.  The order changes nothing
+     * but the work (ties go by name). */
+    bool rev = v->policy == GV_ALLOC_POLICY_SPREAD;
+    for (uint32_t wi = wmin; wi <= IDX_WHOLE_MAX; wi++) {
+        uint32_t w = rev ? IDX_WHOLE_MAX - (wi - wmin) : wi;
+        for (uint32_t fi = fmin; fi < IDX_FRAC_BUCKETS; fi++) {
+            uint32_t f = rev ? IDX_FRAC_BUCKETS - 1 - (fi - fmin) : fi;
             for (uint32_t ki = c->bucket_head[w * IDX_FRAC_BUCKETS + f]; ki != UINT32_MAX;
                  ki = c->cls[ki].next)
                 visit_class(c, v, ki, &need, allowed, false, best, best_score);
+        }
+    }
 }
 
 gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
@@ -320,7 +377,8 @@ gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_reques
         }
         /* the first node fits after all (index out of step): score all */
     }
-    bool use_memo = memo_allowed(req) && memo_prepare(c) == GV_OK;
+    struct pass ps;
+    pass_init(c, &v, &ps);
     size_t total = nodes != NULL ? n : c->n_nodes;
     uint32_t best = UINT32_MAX, tried = 0, unknown = 0;
     double best_score = 0;
@@ -347,7 +405,7 @@ gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_reques
             continue;
         double s;
         bool need_reason = first_name == NULL;
-        if (score_node(c, &v, use_memo, idx, &s, need_reason ? first_reason : NULL,
+        if (score_node(c, &v, &ps, idx, &s, need_reason ? first_reason : NULL,
                        sizeof(first_reason))) {
             if (best == UINT32_MAX || better(s, c->nodes[idx].name, best_score,
                                              c->nodes[best].name)) {
@@ -389,12 +447,13 @@ gv_status gv_alloc_score_nodes(struct gv_alloc_cluster *c, const struct gv_alloc
         alloc_view_fini(&v);
         return gv_error_set(err, GV_ENOMEM, "out of memory");
     }
-    bool use_memo = memo_allowed(req) && memo_prepare(c) == GV_OK;
+    struct pass ps;
+    pass_init(c, &v, &ps);
     double lo = INFINITY, hi = -INFINITY;
     for (size_t i = 0; i < n; i++) {
         uint32_t idx = strmap_get(&c->node_map, nodes[i]);
         scores[i] = -1;
-        if (idx == UINT32_MAX || !score_node(c, &v, use_memo, idx, &raw[i], NULL, 0))
+        if (idx == UINT32_MAX || !score_node(c, &v, &ps, idx, &raw[i], NULL, 0))
             continue;
         scores[i] = 0;
         lo = fmin(lo, raw[i]);

@@ -135,8 +135,30 @@ static void test_indexed_equals_exhaustive(void **state)
             gv_alloc_observe(p.idx, r);
             gv_alloc_observe(p.all, r);
             struct gv_error ea = {0}, eb = {0};
-            gv_status ra = gv_alloc_pick(p.idx, r, NULL, 0, &a, &ea);
-            gv_status rb = gv_alloc_pick(p.all, r, NULL, 0, &b, &eb);
+            /* every third decision over a candidate list (the extender's
+             * path): a random subset of node names, some unknown */
+            const char *cand[400];
+            char names[400][32];
+            size_t nc = 0;
+            bool listed = step % 3 == 2;
+            if (listed) {
+                for (uint32_t i = 0; i < n_nodes * 2 && nc < 400; i++) {
+                    if (below(3) == 0)
+                        continue;
+                    snprintf(names[nc], sizeof(names[nc]), "node-%03u", i);
+                    cand[nc] = names[nc];
+                    nc++;
+                }
+            }
+            gv_status ra = gv_alloc_pick(p.idx, r, listed ? cand : NULL, nc, &a, &ea);
+            gv_status rb = gv_alloc_pick(p.all, r, listed ? cand : NULL, nc, &b, &eb);
+            if (listed && ra == rb) {
+                /* prioritize: the same 0..100 scores both ways */
+                int32_t sa[400], sb[400];
+                assert_int_equal(gv_alloc_score_nodes(p.idx, r, cand, nc, sa, NULL), GV_OK);
+                assert_int_equal(gv_alloc_score_nodes(p.all, r, cand, nc, sb, NULL), GV_OK);
+                assert_memory_equal(sa, sb, nc * sizeof(sa[0]));
+            }
             decisions++;
             if (ra != rb)
                 fail_msg("trial %d step %d: indexed %d (%s), exhaustive %d (%s)", trial, step, ra,
