@@ -258,18 +258,6 @@ static bool score_node(struct gv_alloc_cluster *c, const struct req_view *v,
     return fits;
 }
 
-/* Could a node scoring at most bound, named name, win against the best
- * (see better())? */
-static bool may_beat(double bound, const char *name, double best, const char *best_name)
-{
-    double tol = 1e-9 * fmax(1.0, fabs(best));
-    if (bound > best + tol)
-        return true;
-    if (bound < best - tol)
-        return false;
-    return strcmp(name, best_name) < 0;
-}
-
 /*
  * The indexed search over all nodes: each state class that may fit is
  * scored once, on its smallest name (docs/alloc.md, "Cost of a decision").
@@ -288,8 +276,9 @@ static void visit_class(struct gv_alloc_cluster *c, const struct req_view *v, ui
         spread_bound(&c->nodes[idx]) < *best_score - 1e-9 * fmax(1.0, fabs(*best_score)))
         return;
     if (cpu_only_fgd && *best != UINT32_MAX &&
-        !may_beat(k->used_pm + 999.0 * 1e-4, c->nodes[idx].name, *best_score,
-                  c->nodes[*best].name))
+        /* a node scoring its bound, named so, could not win either */
+        !better(k->used_pm + 999.0 * 1e-4, c->nodes[idx].name, *best_score,
+                c->nodes[*best].name))
         return;
     struct pick p;
     double sc;

@@ -621,15 +621,19 @@ static gv_status k8s_add_pods(const struct gv_sim_trace *t, struct gv_sim_trace 
     return rc;
 }
 
-gv_status gv_sim_parse_k8s_nodes(struct gv_sim_trace *t, const char *name, const char *buf,
-                                 size_t len, struct gv_error *err)
+/* One List of Nodes (nodes) or Pods into t, all or nothing. */
+static gv_status k8s_parse(struct gv_sim_trace *t, const char *name, const char *buf, size_t len,
+                           bool nodes, struct gv_error *err)
 {
     json_t *root, *items;
     gv_status rc = k8s_items(name, buf, len, &root, &items, err);
     if (rc != GV_OK)
         return rc;
     struct gv_sim_trace tmp = {0};
-    rc = k8s_add_nodes(&tmp, name, items, false, err);
+    rc = nodes ? k8s_add_nodes(&tmp, name, items, false, err)
+               : k8s_add_pods(t, &tmp, name, items, false, err);
+    if (rc == GV_OK && !nodes && tmp.n_pods == 0)
+        rc = gv_error_set(err, GV_EPARSE, "%s: no running or pending pods", name);
     if (rc == GV_OK)
         rc = trace_move(t, &tmp, err);
     sim_trace_clear(&tmp);
@@ -637,22 +641,16 @@ gv_status gv_sim_parse_k8s_nodes(struct gv_sim_trace *t, const char *name, const
     return rc;
 }
 
+gv_status gv_sim_parse_k8s_nodes(struct gv_sim_trace *t, const char *name, const char *buf,
+                                 size_t len, struct gv_error *err)
+{
+    return k8s_parse(t, name, buf, len, true, err);
+}
+
 gv_status gv_sim_parse_k8s_pods(struct gv_sim_trace *t, const char *name, const char *buf,
                                 size_t len, struct gv_error *err)
 {
-    json_t *root, *items;
-    gv_status rc = k8s_items(name, buf, len, &root, &items, err);
-    if (rc != GV_OK)
-        return rc;
-    struct gv_sim_trace tmp = {0};
-    rc = k8s_add_pods(t, &tmp, name, items, false, err);
-    if (rc == GV_OK && tmp.n_pods == 0)
-        rc = gv_error_set(err, GV_EPARSE, "%s: no running or pending pods", name);
-    if (rc == GV_OK)
-        rc = trace_move(t, &tmp, err);
-    sim_trace_clear(&tmp);
-    json_decref(root);
-    return rc;
+    return k8s_parse(t, name, buf, len, false, err);
 }
 
 gv_status gv_sim_parse_k8s_cluster(struct gv_sim_trace *t, const char *name, const char *buf,
