@@ -328,6 +328,18 @@ static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, u
     }
 }
 
+/* The chosen node's GPUs into out; ends the view. */
+static gv_status pick_done(struct gv_alloc_cluster *c, struct req_view *v, uint32_t best,
+                           struct gv_alloc_assignment *out)
+{
+    struct pick p;
+    double s;
+    eval_node(c, v, best, &p, &s, NULL, 0);
+    alloc_pick_assignment(c, v->req, best, &p, out);
+    alloc_view_fini(v);
+    return GV_OK;
+}
+
 gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
                         const char *const *nodes, size_t n, struct gv_alloc_assignment *out,
                         struct gv_error *err)
@@ -340,14 +352,8 @@ gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_reques
         uint32_t best = UINT32_MAX;
         double best_score = 0;
         pick_indexed(c, &v, &best, &best_score);
-        if (best != UINT32_MAX) {
-            struct pick p;
-            double s;
-            eval_node(c, &v, best, &p, &s, NULL, 0);
-            alloc_pick_assignment(c, req, best, &p, out);
-            alloc_view_fini(&v);
-            return GV_OK;
-        }
+        if (best != UINT32_MAX)
+            return pick_done(c, &v, best, out);
         /* Nothing fits: the exhaustive loop would report the first live
          * node (none fits, so the first is the first misfit) and its
          * reason; say the same without visiting the rest. */
@@ -415,12 +421,7 @@ gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_reques
         alloc_view_fini(&v);
         return rc;
     }
-    struct pick p;
-    double s;
-    eval_node(c, &v, best, &p, &s, NULL, 0);
-    alloc_pick_assignment(c, req, best, &p, out);
-    alloc_view_fini(&v);
-    return GV_OK;
+    return pick_done(c, &v, best, out);
 }
 
 gv_status gv_alloc_score_nodes(struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
