@@ -110,6 +110,12 @@ struct gv_alloc_config {
      * first node by name (first fit).  0 = exact scores.
      */
     double fgd_score_step;
+    /*
+     * Score every node instead of the indexed search (docs/alloc.md, "Cost
+     * of a decision"); the choice is the same, only slower.  For tests and
+     * benchmarks that compare the two.
+     */
+    bool exhaustive;
 };
 
 /* HAMi defaults: names above, whole-GPU memory, 0 cores, 1 GPU, split 10,
