@@ -158,8 +158,10 @@ def allocate(stub, pb, first, count):
     """One Allocate per pod; latencies in ms (the Python client included)."""
     lat = []
     for i in range(first, first + count):
+        # a device ID no other live container holds, as the kubelet guarantees
+        # (a repeated ID would be a repeated request: answered from its record)
         req = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(
-            devices_ids=["%s::%d" % (GPUS[i % len(GPUS)], i % 100)])])
+            devices_ids=["%s::%d" % (GPUS[i % len(GPUS)], (i // len(GPUS)) % 100)])])
         t0 = time.perf_counter()
         r = stub.Allocate(req, timeout=10)
         lat.append((time.perf_counter() - t0) * 1000)

@@ -14,8 +14,16 @@ BENCH_PROGS += bench_placement
 bench_placement_SRCS := bench/bench_placement.c
 bench_placement_LIBS := sim contracts alloc common
 bench_placement_LDLIBS = $(contracts_LDLIBS)
+# Node index: fgd replay of a 10x openb cluster, indexed vs every node scored.
+BENCH_PROGS += bench_index
+bench_index_SRCS := bench/bench_index.c
+bench_index_LIBS := sim contracts alloc common
+bench_index_LDLIBS = $(contracts_LDLIBS)
 # gpuvisor simulate: openb replay speed and quality over every bundled trace.
 BENCH_SCRIPTS += bench/bench_simulate.sh
+# gpuvisor-scheduler: /metrics (with and without HAMi's names) and the
+# dashboard's /api/state at 1,000 nodes x 8 GPUs.
+BENCH_SCRIPTS += bench/bench_scheduler_metrics.sh
 
 # Compute share (docs/compute-share.md): launch overhead of the interposer and
 # share accuracy on the fake driver's virtual clock.
@@ -35,7 +43,23 @@ bench_scheduler_SRCS := bench/bench_scheduler.c tests/scheduler/sched_testlib.c 
 bench_scheduler_LIBS := kube common
 bench_scheduler_LDLIBS := $(kube_LDLIBS) $(FAKE_APISERVER_LDLIBS)
 bench_scheduler_CFLAGS := -I.
+# 200-pod burst with repeated filters of bound pods (issue 12): over-commit,
+# binds/s, filter p99, accounting drift.
+BENCH_PROGS += bench_sched_burst
+bench_sched_burst_SRCS := bench/bench_sched_burst.c tests/scheduler/sched_testlib.c \
+	tests/fakes/apiserver/fake_apiserver_proc.c
+bench_sched_burst_LIBS := kube alloc common
+bench_sched_burst_LDLIBS := $(kube_LDLIBS) $(FAKE_APISERVER_LDLIBS)
+bench_sched_burst_CFLAGS := -I.
 endif
 
 # gpuvisor-node: Allocate p99 with 500 pods on the node, idle RSS and CPU.
 BENCH_SCRIPTS += bench/bench_node_agent.sh
+
+# gpuvisor-node /metrics: scrape cost and memory with 110 containers' regions
+# (bench_mkregions makes the regions through the shm API).
+bench_mkregions_SRCS := bench/bench_mkregions.c
+bench_mkregions_LIBS := shm common
+$(eval $(call GV_EXE,bench_mkregions,bench))
+EXTRA_ALL += $(BUILD)/bench/bench_mkregions
+BENCH_SCRIPTS += bench/bench_node_metrics.sh

@@ -110,6 +110,12 @@ struct gv_alloc_config {
      * first node by name (first fit).  0 = exact scores.
      */
     double fgd_score_step;
+    /*
+     * Score every node instead of the indexed search (docs/alloc.md, "Cost
+     * of a decision"); the choice is the same, only slower.  For tests and
+     * benchmarks that compare the two.
+     */
+    bool exhaustive;
 };
 
 /* HAMi defaults: names above, whole-GPU memory, 0 cores, 1 GPU, split 10,
@@ -347,6 +353,11 @@ gv_status gv_alloc_place(struct gv_alloc_cluster *c, const struct gv_alloc_reque
 /* Releases a placed pod, restoring usage exactly.  GV_ENOTFOUND if unknown. */
 gv_status gv_alloc_release(struct gv_alloc_cluster *c, const char *uid, struct gv_error *err);
 bool gv_alloc_is_placed(const struct gv_alloc_cluster *c, const char *uid);
+/* The uids of the pods placed on node: the first cap go to uids[] (the
+ * cluster's copies, valid until the next change); returns how many there
+ * are (0 for an unknown node). */
+size_t gv_alloc_node_pods(const struct gv_alloc_cluster *c, const char *node, const char **uids,
+                          size_t cap);
 
 /*
  * Feeds one request into the FGD workload model (call once per pod, when
@@ -359,6 +370,36 @@ void gv_alloc_observe(struct gv_alloc_cluster *c, const struct gv_alloc_request 
  */
 gv_status gv_alloc_node_fragmentation(struct gv_alloc_cluster *c, const char *node, double *out,
                                       struct gv_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* Observers (src/alloc/inspect.c): read-only views for metrics, dashboards  */
+/* and `kubectl gpuvisor`.                                                   */
+
+struct gv_alloc_gpu_info {
+    const char *uuid, *model; /* the cluster's copies: valid until the node is next changed */
+    uint32_t index;
+    uint64_t mem_mib;         /* schedulable memory */
+    uint32_t split;
+    bool healthy;
+    gv_alloc_gpu_mode mode;
+    uint64_t used_mem_mib;
+    uint32_t used_milli, tasks;
+};
+
+/* Capacity and usage of a node's i-th GPU (spec order). */
+gv_status gv_alloc_gpu_info_at(const struct gv_alloc_cluster *c, const char *node, uint32_t i,
+                               struct gv_alloc_gpu_info *out, struct gv_error *err);
+/* GPUs of a node (0 when unknown). */
+uint32_t gv_alloc_node_gpu_count(const struct gv_alloc_cluster *c, const char *node);
+
+struct gv_alloc_frag {
+    double free_milli; /* free GPU share over every node (milli-GPU) */
+    double frag_milli; /* of which fragmented: sum of gv_alloc_node_fragmentation */
+    double ratio;      /* frag / free, 0 when nothing is free */
+};
+/* Cluster fragmentation under the current workload model (0 while the model
+ * is empty: feed it with gv_alloc_observe). */
+void gv_alloc_cluster_fragmentation(struct gv_alloc_cluster *c, struct gv_alloc_frag *out);
 
 /* ------------------------------------------------------------------------ */
 /* Assignment encoding (pod annotation gpuvisor.io/assignment).             */

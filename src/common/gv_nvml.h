@@ -228,6 +228,19 @@ typedef enum nvmlTemperatureSensors_enum {
 nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType,
                                       unsigned int *temp);
 
+/* --- node agent (gpuvisor-node): monitor counters (docs/observability.md) -- */
+typedef enum nvmlClockType_enum {
+    NVML_CLOCK_GRAPHICS = 0,
+    NVML_CLOCK_SM = 1,
+    NVML_CLOCK_MEM = 2,
+    NVML_CLOCK_VIDEO = 3,
+} nvmlClockType_t;
+
+/* milliwatts */
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power);
+/* MHz */
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock);
+
 #ifdef __cplusplus
 }
 #endif

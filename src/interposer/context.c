@@ -5,23 +5,39 @@
  * context it brings to life, is charged:
  *   - GPUVISOR_CONTEXT_RESERVE[_<i>] bytes when configured (reserved before
  *     the driver is asked, like an allocation), else
- *   - what the driver took, measured as the change of the card's used memory
- *     in NVML across the creation (capped: a concurrent allocation by another
- *     tenant must not be billed to us).
+ *   - what the driver took for this process: the change of this process's
+ *     own entry in NVML's per-process list across the creation (never the
+ *     card's used memory, which moves with every neighbour's allocation),
+ *     less what this process's other threads charged in the meantime.
+ * Context creation is serialised across the container (gv_shm_ctx_serialize)
+ * so that the one process that appears in NVML's list while we create is
+ * us: that is how a process in a container learns its host pid.  When it
+ * cannot tell (another container's process appeared in the same window),
+ * the card's context size measured earlier (the region's ctx_bytes, or this
+ * process's own earlier measurement) is charged instead, never a delta that
+ * includes a neighbour.
  * A context that does not fit the slice is destroyed again and the call
  * returns CUDA_ERROR_OUT_OF_MEMORY.
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "interposer/interposer.h"
 
 /* No context is this large; a bigger measurement includes someone else. */
 #define CTX_MEASURE_MAX (1ull << 30)
+#define CARD_PROCS 64
 
 static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static int primary_refs[GV_SHM_MAX_DEVICES];
 static uint64_t primary_charge[GV_SHM_MAX_DEVICES];
+/* This process's host pid (as NVML names it), learned at its first context;
+ * kept here, not read back from the region, which others can write. */
+static unsigned my_host_pid;
+/* The last context size this process measured itself, per region device. */
+static uint64_t my_ctx_bytes[GV_SHM_MAX_DEVICES];
 
 struct ctx_charge {
     CUcontext ctx;
@@ -31,11 +47,11 @@ struct ctx_charge {
 /* Created contexts still alive (few per process). */
 static struct ctx_charge created[64];
 
-/* What NVML says about the card: used bytes and the pids holding contexts. */
+/* NVML's per-process view of the card. */
 struct card_view {
-    uint64_t used;
     unsigned npids;
-    unsigned pids[64];
+    unsigned pids[CARD_PROCS];
+    uint64_t used[CARD_PROCS];
 };
 
 static bool card_view(int rdev, struct card_view *v)
@@ -43,51 +59,159 @@ static bool card_view(int rdev, struct card_view *v)
     const struct gv_shm_device *d = gv_ip_dev_info(rdev);
     static bool nvml_inited;
     nvmlDevice_t h;
-    nvmlMemory_t m;
     if (d == NULL || !gv_ip_nvml_ready() || gv_nv.nvmlInit_v2 == NULL ||
-        gv_nv.nvmlDeviceGetHandleByUUID == NULL || gv_nv.nvmlDeviceGetMemoryInfo == NULL)
+        gv_nv.nvmlDeviceGetHandleByUUID == NULL ||
+        gv_nv.nvmlDeviceGetComputeRunningProcesses_v3 == NULL)
         return false;
     if (!nvml_inited && gv_nv.nvmlInit_v2() == NVML_SUCCESS)
         nvml_inited = true;
-    if (gv_nv.nvmlDeviceGetHandleByUUID(d->uuid, &h) != NVML_SUCCESS ||
-        gv_nv.nvmlDeviceGetMemoryInfo(h, &m) != NVML_SUCCESS)
+    char uuid[GV_SHM_UUID_LEN];
+    snprintf(uuid, sizeof(uuid), "%.*s", GV_SHM_UUID_LEN - 1, d->uuid);
+    nvmlProcessInfo_t infos[CARD_PROCS];
+    unsigned n = CARD_PROCS;
+    if (gv_nv.nvmlDeviceGetHandleByUUID(uuid, &h) != NVML_SUCCESS ||
+        gv_nv.nvmlDeviceGetComputeRunningProcesses_v3(h, &n, infos) != NVML_SUCCESS)
         return false;
-    v->used = m.used;
     v->npids = 0;
-    nvmlProcessInfo_t infos[64];
-    unsigned n = 64;
-    if (gv_nv.nvmlDeviceGetComputeRunningProcesses_v3 != NULL &&
-        gv_nv.nvmlDeviceGetComputeRunningProcesses_v3(h, &n, infos) == NVML_SUCCESS)
-        for (unsigned i = 0; i < n && i < 64; i++)
-            v->pids[v->npids++] = infos[i].pid;
+    for (unsigned i = 0; i < n && i < CARD_PROCS; i++) {
+        v->pids[v->npids] = infos[i].pid;
+        /* NVML_VALUE_NOT_AVAILABLE (no per-process figures, e.g. some
+         * Windows/vGPU setups) reads as "unknown": charged as 0. */
+        v->used[v->npids++] =
+            infos[i].usedGpuMemory == (unsigned long long)NVML_VALUE_NOT_AVAILABLE
+                ? 0
+                : infos[i].usedGpuMemory;
+    }
     return true;
+}
+
+static uint64_t used_by(const struct card_view *v, unsigned pid)
+{
+    for (unsigned i = 0; i < v->npids; i++)
+        if (v->pids[i] == pid)
+            return v->used[i];
+    return 0;
+}
+
+/* What each other slot has charged on rdev (a snapshot across a creation). */
+struct sibling_view {
+    uint64_t used[GV_SHM_MAX_PROCS];
+};
+
+static void sibling_view(int rdev, struct sibling_view *v)
+{
+    const struct gv_shm_region *r = gv_shm_region(gv_ip.shm);
+    const struct gv_shm_proc *self = gv_shm_self(gv_ip.shm);
+    for (int i = 0; i < GV_SHM_MAX_PROCS; i++)
+        v->used[i] = &r->procs[i] == self || atomic_load(&r->procs[i].pid) == 0
+                         ? 0
+                         : atomic_load(&r->procs[i].mem_used[rdev]);
+}
+
+static bool claimed_by_sibling(unsigned pid);
+
+/*
+ * Whether NVML's entry (pid, used) may be a sibling's: a sibling already
+ * known by that host pid, or one whose host pid is unknown and whose charges
+ * cover used (every sibling charges before it allocates and credits after
+ * it frees, so its charges are never below what NVML shows for it).
+ */
+static bool maybe_sibling(unsigned pid, uint64_t used, const struct sibling_view *sib)
+{
+    const struct gv_shm_region *r = gv_shm_region(gv_ip.shm);
+    for (int i = 0; i < GV_SHM_MAX_PROCS; i++) {
+        if (sib->used[i] == 0 && r->procs[i].hostpid == 0)
+            continue;
+        if (sib->used[i] >= used && r->procs[i].hostpid == 0)
+            return true;
+    }
+    return claimed_by_sibling(pid);
+}
+
+/* Whether another slot of the region already names pid as its host pid. */
+static bool claimed_by_sibling(unsigned pid)
+{
+    const struct gv_shm_region *r = gv_shm_region(gv_ip.shm);
+    const struct gv_shm_proc *self = gv_shm_self(gv_ip.shm);
+    for (int i = 0; i < GV_SHM_MAX_PROCS; i++)
+        if (&r->procs[i] != self && atomic_load(&r->procs[i].pid) != 0 &&
+            (unsigned)r->procs[i].hostpid == pid)
+            return true;
+    return false;
 }
 
 /*
  * NVML names processes by their pid on the host, which a process in a
- * container cannot see.  The one pid that appears in NVML's list while we
- * create our first context is ours: record it in our slot so NVML process
- * lists can be matched to the container (HAMi finds it the same way).
+ * container cannot see.  A process enters NVML's list with its first
+ * context, and context creation is serialised across the container, so the
+ * one pid that is new in the list after our first creation is ours -- unless
+ * it may be a sibling's (maybe_sibling: a sibling that never learned its own
+ * host pid, e.g. one whose contexts take no memory and which just made its
+ * first allocation) or a process of another container appeared in the same
+ * window: then we learn nothing this time, and say so.
  */
-static void learn_host_pid(const struct card_view *before, const struct card_view *after)
+static void learn_host_pid(const struct card_view *before, const struct card_view *after,
+                           const struct sibling_view *sib)
 {
-    struct gv_shm_proc *self = gv_ip.shm != NULL ? gv_shm_self(gv_ip.shm) : NULL;
-    if (self == NULL || self->hostpid != 0)
+    if (my_host_pid != 0)
         return;
-    unsigned found = 0, count = 0;
+    unsigned found = 0, count = 0, self = (unsigned)getpid();
+    bool self_new = false;
     for (unsigned i = 0; i < after->npids; i++) {
-        bool old = false;
-        for (unsigned j = 0; j < before->npids && !old; j++)
-            old = before->pids[j] == after->pids[i];
-        if (!old) {
-            found = after->pids[i];
-            count++;
-        }
+        if (after->used[i] == 0 || used_by(before, after->pids[i]) != 0 ||
+            maybe_sibling(after->pids[i], after->used[i], sib))
+            continue;
+        found = after->pids[i];
+        count++;
+        self_new = self_new || found == self;
+    }
+    /* Several are new (another container started meanwhile): without a pid
+     * namespace of our own, ours carries our pid; otherwise we cannot tell. */
+    if (count > 1 && self_new) {
+        found = self;
+        count = 1;
     }
     if (count == 1) {
-        self->hostpid = (int32_t)found;
+        my_host_pid = found;
+        struct gv_shm_proc *me = gv_shm_self(gv_ip.shm);
+        if (me != NULL)
+            me->hostpid = (int32_t)found;
         gv_debug("host pid %u", found);
+    } else if (count > 1) {
+        gv_debug("host pid not learned: %u processes appeared while our context was created",
+                 count);
     }
+}
+
+/*
+ * What creating a context on rdev took for this process: its own NVML
+ * figure's growth, less what its other threads charged meanwhile (held_*),
+ * or the card's context size known from earlier when we cannot tell.
+ */
+static uint64_t measured_bytes(int rdev, const struct card_view *before,
+                               const struct card_view *after, uint64_t held_before)
+{
+    _Atomic uint64_t *known = &((struct gv_shm_device *)gv_ip_dev_info(rdev))->ctx_bytes;
+    if (my_host_pid == 0) {
+        uint64_t k = my_ctx_bytes[rdev] != 0 ? my_ctx_bytes[rdev] : atomic_load(known);
+        gv_debug("context on region device %d: own NVML entry unknown, charging the card's "
+                 "context size %llu",
+                 rdev, (unsigned long long)k);
+        return k < CTX_MEASURE_MAX ? k : CTX_MEASURE_MAX;
+    }
+    uint64_t b = used_by(before, my_host_pid), a = used_by(after, my_host_pid);
+    uint64_t bytes = a > b ? a - b : 0;
+    uint64_t held_after = gv_shm_mem_held(gv_ip.shm, rdev);
+    uint64_t others = held_after > held_before ? held_after - held_before : 0;
+    bytes = bytes > others ? bytes - others : 0;
+    if (bytes > CTX_MEASURE_MAX)
+        bytes = CTX_MEASURE_MAX;
+    if (bytes != 0) {
+        my_ctx_bytes[rdev] = bytes;
+        uint64_t zero = 0;
+        atomic_compare_exchange_strong(known, &zero, bytes);
+    }
+    return bytes;
 }
 
 /*
@@ -109,30 +233,36 @@ static CUresult charged_create(CUdevice dev, create_fn create, void *arg, uint64
     if (rdev < 0)
         return create(arg);
     uint64_t fixed = gv_ipcfg_ctx_reserve(&gv_ip.cfg, dev);
-    if (fixed != 0 && gv_shm_mem_reserve(gv_ip.shm, rdev, fixed, GV_SHM_DEVICE, NULL) != GV_OK)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    struct card_view before, after;
-    bool viewed = card_view(rdev, &before);
-    CUresult rc = create(arg);
-    bool viewed_after = rc == CUDA_SUCCESS && viewed && card_view(rdev, &after);
-    if (viewed_after)
-        learn_host_pid(&before, &after);
     if (fixed != 0) {
+        if (gv_shm_mem_reserve(gv_ip.shm, rdev, fixed, GV_SHM_DEVICE, NULL) != GV_OK)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        CUresult rc = create(arg);
         if (rc != CUDA_SUCCESS)
             gv_shm_mem_release(gv_ip.shm, rdev, fixed, false);
         else
             *charged = fixed;
         return rc;
     }
-    if (!viewed_after || after.used <= before.used)
+    /* Only a process that does not know its host pid yet needs the
+     * container to itself: afterwards its own NVML entry is exact. */
+    bool serial = my_host_pid == 0 && gv_shm_ctx_serialize(gv_ip.shm) == GV_OK;
+    if (my_host_pid == 0 && !serial)
+        gv_warn("context creation not serialised across the container (another process "
+                "kept creating for too long): measuring anyway");
+    static struct sibling_view sib_after; /* under ctx_lock */
+    struct card_view before, after;
+    uint64_t held_before = gv_shm_mem_held(gv_ip.shm, rdev);
+    bool viewed = card_view(rdev, &before);
+    CUresult rc = create(arg);
+    bool viewed_after = rc == CUDA_SUCCESS && viewed && card_view(rdev, &after);
+    sibling_view(rdev, &sib_after);
+    if (viewed_after && serial)
+        learn_host_pid(&before, &after, &sib_after);
+    uint64_t bytes = viewed_after ? measured_bytes(rdev, &before, &after, held_before) : 0;
+    if (serial)
+        gv_shm_ctx_unserialize(gv_ip.shm);
+    if (rc != CUDA_SUCCESS || bytes == 0)
         return rc;
-    uint64_t bytes = after.used - before.used;
-    if (bytes > CTX_MEASURE_MAX) {
-        gv_debug("context on %s measured %llu bytes: not all ours, charging %llu",
-                 gv_ip_dev_info(rdev)->uuid, (unsigned long long)bytes,
-                 (unsigned long long)CTX_MEASURE_MAX);
-        bytes = CTX_MEASURE_MAX;
-    }
     if (gv_shm_mem_reserve(gv_ip.shm, rdev, bytes, GV_SHM_DEVICE, NULL) != GV_OK) {
         *refused = true;
         return CUDA_ERROR_OUT_OF_MEMORY;

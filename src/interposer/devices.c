@@ -291,16 +291,18 @@ bool gv_ip_mem_view(int rdev, uint64_t real_free, uint64_t *free_out, uint64_t *
                     uint64_t *used_out)
 {
     const struct gv_shm_device *d = gv_ip_dev_info(rdev);
-    if (d == NULL || d->mem_limit == 0)
+    uint64_t total, share;
+    uint32_t flags;
+    /* The limit this process trusts (never more than its configuration). */
+    if (d == NULL || !gv_shm_limit(gv_ip.shm, rdev, &total, &share, &flags) || total == 0)
         return false;
-    uint64_t total = d->mem_limit;
     /* Without oversubscription a limit above the card is capped by the card. */
-    if (!(d->flags & GV_SHM_DEV_OVERSUBSCRIBE) && d->mem_physical != 0 && total > d->mem_physical)
+    if (!(flags & GV_SHM_DEV_OVERSUBSCRIBE) && d->mem_physical != 0 && total > d->mem_physical)
         total = d->mem_physical;
     uint64_t used = gv_shm_mem_used(gv_ip.shm, rdev);
     uint64_t free_bytes = used < total ? total - used : 0;
     /* Oversubscribed slices may grow past what the card has free. */
-    if (free_bytes > real_free && !(d->flags & GV_SHM_DEV_OVERSUBSCRIBE))
+    if (free_bytes > real_free && !(flags & GV_SHM_DEV_OVERSUBSCRIBE))
         free_bytes = real_free;
     *free_out = free_bytes;
     *total_out = total;

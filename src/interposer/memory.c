@@ -167,10 +167,13 @@ static CUresult charge_begin_kind(struct charge *c, int rdev, uint64_t bytes,
         (!trim_pools(rdev) ||
          gv_shm_mem_reserve(gv_ip.shm, rdev, bytes, kind, &c->managed) != GV_OK)) {
         const struct gv_shm_device *d = gv_ip_dev_info(rdev);
-        gv_info("out of memory: %llu bytes requested on %s, %llu of %llu in use",
+        uint64_t limit = 0;
+        gv_shm_limit(gv_ip.shm, rdev, &limit, NULL, NULL);
+        const char *why = gv_shm_lock_error(gv_ip.shm);
+        gv_info("out of memory: %llu bytes requested on %.64s, %llu of %llu in use%s%s",
                 (unsigned long long)bytes, d ? d->uuid : "?",
-                (unsigned long long)gv_shm_mem_used(gv_ip.shm, rdev),
-                (unsigned long long)(d ? d->mem_limit : 0));
+                (unsigned long long)gv_shm_mem_used(gv_ip.shm, rdev), (unsigned long long)limit,
+                why[0] ? ": " : "", why);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     return CUDA_SUCCESS;
@@ -258,8 +261,9 @@ static uint64_t mul_sat(uint64_t a, uint64_t b)
  */
 static bool oversubscribed(int rdev)
 {
-    const struct gv_shm_device *d = gv_ip_dev_info(rdev);
-    return d != NULL && (d->flags & GV_SHM_DEV_OVERSUBSCRIBE) != 0;
+    uint32_t flags = 0;
+    return gv_ip_dev_info(rdev) != NULL && gv_shm_limit(gv_ip.shm, rdev, NULL, NULL, &flags) &&
+           (flags & GV_SHM_DEV_OVERSUBSCRIBE) != 0;
 }
 
 /* Reserves c->bytes as device memory while the share allows, else as managed. */

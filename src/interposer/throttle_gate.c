@@ -63,7 +63,8 @@ static void gate_setup(void)
         int rdev = gv_ip_cuda_dev(i);
         const struct gv_shm_device *info = gv_ip_dev_info(rdev);
         if (info != NULL) {
-            if (info->sm_limit != 0)
+            /* The region may lower this process's SM limit, never raise it. */
+            if (info->sm_limit != 0 && (cfg.sm_limit[i] == 0 || info->sm_limit < cfg.sm_limit[i]))
                 cfg.sm_limit[i] = info->sm_limit;
             cfg.pool[i] = (struct gv_throttle_pool *)(void *)gv_shm_sched_region(gv_ip.shm) + rdev;
             struct gv_shm_proc *self = gv_shm_self(gv_ip.shm);

@@ -518,6 +518,31 @@ gv_status gv_kube_get(struct gv_kube_client *c, const char *path, json_t **out,
     return request_json(c, &r, out, err);
 }
 
+gv_status gv_kube_get_text(struct gv_kube_client *c, const char *path, char **out, size_t *len,
+                           struct gv_error *err)
+{
+    *out = NULL;
+    gv_status st = check_path("GET", path, err);
+    if (st != GV_OK)
+        return st;
+    struct request r = {.method = "GET", .path = path};
+    struct gv_buf resp = {0};
+    if ((st = perform(c, &r, &resp, err)) == GV_OK) {
+        *out = malloc(resp.len + 1);
+        if (*out == NULL) {
+            st = gv_error_set(err, GV_ENOMEM, "GET %s: out of memory", path);
+        } else {
+            if (resp.len > 0)
+                memcpy(*out, resp.data, resp.len);
+            (*out)[resp.len] = '\0';
+            if (len != NULL)
+                *len = resp.len;
+        }
+    }
+    gv_buf_free(&resp);
+    return st;
+}
+
 gv_status gv_kube_list_pages(struct gv_kube_client *c, const char *path,
                              const struct gv_kube_list_opts *opts, gv_kube_page_fn fn, void *ud,
                              struct gv_error *err)

@@ -138,6 +138,13 @@ struct gv_kube_list_opts {
 gv_status gv_kube_get(struct gv_kube_client *c, const char *path, json_t **out,
                       struct gv_error *err);
 
+/* GET path whose answer is not JSON (a pod's /metrics through the API
+ * server's proxy: ".../pods/<name>:<port>/proxy/metrics") → *out, a
+ * NUL-terminated heap copy of the body (caller frees); *len (may be NULL)
+ * its length.  Errors and retries as gv_kube_get. */
+gv_status gv_kube_get_text(struct gv_kube_client *c, const char *path, char **out, size_t *len,
+                           struct gv_error *err);
+
 /*
  * LIST path, following "continue" tokens until the last page.  *out is the
  * list object of the first page with "items" holding every page's items and

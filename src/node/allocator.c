@@ -19,6 +19,7 @@
 #include "deviceplugin.pb-c.h"
 #include "interposer/priority.h" /* the node directory's container path, priority range */
 #include "node/gv_allocator.h"
+#include "node/gv_monitor.h"
 #include "node/gv_grpc.h"
 #include "node/gv_loop.h"
 
@@ -34,6 +35,21 @@
  * One per pod served since its last GC, so strings are sized to their
  * content rather than to their maximum (a fixed-size record was 2.3 KiB).
  */
+/*
+ * One container's Allocate record (docs/node-agent.md, "Allocate state
+ * machine"): promised (GetPreferredAllocation chose these IDs for it) or
+ * answered (the answer is on disk and a repeat of the same IDs gets it
+ * again, until the pod's status shows the container created).
+ */
+struct ctr_rec {
+    struct ctr_rec *next;
+    char *ids;     /* the device IDs, sorted, comma-joined (ids_key) */
+    bool answered; /* false: promised */
+    int64_t since; /* monotonic ms of the promise; 0: recovered from disk (older than any) */
+    bool started;  /* the kubelet created the container: it had the answer */
+    char ctr[];
+};
+
 struct pod_state {
     struct pod_state *next;
     char *ns, *name;           /* NULL until known (recovered from disk) */
@@ -41,6 +57,10 @@ struct pod_state {
     size_t n_done;
     char inflight[GV_ALLOC_CNAME_MAX];
     bool all_done;
+    struct ctr_rec *recs;      /* promises and answers of its containers */
+    unsigned n_total;          /* containers in its assignment (0: not known yet) */
+    bool ended;                /* deleted or finished, as the pod cache last showed it */
+    bool recovered;            /* answers read from disk: compare with the annotations once */
     uint64_t version, written; /* progress changes / the last one the API took */
     bool writing;              /* the writer thread is sending it (GC must wait) */
     unsigned attempts;         /* failed writes in a row */
@@ -74,7 +94,11 @@ struct gv_allocator {
     /* the writer thread: progress annotations, retried through API outages */
     pthread_t writer_thread;
     bool writer_running, quit;
+    struct gv_allocator_stats stats;
 };
+
+static bool cached(json_t *pods, const char *uid);
+static void observe(struct gv_allocator *a, json_t *pod);
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -128,6 +152,12 @@ static void pod_free(struct pod_state *p)
 {
     if (p == NULL)
         return;
+    while (p->recs) {
+        struct ctr_rec *r = p->recs;
+        p->recs = r->next;
+        free(r->ids);
+        free(r);
+    }
     free(p->ns);
     free(p->name);
     free(p->done);
@@ -195,6 +225,90 @@ static bool pod_add_done(struct pod_state *p, const char *ctr)
     p->done = d;
     p->n_done++;
     return true;
+}
+
+static struct ctr_rec *find_rec(const struct pod_state *p, const char *ctr)
+{
+    for (struct ctr_rec *r = p ? p->recs : NULL; r; r = r->next)
+        if (strcmp(r->ctr, ctr) == 0)
+            return r;
+    return NULL;
+}
+
+/* Sets (replaces) container ctr's record; false when out of memory. */
+static bool set_rec(struct pod_state *p, const char *ctr, const char *ids, bool answered)
+{
+    struct ctr_rec *r = find_rec(p, ctr);
+    char *d = strdup(ids);
+    if (d == NULL)
+        return false;
+    if (r == NULL) {
+        size_t n = strlen(ctr);
+        r = calloc(1, sizeof(*r) + n + 1);
+        if (r == NULL) {
+            free(d);
+            return false;
+        }
+        memcpy(r->ctr, ctr, n + 1);
+        r->next = p->recs;
+        p->recs = r;
+    }
+    free(r->ids);
+    r->ids = d;
+    r->answered = answered;
+    r->started = false;
+    r->since = gv_loop_now_ms();
+    return true;
+}
+
+static int cmp_str(const void *x, const void *y)
+{
+    return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
+/*
+ * The identity of a device request: its IDs sorted and comma-joined (the
+ * kubelet may list them in any order).  NULL when out of memory.
+ */
+static char *ids_key(const char *const *ids, size_t n)
+{
+    const char **v = malloc((n + 1) * sizeof(*v));
+    size_t len = 1;
+    if (v == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        v[i] = ids[i];
+        len += strlen(ids[i]) + 1;
+    }
+    qsort(v, n, sizeof(*v), cmp_str);
+    char *k = malloc(len);
+    if (k) {
+        k[0] = '\0';
+        for (size_t i = 0; i < n; i++) {
+            if (i)
+                strcat(k, ",");
+            strcat(k, v[i]);
+        }
+    }
+    free(v);
+    return k;
+}
+
+/*
+ * Whether device ID id is promised or answered to a live container other
+ * than (uid, ctr): the kubelet holds answered IDs until the pod ends, and a
+ * promise is an answer on its way, so neither is preferred twice (a
+ * kubelet's available list can lag behind its own calls).
+ */
+static bool taken_elsewhere(struct gv_allocator *a, json_t *pods, const char *id, const char *uid,
+                            const char *ctr)
+{
+    for (struct pod_state *p = a->pods; p; p = p->next)
+        for (struct ctr_rec *r = p->recs; r; r = r->next)
+            if (!p->ended && p->gone_since == 0 && in_list(r->ids, id) && cached(pods, p->uid) &&
+                !(strcmp(p->uid, uid) == 0 && strcmp(r->ctr, ctr) == 0))
+                return true;
+    return false;
 }
 
 static const struct gv_allocator_gpu *find_gpu(const struct gv_allocator *a, const char *uuid)
@@ -318,35 +432,218 @@ static gv_status make_shared_dir(const char *path, struct gv_error *err)
 }
 
 /*
- * Creates <state>/containers/<uid>/<ctr>/ (the interposer creates its
- * shared region there) and the limits file; with limits (the interposer is
- * injected) also makes sure the node-wide priority directory exists: the
- * container runtime fails the container if a mount source is missing, and
- * someone may have removed it since the agent started.
+ * Creates <state>/<top>/<uid>/<ctr>/ (parents 0755) into path: under
+ * "containers" the container's writable runtime directory (sticky 1777,
+ * the interposer creates its shared region there as whatever user the
+ * container runs as), under "limits" the agent's own directory (0755:
+ * limits file and Allocate records, never mounted writable).
+ */
+static gv_status ctr_dir(struct gv_allocator *a, const char *top, const char *uid,
+                         const char *ctr, char *path, size_t cap, struct gv_error *err)
+{
+    const char *parts[] = {top, uid, ctr};
+    snprintf(path, cap, "%s", a->state_dir);
+    for (size_t i = 0; i < 3; i++) {
+        size_t l = strlen(path);
+        snprintf(path + l, cap - l, "/%s", parts[i]);
+        if (i == 2 && strcmp(top, "containers") == 0)
+            return make_shared_dir(path, err);
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return gv_error_set(err, GV_EIO, "cannot create %s: %s", path, strerror(errno));
+    }
+    return GV_OK;
+}
+
+/*
+ * Creates the runtime directory and the limits file.  With limits (the
+ * interposer is injected) also makes sure the node-wide priority directory
+ * exists: the container runtime fails the container if a mount source is
+ * missing, and someone may have removed it since the agent started.
  */
 static gv_status prepare_dir(struct gv_allocator *a, const char *uid, const char *ctr,
                              bool with_limits, const char *limits, size_t len,
                              struct gv_error *err)
 {
-    char path[4096];
-    const char *parts[] = {"containers", uid, ctr};
-    snprintf(path, sizeof(path), "%s", a->state_dir);
-    for (size_t i = 0; i < 2; i++) {
-        size_t l = strlen(path);
-        snprintf(path + l, sizeof(path) - l, "/%s", parts[i]);
-        if (mkdir(path, 0755) != 0 && errno != EEXIST)
-            return gv_error_set(err, GV_EIO, "cannot create %s: %s", path, strerror(errno));
-    }
-    size_t l0 = strlen(path);
-    snprintf(path + l0, sizeof(path) - l0, "/%s", parts[2]);
-    gv_status st = make_shared_dir(path, err);
-    if (st != GV_OK || !with_limits)
-        return st;
-    if ((st = make_shared_dir(a->node_dir, err)) != GV_OK)
+    char path[4200];
+    if (!with_limits)
+        return GV_OK; /* nothing mounted: only the answer record (write_answer) */
+    gv_status st = ctr_dir(a, "containers", uid, ctr, path, sizeof(path), err);
+    if (st == GV_OK)
+        st = make_shared_dir(a->node_dir, err);
+    if (st == GV_OK)
+        st = ctr_dir(a, "limits", uid, ctr, path, sizeof(path), err);
+    if (st != GV_OK)
         return st;
     size_t l = strlen(path);
     snprintf(path + l, sizeof(path) - l, "/limits.env");
     return gv_file_write_atomic(path, limits ? limits : "", len, 0644, err);
+}
+
+/* ---- Allocate records on disk ---------------------------------------------- */
+
+#define REC_MAGIC "gpuvisor-allocate v1\n"
+
+/*
+ * <state>/limits/<uid>/<ctr>/answer: written (atomically, fsync) after the
+ * limits file and before the reply; it holds the packed answer, so a repeat
+ * of the same request gets the same bytes back whatever changed since.
+ */
+static gv_status write_answer(struct gv_allocator *a, const char *uid, const char *ns,
+                              const char *name, const char *ctr, unsigned n_total,
+                              const char *key, const V1beta1__ContainerAllocateResponse *resp,
+                              struct gv_error *err)
+{
+    char path[4300];
+    gv_status st = ctr_dir(a, "limits", uid, ctr, path, sizeof(path), err);
+    if (st != GV_OK)
+        return st;
+    size_t n = v1beta1__container_allocate_response__get_packed_size(resp);
+    uint8_t *bin = malloc(n + 1);
+    size_t cap = strlen(ns) + strlen(name) + strlen(key) + 2 * n + 128;
+    char *text = malloc(cap);
+    if (bin == NULL || text == NULL) {
+        free(bin);
+        free(text);
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    }
+    v1beta1__container_allocate_response__pack(resp, bin);
+    int len = snprintf(text, cap, REC_MAGIC "ns=%s\nname=%s\ncontainers=%u\nids=%s\nresp=", ns,
+                       name, n_total, key);
+    for (size_t i = 0; i < n; i++)
+        len += snprintf(text + len, cap - (size_t)len, "%02x", bin[i]);
+    len += snprintf(text + len, cap - (size_t)len, "\n");
+    free(bin);
+    size_t l = strlen(path);
+    snprintf(path + l, sizeof(path) - l, "/answer");
+    st = gv_file_write_atomic(path, text, (size_t)len, 0600, err);
+    free(text);
+    if (st == GV_OK) { /* the answer supersedes the promise */
+        snprintf(path + l, sizeof(path) - l, "/promise");
+        unlink(path);
+    }
+    return st;
+}
+
+/*
+ * <state>/limits/<uid>/<ctr>/promise: the IDs GetPreferredAllocation chose.
+ * Written without fsync (GetPreferredAllocation should stay quick): what it protects against
+ * is the agent being killed (the page cache survives), and after a node
+ * crash the kubelet starts over too.
+ */
+static void write_promise(struct gv_allocator *a, const char *uid, const char *ns,
+                          const char *name, const char *ctr, const char *key)
+{
+    char path[4300], tmp[4400];
+    struct gv_error err;
+    if (ctr_dir(a, "limits", uid, ctr, path, sizeof(path), &err) != GV_OK) {
+        gv_warn("GetPreferredAllocation: %s (the promise lives in memory only)", err.msg);
+        return;
+    }
+    size_t l = strlen(path);
+    snprintf(path + l, sizeof(path) - l, "/promise");
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "we");
+    bool ok = f && fprintf(f, REC_MAGIC "ns=%s\nname=%s\nids=%s\n", ns, name, key) > 0;
+    ok = (f && fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        gv_warn("GetPreferredAllocation: cannot write %s: %s", path, strerror(errno));
+        unlink(tmp);
+    }
+}
+
+/* A record read back: fields point into the file's text. */
+struct rec_text {
+    const char *ns, *name, *ids, *resp;
+    long containers;
+};
+
+static bool rec_value_ok(const char *v, const char *extra)
+{
+    if (*v == '\0')
+        return false;
+    for (; *v; v++)
+        if (!((*v >= 'a' && *v <= 'z') || (*v >= 'A' && *v <= 'Z') || (*v >= '0' && *v <= '9') ||
+              strchr(extra, *v)))
+            return false;
+    return true;
+}
+
+/* Parses a record in place; false when it is not a complete one (a torn or foreign file). */
+static bool parse_rec(char *text, struct rec_text *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->containers = -1;
+    if (strncmp(text, REC_MAGIC, strlen(REC_MAGIC)) != 0)
+        return false;
+    for (char *line = text + strlen(REC_MAGIC); *line;) {
+        char *nl = strchr(line, '\n'), *eq = strchr(line, '=');
+        if (nl == NULL || eq == NULL || eq > nl)
+            return false;
+        *nl = *eq = '\0';
+        const char *k = line, *v = eq + 1;
+        if (strcmp(k, "ns") == 0 && rec_value_ok(v, "-."))
+            r->ns = v;
+        else if (strcmp(k, "name") == 0 && rec_value_ok(v, "-."))
+            r->name = v;
+        else if (strcmp(k, "ids") == 0 && rec_value_ok(v, "-_.:/,"))
+            r->ids = v;
+        else if (strcmp(k, "resp") == 0 && strlen(v) % 2 == 0 && strspn(v, "0123456789abcdef") == strlen(v))
+            r->resp = v;
+        else if (strcmp(k, "containers") == 0 && rec_value_ok(v, "") && strlen(v) < 4)
+            r->containers = atol(v);
+        else
+            return false;
+        line = nl + 1;
+    }
+    return r->ns && r->name && r->ids && strlen(r->ns) < 64 && strlen(r->name) < 254;
+}
+
+/* Reads <state>/limits/<uid>/<ctr>/<file>; *text to free; false when absent or not a record. */
+static bool read_rec(struct gv_allocator *a, const char *uid, const char *ctr, const char *file,
+                     char **text, struct rec_text *r)
+{
+    char path[4400];
+    size_t len;
+    struct gv_error err;
+    snprintf(path, sizeof(path), "%s/limits/%s/%s/%s", a->state_dir, uid, ctr, file);
+    *text = NULL;
+    if (gv_file_read_all(path, text, &len, &err) != GV_OK)
+        return false;
+    if (len > (1u << 20) || strlen(*text) != len || !parse_rec(*text, r)) {
+        gv_warn("ignoring %s: not a complete Allocate record", path);
+        free(*text);
+        *text = NULL;
+        return false;
+    }
+    return true;
+}
+
+static int hexval(char c)
+{
+    return c <= '9' ? c - '0' : c - 'a' + 10;
+}
+
+/* Fills resp (empty, initialised) with the answer stored in the record. */
+static gv_status load_answer(const struct rec_text *r, V1beta1__ContainerAllocateResponse *resp,
+                             struct gv_error *err)
+{
+    size_t n = r->resp ? strlen(r->resp) / 2 : 0;
+    uint8_t *bin = malloc(n + 1);
+    if (r->resp == NULL || bin == NULL) {
+        free(bin);
+        return gv_error_set(err, r->resp ? GV_ENOMEM : GV_EINVAL,
+                            r->resp ? "out of memory" : "the record holds no answer");
+    }
+    for (size_t i = 0; i < n; i++)
+        bin[i] = (uint8_t)(hexval(r->resp[2 * i]) << 4 | hexval(r->resp[2 * i + 1]));
+    V1beta1__ContainerAllocateResponse *m = v1beta1__container_allocate_response__unpack(NULL, n, bin);
+    free(bin);
+    if (m == NULL)
+        return gv_error_set(err, GV_EINVAL, "the stored answer does not decode");
+    /* unpack allocates each field separately (system allocator): move them over */
+    *resp = *m;
+    free(m);
+    return GV_OK;
 }
 
 /* ---- annotations ---------------------------------------------------------- */
@@ -452,6 +749,7 @@ struct candidate {
 struct choice {
     struct candidate best;
     bool found;
+    bool by_promise;        /* matched by the IDs GetPreferredAllocation promised */
     size_t n_mismatch;      /* pods whose next container wants another device count */
     char mismatch[256];
     size_t n_bad;
@@ -508,13 +806,89 @@ static int light_cmp(const void *x, const void *y)
     return earlier(a->pod, a->order, b->pod, b->order) ? -1 : 1;
 }
 
+/* Decodes the pod's assignment into c and checks it against this node. */
+static gv_status decode_cand(struct gv_allocator *a, json_t *pod, struct candidate *c,
+                             struct gv_error *err)
+{
+    const char *uid = jstr2(pod, "metadata", "uid");
+    const char *text = gv_podspec_annotation(pod, ANN_ASSIGNMENT);
+    memset(c, 0, sizeof(*c));
+    c->pod = pod;
+    gv_status st = gv_alloc_assignment_decode(text, strlen(text), &c->asg, err);
+    if (st == GV_OK && strcmp(c->asg.node, a->node) != 0)
+        st = gv_error_set(err, GV_EINVAL, "assignment is for node '%s', not '%s'", c->asg.node,
+                          a->node);
+    if (st == GV_OK) /* only placements gpuvisor wrote, opt-outs the admin allows */
+        st = gv_placement_admit(a->cfg.placement, pod, err);
+    for (size_t k = 0; st == GV_OK && k < c->asg.n_containers; k++) {
+        if (!safe_component(c->asg.containers[k].name))
+            st = gv_error_set(err, GV_EINVAL, "container name '%s' is not valid",
+                              c->asg.containers[k].name);
+        for (size_t d = 0; st == GV_OK && d < c->asg.containers[k].n_devices; d++)
+            if (!find_gpu(a, c->asg.containers[k].devices[d].uuid))
+                st = gv_error_set(err, GV_ENOTFOUND,
+                                  "assigned GPU %s is not advertised on node %s "
+                                  "(absent, excluded or MIG-enabled)",
+                                  c->asg.containers[k].devices[d].uuid, a->node);
+    }
+    if (st == GV_OK && !safe_component(uid))
+        st = gv_error_set(err, GV_EINVAL, "pod uid '%s' is not valid", uid);
+    return st;
+}
+
+/* Index of the container to serve in c (want: that one, else the first not yet served); n when none. */
+static size_t pending_index(json_t *pod, const struct pod_state *ps, const struct candidate *c,
+                            const char *want)
+{
+    const char *listed = gv_podspec_annotation(pod, ANN_CONTAINERS);
+    for (size_t k = 0; k < c->asg.n_containers; k++) {
+        const char *cn = c->asg.containers[k].name;
+        bool served = in_list(listed, cn) || (ps && pod_has(ps, cn));
+        if (want ? strcmp(cn, want) == 0 && !served : !served)
+            return k;
+        if (want && strcmp(cn, want) == 0)
+            break;
+    }
+    return c->asg.n_containers;
+}
+
+/*
+ * When ctr's live promise was made (0: recovered), -1 when it has none;
+ * -2 when the kubelet holds its IDs (some are missing from avail, the
+ * kubelet's available list: a preference it took, Allocate on its way).
+ */
+static int64_t live_promise(const struct pod_state *ps, const char *ctr, const char *const *avail,
+                            size_t n_avail)
+{
+    const struct ctr_rec *r = find_rec(ps, ctr);
+    if (r == NULL || r->answered)
+        return -1;
+    for (const char *c = avail ? r->ids : NULL; c && *c;) {
+        const char *e = strchr(c, ',');
+        size_t len = e ? (size_t)(e - c) : strlen(c);
+        bool in = false;
+        for (size_t i = 0; i < n_avail && !in; i++)
+            in = strlen(avail[i]) == len && strncmp(avail[i], c, len) == 0;
+        if (!in)
+            return -2;
+        c = e ? e + 1 : NULL;
+    }
+    return r->since;
+}
+
 /*
  * Caller holds a->mu.  Scans the cache snapshot for the pod being admitted:
- * cheap filters first, then assignments decoded oldest first until one
- * fits, so a call costs one decode in the common case however many pods
- * the node has.
+ * cheap filters first, then assignments decoded oldest first.  key (the
+ * request's IDs, NULL from GetPreferredAllocation): the container these IDs
+ * were promised to wins; otherwise the oldest pending container asking
+ * n_ids GPUs that no other request was promised, else the one promised
+ * longest ago.  avail (GetPreferredAllocation: the kubelet's available
+ * IDs): a container whose promised IDs the kubelet holds is not chosen
+ * again.  A call costs one decode in the common case however many pods the
+ * node has.
  */
-static void choose(struct gv_allocator *a, json_t *pods, size_t n_ids, struct choice *ch)
+static void choose(struct gv_allocator *a, json_t *pods, size_t n_ids, const char *key,
+                   const char *const *avail, size_t n_avail, struct choice *ch)
 {
     size_t i, n = 0;
     json_t *pod;
@@ -533,60 +907,67 @@ static void choose(struct gv_allocator *a, json_t *pods, size_t n_ids, struct ch
         cand[n++] = (struct light){pod, ps, order_key(pod)};
     }
     qsort(cand, n, sizeof(*cand), light_cmp);
-    for (size_t j = 0; j < n && !ch->found; j++) {
-        pod = cand[j].pod;
-        const char *uid = jstr2(pod, "metadata", "uid"), *ns = jstr2(pod, "metadata", "namespace");
-        const char *name = jstr2(pod, "metadata", "name");
-        const char *text = gv_podspec_annotation(pod, ANN_ASSIGNMENT);
-        struct pod_state *ps = cand[j].state;
-        struct candidate *c = &ch->best;
-        memset(c, 0, sizeof(*c));
-        c->pod = pod;
-        struct gv_error err;
-        gv_status st = gv_alloc_assignment_decode(text, strlen(text), &c->asg, &err);
-        if (st == GV_OK && strcmp(c->asg.node, a->node) != 0)
-            st = gv_error_set(&err, GV_EINVAL, "assignment is for node '%s', not '%s'",
-                              c->asg.node, a->node);
-        for (size_t k = 0; st == GV_OK && k < c->asg.n_containers; k++) {
-            if (!safe_component(c->asg.containers[k].name))
-                st = gv_error_set(&err, GV_EINVAL, "container name '%s' is not valid",
-                                  c->asg.containers[k].name);
-            for (size_t d = 0; st == GV_OK && d < c->asg.containers[k].n_devices; d++)
-                if (!find_gpu(a, c->asg.containers[k].devices[d].uuid))
-                    st = gv_error_set(&err, GV_ENOTFOUND,
-                                      "assigned GPU %s is not advertised on node %s "
-                                      "(absent, excluded or MIG-enabled)",
-                                      c->asg.containers[k].devices[d].uuid, a->node);
-        }
-        if (st == GV_OK && !safe_component(uid))
-            st = gv_error_set(&err, GV_EINVAL, "pod uid '%s' is not valid", uid);
-        if (st != GV_OK) {
-            if (ch->n_bad < 8) {
-                ch->bad[ch->n_bad] = json_incref(pod);
-                snprintf(ch->bad_msg[ch->n_bad], sizeof(ch->bad_msg[0]), "%s", err.msg);
-                ch->n_bad++;
+    /* the container these exact IDs were promised to */
+    const struct pod_state *promised = NULL;
+    const char *promised_ctr = NULL;
+    for (struct pod_state *p = a->pods; key && p && !promised; p = p->next)
+        for (struct ctr_rec *r = p->recs; r && !promised; r = r->next)
+            if (!r->answered && !p->ended && strcmp(r->ids, key) == 0) {
+                promised = p;
+                promised_ctr = r->ctr;
             }
-            continue;
-        }
-        const char *listed = gv_podspec_annotation(pod, ANN_CONTAINERS);
-        c->next = c->asg.n_containers;
-        for (size_t k = 0; k < c->asg.n_containers; k++) {
-            const char *cn = c->asg.containers[k].name;
-            if (!in_list(listed, cn) && !(ps && pod_has(ps, cn))) {
-                c->next = k;
-                break;
+    /*
+     * Else the fitting container promised longest ago: a promise the
+     * kubelet never used (its admission was cut short) is the likeliest to
+     * be asked for again, a fresh one is about to be used.
+     */
+    ssize_t fallback = -1;
+    int64_t fallback_since = INT64_MAX;
+    struct candidate *c = &ch->best;
+    for (int pass = promised ? 0 : 1; pass < 3 && !ch->found; pass++) {
+        for (size_t j = 0; j < n && !ch->found; j++) {
+            pod = cand[j].pod;
+            struct pod_state *ps = cand[j].state;
+            if (pass == 0 && ps != promised)
+                continue;
+            if (pass == 2 && (ssize_t)j != fallback)
+                continue;
+            struct gv_error err;
+            if (decode_cand(a, pod, c, &err) != GV_OK) {
+                if (pass == 1 && ch->n_bad < 8) {
+                    ch->bad[ch->n_bad] = json_incref(pod);
+                    snprintf(ch->bad_msg[ch->n_bad], sizeof(ch->bad_msg[0]), "%s", err.msg);
+                    ch->n_bad++;
+                }
+                continue;
             }
+            c->next = pending_index(pod, ps, c, pass == 0 ? promised_ctr : NULL);
+            if (c->next == c->asg.n_containers)
+                continue;
+            if (c->asg.containers[c->next].n_devices != n_ids) {
+                if (pass == 1 && ch->n_mismatch++ == 0)
+                    snprintf(ch->mismatch, sizeof(ch->mismatch),
+                             "pod %s/%s container %s is assigned %u GPU(s)",
+                             jstr2(pod, "metadata", "namespace"), jstr2(pod, "metadata", "name"),
+                             c->asg.containers[c->next].name, c->asg.containers[c->next].n_devices);
+                continue;
+            }
+            int64_t since =
+                pass == 1 ? live_promise(ps, c->asg.containers[c->next].name, avail, n_avail) : -1;
+            if (since == -2)
+                continue; /* the kubelet is admitting it with the promised IDs */
+            if (since >= 0) {
+                if (since < fallback_since) {
+                    fallback = (ssize_t)j;
+                    fallback_since = since;
+                }
+                continue;
+            }
+            ch->found = true;
+            ch->by_promise = pass == 0;
         }
-        if (c->next == c->asg.n_containers)
-            continue;
-        if (c->asg.containers[c->next].n_devices != n_ids) {
-            if (ch->n_mismatch++ == 0)
-                snprintf(ch->mismatch, sizeof(ch->mismatch),
-                         "pod %s/%s container %s is assigned %u GPU(s)", ns, name,
-                         c->asg.containers[c->next].name, c->asg.containers[c->next].n_devices);
-            continue;
-        }
-        ch->found = true;
+        if (pass == 1 && fallback < 0)
+            break;
     }
     free(cand);
 }
@@ -797,9 +1178,15 @@ static int build(struct gv_allocator *a, json_t *pod, const struct gv_alloc_cont
             add_env(&b, "GPU_CORE_UTILIZATION_POLICY", policy, true);
         if (loglevel[0]) /* HAMi's libcudaloglevel (node config) */
             add_env(&b, "LIBCUDA_LOG_LEVEL", loglevel, false); /* not a limit */
+        /*
+         * Two host directories: what the container may write (runtime dir)
+         * and what it may only read (limits file).  One directory for both
+         * let the tenant rewrite its limits through the writable mount.
+         */
         char host[4096], host_file[4200], lib[4096], preload[4096];
         snprintf(host, sizeof(host), "%s/containers/%s/%s", a->host_state_dir, uid, c->name);
-        snprintf(host_file, sizeof(host_file), "%s/limits.env", host);
+        snprintf(host_file, sizeof(host_file), "%s/limits/%s/%s/limits.env", a->host_state_dir, uid,
+                 c->name);
         snprintf(lib, sizeof(lib), "%s/lib/libgpuvisor.so", a->install_dir);
         snprintf(preload, sizeof(preload), "%s/ld.so.preload", a->install_dir);
         add_mount(&b, lib, GV_NODE_LIB_PATH, true);
@@ -815,8 +1202,9 @@ static int build(struct gv_allocator *a, json_t *pod, const struct gv_alloc_cont
         return fail(msg, cap, GV_GRPC_RESOURCE_EXHAUSTED, "out of memory");
     }
     struct gv_error err;
-    /* Always: the directory records on disk that this container was served. */
     gv_status st = prepare_dir(a, uid, c->name, limited, b.limits, b.limits_len, &err);
+    if (st == GV_OK) /* on /metrics from now on, before its first CUDA call */
+        gv_monitor_note_allocate(a->state_dir, pod, c, limited, b.limits, b.limits_len);
     free(b.limits);
     if (st != GV_OK)
         return fail(msg, cap, GV_GRPC_INTERNAL, "container %s: %s", c->name, err.msg);
@@ -836,9 +1224,123 @@ static void mark_bad(struct gv_allocator *a, struct choice *ch)
     }
 }
 
+/* A device ID as we advertise them: <uuid> or <uuid>::<slice>; nothing else reaches a record. */
+static bool id_wellformed(const char *id)
+{
+    if (!rec_value_ok(id, "-_.:/") || strlen(id) >= 64)
+        return false;
+    const char *sep = strstr(id, "::");
+    return sep == NULL ? strchr(id, ':') == NULL
+                       : sep[2] && strspn(sep + 2, "0123456789") == strlen(sep + 2) &&
+                             memchr(id, ':', (size_t)(sep - id)) == NULL;
+}
+
+/*
+ * A repeat of a request already answered (the kubelet, or a kubelet
+ * restarted with the agent, asks again after the reply was lost): the same
+ * IDs, a pod still alive and a container not created yet.  Caller holds
+ * a->mu; copies the pod's uid and the container's name out.
+ */
+static bool find_replay(struct gv_allocator *a, json_t *pods, const char *key, char *uid,
+                        size_t ucap, char *ctr, size_t ccap)
+{
+    for (struct pod_state *p = a->pods; p; p = p->next)
+        for (struct ctr_rec *r = p->recs; r; r = r->next)
+            if (r->answered && !r->started && !p->ended && p->gone_since == 0 &&
+                strcmp(r->ids, key) == 0 && cached(pods, p->uid)) {
+                snprintf(uid, ucap, "%s", p->uid);
+                snprintf(ctr, ccap, "%s", r->ctr);
+                return true;
+            }
+    return false;
+}
+
+static int replay(struct gv_allocator *a, const char *uid, const char *ctr,
+                  V1beta1__ContainerAllocateResponse *resp, char *msg, size_t cap)
+{
+    char *text;
+    struct rec_text r;
+    struct gv_error err;
+    if (!read_rec(a, uid, ctr, "answer", &text, &r))
+        return fail(msg, cap, GV_GRPC_INTERNAL, "pod %s container %s: the answer record is gone",
+                    uid, ctr);
+    gv_status st = load_answer(&r, resp, &err);
+    char path[4200];
+    /* the mount sources must exist again (someone may have removed them) */
+    if (st == GV_OK && resp->n_mounts)
+        st = ctr_dir(a, "containers", uid, ctr, path, sizeof(path), &err);
+    if (st == GV_OK && resp->n_mounts)
+        st = make_shared_dir(a->node_dir, &err);
+    if (st != GV_OK) {
+        free(text);
+        return fail(msg, cap, GV_GRPC_INTERNAL, "pod %s/%s container %s: %s", r.ns, r.name, ctr,
+                    err.msg);
+    }
+    pthread_mutex_lock(&a->mu);
+    a->stats.replays++;
+    pthread_mutex_unlock(&a->mu);
+    gv_info("Allocate: repeated request for pod %s/%s container %s (%s): the same answer again",
+            r.ns, r.name, ctr, r.ids);
+    free(text);
+    return GV_GRPC_OK;
+}
+
+/* Whether the kubelet's IDs name exactly the GPUs of the assignment (as a multiset). */
+static bool ids_match_assignment(char uuids[][GV_ALLOC_UUID_MAX], size_t n,
+                                 const struct gv_alloc_container_assign *c)
+{
+    bool used[GV_ALLOC_MAX_DEVICES] = {false};
+    for (uint32_t d = 0; d < c->n_devices; d++) {
+        bool hit = false;
+        for (size_t i = 0; i < n && !hit; i++)
+            if (!used[i] && strcmp(uuids[i], c->devices[d].uuid) == 0)
+                hit = used[i] = true;
+        if (!hit)
+            return false;
+    }
+    return true;
+}
+
+/*
+ * When waiting for the cache ends (monotonic ms): none for plain GPUs (pods
+ * gpuvisor did not schedule are answered at once) or fixed pod lists; else
+ * --allocate-wait-ms, after waiting for the first list.
+ */
+static int64_t cache_deadline(struct gv_allocator *a, bool plain)
+{
+    int64_t deadline = gv_loop_now_ms() + (plain || a->fixed_pods ? 0 : a->cfg.wait_ms);
+    if (!plain && a->pods_inf)
+        gv_informer_wait_synced(a->pods_inf, a->cfg.wait_ms);
+    return deadline;
+}
+
+/* The pods as the cache shows them now (new reference; NULL when out of memory). */
+static json_t *snapshot(struct gv_allocator *a)
+{
+    return a->fixed_pods ? json_incref(a->fixed_pods) : gv_informer_list(a->pods_inf);
+}
+
+/*
+ * Caller holds a->mu.  Sleeps until the pod cache changes (the generation
+ * moves on from gen) or the deadline (monotonic ms); false when there is no
+ * time left to wait.  The kubelet can be a few ms ahead of our watch.
+ */
+static bool wait_for_cache(struct gv_allocator *a, uint64_t gen, int64_t deadline)
+{
+    int64_t left = deadline - gv_loop_now_ms();
+    if (left <= 0 || a->quit)
+        return false;
+    struct timespec ts;
+    gv_loop_abstime(&ts, left);
+    while (a->generation == gen && !a->quit)
+        if (pthread_cond_timedwait(&a->changed, &a->mu, &ts) != 0)
+            break;
+    return true;
+}
+
 static int allocate(struct gv_allocator *a, const char *const *ids, size_t n_ids,
                     V1beta1__ContainerAllocateResponse *resp, char *msg, size_t cap,
-                    struct choice *ch)
+                    struct choice *ch, char *key)
 {
     int64_t t_start = gv_loop_now_us();
     char uuids[GV_ALLOC_MAX_DEVICES][GV_ALLOC_UUID_MAX];
@@ -849,7 +1351,9 @@ static int allocate(struct gv_allocator *a, const char *const *ids, size_t n_ids
     pthread_mutex_lock(&a->mu);
     for (size_t i = 0; i < n_ids; i++) {
         const struct gv_allocator_gpu *g =
-            id_to_uuid(ids[i], uuids[i], sizeof(uuids[i])) ? find_gpu(a, uuids[i]) : NULL;
+            id_wellformed(ids[i]) && id_to_uuid(ids[i], uuids[i], sizeof(uuids[i]))
+                ? find_gpu(a, uuids[i])
+                : NULL;
         if (g == NULL) {
             pthread_mutex_unlock(&a->mu);
             return fail(msg, cap, GV_GRPC_INVALID_ARGUMENT, "unknown device ID '%s'", ids[i]);
@@ -865,17 +1369,19 @@ static int allocate(struct gv_allocator *a, const char *const *ids, size_t n_ids
     }
 
     /* Find the pod; wait a little for the cache when the kubelet is ahead of it. */
-    int64_t deadline = gv_loop_now_ms() + (all_plain || a->fixed_pods ? 0 : a->cfg.wait_ms);
-    if (!all_plain && a->pods_inf)
-        gv_informer_wait_synced(a->pods_inf, a->cfg.wait_ms);
+    int64_t deadline = cache_deadline(a, all_plain);
     struct pod_state *ps = NULL;
+    char r_uid[128], r_ctr[GV_ALLOC_CNAME_MAX];
+    bool again = false;
     for (;;) {
         memset(ch, 0, sizeof(*ch));
-        json_t *pods = a->fixed_pods ? json_incref(a->fixed_pods) : gv_informer_list(a->pods_inf);
+        json_t *pods = snapshot(a);
         pthread_mutex_lock(&a->mu);
         uint64_t gen = a->generation;
         if (pods)
-            choose(a, pods, n_ids, ch);
+            again = find_replay(a, pods, key, r_uid, sizeof(r_uid), r_ctr, sizeof(r_ctr));
+        if (pods && !again)
+            choose(a, pods, n_ids, key, NULL, 0, ch);
         if (ch->found) {
             const char *uid = jstr2(ch->best.pod, "metadata", "uid");
             ps = get_pod(a, uid, jstr2(ch->best.pod, "metadata", "namespace"),
@@ -885,14 +1391,7 @@ static int allocate(struct gv_allocator *a, const char *const *ids, size_t n_ids
                          ch->best.asg.containers[ch->best.next].name);
             json_incref(ch->best.pod);
         }
-        int64_t left = deadline - gv_loop_now_ms();
-        if (!ch->found && left > 0 && ch->n_bad == 0) {
-            /* sleep until the cache changes or the deadline */
-            struct timespec ts;
-            gv_loop_abstime(&ts, left);
-            while (a->generation == gen && !a->quit)
-                if (pthread_cond_timedwait(&a->changed, &a->mu, &ts) != 0)
-                    break;
+        if (!again && !ch->found && ch->n_bad == 0 && wait_for_cache(a, gen, deadline)) {
             pthread_mutex_unlock(&a->mu);
             json_decref(pods);
             choice_release(ch);
@@ -902,6 +1401,8 @@ static int allocate(struct gv_allocator *a, const char *const *ids, size_t n_ids
         json_decref(pods);
         break;
     }
+    if (again)
+        return replay(a, r_uid, r_ctr, resp, msg, cap);
     if (!ch->found) {
         if (all_plain && ch->n_bad == 0)
             return answer_from_ids(a, uuids, n_ids, resp, msg, cap);
@@ -936,8 +1437,35 @@ static int allocate(struct gv_allocator *a, const char *const *ids, size_t n_ids
         return fail(msg, cap, GV_GRPC_RESOURCE_EXHAUSTED, "out of memory");
     }
     const struct gv_alloc_container_assign *c = &ch->best.asg.containers[ch->best.next];
+    const char *uid = jstr2(ch->best.pod, "metadata", "uid");
+    bool same_gpus = ids_match_assignment(uuids, n_ids, c);
+    if (!same_gpus) {
+        /*
+         * The kubelet ignored (or never asked) our preference: the
+         * container still gets the GPUs and limits of its assignment, but
+         * the kubelet's checkpoint and PodResources name other devices.
+         */
+        char want[GV_ALLOC_MAX_DEVICES * GV_ALLOC_UUID_MAX + 16] = "";
+        for (uint32_t d = 0; d < c->n_devices; d++) {
+            if (d)
+                strcat(want, ",");
+            strcat(want, c->devices[d].uuid);
+        }
+        gv_warn("Allocate: pod %s/%s container %s: the kubelet handed device IDs %s, on other "
+                "GPUs than assigned (%s): the container gets the assigned GPUs and limits; the "
+                "kubelet's checkpoint and PodResources will name the IDs it handed",
+                ps->ns, ps->name, c->name, key, want);
+    }
     int64_t t_chosen = gv_loop_now_us();
     int code = build(a, ch->best.pod, c, resp, msg, cap);
+    if (code == GV_GRPC_OK) {
+        /* Durable before the reply: a repeat of this request gets these bytes back. */
+        struct gv_error err;
+        if (write_answer(a, uid, ps->ns, ps->name, c->name, ch->best.asg.n_containers, key, resp,
+                         &err) != GV_OK)
+            code = fail(msg, cap, GV_GRPC_INTERNAL, "container %s: cannot record the answer: %s",
+                        c->name, err.msg);
+    }
     int64_t t_built = gv_loop_now_us();
 
     /* Progress: this container done; the pod is a success once all are. */
@@ -951,19 +1479,24 @@ static int allocate(struct gv_allocator *a, const char *const *ids, size_t n_ids
             if (in_list(listed, cn) && !pod_has(ps, cn))
                 pod_add_done(ps, cn);
         }
-        if (!pod_add_done(ps, c->name))
+        if (!pod_add_done(ps, c->name) || !set_rec(ps, c->name, key, true))
             gv_warn("pod %s/%s: cannot record container %s as served (out of memory)", ps->ns,
                     ps->name, c->name);
+        ps->n_total = ch->best.asg.n_containers;
         ps->all_done = ps->n_done >= ch->best.asg.n_containers;
+        a->stats.answered++;
+        a->stats.by_promise += ch->by_promise;
+        a->stats.id_mismatches += !same_gpus;
     }
     bool all = ps->all_done;
     pthread_mutex_unlock(&a->mu);
     if (code == GV_GRPC_OK) {
         record(a, ps, all ? "success" : "allocating", NULL);
-        gv_info("Allocate: pod %s/%s container %s -> %u GPU(s) (find %lld us, build %lld us, "
+        gv_info("Allocate: pod %s/%s container %s -> %u GPU(s)%s (find %lld us, build %lld us, "
                 "record %lld us)",
-                ps->ns, ps->name, c->name, c->n_devices, (long long)(t_chosen - t_start),
-                (long long)(t_built - t_chosen), (long long)(gv_loop_now_us() - t_built));
+                ps->ns, ps->name, c->name, c->n_devices, ch->by_promise ? ", the IDs we preferred" : "",
+                (long long)(t_chosen - t_start), (long long)(t_built - t_chosen),
+                (long long)(gv_loop_now_us() - t_built));
     } else {
         record(a, ps, "failed", msg);
     }
@@ -980,11 +1513,142 @@ int gv_allocator_allocate(void *ud, const char *const *ids, size_t n_ids,
      * for good, in each of the 4 workers.
      */
     struct choice *ch = malloc(sizeof(*ch));
-    if (ch == NULL)
-        return fail(msg, cap, GV_GRPC_RESOURCE_EXHAUSTED, "out of memory");
-    int code = allocate(ud, ids, n_ids, resp, msg, cap, ch);
+    char *key = n_ids ? ids_key(ids, n_ids) : strdup("");
+    int code;
+    if (ch == NULL || key == NULL)
+        code = fail(msg, cap, GV_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+    else
+        code = allocate(ud, ids, n_ids, resp, msg, cap, ch, key);
     free(ch);
+    free(key);
     return code;
+}
+
+void gv_allocator_get_stats(struct gv_allocator *a, struct gv_allocator_stats *out)
+{
+    pthread_mutex_lock(&a->mu);
+    *out = a->stats;
+    pthread_mutex_unlock(&a->mu);
+}
+
+/*
+ * Caller holds a->mu.  One device on each GPU of the chosen container, from
+ * the kubelet's must-include IDs first, then its available ones not
+ * promised to another container; records the promise.  *key: the promised
+ * request's identity (to free), NULL when it cannot be honoured.
+ */
+static bool pick_preferred(struct gv_allocator *a, json_t *pods, const struct choice *ch,
+                           const char *const *avail, size_t n_avail, const char *const *must,
+                           size_t n_must, const char **pick, char **key)
+{
+    const struct gv_alloc_container_assign *c = &ch->best.asg.containers[ch->best.next];
+    const char *uid = jstr2(ch->best.pod, "metadata", "uid");
+    const char *ns = jstr2(ch->best.pod, "metadata", "namespace");
+    const char *name = jstr2(ch->best.pod, "metadata", "name");
+    *key = NULL;
+    for (uint32_t d = 0; d < c->n_devices; d++) {
+        const char *id = NULL;
+        char u[GV_ALLOC_UUID_MAX];
+        for (size_t pass = 0; pass < 2 && !id; pass++) {
+            const char *const *list = pass ? avail : must;
+            size_t nl = pass ? n_avail : n_must;
+            for (size_t i = 0; i < nl && !id; i++) {
+                bool taken = false;
+                for (uint32_t k = 0; k < d; k++)
+                    taken |= strcmp(pick[k], list[i]) == 0;
+                if (!taken && id_wellformed(list[i]) && id_to_uuid(list[i], u, sizeof(u)) &&
+                    strcmp(u, c->devices[d].uuid) == 0 &&
+                    (pass == 0 || !taken_elsewhere(a, pods, list[i], uid, c->name)))
+                    id = list[i];
+            }
+        }
+        if (id == NULL) {
+            gv_warn("GetPreferredAllocation: pod %s/%s container %s is assigned GPU %s, which has "
+                    "no device left in the kubelet's available list", ns, name, c->name,
+                    c->devices[d].uuid);
+            return false;
+        }
+        pick[d] = id;
+    }
+    /* a must-include device on another GPU: the kubelet insists, we cannot honour both */
+    for (size_t i = 0; i < n_must; i++) {
+        bool in = false;
+        for (uint32_t k = 0; k < c->n_devices; k++)
+            in |= strcmp(pick[k], must[i]) == 0;
+        if (!in)
+            return false;
+    }
+    *key = ids_key(pick, c->n_devices);
+    struct pod_state *ps = *key ? get_pod(a, uid, ns, name) : NULL;
+    if (ps == NULL || !set_rec(ps, c->name, *key, false)) {
+        free(*key);
+        *key = NULL;
+        return false;
+    }
+    return true;
+}
+
+bool gv_allocator_prefer(void *ud, const char *const *avail, size_t n_avail,
+                         const char *const *must, size_t n_must, size_t size, const char **out,
+                         size_t *n_out)
+{
+    struct gv_allocator *a = ud;
+    *n_out = 0;
+    if (size == 0 || size > GV_ALLOC_MAX_DEVICES || (a->kube == NULL && a->fixed_pods == NULL))
+        return false;
+    /* like Allocate: the kubelet may be a few ms ahead of our watch; no wait for plain GPUs */
+    bool plain = true;
+    char u[GV_ALLOC_UUID_MAX];
+    pthread_mutex_lock(&a->mu);
+    for (size_t i = 0; i < n_avail; i++) {
+        const struct gv_allocator_gpu *g =
+            id_wellformed(avail[i]) && id_to_uuid(avail[i], u, sizeof(u)) ? find_gpu(a, u) : NULL;
+        plain &= g == NULL || g->settings.mode != GV_NODE_MODE_VGPU;
+    }
+    pthread_mutex_unlock(&a->mu);
+    int64_t deadline = cache_deadline(a, plain);
+    struct choice *ch = malloc(sizeof(*ch));
+    if (ch == NULL)
+        return false;
+    const char *pick[GV_ALLOC_MAX_DEVICES];
+    char uid[128] = "", ns[128] = "", name[256] = "", ctr[GV_ALLOC_CNAME_MAX] = "", *key = NULL;
+    bool ok = false;
+    for (;;) {
+        memset(ch, 0, sizeof(*ch));
+        json_t *pods = snapshot(a);
+        pthread_mutex_lock(&a->mu);
+        uint64_t gen = a->generation;
+        if (pods)
+            choose(a, pods, size, NULL, avail, n_avail, ch);
+        if (ch->found) {
+            ok = pick_preferred(a, pods, ch, avail, n_avail, must, n_must, pick, &key);
+            snprintf(uid, sizeof(uid), "%s", jstr2(ch->best.pod, "metadata", "uid"));
+            snprintf(ns, sizeof(ns), "%s", jstr2(ch->best.pod, "metadata", "namespace"));
+            snprintf(name, sizeof(name), "%s", jstr2(ch->best.pod, "metadata", "name"));
+            snprintf(ctr, sizeof(ctr), "%s", ch->best.asg.containers[ch->best.next].name);
+        }
+        if (!ch->found && wait_for_cache(a, gen, deadline)) {
+            pthread_mutex_unlock(&a->mu);
+            json_decref(pods);
+            choice_release(ch);
+            continue;
+        }
+        a->stats.preferred += ok;
+        a->stats.preferred_generic += !ok;
+        pthread_mutex_unlock(&a->mu);
+        json_decref(pods);
+        choice_release(ch);
+        break;
+    }
+    if (ok) {
+        memcpy(out, pick, size * sizeof(*out));
+        *n_out = size;
+        write_promise(a, uid, ns, name, ctr, key);
+        gv_debug("GetPreferredAllocation: pod %s/%s container %s -> %s", ns, name, ctr, key);
+    }
+    free(key);
+    free(ch);
+    return ok;
 }
 
 /* ---- cache events, GC, lifecycle ----------------------------------------- */
@@ -1045,7 +1709,9 @@ static void keep(json_t *dst, json_t *src, const char *key)
  * stays out of the cache.
  */
 static const char *const read_annotations[] = {ANN_ASSIGNMENT, ANN_ASSIGNED_AT, ANN_ALLOCATION,
-                                               ANN_CONTAINERS, ANN_PRELOAD};
+                                               ANN_CONTAINERS, ANN_PRELOAD,
+                                               GV_PLACEMENT_NODE_ANNOTATION,
+                                               GV_PLACEMENT_SIG_ANNOTATION};
 
 /*
  * A pod that can no longer be admitted is cached as its uid alone, a JSON
@@ -1133,6 +1799,7 @@ json_t *gv_allocator_cache_pod(json_t *pod)
 static json_t *trim_pod(void *ud, json_t *pod)
 {
     struct gv_allocator *a = ud;
+    observe(a, pod);
     bool admissible = may_be_admitted(pod), zoned = admissible && a->pending_zone != NULL;
     if (zoned)
         gv_jzone_enter(a->pending_zone);
@@ -1180,48 +1847,53 @@ size_t gv_allocator_gc(struct gv_allocator *a)
 {
     if (a->pods_inf == NULL || !gv_informer_has_synced(a->pods_inf))
         return 0; /* an empty cache would look like "every pod is gone" */
-    char dir[4096];
-    snprintf(dir, sizeof(dir), "%s/containers", a->state_dir);
-    DIR *d = opendir(dir);
-    if (d == NULL)
-        return 0;
     json_t *pods = gv_informer_list(a->pods_inf);
     size_t removed = 0;
     int64_t now = gv_loop_now_ms();
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        bool live = cached(pods, e->d_name);
-        pthread_mutex_lock(&a->mu);
-        struct pod_state *p = find_pod(a, e->d_name);
-        if (!live && p && p->gone_since == 0)
-            p->gone_since = now; /* gone from the cache: its grace period starts */
-        if (!live && p && (now - p->gone_since < a->cfg.gc_grace_ms || p->writing))
-            live = true;
-        if (!live && p) {
-            /* forget it: unlink from the list */
-            for (struct pod_state **pp = &a->pods; *pp; pp = &(*pp)->next) {
-                if (*pp == p) {
-                    *pp = p->next;
-                    break;
+    /* both trees of a pod: its runtime directories and its limits and records */
+    const char *tops[] = {"containers", "limits"};
+    for (size_t t = 0; t < 2; t++) {
+        char dir[4096];
+        snprintf(dir, sizeof(dir), "%s/%s", a->state_dir, tops[t]);
+        DIR *d = opendir(dir);
+        struct dirent *e;
+        while (d && (e = readdir(d)) != NULL) {
+            if (e->d_name[0] == '.')
+                continue;
+            bool live = cached(pods, e->d_name);
+            pthread_mutex_lock(&a->mu);
+            struct pod_state *p = find_pod(a, e->d_name);
+            if (!live && p && p->gone_since == 0)
+                p->gone_since = now; /* gone from the cache: its grace period starts */
+            if (!live && p && (now - p->gone_since < a->cfg.gc_grace_ms || p->writing))
+                live = true;
+            if (!live && p) {
+                /* forget it: unlink from the list */
+                for (struct pod_state **pp = &a->pods; *pp; pp = &(*pp)->next) {
+                    if (*pp == p) {
+                        *pp = p->next;
+                        break;
+                    }
                 }
             }
+            pthread_mutex_unlock(&a->mu);
+            if (live)
+                continue;
+            pod_free(p); /* unlinked and not being written: nobody else can reach it */
+            char path[4400], other[4400];
+            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+            snprintf(other, sizeof(other), "%s/limits/%s", a->state_dir, e->d_name);
+            bool counted_later = t == 0 && access(other, F_OK) == 0; /* one count per pod */
+            if (rm_tree(path) == 0) {
+                removed += !counted_later;
+                gv_info("removed the %s directories of vanished pod %s", tops[t], e->d_name);
+            } else {
+                gv_warn("cannot remove %s: %s", path, strerror(errno));
+            }
         }
-        pthread_mutex_unlock(&a->mu);
-        if (live)
-            continue;
-        pod_free(p); /* unlinked and not being written: nobody else can reach it */
-        char path[4400];
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        if (rm_tree(path) == 0) {
-            removed++;
-            gv_info("removed the container directories of vanished pod %s", e->d_name);
-        } else {
-            gv_warn("cannot remove %s: %s", path, strerror(errno));
-        }
+        if (d)
+            closedir(d);
     }
-    closedir(d);
     /* Pods known only in memory (failed ones have no directory): forget them too. */
     pthread_mutex_lock(&a->mu);
     for (struct pod_state **pp = &a->pods; *pp;) {
@@ -1280,6 +1952,11 @@ bool gv_allocator_synced(struct gv_allocator *a)
     return a->pods_inf && gv_informer_has_synced(a->pods_inf);
 }
 
+bool gv_allocator_wait_synced(struct gv_allocator *a, int64_t ms)
+{
+    return a->pods_inf == NULL || gv_informer_wait_synced(a->pods_inf, ms);
+}
+
 size_t gv_allocator_pending_writes(struct gv_allocator *a)
 {
     size_t n = 0;
@@ -1291,32 +1968,115 @@ size_t gv_allocator_pending_writes(struct gv_allocator *a)
 }
 
 /*
- * A restarted agent learns which containers it already served from their
- * directories (written before each reply), in case the progress annotation
- * had not reached the API server yet.
+ * A restarted agent learns which containers it already answered, and what
+ * it promised, from <state>/limits/<uid>/<ctr>/ (written before each reply
+ * and each preference), in case the progress annotation had not reached
+ * the API server yet.  Nothing the container can write counts: its runtime
+ * directory is not read.
  */
-static void recover(struct gv_allocator *a, const char *dir)
+static void recover(struct gv_allocator *a)
 {
+    char dir[4200];
+    snprintf(dir, sizeof(dir), "%s/limits", a->state_dir);
     DIR *d = opendir(dir);
-    if (d == NULL)
-        return;
     struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
+    while (d && (e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.' || !safe_component(e->d_name))
             continue;
-        char sub[4400];
+        char sub[4600];
         snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name);
         DIR *cd = opendir(sub);
         if (cd == NULL)
             continue;
-        struct pod_state *p = get_pod(a, e->d_name, NULL, NULL);
         struct dirent *ce;
-        while (p && (ce = readdir(cd)) != NULL)
-            if (ce->d_name[0] != '.' && !pod_has(p, ce->d_name))
+        while ((ce = readdir(cd)) != NULL) {
+            if (ce->d_name[0] == '.' || !safe_component(ce->d_name))
+                continue;
+            char *text = NULL;
+            struct rec_text r;
+            bool answered = read_rec(a, e->d_name, ce->d_name, "answer", &text, &r);
+            bool promised = !answered && read_rec(a, e->d_name, ce->d_name, "promise", &text, &r);
+            struct pod_state *p = answered || promised ? get_pod(a, e->d_name, r.ns, r.name) : NULL;
+            if (p && answered && !pod_has(p, ce->d_name))
                 pod_add_done(p, ce->d_name);
+            if (p && set_rec(p, ce->d_name, r.ids, answered))
+                find_rec(p, ce->d_name)->since = 0; /* before anything this run promises */
+            if (p && answered) {
+                if (r.containers > 0)
+                    p->n_total = (unsigned)r.containers;
+                p->recovered = true;
+                p->all_done = p->n_total && p->n_done >= p->n_total;
+                snprintf(p->state, sizeof(p->state), "%s", p->all_done ? "success" : "allocating");
+            }
+            free(text);
+        }
         closedir(cd);
     }
-    closedir(d);
+    if (d)
+        closedir(d);
+}
+
+/*
+ * The informer's view of a pod this agent has records of (called from the
+ * transform, with the whole pod): whether it ended, which containers the
+ * kubelet created (their answer reached it: no more repeats), and, once
+ * after a restart, whether the annotations show what was answered.
+ */
+static void observe(struct gv_allocator *a, json_t *pod)
+{
+    const char *uid = jstr2(pod, "metadata", "uid");
+    if (uid == NULL)
+        return;
+    pthread_mutex_lock(&a->mu);
+    struct pod_state *p = find_pod(a, uid);
+    if (p == NULL) {
+        pthread_mutex_unlock(&a->mu);
+        return;
+    }
+    const char *phase = jstr2(pod, "status", "phase");
+    p->ended = json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp") ||
+               (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0));
+    size_t i;
+    json_t *cs;
+    json_array_foreach(json_object_get(json_object_get(pod, "status"), "containerStatuses"), i, cs) {
+        const char *name = json_string_value(json_object_get(cs, "name"));
+        const char *cid = json_string_value(json_object_get(cs, "containerID"));
+        struct ctr_rec *r = name ? find_rec(p, name) : NULL;
+        if (r && cid && *cid)
+            r->started = true;
+    }
+    if (p->recovered) {
+        p->recovered = false;
+        if (p->ns == NULL)
+            pod_set_name(p, jstr2(pod, "metadata", "namespace") ? jstr2(pod, "metadata", "namespace") : "",
+                         jstr2(pod, "metadata", "name") ? jstr2(pod, "metadata", "name") : "");
+        const char *listed = gv_podspec_annotation(pod, ANN_CONTAINERS);
+        const char *progress = gv_podspec_annotation(pod, ANN_ALLOCATION);
+        bool shown = !(p->all_done && !(progress && strcmp(progress, "success") == 0));
+        for (const char *c = p->done; shown && c && *c;) {
+            const char *e = strchr(c, ',');
+            char one[GV_ALLOC_CNAME_MAX];
+            snprintf(one, sizeof(one), "%.*s", (int)(e ? e - c : (ptrdiff_t)strlen(c)), c);
+            shown = in_list(listed, one);
+            c = e ? e + 1 : NULL;
+        }
+        if (!shown) { /* answered before the crash, never recorded: write it now */
+            for (const char *c = listed; c && *c;) { /* keep what an earlier run recorded */
+                const char *e = strchr(c, ',');
+                char one[GV_ALLOC_CNAME_MAX];
+                snprintf(one, sizeof(one), "%.*s", (int)(e ? e - c : (ptrdiff_t)strlen(c)), c);
+                if (safe_component(one) && !pod_has(p, one))
+                    pod_add_done(p, one);
+                c = e ? e + 1 : NULL;
+            }
+            p->all_done = p->n_total && p->n_done >= p->n_total;
+            snprintf(p->state, sizeof(p->state), "%s", p->all_done ? "success" : "allocating");
+            p->version++;
+            p->next_try = 0;
+            pthread_cond_broadcast(&a->changed);
+        }
+    }
+    pthread_mutex_unlock(&a->mu);
 }
 
 gv_status gv_allocator_new(const struct gv_allocator_config *cfg, struct gv_kube_client *kube,
@@ -1354,7 +2114,7 @@ gv_status gv_allocator_new(const struct gv_allocator_config *cfg, struct gv_kube
         gv_error_prefix(err, "allocator: node priority directory: ");
         goto fail;
     }
-    recover(a, dir);
+    recover(a);
     if (kube) {
         char selector[600];
         snprintf(selector, sizeof(selector), "spec.nodeName=%s", a->node);

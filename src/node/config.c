@@ -41,6 +41,7 @@ gv_status gv_node_config_default(struct gv_node_config **out, struct gv_error *e
     c->defaults.split = 10;
     c->defaults.mem_scaling = 1.0;
     c->defaults.core_scaling = 1.0;
+    gv_metrics_settings_default(&c->metrics);
     *out = c;
     return GV_OK;
 }
@@ -387,6 +388,9 @@ static gv_status parse_level(struct gv_node_config *c, json_t *obj, const char *
             snprintf(c->core_policy, sizeof(c->core_policy), "%s", p);
         } else if (strcasecmp(k, "filterDevices") == 0) {
             if (parse_filter(c, v, path, err) != GV_OK)
+                return err->code;
+        } else if (strcasecmp(k, "metrics") == 0) {
+            if (gv_metrics_settings_parse(v, path, &c->metrics, err) != GV_OK)
                 return err->code;
         } else if (strcasecmp(k, "gpus") == 0) {
             /* after the node-level defaults, so rules inherit them */

@@ -63,6 +63,8 @@ struct conn {
     bool goaway_sent;
     bool lingering;         /* all sent, write side shut: waiting for the peer's EOF */
     uint64_t linger_timer;
+    uint64_t idle_timer;
+    int64_t last_active_ms; /* monotonic: last bytes received */
     struct gv_grpc_call *calls;
     struct conn *next;
 };
@@ -78,6 +80,8 @@ struct gv_grpc_server {
     dev_t sock_dev;
     ino_t sock_ino;
     struct conn *conns;
+    size_t n_conns, max_conns;
+    int64_t idle_ms;
     uint64_t next_call_id;
     bool draining;
     uint64_t grace_timer;
@@ -85,6 +89,24 @@ struct gv_grpc_server {
 
 static bool conn_flush(struct conn *c);
 static void conn_close(struct conn *c);
+
+/* A connection without calls that stayed silent idle_ms is closed: idle
+ * connections cost an HTTP/2 session each (~13 KiB) and a slot under the
+ * cap.  One with a call open (ListAndWatch) is never idle. */
+static void idle_check(struct gv_loop *loop, void *ud)
+{
+    struct conn *c = ud;
+    struct gv_grpc_server *srv = c->srv;
+    c->idle_timer = 0;
+    int64_t quiet = gv_loop_now_ms() - c->last_active_ms;
+    if (c->calls == NULL && quiet >= srv->idle_ms) {
+        gv_debug("grpc: closing a connection idle for %lld ms", (long long)quiet);
+        conn_close(c);
+        return;
+    }
+    int64_t wait = c->calls ? srv->idle_ms : srv->idle_ms - quiet;
+    c->idle_timer = gv_loop_timer(loop, wait > 0 ? wait : 1, idle_check, c);
+}
 
 static void linger_expired(struct gv_loop *loop, void *ud)
 {
@@ -587,6 +609,8 @@ static void conn_close(struct conn *c)
     c->closing = true;
     if (c->linger_timer)
         gv_loop_timer_cancel(srv->loop, c->linger_timer);
+    if (c->idle_timer)
+        gv_loop_timer_cancel(srv->loop, c->idle_timer);
     /* nghttp2_session_del() does not report the open streams: close them here. */
     while (c->calls) {
         c->calls->finished = true;
@@ -598,6 +622,7 @@ static void conn_close(struct conn *c)
     for (struct conn **pp = &srv->conns; *pp; pp = &(*pp)->next) {
         if (*pp == c) {
             *pp = c->next;
+            srv->n_conns--;
             break;
         }
     }
@@ -630,6 +655,7 @@ static void conn_io(struct gv_loop *loop, int fd, uint32_t events, void *ud)
                 conn_close(c);
                 return;
             }
+            c->last_active_ms = gv_loop_now_ms();
             c->hold++;
             ssize_t rv = nghttp2_session_mem_recv(c->session, buf, (size_t)n);
             c->hold--;
@@ -653,8 +679,30 @@ static void conn_io(struct gv_loop *loop, int fd, uint32_t events, void *ud)
         conn_flush(c);
 }
 
+/* Room for one more connection: closes the longest-idle one without calls
+ * when at the cap; false when every connection has a call open. */
+static bool make_room(struct gv_grpc_server *srv)
+{
+    if (srv->n_conns < srv->max_conns)
+        return true;
+    struct conn *victim = NULL;
+    for (struct conn *c = srv->conns; c; c = c->next)
+        if (c->calls == NULL && !c->closing &&
+            (victim == NULL || c->last_active_ms < victim->last_active_ms))
+            victim = c;
+    if (victim == NULL)
+        return false;
+    gv_debug("grpc: %zu connections (the cap): closing the longest idle one", srv->n_conns);
+    conn_close(victim);
+    return true;
+}
+
 gv_status gv_grpc_server_adopt(struct gv_grpc_server *srv, int fd, struct gv_error *err)
 {
+    if (!make_room(srv))
+        return gv_error_set(err, GV_EUNAVAILABLE,
+                            "grpc: %zu connections with calls open (the cap); refusing another",
+                            srv->n_conns);
     struct conn *c = calloc(1, sizeof(*c));
     nghttp2_session_callbacks *cbs = NULL;
     if (c == NULL || nghttp2_session_callbacks_new(&cbs) != 0) {
@@ -700,6 +748,9 @@ gv_status gv_grpc_server_adopt(struct gv_grpc_server *srv, int fd, struct gv_err
     }
     c->next = srv->conns;
     srv->conns = c;
+    srv->n_conns++;
+    c->last_active_ms = gv_loop_now_ms();
+    c->idle_timer = gv_loop_timer(srv->loop, srv->idle_ms, idle_check, c);
     if (srv->draining)
         nghttp2_submit_shutdown_notice(c->session);
     conn_flush(c);
@@ -747,6 +798,8 @@ gv_status gv_grpc_server_new(struct gv_loop *loop, const struct gv_grpc_server_c
     srv->max_recv = cfg->max_recv_msg ? cfg->max_recv_msg : GV_GRPC_DEFAULT_MAX_MSG;
     srv->max_send = cfg->max_send_msg ? cfg->max_send_msg : GV_GRPC_DEFAULT_MAX_MSG;
     srv->listen_fd = -1;
+    srv->max_conns = cfg->max_conns ? cfg->max_conns : 64;
+    srv->idle_ms = cfg->idle_ms > 0 ? cfg->idle_ms : 60000;
     *out = srv;
     return GV_OK;
 }

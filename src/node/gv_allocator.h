@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "common/gv_error.h"
+#include "contracts/placement.h"
 #include "kube/gv_kube.h"
 #include "node/gv_config.h"
 #include "node/gv_gpus.h"
@@ -32,11 +33,19 @@ struct V1beta1__ContainerAllocateResponse;
 
 struct gv_allocator_config {
     const char *node;           /* this node's name */
-    const char *state_dir;      /* agent's view: <state_dir>/containers/<uid>/<container>/ */
+    /*
+     * agent's view: <state_dir>/containers/<uid>/<container>/ (the
+     * container's writable runtime dir) and <state_dir>/limits/<uid>/<container>/
+     * (limits file and Allocate records; never mounted writable)
+     */
+    const char *state_dir;
     const char *host_state_dir; /* the same directory as the host sees it (mount sources) */
     const char *install_dir;    /* host: <install_dir>/lib/libgpuvisor.so, <install_dir>/ld.so.preload */
     int64_t wait_ms;            /* how long to wait for the cache to show the pod (0: 5000) */
     int64_t gc_grace_ms;        /* keep a vanished pod's directory this long (0: 60000) */
+    /* Placement signature and opt-out checks before a pod is served
+     * (contracts/placement.h); borrowed, NULL = none (tests). */
+    const struct gv_placement_policy *placement;
 };
 
 /* What Allocate may hand out: one entry per advertised GPU. */
@@ -69,6 +78,37 @@ int gv_allocator_allocate(void *ud, const char *const *ids, size_t n_ids,
                           struct V1beta1__ContainerAllocateResponse *resp, char *msg,
                           size_t msg_size);
 
+/*
+ * The gv_plugin_prefer_fn (GetPreferredAllocation): picks, for the next
+ * pending container that asks `size` GPUs, one device on each GPU of its
+ * assignment from the kubelet's available (and must-include) IDs, and
+ * remembers that promise (in memory and on disk) so that the Allocate
+ * carrying exactly these IDs is matched to that container.  Like Allocate
+ * it waits up to wait_ms for the cache to show a pending assignment.  Writes up to
+ * size pointers into out (pointing into available/must); false when no
+ * pending assignment can be honoured (the caller then prefers generically).
+ */
+bool gv_allocator_prefer(void *ud, const char *const *available, size_t n_available,
+                         const char *const *must, size_t n_must, size_t size, const char **out,
+                         size_t *n_out);
+
+/*
+ * Counters since start (docs/node-agent.md, "Allocate"); for metrics.
+ * id_mismatches: Allocates whose device IDs named other GPUs than the
+ * assignment (the kubelet ignored or never asked our preference): the
+ * container still gets its assigned GPUs, but the kubelet's checkpoint and
+ * PodResources name the IDs it sent.
+ */
+struct gv_allocator_stats {
+    uint64_t answered;        /* containers answered (first answers) */
+    uint64_t replays;         /* repeated Allocates answered from the durable record */
+    uint64_t by_promise;      /* Allocates matched to a container by our preferred IDs */
+    uint64_t id_mismatches;   /* device IDs on other GPUs than the assignment */
+    uint64_t preferred;       /* GetPreferredAllocation answered from an assignment */
+    uint64_t preferred_generic; /* ... answered without one (no pending assignment fits) */
+};
+void gv_allocator_get_stats(struct gv_allocator *a, struct gv_allocator_stats *out);
+
 /* Removes per-container directories of pods gone for longer than the grace; returns how many. */
 size_t gv_allocator_gc(struct gv_allocator *a);
 
@@ -89,6 +129,8 @@ json_t *gv_allocator_cache_pod(json_t *pod);
 
 /* True once the pod cache has its first list. */
 bool gv_allocator_synced(struct gv_allocator *a);
+/* Waits up to ms for the first list; true when synced (no API server: true at once). */
+bool gv_allocator_wait_synced(struct gv_allocator *a, int64_t ms);
 /* Annotation writes waiting for the API server to come back. */
 size_t gv_allocator_pending_writes(struct gv_allocator *a);
 

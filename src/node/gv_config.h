@@ -16,6 +16,7 @@
 
 #include "common/gv_error.h"
 #include "contracts/inventory.h"
+#include "node/gv_metrics.h"
 
 #define GV_NODE_CONFIG_PATH "/etc/gpuvisor/node-config.json"
 #define GV_NODE_MAX_SPLIT 1024
@@ -60,6 +61,7 @@ struct gv_node_config {
     /* Why a HAMi key read here changes nothing (each also logged at parse). */
     char (*notes)[256];
     size_t n_notes;
+    struct gv_metrics_settings metrics; /* "metrics": listener, series, backstop */
 };
 
 /* Defaults: nvidia.com/gpu, vgpu, split 10, scaling 1, no CDI, nothing excluded. */

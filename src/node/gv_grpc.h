@@ -105,6 +105,12 @@ struct gv_grpc_server_config {
     void *ud;            /* passed to handlers */
     size_t max_recv_msg; /* 0: GV_GRPC_DEFAULT_MAX_MSG */
     size_t max_send_msg; /* 0: GV_GRPC_DEFAULT_MAX_MSG */
+    /* Abuse limits (docs/isolation.md): open connections (0: 64; past it
+     * the longest-idle connection without calls is closed for the new one,
+     * or the new one is refused when every connection has a call open), and
+     * how long a connection without calls may stay silent (0: 60000 ms). */
+    size_t max_conns;
+    int64_t idle_ms;
 };
 
 gv_status gv_grpc_server_new(struct gv_loop *loop, const struct gv_grpc_server_config *cfg,

@@ -2,7 +2,7 @@
  * The DevicePlugin gRPC service (kubelet device-plugin API v1beta1).
  *
  * Owns the gRPC server on the plugin socket, the ListAndWatch streams and a
- * small pool of Allocate workers.  What the devices are and what Allocate
+ * small pool of workers for Allocate and GetPreferredAllocation.  What the devices are and what Allocate
  * answers come from outside (gv_plugin_set_devices, the allocate callback),
  * so this file only speaks the protocol.
  */
@@ -36,12 +36,24 @@ typedef int (*gv_plugin_allocate_fn)(void *ud, const char *const *device_ids, si
                                      struct V1beta1__ContainerAllocateResponse *resp, char *msg,
                                      size_t msg_size);
 
+/*
+ * GetPreferredAllocation for one container request (a worker thread, like
+ * Allocate; may wait for the pod cache): writes up to size device IDs (pointers into available/must) into
+ * out and returns true, or false to leave the choice to the generic
+ * preference (distinct GPUs, most free slices).
+ */
+typedef bool (*gv_plugin_prefer_fn)(void *ud, const char *const *available, size_t n_available,
+                                    const char *const *must, size_t n_must, size_t size,
+                                    const char **out, size_t *n_out);
+
 struct gv_plugin_config {
     const char *socket_path;
     size_t max_msg; /* 0: 4 MiB like the kubelet */
     unsigned workers; /* Allocate threads; 0: 4 */
     gv_plugin_allocate_fn allocate;
     void *allocate_ud;
+    gv_plugin_prefer_fn prefer; /* NULL: generic preference only */
+    void *prefer_ud;
 };
 
 gv_status gv_plugin_new(struct gv_loop *loop, const struct gv_plugin_config *cfg,

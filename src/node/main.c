@@ -29,6 +29,8 @@
 #include "node/gv_allocator.h"
 #include "node/gv_config.h"
 #include "node/gv_gpus.h"
+#include "node/gv_metrics.h"
+#include "node/gv_monitor.h"
 #include "node/gv_plugin.h"
 #include "node/gv_publisher.h"
 #include "node/gv_registrar.h"
@@ -53,6 +55,11 @@ struct options {
     long allocate_wait_ms;
     long gc_s;
     long gc_grace_ms;
+    const char *placement_key_file;
+    bool insecure_unsigned;
+    const char *opt_out_namespaces; /* comma list */
+    const char *metrics_listen; /* overrides the config's metrics.listen */
+    const char *proc_root;
 };
 
 struct agent {
@@ -60,6 +67,10 @@ struct agent {
     struct gv_loop *loop;
     struct gv_node_config *cfg;
     char *cfg_text; /* last loaded config file content, to skip no-op reloads */
+    struct gv_placement_key *placement_key;
+    char *opt_out_text; /* storage of opt_out[] */
+    const char *opt_out[65];
+    struct gv_placement_policy placement;
     struct gv_gpus *gpus;
     struct gv_kube_config *kcfg;
     struct gv_kube_client *kube;
@@ -68,6 +79,8 @@ struct agent {
     struct gv_publisher *pub;
     struct gv_plugin *plugin;
     struct gv_registrar *reg;
+    struct gv_monitor *mon;       /* /metrics and the NVML backstop (docs/observability.md) */
+    struct gv_metrics_http *http;
     int sigfd;
     int cfg_ino;
     uint64_t reload_timer;
@@ -132,6 +145,8 @@ static void rebuild(struct agent *ag)
             gv_warn("GPU %u (%s) has MIG enabled: not advertised", g->index, g->uuid);
             continue;
         }
+        if (ag->mon)
+            gv_monitor_set_gpu_info(ag->mon, g->uuid, g->healthy, s.split, g->reason);
         agpus[n_agpus].gpu = *g;
         agpus[n_agpus++].settings = s;
         for (unsigned k = 0; k < s.split; k++) {
@@ -207,6 +222,8 @@ static void reload(struct agent *ag, bool forced)
     }
     gv_node_config_free(ag->cfg);
     free(ag->cfg_text);
+    if (ag->mon)
+        gv_monitor_set_settings(ag->mon, &cfg->metrics);
     ag->cfg = cfg;
     ag->cfg_text = text;
     gv_info("configuration %s loaded", ag->o.config);
@@ -262,6 +279,28 @@ static void on_signal(struct gv_loop *loop, int fd, uint32_t events, void *ud)
     }
 }
 
+/*
+ * /healthz: the loop is alive as long as this timer runs.  /readyz, decided
+ * here on the loop (which owns the plugin's state): serving the kubelet,
+ * registered, and (with an API server) the pod cache listed.
+ */
+static void beat_tick(struct gv_loop *loop, void *ud)
+{
+    struct agent *ag = ud;
+    const char *no = ag->stopping                            ? "shutting down"
+                     : !gv_plugin_socket_present(ag->plugin) ? "device-plugin socket missing"
+                     : gv_registrar_count(ag->reg) == 0      ? "not registered with the kubelet yet"
+                     : !ag->o.no_kube && !gv_allocator_synced(ag->alloc) ? "pod cache not synced yet"
+                                                                      : NULL;
+    gv_metrics_http_beat(ag->http, no == NULL, no);
+    gv_loop_timer(loop, 1000, beat_tick, ag);
+}
+
+static gv_status metrics_render(void *ud, struct gv_buf *out, struct gv_error *err)
+{
+    return gv_monitor_render(((struct agent *)ud)->mon, out, err);
+}
+
 static void gc_tick(struct gv_loop *loop, void *ud)
 {
     struct agent *ag = ud;
@@ -296,6 +335,13 @@ static void usage(FILE *f)
             "  --allocate-wait-ms N     wait for the pod cache in Allocate (default 5000)\n"
             "  --gc-seconds N           GC period for container dirs (default 60)\n"
             "  --gc-grace-ms N          keep a vanished pod's dir this long (default 60000)\n"
+            "  --placement-key-file F   HMAC key authenticating the scheduler's placements\n"
+            "  --insecure-unsigned-placements  serve placements without authenticating them\n"
+            "  --preload-opt-out-namespaces NS,NS  namespaces whose pods may run without the\n"
+            "                           interposer (gpuvisor.io/preload: \"false\"; default none)\n"
+            "  --metrics-listen ADDR:PORT  serve /metrics, /healthz, /readyz (default: the\n"
+            "                           config's metrics.listen; none when both are empty)\n"
+            "  --proc-root DIR          where /proc is, for process cgroups (default /proc)\n"
             "  --version, --help\n");
 }
 
@@ -304,7 +350,8 @@ static int parse_options(int argc, char **argv, struct options *o)
     enum {
         O_NODE = 256, O_CONFIG, O_PLUGIN_DIR, O_SOCKET, O_KUBELET, O_STATE, O_HOST_STATE,
         O_INSTALL, O_NVML, O_SYS, O_URL, O_KUBECONFIG, O_NO_KUBE, O_HB, O_PROBE, O_RECOVER,
-        O_WAIT, O_GC, O_GC_GRACE, O_VERSION, O_HELP
+        O_WAIT, O_GC, O_GC_GRACE, O_VERSION, O_HELP, O_KEY_FILE, O_INSECURE, O_OPT_OUT, O_METRICS,
+        O_PROC
     };
     static const struct option opts[] = {
         {"node-name", 1, 0, O_NODE},         {"config", 1, 0, O_CONFIG},
@@ -317,7 +364,11 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"health-probe-ms", 1, 0, O_PROBE},  {"health-recover-ms", 1, 0, O_RECOVER},
         {"allocate-wait-ms", 1, 0, O_WAIT},  {"gc-seconds", 1, 0, O_GC},
         {"gc-grace-ms", 1, 0, O_GC_GRACE},   {"version", 0, 0, O_VERSION},
-        {"help", 0, 0, O_HELP},              {0, 0, 0, 0},
+        {"help", 0, 0, O_HELP},              {"placement-key-file", 1, 0, O_KEY_FILE},
+        {"insecure-unsigned-placements", 0, 0, O_INSECURE},
+        {"preload-opt-out-namespaces", 1, 0, O_OPT_OUT},
+        {"metrics-listen", 1, 0, O_METRICS}, {"proc-root", 1, 0, O_PROC},
+        {0, 0, 0, 0},
     };
     *o = (struct options){
         .node = getenv("NODE_NAME"),
@@ -351,6 +402,9 @@ static int parse_options(int argc, char **argv, struct options *o)
         case O_SYS: o->sys_root = optarg; break;
         case O_URL: o->kube_url = optarg; break;
         case O_KUBECONFIG: o->kubeconfig = optarg; break;
+        case O_KEY_FILE: o->placement_key_file = optarg; break;
+        case O_INSECURE: o->insecure_unsigned = true; break;
+        case O_OPT_OUT: o->opt_out_namespaces = optarg; break;
         case O_NO_KUBE: o->no_kube = true; break;
         case O_HB: num = &o->heartbeat_s; break;
         case O_PROBE: num = &o->probe_ms; break;
@@ -360,6 +414,8 @@ static int parse_options(int argc, char **argv, struct options *o)
         case O_GC_GRACE: num = &o->gc_grace_ms; break;
         case O_VERSION: printf("gpuvisor-node %s\n", GV_VERSION); exit(0);
         case O_HELP: usage(stdout); exit(0);
+        case O_METRICS: o->metrics_listen = optarg; break;
+        case O_PROC: o->proc_root = optarg; break;
         default: usage(stderr); return 2;
         }
         if (num) {
@@ -375,6 +431,13 @@ static int parse_options(int argc, char **argv, struct options *o)
     }
     if (optind < argc) {
         fprintf(stderr, "gpuvisor-node: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!o->no_kube && o->placement_key_file == NULL && !o->insecure_unsigned) {
+        /* Fail closed: without a key any pod could hand itself GPUs. */
+        fprintf(stderr, "gpuvisor-node: no placement key: give --placement-key-file the file of "
+                        "the gpuvisor-placement-key Secret; --insecure-unsigned-placements "
+                        "serves placements without authenticating them (docs/isolation.md)\n");
         return 2;
     }
     if (!o->no_kube && (o->node == NULL || *o->node == '\0')) {
@@ -427,22 +490,51 @@ static int start(struct agent *ag, struct gv_error *err)
         if (gv_publisher_new(ag->kube, o->node, o->heartbeat_s * 1000, &ag->pub, err) != GV_OK)
             return 1;
     }
+    if (o->placement_key_file != NULL &&
+        gv_placement_key_load(o->placement_key_file, &ag->placement_key, err) != GV_OK)
+        return 2;
+    if (ag->placement_key == NULL && !o->no_kube)
+        gv_warn("INSECURE: no placement key; Allocate serves placement annotations without "
+                "authenticating them (docs/isolation.md)");
+    if (o->opt_out_namespaces != NULL && (ag->opt_out_text = strdup(o->opt_out_namespaces))) {
+        size_t n = 0;
+        for (char *save = NULL, *t = strtok_r(ag->opt_out_text, ",", &save); t && n < 64;
+             t = strtok_r(NULL, ",", &save))
+            ag->opt_out[n++] = t;
+    }
+    ag->placement = (struct gv_placement_policy){.key = ag->placement_key,
+                                                 .opt_out_namespaces = ag->opt_out};
     struct gv_allocator_config ac = {.node = o->node ? o->node : "",
                                      .state_dir = o->state_dir,
                                      .host_state_dir = o->host_state_dir,
                                      .install_dir = o->install_dir,
                                      .wait_ms = o->allocate_wait_ms,
-                                     .gc_grace_ms = o->gc_grace_ms};
+                                     .gc_grace_ms = o->gc_grace_ms,
+                                     .placement = &ag->placement};
     if (gv_allocator_new(&ac, ag->kube, ag->kube_writer, &ag->alloc, err) != GV_OK)
+        return 1;
+    struct gv_monitor_config mc = {.node = o->node ? o->node : "", .state_dir = o->state_dir,
+                                   .proc_root = o->proc_root, .nvml_lib = o->nvml_lib,
+                                   .kube = ag->kube_writer, .settings = ag->cfg->metrics};
+    if (gv_monitor_new(&mc, &ag->mon, err) != GV_OK)
         return 1;
     snprintf(path, sizeof(path), "%s/%s", o->plugin_dir, o->socket_name);
     struct gv_plugin_config pc = {.socket_path = path, .allocate = gv_allocator_allocate,
-                                  .allocate_ud = ag->alloc};
+                                  .allocate_ud = ag->alloc, .prefer = gv_allocator_prefer,
+                                  .prefer_ud = ag->alloc};
     if (gv_plugin_new(ag->loop, &pc, &ag->plugin, err) != GV_OK)
         return 1;
     rebuild(ag);
     if (gv_plugin_listen(ag->plugin, err) != GV_OK)
         return 1;
+    /*
+     * Register once the pod cache has its first list (bounded: an API
+     * outage must not keep the GPUs off the node): the kubelet asks
+     * GetPreferredAllocation right after, and only the cache knows which
+     * assignment the answer must come from.
+     */
+    if (!gv_allocator_wait_synced(ag->alloc, o->allocate_wait_ms > 0 ? o->allocate_wait_ms : 5000))
+        gv_warn("pod cache not synced yet: registering anyway (preferences stay generic until it is)");
     struct gv_registrar_config rc = {.plugin_dir = o->plugin_dir,
                                      .kubelet_socket = o->kubelet_socket,
                                      .endpoint = o->socket_name,
@@ -468,6 +560,15 @@ static int start(struct agent *ag, struct gv_error *err)
     else
         gv_warn("cannot watch %s for changes (%s): reload with SIGHUP", path, strerror(errno));
     gv_loop_timer(ag->loop, o->gc_s * 1000, gc_tick, ag);
+    const char *listen = o->metrics_listen ? o->metrics_listen : ag->cfg->metrics.listen;
+    if (listen[0] != '\0') {
+        struct gv_metrics_http_config hc = {.listen = listen, .render = metrics_render, .ud = ag};
+        if (gv_metrics_http_new(&hc, &ag->http, err) != GV_OK)
+            return 1;
+        beat_tick(ag->loop, ag);
+    }
+    if (gv_monitor_start(ag->mon, err) != GV_OK)
+        return 1;
     gv_info("gpuvisor-node %s serving %s on %s/%s", GV_VERSION, ag->cfg->resource_name,
             o->plugin_dir, o->socket_name);
     return 0;
@@ -476,6 +577,8 @@ static int start(struct agent *ag, struct gv_error *err)
 static void stop(struct agent *ag)
 {
     /* Order: nothing may call into a part after it is freed. */
+    gv_metrics_http_free(ag->http); /* its thread renders from the monitor */
+    gv_monitor_free(ag->mon);
     gv_gpus_free(ag->gpus); /* joins the health thread, which posts to the loop */
     gv_registrar_free(ag->reg);
     gv_plugin_free(ag->plugin); /* joins the Allocate workers */
@@ -486,6 +589,8 @@ static void stop(struct agent *ag)
     gv_kube_config_free(ag->kcfg);
     gv_node_config_free(ag->cfg);
     free(ag->cfg_text);
+    gv_placement_key_free(ag->placement_key);
+    free(ag->opt_out_text);
     if (ag->sigfd >= 0)
         close(ag->sigfd);
     if (ag->cfg_ino >= 0)
@@ -508,6 +613,14 @@ int main(int argc, char **argv)
      * any thread exists.
      */
     mallopt(M_ARENA_MAX, 1);
+    /*
+     * A fixed mmap threshold: glibc otherwise raises it to the size of each
+     * mmapped block freed, so after the first /metrics answer (a few hundred
+     * KiB, docs/observability.md) every later one came from the heap and
+     * left it larger and fragmented.  Blocks this size and up are mapped and
+     * unmapped, as they were before the first one.
+     */
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
     gv_jalloc_init(); /* the allocator places pending pod forms in a zone (gv_jalloc.h) */
     /* Before any thread exists: every thread inherits the mask, the loop reads a signalfd. */
     sigset_t set;

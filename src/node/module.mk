@@ -28,7 +28,7 @@ $(patsubst %.c,$(BUILD)/obj/%.o,$(node_SRCS)): $(NODE_PB_H)
 
 PROGS += gpuvisor-node
 gpuvisor-node_SRCS := src/node/main.c
-gpuvisor-node_LIBS := node kube contracts alloc common
+gpuvisor-node_LIBS := node kube contracts alloc shm common
 gpuvisor-node_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS)
 gpuvisor-node_CFLAGS := $(NODE_CFLAGS)
 $(BUILD)/obj/src/node/main.o: $(NODE_PB_H)

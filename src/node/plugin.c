@@ -22,6 +22,7 @@ struct watcher {
 };
 
 struct job {
+    void (*run)(struct gv_plugin *p, struct job *j); /* run_allocate or run_preferred */
     uint64_t call_id;
     uint8_t *req;
     size_t len;
@@ -34,7 +35,9 @@ struct gv_plugin {
     size_t max_msg;
     gv_plugin_allocate_fn allocate;
     void *allocate_ud;
-    /* loop thread only */
+    gv_plugin_prefer_fn prefer;
+    void *prefer_ud;
+    /* written by the loop thread only; workers read devs under lock (preferences) */
     struct gv_plugin_device *devs;
     size_t n_devs;
     uint8_t *list;
@@ -204,10 +207,12 @@ gv_status gv_plugin_set_devices(struct gv_plugin *p, const struct gv_plugin_devi
     }
     if (n)
         memcpy(copy, devs, n * sizeof(*copy));
+    pthread_mutex_lock(&p->lock);
     free(p->devs);
-    free(p->list);
     p->devs = copy;
     p->n_devs = n;
+    pthread_mutex_unlock(&p->lock);
+    free(p->list);
     p->list = list;
     p->list_len = len;
     size_t k = broadcast(p, list, len, GV_GRPC_OK, NULL);
@@ -347,14 +352,19 @@ static void prefer_one(const struct gv_plugin *p, const V1beta1__ContainerPrefer
     out->deviceids = ids;
 }
 
-static void h_preferred(struct gv_grpc_call *call, const uint8_t *req, size_t len, void *ud)
+/*
+ * Worker side: the preference comes from the pending assignment, which the
+ * allocator may have to wait for (the kubelet can be a few ms ahead of the
+ * pod watch), so it runs on a worker like Allocate.
+ */
+static void run_preferred(struct gv_plugin *p, struct job *j)
 {
-    struct gv_plugin *p = ud;
-    V1beta1__PreferredAllocationRequest *r = v1beta1__preferred_allocation_request__unpack(NULL,
-                                                                                          len, req);
+    V1beta1__PreferredAllocationRequest *r =
+        v1beta1__preferred_allocation_request__unpack(NULL, j->len, j->req);
     if (r == NULL) {
-        gv_grpc_call_finish(call, GV_GRPC_INVALID_ARGUMENT,
-                            "GetPreferredAllocation: malformed PreferredAllocationRequest");
+        gv_grpc_server_complete(p->srv, j->call_id, GV_GRPC_INVALID_ARGUMENT,
+                                "GetPreferredAllocation: malformed PreferredAllocationRequest",
+                                NULL, 0);
         return;
     }
     size_t n = r->n_container_requests;
@@ -373,15 +383,34 @@ static void h_preferred(struct gv_grpc_call *call, const uint8_t *req, size_t le
             ok = false;
             break;
         }
-        prefer_one(p, c, &cr[i], ids[i]);
+        /* The pending assignment first: the kubelet then records the GPU we hand over. */
+        size_t want = c->allocation_size > 0 ? (size_t)c->allocation_size : 0, got = 0;
+        if (p->prefer && want && want <= c->n_available_deviceids + c->n_must_include_deviceids &&
+            p->prefer(p->prefer_ud, (const char *const *)c->available_deviceids,
+                      c->n_available_deviceids, (const char *const *)c->must_include_deviceids,
+                      c->n_must_include_deviceids, want, (const char **)ids[i], &got) &&
+            got == want) {
+            cr[i].n_deviceids = got;
+            cr[i].deviceids = ids[i];
+        } else {
+            pthread_mutex_lock(&p->lock);
+            prefer_one(p, c, &cr[i], ids[i]);
+            pthread_mutex_unlock(&p->lock);
+        }
     }
+    uint8_t *buf = NULL;
+    size_t blen = 0;
     if (ok) {
         o.n_container_responses = n;
         o.container_responses = crp;
-        reply(call, &o.base);
-    } else {
-        gv_grpc_call_finish(call, GV_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+        blen = v1beta1__preferred_allocation_response__get_packed_size(&o);
+        buf = malloc(blen + 1);
+        ok = buf != NULL;
+        if (ok)
+            v1beta1__preferred_allocation_response__pack(&o, buf);
     }
+    gv_grpc_server_complete(p->srv, j->call_id, ok ? GV_GRPC_OK : GV_GRPC_RESOURCE_EXHAUSTED,
+                            ok ? NULL : "out of memory", buf, blen); /* takes buf */
     for (size_t i = 0; ids && i < n; i++)
         free(ids[i]);
     free(ids);
@@ -473,15 +502,15 @@ static void *worker_main(void *arg)
         if (p->jobs == NULL)
             p->jobs_tail = NULL;
         pthread_mutex_unlock(&p->lock);
-        run_allocate(p, j);
+        j->run(p, j);
         free(j->req);
         free(j);
     }
 }
 
-static void h_allocate(struct gv_grpc_call *call, const uint8_t *req, size_t len, void *ud)
+static void enqueue(struct gv_plugin *p, struct gv_grpc_call *call, const uint8_t *req, size_t len,
+                    void (*run)(struct gv_plugin *, struct job *))
 {
-    struct gv_plugin *p = ud;
     struct job *j = calloc(1, sizeof(*j));
     if (j == NULL || (j->req = malloc(len + 1)) == NULL) {
         free(j);
@@ -489,6 +518,7 @@ static void h_allocate(struct gv_grpc_call *call, const uint8_t *req, size_t len
         return;
     }
     memcpy(j->req, req, len);
+    j->run = run;
     j->len = len;
     j->call_id = gv_grpc_call_id(call);
     pthread_mutex_lock(&p->lock);
@@ -499,6 +529,16 @@ static void h_allocate(struct gv_grpc_call *call, const uint8_t *req, size_t len
     p->jobs_tail = j;
     pthread_cond_signal(&p->cond);
     pthread_mutex_unlock(&p->lock);
+}
+
+static void h_allocate(struct gv_grpc_call *call, const uint8_t *req, size_t len, void *ud)
+{
+    enqueue(ud, call, req, len, run_allocate);
+}
+
+static void h_preferred(struct gv_grpc_call *call, const uint8_t *req, size_t len, void *ud)
+{
+    enqueue(ud, call, req, len, run_preferred);
 }
 
 static const struct gv_grpc_method methods[] = {
@@ -519,6 +559,8 @@ gv_status gv_plugin_new(struct gv_loop *loop, const struct gv_plugin_config *cfg
     p->max_msg = cfg->max_msg ? cfg->max_msg : GV_GRPC_DEFAULT_MAX_MSG;
     p->allocate = cfg->allocate;
     p->allocate_ud = cfg->allocate_ud;
+    p->prefer = cfg->prefer;
+    p->prefer_ud = cfg->prefer_ud;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->cond, NULL);
     struct gv_grpc_server_config sc = {

@@ -1,9 +1,11 @@
 /* gpuvisor-scheduler's configuration file (JSON; docs/scheduler.md). */
 #include <inttypes.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/gv_file.h"
+#include "contracts/placement.h"
 #include "scheduler/gv_scheduler.h"
 #include "scheduler/hami_config.h"
 
@@ -17,6 +19,7 @@ gv_status gv_sched_config_default(struct gv_sched_config *cfg, struct gv_error *
     cfg->filter_feasible = false;
     cfg->reservation_ttl_s = 60;
     cfg->heartbeat_timeout_s = 90;
+    cfg->self_check_s = 30;
     return GV_OK;
 }
 
@@ -24,6 +27,14 @@ void gv_sched_config_clear(struct gv_sched_config *cfg)
 {
     free(cfg->scheduler_name);
     free(cfg->node_label_selector);
+    free(cfg->placement_key_file);
+    gv_placement_key_free(cfg->placement_key);
+    for (char **p = cfg->writers_storage; p && *p; p++)
+        free(*p);
+    free(cfg->writers_storage);
+    for (char **p = cfg->opt_out_storage; p && *p; p++)
+        free(*p);
+    free(cfg->opt_out_storage);
     for (size_t i = 0; i < sizeof(cfg->names_storage) / sizeof(cfg->names_storage[0]); i++)
         free(cfg->names_storage[i]);
     memset(cfg, 0, sizeof(*cfg));
@@ -50,6 +61,66 @@ static gv_status set_string(json_t *v, const char *key, char **slot, struct gv_e
         return gv_error_set(err, GV_ENOMEM, "out of memory");
     free(*slot);
     *slot = copy;
+    return GV_OK;
+}
+
+/* A JSON array of non-empty strings -> NULL-terminated copy (replacing *slot). */
+static gv_status set_string_list(json_t *v, const char *key, char ***slot, struct gv_error *err)
+{
+    if (!json_is_array(v) || json_array_size(v) > 1024)
+        return gv_error_set(err, GV_EINVAL, "config: \"%s\" must be an array of strings", key);
+    char **list = calloc(json_array_size(v) + 1, sizeof(*list));
+    if (list == NULL)
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e)
+    {
+        const char *s = json_string_value(e);
+        if (s == NULL || *s == '\0' || strlen(s) != json_string_length(e) ||
+            (list[i] = strdup(s)) == NULL) {
+            for (size_t j = 0; j < i; j++)
+                free(list[j]);
+            free(list);
+            return gv_error_set(err, GV_EINVAL, "config: \"%s[%zu]\" must be a non-empty string",
+                                key, i);
+        }
+    }
+    for (char **p = *slot; p && *p; p++)
+        free(*p);
+    free(*slot);
+    *slot = list;
+    return GV_OK;
+}
+
+/* RFC 3339 UTC, whole seconds ("2026-11-26T00:00:00Z"). */
+static gv_status get_utc_time(json_t *v, const char *key, time_t *out, struct gv_error *err)
+{
+    const char *s = json_string_value(v);
+    struct tm tm;
+    memset(&tm, 0, sizeof(tm));
+    const char *end = s ? strptime(s, "%Y-%m-%dT%H:%M:%SZ", &tm) : NULL;
+    if (end == NULL || *end != '\0')
+        return gv_error_set(err, GV_EINVAL,
+                            "config: \"%s\" must be an RFC 3339 UTC time like "
+                            "2026-11-26T00:00:00Z",
+                            key);
+    *out = timegm(&tm);
+    return GV_OK;
+}
+
+gv_status gv_sched_config_load_key(struct gv_sched_config *cfg, const char *path,
+                                   struct gv_error *err)
+{
+    const char *p = path ? path : cfg->placement_key_file;
+    if (p == NULL)
+        return GV_OK;
+    struct gv_placement_key *k = NULL;
+    gv_status st = gv_placement_key_load(p, &k, err);
+    if (st != GV_OK)
+        return st;
+    gv_placement_key_free(cfg->placement_key);
+    cfg->placement_key = k;
     return GV_OK;
 }
 
@@ -168,6 +239,9 @@ gv_status gv_sched_config_parse(const char *text, size_t len, struct gv_sched_co
         } else if (strcmp(k, "heartbeatTimeoutSeconds") == 0) {
             if ((st = get_int(v, k, 1, 86400, &x, err)) == GV_OK)
                 cfg->heartbeat_timeout_s = (long)x;
+        } else if (strcmp(k, "selfCheckSeconds") == 0) {
+            if ((st = get_int(v, k, 1, 86400, &x, err)) == GV_OK)
+                cfg->self_check_s = (long)x;
         } else if (strcmp(k, "nodeLabelSelector") == 0) {
             st = set_string(v, k, &cfg->node_label_selector, err);
         } else if (strcmp(k, "runtimeClassName") == 0) {
@@ -182,6 +256,21 @@ gv_status gv_sched_config_parse(const char *text, size_t len, struct gv_sched_co
                                   "config: \"nonGpuVisibleDevicesNone\" must be true or false");
             else
                 cfg->hide_gpus_from_others = json_is_true(v);
+        } else if (strcmp(k, "placementKeyFile") == 0) {
+            st = set_string(v, k, &cfg->placement_key_file, err);
+        } else if (strcmp(k, "insecureUnsignedPlacements") == 0) {
+            if (!json_is_boolean(v))
+                st = gv_error_set(err, GV_EINVAL, "config: \"%s\" must be true or false", k);
+            else
+                cfg->insecure_unsigned = json_is_true(v);
+        } else if (strcmp(k, "acceptUnsignedPlacementsBefore") == 0) {
+            st = get_utc_time(v, k, &cfg->unsigned_before, err);
+        } else if (strcmp(k, "placementWriters") == 0) {
+            if ((st = set_string_list(v, k, &cfg->writers_storage, err)) == GV_OK)
+                cfg->admission.writers = (const char *const *)cfg->writers_storage;
+        } else if (strcmp(k, "optOutNamespaces") == 0) {
+            if ((st = set_string_list(v, k, &cfg->opt_out_storage, err)) == GV_OK)
+                cfg->admission.opt_out_namespaces = (const char *const *)cfg->opt_out_storage;
         } else if (strcmp(k, "resources") == 0) {
             st = parse_resources(v, cfg, err);
         } else if (strcmp(k, "defaults") == 0) {

@@ -214,6 +214,37 @@ void gv_ext_args_clear(struct gv_ext_args *args)
     memset(args, 0, sizeof(*args));
 }
 
+char *gv_ext_reason_text(const char *in)
+{
+    size_t n = 0;
+    for (const char *p = in; *p; p++)
+        n += *p == '%' ? 8 : 1;
+    char *out = malloc(n + 1), *o = out;
+    if (out == NULL)
+        return NULL;
+    for (const char *p = in; *p; p++) {
+        if (*p != '%') {
+            *o++ = *p;
+            continue;
+        }
+        /* "30% cores" -> "30 percent cores"; "a % b" -> "a percent b". */
+        const char *word = p > in && p[-1] != ' ' ? " percent" : "percent";
+        memcpy(o, word, strlen(word));
+        o += strlen(word);
+    }
+    *o = '\0';
+    return out;
+}
+
+/* A JSON string of a user-facing reason, made format-safe. */
+static json_t *reason_json(const char *in)
+{
+    char *t = gv_ext_reason_text(in);
+    json_t *j = t != NULL ? json_string(t) : NULL;
+    free(t);
+    return j;
+}
+
 static char *dump(json_t *o)
 {
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
@@ -244,7 +275,7 @@ char *gv_ext_filter_result_encode(const struct gv_ext_args *args,
             continue;
         const char *why = reasons && reasons[i] ? reasons[i] : "does not fit";
         if (json_object_set_new(v == GV_EXT_FAILED ? failed : unres, args->names[i],
-                                json_string(why)) != 0)
+                                reason_json(why)) != 0)
             goto fail;
     }
     if (args->node_items != NULL) {
@@ -264,7 +295,7 @@ char *gv_ext_filter_result_encode(const struct gv_ext_args *args,
     json_object_set_new(res, "FailedNodes", failed);
     json_object_set_new(res, "FailedAndUnresolvableNodes", unres);
     failed = unres = NULL;
-    if (json_object_set_new(res, "Error", json_string(error ? error : "")) != 0)
+    if (json_object_set_new(res, "Error", reason_json(error ? error : "")) != 0)
         goto fail;
     return dump(res);
 fail:
@@ -352,5 +383,5 @@ void gv_ext_bind_args_clear(struct gv_ext_bind_args *args)
 
 char *gv_ext_bind_result_encode(const char *error)
 {
-    return dump(json_pack("{s:s}", "Error", error ? error : ""));
+    return dump(json_pack("{s:o}", "Error", reason_json(error ? error : "")));
 }

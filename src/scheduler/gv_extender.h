@@ -59,6 +59,15 @@ char *gv_ext_filter_result_encode(const struct gv_ext_args *args,
                                   const enum gv_ext_verdict *verdicts, const char *const *reasons,
                                   const char *error);
 
+/*
+ * A failure reason as users will read it, with no '%' (heap; NULL on OOM):
+ * kube-scheduler passes extender reasons to its event recorder as a
+ * format string, so "100% cores" reached events as "100%!c(MISSING)ores".
+ * "%" becomes "percent", so the text arrives verbatim through any printf.
+ * The filter and bind encoders apply it to every reason and error.
+ */
+char *gv_ext_reason_text(const char *in);
+
 /* HostPriorityList: [{"Host": names[i], "Score": scores[i]}, ...]. */
 char *gv_ext_priorities_encode(const char *const *names, const long *scores, size_t n);
 

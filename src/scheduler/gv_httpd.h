@@ -57,8 +57,24 @@ struct gv_httpd_options {
     const char *cert_file; /* both set = HTTPS; both NULL = plain HTTP */
     const char *key_file;
     size_t max_body;          /* bytes; larger requests get 413 */
-    unsigned timeout_seconds; /* idle connection timeout */
+    unsigned timeout_seconds; /* idle connection timeout (0: 60) */
+    /* Abuse limits (docs/isolation.md, "Control plane"): open connections
+     * in all (0: 256) and from one client address (0: 32); request body
+     * bytes buffered across all connections at once (0: 4 x max_body).  A
+     * body whose Content-Length is over max_body gets 413 before any of it
+     * is read; one that passes max_body or the shared budget while it
+     * arrives ends its connection at once (libmicrohttpd cannot answer
+     * mid-body).  Nothing past either bound is ever buffered. */
+    unsigned max_connections;
+    unsigned max_per_ip;
+    size_t max_buffered;
+    const char *tls_priorities; /* GnuTLS priority string; NULL: GV_HTTPD_TLS_PRIORITIES */
 };
+
+/* TLS 1.3 and 1.2 only, AEAD suites with forward secrecy only. */
+#define GV_HTTPD_TLS_PRIORITIES                                                                    \
+    "SECURE128:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-CIPHER-ALL:+AES-256-GCM:+AES-128-GCM:"         \
+    "+CHACHA20-POLY1305:-MAC-ALL:+AEAD:-KX-ALL:+ECDHE-ECDSA:+ECDHE-RSA:%SERVER_PRECEDENCE"
 
 gv_status gv_httpd_new(const struct gv_httpd_options *opts, struct gv_httpd **out,
                        struct gv_error *err);

@@ -13,14 +13,20 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <time.h>
 
 #include "alloc/gv_alloc.h"
 #include "common/gv_error.h"
 #include "kube/gv_kube.h"
 #include "scheduler/gv_httpd.h"
+#include "scheduler/gv_webhook.h"
 
-/* Label bind puts on the pods it assigns, so the pod informer can watch only
- * GPU pods instead of every pod of the cluster. */
+struct gv_placement_key;
+
+/* Label that versions before the placement invariant (docs/scheduler.md,
+ * "Life of a placement") put on bound pods.  No longer written: a label
+ * change made kube-scheduler filter the assumed pod again, and a tenant can
+ * remove a label from its own pod.  A failed bind still removes it. */
 #define GV_SCHED_ASSIGNED_LABEL "gpuvisor.io/assigned"
 
 struct gv_sched_config {
@@ -31,6 +37,7 @@ struct gv_sched_config {
     bool filter_feasible;      /* filter returns every fitting node (prioritize configured) */
     long reservation_ttl_s;    /* reservation / unbound assignment lifetime */
     long heartbeat_timeout_s;  /* agent heartbeat older than this = stale */
+    long self_check_s;         /* accounting self-check period */
     char *node_label_selector; /* nodes the scheduler watches (NULL = all) */
     char *names_storage[6];
     /* NVIDIA container runtime (docs/install.md, "GPU Operator"): the
@@ -41,6 +48,22 @@ struct gv_sched_config {
     /* Why keys of a HAMi device ConfigMap change nothing (also logged). */
     unsigned n_notes;
     char notes[24][200];
+    /* Security (docs/isolation.md).  placementKeyFile: the HMAC key that
+     * signs every bind and authenticates every placement the informer
+     * counts; loaded by gv_sched_config_load_key (owned here, borrowed by
+     * gv_sched: free the scheduler first).  NULL key: placements are not
+     * authenticated, allowed only with insecure_unsigned (the daemon
+     * refuses to start otherwise). */
+    char *placement_key_file;
+    struct gv_placement_key *placement_key;
+    bool insecure_unsigned;
+    /* Upgrade window: unsigned placements of pods the API server created
+     * before this time still count (0 = none). */
+    time_t unsigned_before;
+    /* Admission policy: identities that may write placement keys,
+     * namespaces where running without limits is allowed. */
+    struct gv_webhook_policy admission;
+    char **writers_storage, **opt_out_storage; /* NULL-terminated; what admission points into */
 };
 
 /* Defaults: engine defaults, "gpuvisor-scheduler", filter returns one node,
@@ -52,6 +75,10 @@ gv_status gv_sched_config_parse(const char *text, size_t len, struct gv_sched_co
                                 struct gv_error *err);
 gv_status gv_sched_config_load(const char *path, struct gv_sched_config *cfg, struct gv_error *err);
 void gv_sched_config_clear(struct gv_sched_config *cfg);
+/* Loads cfg->placement_key from path (or cfg->placement_key_file when path
+ * is NULL); GV_OK and no key when neither names a file. */
+gv_status gv_sched_config_load_key(struct gv_sched_config *cfg, const char *path,
+                                   struct gv_error *err);
 
 struct gv_sched;
 
@@ -76,6 +103,18 @@ void gv_sched_pod_update(struct gv_sched *s, json_t *pod);
 void gv_sched_pod_delete(struct gv_sched *s, json_t *pod);
 /* Releases reservations older than the TTL now (the sweeper does it every second). */
 void gv_sched_expire(struct gv_sched *s);
+/*
+ * One accounting self-check now (the sweeper runs one every self_check_s):
+ * recomputes per-GPU usage from the pod informer's pods (assignments of
+ * pods not terminated) plus live reservations and compares it with the
+ * engine's incremental accounting.  A mismatch seen by two consecutive
+ * checks is repaired, logged (pod and GPU) and counted in
+ * gpuvisor_accounting_drift_repairs_total.  Returns the repairs made (0
+ * without a pod informer).
+ */
+unsigned gv_sched_self_check(struct gv_sched *s);
+/* Total repairs so far (the metric's value). */
+uint64_t gv_sched_drift_repairs(struct gv_sched *s);
 
 /* Routes: <prefix>/filter, <prefix>/prioritize, <prefix>/bind. */
 gv_status gv_sched_serve_extender(struct gv_sched *s, struct gv_httpd *h, const char *prefix,
@@ -84,5 +123,11 @@ gv_status gv_sched_serve_extender(struct gv_sched *s, struct gv_httpd *h, const 
 gv_status gv_sched_serve_webhook(struct gv_sched *s, struct gv_httpd *h, struct gv_error *err);
 /* Routes: /healthz, /readyz, /metrics (metrics cover every server registered here). */
 gv_status gv_sched_serve_health(struct gv_sched *s, struct gv_httpd *h, struct gv_error *err);
+/* Routes: the read-only web dashboard (/, its assets) and its JSON
+ * (/api/state); see docs/observability.md, "Dashboard". */
+gv_status gv_sched_serve_dashboard(struct gv_sched *s, struct gv_httpd *h, struct gv_error *err);
+/* HAMi's series names on /metrics (default on; off saves ~80% of a scrape's
+ * text: HAMi repeats every GPU in 7 families). */
+void gv_sched_obs_set_hami(struct gv_sched *s, bool on);
 
 #endif

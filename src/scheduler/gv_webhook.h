@@ -23,12 +23,31 @@ struct gv_webhook_limits {
     uint32_t most_gpus;       /* most GPUs on one node; 0 = unknown */
 };
 
+/*
+ * Who may do what (docs/isolation.md).  writers: the identities
+ * (AdmissionReview userInfo.username) allowed to create or change
+ * placement keys (gpuvisor.io/assignment, -sig, assigned-node, assigned-at,
+ * allocation*, the gpuvisor.io/assigned label); NULL = the default
+ * service accounts gpuvisor-system:gpuvisor-scheduler and :gpuvisor-node.
+ * opt_out_namespaces: where a pod may run GPUs without limits
+ * (gpuvisor.io/preload: "false", CUDA_DISABLE_CONTROL,
+ * NVIDIA_VISIBLE_DEVICES in its env); NULL = nowhere.  Both lists are
+ * NULL-terminated.
+ */
+struct gv_webhook_policy {
+    const char *const *writers;
+    const char *const *opt_out_namespaces;
+};
+
+extern const char *const gv_webhook_default_writers[];
+
 struct gv_webhook_env {
     const struct gv_alloc_config *alloc; /* resource names and defaults */
     const char *scheduler_name;
     /* Cluster facts for "impossible request" checks (may be NULL). */
     void (*limits)(void *ud, struct gv_webhook_limits *out);
     void *ud;
+    const struct gv_webhook_policy *policy; /* NULL = defaults above */
     /* NVIDIA container runtime switches (webhook_hami.c): runtimeClassName
      * for GPU pods (NULL or "" = none); NVIDIA_VISIBLE_DEVICES=none on
      * containers asking for no GPU. */

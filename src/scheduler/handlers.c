@@ -8,8 +8,10 @@
 #include "contracts/podspec.h"
 #include "scheduler/gv_extender.h"
 #include "scheduler/gv_webhook.h"
+#include "scheduler/placement_guard.h"
 #include "scheduler/quota.h"
 #include "scheduler/sched_internal.h"
+#include "scheduler/sched_observe.h"
 
 #define ANN_ASSIGNMENT GV_ALLOC_ASSIGNMENT_ANNOTATION
 #define ANN_ASSIGNED_NODE "gpuvisor.io/assigned-node"
@@ -47,12 +49,15 @@ static void note_pending(struct gv_sched *s, json_t *pod, enum pending_reason wh
     const char *uid = meta(pod, "uid");
     if (uid == NULL)
         return;
-    struct srec *r = gv_sched_rec_get(s, uid, meta(pod, "namespace"), meta(pod, "name"));
+    s->filters_nofit++;
+    struct srec *r = gv_sched_rec_find(s, uid);
+    if (r != NULL && gv_sched_phase_placed(r->phase))
+        return; /* its placement stands; only what frees GPUs may end it */
+    r = gv_sched_rec_get(s, uid, meta(pod, "namespace"), meta(pod, "name"));
     if (r != NULL) {
         gv_sched_rec_set(r, REC_PENDING, NULL, NULL, NULL);
         r->pending = why;
     }
-    s->filters_nofit++;
 }
 
 /* ---- filter ------------------------------------------------------------ */
@@ -204,12 +209,54 @@ static void filter_reserve(struct filter_ctx *f)
     free(a);
 }
 
+/* The answer for a pod placed on node: that node passes, every other
+ * candidate is left out (or, when node is not among them, fails with why). */
+static void filter_placed(struct filter_ctx *f, const char *node, const char *how)
+{
+    bool listed = false;
+    for (size_t i = 0; i < f->args.n_names; i++)
+        listed = listed || strcmp(f->args.names[i], node) == 0;
+    char why[GV_ALLOC_NODE_MAX + 96];
+    snprintf(why, sizeof(why), "pod %s on node %s (gpuvisor keeps that placement)", how, node);
+    for (size_t i = 0; i < f->args.n_names; i++) {
+        bool match = strcmp(f->args.names[i], node) == 0;
+        f->verdicts[i] = match ? GV_EXT_FIT : listed ? GV_EXT_DROPPED : GV_EXT_FAILED;
+        if (!match && !listed)
+            f->reasons[i] = strdup(why);
+    }
+}
+
+/* The node a pod object says it is placed on: bound (spec.nodeName), or
+ * carrying an assignment whose bind may still come (assigned-at within the
+ * reservation TTL).  Lock held (reads the config only). */
+static bool pod_placement_node(struct gv_sched *s, json_t *pod, char *buf, size_t cap)
+{
+    const char *bound =
+        json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
+    if (bound != NULL && *bound != '\0') {
+        snprintf(buf, cap, "%s", bound);
+        return true;
+    }
+    const char *text = gv_podspec_annotation(pod, ANN_ASSIGNMENT);
+    time_t at = 0;
+    if (text == NULL || gv_sched_parse_time(gv_podspec_annotation(pod, ANN_ASSIGNED_AT), &at) != 0 ||
+        time(NULL) - at > s->cfg.reservation_ttl_s || strncmp(text, "v1;node=", 8) != 0)
+        return false;
+    size_t n = strcspn(text + 8, ";");
+    if (n == 0 || n >= cap)
+        return false;
+    memcpy(buf, text + 8, n);
+    buf[n] = '\0';
+    return true;
+}
+
 static void handle_filter(void *ctx, const struct gv_http_request *hreq,
                           struct gv_http_response *resp)
 {
     struct filter_ctx f = {.s = ctx};
     struct gv_sched *s = f.s;
     struct gv_error err = {0};
+    double t0 = gv_sched_now();
     if (gv_ext_args_parse(hreq->body, hreq->body_len, &f.args, &err) != GV_OK) {
         gv_http_respond_error(resp, 400, err.msg);
         return;
@@ -243,19 +290,54 @@ static void handle_filter(void *ctx, const struct gv_http_request *hreq,
         goto out;
     }
     snprintf(f.req->uid, sizeof(f.req->uid), "%s", uid);
+    const char *sched_name =
+        json_string_value(json_object_get(json_object_get(f.args.pod, "spec"), "schedulerName"));
+    if (sched_name == NULL || strcmp(sched_name, s->cfg.scheduler_name) != 0) {
+        /* Our pod informer watches pods by spec.schedulerName: a placement
+         * for another name would be counted nowhere after a restart. */
+        char why[512];
+        snprintf(why, sizeof(why),
+                 "pod's schedulerName is \"%.200s\", not \"%.200s\": gpuvisor cannot track "
+                 "its placement",
+                 sched_name ? sched_name : "", s->cfg.scheduler_name);
+        set_all(&f, GV_EXT_UNRESOLVABLE, why);
+        goto answer;
+    }
 
     pthread_mutex_lock(&s->lock);
     struct srec *r = gv_sched_rec_find(s, uid);
+    /* A pod that already holds a placement (reserved, binding, annotated
+     * or bound) gets the same answer every time and changes nothing:
+     * kube-scheduler filters an assumed or bound pod again when something
+     * about it changes, and freeing its GPUs then is how running pods
+     * ended up counted nowhere. */
+    if (r != NULL && gv_sched_phase_placed(r->phase) && r->node != NULL) {
+        filter_placed(&f, r->node, r->phase == REC_BOUND ? "is bound" : "holds GPUs");
+        pthread_mutex_unlock(&s->lock);
+        goto answer;
+    }
     if (r != NULL && r->phase == REC_BINDING) {
         pthread_mutex_unlock(&s->lock);
         respond_json(resp, gv_ext_filter_result_encode(&f.args, NULL, NULL,
                                                        "a bind for this pod is still in progress"));
         goto out;
     }
+    char known[GV_ALLOC_NODE_MAX];
+    if (pod_placement_node(s, f.args.pod, known, sizeof(known))) {
+        /* Placed per the pod itself, not (yet) per our records: after a
+         * restart, or the pod informer behind.  Same answer, no accounting
+         * (the informer brings the placement). */
+        filter_placed(&f, known, "is assigned");
+        pthread_mutex_unlock(&s->lock);
+        goto answer;
+    }
+    if (gv_alloc_is_placed(s->cluster, uid)) {
+        /* Never left by design; the self-check repairs it. */
+        set_all(&f, GV_EXT_FAILED, "gpuvisor accounting is being repaired for this pod; retry");
+        pthread_mutex_unlock(&s->lock);
+        goto answer;
+    }
     bool first_seen = r == NULL;
-    /* A new filter supersedes any earlier reservation or stale assignment. */
-    if (gv_alloc_is_placed(s->cluster, uid))
-        gv_alloc_release(s->cluster, uid, NULL);
     if (first_seen)
         gv_alloc_observe(s->cluster, f.req);
     classify_candidates(&f);
@@ -267,8 +349,8 @@ static void handle_filter(void *ctx, const struct gv_http_request *hreq,
         if (!any)
             note_pending(s, f.args.pod,
                          f.n_usable == 0 ? PENDING_NO_GPU_NODE : PENDING_INSUFFICIENT_GPU);
-        else
-            gv_sched_rec_drop(s, uid);
+        else if (r != NULL)
+            gv_sched_rec_drop(s, uid); /* a PENDING record: nothing placed */
     } else {
         filter_reserve(&f);
     }
@@ -276,6 +358,8 @@ static void handle_filter(void *ctx, const struct gv_http_request *hreq,
 answer:
     respond_json(resp, gv_ext_filter_result_encode(&f.args, f.verdicts,
                                                    (const char *const *)f.reasons, NULL));
+    gv_sched_obs_filter(s, &f.args, f.req ? (int)f.req->n_containers : -1, f.verdicts,
+                        (const char *const *)f.reasons, gv_sched_now() - t0);
 out:
     filter_ctx_clear(&f);
 }
@@ -390,6 +474,8 @@ static gv_status bind_compute(struct gv_sched *s, struct gv_ext_bind_args *b, ch
     if (why != NULL) {
         st = gv_error_set(err, GV_EUNAVAILABLE, "node %s: %s", b->node, why);
     } else {
+        /* Replaces whatever this pod held (a reservation elsewhere, or the
+         * placement a 409 made stale) in the same critical section. */
         if (gv_alloc_is_placed(s->cluster, req->uid))
             gv_alloc_release(s->cluster, req->uid, NULL);
         const char *one[1] = {b->node};
@@ -408,11 +494,14 @@ static gv_status bind_compute(struct gv_sched *s, struct gv_ext_bind_args *b, ch
         }
         struct srec *r =
             st == GV_OK ? gv_sched_rec_get(s, req->uid, b->pod_namespace, b->pod_name) : NULL;
+        bool gone = r != NULL && r->gone;
         if (st == GV_OK &&
-            (r == NULL || gv_sched_rec_set(r, REC_BINDING, b->node, NULL, NULL) != GV_OK)) {
+            (r == NULL || gv_sched_rec_set(r, REC_BINDING, b->node, *enc, NULL) != GV_OK)) {
             gv_alloc_release(s->cluster, req->uid, NULL);
             st = gv_error_set(err, GV_ENOMEM, "out of memory");
         }
+        if (r != NULL)
+            r->gone = gone;
     }
     pthread_mutex_unlock(&s->lock);
     if (st == GV_OK) {
@@ -427,21 +516,34 @@ out:
 }
 
 static gv_status bind_annotate(struct gv_sched *s, const struct gv_ext_bind_args *b,
-                               const char *enc, const char *rv, struct gv_error *err)
+                               const char *enc, const char *rv, char **written,
+                               struct gv_error *err)
 {
     char path[1024], at[48];
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     gv_sched_format_time(&now, at, sizeof(at));
     pod_path(b, path, sizeof(path));
-    json_t *patch = json_pack("{s:{s:{s:s,s:s,s:s},s:{s:s}}}", "metadata", "annotations",
+    char sig[GV_PLACEMENT_SIG_MAX];
+    gv_status sst = gv_sched_placement_sign(&s->cfg, b->pod_uid, b->node, at, enc, sig,
+                                            sizeof(sig), err);
+    if (sst != GV_OK)
+        return sst;
+    /* Annotations only: kube-scheduler ignores annotation changes of an
+     * assumed pod, while a label change (older versions added
+     * gpuvisor.io/assigned=true here) made it filter the pod again. */
+    json_t *patch = json_pack("{s:{s:{s:s,s:s,s:s,s:s?}}}", "metadata", "annotations",
                               ANN_ASSIGNMENT, enc, ANN_ASSIGNED_NODE, b->node, ANN_ASSIGNED_AT, at,
-                              "labels", GV_SCHED_ASSIGNED_LABEL, "true");
+                              GV_PLACEMENT_SIG_ANNOTATION, sig[0] ? sig : NULL);
+    json_t *out = NULL;
     if (patch == NULL)
         return gv_error_set(err, GV_ENOMEM, "out of memory");
     if (rv != NULL)
         json_object_set_new(json_object_get(patch, "metadata"), "resourceVersion", json_string(rv));
-    gv_status st = gv_kube_patch(s->kube, path, GV_KUBE_PATCH_MERGE, patch, NULL, err);
+    gv_status st = gv_kube_patch(s->kube, path, GV_KUBE_PATCH_MERGE, patch, &out, err);
+    const char *v = st == GV_OK ? meta(out, "resourceVersion") : NULL;
+    *written = v != NULL ? strdup(v) : NULL;
+    json_decref(out);
     json_decref(patch);
     return st;
 }
@@ -452,9 +554,9 @@ static void bind_unannotate(struct gv_sched *s, const struct gv_ext_bind_args *b
 {
     char path[1024];
     pod_path(b, path, sizeof(path));
-    json_t *patch =
-        json_pack("{s:{s:{s:n,s:n,s:n},s:{s:n}}}", "metadata", "annotations", ANN_ASSIGNMENT,
-                  ANN_ASSIGNED_NODE, ANN_ASSIGNED_AT, "labels", GV_SCHED_ASSIGNED_LABEL);
+    json_t *patch = json_pack("{s:{s:{s:n,s:n,s:n,s:n}}}", "metadata", "annotations",
+                              ANN_ASSIGNMENT, ANN_ASSIGNED_NODE, ANN_ASSIGNED_AT,
+                              GV_PLACEMENT_SIG_ANNOTATION);
     struct gv_error err = {0};
     if (patch != NULL &&
         gv_kube_patch(s->kube, path, GV_KUBE_PATCH_MERGE, patch, NULL, &err) != GV_OK &&
@@ -463,9 +565,28 @@ static void bind_unannotate(struct gv_sched *s, const struct gv_ext_bind_args *b
     json_decref(patch);
 }
 
+/* Did a Binding whose call failed take effect anyway (a timeout or a lost
+ * answer)?  Only "no" lets the bind release the pod's GPUs. */
+static bool binding_took(struct gv_sched *s, const struct gv_ext_bind_args *b)
+{
+    char path[1024];
+    json_t *pod = NULL;
+    struct gv_error err = {0};
+    pod_path(b, path, sizeof(path));
+    if (gv_kube_get(s->kube, path, &pod, &err) != GV_OK)
+        return false;
+    const char *uid = meta(pod, "uid");
+    const char *bound =
+        json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
+    bool took = uid != NULL && strcmp(uid, b->pod_uid) == 0 && bound != NULL &&
+                strcmp(bound, b->node) == 0;
+    json_decref(pod);
+    return took;
+}
+
 static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct gv_error *err)
 {
-    char *enc = NULL, *rv = NULL;
+    char *enc = NULL, *rv = NULL, *written = NULL;
     gv_status st = GV_OK;
     if (s->kube == NULL)
         return gv_error_set(err, GV_EUNAVAILABLE, "no Kubernetes API connection configured");
@@ -477,15 +598,36 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
         return gv_error_set(err, GV_ECONFLICT, "a bind of pod %s/%s is already in progress",
                             b->pod_namespace, b->pod_name);
     }
-    if (r != NULL && r->phase == REC_RESERVED && r->node != NULL && strcmp(r->node, b->node) == 0 &&
+    if (r != NULL && r->phase == REC_BOUND) {
+        /* A repeated bind (kube-scheduler lost our answer): same node is
+         * done already; nothing changes either way. */
+        bool same = r->node != NULL && strcmp(r->node, b->node) == 0;
+        char other[GV_ALLOC_NODE_MAX];
+        snprintf(other, sizeof(other), "%s", r->node ? r->node : "?");
+        pthread_mutex_unlock(&s->lock);
+        if (same)
+            return GV_OK;
+        return gv_error_set(err, GV_ECONFLICT, "pod %s/%s is already bound to %s",
+                            b->pod_namespace, b->pod_name, other);
+    }
+    if (r != NULL && (r->phase == REC_RESERVED || r->phase == REC_UNBOUND) && r->node != NULL &&
+        strcmp(r->node, b->node) == 0 && r->encoded != NULL &&
         gv_alloc_is_placed(s->cluster, b->pod_uid)) {
-        enc = r->encoded ? strdup(r->encoded) : NULL;
-        rv = r->rv ? strdup(r->rv) : NULL;
+        enc = strdup(r->encoded);
+        rv = r->phase == REC_RESERVED && r->rv ? strdup(r->rv) : NULL;
         r->phase = REC_BINDING;
+        r->gone = false;
+    } else if (r != NULL && gv_sched_phase_placed(r->phase)) {
+        /* Held elsewhere (kube-scheduler chose another node): kept until
+         * bind_compute replaces it under the lock. */
+        r->phase = REC_BINDING;
+        r->gone = false;
     } else if (b->pod_uid[0]) {
-        /* Reserved elsewhere (kube-scheduler picked another node), expired,
-         * or never filtered by this instance: start over on b->node. */
-        gv_sched_forget_pod(s, b->pod_uid);
+        struct srec *nr = gv_sched_rec_get(s, b->pod_uid, b->pod_namespace, b->pod_name);
+        if (nr != NULL) {
+            gv_sched_rec_set(nr, REC_BINDING, NULL, NULL, NULL);
+            nr->gone = false;
+        }
     }
     pthread_mutex_unlock(&s->lock);
 
@@ -495,37 +637,56 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
             break;
         if (no_gpu)
             break;
-        st = bind_annotate(s, b, enc, rv, err);
+        st = bind_annotate(s, b, enc, rv, &written, err);
         if (st != GV_ECONFLICT || attempt + 1 >= BIND_ATTEMPTS)
             break;
-        /* The pod changed since we read it: read it again and recompute. */
+        /* The pod changed since we read it: read it again and recompute
+         * (bind_compute replaces the placement under the lock). */
         gv_debug("bind %s/%s: %s; recomputing", b->pod_namespace, b->pod_name, err->msg);
         pthread_mutex_lock(&s->lock);
         s->bind_conflicts++;
-        if (b->pod_uid[0])
-            gv_sched_forget_pod(s, b->pod_uid);
         pthread_mutex_unlock(&s->lock);
         free(enc);
         free(rv);
         enc = rv = NULL;
     }
     bool annotated = st == GV_OK && !no_gpu;
-    if (st == GV_OK)
+    if (st == GV_OK) {
         st = gv_kube_bind_pod(s->kube, b->pod_namespace, b->pod_name,
                               b->pod_uid[0] ? b->pod_uid : NULL, b->node, err);
+        if (st != GV_OK && b->pod_uid[0] && binding_took(s, b)) {
+            gv_info("bind %s/%s: %s, but the pod is bound to %s: done", b->pod_namespace,
+                    b->pod_name, err->msg, b->node);
+            st = GV_OK;
+        }
+    }
     pthread_mutex_lock(&s->lock);
+    struct srec *fr = b->pod_uid[0] ? gv_sched_rec_find(s, b->pod_uid) : NULL;
     if (st == GV_OK) {
         s->binds_ok++;
-        if (b->pod_uid[0])
-            gv_sched_rec_drop(s, b->pod_uid); /* the placement stays */
+        if (fr != NULL && (no_gpu || fr->gone)) {
+            gv_sched_forget_pod(s, b->pod_uid); /* no GPUs, or deleted meanwhile */
+        } else if (fr != NULL) {
+            fr->phase = REC_BOUND;
+            fr->bound_here = true;
+            free(fr->rv);
+            fr->rv = written;
+            written = NULL;
+        }
     } else {
         s->binds_failed++;
         if (b->pod_uid[0]) {
+            /* The bind definitively failed: free what it held, then count
+             * whatever the API still shows (an annotation whose removal we
+             * have not seen yet stays counted until we do). */
             gv_sched_forget_pod(s, b->pod_uid);
-            struct srec *pr = gv_sched_rec_get(s, b->pod_uid, b->pod_namespace, b->pod_name);
-            if (pr != NULL) {
-                gv_sched_rec_set(pr, REC_PENDING, NULL, NULL, NULL);
-                pr->pending = PENDING_BIND_FAILED;
+            gv_sched_apply_truth(s, b->pod_uid, time(NULL));
+            if (!gv_alloc_is_placed(s->cluster, b->pod_uid)) {
+                struct srec *pr = gv_sched_rec_get(s, b->pod_uid, b->pod_namespace, b->pod_name);
+                if (pr != NULL && !gv_sched_phase_placed(pr->phase)) {
+                    gv_sched_rec_set(pr, REC_PENDING, NULL, NULL, NULL);
+                    pr->pending = PENDING_BIND_FAILED;
+                }
             }
         }
     }
@@ -537,6 +698,7 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
                 enc ? enc : "(no GPU)");
     free(enc);
     free(rv);
+    free(written);
     return st;
 }
 
@@ -582,8 +744,8 @@ static void handle_mutate(void *ctx, const struct gv_http_request *hreq,
 {
     struct gv_sched *s = ctx;
     struct gv_webhook_env env = {&s->cfg.alloc, s->cfg.scheduler_name, webhook_limits, s,
-                                 s->cfg.runtime_class, s->cfg.hide_gpus_from_others,
-                                 gv_sched_quota_webhook};
+                                 &s->cfg.admission, s->cfg.runtime_class,
+                                 s->cfg.hide_gpus_from_others, gv_sched_quota_webhook};
     struct gv_error err = {0};
     char *out = NULL;
     if (gv_webhook_review(&env, hreq->body, hreq->body_len, &out, &err) != GV_OK) {
@@ -615,6 +777,7 @@ static void handle_readyz(void *ctx, const struct gv_http_request *hreq,
 
 static void write_state_metrics(struct gv_sched *s, FILE *f)
 {
+    gv_sched_placement_metrics(&s->cfg, f);
     size_t pending[PENDING_COUNT] = {0};
     size_t reserved = 0, unbound = 0, nodes_ok = 0, nodes_bad = 0, nodes_stale = 0;
     pthread_mutex_lock(&s->lock);
@@ -624,7 +787,7 @@ static void write_state_metrics(struct gv_sched *s, FILE *f)
             pending[r->pending]++;
         else if (r->phase == REC_UNBOUND)
             unbound++;
-        else
+        else if (r->phase == REC_RESERVED || r->phase == REC_BINDING)
             reserved++;
     }
     time_t now = time(NULL);
@@ -660,9 +823,16 @@ static void write_state_metrics(struct gv_sched *s, FILE *f)
             "# HELP gpuvisor_scheduler_bind_conflicts_total Pod changed during bind "
             "(409), placement recomputed.\n"
             "# TYPE gpuvisor_scheduler_bind_conflicts_total counter\n"
-            "gpuvisor_scheduler_bind_conflicts_total %" PRIu64 "\n",
+            "gpuvisor_scheduler_bind_conflicts_total %" PRIu64 "\n"
+            "# HELP gpuvisor_accounting_drift_repairs_total Differences between the GPU "
+            "accounting and the pods in the API that the self-check repaired (a bug: stays 0).\n"
+            "# TYPE gpuvisor_accounting_drift_repairs_total counter\n"
+            "gpuvisor_accounting_drift_repairs_total %" PRIu64 "\n"
+            "# HELP gpuvisor_accounting_self_checks_total Accounting self-checks run.\n"
+            "# TYPE gpuvisor_accounting_self_checks_total counter\n"
+            "gpuvisor_accounting_self_checks_total %" PRIu64 "\n",
             reserved, unbound, nodes_ok, nodes_stale, nodes_bad, s->binds_ok, s->binds_failed,
-            s->bind_conflicts);
+            s->bind_conflicts, s->drift_repairs, s->self_checks);
     pthread_mutex_unlock(&s->lock);
     gv_sched_quota_metrics(s, f); /* hami_resource_quota_used / _limit */
 }
@@ -674,10 +844,11 @@ static void write_state_metrics(struct gv_sched *s, FILE *f)
  * walked once per family, a batch of nodes per read, resuming after the
  * last node name written (nodes may come and go between batches).
  */
-#define GPU_FAMILIES 3
+#define GPU_FAMILIES_OWN 3
+#define GPU_FAMILIES (GPU_FAMILIES_OWN + GV_SCHED_OBS_GPU_FAMILIES) /* + HAMi's */
 #define NODES_PER_BATCH 64
 
-static const char *const gpu_family_head[GPU_FAMILIES] = {
+static const char *const gpu_family_head[GPU_FAMILIES_OWN] = {
     "# HELP gpuvisor_gpu_memory_allocated_mib GPU memory assigned to pods, per GPU.\n"
     "# TYPE gpuvisor_gpu_memory_allocated_mib gauge\n",
     "# HELP gpuvisor_gpu_cores_allocated_percent GPU compute assigned to pods, per GPU "
@@ -727,7 +898,10 @@ static bool metrics_next_batch(struct metrics_stream *ms)
         if (f == NULL)
             return false;
         if (!ms->family_started) {
-            fputs(gpu_family_head[ms->family], f);
+            fputs(ms->family < GPU_FAMILIES_OWN
+                      ? gpu_family_head[ms->family]
+                      : gv_sched_obs_gpu_family_head(s, ms->family - GPU_FAMILIES_OWN),
+                  f);
             ms->family_started = true;
         }
         size_t written = 0;
@@ -739,7 +913,9 @@ static bool metrics_next_batch(struct metrics_stream *ms)
             const struct snode *n = s->nodes[i];
             for (uint32_t g = 0; n->state == NODE_OK && g < n->n_gpus; g++) {
                 struct gv_alloc_gpu_usage u;
-                if (gv_alloc_gpu_usage_at(s->cluster, n->name, g, &u, NULL) == GV_OK)
+                if (ms->family >= GPU_FAMILIES_OWN)
+                    gv_sched_obs_gpu_sample(s, f, ms->family - GPU_FAMILIES_OWN, n->name, g);
+                else if (gv_alloc_gpu_usage_at(s->cluster, n->name, g, &u, NULL) == GV_OK)
                     gpu_sample(f, ms->family, n->name, u.uuid, &u);
             }
             snprintf(ms->after, sizeof(ms->after), "%s", n->name);
@@ -796,6 +972,7 @@ static void handle_metrics(void *ctx, const struct gv_http_request *hreq,
     for (size_t i = 0; i < s->n_servers; i++)
         gv_httpd_write_metrics(s->servers[i], f);
     write_state_metrics(s, f);
+    gv_sched_obs_write_metrics(s, f);
     fclose(f);
     resp->status = 200;
     resp->content_type = "text/plain; version=0.0.4";

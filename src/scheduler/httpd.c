@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -59,6 +60,10 @@ struct gv_httpd {
     char *key_file;
     size_t max_body;
     unsigned timeout_seconds;
+    unsigned max_connections, max_per_ip;
+    size_t max_buffered;
+    char *tls_priorities;
+    atomic_size_t buffered; /* body bytes held by all connections */
     struct route *routes;
     size_t n_routes;
     struct MHD_Daemon *daemon;
@@ -79,9 +84,23 @@ static struct {
 
 /* Per-connection request state while the body arrives. */
 struct pending {
-    struct gv_buf body; /* capped at max_body; overflow means 413 */
+    struct gv_buf body; /* capped at max_body; overflow: Content-Length said more (413) */
     struct timespec start;
+    size_t charged;     /* bytes of h->buffered this request holds */
 };
+
+/* Takes n more bytes of the listener's body budget for p; false when that
+ * would pass max_buffered (nothing taken). */
+static bool budget_take(struct gv_httpd *h, struct pending *p, size_t n)
+{
+    size_t cur = atomic_load(&h->buffered);
+    do {
+        if (n > h->max_buffered || cur > h->max_buffered - n)
+            return false;
+    } while (!atomic_compare_exchange_weak(&h->buffered, &cur, cur + n));
+    p->charged += n;
+    return true;
+}
 
 static char *xstrdup(const char *s)
 {
@@ -377,15 +396,43 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         gv_buf_init(&p->body, h->max_body);
         clock_gettime(CLOCK_MONOTONIC, &p->start);
         *con_cls = p;
-        return MHD_YES;
+        /* Refuse a declared oversize body before reading a byte of it. */
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl != NULL && strtoull(cl, NULL, 10) > h->max_body)
+            p->body.overflow = true;
+        if (!p->body.overflow)
+            return MHD_YES;
     }
     if (*upload_data_size > 0) {
         size_t n = *upload_data_size;
+        /* Mid-body, libmicrohttpd cannot queue an answer (only before the
+         * body or after all of it): a body found too large here, or one
+         * past the listener's shared budget, ends the connection at once.
+         * Reading on just to answer would let a stalled client hold the
+         * memory and the thread. */
+        if (p->body.len + n > h->max_body || !budget_take(h, p, n)) {
+            gv_debug("%s: request body past %s; closing the connection", h->name,
+                     p->body.len + n > h->max_body ? "the size limit" : "the shared budget");
+            return MHD_NO;
+        }
         *upload_data_size = 0;
-        /* Past max_body, keep reading (and dropping) so the client sees a clean 413. */
         return gv_buf_append(&p->body, upload_data, n) == GV_ENOMEM ? MHD_NO : MHD_YES;
     }
-
+    if (p->body.overflow) {
+        /* Declared too large: answer before reading any of it; MHD closes
+         * the connection after the response. */
+        struct gv_http_response big = {0};
+        char msg[96];
+        snprintf(msg, sizeof(msg), "request body larger than %zu bytes", h->max_body);
+        gv_http_respond_error(&big, 413, msg);
+        int path_known = 0;
+        struct route *r = find_route(h, method, url, &path_known);
+        enum MHD_Result ret = send_response(conn, &big);
+        if (r != NULL)
+            route_observe(r, elapsed_since(&p->start), 413);
+        return ret;
+    }
     struct gv_http_response resp = {.status = 200, .content_type = "application/json"};
     int path_known = 0;
     struct route *r = find_route(h, method, url, &path_known);
@@ -394,10 +441,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             gv_http_respond_error(&resp, 405, "method not allowed");
         else
             gv_http_respond_error(&resp, 404, "no such path");
-    } else if (p->body.overflow) {
-        char msg[96];
-        snprintf(msg, sizeof(msg), "request body larger than %zu bytes", h->max_body);
-        gv_http_respond_error(&resp, 413, msg);
     } else {
         struct gv_http_request req = {method, url, p->body.data ? p->body.data : "", p->body.len};
         r->fn(r->ctx, &req, &resp);
@@ -414,11 +457,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
     (void)conn;
     (void)toe;
+    struct gv_httpd *h = cls;
     struct pending *p = *con_cls;
     if (p != NULL) {
+        atomic_fetch_sub(&h->buffered, p->charged);
         gv_buf_free(&p->body);
         free(p);
         *con_cls = NULL;
@@ -455,6 +499,18 @@ gv_status gv_httpd_new(const struct gv_httpd_options *opts, struct gv_httpd **ou
     h->key_file = xstrdup(opts->key_file);
     h->max_body = opts->max_body ? opts->max_body : (8u << 20);
     h->timeout_seconds = opts->timeout_seconds ? opts->timeout_seconds : 60;
+    h->max_connections = opts->max_connections ? opts->max_connections : 256;
+    h->max_per_ip = opts->max_per_ip ? opts->max_per_ip : 32;
+    h->max_buffered = opts->max_buffered ? opts->max_buffered : 4 * h->max_body;
+    if (h->max_buffered < h->max_body)
+        h->max_buffered = h->max_body;
+    h->tls_priorities = xstrdup(opts->tls_priorities ? opts->tls_priorities
+                                                     : GV_HTTPD_TLS_PRIORITIES);
+    atomic_init(&h->buffered, 0);
+    if (h->name == NULL || h->tls_priorities == NULL) {
+        gv_httpd_free(h);
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    }
     *out = h;
     return GV_OK;
 }
@@ -516,17 +572,34 @@ gv_status gv_httpd_start(struct gv_httpd *h, struct gv_error *err)
     if (h->cert_file != NULL) {
         if ((st = tls_acquire(h, err)) != GV_OK)
             return st;
+        /* The priority string is checked here so a typo fails start-up
+         * with GnuTLS's reason rather than every handshake later. */
+        gnutls_priority_t prio = NULL;
+        const char *bad = NULL;
+        int rc = gnutls_priority_init(&prio, h->tls_priorities, &bad);
+        if (rc < 0) {
+            tls_release();
+            return gv_error_set(err, GV_EINVAL, "%s: TLS priorities '%s' rejected at '%s': %s",
+                                h->name, h->tls_priorities, bad ? bad : "?", gnutls_strerror(rc));
+        }
+        gnutls_priority_deinit(prio);
         flags |= MHD_USE_TLS;
         h->daemon = MHD_start_daemon(
-            flags, h->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+            flags, h->port, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
+            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_TIMEOUT,
-            h->timeout_seconds, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
-            MHD_OPTION_HTTPS_CERT_CALLBACK, tls_retrieve, MHD_OPTION_END);
+            h->timeout_seconds, MHD_OPTION_CONNECTION_LIMIT, h->max_connections,
+            MHD_OPTION_PER_IP_CONNECTION_LIMIT, h->max_per_ip, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+            (size_t)(32 << 10), MHD_OPTION_HTTPS_PRIORITIES, h->tls_priorities, MHD_OPTION_HTTPS_CERT_CALLBACK,
+            tls_retrieve, MHD_OPTION_END);
     } else {
         h->daemon = MHD_start_daemon(
-            flags, h->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+            flags, h->port, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
+            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_TIMEOUT,
-            h->timeout_seconds, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_END);
+            h->timeout_seconds, MHD_OPTION_CONNECTION_LIMIT, h->max_connections,
+            MHD_OPTION_PER_IP_CONNECTION_LIMIT, h->max_per_ip, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+            (size_t)(32 << 10), MHD_OPTION_END);
     }
     if (h->daemon == NULL) {
         if (h->cert_file != NULL)
@@ -547,6 +620,7 @@ uint16_t gv_httpd_port(const struct gv_httpd *h)
     return h->port;
 }
 
+
 void gv_httpd_free(struct gv_httpd *h)
 {
     if (h == NULL)
@@ -566,6 +640,7 @@ void gv_httpd_free(struct gv_httpd *h)
     free(h->address);
     free(h->cert_file);
     free(h->key_file);
+    free(h->tls_priorities);
     free(h);
 }
 

@@ -21,8 +21,17 @@ static void usage(FILE *out)
             "  --kubeconfig FILE        kubeconfig for development\n"
             "  --extender-listen A:P    extender address (default 127.0.0.1:8888)\n"
             "  --extender-prefix PATH   URL prefix of the verbs (default /gpuvisor)\n"
+            "  --dashboard-listen A:P   serve the read-only web dashboard here (off by default)\n"
+            "  --hami-metrics on|off    HAMi's names on /metrics as well (default on)\n"
             "  --extender-tls           serve the extender over HTTPS too (same cert/key)\n"
             "  --webhook-listen A:P     serve the admission webhook (HTTPS) here\n"
+            "  --health-listen A:P      serve /healthz, /readyz, /metrics here (plain HTTP),\n"
+            "                           apart from the webhook so abuse of one cannot\n"
+            "                           fail the other's probes\n"
+            "  --placement-key-file F   HMAC key signing and authenticating placements\n"
+            "                           (or placementKeyFile in the config)\n"
+            "  --insecure-unsigned-placements  run without a placement key: any tenant\n"
+            "                           that can patch its pod can forge a placement\n"
             "  --tls-cert-file FILE     PEM certificate chain (reloaded when it changes)\n"
             "  --tls-key-file FILE      PEM private key (reloaded when it changes)\n"
             "  --port-file FILE         write the bound ports here once listening\n"
@@ -54,11 +63,37 @@ static int split_listen(const char *text, char *addr, size_t cap, uint16_t *port
     return 0;
 }
 
+/* The read-only dashboard on a listener of its own (GET routes only). */
+static gv_status start_dashboard(struct gv_sched *s, const char *listen, struct gv_httpd **out,
+                                 struct gv_error *err)
+{
+    char addr[128];
+    uint16_t port = 0;
+    if (split_listen(listen, addr, sizeof(addr), &port) != 0)
+        return gv_error_set(err, GV_EINVAL, "--dashboard-listen '%s' is not ADDRESS:PORT", listen);
+    struct gv_httpd_options o = {
+        .name = "dashboard",
+        .address = addr[0] ? addr : NULL,
+        .port = port,
+        .max_body = 4096,
+        /* the same caps as the health listener (docs/isolation.md) */
+        .timeout_seconds = 10,
+        .max_connections = 32,
+        .max_per_ip = 8};
+    gv_status st;
+    if ((st = gv_httpd_new(&o, out, err)) != GV_OK ||
+        (st = gv_sched_serve_dashboard(s, *out, err)) != GV_OK)
+        return st;
+    return gv_httpd_start(*out, err);
+}
+
 int main(int argc, char **argv)
 {
     enum {
         OPT_CONFIG = 1000,
         OPT_MASTER,
+        OPT_DASH_LISTEN,
+        OPT_HAMI_METRICS,
         OPT_KUBECONFIG,
         OPT_EXT_LISTEN,
         OPT_EXT_PREFIX,
@@ -69,10 +104,15 @@ int main(int argc, char **argv)
         OPT_PORT_FILE,
         OPT_LOG_LEVEL,
         OPT_VERSION,
+        OPT_HEALTH_LISTEN,
+        OPT_KEY_FILE,
+        OPT_INSECURE,
     };
     static const struct option opts[] = {
         {"config", required_argument, NULL, OPT_CONFIG},
         {"master", required_argument, NULL, OPT_MASTER},
+        {"dashboard-listen", required_argument, NULL, OPT_DASH_LISTEN},
+        {"hami-metrics", required_argument, NULL, OPT_HAMI_METRICS},
         {"kubeconfig", required_argument, NULL, OPT_KUBECONFIG},
         {"extender-listen", required_argument, NULL, OPT_EXT_LISTEN},
         {"extender-prefix", required_argument, NULL, OPT_EXT_PREFIX},
@@ -83,13 +123,19 @@ int main(int argc, char **argv)
         {"port-file", required_argument, NULL, OPT_PORT_FILE},
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
         {"version", no_argument, NULL, OPT_VERSION},
+        {"health-listen", required_argument, NULL, OPT_HEALTH_LISTEN},
+        {"placement-key-file", required_argument, NULL, OPT_KEY_FILE},
+        {"insecure-unsigned-placements", no_argument, NULL, OPT_INSECURE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *config = NULL, *master = NULL, *kubeconfig = NULL;
+    const char *dash_listen = NULL;
+    bool hami_metrics = true;
     const char *ext_listen = "127.0.0.1:8888", *ext_prefix = "/gpuvisor", *wh_listen = NULL;
     const char *cert = NULL, *key = NULL, *port_file = NULL;
-    bool ext_tls = false;
+    const char *health_listen = NULL, *key_file = NULL;
+    bool ext_tls = false, insecure = false;
     gv_log_init("gpuvisor-scheduler", GV_LOG_INFO);
     /* Every HTTP connection has its own thread, and glibc spreads threads
      * over its arenas: each arena then keeps the high-water mark of a whole
@@ -111,6 +157,16 @@ int main(int argc, char **argv)
             break;
         case OPT_MASTER:
             master = optarg;
+            break;
+        case OPT_DASH_LISTEN:
+            dash_listen = optarg;
+            break;
+        case OPT_HAMI_METRICS:
+            if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0) {
+                fprintf(stderr, "gpuvisor-scheduler: --hami-metrics takes on or off\n");
+                return 2;
+            }
+            hami_metrics = strcmp(optarg, "on") == 0;
             break;
         case OPT_KUBECONFIG:
             kubeconfig = optarg;
@@ -135,6 +191,15 @@ int main(int argc, char **argv)
             break;
         case OPT_PORT_FILE:
             port_file = optarg;
+            break;
+        case OPT_HEALTH_LISTEN:
+            health_listen = optarg;
+            break;
+        case OPT_KEY_FILE:
+            key_file = optarg;
+            break;
+        case OPT_INSECURE:
+            insecure = true;
             break;
         case OPT_LOG_LEVEL: {
             int l = gv_log_parse_level(optarg);
@@ -181,16 +246,36 @@ int main(int argc, char **argv)
     struct gv_kube_config *kcfg = NULL;
     struct gv_kube_client *kube = NULL;
     struct gv_sched *s = NULL;
-    struct gv_httpd *ext = NULL, *wh = NULL;
+    struct gv_httpd *ext = NULL, *wh = NULL, *hl = NULL;
     char addr[128];
     uint16_t port = 0;
+    struct gv_httpd *dash = NULL; /* the dashboard's own listener */
     if (gv_sched_config_default(&cfg, &err) != GV_OK ||
         (config != NULL && gv_sched_config_load(config, &cfg, &err) != GV_OK))
         goto fail;
+    if (gv_sched_config_load_key(&cfg, key_file, &err) != GV_OK)
+        goto fail;
+    cfg.insecure_unsigned |= insecure;
+    if (cfg.placement_key == NULL && !cfg.insecure_unsigned) {
+        /* Fail closed: without a key every placement annotation would be
+         * trusted as written. */
+        gv_error_set(&err, GV_EINVAL,
+                     "no placement key: give --placement-key-file (or placementKeyFile in the "
+                     "config) the file of the gpuvisor-placement-key Secret; "
+                     "--insecure-unsigned-placements runs without one, trusting every "
+                     "placement annotation as written (docs/isolation.md)");
+        goto fail;
+    }
+    if (cfg.placement_key == NULL)
+        gv_warn("INSECURE: no placement key; placement annotations are not authenticated and "
+                "any tenant that can patch its own pod can forge one (docs/isolation.md)");
     if (gv_kube_config_load(master, kubeconfig, &kcfg, &err) != GV_OK ||
         gv_kube_client_new(kcfg, &kube, &err) != GV_OK)
         goto fail;
     if (gv_sched_new(&cfg, kube, &s, &err) != GV_OK)
+        goto fail;
+    gv_sched_obs_set_hami(s, hami_metrics);
+    if (dash_listen != NULL && start_dashboard(s, dash_listen, &dash, &err) != GV_OK)
         goto fail;
 
     if (split_listen(ext_listen, addr, sizeof(addr), &port) != 0) {
@@ -203,7 +288,10 @@ int main(int argc, char **argv)
                                   .cert_file = ext_tls ? cert : NULL,
                                   .key_file = ext_tls ? key : NULL,
                                   /* 5,000 full Node objects (nodeCacheCapable: false) */
-                                  .max_body = 64u << 20};
+                                  .max_body = 64u << 20,
+                                  /* kube-scheduler alone calls it, a few at once */
+                                  .max_connections = 64,
+                                  .max_buffered = 128u << 20};
     if (gv_httpd_new(&eo, &ext, &err) != GV_OK ||
         gv_sched_serve_extender(s, ext, ext_prefix, &err) != GV_OK ||
         gv_sched_serve_health(s, ext, &err) != GV_OK)
@@ -220,21 +308,50 @@ int main(int argc, char **argv)
                                       .port = wport,
                                       .cert_file = cert,
                                       .key_file = key,
-                                      .max_body = 8u << 20};
-        if (gv_httpd_new(&wo, &wh, &err) != GV_OK || gv_sched_serve_webhook(s, wh, &err) != GV_OK ||
-            gv_sched_serve_health(s, wh, &err) != GV_OK)
+                                      /* Pod + oldObject of an UPDATE: each at most
+                                       * etcd's 1.5 MiB object limit */
+                                      .max_body = 4u << 20,
+                                      /* the API server answers in 10 s or gives up */
+                                      .timeout_seconds = 10,
+                                      .max_connections = 128,
+                                      .max_per_ip = 32,
+                                      .max_buffered = 16u << 20};
+        /* No health or metrics here: tenants' pods may reach this port,
+         * and metrics list every node and GPU. */
+        if (gv_httpd_new(&wo, &wh, &err) != GV_OK || gv_sched_serve_webhook(s, wh, &err) != GV_OK)
+            goto fail;
+    }
+    if (health_listen != NULL) {
+        char haddr[128];
+        uint16_t hport = 0;
+        if (split_listen(health_listen, haddr, sizeof(haddr), &hport) != 0) {
+            gv_error_set(&err, GV_EINVAL, "--health-listen '%s' is not ADDRESS:PORT",
+                         health_listen);
+            goto fail;
+        }
+        struct gv_httpd_options ho = {.name = "health",
+                                      .address = haddr[0] ? haddr : NULL,
+                                      .port = hport,
+                                      .max_body = 4096,
+                                      .timeout_seconds = 10,
+                                      .max_connections = 32,
+                                      .max_per_ip = 8};
+        if (gv_httpd_new(&ho, &hl, &err) != GV_OK || gv_sched_serve_health(s, hl, &err) != GV_OK)
             goto fail;
     }
     /* Serve health and metrics at once; filter answers only from synced
      * caches once the informers have listed (readyz says when). */
-    if (gv_httpd_start(ext, &err) != GV_OK || (wh != NULL && gv_httpd_start(wh, &err) != GV_OK))
+    if (gv_httpd_start(ext, &err) != GV_OK || (wh != NULL && gv_httpd_start(wh, &err) != GV_OK) ||
+        (hl != NULL && gv_httpd_start(hl, &err) != GV_OK))
         goto fail;
     if (gv_sched_start(s, &err) != GV_OK)
         goto fail;
     if (port_file != NULL) {
-        char text[96];
-        int n = snprintf(text, sizeof(text), "extender=%u\nwebhook=%u\n",
-                         (unsigned)gv_httpd_port(ext), wh ? (unsigned)gv_httpd_port(wh) : 0u);
+        char text[128];
+        int n = snprintf(text, sizeof(text), "extender=%u\nwebhook=%u\nhealth=%u\ndashboard=%u\n",
+                         (unsigned)gv_httpd_port(ext), wh ? (unsigned)gv_httpd_port(wh) : 0u,
+                         hl ? (unsigned)gv_httpd_port(hl) : 0u,
+                         dash ? (unsigned)gv_httpd_port(dash) : 0u);
         if (gv_file_write_atomic(port_file, text, (size_t)n, 0644, &err) != GV_OK)
             goto fail;
     }
@@ -248,8 +365,10 @@ fail:
     if (rc != 0)
         gv_error("%s", err.msg[0] ? err.msg : "start-up failed");
     /* Servers first: no handler may run once the state is gone. */
+    gv_httpd_free(hl);
     gv_httpd_free(wh);
     gv_httpd_free(ext);
+    gv_httpd_free(dash);
     gv_sched_free(s);
     gv_kube_client_free(kube);
     gv_kube_config_free(kcfg);

@@ -5,7 +5,7 @@ SCHED_PKGS := libmicrohttpd gnutls jansson
 LIBS += scheduler
 scheduler_LDLIBS := $(shell $(PKG_CONFIG) --libs $(SCHED_PKGS)) $(kube_LDLIBS)
 # Component libraries the scheduler library needs, in link order.
-SCHED_LIBS := scheduler kube contracts alloc common
+SCHED_LIBS := scheduler dashboard kube contracts alloc common
 
 # The daemon reads the node agent's inventory through its codec
 # (src/contracts/inventory.h, landed with the node agent).  Until that codec
@@ -35,7 +35,7 @@ fuzz_webhook_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson gnutls)
 
 FUZZ_TARGETS += fuzz_sched_config
 fuzz_sched_config_SRCS := tests/scheduler/fuzz_sched_config.c src/scheduler/config.c \
-	src/scheduler/hami_config.c $(wildcard src/kube/*.c) \
+	src/scheduler/hami_config.c src/contracts/placement.c $(wildcard src/kube/*.c) \
 	$(wildcard src/alloc/*.c) src/common/gv_error.c src/common/gv_file.c src/common/gv_log.c \
 	src/common/gv_buf.c
 fuzz_sched_config_LDLIBS := $(kube_LDLIBS)

@@ -43,13 +43,19 @@ struct snode {
     char name[];
 };
 
-/* Pods the scheduler tracks outside the engine's placements: pending ones
- * (for metrics), and assignments not yet backed by a bound pod. */
+/* Every pod the scheduler knows: pending ones (for metrics), and every pod
+ * that holds a placement in the engine, whatever its stage.  Invariant
+ * (under the lock): the engine has uid placed <=> its record is RESERVED,
+ * BINDING, UNBOUND or BOUND, and the record's `encoded` is that placement.
+ * A placement leaves only through gv_sched_forget_pod, called when the pod
+ * is deleted or terminates, its bind definitively fails, a reservation or
+ * unbound assignment lapses, or the self-check finds the API disagreeing. */
 enum rec_phase {
     REC_PENDING,  /* last filter found no place */
     REC_RESERVED, /* filter placed it; waiting for bind */
-    REC_BINDING,  /* bind in progress */
+    REC_BINDING,  /* bind in progress (owns the placement) */
     REC_UNBOUND,  /* assignment annotation written, pod not bound yet */
+    REC_BOUND,    /* bound with its assignment: counted until it ends */
 };
 
 struct srec {
@@ -58,11 +64,19 @@ struct srec {
     enum rec_phase phase;
     enum pending_reason pending;
     char *node;         /* RESERVED / BINDING / UNBOUND */
-    char *encoded;      /* RESERVED / BINDING: the assignment text */
-    char *rv;           /* RESERVED: the pod's resourceVersion at filter time */
+    char *encoded;      /* placed phases: the assignment text (what the engine holds) */
+    char *rv;           /* RESERVED: the pod's resourceVersion at filter time;
+                         * BOUND by our bind: the version our annotation wrote */
     double since;       /* monotonic seconds: when the phase began */
     time_t assigned_at; /* UNBOUND: wall time from gpuvisor.io/assigned-at */
+    bool gone;          /* BINDING: the pod was deleted or ended meanwhile */
+    bool bound_here;    /* BOUND by this process's bind (the informer may lag) */
 };
+
+static inline bool gv_sched_phase_placed(enum rec_phase p)
+{
+    return p != REC_PENDING;
+}
 
 struct gv_sched {
     struct gv_sched_config cfg;
@@ -76,10 +90,14 @@ struct gv_sched {
     size_t n_nodes, cap_nodes;
     struct srec **recs; /* sorted by uid */
     size_t n_recs, cap_recs;
-    json_t *orphans; /* uid -> trimmed pod whose assigned node is not known yet */
+    json_t *truth;   /* uid -> the API's assignment of a pod (sched.c, truth_note) */
     uint64_t binds_ok, binds_failed, bind_conflicts, filters_nofit;
+    uint64_t drift_repairs;  /* self-check repairs (pods or GPUs corrected) */
+    uint64_t self_checks;    /* self-check runs completed */
+    double last_self_check;  /* monotonic seconds */
 
     struct gv_httpd *servers[4]; /* for /metrics */
+    struct gv_sched_obs *obs;    /* observe.c: HAMi series, dashboard state */
     size_t n_servers;
 
     pthread_t sweeper;
@@ -99,6 +117,9 @@ struct snode *gv_sched_node_find(struct gv_sched *s, const char *name);
  * resumes a walk over s->nodes after its lock was dropped. */
 size_t gv_sched_node_after(struct gv_sched *s, const char *name);
 struct srec *gv_sched_rec_find(struct gv_sched *s, const char *uid);
+/* Index of the first record ordered after uid (which need not exist). */
+size_t gv_sched_rec_after(struct gv_sched *s, const char *uid);
+
 /* Adds (or returns the existing) node entry; NULL on OOM. */
 struct snode *gv_sched_node_add(struct gv_sched *s, const char *name);
 void gv_sched_node_remove(struct gv_sched *s, const char *name);
@@ -112,6 +133,17 @@ void gv_sched_rec_drop(struct gv_sched *s, const char *uid);
 void gv_sched_forget_pod(struct gv_sched *s, const char *uid);
 gv_status gv_sched_rec_set(struct srec *r, enum rec_phase phase, const char *node,
                            const char *encoded, const char *rv);
+
+/* sched.c: places an assignment text for uid (phase must be a placed one)
+ * and records it; the request is rebuilt from the assignment, so only what
+ * the engine accounts is needed.  Lock held.  GV_EEXIST when placed. */
+gv_status gv_sched_place_encoded(struct gv_sched *s, const char *uid, const char *ns,
+                                 const char *name, const char *encoded, enum rec_phase phase,
+                                 struct gv_error *err);
+
+/* Settles uid's accounting with what the API says of it (the truth table),
+ * unless a reservation or bind of ours owns it.  Lock held. */
+void gv_sched_apply_truth(struct gv_sched *s, const char *uid, time_t wall);
 
 /* time helpers */
 int gv_sched_parse_time(const char *text, time_t *out);

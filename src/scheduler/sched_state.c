@@ -116,6 +116,13 @@ size_t gv_sched_node_after(struct gv_sched *s, const char *name)
     return found ? i + 1 : i;
 }
 
+size_t gv_sched_rec_after(struct gv_sched *s, const char *uid)
+{
+    bool found;
+    size_t i = search((void *const *)s->recs, s->n_recs, uid, &found);
+    return found ? i + 1 : i;
+}
+
 struct srec *gv_sched_rec_find(struct gv_sched *s, const char *uid)
 {
     bool found;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <gnutls/gnutls.h>
 
@@ -166,6 +167,297 @@ static void impossible_reason(const struct gv_webhook_env *env, const struct gv_
     }
 }
 
+/* ---- security checks (docs/isolation.md) --------------------------------- */
+
+const char *const gv_webhook_default_writers[] = {
+    "system:serviceaccount:gpuvisor-system:gpuvisor-scheduler",
+    "system:serviceaccount:gpuvisor-system:gpuvisor-node", NULL};
+
+/* Placement keys: written by gpuvisor only (the signature makes a forged one
+ * useless to every reader; this refuses it at the door as well). */
+static const char *const placement_annotations[] = {
+    GV_ALLOC_ASSIGNMENT_ANNOTATION, "gpuvisor.io/assignment-sig", "gpuvisor.io/assigned-node",
+    "gpuvisor.io/assigned-at",      "gpuvisor.io/allocation",     "gpuvisor.io/allocation-message",
+    "gpuvisor.io/allocated-containers"};
+#define PLACEMENT_LABEL "gpuvisor.io/assigned"
+#define PRELOAD_ANNOTATION "gpuvisor.io/preload"
+
+/* Container paths the node agent mounts (docs/contracts.md); /run twins
+ * because images often make /var/run a link to /run. */
+static const char *const protected_container_paths[] = {
+    "/etc/gpuvisor",          "/var/run/gpuvisor", "/var/run/gpuvisor-node", "/run/gpuvisor",
+    "/run/gpuvisor-node",     "/etc/ld.so.preload", "/usr/local/gpuvisor"};
+/* Host paths holding every tenant's limits and regions, and the interposer. */
+static const char *const protected_host_paths[] = {"/var/lib/gpuvisor", "/usr/local/gpuvisor"};
+/* Capabilities that undo the mounts (umount, mount over) or reach the
+ * driver / kernel memory beside the interposer. */
+static const char *const forbidden_caps[] = {"ALL", "SYS_ADMIN", "SYS_MODULE", "SYS_RAWIO"};
+/* Environment that runs GPUs without gpuvisor's limits: HAMi's switch, and
+ * the NVIDIA container runtime's device selection (all GPUs, no Allocate). */
+static const char *const opt_out_env[] = {"CUDA_DISABLE_CONTROL", "NVIDIA_VISIBLE_DEVICES"};
+
+static bool in_list(const char *const *list, const char *s)
+{
+    for (; s != NULL && list != NULL && *list != NULL; list++)
+        if (strcmp(*list, s) == 0)
+            return true;
+    return false;
+}
+
+static json_t *meta_of(json_t *obj, const char *what)
+{
+    return json_object_get(json_object_get(obj, "metadata"), what);
+}
+
+/* Path a with "." / empty components and repeated '/' removed; false when
+ * it is relative or climbs with "..". */
+static bool clean_path(const char *in, char *out, size_t cap)
+{
+    size_t o = 0;
+    if (in == NULL || in[0] != '/' || cap < 2)
+        return false;
+    for (const char *p = in; *p != '\0';) {
+        while (*p == '/')
+            p++;
+        const char *e = p;
+        while (*e != '\0' && *e != '/')
+            e++;
+        size_t n = (size_t)(e - p);
+        if (n == 2 && p[0] == '.' && p[1] == '.')
+            return false;
+        if (n > 0 && !(n == 1 && p[0] == '.')) {
+            if (o + n + 2 > cap)
+                return false;
+            out[o++] = '/';
+            memcpy(out + o, p, n);
+            o += n;
+        }
+        p = e;
+    }
+    if (o == 0)
+        out[o++] = '/';
+    out[o] = '\0';
+    return true;
+}
+
+/* One path contains the other (whole components): mounting either hides or
+ * replaces the other. */
+static bool overlaps(const char *clean, const char *prot)
+{
+    size_t a = strlen(clean), b = strlen(prot);
+    if (a == 1)
+        return true; /* "/" */
+    size_t n = a < b ? a : b;
+    if (strncmp(clean, prot, n) != 0)
+        return false;
+    return a == b || (a < b ? prot[a] == '/' : clean[b] == '/');
+}
+
+static const char *overlapping(const char *path, const char *const *prot, size_t n_prot)
+{
+    char clean[4096];
+    if (!clean_path(path, clean, sizeof(clean)))
+        return "a path that is relative or uses ..";
+    for (size_t i = 0; i < n_prot; i++)
+        if (overlaps(clean, prot[i]))
+            return prot[i];
+    return NULL;
+}
+
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+#define DENY(...) (snprintf(why, cap, __VA_ARGS__), true)
+
+/* Every container of the pod, of each kind. */
+static const char *const container_lists[] = {"initContainers", "containers",
+                                              "ephemeralContainers"};
+static const char *const container_kinds[] = {"init container", "container",
+                                              "ephemeral container"};
+
+/* Placement keys set or changed by someone other than gpuvisor. */
+static bool placement_forged(json_t *pod, json_t *old, const char *user, char *why, size_t cap)
+{
+    json_t *anns = meta_of(pod, "annotations"), *old_anns = meta_of(old, "annotations");
+    for (size_t i = 0; i < N_OF(placement_annotations); i++) {
+        json_t *v = json_object_get(anns, placement_annotations[i]);
+        json_t *was = json_object_get(old_anns, placement_annotations[i]);
+        if (old == NULL ? v != NULL : !((v == NULL && was == NULL) || json_equal(v, was)))
+            return DENY("annotation %s is written only by gpuvisor's service accounts; %s may "
+                        "not %s it",
+                        placement_annotations[i], user ? user : "this user",
+                        old == NULL ? "set" : "change or remove");
+    }
+    json_t *l = json_object_get(meta_of(pod, "labels"), PLACEMENT_LABEL);
+    json_t *was = json_object_get(meta_of(old, "labels"), PLACEMENT_LABEL);
+    if (old == NULL ? l != NULL : !((l == NULL && was == NULL) || json_equal(l, was)))
+        return DENY("label %s is written only by gpuvisor's service accounts; %s may not %s it",
+                    PLACEMENT_LABEL, user ? user : "this user",
+                    old == NULL ? "set" : "change or remove");
+    return false;
+}
+
+/* Ways to run GPUs without limits, unless the namespace is on the admin's list. */
+static bool opts_out(const struct gv_webhook_policy *pol, json_t *pod, json_t *old,
+                     const char *ns, char *why, size_t cap)
+{
+    if (in_list(pol ? pol->opt_out_namespaces : NULL, ns))
+        return false;
+    const char *pre = json_string_value(json_object_get(meta_of(pod, "annotations"),
+                                                        PRELOAD_ANNOTATION));
+    const char *old_pre = json_string_value(json_object_get(meta_of(old, "annotations"),
+                                                            PRELOAD_ANNOTATION));
+    if (pre != NULL && strcmp(pre, "false") == 0 &&
+        (old == NULL || old_pre == NULL || strcmp(old_pre, "false") != 0))
+        return DENY("%s: \"false\" runs the pod's GPU work without gpuvisor's limits; only "
+                    "namespaces the cluster admin lists in optOutNamespaces may (namespace %s "
+                    "is not listed)",
+                    PRELOAD_ANNOTATION, ns ? ns : "?");
+    json_t *spec = json_object_get(pod, "spec");
+    for (size_t l = 0; l < N_OF(container_lists); l++) {
+        size_t i, j;
+        json_t *c, *e;
+        json_array_foreach(json_object_get(spec, container_lists[l]), i, c)
+        {
+            json_array_foreach(json_object_get(c, "env"), j, e)
+            {
+                const char *name = json_string_value(json_object_get(e, "name"));
+                for (size_t k = 0; k < N_OF(opt_out_env); k++)
+                    if (name != NULL && strcmp(name, opt_out_env[k]) == 0)
+                        return DENY("container %s sets %s, which runs GPUs without gpuvisor's "
+                                    "limits; only namespaces the cluster admin lists in "
+                                    "optOutNamespaces may (namespace %s is not listed)",
+                                    json_string_value(json_object_get(c, "name")), name,
+                                    ns ? ns : "?");
+            }
+        }
+    }
+    return false;
+}
+
+/* hostPath volumes over the agent's host directories: every tenant's limits. */
+static bool host_mounts(json_t *pod, char *why, size_t cap)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(json_object_get(pod, "spec"), "volumes"), i, v)
+    {
+        json_t *hp = json_object_get(v, "hostPath");
+        if (hp == NULL)
+            continue;
+        const char *path = json_string_value(json_object_get(hp, "path"));
+        const char *hit = overlapping(path, protected_host_paths, N_OF(protected_host_paths));
+        if (hit != NULL)
+            return DENY("volume %s: hostPath %s overlaps %s, gpuvisor's node state (every "
+                        "tenant's limits); not allowed",
+                        json_string_value(json_object_get(v, "name")), path ? path : "?", hit);
+    }
+    return false;
+}
+
+/* What would let a container of a GPU pod undo its limits. */
+static bool container_escapes(json_t *pod, char *why, size_t cap)
+{
+    json_t *spec = json_object_get(pod, "spec");
+    for (size_t l = 0; l < N_OF(container_lists); l++) {
+        size_t i, j;
+        json_t *c, *e;
+        json_array_foreach(json_object_get(spec, container_lists[l]), i, c)
+        {
+            const char *cname = json_string_value(json_object_get(c, "name"));
+            json_t *sc = json_object_get(c, "securityContext");
+            if (json_is_true(json_object_get(sc, "privileged")))
+                return DENY("%s %s is privileged in a pod with GPU slices: a privileged "
+                            "container can use every GPU on the node, so the slice cannot be "
+                            "enforced (drop securityContext.privileged)",
+                            container_kinds[l], cname ? cname : "?");
+            json_array_foreach(json_object_get(json_object_get(sc, "capabilities"), "add"), j, e)
+            {
+                const char *cap_name = json_string_value(e);
+                if (cap_name != NULL && strncmp(cap_name, "CAP_", 4) == 0)
+                    cap_name += 4;
+                for (size_t k = 0; cap_name != NULL && k < N_OF(forbidden_caps); k++)
+                    if (strcasecmp(cap_name, forbidden_caps[k]) == 0)
+                        return DENY("%s %s adds capability %s in a pod with GPU slices: it "
+                                    "could remove gpuvisor's read-only mounts or reach the "
+                                    "driver directly",
+                                    container_kinds[l], cname ? cname : "?",
+                                    json_string_value(e));
+            }
+            json_array_foreach(json_object_get(c, "volumeMounts"), j, e)
+            {
+                const char *mp = json_string_value(json_object_get(e, "mountPath"));
+                const char *hit = overlapping(mp, protected_container_paths,
+                                              N_OF(protected_container_paths));
+                if (hit != NULL)
+                    return DENY("%s %s mounts a volume at %s, over %s where gpuvisor puts the "
+                                "container's limits; not allowed in a pod with GPU slices",
+                                container_kinds[l], cname ? cname : "?", mp ? mp : "?", hit);
+            }
+        }
+    }
+    return false;
+}
+
+/* UPDATE (incl. resize) changing a GPU container's resources. */
+static bool gpu_resources_changed(json_t *pod, json_t *old, char *why, size_t cap)
+{
+    json_t *a = json_object_get(json_object_get(pod, "spec"), "containers");
+    json_t *b = json_object_get(json_object_get(old, "spec"), "containers");
+    size_t i;
+    json_t *c;
+    json_array_foreach(a, i, c)
+    {
+        json_t *o = json_array_get(b, i);
+        json_t *ra = json_object_get(c, "resources"), *rb = json_object_get(o, "resources");
+        if (!((ra == NULL && rb == NULL) || json_equal(ra, rb)))
+            return DENY("container %s: the resources of a pod with GPU slices cannot change "
+                        "after creation (its GPUs were placed for the old ones)",
+                        json_string_value(json_object_get(c, "name")));
+    }
+    return json_array_size(a) != json_array_size(b)
+               ? DENY("the containers of a pod with GPU slices cannot change after creation")
+               : false;
+}
+
+static bool is_gpu_pod(const struct gv_webhook_env *env, json_t *pod)
+{
+    struct gv_alloc_request *req = NULL;
+    struct gv_error err = {0};
+    if (pod == NULL)
+        return false;
+    /* An unreadable request counts as GPU: the stricter checks apply. */
+    bool gpu = gv_podspec_request(env->alloc, pod, &req, &err) != GV_OK || req->n_containers > 0;
+    gv_alloc_request_free(req);
+    return gpu;
+}
+
+/*
+ * The security verdict for a CREATE or UPDATE of a pod (sub: the
+ * subresource, "" for the pod itself): true with the reason in why when it
+ * must be refused.
+ */
+static bool security_denied(const struct gv_webhook_env *env, json_t *request, json_t *pod,
+                            json_t *old, char *why, size_t cap)
+{
+    const struct gv_webhook_policy *pol = env->policy;
+    const char *user =
+        json_string_value(json_object_get(json_object_get(request, "userInfo"), "username"));
+    const char *ns = json_string_value(json_object_get(request, "namespace"));
+    if (ns == NULL)
+        ns = json_string_value(meta_of(pod, "namespace"));
+    const char *const *writers = pol && pol->writers ? pol->writers : gv_webhook_default_writers;
+    if (in_list(writers, user))
+        return false; /* gpuvisor itself: bind annotations, allocation progress */
+    if (placement_forged(pod, old, user, why, cap) || opts_out(pol, pod, old, ns, why, cap) ||
+        host_mounts(pod, why, cap))
+        return true;
+    bool gpu = is_gpu_pod(env, pod) || is_gpu_pod(env, old);
+    if (!gpu)
+        return false;
+    if (container_escapes(pod, why, cap))
+        return true;
+    return old != NULL && gpu_resources_changed(pod, old, why, cap);
+}
+
 static char *base64(const char *text)
 {
     gnutls_datum_t in = {(unsigned char *)text, (unsigned)strlen(text)};
@@ -242,9 +534,30 @@ gv_status gv_webhook_review(const struct gv_webhook_env *env, const char *body, 
     const char *rkind =
         json_string_value(json_object_get(json_object_get(request, "kind"), "kind"));
     json_t *pod = json_object_get(request, "object");
-    if (op == NULL || strcmp(op, "CREATE") != 0 || rkind == NULL || strcmp(rkind, "Pod") != 0 ||
-        !json_is_object(pod)) {
-        /* Only pod creation is ours to look at; anything else passes. */
+    json_t *old = json_object_get(request, "oldObject");
+    bool create = op != NULL && strcmp(op, "CREATE") == 0;
+    bool update = op != NULL && strcmp(op, "UPDATE") == 0;
+    if (!(create || update) || rkind == NULL || strcmp(rkind, "Pod") != 0 ||
+        !json_is_object(pod) || (update && !json_is_object(old))) {
+        /* Only pods being created or changed are ours to look at. */
+        *out = review_response(uid, true, NULL, NULL);
+        st = *out ? GV_OK : gv_error_set(err, GV_ENOMEM, "out of memory");
+        goto fail;
+    }
+    char why[GV_ERROR_MSG_MAX];
+    if (security_denied(env, request, pod, update ? old : NULL, why, sizeof(why))) {
+        const char *rns = json_string_value(json_object_get(request, "namespace"));
+        const char *rname = json_string_value(meta_of(pod, "name"));
+        const char *ruser =
+            json_string_value(json_object_get(json_object_get(request, "userInfo"), "username"));
+        gv_info("webhook: refused %s of pod %s/%s by %s: %s", op, rns ? rns : "-",
+                rname ? rname : "-", ruser ? ruser : "-", why);
+        *out = review_response(uid, false, why, NULL);
+        st = *out ? GV_OK : gv_error_set(err, GV_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if (update) {
+        /* Changes are checked, never mutated. */
         *out = review_response(uid, true, NULL, NULL);
         st = *out ? GV_OK : gv_error_set(err, GV_ENOMEM, "out of memory");
         goto fail;
@@ -256,7 +569,6 @@ gv_status gv_webhook_review(const struct gv_webhook_env *env, const char *body, 
         st = *out ? GV_OK : gv_error_set(err, GV_ENOMEM, "out of memory");
         goto fail;
     }
-    char why[GV_ERROR_MSG_MAX];
     if (req->n_containers == 0) {
         ops = json_array();
         if (ops == NULL || gv_webhook_hami_other(env, pod, ops, why, sizeof(why)) != GV_OK) {

@@ -7,6 +7,8 @@
  */
 #include "shm/gv_shm.h"
 
+/* F_OFD_SETLK and gettid need _GNU_SOURCE (set by the build). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -15,16 +17,53 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <linux/futex.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+/* What this process derived from its own configuration for one device. */
+struct trusted_dev {
+    bool set;
+    uint64_t limit; /* 0 = unlimited */
+    uint64_t share; /* 0 = none */
+    uint32_t flags;
+};
 
 struct gv_shm {
     struct gv_shm_region *r;
     int fd;
     bool readonly;
-    int slot; /* this process's slot, -1 before attach */
+    int slot;      /* this process's slot, -1 before attach */
+    int32_t pid;   /* the pid the slot was taken for */
+    uint64_t start;
+    char *path;    /* NULL for a private region */
+    dev_t st_dev;  /* the inode this process mapped */
+    ino_t st_ino;
+    int lock_timeout_ms;
+    bool ctx_held;
+    _Atomic bool gone;          /* the path no longer names our region (sticky) */
+    _Atomic int64_t checked_ms; /* when that was last looked up */
+    char lock_error[192];
+    /*
+     * Private truth, never read from the region: the limits this process
+     * was configured with, and what it has charged itself.  Changed only
+     * under the region lock (which also serialises this process's threads).
+     */
+    struct trusted_dev trusted[GV_SHM_MAX_DEVICES];
+    uint64_t held[GV_SHM_MAX_DEVICES];
+    uint64_t held_managed[GV_SHM_MAX_DEVICES];
+    uint64_t peak[GV_SHM_MAX_DEVICES]; /* the most held at once */
 };
+
+void (*gv_shm_crash_hook)(int step);
+
+static void crash_point(int step)
+{
+    if (gv_shm_crash_hook != NULL)
+        gv_shm_crash_hook(step);
+}
 
 static uint64_t now_ns(void)
 {
@@ -83,36 +122,182 @@ bool gv_shm_proc_alive(const struct gv_shm_proc *p)
     return true;
 }
 
-/* Recomputes every device's cached total from the slots (the truth). */
+/*
+ * How many slots to scan: those up to the high-water mark that attaching
+ * processes raise (slots are taken lowest first).  A mark lowered by a
+ * hostile write hides only slots beyond it, as zeroing them would; a
+ * process rewrites its own mark (own_slot_locked), so it is never hidden.
+ */
+static int scan_limit(const struct gv_shm_region *r)
+{
+    uint32_t hw = atomic_load(&r->slots_hw);
+    return hw < GV_SHM_MAX_PROCS ? (int)hw : GV_SHM_MAX_PROCS;
+}
+
+/* Raises the high-water mark to cover slot i. */
+static void cover_slot(struct gv_shm_region *r, int i)
+{
+    if (atomic_load(&r->slots_hw) < (uint32_t)i + 1)
+        atomic_store(&r->slots_hw, (uint32_t)i + 1);
+}
+
+/*
+ * Sums device d over the slots in use (the truth), with each slot's managed
+ * part clamped to its total: a slot edited to claim more managed than it
+ * holds must not make device-resident room appear.
+ */
+static void sum_slots(const struct gv_shm_region *r, uint32_t d, uint64_t *used, uint64_t *managed)
+{
+    uint64_t sum = 0, man = 0;
+    for (int i = 0; i < scan_limit(r); i++) {
+        if (atomic_load(&r->procs[i].pid) == 0)
+            continue;
+        uint64_t u = atomic_load(&r->procs[i].mem_used[d]);
+        uint64_t m = atomic_load(&r->procs[i].managed_used[d]);
+        sum = u > UINT64_MAX - sum ? UINT64_MAX : sum + u;
+        man += m < u ? m : u;
+    }
+    *used = sum;
+    *managed = man;
+}
+
+/* Recomputes device d's cached totals from the slots (the truth). */
+static void recompute_device(struct gv_shm_region *r, uint32_t d)
+{
+    uint64_t sum, managed;
+    sum_slots(r, d, &sum, &managed);
+    atomic_store(&r->devices[d].mem_used, sum);
+    atomic_store(&r->devices[d].mem_managed, managed);
+}
+
+/* Recomputes every device's cached totals. */
 static void recompute_totals(struct gv_shm_region *r)
 {
     uint32_t nd = atomic_load(&r->ndevices);
-    for (uint32_t d = 0; d < nd && d < GV_SHM_MAX_DEVICES; d++) {
-        uint64_t sum = 0, managed = 0;
-        for (int i = 0; i < GV_SHM_MAX_PROCS; i++) {
-            if (atomic_load(&r->procs[i].pid) != 0) {
-                sum += atomic_load(&r->procs[i].mem_used[d]);
-                managed += atomic_load(&r->procs[i].managed_used[d]);
-            }
-        }
-        atomic_store(&r->devices[d].mem_used, sum);
-        atomic_store(&r->devices[d].mem_managed, managed);
+    for (uint32_t d = 0; d < nd && d < GV_SHM_MAX_DEVICES; d++)
+        recompute_device(r, d);
+}
+
+/* This thread's id, cached (gettid is a system call); reset in a forked child. */
+static _Thread_local uint32_t cached_tid;
+static pthread_once_t tid_once = PTHREAD_ONCE_INIT;
+static void forget_tid(void) { cached_tid = 0; }
+static void tid_atfork(void) { pthread_atfork(NULL, NULL, forget_tid); }
+
+static uint32_t my_tid(void)
+{
+    if (cached_tid == 0) {
+        pthread_once(&tid_once, tid_atfork);
+        cached_tid = (uint32_t)gettid() & GV_SHM_LOCK_TID_MASK;
+    }
+    return cached_tid;
+}
+
+static long futex(_Atomic uint32_t *w, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, (uint32_t *)w, op, val, ts, NULL, 0);
+}
+
+static void deadline_in(struct timespec *ts, int ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
     }
 }
 
+/* Nanoseconds from now until ts (0 when past). */
+static int64_t ns_until(const struct timespec *ts)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t d = (int64_t)(ts->tv_sec - now.tv_sec) * 1000000000LL + (ts->tv_nsec - now.tv_nsec);
+    return d > 0 ? d : 0;
+}
+
+/*
+ * Whether the lock word names no live owner other than us: no thread, bits
+ * no thread id has, our own thread (we never lock recursively, so that was
+ * written by someone else), or a thread that does not exist.
+ */
+static bool owner_gone(uint32_t owner, uint32_t me)
+{
+    if (owner == 0 || owner > GV_SHM_LOCK_TID_MASK || owner == me)
+        return true;
+    return kill((pid_t)owner, 0) != 0 && errno == ESRCH;
+}
+
+/*
+ * Takes the region lock within the lock timeout.  The word holds the owner's
+ * thread id (and GV_SHM_LOCK_WAITERS while someone sleeps on it).  A waiter
+ * that slept a full slice without being woken checks the owner: one that
+ * died (killed inside the lock) or that is not a thread at all (a corrupted
+ * word) is taken over, and the totals it may have left half-updated are
+ * recomputed from the slots.  A live owner that keeps the lock past the
+ * timeout (stopped, or hostile) makes the call fail closed, with the reason
+ * in shm->lock_error.  Never waits unboundedly, never trusts the word.
+ */
 static int region_lock(struct gv_shm *shm)
 {
-    int rc = pthread_mutex_lock(&shm->r->lock.mutex);
-    if (rc == EOWNERDEAD) {
-        /* The previous holder died mid-update: totals may be stale. */
-        recompute_totals(shm->r);
-        pthread_mutex_consistent(&shm->r->lock.mutex);
-        rc = 0;
+    _Atomic uint32_t *w = &shm->r->lock.word;
+    uint32_t me = my_tid();
+    struct timespec dl;
+    deadline_in(&dl, shm->lock_timeout_ms);
+    bool contended = false, slept_long = false;
+    for (;;) {
+        uint32_t cur = 0;
+        /* After sleeping, take it as "contended" so our unlock wakes the next. */
+        if (atomic_compare_exchange_strong(w, &cur, contended ? me | GV_SHM_LOCK_WAITERS : me)) {
+            shm->lock_error[0] = '\0';
+            return 0;
+        }
+        uint32_t owner = cur & ~GV_SHM_LOCK_WAITERS;
+        bool suspect = owner == 0 || owner > GV_SHM_LOCK_TID_MASK || owner == me;
+        if ((suspect || slept_long) && owner_gone(owner, me)) {
+            if (atomic_compare_exchange_strong(w, &cur, me | GV_SHM_LOCK_WAITERS)) {
+                /* The previous holder died mid-update: totals may be stale. */
+                recompute_totals(shm->r);
+                shm->lock_error[0] = '\0';
+                return 0;
+            }
+            continue;
+        }
+        int64_t left = ns_until(&dl);
+        if (left == 0) {
+            snprintf(shm->lock_error, sizeof(shm->lock_error),
+                     "shared region lock held by live thread %u for more than %d ms", owner,
+                     shm->lock_timeout_ms);
+            return ETIMEDOUT;
+        }
+        if (!(cur & GV_SHM_LOCK_WAITERS) &&
+            !atomic_compare_exchange_strong(w, &cur, cur | GV_SHM_LOCK_WAITERS))
+            continue;
+        contended = true;
+        /* Sleep in slices: a holder that dies cannot wake us. */
+        int64_t slice = left < 10000000LL ? left : 10000000LL;
+        struct timespec rel = {0, (long)slice};
+        slept_long = futex(w, FUTEX_WAIT, cur | GV_SHM_LOCK_WAITERS, &rel) != 0 &&
+                     errno == ETIMEDOUT;
     }
-    return rc;
 }
 
-static void region_unlock(struct gv_shm *shm) { pthread_mutex_unlock(&shm->r->lock.mutex); }
+static void region_unlock(struct gv_shm *shm)
+{
+    _Atomic uint32_t *w = &shm->r->lock.word;
+    if (atomic_exchange(w, 0) & GV_SHM_LOCK_WAITERS)
+        futex(w, FUTEX_WAKE, 1, NULL);
+}
+
+void gv_shm_set_lock_timeout(struct gv_shm *shm, int ms)
+{
+    if (shm != NULL)
+        shm->lock_timeout_ms = ms > 0 ? ms : GV_SHM_LOCK_TIMEOUT_MS;
+}
+
+const char *gv_shm_lock_error(const struct gv_shm *shm) { return shm->lock_error; }
 
 static void clear_slot(struct gv_shm_proc *p)
 {
@@ -134,7 +319,9 @@ static int reclaim_locked(struct gv_shm *shm)
     int freed = 0;
     for (int i = 0; i < GV_SHM_MAX_PROCS; i++) {
         struct gv_shm_proc *p = &shm->r->procs[i];
-        if (atomic_load(&p->pid) == 0 || i == shm->slot || gv_shm_proc_alive(p))
+        int32_t pid = atomic_load(&p->pid);
+        if (pid == 0 || i == shm->slot || (shm->pid != 0 && pid == shm->pid) ||
+            gv_shm_proc_alive(p))
             continue;
         clear_slot(p);
         atomic_store(&p->pid, 0);
@@ -154,26 +341,21 @@ int gv_shm_reclaim(struct gv_shm *shm)
     return freed;
 }
 
-static gv_status init_region(struct gv_shm_region *r, struct gv_error *err)
+/*
+ * Initialises a region that is all zeroes (a new file or anonymous
+ * mapping); the magic goes last, so a region with magic is complete.
+ */
+static void init_region(struct gv_shm_region *r)
 {
-    memset(r, 0, sizeof(*r));
     r->version = GV_SHM_VERSION;
     r->header_size = (uint32_t)offsetof(struct gv_shm_region, devices);
     r->total_size = sizeof(*r);
     r->max_devices = GV_SHM_MAX_DEVICES;
     r->max_procs = GV_SHM_MAX_PROCS;
     r->created_ns = now_ns();
-    pthread_mutexattr_t a;
-    pthread_mutexattr_init(&a);
-    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-    int rc = pthread_mutex_init(&r->lock.mutex, &a);
-    pthread_mutexattr_destroy(&a);
-    if (rc != 0)
-        return gv_error_set(err, GV_EIO, "cannot initialise region lock: %s", strerror(rc));
-    /* Readers treat a region without magic as not yet initialised. */
+    atomic_store(&r->lock.word, 0);
+    crash_point(3);
     __atomic_store_n(&r->magic, GV_SHM_MAGIC, __ATOMIC_RELEASE);
-    return GV_OK;
 }
 
 static gv_status validate(const char *path, const struct gv_shm_region *r, struct gv_error *err)
@@ -215,6 +397,133 @@ static gv_status describe_bad_size(const char *path, int fd, off_t size, struct 
                         (long long)size, sizeof(struct gv_shm_region));
 }
 
+/*
+ * Whether the file open at fd is a region someone began and never finished:
+ * empty, or region-sized with no magic and not this layout's version (what
+ * older builds, which created in place, left when killed).  This build
+ * never leaves one at the path, so a file of this version without magic was
+ * edited: it is refused (fail closed), not replaced -- replacing it would
+ * reset the container's usage.
+ */
+static bool half_made(int fd, const struct stat *st)
+{
+    if (st->st_size == 0)
+        return true;
+    struct {
+        uint64_t magic;
+        uint32_t version;
+    } head = {1, 0};
+    return st->st_size == (off_t)sizeof(struct gv_shm_region) &&
+           pread(fd, &head, sizeof(head), 0) == (ssize_t)sizeof(head) && head.magic == 0 &&
+           head.version != GV_SHM_VERSION;
+}
+
+/* "<dir>/" and "<base>.tmp." of path, for the files built aside. */
+static void aside_names(const char *path, char *dir, size_t dn, char *prefix, size_t pn)
+{
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL)
+        snprintf(dir, dn, ".");
+    else
+        snprintf(dir, dn, "%.*s", (int)(slash - path) > 0 ? (int)(slash - path) : 1, path);
+    snprintf(prefix, pn, "%s.tmp.", slash != NULL ? slash + 1 : path);
+}
+
+/*
+ * Removes files built aside by creators that died before finishing
+ * (<base>.tmp.<pid>.<n> whose pid is gone).  Best effort.
+ */
+static void remove_stale_aside(const char *path)
+{
+    char dir[4096], prefix[512];
+    aside_names(path, dir, sizeof(dir), prefix, sizeof(prefix));
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    size_t pl = strlen(prefix);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, prefix, pl) != 0)
+            continue;
+        char *end;
+        long pid = strtol(e->d_name + pl, &end, 10);
+        if (end == e->d_name + pl || *end != '.' || pid <= 0 || pid > INT32_MAX)
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        unlinkat(dirfd(d), e->d_name, 0);
+    }
+    closedir(d);
+}
+
+/*
+ * Builds a complete region in a new file beside path.  Returns its fd (the
+ * file's name in *aside) or -1 with err set.
+ */
+static int build_aside(const char *path, char *aside, size_t an, struct gv_error *err)
+{
+    static _Atomic unsigned counter;
+    snprintf(aside, an, "%s.tmp.%d.%u", path, (int)getpid(), atomic_fetch_add(&counter, 1));
+    int fd = open(aside, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        gv_error_set(err, GV_EIO, "%s: cannot create: %s", aside, strerror(errno));
+        return -1;
+    }
+    crash_point(1);
+    const size_t size = sizeof(struct gv_shm_region);
+    void *m = MAP_FAILED;
+    if (ftruncate(fd, (off_t)size) != 0) {
+        gv_error_set(err, GV_EIO, "%s: cannot size region: %s", aside, strerror(errno));
+        goto fail;
+    }
+    crash_point(2);
+    m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) {
+        gv_error_set(err, GV_EIO, "%s: cannot map: %s", aside, strerror(errno));
+        goto fail;
+    }
+    init_region(m); /* the new file is all zeroes */
+    munmap(m, size);
+    crash_point(4);
+    return fd;
+fail:
+    close(fd);
+    unlink(aside);
+    return -1;
+}
+
+/*
+ * Puts a new region at path: linked in when nothing is there (link fails
+ * rather than replace a region another process just made), or renamed over
+ * the half-made file open at old_fd, which we hold flock'ed.
+ * GV_OK: path now names a complete region (ours or a racing creator's).
+ */
+static gv_status install_region(const char *path, int old_fd, struct gv_error *err)
+{
+    char aside[4200];
+    remove_stale_aside(path);
+    int fd = build_aside(path, aside, sizeof(aside), err);
+    if (fd < 0)
+        return err != NULL ? err->code : GV_EIO;
+    gv_status rc = GV_OK;
+    if (old_fd < 0) {
+        /* EEXIST: another creator won; ENOENT: our file was taken for a
+         * dead creator's by one in another pid namespace.  Both: look again. */
+        if (link(aside, path) != 0 && errno != EEXIST && errno != ENOENT)
+            rc = gv_error_set(err, GV_EIO, "%s: cannot link new region into place: %s", path,
+                              strerror(errno));
+        crash_point(5);
+        unlink(aside);
+    } else if (rename(aside, path) != 0) {
+        rc = gv_error_set(err, GV_EIO, "%s: cannot replace half-made region: %s", path,
+                          strerror(errno));
+        unlink(aside);
+    }
+    crash_point(6);
+    close(fd);
+    return rc;
+}
+
 gv_status gv_shm_open(const char *path, unsigned flags, struct gv_shm **out, struct gv_error *err)
 {
     gv_status rc = GV_OK;
@@ -223,9 +532,11 @@ gv_status gv_shm_open(const char *path, unsigned flags, struct gv_shm **out, str
         return gv_error_set(err, GV_ENOMEM, "out of memory");
     shm->fd = -1;
     shm->slot = -1;
+    shm->lock_timeout_ms = GV_SHM_LOCK_TIMEOUT_MS;
     shm->readonly = (flags & GV_SHM_READONLY) != 0;
     const size_t size = sizeof(struct gv_shm_region);
     int prot = shm->readonly ? PROT_READ : PROT_READ | PROT_WRITE;
+    bool create = (flags & GV_SHM_CREATE) && !shm->readonly;
 
     if (path == NULL) {
         void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -234,65 +545,82 @@ gv_status gv_shm_open(const char *path, unsigned flags, struct gv_shm **out, str
             goto fail;
         }
         shm->r = m;
-        if ((rc = init_region(shm->r, err)) != GV_OK)
-            goto fail;
+        init_region(shm->r);
         *out = shm;
         return GV_OK;
     }
+    if ((shm->path = strdup(path)) == NULL) {
+        rc = gv_error_set(err, GV_ENOMEM, "out of memory");
+        goto fail;
+    }
 
-    int oflags = O_CLOEXEC | (shm->readonly ? O_RDONLY : O_RDWR);
-    if ((flags & GV_SHM_CREATE) && !shm->readonly)
-        oflags |= O_CREAT;
-    shm->fd = open(path, oflags, 0666);
-    if (shm->fd < 0) {
-        rc = gv_error_set(err, errno == ENOENT ? GV_ENOTFOUND : GV_EIO, "%s: cannot open: %s", path,
-                          strerror(errno));
-        goto fail;
-    }
-    /* flock serialises creation against concurrent openers; it is released
-     * by the kernel if we die, unlike anything stored in the file. */
-    if (flock(shm->fd, shm->readonly ? LOCK_SH : LOCK_EX) != 0) {
-        rc = gv_error_set(err, GV_EIO, "%s: cannot lock: %s", path, strerror(errno));
-        goto fail;
-    }
+    /*
+     * Every pass either finds a complete region at path or puts one there
+     * (ours or a racing creator's) and looks again; a few passes bound the
+     * loop should files keep changing under us.
+     */
     struct stat st;
-    if (fstat(shm->fd, &st) != 0) {
-        rc = gv_error_set(err, GV_EIO, "%s: cannot stat: %s", path, strerror(errno));
-        goto fail_unlock;
-    }
-    bool fresh = false;
-    if (st.st_size == 0 && !shm->readonly && (flags & GV_SHM_CREATE)) {
-        if (ftruncate(shm->fd, (off_t)size) != 0) {
-            rc = gv_error_set(err, GV_EIO, "%s: cannot size region: %s", path, strerror(errno));
-            goto fail_unlock;
+    for (int pass = 0;; pass++) {
+        if (pass == 8) {
+            rc = gv_error_set(err, GV_EIO, "%s: the file keeps changing while being opened", path);
+            goto fail;
         }
-        fresh = true;
-    } else if (st.st_size != (off_t)size) {
-        rc = st.st_size == 0 ? gv_error_set(err, GV_EUNAVAILABLE,
-                                            "%s: shared region is empty (not initialised yet)", path)
-                             : describe_bad_size(path, shm->fd, st.st_size, err);
-        goto fail_unlock;
+        shm->fd = open(path, O_CLOEXEC | (shm->readonly ? O_RDONLY : O_RDWR));
+        if (shm->fd < 0) {
+            if (errno != ENOENT || !create) {
+                rc = gv_error_set(err, errno == ENOENT ? GV_ENOTFOUND : GV_EIO,
+                                  "%s: cannot open: %s", path, strerror(errno));
+                goto fail;
+            }
+            if ((rc = install_region(path, -1, err)) != GV_OK)
+                goto fail;
+            continue;
+        }
+        if (fstat(shm->fd, &st) != 0) {
+            rc = gv_error_set(err, GV_EIO, "%s: cannot stat: %s", path, strerror(errno));
+            goto fail;
+        }
+        if (st.st_size == (off_t)size && !half_made(shm->fd, &st))
+            break;
+        if (!half_made(shm->fd, &st)) {
+            rc = describe_bad_size(path, shm->fd, st.st_size, err);
+            goto fail;
+        }
+        if (!create) {
+            rc = gv_error_set(err, GV_EUNAVAILABLE,
+                              "%s: shared region is not initialised (left half-made)", path);
+            goto fail;
+        }
+        /* Replace the half-made file, unless a racing opener already did. */
+        struct stat now;
+        if (flock(shm->fd, LOCK_EX) == 0 && stat(path, &now) == 0 && now.st_dev == st.st_dev &&
+            now.st_ino == st.st_ino && fstat(shm->fd, &st) == 0 && half_made(shm->fd, &st)) {
+            rc = install_region(path, shm->fd, err);
+            if (rc != GV_OK)
+                goto fail;
+        }
+        close(shm->fd); /* drops the flock */
+        shm->fd = -1;
     }
     void *m = mmap(NULL, size, prot, MAP_SHARED, shm->fd, 0);
     if (m == MAP_FAILED) {
         rc = gv_error_set(err, GV_EIO, "%s: cannot map: %s", path, strerror(errno));
-        goto fail_unlock;
+        goto fail;
     }
     shm->r = m;
-    rc = fresh ? init_region(shm->r, err) : validate(path, shm->r, err);
-    if (rc != GV_OK)
-        goto fail_unlock;
-    flock(shm->fd, LOCK_UN);
+    shm->st_dev = st.st_dev;
+    shm->st_ino = st.st_ino;
+    if ((rc = validate(path, shm->r, err)) != GV_OK)
+        goto fail;
     *out = shm;
     return GV_OK;
 
-fail_unlock:
-    flock(shm->fd, LOCK_UN);
 fail:
     if (shm->r != NULL)
         munmap(shm->r, size);
     if (shm->fd >= 0)
         close(shm->fd);
+    free(shm->path);
     free(shm);
     return rc;
 }
@@ -303,14 +631,17 @@ void gv_shm_close(struct gv_shm *shm)
         return;
     if (!shm->readonly && shm->slot >= 0 && region_lock(shm) == 0) {
         struct gv_shm_proc *p = &shm->r->procs[shm->slot];
-        clear_slot(p);
-        atomic_store(&p->pid, 0);
+        if (atomic_load(&p->pid) == shm->pid) {
+            clear_slot(p);
+            atomic_store(&p->pid, 0);
+        }
         recompute_totals(shm->r);
         region_unlock(shm);
     }
     munmap(shm->r, sizeof(struct gv_shm_region));
     if (shm->fd >= 0)
         close(shm->fd);
+    free(shm->path);
     free(shm);
 }
 
@@ -337,7 +668,7 @@ gv_status gv_shm_device_attach(struct gv_shm *shm, const char *uuid,
     if (uuid == NULL || uuid[0] == '\0' || strlen(uuid) >= GV_SHM_UUID_LEN)
         return gv_error_set(err, GV_EINVAL, "invalid device uuid");
     if (region_lock(shm) != 0)
-        return gv_error_set(err, GV_EIO, "cannot lock shared region");
+        return gv_error_set(err, GV_EIO, "cannot lock shared region: %s", shm->lock_error);
     gv_status rc = GV_OK;
     int i = gv_shm_device_find(shm, uuid);
     if (i >= 0) {
@@ -356,7 +687,7 @@ gv_status gv_shm_device_attach(struct gv_shm *shm, const char *uuid,
                               (unsigned long long)lim->mem_limit, (unsigned long long)share,
                               lim->sm_limit, lim->flags);
         *idx = i;
-        goto out;
+        goto trust;
     }
     uint32_t nd = atomic_load(&shm->r->ndevices);
     if (nd >= GV_SHM_MAX_DEVICES) {
@@ -374,9 +705,77 @@ gv_status gv_shm_device_attach(struct gv_shm *shm, const char *uuid,
     d->flags = lim->flags;
     atomic_store(&shm->r->ndevices, nd + 1);
     *idx = (int)nd;
+trust:
+    shm->trusted[*idx] = (struct trusted_dev){true, lim->mem_limit, share, lim->flags};
 out:
     region_unlock(shm);
     return rc;
+}
+
+/* The smaller of two limits where 0 means unlimited. */
+static uint64_t min_limit(uint64_t a, uint64_t b)
+{
+    if (a == 0)
+        return b;
+    if (b == 0)
+        return a;
+    return a < b ? a : b;
+}
+
+bool gv_shm_limit(const struct gv_shm *shm, int dev, uint64_t *limit, uint64_t *share,
+                  uint32_t *flags)
+{
+    if (shm == NULL || dev < 0 || dev >= GV_SHM_MAX_DEVICES)
+        return false;
+    const struct gv_shm_device *d = &shm->r->devices[dev];
+    const struct trusted_dev *t = &shm->trusted[dev];
+    /* A process that never registered dev (a reader) goes by the region. */
+    uint64_t lim = t->set ? min_limit(t->limit, d->mem_limit) : d->mem_limit;
+    uint32_t fl = t->set ? t->flags : d->flags;
+    uint64_t sh = 0;
+    if (fl & GV_SHM_DEV_OVERSUBSCRIBE)
+        sh = t->set ? min_limit(t->share, d->mem_share) : d->mem_share;
+    if (limit != NULL)
+        *limit = lim;
+    if (share != NULL)
+        *share = sh;
+    if (flags != NULL)
+        *flags = fl;
+    return dev < (int)atomic_load(&shm->r->ndevices) || t->set;
+}
+
+/*
+ * This process's slot, checked under the lock: a slot another process
+ * freed or took from us (only a hostile write can) is replaced by a new
+ * one.  Either way the slot is rewritten from our private record, so what
+ * the container sees of us is never less than what we hold.  NULL when no
+ * slot is free.
+ */
+static struct gv_shm_proc *own_slot_locked(struct gv_shm *shm)
+{
+    struct gv_shm_proc *p = &shm->r->procs[shm->slot];
+    if (atomic_load(&p->pid) != shm->pid) {
+        p = NULL;
+        for (int i = 0; i < GV_SHM_MAX_PROCS && p == NULL; i++) {
+            if (atomic_load(&shm->r->procs[i].pid) != 0)
+                continue;
+            p = &shm->r->procs[i];
+            clear_slot(p);
+            p->start_time = shm->start;
+            atomic_store(&p->pid, shm->pid);
+            shm->slot = i;
+        }
+        if (p == NULL)
+            return NULL;
+    }
+    cover_slot(shm->r, shm->slot);
+    for (int d = 0; d < GV_SHM_MAX_DEVICES; d++) {
+        if (atomic_load(&p->mem_used[d]) != shm->held[d])
+            atomic_store(&p->mem_used[d], shm->held[d]);
+        if (atomic_load(&p->managed_used[d]) != shm->held_managed[d])
+            atomic_store(&p->managed_used[d], shm->held_managed[d]);
+    }
+    return p;
 }
 
 gv_status gv_shm_proc_attach(struct gv_shm *shm, int32_t pid, int32_t priority,
@@ -389,13 +788,19 @@ gv_status gv_shm_proc_attach(struct gv_shm *shm, int32_t pid, int32_t priority,
     if (!proc_stat(pid, &state, &start))
         start = 0;
     if (region_lock(shm) != 0)
-        return gv_error_set(err, GV_EIO, "cannot lock shared region");
+        return gv_error_set(err, GV_EIO, "cannot lock shared region: %s", shm->lock_error);
     gv_status rc = GV_OK;
-    if (shm->slot >= 0 && atomic_load(&shm->r->procs[shm->slot].pid) == pid) {
+    if (shm->slot >= 0 && shm->pid == pid && atomic_load(&shm->r->procs[shm->slot].pid) == pid) {
         shm->r->procs[shm->slot].priority = priority;
         goto out;
     }
+    /* A new process (or a forked child): nothing held yet. */
     shm->slot = -1;
+    shm->pid = pid;
+    shm->start = start;
+    memset(shm->held, 0, sizeof(shm->held));
+    memset(shm->peak, 0, sizeof(shm->peak));
+    memset(shm->held_managed, 0, sizeof(shm->held_managed));
     reclaim_locked(shm);
     /* A slot already holding this very process is one it had before an
      * exec: the old image's device memory died with it, so start afresh. */
@@ -411,6 +816,7 @@ gv_status gv_shm_proc_attach(struct gv_shm *shm, int32_t pid, int32_t priority,
         atomic_store(&p->heartbeat_ns, now_ns());
         recompute_totals(shm->r);
         shm->slot = mine;
+        cover_slot(shm->r, mine);
         goto out;
     }
     for (int i = 0; i < GV_SHM_MAX_PROCS; i++) {
@@ -423,6 +829,7 @@ gv_status gv_shm_proc_attach(struct gv_shm *shm, int32_t pid, int32_t priority,
         atomic_store(&p->heartbeat_ns, now_ns());
         atomic_store(&p->pid, pid);
         shm->slot = i;
+        cover_slot(shm->r, i);
         goto out;
     }
     rc = gv_error_set(err, GV_ENOFIT, "all %d process slots of the shared region are in use",
@@ -434,8 +841,15 @@ out:
 
 void gv_shm_after_fork(struct gv_shm *shm)
 {
-    if (shm != NULL)
+    if (shm != NULL) {
         shm->slot = -1;
+        /* The parent's allocations are not the child's to hold or free. */
+        memset(shm->held, 0, sizeof(shm->held));
+        memset(shm->peak, 0, sizeof(shm->peak));
+        memset(shm->held_managed, 0, sizeof(shm->held_managed));
+        /* OFD locks are shared with the parent's descriptor: not ours. */
+        shm->ctx_held = false;
+    }
 }
 
 struct gv_shm_proc *gv_shm_self(struct gv_shm *shm)
@@ -443,17 +857,48 @@ struct gv_shm_proc *gv_shm_self(struct gv_shm *shm)
     return shm->slot >= 0 ? &shm->r->procs[shm->slot] : NULL;
 }
 
-/*
- * Whether bytes more device-resident memory stay within an oversubscribed
- * device's share (always true for other devices, where the limit decides).
- */
-static bool within_share(const struct gv_shm_device *d, uint64_t used, uint64_t bytes)
+bool gv_shm_replaced(struct gv_shm *shm)
 {
-    if (!(d->flags & GV_SHM_DEV_OVERSUBSCRIBE) || d->mem_share == 0)
+    struct stat st;
+    if (shm == NULL || shm->path == NULL)
+        return false;
+    bool gone;
+    if (stat(shm->path, &st) != 0)
+        gone = errno == ENOENT || errno == ENOTDIR;
+    else
+        gone = st.st_dev != shm->st_dev || st.st_ino != shm->st_ino;
+    if (gone)
+        atomic_store(&shm->gone, true);
+    return gone || atomic_load(&shm->gone);
+}
+
+/*
+ * gv_shm_replaced for the allocation path, where a system call costs more
+ * than the rest of a reservation.  Unlinking or renaming over the file
+ * drops our inode's link count to 0, which fstat tells: asked whenever the
+ * process is about to hold more than it ever held on the device (so a
+ * process cannot grow after a delete, while steady alloc/free cycles pay
+ * nothing).  The path itself (a hard link kept elsewhere, then a new file
+ * at the path) is looked up at most every 100 ms.  Once replaced, always.
+ */
+static bool replaced_lately(struct gv_shm *shm, bool growing)
+{
+    if (shm->path == NULL)
+        return false;
+    if (atomic_load(&shm->gone))
         return true;
-    uint64_t managed = atomic_load(&d->mem_managed);
-    uint64_t resident = used > managed ? used - managed : 0;
-    return bytes <= d->mem_share && resident <= d->mem_share - bytes;
+    struct stat st;
+    if (growing && fstat(shm->fd, &st) == 0 && st.st_nlink == 0) {
+        atomic_store(&shm->gone, true);
+        return true;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+    int64_t ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    if (atomic_load(&shm->checked_ms) != 0 && ms - atomic_load(&shm->checked_ms) < 100)
+        return false;
+    atomic_store(&shm->checked_ms, ms);
+    return gv_shm_replaced(shm);
 }
 
 gv_status gv_shm_mem_reserve(struct gv_shm *shm, int dev, uint64_t bytes, enum gv_shm_kind kind,
@@ -461,13 +906,32 @@ gv_status gv_shm_mem_reserve(struct gv_shm *shm, int dev, uint64_t bytes, enum g
 {
     if (shm->readonly || shm->slot < 0 || dev < 0 || dev >= GV_SHM_MAX_DEVICES)
         return GV_EINVAL;
+    /*
+     * A region deleted or replaced under us (a tenant resetting its usage)
+     * no longer tells what the container holds: reserve nothing more.
+     */
+    if (replaced_lately(shm, shm->held[dev] + bytes > shm->peak[dev])) {
+        snprintf(shm->lock_error, sizeof(shm->lock_error),
+                 "%s was deleted or replaced while in use: refusing further allocations",
+                 shm->path);
+        return GV_EIO;
+    }
     struct gv_shm_device *d = &shm->r->devices[dev];
-    struct gv_shm_proc *p = &shm->r->procs[shm->slot];
+    uint64_t limit, share;
+    uint32_t flags;
+    gv_shm_limit(shm, dev, &limit, &share, &flags);
     for (int attempt = 0; attempt < 2; attempt++) {
         if (region_lock(shm) != 0)
             return GV_EIO;
-        uint64_t used = atomic_load(&d->mem_used);
-        uint64_t limit = d->mem_limit;
+        struct gv_shm_proc *p = own_slot_locked(shm);
+        if (p == NULL) {
+            region_unlock(shm);
+            return GV_ENOFIT;
+        }
+        /* The slots are the truth (ours rewritten from our record above);
+         * the cached totals are rewritten from them, never believed. */
+        uint64_t used, managed;
+        sum_slots(shm->r, (uint32_t)dev, &used, &managed);
         if (limit != 0 && (bytes > limit || used > limit - bytes)) {
             /* Dead processes may still hold charges: free them, try once more. */
             int freed = reclaim_locked(shm);
@@ -476,22 +940,30 @@ gv_status gv_shm_mem_reserve(struct gv_shm *shm, int dev, uint64_t bytes, enum g
                 continue;
             return GV_ENOFIT;
         }
-        bool managed = kind == GV_SHM_MANAGED;
-        if (!managed && !within_share(d, used, bytes)) {
-            if (kind == GV_SHM_DEVICE) {
-                region_unlock(shm);
-                return GV_ENOFIT;
+        bool as_managed = kind == GV_SHM_MANAGED;
+        if (!as_managed && (flags & GV_SHM_DEV_OVERSUBSCRIBE) && share != 0) {
+            uint64_t resident = used - managed;
+            if (bytes > share || resident > share - bytes) {
+                if (kind == GV_SHM_DEVICE) {
+                    region_unlock(shm);
+                    return GV_ENOFIT;
+                }
+                as_managed = true;
             }
-            managed = true;
+        }
+        shm->held[dev] += bytes;
+        if (shm->held[dev] > shm->peak[dev])
+            shm->peak[dev] = shm->held[dev];
+        atomic_store(&p->mem_used[dev], shm->held[dev]);
+        if (as_managed) {
+            shm->held_managed[dev] += bytes;
+            atomic_store(&p->managed_used[dev], shm->held_managed[dev]);
+            managed += bytes;
         }
         atomic_store(&d->mem_used, used + bytes);
-        atomic_fetch_add(&p->mem_used[dev], bytes);
-        if (managed) {
-            atomic_fetch_add(&p->managed_used[dev], bytes);
-            atomic_fetch_add(&d->mem_managed, bytes);
-        }
+        atomic_store(&d->mem_managed, managed);
         if (managed_out != NULL)
-            *managed_out = managed;
+            *managed_out = as_managed;
         region_unlock(shm);
         atomic_store(&p->heartbeat_ns, now_ns());
         return GV_OK;
@@ -499,25 +971,22 @@ gv_status gv_shm_mem_reserve(struct gv_shm *shm, int dev, uint64_t bytes, enum g
     return GV_ENOFIT;
 }
 
-static uint64_t sub_clamped(_Atomic uint64_t *v, uint64_t bytes)
-{
-    uint64_t cur = atomic_load(v);
-    uint64_t next = cur > bytes ? cur - bytes : 0;
-    atomic_store(v, next);
-    return cur - next;
-}
-
 void gv_shm_mem_release(struct gv_shm *shm, int dev, uint64_t bytes, bool managed)
 {
     if (shm->readonly || shm->slot < 0 || dev < 0 || dev >= GV_SHM_MAX_DEVICES)
         return;
-    struct gv_shm_proc *p = &shm->r->procs[shm->slot];
     if (region_lock(shm) != 0)
         return;
-    uint64_t taken = sub_clamped(&p->mem_used[dev], bytes);
-    sub_clamped(&shm->r->devices[dev].mem_used, taken);
-    if (managed)
-        sub_clamped(&shm->r->devices[dev].mem_managed, sub_clamped(&p->managed_used[dev], bytes));
+    uint64_t taken = bytes < shm->held[dev] ? bytes : shm->held[dev];
+    shm->held[dev] -= taken;
+    if (managed) {
+        uint64_t m = bytes < shm->held_managed[dev] ? bytes : shm->held_managed[dev];
+        shm->held_managed[dev] -= m;
+    }
+    if (shm->held_managed[dev] > shm->held[dev])
+        shm->held_managed[dev] = shm->held[dev];
+    if (own_slot_locked(shm) != NULL)
+        recompute_device(shm->r, (uint32_t)dev);
     region_unlock(shm);
 }
 
@@ -525,17 +994,16 @@ gv_status gv_shm_mem_to_managed(struct gv_shm *shm, int dev, uint64_t bytes)
 {
     if (shm->readonly || shm->slot < 0 || dev < 0 || dev >= GV_SHM_MAX_DEVICES)
         return GV_EINVAL;
-    struct gv_shm_device *d = &shm->r->devices[dev];
-    struct gv_shm_proc *p = &shm->r->procs[shm->slot];
     if (region_lock(shm) != 0)
         return GV_EIO;
-    uint64_t held = atomic_load(&p->mem_used[dev]), managed = atomic_load(&p->managed_used[dev]);
+    uint64_t held = shm->held[dev], managed = shm->held_managed[dev];
     gv_status st = GV_EINVAL;
     if (managed <= held && bytes <= held - managed) {
-        atomic_fetch_add(&p->managed_used[dev], bytes);
-        atomic_fetch_add(&d->mem_managed, bytes);
+        shm->held_managed[dev] += bytes;
         st = GV_OK;
     }
+    if (own_slot_locked(shm) != NULL)
+        recompute_device(shm->r, (uint32_t)dev);
     region_unlock(shm);
     return st;
 }
@@ -544,7 +1012,16 @@ uint64_t gv_shm_mem_used(const struct gv_shm *shm, int dev)
 {
     if (dev < 0 || dev >= GV_SHM_MAX_DEVICES)
         return 0;
-    return atomic_load(&shm->r->devices[dev].mem_used);
+    uint64_t used = atomic_load(&shm->r->devices[dev].mem_used);
+    /* Never report less than this process alone holds. */
+    return used > shm->held[dev] ? used : shm->held[dev];
+}
+
+uint64_t gv_shm_mem_held(const struct gv_shm *shm, int dev)
+{
+    if (shm == NULL || dev < 0 || dev >= GV_SHM_MAX_DEVICES)
+        return 0;
+    return shm->held[dev];
 }
 
 gv_status gv_shm_with_lock(struct gv_shm *shm, void (*fn)(struct gv_shm_region *r, void *arg),
@@ -557,6 +1034,45 @@ gv_status gv_shm_with_lock(struct gv_shm *shm, void (*fn)(struct gv_shm_region *
     fn(shm->r, arg);
     region_unlock(shm);
     return GV_OK;
+}
+
+/* Byte 0 of the file, locked with an open-file-description lock. */
+static int ctx_lock_op(struct gv_shm *shm, short type)
+{
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    return fcntl(shm->fd, F_OFD_SETLK, &fl);
+}
+
+gv_status gv_shm_ctx_serialize(struct gv_shm *shm)
+{
+    if (shm == NULL || shm->fd < 0 || shm->readonly)
+        return GV_OK;
+    /* Polled, not F_OFD_SETLKW: the wait must stay bounded, and context
+     * creation is rare enough that a millisecond's latency costs nothing. */
+    struct timespec dl, now;
+    deadline_in(&dl, shm->lock_timeout_ms < GV_SHM_CTX_WAIT_MS ? shm->lock_timeout_ms
+                                                               : GV_SHM_CTX_WAIT_MS);
+    for (;;) {
+        if (ctx_lock_op(shm, F_WRLCK) == 0) {
+            shm->ctx_held = true;
+            return GV_OK;
+        }
+        if (errno != EAGAIN && errno != EACCES)
+            return GV_EIO;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec > dl.tv_sec || (now.tv_sec == dl.tv_sec && now.tv_nsec >= dl.tv_nsec))
+            return GV_EIO;
+        struct timespec pause = {0, 1000000L};
+        nanosleep(&pause, NULL);
+    }
+}
+
+void gv_shm_ctx_unserialize(struct gv_shm *shm)
+{
+    if (shm != NULL && shm->fd >= 0 && shm->ctx_held) {
+        ctx_lock_op(shm, F_UNLCK);
+        shm->ctx_held = false;
+    }
 }
 
 void gv_shm_local_dir(char *buf, size_t n)

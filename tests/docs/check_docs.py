@@ -224,7 +224,8 @@ def check_flags(tap, root, build, docs):
                 continue
             owner = owner or DOC_PROGRAMS.get(doc)
             candidates = [owner] if owner else \
-                ["gpuvisor-node", "gpuvisor-scheduler"] + ["gpuvisor " + s for s in sorted(subs)]
+                ["gpuvisor-node", "gpuvisor-scheduler", "kubectl-gpuvisor"] + \
+                ["gpuvisor " + s for s in sorted(subs)]
             found = False
             for prog in candidates:
                 if prog not in helps:

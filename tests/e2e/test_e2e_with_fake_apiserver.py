@@ -6,8 +6,11 @@ cannot run here.
                      semantics: resourceVersion, 409, watch, Binding)
   GPUs / NVML     -> the fake libnvidia-ml.so.1 (tests/fakes/nvml)
   kubelet         -> the kubelet stand-ins (tests/fakes/kubelet): grpc-go (the
-                     library the kubelet uses) on node2 when Go is installed,
-                     Python grpcio on node1
+                     library the kubelet uses) on node2 when Go is installed
+                     (a build error is a failure; Go missing: a listed skip
+                     and grpcio there too), Python grpcio on node1; each admits
+                     a container as the device manager does:
+                     GetPreferredAllocation, then Allocate with those IDs
   kube-scheduler  -> this script: it sends the extender the requests
                      kube-scheduler would (filter with node names, bind)
 
@@ -48,9 +51,12 @@ if not os.path.exists(SCHED_BIN) or not os.path.exists(agent.NODE_BIN):
     t.skip("gpuvisor end to end", "gpuvisor-scheduler or gpuvisor-node not built")
     t.done()
 
-# node1: 2 x A100 40 GB (the node harness's GPUs); node2: 2 x T4 16 GB.
+# node1: 2 x A100 40 GB (the node harness's GPUs); node2: 2 x T4 16 GB and an L4 24 GB
+# (cards of different sizes on one node).
 NODE1_GPUS = agent.GPUS
-NODE2_GPUS = ["GPU-22222222-3333-4444-8555-000000000000", "GPU-22222222-3333-4444-8555-000000000001"]
+NODE2_GPUS = ["GPU-22222222-3333-4444-8555-000000000000", "GPU-22222222-3333-4444-8555-000000000001",
+              "GPU-22222222-3333-4444-8555-000000000002"]
+NODE2_MODELS = [("Tesla T4", "16g"), ("Tesla T4", "16g"), ("NVIDIA L4", "24g")]
 HEARTBEAT_TIMEOUT = 3
 
 
@@ -145,6 +151,9 @@ class Scheduler:
             return ""
 
 
+PLACEMENT_KEY = None
+
+
 class Cluster:
     """Two real agents on one fake API server, each with a kubelet stand-in."""
 
@@ -159,7 +168,8 @@ class Cluster:
         assert code == 201
         with open(self.n2.gpu_cfg, "w") as f:
             for i, u in enumerate(NODE2_GPUS):
-                f.write('name="Tesla T4" uuid=%s memory=16g pci=0:%x:0\n' % (u, 0x3b + i))
+                f.write('name="%s" uuid=%s memory=%s pci=0:%x:0\n' % (NODE2_MODELS[i][0], u, NODE2_MODELS[i][1],
+                                                                      0x3b + i))
         self.kubelets = {}
         self.devices = {}
 
@@ -172,7 +182,8 @@ class Cluster:
 
     def start_node(self, node, kind="py", go_bin=None):
         e = self.env(node)
-        e.start_agent()
+        # The real scheduler signs its placements; the agents verify them.
+        e.start_agent(extra=["--placement-key-file", PLACEMENT_KEY])
         k = e.start_kubelet(kind, go_bin)
         reg = k.event("registered", timeout=10)
         ev = k.event("devices", timeout=10)
@@ -187,11 +198,12 @@ class Cluster:
                 return False
         return True
 
-    def allocate(self, node, count, start=0):
-        """What the kubelet does for one container: Allocate with device IDs
-        of its choosing (the agent answers from the assignment, not from
-        these IDs)."""
-        return self.kubelets[node].cmd("allocate", ids=self.devices[node][start:start + count])
+    def allocate(self, node, count):
+        """What the kubelet's device manager does for one container:
+        GetPreferredAllocation among the devices not in use, then Allocate
+        with the preferred IDs (the event has both: "ids" is what the
+        kubelet records)."""
+        return self.kubelets[node].cmd("admit", size=count)
 
     def close(self):
         self.n2.close()
@@ -266,11 +278,16 @@ def ann(pod, key):
 
 def main():
     c = Cluster()
+    global PLACEMENT_KEY
+    PLACEMENT_KEY = os.path.join(c.n1.dir, "placement.key")
+    with open(PLACEMENT_KEY, "w") as f:
+        f.write("e2e-placement-key-0123456789abcdef0123456789\n")
     s = Scheduler(c.api.url, c.n1.dir, {"nodePolicy": "binpack", "gpuPolicy": "binpack",
+                                        "placementKeyFile": PLACEMENT_KEY,
                                         "heartbeatTimeoutSeconds": HEARTBEAT_TIMEOUT,
                                         "reservationTimeoutSeconds": 30})
     try:
-        go_bin = gvtest.build_go_standin()
+        go_bin = gvtest.build_go_standin().report(t, "node2 with the grpc-go kubelet stand-in")
         kind2 = "go" if go_bin else "py"
         t.ok(c.start_node("node1") and c.start_node("node2", kind2, go_bin),
              "two gpuvisor-node agents registered with their kubelet stand-ins (node1: py, "
@@ -322,9 +339,37 @@ def hami_examples(c, s):
     delete_pods(c, s, names)
 
 
+def cores_and_split_decide(c, s):
+    """Compute share and the split count decide fits through the whole stack
+    (agent inventory -> scheduler -> bind): one T4 of node2, split 10 (the
+    agent's default).  A fit check ignoring cores, or a split count off by
+    one (src/alloc/fit.c), fails here."""
+    gpu = {"nvidia.com/use-gpuuuid": NODE2_GPUS[1]}
+    names, got = [], []
+    for name, cores in (("k60", "60"), ("k50", "50"), ("k40", "40")):
+        lim = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "100", "nvidia.com/gpucores": cores}
+        node, res = schedule(c, s, create_pod(c, name, [("m", lim)], gpu), ("node2",))
+        names.append(name)
+        got.append(node)
+    t.ok(got == ["node2", None, "node2"],
+         "cores decide: 60% then 40% share the T4, 50% on top of 60% does not fit", got)
+    for i in range(9):
+        lim = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "100"}
+        node, res = schedule(c, s, create_pod(c, "sp%d" % i, [("m", lim)], gpu), ("node2",))
+        names.append("sp%d" % i)
+        got.append(node)
+    t.ok(got[3:] == ["node2"] * 8 + [None],
+         "split decides: tasks 3..10 fit the T4 (split 10), the 11th does not", got[3:])
+    bound = [n for n, g in zip(names, got) if g]
+    delete_pods(c, s, bound)
+    for n in names:
+        if n not in bound:
+            c.api.delete_pod(n)
+
+
 def scenarios(c, s):
     hami_examples(c, s)
-
+    cores_and_split_decide(c, s)
     # --- binpack vs spread, on an empty cluster -----------------------------
     # Pods of half a GPU's compute: node1 (2 x A100) and node2 (2 x T4) then
     # look alike to the policies, whatever their memory sizes.
@@ -371,6 +416,10 @@ def scenarios(c, s):
     t.ok(e.get("NVIDIA_VISIBLE_DEVICES") == gpu and e.get("CUDA_DEVICE_MEMORY_LIMIT_0") == "4000m" and
          e.get("CUDA_DEVICE_SM_LIMIT_0") == "30",
          "single: Allocate hands the scheduler's GPU with its memory and compute limits", ev)
+    t.ok(ev and ev.get("ok") and [i.split("::")[0] for i in ev["ids"]] == [gpu],
+         "single: the kubelet's recorded device IDs are on that GPU (preference from the assignment)", ev)
+    t.ok(agent.limits_unreachable(ev) is None,
+         "single: no writable mount reaches the limits file's host directory", agent.limits_unreachable(ev))
     m = mounts(ev)
     uid = p["metadata"]["uid"]
     t.ok(m.get("/usr/local/gpuvisor/lib/libgpuvisor.so", (None, None))[1] is True and
@@ -412,8 +461,8 @@ def scenarios(c, s):
     t.ok(node == "node1" and "a=" in a and "b=" in a, "pair: both containers assigned", a)
     ga = a.split("a=")[1].split(":")[0] if "a=" in a else "?"
     gb = a.split("b=")[1].split(":")[0] if "b=" in a else "?"
-    e1 = envs(c.allocate("node1", 1, 1))
-    e2 = envs(c.allocate("node1", 1, 2))
+    e1 = envs(c.allocate("node1", 1))
+    e2 = envs(c.allocate("node1", 1))
     t.ok(e1.get("NVIDIA_VISIBLE_DEVICES") == ga and e1.get("CUDA_DEVICE_MEMORY_LIMIT_0") == "1000m" and
          e2.get("NVIDIA_VISIBLE_DEVICES") == gb and e2.get("CUDA_DEVICE_MEMORY_LIMIT_0") == "2000m",
          "pair: each Allocate gets its own container's GPU and limit, in order", (e1, e2))
@@ -424,9 +473,28 @@ def scenarios(c, s):
     node, res = schedule(c, s, pod)
     t.ok(node == "node2", "multi: T4 constraint places the 2-GPU pod on node2", res)
     e = envs(c.allocate("node2", 2))
-    t.ok(sorted((e.get("NVIDIA_VISIBLE_DEVICES") or "").split(",")) == sorted(NODE2_GPUS) and
+    t.ok(sorted((e.get("NVIDIA_VISIBLE_DEVICES") or "").split(",")) == sorted(NODE2_GPUS[:2]) and
          e.get("CUDA_DEVICE_MEMORY_LIMIT_0") == "3000m" and e.get("CUDA_DEVICE_MEMORY_LIMIT_1") == "3000m",
          "multi: both GPUs visible, a memory limit per visible index", e)
+
+    # --- one container on cards of different sizes, gpumem-percentage ------
+    # 50 % of a 16 GiB T4 and of a 24 GiB L4: each visible index gets its own
+    # card's share (a builder handing every index device 0's limit fails here).
+    pod = create_pod(c, "mixedpct", [("main", {"nvidia.com/gpu": "2", "nvidia.com/gpumem-percentage": "50",
+                                               "nvidia.com/gpucores": "25"})],
+                     {"nvidia.com/use-gpuuuid": "%s,%s" % (NODE2_GPUS[0], NODE2_GPUS[2])})
+    node, res = schedule(c, s, pod, ("node2",))
+    a = ann(c.api.pod("mixedpct"), "gpuvisor.io/assignment") or ""
+    ev = c.allocate("node2", 2)
+    e = envs(ev)
+    want = {NODE2_GPUS[0]: "8192m", NODE2_GPUS[2]: "12288m"}
+    vis = (e.get("NVIDIA_VISIBLE_DEVICES") or "").split(",")
+    t.ok(node == "node2" and sorted(vis) == sorted(want) and
+         all(e.get("CUDA_DEVICE_MEMORY_LIMIT_%d" % i) == want[g] for i, g in enumerate(vis)) and
+         e.get("CUDA_DEVICE_SM_LIMIT_0") == "25" and e.get("CUDA_DEVICE_SM_LIMIT_1") == "25",
+         "mixed cards, gpumem-percentage 50: index i gets 50 % of card i (T4 8192m, L4 12288m)", (a, ev))
+    t.ok(ev and ev.get("ok") and sorted(i.split("::")[0] for i in ev["ids"]) == sorted(want),
+         "mixed cards: the kubelet's recorded device IDs are on the assigned cards", ev)
 
     # --- uuid constraint ----------------------------------------------------
     pod = create_pod(c, "byuuid", [("main", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "500"})],
@@ -434,7 +502,7 @@ def scenarios(c, s):
     node, res = schedule(c, s, pod)
     a = ann(c.api.pod("byuuid"), "gpuvisor.io/assignment") or ""
     t.ok(node == "node1" and NODE1_GPUS[1] in a, "uuid constraint: the named GPU is used", a)
-    e = envs(c.allocate("node1", 1, 3))
+    e = envs(c.allocate("node1", 1))
     t.ok(e.get("NVIDIA_VISIBLE_DEVICES") == NODE1_GPUS[1], "uuid constraint: Allocate agrees", e)
 
     # --- fits nowhere: reasons ---------------------------------------------

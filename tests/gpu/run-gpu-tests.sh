@@ -308,6 +308,17 @@ if "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'
             else
                 nok "MPS 30/70 duel: total ${tot}% of solo (target >= 97), tenant A ${fa}% of the total (target 30 +- 5)"
             fi
+            # Other ways to split under MPS, reported for the MPS mode's design:
+            # thread percentages summing over 100, and gpuvisor's time limiter
+            # (gpucores) on clients with every SM available.
+            duel mps4080 "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40 \"\$GV\" run --device $DEV --" \
+                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=80 \"\$GV\" run --device $DEV --"
+            note "MPS active threads 40/80 under libgpuvisor.so: ${DA}% / ${DB}% of solo (total $(awk -v a="$DA" -v b="$DB" 'BEGIN{print a+b}')%)"
+            duel mpscores "\"\$GV\" run --device $DEV --gpucores 30 --" "\"\$GV\" run --device $DEV --gpucores 70 --"
+            note "MPS, 100% threads, gpuvisor gpucores 30/70: ${DA}% / ${DB}% of solo (total $(awk -v a="$DA" -v b="$DB" 'BEGIN{print a+b}')%)"
+            duel mpsmix "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30 \"\$GV\" run --device $DEV --gpucores 30 --" \
+                "\"\$GV\" run --device $DEV --"
+            note "MPS, tenant A 30% threads + gpucores 30, tenant B unlimited: ${DA}% / ${DB}% of solo (total $(awk -v a="$DA" -v b="$DB" 'BEGIN{print a+b}')%)"
             # The driver's own limit (no interposer): 1 GiB fits, 3 GiB does not.
             small=$(CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="0=2048M" CUDA_VISIBLE_DEVICES=$DEV "$OUT/gpu_start" 1024 2>&1)
             big=$(CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="0=2048M" CUDA_VISIBLE_DEVICES=$DEV "$OUT/gpu_start" 3072 2>&1)

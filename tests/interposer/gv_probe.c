@@ -20,6 +20,7 @@
  *   info:FREE:TOTAL               cuMemGetInfo (either may be '*')
  *   total:DEV:BYTES               cuDeviceTotalMem
  *   nvml-mem:IDX:USED:TOTAL       nvmlDeviceGetMemoryInfo and _v2
+ *   nvml-free:IDX:FREE            the free bytes both report
  *   nvml-procs:IDX:COUNT          compute processes NVML lists
  *   nvml-util:IDX:COUNT           processes with utilisation samples (size query, then fill)
  *   fill:CHUNK                    allocate until out of memory; prints "# filled N"
@@ -32,9 +33,11 @@
  *   ext-import:SIZE:EXP           cuImportExternalMemory (an opaque fd from a graphics API)
  *   ext-map:SIZE:EXP              a buffer mapped from the last import (freed with cuMemFree)
  *   sleep:MS
- *   barrier:DIR:N                 waits (10 s at most) until N probes reached it: each
- *                                 adds DIR/<pid>, DIR must exist (ops that read shared
- *                                 state only after every tenant is done changing it)
+ *   barrier:DIR:N                 waits until N probes reached it: each adds DIR/<pid>,
+ *                                 DIR must exist (ops that read shared state only after
+ *                                 every tenant is done changing it).  The 120 s bound
+ *                                 only keeps a broken run from hanging: a probe that
+ *                                 gave up early would free memory the others count.
  */
 #include <dirent.h>
 #include <dlfcn.h>
@@ -241,6 +244,18 @@ static nvmlDevice_t nvml_dev(unsigned idx)
     return d;
 }
 
+/* nvmlDeviceGetMemoryInfo and _v2 of NVML device idx. */
+static void nvml_mem_both(unsigned idx, nvmlMemory_t *m, nvmlMemory_v2_t *m2, nvmlReturn_t *r1,
+                          nvmlReturn_t *r2)
+{
+    nvmlDevice_t d = nvml_dev(idx);
+    memset(m, 0, sizeof(*m));
+    memset(m2, 0, sizeof(*m2));
+    m2->version = nvmlMemory_v2;
+    *r1 = d ? api.nv_mem(d, m) : NVML_ERROR_INVALID_ARGUMENT;
+    *r2 = d ? api.nv_mem2(d, m2) : NVML_ERROR_INVALID_ARGUMENT;
+}
+
 static int eq_or_any(const char *want, uint64_t got) { return strcmp(want, "*") == 0 || parse_size(want) == got; }
 
 /* Entries of dir other than . and .. (-1 when it cannot be read). */
@@ -422,18 +437,24 @@ static void run_op(char *op)
         tap(rc == CUDA_SUCCESS && eq_or_any(a[2], t), orig, "rc %d total %zu", (int)rc, t);
     } else if (strcmp(name, "nvml-mem") == 0) {
         NEED(4);
-        nvmlDevice_t d = nvml_dev((unsigned)atoi(a[1]));
-        nvmlMemory_t m = {0, 0, 0};
+        nvmlMemory_t m;
         nvmlMemory_v2_t m2;
-        memset(&m2, 0, sizeof(m2));
-        m2.version = nvmlMemory_v2;
-        nvmlReturn_t r1 = d ? api.nv_mem(d, &m) : NVML_ERROR_INVALID_ARGUMENT;
-        nvmlReturn_t r2 = d ? api.nv_mem2(d, &m2) : NVML_ERROR_INVALID_ARGUMENT;
+        nvmlReturn_t r1, r2;
+        nvml_mem_both((unsigned)atoi(a[1]), &m, &m2, &r1, &r2);
         tap(r1 == NVML_SUCCESS && r2 == NVML_SUCCESS && eq_or_any(a[2], m.used) &&
                 eq_or_any(a[3], m.total) && m.used == m2.used && m.total == m2.total &&
                 m.free + m.used <= m.total,
             orig, "rc %d/%d used %llu total %llu free %llu (v2 used %llu total %llu)", r1, r2,
             m.used, m.total, m.free, m2.used, m2.total);
+    } else if (strcmp(name, "nvml-free") == 0) {
+        NEED(3);
+        nvmlMemory_t m;
+        nvmlMemory_v2_t m2;
+        nvmlReturn_t r1, r2;
+        nvml_mem_both((unsigned)atoi(a[1]), &m, &m2, &r1, &r2);
+        tap(r1 == NVML_SUCCESS && r2 == NVML_SUCCESS && eq_or_any(a[2], m.free) &&
+                m.free == m2.free,
+            orig, "rc %d/%d free %llu (v2 free %llu)", r1, r2, m.free, m2.free);
     } else if (strcmp(name, "nvml-procs") == 0) {
         NEED(3);
         nvmlDevice_t d = nvml_dev((unsigned)atoi(a[1]));
@@ -539,7 +560,7 @@ static void run_op(char *op)
         if (f != NULL)
             fclose(f);
         int want = atoi(a[2]), seen = 0;
-        for (int tries = 0; f != NULL && tries < 1000 && (seen = count_entries(a[1])) < want;
+        for (int tries = 0; f != NULL && tries < 12000 && (seen = count_entries(a[1])) < want;
              tries++) {
             struct timespec ts = {0, 10 * 1000000L};
             nanosleep(&ts, NULL);

@@ -53,3 +53,8 @@ fuzz_prio_board_SRCS := tests/interposer/test_throttle_fuzz_prio.c src/interpose
 
 FUZZ_TARGETS += fuzz_shm
 fuzz_shm_SRCS := tests/interposer/fuzz_shm.c src/shm/gv_shm.c src/common/gv_error.c
+
+# A hostile process writing arbitrary bytes into the region another
+# process holds charges in: no crash, no hang, no limit raised.
+FUZZ_TARGETS += fuzz_shm_hostile
+fuzz_shm_hostile_SRCS := tests/interposer/fuzz_shm_hostile.c src/shm/gv_shm.c src/common/gv_error.c

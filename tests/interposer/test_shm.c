@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -17,6 +19,45 @@
 
 static char dir[256];
 static char path[300];
+
+/*
+ * Every child a test forks is registered here and killed by teardown, which
+ * cmocka runs after a failed assertion too: a failing test leaves no paused
+ * children behind.
+ */
+#define MAX_KIDS 64
+static pid_t kids_alive[MAX_KIDS];
+static int nkids;
+
+static pid_t spawn(void)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid > 0 && nkids < MAX_KIDS)
+        kids_alive[nkids++] = pid;
+    return pid;
+}
+
+static void reap_all(void)
+{
+    for (int k = 0; k < nkids; k++) {
+        kill(kids_alive[k], SIGKILL);
+        waitpid(kids_alive[k], NULL, 0);
+    }
+    nkids = 0;
+}
+
+/* Removes everything in dir (regions and files built aside). */
+static void empty_dir(void)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.')
+            unlinkat(dirfd(d), e->d_name, 0);
+    if (d != NULL)
+        closedir(d);
+}
 
 static int setup(void **state)
 {
@@ -32,7 +73,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    unlink(path);
+    reap_all();
+    empty_dir();
     rmdir(dir);
     return 0;
 }
@@ -129,10 +171,17 @@ static void test_rejects_foreign_and_corrupt(void **state)
     assert_non_null(strstr(err.msg, "magic"));
 }
 
+/* Leaves the cache half-updated and dies holding the lock. */
+static void die_inside(struct gv_shm_region *r, void *arg)
+{
+    r->devices[*(int *)arg].mem_used = 999;
+    raise(SIGKILL);
+}
+
 /* Child: attach, charge bytes, then die without cleaning up. */
 static pid_t child_charges(uint64_t bytes, bool die_holding_lock)
 {
-    pid_t pid = fork();
+    pid_t pid = spawn();
     if (pid == 0) {
         struct gv_shm *c = NULL;
         int idx;
@@ -141,12 +190,8 @@ static pid_t child_charges(uint64_t bytes, bool die_holding_lock)
             gv_shm_device_attach(c, "GPU-a", &(struct gv_shm_limits){1000, 5000, 0, 0, 0}, &idx, NULL) != GV_OK ||
             gv_shm_mem_reserve(c, idx, bytes, GV_SHM_DEVICE, NULL) != GV_OK)
             _exit(1);
-        if (die_holding_lock) {
-            /* Take the lock and get killed inside it. */
-            pthread_mutex_lock(&((struct gv_shm_region *)gv_shm_region(c))->lock.mutex);
-            ((struct gv_shm_region *)gv_shm_region(c))->devices[idx].mem_used = 999;
-            raise(SIGKILL);
-        }
+        if (die_holding_lock) /* take the lock and get killed inside it */
+            gv_shm_with_lock(c, die_inside, &idx);
         _exit(0);
     }
     int st;
@@ -198,7 +243,7 @@ static void test_concurrent_reservations_never_exceed(void **state)
     enum { KIDS = 6 };
     pid_t kids[KIDS];
     for (int k = 0; k < KIDS; k++) {
-        kids[k] = fork();
+        kids[k] = spawn();
         if (kids[k] == 0) {
             struct gv_shm *c = NULL;
             int got = 0;
@@ -308,6 +353,374 @@ static void test_reattach_after_exec_reuses_slot(void **state)
     gv_shm_close(a);
 }
 
+/* --- creation: concurrent first starts, crashes, half-made files ---------- */
+
+static const struct gv_shm_limits lim1000 = {1000, 5000, 0, 0, 0};
+
+/* This process attached to the region, GPU-a registered (limit 1000), charged bytes. */
+static struct gv_shm *attached(int *idx, uint64_t bytes)
+{
+    struct gv_shm *a = open_rw();
+    assert_int_equal(gv_shm_proc_attach(a, getpid(), 0, NULL), GV_OK);
+    assert_int_equal(gv_shm_device_attach(a, "GPU-a", &lim1000, idx, NULL), GV_OK);
+    if (bytes != 0)
+        assert_int_equal(gv_shm_mem_reserve(a, *idx, bytes, GV_SHM_DEVICE, NULL), GV_OK);
+    return a;
+}
+
+/* What a process of the container does first: open, attach, register, charge. */
+static int first_start(uint64_t bytes)
+{
+    struct gv_shm *c = NULL;
+    struct gv_error err;
+    int idx;
+    if (gv_shm_open(path, GV_SHM_CREATE, &c, &err) != GV_OK)
+        return 10 + (int)err.code;
+    if (gv_shm_proc_attach(c, getpid(), 0, NULL) != GV_OK)
+        return 2;
+    if (gv_shm_device_attach(c, "GPU-a", &lim1000, &idx, NULL) != GV_OK)
+        return 3;
+    if (gv_shm_mem_reserve(c, idx, bytes, GV_SHM_DEVICE, NULL) != GV_OK)
+        return 4;
+    return 0;
+}
+
+static int env_count(const char *name, int dflt)
+{
+    const char *v = getenv(name);
+    return v != NULL && atoi(v) > 0 ? atoi(v) : dflt;
+}
+
+/*
+ * Eight processes start at once on a fresh region (torchrun), released
+ * together by closing a pipe.  Every one must open, attach and charge, and
+ * the charges must all land in one region.  GV_SHM_STRESS_TRIALS sets the
+ * number of trials (make test runs 300; 1,000 reported in the docs).
+ */
+static void test_concurrent_first_starts(void **state)
+{
+    (void)state;
+    int trials = env_count("GV_SHM_STRESS_TRIALS", 300), failures = 0;
+    enum { N = 8 };
+    for (int t = 0; t < trials; t++) {
+        empty_dir();
+        int go[2], done[2];
+        assert_int_equal(pipe(go), 0);
+        assert_int_equal(pipe(done), 0);
+        pid_t pids[N];
+        for (int k = 0; k < N; k++) {
+            pids[k] = spawn();
+            assert_true(pids[k] >= 0);
+            if (pids[k] == 0) {
+                char c;
+                close(go[1]);
+                if (read(go[0], &c, 1) != 0)
+                    _exit(90);
+                int rc = first_start(100);
+                /* Hold the charge until everyone has been counted. */
+                if (write(done[1], &rc, sizeof(rc)) != sizeof(rc))
+                    _exit(91);
+                pause();
+                _exit(0);
+            }
+        }
+        close(go[0]);
+        close(go[1]); /* go */
+        for (int k = 0; k < N; k++) {
+            int rc = -1;
+            assert_int_equal(read(done[0], &rc, sizeof(rc)), (ssize_t)sizeof(rc));
+            if (rc != 0 && failures++ < 5)
+                print_message("trial %d: a first start failed with %d\n", t, rc);
+        }
+        struct gv_shm *ro = NULL;
+        assert_int_equal(gv_shm_open(path, GV_SHM_READONLY, &ro, NULL), GV_OK);
+        uint64_t used = gv_shm_mem_used(ro, 0);
+        gv_shm_close(ro);
+        if (used != N * 100 && failures++ < 5)
+            print_message("trial %d: %llu bytes charged in the region, expected %d\n", t,
+                          (unsigned long long)used, N * 100);
+        reap_all();
+        close(done[0]);
+        close(done[1]);
+    }
+    assert_int_equal(failures, 0);
+}
+
+static int crash_step;
+static void kill_at(int step)
+{
+    if (step == crash_step)
+        raise(SIGKILL);
+}
+
+/*
+ * A creator killed at any point of creation, at each step of it in turn and
+ * at random moments, never leaves a region the next process cannot use.
+ * GV_SHM_CRASH_TRIALS sets the count (make test runs 300).
+ */
+static void test_killed_during_creation(void **state)
+{
+    (void)state;
+    int trials = env_count("GV_SHM_CRASH_TRIALS", 300), failures = 0;
+    srand(12345);
+    for (int t = 0; t < trials; t++) {
+        empty_dir();
+        pid_t pid = spawn();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            if (t % 2 == 0) {
+                crash_step = 1 + (t / 2) % 6; /* every step of creation in turn */
+                gv_shm_crash_hook = kill_at;
+            }
+            _exit(first_start(100) == 0 ? 0 : 1);
+        }
+        if (t % 2 == 1) {
+            /* A random moment: creation takes some tens of microseconds. */
+            struct timespec ts = {0, (long)(rand() % 400) * 1000L};
+            nanosleep(&ts, NULL);
+            kill(pid, SIGKILL);
+        }
+        int st;
+        waitpid(pid, &st, 0);
+        nkids = 0;
+        /* The next process always starts (in a child: the crash hook and
+         * slots stay out of this process). */
+        pid_t next = spawn();
+        if (next == 0)
+            _exit(first_start(200));
+        waitpid(next, &st, 0);
+        nkids = 0;
+        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && failures++ < 5)
+            print_message("trial %d: the next process failed (status 0x%x)\n", t, st);
+    }
+    assert_int_equal(failures, 0);
+}
+
+/* Files older builds left when killed mid-creation are replaced, not refused. */
+static void test_half_made_file_replaced(void **state)
+{
+    (void)state;
+    struct gv_shm *shm = NULL;
+    struct gv_error err;
+    for (int kind = 0; kind < 2; kind++) {
+        int fd = open(path, O_CREAT | O_RDWR | O_TRUNC, 0600);
+        assert_true(fd >= 0);
+        if (kind == 1) /* full size, never given its magic */
+            assert_int_equal(ftruncate(fd, sizeof(struct gv_shm_region)), 0);
+        close(fd);
+        assert_int_equal(gv_shm_open(path, GV_SHM_READONLY, &shm, &err), GV_EUNAVAILABLE);
+        assert_int_equal(gv_shm_open(path, GV_SHM_CREATE, &shm, &err), GV_OK);
+        assert_int_equal(gv_shm_region(shm)->magic, GV_SHM_MAGIC);
+        gv_shm_close(shm);
+        unlink(path);
+    }
+    /* A region of this version whose magic was wiped was edited, not left
+     * half-made (this build never writes one in place): refused, not reset. */
+    struct gv_shm *a = open_rw();
+    gv_shm_close(a);
+    int fd = open(path, O_RDWR);
+    uint64_t zero = 0;
+    assert_int_equal(pwrite(fd, &zero, sizeof(zero), 0), (ssize_t)sizeof(zero));
+    close(fd);
+    assert_int_equal(gv_shm_open(path, GV_SHM_CREATE, &shm, &err), GV_EPROTO);
+    assert_non_null(strstr(err.msg, "not a gpuvisor shared region"));
+}
+
+/* --- the region lock: corrupt words and stuck owners never hang ----------- */
+
+static void write_lock_word(struct gv_shm *shm, uint32_t word, uint8_t fill)
+{
+    struct gv_shm_region *r = (struct gv_shm_region *)gv_shm_region(shm);
+    memset(r->lock.bytes, fill, sizeof(r->lock.bytes));
+    memcpy(r->lock.bytes, &word, sizeof(word));
+}
+
+static void test_corrupt_lock_word_recovered(void **state)
+{
+    (void)state;
+    int idx;
+    struct gv_shm *a = attached(&idx, 100);
+    gv_shm_set_lock_timeout(a, 200);
+    /* Owned by a thread that is gone, without the kernel's owner-died mark. */
+    pid_t gone = spawn();
+    if (gone == 0)
+        _exit(0);
+    waitpid(gone, NULL, 0);
+    nkids = 0;
+    write_lock_word(a, (uint32_t)gone, 0);
+    gv_status st_ = gv_shm_mem_reserve(a, idx, 100, GV_SHM_DEVICE, NULL);
+    if (st_ != GV_OK)
+        print_message("lock: %s\n", gv_shm_lock_error(a));
+    assert_int_equal(st_, GV_OK);
+    /* Garbage everywhere (kind, owner, counters). */
+    write_lock_word(a, 0xffffffffu, 0xff);
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 100, GV_SHM_DEVICE, NULL), GV_OK);
+    write_lock_word(a, 0x12345678u, 0x5a);
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 100, GV_SHM_DEVICE, NULL), GV_OK);
+    assert_int_equal(gv_shm_mem_used(a, idx), 400);
+    gv_shm_close(a);
+}
+
+static void stop_inside(struct gv_shm_region *r, void *arg)
+{
+    (void)r;
+    (void)arg;
+    raise(SIGSTOP);
+}
+
+static void test_stuck_lock_holder_fails_closed(void **state)
+{
+    (void)state;
+    int idx;
+    struct gv_shm *a = attached(&idx, 0);
+    gv_shm_set_lock_timeout(a, 200);
+    pid_t holder = spawn();
+    if (holder == 0) {
+        struct gv_shm *c = NULL;
+        if (gv_shm_open(path, 0, &c, NULL) != GV_OK)
+            _exit(1);
+        gv_shm_with_lock(c, stop_inside, NULL);
+        _exit(0);
+    }
+    int st;
+    assert_int_equal(waitpid(holder, &st, WUNTRACED), holder);
+    assert_true(WIFSTOPPED(st));
+    /* A live holder that never lets go: a clear error, in bounded time. */
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 100, GV_SHM_DEVICE, NULL), GV_EIO);
+    assert_non_null(strstr(gv_shm_lock_error(a), "held by live thread"));
+    /* Killed, it hands the lock over (EOWNERDEAD). */
+    kill(holder, SIGKILL);
+    waitpid(holder, NULL, 0);
+    nkids = 0;
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 100, GV_SHM_DEVICE, NULL), GV_OK);
+    gv_shm_close(a);
+}
+
+/* --- dead-process reclaim and pid reuse ------------------------------------ */
+
+/* A child that attaches, charges bytes, reports, and stays alive. */
+static pid_t live_child_charging(uint64_t bytes)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = spawn();
+    if (pid == 0) {
+        struct gv_shm *c = NULL;
+        int idx, ok = gv_shm_open(path, 0, &c, NULL) == GV_OK &&
+                      gv_shm_proc_attach(c, getpid(), 0, NULL) == GV_OK &&
+                      gv_shm_device_attach(c, "GPU-a", &lim1000, &idx, NULL) == GV_OK &&
+                      gv_shm_mem_reserve(c, idx, bytes, GV_SHM_DEVICE, NULL) == GV_OK;
+        if (write(p[1], &ok, sizeof(ok)) != sizeof(ok))
+            _exit(1);
+        pause();
+        _exit(0);
+    }
+    int ok = 0;
+    assert_int_equal(read(p[0], &ok, sizeof(ok)), (ssize_t)sizeof(ok));
+    assert_true(ok);
+    close(p[0]);
+    close(p[1]);
+    return pid;
+}
+
+static struct gv_shm_proc *slot_of_pid(struct gv_shm *shm, pid_t pid)
+{
+    struct gv_shm_region *r = (struct gv_shm_region *)gv_shm_region(shm);
+    for (int i = 0; i < GV_SHM_MAX_PROCS; i++)
+        if (atomic_load(&r->procs[i].pid) == pid)
+            return &r->procs[i];
+    return NULL;
+}
+
+/*
+ * A slot whose pid is alive but belongs to a process with another start
+ * time (the pid was reused after the slot's owner died) is reclaimed; the
+ * same pid with its own start time is not.
+ */
+static void test_pid_reuse_detected_by_start_time(void **state)
+{
+    (void)state;
+    int idx;
+    struct gv_shm *a = attached(&idx, 0);
+    pid_t live = live_child_charging(700);
+    /* Alive, its own start time: its charge stands. */
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 900, GV_SHM_DEVICE, NULL), GV_ENOFIT);
+    assert_int_equal(gv_shm_reclaim(a), 0);
+    /* The slot now claims a start time the live process does not have. */
+    struct gv_shm_proc *p = slot_of_pid(a, live);
+    assert_non_null(p);
+    p->start_time += 1;
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 900, GV_SHM_DEVICE, NULL), GV_OK);
+    assert_null(slot_of_pid(a, live));
+    assert_int_equal(gv_shm_mem_used(a, idx), 900);
+    gv_shm_close(a);
+}
+
+/* --- a hostile container writing its region ------------------------------- */
+
+static void test_region_limit_edit_never_raises_limit(void **state)
+{
+    (void)state;
+    int idx;
+    struct gv_shm *a = attached(&idx, 600);
+    struct gv_shm_region *r = (struct gv_shm_region *)gv_shm_region(a);
+    uint64_t edits[] = {0, UINT64_MAX, 1ull << 40};
+    for (size_t e = 0; e < sizeof(edits) / sizeof(edits[0]); e++) {
+        r->devices[idx].mem_limit = edits[e];
+        atomic_store(&r->devices[idx].mem_used, 0);
+        atomic_store(&gv_shm_self(a)->mem_used[idx], 0); /* our own slot, too */
+        uint64_t limit;
+        assert_true(gv_shm_limit(a, idx, &limit, NULL, NULL));
+        assert_int_equal(limit, edits[e] == 0 || edits[e] > 1000 ? 1000 : edits[e]);
+        assert_int_equal(gv_shm_mem_reserve(a, idx, 401, GV_SHM_DEVICE, NULL), GV_ENOFIT);
+        assert_int_equal(gv_shm_mem_used(a, idx), 600);
+    }
+    /* A lower limit in the region is honoured (min of both). */
+    r->devices[idx].mem_limit = 650;
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 51, GV_SHM_DEVICE, NULL), GV_ENOFIT);
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 50, GV_SHM_DEVICE, NULL), GV_OK);
+    gv_shm_close(a);
+}
+
+/*
+ * Our slot freed behind our back and taken by another process: our charges
+ * still count (we take a new slot and rewrite it from our own record).
+ */
+static void test_slot_stolen_keeps_our_charges(void **state)
+{
+    (void)state;
+    int idx;
+    struct gv_shm *a = attached(&idx, 600);
+    atomic_store(&gv_shm_self(a)->pid, 0);
+    live_child_charging(300); /* takes the freed slot, clearing it */
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 200, GV_SHM_DEVICE, NULL), GV_ENOFIT);
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 100, GV_SHM_DEVICE, NULL), GV_OK);
+    assert_int_equal(gv_shm_mem_used(a, idx), 1000);
+    gv_shm_close(a);
+}
+
+/* A region deleted (or replaced) under a process: it reserves nothing more. */
+static void test_deleted_region_stops_reservations(void **state)
+{
+    (void)state;
+    int idx;
+    struct gv_shm *a = attached(&idx, 600);
+    assert_false(gv_shm_replaced(a));
+    unlink(path);
+    assert_true(gv_shm_replaced(a));
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 1, GV_SHM_DEVICE, NULL), GV_EIO);
+    assert_non_null(strstr(gv_shm_lock_error(a), "deleted or replaced"));
+    /* Recreated by someone else: still not ours. */
+    struct gv_shm *b = open_rw();
+    assert_true(gv_shm_replaced(a));
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 1, GV_SHM_DEVICE, NULL), GV_EIO);
+    /* Releases still work (credited to the old region). */
+    gv_shm_mem_release(a, idx, 600, false);
+    assert_int_equal(gv_shm_mem_held(a, idx), 0);
+    gv_shm_close(b);
+    gv_shm_close(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -320,6 +733,15 @@ int main(void)
         cmocka_unit_test(test_private_region),
         cmocka_unit_test_setup_teardown(test_oversubscribed_share, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reattach_after_exec_reuses_slot, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_first_starts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_killed_during_creation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_half_made_file_replaced, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_corrupt_lock_word_recovered, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stuck_lock_holder_fails_closed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pid_reuse_detected_by_start_time, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_region_limit_edit_never_raises_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_slot_stolen_keeps_our_charges, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deleted_region_stops_reservations, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,8 +17,9 @@ FAKES = os.environ.get("GV_FAKE_NVML_DIR") or os.path.join(gvtest.BUILD, "tests"
 NODE_BIN = os.path.join(gvtest.BUILD, "bin", "gpuvisor-node")
 # The bearer token the HTTPS fake demands (Env(tls=True)).
 TLS_TOKEN = "node-agent-token"
-GPUS = ["GPU-11111111-2222-4333-8444-000000000000", "GPU-11111111-2222-4333-8444-000000000001",
-        "GPU-11111111-2222-4333-8444-000000000002", "GPU-11111111-2222-4333-8444-000000000003"]
+GPUS = ["GPU-11111111-2222-4333-8444-000000000000", "GPU-11111111-2222-4333-8444-000000000001"]
+# uuids of GPUs 2 and 3 for Env(gpus=4) (the topology scenario)
+MORE_GPUS = ["GPU-11111111-2222-4333-8444-000000000002", "GPU-11111111-2222-4333-8444-000000000003"]
 
 
 def have_fake_nvml():
@@ -102,6 +103,23 @@ def mounts(ev):
         if ev and ev.get("ok") else {}
 
 
+def limits_unreachable(ev):
+    """None when no writable mount of an Allocate reply reaches the host
+    directory of the read-only limits file (that directory, a parent or a
+    child of it: through any of them the container could replace the file);
+    else what is wrong."""
+    ms = ev["resp"]["mounts"] if ev and ev.get("ok") else []
+    lim = [m for m in ms if m["container_path"] == "/etc/gpuvisor/limits.env"]
+    if len(lim) != 1 or not lim[0]["read_only"]:
+        return "limits file not mounted exactly once read-only: %r" % ms
+    d = os.path.normpath(os.path.dirname(lim[0]["host_path"]))
+    for m in ms:
+        h = os.path.normpath(m["host_path"])
+        if not m["read_only"] and (h == d or d.startswith(h + "/") or h.startswith(d + "/")):
+            return "writable mount %s -> %s reaches the limits directory %s" % (h, m["container_path"], d)
+    return None
+
+
 def ann(obj, key):
     return (obj.get("metadata", {}).get("annotations") or {}).get(key)
 
@@ -119,7 +137,8 @@ class Env:
     agent reaches it through a kubeconfig with the CA and a bearer token, as
     in a cluster."""
 
-    def __init__(self, gpus=2, node="node1", config=None, tls=False):
+    def __init__(self, gpus=2, node="node1", config=None, tls=False, models=None):
+        """models: per GPU (name, memory) for mixed nodes; default A100 40g."""
         self.dir = gvtest.scratch("na")
         self.node_name = node
         self.plugin_dir = os.path.join(self.dir, "dp")
@@ -135,8 +154,8 @@ class Env:
         self.gpu_cfg = os.path.join(self.dir, "gpus.conf")
         with open(self.gpu_cfg, "w") as f:
             for i in range(gpus):
-                f.write('name="NVIDIA A100-SXM4-40GB" uuid=%s memory=40g pci=0:%x:0\n'
-                        % (GPUS[i], 0x3b + i))
+                name, mem = (models or [])[i] if models and i < len(models) else ("NVIDIA A100-SXM4-40GB", "40g")
+                f.write('name="%s" uuid=%s memory=%s pci=0:%x:0\n' % (name, (GPUS + MORE_GPUS)[i], mem, 0x3b + i))
                 numa = os.path.join(self.dir, "sys/sys/bus/pci/devices/0000:%02x:00.0" % (0x3b + i))
                 os.makedirs(numa)
                 with open(os.path.join(numa, "numa_node"), "w") as g:
@@ -182,6 +201,15 @@ class Env:
                 "--install-dir", "/usr/local/gpuvisor", "--sys-root", os.path.join(self.dir, "sys"),
                 "--heartbeat-seconds", "1", "--health-probe-ms", "100", "--health-recover-ms", "300",
                 "--allocate-wait-ms", "1500", "--gc-seconds", "1", "--gc-grace-ms", "200"] + list(extra)
+        if os.environ.get("GV_SECURITY_BASELINE") == "1":
+            pass  # tests/security runs an agent from before these flags
+        elif "--placement-key-file" not in extra:
+            # These tests write assignments themselves, as the scheduler would
+            # (unsigned); tests/security covers signed ones.
+            argv.append("--insecure-unsigned-placements")
+        if "--preload-opt-out-namespaces" not in extra and os.environ.get("GV_SECURITY_BASELINE") != "1":
+            # The tests' pods live in "default" and one of them opts out.
+            argv += ["--preload-opt-out-namespaces", "default"]
         self.agent = gvtest.Proc(argv, env=env, stdin=False, log=os.path.join(self.dir, "agent.log"))
         return self.agent
 

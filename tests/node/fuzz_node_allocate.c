@@ -96,6 +96,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (pods == NULL)
         return 0;
     gv_allocator_set_pods(alloc, pods);
+    /* GetPreferredAllocation from the same pods, then Allocates (its promise may match) */
+    static const char *const avail[] = {"GPU-0::0", "GPU-0::1", "GPU-0::2", "GPU-1", "GPU-0::3"};
+    const char *pref[5];
+    size_t n_pref;
+    for (size_t n = 1; n <= 2; n++)
+        gv_allocator_prefer(alloc, avail, 5, avail + 4, n - 1, n, pref, &n_pref);
     static const char *const ids[][2] = {{"GPU-0::1", "GPU-1"}, {"GPU-1", "GPU-0::3"}};
     for (size_t n = 1; n <= 2; n++) {
         V1beta1__ContainerAllocateResponse *resp = malloc(sizeof(*resp));

@@ -182,21 +182,39 @@ class StandIn(Proc):
         return self.event(name, timeout=timeout)
 
 
+class GoBuild:
+    """Result of building the grpc-go stand-in: binary (None unless built),
+    missing (Go or its gRPC packages absent: a skip), error (the compiler's
+    message: a failure, never a silent fallback)."""
+
+    def __init__(self, binary=None, missing=None, error=None):
+        self.binary, self.missing, self.error = binary, missing, error
+
+    def report(self, t, what):
+        """TAP line for the build; returns the binary or None."""
+        if self.missing:
+            t.skip(what, self.missing)
+        elif self.error is not None:
+            t.ok(False, "%s: the grpc-go kubelet stand-in builds" % what, self.error)
+        return self.binary
+
+
 def build_go_standin():
-    """Builds the grpc-go stand-in once per test run; None when Go is missing."""
+    """Builds the grpc-go stand-in once per test run (a GoBuild)."""
     out = os.path.join(BUILD, "testbin", "kubelet_go")
     src = [os.path.join(ROOT, "tests/fakes/kubelet/go/main.go"),
            os.path.join(ROOT, "proto/deviceplugin/v1beta1/api.proto")]
     if os.path.exists(out) and all(os.path.getmtime(s) < os.path.getmtime(out) for s in src):
-        return out
+        return GoBuild(out)
     d = scratch("gogo")
     env = dict(os.environ, GOCACHE=os.path.join(BUILD, "gocache"))
     r = subprocess.run([os.path.join(ROOT, "tests/fakes/kubelet/build-kubelet-go.sh"), out, d],
                        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if r.returncode == 3:
+        return GoBuild(missing="Go toolchain, protoc-gen-go or golang-google-grpc-dev missing")
     if r.returncode != 0:
-        sys.stderr.write(r.stdout.decode(errors="replace"))
-        return None
-    return out
+        return GoBuild(error="build-kubelet-go.sh exit %d:\n%s" % (r.returncode, r.stdout.decode(errors="replace")))
+    return GoBuild(out)
 
 
 def wait_for(pred, timeout=5.0, step=0.02):

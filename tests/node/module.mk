@@ -18,6 +18,13 @@ test_node_units_LIBS := node kube contracts alloc common
 test_node_units_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
 test_node_units_CFLAGS := $(NODE_CFLAGS)
 
+# Monitor units: cgroup parsing, container records, metrics settings, a rendered region.
+TEST_PROGS += test_node_metrics_units
+test_node_metrics_units_SRCS := tests/node/test_node_metrics_units.c
+test_node_metrics_units_LIBS := node kube contracts alloc shm common
+test_node_metrics_units_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
+test_node_metrics_units_CFLAGS := $(NODE_CFLAGS)
+
 # The pod cache's transform, and Allocate from trimmed pods.
 TEST_PROGS += test_node_podcache
 test_node_podcache_SRCS := tests/node/test_node_podcache.c
@@ -26,7 +33,9 @@ test_node_podcache_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG)
 test_node_podcache_CFLAGS := $(NODE_CFLAGS)
 $(BUILD)/obj/tests/node/test_node_podcache.o: $(NODE_PB_H)
 
-TEST_SCRIPTS += tests/node/test_grpc_transport.py tests/node/test_node_agent.py
+TEST_SCRIPTS += tests/node/test_grpc_transport.py tests/node/test_node_agent.py tests/node/test_node_crash.py
+# /metrics and the NVML backstop (docs/observability.md)
+TEST_SCRIPTS += tests/node/test_node_metrics.py
 
 # Fuzz targets: bytes from a socket peer (HTTP/2 + gRPC framing), the
 # inventory annotation and the node config file.
@@ -38,12 +47,22 @@ fuzz_node_inventory_SRCS := tests/node/fuzz_node_inventory.c src/contracts/inven
 	src/common/gv_error.c
 fuzz_node_inventory_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
 fuzz_node_config_SRCS := tests/node/fuzz_node_config.c src/node/config.c src/contracts/inventory.c \
-	src/common/gv_error.c src/common/gv_log.c \
+	src/node/monitor_record.c src/common/gv_log.c src/common/gv_error.c \
 	src/common/gv_file.c
 fuzz_node_config_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
+# What the monitor parses: /proc/<pid>/cgroup text, container records, HTTP request heads.
+FUZZ_TARGETS += fuzz_node_metrics
+fuzz_node_metrics_SRCS := tests/node/fuzz_node_metrics.c src/node/monitor.c src/node/monitor_record.c \
+	src/node/metrics_http.c \
+	src/shm/gv_shm.c src/common/gv_buf.c src/common/gv_error.c src/common/gv_log.c src/common/gv_file.c \
+	$(wildcard src/kube/*.c)
+fuzz_node_metrics_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) -lpthread
 # Pods from the API server through Allocate's pod selection and answer.
 fuzz_node_allocate_SRCS := tests/node/fuzz_node_allocate.c src/node/allocator.c src/node/config.c \
-	src/node/loop.c src/contracts/inventory.c src/contracts/podspec.c src/contracts/gpushare.c $(wildcard src/alloc/*.c) \
+	src/node/monitor_record.c \
+	src/node/loop.c src/contracts/inventory.c src/contracts/podspec.c src/contracts/placement.c \
+	src/contracts/gpushare.c \
+	$(wildcard src/alloc/*.c) \
 	$(wildcard src/kube/*.c) \
 	src/common/gv_buf.c src/common/gv_error.c src/common/gv_log.c src/common/gv_file.c \
 	src/common/gv_jalloc.c $(NODE_PB_C)

@@ -46,7 +46,7 @@ def scenario_priority(kind, env, k, ids):
         env.api.create_pod(name, [("main", lim, cenv)], "v1;node=node1;main=%s:1000:300" % GPUS[i % 2])
         a = k.cmd("allocate", ids=[ids[5 + i]])
         uid = env.api.pod(name)["metadata"]["uid"]
-        lim_file = os.path.join(env.state, "containers", uid, "main", "limits.env")
+        lim_file = os.path.join(env.state, "limits", uid, "main", "limits.env")
         text = open(lim_file).read() if os.path.exists(lim_file) else ""
         has = ("CUDA_TASK_PRIORITY=%s\n" % want) in text if want else "CUDA_TASK_PRIORITY" not in text
         t.ok(a and a["ok"] and envs(a).get("CUDA_TASK_PRIORITY") == want and has and
@@ -95,9 +95,12 @@ def scenario_core(kind, go_bin):
         t.ok(m.get("/usr/local/gpuvisor/lib/libgpuvisor.so") == ("/usr/local/gpuvisor/lib/libgpuvisor.so", True) and
              m.get("/etc/ld.so.preload") == ("/usr/local/gpuvisor/ld.so.preload", True) and
              m.get("/var/run/gpuvisor") == (host, False) and
-             m.get("/etc/gpuvisor/limits.env") == (host + "/limits.env", True),
+             m.get("/etc/gpuvisor/limits.env") == ("/host%s/limits/%s/main/limits.env" % (env.state, uid), True),
              "[%s] mounts: interposer ro, ld.so.preload ro, per-container dir rw, limits file ro" % kind, m)
-        lim = os.path.join(env.state, "containers", uid, "main", "limits.env")
+        t.ok(agent.limits_unreachable(a) is None,
+             "[%s] no writable mount reaches the limits file's host directory, a parent or a child of it"
+             % kind, agent.limits_unreachable(a))
+        lim = os.path.join(env.state, "limits", uid, "main", "limits.env")
         text = open(lim).read() if os.path.exists(lim) else ""
         t.ok("CUDA_DEVICE_MEMORY_LIMIT_0=1000m\n" in text and "CUDA_DEVICE_SM_LIMIT_0=30\n" in text and
              "NVIDIA_VISIBLE_DEVICES" not in text,
@@ -126,7 +129,7 @@ def scenario_core(kind, go_bin):
         # Aliyun gpushare: aliyun.com/gpu-mem (GiB per container) sets its env
         env.api.create_pod("share", [("app", {"aliyun.com/gpu-mem": "3"}), ("side", {"cpu": "1"})],
                            "v1;node=node1;app=%s:3072:0" % GPUS[1])
-        a = k.cmd("allocate", ids=[ids[3]])
+        a = k.cmd("allocate", ids=[ids[12]])  # IDs no other container of this test uses
         e = envs(a)
         t.ok(e.get("ALIYUN_COM_GPU_MEM_IDX") == "1" and e.get("ALIYUN_COM_GPU_MEM_DEV") == "40" and
              e.get("ALIYUN_COM_GPU_MEM_CONTAINER") == "3" and e.get("ALIYUN_COM_GPU_MEM_POD") == "3" and
@@ -164,13 +167,84 @@ def scenario_core(kind, go_bin):
              "[%s] no assignment: FAILED_PRECONDITION explaining why" % kind, a)
         env.api.delete_pod("plain")
 
-        # kubelet restart: sockets deleted, re-registration within 1 s
-        start = time.time()
-        _, reg = k.restart()
-        took = time.time() - start
-        t.ok(reg is not None and took < 1.0, "[%s] kubelet restart: re-registered in %.3f s" % (kind, took))
+        # kubelet restart: sockets deleted, the agent registers again (how
+        # fast is a timing goal for make bench, not asserted here)
+        restarted, reg = k.restart()
+        t.ok(restarted is not None and reg is not None and reg["resource_name"] == "nvidia.com/gpu",
+             "[%s] kubelet restart: the agent registers again" % kind, (restarted, reg))
         ev = devices_event(k, timeout=5)
         t.ok(ev and len(ev["devices"]) == 20, "[%s] devices re-sent after kubelet restart" % kind)
+    finally:
+        env.close()
+
+
+def gpu_of(dev_id):
+    return dev_id.split("::")[0]
+
+
+def scenario_preferred(kind, go_bin):
+    """The kubelet's device manager: GetPreferredAllocation, then Allocate with
+    the preferred IDs, so its checkpoint names the GPU of the assignment.  On a
+    node with mixed cards (40 GiB A100 + 16 GiB T4): per-device limits, SM
+    shares that are not multiples of 10 %, a kubelet that ignores the
+    preference, a repeated request."""
+    env = agent.Env(models=[("NVIDIA A100-SXM4-40GB", "40g"), ("Tesla T4", "16g")])
+    try:
+        env.start_agent()
+        k = env.start_kubelet(kind, go_bin)
+        k.event("registered", timeout=10)
+        devices_event(k, timeout=10)
+        # the kubelet's own order would take GPU 0's devices first: the pod is on GPU 1
+        env.api.create_pod("pref", [("main", LIM1)], "v1;node=node1;main=%s:1000:333" % GPUS[1])
+        a = k.cmd("admit", size=1)
+        t.ok(a and a["ok"] and a["preferred"] == a["ids"] and len(a["ids"]) == 1 and
+             gpu_of(a["ids"][0]) == GPUS[1] and envs(a).get("NVIDIA_VISIBLE_DEVICES") == GPUS[1] and
+             envs(a).get("CUDA_DEVICE_SM_LIMIT_0") == "34",
+             "[%s] GetPreferredAllocation names a device of the assigned GPU; the kubelet records "
+             "what Allocate hands over (SM 333 thousandths -> 34 %%)" % kind, a)
+        # one container on both cards, 50 % of each (what gpumem-percentage 50 assigns)
+        env.api.create_pod("mixed", [("main", {"nvidia.com/gpu": "2", "nvidia.com/gpumem-percentage": "50",
+                                               "nvidia.com/gpucores": "25"})],
+                           "v1;node=node1;main=%s:8192:251,%s:20480:1000" % (GPUS[1], GPUS[0]))
+        a = k.cmd("admit", size=2)
+        e = envs(a)
+        t.ok(a and a["ok"] and sorted(gpu_of(i) for i in a["ids"]) == sorted(GPUS) and
+             e.get("NVIDIA_VISIBLE_DEVICES") == "%s,%s" % (GPUS[1], GPUS[0]) and
+             e.get("CUDA_DEVICE_MEMORY_LIMIT_0") == "8192m" and e.get("CUDA_DEVICE_MEMORY_LIMIT_1") == "20480m" and
+             e.get("CUDA_DEVICE_SM_LIMIT_0") == "26" and e.get("CUDA_DEVICE_SM_LIMIT_1") == "100" and
+             "CUDA_DEVICE_SM_LIMIT" not in e,
+             "[%s] mixed cards, 50 %% of each: every index gets its own card's memory and share "
+             "(251 -> 26 %%, rounded up)" % kind, a)
+        # a kubelet that ignores the preference (its TopologyManager decided)
+        env.api.create_pod("ignored", [("main", LIM1)], "v1;node=node1;main=%s:700:0" % GPUS[1])
+        a = k.cmd("admit", size=1, ignore_preference=True)
+        t.ok(a and a["ok"] and a["preferred"] == [] and gpu_of(a["ids"][0]) == GPUS[0] and
+             envs(a).get("NVIDIA_VISIBLE_DEVICES") == GPUS[1] and
+             envs(a).get("CUDA_DEVICE_MEMORY_LIMIT_0") == "700m",
+             "[%s] kubelet ignoring the preference: the container still gets its assigned GPU and limits" % kind, a)
+        t.ok(gvtest.wait_for(lambda: "on other GPUs than assigned" in env.agent_log() and
+                             "default/ignored" in env.agent_log(), 5),
+             "[%s] the mismatch is logged naming the pod" % kind)
+        # the same request again (the reply was lost): the same answer, no second pod consumed
+        again = k.cmd("allocate", ids=a["ids"]) if a and a["ok"] else None
+        t.ok(again and again["ok"] and again["resp"] == a["resp"],
+             "[%s] a repeated Allocate gets the same answer" % kind, again)
+        t.ok(wait_ann(env, "ignored", "gpuvisor.io/allocation", "success") and
+             wait_ann(env, "mixed", "gpuvisor.io/allocation", "success"),
+             "[%s] pods annotated success" % kind)
+        # once the pod's status shows the container created, the kubelet had the answer:
+        # the same IDs no longer replay it (a new container must not inherit it)
+        code, _ = env.api.req("PATCH", "/api/v1/namespaces/default/pods/ignored/status",
+                              {"status": {"containerStatuses": [{"name": "main", "containerID": "containerd://1"}]}},
+                              "application/merge-patch+json")
+        last = {}
+
+        def refused():
+            last["a"] = k.cmd("allocate", ids=a["ids"])
+            return last["a"] and not last["a"]["ok"] and last["a"]["code"] == 9
+        t.ok(code == 200 and a and a["ok"] and gvtest.wait_for(refused, 5),
+             "[%s] container created (status has its containerID): a repeat is refused, not replayed" % kind,
+             (code, last))
     finally:
         env.close()
 
@@ -466,12 +540,12 @@ def scenario_concurrency():
         env.close()
 
 
-go_bin = gvtest.build_go_standin()
+go_bin = gvtest.build_go_standin().report(t, "[go] core scenarios")
 scenario_core("py", None)
+scenario_preferred("py", None)
 if go_bin:
     scenario_core("go", go_bin)
-else:
-    t.skip("[go] core scenarios", "Go toolchain or golang-google-grpc-dev missing")
+    scenario_preferred("go", go_bin)
 scenario_health()
 scenario_node_publication()
 scenario_node_publication(tls=True)

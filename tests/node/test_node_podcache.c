@@ -9,6 +9,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <cmocka.h>
 
@@ -117,7 +118,8 @@ static void test_pending_pod_keeps_what_allocate_reads(void **state)
     assert_keys(m, "annotations,name,namespace,resourceVersion,uid");
     assert_string_equal(json_string_value(json_object_get(m, "resourceVersion")), "4711");
     assert_keys(json_object_get(m, "annotations"),
-                "gpuvisor.io/allocated-containers,gpuvisor.io/assigned-at,gpuvisor.io/assignment,"
+                "gpuvisor.io/allocated-containers,gpuvisor.io/assigned-at,gpuvisor.io/assigned-node,"
+                "gpuvisor.io/assignment,"
                 "gpuvisor.io/preload");
     json_t *spec = json_object_get(c, "spec");
     assert_keys(spec, "containers,nodeName");
@@ -288,7 +290,7 @@ static void test_allocate_from_trimmed_pods(void **state)
     assert_non_null(strstr(ans.env, "CUDA_TASK_PRIORITY=1;")); /* from the kept env entry */
     assert_non_null(strstr(ans.mounts, GV_NODE_PRELOAD_PATH ";"));
     char dir[512];
-    snprintf(dir, sizeof(dir), "%s/containers/early/main/limits.env", scratch);
+    snprintf(dir, sizeof(dir), "%s/limits/early/main/limits.env", scratch);
     assert_int_equal(access(dir, F_OK), 0);
 
     allocate(a, G1 "::2", NULL, &ans); /* the next container of the same pod */
@@ -331,6 +333,259 @@ static void test_allocate_multi_gpu_priority_resource(void **state)
     assert_non_null(strstr(ans.env, "CUDA_TASK_PRIORITY=0;"));
 }
 
+/* ---- answers per device, records, preferences (docs/node-agent.md "Allocate") ---- */
+
+static V1beta1__ContainerAllocateResponse *alloc_raw(struct gv_allocator *a, const char *const *ids,
+                                                     size_t n, int *code)
+{
+    V1beta1__ContainerAllocateResponse *r = malloc(sizeof(*r));
+    assert_non_null(r);
+    v1beta1__container_allocate_response__init(r);
+    char msg[512];
+    *code = gv_allocator_allocate(a, ids, n, r, msg, sizeof(msg));
+    return r;
+}
+
+static const char *env_of(const V1beta1__ContainerAllocateResponse *r, const char *key)
+{
+    for (size_t i = 0; i < r->n_envs; i++)
+        if (strcmp(r->envs[i]->key, key) == 0)
+            return r->envs[i]->value;
+    return NULL;
+}
+
+static void free_resp(V1beta1__ContainerAllocateResponse *r)
+{
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+}
+
+/* A pod whose container "main" asks n GPUs (the rest of make_pod's shape). */
+static json_t *pod_n(const char *name, const char *assignment, const char *at, const char *n)
+{
+    json_t *pod = make_pod(name, assignment, at);
+    json_t *c = json_array_get(json_object_get(json_object_get(pod, "spec"), "containers"), 0);
+    json_object_del(c, "env");
+    json_object_set_new(json_object_get(json_object_get(c, "resources"), "limits"), "nvidia.com/gpu",
+                        json_string(n));
+    return pod;
+}
+
+static void set_fixed(struct gv_allocator *a, json_t *pods)
+{
+    gv_allocator_set_pods(a, pods);
+    json_decref(pods);
+}
+
+/*
+ * Per-device limits (planted bug 1 of issue 13: every index taking device
+ * 0's memory): a 40 GiB and a 16 GiB card in one container at 50 % each
+ * (what the scheduler writes for gpumem-percentage 50) give each index its
+ * own limit.  SM limits round up (planted bug 4): 333 thousandths -> 34 %,
+ * 1000 -> 100, and with different shares no container-wide SM limit.
+ */
+static void test_env_limits_per_device(void **state)
+{
+    struct gv_allocator *a = *state;
+    set_fixed(a, json_pack("[o]", pod_n("mixed", "v1;node=node1;main=" G0 ":20480:333," G1 ":8192:1000",
+                                        "2026-01-01T00:00:01Z", "2")));
+    const char *ids[] = {G0 "::1", G1 "::1"};
+    int code;
+    V1beta1__ContainerAllocateResponse *r = alloc_raw(a, ids, 2, &code);
+    assert_int_equal(code, 0);
+    assert_string_equal(env_of(r, "CUDA_DEVICE_MEMORY_LIMIT_0"), "20480m");
+    assert_string_equal(env_of(r, "CUDA_DEVICE_MEMORY_LIMIT_1"), "8192m");
+    assert_string_equal(env_of(r, "CUDA_DEVICE_SM_LIMIT_0"), "34");
+    assert_string_equal(env_of(r, "CUDA_DEVICE_SM_LIMIT_1"), "100");
+    assert_null(env_of(r, "CUDA_DEVICE_SM_LIMIT"));
+    free_resp(r);
+    /* the limits file says the same */
+    char path[512], buf[2048] = "";
+    snprintf(path, sizeof(path), "%s/limits/mixed/main/limits.env", scratch);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    buf[fread(buf, 1, sizeof(buf) - 1, f)] = '\0';
+    fclose(f);
+    assert_non_null(strstr(buf, "CUDA_DEVICE_MEMORY_LIMIT_0=20480m\n"));
+    assert_non_null(strstr(buf, "CUDA_DEVICE_MEMORY_LIMIT_1=8192m\n"));
+    assert_non_null(strstr(buf, "CUDA_DEVICE_SM_LIMIT_0=34\n"));
+
+    /* one share on every GPU, not a multiple of 10: the container-wide limit rounds up too */
+    set_fixed(a, json_pack("[o]", pod_n("odd", "v1;node=node1;main=" G0 ":100:251," G1 ":300:251",
+                                        "2026-01-01T00:00:02Z", "2")));
+    const char *ids2[] = {G0 "::2", G1 "::2"};
+    r = alloc_raw(a, ids2, 2, &code);
+    assert_int_equal(code, 0);
+    assert_string_equal(env_of(r, "CUDA_DEVICE_SM_LIMIT_0"), "26");
+    assert_string_equal(env_of(r, "CUDA_DEVICE_SM_LIMIT_1"), "26");
+    assert_string_equal(env_of(r, "CUDA_DEVICE_SM_LIMIT"), "26");
+    assert_string_equal(env_of(r, "CUDA_DEVICE_MEMORY_LIMIT_0"), "100m");
+    assert_string_equal(env_of(r, "CUDA_DEVICE_MEMORY_LIMIT_1"), "300m");
+    free_resp(r);
+}
+
+/* Whether dir a is b or an ancestor of b (paths without trailing slashes). */
+static bool dir_covers(const char *a, const char *b)
+{
+    size_t n = strlen(a);
+    return strncmp(a, b, n) == 0 && (b[n] == '\0' || b[n] == '/');
+}
+
+/*
+ * Issue 14 item 2: no writable mount reaches the limits file's host
+ * directory, one of its parents or one of its children.
+ */
+static void test_limits_file_not_writable(void **state)
+{
+    struct gv_allocator *a = *state;
+    set_fixed(a, json_pack("[o]", pod_n("ro", "v1;node=node1;main=" G0 ":100:0", "2026-01-01T00:00:01Z",
+                                        "1")));
+    const char *ids[] = {G0 "::3"};
+    int code;
+    V1beta1__ContainerAllocateResponse *r = alloc_raw(a, ids, 1, &code);
+    assert_int_equal(code, 0);
+    char limits_dir[4096] = "";
+    size_t writable = 0;
+    for (size_t i = 0; i < r->n_mounts; i++)
+        if (strcmp(r->mounts[i]->container_path, GV_NODE_LIMITS_PATH) == 0) {
+            assert_true(r->mounts[i]->read_only);
+            snprintf(limits_dir, sizeof(limits_dir), "%s", r->mounts[i]->host_path);
+            *strrchr(limits_dir, '/') = '\0';
+        }
+    assert_true(limits_dir[0] != '\0');
+    for (size_t i = 0; i < r->n_mounts; i++) {
+        if (r->mounts[i]->read_only)
+            continue;
+        writable++;
+        const char *h = r->mounts[i]->host_path;
+        assert_false(dir_covers(h, limits_dir)); /* the directory itself or a parent */
+        assert_false(dir_covers(limits_dir, h)); /* a child */
+    }
+    assert_int_equal(writable, 2); /* the runtime dir and the node priority dir */
+    free_resp(r);
+}
+
+/*
+ * A repeated request (the reply was lost: agent or kubelet restarted) gets
+ * the same answer, also from a new allocator on the same state directory
+ * (the agent restarted); other IDs do not get it.
+ */
+static void test_repeat_gets_same_answer(void **state)
+{
+    struct gv_allocator *a = *state;
+    json_t *pods = json_pack("[o,o]", pod_n("one", "v1;node=node1;main=" G0 ":1234:0", "2026-01-01T00:00:01Z", "1"),
+                             pod_n("two", "v1;node=node1;main=" G1 ":777:0", "2026-01-01T00:00:02Z", "1"));
+    gv_allocator_set_pods(a, pods);
+    const char *ids[] = {G0 "::7"};
+    int code;
+    V1beta1__ContainerAllocateResponse *r1 = alloc_raw(a, ids, 1, &code);
+    assert_int_equal(code, 0);
+    V1beta1__ContainerAllocateResponse *r2 = alloc_raw(a, ids, 1, &code);
+    assert_int_equal(code, 0);
+    size_t n1 = v1beta1__container_allocate_response__get_packed_size(r1);
+    uint8_t b1[4096], b2[4096];
+    assert_true(n1 < sizeof(b1));
+    v1beta1__container_allocate_response__pack(r1, b1);
+    assert_int_equal(v1beta1__container_allocate_response__get_packed_size(r2), n1);
+    v1beta1__container_allocate_response__pack(r2, b2);
+    assert_memory_equal(b1, b2, n1);
+    assert_string_equal(env_of(r2, "CUDA_DEVICE_MEMORY_LIMIT_0"), "1234m");
+    free_resp(r1);
+    free_resp(r2);
+    struct gv_allocator_stats st;
+    gv_allocator_get_stats(a, &st);
+    assert_int_equal(st.answered, 1);
+    assert_int_equal(st.replays, 1);
+
+    /* the agent restarts: a new allocator on the same directory */
+    gv_allocator_free(a);
+    struct gv_allocator_config cfg = {.node = "node1", .state_dir = scratch,
+                                      .install_dir = "/usr/local/gpuvisor", .wait_ms = 1};
+    struct gv_node_config *nc;
+    assert_int_equal(gv_allocator_new(&cfg, NULL, NULL, &a, NULL), GV_OK);
+    *state = a;
+    assert_int_equal(gv_node_config_default(&nc, NULL), GV_OK);
+    struct gv_allocator_gpu g[2] = {0};
+    const char *uuids[2] = {G0, G1};
+    for (int i = 0; i < 2; i++) {
+        snprintf(g[i].gpu.uuid, sizeof(g[i].gpu.uuid), "%s", uuids[i]);
+        g[i].gpu.healthy = true;
+        g[i].settings = nc->defaults;
+    }
+    assert_int_equal(gv_allocator_set_gpus(a, nc, g, 2, NULL), GV_OK);
+    gv_node_config_free(nc);
+    gv_allocator_set_pods(a, pods);
+    json_decref(pods);
+    r1 = alloc_raw(a, ids, 1, &code); /* the same request after the restart */
+    assert_int_equal(code, 0);
+    assert_int_equal(v1beta1__container_allocate_response__get_packed_size(r1), n1);
+    v1beta1__container_allocate_response__pack(r1, b2);
+    assert_memory_equal(b1, b2, n1);
+    free_resp(r1);
+    const char *other[] = {G1 "::7"};
+    r1 = alloc_raw(a, other, 1, &code); /* other IDs: the next pod, not pod one again */
+    assert_int_equal(code, 0);
+    assert_string_equal(env_of(r1, "CUDA_DEVICE_MEMORY_LIMIT_0"), "777m");
+    free_resp(r1);
+    const char *third[] = {G0 "::8"};
+    r1 = alloc_raw(a, third, 1, &code); /* nothing pending, no record of these IDs */
+    assert_int_not_equal(code, 0);
+    free_resp(r1);
+}
+
+/*
+ * GetPreferredAllocation comes from the pending assignments, oldest first,
+ * one promise per container; Allocate with promised IDs is matched to the
+ * container they were promised to even out of order.  A kubelet that
+ * ignores the preference still gets the assigned GPU, and the mismatch is
+ * counted.
+ */
+static void test_prefer_then_allocate(void **state)
+{
+    struct gv_allocator *a = *state;
+    set_fixed(a, json_pack("[o,o,o]",
+                           pod_n("p1", "v1;node=node1;main=" G1 ":111:0", "2026-01-01T00:00:01Z", "1"),
+                           pod_n("p2", "v1;node=node1;main=" G0 ":222:0", "2026-01-01T00:00:02Z", "1"),
+                           pod_n("p3", "v1;node=node1;main=" G1 ":333:0", "2026-01-01T00:00:03Z", "1")));
+    const char *avail[] = {G0 "::0", G0 "::1", G1 "::0", G1 "::1"};
+    const char *out[4];
+    size_t n;
+    assert_true(gv_allocator_prefer(a, avail, 4, NULL, 0, 1, out, &n));
+    assert_int_equal(n, 1);
+    assert_string_equal(out[0], G1 "::0"); /* p1, the oldest */
+    const char *p1 = out[0];
+    assert_true(gv_allocator_prefer(a, avail, 4, NULL, 0, 1, out, &n));
+    assert_string_equal(out[0], G0 "::0"); /* p2: p1 is promised */
+    const char *p2 = out[0];
+    assert_true(gv_allocator_prefer(a, avail, 4, NULL, 0, 1, out, &n));
+    assert_string_equal(out[0], G1 "::1"); /* p3: same GPU as p1, another device */
+    /* a two-GPU request: nobody asks two */
+    assert_false(gv_allocator_prefer(a, avail, 4, NULL, 0, 2, out, &n));
+
+    int code;
+    V1beta1__ContainerAllocateResponse *r = alloc_raw(a, &p2, 1, &code); /* out of order */
+    assert_int_equal(code, 0);
+    assert_string_equal(env_of(r, "CUDA_DEVICE_MEMORY_LIMIT_0"), "222m");
+    free_resp(r);
+    r = alloc_raw(a, &p1, 1, &code);
+    assert_int_equal(code, 0);
+    assert_string_equal(env_of(r, "CUDA_DEVICE_MEMORY_LIMIT_0"), "111m");
+    free_resp(r);
+    /* p3's kubelet ignores the preference and hands a device of GPU 0 */
+    const char *wrong = G0 "::1";
+    r = alloc_raw(a, &wrong, 1, &code);
+    assert_int_equal(code, 0);
+    assert_string_equal(env_of(r, "NVIDIA_VISIBLE_DEVICES"), G1);
+    assert_string_equal(env_of(r, "CUDA_DEVICE_MEMORY_LIMIT_0"), "333m");
+    free_resp(r);
+    struct gv_allocator_stats st;
+    gv_allocator_get_stats(a, &st);
+    assert_int_equal(st.preferred, 3);
+    assert_int_equal(st.preferred_generic, 1);
+    assert_int_equal(st.by_promise, 2);
+    assert_int_equal(st.id_mismatches, 1);
+    assert_int_equal(st.answered, 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -340,6 +595,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_allocate_from_trimmed_pods, setup_alloc, teardown_alloc),
         cmocka_unit_test_setup_teardown(test_allocate_multi_gpu_priority_resource, setup_alloc,
                                         teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_env_limits_per_device, setup_alloc, teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_limits_file_not_writable, setup_alloc, teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_repeat_gets_same_answer, setup_alloc, teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_prefer_then_allocate, setup_alloc, teardown_alloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

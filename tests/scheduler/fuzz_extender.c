@@ -23,6 +23,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 scores[i] = (long)i - 3;
             }
             free(gv_ext_filter_result_encode(&args, v, NULL, NULL));
+            /* Reasons carry user text (node names here): made format-safe. */
+            free(gv_ext_filter_result_encode(&args, v, (const char *const *)args.names,
+                                             args.n_names ? args.names[0] : NULL));
             free(gv_ext_priorities_encode(args.names, scores, args.n_names));
         }
         free(v);
@@ -40,6 +43,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         text[size] = '\0';
         time_t t;
         gv_sched_parse_time(text, &t);
+        char *safe = gv_ext_reason_text(text);
+        if (safe != NULL && strchr(safe, '%') != NULL)
+            abort(); /* a '%' survived: kube-scheduler would mangle it */
+        free(safe);
         free(text);
     }
     return 0;

@@ -57,6 +57,15 @@ test_quota_with_fake_apiserver_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONF
 test_quota_with_fake_apiserver_CFLAGS := -I.
 TEST_SCRIPTS += tests/scheduler/test_webhook_https_with_fake_apiserver.sh
 
+# The daemon (build/bin/gpuvisor-scheduler) under randomized rounds with
+# SIGKILL + restart; see the file's head.
+TEST_PROGS += test_sched_stress_with_fake_apiserver
+test_sched_stress_with_fake_apiserver_SRCS := tests/scheduler/test_sched_stress_with_fake_apiserver.c \
+	$(SCHED_TESTLIB_SRCS)
+test_sched_stress_with_fake_apiserver_LIBS := $(SCHED_LIBS)
+test_sched_stress_with_fake_apiserver_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
+test_sched_stress_with_fake_apiserver_CFLAGS := -I.
+
 # deploy/'s config files through the daemons' own parsers.
 TEST_PROGS += test_deploy_configs
 test_deploy_configs_SRCS := tests/scheduler/test_deploy_configs.c

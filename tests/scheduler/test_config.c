@@ -186,9 +186,54 @@ static void test_shipped_config_parses(void **state)
     gv_sched_config_clear(&c);
 }
 
+static void test_security_keys(void **state)
+{
+    (void)state;
+    struct gv_sched_config c;
+    struct gv_error err = {0};
+    assert_int_equal(gv_sched_config_default(&c, &err), GV_OK);
+    assert_null(c.admission.writers);
+    assert_null(c.admission.opt_out_namespaces);
+    const char *text = "{\"placementKeyFile\":\"/k\",\"insecureUnsignedPlacements\":true,"
+                       "\"acceptUnsignedPlacementsBefore\":\"2026-11-26T00:00:00Z\","
+                       "\"placementWriters\":[\"system:serviceaccount:x:y\"],"
+                       "\"optOutNamespaces\":[\"ml-admin\",\"bench\"]}";
+    assert_int_equal(gv_sched_config_parse(text, strlen(text), &c, &err), GV_OK);
+    assert_string_equal(c.placement_key_file, "/k");
+    assert_true(c.insecure_unsigned);
+    assert_int_equal(c.unsigned_before, 1795651200); /* date -d 2026-11-26T00:00:00Z +%s */
+    assert_string_equal(c.admission.writers[0], "system:serviceaccount:x:y");
+    assert_null(c.admission.writers[1]);
+    assert_string_equal(c.admission.opt_out_namespaces[1], "bench");
+    assert_null(c.admission.opt_out_namespaces[2]);
+    /* A missing key file is an error naming it, and leaves no key. */
+    assert_int_equal(gv_sched_config_load_key(&c, NULL, &err), GV_EIO);
+    assert_non_null(strstr(err.msg, "/k"));
+    assert_null(c.placement_key);
+    static const struct {
+        const char *text, *needle;
+    } bad[] = {
+        {"{\"acceptUnsignedPlacementsBefore\":\"yesterday\"}", "RFC 3339"},
+        {"{\"acceptUnsignedPlacementsBefore\":\"2026-11-26T00:00:00+01:00\"}", "RFC 3339"},
+        {"{\"optOutNamespaces\":\"ml-admin\"}", "array of strings"},
+        {"{\"optOutNamespaces\":[\"\"]}", "optOutNamespaces[0]"},
+        {"{\"placementWriters\":[1]}", "placementWriters[0]"},
+        {"{\"insecureUnsignedPlacements\":\"yes\"}", "true or false"},
+        {"{\"placementKeyFile\":\"\"}", "non-empty"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(gv_sched_config_parse(bad[i].text, strlen(bad[i].text), &c, &err),
+                         GV_EINVAL);
+        if (strstr(err.msg, bad[i].needle) == NULL)
+            fail_msg("%s: '%s' lacks '%s'", bad[i].text, err.msg, bad[i].needle);
+    }
+    gv_sched_config_clear(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_security_keys),
         cmocka_unit_test(test_defaults_and_overrides),
         cmocka_unit_test(test_errors_name_the_key),
         cmocka_unit_test(test_shipped_config_parses),

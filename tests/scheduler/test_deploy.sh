@@ -59,7 +59,8 @@ def one(kind, name):
 
 NS = "gpuvisor-system"
 cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding",
-                  "MutatingWebhookConfiguration"}
+                  "MutatingWebhookConfiguration", "ValidatingAdmissionPolicy",
+                  "ValidatingAdmissionPolicyBinding"}
 wanted = ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
           "RoleBinding", "DaemonSet", "Deployment", "Service", "ConfigMap",
           "MutatingWebhookConfiguration", "Job"]
@@ -101,8 +102,8 @@ check({("pods/binding", "create"), ("pods", "patch"), ("pods", "watch"), ("nodes
 check(not any(v in ("delete", "create", "update") for r, v in sp if r in ("pods", "nodes")),
       "scheduler role cannot create/update/delete pods or nodes")
 check(("nodes", "patch") in npm and ("pods", "patch") in npm and
-      not any(r == "pods/binding" or v in ("delete", "create") for r, v in npm),
-      "node role patches its node/pods and cannot bind, create or delete", str(sorted(npm)))
+      not any(r == "pods/binding" or (v in ("delete", "create") and r != "events") for r, v in npm),
+      "node role patches its node/pods and cannot bind, create or delete (events aside)", str(sorted(npm)))
 
 sas = {d["metadata"]["name"] for d in objs("ServiceAccount")}
 for kind in ("ClusterRoleBinding", "RoleBinding"):
@@ -117,7 +118,8 @@ for kind in ("ClusterRoleBinding", "RoleBinding"):
                   f'{kind} {b["metadata"]["name"]} refers to a rendered {rk}')
 
 cms = {d["metadata"]["name"] for d in objs("ConfigMap")}
-secrets_made = set()
+# Secrets the admin creates before install (docs/install.md).
+secrets_made = {"gpuvisor-placement-key"}
 for j in objs("Job"):
     for c in j["spec"]["template"]["spec"]["containers"]:
         for a in c.get("args", []):
@@ -150,7 +152,7 @@ def pod_checks(kind, obj):
                   f'{kind} volume {v["name"]} uses a rendered ConfigMap ({v["configMap"]["name"]})')
         if "secret" in v:
             check(v["secret"]["secretName"] in secrets_made,
-                  f'{kind} volume {v["name"]} uses the Secret the certgen Job creates')
+                  f'{kind} volume {v["name"]} uses a Secret the certgen Job or the install creates')
     for c in spec.get("containers", []) + spec.get("initContainers", []):
         img = c.get("image", "")
         check(":" in img.rsplit("/", 1)[-1] and not img.endswith(":latest"),
@@ -170,6 +172,17 @@ if ds:
     mounts = {m["mountPath"]: m for c in spec["containers"] for m in c.get("volumeMounts", [])}
     check(mounts.get("/usr/local/gpuvisor", {}).get("readOnly") is True,
           "agent mounts the interposer directory read-only")
+    agent_c = spec["containers"][0]
+    mport = next((p for p in agent_c.get("ports", []) if p.get("name") == "metrics"), {})
+    listen = next((a.split("=", 1)[1] for a in agent_c.get("args", []) if a.startswith("--metrics-listen=")), "")
+    check(mport and listen.endswith(":%d" % mport["containerPort"]) and
+          agent_c.get("livenessProbe", {}).get("httpGet", {}).get("path") == "/healthz" and
+          agent_c.get("readinessProbe", {}).get("httpGet", {}).get("path") == "/readyz" and
+          all(agent_c[p]["httpGet"]["port"] == "metrics" for p in ("livenessProbe", "readinessProbe")) and
+          ds["spec"]["template"]["metadata"].get("annotations", {}).get("prometheus.io/port") ==
+          str(mport.get("containerPort")),
+          "node agent: --metrics-listen on its metrics port, /healthz and /readyz probes, scrape annotations",
+          str((listen, mport)))
     check(all(m in mounts and mounts[m]["name"] == next(v["name"] for v in spec["volumes"]
               if v.get("hostPath", {}).get("path") == m) for m in need),
           "each host path is mounted at the same path inside the agent (Allocate names host paths)")
@@ -229,8 +242,16 @@ if svc and mwc and dep:
     check(s.get("path") == "/mutate", "webhook path is /mutate")
     check("v1" in w["admissionReviewVersions"] and w["sideEffects"] == "None",
           "webhook speaks AdmissionReview v1 without side effects")
-    check(any(r["resources"] == ["pods"] and "CREATE" in r["operations"] for r in w["rules"]),
+    check(any("pods" in r["resources"] and "CREATE" in r["operations"] for r in w["rules"]),
           "webhook sees pod creation")
+    check(any({"pods", "pods/ephemeralcontainers", "pods/resize"} <= set(r["resources"]) and
+              "UPDATE" in r["operations"] for r in w["rules"]),
+          "webhook sees pod updates, ephemeral containers and resizes")
+    check(w.get("failurePolicy") == "Fail", "webhook failurePolicy is Fail (docs/isolation.md)")
+    patch_job = one("Job", "gpuvisor-webhook-certgen-patch")
+    check(patch_job is not None and "--patch-failure-policy=Fail" in
+          patch_job["spec"]["template"]["spec"]["containers"][0]["args"],
+          "the certgen patch Job keeps failurePolicy Fail")
     sel = dep["spec"]["template"]["metadata"]["labels"]
     check(all(sel.get(k) == v for k, v in svc["spec"]["selector"].items()),
           "webhook Service selects the scheduler pods")
@@ -243,6 +264,74 @@ if svc and mwc and dep:
     excluded = [v for e in w["namespaceSelector"]["matchExpressions"] for v in e.get("values", [])]
     check(NS in excluded and "kube-system" in excluded,
           "webhook skips kube-system and its own namespace")
+
+# ---- least privilege (issue 14) ----------------------------------------
+for kind, name in (("DaemonSet", "gpuvisor-node"), ("Deployment", "gpuvisor-scheduler"),
+                   ("Job", "gpuvisor-webhook-certgen-create"), ("Job", "gpuvisor-webhook-certgen-patch")):
+    o = one(kind, name)
+    if o is None:
+        continue
+    spec = o["spec"]["template"]["spec"]
+    pod_seccomp = spec.get("securityContext", {}).get("seccompProfile", {}).get("type")
+    for c in spec.get("containers", []) + spec.get("initContainers", []):
+        sc = c.get("securityContext", {})
+        check((sc.get("seccompProfile", {}).get("type") or pod_seccomp) == "RuntimeDefault",
+              f"{kind} {name} container {c['name']}: seccomp RuntimeDefault")
+        check(sc.get("capabilities", {}).get("drop") == ["ALL"] and not sc.get("capabilities", {}).get("add"),
+              f"{kind} {name} container {c['name']}: every capability dropped")
+        check(sc.get("readOnlyRootFilesystem") is True and sc.get("allowPrivilegeEscalation") is False
+              and not sc.get("privileged"),
+              f"{kind} {name} container {c['name']}: read-only root, no privilege escalation")
+if dep:
+    dspec = dep["spec"]["template"]["spec"]
+    check(dspec.get("securityContext", {}).get("runAsNonRoot") is True,
+          "scheduler pods run as non-root")
+    ext = next(c for c in dspec["containers"] if c["name"] == "extender")
+    hp = next((p["containerPort"] for p in ext.get("ports", []) if p.get("name") == "health"), None)
+    probes = [ext.get("readinessProbe", {}), ext.get("livenessProbe", {})]
+    check(hp is not None and all(pr.get("httpGet", {}).get("port") == "health" for pr in probes),
+          "scheduler probes use the health listener, not the webhook port")
+    check(any(a == "--health-listen=0.0.0.0:%s" % hp for a in ext["args"]),
+          "the health listener is the health port")
+    check(any(a.startswith("--placement-key-file=") for a in ext["args"]),
+          "scheduler signs placements (--placement-key-file)")
+    check(not any(a.startswith("--insecure") for a in ext["args"]), "scheduler runs without insecure flags")
+if ds:
+    agent = next(c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "gpuvisor-node")
+    check(any(a.startswith("--placement-key-file=") for a in agent["args"]) and
+          not any(a.startswith("--insecure") for a in agent["args"]),
+          "node agent verifies placements (--placement-key-file, no insecure flag)")
+node_role = one("ClusterRole", "gpuvisor-node")
+vap = one("ValidatingAdmissionPolicy", "gpuvisor-node-own-node")
+vapb = one("ValidatingAdmissionPolicyBinding", "gpuvisor-node-own-node")
+check(vap is not None and vapb is not None and vapb["spec"]["policyName"] == "gpuvisor-node-own-node"
+      and "Deny" in vapb["spec"]["validationActions"],
+      "a ValidatingAdmissionPolicy confines the node agent to its own node, bound with Deny")
+if vap:
+    mc = " ".join(m["expression"] for m in vap["spec"].get("matchConditions", []))
+    check("system:serviceaccount:gpuvisor-system:gpuvisor-node" in mc,
+          "the policy matches the node agent's service account")
+    res = {r for rr in vap["spec"]["matchConstraints"]["resourceRules"] for r in rr["resources"]}
+    check({"pods", "nodes"} <= res, "the policy covers the pods and nodes the agent may patch")
+cg = one("Role", "gpuvisor-webhook-certgen")
+if cg:
+    gets = [r for r in cg["rules"] if "get" in r["verbs"] and "secrets" in r["resources"]]
+    check(all(r.get("resourceNames") == ["gpuvisor-webhook-tls"] for r in gets),
+          "certgen reads only its own Secret (not the placement key)")
+pols = objs("NetworkPolicy")
+check(any(p["spec"].get("podSelector") == {} and p["spec"].get("policyTypes") == ["Ingress"]
+          and not p["spec"].get("ingress") for p in pols),
+      "NetworkPolicy: ingress to gpuvisor-system denied by default")
+sp_ = next((p for p in pols if p["spec"].get("podSelector", {}).get("matchLabels", {}).get(
+    "app.kubernetes.io/name") == "gpuvisor-scheduler"), None)
+if sp_:
+    ports_open = {pt["port"] for rule in sp_["spec"]["ingress"] for pt in rule.get("ports", [])}
+    check(ports_open == {8443, 8081}, "NetworkPolicy opens only the webhook and health ports",
+          str(ports_open))
+    check(all(rule.get("from") for rule in sp_["spec"]["ingress"]),
+          "NetworkPolicy: every allowed port names its sources")
+else:
+    check(False, "NetworkPolicy for the scheduler pods rendered")
 
 print(f"1..{n}")
 sys.exit(1 if failed else 0)

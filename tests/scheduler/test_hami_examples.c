@@ -103,7 +103,7 @@ static const char *admit(json_t *pod)
 {
     static char msg[1024];
     struct gv_webhook_env env = {&cfg.alloc, cfg.scheduler_name, limits, NULL,
-                                 cfg.runtime_class, cfg.hide_gpus_from_others, NULL};
+                                 NULL, cfg.runtime_class, cfg.hide_gpus_from_others, NULL};
     json_t *review = json_pack("{s:s,s:s,s:{s:s,s:{s:s},s:s,s:s,s:O}}", "apiVersion",
                                "admission.k8s.io/v1", "kind", "AdmissionReview", "request", "uid",
                                "r1", "kind", "kind", "Pod", "operation", "CREATE", "namespace",

@@ -17,7 +17,9 @@
 #include <curl/curl.h>
 
 #include "common/gv_log.h"
+#include "scheduler/gv_extender.h"
 #include "scheduler/gv_scheduler.h"
+#include "scheduler/sched_internal.h"
 #include "tests/scheduler/sched_testlib.h"
 
 struct fx {
@@ -168,10 +170,10 @@ static void test_filter_bind_writes_assignment(void **state)
     assert_non_null(strstr(a, ":20000:"));
     assert_string_equal(ann(got, "gpuvisor.io/assigned-node"), node);
     assert_non_null(ann(got, "gpuvisor.io/assigned-at"));
-    assert_string_equal(
-        json_string_value(json_object_get(
-            json_object_get(json_object_get(got, "metadata"), "labels"), GV_SCHED_ASSIGNED_LABEL)),
-        "true");
+    /* No label: a label change makes kube-scheduler filter the assumed pod
+     * again (docs/scheduler.md, "Life of a placement"). */
+    assert_null(json_object_get(json_object_get(json_object_get(got, "metadata"), "labels"),
+                                GV_SCHED_ASSIGNED_LABEL));
     json_decref(got);
     assert_true(st_metric(f->metrics, "gpuvisor_scheduler_binds_total", "result=\"ok\"") == 1);
     assert_true(st_metric(f->metrics, "gpuvisor_gpu_memory_allocated_mib", node) == 20000);
@@ -665,6 +667,487 @@ static void test_full_node_objects_mode(void **state)
     json_decref(pod);
 }
 
+/* ---- the placement invariant (docs/scheduler.md, "Life of a placement") */
+
+static double gpu_mem(struct fx *f, const char *label)
+{
+    return st_metric(f->metrics, "gpuvisor_gpu_memory_allocated_mib", label);
+}
+
+static double drift(struct fx *f)
+{
+    return st_metric(f->metrics, "gpuvisor_accounting_drift_repairs_total", NULL);
+}
+
+/* kube-scheduler filters an assumed or bound pod again when the pod
+ * changes (the bind's own patch used to trigger it): the answer is the
+ * pod's node and nothing is freed, so no later pod gets its GPUs. */
+static void test_refilter_of_placed_pod_keeps_its_gpus(void **state)
+{
+    struct fx *f = *state;
+    sched_up(f);
+    const char *t4[] = {"gpu-t4"};
+    json_t *pod = gpumem_pod(f->kube, "run", 10000, NULL);
+    json_t *r = st_filter(f->base, pod, t4, 1, NULL);
+    assert_string_equal(st_chosen(r), "gpu-t4");
+    json_decref(r);
+    /* Filtered again while reserved (assumed, bind not called yet). */
+    r = st_filter(f->base, pod, all_nodes, 4, NULL);
+    assert_string_equal(st_chosen(r), "gpu-t4");
+    json_decref(r);
+    assert_true(gpu_mem(f, "gpu-t4") == 10000);
+    char *e = st_bind(f->base, pod, "gpu-t4");
+    assert_string_equal(e, "");
+    free(e);
+    json_t *cur = get_pod(f, "run");
+    for (int i = 0; i < 6; i++) {
+        /* Stale object (kube-scheduler's cache) and the bound, annotated one. */
+        r = st_filter(f->base, i % 2 ? cur : pod, all_nodes, 4, NULL);
+        assert_string_equal(st_chosen(r), "gpu-t4");
+        json_decref(r);
+        assert_true(gpu_mem(f, "gpu-t4") == 10000);
+    }
+    /* The pod's node not among the candidates: nothing passes, and why. */
+    const char *others[] = {"gpu-a", "gpu-b"};
+    r = st_filter(f->base, pod, others, 2, NULL);
+    assert_null(st_chosen(r));
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(r, "FailedNodes"), "gpu-a")),
+        "pod is bound on node gpu-t4 (gpuvisor keeps that placement)");
+    json_decref(r);
+    /* A repeated bind (lost answer) succeeds and changes nothing; a bind
+     * to another node fails and changes nothing. */
+    e = st_bind(f->base, pod, "gpu-t4");
+    assert_string_equal(e, "");
+    free(e);
+    e = st_bind(f->base, pod, "gpu-a");
+    assert_non_null(strstr(e, "already bound to gpu-t4"));
+    free(e);
+    assert_true(gpu_mem(f, "gpu-t4") == 10000);
+    assert_true(gpu_mem(f, "gpu-a") == 0);
+    /* 15360 - 10000 left: a second 10000 MiB pod must not fit the T4. */
+    json_t *other = gpumem_pod(f->kube, "next", 10000, NULL);
+    r = st_filter(f->base, other, t4, 1, NULL);
+    assert_null(st_chosen(r));
+    json_decref(r);
+    assert_int_equal(gv_sched_self_check(f->s), 0);
+    assert_true(drift(f) == 0);
+    json_decref(other);
+    json_decref(cur);
+    json_decref(pod);
+}
+
+/* Drift planted behind the scheduler's back (a bound pod's usage lost, a
+ * placement nobody recorded) is found, repaired and counted. */
+static void test_self_check_repairs_planted_drift(void **state)
+{
+    struct fx *f = *state;
+    sched_up(f);
+    const char *t4[] = {"gpu-t4"};
+    json_t *pod = gpumem_pod(f->kube, "victim", 6000, NULL);
+    json_t *r = st_filter(f->base, pod, t4, 1, NULL);
+    json_decref(r);
+    char *e = st_bind(f->base, pod, "gpu-t4");
+    assert_string_equal(e, "");
+    free(e);
+    assert_true(st_wait(t4_has_6000, f, 5000));
+    assert_int_equal(gv_sched_self_check(f->s), 0);
+    assert_true(drift(f) == 0);
+
+    const char *uid = json_string_value(json_object_get(json_object_get(pod, "metadata"), "uid"));
+    struct gv_alloc_request *req = NULL;
+    struct gv_alloc_assignment a;
+    const char *bogus = "v1;node=gpu-a;c=GPU-gpu-a-0:5000:0";
+    assert_int_equal(gv_alloc_assignment_decode(bogus, strlen(bogus), &a, NULL), GV_OK);
+    assert_int_equal(gv_alloc_request_new(&req, NULL), GV_OK);
+    snprintf(req->uid, sizeof(req->uid), "planted");
+    req->n_containers = 1;
+    snprintf(req->containers[0].name, sizeof(req->containers[0].name), "c");
+    req->containers[0].num_gpu = 1;
+    pthread_mutex_lock(&f->s->lock);
+    assert_int_equal(gv_alloc_release(f->s->cluster, uid, NULL), GV_OK);
+    assert_int_equal(gv_alloc_place(f->s->cluster, req, &a, NULL), GV_OK);
+    pthread_mutex_unlock(&f->s->lock);
+    gv_alloc_request_free(req);
+    assert_true(gpu_mem(f, "gpu-t4") == 0);
+    assert_true(gpu_mem(f, "GPU-gpu-a-0") == 5000);
+
+    /* One pod re-counted, one GPU rebuilt. */
+    assert_int_equal(gv_sched_self_check(f->s), 2);
+    assert_true(drift(f) == 2);
+    assert_true(gpu_mem(f, "gpu-t4") == 6000);
+    assert_true(gpu_mem(f, "GPU-gpu-a-0") == 0);
+    assert_int_equal(gv_sched_self_check(f->s), 0);
+    assert_true(drift(f) == 2);
+    json_decref(pod);
+}
+
+struct seen {
+    struct fx *f;
+    const char *uid, *rv;
+};
+
+/* Has the scheduler's pod informer delivered this version of the pod? */
+static bool truth_at(void *ud)
+{
+    struct seen *w = ud;
+    /* The entry is "bound\tassigned-at\tresourceVersion\t..." (sched.c). */
+    char want[64];
+    snprintf(want, sizeof(want), "\t%s\t", w->rv);
+    pthread_mutex_lock(&w->f->s->lock);
+    const char *t = json_string_value(json_object_get(w->f->s->truth, w->uid));
+    const char *tab = t ? strchr(t, '\t') : NULL;
+    bool ok = tab != NULL && strncmp(strchr(tab + 1, '\t'), want, strlen(want)) == 0;
+    pthread_mutex_unlock(&w->f->s->lock);
+    return ok;
+}
+
+/* A tenant strips the assignment annotations from its running pod: the
+ * container keeps its GPUs, so the accounting keeps them too (only deletion
+ * or termination frees them), and the self-check agrees. */
+static void test_stripped_annotation_keeps_gpus(void **state)
+{
+    struct fx *f = *state;
+    sched_up(f);
+    const char *t4[] = {"gpu-t4"};
+    json_t *pod = gpumem_pod(f->kube, "strip", 6000, NULL);
+    json_t *r = st_filter(f->base, pod, t4, 1, NULL);
+    json_decref(r);
+    char *e = st_bind(f->base, pod, "gpu-t4");
+    assert_string_equal(e, "");
+    free(e);
+    json_t *patch = json_pack("{s:{s:{s:n,s:n,s:n}}}", "metadata", "annotations",
+                              "gpuvisor.io/assignment", "gpuvisor.io/assigned-node",
+                              "gpuvisor.io/assigned-at");
+    json_t *out = NULL;
+    assert_int_equal(gv_kube_patch(f->kube, "/api/v1/namespaces/default/pods/strip",
+                                   GV_KUBE_PATCH_MERGE, patch, &out, NULL),
+                     GV_OK);
+    json_decref(patch);
+    struct seen w = {f, json_string_value(json_object_get(json_object_get(pod, "metadata"), "uid")),
+                     json_string_value(json_object_get(json_object_get(out, "metadata"),
+                                                       "resourceVersion"))};
+    assert_true(st_wait(truth_at, &w, 5000));
+    assert_true(gpu_mem(f, "gpu-t4") == 6000);
+    assert_int_equal(gv_sched_self_check(f->s), 0);
+    assert_true(gpu_mem(f, "gpu-t4") == 6000);
+    /* Its filter still answers its node. */
+    r = st_filter(f->base, pod, all_nodes, 4, NULL);
+    assert_string_equal(st_chosen(r), "gpu-t4");
+    json_decref(r);
+    assert_int_equal(gv_kube_delete(f->kube, "/api/v1/namespaces/default/pods/strip", NULL, NULL),
+                     GV_OK);
+    assert_true(st_wait(released, f, 5000));
+    assert_int_equal(gv_sched_self_check(f->s), 0);
+    json_decref(out);
+    json_decref(pod);
+}
+
+/* The self-check works in slices (records, truth entries, nodes per lock
+ * hold): with more of each than one slice, drift planted anywhere is still
+ * found once, and a clean state gives 0.  Driven by hand (no API). */
+static void test_self_check_slices_cover_everything(void **state)
+{
+    (void)state;
+    struct gv_sched_config cfg;
+    struct gv_sched *s = NULL;
+    assert_int_equal(gv_sched_config_default(&cfg, NULL), GV_OK);
+    assert_int_equal(gv_sched_new(&cfg, NULL, &s, NULL), GV_OK);
+    enum { NODES = 1100, PODS = 5000 };
+    static const struct gpu_desc g1[] = {{"Tesla T4", 15360, 10}};
+    char node[32], uid[64], name[32], text[160];
+    for (int i = 0; i < NODES; i++) {
+        snprintf(node, sizeof(node), "sl-%04d", i);
+        char *inv = st_inventory(node, g1, 1, true);
+        json_t *n = st_node(node, inv, 0);
+        gv_sched_node_update(s, n);
+        json_decref(n);
+        free(inv);
+    }
+    for (int p = 0; p < PODS; p++) {
+        snprintf(node, sizeof(node), "sl-%04d", p % NODES);
+        snprintf(uid, sizeof(uid), "uid-%05d", p);
+        snprintf(name, sizeof(name), "p%d", p);
+        snprintf(text, sizeof(text), "v1;node=%s;c=GPU-%s-0:100:0", node, node);
+        json_t *pod = json_pack(
+            "{s:{s:s,s:s,s:s,s:{s:s,s:s}},s:{s:s,s:[{s:s,s:{s:{s:s}}}]},s:{s:s}}", "metadata",
+            "uid", uid, "name", name, "namespace", "default", "annotations",
+            "gpuvisor.io/assignment", text, "gpuvisor.io/assigned-at", "2026-01-01T00:00:00Z",
+            "spec", "nodeName", node, "containers", "name", "c", "resources", "limits",
+            "nvidia.com/gpumem", "100", "status", "phase", "Running");
+        gv_sched_pod_update(s, pod);
+        json_decref(pod);
+    }
+    assert_int_equal(gv_sched_self_check(s), 0);
+    /* Lost: the last pod's usage; unrecorded: a placement on the last node. */
+    struct gv_alloc_request *req = NULL;
+    struct gv_alloc_assignment a;
+    snprintf(text, sizeof(text), "v1;node=sl-%04d;c=GPU-sl-%04d-0:700:0", NODES - 1, NODES - 1);
+    assert_int_equal(gv_alloc_assignment_decode(text, strlen(text), &a, NULL), GV_OK);
+    assert_int_equal(gv_alloc_request_new(&req, NULL), GV_OK);
+    snprintf(req->uid, sizeof(req->uid), "zz-planted");
+    req->n_containers = 1;
+    snprintf(req->containers[0].name, sizeof(req->containers[0].name), "c");
+    req->containers[0].num_gpu = 1;
+    snprintf(uid, sizeof(uid), "uid-%05d", PODS - 1);
+    pthread_mutex_lock(&s->lock);
+    assert_int_equal(gv_alloc_release(s->cluster, uid, NULL), GV_OK);
+    assert_int_equal(gv_alloc_place(s->cluster, req, &a, NULL), GV_OK);
+    pthread_mutex_unlock(&s->lock);
+    gv_alloc_request_free(req);
+    assert_int_equal(gv_sched_self_check(s), 2);
+    assert_int_equal(gv_sched_drift_repairs(s), 2);
+    struct gv_alloc_gpu_usage u;
+    snprintf(node, sizeof(node), "sl-%04d", NODES - 1);
+    pthread_mutex_lock(&s->lock);
+    assert_int_equal(gv_alloc_gpu_usage_at(s->cluster, node, 0, &u, NULL), GV_OK);
+    assert_false(gv_alloc_is_placed(s->cluster, "zz-planted"));
+    assert_true(gv_alloc_is_placed(s->cluster, uid));
+    pthread_mutex_unlock(&s->lock);
+    /* 5000 pods round-robin over 1100 nodes: the last node has 4 of them. */
+    assert_int_equal(u.mem_mib, (PODS / NODES) * 100);
+    assert_int_equal(gv_sched_self_check(s), 0);
+    gv_sched_free(s);
+    gv_sched_config_clear(&cfg);
+}
+
+/*
+ * What kube-scheduler's event recorder does with an extender's reason: it
+ * is passed as the format string of a Go fmt call with no arguments.  '%%'
+ * prints '%', any other verb prints "%!<verb>(MISSING)" (flags, width and
+ * precision skipped), a trailing '%' prints "%!(NOVERB)".
+ */
+static void go_sprintf_noargs(const char *fmt, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (const char *p = fmt; *p && o + 16 < cap; p++) {
+        if (*p != '%') {
+            out[o++] = *p;
+            continue;
+        }
+        p++;
+        if (*p == '%') {
+            out[o++] = '%';
+            continue;
+        }
+        while (*p && strchr("+-# 0", *p))
+            p++;
+        while (*p >= '0' && *p <= '9')
+            p++;
+        if (*p == '.')
+            for (p++; *p >= '0' && *p <= '9'; p++)
+                ;
+        if (*p == '\0') {
+            o += (size_t)snprintf(out + o, cap - o, "%%!(NOVERB)");
+            break;
+        }
+        o += (size_t)snprintf(out + o, cap - o, "%%!%c(MISSING)", *p);
+    }
+    out[o] = '\0';
+}
+
+static void assert_verbatim(const char *reason, const char *expect)
+{
+    char shown[1024];
+    assert_non_null(reason);
+    go_sprintf_noargs(reason, shown, sizeof(shown));
+    assert_string_equal(shown, reason);
+    if (expect != NULL)
+        assert_string_equal(reason, expect);
+}
+
+static const char *failed_reason(json_t *r, const char *node)
+{
+    const char *w = json_string_value(json_object_get(json_object_get(r, "FailedNodes"), node));
+    return w ? w : json_string_value(
+                       json_object_get(json_object_get(r, "FailedAndUnresolvableNodes"), node));
+}
+
+static void filter_expect(struct fx *f, const char *name, const char *containers,
+                          const char *annotations, const char *node, const char *expect)
+{
+    json_t *pod = st_create_pod(f->kube, name, containers, annotations);
+    const char *one[] = {node};
+    json_t *r = st_filter(f->base, pod, one, 1, NULL);
+    assert_non_null(r);
+    assert_null(st_chosen(r));
+    assert_verbatim(failed_reason(r, node), expect);
+    json_decref(r);
+    json_decref(pod);
+}
+
+/* Every reason template reaches kube-scheduler (and so its events and
+ * kubectl describe) verbatim: no '%' that a Go format call would eat. */
+static void test_reasons_arrive_verbatim(void **state)
+{
+    struct fx *f = *state;
+    char shown[256];
+    go_sprintf_noargs("need 1 with 100% cores each", shown, sizeof(shown));
+    assert_string_equal(shown, "need 1 with 100%!c(MISSING)ores each"); /* the reported bug */
+
+    put_gpu_node(f, "gpu-old", t4x1, 1, 600);
+    json_t *bad = st_node("gpu-bad", "{\"version\":1,\"gpus\":[{\"uuid\":7}]}", 0);
+    st_put_node(f->kube, bad);
+    json_decref(bad);
+    f->cfg.heartbeat_timeout_s = 60;
+    sched_up(f);
+    filter_expect(f, "r-mib", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"20000\"}}]",
+                  NULL, "gpu-t4", "gpu 0/1 free but need 1 with 20000 MiB each");
+    filter_expect(f, "r-pct",
+                  "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpu\":\"2\",\"nvidia.com/"
+                  "gpumem-percentage\":\"50\",\"nvidia.com/gpucores\":\"30\"}}]",
+                  NULL, "gpu-t4", "gpu 1/1 free but need 2 with 50 percent memory and 30 percent cores each");
+    filter_expect(f, "r-cores",
+                  "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpu\":\"3\",\"nvidia.com/"
+                  "gpucores\":\"100\"}}]",
+                  NULL, "gpu-a",
+                  "gpu 2/2 free but need 3 with 100 percent memory and 100 percent cores each");
+    filter_expect(f, "r-any", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpu\":\"2\"}}]", NULL,
+                  "gpu-t4", "gpu 1/1 free but need 2 with 100 percent memory each");
+    filter_expect(f, "r-two",
+                  "[{\"name\":\"a\",\"limits\":{\"nvidia.com/gpumem\":\"1000\"}},"
+                  "{\"name\":\"b\",\"limits\":{\"nvidia.com/gpu\":\"2\",\"nvidia.com/"
+                  "gpumem\":\"1000\"}}]",
+                  NULL, "gpu-t4", "container b: gpu 1/1 free but need 2 with 1000 MiB each");
+    filter_expect(f, "r-type", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"1000\"}}]",
+                  "{\"nvidia.com/use-gputype\":\"A100\"}", "gpu-t4",
+                  "no GPU matches the pod's GPU type/uuid constraints (node has Tesla T4)");
+    filter_expect(f, "r-none", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"1000\"}}]",
+                  NULL, "cpu-only",
+                  "no gpuvisor inventory for this node (gpuvisor-node not running here?)");
+    filter_expect(f, "r-bad", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"1000\"}}]",
+                  NULL, "gpu-bad", NULL);
+    filter_expect(f, "r-old", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"1000\"}}]",
+                  NULL, "gpu-old", NULL);
+    /* The user's own text comes back too: a '%' in it is spelled out. */
+    filter_expect(f, "r-inv", "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpucores\":\"50%\"}}]",
+                  NULL, "gpu-t4", NULL);
+    json_t *pod = st_create_pod(f->kube, "r-inv2",
+                                "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpucores\":\"50%\"}}]",
+                                NULL);
+    const char *one[] = {"gpu-t4"};
+    json_t *r = st_filter(f->base, pod, one, 1, NULL);
+    assert_non_null(strstr(failed_reason(r, "gpu-t4"), "50 percent"));
+    json_decref(r);
+    json_decref(pod);
+    /* The percentages of the engine's own text for any compute share. */
+    char *t = gv_ext_reason_text("need 1 with 12.5% cores each; a % b; 100%");
+    assert_string_equal(t, "need 1 with 12.5 percent cores each; a percent b; 100 percent");
+    assert_verbatim(t, NULL);
+    free(t);
+    /* A bind's error comes back the same way. */
+    char *body = gv_ext_bind_result_encode("GPU at 100% cores");
+    assert_string_equal(body, "{\"Error\":\"GPU at 100 percent cores\"}");
+    free(body);
+}
+
+/* Engine templates that no extender call reaches today (host cpu/memory
+ * are kube-scheduler's, NUMA needs GPUs on two NUMA nodes): through the
+ * same encoder, they arrive verbatim too. */
+static void test_engine_reason_templates_verbatim(void **state)
+{
+    (void)state;
+    struct gv_alloc_config cfg;
+    gv_alloc_config_default(&cfg);
+    struct gv_alloc_cluster *c = NULL;
+    assert_int_equal(gv_alloc_cluster_new(&cfg, &c, NULL), GV_OK);
+    struct gv_alloc_gpu_spec g[2] = {
+        {"GPU-n-0", 0, "Tesla T4", 15360, 4, 0, true, GV_ALLOC_GPU_SHARED},
+        {"GPU-n-1", 1, "Tesla T4", 15360, 4, 1, true, GV_ALLOC_GPU_SHARED}};
+    struct gv_alloc_node_spec n = {"n", 4000, 8192, NULL, 0, g, 2};
+    struct gv_alloc_node_spec empty = {"e", 0, 0, NULL, 0, NULL, 0};
+    assert_int_equal(gv_alloc_node_upsert(c, &n, NULL), GV_OK);
+    assert_int_equal(gv_alloc_node_upsert(c, &empty, NULL), GV_OK);
+    struct {
+        int64_t cpu, mem;
+        uint32_t gpus, milli;
+        bool numa;
+        const char *node, *expect;
+    } cases[] = {
+        {8000, 0, 1, 0, false, "n", "insufficient cpu: 4000m free, need 8000m"},
+        {0, 9000, 1, 0, false, "n", "insufficient memory: 8192 MiB free, need 9000 MiB"},
+        {0, 0, 1, 0, false, "e", "node has no GPUs"},
+        {0, 0, 3, 125, false, "n", "gpu 2/2 free but need 3 with 12.5 percent cores each"},
+        {0, 0, 3, 0, false, "n", "gpu 2/2 free but need 3 with any share each"},
+        {0, 0, 2, 300, true, "n",
+         "gpu 2/2 free but need 2 with 30 percent cores each on one NUMA node"},
+        {0, 0, 1, 0, false, "zz", "node zz is not known to gpuvisor"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct gv_alloc_request *req = NULL;
+        assert_int_equal(gv_alloc_request_new(&req, NULL), GV_OK);
+        snprintf(req->uid, sizeof(req->uid), "u%zu", i);
+        req->cpu_milli = cases[i].cpu;
+        req->mem_mib = cases[i].mem;
+        req->numa_bind = cases[i].numa;
+        req->n_containers = 1;
+        snprintf(req->containers[0].name, sizeof(req->containers[0].name), "c");
+        req->containers[0].num_gpu = cases[i].gpus;
+        req->containers[0].milli = cases[i].milli;
+        struct gv_alloc_fit fit;
+        gv_alloc_filter(c, req, cases[i].node, &fit, NULL);
+        assert_false(fit.fits);
+        char *t = gv_ext_reason_text(fit.reason);
+        assert_verbatim(t, cases[i].expect);
+        free(t);
+        gv_alloc_request_free(req);
+    }
+    gv_alloc_cluster_free(c);
+}
+
+/* Compute share and the split count decide fits through the extender
+ * (issue 13: a fit check ignoring cores, or a split count off by one, in
+ * src/alloc/fit.c must fail a scheduler-level test). */
+static void test_cores_and_split_decide_fit(void **state)
+{
+    struct fx *f = *state;
+    sched_up(f);
+    const char *t4[] = {"gpu-t4"};
+    static const char *const cores_pods[][2] = {{"k60", "60"}, {"k50", "50"}, {"k40", "40"}};
+    bool expect_fit[] = {true, false, true}; /* 60 + 50 > 100; 60 + 40 = 100 */
+    for (size_t i = 0; i < 3; i++) {
+        char containers[160];
+        snprintf(containers, sizeof(containers),
+                 "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpumem\":\"1000\","
+                 "\"nvidia.com/gpucores\":\"%s\"}}]",
+                 cores_pods[i][1]);
+        json_t *pod = st_create_pod(f->kube, cores_pods[i][0], containers, NULL);
+        json_t *r = st_filter(f->base, pod, t4, 1, NULL);
+        assert_int_equal(st_chosen(r) != NULL, expect_fit[i]);
+        if (!expect_fit[i])
+            assert_string_equal(failed_reason(r, "gpu-t4"),
+                                "gpu 0/1 free but need 1 with 1000 MiB and 50 percent cores each");
+        json_decref(r);
+        if (expect_fit[i]) {
+            char *e = st_bind(f->base, pod, "gpu-t4");
+            assert_string_equal(e, "");
+            free(e);
+        }
+        json_decref(pod);
+    }
+    assert_true(st_metric(f->metrics, "gpuvisor_gpu_cores_allocated_percent", "gpu-t4") == 100);
+    /* Split 4 on the T4: two more tasks of no compute make 4 and fit, the
+     * fifth does not, whatever memory is left. */
+    for (int i = 0; i < 3; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "s%d", i);
+        json_t *pod = gpumem_pod(f->kube, name, 100, NULL);
+        json_t *r = st_filter(f->base, pod, t4, 1, NULL);
+        assert_int_equal(st_chosen(r) != NULL, i < 2);
+        if (i < 2) {
+            char *e = st_bind(f->base, pod, "gpu-t4");
+            assert_string_equal(e, "");
+            free(e);
+        } else {
+            assert_string_equal(failed_reason(r, "gpu-t4"),
+                                "gpu 0/1 free but need 1 with 100 MiB each");
+        }
+        json_decref(r);
+        json_decref(pod);
+    }
+    assert_true(st_metric(f->metrics, "gpuvisor_gpu_tasks", "gpu-t4") == 4);
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -687,6 +1170,14 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_api_outage_during_bind, setup, teardown),
         cmocka_unit_test_setup_teardown(test_feasible_mode_and_prioritize, setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_node_objects_mode, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refilter_of_placed_pod_keeps_its_gpus, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_self_check_repairs_planted_drift, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stripped_annotation_keeps_gpus, setup, teardown),
+        cmocka_unit_test(test_self_check_slices_cover_everything),
+        cmocka_unit_test_setup_teardown(test_reasons_arrive_verbatim, setup, teardown),
+        cmocka_unit_test(test_engine_reason_templates_verbatim),
+        cmocka_unit_test_setup_teardown(test_cores_and_split_decide_fit, setup, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();

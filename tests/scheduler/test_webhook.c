@@ -1,6 +1,7 @@
 /* Admission webhook decisions: AdmissionReview v1 in, patch/denial out. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,7 +23,7 @@ static void limits(void *ud, struct gv_webhook_limits *out)
     *out = cluster;
 }
 
-static struct gv_webhook_env env = {&cfg, "gpuvisor-scheduler", limits, NULL, NULL, false, NULL};
+static struct gv_webhook_env env = {&cfg, "gpuvisor-scheduler", limits, NULL, NULL, NULL, false, NULL};
 
 /* Wraps a pod JSON in an AdmissionReview request. */
 static char *review_of(const char *pod, const char *op)
@@ -186,10 +187,17 @@ static void test_non_gpu_and_other_ops_pass_untouched(void **state)
     "{\"name\":\"" name "\",\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\"}}" extra "}"
 #define CPU_C(name, extra) "{\"name\":\"" name "\"" extra "}"
 
+/* The admin lets namespace "default" opt out (a container setting its own
+ * NVIDIA_VISIBLE_DEVICES or CUDA_DISABLE_CONTROL is refused elsewhere). */
+static const char *const optout_default[] = {"default", NULL};
+static const struct gv_webhook_policy optout_policy = {.writers = NULL,
+                                                       .opt_out_namespaces = optout_default};
+
 /* runtimeClassName and NVIDIA_VISIBLE_DEVICES=none: both off by default, on by config. */
 static void test_nvidia_runtime_switches(void **state)
 {
     (void)state;
+    env.policy = &optout_policy;
     const char *gpu_pod = "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":["
         GPU_C("a", "") "," CPU_C("side", "") "," CPU_C("own", ",\"env\":[{\"name\":"
         "\"NVIDIA_VISIBLE_DEVICES\",\"value\":\"void\"}]") "],\"initContainers\":["
@@ -246,6 +254,7 @@ static void test_nvidia_runtime_switches(void **state)
     json_decref(resp);
     env.runtime_class = NULL;
     env.hide_gpus_from_others = false;
+    env.policy = NULL;
 }
 
 /* HAMi's opt-outs: ignore on a GPU pod, CUDA_DISABLE_CONTROL. */
@@ -265,6 +274,12 @@ static void test_hami_opt_outs(void **state)
     assert_non_null(strstr(denial(resp), "remove the annotation"));
     json_decref(resp);
 #define OFF ",\"env\":[{\"name\":\"CUDA_DISABLE_CONTROL\",\"value\":\"true\"}]"
+    /* outside the admin's opt-out namespaces the security policy refuses it */
+    resp = run("{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[" GPU_C("a", OFF) "]}}",
+               "CREATE");
+    assert_non_null(strstr(denial(resp), "CUDA_DISABLE_CONTROL"));
+    json_decref(resp);
+    env.policy = &optout_policy;
     /* every GPU container off: the pod-wide opt-out annotation */
     resp = run("{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":["
                GPU_C("a", OFF) "," GPU_C("b", OFF) "," CPU_C("c", "") "]}}",
@@ -290,6 +305,7 @@ static void test_hami_opt_outs(void **state)
                "CREATE");
     assert_non_null(strstr(denial(resp), "set it on every GPU container"));
     json_decref(resp);
+    env.policy = NULL;
 #undef OFF
 }
 
@@ -369,6 +385,159 @@ static void test_malformed_reviews(void **state)
     json_decref(resp);
 }
 
+
+/* A review with userInfo, namespace and (UPDATE) oldObject. */
+static json_t *run_as(const struct gv_webhook_env *e, const char *user, const char *ns,
+                      const char *pod, const char *old)
+{
+    json_t *req = json_pack("{s:s,s:{s:s,s:s,s:s},s:s,s:s,s:{s:s},s:o}", "uid", "rev-1", "kind",
+                            "group", "", "version", "v1", "kind", "Pod", "operation",
+                            old ? "UPDATE" : "CREATE", "namespace", ns, "userInfo", "username",
+                            user, "object", json_loads(pod, 0, NULL));
+    assert_non_null(req);
+    assert_non_null(json_object_get(req, "object"));
+    if (old != NULL)
+        json_object_set_new(req, "oldObject", json_loads(old, 0, NULL));
+    json_t *root = json_pack("{s:s,s:s,s:o}", "apiVersion", "admission.k8s.io/v1", "kind",
+                             "AdmissionReview", "request", req);
+    char *text = json_dumps(root, JSON_COMPACT), *out = NULL;
+    json_decref(root);
+    struct gv_error err = {0};
+    if (gv_webhook_review(e, text, strlen(text), &out, &err) != GV_OK)
+        fail_msg("review failed: %s", err.msg);
+    free(text);
+    json_t *got = json_loads(out, 0, NULL);
+    free(out);
+    json_t *resp = json_incref(json_object_get(got, "response"));
+    json_decref(got);
+    return resp;
+}
+
+#define TENANT "system:serviceaccount:tenant:default"
+#define SCHED_SA "system:serviceaccount:gpuvisor-system:gpuvisor-scheduler"
+#define GPU_RES "\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\"}}"
+#define GPU_POD(extra_meta, extra_ctr, extra_spec)                                                 \
+    "{\"metadata\":{\"name\":\"p\"" extra_meta "},\"spec\":{" extra_spec                           \
+    "\"containers\":[{\"name\":\"main\"," GPU_RES extra_ctr "}]}}"
+
+static void test_security_refusals(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *what, *user, *ns, *pod, *old, *needle; /* needle NULL: allowed */
+    } cases[] = {
+        {"tenant sets an assignment", TENANT, "tenant",
+         GPU_POD(",\"annotations\":{\"gpuvisor.io/assignment\":\"v1;node=n;main=G:0:0\"}", "", ""),
+         NULL, "annotation gpuvisor.io/assignment is written only by gpuvisor"},
+        {"tenant sets assigned-at in 2099 on a pod without GPUs", TENANT, "tenant",
+         "{\"metadata\":{\"name\":\"p\",\"annotations\":{\"gpuvisor.io/assigned-at\":"
+         "\"2099-01-01T00:00:00Z\"}},\"spec\":{\"containers\":[{\"name\":\"c\"}]}}",
+         NULL, "gpuvisor.io/assigned-at is written only by gpuvisor"},
+        {"tenant labels its pod gpuvisor.io/assigned", TENANT, "tenant",
+         GPU_POD(",\"labels\":{\"gpuvisor.io/assigned\":\"true\"}", "", ""), NULL,
+         "label gpuvisor.io/assigned"},
+        {"tenant rewrites the assignment (UPDATE)", TENANT, "tenant",
+         GPU_POD(",\"annotations\":{\"gpuvisor.io/assignment\":\"v1;node=n;main=G:0:0\"}", "", ""),
+         GPU_POD(",\"annotations\":{\"gpuvisor.io/assignment\":\"v1;node=n;main=G:500:0\"}", "",
+                 ""),
+         "may not change or remove it"},
+        {"tenant removes the signature (UPDATE)", TENANT, "tenant", GPU_POD("", "", ""),
+         GPU_POD(",\"annotations\":{\"gpuvisor.io/assignment-sig\":\"v1.x\"}", "", ""),
+         "gpuvisor.io/assignment-sig"},
+        {"tenant UPDATE leaving placement keys alone", TENANT, "tenant",
+         GPU_POD(",\"annotations\":{\"gpuvisor.io/assignment\":\"a\",\"x\":\"2\"}", "", ""),
+         GPU_POD(",\"annotations\":{\"gpuvisor.io/assignment\":\"a\",\"x\":\"1\"}", "", ""),
+         NULL},
+        {"the scheduler writes the assignment", SCHED_SA, "tenant",
+         GPU_POD(",\"annotations\":{\"gpuvisor.io/assignment\":\"a\"}", "", ""),
+         GPU_POD("", "", ""), NULL},
+        {"preload opt-out in a tenant namespace", TENANT, "tenant",
+         GPU_POD(",\"annotations\":{\"gpuvisor.io/preload\":\"false\"}", "", ""), NULL,
+         "only namespaces the cluster admin lists in optOutNamespaces may (namespace tenant"},
+        {"preload opt-out added by UPDATE", TENANT, "tenant",
+         GPU_POD(",\"annotations\":{\"gpuvisor.io/preload\":\"false\"}", "", ""),
+         GPU_POD("", "", ""), "optOutNamespaces"},
+        {"preload opt-out in the admin's namespace", TENANT, "ml-admin",
+         GPU_POD(",\"annotations\":{\"gpuvisor.io/preload\":\"false\"}", "", ""), NULL, NULL},
+        {"HAMi's CUDA_DISABLE_CONTROL in an init container", TENANT, "tenant",
+         "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"initContainers\":[{\"name\":\"i\","
+         "\"env\":[{\"name\":\"CUDA_DISABLE_CONTROL\",\"value\":\"true\"}]}],"
+         "\"containers\":[{\"name\":\"main\"," GPU_RES "}]}}",
+         NULL, "container i sets CUDA_DISABLE_CONTROL"},
+        {"NVIDIA_VISIBLE_DEVICES=all on a pod without GPU resources", TENANT, "tenant",
+         "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":\"c\","
+         "\"env\":[{\"name\":\"NVIDIA_VISIBLE_DEVICES\",\"value\":\"all\"}]}]}}",
+         NULL, "NVIDIA_VISIBLE_DEVICES"},
+        {"privileged init container beside a GPU container", TENANT, "tenant",
+         "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"initContainers\":[{\"name\":\"i\","
+         "\"securityContext\":{\"privileged\":true}}],\"containers\":[{\"name\":\"main\"," GPU_RES
+         "}]}}",
+         NULL, "init container i is privileged"},
+        {"SYS_ADMIN on the GPU container", TENANT, "tenant",
+         GPU_POD("", ",\"securityContext\":{\"capabilities\":{\"add\":[\"CAP_SYS_ADMIN\"]}}", ""),
+         NULL, "adds capability CAP_SYS_ADMIN"},
+        {"ALL capabilities (lower case)", TENANT, "tenant",
+         GPU_POD("", ",\"securityContext\":{\"capabilities\":{\"add\":[\"all\"]}}", ""), NULL,
+         "adds capability all"},
+        {"a volume over /etc/gpuvisor", TENANT, "tenant",
+         GPU_POD("", ",\"volumeMounts\":[{\"name\":\"v\",\"mountPath\":\"/etc/gpuvisor/\"}]", ""),
+         NULL, "over /etc/gpuvisor"},
+        {"a volume over /etc (hides /etc/ld.so.preload)", TENANT, "tenant",
+         GPU_POD("", ",\"volumeMounts\":[{\"name\":\"v\",\"mountPath\":\"/etc\"}]", ""), NULL,
+         "mounts a volume at /etc, over /etc/"},
+        {"a volume at /etc/ld.so.preload through //./", TENANT, "tenant",
+         GPU_POD("", ",\"volumeMounts\":[{\"name\":\"v\",\"mountPath\":\"//etc/./ld.so.preload\"}]",
+                 ""),
+         NULL, "over /etc/ld.so.preload"},
+        {"a volume over /run/gpuvisor (/var/run links to it)", TENANT, "tenant",
+         GPU_POD("", ",\"volumeMounts\":[{\"name\":\"v\",\"mountPath\":\"/run/gpuvisor/x\"}]", ""),
+         NULL, "over /run/gpuvisor"},
+        {"a mount path with ..", TENANT, "tenant",
+         GPU_POD("", ",\"volumeMounts\":[{\"name\":\"v\",\"mountPath\":\"/data/../etc\"}]", ""),
+         NULL, "relative or uses .."},
+        {"a volume elsewhere is fine", TENANT, "tenant",
+         GPU_POD("", ",\"volumeMounts\":[{\"name\":\"v\",\"mountPath\":\"/etc/gpuvisor-data\"}]",
+                 ""),
+         NULL, NULL},
+        {"hostPath of the agent's state on any pod", TENANT, "tenant",
+         "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"volumes\":[{\"name\":\"h\",\"hostPath\":{"
+         "\"path\":\"/var/lib\"}}],\"containers\":[{\"name\":\"c\"}]}}",
+         NULL, "hostPath /var/lib overlaps /var/lib/gpuvisor"},
+        {"ephemeral container with SYS_ADMIN added to a GPU pod", TENANT, "tenant",
+         "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":\"main\"," GPU_RES
+         "}],\"ephemeralContainers\":[{\"name\":\"dbg\",\"securityContext\":{\"capabilities\":{"
+         "\"add\":[\"SYS_ADMIN\"]}}}]}}",
+         GPU_POD("", "", ""), "ephemeral container dbg adds capability SYS_ADMIN"},
+        {"GPU resources changed by UPDATE (resize)", TENANT, "tenant",
+         "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":\"main\","
+         "\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpumem\":\"80000\"}}}]}}",
+         "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":\"main\","
+         "\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpumem\":\"1000\"}}}]}}",
+         "cannot change after creation"},
+    };
+    static const char *const opt_out[] = {"ml-admin", NULL};
+    struct gv_webhook_policy pol = {.writers = NULL, .opt_out_namespaces = opt_out};
+    struct gv_webhook_env e = env;
+    e.policy = &pol;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *resp = run_as(&e, cases[i].user, cases[i].ns, cases[i].pod, cases[i].old);
+        bool allowed = json_is_true(json_object_get(resp, "allowed"));
+        const char *msg = allowed ? "" : denial(resp);
+        if (cases[i].needle == NULL && !allowed)
+            fail_msg("%s: refused: %s", cases[i].what, msg);
+        if (cases[i].needle != NULL && (allowed || strstr(msg, cases[i].needle) == NULL))
+            fail_msg("%s: %s, expected a refusal naming '%s'", cases[i].what,
+                     allowed ? "allowed" : msg, cases[i].needle);
+        json_decref(resp);
+    }
+    /* Default policy (none configured): no opt-out namespace at all. */
+    json_t *resp = run_as(&env, TENANT, "ml-admin",
+                          GPU_POD(",\"annotations\":{\"gpuvisor.io/preload\":\"false\"}", "", ""),
+                          NULL);
+    assert_false(json_is_true(json_object_get(resp, "allowed")));
+    json_decref(resp);
+}
+
 int main(void)
 {
     gv_alloc_config_default(&cfg);
@@ -381,6 +550,7 @@ int main(void)
         cmocka_unit_test(test_malformed_reviews),
         cmocka_unit_test(test_nvidia_runtime_switches),
         cmocka_unit_test(test_hami_opt_outs),
+        cmocka_unit_test(test_security_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,29 +6,9 @@
 # on SIGTERM.
 set -u
 cd "$(git rev-parse --show-toplevel 2>/dev/null || pwd)"
-BUILD="${BUILD:-build}"
-PY=/usr/bin/python3
+. tests/scheduler/scheduler_testlib.sh
 BIN="$BUILD/bin/gpuvisor-scheduler"
-n=0
-fails=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-nok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; [ -n "${2:-}" ] && echo "# $2"; }
-check() { if eval "$2"; then ok "$1"; else nok "$1" "${3:-}"; fi; }
-
-for tool in openssl curl; do
-    if ! command -v $tool >/dev/null; then
-        echo "1..1"; echo "ok 1 # SKIP $tool not installed"; exit 0
-    fi
-done
-
-tmp=$(mktemp -d "${GV_TEST_TMP:-/tmp}/webhook.XXXXXX")
-fa_pid= sched_pid=
-cleanup() {
-    [ -n "$sched_pid" ] && kill "$sched_pid" 2>/dev/null && wait "$sched_pid" 2>/dev/null
-    [ -n "$fa_pid" ] && kill "$fa_pid" 2>/dev/null && wait "$fa_pid" 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+sched_testlib_init webhook
 
 mkcert() { # cn -> $tmp/cert.pem, $tmp/key.pem, replaced atomically
     openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=$1" \
@@ -40,17 +20,23 @@ mkcert first || { echo "1..1"; echo "not ok 1 - openssl could not make a certifi
 cp "$tmp/cert.pem" "$tmp/ca-first.pem"
 
 # The API-server stand-in, with one node whose agent reports an 80 GB GPU.
-coproc FA { exec "$PY" tests/fakes/apiserver/fake_apiserver.py --port 0; }
-fa_pid=$FA_PID
-read -r -t 20 ready url <&"${FA[0]}"
-if [ "${ready:-}" != READY ]; then echo "1..1"; echo "not ok 1 - fake apiserver did not start"; exit 1; fi
+start_fake_apiserver
 now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 inv='{"version":1,"driverVersion":"550.54.15","cudaVersion":"12.4","gpus":[{"uuid":"GPU-a","index":0,"model":"NVIDIA A100-SXM4-80GB","memoryMiB":81559,"memoryScaling":1.0,"cores":100,"split":10,"numa":0,"healthy":true,"mode":"vgpu","mig":false,"pciBusId":"00000000:07:00.0"}]}'
 node=$("$PY" -c 'import json,sys; print(json.dumps({"apiVersion":"v1","kind":"Node","metadata":{"name":"gpu-1","annotations":{"gpuvisor.io/node-gpus":sys.argv[1],"gpuvisor.io/node-heartbeat":sys.argv[2]}}}))' "$inv" "$now")
 curl -sf -X POST -H 'Content-Type: application/json' -d "$node" "$url/api/v1/nodes" >/dev/null
 check "node with inventory created on the API stand-in" '[ $? -eq 0 ]'
 
+# Without a placement key the daemon refuses to start (fail closed), naming the way out.
+"$BIN" --master "$url" --extender-listen 127.0.0.1:0 --log-level warn 2>"$tmp/nokey.log"
+rc=$?
+check "no placement key: refuses to start and says why" \
+    '[ "$rc" != 0 ] && grep -q "no placement key: give --placement-key-file" "$tmp/nokey.log"' \
+    "exit $rc: $(cat "$tmp/nokey.log")"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tmp/placement.key"
+
 "$BIN" --master "$url" --extender-listen 127.0.0.1:0 --extender-tls --webhook-listen 127.0.0.1:0 \
+    --health-listen 127.0.0.1:0 --placement-key-file "$tmp/placement.key" \
     --tls-cert-file "$tmp/cert.pem" --tls-key-file "$tmp/key.pem" --port-file "$tmp/ports" \
     --log-level warn 2>"$tmp/sched.log" &
 sched_pid=$!
@@ -58,20 +44,23 @@ for _ in $(seq 100); do [ -s "$tmp/ports" ] && break; sleep 0.1; done
 wport=$(sed -n 's/^webhook=//p' "$tmp/ports" 2>/dev/null)
 check "scheduler started with the webhook listener" '[ -n "$wport" ] && [ "$wport" -gt 0 ]' "$(cat "$tmp/sched.log")"
 W="https://127.0.0.1:$wport"
+H="http://127.0.0.1:$(sed -n 's/^health=//p' "$tmp/ports" 2>/dev/null)"
 
 for _ in $(seq 100); do
-    [ "$(curl -s --cacert "$tmp/ca-first.pem" -o /dev/null -w '%{http_code}' "$W/readyz")" = 200 ] && break
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$H/readyz")" = 200 ] && break
     sleep 0.1
 done
-check "healthz over HTTPS with the generated CA" \
-    '[ "$(curl -s --cacert "$tmp/ca-first.pem" "$W/healthz")" = ok ]'
+check "healthz on the health listener" '[ "$(curl -s "$H/healthz")" = ok ]'
+check "webhook listener serves no health or metrics (tenants may reach it)" \
+    '[ "$(curl -s --cacert "$tmp/ca-first.pem" -o /dev/null -w "%{http_code}" "$W/metrics")" = 404 ] &&
+     [ "$(curl -s --cacert "$tmp/ca-first.pem" -o /dev/null -w "%{http_code}" "$W/healthz")" = 404 ]'
 eport=$(sed -n 's/^extender=//p' "$tmp/ports" 2>/dev/null)
 out=$(curl -s --cacert "$tmp/ca-first.pem" -H 'Content-Type: application/json' \
     -d '{"Pod":{"metadata":{"name":"p","uid":"u"},"spec":{"containers":[{"name":"c"}]}},"NodeNames":["gpu-1"]}' \
     "https://127.0.0.1:$eport/gpuvisor/filter")
 check "extender over HTTPS (--extender-tls) answers filter" '[[ "$out" == *"\"NodeNames\":[\"gpu-1\"]"* ]]' "$out"
 check "readyz turns ready once caches are synced" \
-    '[ "$(curl -s --cacert "$tmp/ca-first.pem" -o /dev/null -w "%{http_code}" "$W/readyz")" = 200 ]'
+    '[ "$(curl -s -o /dev/null -w "%{http_code}" "$H/readyz")" = 200 ]'
 
 review() { # pod-json -> AdmissionReview request
     "$PY" -c 'import json,sys; print(json.dumps({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"r-1","kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},"operation":"CREATE","namespace":"default","object":json.loads(sys.argv[1])}}))' "$1"
@@ -106,16 +95,18 @@ check "wrong API version gets 400" '[ "$(tail -1 <<<"$out")" = 400 ]'
 sleep 1
 mkcert rotated
 sleep 1.2
-subj=$(curl -sv --cacert "$tmp/cert.pem" "$W/healthz" 2>&1 | sed -n 's/^\*  *subject: *//p')
+subj=$(curl -sv --cacert "$tmp/cert.pem" "$W/mutate" 2>&1 | sed -n 's/^\*  *subject: *//p')
 check "rotated certificate served without restart" '[[ "$subj" == *rotated* ]]' "subject: $subj"
 check "old CA no longer verifies the server" \
-    '! curl -s --cacert "$tmp/ca-first.pem" "$W/healthz" >/dev/null 2>&1'
+    '! curl -s --cacert "$tmp/ca-first.pem" "$W/mutate" >/dev/null 2>&1'
 
-metrics=$(curl -s --cacert "$tmp/cert.pem" "$W/metrics")
+metrics=$(curl -s "$H/metrics")
 check "metrics count webhook requests per code" \
     '[[ "$metrics" == *"gpuvisor_http_requests_total{server=\"webhook\",path=\"/mutate\",code=\"400\"} 2"* ]]'
 check "metrics carry the latency histogram" \
     '[[ "$metrics" == *"gpuvisor_http_request_duration_seconds_bucket{server=\"webhook\",path=\"/mutate\",le=\"+Inf\"} 5"* ]]'
+
+check "metrics say placements are signed" '[[ "$metrics" == *"gpuvisor_placement_signing_enabled 1"* ]]'
 
 kill -TERM "$sched_pid"
 wait "$sched_pid"

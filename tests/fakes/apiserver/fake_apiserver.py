@@ -29,6 +29,9 @@ Test controls (never part of the real API) live under /_fake/:
   POST /_fake/bookmark                 send a BOOKMARK on bookmark watches now
   POST /_fake/finish-deletions         remove pods left terminating by
        --graceful-pod-deletion (what their kubelet would do)
+  POST /_fake/forbid?resource=pods[&verb=list]  answer that verb (default
+                                       every verb) on that resource 403 Forbidden
+                                       with the real RBAC message; no resource: clear
   POST /_fake/watch-410-status?on=1    answer too-old watches with HTTP 410
        instead of an ERROR event (both happen in real clusters)
   GET  /_fake/stats                    request counts {"METHOD path": n}; over
@@ -332,6 +335,7 @@ class Faults:
         self.only_watch = False
         self.garbage = 0
         self.watch_410_status = False
+        self.forbidden = set()  # (verb or "*", resource) pairs answered 403
 
     def take(self, is_watch):
         with self.lock:
@@ -512,6 +516,12 @@ class Handler(BaseHTTPRequestHandler):
         elif op == "garbage":
             with FAULTS.lock:
                 FAULTS.garbage = int(q.get("count", "1"))
+        elif op == "forbid":
+            with FAULTS.lock:
+                if q.get("resource"):
+                    FAULTS.forbidden.add((q.get("verb", "*"), q["resource"]))
+                else:
+                    FAULTS.forbidden.clear()
         elif op == "watch-410-status":
             FAULTS.watch_410_status = q.get("on", "1") == "1"
         elif op in ("drop-watches", "watch-garbage", "compact", "bookmark"):
@@ -590,6 +600,9 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         name = parts[1] if len(parts) > 1 else None
         sub = parts[2] if len(parts) > 2 else None
+        self.check_forbidden(method, res, ns, name, sub, q)
+        if res == "pods" and sub == "proxy" and name is not None and ns is not None:
+            return self.pod_proxy(method, ns, name, "/" + "/".join(parts[3:]))
         if len(parts) > 3 or (sub is not None and sub not in ("status", "binding")):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if sub == "binding" and res != "pods":
@@ -641,6 +654,56 @@ class Handler(BaseHTTPRequestHandler):
                 opts["gracePeriodSeconds"] = int(q["gracePeriodSeconds"])
             return self.delete(res, ns, name, opts)
         raise ApiError(405, "MethodNotAllowed", "method %s not allowed" % method)
+
+    def check_forbidden(self, method, res, ns, name, sub, q):
+        """RBAC stand-in (/_fake/forbid): 403 Forbidden with the real API
+        server's message for a verb on a resource the caller may not use."""
+        if method == "GET":
+            verb = "watch" if q.get("watch") in ("1", "true") else ("list" if name is None else "get")
+        else:
+            verb = {"POST": "create", "PUT": "update", "PATCH": "patch",
+                    "DELETE": "delete"}.get(method, method.lower())
+        resource = res + ("/" + sub if sub else "")
+        with FAULTS.lock:
+            denied = (verb, resource) in FAULTS.forbidden or ("*", resource) in FAULTS.forbidden
+        if not denied:
+            return
+        user = self.client_cn() or "system:anonymous"
+        scope = 'in the namespace "%s"' % ns if ns else "at the cluster scope"
+        raise ApiError(403, "Forbidden", '%s%s is forbidden: User "%s" cannot %s resource "%s" '
+                       'in API group "" %s' % (res, ' "%s"' % name if name else "", user, verb,
+                                               resource, scope),
+                       {"name": name, "kind": res} if name else {"kind": res})
+
+    def pod_proxy(self, method, ns, name, path):
+        """GET pods/<name>[:<port>]/proxy/<path>: the API server forwards to
+        the pod's IP and port, as `kubectl get --raw` through it does."""
+        pod, _, port = name.partition(":")
+        with STORE.cond:
+            obj = STORE.objects["pods"].get((ns, pod))
+            obj = copy.deepcopy(obj) if obj is not None else None
+        if obj is None:
+            raise not_found("pods", pod)
+        if method != "GET":
+            raise ApiError(405, "MethodNotAllowed", "the stand-in proxies GET only")
+        ip = (obj.get("status") or {}).get("podIP")
+        if not port:
+            ports = [p for c in obj["spec"].get("containers", []) for p in c.get("ports", [])]
+            port = str(ports[0]["containerPort"]) if ports else "80"
+        if not ip:
+            raise ApiError(503, "ServiceUnavailable", "pod %s has no IP yet" % pod)
+        import urllib.request
+        try:
+            with urllib.request.urlopen("http://%s:%s%s" % (ip, port, path), timeout=10) as r:
+                body, ctype, code = r.read(), r.headers.get("Content-Type", "text/plain"), r.status
+        except Exception as e:  # what the real server says when the pod is unreachable
+            raise ApiError(503, "ServiceUnavailable",
+                           "error trying to reach service: %s" % getattr(e, "reason", e))
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def list(self, res, ns, q):
         kind, _ = RESOURCES[res]

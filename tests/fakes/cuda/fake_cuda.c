@@ -12,6 +12,7 @@
 
 #include <ctype.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -332,6 +333,30 @@ static uint64_t ctx_memory(void)
     return b;
 }
 
+/*
+ * GV_FAKE_CTX_GATE=<dir>: the n-th context this process creates that takes
+ * memory holds the creating call, after the memory is taken, until
+ * <dir>/go.<n> exists (announcing itself as <dir>/ctx.<pid>.<n>), so a test
+ * can let a neighbour allocate inside the window in which the interposer
+ * measures the context.  Bounded at 60 s.
+ */
+static void ctx_gate(void)
+{
+    static _Atomic int count;
+    const char *dir = getenv("GV_FAKE_CTX_GATE");
+    if (dir == NULL || *dir == '\0' || ctx_memory() == 0)
+        return;
+    int n = atomic_fetch_add(&count, 1) + 1;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/ctx.%d.%d", dir, (int)getpid(), n);
+    FILE *f = fopen(path, "w");
+    if (f != NULL)
+        fclose(f);
+    snprintf(path, sizeof(path), "%s/go.%d", dir, n);
+    for (int i = 0; i < 60000 && access(path, F_OK) != 0; i++)
+        usleep(1000);
+}
+
 static CUresult ctx_create(CUcontext *pctx, CUdevice dev)
 {
     int phys;
@@ -340,6 +365,7 @@ static CUresult ctx_create(CUcontext *pctx, CUdevice dev)
     CHECK_DEV(dev, phys);
     if (!fake_gpu_mem_charge(phys, ctx_memory()))
         return CUDA_ERROR_OUT_OF_MEMORY;
+    ctx_gate();
     struct CUctx_st *c = calloc(1, sizeof(*c));
     if (c == NULL) {
         fake_gpu_mem_uncharge(phys, ctx_memory());
@@ -464,11 +490,14 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     pthread_mutex_lock(&lock);
     /* The primary context comes to life (and takes memory) at its first retain. */
     CUresult rc = CUDA_SUCCESS;
-    if (primary[dev].refs == 0 && !fake_gpu_mem_charge(phys, ctx_memory()))
+    bool born = primary[dev].refs == 0;
+    if (born && !fake_gpu_mem_charge(phys, ctx_memory()))
         rc = CUDA_ERROR_OUT_OF_MEMORY;
     else
         primary[dev].refs++;
     pthread_mutex_unlock(&lock);
+    if (rc == CUDA_SUCCESS && born)
+        ctx_gate();
     if (rc == CUDA_SUCCESS)
         *pctx = &primary[dev];
     return rc;

@@ -10,6 +10,13 @@ sent one container per request, with no pod identity in it.
 Driven by JSON lines on stdin; reports JSON lines on stdout (the protocol is
 shared with the grpc-go stand-in, kubelet_go, so one test drives both):
   {"cmd":"allocate","ids":[...]}         -> {"event":"allocate",...}
+  {"cmd":"admit","size":N[,"ignore_preference":true]} -> {"event":"admit","preferred":[...],"ids":[...],...}
+      what the kubelet's device manager does for one container: available =
+      healthy devices of the last ListAndWatch minus those in use; when there
+      is a choice, GetPreferredAllocation, then Allocate with the preferred IDs
+      (ignore_preference: no preference asked, the first N available taken, as
+      a kubelet whose TopologyManager decides); the IDs are in use on success
+  {"cmd":"release","ids":[...]}           the container's pod is gone: IDs free again
   {"cmd":"preferred","available":[...],"must":[...],"size":N}
   {"cmd":"options"} {"cmd":"prestart","ids":[...]}
   {"cmd":"restart"}   kubelet restart: sockets deleted, kubelet.sock recreated
@@ -76,6 +83,8 @@ class Kubelet(pbg.RegistrationServicer):
         self.channel = None
         self.stub = None
         self.lock = threading.Lock()
+        self.healthy = []   # device IDs of the last ListAndWatch, in its order
+        self.in_use = set()
 
     def start(self):
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -115,6 +124,8 @@ class Kubelet(pbg.RegistrationServicer):
     def watch(self, stub):
         try:
             for msg in stub.ListAndWatch(pb.Empty()):
+                with self.lock:
+                    self.healthy = [d.ID for d in msg.devices if d.health == "Healthy"]
                 emit({"event": "devices", "devices": [
                     {"id": d.ID, "health": d.health,
                      "numa": [n.ID for n in d.topology.nodes]} for d in msg.devices],
@@ -132,6 +143,32 @@ class Kubelet(pbg.RegistrationServicer):
             emit(dict({"event": name, "ok": True}, **fn(stub)))
         except grpc.RpcError as e:
             emit({"event": name, "ok": False, "code": e.code().value[0], "message": e.details()})
+
+    def admit(self, size, ignore_preference):
+        with self.lock:
+            avail = [d for d in self.healthy if d not in self.in_use]
+
+        def run(s):
+            if len(avail) < size:
+                raise RuntimeError("only %d devices available" % len(avail))
+            preferred = []
+            ids = avail[:size]
+            if size < len(avail) and not ignore_preference:
+                r = s.GetPreferredAllocation(pb.PreferredAllocationRequest(container_requests=[
+                    pb.ContainerPreferredAllocationRequest(available_deviceIDs=avail, allocation_size=size)]),
+                    timeout=10)
+                preferred = list(r.container_responses[0].deviceIDs)
+                if len(preferred) == size and all(i in avail for i in preferred):
+                    ids = preferred
+            r = s.Allocate(pb.AllocateRequest(container_requests=[
+                pb.ContainerAllocateRequest(devices_ids=ids)]), timeout=10)
+            with self.lock:
+                self.in_use.update(ids)
+            return {"preferred": preferred, "ids": ids, "resp": resp_to_json(r.container_responses[0])}
+        try:
+            self.call("admit", run)
+        except RuntimeError as e:
+            emit({"event": "admit", "ok": False, "code": -1, "message": str(e)})
 
     def restart(self):
         """What a kubelet restart looks like to a plugin."""
@@ -169,6 +206,11 @@ def main():
                     allocation_size=c["size"])])
             k.call("preferred", lambda s: {"ids": list(
                 s.GetPreferredAllocation(req, timeout=10).container_responses[0].deviceIDs)})
+        elif cmd == "admit":
+            k.admit(c["size"], c.get("ignore_preference", False))
+        elif cmd == "release":
+            with k.lock:
+                k.in_use.difference_update(c["ids"])
         elif cmd == "options":
             def opts(s):
                 o = s.GetDevicePluginOptions(pb.Empty(), timeout=10)

@@ -15,6 +15,7 @@
 
 #include "common/gv_nvml.h"
 #include "fake_gpus.h"
+#include "fake_nvml_telemetry.h"
 
 struct nvmlDevice_st {
     int index;
@@ -333,7 +334,7 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
     if (utilization == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     uint64_t used = fake_gpu_mem_used(device->index);
-    utilization->gpu = 0;
+    utilization->gpu = fake_telemetry_gpu((unsigned)device->index, "util", 0, NULL);
     utilization->memory = (unsigned)(g->mem_total ? used * 100 / g->mem_total : 0);
     return NVML_SUCCESS;
 }
@@ -349,8 +350,8 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
         return NVML_ERROR_INVALID_ARGUMENT;
     /*
      * One sample, taken now, per live process holding memory on the card:
-     * memory utilisation is its share of the card; the simulated card does
-     * not attribute SM time to processes, so smUtil is 0.
+     * memory utilisation is its share of the card; SM utilisation comes from
+     * the telemetry file (fake_nvml_telemetry.h), 0 when it names none.
      */
     pid_t pids[FAKE_MAX_PROCS];
     uint64_t bytes[FAKE_MAX_PROCS];
@@ -370,6 +371,7 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
         utilization[i] = (nvmlProcessUtilizationSample_t){
             .pid = (unsigned)pids[i],
             .timeStamp = now,
+            .smUtil = fake_telemetry_proc_sm((unsigned)pids[i]),
             .memUtil = (unsigned)(g->mem_total ? bytes[i] * 100 / g->mem_total : 0)};
     *processSamplesCount = (unsigned)n;
     return NVML_SUCCESS;

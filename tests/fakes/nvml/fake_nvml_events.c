@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "common/gv_nvml.h"
+#include "fake_nvml_telemetry.h"
 
 #define MAX_LINES 256
 
@@ -99,7 +100,7 @@ nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensor
         return NVML_ERROR_INVALID_ARGUMENT;
     if (has_fault("lost", idx))
         return NVML_ERROR_GPU_IS_LOST;
-    *temp = 40 + idx;
+    *temp = fake_telemetry_gpu(idx, "temp", 40 + idx, NULL);
     return NVML_SUCCESS;
 }
 

@@ -35,11 +35,13 @@ func emit(v map[string]interface{}) {
 }
 
 type kubelet struct {
-	dir    string
-	server *grpc.Server
-	mu     sync.Mutex
-	conn   *grpc.ClientConn
-	client pb.DevicePluginClient
+	dir     string
+	server  *grpc.Server
+	mu      sync.Mutex
+	conn    *grpc.ClientConn
+	client  pb.DevicePluginClient
+	healthy []string        // device IDs of the last ListAndWatch, in its order
+	inUse   map[string]bool // IDs handed to containers
 }
 
 func (k *kubelet) start() error {
@@ -110,7 +112,11 @@ func (k *kubelet) watch(client pb.DevicePluginClient) {
 			break
 		}
 		devs := []map[string]interface{}{}
+		healthy := []string{}
 		for _, d := range msg.Devices {
+			if d.Health == "Healthy" {
+				healthy = append(healthy, d.ID)
+			}
 			numa := []int64{}
 			if d.Topology != nil {
 				for _, n := range d.Topology.Nodes {
@@ -119,6 +125,9 @@ func (k *kubelet) watch(client pb.DevicePluginClient) {
 			}
 			devs = append(devs, map[string]interface{}{"id": d.ID, "health": d.Health, "numa": numa})
 		}
+		k.mu.Lock()
+		k.healthy = healthy
+		k.mu.Unlock()
 		emit(map[string]interface{}{"event": "devices", "devices": devs, "size": msg.XXX_Size()})
 	}
 	st := status.Convert(err)
@@ -172,7 +181,62 @@ func respJSON(r *pb.ContainerAllocateResponse) map[string]interface{} {
 		"devices": devs, "cdi_devices": cdi}
 }
 
+// admit: what the kubelet's device manager does for one container (see
+// kubelet_py.py): GetPreferredAllocation when there is a choice, then
+// Allocate with the preferred IDs (ignore: none asked, the first N taken).
+func (k *kubelet) admit(size int32, ignore bool) {
+	k.mu.Lock()
+	avail := []string{}
+	for _, id := range k.healthy {
+		if !k.inUse[id] {
+			avail = append(avail, id)
+		}
+	}
+	k.mu.Unlock()
+	if int(size) > len(avail) {
+		emit(map[string]interface{}{"event": "admit", "ok": false, "code": -1,
+			"message": fmt.Sprintf("only %d devices available", len(avail))})
+		return
+	}
+	k.call("admit", func(cl pb.DevicePluginClient, ctx context.Context) (map[string]interface{}, error) {
+		preferred := []string{}
+		ids := append([]string{}, avail[:size]...)
+		if int(size) < len(avail) && !ignore {
+			r, err := cl.GetPreferredAllocation(ctx, &pb.PreferredAllocationRequest{
+				ContainerRequests: []*pb.ContainerPreferredAllocationRequest{{
+					AvailableDeviceIDs: avail, AllocationSize: size}}})
+			if err != nil {
+				return nil, err
+			}
+			preferred = append(preferred, r.ContainerResponses[0].DeviceIDs...)
+			valid := len(preferred) == int(size)
+			for _, p := range preferred {
+				found := false
+				for _, a := range avail {
+					found = found || a == p
+				}
+				valid = valid && found
+			}
+			if valid {
+				ids = preferred
+			}
+		}
+		r, err := cl.Allocate(ctx, &pb.AllocateRequest{ContainerRequests: []*pb.ContainerAllocateRequest{{DevicesIds: ids}}})
+		if err != nil {
+			return nil, err
+		}
+		k.mu.Lock()
+		for _, id := range ids {
+			k.inUse[id] = true
+		}
+		k.mu.Unlock()
+		return map[string]interface{}{"preferred": preferred, "ids": ids,
+			"resp": respJSON(r.ContainerResponses[0])}, nil
+	})
+}
+
 type command struct {
+	Ignore    bool     `json:"ignore_preference"`
 	Cmd       string   `json:"cmd"`
 	IDs       []string `json:"ids"`
 	Available []string `json:"available"`
@@ -181,7 +245,7 @@ type command struct {
 }
 
 func main() {
-	k := &kubelet{dir: os.Args[1]}
+	k := &kubelet{dir: os.Args[1], inUse: map[string]bool{}}
 	if err := k.start(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -220,6 +284,14 @@ func main() {
 				}
 				return map[string]interface{}{"ids": ids}, nil
 			})
+		case "admit":
+			k.admit(c.Size, c.Ignore)
+		case "release":
+			k.mu.Lock()
+			for _, id := range c.IDs {
+				delete(k.inUse, id)
+			}
+			k.mu.Unlock()
 		case "options":
 			k.call("options", func(cl pb.DevicePluginClient, ctx context.Context) (map[string]interface{}, error) {
 				o, err := cl.GetDevicePluginOptions(ctx, &pb.Empty{})

@@ -1,0 +1,92 @@
+/*
+ * kubectl-gpuvisor: the `kubectl gpuvisor` plugin (docs/observability.md,
+ * "kubectl gpuvisor").  It reads the cluster the way the scheduler does —
+ * nodes with the agent's inventory (src/contracts), pods with their
+ * assignments — into the allocation engine (src/alloc) through the shared
+ * kube client (src/kube), and live usage from the node agents' /metrics
+ * through the API server's pod proxy.  Read-only: it never writes.
+ */
+#ifndef GV_KUBECTL_H
+#define GV_KUBECTL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "alloc/gv_alloc.h"
+#include "common/gv_error.h"
+#include "kube/gv_kube.h"
+
+/* Exit codes: 0 ok, 1 error talking to the cluster, 2 usage, 3 gpuvisor not
+ * installed, 4 forbidden (RBAC). */
+enum { KC_OK = 0, KC_ERR = 1, KC_USAGE = 2, KC_NOT_INSTALLED = 3, KC_FORBIDDEN = 4 };
+
+enum kc_output { KC_OUT_TABLE = 0, KC_OUT_WIDE, KC_OUT_JSON, KC_OUT_YAML };
+
+struct kc_opts {
+    const char *kubeconfig, *context, *server, *namespace_;
+    bool all_namespaces, details;
+    enum kc_output output;
+    const char *sort;           /* top: column to sort by */
+    const char *agent_selector; /* label selector of the node agents' pods */
+    const char *agent_port;     /* port (name or number) of their /metrics; NULL: "metrics" */
+    const char *scheduler_name; /* spec.schedulerName of the pods gpuvisor places */
+    long heartbeat_timeout_s;
+    FILE *out;
+};
+
+/* ---- cluster model (cluster.c) ---------------------------------------- */
+
+struct kc_node {
+    char *name;
+    const char *state; /* "ready", "stale", "no_agent", "unusable" */
+    char *reason;
+    bool in_engine;
+};
+
+struct kc_pod {
+    char *ns, *name, *node;
+    bool bound;
+    struct gv_alloc_assignment *a;
+    size_t cidx[GV_ALLOC_MAX_CONTAINERS]; /* each assigned container's index in the spec */
+};
+
+struct kc_cluster {
+    struct gv_alloc_cluster *engine;
+    struct kc_node *nodes; /* sorted by name */
+    size_t n_nodes;
+    struct kc_pod *pods; /* sorted by namespace, name */
+    size_t n_pods;
+    size_t n_inventories;
+};
+
+/* Reads nodes and assigned pods.  Returns a KC_* code; msg says why. */
+int kc_cluster_load(struct gv_kube_client *kube, const struct kc_opts *o, struct kc_cluster *c,
+                    struct gv_error *err);
+void kc_cluster_clear(struct kc_cluster *c);
+/* Classifies a kube error: KC_FORBIDDEN for HTTP 403, else KC_ERR. */
+int kc_kube_failure(const struct gv_error *err);
+
+/* ---- commands ---------------------------------------------------------- */
+
+int kc_inspect(struct gv_kube_client *kube, const struct kc_opts *o, const char *node);
+int kc_top(struct gv_kube_client *kube, const struct kc_opts *o, const char *what);
+
+/* ---- output (output.c) ------------------------------------------------- */
+
+/* A table printed with columns aligned, kubectl style. */
+struct kc_table {
+    size_t ncol, nrow, cap;
+    char **cells; /* nrow x ncol; row 0 is the header */
+};
+void kc_table_init(struct kc_table *t, size_t ncol);
+/* Adds a row of ncol printf-formatted cells ("" for empty). */
+void kc_table_row(struct kc_table *t, ...);
+void kc_table_print(struct kc_table *t, FILE *out);
+void kc_table_free(struct kc_table *t);
+/* Writes a JSON value as JSON (indented) or YAML (libyaml's emitter). */
+int kc_emit(json_t *doc, enum kc_output fmt, FILE *out);
+/* "81920" MiB -> "80.0Gi" style for tables. */
+void kc_fmt_mib(char *buf, size_t cap, double mib);
+
+#endif

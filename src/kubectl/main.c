@@ -1,0 +1,237 @@
+/*
+ * kubectl-gpuvisor: `kubectl gpuvisor inspect|top`, a kubectl plugin (an
+ * executable named kubectl-gpuvisor on PATH; kubectl passes the arguments
+ * through unchanged).  Connection as kubectl resolves it: --server, else
+ * --kubeconfig / $KUBECONFIG / ~/.kube/config with --context, else the
+ * in-cluster service account.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/gv_version.h"
+#include "kubectl/gv_kubectl.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: kubectl gpuvisor COMMAND [options]\n"
+            "\n"
+            "Commands:\n"
+            "  inspect [NODE]            GPU allocation per node and GPU: memory and compute\n"
+            "                            allocated vs total, tasks, cluster totals and\n"
+            "                            fragmentation (-d: the pods on each GPU)\n"
+            "  top [pods|nodes|gpus]     live usage from the gpuvisor-node agents: memory\n"
+            "                            used/limit, compute share achieved/target, GPU util\n"
+            "  version\n"
+            "\n"
+            "Options:\n"
+            "  -d, --details             inspect: list the pods holding each GPU\n"
+            "  -o, --output FORMAT       table (default), wide, json or yaml\n"
+            "  -n, --namespace NS        pods of this namespace (top: default from the context)\n"
+            "  -A, --all-namespaces      pods of every namespace\n"
+            "      --sort KEY            top: memory (pods default), memory%%, share, util\n"
+            "                            (nodes/gpus default) or name\n"
+            "      --kubeconfig FILE     kubeconfig (default $KUBECONFIG, ~/.kube/config,\n"
+            "                            then the in-cluster service account)\n"
+            "      --context NAME        kubeconfig context (default: current-context)\n"
+            "  -s, --server URL          API server URL (no credentials)\n"
+            "      --agent-selector SEL  label selector of the agents' pods\n"
+            "                            (default app.kubernetes.io/name=gpuvisor-node)\n"
+            "      --agent-port PORT     their metrics port, number or name (default \"metrics\")\n"
+            "      --heartbeat-timeout S agent heartbeat age that marks a node stale (90)\n"
+            "      --scheduler-name NAME schedulerName of gpuvisor's pods (gpuvisor-scheduler)\n"
+            "\n"
+            "Exit status: 0 ok, 1 error, 2 usage, 3 gpuvisor not installed, 4 forbidden (RBAC).\n");
+}
+
+static bool is_file(const char *p)
+{
+    struct stat st;
+    return p != NULL && stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* kubectl's order: flag, $KUBECONFIG (first existing entry), ~/.kube/config,
+ * then in-cluster. */
+static int load_config(const struct kc_opts *o, struct gv_kube_config **cfg, struct gv_error *err)
+{
+    if (o->server != NULL)
+        return gv_kube_config_from_url(o->server, cfg, err) == GV_OK ? 0 : -1;
+    char path[4096] = "";
+    if (o->kubeconfig != NULL) {
+        snprintf(path, sizeof(path), "%s", o->kubeconfig);
+    } else if (getenv("KUBECONFIG") != NULL && *getenv("KUBECONFIG") != '\0') {
+        char *list = strdup(getenv("KUBECONFIG")), *save = NULL;
+        for (char *p = list ? strtok_r(list, ":", &save) : NULL; p; p = strtok_r(NULL, ":", &save))
+            if (is_file(p)) {
+                snprintf(path, sizeof(path), "%s", p);
+                break;
+            }
+        free(list);
+    } else if (getenv("HOME") != NULL) {
+        snprintf(path, sizeof(path), "%s/.kube/config", getenv("HOME"));
+        if (!is_file(path))
+            path[0] = '\0';
+    }
+    if (path[0] != '\0')
+        return gv_kube_config_from_kubeconfig(path, o->context, cfg, err) == GV_OK ? 0 : -1;
+    if (getenv("KUBERNETES_SERVICE_HOST") != NULL)
+        return gv_kube_config_in_cluster(NULL, cfg, err) == GV_OK ? 0 : -1;
+    gv_error_set(err, GV_ENOTFOUND,
+                 "no kubeconfig found (--kubeconfig, $KUBECONFIG, ~/.kube/config) and not "
+                 "running in a cluster");
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    enum {
+        OPT_KUBECONFIG = 1000,
+        OPT_CONTEXT,
+        OPT_SORT,
+        OPT_AGENT_SEL,
+        OPT_AGENT_PORT,
+        OPT_HB,
+        OPT_SCHED_NAME
+    };
+    static const struct option opts[] = {
+        {"details", no_argument, NULL, 'd'},
+        {"output", required_argument, NULL, 'o'},
+        {"namespace", required_argument, NULL, 'n'},
+        {"all-namespaces", no_argument, NULL, 'A'},
+        {"server", required_argument, NULL, 's'},
+        {"kubeconfig", required_argument, NULL, OPT_KUBECONFIG},
+        {"context", required_argument, NULL, OPT_CONTEXT},
+        {"sort", required_argument, NULL, OPT_SORT},
+        {"agent-selector", required_argument, NULL, OPT_AGENT_SEL},
+        {"agent-port", required_argument, NULL, OPT_AGENT_PORT},
+        {"heartbeat-timeout", required_argument, NULL, OPT_HB},
+        {"scheduler-name", required_argument, NULL, OPT_SCHED_NAME},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    struct kc_opts o = {.agent_selector = "app.kubernetes.io/name=gpuvisor-node",
+                        .heartbeat_timeout_s = 90,
+                        .scheduler_name = "gpuvisor-scheduler",
+                        .out = stdout};
+    int c;
+    while ((c = getopt_long(argc, argv, "do:n:As:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd':
+            o.details = true;
+            break;
+        case 'n':
+            o.namespace_ = optarg;
+            break;
+        case 'A':
+            o.all_namespaces = true;
+            break;
+        case 's':
+            o.server = optarg;
+            break;
+        case OPT_KUBECONFIG:
+            o.kubeconfig = optarg;
+            break;
+        case OPT_CONTEXT:
+            o.context = optarg;
+            break;
+        case OPT_SORT:
+            o.sort = optarg;
+            break;
+        case OPT_AGENT_SEL:
+            o.agent_selector = optarg;
+            break;
+        case OPT_AGENT_PORT:
+            o.agent_port = optarg;
+            break;
+        case OPT_SCHED_NAME:
+            o.scheduler_name = optarg;
+            break;
+        case OPT_HB: {
+            char *end = NULL;
+            o.heartbeat_timeout_s = strtol(optarg, &end, 10);
+            if (end == optarg || *end != '\0' || o.heartbeat_timeout_s <= 0) {
+                fprintf(stderr,
+                        "kubectl-gpuvisor: --heartbeat-timeout %s: not a positive number "
+                        "of seconds\n",
+                        optarg);
+                return KC_USAGE;
+            }
+            break;
+        }
+        case 'o':
+            if (strcmp(optarg, "json") == 0)
+                o.output = KC_OUT_JSON;
+            else if (strcmp(optarg, "yaml") == 0)
+                o.output = KC_OUT_YAML;
+            else if (strcmp(optarg, "wide") == 0)
+                o.output = KC_OUT_WIDE;
+            else if (strcmp(optarg, "table") == 0)
+                o.output = KC_OUT_TABLE;
+            else {
+                fprintf(stderr, "kubectl-gpuvisor: -o %s: use json, yaml, wide or table\n", optarg);
+                return KC_USAGE;
+            }
+            break;
+        case 'h':
+            usage(stdout);
+            return KC_OK;
+        default:
+            usage(stderr);
+            return KC_USAGE;
+        }
+    }
+    const char *cmd = optind < argc ? argv[optind++] : NULL;
+    const char *arg = optind < argc ? argv[optind++] : NULL;
+    if (cmd == NULL) {
+        usage(stderr);
+        return KC_USAGE;
+    }
+    if (strcmp(cmd, "version") == 0) {
+        printf("kubectl-gpuvisor %s\n", GV_VERSION);
+        return KC_OK;
+    }
+    if (strcmp(cmd, "help") == 0) {
+        usage(stdout);
+        return KC_OK;
+    }
+    if ((strcmp(cmd, "inspect") != 0 && strcmp(cmd, "top") != 0) || optind < argc) {
+        fprintf(stderr, "kubectl-gpuvisor: %s '%s' (see kubectl gpuvisor --help)\n",
+                optind < argc ? "unexpected argument" : "unknown command",
+                optind < argc ? argv[optind] : cmd);
+        return KC_USAGE;
+    }
+    struct gv_error err = {0};
+    struct gv_kube_config *cfg = NULL;
+    struct gv_kube_client *kube = NULL;
+    int rc = KC_ERR;
+    if (load_config(&o, &cfg, &err) != 0) {
+        fprintf(stderr, "kubectl-gpuvisor: %s\n", err.msg);
+        goto out;
+    }
+    /* An interactive command: fail in seconds, not after the daemons' backoff. */
+    cfg->max_retries = 2;
+    cfg->timeout_ms = 20000;
+    if (o.namespace_ == NULL && cfg->namespace_ != NULL)
+        o.namespace_ = cfg->namespace_;
+    if (gv_kube_client_new(cfg, &kube, &err) != GV_OK) {
+        fprintf(stderr, "kubectl-gpuvisor: %s\n", err.msg);
+        goto out;
+    }
+    if (strcmp(cmd, "inspect") == 0) {
+        /* inspect shows every namespace unless one is asked for explicitly */
+        if (o.namespace_ == cfg->namespace_)
+            o.namespace_ = NULL;
+        rc = kc_inspect(kube, &o, arg);
+    } else {
+        rc = kc_top(kube, &o, arg);
+    }
+out:
+    gv_kube_client_free(kube);
+    gv_kube_config_free(cfg);
+    if (fflush(stdout) != 0 && rc == KC_OK)
+        rc = KC_ERR;
+    return rc;
+}

@@ -1,0 +1,148 @@
+/* Placement authentication in the scheduler: see placement_guard.h. */
+#include "scheduler/placement_guard.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/gv_log.h"
+#include "scheduler/sched_internal.h"
+
+static atomic_ullong rejected;
+
+gv_status gv_sched_placement_sign(const struct gv_sched_config *cfg, const char *uid,
+                                  const char *node, const char *assigned_at,
+                                  const char *assignment, char *out, size_t cap,
+                                  struct gv_error *err)
+{
+    if (cap > 0)
+        out[0] = '\0';
+    if (cfg->placement_key == NULL)
+        return GV_OK;
+    return gv_placement_sign(cfg->placement_key, uid, node, assigned_at, assignment, out, cap,
+                             err);
+}
+
+static const char *meta(const json_t *pod, const char *key)
+{
+    return json_string_value(json_object_get(json_object_get(pod, "metadata"), key));
+}
+
+/* metadata.creationTimestamp is set by the API server, never by the client:
+ * the one clock a tenant cannot choose. */
+static bool created_before(const json_t *pod, time_t cutoff)
+{
+    const char *ts = meta(pod, "creationTimestamp");
+    struct tm tm;
+    memset(&tm, 0, sizeof(tm));
+    const char *end = ts ? strptime(ts, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
+    if (end == NULL || (*end != 'Z' && *end != '.'))
+        return false;
+    return timegm(&tm) < cutoff;
+}
+
+static bool trusted(const struct gv_sched_config *cfg, const json_t *pod, struct gv_error *err);
+
+bool gv_sched_placement_trusted(const struct gv_sched_config *cfg, const json_t *pod)
+{
+    struct gv_error err = {0};
+    return trusted(cfg, pod, &err);
+}
+
+/* Token bucket for events: 5 a second, bursts of 20. */
+static bool event_allowed(void)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static double tokens = 20, last;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double t = (double)now.tv_sec + (double)now.tv_nsec / 1e9;
+    pthread_mutex_lock(&mu);
+    tokens += (t - last) * 5;
+    if (tokens > 20)
+        tokens = 20;
+    last = t;
+    bool ok = tokens >= 1;
+    if (ok)
+        tokens -= 1;
+    pthread_mutex_unlock(&mu);
+    return ok;
+}
+
+static void post_event(struct gv_kube_client *kube, const json_t *pod, const char *why)
+{
+    const char *ns = meta(pod, "namespace"), *name = meta(pod, "name"), *uid = meta(pod, "uid");
+    if (kube == NULL || ns == NULL || name == NULL || uid == NULL || !event_allowed())
+        return;
+    char ev_name[300], path[512], now[48];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gv_sched_format_time(&ts, now, sizeof(now));
+    snprintf(ev_name, sizeof(ev_name), "%.200s.%.13s.placement-rejected", name, uid);
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/events", ns);
+    json_t *ev = json_pack(
+        "{s:s,s:s,s:{s:s,s:s},s:{s:s,s:s,s:s,s:s,s:s},s:s,s:s,s:s,s:{s:s},s:s,s:s,s:i}",
+        "apiVersion", "v1", "kind", "Event", "metadata", "name", ev_name, "namespace", ns,
+        "involvedObject", "apiVersion", "v1", "kind", "Pod", "namespace", ns, "name", name, "uid",
+        uid, "type", "Warning", "reason", "PlacementRejected", "message", why, "source",
+        "component", "gpuvisor-scheduler", "firstTimestamp", now, "lastTimestamp", now, "count",
+        1);
+    struct gv_error err = {0};
+    /* An existing event (409) means this pod was reported already. */
+    if (ev != NULL && gv_kube_create(kube, path, ev, NULL, &err) != GV_OK &&
+        err.code != GV_ECONFLICT && err.code != GV_EEXIST)
+        gv_debug("event on pod %s/%s: %s", ns, name, err.msg);
+    json_decref(ev);
+}
+
+bool gv_sched_placement_admit(struct gv_sched *s, const json_t *pod)
+{
+    struct gv_error err = {0};
+    if (trusted(&s->cfg, pod, &err))
+        return true;
+    char why[GV_ERROR_MSG_MAX + 64];
+    snprintf(why, sizeof(why), "gpuvisor placement ignored (not counted, no GPUs served): %s",
+             err.msg);
+    post_event(s->kube, pod, why);
+    return false;
+}
+
+static bool trusted(const struct gv_sched_config *cfg, const json_t *pod, struct gv_error *out)
+{
+    if (cfg->placement_key == NULL)
+        return true; /* the daemon runs keyless only with insecureUnsignedPlacements */
+    struct gv_error err = {0};
+    if (gv_placement_verify_pod(cfg->placement_key, pod, &err) == GV_OK)
+        return true;
+    *out = err;
+    const json_t *anns = json_object_get(json_object_get(pod, "metadata"), "annotations");
+    if (cfg->unsigned_before != 0 && json_object_get(anns, GV_PLACEMENT_SIG_ANNOTATION) == NULL &&
+        created_before(pod, cfg->unsigned_before))
+        return true;
+    atomic_fetch_add(&rejected, 1);
+    const char *ns = meta(pod, "namespace"), *name = meta(pod, "name");
+    gv_warn("pod %s/%s: placement ignored, not counted: %s", ns ? ns : "-", name ? name : "-",
+            err.msg);
+    return false;
+}
+
+unsigned long long gv_sched_placements_rejected(void)
+{
+    return atomic_load(&rejected);
+}
+
+void gv_sched_placement_metrics(const struct gv_sched_config *cfg, FILE *out)
+{
+    fprintf(out,
+            "# HELP gpuvisor_placement_signing_enabled 1 when placements are authenticated "
+            "(placementKeyFile), 0 when unsigned ones are trusted.\n"
+            "# TYPE gpuvisor_placement_signing_enabled gauge\n"
+            "gpuvisor_placement_signing_enabled %d\n"
+            "# HELP gpuvisor_placements_rejected_total Pod placements ignored because their "
+            "signature was missing or wrong (forged or altered).\n"
+            "# TYPE gpuvisor_placements_rejected_total counter\n"
+            "gpuvisor_placements_rejected_total %llu\n",
+            cfg->placement_key != NULL, gv_sched_placements_rejected());
+}

@@ -1,0 +1,165 @@
+#!/usr/bin/python3
+"""gpuvisor-scheduler's /metrics parsed with a real Prometheus text parser
+(prometheus_client, Debian python3-prometheus-client), against a known
+cluster on the kube-apiserver stand-in (cluster_fixture.py): HAMi's
+allocation series with HAMi's labels and units, gpuvisor's own series,
+filter latency histograms and pending pods with their top reason."""
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import obs_stand  # noqa: E402
+from obs_stand import cluster_fixture, gvtest  # noqa: E402
+
+t = gvtest.Tap()
+try:
+    from prometheus_client.parser import text_string_to_metric_families
+except ImportError:
+    t.skip("scheduler metrics", "python3-prometheus-client not installed")
+    t.done()
+if not os.path.exists(obs_stand.SCHED_BIN):
+    t.skip("scheduler metrics", "gpuvisor-scheduler not built")
+    t.done()
+
+MIB = 1024 * 1024
+stand = obs_stand.Stand(gvtest.scratch("obsm"))
+try:
+    stand.start_scheduler()
+    answers = obs_stand.drive_filters(stand, fitting=False)
+    code, text = obs_stand.http("GET", stand.ext + "/metrics")
+    t.ok(code == 200, "/metrics answers 200")
+    try:
+        fams = {f.name: f for f in text_string_to_metric_families(text)}
+        t.ok(True, "exposition parses with prometheus_client")
+    except Exception as e:  # the parser's own error is the diagnosis
+        t.ok(False, "exposition parses with prometheus_client", e)
+        fams = {}
+
+    def samples(name, suffix=""):
+        f = fams.get(name)
+        return [s for s in f.samples if s.name == name + suffix] if f else []
+
+    exp = cluster_fixture.expected()
+    gpus = {}  # uuid -> (node, index, model, MiB)
+    for node, model, n, age in cluster_fixture.NODES:
+        for i in range(n):
+            gpus[cluster_fixture.uuid(node, i)] = (node, i, model[0], model[1])
+
+    # HAMi per-GPU series: every GPU once, labels as HAMi's scheduler writes them
+    lim = {s.labels["device_uuid"]: s for s in samples("hami_gpu_memory_limit_bytes")}
+    t.ok(set(lim) == set(gpus), "hami_gpu_memory_limit_bytes: one series per GPU (%d)" % len(gpus),
+         sorted(set(lim) ^ set(gpus)))
+    bad = [u for u, s in lim.items()
+           if s.value != gpus[u][3] * MIB or s.labels["node"] != gpus[u][0]
+           or s.labels["device_index"] != str(gpus[u][1])
+           or s.labels["device_type"] != "NVIDIA-" + gpus[u][2] or s.labels["zone"] != "vGPU"]
+    t.ok(not bad, "memory limit in bytes with node/device_index/device_type(NVIDIA-<model>)/zone labels", bad)
+    alloc = {s.labels["device_uuid"]: s for s in samples("hami_gpu_memory_allocated_bytes")}
+    bad = [u for u in gpus if alloc.get(u) is None
+           or alloc[u].value != exp["gpu_mem"].get(u, 0) * MIB or alloc[u].labels.get("device_cores") != "100"]
+    t.ok(not bad, "hami_gpu_memory_allocated_bytes equals the fixture's slices per GPU", bad)
+    cores = {s.labels["device_uuid"]: s.value for s in samples("hami_gpu_core_allocated_ratio")}
+    bad = [u for u in gpus if cores.get(u) != exp["gpu_cores"].get(u, 0)]
+    t.ok(not bad, "hami_gpu_core_allocated_ratio in percent (0-100) per GPU", bad)
+    shared = {s.labels["device_uuid"]: s.value for s in samples("hami_gpu_shared_count")}
+    bad = [u for u in gpus if shared.get(u) != exp["gpu_tasks"].get(u, 0)]
+    t.ok(not bad, "hami_gpu_shared_count counts the containers on each GPU", bad)
+    ov = {s.labels["device_uuid"]: s for s in samples("hami_node_gpu_overview")}
+    bad = [u for u in gpus if ov.get(u) is None or ov[u].value != exp["gpu_mem"].get(u, 0) * MIB
+           or ov[u].labels["device_memory_limit"] != str(gpus[u][3])]
+    t.ok(not bad, "hami_node_gpu_overview: allocated bytes, capacity in MiB as a label", bad)
+    ratio = {s.labels["device_uuid"]: s.value for s in samples("hami_node_gpu_memory_allocated_ratio")}
+    u0 = cluster_fixture.uuid("gpu-a100-1", 0)
+    t.ok(abs(ratio.get(u0, -1) - (40960 + 20480) / 81920) < 1e-9,
+         "hami_node_gpu_memory_allocated_ratio is a 0-1 fraction", ratio.get(u0))
+
+    # per-container allocations
+    vmem = {(s.labels["namespace"], s.labels["pod"], s.labels["container_index"], s.labels["device_uuid"]): s
+            for s in samples("hami_vgpu_memory_allocated_bytes")}
+    want = {}
+    for ns, pod, node, cname, u, mib, c in exp["vgpu"]:
+        spec = [x for x in cluster_fixture.objects() if x["kind"] == "Pod" and x["metadata"]["name"] == pod][0]
+        idx = [k for k, sc in enumerate(spec["spec"]["containers"]) if sc["name"] == cname][0]
+        want[(ns, pod, str(idx), u)] = (mib, c, node)
+    bound = {k: v for k, v in vmem.items() if k[1] in {p[1] for p in cluster_fixture.PODS}}
+    t.ok(set(bound) == set(want), "hami_vgpu_memory_allocated_bytes: one series per container and GPU",
+         sorted(set(bound) ^ set(want)))
+    bad = [k for k, (mib, c, node) in want.items()
+           if k not in vmem or vmem[k].value != mib * MIB or vmem[k].labels["node"] != node]
+    t.ok(not bad, "per-container memory in bytes, on the right node", bad)
+    t.ok(("inference", "llama-serve-7b", "1", cluster_fixture.uuid("gpu-a100-1", 2)) in vmem,
+         "container_index is the position in the pod spec (a GPU-less container first counts)")
+    vcore = {(s.labels["namespace"], s.labels["pod"], s.labels["container_index"], s.labels["device_uuid"]): s.value
+             for s in samples("hami_vgpu_core_allocated_ratio")}
+    bad = [k for k, (mib, c, node) in want.items() if vcore.get(k) != c]
+    t.ok(not bad, "hami_vgpu_core_allocated_ratio in percent per container", bad)
+
+    # gpuvisor's own series are still there and agree
+    own = {s.labels["gpu"]: s.value for s in samples("gpuvisor_gpu_memory_allocated_mib")}
+    t.ok(all(own.get(u) == exp["gpu_mem"].get(u, 0) for u in gpus),
+         "gpuvisor_gpu_memory_allocated_mib kept and consistent")
+
+    # a fitting filter reserves a slice: exactly one GPU grows by it
+    answers.update(obs_stand.drive_fitting(stand))
+    before = {u: s.value for u, s in alloc.items()}
+    text = obs_stand.http("GET", stand.ext + "/metrics")[1]
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    after = {s.labels["device_uuid"]: s.value for s in samples("hami_gpu_memory_allocated_bytes")}
+    grew = {u: after[u] - before[u] for u in after if after[u] != before.get(u)}
+    t.ok(list(grew.values()) == [8192 * MIB], "a reservation counts on exactly one GPU, 8192 MiB", grew)
+    # filter outcomes
+    t.ok("NodeNames" in str(answers["small-infer"][1]) and answers["small-infer"][0] == 200,
+         "a small slice fits (reserved at filter)", answers["small-infer"])
+    res = {s.labels["result"]: s.value for s in samples("gpuvisor_scheduler_filter_duration_seconds", "_count")}
+    t.ok(res == {"fit": 1, "nofit": 1, "invalid": 1, "not_gpu": 1},
+         "filter latency histogram counts each outcome once", res)
+    inf = [s for s in samples("gpuvisor_scheduler_filter_duration_seconds", "_bucket")
+           if s.labels["le"] == "+Inf" and s.labels["result"] == "nofit"]
+    t.ok(len(inf) == 1 and inf[0].value == 1, "histogram has cumulative buckets up to +Inf")
+
+    pend = {s.labels["pod"]: s.labels for s in samples("gpuvisor_scheduler_pending_pod")}
+    t.ok(set(pend) == {"big-train", "bad-cores"}, "pending pods listed by name", pend)
+    big = pend.get("big-train", {})
+    t.ok(big.get("reason") == "insufficient_gpu" and big.get("message", "").startswith("3/5 nodes:"),
+         "top failure reason: the most common one over the candidates, counted", big)
+    t.ok("gpucores" in pend.get("bad-cores", {}).get("message", "")
+         and pend.get("bad-cores", {}).get("reason") == "invalid_request",
+         "invalid request: the engine's message", pend.get("bad-cores"))
+    # the same pod, asking for less, fits: it leaves the pending list with its reason
+    stand.filter("ml-train", "big-train", "p-big", [obs_stand.gpu_container("t", 1, 1024, 10)],
+                 obs_stand.ALL_NODES)
+    fams = {f.name: f for f in text_string_to_metric_families(obs_stand.http("GET", stand.ext + "/metrics")[1])}
+    pend = {s.labels["pod"] for s in samples("gpuvisor_scheduler_pending_pod")}
+    t.ok(pend == {"bad-cores"}, "a pod placed at a later filter is no longer pending", pend)
+    frag = samples("gpuvisor_cluster_fragmentation_ratio")
+    t.ok(len(frag) == 1 and 0 <= frag[0].value <= 1, "fragmentation ratio exported (0-1)", frag)
+
+    # a pod that finishes frees its slices in every family
+    code, _ = obs_stand.http("PATCH", stand.api_url + "/api/v1/namespaces/inference/pods/ocr/status",
+                             {"status": {"phase": "Succeeded"}}, "application/merge-patch+json")
+    gone = False
+    for _ in range(200):
+        text = obs_stand.http("GET", stand.ext + "/metrics")[1]
+        if 'pod="ocr"' not in text:
+            gone = True
+            break
+        import time
+        time.sleep(0.05)
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    u = cluster_fixture.uuid("gpu-t4-1", 1)
+    t.ok(gone and [s.value for s in samples("hami_gpu_memory_allocated_bytes") if s.labels["device_uuid"] == u] == [0],
+         "finished pod: its container series vanish and its GPU reads 0 bytes")
+    rc, log = stand.stop_scheduler()
+    t.ok(rc == 0 and "Sanitizer" not in log and "runtime error" not in log,
+         "scheduler exits cleanly on SIGTERM (no sanitizer report)", log[-3000:])
+
+    # HAMi's names can be switched off (they are most of a large scrape)
+    stand.start_scheduler("--hami-metrics", "off")
+    text = obs_stand.http("GET", stand.ext + "/metrics")[1]
+    names = {f.name for f in text_string_to_metric_families(text)}
+    t.ok(not any(n.startswith("hami_") for n in names) and "gpuvisor_gpu_memory_allocated_mib" in names,
+         "--hami-metrics off: no hami_ family, gpuvisor's kept", sorted(names))
+finally:
+    stand.stop()
+t.done()

@@ -1,0 +1,212 @@
+#!/usr/bin/python3
+"""kubectl-gpuvisor (the `kubectl gpuvisor` plugin) against the
+kube-apiserver stand-in seeded with the known cluster
+(tests/dashboard/cluster_fixture.py) and node-agent stand-ins serving
+/metrics in the agent's format, reached through the stand-in's pod proxy.
+
+Golden outputs live in tests/kubectl/golden/ (GV_UPDATE_GOLDEN=1 rewrites
+them; review the diff).  Structured outputs (-o json / yaml) are checked
+against figures computed from the fixture, not against the program."""
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "dashboard"))
+import agent_standin  # noqa: E402
+import obs_stand  # noqa: E402
+from obs_stand import cluster_fixture, gvtest  # noqa: E402
+
+t = gvtest.Tap()
+BIN = os.path.join(gvtest.BUILD, "bin", "kubectl-gpuvisor")
+if not os.path.exists(BIN):
+    t.skip("kubectl-gpuvisor", "not built")
+    t.done()
+try:
+    import yaml
+except ImportError:
+    yaml = None
+GOLDEN = os.path.join(HERE, "golden")
+UPDATE = os.environ.get("GV_UPDATE_GOLDEN") == "1"
+# Heartbeats in the fixture are 5 s (live) and 3600 s (stale) old: a 1800 s
+# timeout keeps the states whatever the machine's load.
+HB = ["--heartbeat-timeout", "1800"]
+
+MIB = agent_standin.MIB
+work = gvtest.scratch("kc")
+
+
+agents = agent_standin.start_agents(skip=("gpu-h100-1",))  # the stale node's agent is gone
+# the stale node's agent pod still exists but answers nothing (port 1 refuses)
+agents_seed = dict(agents)
+agents_seed["gpu-h100-1"] = ("127.0.0.1", 1)
+
+
+def run(*args, env=None):
+    e = dict(os.environ)
+    e.pop("KUBECONFIG", None)
+    e["HOME"] = work  # no ~/.kube/config of the machine's user
+    if env:
+        e.update(env)
+    r = subprocess.run([BIN] + list(args), capture_output=True, env=e, timeout=120)
+    return r.returncode, r.stdout.decode(), r.stderr.decode()
+
+
+def golden(name, text):
+    path = os.path.join(GOLDEN, name)
+    if UPDATE:
+        with open(path, "w") as f:
+            f.write(text)
+    want = open(path).read() if os.path.exists(path) else None
+    if want == text:
+        return True, None
+    import difflib
+    return False, "".join(difflib.unified_diff((want or "").splitlines(True), text.splitlines(True),
+                                               "golden/" + name, "got"))
+
+
+stand = obs_stand.Stand(work, agents=agents_seed)
+S = ["-s", stand.api_url]
+try:
+    # ---- inspect ------------------------------------------------------------
+    rc, out, err = run(*S, "inspect", "-d", *HB)
+    ok, diff = golden("inspect-d.txt", out)
+    t.ok(rc == 0 and ok, "inspect -d matches golden/inspect-d.txt", diff or err)
+    rc, out, err = run(*S, "inspect", "gpu-t4-1", "-o", "wide", *HB)
+    ok, diff = golden("inspect-node-wide.txt", out)
+    t.ok(rc == 0 and ok, "inspect NODE -o wide matches golden/inspect-node-wide.txt", diff or err)
+    rc, out, err = run(*S, "inspect", "-d", "-n", "inference", "gpu-a100-1", *HB)
+    ok, diff = golden("inspect-d-namespace.txt", out)
+    t.ok(rc == 0 and ok, "inspect -d -n NS lists only that namespace's pods", diff or err)
+
+    rc, out, err = run(*S, "inspect", "-o", "json", *HB)
+    doc = json.loads(out) if rc == 0 else {}
+    exp = cluster_fixture.expected()
+    gpus = {g["uuid"]: g for n in doc.get("nodes", []) for g in n["gpus"]}
+    bad = [u for u, g in gpus.items() if g["usedMemMiB"] != exp["gpu_mem"].get(u, 0)
+           or g["usedCores"] != exp["gpu_cores"].get(u, 0) or g["tasks"] != exp["gpu_tasks"].get(u, 0)]
+    t.ok(rc == 0 and len(gpus) == 28 and not bad, "-o json: every GPU's allocation equals the fixture's", bad or err)
+    states = {n["name"]: n["state"] for n in doc.get("nodes", [])}
+    t.ok(states == {"cpu-1": "no_agent", "gpu-a100-1": "ready", "gpu-a100-2": "ready",
+                    "gpu-h100-1": "stale", "gpu-t4-1": "ready"}, "-o json: node states", states)
+    tot = doc.get("totals", {})
+    t.ok(tot.get("usedMemMiB") == sum(exp["gpu_mem"].values()) and tot.get("pods") == len(cluster_fixture.PODS),
+         "-o json: cluster totals", tot)
+    fr = doc.get("fragmentation", {})
+    t.ok(0 < fr.get("ratio", 0) < 1 and abs(fr["fragmentedGPUs"] - sum(n["fragmentedGPUs"] for n in doc["nodes"])) < 1e-6,
+         "-o json: fragmentation is the engine's measure, the sum of its nodes'", fr)
+    pods_on = {(p["namespace"], p["pod"], p["container"]) for g in gpus.values() for p in g["pods"]}
+    t.ok(("inference", "llama-serve-7b", "sidecar") in pods_on and len(pods_on) == 13,
+         "-o json: pods on each GPU, per container", sorted(pods_on))
+    if yaml is None:
+        t.skip("-o yaml", "python3-yaml not installed")
+    else:
+        rc, out, err = run(*S, "inspect", "-o", "yaml", *HB)
+        y = yaml.safe_load(out) if rc == 0 else None
+        for n in (y or {}).get("nodes", []) + doc.get("nodes", []):
+            n.pop("reason", None)  # heartbeat ages move between the two runs
+        t.ok(y == doc, "-o yaml is the same document as -o json (YAML parser)", err)
+    # through kubectl itself: it finds kubectl-gpuvisor on PATH and passes the arguments on
+    import shutil
+    if shutil.which("kubectl") is None:
+        t.skip("kubectl gpuvisor through kubectl", "kubectl not installed")
+    else:
+        e = dict(os.environ, PATH=os.path.dirname(BIN) + os.pathsep + os.environ.get("PATH", ""),
+                 HOME=work)
+        e.pop("KUBECONFIG", None)
+        r = subprocess.run(["kubectl", "gpuvisor", "inspect", "-d", "-s", stand.api_url] + HB,
+                           capture_output=True, env=e, timeout=120)
+        ok, diff = golden("inspect-d.txt", r.stdout.decode())
+        t.ok(r.returncode == 0 and ok, "`kubectl gpuvisor inspect -d` (real kubectl, plugin on PATH) prints the same",
+             diff or r.stderr.decode())
+    rc, out, err = run(*S, "inspect", "no-such-node", *HB)
+    t.ok(rc == 1 and 'node "no-such-node" not found' in err, "inspect of an unknown node: clear error", err)
+
+    # ---- top ----------------------------------------------------------------
+    rc, out, err = run(*S, "top", "pods", "-A")
+    ok, diff = golden("top-pods-A.txt", out)
+    t.ok(rc == 0 and ok, "top pods -A (memory used first) matches golden/top-pods-A.txt", diff or err)
+    t.ok("gpu-h100-1" in err and "warning" in err, "an unreachable agent is a warning, not a failure", err)
+    t.ok("malformed metric line" in err, "malformed exposition lines are reported and skipped", err)
+    rc, out, err = run(*S, "top", "pods", "-n", "inference", "--sort", "share")
+    ok, diff = golden("top-pods-inference-share.txt", out)
+    t.ok(rc == 0 and ok, "top pods -n NS --sort share matches golden", diff or err)
+    rc, out, err = run(*S, "top", "gpus")
+    ok, diff = golden("top-gpus.txt", out)
+    t.ok(rc == 0 and ok, "top gpus (utilisation first) matches golden/top-gpus.txt", diff or err)
+    rc, out, err = run(*S, "top", "nodes", "--sort", "name")
+    ok, diff = golden("top-nodes-name.txt", out)
+    t.ok(rc == 0 and ok, "top nodes --sort name matches golden/top-nodes-name.txt", diff or err)
+    rc, out, err = run(*S, "top", "pods", "-A", "-o", "json")
+    rows = json.loads(out) if rc == 0 else []
+    bert = [r for r in rows if r["pod"] == "bert-finetune-0"]
+    t.ok(len(bert) == 2 and all(r["memoryLimitBytes"] == 40960 * MIB and r["memoryUsedBytes"] == int(40960 * 0.9) * MIB
+                                and r["shareTarget"] == 0.5 and r["shareAchieved"] == 0.25 for r in bert),
+         "top -o json: used/limit bytes and achieved/target share from the agent", bert)
+    ocr = [r for r in rows if r["pod"] == "ocr"]
+    t.ok(len(ocr) == 1 and ocr[0]["memoryUsedBytes"] == int(12288 * 0.95) * MIB and "shareTarget" not in ocr[0],
+         "top reads HAMi's names where the agent exports only those", ocr)
+    rc, out, err = run(*S, "top", "pods", "--sort", "bogus")
+    t.ok(rc == 2 and "--sort" in err, "unknown sort key: usage error", err)
+
+    # ---- connection: kubeconfig, context, namespace from the context --------
+    kc = os.path.join(work, "kubeconfig")
+    with open(kc, "w") as f:
+        f.write("""apiVersion: v1
+kind: Config
+current-context: broken
+clusters:
+- name: dead
+  cluster: {server: "http://127.0.0.1:1"}
+- name: stand
+  cluster: {server: "%s"}
+users:
+- name: u
+  user: {}
+contexts:
+- name: broken
+  context: {cluster: dead, user: u}
+- name: lab
+  context: {cluster: stand, user: u, namespace: ml-train}
+""" % stand.api_url)
+    rc, out, err = run("--kubeconfig", kc, "--context", "lab", "top", "pods")
+    pods = sorted({ln.split()[1] for ln in out.splitlines()[1:] if ln.strip()})
+    t.ok(rc == 0 and pods == ["bert-finetune-0", "bert-finetune-1", "resnet-ddp"],
+         "--kubeconfig + --context: that cluster, pods of the context's namespace", out + err)
+    rc, out, err = run("top", "pods", "-A", "--context", "lab", env={"KUBECONFIG": "/nonexistent:" + kc})
+    t.ok(rc == 0 and "sweep-03" in out, "$KUBECONFIG: first existing entry used", err)
+    rc, out, err = run("top", "pods", env={"KUBECONFIG": kc})
+    t.ok(rc == 1 and ("127.0.0.1 port 1:" in err or "127.0.0.1:1" in err), "current-context of $KUBECONFIG used; an unreachable server is a clear error", err)
+    rc, out, err = run("inspect")
+    t.ok(rc == 1 and "no kubeconfig found" in err, "no kubeconfig, not in a cluster: clear error", err)
+
+    # ---- RBAC and "not installed" -----------------------------------------
+    ctl = lambda op: obs_stand.http("POST", stand.api_url + "/_fake/" + op)[0]  # noqa: E731
+    ctl("forbid?resource=nodes&verb=list")
+    rc, out, err = run(*S, "inspect")
+    t.ok(rc == 4 and 'cannot list resource "nodes"' in err and "gpuvisor-viewer" in err,
+         "403 on nodes: exit 4, the API's message and which role grants it", err)
+    ctl("forbid")
+    ctl("forbid?resource=pods/proxy&verb=get")
+    rc, out, err = run(*S, "top", "pods", "-A")
+    t.ok(rc == 4 and "pods/proxy" in err, "403 on the agents' proxy: exit 4 with the reason", err)
+    ctl("forbid")
+finally:
+    stand.stop()
+
+bare = obs_stand.Stand(gvtest.scratch("kc0"), agents={})
+try:
+    # a cluster without gpuvisor: drop the fixture to one node without an agent
+    for name, model, n, age in cluster_fixture.NODES:
+        if model is not None:
+            obs_stand.http("DELETE", bare.api_url + "/api/v1/nodes/" + name)
+    for ns, pod, node, c in cluster_fixture.PODS:
+        obs_stand.http("DELETE", bare.api_url + "/api/v1/namespaces/%s/pods/%s" % (ns, pod))
+    rc, out, err = run("-s", bare.api_url, "inspect")
+    t.ok(rc == 3 and "gpuvisor does not seem to be installed" in err, "not installed: exit 3, says so", err)
+    rc, out, err = run("-s", bare.api_url, "top")
+    t.ok(rc == 3 and "no gpuvisor-node agent pods" in err, "top without agents: exit 3, says so", err)
+finally:
+    bare.stop()
+t.done()

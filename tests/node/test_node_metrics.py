@@ -1,0 +1,407 @@
+#!/usr/bin/python3
+"""gpuvisor-node /metrics and the NVML backstop, end to end on stand-ins.
+
+The real agent runs over the fake NVML (telemetry from GV_FAKE_NVML_TELEMETRY,
+per-process memory from the fake driver's shared state file), the fake API
+server and the Python kubelet stand-in.  Containers are allocated through the
+real Allocate path; a gv_probe under the real interposer creates a real shared
+region, and a second gv_probe without the interposer allocates around it (the
+process the backstop exists for).  /proc/<pid>/cgroup comes from a fake proc
+tree (--proc-root) naming the pod, as the kubelet's cgroup layout would.
+Every exposition is parsed with prometheus_client's own text parser
+(Debian python3-prometheus-client) and values are checked against what the
+regions and the fake NVML hold.
+"""
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import agent  # noqa: E402
+import gvtest  # noqa: E402
+from agent import GPUS, write_atomic  # noqa: E402
+
+t = gvtest.Tap()
+try:
+    from prometheus_client.parser import text_string_to_metric_families
+except ImportError:
+    t.skip("node metrics", "python3-prometheus-client is not installed (scripts/debian-packages.txt)")
+    t.done()
+if not agent.have_fake_nvml():
+    t.skip("node metrics", "fake libnvidia-ml.so.1 not built in " + agent.FAKES)
+    t.done()
+
+PROBE = os.path.join(gvtest.BUILD, "tests", "gv_probe")
+LIB = os.path.join(gvtest.BUILD, "lib", "libgpuvisor.so")
+MiB = 1 << 20
+
+
+def preload():
+    """The interposer, after the sanitizer runtime it needs when built with one."""
+    out = subprocess.run(["ldd", LIB], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout.decode()
+    asan = [ln.split()[2] for ln in out.splitlines() if "libasan" in ln and len(ln.split()) > 2]
+    return " ".join(asan + [LIB])
+
+
+def scrape(port, path="/metrics"):
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=10) as r:
+            return r.status, r.headers.get("Content-Type", ""), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Content-Type", ""), e.read().decode()
+
+
+def parse(text):
+    """[(name, labels, value)] through the real parser (raises on bad syntax)."""
+    out = []
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.append((s.name, dict(s.labels), s.value))
+    return out
+
+
+def find(samples, name, **labels):
+    hits = [v for n, lab, v in samples if n == name and all(lab.get(k) == w for k, w in labels.items())]
+    return hits[0] if len(hits) == 1 else (None if not hits else ("many", hits))
+
+
+def labelsets(samples, name):
+    return [lab for n, lab, v in samples if n == name]
+
+
+class Setup:
+    def __init__(self, config):
+        self.env = agent.Env(config=config)
+        d = self.env.dir
+        self.proc = os.path.join(d, "proc")
+        os.makedirs(self.proc)
+        self.tele = os.path.join(d, "telemetry")
+        write_atomic(self.tele, "gpu 0 util=63 temp=57 power=212500 smclock=1755\n"
+                                "gpu 1 util=7 power=na\n")
+        self.gpu_state = os.path.join(d, "fake.state")
+        self.node_dir = os.path.join(d, "prio")
+        os.makedirs(self.node_dir)
+        self.fake_env = dict(GV_FAKE_GPU_STATE=self.gpu_state, GV_FAKE_NVML_TELEMETRY=self.tele)
+        self.probes = []
+
+    def start(self):
+        self.env.start_agent(["--metrics-listen", "127.0.0.1:0", "--proc-root", self.proc],
+                             env_extra=self.fake_env)
+        line = gvtest.wait_for(lambda: [ln for ln in self.env.agent_log().splitlines()
+                                        if "metrics: listening on" in ln], 10)
+        self.port = int(line[0].split("(port ")[1].split(")")[0]) if line else 0
+        return self.port
+
+    def probe(self, args, limits=None, name="probe", visible=None, extra=None):
+        env = dict(os.environ, LD_LIBRARY_PATH=agent.FAKES, GV_FAKE_GPU_CONFIG=self.env.gpu_cfg,
+                   ASAN_OPTIONS="detect_leaks=0", GPUVISOR_NODE_DIR=self.node_dir, **self.fake_env)
+        for k in ("GPUVISOR_LIMITS_FILE", "CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT",
+                  "CUDA_DEVICE_MEMORY_SHARED_CACHE", "CUDA_VISIBLE_DEVICES", "LD_PRELOAD"):
+            env.pop(k, None)
+        if visible is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible
+        env.update(extra or {})
+        if limits is not None:
+            f = os.path.join(self.env.dir, name + ".limits")
+            write_atomic(f, "".join("%s=%s\n" % kv for kv in limits.items()))
+            env["GPUVISOR_LIMITS_FILE"] = f
+            env["LD_PRELOAD"] = preload()
+        p = gvtest.Proc([PROBE] + args, env=env, stdin=False, log=os.path.join(self.env.dir, name + ".log"))
+        self.probes.append(p)
+        return p
+
+    def cgroup(self, pid, uid, cid):
+        """The kubelet's systemd-driver layout for a burstable pod's container."""
+        d = os.path.join(self.proc, str(pid))
+        os.makedirs(d, exist_ok=True)
+        write_atomic(os.path.join(d, "cgroup"),
+                     "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod%s.slice/"
+                     "cri-containerd-%s.scope\n" % (uid.replace("-", "_"), cid))
+
+    def close(self):
+        for p in self.probes:
+            p.stop(signal.SIGKILL)
+        self.env.close()
+
+
+def main():
+    cfg = {"metrics": {"backstop": "report", "backstopGraceMs": 0, "backstopPeriodMs": 100}}
+    s = Setup(cfg)
+    try:
+        port = s.start()
+        t.ok(port > 0, "agent logs the metrics port it bound (--metrics-listen 127.0.0.1:0)", s.env.agent_log())
+        code, _, body = scrape(port, "/readyz")
+        t.ok(code == 503 and "not ready:" in body and ("kubelet" in body or "starting" in body or "pod cache" in body),
+             "/readyz 503 with the reason while no kubelet is there to register with", (code, body))
+        k = s.env.start_kubelet("py")
+        ev = k.event("devices", timeout=10)
+        ids = [d["id"] for d in ev["devices"]] if ev else []
+        code, _, _ = scrape(port, "/healthz")
+        t.ok(code == 200, "/healthz 200 while the event loop runs", code)
+        ready = gvtest.wait_for(lambda: scrape(port, "/readyz")[0] == 200, 10)
+        t.ok(ready, "/readyz 200 once registered with the kubelet and the pod cache is synced",
+             scrape(port, "/readyz"))
+
+        # per-GPU series before any container
+        code, ctype, text = scrape(port)
+        m = parse(text)
+        t.ok(code == 200 and ctype.startswith("text/plain; version=0.0.4"),
+             "/metrics: 200, text exposition 0.0.4", (code, ctype))
+        lab = dict(gpu="0", UUID=GPUS[0], modelName="NVIDIA A100-SXM4-40GB", Hostname="node1", device="nvidia0")
+        t.ok(find(m, "DCGM_FI_DEV_GPU_UTIL", **lab) == 63 and find(m, "DCGM_FI_DEV_GPU_TEMP", **lab) == 57 and
+             find(m, "DCGM_FI_DEV_POWER_USAGE", **lab) == 212.5 and find(m, "DCGM_FI_DEV_SM_CLOCK", **lab) == 1755 and
+             find(m, "DCGM_FI_DEV_FB_USED", **lab) == 0 and find(m, "DCGM_FI_DEV_FB_FREE", **lab) == 40960 and
+             find(m, "DCGM_FI_DEV_XID_ERRORS", **lab) == 0,
+             "dcgm-exporter names and labels: util %, temp C, power W (from mW), SM clock MHz, FB MiB, last Xid",
+             [x for x in m if x[0].startswith("DCGM")])
+        t.ok(find(m, "DCGM_FI_DEV_POWER_USAGE", gpu="1") is None and find(m, "DCGM_FI_DEV_GPU_UTIL", gpu="1") == 7,
+             "a GPU without a power sensor (NOT_SUPPORTED) has no power sample, its other series stay")
+        t.ok(find(m, "hami_host_gpu_utilization_ratio", node="node1", device_index="0", device_uuid=GPUS[0],
+                  device_type="NVIDIA-NVIDIA A100-SXM4-40GB", zone="vGPU") == 63 and
+             find(m, "hami_host_gpu_memory_used_bytes", device_index="1") == 0,
+             "HAMi host series: node, device_index, device_uuid, device_type=NVIDIA-<name>, zone")
+        t.ok(find(m, "gpuvisor_gpu_healthy", uuid=GPUS[0]) == 1 and find(m, "gpuvisor_gpu_slices", uuid=GPUS[1]) == 10
+             and find(m, "gpuvisor_gpu_slices_in_use", uuid=GPUS[0]) == 0,
+             "per GPU: healthy, slices advertised, none in use", [x for x in m if x[0].startswith("gpuvisor_gpu")])
+
+        # a two-container pod: both present from Allocate on, before any CUDA call
+        s.env.api.create_pod("pair", [("a", {"nvidia.com/gpu": "1"}, {"CUDA_TASK_PRIORITY": "2"}),
+                                      ("b", {"nvidia.com/gpu": "1"})],
+                             "v1;node=node1;a=%s:1000:300;b=%s:500:100" % (GPUS[0], GPUS[1]), ns="team")
+        a1 = k.cmd("allocate", ids=[ids[0]])
+        a2 = k.cmd("allocate", ids=[ids[1]])
+        t.ok(a1 and a1["ok"] and a2 and a2["ok"], "both containers allocated", (a1, a2))
+        uid = s.env.api.pod("pair", ns="team")["metadata"]["uid"]
+        m = parse(scrape(port)[2])
+        ca = dict(node="node1", namespace="team", pod="pair", container="a", uuid=GPUS[0])
+        cb = dict(node="node1", namespace="team", pod="pair", container="b", uuid=GPUS[1])
+        t.ok(find(m, "gpuvisor_container_gpu_memory_limit_bytes", **ca) == 1000 * MiB and
+             find(m, "gpuvisor_container_gpu_memory_limit_bytes", **cb) == 500 * MiB and
+             find(m, "gpuvisor_container_gpu_memory_used_bytes", **ca) == 0 and
+             find(m, "gpuvisor_container_gpu_compute_share_limit_ratio", **ca) == 0.3 and
+             find(m, "gpuvisor_container_gpu_compute_share_limit_ratio", **cb) == 0.1,
+             "multi-container pod: each container with its own GPU, memory limit and share (HAMi 863)",
+             [x for x in m if x[0].startswith("gpuvisor_container")])
+        t.ok(find(m, "gpuvisor_container_region_present", container="a", limited="true") == 0 and
+             find(m, "hami_vgpu_memory_limit_bytes", namespace="team", pod="pair", container="b",
+                  vdevice_index="0", device_uuid=GPUS[1][:40], zone="vGPU") == 500 * MiB,
+             "present from Allocate on, before the first CUDA call (HAMi 281): no region yet, limits shown")
+        t.ok(find(m, "gpuvisor_container_priority", namespace="team", pod="pair", container="a") == 2 and
+             find(m, "gpuvisor_container_priority", container="b") is None,
+             "priority from the container's CUDA_TASK_PRIORITY; none set, no sample")
+        t.ok(find(m, "gpuvisor_gpu_slices_in_use", uuid=GPUS[0]) == 1 and
+             find(m, "gpuvisor_gpu_memory_allocated_bytes", uuid=GPUS[1]) == 500 * MiB and
+             find(m, "DCGM_FI_DEV_GPU_UTIL", gpu="0", pod="pair", namespace="team", container="a") == 63,
+             "per GPU: slices in use, memory allocated; dcgm series carry pod/namespace/container of the sole owner")
+
+        # container a's process under the real interposer: a real region
+        region = os.path.join(s.env.state, "containers", uid, "a", "shared.cache")
+        inside = s.probe(["init", "alloc:256m:OK", "alloc:64m:OK", "sleep:60000"], name="inside",
+                         limits={"CUDA_DEVICE_MEMORY_LIMIT_0": "1000m", "CUDA_DEVICE_SM_LIMIT_0": "30",
+                                 "CUDA_DEVICE_MEMORY_SHARED_CACHE": region, "CUDA_TASK_PRIORITY": "2"})
+        got = inside.expect(lambda ln: ln.startswith("ok 3") or ln.startswith("not ok"), 20)
+        t.ok(got and got.startswith("ok 3"), "probe under the interposer allocated 256 + 64 MiB", inside.seen)
+        write_atomic(s.tele, "gpu 0 util=63 temp=57 power=212500 smclock=1755\nproc %d sm=37\n" % inside.p.pid)
+        s.cgroup(inside.p.pid, uid, "a" * 64)
+        m = parse(scrape(port)[2])
+        t.ok(find(m, "gpuvisor_container_gpu_memory_used_bytes", **ca) == 320 * MiB and
+             find(m, "gpuvisor_container_region_present", container="a") == 1 and
+             find(m, "gpuvisor_container_processes", namespace="team", pod="pair", container="a") == 1 and
+             find(m, "hami_vgpu_memory_used_bytes", pod="pair", container="a") == 320 * MiB,
+             "memory in use from the shared region, exact (320 MiB), one process",
+             [x for x in m if "memory" in x[0] or "region" in x[0]])
+        t.ok(find(m, "gpuvisor_container_gpu_memory_nvml_bytes", **ca) == 320 * MiB and
+             find(m, "gpuvisor_container_gpu_nvml_processes", **ca) == 1 and
+             find(m, "gpuvisor_container_gpu_sm_utilization_ratio", **ca) == 0.37 and
+             find(m, "hami_container_device_utilization_ratio", pod="pair", container="a") == 37 and
+             find(m, "gpuvisor_container_gpu_memory_nvml_bytes", **cb) == 0,
+             "NVML per-process memory and SM utilisation mapped to container a (host pid in its region)")
+        t.ok(find(m, "DCGM_FI_DEV_FB_USED", gpu="0") == 320 and find(m, "gpuvisor_backstop_over_limit", **ca) == 0,
+             "FB used in MiB; within its limit: backstop quiet")
+
+        # a process of container a allocating around the interposer
+        outside = s.probe(["init", "alloc:1g:OK", "sleep:60000"], name="outside")
+        s.cgroup(outside.p.pid, uid, "a" * 64)
+        got = outside.expect(lambda ln: ln.startswith("ok 2") or ln.startswith("not ok"), 20)
+        t.ok(got and got.startswith("ok 2"), "a process without the interposer allocates 1 GiB on GPU 0", outside.seen)
+
+        def events(reason):
+            code, body = s.env.api.req("GET", "/api/v1/namespaces/team/events")
+            return [e for e in (body or {}).get("items", []) if e.get("reason") == reason]
+        ev = gvtest.wait_for(lambda: events("GPUMemoryOverLimit"), 10)
+        t.ok(ev and ev[0]["involvedObject"]["name"] == "pair" and ev[0]["involvedObject"]["uid"] == uid and
+             ev[0]["type"] == "Warning" and "container a" in ev[0]["message"] and "1344 MiB" in ev[0]["message"],
+             "backstop report: NVML shows a over its limit (1344 > 1000 MiB): Warning event on the pod", ev)
+        m = parse(scrape(port)[2])
+        t.ok(find(m, "gpuvisor_backstop_over_limit", **ca) == 1 and
+             find(m, "gpuvisor_backstop_actions_total", action="report", **ca) == 1 and
+             find(m, "gpuvisor_container_gpu_memory_nvml_bytes", **ca) == 1344 * MiB and
+             find(m, "gpuvisor_container_gpu_memory_used_bytes", **ca) == 320 * MiB,
+             "metrics: over limit 1, one report; the region still says 320 MiB (the bypass is invisible to it)")
+        t.ok(outside.p.poll() is None and len(events("GPUMemoryOverLimit")) == 1,
+             "report mode kills nothing and reports an episode once")
+
+        # kill mode, switched by a config reload
+        cfg["metrics"]["backstop"] = "kill"
+        write_atomic(s.env.config, json.dumps(cfg))
+        s.env.agent.p.send_signal(signal.SIGHUP)
+        dead = gvtest.wait_for(lambda: outside.p.poll() is not None, 10)
+        t.ok(dead and outside.p.returncode == -signal.SIGKILL and inside.p.poll() is None,
+             "backstop kill: the process holding memory the region does not account for is SIGKILLed; "
+             "the interposed process stays", (outside.p.returncode, inside.p.poll()))
+        ev = gvtest.wait_for(lambda: events("GPUMemoryOverLimitKilled"), 10)
+        t.ok(ev and ("process %d killed" % outside.p.pid) in ev[0]["message"],
+             "kill event on the pod names the process", ev)
+        m = parse(scrape(port)[2])
+        t.ok(find(m, "gpuvisor_backstop_actions_total", action="kill", **ca) == 1 and
+             find(m, "gpuvisor_backstop_over_limit", **ca) == 0 and
+             find(m, "gpuvisor_container_gpu_memory_nvml_bytes", **ca) == 320 * MiB,
+             "metrics: one kill, back within the limit")
+
+        # a process of another pod on the node is never killed for this one
+        stranger = s.probe(["init", "alloc:2g:OK", "sleep:60000"], name="stranger")
+        s.cgroup(stranger.p.pid, "0badc0de-0000-4000-8000-000000000000", "c" * 64)
+        got = stranger.expect(lambda ln: ln.startswith("ok 2") or ln.startswith("not ok"), 20)
+        m = gvtest.wait_for(lambda: (lambda x: x if find(x, "gpuvisor_gpu_unattributed_memory_bytes",
+                                                         uuid=GPUS[0]) == 2048 * MiB else None)(parse(scrape(port)[2])), 5)
+        t.ok(m and stranger.p.poll() is None and find(m, "gpuvisor_backstop_over_limit", **ca) == 0,
+             "a process of an unknown pod: unattributed memory on the GPU, not charged to a, not killed",
+             m and [x for x in m if "unattributed" in x[0]])
+
+        # hostile tenant: container a writes the stranger's host pid into its own region slot
+        # (the region is writable from the container); it must not pull the stranger in
+        forged = False
+        with open(region, "r+b") as f:
+            for i in range(1024):
+                f.seek(4096 + i * 704)
+                pid_, _ = struct.unpack("<ii", f.read(8))
+                if pid_ == inside.p.pid:
+                    f.seek(4096 + i * 704 + 4)
+                    f.write(struct.pack("<i", stranger.p.pid))
+                    forged = True
+        m = parse(scrape(port)[2])
+        t.ok(forged and find(m, "gpuvisor_gpu_unattributed_memory_bytes", uuid=GPUS[0]) == 2048 * MiB and
+             find(m, "gpuvisor_container_gpu_memory_nvml_bytes", **ca) == 320 * MiB and
+             find(m, "gpuvisor_backstop_over_limit", **ca) == 0 and stranger.p.poll() is None,
+             "a region naming another pod's process as its own: ignored (cgroup decides), nobody killed",
+             m and [x for x in m if "nvml" in x[0] or "unattributed" in x[0]])
+
+        # two containers of one pod on the same GPU: told apart by the host pids in their regions
+        s.env.api.create_pod("duo", [("x", {"nvidia.com/gpu": "1"}), ("y", {"nvidia.com/gpu": "1"})],
+                             "v1;node=node1;x=%s:2000:0;y=%s:2000:0" % (GPUS[1], GPUS[1]), ns="team")
+        d1 = k.cmd("allocate", ids=[ids[12]])
+        d2 = k.cmd("allocate", ids=[ids[13]])
+        duo = s.env.api.pod("duo", ns="team")["metadata"]["uid"]
+        outs = []
+        for ctr, size in (("x", "100m"), ("y", "200m")):
+            reg = os.path.join(s.env.state, "containers", duo, ctr, "shared.cache")
+            outs.append(s.probe(["init", "alloc:%s:OK" % size, "sleep:60000"], name="duo-" + ctr, visible="1",
+                                # a context holds memory, so NVML lists the process when its
+                                # context is created: the interposer learns its host pid then
+                                extra={"GV_FAKE_CTX_MEMORY": "4m"},
+                                limits={"CUDA_DEVICE_MEMORY_LIMIT_0": "2000m",
+                                        "CUDA_DEVICE_MEMORY_SHARED_CACHE": reg}))
+        for p, cid in zip(outs, ("e" * 64, "f" * 64)):
+            s.cgroup(p.p.pid, duo, cid)
+        ok_all = all(p.expect(lambda ln: ln.startswith("ok 2") or ln.startswith("not ok"), 20) or False
+                     for p in outs)
+        m = parse(scrape(port)[2])
+        cx = dict(namespace="team", pod="duo", container="x", uuid=GPUS[1])
+        cy = dict(namespace="team", pod="duo", container="y", uuid=GPUS[1])
+        t.ok(d1 and d1["ok"] and d2 and d2["ok"] and ok_all and
+             find(m, "gpuvisor_container_gpu_memory_nvml_bytes", **cx) == 104 * MiB and
+             find(m, "gpuvisor_container_gpu_memory_nvml_bytes", **cy) == 204 * MiB and
+             find(m, "gpuvisor_container_gpu_memory_used_bytes", **cx) == 104 * MiB and
+             find(m, "DCGM_FI_DEV_GPU_UTIL", gpu="1", pod="duo") is None,
+             "two containers of a pod on one GPU: NVML memory split by their regions' host pids; "
+             "dcgm series name no owner on a shared GPU",
+             [x for x in m if "nvml_bytes" in x[0]])
+
+        # Xid: the last one per GPU
+        write_atomic(s.env.faults, "xid 1 79 1\n")
+        m = gvtest.wait_for(lambda: (lambda x: x if find(x, "DCGM_FI_DEV_XID_ERRORS", gpu="1") == 79 else None)(
+            parse(scrape(port)[2])), 5)
+        t.ok(m is not None, "DCGM_FI_DEV_XID_ERRORS: the last Xid on the GPU (79)")
+
+        # slow loris from one address (another pod): 40 connections sending half a head
+        hogs = []
+        for _ in range(40):
+            so = socket.socket()
+            try:
+                so.bind(("127.0.0.2", 0))
+                so.connect(("127.0.0.1", port))
+                so.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            except OSError:
+                pass
+            hogs.append(so)
+        code, _, _ = scrape(port, "/healthz")
+        code2, _, text = scrape(port)
+        t.ok(code == 200 and code2 == 200 and parse(text),
+             "40 stalled connections from one peer: probes and scrapes from another still answered", (code, code2))
+
+        def eof(so):
+            so.settimeout(10)
+            try:
+                return so.recv(100) == b""
+            except OSError:
+                return True
+        closed = [eof(so) for so in hogs]
+        for so in hogs:
+            so.close()
+        t.ok(all(closed), "every stalled connection is closed by the agent (4 per peer, 2 s for a head)",
+             closed.count(False))
+
+        # HAMi names switched off; bad input
+        code, _, _ = scrape(port, "/nope")
+        t.ok(code == 404, "unknown path: 404")
+        req = urllib.request.Request("http://127.0.0.1:%d/metrics" % port, data=b"x", method="POST")
+        try:
+            code = urllib.request.urlopen(req, timeout=5).status
+        except urllib.error.HTTPError as e:
+            code = e.code
+        t.ok(code in (400, 405), "POST /metrics refused", code)
+        cfg["metrics"]["hamiNames"] = False
+        write_atomic(s.env.config, json.dumps(cfg))
+        s.env.agent.p.send_signal(signal.SIGHUP)
+        m = gvtest.wait_for(lambda: (lambda x: x if not [y for y in x if y[0].startswith("hami_")] else None)(
+            parse(scrape(port)[2])), 5)
+        t.ok(m is not None and find(m, "gpuvisor_container_gpu_memory_limit_bytes", **ca) == 1000 * MiB,
+             "metrics.hamiNames false: no hami_* series, gpuvisor's stay")
+        # pod gone: its containers leave /metrics once GC removed the directory
+        s.env.api.delete_pod("pair", ns="team")
+        m = gvtest.wait_for(lambda: (lambda x: x if not [lab for lab in labelsets(
+            x, "gpuvisor_container_gpu_memory_limit_bytes") if lab["pod"] == "pair"] else None)(
+            parse(scrape(port)[2])), 10)
+        t.ok(m is not None, "pod deleted and collected: its series are gone")
+    finally:
+        s.close()
+
+    # configuration errors name the key
+    bad = agent.Env(config={"metrics": {"backstop": "explode"}})
+    try:
+        p = bad.start_agent(["--metrics-listen", "127.0.0.1:0"])
+        rc = p.p.wait(10)
+        t.ok(rc == 2 and "metrics.backstop" in bad.agent_log(), "bad metrics.backstop: agent refuses to start, names the key",
+             bad.agent_log()[-500:])
+    finally:
+        bad.agent = None
+        bad.close()
+    bad = agent.Env()
+    try:
+        p = bad.start_agent(["--metrics-listen", "127.0.0.1:notaport"])
+        rc = p.p.wait(10)
+        t.ok(rc != 0 and "bad port" in bad.agent_log(), "bad --metrics-listen: clear error, no start",
+             bad.agent_log()[-500:])
+    finally:
+        bad.agent = None
+        bad.close()
+
+
+main()
+t.done()

@@ -1,0 +1,660 @@
+/*
+ * Stress test of the scheduler daemon against the kube-apiserver stand-in
+ * (tests/fakes/apiserver), replaying what a real kube-scheduler and cluster
+ * do to it, in randomized rounds with concurrent clients:
+ *
+ *   filter, bind (annotation patch + Binding), label/annotation updates by
+ *   others (before a bind: its resourceVersion precondition fails and it
+ *   recomputes), filters of pods that are
+ *   already reserved or bound (kube-scheduler re-queues an assumed pod when
+ *   it changes), duplicate and reordered binds, reservations that never get
+ *   their bind (timeout), deletions, pods that finish, node agent restarts
+ *   (inventory rewritten: GPUs unhealthy, a GPU missing then back), and
+ *   SIGKILL of the scheduler at a random moment followed by a restart that
+ *   rebuilds everything from the API.
+ *
+ * After every round it checks from the API alone that no GPU holds more than
+ * its capacity in memory, compute or tasks (over the bound pods that have
+ * not finished, from their gpuvisor.io/assignment annotations), and that the
+ * scheduler's self-check counted no accounting drift
+ * (gpuvisor_accounting_drift_repairs_total == 0).
+ *
+ * Seeded: GV_STRESS_SEED (default: time), GV_STRESS_ROUNDS (default 1000);
+ * the seed is printed.  GV_SCHED_BIN runs another scheduler binary (e.g. a
+ * build of an older commit); GV_STRESS_NO_DRIFT=1 skips the metric check
+ * for binaries that do not have it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <curl/curl.h>
+
+#include "alloc/gv_alloc.h"
+#include "common/gv_log.h"
+#include "tests/scheduler/sched_testlib.h"
+
+#define N_NODES 3
+#define GPUS_PER_NODE 2
+#define N_CLIENTS 3
+#define MAX_PODS 4096
+#define TTL_S 1
+
+/* Small GPUs with a low split, so that contention is constant. */
+static const struct gpu_desc gpus[GPUS_PER_NODE] = {{"Tesla T4", 16000, 3}, {"Tesla T4", 16000, 3}};
+
+struct spod {
+    char name[48];
+    json_t *created; /* the object as created (kube-scheduler's stale copy) */
+    bool deleted;
+};
+
+struct stress {
+    struct fake_apiserver fa;
+    struct gv_kube_client *kube;
+    char dir[256];
+    char cfg_path[300], port_path[300], log_path[300];
+    const char *bin;
+    pid_t sched;
+    char base[128], metrics[128];
+    pthread_mutex_t mu; /* pods, base, rng of the main thread */
+    struct spod pods[MAX_PODS];
+    size_t n_pods;
+    unsigned seed;
+    bool check_drift;
+    /* figures for the summary */
+    unsigned long filters, binds, binds_ok, refilters, deletes, kills, agent_restarts;
+    unsigned long refilter_inconsistent;
+};
+
+static struct stress *G;
+
+static unsigned rnd(unsigned *state)
+{
+    /* xorshift32: the same sequence for a seed on every libc */
+    unsigned x = *state;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    return *state = x ? x : 0x9e3779b9u;
+}
+
+static const char *node_name(unsigned i)
+{
+    static const char *const names[N_NODES] = {"s-n0", "s-n1", "s-n2"};
+    return names[i % N_NODES];
+}
+
+static void put_node(struct stress *t, unsigned i, unsigned n_gpus, bool healthy)
+{
+    char *inv = st_inventory(node_name(i), gpus, n_gpus, healthy);
+    json_t *node = st_node(node_name(i), inv, 0);
+    st_put_node(t->kube, node);
+    json_decref(node);
+    free(inv);
+}
+
+/* ---- the scheduler process ------------------------------------------- */
+
+static bool sched_ready(void *ud)
+{
+    struct stress *t = ud;
+    char url[160];
+    snprintf(url, sizeof(url), "%s", t->metrics);
+    char *slash = strrchr(url, '/');
+    snprintf(slash, sizeof(url) - (size_t)(slash - url), "/readyz");
+    return st_http("GET", url, NULL, NULL) == 200;
+}
+
+static void sched_start(struct stress *t)
+{
+    unlink(t->port_path);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(t->log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execl(t->bin, t->bin, "--config", t->cfg_path, "--master", t->fa.url, "--extender-listen",
+              "127.0.0.1:0", "--port-file", t->port_path, "--log-level", "info", (char *)NULL);
+        _exit(127);
+    }
+    t->sched = pid;
+    unsigned port = 0;
+    for (int i = 0; i < 1500 && port == 0; i++) {
+        FILE *f = fopen(t->port_path, "r");
+        if (f != NULL) {
+            if (fscanf(f, "extender=%u", &port) != 1)
+                port = 0;
+            fclose(f);
+        }
+        if (port == 0) {
+            int st;
+            assert_int_equal(waitpid(pid, &st, WNOHANG), 0); /* still alive */
+            usleep(10000);
+        }
+    }
+    assert_true(port != 0);
+    pthread_mutex_lock(&t->mu);
+    snprintf(t->base, sizeof(t->base), "http://127.0.0.1:%u/gpuvisor", port);
+    snprintf(t->metrics, sizeof(t->metrics), "http://127.0.0.1:%u/metrics", port);
+    pthread_mutex_unlock(&t->mu);
+    assert_true(st_wait(sched_ready, t, 20000));
+}
+
+static void sched_kill(struct stress *t)
+{
+    if (t->sched <= 0)
+        return;
+    kill(t->sched, SIGKILL);
+    waitpid(t->sched, NULL, 0);
+    t->sched = 0;
+    t->kills++;
+}
+
+/* ---- clients ----------------------------------------------------------- */
+
+static void base_of(struct stress *t, char *buf, size_t cap)
+{
+    pthread_mutex_lock(&t->mu);
+    snprintf(buf, cap, "%s", t->base);
+    pthread_mutex_unlock(&t->mu);
+}
+
+static json_t *get_pod(struct stress *t, const char *name)
+{
+    char path[256];
+    json_t *pod = NULL;
+    snprintf(path, sizeof(path), "/api/v1/namespaces/default/pods/%s", name);
+    if (gv_kube_get(t->kube, path, &pod, NULL) != GV_OK)
+        return NULL;
+    return pod;
+}
+
+static const char *pod_node(json_t *pod)
+{
+    const char *n = json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
+    return n != NULL && *n ? n : NULL;
+}
+
+/* A new pod asking for 1 or 2 GPUs with memory and sometimes compute. */
+static size_t new_pod(struct stress *t, unsigned *rs, const char *tag)
+{
+    char containers[256], name[48];
+    unsigned mib = 2000 + rnd(rs) % 8 * 1000;
+    unsigned cores = (unsigned[]){0, 0, 20, 35, 50}[rnd(rs) % 5];
+    unsigned n = rnd(rs) % 5 == 0 ? 2 : 1;
+    if (cores > 0)
+        snprintf(containers, sizeof(containers),
+                 "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpu\":\"%u\",\"nvidia.com/gpumem\":"
+                 "\"%u\",\"nvidia.com/gpucores\":\"%u\"}}]",
+                 n, mib, cores);
+    else
+        snprintf(containers, sizeof(containers),
+                 "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpu\":\"%u\",\"nvidia.com/gpumem\":"
+                 "\"%u\"}}]",
+                 n, mib);
+    pthread_mutex_lock(&t->mu);
+    size_t idx = t->n_pods < MAX_PODS ? t->n_pods++ : MAX_PODS;
+    pthread_mutex_unlock(&t->mu);
+    if (idx == MAX_PODS)
+        return MAX_PODS;
+    snprintf(name, sizeof(name), "%s-%zu", tag, idx);
+    json_t *pod = st_create_pod(t->kube, name, containers, NULL);
+    pthread_mutex_lock(&t->mu);
+    snprintf(t->pods[idx].name, sizeof(t->pods[idx].name), "%s", name);
+    t->pods[idx].created = pod;
+    t->pods[idx].deleted = pod == NULL;
+    pthread_mutex_unlock(&t->mu);
+    return pod != NULL ? idx : MAX_PODS;
+}
+
+/* A random live pod (index), or MAX_PODS. */
+static size_t any_pod(struct stress *t, unsigned *rs)
+{
+    pthread_mutex_lock(&t->mu);
+    size_t n = t->n_pods, pick = MAX_PODS;
+    for (int tries = 0; n > 0 && tries < 8 && pick == MAX_PODS; tries++) {
+        size_t i = rnd(rs) % n;
+        if (!t->pods[i].deleted && t->pods[i].created != NULL)
+            pick = i;
+    }
+    pthread_mutex_unlock(&t->mu);
+    return pick;
+}
+
+static const char *const all_nodes[N_NODES] = {"s-n0", "s-n1", "s-n2"};
+
+/* filter as kube-scheduler sends it: all nodes, or a random subset. */
+static json_t *do_filter(struct stress *t, unsigned *rs, json_t *pod)
+{
+    char base[128];
+    base_of(t, base, sizeof(base));
+    const char *names[N_NODES];
+    size_t n = 0;
+    bool subset = rnd(rs) % 4 == 0;
+    for (unsigned i = 0; i < N_NODES; i++)
+        if (!subset || rnd(rs) % 2)
+            names[n++] = all_nodes[i];
+    __atomic_add_fetch(&t->filters, 1, __ATOMIC_RELAXED);
+    return st_filter(base, pod, names, n, NULL);
+}
+
+static bool do_bind(struct stress *t, json_t *pod, const char *node)
+{
+    char base[128];
+    base_of(t, base, sizeof(base));
+    __atomic_add_fetch(&t->binds, 1, __ATOMIC_RELAXED);
+    char *e = st_bind(base, pod, node);
+    bool ok = e != NULL && e[0] == '\0';
+    free(e);
+    if (ok)
+        __atomic_add_fetch(&t->binds_ok, 1, __ATOMIC_RELAXED);
+    return ok;
+}
+
+/* Filters of a pod that is bound or holds a reservation: kube-scheduler
+ * sends its cached (older) object or the current one. */
+static void refilter(struct stress *t, unsigned *rs, size_t idx)
+{
+    pthread_mutex_lock(&t->mu);
+    json_t *old = json_incref(t->pods[idx].created);
+    char name[48];
+    snprintf(name, sizeof(name), "%s", t->pods[idx].name);
+    pthread_mutex_unlock(&t->mu);
+    json_t *cur = get_pod(t, name);
+    unsigned times = 1 + rnd(rs) % 3;
+    for (unsigned k = 0; k < times; k++) {
+        json_t *which = cur != NULL && rnd(rs) % 2 ? cur : old;
+        json_t *r = do_filter(t, rs, which);
+        __atomic_add_fetch(&t->refilters, 1, __ATOMIC_RELAXED);
+        const char *bound = cur ? pod_node(cur) : NULL;
+        const char *kept = st_chosen(r);
+        /* A bound pod may only ever be answered with its own node. */
+        if (bound != NULL && r != NULL && json_array_size(json_object_get(r, "NodeNames")) > 0 &&
+            (kept == NULL || strcmp(kept, bound) != 0)) {
+            /* Only a violation while the pod is still there and running
+             * (a deleted or finished pod may be filtered like a new one:
+             * its reservation just lapses). */
+            json_t *now = get_pod(t, name);
+            const char *ph =
+                json_string_value(json_object_get(json_object_get(now, "status"), "phase"));
+            if (now != NULL && ph != NULL && strcmp(ph, "Succeeded") != 0 &&
+                strcmp(ph, "Failed") != 0) {
+                fprintf(stderr, "# pod %s bound to %s, phase %s: filter (%s object) kept %s\n",
+                        name, bound, ph, which == cur ? "current" : "stale",
+                        kept ? kept : "?");
+                __atomic_add_fetch(&t->refilter_inconsistent, 1, __ATOMIC_RELAXED);
+            }
+            json_decref(now);
+        }
+        json_decref(r);
+    }
+    json_decref(cur);
+    json_decref(old);
+}
+
+/* A label and an annotation of someone else's changed on the pod. */
+static void touch(struct stress *t, unsigned *rs, size_t idx)
+{
+    char path[256], v[16];
+    snprintf(path, sizeof(path), "/api/v1/namespaces/default/pods/%s", t->pods[idx].name);
+    snprintf(v, sizeof(v), "%u", rnd(rs) % 1000);
+    json_t *patch = json_pack("{s:{s:{s:s},s:{s:s}}}", "metadata", "labels", "stress/touch", v,
+                              "annotations", "stress/touch", v);
+    gv_kube_patch(t->kube, path, GV_KUBE_PATCH_MERGE, patch, NULL, NULL);
+    json_decref(patch);
+}
+
+static void client_round(struct stress *t, unsigned *rs, unsigned round, unsigned id)
+{
+    char tag[32];
+    snprintf(tag, sizeof(tag), "p%u-%u", round, id);
+    unsigned op = rnd(rs) % 100;
+    if (op < 35) {
+        /* The common path: filter, bind; sometimes filtered again while
+         * assumed and bound (the label/annotation update re-queue), and a
+         * duplicate bind (a lost answer). */
+        size_t idx = new_pod(t, rs, tag);
+        if (idx == MAX_PODS)
+            return;
+        json_t *pod = json_incref(t->pods[idx].created);
+        json_t *r = do_filter(t, rs, pod);
+        const char *c = st_chosen(r);
+        char node[32] = "";
+        if (c != NULL)
+            snprintf(node, sizeof(node), "%s", c);
+        json_decref(r);
+        if (node[0] && rnd(rs) % 4 == 0)
+            refilter(t, rs, idx); /* between filter and bind */
+        if (node[0] && rnd(rs) % 6 == 0)
+            touch(t, rs, idx); /* the pod changes before its bind: 409, recompute */
+        if (node[0] && do_bind(t, pod, node)) {
+            if (rnd(rs) % 2)
+                refilter(t, rs, idx);
+            if (rnd(rs) % 8 == 0)
+                do_bind(t, pod, node);
+        }
+        json_decref(pod);
+    } else if (op < 44) {
+        size_t idx = any_pod(t, rs);
+        if (idx != MAX_PODS)
+            refilter(t, rs, idx);
+    } else if (op < 50) {
+        /* Someone else updates the pod (a controller's label or annotation):
+         * the informer delivers it, kube-scheduler may filter it again. */
+        size_t idx = any_pod(t, rs);
+        if (idx != MAX_PODS) {
+            touch(t, rs, idx);
+            if (rnd(rs) % 2)
+                refilter(t, rs, idx);
+        }
+    } else if (op < 60) {
+        /* Reserved, never bound: the reservation times out. */
+        size_t idx = new_pod(t, rs, tag);
+        if (idx == MAX_PODS)
+            return;
+        json_t *r = do_filter(t, rs, t->pods[idx].created);
+        json_decref(r);
+        if (rnd(rs) % 2) {
+            r = do_filter(t, rs, t->pods[idx].created); /* duplicate */
+            json_decref(r);
+        }
+    } else if (op < 66) {
+        /* Bind without a filter by this instance (reordered / after a
+         * restart), to a random node. */
+        size_t idx = new_pod(t, rs, tag);
+        if (idx != MAX_PODS)
+            do_bind(t, t->pods[idx].created, all_nodes[rnd(rs) % N_NODES]);
+    } else if (op < 82) {
+        size_t idx = any_pod(t, rs);
+        if (idx == MAX_PODS)
+            return;
+        char path[256];
+        snprintf(path, sizeof(path), "/api/v1/namespaces/default/pods/%s", t->pods[idx].name);
+        if (gv_kube_delete(t->kube, path, NULL, NULL) == GV_OK) {
+            __atomic_add_fetch(&t->deletes, 1, __ATOMIC_RELAXED);
+            pthread_mutex_lock(&t->mu);
+            t->pods[idx].deleted = true;
+            pthread_mutex_unlock(&t->mu);
+        }
+    } else if (op < 88) {
+        /* The pod finishes. */
+        size_t idx = any_pod(t, rs);
+        if (idx == MAX_PODS)
+            return;
+        char path[256];
+        snprintf(path, sizeof(path), "/api/v1/namespaces/default/pods/%s/status",
+                 t->pods[idx].name);
+        json_t *patch = json_pack("{s:{s:s}}", "status", "phase",
+                                  rnd(rs) % 2 ? "Succeeded" : "Failed");
+        gv_kube_patch(t->kube, path, GV_KUBE_PATCH_MERGE, patch, NULL, NULL);
+        json_decref(patch);
+    } else {
+        /* Bind again a pod that may be bound: same node or another. */
+        size_t idx = any_pod(t, rs);
+        if (idx == MAX_PODS)
+            return;
+        json_t *cur = get_pod(t, t->pods[idx].name);
+        const char *bound = cur ? pod_node(cur) : NULL;
+        if (cur != NULL)
+            do_bind(t, cur, bound != NULL && rnd(rs) % 2 ? bound : all_nodes[rnd(rs) % N_NODES]);
+        json_decref(cur);
+    }
+}
+
+struct client_arg {
+    struct stress *t;
+    unsigned rs, round, id;
+};
+
+static void *client_main(void *p)
+{
+    struct client_arg *a = p;
+    client_round(a->t, &a->rs, a->round, a->id);
+    return NULL;
+}
+
+/* ---- checks from the API ---------------------------------------------- */
+
+struct use {
+    uint64_t mem;
+    uint32_t milli, tasks;
+};
+
+static void check_capacity(struct stress *t, unsigned round)
+{
+    json_t *list = NULL;
+    struct gv_error err = {0};
+    assert_int_equal(gv_kube_get(t->kube, "/api/v1/namespaces/default/pods", &list, &err), GV_OK);
+    struct use use[N_NODES][GPUS_PER_NODE];
+    memset(use, 0, sizeof(use));
+    struct gv_alloc_assignment *a = malloc(sizeof(*a));
+    size_t i;
+    json_t *pod;
+    json_array_foreach(json_object_get(list, "items"), i, pod)
+    {
+        const char *phase =
+            json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
+        const char *text = json_string_value(json_object_get(
+            json_object_get(json_object_get(pod, "metadata"), "annotations"),
+            "gpuvisor.io/assignment"));
+        const char *bound = pod_node(pod);
+        if (bound == NULL || text == NULL ||
+            (phase && (!strcmp(phase, "Succeeded") || !strcmp(phase, "Failed"))))
+            continue;
+        if (json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp") != NULL)
+            continue;
+        assert_int_equal(gv_alloc_assignment_decode(text, strlen(text), a, NULL), GV_OK);
+        assert_string_equal(a->node, bound);
+        for (uint32_t c = 0; c < a->n_containers; c++)
+            for (uint32_t d = 0; d < a->containers[c].n_devices; d++) {
+                const struct gv_alloc_device *dv = &a->containers[c].devices[d];
+                unsigned ni = 0, gi = 0;
+                for (ni = 0; ni < N_NODES && strcmp(node_name(ni), a->node) != 0; ni++)
+                    ;
+                assert_true(ni < N_NODES);
+                gi = (unsigned)(dv->uuid[strlen(dv->uuid) - 1] - '0');
+                assert_true(gi < GPUS_PER_NODE);
+                use[ni][gi].mem += dv->mem_mib;
+                use[ni][gi].milli += dv->milli;
+                use[ni][gi].tasks++;
+            }
+    }
+    free(a);
+    json_decref(list);
+    for (unsigned n = 0; n < N_NODES; n++)
+        for (unsigned g = 0; g < GPUS_PER_NODE; g++) {
+            const struct use *u = &use[n][g];
+            if (u->mem > gpus[g].mem_mib || u->milli > 1000 || u->tasks > gpus[g].split)
+                fail_msg("seed %u round %u: GPU-%s-%u over capacity: %llu/%llu MiB, %u/1000 "
+                         "milli, %u/%u tasks (bound pods' assignments in the API)",
+                         t->seed, round, node_name(n), g, (unsigned long long)u->mem,
+                         (unsigned long long)gpus[g].mem_mib, u->milli, u->tasks, gpus[g].split);
+        }
+}
+
+static void check_drift(struct stress *t, unsigned round)
+{
+    if (!t->check_drift || t->sched <= 0)
+        return;
+    double d = st_metric(t->metrics, "gpuvisor_accounting_drift_repairs_total", NULL);
+    if (d != 0)
+        fail_msg("seed %u round %u: gpuvisor_accounting_drift_repairs_total = %g (log: %s)",
+                 t->seed, round, d, t->log_path);
+}
+
+static bool self_checked_twice(void *ud)
+{
+    struct stress *t = ud;
+    static double first = -1;
+    double n = st_metric(t->metrics, "gpuvisor_accounting_self_checks_total", NULL);
+    if (first < 0)
+        first = n;
+    return n >= first + 2;
+}
+
+/* ---- the test ---------------------------------------------------------- */
+
+static void test_stress_rounds_with_kills_and_agent_restarts(void **state)
+{
+    (void)state;
+    struct stress *t = calloc(1, sizeof(*t));
+    G = t;
+    pthread_mutex_init(&t->mu, NULL);
+    const char *env = getenv("GV_STRESS_SEED");
+    t->seed = env ? (unsigned)strtoul(env, NULL, 10) : (unsigned)time(NULL);
+    unsigned rounds = getenv("GV_STRESS_ROUNDS") ? (unsigned)atoi(getenv("GV_STRESS_ROUNDS")) : 1000;
+    t->check_drift = getenv("GV_STRESS_NO_DRIFT") == NULL;
+    char bin[512];
+    snprintf(bin, sizeof(bin), "%s/bin/gpuvisor-scheduler",
+             getenv("BUILD") ? getenv("BUILD") : "build");
+    t->bin = getenv("GV_SCHED_BIN") ? getenv("GV_SCHED_BIN") : bin;
+    printf("# stress: seed=%u rounds=%u clients=%d scheduler=%s\n", t->seed, rounds, N_CLIENTS,
+           t->bin);
+    fflush(stdout);
+
+    const char *tmp = getenv("GV_TEST_TMP") ? getenv("GV_TEST_TMP") : "/tmp";
+    snprintf(t->dir, sizeof(t->dir), "%s/sched-stress-XXXXXX", tmp);
+    assert_non_null(mkdtemp(t->dir));
+    snprintf(t->cfg_path, sizeof(t->cfg_path), "%s/config.json", t->dir);
+    snprintf(t->port_path, sizeof(t->port_path), "%s/ports", t->dir);
+    snprintf(t->log_path, sizeof(t->log_path), "%s/scheduler.log", t->dir);
+    /* Placements signed as in production (docs/isolation.md). */
+    char key_path[320];
+    snprintf(key_path, sizeof(key_path), "%s/placement.key", t->dir);
+    FILE *kf = fopen(key_path, "w");
+    assert_non_null(kf);
+    fprintf(kf, "5eed5eed0123456789abcdef0123456789abcdef0123456789abcdef5eed5eed\n");
+    fclose(kf);
+    FILE *cf = fopen(t->cfg_path, "w");
+    assert_non_null(cf);
+    fprintf(cf,
+            "{\"nodePolicy\":\"binpack\",\"reservationTimeoutSeconds\":%d,"
+            "\"heartbeatTimeoutSeconds\":86400,\"placementKeyFile\":\"%s\"%s}\n",
+            TTL_S, key_path, t->check_drift ? ",\"selfCheckSeconds\":1" : "");
+    fclose(cf);
+
+    assert_int_equal(fake_apiserver_start(&t->fa, NULL), 0);
+    struct gv_kube_config *kc = NULL;
+    struct gv_error err = {0};
+    assert_int_equal(gv_kube_config_from_url(t->fa.url, &kc, &err), GV_OK);
+    kc->max_retries = 2;
+    kc->backoff_initial_ms = 10;
+    assert_int_equal(gv_kube_client_new(kc, &t->kube, &err), GV_OK);
+    gv_kube_config_free(kc);
+    for (unsigned i = 0; i < N_NODES; i++)
+        put_node(t, i, GPUS_PER_NODE, true);
+    sched_start(t);
+
+    unsigned rs = t->seed ? t->seed : 1;
+    int missing_gpu_node = -1; /* node whose agent restarted: inventory back next round */
+    for (unsigned round = 0; round < rounds; round++) {
+        /* Keep the pod population bounded: mostly deletes when crowded. */
+        pthread_t th[N_CLIENTS];
+        struct client_arg args[N_CLIENTS];
+        for (unsigned c = 0; c < N_CLIENTS; c++) {
+            args[c] = (struct client_arg){t, rnd(&rs) | 1u, round, c};
+            pthread_create(&th[c], NULL, client_main, &args[c]);
+        }
+        bool kill_now = rnd(&rs) % 60 == 0;
+        if (kill_now) {
+            /* SIGKILL at a random moment of the round: between a filter and
+             * its bind, between annotate and Binding, ... */
+            usleep(rnd(&rs) % 15000);
+            sched_kill(t);
+        }
+        if (missing_gpu_node >= 0) {
+            put_node(t, (unsigned)missing_gpu_node, GPUS_PER_NODE, true); /* GPU back */
+            missing_gpu_node = -1;
+        } else if (rnd(&rs) % 40 == 0) {
+            /* Agent restart: the inventory rewritten while pods run. */
+            unsigned n = rnd(&rs) % N_NODES;
+            t->agent_restarts++;
+            if (rnd(&rs) % 2)
+                put_node(t, n, GPUS_PER_NODE, false); /* GPUs unhealthy for a round */
+            else
+                put_node(t, n, GPUS_PER_NODE - 1, true); /* a GPU missing for a round */
+            missing_gpu_node = (int)n;
+        }
+        for (unsigned c = 0; c < N_CLIENTS; c++)
+            pthread_join(th[c], NULL);
+        if (kill_now)
+            sched_start(t);
+        check_capacity(t, round);
+        check_drift(t, round);
+        /* Crowded: delete some so new pods keep competing. */
+        size_t live = 0;
+        for (size_t i = 0; i < t->n_pods; i++)
+            live += !t->pods[i].deleted;
+        while (live > 24) {
+            size_t idx = any_pod(t, &rs);
+            if (idx == MAX_PODS)
+                break;
+            char path[256];
+            snprintf(path, sizeof(path), "/api/v1/namespaces/default/pods/%s",
+                     t->pods[idx].name);
+            gv_kube_delete(t->kube, path, NULL, NULL);
+            t->pods[idx].deleted = true;
+            live--;
+        }
+    }
+    if (missing_gpu_node >= 0)
+        put_node(t, (unsigned)missing_gpu_node, GPUS_PER_NODE, true);
+    /* Quiet now: two more self-checks must find nothing either. */
+    if (t->check_drift) {
+        assert_true(st_wait(self_checked_twice, t, 20000));
+        check_drift(t, rounds);
+    }
+    check_capacity(t, rounds);
+    printf("# stress: seed=%u rounds=%u filters=%lu (of bound/reserved pods %lu) binds=%lu "
+           "(ok %lu) deletes=%lu scheduler kills=%lu agent restarts=%lu\n",
+           t->seed, rounds, t->filters, t->refilters, t->binds, t->binds_ok, t->deletes, t->kills,
+           t->agent_restarts);
+    if (t->refilter_inconsistent > 0)
+        fail_msg("seed %u: %lu filters of bound pods answered another node", t->seed,
+                 t->refilter_inconsistent);
+    assert_true(t->binds_ok > rounds / 10); /* it did place pods */
+    sched_kill(t);
+    gv_kube_client_free(t->kube);
+    fake_apiserver_stop(&t->fa);
+    for (size_t i = 0; i < t->n_pods; i++)
+        json_decref(t->pods[i].created);
+    unlink(t->cfg_path);
+    char key_unlink[320];
+    snprintf(key_unlink, sizeof(key_unlink), "%s/placement.key", t->dir);
+    unlink(key_unlink);
+    unlink(t->port_path);
+    if (getenv("GV_STRESS_KEEP_LOG") == NULL) { /* else: the scheduler's log stays for reading */
+        unlink(t->log_path);
+        rmdir(t->dir);
+    }
+    free(t);
+}
+
+int main(void)
+{
+    gv_log_set_level(GV_LOG_ERROR);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stress_rounds_with_kills_and_agent_restarts),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_cleanup();
+    return rc;
+}
