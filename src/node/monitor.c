@@ -96,6 +96,8 @@ struct cdev {
     int rdev;               /* region device index, -1: not registered yet */
     uint64_t region_used, region_managed, region_limit;
     uint64_t busy_ns;       /* throttle pool: GPU time measured so far */
+    uint64_t throttled_ns;  /* throttle pool: time launches waited in the gate */
+    uint64_t oom;           /* region device: allocations refused at the limit */
     int64_t tokens;
     unsigned region_util;   /* sum of slot util[] (percent) */
     uint64_t real_bytes;    /* NVML: sum over its processes */
@@ -470,10 +472,12 @@ static void read_region(struct gv_monitor *m, struct ctr *c)
         d->region_used = atomic_load(&((struct gv_shm_device *)rd)->mem_used);
         d->region_managed = atomic_load(&((struct gv_shm_device *)rd)->mem_managed);
         d->region_limit = rd->mem_limit;
+        d->oom = atomic_load(&((struct gv_shm_device *)rd)->oom_count);
         if ((size_t)d->rdev < GV_SHM_SCHED_REGION_BYTES / sizeof(struct gv_throttle_pool)) {
             struct gv_throttle_pool *pl = (struct gv_throttle_pool *)&pools[d->rdev];
             d->busy_ns = atomic_load(&pl->busy_ns);
             d->tokens = atomic_load(&pl->tokens);
+            d->throttled_ns = atomic_load(&pl->throttled_ns);
         }
     }
     for (int s = 0; s < GV_SHM_MAX_PROCS; s++) {
@@ -824,6 +828,8 @@ CDEV_FN(v_share_limit, true,
 CDEV_FN(v_sm_util, m->nvml_ok && d->gpu >= 0, d->real_sm / 100.0)
 CDEV_FN(v_region_util, d->rdev >= 0, d->region_util / 100.0)
 CDEV_FN(v_debt, d->rdev >= 0, d->tokens < 0 ? (double)-d->tokens / 1e9 : 0.0)
+CDEV_FN(v_throttled, d->rdev >= 0, d->throttled_ns / 1e9)
+CDEV_FN(v_oom, d->rdev >= 0, d->oom)
 CDEV_FN(v_nv_procs, m->nvml_ok && d->gpu >= 0, d->nv_procs)
 CDEV_FN(v_over, m->nvml_ok && d->gpu >= 0 && c->rec.limited && c->rec.dev[i].mem_limit > 0,
         d->real_bytes > c->rec.dev[i].mem_limit + m->s.margin_bytes)
@@ -874,6 +880,12 @@ static const struct {
     {"gpuvisor_container_gpu_throttle_debt_seconds", "gauge",
      "GPU time the container is in debt to its share: it waits this long before its next launch.",
      v_debt},
+    {"gpuvisor_container_gpu_throttled_seconds_total", "counter",
+     "Time the container's launches waited in the throttle for its share or a higher priority.",
+     v_throttled},
+    {"gpuvisor_container_gpu_oom_total", "counter",
+     "Allocations the interposer refused because the container's memory limit would be passed.",
+     v_oom},
     {"gpuvisor_container_gpu_nvml_processes", "gauge",
      "Processes NVML lists on the GPU for the container.", v_nv_procs},
     {"gpuvisor_backstop_over_limit", "gauge",
@@ -1041,19 +1053,26 @@ static void render_gpus(struct out *o, const struct gv_monitor *m)
                     f == 0 ? (unsigned long long)gp->used : (unsigned long long)gp->util);
             }
         }
+        /* the last two: HAMi's exporter has no such counters; same prefix and
+         * labels, so they join its series on dashboards (docs/observability.md) */
         static const char *const hn[] = {"hami_vgpu_memory_used_bytes", "hami_vgpu_memory_limit_bytes",
-                                         "hami_container_device_utilization_ratio"};
+                                         "hami_container_device_utilization_ratio",
+                                         "hami_vgpu_throttled_seconds_total", "hami_vgpu_oom_total"};
         static const char *const hh[] = {"vGPU device memory usage in bytes",
                                          "vGPU device memory limit in bytes",
-                                         "Container device SM utilization ratio"};
-        for (int f = 0; f < 3; f++) {
-            family(o, hn[f], "gauge", hh[f]);
+                                         "Container device SM utilization ratio",
+                                         "Time the container's launches waited for their share",
+                                         "Allocations refused at the vGPU memory limit"};
+        for (int f = 0; f < 5; f++) {
+            family(o, hn[f], f < 3 ? "gauge" : "counter", hh[f]);
             for (size_t k = 0; k < m->n_ctrs; k++) {
                 const struct ctr *c = &m->ctrs[k];
                 for (unsigned i = 0; i < c->rec.n_dev; i++) {
                     double v = f == 0   ? (double)c->d[i].region_used
                                : f == 1 ? (double)(c->rec.limited ? c->rec.dev[i].mem_limit : 0)
-                                        : (double)c->d[i].real_sm;
+                               : f == 2 ? (double)c->d[i].real_sm
+                               : f == 3 ? (double)c->d[i].throttled_ns / 1e9
+                                        : (double)c->d[i].oom;
                     char a[600], b[600], d[600], u[64];
                     /* HAMi cuts the uuid to its first 40 characters */
                     snprintf(u, sizeof(u), "%.40s", c->rec.dev[i].uuid);

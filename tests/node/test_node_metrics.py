@@ -202,11 +202,14 @@ def main():
 
         # container a's process under the real interposer: a real region
         region = os.path.join(s.env.state, "containers", uid, "a", "shared.cache")
-        inside = s.probe(["init", "alloc:256m:OK", "alloc:64m:OK", "sleep:60000"], name="inside",
+        inside = s.probe(["init", "alloc:256m:OK", "alloc:64m:OK", "alloc:1g:OOM", "alloc:700m:OOM",
+                          "sleep:60000"], name="inside",
                          limits={"CUDA_DEVICE_MEMORY_LIMIT_0": "1000m", "CUDA_DEVICE_SM_LIMIT_0": "30",
                                  "CUDA_DEVICE_MEMORY_SHARED_CACHE": region, "CUDA_TASK_PRIORITY": "2"})
-        got = inside.expect(lambda ln: ln.startswith("ok 3") or ln.startswith("not ok"), 20)
-        t.ok(got and got.startswith("ok 3"), "probe under the interposer allocated 256 + 64 MiB", inside.seen)
+        got = inside.expect(lambda ln: ln.startswith("ok 5") or ln.startswith("not ok"), 20)
+        t.ok(got and got.startswith("ok 5"),
+             "probe under the interposer allocated 256 + 64 MiB; 1 GiB and 700 MiB more refused (limit 1000 MiB)",
+             inside.seen)
         write_atomic(s.tele, "gpu 0 util=63 temp=57 power=212500 smclock=1755\nproc %d sm=37\n" % inside.p.pid)
         s.cgroup(inside.p.pid, uid, "a" * 64)
         m = parse(scrape(port)[2])
@@ -224,6 +227,24 @@ def main():
              "NVML per-process memory and SM utilisation mapped to container a (host pid in its region)")
         t.ok(find(m, "DCGM_FI_DEV_FB_USED", gpu="0") == 320 and find(m, "gpuvisor_backstop_over_limit", **ca) == 0,
              "FB used in MiB; within its limit: backstop quiet")
+        hl = dict(namespace="team", pod="pair", container="a", vdevice_index="0", device_uuid=GPUS[0][:40],
+                  zone="vGPU")
+        t.ok(find(m, "gpuvisor_container_gpu_oom_total", **ca) == 2 and
+             find(m, "hami_vgpu_oom_total", **hl) == 2 and
+             find(m, "gpuvisor_container_gpu_throttled_seconds_total", **ca) == 0 and
+             find(m, "gpuvisor_container_gpu_oom_total", **cb) is None,
+             "allocations refused at the limit counted by the interposer in the region (2), nothing throttled yet;"
+             " no region for b, no sample", [x for x in m if "oom" in x[0] or "throttled" in x[0]])
+        # the throttle pool's throttled_ns (region sched bytes at 112, 64 per device, field at 32):
+        # written here as the throttle would, to check the reader's offsets and unit
+        with open(region, "r+b") as f:
+            f.seek(112 + 0 * 64 + 32)
+            f.write(struct.pack("<Q", 2500000000))
+        m = parse(scrape(port)[2])
+        t.ok(find(m, "gpuvisor_container_gpu_throttled_seconds_total", **ca) == 2.5 and
+             find(m, "hami_vgpu_throttled_seconds_total", **hl) == 2.5,
+             "time throttled from the container's throttle pool, in seconds",
+             [x for x in m if "throttled" in x[0]])
 
         # a process of container a allocating around the interposer
         outside = s.probe(["init", "alloc:1g:OK", "sleep:60000"], name="outside")
