@@ -162,6 +162,7 @@ struct gv_monitor {
     } killed[16];
     unsigned n_killed;
     uint64_t scrapes;
+    uint64_t backstop_passes; /* passes run with the backstop on, light or not */
     double last_sample_s;
     /* backstop thread */
     pthread_t thread;
@@ -1099,6 +1100,9 @@ gv_status gv_monitor_render(struct gv_monitor *m, struct gv_buf *b, struct gv_er
     put(&o, "gpuvisor_node_monitor_sample_seconds %.9f\n", m->last_sample_s);
     family(&o, "gpuvisor_node_monitor_scrapes_total", "counter", "Scrapes of /metrics served.");
     put(&o, "gpuvisor_node_monitor_scrapes_total %llu\n", (unsigned long long)m->scrapes);
+    family(&o, "gpuvisor_backstop_passes_total", "counter",
+           "Backstop passes run (0 while the backstop is off or NVML is missing).");
+    put(&o, "gpuvisor_backstop_passes_total %llu\n", (unsigned long long)m->backstop_passes);
     sample_release(m);
     pthread_mutex_unlock(&m->mu);
     if (o.failed)
@@ -1343,10 +1347,13 @@ void gv_monitor_backstop_once(struct gv_monitor *m)
     struct action *acts = NULL;
     size_t n = 0;
     pthread_mutex_lock(&m->mu);
-    if (m->s.backstop != GV_BACKSTOP_OFF && m->nvml_ok && backstop_any_process(m)) {
-        sample(m, false); /* light: regions only where a process needs them */
-        n = backstop_decide(m, &acts);
-        sample_release(m);
+    if (m->s.backstop != GV_BACKSTOP_OFF && m->nvml_ok) {
+        if (backstop_any_process(m)) {
+            sample(m, false); /* light: regions only where a process needs them */
+            n = backstop_decide(m, &acts);
+            sample_release(m);
+        }
+        m->backstop_passes++;
     }
     pthread_mutex_unlock(&m->mu);
     for (size_t i = 0; i < n; i++)

@@ -130,6 +130,61 @@ class Setup:
         self.env.close()
 
 
+def backstop_off_then_report():
+    """The backstop thread sleeps while off and wakes on a reload; an episode
+    ends when no GPU runs any process (the pass that stops after NVML)."""
+    cfg = {"metrics": {"backstop": "off", "backstopGraceMs": 0, "backstopPeriodMs": 100}}
+    s = Setup(cfg)
+    try:
+        port = s.start()
+        k = s.env.start_kubelet("py")
+        ev = k.event("devices", timeout=10)
+        ids = [d["id"] for d in ev["devices"]] if ev else []
+        s.env.api.create_pod("solo", [("main", {"nvidia.com/gpu": "1"})],
+                             "v1;node=node1;main=%s:1000:100" % GPUS[0], ns="team")
+        a = k.cmd("allocate", ids=[ids[0]]) if ids else None
+        uid = s.env.api.pod("solo", ns="team")["metadata"]["uid"]
+        cm = dict(namespace="team", pod="solo", container="main", uuid=GPUS[0])
+
+        def events():
+            code, body = s.env.api.req("GET", "/api/v1/namespaces/team/events")
+            return [e for e in (body or {}).get("items", []) if e.get("reason") == "GPUMemoryOverLimit"]
+
+        def over(name):
+            p = s.probe(["init", "alloc:2g:OK", "sleep:60000"], name=name)
+            s.cgroup(p.p.pid, uid, "d" * 64)
+            got = p.expect(lambda ln: ln.startswith("ok 2") or ln.startswith("not ok"), 20)
+            return p, bool(got and got.startswith("ok 2"))
+        p1, ok1 = over("bypass1")
+        m = gvtest.wait_for(lambda: (lambda x: x if find(x, "gpuvisor_backstop_over_limit", **cm) == 1 else None)(
+            parse(scrape(port)[2])), 10)
+        t.ok(a and a["ok"] and ok1 and m is not None and find(m, "gpuvisor_backstop_actions_total",
+                                                              action="report", **cm) == 0 and not events() and
+             find(m, "gpuvisor_backstop_passes_total") == 0,
+             "backstop off: a container over its limit shows on /metrics, no pass runs, nothing reported",
+             m and events())
+        cfg["metrics"]["backstop"] = "report"
+        write_atomic(s.env.config, json.dumps(cfg))
+        s.env.agent.p.send_signal(signal.SIGHUP)
+        ev = gvtest.wait_for(lambda: events(), 10)
+        t.ok(ev and len(ev) == 1, "switched to report by a reload: the sleeping thread wakes and reports", ev)
+        p1.stop(signal.SIGKILL)
+        gone = gvtest.wait_for(lambda: find(parse(scrape(port)[2]), "gpuvisor_container_gpu_nvml_processes",
+                                            **cm) == 0, 10)
+        # two more passes: the second one started after the GPU was seen empty,
+        # so it found no process at all (the pass that stops after NVML)
+        passes = find(parse(scrape(port)[2]), "gpuvisor_backstop_passes_total")
+        later = gvtest.wait_for(lambda: find(parse(scrape(port)[2]), "gpuvisor_backstop_passes_total")
+                                >= passes + 2, 10)
+        p2, ok2 = over("bypass2")
+        ev = gvtest.wait_for(lambda: (lambda e: e if len(e) >= 2 else None)(events()), 10)
+        t.ok(gone and later and ok2 and ev is not None,
+             "the process gone (no GPU process left), the episode ends: the next bypass is reported again",
+             events())
+    finally:
+        s.close()
+
+
 def main():
     cfg = {"metrics": {"backstop": "report", "backstopGraceMs": 0, "backstopPeriodMs": 100}}
     s = Setup(cfg)
@@ -402,6 +457,8 @@ def main():
         t.ok(m is not None, "pod deleted and collected: its series are gone")
     finally:
         s.close()
+
+    backstop_off_then_report()
 
     # configuration errors name the key
     bad = agent.Env(config={"metrics": {"backstop": "explode"}})
