@@ -1318,7 +1318,7 @@ static void post_event(struct gv_monitor *m, const struct action *a)
  * Whether any GPU runs a process, from NVML alone (called with m->mu held).
  * Without one no container can be over its limit, so the pass ends here:
  * an idle node costs a few NVML calls per period, not a read of every
- * container's record (0.5 % of a core with 500 pods cached,
+ * container's record (0.65 % of a core with 500 pods cached before,
  * bench/results/node_agent.txt).  Open episodes end as they would in a
  * full pass (every container back under its limit).
  */
