@@ -1172,7 +1172,7 @@ static int container_priority(struct gv_allocator *a, json_t *pod, const char *c
 static bool plain_unit(const struct gv_allocator_gpu *g)
 {
     const struct gv_mode *m = gv_mode_get(g->settings.mode);
-    return m && !(m->flags & GV_MODE_NEEDS_ASSIGNMENT);
+    return m && (!(m->flags & GV_MODE_NEEDS_ASSIGNMENT) || g->from_ids);
 }
 
 /*
@@ -1259,10 +1259,15 @@ static int build(struct gv_allocator *a, json_t *pod, const struct gv_alloc_cont
         b->a = a;
         b->r = resp;
     }
+    size_t n_units = 0;
+    for (int id = 0; id < GV_INVENTORY_MODE_COUNT; id++)
+        n_units += grp[id].n;
     for (int id = 0; id < GV_INVENTORY_MODE_COUNT && code == GV_GRPC_OK; id++) {
         struct gv_mode_alloc *m = &grp[id];
         if (m->n == 0)
             continue;
+        m->n_request = n;
+        m->n_units = n_units;
         const struct gv_mode *md = gv_mode_get((enum gv_inventory_mode)id);
         m->env = gv_modes_env(a->modes);
         m->pod = pod;

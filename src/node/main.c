@@ -62,6 +62,7 @@ struct options {
     const char *metrics_listen; /* overrides the config's metrics.listen */
     const char *proc_root;
     const char *mps_control; /* nvidia-cuda-mps-control (tests: a fake) */
+    long mps_probe_ms;
 };
 
 /*
@@ -291,6 +292,8 @@ static void reload(struct agent *ag, bool forced)
     ag->cfg = cfg;
     ag->cfg_text = text;
     gv_info("configuration %s loaded", ag->o.config);
+    if (cfg->notes[0])
+        gv_warn("configuration %s: %s", ag->o.config, cfg->notes);
     rebuild(ag);
 }
 
@@ -415,7 +418,9 @@ static void usage(FILE *f)
             "  --metrics-listen ADDR:PORT  serve /metrics, /healthz, /readyz (default: the\n"
             "                           config's metrics.listen; none when both are empty)\n"
             "  --proc-root DIR          where /proc is, for process cgroups (default /proc)\n"
-            "  --mps-control PATH       nvidia-cuda-mps-control for MPS GPUs (default: on PATH)\n"
+            "  --mps-control PATH       nvidia-cuda-mps-control for MPS GPUs\n"
+            "                           (default /usr/bin/nvidia-cuda-mps-control)\n"
+            "  --mps-probe-ms N         how often each MPS daemon is probed (default 10000)\n"
             "  --version, --help\n");
 }
 
@@ -425,7 +430,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         O_NODE = 256, O_CONFIG, O_PLUGIN_DIR, O_SOCKET, O_KUBELET, O_STATE, O_HOST_STATE,
         O_INSTALL, O_NVML, O_SYS, O_URL, O_KUBECONFIG, O_NO_KUBE, O_HB, O_PROBE, O_RECOVER,
         O_WAIT, O_GC, O_GC_GRACE, O_VERSION, O_HELP, O_KEY_FILE, O_INSECURE, O_OPT_OUT, O_METRICS,
-        O_PROC, O_MPS
+        O_PROC, O_MPS, O_MPS_PROBE
     };
     static const struct option opts[] = {
         {"node-name", 1, 0, O_NODE},         {"config", 1, 0, O_CONFIG},
@@ -442,7 +447,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"insecure-unsigned-placements", 0, 0, O_INSECURE},
         {"preload-opt-out-namespaces", 1, 0, O_OPT_OUT},
         {"metrics-listen", 1, 0, O_METRICS}, {"proc-root", 1, 0, O_PROC},
-        {"mps-control", 1, 0, O_MPS},
+        {"mps-control", 1, 0, O_MPS},        {"mps-probe-ms", 1, 0, O_MPS_PROBE},
         {0, 0, 0, 0},
     };
     *o = (struct options){
@@ -492,6 +497,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         case O_METRICS: o->metrics_listen = optarg; break;
         case O_PROC: o->proc_root = optarg; break;
         case O_MPS: o->mps_control = optarg; break;
+        case O_MPS_PROBE: num = &o->mps_probe_ms; break;
         default: usage(stderr); return 2;
         }
         if (num) {
@@ -499,8 +505,12 @@ static int parse_options(int argc, char **argv, struct options *o)
             errno = 0;
             *num = strtol(optarg, &end, 10);
             if (errno || *end || *num <= 0) {
+                const char *name = "?";
+                for (const struct option *op = opts; op->name; op++)
+                    if (op->val == c)
+                        name = op->name;
                 fprintf(stderr, "gpuvisor-node: --%s needs a positive integer, not '%s'\n",
-                        opts[c - O_NODE].name, optarg);
+                        name, optarg);
                 return 2;
             }
         }
@@ -544,6 +554,8 @@ static int start(struct agent *ag, struct gv_error *err)
     } else if (gv_node_config_default(&ag->cfg, err) != GV_OK) {
         return 1;
     }
+    if (ag->cfg->notes[0])
+        gv_warn("configuration %s: %s", o->config, ag->cfg->notes);
     struct gv_gpus_config gc = {.library = o->nvml_lib, .sys_root = o->sys_root,
                                 .probe_interval_ms = o->probe_ms,
                                 .recover_after_ms = o->recover_ms};
@@ -589,7 +601,8 @@ static int start(struct agent *ag, struct gv_error *err)
                                      .placement = &ag->placement};
     struct gv_mode_env env = {.state_dir = o->state_dir, .host_state_dir = o->host_state_dir,
                               .install_dir = o->install_dir, .changed = health_changed,
-                              .changed_ud = ag, .mps_control = o->mps_control};
+                              .changed_ud = ag, .mps_control = o->mps_control,
+                              .mps_probe_ms = o->mps_probe_ms};
     if (gv_modes_new(&env, &ag->modes, err) != GV_OK)
         return 1;
     ac.modes = ag->modes;

@@ -17,12 +17,15 @@ static void advertise(void *st, const struct gv_node_config *cfg, const struct g
                       struct gv_mode_adv *adv)
 {
     (void)st;
-    gv_mode_advertise_replicas(adv, cfg->resource_name, u, u->settings.split, false);
+    gv_mode_advertise_replicas(adv, gv_mode_resource(cfg, u), u, u->settings.split, false);
 }
 
 static int allocate(void *st, const struct gv_mode_alloc *a, char *msg, size_t cap)
 {
-    (void)st, (void)msg, (void)cap;
+    (void)st;
+    int code = gv_mode_check_replicas(a, msg, cap);
+    if (code != GV_GRPC_OK)
+        return code;
     for (size_t i = 0; i < a->n; i++)
         gv_mode_answer_visible(a->answer, a->units[i].gpu.uuid);
     return GV_GRPC_OK;

@@ -20,7 +20,7 @@ static void advertise(void *st, const struct gv_node_config *cfg, const struct g
                       struct gv_mode_adv *adv)
 {
     (void)st;
-    gv_mode_advertise_replicas(adv, cfg->resource_name, u, u->settings.split, false);
+    gv_mode_advertise_replicas(adv, gv_mode_resource(cfg, u), u, u->settings.split, false);
 }
 
 static int allocate(void *st, const struct gv_mode_alloc *a, char *msg, size_t cap)
