@@ -202,6 +202,8 @@ static void rebuild(struct agent *ag)
             ig->healthy = g->healthy;
             ig->mode = s.mode;
             ig->mig = g->mig;
+            if (s.resource[0] && strcmp(s.resource, ag->cfg->resource_name) != 0)
+                snprintf(ig->resource, sizeof(ig->resource), "%s", s.resource);
         }
     }
     /* what each GPU's mode serves and advertises (gv_mode.h) */

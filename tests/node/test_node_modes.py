@@ -190,6 +190,11 @@ def scenario_nvidia_mps():
                  "set_default_device_pinned_mem_limit 0 10240M" in commands(env, g) for g in GPUS),
              "sharing.mps: daemon defaults as NVIDIA sets them (100/replicas threads, memory/replicas)",
              [commands(env, g) for g in GPUS])
+        inv = json.loads(ann(env.api.node("node1"), "gpuvisor.io/node-gpus") or "{}")
+        t.ok([(g.get("mode"), g.get("resource")) for g in inv.get("gpus", [])] ==
+             [("mps", "nvidia.com/gpu.shared")] * 2,
+             "sharing.mps: the inventory names the renamed resource (the scheduler places no "
+             "nvidia.com/gpu pod there)", inv)
         a = k.cmd("allocate", ids=["%s::1" % GPUS[0]], resource="nvidia.com/gpu.shared")
         t.ok(a and a["ok"] and envs(a) == {"NVIDIA_VISIBLE_DEVICES": GPUS[0],
                                            "CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps"} and

@@ -216,6 +216,7 @@ static void fill(struct gv_inventory *inv)
         g->healthy = i == 0;
         g->mode = i ? GV_INVENTORY_MODE_TIMESLICING : GV_INVENTORY_MODE_VGPU;
     }
+    snprintf(inv->gpus[1].resource, sizeof(inv->gpus[1].resource), "nvidia.com/gpu.shared");
 }
 
 static void test_inventory_round_trip(void **state)
@@ -229,6 +230,8 @@ static void test_inventory_round_trip(void **state)
     assert_int_equal(gv_inventory_decode(text, strlen(text), &b, NULL), GV_OK);
     assert_int_equal(b.n_gpus, 2);
     assert_string_equal(b.gpus[1].uuid, "GPU-1");
+    assert_string_equal(b.gpus[1].resource, "nvidia.com/gpu.shared"); /* optional field */
+    assert_string_equal(b.gpus[0].resource, "");
     assert_int_equal(b.gpus[1].mode, GV_INVENTORY_MODE_TIMESLICING);
     assert_int_equal(b.gpus[1].numa, -1);
     assert_false(b.gpus[1].healthy);
