@@ -121,10 +121,12 @@ class Kubelet(pbg.RegistrationServicer):
         # Like the kubelet: the plugin must answer before Register returns.
         stub.GetDevicePluginOptions(pb.Empty(), timeout=5)
         with self.lock:
+            # a re-registration replaces that resource's connection only: the
+            # kubelet keeps one per resource name
             old = self.plugins.get(request.resource_name)
-            if old and old[0] is not self.channel:
+            if old:
                 old[0].close()
-            if self.channel:
+            elif self.channel and self.channel not in [c for c, _ in self.plugins.values()]:
                 self.channel.close()
             self.channel, self.stub = channel, stub
             self.plugins[request.resource_name] = (channel, stub)
