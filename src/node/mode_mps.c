@@ -309,6 +309,14 @@ static void *supervise(void *arg)
     struct mps *m = arg;
     pthread_mutex_lock(&m->mu);
     while (!m->quit) {
+        /*
+         * `-d` daemonizes: when the agent is its container's PID 1 the daemon
+         * becomes our child once its parent exits, and a daemon that quits or
+         * dies would stay a zombie.  Only this thread starts processes (and
+         * waits for each by pid), so reaping whatever else ended is safe here.
+         */
+        while (waitpid(-1, NULL, WNOHANG) > 0)
+            ;
         int64_t now = now_ms(), wake = now + 60000;
         bool changed = false;
         for (size_t i = 0; i < m->n && !m->quit; i++) {
