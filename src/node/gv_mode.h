@@ -78,6 +78,13 @@ int gv_mode_check_replicas(const struct gv_mode_alloc *a, char *msg, size_t cap)
 /* discover for modes whose unit is the whole GPU: one unit, the settings as configured. */
 size_t gv_mode_discover_gpu(const struct gv_gpu *g, const struct gv_node_gpu_settings *s,
                             struct gv_allocator_gpu *out, size_t cap, char *why, size_t why_cap);
+/* The same as a `discover` hook (state unused). */
+size_t gv_mode_discover_whole(void *state, const struct gv_gpu *g,
+                              const struct gv_node_gpu_settings *s, struct gv_allocator_gpu *out,
+                              size_t cap, char *why, size_t why_cap);
+/* An `advertise` hook: `split` devices "<key>::<k>" under gv_mode_resource (state unused). */
+void gv_mode_advertise_split(void *state, const struct gv_node_config *cfg,
+                             const struct gv_allocator_gpu *u, struct gv_mode_adv *adv);
 
 /*
  * The container's answer being built.  Mode code adds to it; the common

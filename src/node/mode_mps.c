@@ -516,13 +516,6 @@ static bool health(void *st, const struct gv_allocator_gpu *u, char *why, size_t
     return up;
 }
 
-static void advertise(void *st, const struct gv_node_config *cfg, const struct gv_allocator_gpu *u,
-                      struct gv_mode_adv *adv)
-{
-    (void)st;
-    gv_mode_advertise_replicas(adv, gv_mode_resource(cfg, u), u, u->settings.split, false);
-}
-
 static int allocate(void *st, const struct gv_mode_alloc *a, char *msg, size_t cap)
 {
     struct mps *m = st;
@@ -581,6 +574,6 @@ const struct gv_mode gv_mode_MPS = {
     .discover = discover,
     .sync = sync_units,
     .health = health,
-    .advertise = advertise,
+    .advertise = gv_mode_advertise_split,
     .allocate = allocate,
 };

@@ -206,6 +206,21 @@ size_t gv_mode_discover_gpu(const struct gv_gpu *g, const struct gv_node_gpu_set
     return 1;
 }
 
+size_t gv_mode_discover_whole(void *state, const struct gv_gpu *g,
+                              const struct gv_node_gpu_settings *s, struct gv_allocator_gpu *out,
+                              size_t cap, char *why, size_t why_cap)
+{
+    (void)state;
+    return gv_mode_discover_gpu(g, s, out, cap, why, why_cap);
+}
+
+void gv_mode_advertise_split(void *state, const struct gv_node_config *cfg,
+                             const struct gv_allocator_gpu *u, struct gv_mode_adv *adv)
+{
+    (void)state;
+    gv_mode_advertise_replicas(adv, gv_mode_resource(cfg, u), u, u->settings.split, false);
+}
+
 /* ---- one rebuild ------------------------------------------------------------------ */
 
 gv_status gv_modes_build(struct gv_modes *m, const struct gv_node_config *cfg,
