@@ -17,6 +17,7 @@
 
 #include "contracts/inventory.h"
 #include "node/gv_config.h"
+#include "node/gv_mode.h"
 #include "node/gv_gpus.h"
 #include "node/gv_grpc.h"
 #include "node/gv_publisher.h"
@@ -186,6 +187,24 @@ static void test_config_sharing(void **state)
                 " \"replicas\": 2, \"devices\": [\"MIG-1\"]}]}}}",
                 "must be a GPU index or a GPU-... UUID");
     parse_fails("{\"sharing\": {\"timeslicing\": {}}}", "not a known key (timeSlicing, mps)");
+}
+
+/* The mode table: every mode of the one list has its file, with the required hooks. */
+static void test_mode_table(void **state)
+{
+    (void)state;
+    for (int i = 0; i < GV_INVENTORY_MODE_COUNT; i++) {
+        const struct gv_mode *m = gv_mode_get((enum gv_inventory_mode)i);
+        assert_non_null(m);
+        assert_int_equal(m->id, i);
+        assert_non_null(m->discover);
+        assert_non_null(m->advertise);
+        assert_non_null(m->allocate);
+        assert_true((m->open == NULL) == (m->close == NULL));
+    }
+    assert_null(gv_mode_get(GV_INVENTORY_MODE_COUNT));
+    assert_true(gv_inventory_mode_whole(GV_INVENTORY_MODE_EXCLUSIVE));
+    assert_false(gv_inventory_mode_whole(GV_INVENTORY_MODE_MPS));
 }
 
 static void test_config_missing_file_is_default(void **state)
@@ -396,6 +415,7 @@ int main(void)
         cmocka_unit_test(test_config_hami_keys),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_config_sharing),
+        cmocka_unit_test(test_mode_table),
         cmocka_unit_test(test_config_missing_file_is_default),
         cmocka_unit_test(test_inventory_round_trip),
         cmocka_unit_test(test_inventory_errors),
