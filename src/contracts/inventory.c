@@ -8,7 +8,7 @@
 #include "contracts/inventory.h"
 
 static const char *const mode_names[] = {
-#define GV_X_IMODE(id, name) name,
+#define GV_X_IMODE(id, name, whole) name,
     GV_INVENTORY_MODE_LIST(GV_X_IMODE)
 #undef GV_X_IMODE
 };
@@ -16,6 +16,16 @@ static const char *const mode_names[] = {
 const char *gv_inventory_mode_name(enum gv_inventory_mode m)
 {
     return (unsigned)m < GV_INVENTORY_MODE_COUNT ? mode_names[m] : "unknown";
+}
+
+bool gv_inventory_mode_whole(enum gv_inventory_mode m)
+{
+    static const bool whole[] = {
+#define GV_X_IMODE(id, name, w) w,
+        GV_INVENTORY_MODE_LIST(GV_X_IMODE)
+#undef GV_X_IMODE
+    };
+    return (unsigned)m < GV_INVENTORY_MODE_COUNT && whole[m];
 }
 
 int gv_inventory_mode_parse(const char *name)
@@ -47,6 +57,11 @@ gv_status gv_inventory_encode(const struct gv_inventory *inv, char **out, struct
             json_object_set_new(o, "nvlinkIsland", json_integer(g->nvlink_group - 1));
         if (o != NULL && g->pcie_group > 0)
             json_object_set_new(o, "pcieSwitch", json_integer(g->pcie_group - 1));
+        if (o && g->resource[0] &&
+            json_object_set_new(o, "resource", json_string(g->resource)) != 0) {
+            json_decref(o);
+            o = NULL;
+        }
         if (o == NULL || json_array_append_new(gpus, o) != 0) {
             json_decref(root);
             return gv_error_set(err, GV_EINVAL, "inventory: GPU %u has a field JSON cannot hold",
@@ -112,6 +127,7 @@ static gv_status decode_gpu(json_t *o, const char *where, struct gv_inventory_gp
     if (get_str(o, "uuid", where, g->uuid, sizeof(g->uuid), true, err) ||
         get_str(o, "model", where, g->model, sizeof(g->model), true, err) ||
         get_str(o, "pciBusId", where, g->pci_bus_id, sizeof(g->pci_bus_id), false, err) ||
+        get_str(o, "resource", where, g->resource, sizeof(g->resource), false, err) ||
         get_str(o, "mode", where, mode, sizeof(mode), true, err))
         return err->code;
     if (g->uuid[0] == '\0')

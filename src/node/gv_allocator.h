@@ -25,6 +25,7 @@
 #include "node/gv_gpus.h"
 
 struct V1beta1__ContainerAllocateResponse;
+struct gv_modes;
 
 #define GV_NODE_CONTAINER_PATH "/var/run/gpuvisor"
 #define GV_NODE_LIMITS_PATH "/etc/gpuvisor/limits.env"
@@ -46,12 +47,20 @@ struct gv_allocator_config {
     /* Placement signature and opt-out checks before a pod is served
      * (contracts/placement.h); borrowed, NULL = none (tests). */
     const struct gv_placement_policy *placement;
+    /* The sharing modes' states (gv_mode.h); borrowed, NULL = the allocator makes its own. */
+    struct gv_modes *modes;
 };
 
 /* What Allocate may hand out: one entry per advertised GPU. */
 struct gv_allocator_gpu {
-    struct gv_gpu gpu;
+    struct gv_gpu gpu; /* gpu.uuid: the unit's key in device IDs (gv_mode.h) */
     struct gv_node_gpu_settings settings;
+    /*
+     * Set by a mode's discover: this unit answers pods gpuvisor did not
+     * schedule from the kubelet's IDs although its mode has
+     * GV_MODE_NEEDS_ASSIGNMENT (MPS GPUs of NVIDIA's sharing.mps block).
+     */
+    bool from_ids;
 };
 
 struct gv_allocator;

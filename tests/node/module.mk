@@ -36,6 +36,8 @@ $(BUILD)/obj/tests/node/test_node_podcache.o: $(NODE_PB_H)
 TEST_SCRIPTS += tests/node/test_grpc_transport.py tests/node/test_node_agent.py tests/node/test_node_crash.py
 # /metrics and the NVML backstop (docs/observability.md)
 TEST_SCRIPTS += tests/node/test_node_metrics.py
+# Sharing modes: MPS (fake nvidia-cuda-mps-control), NVIDIA's sharing blocks, one plugin per resource
+TEST_SCRIPTS += tests/node/test_node_modes.py
 
 # Fuzz targets: bytes from a socket peer (HTTP/2 + gRPC framing), the
 # inventory annotation and the node config file.
@@ -59,6 +61,7 @@ fuzz_node_metrics_SRCS := tests/node/fuzz_node_metrics.c src/node/monitor.c src/
 fuzz_node_metrics_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) -lpthread
 # Pods from the API server through Allocate's pod selection and answer.
 fuzz_node_allocate_SRCS := tests/node/fuzz_node_allocate.c src/node/allocator.c src/node/config.c \
+	$(wildcard src/node/mode*.c) \
 	src/node/monitor_record.c \
 	src/node/loop.c src/contracts/inventory.c src/contracts/podspec.c src/contracts/placement.c \
 	src/contracts/gpushare.c \

@@ -21,6 +21,9 @@ shared with the grpc-go stand-in, kubelet_go, so one test drives both):
   {"cmd":"options"} {"cmd":"prestart","ids":[...]}
   {"cmd":"restart"}   kubelet restart: sockets deleted, kubelet.sock recreated
   {"cmd":"quit"}
+Every command may name "resource": the plugin registered for that resource
+(a plugin may register several, one socket each, as the kubelet allows);
+without it, the one registered last.  "devices" events name their resource.
 Events: registered, devices (each ListAndWatch message), stream_end,
 allocate/preferred/options/prestart replies, restarted, error.
 """
@@ -85,6 +88,9 @@ class Kubelet(pbg.RegistrationServicer):
         self.lock = threading.Lock()
         self.healthy = []   # device IDs of the last ListAndWatch, in its order
         self.in_use = set()
+        # per resource name: (channel, stub) and its healthy devices, as the kubelet keeps them
+        self.plugins = {}
+        self.healthy_by = {}
 
     def start(self):
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -115,18 +121,25 @@ class Kubelet(pbg.RegistrationServicer):
         # Like the kubelet: the plugin must answer before Register returns.
         stub.GetDevicePluginOptions(pb.Empty(), timeout=5)
         with self.lock:
-            if self.channel:
+            # a re-registration replaces that resource's connection only: the
+            # kubelet keeps one per resource name
+            old = self.plugins.get(request.resource_name)
+            if old:
+                old[0].close()
+            elif self.channel and self.channel not in [c for c, _ in self.plugins.values()]:
                 self.channel.close()
             self.channel, self.stub = channel, stub
-        threading.Thread(target=self.watch, args=(stub,), daemon=True).start()
+            self.plugins[request.resource_name] = (channel, stub)
+        threading.Thread(target=self.watch, args=(stub, request.resource_name), daemon=True).start()
         return pb.Empty()
 
-    def watch(self, stub):
+    def watch(self, stub, resource=""):
         try:
             for msg in stub.ListAndWatch(pb.Empty()):
                 with self.lock:
                     self.healthy = [d.ID for d in msg.devices if d.health == "Healthy"]
-                emit({"event": "devices", "devices": [
+                    self.healthy_by[resource] = list(self.healthy)
+                emit({"event": "devices", "resource": resource, "devices": [
                     {"id": d.ID, "health": d.health,
                      "numa": [n.ID for n in d.topology.nodes]} for d in msg.devices],
                     "size": msg.ByteSize()})
@@ -134,8 +147,11 @@ class Kubelet(pbg.RegistrationServicer):
         except grpc.RpcError as e:
             emit({"event": "stream_end", "code": e.code().value[0], "message": e.details()})
 
-    def call(self, name, fn):
+    def call(self, name, fn, resource=None):
         stub = self.stub
+        if resource is not None:
+            with self.lock:
+                stub = self.plugins.get(resource, (None, None))[1]
         if stub is None:
             emit({"event": name, "ok": False, "code": -1, "message": "plugin not registered"})
             return
@@ -144,9 +160,10 @@ class Kubelet(pbg.RegistrationServicer):
         except grpc.RpcError as e:
             emit({"event": name, "ok": False, "code": e.code().value[0], "message": e.details()})
 
-    def admit(self, size, ignore_preference):
+    def admit(self, size, ignore_preference, resource=None):
         with self.lock:
-            avail = [d for d in self.healthy if d not in self.in_use]
+            healthy = self.healthy if resource is None else self.healthy_by.get(resource, [])
+            avail = [d for d in healthy if d not in self.in_use]
 
         def run(s):
             if len(avail) < size:
@@ -166,7 +183,7 @@ class Kubelet(pbg.RegistrationServicer):
                 self.in_use.update(ids)
             return {"preferred": preferred, "ids": ids, "resp": resp_to_json(r.container_responses[0])}
         try:
-            self.call("admit", run)
+            self.call("admit", run, resource)
         except RuntimeError as e:
             emit({"event": "admit", "ok": False, "code": -1, "message": str(e)})
 
@@ -198,7 +215,8 @@ def main():
             req = pb.AllocateRequest(container_requests=[
                 pb.ContainerAllocateRequest(devices_ids=c["ids"])])
             k.call("allocate", lambda s: {"resp": resp_to_json(
-                s.Allocate(req, timeout=c.get("timeout", 10)).container_responses[0])})
+                s.Allocate(req, timeout=c.get("timeout", 10)).container_responses[0])},
+                c.get("resource"))
         elif cmd == "preferred":
             req = pb.PreferredAllocationRequest(container_requests=[
                 pb.ContainerPreferredAllocationRequest(
@@ -207,7 +225,7 @@ def main():
             k.call("preferred", lambda s: {"ids": list(
                 s.GetPreferredAllocation(req, timeout=10).container_responses[0].deviceIDs)})
         elif cmd == "admit":
-            k.admit(c["size"], c.get("ignore_preference", False))
+            k.admit(c["size"], c.get("ignore_preference", False), c.get("resource"))
         elif cmd == "release":
             with k.lock:
                 k.in_use.difference_update(c["ids"])
