@@ -69,3 +69,10 @@ fuzz_node_allocate_CFLAGS := $(NODE_CFLAGS)
 fuzz_node_allocate_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS)
 # order-only: the replay rule compiles $^, which must hold sources only
 $(FUZZ_BUILD)/fuzz_node_allocate $(BUILD)/tests/fuzzreplay_fuzz_node_allocate: | $(NODE_PB_H)
+
+# Passthrough and mediated devices against the fake sysfs tree (docs/passthrough.md).
+TEST_PROGS += test_node_passthrough
+test_node_passthrough_SRCS := tests/node/test_node_passthrough.c tests/fakes/sysfs/fake_sysfs.c
+test_node_passthrough_LIBS := node common
+test_node_passthrough_LDLIBS := $(NODE_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
+test_node_passthrough_CFLAGS := $(NODE_CFLAGS) -Itests/fakes/sysfs
