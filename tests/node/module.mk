@@ -73,6 +73,6 @@ $(FUZZ_BUILD)/fuzz_node_allocate $(BUILD)/tests/fuzzreplay_fuzz_node_allocate: |
 # Passthrough and mediated devices against the fake sysfs tree (docs/passthrough.md).
 TEST_PROGS += test_node_passthrough
 test_node_passthrough_SRCS := tests/node/test_node_passthrough.c tests/fakes/sysfs/fake_sysfs.c
-test_node_passthrough_LIBS := node common
-test_node_passthrough_LDLIBS := $(NODE_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
+test_node_passthrough_LIBS := node contracts alloc common
+test_node_passthrough_LDLIBS := $(NODE_LDLIBS) $(contracts_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
 test_node_passthrough_CFLAGS := $(NODE_CFLAGS) -Itests/fakes/sysfs

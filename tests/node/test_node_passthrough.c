@@ -17,6 +17,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
+#include "contracts/inventory.h"
+#include "contracts/podspec.h"
 #include "fake_sysfs.h"
 #include "node/gv_passthrough.h"
 
@@ -439,6 +443,101 @@ static void test_bind_helper_refusals(void **state)
     driver_is(f, "0000:41:00.1", "snd_hda_intel");
 }
 
+/* ---- inventory: the additive "wholeDevices" list, and the scheduler's view ---- */
+
+static void fill_inventory(struct gv_inventory *inv)
+{
+    memset(inv, 0, sizeof *inv);
+    inv->version = GV_INVENTORY_VERSION;
+    inv->n_gpus = 2;
+    for (uint32_t i = 0; i < 2; i++) {
+        struct gv_inventory_gpu *g = &inv->gpus[i];
+        snprintf(g->uuid, sizeof g->uuid, "GPU-%u0000000-1111-2222-3333-444444444444", i);
+        g->index = i;
+        snprintf(g->model, sizeof g->model, "NVIDIA A10");
+        g->memory_mib = 24576;
+        g->memory_scaling = 1.0;
+        g->cores = 100;
+        g->split = 10;
+        g->numa = 0;
+        g->healthy = true;
+        g->mode = GV_INVENTORY_MODE_VGPU;
+        /* NVML's 8-digit domain; the agent's whole devices carry sysfs's 4 digits */
+        snprintf(g->pci_bus_id, sizeof g->pci_bus_id, "0000000%u:81:00.0", 0);
+        if (i)
+            snprintf(g->pci_bus_id, sizeof g->pci_bus_id, "00000000:82:00.0");
+    }
+    inv->whole.n = 2;
+    inv->whole.dev[0] = (struct gv_inventory_whole){GV_INVENTORY_WHOLE_PASSTHROUGH, H100,
+                                                    "0000:41:00.0", "0000:41:00.0", "17", true};
+    inv->whole.dev[1] = (struct gv_inventory_whole){GV_INVENTORY_WHOLE_MDEV, A10Q, MDEV1,
+                                                    "0000:81:00.0", "90", false};
+}
+
+static void test_inventory_whole_devices(void **state)
+{
+    (void)state;
+    struct gv_inventory *inv = malloc(sizeof *inv), *back = malloc(sizeof *back);
+    struct gv_error err = {0};
+    char *text = NULL;
+    fill_inventory(inv);
+    assert_int_equal(gv_inventory_encode(inv, &text, &err), GV_OK);
+    assert_contains(text, "\"wholeDevices\":[{\"kind\":\"passthrough\",\"resource\":\"" H100 "\"");
+    assert_int_equal(gv_inventory_decode(text, strlen(text), back, &err), GV_OK);
+    assert_int_equal(back->whole.n, 2);
+    assert_int_equal(back->whole.dev[1].kind, GV_INVENTORY_WHOLE_MDEV);
+    assert_string_equal(back->whole.dev[1].id, MDEV1);
+    assert_string_equal(back->whole.dev[1].pci_bus_id, "0000:81:00.0");
+    assert_false(back->whole.dev[1].healthy);
+    assert_true(gv_inventory_gpu_taken(back, &back->gpus[0]));
+    assert_false(gv_inventory_gpu_taken(back, &back->gpus[1]));
+    assert_true(gv_inventory_same_pci("00000000:81:00.0", "0000:81:00.0"));
+    assert_false(gv_inventory_same_pci("0000:81:00.4", "0000:81:00.0"));
+    assert_false(gv_inventory_same_pci("garbage", "garbage"));
+
+    /* the scheduler's node: the GPU hosting vGPUs is not offered for slicing */
+    json_t *node = json_pack("{s:{s:s,s:{s:s}},s:{s:{s:s,s:s}}}", "metadata", "name", "gpu-1",
+                             "annotations", GV_INVENTORY_ANNOTATION, text, "status", "capacity",
+                             "cpu", "8", "memory", "64Gi");
+    struct gv_podspec_node *pn = NULL;
+    assert_int_equal(gv_podspec_node(node, &pn, &err), GV_OK);
+    assert_int_equal(pn->spec.n_gpus, 2);
+    assert_false(pn->gpus[0].healthy);
+    assert_true(pn->gpus[1].healthy);
+    gv_podspec_node_free(pn);
+    json_decref(node);
+    free(text);
+
+    /* without whole devices the text is what older agents wrote (no new key) */
+    inv->whole.n = 0;
+    assert_int_equal(gv_inventory_encode(inv, &text, &err), GV_OK);
+    assert_null(strstr(text, "wholeDevices"));
+    free(text);
+
+    /* strict when present */
+    static const char *bad[][2] = {
+        {"{\"version\":1,\"gpus\":[],\"wholeDevices\":{}}", "must be a list"},
+        {"{\"version\":1,\"gpus\":[],\"wholeDevices\":[{\"kind\":\"sriov\",\"resource\":\"r\","
+         "\"id\":\"i\",\"pciBusId\":\"p\",\"iommuGroup\":\"1\",\"healthy\":true}]}",
+         "unknown 'sriov'"},
+        {"{\"version\":1,\"gpus\":[],\"wholeDevices\":[{\"kind\":\"mdev\",\"resource\":\"r\","
+         "\"id\":\"i\",\"pciBusId\":\"p\",\"iommuGroup\":\"1\"}]}",
+         "healthy"},
+        {"{\"version\":1,\"gpus\":[],\"wholeDevices\":[{\"kind\":\"mdev\",\"resource\":\"r\","
+         "\"id\":\"i\",\"pciBusId\":\"p\",\"iommuGroup\":\"1\",\"healthy\":true},"
+         "{\"kind\":\"mdev\",\"resource\":\"r\",\"id\":\"i\",\"pciBusId\":\"p\","
+         "\"iommuGroup\":\"1\",\"healthy\":true}]}",
+         "repeats"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_not_equal(gv_inventory_decode(bad[i][0], strlen(bad[i][0]), back, &err), GV_OK);
+        assert_contains(err.msg, bad[i][1]);
+        assert_int_equal(back->whole.n, 0);
+    }
+    free(inv);
+    free(back);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -450,6 +549,7 @@ int main(void)
         cmocka_unit_test(test_scan_without_sysfs),
         cmocka_unit_test_setup_teardown(test_bind_helper_fake_kernel, setup_host, teardown),
         cmocka_unit_test_setup_teardown(test_bind_helper_refusals, setup_host, teardown),
+        cmocka_unit_test(test_inventory_whole_devices),
     };
     return cmocka_run_group_tests_name("node passthrough (fake sysfs)", tests, NULL, NULL);
 }
