@@ -76,6 +76,7 @@ struct gv_pt_mdev {
     char type_id[64];                  /* "nvidia-558" */
     char resource[GV_PT_RESOURCE_MAX]; /* "nvidia.com/NVIDIA_A2-4Q" */
     char parent[GV_PT_BDF_MAX];        /* parent function (a GPU or an SR-IOV VF) */
+    char gpu[GV_PT_BDF_MAX];           /* the physical GPU: the VF's physfn, else the parent */
     char group[GV_PT_GROUP_ID_MAX];
     bool healthy;
     char reason[GV_PT_REASON_MAX];

@@ -464,6 +464,10 @@ static gv_status scan_mdevs(const struct gv_pt_config *cfg, struct gv_pt_scan *s
             const char *par = strrchr(target, '/');
             copy_str(m->parent, sizeof m->parent, par ? par + 1 : target);
         }
+        /* vGPU on SR-IOV (Ampere and later): the parent is a VF; NVML names its PF */
+        snprintf(p, sizeof p, "%s/sys/bus/pci/devices/%s/physfn", sys, m->parent);
+        if (!valid_bdf(m->parent) || !link_base(p, m->gpu, sizeof m->gpu))
+            copy_str(m->gpu, sizeof m->gpu, m->parent);
         snprintf(p, sizeof p, "%s/sys/bus/mdev/devices/%s/mdev_type", sys, m->uuid);
         link_base(p, m->type_id, sizeof m->type_id);
         char tname[96] = "", mangled[96];

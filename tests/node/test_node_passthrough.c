@@ -54,7 +54,9 @@ static const char NODE[] =
     "{\"bdf\":\"0000:45:00.0\",\"device\":\"20b5\",\"driver\":\"vfio-pci\",\"group\":20},"
     "{\"bdf\":\"0000:46:00.0\",\"device\":\"2331\",\"driver\":\"nvidia\",\"group\":21},"
     "{\"bdf\":\"0000:47:00.0\",\"device\":\"2331\",\"driver\":\"vfio-pci\",\"group\":22},"
-    "{\"bdf\":\"0000:81:00.4\",\"device\":\"2236\",\"driver\":\"nvidia\",\"group\":30},"
+    "{\"bdf\":\"0000:81:00.0\",\"device\":\"2236\",\"driver\":\"nvidia\",\"group\":29},"
+    "{\"bdf\":\"0000:81:00.4\",\"device\":\"2236\",\"driver\":\"nvidia\",\"group\":30,"
+    "\"physfn\":\"0000:81:00.0\"},"
     "{\"bdf\":\"0000:03:00.0\",\"vendor\":\"8086\",\"device\":\"1533\",\"class\":\"020000\","
     "\"driver\":\"igb\",\"group\":3}"
     "],"
@@ -181,6 +183,7 @@ static void test_fake_sysfs_scan(void **state)
     assert_non_null(m);
     assert_string_equal(m->resource, A10Q);
     assert_string_equal(m->parent, "0000:81:00.4");
+    assert_string_equal(m->gpu, "0000:81:00.0");
     assert_string_equal(m->type_id, "nvidia-592");
     assert_string_equal(m->group, "90");
     assert_true(m->healthy);

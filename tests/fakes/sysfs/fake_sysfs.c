@@ -5,7 +5,7 @@
  * {
  *   "devices": [{"bdf": "0000:41:00.0", "vendor": "10de", "device": "2331",
  *                "class": "030200", "driver": "vfio-pci" | null, "group": 17,
- *                "numa": 0, "host_driver": "nvidia"}],
+ *                "numa": 0, "host_driver": "nvidia", "physfn": "0000:81:00.0"}],
  *   "mdev_types": [{"parent": "0000:81:00.4", "id": "nvidia-558",
  *                   "name": "NVIDIA A2-4Q", "available": 2}],
  *   "mdevs": [{"uuid": "...", "parent": "0000:81:00.4", "type": "nvidia-558", "group": 90}],
@@ -148,6 +148,13 @@ static int add_device(const char *root, json_t *d)
     snprintf(target, sizeof target, "../../../devices/pci0000:00/%s", bdf);
     if (link_to(root, rel, target) != 0)
         return -1;
+    const char *pf = jstr(d, "physfn", NULL); /* an SR-IOV VF names its PF */
+    if (pf) {
+        snprintf(rel, sizeof rel, PCI_DIR "/%s/physfn", bdf);
+        snprintf(target, sizeof target, "../%s", pf);
+        if (link_to(root, rel, target) != 0)
+            return -1;
+    }
     const char *drv = jstr(d, "driver", NULL);
     if (drv && bind_driver(root, bdf, drv) != 0)
         return -1;
