@@ -16,6 +16,7 @@
 #include "common/gv_error.h"
 #include "contracts/inventory.h"
 #include "node/gv_metrics.h"
+#include "node/gv_passthrough.h"
 
 #define GV_NODE_CONFIG_PATH "/etc/gpuvisor/node-config.json"
 #define GV_NODE_MAX_SPLIT 1024
@@ -54,6 +55,7 @@ struct gv_node_config {
     struct gv_node_gpu_rule *rules;
     size_t n_rules;
     struct gv_metrics_settings metrics; /* "metrics": listener, series, backstop */
+    struct gv_pt_settings passthrough;  /* "passthrough": docs/passthrough.md */
 };
 
 /* Defaults: nvidia.com/gpu, vgpu, split 10, scaling 1, no CDI, nothing excluded. */

@@ -36,6 +36,27 @@
 #define GV_PT_UUID_MAX 40
 #define GV_PT_MAX_SPECS 17     /* /dev/vfio/vfio + one node per group (16 GPUs at most) */
 
+/*
+ * The node config's "passthrough" object (docs/passthrough.md, "Node
+ * configuration"):
+ *   {"enabled": true, "resourceName": "nvidia.com/pgpu", "pciIds": "/path/pci.ids",
+ *    "bindAtStart": false, "bind": ["0000:41:00.0"]}
+ * Off by default: another plugin (NVIDIA's) may own these devices.
+ */
+#define GV_PT_MAX_BIND 16
+struct gv_pt_settings {
+    bool enabled;
+    bool bind_at_start; /* the binding helper, for the addresses in bind */
+    char resource_override[GV_PT_RESOURCE_MAX];
+    char pci_ids[256];
+    size_t n_bind;
+    char bind[GV_PT_MAX_BIND][GV_PT_BDF_MAX];
+};
+struct json_t;
+/* Strict: unknown keys, wrong types, bad addresses and names fail naming path.key. */
+gv_status gv_pt_settings_parse(struct json_t *v, const char *path, struct gv_pt_settings *out,
+                               struct gv_error *err);
+
 struct gv_pt_config {
     const char *sys_root;          /* NULL: "/" (tests point it at a fake tree) */
     const char *dev_root;          /* NULL: "/" ; /dev/vfio/<group> is checked under it */

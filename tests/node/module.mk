@@ -46,10 +46,11 @@ fuzz_node_grpc_server_LDLIBS := $(shell $(PKG_CONFIG) --libs libnghttp2)
 fuzz_node_inventory_SRCS := tests/node/fuzz_node_inventory.c src/contracts/inventory.c \
 	src/common/gv_error.c
 fuzz_node_inventory_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
-fuzz_node_config_SRCS := tests/node/fuzz_node_config.c src/node/config.c src/contracts/inventory.c \
+fuzz_node_config_SRCS := tests/node/fuzz_node_config.c src/node/config.c src/node/passthrough.c \
+	src/contracts/inventory.c \
 	src/node/monitor_record.c src/common/gv_log.c src/common/gv_error.c \
 	src/common/gv_file.c
-fuzz_node_config_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
+fuzz_node_config_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson) -ldl
 # What the monitor parses: /proc/<pid>/cgroup text, container records, HTTP request heads.
 FUZZ_TARGETS += fuzz_node_metrics
 fuzz_node_metrics_SRCS := tests/node/fuzz_node_metrics.c src/node/monitor.c src/node/monitor_record.c \
@@ -59,6 +60,7 @@ fuzz_node_metrics_SRCS := tests/node/fuzz_node_metrics.c src/node/monitor.c src/
 fuzz_node_metrics_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) -lpthread
 # Pods from the API server through Allocate's pod selection and answer.
 fuzz_node_allocate_SRCS := tests/node/fuzz_node_allocate.c src/node/allocator.c src/node/config.c \
+	src/node/passthrough.c \
 	src/node/monitor_record.c \
 	src/node/loop.c src/contracts/inventory.c src/contracts/podspec.c src/contracts/placement.c \
 	$(wildcard src/alloc/*.c) \

@@ -21,6 +21,7 @@
 
 #include "contracts/inventory.h"
 #include "contracts/podspec.h"
+#include "node/gv_config.h"
 #include "fake_sysfs.h"
 #include "node/gv_passthrough.h"
 
@@ -541,6 +542,50 @@ static void test_inventory_whole_devices(void **state)
     free(back);
 }
 
+static void test_node_config_passthrough(void **state)
+{
+    (void)state;
+    struct gv_node_config *c = NULL;
+    struct gv_error err = {0};
+    const char *ok = "{\"passthrough\": {\"enabled\": true, \"resourceName\": \"nvidia.com/pgpu\","
+                     " \"pciIds\": \"/opt/pci.ids\", \"bindAtStart\": true,"
+                     " \"bind\": [\"0000:41:00.0\", \"0000:42:00.0\"]},"
+                     " \"nodeConfig\": [{\"name\": \"n2\", \"passthrough\": {\"enabled\": false}}]}";
+    assert_int_equal(gv_node_config_parse(ok, strlen(ok), "n1", &c, &err), GV_OK);
+    assert_true(c->passthrough.enabled);
+    assert_true(c->passthrough.bind_at_start);
+    assert_string_equal(c->passthrough.resource_override, "nvidia.com/pgpu");
+    assert_string_equal(c->passthrough.pci_ids, "/opt/pci.ids");
+    assert_int_equal(c->passthrough.n_bind, 2);
+    assert_string_equal(c->passthrough.bind[1], "0000:42:00.0");
+    gv_node_config_free(c);
+    /* the node's own section replaces the top one */
+    assert_int_equal(gv_node_config_parse(ok, strlen(ok), "n2", &c, &err), GV_OK);
+    assert_false(c->passthrough.enabled);
+    assert_int_equal(c->passthrough.n_bind, 0);
+    gv_node_config_free(c);
+    /* off by default */
+    assert_int_equal(gv_node_config_parse("{}", 2, "n1", &c, &err), GV_OK);
+    assert_false(c->passthrough.enabled);
+    gv_node_config_free(c);
+    static const char *bad[][2] = {
+        {"{\"passthrough\": true}", "must be an object"},
+        {"{\"passthrough\": {\"enabled\": 1}}", "passthrough.enabled"},
+        {"{\"passthrough\": {\"bind\": [\"41:00.0\"]}}", "bind[0]"},
+        {"{\"passthrough\": {\"bind\": [\"../../x/00.0\"]}}", "bind[0]"},
+        {"{\"passthrough\": {\"resourceName\": \"pgpu\"}}", "not domain/name"},
+        {"{\"passthrough\": {\"resourceName\": \"nvidia.com/a b\"}}", "not domain/name"},
+        {"{\"passthrough\": {\"bindAll\": true}}", "unknown key"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        c = NULL;
+        assert_int_not_equal(gv_node_config_parse(bad[i][0], strlen(bad[i][0]), "n1", &c, &err),
+                             GV_OK);
+        assert_null(c);
+        assert_contains(err.msg, bad[i][1]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -553,6 +598,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bind_helper_fake_kernel, setup_host, teardown),
         cmocka_unit_test_setup_teardown(test_bind_helper_refusals, setup_host, teardown),
         cmocka_unit_test(test_inventory_whole_devices),
+        cmocka_unit_test(test_node_config_passthrough),
     };
     return cmocka_run_group_tests_name("node passthrough (fake sysfs)", tests, NULL, NULL);
 }
