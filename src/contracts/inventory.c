@@ -8,7 +8,7 @@
 #include "contracts/inventory.h"
 
 static const char *const mode_names[] = {
-#define GV_X_IMODE(id, name) name,
+#define GV_X_IMODE(id, name, whole) name,
     GV_INVENTORY_MODE_LIST(GV_X_IMODE)
 #undef GV_X_IMODE
 };
@@ -16,6 +16,16 @@ static const char *const mode_names[] = {
 const char *gv_inventory_mode_name(enum gv_inventory_mode m)
 {
     return (unsigned)m < GV_INVENTORY_MODE_COUNT ? mode_names[m] : "unknown";
+}
+
+bool gv_inventory_mode_whole(enum gv_inventory_mode m)
+{
+    static const bool whole[] = {
+#define GV_X_IMODE(id, name, w) w,
+        GV_INVENTORY_MODE_LIST(GV_X_IMODE)
+#undef GV_X_IMODE
+    };
+    return (unsigned)m < GV_INVENTORY_MODE_COUNT && whole[m];
 }
 
 int gv_inventory_mode_parse(const char *name)

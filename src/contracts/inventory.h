@@ -25,14 +25,19 @@
 #define GV_INVENTORY_UUID_MAX 96
 #define GV_INVENTORY_MODEL_MAX 96
 
-/* Sharing mode names as they appear in the JSON. */
+/*
+ * The sharing modes: the one list (docs/node-agent.md, "Sharing modes").
+ * X(ID, name in the JSON, whole): whole = 1 when a unit of the mode goes to
+ * one container at a time (the scheduler places it as an exclusive GPU).
+ * The node agent has one src/node/mode_<name>.c per entry (gv_mode_<ID>).
+ */
 #define GV_INVENTORY_MODE_LIST(X)                                                                  \
-    X(VGPU, "vgpu")                                                                                \
-    X(EXCLUSIVE, "exclusive")                                                                      \
-    X(TIMESLICING, "timeslicing")
+    X(VGPU, "vgpu", 0)                                                                             \
+    X(EXCLUSIVE, "exclusive", 1)                                                                   \
+    X(TIMESLICING, "timeslicing", 0)
 
 enum gv_inventory_mode {
-#define GV_X_IMODE(id, name) GV_INVENTORY_MODE_##id,
+#define GV_X_IMODE(id, name, whole) GV_INVENTORY_MODE_##id,
     GV_INVENTORY_MODE_LIST(GV_X_IMODE)
 #undef GV_X_IMODE
     GV_INVENTORY_MODE_COUNT
@@ -41,6 +46,8 @@ enum gv_inventory_mode {
 const char *gv_inventory_mode_name(enum gv_inventory_mode m);
 /* -1 when unknown. */
 int gv_inventory_mode_parse(const char *name);
+/* Whether a unit of the mode is placed whole (one container at a time). */
+bool gv_inventory_mode_whole(enum gv_inventory_mode m);
 
 struct gv_inventory_gpu {
     char uuid[GV_INVENTORY_UUID_MAX];

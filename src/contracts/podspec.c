@@ -174,8 +174,7 @@ void gv_podspec_gpu_from_inventory(const struct gv_inventory_gpu *g, struct gv_a
         .split = g->split,
         .numa = g->numa,
         .healthy = g->healthy,
-        .mode = g->mode == GV_INVENTORY_MODE_EXCLUSIVE ? GV_ALLOC_GPU_EXCLUSIVE
-                                                      : GV_ALLOC_GPU_SHARED,
+        .mode = gv_inventory_mode_whole(g->mode) ? GV_ALLOC_GPU_EXCLUSIVE : GV_ALLOC_GPU_SHARED,
     };
 }
 

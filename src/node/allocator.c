@@ -18,6 +18,7 @@
 #include "deviceplugin.pb-c.h"
 #include "interposer/priority.h" /* the node directory's container path, priority range */
 #include "node/gv_allocator.h"
+#include "node/gv_mode.h"
 #include "node/gv_monitor.h"
 #include "node/gv_grpc.h"
 #include "node/gv_loop.h"
@@ -89,6 +90,8 @@ struct gv_allocator {
     char cdi_kind[128];
     char core_policy[16];
     char resource_name[128];
+    struct gv_modes *modes;     /* the modes' states (borrowed from cfg, or own_modes) */
+    struct gv_modes *own_modes; /* made here when the caller gave none (tests) */
     /* the writer thread: progress annotations, retried through API outages */
     pthread_t writer_thread;
     bool writer_running, quit;
@@ -319,14 +322,20 @@ static const struct gv_allocator_gpu *find_gpu(const struct gv_allocator *a, con
 
 /* ---- response building --------------------------------------------------- */
 
-struct resp_builder {
+/* The answer being built (gv_mode.h: modes add to it through gv_mode_answer_*). */
+struct gv_mode_answer {
+    struct gv_allocator *a;
     V1beta1__ContainerAllocateResponse *r;
     char *limits; /* KEY=VALUE lines for limits.env */
     size_t limits_len;
     bool oom;
+    bool interposer; /* a mode asked for the interposer */
+    /* GPUs for NVIDIA_VISIBLE_DEVICES (or CDI names), in the container's order */
+    char visible[GV_ALLOC_MAX_DEVICES][GV_ALLOC_UUID_MAX];
+    size_t n_visible;
 };
 
-static void add_env(struct resp_builder *b, const char *key, const char *value, bool limit)
+static void add_env(struct gv_mode_answer *b, const char *key, const char *value, bool limit)
 {
     V1beta1__ContainerAllocateResponse *r = b->r;
     void *p = realloc(r->envs, (r->n_envs + 1) * sizeof(*r->envs));
@@ -356,7 +365,7 @@ static void add_env(struct resp_builder *b, const char *key, const char *value, 
     }
 }
 
-static void add_mount(struct resp_builder *b, const char *host, const char *ctr, bool ro)
+static void add_mount(struct gv_mode_answer *b, const char *host, const char *ctr, bool ro)
 {
     V1beta1__ContainerAllocateResponse *r = b->r;
     void *p = realloc(r->mounts, (r->n_mounts + 1) * sizeof(*r->mounts));
@@ -377,7 +386,7 @@ static void add_mount(struct resp_builder *b, const char *host, const char *ctr,
         b->oom = true;
 }
 
-static void add_cdi(struct resp_builder *b, const char *kind, const char *uuid)
+static void add_cdi(struct gv_mode_answer *b, const char *kind, const char *uuid)
 {
     V1beta1__ContainerAllocateResponse *r = b->r;
     void *p = realloc(r->cdi_devices, (r->n_cdi_devices + 1) * sizeof(*r->cdi_devices));
@@ -399,12 +408,19 @@ static void add_cdi(struct resp_builder *b, const char *kind, const char *uuid)
 }
 
 /* Visible devices: CDI names when configured, else NVIDIA_VISIBLE_DEVICES. */
-static void add_visible(struct gv_allocator *a, struct resp_builder *b, char uuids[][GV_ALLOC_UUID_MAX],
+static void add_visible(struct gv_allocator *a, struct gv_mode_answer *b, char uuids[][GV_ALLOC_UUID_MAX],
                         size_t n)
 {
-    if (a->cdi) {
+    if (n == 0)
+        return;
+    pthread_mutex_lock(&a->mu);
+    bool cdi = a->cdi;
+    char kind[128];
+    snprintf(kind, sizeof(kind), "%s", a->cdi_kind);
+    pthread_mutex_unlock(&a->mu);
+    if (cdi) {
         for (size_t i = 0; i < n; i++)
-            add_cdi(b, a->cdi_kind, uuids[i]);
+            add_cdi(b, kind, uuids[i]);
         return;
     }
     char list[GV_ALLOC_MAX_DEVICES * GV_ALLOC_UUID_MAX + 16] = "";
@@ -414,6 +430,84 @@ static void add_visible(struct gv_allocator *a, struct resp_builder *b, char uui
         strcat(list, uuids[i]);
     }
     add_env(b, "NVIDIA_VISIBLE_DEVICES", list, false);
+}
+
+static void add_device(struct gv_mode_answer *b, const char *host, const char *ctr,
+                       const char *perms)
+{
+    V1beta1__ContainerAllocateResponse *r = b->r;
+    void *p = realloc(r->devices, (r->n_devices + 1) * sizeof(*r->devices));
+    V1beta1__DeviceSpec *d = malloc(sizeof(*d));
+    if (p)
+        r->devices = p;
+    if (!p || !d) {
+        free(d);
+        b->oom = true;
+        return;
+    }
+    v1beta1__device_spec__init(d);
+    d->host_path = strdup(host);
+    d->container_path = strdup(ctr);
+    d->permissions = strdup(perms);
+    r->devices[r->n_devices++] = d;
+    if (!d->host_path || !d->container_path || !d->permissions)
+        b->oom = true;
+}
+
+/* ---- what modes add (gv_mode.h) ------------------------------------------------- */
+
+void gv_mode_answer_env(struct gv_mode_answer *b, const char *key, const char *value)
+{
+    add_env(b, key, value, false);
+}
+
+void gv_mode_answer_limit(struct gv_mode_answer *b, const char *key, const char *value)
+{
+    add_env(b, key, value, true);
+}
+
+void gv_mode_answer_mount(struct gv_mode_answer *b, const char *host, const char *ctr, bool ro)
+{
+    add_mount(b, host, ctr, ro);
+}
+
+void gv_mode_answer_device(struct gv_mode_answer *b, const char *host, const char *ctr,
+                           const char *perms)
+{
+    add_device(b, host, ctr, perms);
+}
+
+void gv_mode_answer_cdi(struct gv_mode_answer *b, const char *name)
+{
+    V1beta1__ContainerAllocateResponse *r = b->r;
+    void *p = realloc(r->cdi_devices, (r->n_cdi_devices + 1) * sizeof(*r->cdi_devices));
+    V1beta1__CDIDevice *d = malloc(sizeof(*d));
+    if (p)
+        r->cdi_devices = p;
+    if (!p || !d) {
+        free(d);
+        b->oom = true;
+        return;
+    }
+    v1beta1__cdidevice__init(d);
+    d->name = strdup(name);
+    r->cdi_devices[r->n_cdi_devices++] = d;
+    if (!d->name)
+        b->oom = true;
+}
+
+void gv_mode_answer_visible(struct gv_mode_answer *b, const char *uuid)
+{
+    for (size_t i = 0; i < b->n_visible; i++)
+        if (strcmp(b->visible[i], uuid) == 0)
+            return;
+    if (b->n_visible < GV_ALLOC_MAX_DEVICES)
+        snprintf(b->visible[b->n_visible++], GV_ALLOC_UUID_MAX, "%s", uuid);
+}
+
+void gv_mode_answer_interposer(struct gv_mode_answer *b)
+{
+    b->interposer = true;
 }
 
 /*
@@ -1004,27 +1098,6 @@ static int fail(char *msg, size_t cap, int code, const char *fmt, ...)
     return code;
 }
 
-/* Answer from the kubelet's device IDs: only for GPUs that need no limits. */
-static int answer_from_ids(struct gv_allocator *a, char uuids[][GV_ALLOC_UUID_MAX], size_t n,
-                           V1beta1__ContainerAllocateResponse *resp, char *msg, size_t cap)
-{
-    char uniq[GV_ALLOC_MAX_DEVICES][GV_ALLOC_UUID_MAX];
-    size_t u = 0;
-    for (size_t i = 0; i < n; i++) {
-        bool seen = false;
-        for (size_t k = 0; k < u; k++)
-            seen |= strcmp(uniq[k], uuids[i]) == 0;
-        if (!seen && u < GV_ALLOC_MAX_DEVICES)
-            snprintf(uniq[u++], GV_ALLOC_UUID_MAX, "%s", uuids[i]);
-    }
-    struct resp_builder b = {.r = resp};
-    add_visible(a, &b, uniq, u);
-    free(b.limits);
-    if (b.oom)
-        return fail(msg, cap, GV_GRPC_RESOURCE_EXHAUSTED, "out of memory");
-    return GV_GRPC_OK;
-}
-
 /*
  * CUDA_TASK_PRIORITY set as a literal in the container's env (HAMi's
  * documented way to ask for a priority), -1 when absent or not a number.
@@ -1095,94 +1168,138 @@ static int container_priority(struct gv_allocator *a, json_t *pod, const char *c
     return prio;
 }
 
-/* Builds the response for container c of the chosen pod. */
+/* Whether a unit's mode can answer pods gpuvisor did not schedule (from the IDs). */
+static bool plain_unit(const struct gv_allocator_gpu *g)
+{
+    const struct gv_mode *m = gv_mode_get(g->settings.mode);
+    return m && !(m->flags & GV_MODE_NEEDS_ASSIGNMENT);
+}
+
+/*
+ * The interposer's part of an answer (a mode asked for it): library,
+ * preload, runtime and node directories, the limits file, priority and
+ * core policy.  Two host directories: what the container may write
+ * (runtime dir) and what it may only read (limits file); one directory for
+ * both let the tenant rewrite its limits through the writable mount.
+ */
+static void add_interposer(struct gv_allocator *a, struct gv_mode_answer *b, json_t *pod,
+                           const char *uid, const char *ctr)
+{
+    char val[64];
+    add_env(b, "CUDA_DEVICE_MEMORY_SHARED_CACHE", GV_NODE_CONTAINER_PATH "/shared.cache", true);
+    int prio = container_priority(a, pod, ctr);
+    if (prio >= 0) {
+        snprintf(val, sizeof(val), "%d", prio);
+        add_env(b, "CUDA_TASK_PRIORITY", val, true);
+    }
+    pthread_mutex_lock(&a->mu);
+    char policy[16];
+    snprintf(policy, sizeof(policy), "%s", a->core_policy);
+    pthread_mutex_unlock(&a->mu);
+    if (policy[0])
+        add_env(b, "GPU_CORE_UTILIZATION_POLICY", policy, true);
+    char host[4096], host_file[4200], lib[4096], preload[4096];
+    snprintf(host, sizeof(host), "%s/containers/%s/%s", a->host_state_dir, uid, ctr);
+    snprintf(host_file, sizeof(host_file), "%s/limits/%s/%s/limits.env", a->host_state_dir, uid,
+             ctr);
+    snprintf(lib, sizeof(lib), "%s/lib/libgpuvisor.so", a->install_dir);
+    snprintf(preload, sizeof(preload), "%s/ld.so.preload", a->install_dir);
+    add_mount(b, lib, GV_NODE_LIB_PATH, true);
+    const char *opt = gv_podspec_annotation(pod, ANN_PRELOAD);
+    if (!(opt && strcmp(opt, "false") == 0))
+        add_mount(b, preload, GV_NODE_PRELOAD_PATH, true);
+    add_mount(b, host, GV_NODE_CONTAINER_PATH, false);
+    add_mount(b, host_file, GV_NODE_LIMITS_PATH, true);
+    add_mount(b, a->host_node_dir, GV_PRIO_DEFAULT_DIR, false);
+}
+
+/*
+ * Builds the response for container c of the chosen pod, or (pod and c
+ * NULL) for a pod gpuvisor did not schedule, from the kubelet's IDs alone.
+ * The container's units are grouped by mode and each mode adds its part
+ * (gv_mode.h); the visible devices and the interposer are common.
+ */
 static int build(struct gv_allocator *a, json_t *pod, const struct gv_alloc_container_assign *c,
+                 char uuids[][GV_ALLOC_UUID_MAX], size_t n_ids,
                  V1beta1__ContainerAllocateResponse *resp, char *msg, size_t cap)
 {
-    const char *uid = jstr2(pod, "metadata", "uid");
-    char uuids[GV_ALLOC_MAX_DEVICES][GV_ALLOC_UUID_MAX];
-    bool limited = false, oversub = false;
-    struct resp_builder b = {.r = resp};
-    for (uint32_t i = 0; i < c->n_devices; i++) {
-        snprintf(uuids[i], GV_ALLOC_UUID_MAX, "%s", c->devices[i].uuid);
-        pthread_mutex_lock(&a->mu);
-        const struct gv_allocator_gpu *g = find_gpu(a, c->devices[i].uuid);
-        bool vgpu = g && g->settings.mode == GV_NODE_MODE_VGPU;
-        bool healthy = g && g->gpu.healthy;
-        oversub |= g && vgpu && g->settings.mem_scaling > 1.0;
-        pthread_mutex_unlock(&a->mu);
-        if (!healthy)
-            return fail(msg, cap, GV_GRPC_FAILED_PRECONDITION,
-                        "GPU %s assigned to container %s is not healthy on this node",
-                        c->devices[i].uuid, c->name);
-        limited |= vgpu;
-    }
-    add_visible(a, &b, uuids, c->n_devices);
-    char key[64], val[64];
-    bool same_sm = true;
-    for (uint32_t i = 0; limited && i < c->n_devices; i++) {
-        if (c->devices[i].mem_mib) {
-            snprintf(key, sizeof(key), "CUDA_DEVICE_MEMORY_LIMIT_%u", i);
-            snprintf(val, sizeof(val), "%llum", (unsigned long long)c->devices[i].mem_mib);
-            add_env(&b, key, val, true);
-        }
-        if (c->devices[i].milli) {
-            snprintf(key, sizeof(key), "CUDA_DEVICE_SM_LIMIT_%u", i);
-            snprintf(val, sizeof(val), "%u", (c->devices[i].milli + 9) / 10);
-            add_env(&b, key, val, true);
-        }
-        same_sm &= c->devices[i].milli == c->devices[0].milli;
-    }
-    if (limited) {
-        if (same_sm && c->devices[0].milli) {
-            snprintf(val, sizeof(val), "%u", (c->devices[0].milli + 9) / 10);
-            add_env(&b, "CUDA_DEVICE_SM_LIMIT", val, true);
-        }
-        add_env(&b, "CUDA_DEVICE_MEMORY_SHARED_CACHE", GV_NODE_CONTAINER_PATH "/shared.cache", true);
-        if (oversub)
-            add_env(&b, "CUDA_OVERSUBSCRIBE", "true", true);
-        int prio = container_priority(a, pod, c->name);
-        if (prio >= 0) {
-            snprintf(val, sizeof(val), "%d", prio);
-            add_env(&b, "CUDA_TASK_PRIORITY", val, true);
-        }
-        pthread_mutex_lock(&a->mu);
-        char policy[16];
-        snprintf(policy, sizeof(policy), "%s", a->core_policy);
-        pthread_mutex_unlock(&a->mu);
-        if (policy[0])
-            add_env(&b, "GPU_CORE_UTILIZATION_POLICY", policy, true);
-        /*
-         * Two host directories: what the container may write (runtime dir)
-         * and what it may only read (limits file).  One directory for both
-         * let the tenant rewrite its limits through the writable mount.
-         */
-        char host[4096], host_file[4200], lib[4096], preload[4096];
-        snprintf(host, sizeof(host), "%s/containers/%s/%s", a->host_state_dir, uid, c->name);
-        snprintf(host_file, sizeof(host_file), "%s/limits/%s/%s/limits.env", a->host_state_dir, uid,
-                 c->name);
-        snprintf(lib, sizeof(lib), "%s/lib/libgpuvisor.so", a->install_dir);
-        snprintf(preload, sizeof(preload), "%s/ld.so.preload", a->install_dir);
-        add_mount(&b, lib, GV_NODE_LIB_PATH, true);
-        const char *opt = gv_podspec_annotation(pod, ANN_PRELOAD);
-        if (!(opt && strcmp(opt, "false") == 0))
-            add_mount(&b, preload, GV_NODE_PRELOAD_PATH, true);
-        add_mount(&b, host, GV_NODE_CONTAINER_PATH, false);
-        add_mount(&b, host_file, GV_NODE_LIMITS_PATH, true);
-        add_mount(&b, a->host_node_dir, GV_PRIO_DEFAULT_DIR, false);
-    }
-    if (b.oom) {
-        free(b.limits);
+    const char *uid = pod ? jstr2(pod, "metadata", "uid") : "";
+    const char *ctr = c ? c->name : "";
+    size_t n = c ? c->n_devices : n_ids;
+    struct gv_mode_alloc *grp = calloc(GV_INVENTORY_MODE_COUNT, sizeof(*grp));
+    if (grp == NULL)
         return fail(msg, cap, GV_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+    int code = GV_GRPC_OK;
+    pthread_mutex_lock(&a->mu);
+    for (size_t i = 0; i < n && code == GV_GRPC_OK; i++) {
+        const char *u = c ? c->devices[i].uuid : uuids[i];
+        const struct gv_allocator_gpu *g = find_gpu(a, u);
+        if (g == NULL || gv_mode_get(g->settings.mode) == NULL || (c && !g->gpu.healthy)) {
+            code = fail(msg, cap, GV_GRPC_FAILED_PRECONDITION,
+                        "GPU %s assigned to container %s is not healthy on this node", u, ctr);
+            break;
+        }
+        struct gv_mode_alloc *m = &grp[g->settings.mode];
+        size_t k = c ? m->n : 0; /* with an assignment every device is its own entry */
+        while (k < m->n && strcmp(m->units[k].gpu.uuid, u) != 0)
+            k++;
+        if (k < m->n) { /* more replicas of a unit already listed (no assignment) */
+            m->ids[k]++;
+            continue;
+        }
+        m->units[m->n] = *g;
+        m->idx[m->n] = (unsigned)i;
+        m->ids[m->n++] = 1;
     }
-    struct gv_error err;
-    gv_status st = prepare_dir(a, uid, c->name, limited, b.limits, b.limits_len, &err);
-    if (st == GV_OK) /* on /metrics from now on, before its first CUDA call */
-        gv_monitor_note_allocate(a->state_dir, pod, c, limited, b.limits, b.limits_len);
-    free(b.limits);
-    if (st != GV_OK)
-        return fail(msg, cap, GV_GRPC_INTERNAL, "container %s: %s", c->name, err.msg);
-    return GV_GRPC_OK;
+    pthread_mutex_unlock(&a->mu);
+    struct gv_mode_answer *b = calloc(1, sizeof(*b));
+    if (code == GV_GRPC_OK && b == NULL)
+        code = fail(msg, cap, GV_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+    if (b) {
+        b->a = a;
+        b->r = resp;
+    }
+    for (int id = 0; id < GV_INVENTORY_MODE_COUNT && code == GV_GRPC_OK; id++) {
+        struct gv_mode_alloc *m = &grp[id];
+        if (m->n == 0)
+            continue;
+        const struct gv_mode *md = gv_mode_get((enum gv_inventory_mode)id);
+        m->env = gv_modes_env(a->modes);
+        m->pod = pod;
+        m->c = c;
+        m->uid = uid;
+        m->ctr = ctr;
+        m->answer = b;
+        char why[512] = "";
+        int mc = md->allocate(gv_modes_state(a->modes, (enum gv_inventory_mode)id), m, why,
+                              sizeof(why));
+        if (mc != GV_GRPC_OK)
+            code = fail(msg, cap, mc, "container %s: %s", ctr[0] ? ctr : "(no assignment)", why);
+    }
+    free(grp);
+    if (code == GV_GRPC_OK && b->interposer && pod == NULL)
+        code = fail(msg, cap, GV_GRPC_FAILED_PRECONDITION,
+                    "the interposer needs a pod scheduled by gpuvisor-scheduler");
+    if (code == GV_GRPC_OK) {
+        add_visible(a, b, b->visible, b->n_visible);
+        if (b->interposer)
+            add_interposer(a, b, pod, uid, ctr);
+        if (b->oom)
+            code = fail(msg, cap, GV_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    if (code == GV_GRPC_OK && pod) {
+        struct gv_error err;
+        gv_status st = prepare_dir(a, uid, ctr, b->interposer, b->limits, b->limits_len, &err);
+        if (st == GV_OK) /* on /metrics from now on, before its first CUDA call */
+            gv_monitor_note_allocate(a->state_dir, pod, c, b->interposer, b->limits,
+                                     b->limits_len);
+        else
+            code = fail(msg, cap, GV_GRPC_INTERNAL, "container %s: %s", ctr, err.msg);
+    }
+    if (b)
+        free(b->limits);
+    free(b);
+    return code;
 }
 
 static void mark_bad(struct gv_allocator *a, struct choice *ch)
@@ -1332,12 +1449,12 @@ static int allocate(struct gv_allocator *a, const char *const *ids, size_t n_ids
             pthread_mutex_unlock(&a->mu);
             return fail(msg, cap, GV_GRPC_INVALID_ARGUMENT, "unknown device ID '%s'", ids[i]);
         }
-        all_plain &= g->settings.mode != GV_NODE_MODE_VGPU;
+        all_plain &= plain_unit(g);
     }
     pthread_mutex_unlock(&a->mu);
     if (a->kube == NULL && a->fixed_pods == NULL) {
         if (all_plain)
-            return answer_from_ids(a, uuids, n_ids, resp, msg, cap);
+            return build(a, NULL, NULL, uuids, n_ids, resp, msg, cap);
         return fail(msg, cap, GV_GRPC_FAILED_PRECONDITION,
                     "no API server connection: cannot read the pod's assignment");
     }
@@ -1379,7 +1496,7 @@ static int allocate(struct gv_allocator *a, const char *const *ids, size_t n_ids
         return replay(a, r_uid, r_ctr, resp, msg, cap);
     if (!ch->found) {
         if (all_plain && ch->n_bad == 0)
-            return answer_from_ids(a, uuids, n_ids, resp, msg, cap);
+            return build(a, NULL, NULL, uuids, n_ids, resp, msg, cap);
         int code;
         if (ch->n_bad) {
             char names[512] = "";
@@ -1431,7 +1548,7 @@ static int allocate(struct gv_allocator *a, const char *const *ids, size_t n_ids
                 ps->ns, ps->name, c->name, key, want);
     }
     int64_t t_chosen = gv_loop_now_us();
-    int code = build(a, ch->best.pod, c, resp, msg, cap);
+    int code = build(a, ch->best.pod, c, NULL, 0, resp, msg, cap);
     if (code == GV_GRPC_OK) {
         /* Durable before the reply: a repeat of this request gets these bytes back. */
         struct gv_error err;
@@ -1577,7 +1694,7 @@ bool gv_allocator_prefer(void *ud, const char *const *avail, size_t n_avail,
     for (size_t i = 0; i < n_avail; i++) {
         const struct gv_allocator_gpu *g =
             id_wellformed(avail[i]) && id_to_uuid(avail[i], u, sizeof(u)) ? find_gpu(a, u) : NULL;
-        plain &= g == NULL || g->settings.mode != GV_NODE_MODE_VGPU;
+        plain &= g == NULL || plain_unit(g);
     }
     pthread_mutex_unlock(&a->mu);
     int64_t deadline = cache_deadline(a, plain);
@@ -2087,6 +2204,14 @@ gv_status gv_allocator_new(const struct gv_allocator_config *cfg, struct gv_kube
         gv_error_prefix(err, "allocator: node priority directory: ");
         goto fail;
     }
+    a->modes = cfg->modes;
+    if (a->modes == NULL) {
+        struct gv_mode_env env = {.state_dir = a->state_dir, .host_state_dir = a->host_state_dir,
+                                  .install_dir = a->install_dir};
+        if (gv_modes_new(&env, &a->own_modes, err) != GV_OK)
+            goto fail;
+        a->modes = a->own_modes;
+    }
     recover(a);
     if (kube) {
         char selector[600];
@@ -2132,6 +2257,7 @@ void gv_allocator_free(struct gv_allocator *a)
         pod_free(p);
     }
     free(a->gpus);
+    gv_modes_free(a->own_modes);
     free(a->node);
     free(a->state_dir);
     free(a->host_state_dir);

@@ -25,6 +25,7 @@
 #include "node/gv_gpus.h"
 
 struct V1beta1__ContainerAllocateResponse;
+struct gv_modes;
 
 #define GV_NODE_CONTAINER_PATH "/var/run/gpuvisor"
 #define GV_NODE_LIMITS_PATH "/etc/gpuvisor/limits.env"
@@ -46,6 +47,8 @@ struct gv_allocator_config {
     /* Placement signature and opt-out checks before a pod is served
      * (contracts/placement.h); borrowed, NULL = none (tests). */
     const struct gv_placement_policy *placement;
+    /* The sharing modes' states (gv_mode.h); borrowed, NULL = the allocator makes its own. */
+    struct gv_modes *modes;
 };
 
 /* What Allocate may hand out: one entry per advertised GPU. */

@@ -30,6 +30,7 @@
 #include "node/gv_config.h"
 #include "node/gv_gpus.h"
 #include "node/gv_metrics.h"
+#include "node/gv_mode.h"
 #include "node/gv_monitor.h"
 #include "node/gv_plugin.h"
 #include "node/gv_publisher.h"
@@ -60,6 +61,19 @@ struct options {
     const char *opt_out_namespaces; /* comma list */
     const char *metrics_listen; /* overrides the config's metrics.listen */
     const char *proc_root;
+    const char *mps_control; /* nvidia-cuda-mps-control (tests: a fake) */
+};
+
+/*
+ * One device plugin per resource name (a mode may advertise several:
+ * NVIDIA's renamed shared resources, MIG profiles, passthrough devices):
+ * each has its own socket and kubelet registration.
+ */
+struct endpoint {
+    char resource[128];
+    char socket[256]; /* file name in the plugin directory */
+    struct gv_plugin *plugin;
+    struct gv_registrar *reg;
 };
 
 struct agent {
@@ -77,8 +91,10 @@ struct agent {
     struct gv_kube_client *kube_writer; /* few retries: for Allocate's annotation writes */
     struct gv_allocator *alloc;
     struct gv_publisher *pub;
-    struct gv_plugin *plugin;
-    struct gv_registrar *reg;
+    struct gv_modes *modes;
+    struct endpoint **eps; /* eps[0]: the configured resourceName, always served */
+    size_t n_eps;
+    bool serving; /* endpoints listen and register as they are made */
     struct gv_monitor *mon;       /* /metrics and the NVML backstop (docs/observability.md) */
     struct gv_metrics_http *http;
     int sigfd;
@@ -90,27 +106,76 @@ struct agent {
 
 /* ---- device list, allocator table and inventory from GPUs + config ------- */
 
+/* The socket file name for a resource: gpuvisor.sock (--socket-name) for the configured one. */
+static void endpoint_socket(const struct agent *ag, const char *resource, char *out, size_t cap)
+{
+    if (strcmp(resource, ag->cfg->resource_name) == 0) {
+        snprintf(out, cap, "%s", ag->o.socket_name);
+        return;
+    }
+    snprintf(out, cap, "gpuvisor-%s.sock", resource);
+    for (char *c = out; *c; c++)
+        if (*c == '/')
+            *c = '_';
+}
+
+static gv_status endpoint_serve(struct agent *ag, struct endpoint *ep, struct gv_error *err)
+{
+    if (gv_plugin_listen(ep->plugin, err) != GV_OK)
+        return err->code;
+    struct gv_registrar_config rc = {.plugin_dir = ag->o.plugin_dir,
+                                     .kubelet_socket = ag->o.kubelet_socket,
+                                     .endpoint = ep->socket,
+                                     .resource_name = ep->resource};
+    return gv_registrar_new(ag->loop, ep->plugin, &rc, &ep->reg, err);
+}
+
+/* The endpoint of a resource, made (and, once serving, registered) on first use. */
+static struct endpoint *endpoint_get(struct agent *ag, const char *resource)
+{
+    for (size_t i = 0; i < ag->n_eps; i++)
+        if (strcmp(ag->eps[i]->resource, resource) == 0)
+            return ag->eps[i];
+    struct gv_error err;
+    struct endpoint *ep = calloc(1, sizeof(*ep));
+    void *p = realloc(ag->eps, (ag->n_eps + 1) * sizeof(*ag->eps));
+    if (p)
+        ag->eps = p;
+    if (ep == NULL || p == NULL) {
+        free(ep);
+        gv_error("resource %s: out of memory", resource);
+        return NULL;
+    }
+    snprintf(ep->resource, sizeof(ep->resource), "%s", resource);
+    endpoint_socket(ag, resource, ep->socket, sizeof(ep->socket));
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", ag->o.plugin_dir, ep->socket);
+    struct gv_plugin_config pc = {.socket_path = path, .allocate = gv_allocator_allocate,
+                                  .allocate_ud = ag->alloc, .prefer = gv_allocator_prefer,
+                                  .prefer_ud = ag->alloc};
+    if (gv_plugin_new(ag->loop, &pc, &ep->plugin, &err) != GV_OK ||
+        (ag->serving && endpoint_serve(ag, ep, &err) != GV_OK)) {
+        gv_error("resource %s: cannot serve it: %s", resource, err.msg);
+        gv_registrar_free(ep->reg);
+        gv_plugin_free(ep->plugin);
+        free(ep);
+        return NULL;
+    }
+    ag->eps[ag->n_eps++] = ep;
+    if (ag->serving)
+        gv_info("serving %s on %s/%s", resource, ag->o.plugin_dir, ep->socket);
+    return ep;
+}
+
 static void rebuild(struct agent *ag)
 {
     struct gv_gpu *gpus = NULL;
-    size_t n = 0;
+    size_t n = 0, n_units = 0;
     struct gv_error err;
-    struct gv_plugin_device *devs = NULL;
-    struct gv_allocator_gpu *agpus = NULL;
+    struct gv_allocator_gpu *units = NULL;
+    struct gv_mode_adv *adv = gv_mode_adv_new();
     struct gv_inventory *inv = calloc(1, sizeof(*inv));
-    if (inv == NULL || gv_gpus_snapshot(ag->gpus, &gpus, &n, &err) != GV_OK) {
-        gv_error("cannot rebuild the device list: out of memory");
-        goto out;
-    }
-    size_t n_devs = 0, n_agpus = 0, cap = 0;
-    for (size_t i = 0; i < n; i++) {
-        struct gv_node_gpu_settings s;
-        if (gv_node_config_gpu(ag->cfg, gpus[i].uuid, gpus[i].index, &s))
-            cap += s.split;
-    }
-    devs = calloc(cap + 1, sizeof(*devs));
-    agpus = calloc(n + 1, sizeof(*agpus));
-    if (devs == NULL || agpus == NULL) {
+    if (inv == NULL || adv == NULL || gv_gpus_snapshot(ag->gpus, &gpus, &n, &err) != GV_OK) {
         gv_error("cannot rebuild the device list: out of memory");
         goto out;
     }
@@ -137,40 +202,43 @@ static void rebuild(struct agent *ag)
             ig->mode = s.mode;
             ig->mig = g->mig;
         }
-        if (g->mig) {
-            gv_warn("GPU %u (%s) has MIG enabled: not advertised", g->index, g->uuid);
-            continue;
-        }
-        if (ag->mon)
-            gv_monitor_set_gpu_info(ag->mon, g->uuid, g->healthy, s.split, g->reason);
-        agpus[n_agpus].gpu = *g;
-        agpus[n_agpus++].settings = s;
-        for (unsigned k = 0; k < s.split; k++) {
-            struct gv_plugin_device *d = &devs[n_devs];
-            int len = s.mode == GV_NODE_MODE_EXCLUSIVE
-                          ? snprintf(d->id, sizeof(d->id), "%s", g->uuid)
-                          : snprintf(d->id, sizeof(d->id), "%s::%u", g->uuid, k);
-            if (len <= 0 || (size_t)len >= sizeof(d->id)) {
-                gv_error("GPU %s: device IDs would exceed 63 characters: not advertised",
-                         g->uuid);
-                break;
-            }
-            d->healthy = g->healthy;
-            d->numa = g->numa;
-            d->gpu = (int)g->index;
-            n_devs++;
-        }
     }
-    if (gv_allocator_set_gpus(ag->alloc, ag->cfg, agpus, n_agpus, &err) != GV_OK ||
-        gv_plugin_set_devices(ag->plugin, devs, n_devs, &err) != GV_OK)
+    /* what each GPU's mode serves and advertises (gv_mode.h) */
+    if (gv_modes_build(ag->modes, ag->cfg, gpus, n, &units, &n_units, adv, &err) != GV_OK) {
         gv_error("device list not updated: %s", err.msg);
+        goto out;
+    }
+    for (size_t i = 0; i < n_units; i++) {
+        const struct gv_allocator_gpu *u = &units[i];
+        /* a mode may find a unit unusable (its helper is down): the inventory says so */
+        for (uint32_t k = 0; k < inv->n_gpus; k++)
+            if (strcmp(inv->gpus[k].uuid, u->gpu.uuid) == 0)
+                inv->gpus[k].healthy &= u->gpu.healthy;
+        if (ag->mon)
+            gv_monitor_set_gpu_info(ag->mon, u->gpu.uuid, u->gpu.healthy, u->settings.split,
+                                    u->gpu.reason);
+    }
+    if (gv_allocator_set_gpus(ag->alloc, ag->cfg, units, n_units, &err) != GV_OK)
+        gv_error("device list not updated: %s", err.msg);
+    for (size_t r = 0; r < gv_mode_adv_resources(adv); r++)
+        endpoint_get(ag, gv_mode_adv_resource(adv, r));
+    /* every endpoint gets its list; one no mode advertises now gets an empty one */
+    for (size_t e = 0; e < ag->n_eps; e++) {
+        const struct gv_plugin_device *devs = NULL;
+        size_t nd = 0;
+        for (size_t r = 0; r < gv_mode_adv_resources(adv); r++)
+            if (strcmp(gv_mode_adv_resource(adv, r), ag->eps[e]->resource) == 0)
+                devs = gv_mode_adv_devices(adv, r, &nd);
+        if (gv_plugin_set_devices(ag->eps[e]->plugin, devs, nd, &err) != GV_OK)
+            gv_error("%s: device list not updated: %s", ag->eps[e]->resource, err.msg);
+    }
     if (ag->pub && gv_publisher_update(ag->pub, inv, &err) != GV_OK)
         gv_error("inventory not published: %s", err.msg);
 out:
+    gv_mode_adv_free(adv);
     free(inv);
     free(gpus);
-    free(devs);
-    free(agpus);
+    free(units);
 }
 
 static void health_changed_on_loop(struct gv_loop *loop, void *ud)
@@ -251,7 +319,10 @@ static void on_config_dir(struct gv_loop *loop, int fd, uint32_t events, void *u
 static void drain_check(struct gv_loop *loop, void *ud)
 {
     struct agent *ag = ud;
-    if (gv_plugin_drained(ag->plugin))
+    bool drained = true;
+    for (size_t i = 0; i < ag->n_eps; i++)
+        drained &= gv_plugin_drained(ag->eps[i]->plugin);
+    if (drained)
         gv_loop_stop(loop);
     else
         gv_loop_timer(loop, 20, drain_check, ag);
@@ -269,7 +340,8 @@ static void on_signal(struct gv_loop *loop, int fd, uint32_t events, void *ud)
         } else if (!ag->stopping) {
             gv_info("signal %u: shutting down", si.ssi_signo);
             ag->stopping = true;
-            gv_plugin_shutdown(ag->plugin, 2000);
+            for (size_t i = 0; i < ag->n_eps; i++)
+                gv_plugin_shutdown(ag->eps[i]->plugin, 2000);
             drain_check(loop, ag);
         }
     }
@@ -283,9 +355,14 @@ static void on_signal(struct gv_loop *loop, int fd, uint32_t events, void *ud)
 static void beat_tick(struct gv_loop *loop, void *ud)
 {
     struct agent *ag = ud;
-    const char *no = ag->stopping                            ? "shutting down"
-                     : !gv_plugin_socket_present(ag->plugin) ? "device-plugin socket missing"
-                     : gv_registrar_count(ag->reg) == 0      ? "not registered with the kubelet yet"
+    bool sockets = true, registered = true;
+    for (size_t i = 0; i < ag->n_eps; i++) {
+        sockets &= gv_plugin_socket_present(ag->eps[i]->plugin);
+        registered &= ag->eps[i]->reg && gv_registrar_count(ag->eps[i]->reg) > 0;
+    }
+    const char *no = ag->stopping ? "shutting down"
+                     : !sockets   ? "device-plugin socket missing"
+                     : !registered ? "not registered with the kubelet yet"
                      : !ag->o.no_kube && !gv_allocator_synced(ag->alloc) ? "pod cache not synced yet"
                                                                       : NULL;
     gv_metrics_http_beat(ag->http, no == NULL, no);
@@ -338,6 +415,7 @@ static void usage(FILE *f)
             "  --metrics-listen ADDR:PORT  serve /metrics, /healthz, /readyz (default: the\n"
             "                           config's metrics.listen; none when both are empty)\n"
             "  --proc-root DIR          where /proc is, for process cgroups (default /proc)\n"
+            "  --mps-control PATH       nvidia-cuda-mps-control for MPS GPUs (default: on PATH)\n"
             "  --version, --help\n");
 }
 
@@ -347,7 +425,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         O_NODE = 256, O_CONFIG, O_PLUGIN_DIR, O_SOCKET, O_KUBELET, O_STATE, O_HOST_STATE,
         O_INSTALL, O_NVML, O_SYS, O_URL, O_KUBECONFIG, O_NO_KUBE, O_HB, O_PROBE, O_RECOVER,
         O_WAIT, O_GC, O_GC_GRACE, O_VERSION, O_HELP, O_KEY_FILE, O_INSECURE, O_OPT_OUT, O_METRICS,
-        O_PROC
+        O_PROC, O_MPS
     };
     static const struct option opts[] = {
         {"node-name", 1, 0, O_NODE},         {"config", 1, 0, O_CONFIG},
@@ -364,6 +442,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"insecure-unsigned-placements", 0, 0, O_INSECURE},
         {"preload-opt-out-namespaces", 1, 0, O_OPT_OUT},
         {"metrics-listen", 1, 0, O_METRICS}, {"proc-root", 1, 0, O_PROC},
+        {"mps-control", 1, 0, O_MPS},
         {0, 0, 0, 0},
     };
     *o = (struct options){
@@ -412,6 +491,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         case O_HELP: usage(stdout); exit(0);
         case O_METRICS: o->metrics_listen = optarg; break;
         case O_PROC: o->proc_root = optarg; break;
+        case O_MPS: o->mps_control = optarg; break;
         default: usage(stderr); return 2;
         }
         if (num) {
@@ -507,6 +587,12 @@ static int start(struct agent *ag, struct gv_error *err)
                                      .wait_ms = o->allocate_wait_ms,
                                      .gc_grace_ms = o->gc_grace_ms,
                                      .placement = &ag->placement};
+    struct gv_mode_env env = {.state_dir = o->state_dir, .host_state_dir = o->host_state_dir,
+                              .install_dir = o->install_dir, .changed = health_changed,
+                              .changed_ud = ag, .mps_control = o->mps_control};
+    if (gv_modes_new(&env, &ag->modes, err) != GV_OK)
+        return 1;
+    ac.modes = ag->modes;
     if (gv_allocator_new(&ac, ag->kube, ag->kube_writer, &ag->alloc, err) != GV_OK)
         return 1;
     struct gv_monitor_config mc = {.node = o->node ? o->node : "", .state_dir = o->state_dir,
@@ -514,15 +600,12 @@ static int start(struct agent *ag, struct gv_error *err)
                                    .kube = ag->kube_writer, .settings = ag->cfg->metrics};
     if (gv_monitor_new(&mc, &ag->mon, err) != GV_OK)
         return 1;
-    snprintf(path, sizeof(path), "%s/%s", o->plugin_dir, o->socket_name);
-    struct gv_plugin_config pc = {.socket_path = path, .allocate = gv_allocator_allocate,
-                                  .allocate_ud = ag->alloc, .prefer = gv_allocator_prefer,
-                                  .prefer_ud = ag->alloc};
-    if (gv_plugin_new(ag->loop, &pc, &ag->plugin, err) != GV_OK)
+    /* the configured resource is always served, even with no GPU */
+    if (endpoint_get(ag, ag->cfg->resource_name) == NULL) {
+        gv_error_set(err, GV_EINTERNAL, "cannot serve %s", ag->cfg->resource_name);
         return 1;
+    }
     rebuild(ag);
-    if (gv_plugin_listen(ag->plugin, err) != GV_OK)
-        return 1;
     /*
      * Register once the pod cache has its first list (bounded: an API
      * outage must not keep the GPUs off the node): the kubelet asks
@@ -531,12 +614,11 @@ static int start(struct agent *ag, struct gv_error *err)
      */
     if (!gv_allocator_wait_synced(ag->alloc, o->allocate_wait_ms > 0 ? o->allocate_wait_ms : 5000))
         gv_warn("pod cache not synced yet: registering anyway (preferences stay generic until it is)");
-    struct gv_registrar_config rc = {.plugin_dir = o->plugin_dir,
-                                     .kubelet_socket = o->kubelet_socket,
-                                     .endpoint = o->socket_name,
-                                     .resource_name = ag->cfg->resource_name};
-    if (gv_registrar_new(ag->loop, ag->plugin, &rc, &ag->reg, err) != GV_OK ||
-        gv_gpus_watch(ag->gpus, health_changed, ag, err) != GV_OK)
+    for (size_t i = 0; i < ag->n_eps; i++)
+        if (endpoint_serve(ag, ag->eps[i], err) != GV_OK)
+            return 1;
+    ag->serving = true;
+    if (gv_gpus_watch(ag->gpus, health_changed, ag, err) != GV_OK)
         return 1;
 
     sigset_t set;
@@ -565,8 +647,9 @@ static int start(struct agent *ag, struct gv_error *err)
     }
     if (gv_monitor_start(ag->mon, err) != GV_OK)
         return 1;
-    gv_info("gpuvisor-node %s serving %s on %s/%s", GV_VERSION, ag->cfg->resource_name,
-            o->plugin_dir, o->socket_name);
+    for (size_t i = 0; i < ag->n_eps; i++)
+        gv_info("gpuvisor-node %s serving %s on %s/%s", GV_VERSION, ag->eps[i]->resource,
+                o->plugin_dir, ag->eps[i]->socket);
     return 0;
 }
 
@@ -576,9 +659,15 @@ static void stop(struct agent *ag)
     gv_metrics_http_free(ag->http); /* its thread renders from the monitor */
     gv_monitor_free(ag->mon);
     gv_gpus_free(ag->gpus); /* joins the health thread, which posts to the loop */
-    gv_registrar_free(ag->reg);
-    gv_plugin_free(ag->plugin); /* joins the Allocate workers */
+    for (size_t i = 0; i < ag->n_eps; i++)
+        gv_registrar_free(ag->eps[i]->reg);
+    for (size_t i = 0; i < ag->n_eps; i++) {
+        gv_plugin_free(ag->eps[i]->plugin); /* joins the Allocate workers */
+        free(ag->eps[i]);
+    }
+    free(ag->eps);
     gv_allocator_free(ag->alloc);
+    gv_modes_free(ag->modes); /* stops the modes' helpers (MPS daemons) */
     gv_publisher_free(ag->pub);
     gv_kube_client_free(ag->kube_writer);
     gv_kube_client_free(ag->kube);

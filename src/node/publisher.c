@@ -87,7 +87,12 @@ json_t *gv_publisher_labels(const struct gv_inventory *inv)
             [GV_INVENTORY_MODE_EXCLUSIVE] = "none",
             [GV_INVENTORY_MODE_TIMESLICING] = "time-slicing",
         };
-        json_object_set_new(o, "nvidia.com/gpu.sharing-strategy", json_string(strategy[g->mode]));
+        /* GFD's values where it has one; a mode it does not know goes by its own name */
+        const char *strat = (unsigned)g->mode < sizeof(strategy) / sizeof(strategy[0]) &&
+                                    strategy[g->mode]
+                                ? strategy[g->mode]
+                                : gv_inventory_mode_name(g->mode);
+        json_object_set_new(o, "nvidia.com/gpu.sharing-strategy", json_string(strat));
         bool mig = false;
         for (uint32_t i = 0; i < inv->n_gpus; i++)
             mig |= inv->gpus[i].mig;

@@ -61,6 +61,7 @@ fuzz_node_metrics_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) -lpthread
 # Pods from the API server through Allocate's pod selection and answer.
 fuzz_node_allocate_SRCS := tests/node/fuzz_node_allocate.c src/node/allocator.c src/node/config.c \
 	src/node/passthrough.c \
+	$(wildcard src/node/mode*.c) \
 	src/node/monitor_record.c \
 	src/node/loop.c src/contracts/inventory.c src/contracts/podspec.c src/contracts/placement.c \
 	$(wildcard src/alloc/*.c) \

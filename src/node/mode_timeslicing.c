@@ -1,0 +1,36 @@
+/*
+ * Time-slicing mode: `split` replicas of each GPU, no limits (NVIDIA's
+ * sharing.timeSlicing); containers share the GPU through the driver's
+ * time slices.  Device IDs "<uuid>::<k>".
+ */
+#include "node/gv_grpc.h"
+#include "node/gv_mode.h"
+
+static size_t discover(void *st, const struct gv_gpu *g, const struct gv_node_gpu_settings *s,
+                       struct gv_allocator_gpu *out, size_t cap, char *why, size_t why_cap)
+{
+    (void)st;
+    return gv_mode_discover_gpu(g, s, out, cap, why, why_cap);
+}
+
+static void advertise(void *st, const struct gv_node_config *cfg, const struct gv_allocator_gpu *u,
+                      struct gv_mode_adv *adv)
+{
+    (void)st;
+    gv_mode_advertise_replicas(adv, cfg->resource_name, u, u->settings.split, false);
+}
+
+static int allocate(void *st, const struct gv_mode_alloc *a, char *msg, size_t cap)
+{
+    (void)st, (void)msg, (void)cap;
+    for (size_t i = 0; i < a->n; i++)
+        gv_mode_answer_visible(a->answer, a->units[i].gpu.uuid);
+    return GV_GRPC_OK;
+}
+
+const struct gv_mode gv_mode_TIMESLICING = {
+    .id = GV_INVENTORY_MODE_TIMESLICING,
+    .discover = discover,
+    .advertise = advertise,
+    .allocate = allocate,
+};
