@@ -342,6 +342,9 @@ bool gv_inventory_same_pci(const char *a, const char *b)
 
 bool gv_inventory_gpu_taken(const struct gv_inventory *inv, const struct gv_inventory_gpu *g)
 {
+    /* set aside for passthrough, still on its host driver: not for slices either */
+    if (g->mode == GV_INVENTORY_MODE_PASSTHROUGH)
+        return true;
     for (uint32_t i = 0; i < inv->whole.n; i++)
         if (gv_inventory_same_pci(inv->whole.dev[i].pci_bus_id, g->pci_bus_id))
             return true;

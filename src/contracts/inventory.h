@@ -34,7 +34,8 @@
 #define GV_INVENTORY_MODE_LIST(X)                                                                  \
     X(VGPU, "vgpu", 0)                                                                             \
     X(EXCLUSIVE, "exclusive", 1)                                                                   \
-    X(TIMESLICING, "timeslicing", 0)
+    X(TIMESLICING, "timeslicing", 0)                                                               \
+    X(PASSTHROUGH, "passthrough", 1)
 
 enum gv_inventory_mode {
 #define GV_X_IMODE(id, name, whole) GV_INVENTORY_MODE_##id,

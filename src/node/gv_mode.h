@@ -43,6 +43,7 @@ struct gv_mode_env {
     void *changed_ud;
     /* Tests: overrides of helper programs (NULL: found on PATH). */
     const char *mps_control; /* nvidia-cuda-mps-control */
+    const char *sys_root;    /* --sys-root: sysfs and /dev for modes reading them ("/") */
 };
 
 /*
@@ -125,6 +126,11 @@ struct gv_mode_alloc {
 enum {
     /* Limits come from a gpuvisor assignment: pods without one are refused. */
     GV_MODE_NEEDS_ASSIGNMENT = 1u << 0,
+    /*
+     * Devices for VMs (passthrough): never matched to a pod gpuvisor
+     * scheduled; Allocate answers from the kubelet's IDs alone.
+     */
+    GV_MODE_NO_ASSIGNMENT = 1u << 1,
 };
 
 struct gv_mode {
@@ -153,7 +159,17 @@ struct gv_mode {
                       const struct gv_allocator_gpu *u, struct gv_mode_adv *adv);
     /* Adds this mode's part of a container's answer; a gRPC status, msg on failure. */
     int (*allocate)(void *state, const struct gv_mode_alloc *a, char *msg, size_t msg_cap);
+    /*
+     * Optional: units found without NVML (sysfs: GPUs on vfio-pci, mdevs),
+     * asked once per rebuild before the GPUs are discovered.  Returns how
+     * many were written to out (at most cap).  Loop thread.
+     */
+    size_t (*discover_host)(void *state, const struct gv_node_config *cfg,
+                            struct gv_allocator_gpu *out, size_t cap);
 };
+
+/* Most units all discover_host hooks together may add per rebuild. */
+#define GV_MODE_HOST_UNITS 256
 
 /* The table: one `gv_mode_<ID>` per entry of GV_INVENTORY_MODE_LIST. */
 #define GV_X_MODE_DECL(id, name, whole) extern const struct gv_mode gv_mode_##id;

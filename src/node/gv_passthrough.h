@@ -203,4 +203,9 @@ gv_status gv_pt_bind(const char *sys_root, const char *bdf, const struct gv_pt_b
 gv_status gv_pt_unbind(const char *sys_root, const char *bdf, const struct gv_pt_bind_ops *ops,
                        struct gv_error *err);
 
+/* The passthrough mode's last scan as the inventory's wholeDevices (mode_passthrough.c). */
+struct gv_modes;
+struct gv_inventory;
+void gv_mode_passthrough_inventory(struct gv_modes *m, struct gv_inventory *inv);
+
 #endif

@@ -31,6 +31,7 @@
 #include "node/gv_gpus.h"
 #include "node/gv_metrics.h"
 #include "node/gv_mode.h"
+#include "node/gv_passthrough.h"
 #include "node/gv_monitor.h"
 #include "node/gv_plugin.h"
 #include "node/gv_publisher.h"
@@ -232,6 +233,7 @@ static void rebuild(struct agent *ag)
         if (gv_plugin_set_devices(ag->eps[e]->plugin, devs, nd, &err) != GV_OK)
             gv_error("%s: device list not updated: %s", ag->eps[e]->resource, err.msg);
     }
+    gv_mode_passthrough_inventory(ag->modes, inv); /* docs/passthrough.md */
     if (ag->pub && gv_publisher_update(ag->pub, inv, &err) != GV_OK)
         gv_error("inventory not published: %s", err.msg);
 out:
@@ -589,7 +591,8 @@ static int start(struct agent *ag, struct gv_error *err)
                                      .placement = &ag->placement};
     struct gv_mode_env env = {.state_dir = o->state_dir, .host_state_dir = o->host_state_dir,
                               .install_dir = o->install_dir, .changed = health_changed,
-                              .changed_ud = ag, .mps_control = o->mps_control};
+                              .changed_ud = ag, .mps_control = o->mps_control,
+                              .sys_root = o->sys_root};
     if (gv_modes_new(&env, &ag->modes, err) != GV_OK)
         return 1;
     ac.modes = ag->modes;

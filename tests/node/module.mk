@@ -79,3 +79,5 @@ test_node_passthrough_SRCS := tests/node/test_node_passthrough.c tests/fakes/sys
 test_node_passthrough_LIBS := node contracts alloc common
 test_node_passthrough_LDLIBS := $(NODE_LDLIBS) $(contracts_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
 test_node_passthrough_CFLAGS := $(NODE_CFLAGS) -Itests/fakes/sysfs
+# The agent's passthrough mode with the kubelet stand-in over a fake sysfs tree.
+TEST_SCRIPTS += tests/node/test_node_passthrough_agent.py

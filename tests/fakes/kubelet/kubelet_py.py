@@ -21,6 +21,10 @@ shared with the grpc-go stand-in, kubelet_go, so one test drives both):
   {"cmd":"options"} {"cmd":"prestart","ids":[...]}
   {"cmd":"restart"}   kubelet restart: sockets deleted, kubelet.sock recreated
   {"cmd":"quit"}
+A plugin may register several resources (one socket each, as the kubelet
+allows); every command takes an optional "resource" naming whose plugin it
+goes to (default: the last registered), and devices/stream_end events name
+their "resource".
 Events: registered, devices (each ListAndWatch message), stream_end,
 allocate/preferred/options/prestart replies, restarted, error.
 """
@@ -85,6 +89,7 @@ class Kubelet(pbg.RegistrationServicer):
         self.lock = threading.Lock()
         self.healthy = []   # device IDs of the last ListAndWatch, in its order
         self.in_use = set()
+        self.stubs = {}     # resource name -> (channel, stub) of its plugin
 
     def start(self):
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -115,27 +120,34 @@ class Kubelet(pbg.RegistrationServicer):
         # Like the kubelet: the plugin must answer before Register returns.
         stub.GetDevicePluginOptions(pb.Empty(), timeout=5)
         with self.lock:
-            if self.channel:
+            old = self.stubs.get(request.resource_name)
+            if old and old[0] is not self.channel:
+                old[0].close()
+            if self.channel and self.channel not in [c for c, _ in self.stubs.values()]:
                 self.channel.close()
             self.channel, self.stub = channel, stub
-        threading.Thread(target=self.watch, args=(stub,), daemon=True).start()
+            self.stubs[request.resource_name] = (channel, stub)
+        threading.Thread(target=self.watch, args=(stub, request.resource_name), daemon=True).start()
         return pb.Empty()
 
-    def watch(self, stub):
+    def watch(self, stub, resource=""):
         try:
             for msg in stub.ListAndWatch(pb.Empty()):
                 with self.lock:
                     self.healthy = [d.ID for d in msg.devices if d.health == "Healthy"]
-                emit({"event": "devices", "devices": [
+                emit({"event": "devices", "resource": resource, "devices": [
                     {"id": d.ID, "health": d.health,
                      "numa": [n.ID for n in d.topology.nodes]} for d in msg.devices],
                     "size": msg.ByteSize()})
-            emit({"event": "stream_end", "code": 0, "message": ""})
+            emit({"event": "stream_end", "resource": resource, "code": 0, "message": ""})
         except grpc.RpcError as e:
-            emit({"event": "stream_end", "code": e.code().value[0], "message": e.details()})
+            emit({"event": "stream_end", "resource": resource, "code": e.code().value[0],
+                  "message": e.details()})
 
-    def call(self, name, fn):
-        stub = self.stub
+    def call(self, name, fn, resource=None):
+        with self.lock:
+            stub = self.stubs[resource][1] if resource in self.stubs else (
+                None if resource else self.stub)
         if stub is None:
             emit({"event": name, "ok": False, "code": -1, "message": "plugin not registered"})
             return
@@ -198,14 +210,16 @@ def main():
             req = pb.AllocateRequest(container_requests=[
                 pb.ContainerAllocateRequest(devices_ids=c["ids"])])
             k.call("allocate", lambda s: {"resp": resp_to_json(
-                s.Allocate(req, timeout=c.get("timeout", 10)).container_responses[0])})
+                s.Allocate(req, timeout=c.get("timeout", 10)).container_responses[0])},
+                c.get("resource"))
         elif cmd == "preferred":
             req = pb.PreferredAllocationRequest(container_requests=[
                 pb.ContainerPreferredAllocationRequest(
                     available_deviceIDs=c["available"], must_include_deviceIDs=c.get("must", []),
                     allocation_size=c["size"])])
             k.call("preferred", lambda s: {"ids": list(
-                s.GetPreferredAllocation(req, timeout=10).container_responses[0].deviceIDs)})
+                s.GetPreferredAllocation(req, timeout=10).container_responses[0].deviceIDs)},
+                c.get("resource"))
         elif cmd == "admit":
             k.admit(c["size"], c.get("ignore_preference", False))
         elif cmd == "release":
