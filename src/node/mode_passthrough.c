@@ -32,6 +32,9 @@ struct pt_state {
     pthread_mutex_t mu;
     struct gv_pt_scan *scan; /* the last one (Allocate reads it from worker threads) */
     bool bound_once;         /* bindAtStart ran (once per process, never on a reload) */
+    bool bind_at_start;      /* the config's, as of the last discover_host */
+    size_t n_tried;          /* NVML GPUs in mode passthrough the helper was run for */
+    char tried[GV_PT_MAX_BIND * 4][GV_PT_BDF_MAX];
     int ino, stop_pipe[2];
     pthread_t watcher;
     bool watching;
@@ -154,6 +157,7 @@ static size_t pt_discover_host(void *state, const struct gv_node_config *cfg,
         pthread_mutex_unlock(&st->mu);
         return 0;
     }
+    st->bind_at_start = ps->bind_at_start;
     if (ps->bind_at_start && !st->bound_once) {
         st->bound_once = true;
         bind_marked(st, ps);
@@ -198,11 +202,39 @@ static size_t pt_discover_host(void *state, const struct gv_node_config *cfg,
     return n;
 }
 
-/* An NVML GPU set to "passthrough" is still on its host driver: nothing to serve. */
+/*
+ * An NVML GPU set to "passthrough" is still on its host driver: nothing to
+ * serve.  With bindAtStart the helper binds it, once per process; the GPU
+ * then leaves NVML and comes back from sysfs at the next rescan.
+ */
 static size_t pt_discover(void *state, const struct gv_gpu *g, const struct gv_node_gpu_settings *s,
                           struct gv_allocator_gpu *out, size_t cap, char *why, size_t why_cap)
 {
-    (void)state, (void)s, (void)out, (void)cap;
+    struct pt_state *st = state;
+    (void)s, (void)out, (void)cap;
+    size_t len = strlen(g->pci_bus_id);
+    /* NVML's "00000000:3B:00.0" is sysfs's "0000:3b:00.0" */
+    char bdf[GV_PT_BDF_MAX] = "";
+    if (len >= 12) {
+        snprintf(bdf, sizeof(bdf), "%s", g->pci_bus_id + len - 12);
+        for (char *c = bdf; *c; c++)
+            *c = (char)(*c >= 'A' && *c <= 'F' ? *c - 'A' + 'a' : *c);
+    }
+    bool tried = false;
+    for (size_t i = 0; i < st->n_tried; i++)
+        tried |= strcmp(st->tried[i], bdf) == 0;
+    if (st->bind_at_start && bdf[0] && !tried &&
+        st->n_tried < sizeof(st->tried) / sizeof(st->tried[0])) {
+        struct gv_error err = {0};
+        snprintf(st->tried[st->n_tried++], GV_PT_BDF_MAX, "%s", bdf);
+        if (gv_pt_bind(st->root, bdf, gv_pt_bind_ops_sysfs(), &err) == GV_OK) {
+            gv_info("passthrough: GPU %u (%s) bound to " GV_PT_VFIO_DRIVER, g->index, bdf);
+            if (st->env->changed)
+                st->env->changed(st->env->changed_ud);
+        } else {
+            gv_error("passthrough: GPU %u (%s) not bound: %s", g->index, bdf, err.msg);
+        }
+    }
     snprintf(why, why_cap,
              "mode passthrough, but %s is bound to the host driver: bind it to " GV_PT_VFIO_DRIVER
              " (passthrough.bind with bindAtStart) to pass it through; not sliced meanwhile",

@@ -753,7 +753,8 @@ size_t gv_pt_preferred(const struct gv_pt_scan *s, const char *const *available,
 static int sysfs_write(void *ud, const char *path, const char *text)
 {
     (void)ud;
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    /* O_TRUNC: sysfs ignores it; a plain file (a test tree) then holds just this text */
+    int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
     if (fd < 0)
         return errno;
     size_t len = strlen(text);

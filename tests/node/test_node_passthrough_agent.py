@@ -164,4 +164,36 @@ try:
     t.ok(ok, "inventory: the removed GPU unhealthy", inventory().get("wholeDevices"))
 finally:
     env.close()
+
+# ---- an NVML GPU the config marks "passthrough", with the binding helper on ----
+# The tree's files are plain files: the writes land but no kernel rebinds, as on
+# a host without the vfio-pci module; the helper must notice, roll back and say so.
+import shutil  # noqa: E402
+env = agent.Env(gpus=1, config={"passthrough": {"enabled": True, "bindAtStart": True, "pciIds": PCI_IDS},
+                                "gpus": [{"index": 0, "mode": "passthrough"}]})
+root = os.path.join(env.dir, "sys")
+shutil.rmtree(os.path.join(root, "sys/bus/pci/devices/0000:3b:00.0"))  # Env's NUMA-only stub
+with open(spec_file, "w") as f:
+    json.dump({"devices": [{"bdf": "0000:3b:00.0", "device": "20b5", "driver": "nvidia", "group": 40,
+                            "numa": 0}]}, f)
+subprocess.run([FAKE_SYSFS, "build", root, spec_file], check=True)
+try:
+    w = Watch(env.start_kubelet("py"))
+    env.start_agent()
+    ev = w.devices("nvidia.com/gpu")
+    t.ok(ev is not None and health(ev) == {}, "a GPU in mode passthrough is not sliced", ev)
+    ok = gvtest.wait_for(lambda: "GPU 0 (0000:3b:00.0) not bound" in env.agent_log(), 10)
+    log = env.agent_log()
+    t.ok(ok and "is the vfio-pci module loaded?" in log,
+         "bindAtStart: the helper ran for the GPU and reports the probe that left it unbound",
+         log[-2000:])
+    with open(os.path.join(root, "sys/bus/pci/devices/0000:3b:00.0/driver_override")) as f:
+        override = f.read()
+    t.ok(override == "\n", "rolled back: driver_override cleared for the host driver", repr(override))
+    ok = gvtest.wait_for(lambda: (json.loads(ann(env.api.node("node1"), "gpuvisor.io/node-gpus") or "{}")
+                                  .get("gpus") or [{}])[0].get("mode") == "passthrough", 10)
+    t.ok(ok, "inventory: the GPU's mode is passthrough (the scheduler keeps slices off it)")
+    t.ok(log.count("not bound") == 1, "the helper runs once, not at every rebuild", log.count("not bound"))
+finally:
+    env.close()
 t.done()
