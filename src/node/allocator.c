@@ -1700,17 +1700,26 @@ bool gv_allocator_prefer(void *ud, const char *const *avail, size_t n_avail,
         return false;
     /* like Allocate: the kubelet may be a few ms ahead of our watch; no wait for plain GPUs */
     bool plain = true, vm = n_avail > 0;
+    enum gv_inventory_mode vm_mode = GV_INVENTORY_MODE_COUNT;
     char u[GV_ALLOC_UUID_MAX];
     pthread_mutex_lock(&a->mu);
     for (size_t i = 0; i < n_avail; i++) {
         const struct gv_allocator_gpu *g =
             id_wellformed(avail[i]) && id_to_uuid(avail[i], u, sizeof(u)) ? find_gpu(a, u) : NULL;
         plain &= g == NULL || plain_unit(g);
-        vm &= g != NULL && vm_unit(g);
+        vm &= g != NULL && vm_unit(g) && (i == 0 || g->settings.mode == vm_mode);
+        if (g != NULL)
+            vm_mode = g->settings.mode;
     }
     pthread_mutex_unlock(&a->mu);
-    if (vm) /* no pod to promise to: the generic preference */
-        return false;
+    if (vm) { /* no pod to promise to: the mode's own preference, else the generic one */
+        const struct gv_mode *md = gv_mode_get(vm_mode);
+        if (md == NULL || md->prefer == NULL)
+            return false;
+        *n_out = md->prefer(gv_modes_state(a->modes, vm_mode), avail, n_avail, must, n_must, size,
+                            out);
+        return *n_out == size;
+    }
     int64_t deadline = cache_deadline(a, plain);
     struct choice *ch = malloc(sizeof(*ch));
     if (ch == NULL)

@@ -166,6 +166,14 @@ struct gv_mode {
      */
     size_t (*discover_host)(void *state, const struct gv_node_config *cfg,
                             struct gv_allocator_gpu *out, size_t cap);
+    /*
+     * Optional, GV_MODE_NO_ASSIGNMENT modes: GetPreferredAllocation when every
+     * available ID is this mode's (no pod to promise to).  Writes at most
+     * size pointers into avail/must to out; returns how many (size: taken).
+     * Worker thread.
+     */
+    size_t (*prefer)(void *state, const char *const *avail, size_t n_avail,
+                     const char *const *must, size_t n_must, size_t size, const char **out);
 };
 
 /* Most units all discover_host hooks together may add per rebuild. */

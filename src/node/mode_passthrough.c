@@ -293,6 +293,47 @@ static int pt_allocate(void *state, const struct gv_mode_alloc *a, char *msg, si
     return GV_GRPC_OK;
 }
 
+/* Whole IOMMU groups first (gv_pt_preferred), on the kubelet's IDs. */
+static size_t pt_prefer(void *state, const char *const *avail, size_t n_avail,
+                        const char *const *must, size_t n_must, size_t size, const char **out)
+{
+    struct pt_state *st = state;
+    if (n_avail > GV_ALLOC_MAX_DEVICES * 4 || n_must > GV_ALLOC_MAX_DEVICES ||
+        size > GV_ALLOC_MAX_DEVICES)
+        return 0;
+    char a_bdf[GV_ALLOC_MAX_DEVICES * 4][GV_PT_UUID_MAX], m_bdf[GV_ALLOC_MAX_DEVICES][GV_PT_UUID_MAX];
+    const char *a_ptr[GV_ALLOC_MAX_DEVICES * 4], *m_ptr[GV_ALLOC_MAX_DEVICES], *pick[GV_ALLOC_MAX_DEVICES];
+    /* the IDs are addresses with '_' for ':' (mdevs: UUIDs, which gv_pt_preferred passes through) */
+    for (size_t i = 0; i < n_avail; i++) {
+        snprintf(a_bdf[i], sizeof(a_bdf[i]), "%s", avail[i]);
+        for (char *c = a_bdf[i]; *c; c++)
+            *c = *c == '_' ? ':' : *c;
+        a_ptr[i] = a_bdf[i];
+    }
+    for (size_t i = 0; i < n_must; i++) {
+        snprintf(m_bdf[i], sizeof(m_bdf[i]), "%s", must[i]);
+        for (char *c = m_bdf[i]; *c; c++)
+            *c = *c == '_' ? ':' : *c;
+        m_ptr[i] = m_bdf[i];
+    }
+    pthread_mutex_lock(&st->mu);
+    size_t n = st->scan ? gv_pt_preferred(st->scan, a_ptr, n_avail, m_ptr, n_must, size, pick) : 0;
+    pthread_mutex_unlock(&st->mu);
+    /* back to the kubelet's own strings */
+    for (size_t k = 0; k < n; k++) {
+        out[k] = NULL;
+        for (size_t i = 0; i < n_avail && !out[k]; i++)
+            if (pick[k] == a_ptr[i])
+                out[k] = avail[i];
+        for (size_t i = 0; i < n_must && !out[k]; i++)
+            if (pick[k] == m_ptr[i])
+                out[k] = must[i];
+        if (!out[k])
+            return 0;
+    }
+    return n;
+}
+
 void gv_mode_passthrough_inventory(struct gv_modes *m, struct gv_inventory *inv)
 {
     struct pt_state *st = gv_modes_state(m, GV_INVENTORY_MODE_PASSTHROUGH);
@@ -336,4 +377,5 @@ const struct gv_mode gv_mode_PASSTHROUGH = {
     .discover = pt_discover,
     .advertise = pt_advertise,
     .allocate = pt_allocate,
+    .prefer = pt_prefer,
 };

@@ -35,6 +35,7 @@ SPEC = {
         {"bdf": "0000:43:00.1", "device": "10f8", "class": "040300", "driver": "snd_hda_intel", "group": 19},
         {"bdf": "0000:44:00.0", "device": "20b5", "driver": "vfio-pci", "group": 20},
         {"bdf": "0000:45:00.0", "device": "20b5", "driver": "vfio-pci", "group": 20},
+        {"bdf": "0000:46:00.0", "device": "20b5", "driver": "vfio-pci", "group": 21},
         {"bdf": "0000:81:00.0", "device": "2236", "driver": "nvidia", "group": 29},
         {"bdf": "0000:81:00.4", "device": "2236", "driver": "nvidia", "group": 30, "physfn": "0000:81:00.0"},
     ],
@@ -130,6 +131,12 @@ try:
     t.ok(ann(env.api.pod("sliced"), "gpuvisor.io/allocation") is None,
          "the waiting gpuvisor pod was not served by the VM's call", env.api.pod("sliced")["metadata"])
 
+    avail = ["0000_46_00.0", "0000_44_00.0", "0000_45_00.0"]
+    p = w.cmd("preferred", available=avail, size=2, resource=A100)
+    t.ok(p and p["ok"] and sorted(p["ids"]) == ["0000_44_00.0", "0000_45_00.0"],
+         "GetPreferredAllocation: two GPUs asked -> the two-GPU group, not one of each", p)
+    p = w.cmd("preferred", available=avail, size=1, resource=A100)
+    t.ok(p and p["ok"] and p["ids"] == ["0000_46_00.0"], "one GPU asked -> the single-GPU group", p)
     a = w.cmd("allocate", ids=["0000_44_00.0"], resource=A100)
     t.ok(a and not a["ok"] and "whole group" in a["message"] and "0000:45:00.0" in a["message"],
          "half an IOMMU group refused, naming the other member", a)
@@ -147,7 +154,7 @@ try:
     def inventory():
         text = ann(env.api.node("node1"), "gpuvisor.io/node-gpus")
         return json.loads(text) if text else {}
-    ok = gvtest.wait_for(lambda: len(inventory().get("wholeDevices", [])) == 5, 10)
+    ok = gvtest.wait_for(lambda: len(inventory().get("wholeDevices", [])) == 6, 10)
     whole = {w["id"]: w for w in inventory().get("wholeDevices", [])}
     t.ok(ok and whole["0000_41_00.0"]["healthy"] and not whole["0000_43_00.0"]["healthy"] and
          whole[MDEV1]["pciBusId"] == "0000:81:00.0" and whole[MDEV1]["kind"] == "mdev",
