@@ -169,6 +169,8 @@ try:
     ok = gvtest.wait_for(lambda: not {w["id"]: w for w in inventory().get("wholeDevices", [])}
                          .get("0000_41_00.0", {"healthy": True})["healthy"], 10)
     t.ok(ok, "inventory: the removed GPU unhealthy", inventory().get("wholeDevices"))
+    rc = env.stop_agent()
+    t.ok(rc == 0, "the agent stops cleanly (watcher joined; sanitizers quiet)", env.agent_log()[-1500:])
 finally:
     env.close()
 
