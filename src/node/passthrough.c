@@ -638,25 +638,40 @@ static bool listed(const char *const *ids, size_t n, const char *id)
     return false;
 }
 
-gv_status gv_pt_allocate_gpus(const struct gv_pt_scan *s, const char *resource,
-                              const char *const *ids, size_t n, struct gv_pt_answer *out,
+/* The checks every requested device passes: known, of this resource, healthy. */
+static gv_status check_device(const char *what, const char *id, bool known, const char *have,
+                              const char *resource, bool healthy, const char *reason,
+                              struct gv_error *err)
+{
+    if (!known)
+        return gv_error_set(err, GV_ENOTFOUND, "unknown %s %s", what, id);
+    if (strcmp(have, resource) != 0)
+        return gv_error_set(err, GV_EINVAL, "%s %s is %s, not %s", what, id, have, resource);
+    if (!healthy)
+        return gv_error_set(err, GV_EUNAVAILABLE, "%s %s is unhealthy: %s", what, id, reason);
+    return GV_OK;
+}
+
+static gv_status answer_begin(const char *const *ids, size_t n, struct gv_pt_answer *out,
                               struct gv_error *err)
 {
     memset(out, 0, sizeof *out);
     gv_status st = check_ids(ids, n, err);
-    if (st != GV_OK)
-        return st;
-    snprintf(out->specs[out->n_specs++], sizeof out->specs[0], "/dev/vfio/vfio");
-    for (size_t i = 0; i < n; i++) {
+    if (st == GV_OK)
+        snprintf(out->specs[out->n_specs++], sizeof out->specs[0], "/dev/vfio/vfio");
+    return st;
+}
+
+gv_status gv_pt_allocate_gpus(const struct gv_pt_scan *s, const char *resource,
+                              const char *const *ids, size_t n, struct gv_pt_answer *out,
+                              struct gv_error *err)
+{
+    gv_status st = answer_begin(ids, n, out, err);
+    for (size_t i = 0; i < n && st == GV_OK; i++) {
         const struct gv_pt_gpu *g = gv_pt_scan_gpu(s, ids[i]);
-        if (!g)
-            return gv_error_set(err, GV_ENOTFOUND, "unknown device %s", ids[i]);
-        if (strcmp(g->resource, resource) != 0)
-            return gv_error_set(err, GV_EINVAL, "device %s is %s, not %s", ids[i], g->resource,
-                                resource);
-        if (!g->healthy)
-            return gv_error_set(err, GV_EUNAVAILABLE, "device %s is unhealthy: %s", ids[i],
-                                g->reason);
+        if ((st = check_device("device", ids[i], g != NULL, g ? g->resource : "", resource,
+                               g && g->healthy, g ? g->reason : "", err)) != GV_OK)
+            return st;
         /* whole groups: the group's node gives the VM every member, so all must be asked */
         for (size_t k = 0; k < s->n_gpus; k++)
             if (strcmp(s->gpus[k].group, g->group) == 0 && !listed(ids, n, s->gpus[k].bdf))
@@ -664,39 +679,30 @@ gv_status gv_pt_allocate_gpus(const struct gv_pt_scan *s, const char *resource,
                                     "device %s shares IOMMU group %s with %s: request the whole "
                                     "group",
                                     ids[i], g->group, s->gpus[k].bdf);
-        if ((st = answer_add_group(out, g->group, err)) != GV_OK ||
-            (st = answer_add_id(out, g->bdf, err)) != GV_OK)
-            return st;
+        if ((st = answer_add_group(out, g->group, err)) == GV_OK)
+            st = answer_add_id(out, g->bdf, err);
     }
-    gv_pt_env_name(GV_PT_ENV_PCI, resource, out->env_key, sizeof out->env_key);
-    return GV_OK;
+    if (st == GV_OK)
+        gv_pt_env_name(GV_PT_ENV_PCI, resource, out->env_key, sizeof out->env_key);
+    return st;
 }
 
 gv_status gv_pt_allocate_mdevs(const struct gv_pt_scan *s, const char *resource,
                                const char *const *ids, size_t n, struct gv_pt_answer *out,
                                struct gv_error *err)
 {
-    memset(out, 0, sizeof *out);
-    gv_status st = check_ids(ids, n, err);
-    if (st != GV_OK)
-        return st;
-    snprintf(out->specs[out->n_specs++], sizeof out->specs[0], "/dev/vfio/vfio");
-    for (size_t i = 0; i < n; i++) {
+    gv_status st = answer_begin(ids, n, out, err);
+    for (size_t i = 0; i < n && st == GV_OK; i++) {
         const struct gv_pt_mdev *m = gv_pt_scan_mdev(s, ids[i]);
-        if (!m)
-            return gv_error_set(err, GV_ENOTFOUND, "unknown mediated device %s", ids[i]);
-        if (strcmp(m->resource, resource) != 0)
-            return gv_error_set(err, GV_EINVAL, "mediated device %s is %s, not %s", ids[i],
-                                m->resource, resource);
-        if (!m->healthy)
-            return gv_error_set(err, GV_EUNAVAILABLE, "mediated device %s is unhealthy: %s",
-                                ids[i], m->reason);
-        if ((st = answer_add_group(out, m->group, err)) != GV_OK ||
-            (st = answer_add_id(out, m->uuid, err)) != GV_OK)
+        if ((st = check_device("mediated device", ids[i], m != NULL, m ? m->resource : "",
+                               resource, m && m->healthy, m ? m->reason : "", err)) != GV_OK)
             return st;
+        if ((st = answer_add_group(out, m->group, err)) == GV_OK)
+            st = answer_add_id(out, m->uuid, err);
     }
-    gv_pt_env_name(GV_PT_ENV_MDEV, resource, out->env_key, sizeof out->env_key);
-    return GV_OK;
+    if (st == GV_OK)
+        gv_pt_env_name(GV_PT_ENV_MDEV, resource, out->env_key, sizeof out->env_key);
+    return st;
 }
 
 size_t gv_pt_preferred(const struct gv_pt_scan *s, const char *const *available, size_t n_avail,

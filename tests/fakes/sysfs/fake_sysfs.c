@@ -46,15 +46,22 @@ static int mkdirs(const char *path)
     return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
+/* root/rel into p, its parent directories made. */
+static int parent_made(const char *root, const char *rel, char p[PATH_MAX])
+{
+    snprintf(p, PATH_MAX, "%s/%s", root, rel);
+    char *slash = strrchr(p, '/');
+    *slash = '\0';
+    int rc = mkdirs(p);
+    *slash = '/';
+    return rc;
+}
+
 static int put(const char *root, const char *rel, const char *text)
 {
     char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s/%s", root, rel);
-    char *slash = strrchr(p, '/');
-    *slash = '\0';
-    if (mkdirs(p) != 0)
+    if (parent_made(root, rel, p) != 0)
         return -1;
-    *slash = '/';
     FILE *f = fopen(p, "w");
     if (!f)
         return -1;
@@ -65,12 +72,8 @@ static int put(const char *root, const char *rel, const char *text)
 static int link_to(const char *root, const char *rel, const char *target)
 {
     char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s/%s", root, rel);
-    char *slash = strrchr(p, '/');
-    *slash = '\0';
-    if (mkdirs(p) != 0)
+    if (parent_made(root, rel, p) != 0)
         return -1;
-    *slash = '/';
     unlink(p);
     return symlink(target, p);
 }
