@@ -16,6 +16,7 @@ FROM debian:bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates \
       libjansson4 libcurl4 libnghttp2-14 libprotobuf-c1 libyaml-0-2 \
+      pci.ids \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/build/bin/gpuvisor-node /usr/local/bin/gpuvisor-node
 # Copied to the host by the DaemonSet's init container.
