@@ -171,6 +171,32 @@ try:
     t.ok(ok, "inventory: the removed GPU unhealthy", inventory().get("wholeDevices"))
     rc = env.stop_agent()
     t.ok(rc == 0, "the agent stops cleanly (watcher joined; sanitizers quiet)", env.agent_log()[-1500:])
+
+    # one-off helper runs on request; the tree's plain files take the writes, no kernel acts
+    def helper(flag, bdf):
+        r = subprocess.run([agent.NODE_BIN, "--sys-root", root, flag, bdf], capture_output=True,
+                           env=dict(os.environ, LD_LIBRARY_PATH=agent.FAKES,
+                                    GV_FAKE_GPU_CONFIG=env.gpu_cfg), timeout=30)
+        return r.returncode, r.stderr.decode()
+
+    def text(rel):
+        with open(os.path.join(root, rel)) as f:
+            return f.read()
+    rc, err = helper("--vfio-unbind", "0000:44:00.0")
+    # the whole group goes back: 44 then its group-mate 45 (the files keep the last write)
+    t.ok(rc == 0 and text("sys/bus/pci/devices/0000:44:00.0/driver_override") == "\n" and
+         text("sys/bus/pci/devices/0000:45:00.0/driver_override") == "\n" and
+         text("sys/bus/pci/drivers/vfio-pci/unbind") == "0000:45:00.0" and
+         text("sys/bus/pci/drivers_probe") == "0000:45:00.0",
+         "--vfio-unbind: the group's overrides cleared, unbound from vfio-pci, probed for the host driver",
+         err)
+    rc, err = helper("--vfio-bind", "0000:43:00.0")
+    t.ok(rc == 1 and "0000:43:00.1" in err and "vfio-pci module loaded" in err and
+         text("sys/bus/pci/devices/0000:43:00.1/driver_override") == "\n",
+         "--vfio-bind: the group's audio function is moved too; a probe that binds nothing is "
+         "reported and rolled back", err)
+    rc, err = helper("--vfio-bind", "../../../etc")
+    t.ok(rc == 1 and "not a PCI address" in err, "--vfio-bind refuses what is not an address", err)
 finally:
     env.close()
 
