@@ -59,6 +59,11 @@ gv_status gv_inventory_encode(const struct gv_inventory *inv, char **out, struct
                               (json_int_t)g->split, "numa", (json_int_t)g->numa, "healthy",
                               g->healthy, "mode", gv_inventory_mode_name(g->mode), "mig",
                               g->mig, "pciBusId", g->pci_bus_id);
+        if (o && g->resource[0] &&
+            json_object_set_new(o, "resource", json_string(g->resource)) != 0) {
+            json_decref(o);
+            o = NULL;
+        }
         if (o == NULL || json_array_append_new(gpus, o) != 0) {
             json_decref(root);
             return gv_error_set(err, GV_EINVAL, "inventory: GPU %u has a field JSON cannot hold",
@@ -129,6 +134,7 @@ static gv_status decode_gpu(json_t *o, const char *where, struct gv_inventory_gp
     if (get_str(o, "uuid", where, g->uuid, sizeof(g->uuid), true, err) ||
         get_str(o, "model", where, g->model, sizeof(g->model), true, err) ||
         get_str(o, "pciBusId", where, g->pci_bus_id, sizeof(g->pci_bus_id), false, err) ||
+        get_str(o, "resource", where, g->resource, sizeof(g->resource), false, err) ||
         get_str(o, "mode", where, mode, sizeof(mode), true, err))
         return err->code;
     if (g->uuid[0] == '\0')

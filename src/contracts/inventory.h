@@ -35,6 +35,7 @@
     X(VGPU, "vgpu", 0)                                                                             \
     X(EXCLUSIVE, "exclusive", 1)                                                                   \
     X(TIMESLICING, "timeslicing", 0)                                                               \
+    X(MPS, "mps", 0)                                                                               \
     X(PASSTHROUGH, "passthrough", 1)
 
 enum gv_inventory_mode {
@@ -63,6 +64,13 @@ struct gv_inventory_gpu {
     enum gv_inventory_mode mode;
     bool mig;                  /* MIG mode enabled */
     char pci_bus_id[32];
+    /*
+     * "resource" (optional): the resource the GPU is advertised under when
+     * not the agent's resourceName (NVIDIA's sharing block renamed it, e.g.
+     * nvidia.com/gpu.shared); "" = resourceName.  Pods asking resourceName
+     * cannot get such a GPU, so the scheduler does not place them there.
+     */
+    char resource[128];
 };
 
 /*

@@ -173,7 +173,8 @@ void gv_podspec_gpu_from_inventory(const struct gv_inventory_gpu *g, struct gv_a
         .mem_mib = (uint64_t)((double)g->memory_mib * scale),
         .split = g->split,
         .numa = g->numa,
-        .healthy = g->healthy,
+        /* a GPU advertised under another resource (NVIDIA's renamed sharing) is not ours to place */
+        .healthy = g->healthy && g->resource[0] == '\0',
         .mode = gv_inventory_mode_whole(g->mode) ? GV_ALLOC_GPU_EXCLUSIVE : GV_ALLOC_GPU_SHARED,
     };
 }

@@ -386,7 +386,7 @@ static void add_mount(struct gv_mode_answer *b, const char *host, const char *ct
         b->oom = true;
 }
 
-static void add_cdi(struct gv_mode_answer *b, const char *kind, const char *uuid)
+static void add_cdi_name(struct gv_mode_answer *b, const char *name)
 {
     V1beta1__ContainerAllocateResponse *r = b->r;
     void *p = realloc(r->cdi_devices, (r->n_cdi_devices + 1) * sizeof(*r->cdi_devices));
@@ -399,12 +399,17 @@ static void add_cdi(struct gv_mode_answer *b, const char *kind, const char *uuid
         return;
     }
     v1beta1__cdidevice__init(d);
-    char name[256];
-    snprintf(name, sizeof(name), "%s=%s", kind, uuid);
     d->name = strdup(name);
     r->cdi_devices[r->n_cdi_devices++] = d;
     if (!d->name)
         b->oom = true;
+}
+
+static void add_cdi(struct gv_mode_answer *b, const char *kind, const char *uuid)
+{
+    char name[256];
+    snprintf(name, sizeof(name), "%s=%s", kind, uuid);
+    add_cdi_name(b, name);
 }
 
 /* Visible devices: CDI names when configured, else NVIDIA_VISIBLE_DEVICES. */
@@ -479,21 +484,7 @@ void gv_mode_answer_device(struct gv_mode_answer *b, const char *host, const cha
 
 void gv_mode_answer_cdi(struct gv_mode_answer *b, const char *name)
 {
-    V1beta1__ContainerAllocateResponse *r = b->r;
-    void *p = realloc(r->cdi_devices, (r->n_cdi_devices + 1) * sizeof(*r->cdi_devices));
-    V1beta1__CDIDevice *d = malloc(sizeof(*d));
-    if (p)
-        r->cdi_devices = p;
-    if (!p || !d) {
-        free(d);
-        b->oom = true;
-        return;
-    }
-    v1beta1__cdidevice__init(d);
-    d->name = strdup(name);
-    r->cdi_devices[r->n_cdi_devices++] = d;
-    if (!d->name)
-        b->oom = true;
+    add_cdi_name(b, name);
 }
 
 void gv_mode_answer_visible(struct gv_mode_answer *b, const char *uuid)
@@ -1172,7 +1163,7 @@ static int container_priority(struct gv_allocator *a, json_t *pod, const char *c
 static bool plain_unit(const struct gv_allocator_gpu *g)
 {
     const struct gv_mode *m = gv_mode_get(g->settings.mode);
-    return m && !(m->flags & GV_MODE_NEEDS_ASSIGNMENT);
+    return m && (!(m->flags & GV_MODE_NEEDS_ASSIGNMENT) || g->from_ids);
 }
 
 /* Whether a unit is a device for VMs (GV_MODE_NO_ASSIGNMENT): never matched to a pod. */
@@ -1266,10 +1257,15 @@ static int build(struct gv_allocator *a, json_t *pod, const struct gv_alloc_cont
         b->a = a;
         b->r = resp;
     }
+    size_t n_units = 0;
+    for (int id = 0; id < GV_INVENTORY_MODE_COUNT; id++)
+        n_units += grp[id].n;
     for (int id = 0; id < GV_INVENTORY_MODE_COUNT && code == GV_GRPC_OK; id++) {
         struct gv_mode_alloc *m = &grp[id];
         if (m->n == 0)
             continue;
+        m->n_request = n;
+        m->n_units = n_units;
         const struct gv_mode *md = gv_mode_get((enum gv_inventory_mode)id);
         m->env = gv_modes_env(a->modes);
         m->pod = pod;

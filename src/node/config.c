@@ -27,6 +27,27 @@ static int mode_parse(const char *s)
     return -1;
 }
 
+/* "vgpu, exclusive, ..." from the one list of modes. */
+static const char *mode_names(void)
+{
+    static char buf[256];
+    if (buf[0] == '\0') {
+        size_t l = 0;
+        for (int i = 0; i < GV_INVENTORY_MODE_COUNT; i++)
+            l += (size_t)snprintf(buf + l, sizeof(buf) - l, "%s%s", i ? ", " : "",
+                                  gv_inventory_mode_name((enum gv_inventory_mode)i));
+    }
+    return buf;
+}
+
+static void sharing_free(struct gv_node_sharing *sh)
+{
+    for (size_t i = 0; i < sh->n_res; i++)
+        free(sh->res[i].list);
+    free(sh->res);
+    memset(sh, 0, sizeof(*sh));
+}
+
 gv_status gv_node_config_default(struct gv_node_config **out, struct gv_error *err)
 {
     struct gv_node_config *c = calloc(1, sizeof(*c));
@@ -50,6 +71,7 @@ void gv_node_config_free(struct gv_node_config *cfg)
     free(cfg->exclude_uuids);
     free(cfg->exclude_indexes);
     free(cfg->rules);
+    sharing_free(&cfg->sharing);
     free(cfg);
 }
 
@@ -96,8 +118,8 @@ static gv_status settings_key(const char *key, json_t *v, const char *path,
         int md = mode_parse(json_string_value(v));
         if (md < 0)
             return gv_error_set(err, GV_EINVAL,
-                                "node config: %s = '%s' is not vgpu, exclusive or timeslicing",
-                                where, json_string_value(v));
+                                "node config: %s = '%s' is not one of %s", where,
+                                json_string_value(v), mode_names());
         s->mode = (gv_node_mode)md;
         m->mode = true;
     } else if (strcasecmp(key, "deviceSplitCount") == 0 || strcasecmp(key, "replicas") == 0) {
@@ -229,6 +251,178 @@ static gv_status parse_rules(struct gv_node_config *c, json_t *v, const char *pa
     return GV_OK;
 }
 
+static void note(struct gv_node_config *c, const char *text)
+{
+    size_t l = strlen(c->notes);
+    if (strstr(c->notes, text) == NULL)
+        snprintf(c->notes + l, sizeof(c->notes) - l, "%s%s", l ? "; " : "", text);
+}
+
+/* sharing.<strategy>.resources[i].devices: "all", a count > 0, or a list of indexes/UUIDs. */
+static gv_status parse_devices(struct gv_node_shared_resource *r, json_t *v, const char *where,
+                               struct gv_error *err)
+{
+    if (json_is_string(v)) {
+        if (strcmp(json_string_value(v), "all") != 0)
+            return gv_error_set(err, GV_EINVAL,
+                                "node config: %s = '%s': the only string accepted is 'all'", where,
+                                json_string_value(v));
+        return GV_OK;
+    }
+    if (json_is_integer(v)) {
+        if (json_integer_value(v) <= 0 || json_integer_value(v) > 1024)
+            return gv_error_set(err, GV_ERANGE, "node config: %s: a count of devices must be 1..1024",
+                                where);
+        r->count = (unsigned)json_integer_value(v);
+        return GV_OK;
+    }
+    if (!json_is_array(v) || json_array_size(v) == 0 || json_array_size(v) > 1024)
+        return gv_error_set(err, GV_EINVAL,
+                            "node config: %s must be \"all\", a count or a non-empty list", where);
+    r->list = calloc(json_array_size(v), sizeof(*r->list));
+    if (r->list == NULL)
+        return gv_error_set(err, GV_ENOMEM, "node config: out of memory");
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+        if (json_is_integer(e) && json_integer_value(e) >= 0 && json_integer_value(e) <= 1023) {
+            snprintf(r->list[r->n_list++], 96, "%d", (int)json_integer_value(e));
+        } else if (json_is_string(e) && json_string_length(e) < 96 &&
+                   (strncmp(json_string_value(e), "GPU-", 4) == 0 ||
+                    strspn(json_string_value(e), "0123456789") == json_string_length(e)) &&
+                   json_string_length(e) > 0) {
+            snprintf(r->list[r->n_list++], 96, "%s", json_string_value(e));
+        } else {
+            return gv_error_set(err, GV_EINVAL,
+                                "node config: %s[%zu] must be a GPU index or a GPU-... UUID (MIG "
+                                "devices are not shared this way)",
+                                where, i);
+        }
+    }
+    return GV_OK;
+}
+
+/* NVIDIA's ReplicatedResources: {renameByDefault, failRequestsGreaterThanOne, resources}. */
+static gv_status parse_replicated(struct gv_node_config *c, struct gv_node_sharing *sh, json_t *v,
+                                  const char *where, struct gv_error *err)
+{
+    if (!json_is_object(v))
+        return gv_error_set(err, GV_EINVAL, "node config: %s must be an object", where);
+    const char *k;
+    json_t *e;
+    json_t *resources = NULL;
+    json_object_foreach(v, k, e) {
+        char w[300];
+        snprintf(w, sizeof(w), "%s.%s", where, k);
+        if (strcmp(k, "renameByDefault") == 0 || strcmp(k, "failRequestsGreaterThanOne") == 0) {
+            if (!json_is_boolean(e))
+                return gv_error_set(err, GV_EINVAL, "node config: %s must be true or false", w);
+            if (k[0] == 'r')
+                sh->rename_by_default = json_is_true(e);
+            else
+                sh->fail_gt_one = json_is_true(e);
+        } else if (strcmp(k, "resources") == 0) {
+            resources = e;
+        } else {
+            return gv_error_set(err, GV_EINVAL, "node config: %s is not a known key", w);
+        }
+    }
+    if (!json_is_array(resources) || json_array_size(resources) == 0)
+        return gv_error_set(err, GV_EINVAL, "node config: %s: no resources specified", where);
+    sh->res = calloc(json_array_size(resources), sizeof(*sh->res));
+    if (sh->res == NULL)
+        return gv_error_set(err, GV_ENOMEM, "node config: out of memory");
+    size_t i;
+    json_array_foreach(resources, i, e) {
+        char w[300];
+        snprintf(w, sizeof(w), "%s.resources[%zu]", where, i);
+        if (!json_is_object(e))
+            return gv_error_set(err, GV_EINVAL, "node config: %s must be an object", w);
+        struct gv_node_shared_resource *r = &sh->res[sh->n_res++];
+        json_t *name = json_object_get(e, "name"), *rep = json_object_get(e, "replicas");
+        char wn[320];
+        snprintf(wn, sizeof(wn), "%s.name", w);
+        if (name == NULL)
+            return gv_error_set(err, GV_EINVAL, "node config: %s: no resource name specified", w);
+        /* room for ".shared" (renameByDefault) */
+        if (want_string(name, wn, sizeof(r->name) - 7, err) != GV_OK)
+            return err->code;
+        snprintf(r->name, sizeof(r->name), "%s", json_string_value(name));
+        if (rep == NULL)
+            return gv_error_set(err, GV_EINVAL, "node config: %s: no replicas specified", w);
+        if (!json_is_integer(rep) || json_integer_value(rep) < 2 ||
+            json_integer_value(rep) > GV_NODE_MAX_SPLIT)
+            return gv_error_set(err, GV_ERANGE,
+                                "node config: %s.replicas: number of replicas must be 2..%d", w,
+                                GV_NODE_MAX_SPLIT);
+        r->replicas = (unsigned)json_integer_value(rep);
+        const char *rk;
+        json_t *rv;
+        json_object_foreach(e, rk, rv) {
+            snprintf(wn, sizeof(wn), "%s.%s", w, rk);
+            if (strcmp(rk, "devices") == 0) {
+                if (parse_devices(r, rv, wn, err) != GV_OK)
+                    return err->code;
+            } else if (strcmp(rk, "rename") == 0) {
+                /* NVIDIA's plugin parses it and ignores it with a warning (renaming disabled) */
+                if (want_string(rv, wn, 128, err) != GV_OK)
+                    return err->code;
+                note(c, "'rename' in sharing resources is ignored, as NVIDIA's plugin does");
+            } else if (strcmp(rk, "name") != 0 && strcmp(rk, "replicas") != 0) {
+                return gv_error_set(err, GV_EINVAL, "node config: %s is not a known key", wn);
+            }
+        }
+    }
+    return GV_OK;
+}
+
+/* NVIDIA's sharing block: {timeSlicing: {...}, mps: {...}}; MPS wins when both replicate. */
+static gv_status parse_sharing(struct gv_node_config *c, json_t *v, const char *path,
+                               struct gv_error *err)
+{
+    if (!json_is_object(v))
+        return gv_error_set(err, GV_EINVAL, "node config: %ssharing must be an object", path);
+    struct gv_node_sharing ts = {.mode = GV_NODE_MODE_TIMESLICING},
+                           mps = {.mode = GV_NODE_MODE_MPS, .fail_gt_one = true};
+    const char *k;
+    json_t *e;
+    gv_status st = GV_OK;
+    json_object_foreach(v, k, e) {
+        char w[300];
+        snprintf(w, sizeof(w), "%ssharing.%s", path, k);
+        if (strcmp(k, "timeSlicing") == 0) {
+            if (json_object_size(e) == 0) /* NVIDIA's default config: `timeSlicing: {}` */
+                continue;
+            st = parse_replicated(c, &ts, e, w, err);
+            ts.active = st == GV_OK;
+        } else if (strcmp(k, "mps") == 0) {
+            if (json_is_null(e))
+                continue;
+            st = parse_replicated(c, &mps, e, w, err);
+            mps.active = st == GV_OK;
+        } else {
+            st = gv_error_set(err, GV_EINVAL, "node config: %s is not a known key (timeSlicing, mps)",
+                              w);
+        }
+        if (st != GV_OK)
+            break;
+    }
+    if (st != GV_OK) {
+        sharing_free(&ts);
+        sharing_free(&mps);
+        return st;
+    }
+    sharing_free(&c->sharing);
+    if (mps.active) {
+        c->sharing = mps;
+        sharing_free(&ts);
+    } else {
+        c->sharing = ts;
+        sharing_free(&mps);
+    }
+    return GV_OK;
+}
+
 /* HAMi keys we accept and ignore: they configure things gpuvisor decides elsewhere. */
 static bool ignored_key(const char *k)
 {
@@ -283,6 +477,9 @@ static gv_status parse_level(struct gv_node_config *c, json_t *obj, const char *
             snprintf(c->core_policy, sizeof(c->core_policy), "%s", p);
         } else if (strcasecmp(k, "filterDevices") == 0) {
             if (parse_filter(c, v, path, err) != GV_OK)
+                return err->code;
+        } else if (strcasecmp(k, "sharing") == 0) {
+            if (parse_sharing(c, v, path, err) != GV_OK)
                 return err->code;
         } else if (strcasecmp(k, "metrics") == 0) {
             if (gv_metrics_settings_parse(v, path, &c->metrics, err) != GV_OK)
@@ -402,6 +599,28 @@ bool gv_node_config_gpu(const struct gv_node_config *cfg, const char *uuid, unsi
         if (cfg->exclude_indexes[i] == (int)index)
             return false;
     *out = cfg->defaults;
+    /* NVIDIA's sharing block: between the defaults and the (more specific) GPU rules */
+    const struct gv_node_sharing *sh = &cfg->sharing;
+    for (size_t i = 0; sh->active && i < sh->n_res; i++) {
+        const struct gv_node_shared_resource *r = &sh->res[i];
+        if (strcmp(r->name, cfg->resource_name) != 0)
+            continue; /* another resource (MIG profiles): no GPU of ours has it */
+        bool pick = r->count ? index < r->count : r->n_list == 0;
+        for (size_t k = 0; k < r->n_list && !pick; k++) {
+            char idx[16];
+            snprintf(idx, sizeof(idx), "%u", index);
+            pick = strcasecmp(r->list[k], uuid) == 0 || strcmp(r->list[k], idx) == 0;
+        }
+        if (!pick)
+            continue;
+        out->mode = sh->mode;
+        out->split = r->replicas;
+        out->fail_gt_one = sh->fail_gt_one;
+        snprintf(out->resource, sizeof(out->resource), "%s", r->name);
+        if (sh->rename_by_default) /* NVIDIA's DefaultSharedRename; names fit (parse checks) */
+            strncat(out->resource, ".shared", sizeof(out->resource) - strlen(out->resource) - 1);
+        break;
+    }
     for (size_t i = 0; i < cfg->n_rules; i++) {
         const struct gv_node_gpu_rule *r = &cfg->rules[i];
         bool match = r->uuid[0] ? strcasecmp(r->uuid, uuid) == 0 : r->index == (int)index;
@@ -418,5 +637,10 @@ bool gv_node_config_gpu(const struct gv_node_config *cfg, const char *uuid, unsi
     }
     if (out->mode == GV_NODE_MODE_EXCLUSIVE)
         out->split = 1;
+    if (out->resource[0] && !(sh->active && out->mode == sh->mode)) {
+        /* a GPU rule took it out of the sharing block's mode: its resource goes too */
+        out->resource[0] = '\0';
+        out->fail_gt_one = false;
+    }
     return true;
 }

@@ -53,8 +53,14 @@ struct gv_allocator_config {
 
 /* What Allocate may hand out: one entry per advertised GPU. */
 struct gv_allocator_gpu {
-    struct gv_gpu gpu;
+    struct gv_gpu gpu; /* gpu.uuid: the unit's key in device IDs (gv_mode.h) */
     struct gv_node_gpu_settings settings;
+    /*
+     * Set by a mode's discover: this unit answers pods gpuvisor did not
+     * schedule from the kubelet's IDs although its mode has
+     * GV_MODE_NEEDS_ASSIGNMENT (MPS GPUs of NVIDIA's sharing.mps block).
+     */
+    bool from_ids;
 };
 
 struct gv_allocator;

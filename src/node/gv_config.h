@@ -25,6 +25,7 @@
 #define GV_NODE_MODE_VGPU GV_INVENTORY_MODE_VGPU               /* limits via the interposer */
 #define GV_NODE_MODE_EXCLUSIVE GV_INVENTORY_MODE_EXCLUSIVE     /* whole GPUs, no interposer */
 #define GV_NODE_MODE_TIMESLICING GV_INVENTORY_MODE_TIMESLICING /* replicas without limits */
+#define GV_NODE_MODE_MPS GV_INVENTORY_MODE_MPS                 /* CUDA MPS, per-client limits */
 typedef enum gv_inventory_mode gv_node_mode;
 
 struct gv_node_gpu_settings {
@@ -32,6 +33,35 @@ struct gv_node_gpu_settings {
     unsigned split;     /* devices advertised per GPU (1 in exclusive mode) */
     double mem_scaling; /* > 1: oversubscription */
     double core_scaling;
+    /*
+     * From NVIDIA's sharing block (below) for the GPUs it replicates: the
+     * resource the devices go under ("" = resourceName) and whether a
+     * request for more than one replica is refused.
+     */
+    char resource[128];
+    bool fail_gt_one;
+};
+
+/* One entry of sharing.<strategy>.resources (NVIDIA's ReplicatedResource). */
+struct gv_node_shared_resource {
+    char name[128];    /* the resource replicated: GPUs match when it is resourceName */
+    unsigned replicas; /* >= 2 */
+    unsigned count;    /* devices: the first `count` GPUs by index; 0 with n_list 0: all */
+    char (*list)[96];  /* devices: GPU indexes (decimal) or UUIDs */
+    size_t n_list;
+};
+
+/*
+ * NVIDIA's `sharing` block (k8s-device-plugin config v1): timeSlicing, or
+ * mps (which wins when both replicate, as in NVIDIA's plugin).
+ */
+struct gv_node_sharing {
+    bool active;
+    gv_node_mode mode; /* GV_NODE_MODE_TIMESLICING or GV_NODE_MODE_MPS */
+    bool rename_by_default;
+    bool fail_gt_one; /* default false for timeSlicing, true for mps (NVIDIA's) */
+    struct gv_node_shared_resource *res;
+    size_t n_res;
 };
 
 struct gv_node_gpu_rule {
@@ -55,6 +85,9 @@ struct gv_node_config {
     struct gv_node_gpu_rule *rules;
     size_t n_rules;
     struct gv_metrics_settings metrics; /* "metrics": listener, series, backstop */
+    struct gv_node_sharing sharing;     /* NVIDIA's sharing block (a node's replaces the top one) */
+    /* What was accepted and ignored, as NVIDIA's plugin warns (e.g. "rename"); "" none. */
+    char notes[256];
     struct gv_pt_settings passthrough;  /* "passthrough": docs/passthrough.md */
 };
 

@@ -41,9 +41,10 @@ struct gv_mode_env {
      */
     void (*changed)(void *ud);
     void *changed_ud;
-    /* Tests: overrides of helper programs (NULL: found on PATH). */
-    const char *mps_control; /* nvidia-cuda-mps-control */
-    const char *sys_root;    /* --sys-root: sysfs and /dev for modes reading them ("/") */
+    /* MPS: the control program (NULL: /usr/bin/nvidia-cuda-mps-control; tests: a fake) */
+    const char *mps_control;
+    long mps_probe_ms; /* how often each MPS daemon is probed (0: 10000) */
+    const char *sys_root; /* --sys-root: sysfs and /dev for modes reading them ("/") */
 };
 
 /*
@@ -51,6 +52,7 @@ struct gv_mode_env {
  * device plugin (socket + kubelet registration) per resource name.
  */
 struct gv_mode_adv;
+struct gv_mode_alloc;
 /*
  * Adds device id under resource (healthy, NUMA and GPU index from g).
  * The id is "<unit key>" or "<unit key>::<k>" (unit key = the
@@ -67,9 +69,23 @@ bool gv_mode_adv_add(struct gv_mode_adv *adv, const char *resource, const char *
  */
 void gv_mode_advertise_replicas(struct gv_mode_adv *adv, const char *resource,
                                 const struct gv_allocator_gpu *u, unsigned replicas, bool bare);
+/* The resource a unit's devices go under: its settings' (NVIDIA's sharing block) or resourceName. */
+const char *gv_mode_resource(const struct gv_node_config *cfg, const struct gv_allocator_gpu *u);
+/*
+ * NVIDIA's failRequestsGreaterThanOne: a gRPC error (msg set) when the unit
+ * refuses requests of more than one replica and the container asked more.
+ */
+int gv_mode_check_replicas(const struct gv_mode_alloc *a, char *msg, size_t cap);
 /* discover for modes whose unit is the whole GPU: one unit, the settings as configured. */
 size_t gv_mode_discover_gpu(const struct gv_gpu *g, const struct gv_node_gpu_settings *s,
                             struct gv_allocator_gpu *out, size_t cap, char *why, size_t why_cap);
+/* The same as a `discover` hook (state unused). */
+size_t gv_mode_discover_whole(void *state, const struct gv_gpu *g,
+                              const struct gv_node_gpu_settings *s, struct gv_allocator_gpu *out,
+                              size_t cap, char *why, size_t why_cap);
+/* An `advertise` hook: `split` devices "<key>::<k>" under gv_mode_resource (state unused). */
+void gv_mode_advertise_split(void *state, const struct gv_node_config *cfg,
+                             const struct gv_allocator_gpu *u, struct gv_mode_adv *adv);
 
 /*
  * The container's answer being built.  Mode code adds to it; the common
@@ -113,7 +129,9 @@ struct gv_mode_alloc {
     json_t *pod;
     const struct gv_alloc_container_assign *c;
     const char *uid, *ctr; /* "" without a pod */
-    size_t n;
+    size_t n_request; /* devices the container asked in all (kubelet IDs, or assigned GPUs) */
+    size_t n_units;   /* distinct units of the container, all modes together */
+    size_t n;         /* this mode's units below */
     /* The container's units of this mode (copies taken under the allocator's lock). */
     struct gv_allocator_gpu units[GV_ALLOC_MAX_DEVICES];
     /* Their device index in the container (CUDA ordinal; c->devices[idx[i]] with a pod). */

@@ -63,6 +63,7 @@ struct options {
     const char *metrics_listen; /* overrides the config's metrics.listen */
     const char *proc_root;
     const char *mps_control; /* nvidia-cuda-mps-control (tests: a fake) */
+    long mps_probe_ms;
     const char *vfio_bind, *vfio_unbind; /* one-off binding helper runs (docs/passthrough.md) */
 };
 
@@ -203,6 +204,8 @@ static void rebuild(struct agent *ag)
             ig->healthy = g->healthy;
             ig->mode = s.mode;
             ig->mig = g->mig;
+            if (s.resource[0] && strcmp(s.resource, ag->cfg->resource_name) != 0)
+                snprintf(ig->resource, sizeof(ig->resource), "%s", s.resource);
         }
     }
     /* what each GPU's mode serves and advertises (gv_mode.h) */
@@ -294,6 +297,8 @@ static void reload(struct agent *ag, bool forced)
     ag->cfg = cfg;
     ag->cfg_text = text;
     gv_info("configuration %s loaded", ag->o.config);
+    if (cfg->notes[0])
+        gv_warn("configuration %s: %s", ag->o.config, cfg->notes);
     rebuild(ag);
 }
 
@@ -418,7 +423,9 @@ static void usage(FILE *f)
             "  --metrics-listen ADDR:PORT  serve /metrics, /healthz, /readyz (default: the\n"
             "                           config's metrics.listen; none when both are empty)\n"
             "  --proc-root DIR          where /proc is, for process cgroups (default /proc)\n"
-            "  --mps-control PATH       nvidia-cuda-mps-control for MPS GPUs (default: on PATH)\n"
+            "  --mps-control PATH       nvidia-cuda-mps-control for MPS GPUs\n"
+            "                           (default /usr/bin/nvidia-cuda-mps-control)\n"
+            "  --mps-probe-ms N         how often each MPS daemon is probed (default 10000)\n"
             "  --vfio-bind BDF          bind the GPU's IOMMU group to vfio-pci and exit (refuses a\n"
             "                           busy GPU; docs/passthrough.md)\n"
             "  --vfio-unbind BDF        hand the group back to its host drivers and exit\n"
@@ -431,7 +438,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         O_NODE = 256, O_CONFIG, O_PLUGIN_DIR, O_SOCKET, O_KUBELET, O_STATE, O_HOST_STATE,
         O_INSTALL, O_NVML, O_SYS, O_URL, O_KUBECONFIG, O_NO_KUBE, O_HB, O_PROBE, O_RECOVER,
         O_WAIT, O_GC, O_GC_GRACE, O_VERSION, O_HELP, O_KEY_FILE, O_INSECURE, O_OPT_OUT, O_METRICS,
-        O_PROC, O_MPS, O_VFIO_BIND, O_VFIO_UNBIND
+        O_PROC, O_MPS, O_MPS_PROBE, O_VFIO_BIND, O_VFIO_UNBIND
     };
     static const struct option opts[] = {
         {"node-name", 1, 0, O_NODE},         {"config", 1, 0, O_CONFIG},
@@ -448,7 +455,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"insecure-unsigned-placements", 0, 0, O_INSECURE},
         {"preload-opt-out-namespaces", 1, 0, O_OPT_OUT},
         {"metrics-listen", 1, 0, O_METRICS}, {"proc-root", 1, 0, O_PROC},
-        {"mps-control", 1, 0, O_MPS},
+        {"mps-control", 1, 0, O_MPS},        {"mps-probe-ms", 1, 0, O_MPS_PROBE},
         {"vfio-bind", 1, 0, O_VFIO_BIND},    {"vfio-unbind", 1, 0, O_VFIO_UNBIND},
         {0, 0, 0, 0},
     };
@@ -499,6 +506,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         case O_METRICS: o->metrics_listen = optarg; break;
         case O_PROC: o->proc_root = optarg; break;
         case O_MPS: o->mps_control = optarg; break;
+        case O_MPS_PROBE: num = &o->mps_probe_ms; break;
         case O_VFIO_BIND: o->vfio_bind = optarg; break;
         case O_VFIO_UNBIND: o->vfio_unbind = optarg; break;
         default: usage(stderr); return 2;
@@ -508,8 +516,12 @@ static int parse_options(int argc, char **argv, struct options *o)
             errno = 0;
             *num = strtol(optarg, &end, 10);
             if (errno || *end || *num <= 0) {
+                const char *name = "?";
+                for (const struct option *op = opts; op->name; op++)
+                    if (op->val == c)
+                        name = op->name;
                 fprintf(stderr, "gpuvisor-node: --%s needs a positive integer, not '%s'\n",
-                        opts[c - O_NODE].name, optarg);
+                        name, optarg);
                 return 2;
             }
         }
@@ -555,6 +567,8 @@ static int start(struct agent *ag, struct gv_error *err)
     } else if (gv_node_config_default(&ag->cfg, err) != GV_OK) {
         return 1;
     }
+    if (ag->cfg->notes[0])
+        gv_warn("configuration %s: %s", o->config, ag->cfg->notes);
     struct gv_gpus_config gc = {.library = o->nvml_lib, .sys_root = o->sys_root,
                                 .probe_interval_ms = o->probe_ms,
                                 .recover_after_ms = o->recover_ms};
@@ -601,7 +615,7 @@ static int start(struct agent *ag, struct gv_error *err)
     struct gv_mode_env env = {.state_dir = o->state_dir, .host_state_dir = o->host_state_dir,
                               .install_dir = o->install_dir, .changed = health_changed,
                               .changed_ud = ag, .mps_control = o->mps_control,
-                              .sys_root = o->sys_root};
+                              .mps_probe_ms = o->mps_probe_ms, .sys_root = o->sys_root};
     if (gv_modes_new(&env, &ag->modes, err) != GV_OK)
         return 1;
     ac.modes = ag->modes;

@@ -19,7 +19,7 @@ static void advertise(void *st, const struct gv_node_config *cfg, const struct g
                       struct gv_mode_adv *adv)
 {
     (void)st;
-    gv_mode_advertise_replicas(adv, cfg->resource_name, u, 1, true);
+    gv_mode_advertise_replicas(adv, gv_mode_resource(cfg, u), u, 1, true);
 }
 
 static int allocate(void *st, const struct gv_mode_alloc *a, char *msg, size_t cap)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/gv_log.h"
+#include "node/gv_grpc.h"
 #include "node/gv_mode.h"
 #include "node/gv_plugin.h"
 
@@ -170,6 +171,23 @@ void gv_mode_advertise_replicas(struct gv_mode_adv *adv, const char *resource,
     }
 }
 
+const char *gv_mode_resource(const struct gv_node_config *cfg, const struct gv_allocator_gpu *u)
+{
+    return u->settings.resource[0] ? u->settings.resource : cfg->resource_name;
+}
+
+int gv_mode_check_replicas(const struct gv_mode_alloc *a, char *msg, size_t cap)
+{
+    for (size_t i = 0; i < a->n; i++)
+        if (a->units[i].settings.fail_gt_one && a->n_request > 1) {
+            /* NVIDIA's words (rm.ValidateRequest) */
+            snprintf(msg, cap, "maximum request size for shared resources is 1; found %zu",
+                     a->n_request);
+            return GV_GRPC_INVALID_ARGUMENT;
+        }
+    return GV_GRPC_OK;
+}
+
 size_t gv_mode_discover_gpu(const struct gv_gpu *g, const struct gv_node_gpu_settings *s,
                             struct gv_allocator_gpu *out, size_t cap, char *why, size_t why_cap)
 {
@@ -186,6 +204,21 @@ size_t gv_mode_discover_gpu(const struct gv_gpu *g, const struct gv_node_gpu_set
     out->gpu = *g;
     out->settings = *s;
     return 1;
+}
+
+size_t gv_mode_discover_whole(void *state, const struct gv_gpu *g,
+                              const struct gv_node_gpu_settings *s, struct gv_allocator_gpu *out,
+                              size_t cap, char *why, size_t why_cap)
+{
+    (void)state;
+    return gv_mode_discover_gpu(g, s, out, cap, why, why_cap);
+}
+
+void gv_mode_advertise_split(void *state, const struct gv_node_config *cfg,
+                             const struct gv_allocator_gpu *u, struct gv_mode_adv *adv)
+{
+    (void)state;
+    gv_mode_advertise_replicas(adv, gv_mode_resource(cfg, u), u, u->settings.split, false);
 }
 
 /* ---- one rebuild ------------------------------------------------------------------ */

@@ -44,6 +44,8 @@ $(eval $(call GV_EXE,test_throttle_tenant,tests))
 $(GV_THROTTLE_TENANT): $(GV_FAKE_CUDA)
 EXTRA_ALL += $(GV_THROTTLE_TENANT)
 TEST_SCRIPTS += tests/interposer/test_throttle_preload.sh
+# MPS client limits re-exported from the limits file (src/interposer/mps_env.c)
+TEST_SCRIPTS += tests/interposer/test_mps_env.sh
 all: $(GV_THROTTLE_TENANT)
 
 # The node priority board's file is written by every tenant: fuzz what we read.

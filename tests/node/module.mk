@@ -36,6 +36,8 @@ $(BUILD)/obj/tests/node/test_node_podcache.o: $(NODE_PB_H)
 TEST_SCRIPTS += tests/node/test_grpc_transport.py tests/node/test_node_agent.py tests/node/test_node_crash.py
 # /metrics and the NVML backstop (docs/observability.md)
 TEST_SCRIPTS += tests/node/test_node_metrics.py
+# Sharing modes: MPS (fake nvidia-cuda-mps-control), NVIDIA's sharing blocks, one plugin per resource
+TEST_SCRIPTS += tests/node/test_node_modes.py
 
 # Fuzz targets: bytes from a socket peer (HTTP/2 + gRPC framing), the
 # inventory annotation and the node config file.

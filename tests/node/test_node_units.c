@@ -105,7 +105,7 @@ static void test_config_errors(void **state)
     (void)state;
     parse_fails("{\"deviceSplitCount\": 0}", "deviceSplitCount = 0 is outside");
     parse_fails("{\"deviceSplitCount\": 2.5}", "deviceSplitCount must be an integer");
-    parse_fails("{\"mode\": \"mps\"}", "mode = 'mps' is not vgpu");
+    parse_fails("{\"mode\": \"bogus\"}", "mode = 'bogus' is not one of vgpu, exclusive");
     parse_fails("{\"deviceSplitCont\": 4}", "deviceSplitCont is not a known key");
     parse_fails("{\"gpus\": [{\"index\": 1, \"uuid\": \"x\"}]}", "exactly one of uuid or index");
     parse_fails("{\"nodeConfig\": [{\"name\": \"node1\", \"deviceMemoryScaling\": -1}]}",
@@ -114,6 +114,78 @@ static void test_config_errors(void **state)
     parse_fails("{\"version\": 2}", "version must be 1");
     parse_fails("{\"a\": 1, \"a\": 2}", "line 1");
     parse_fails("[1]", "must be a JSON object");
+}
+
+/* NVIDIA's sharing block, as NVIDIA's plugin reads it (docs/node-agent.md, "Configuration file"). */
+static void test_config_sharing(void **state)
+{
+    (void)state;
+    struct gv_node_gpu_settings s;
+    /* timeSlicing: a device list by index and UUID; others keep the defaults */
+    struct gv_node_config *c = parse_ok(
+        "{\"sharing\": {\"timeSlicing\": {\"failRequestsGreaterThanOne\": true, \"resources\": ["
+        " {\"name\": \"nvidia.com/gpu\", \"replicas\": 3, \"devices\": [1, \"" U0 "\"],"
+        "  \"rename\": \"x.com/y\"}, {\"name\": \"nvidia.com/mig-1g.5gb\", \"replicas\": 2}]}},"
+        " \"gpus\": [{\"index\": 2, \"mode\": \"exclusive\"}]}",
+        "node1");
+    assert_true(gv_node_config_gpu(c, U0, 0, &s));
+    assert_int_equal(s.mode, GV_NODE_MODE_TIMESLICING);
+    assert_int_equal(s.split, 3);
+    assert_true(s.fail_gt_one);
+    assert_string_equal(s.resource, "nvidia.com/gpu"); /* no renameByDefault; rename ignored */
+    assert_non_null(strstr(c->notes, "'rename'"));
+    assert_true(gv_node_config_gpu(c, "GPU-b", 1, &s));
+    assert_int_equal(s.mode, GV_NODE_MODE_TIMESLICING);
+    assert_true(gv_node_config_gpu(c, "GPU-c", 3, &s)); /* not listed: the defaults */
+    assert_int_equal(s.mode, GV_NODE_MODE_VGPU);
+    assert_string_equal(s.resource, "");
+    gv_node_config_free(c);
+    /* mps wins over timeSlicing; failRequestsGreaterThanOne defaults to true; count selects by index */
+    c = parse_ok("{\"sharing\": {\"timeSlicing\": {\"resources\": [{\"name\": \"nvidia.com/gpu\","
+                 " \"replicas\": 2}]}, \"mps\": {\"renameByDefault\": true, \"resources\": ["
+                 " {\"name\": \"nvidia.com/gpu\", \"replicas\": 4, \"devices\": 1}]}},"
+                 " \"gpus\": [{\"index\": 0, \"deviceSplitCount\": 8}]}",
+                 "node1");
+    assert_true(gv_node_config_gpu(c, U0, 0, &s));
+    assert_int_equal(s.mode, GV_NODE_MODE_MPS);
+    assert_int_equal(s.split, 8); /* the GPU rule is more specific */
+    assert_true(s.fail_gt_one);
+    assert_string_equal(s.resource, "nvidia.com/gpu.shared");
+    assert_true(gv_node_config_gpu(c, "GPU-b", 1, &s)); /* devices: 1 -> GPU 0 only */
+    assert_int_equal(s.mode, GV_NODE_MODE_VGPU);
+    assert_string_equal(s.resource, "");
+    gv_node_config_free(c);
+    /* a GPU rule taking the GPU out of the sharing mode drops the shared resource */
+    c = parse_ok("{\"sharing\": {\"timeSlicing\": {\"renameByDefault\": true, \"resources\": ["
+                 " {\"name\": \"nvidia.com/gpu\", \"replicas\": 2}]}},"
+                 " \"gpus\": [{\"index\": 0, \"mode\": \"exclusive\"}]}",
+                 "node1");
+    assert_true(gv_node_config_gpu(c, U0, 0, &s));
+    assert_int_equal(s.mode, GV_NODE_MODE_EXCLUSIVE);
+    assert_string_equal(s.resource, "");
+    assert_true(gv_node_config_gpu(c, "GPU-b", 1, &s));
+    assert_string_equal(s.resource, "nvidia.com/gpu.shared");
+    gv_node_config_free(c);
+    /* NVIDIA's default config (timeSlicing: {}) shares nothing */
+    c = parse_ok("{\"sharing\": {\"timeSlicing\": {}}}", "node1");
+    assert_true(gv_node_config_gpu(c, U0, 0, &s));
+    assert_int_equal(s.mode, GV_NODE_MODE_VGPU);
+    gv_node_config_free(c);
+    parse_fails("{\"sharing\": {\"timeSlicing\": {\"resources\": []}}}", "no resources specified");
+    parse_fails("{\"sharing\": {\"timeSlicing\": {\"resources\": [{\"name\": \"nvidia.com/gpu\"}]}}}",
+                "no replicas specified");
+    parse_fails("{\"sharing\": {\"mps\": {\"resources\": [{\"replicas\": 2}]}}}",
+                "no resource name specified");
+    parse_fails("{\"sharing\": {\"timeSlicing\": {\"resources\": [{\"name\": \"nvidia.com/gpu\","
+                " \"replicas\": 1}]}}}",
+                "number of replicas must be 2");
+    parse_fails("{\"sharing\": {\"timeSlicing\": {\"resources\": [{\"name\": \"nvidia.com/gpu\","
+                " \"replicas\": 2, \"devices\": \"some\"}]}}}",
+                "the only string accepted is 'all'");
+    parse_fails("{\"sharing\": {\"timeSlicing\": {\"resources\": [{\"name\": \"nvidia.com/gpu\","
+                " \"replicas\": 2, \"devices\": [\"MIG-1\"]}]}}}",
+                "must be a GPU index or a GPU-... UUID");
+    parse_fails("{\"sharing\": {\"timeslicing\": {}}}", "not a known key (timeSlicing, mps)");
 }
 
 static void test_config_missing_file_is_default(void **state)
@@ -144,6 +216,7 @@ static void fill(struct gv_inventory *inv)
         g->healthy = i == 0;
         g->mode = i ? GV_INVENTORY_MODE_TIMESLICING : GV_INVENTORY_MODE_VGPU;
     }
+    snprintf(inv->gpus[1].resource, sizeof(inv->gpus[1].resource), "nvidia.com/gpu.shared");
 }
 
 static void test_inventory_round_trip(void **state)
@@ -157,6 +230,8 @@ static void test_inventory_round_trip(void **state)
     assert_int_equal(gv_inventory_decode(text, strlen(text), &b, NULL), GV_OK);
     assert_int_equal(b.n_gpus, 2);
     assert_string_equal(b.gpus[1].uuid, "GPU-1");
+    assert_string_equal(b.gpus[1].resource, "nvidia.com/gpu.shared"); /* optional field */
+    assert_string_equal(b.gpus[0].resource, "");
     assert_int_equal(b.gpus[1].mode, GV_INVENTORY_MODE_TIMESLICING);
     assert_int_equal(b.gpus[1].numa, -1);
     assert_false(b.gpus[1].healthy);
@@ -320,6 +395,7 @@ int main(void)
         cmocka_unit_test(test_config_layers),
         cmocka_unit_test(test_config_hami_keys),
         cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_config_sharing),
         cmocka_unit_test(test_config_missing_file_is_default),
         cmocka_unit_test(test_inventory_round_trip),
         cmocka_unit_test(test_inventory_errors),

@@ -21,10 +21,9 @@ shared with the grpc-go stand-in, kubelet_go, so one test drives both):
   {"cmd":"options"} {"cmd":"prestart","ids":[...]}
   {"cmd":"restart"}   kubelet restart: sockets deleted, kubelet.sock recreated
   {"cmd":"quit"}
-A plugin may register several resources (one socket each, as the kubelet
-allows); every command takes an optional "resource" naming whose plugin it
-goes to (default: the last registered), and devices/stream_end events name
-their "resource".
+Every command may name "resource": the plugin registered for that resource
+(a plugin may register several, one socket each, as the kubelet allows);
+without it, the one registered last.  "devices" events name their resource.
 Events: registered, devices (each ListAndWatch message), stream_end,
 allocate/preferred/options/prestart replies, restarted, error.
 """
@@ -89,7 +88,9 @@ class Kubelet(pbg.RegistrationServicer):
         self.lock = threading.Lock()
         self.healthy = []   # device IDs of the last ListAndWatch, in its order
         self.in_use = set()
-        self.stubs = {}     # resource name -> (channel, stub) of its plugin
+        # per resource name: (channel, stub) and its healthy devices, as the kubelet keeps them
+        self.plugins = {}
+        self.healthy_by = {}
 
     def start(self):
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -120,13 +121,15 @@ class Kubelet(pbg.RegistrationServicer):
         # Like the kubelet: the plugin must answer before Register returns.
         stub.GetDevicePluginOptions(pb.Empty(), timeout=5)
         with self.lock:
-            old = self.stubs.get(request.resource_name)
-            if old and old[0] is not self.channel:
+            # a re-registration replaces that resource's connection only: the
+            # kubelet keeps one per resource name
+            old = self.plugins.get(request.resource_name)
+            if old:
                 old[0].close()
-            if self.channel and self.channel not in [c for c, _ in self.stubs.values()]:
+            elif self.channel and self.channel not in [c for c, _ in self.plugins.values()]:
                 self.channel.close()
             self.channel, self.stub = channel, stub
-            self.stubs[request.resource_name] = (channel, stub)
+            self.plugins[request.resource_name] = (channel, stub)
         threading.Thread(target=self.watch, args=(stub, request.resource_name), daemon=True).start()
         return pb.Empty()
 
@@ -135,19 +138,20 @@ class Kubelet(pbg.RegistrationServicer):
             for msg in stub.ListAndWatch(pb.Empty()):
                 with self.lock:
                     self.healthy = [d.ID for d in msg.devices if d.health == "Healthy"]
+                    self.healthy_by[resource] = list(self.healthy)
                 emit({"event": "devices", "resource": resource, "devices": [
                     {"id": d.ID, "health": d.health,
                      "numa": [n.ID for n in d.topology.nodes]} for d in msg.devices],
                     "size": msg.ByteSize()})
-            emit({"event": "stream_end", "resource": resource, "code": 0, "message": ""})
+            emit({"event": "stream_end", "code": 0, "message": ""})
         except grpc.RpcError as e:
-            emit({"event": "stream_end", "resource": resource, "code": e.code().value[0],
-                  "message": e.details()})
+            emit({"event": "stream_end", "code": e.code().value[0], "message": e.details()})
 
     def call(self, name, fn, resource=None):
-        with self.lock:
-            stub = self.stubs[resource][1] if resource in self.stubs else (
-                None if resource else self.stub)
+        stub = self.stub
+        if resource is not None:
+            with self.lock:
+                stub = self.plugins.get(resource, (None, None))[1]
         if stub is None:
             emit({"event": name, "ok": False, "code": -1, "message": "plugin not registered"})
             return
@@ -156,9 +160,10 @@ class Kubelet(pbg.RegistrationServicer):
         except grpc.RpcError as e:
             emit({"event": name, "ok": False, "code": e.code().value[0], "message": e.details()})
 
-    def admit(self, size, ignore_preference):
+    def admit(self, size, ignore_preference, resource=None):
         with self.lock:
-            avail = [d for d in self.healthy if d not in self.in_use]
+            healthy = self.healthy if resource is None else self.healthy_by.get(resource, [])
+            avail = [d for d in healthy if d not in self.in_use]
 
         def run(s):
             if len(avail) < size:
@@ -178,7 +183,7 @@ class Kubelet(pbg.RegistrationServicer):
                 self.in_use.update(ids)
             return {"preferred": preferred, "ids": ids, "resp": resp_to_json(r.container_responses[0])}
         try:
-            self.call("admit", run)
+            self.call("admit", run, resource)
         except RuntimeError as e:
             emit({"event": "admit", "ok": False, "code": -1, "message": str(e)})
 
@@ -218,10 +223,9 @@ def main():
                     available_deviceIDs=c["available"], must_include_deviceIDs=c.get("must", []),
                     allocation_size=c["size"])])
             k.call("preferred", lambda s: {"ids": list(
-                s.GetPreferredAllocation(req, timeout=10).container_responses[0].deviceIDs)},
-                c.get("resource"))
+                s.GetPreferredAllocation(req, timeout=10).container_responses[0].deviceIDs)})
         elif cmd == "admit":
-            k.admit(c["size"], c.get("ignore_preference", False))
+            k.admit(c["size"], c.get("ignore_preference", False), c.get("resource"))
         elif cmd == "release":
             with k.lock:
                 k.in_use.difference_update(c["ids"])

@@ -1,0 +1,278 @@
+#!/usr/bin/python3
+"""Sharing modes end to end: MPS under a fake nvidia-cuda-mps-control and
+NVIDIA's sharing blocks (timeSlicing, mps), with the kubelet stand-in.
+
+The real agent runs over the fake NVML and API server (tests/node/agent.py);
+the MPS control program is the stand-in tests/fakes/mps/nvidia-cuda-mps-control,
+which checks the environment and protocol the agent uses and records every
+call in each GPU's MPS log directory.
+"""
+import json
+import os
+import signal
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import agent  # noqa: E402
+import gvtest  # noqa: E402
+from agent import GPUS, ann, envs, mounts  # noqa: E402
+
+t = gvtest.Tap()
+if not agent.have_fake_nvml():
+    t.skip("sharing modes end to end", "fake libnvidia-ml.so.1 not built in " + agent.FAKES)
+    t.done()
+
+FAKE_MPS = os.path.join(gvtest.ROOT, "tests/fakes/mps/nvidia-cuda-mps-control")
+MPS_ARGS = ["--mps-control", FAKE_MPS, "--mps-probe-ms", "300"]
+
+
+def calls(env, uuid):
+    """What the fake MPS control program recorded for one GPU."""
+    path = os.path.join(env.state, "mps", uuid, "log", "fake-calls.jsonl")
+    try:
+        with open(path) as f:
+            return [json.loads(ln) for ln in f if ln.strip()]
+    except OSError:
+        return []
+
+
+def daemon_pid(env, uuid):
+    try:
+        with open(os.path.join(env.state, "mps", uuid, "pipe", "fake-daemon.pid")) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
+
+
+def startups(env, uuid):
+    return [c for c in calls(env, uuid) if c.get("event") == "startup"]
+
+
+def commands(env, uuid):
+    return [c["command"] for c in calls(env, uuid) if c.get("event") == "command"]
+
+
+def seen_or_wait(k, mark, name, pred, timeout):
+    """An event the stand-in reported since line `mark` (perhaps while the test
+    waited for another one), or the next one to come."""
+    for ln in k.seen[mark:]:
+        try:
+            e = json.loads(ln)
+        except ValueError:
+            continue
+        if e.get("event") == name and pred(e):
+            return e
+    return k.event(name, pred, timeout)
+
+
+def healthy_ids(ev, uuid):
+    return [d["id"] for d in ev["devices"] if d["id"].startswith(uuid) and d["health"] == "Healthy"]
+
+
+def scenario_mps():
+    env = agent.Env(config={"mode": "mps", "deviceSplitCount": 4})
+    try:
+        env.start_agent(MPS_ARGS)
+        k = env.start_kubelet("py")
+        ev = k.event("devices", lambda e: all(len(healthy_ids(e, g)) == 4 for g in GPUS), 20)
+        t.ok(ev is not None, "mps: 4 replicas per GPU, Healthy once each GPU's daemon answers", ev)
+        ok = True
+        diag = []
+        for g in GPUS:
+            cli = [c for c in calls(env, g) if c.get("role") == "cli"]
+            starts = [c for c in cli if c["argv"] == ["-d"]]
+            e = starts[0]["env"] if starts else {}
+            ok &= (len(starts) == 1 and not any(c["problems"] for c in cli) and
+                   e.get("CUDA_VISIBLE_DEVICES") == g and
+                   e.get("CUDA_MPS_PIPE_DIRECTORY") == os.path.join(env.state, "mps", g, "pipe") and
+                   e.get("CUDA_MPS_LOG_DIRECTORY") == os.path.join(env.state, "mps", g, "log") and
+                   len(startups(env, g)) == 1)
+            diag.append(cli)
+        t.ok(ok, "mps: one `nvidia-cuda-mps-control -d` per GPU, CUDA_VISIBLE_DEVICES = that GPU, "
+             "its own pipe and log directories (checked by the fake)", diag)
+        t.ok(all("get_default_active_thread_percentage" in commands(env, g) and
+                 not any(c.startswith("set_default") for c in commands(env, g)) for g in GPUS),
+             "mps (gpuvisor mode): daemon probed; no daemon-wide defaults (limits are per client)",
+             [commands(env, g) for g in GPUS])
+        inv = json.loads(ann(env.api.node("node1"), "gpuvisor.io/node-gpus") or "{}")
+        t.ok(sorted(g.get("mode") for g in inv.get("gpus", [])) == ["mps", "mps"],
+             "mps: the inventory tells the scheduler these are MPS GPUs", inv)
+
+        # a pod scheduled by gpuvisor: limits from gpucores / gpumem, driver-enforced
+        env.api.create_pod("infer", [("main", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2000",
+                                               "nvidia.com/gpucores": "30"})],
+                           "v1;node=node1;main=%s:2000:300" % GPUS[0])
+        a = k.cmd("admit", size=1)
+        uid = env.api.pod("infer")["metadata"]["uid"]
+        lim_file = os.path.join(env.state, "limits", uid, "main", "limits.env")
+        text = open(lim_file).read() if os.path.exists(lim_file) else ""
+        e = envs(a)
+        m = mounts(a)
+        t.ok(a and a["ok"] and e.get("NVIDIA_VISIBLE_DEVICES") == GPUS[0] and
+             e.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == "30" and
+             e.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT") == "0=2000M" and
+             e.get("CUDA_MPS_PIPE_DIRECTORY") == "/tmp/nvidia-mps" and
+             "CUDA_DEVICE_SM_LIMIT" not in e and "CUDA_DEVICE_SM_LIMIT_0" not in e,
+             "mps Allocate: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE from gpucores (30), "
+             "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT from gpumem (0=2000M), no time limiter", a)
+        t.ok(m.get("/tmp/nvidia-mps") == ("/host" + os.path.join(env.state, "mps", GPUS[0], "pipe"), False) and
+             m.get("/dev/shm") == ("/host" + os.path.join(env.state, "mps", "shm"), False) and
+             "/etc/ld.so.preload" in m and "/etc/gpuvisor/limits.env" in m,
+             "mps Allocate: the GPU's pipe directory at CUDA's default path, /dev/shm shared with "
+             "the daemon, the interposer preloaded", m)
+        t.ok(all(l in text for l in ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30\n",
+                                     "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2000M\n",
+                                     "CUDA_DEVICE_MEMORY_LIMIT_0=2000m\n")) and
+             agent.limits_unreachable(a) is None,
+             "mps: the MPS limits are in the read-only limits file too (the interposer re-exports "
+             "them over the pod's env), next to the memory view limit", text)
+        t.ok(gvtest.wait_for(lambda: ann(env.api.pod("infer"), "gpuvisor.io/allocation") == "success", 5),
+             "mps: the pod is recorded as served")
+
+        # two GPUs in one container: a CUDA client talks to one daemon
+        env.api.create_pod("two", [("main", {"nvidia.com/gpu": "2"})],
+                           "v1;node=node1;main=%s:1000:100,%s:1000:100" % (GPUS[0], GPUS[1]))
+        a = k.cmd("admit", size=2)
+        t.ok(a and not a["ok"] and "only GPU" in a.get("message", ""),
+             "mps: a container asking two MPS GPUs is refused with the reason", a)
+        env.api.delete_pod("two")
+
+        # the daemon dies: the GPU's devices go Unhealthy, the agent restarts it
+        pid = daemon_pid(env, GPUS[0])
+        os.kill(pid, signal.SIGKILL)
+        ev = k.event("devices", lambda e: not healthy_ids(e, GPUS[0]) and len(healthy_ids(e, GPUS[1])) == 4, 15)
+        t.ok(ev is not None, "mps: daemon of GPU 0 killed -> its devices Unhealthy, GPU 1's stay Healthy", ev)
+        ev = k.event("devices", lambda e: len(healthy_ids(e, GPUS[0])) == 4, 20)
+        t.ok(ev is not None and len(startups(env, GPUS[0])) == 2 and daemon_pid(env, GPUS[0]) != pid,
+             "mps: the agent restarts the daemon (a second startup) and the devices are Healthy again",
+             (ev, startups(env, GPUS[0])))
+
+        # clean shutdown: `quit` to every daemon
+        pids = [daemon_pid(env, g) for g in GPUS]
+        rc = env.stop_agent()
+        t.ok(rc == 0 and all("quit" in commands(env, g) for g in GPUS) and
+             gvtest.wait_for(lambda: not any(alive(p) for p in pids), 5),
+             "mps: SIGTERM -> `quit` to each daemon, which exit", ([commands(env, g) for g in GPUS], rc))
+
+        # a restarted agent adopts a daemon left running (agent killed, daemon alive)
+        env.start_agent(MPS_ARGS)
+        k.event("devices", lambda e: all(len(healthy_ids(e, g)) == 4 for g in GPUS), 20)
+        n0 = len(startups(env, GPUS[0]))
+        env.stop_agent(signal.SIGKILL)
+        left = daemon_pid(env, GPUS[0])
+        env.start_agent(MPS_ARGS)
+        ev = k.event("devices", lambda e: all(len(healthy_ids(e, g)) == 4 for g in GPUS), 20)
+        t.ok(ev is not None and len(startups(env, GPUS[0])) == n0 and daemon_pid(env, GPUS[0]) == left and
+             alive(left),
+             "mps: after an agent crash the running daemon is adopted, not started twice",
+             (startups(env, GPUS[0]), left))
+        # mode change: the GPU leaves MPS, its daemon gets `quit`
+        agent.write_atomic(env.config, json.dumps({"mode": "mps", "deviceSplitCount": 4,
+                                                   "gpus": [{"index": 1, "mode": "timeslicing"}]}))
+        t.ok(gvtest.wait_for(lambda: commands(env, GPUS[1]).count("quit") >= 2, 10),
+             "mps: a GPU configured out of MPS mode -> its daemon is quit", commands(env, GPUS[1]))
+    finally:
+        env.close()
+
+
+def scenario_nvidia_mps():
+    cfg = {"sharing": {"mps": {"renameByDefault": True,
+                               "resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}}
+    env = agent.Env(config=cfg)
+    try:
+        env.start_agent(MPS_ARGS)
+        k = env.start_kubelet("py")
+        mark = len(k.seen)
+        regs = [k.event("registered", timeout=15), k.event("registered", timeout=15)]
+        names = sorted((r or {}).get("resource_name") for r in regs)
+        t.ok(names == ["nvidia.com/gpu", "nvidia.com/gpu.shared"] and
+             any(r["endpoint"] == "gpuvisor-nvidia.com_gpu.shared.sock" for r in regs if r),
+             "sharing.mps renameByDefault: nvidia.com/gpu.shared registered on its own socket, "
+             "nvidia.com/gpu kept", regs)
+        ev = seen_or_wait(k, mark, "devices", lambda e: e["resource"] == "nvidia.com/gpu.shared" and
+                          all(len(healthy_ids(e, g)) == 4 for g in GPUS), 20)
+        t.ok(ev is not None, "sharing.mps: 4 replicas of each GPU under nvidia.com/gpu.shared", ev)
+        t.ok(all("set_default_active_thread_percentage 25" in commands(env, g) and
+                 "set_default_device_pinned_mem_limit 0 10240M" in commands(env, g) for g in GPUS),
+             "sharing.mps: daemon defaults as NVIDIA sets them (100/replicas threads, memory/replicas)",
+             [commands(env, g) for g in GPUS])
+        inv = json.loads(ann(env.api.node("node1"), "gpuvisor.io/node-gpus") or "{}")
+        t.ok([(g.get("mode"), g.get("resource")) for g in inv.get("gpus", [])] ==
+             [("mps", "nvidia.com/gpu.shared")] * 2,
+             "sharing.mps: the inventory names the renamed resource (the scheduler places no "
+             "nvidia.com/gpu pod there)", inv)
+        a = k.cmd("allocate", ids=["%s::1" % GPUS[0]], resource="nvidia.com/gpu.shared")
+        t.ok(a and a["ok"] and envs(a) == {"NVIDIA_VISIBLE_DEVICES": GPUS[0],
+                                           "CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps"} and
+             "/tmp/nvidia-mps" in mounts(a) and "/etc/ld.so.preload" not in mounts(a),
+             "sharing.mps: a pod gpuvisor did not schedule gets the pipe directory and the daemon's "
+             "equal share, as from NVIDIA's plugin", a)
+        a = k.cmd("allocate", ids=["%s::2" % GPUS[0], "%s::3" % GPUS[0]], resource="nvidia.com/gpu.shared")
+        t.ok(a and not a["ok"] and "maximum request size for shared resources is 1; found 2" in a["message"],
+             "sharing.mps: failRequestsGreaterThanOne defaults to true (NVIDIA): 2 replicas refused", a)
+    finally:
+        env.close()
+
+
+def scenario_nvidia_timeslicing():
+    cfg = {"sharing": {"timeSlicing": {"failRequestsGreaterThanOne": True, "resources": [
+        {"name": "nvidia.com/gpu", "replicas": 3, "devices": [1]}]}}}
+    env = agent.Env(config=cfg)
+    try:
+        env.start_agent()
+        k = env.start_kubelet("py")
+        reg = k.event("registered", timeout=15)
+        ev = k.event("devices", lambda e: len(e["devices"]) == 13, 10)
+        ids = sorted(d["id"] for d in ev["devices"]) if ev else []
+        t.ok(reg and reg["resource_name"] == "nvidia.com/gpu" and
+             ids == sorted(["%s::%d" % (GPUS[0], i) for i in range(10)] +
+                           ["%s::%d" % (GPUS[1], i) for i in range(3)]),
+             "sharing.timeSlicing, devices [1], no rename: GPU 1 as 3 replicas next to GPU 0's "
+             "10 vGPU slices, one resource", ev)
+        inv = json.loads(ann(env.api.node("node1"), "gpuvisor.io/node-gpus") or "{}")
+        modes = {g["uuid"]: (g["mode"], g["split"]) for g in inv.get("gpus", [])}
+        t.ok(modes == {GPUS[0]: ("vgpu", 10), GPUS[1]: ("timeslicing", 3)},
+             "sharing.timeSlicing: the inventory says which GPU is time-sliced", modes)
+        a = k.cmd("allocate", ids=["%s::0" % GPUS[1]])
+        t.ok(a and a["ok"] and envs(a) == {"NVIDIA_VISIBLE_DEVICES": GPUS[1]} and not a["resp"]["mounts"],
+             "sharing.timeSlicing: one replica answered from the kubelet's IDs, no interposer", a)
+        a = k.cmd("allocate", ids=["%s::1" % GPUS[1], "%s::2" % GPUS[1]])
+        t.ok(a and not a["ok"] and "maximum request size for shared resources is 1; found 2" in a["message"],
+             "sharing.timeSlicing failRequestsGreaterThanOne: 2 replicas refused with NVIDIA's message", a)
+        # renameByDefault: the replicas move to nvidia.com/gpu.shared, registered on their own socket
+        agent.write_atomic(env.config, json.dumps({"sharing": {"timeSlicing": {
+            "renameByDefault": True, "resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}))
+        mark = len(k.seen)
+        reg = k.event("registered", timeout=15)
+        ev = seen_or_wait(k, mark, "devices",
+                          lambda e: e["resource"] == "nvidia.com/gpu.shared" and len(e["devices"]) == 4, 10)
+        # the old resource's new (empty) list may come before the new registration
+        ev0 = seen_or_wait(k, mark, "devices", lambda e: e["resource"] == "nvidia.com/gpu" and not e["devices"], 10)
+        t.ok(reg and reg["resource_name"] == "nvidia.com/gpu.shared" and ev and ev0,
+             "renameByDefault on reload: nvidia.com/gpu.shared registered with 2 x 2 replicas, "
+             "nvidia.com/gpu left with no devices", (reg, ev, ev0))
+        a = k.cmd("allocate", ids=["%s::0" % GPUS[0], "%s::1" % GPUS[0]], resource="nvidia.com/gpu.shared")
+        t.ok(a and a["ok"] and envs(a) == {"NVIDIA_VISIBLE_DEVICES": GPUS[0]},
+             "failRequestsGreaterThanOne unset: defaults to false for timeSlicing (NVIDIA): "
+             "2 replicas of one GPU -> that GPU once", a)
+        bad = {"sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 1}]}}}
+        agent.write_atomic(env.config, json.dumps(bad))
+        t.ok(gvtest.wait_for(lambda: "number of replicas must be 2" in env.agent_log(), 5) and
+             env.agent.p.poll() is None,
+             "replicas 1: refused with NVIDIA's reason, the agent keeps the previous config")
+    finally:
+        env.close()
+
+
+scenario_mps()
+scenario_nvidia_mps()
+scenario_nvidia_timeslicing()
+t.done()
