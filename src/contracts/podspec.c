@@ -215,6 +215,7 @@ static gv_status node_gpus_from_inventory(const char *name, const char *text,
         o += lu + lm;
     }
     n->spec.n_gpus = inv->n_gpus;
+    n->n_whole = inv->whole.n;
 done:
     free(inv);
     return rc;

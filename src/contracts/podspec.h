@@ -36,6 +36,7 @@ struct gv_podspec_node {
     struct gv_alloc_gpu_spec *gpus;
     struct gv_alloc_kv *labels;
     char *strings; /* uuids, model names */
+    uint32_t n_whole; /* whole devices for VMs in the inventory (docs/passthrough.md) */
 };
 
 /*

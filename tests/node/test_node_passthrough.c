@@ -508,6 +508,7 @@ static void test_inventory_whole_devices(void **state)
     assert_int_equal(pn->spec.n_gpus, 2);
     assert_false(pn->gpus[0].healthy);
     assert_true(pn->gpus[1].healthy);
+    assert_int_equal(pn->n_whole, 2); /* what the scheduler counts per node */
     gv_podspec_node_free(pn);
     json_decref(node);
     free(text);

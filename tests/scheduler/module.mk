@@ -57,3 +57,5 @@ test_deploy_configs_SRCS := tests/scheduler/test_deploy_configs.c
 test_deploy_configs_LIBS := node $(SCHED_LIBS)
 test_deploy_configs_LDLIBS := $(SCHED_TEST_LDLIBS) $(NODE_LDLIBS)
 endif
+# Whole devices (docs/passthrough.md): GPUs they occupy are never sliced; counted per node.
+TEST_SCRIPTS += tests/scheduler/test_sched_passthrough_with_fake_apiserver.py
