@@ -35,7 +35,8 @@
     X(VGPU, "vgpu", 0)                                                                             \
     X(EXCLUSIVE, "exclusive", 1)                                                                   \
     X(TIMESLICING, "timeslicing", 0)                                                               \
-    X(MPS, "mps", 0)
+    X(MPS, "mps", 0)                                                                               \
+    X(PASSTHROUGH, "passthrough", 1)
 
 enum gv_inventory_mode {
 #define GV_X_IMODE(id, name, whole) GV_INVENTORY_MODE_##id,
@@ -78,12 +79,47 @@ struct gv_inventory_gpu {
     char resource[128];
 };
 
+/*
+ * Whole devices for VMs (docs/passthrough.md): GPUs bound to vfio-pci and
+ * mediated devices, advertised under their own resource names.  Optional
+ * "wholeDevices" list; absent means none.  The GPU a device occupies
+ * (pci_bus_id: the passthrough GPU itself, or an mdev's physical GPU) is
+ * never sliced: the scheduler treats a GPU with the same PCI address as
+ * unavailable.
+ */
+#define GV_INVENTORY_MAX_WHOLE 128
+#define GV_INVENTORY_WHOLE_KIND_LIST(X)                                                            \
+    X(PASSTHROUGH, "passthrough")                                                                  \
+    X(MDEV, "mdev")
+
+enum gv_inventory_whole_kind {
+#define GV_X_WKIND(id, name) GV_INVENTORY_WHOLE_##id,
+    GV_INVENTORY_WHOLE_KIND_LIST(GV_X_WKIND)
+#undef GV_X_WKIND
+    GV_INVENTORY_WHOLE_KIND_COUNT
+};
+
+struct gv_inventory_whole {
+    enum gv_inventory_whole_kind kind;
+    char resource[128];  /* "nvidia.com/GH100_H100_PCIE" */
+    char id[48];         /* device ID advertised: PCI address or mdev UUID */
+    char pci_bus_id[32]; /* the physical GPU it occupies */
+    char iommu_group[16];
+    bool healthy;
+};
+
+struct gv_inventory_whole_list {
+    uint32_t n;
+    struct gv_inventory_whole dev[GV_INVENTORY_MAX_WHOLE];
+};
+
 struct gv_inventory {
     uint32_t version;
     char driver_version[80];
     char cuda_version[16]; /* "12.4"; "" unknown */
     uint32_t n_gpus;
     struct gv_inventory_gpu gpus[GV_INVENTORY_MAX_GPUS];
+    struct gv_inventory_whole_list whole; /* additive: "wholeDevices" */
 };
 
 /* Encodes to compact JSON with keys in a fixed order (stable text: compare to detect change). */
@@ -91,5 +127,10 @@ gv_status gv_inventory_encode(const struct gv_inventory *inv, char **out, struct
 /* Strict decoder of the above (len bytes, need not be NUL-terminated). */
 gv_status gv_inventory_decode(const char *text, size_t len, struct gv_inventory *out,
                               struct gv_error *err);
+
+/* True when a whole device of inv occupies g (same PCI address, any domain width). */
+bool gv_inventory_gpu_taken(const struct gv_inventory *inv, const struct gv_inventory_gpu *g);
+/* Whether two PCI addresses name one function ("00000000:41:00.0" = "0000:41:00.0"). */
+bool gv_inventory_same_pci(const char *a, const char *b);
 
 #endif

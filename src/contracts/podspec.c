@@ -206,6 +206,9 @@ static gv_status node_gpus_from_inventory(const char *name, const char *text,
     char *o = n->strings;
     for (uint32_t i = 0; i < inv->n_gpus; i++) {
         gv_podspec_gpu_from_inventory(&inv->gpus[i], &n->gpus[i]);
+        /* passed through to a VM or hosting mediated devices: never sliced as well */
+        if (gv_inventory_gpu_taken(inv, &inv->gpus[i]))
+            n->gpus[i].healthy = false;
         size_t lu = strlen(inv->gpus[i].uuid) + 1, lm = strlen(inv->gpus[i].model) + 1;
         memcpy(o, inv->gpus[i].uuid, lu);
         n->gpus[i].uuid = o;
@@ -224,6 +227,7 @@ static gv_status node_gpus_from_inventory(const char *name, const char *text,
         n->nvlink_group[i] = inv->gpus[i].nvlink_group;
         n->pcie_group[i] = inv->gpus[i].pcie_group;
     }
+    n->n_whole = inv->whole.n;
 done:
     free(inv);
     return rc;

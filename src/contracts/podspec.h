@@ -38,6 +38,7 @@ struct gv_podspec_node {
     char *strings; /* uuids, model names */
     /* interconnect groups per GPU for gv_alloc_node_set_links (NULL: none) */
     uint32_t *nvlink_group, *pcie_group;
+    uint32_t n_whole; /* whole devices for VMs in the inventory (docs/passthrough.md) */
 };
 
 /*

@@ -1188,6 +1188,13 @@ static bool plain_unit(const struct gv_allocator_gpu *g)
     return m && (!(m->flags & GV_MODE_NEEDS_ASSIGNMENT) || g->from_ids);
 }
 
+/* Whether a unit is a device for VMs (GV_MODE_NO_ASSIGNMENT): never matched to a pod. */
+static bool vm_unit(const struct gv_allocator_gpu *g)
+{
+    const struct gv_mode *m = gv_mode_get(g->settings.mode);
+    return m && (m->flags & GV_MODE_NO_ASSIGNMENT);
+}
+
 /*
  * The interposer's part of an answer (a mode asked for it): library,
  * preload, runtime and node directories, the limits file, priority and
@@ -1461,7 +1468,7 @@ static int allocate(struct gv_allocator *a, const char *const *ids, size_t n_ids
     if (n_ids == 0 || n_ids > GV_ALLOC_MAX_DEVICES)
         return fail(msg, cap, GV_GRPC_INVALID_ARGUMENT, "Allocate asks for %zu devices (1..%d)",
                     n_ids, GV_ALLOC_MAX_DEVICES);
-    bool all_plain = true;
+    bool all_plain = true, all_vm = true;
     pthread_mutex_lock(&a->mu);
     for (size_t i = 0; i < n_ids; i++) {
         const struct gv_allocator_gpu *g =
@@ -1473,8 +1480,12 @@ static int allocate(struct gv_allocator *a, const char *const *ids, size_t n_ids
             return fail(msg, cap, GV_GRPC_INVALID_ARGUMENT, "unknown device ID '%s'", ids[i]);
         }
         all_plain &= plain_unit(g);
+        all_vm &= vm_unit(g);
     }
     pthread_mutex_unlock(&a->mu);
+    /* a VM's devices: a gpuvisor pod waiting for as many GPUs must not take this call */
+    if (all_vm)
+        return build(a, NULL, NULL, uuids, n_ids, resp, msg, cap);
     if (a->kube == NULL && a->fixed_pods == NULL) {
         if (all_plain)
             return build(a, NULL, NULL, uuids, n_ids, resp, msg, cap);
@@ -1711,15 +1722,27 @@ bool gv_allocator_prefer(void *ud, const char *const *avail, size_t n_avail,
     if (size == 0 || size > GV_ALLOC_MAX_DEVICES || (a->kube == NULL && a->fixed_pods == NULL))
         return false;
     /* like Allocate: the kubelet may be a few ms ahead of our watch; no wait for plain GPUs */
-    bool plain = true;
+    bool plain = true, vm = n_avail > 0;
+    enum gv_inventory_mode vm_mode = GV_INVENTORY_MODE_COUNT;
     char u[GV_ALLOC_UUID_MAX];
     pthread_mutex_lock(&a->mu);
     for (size_t i = 0; i < n_avail; i++) {
         const struct gv_allocator_gpu *g =
             id_wellformed(avail[i]) && id_to_uuid(avail[i], u, sizeof(u)) ? find_gpu(a, u) : NULL;
         plain &= g == NULL || plain_unit(g);
+        vm &= g != NULL && vm_unit(g) && (i == 0 || g->settings.mode == vm_mode);
+        if (g != NULL)
+            vm_mode = g->settings.mode;
     }
     pthread_mutex_unlock(&a->mu);
+    if (vm) { /* no pod to promise to: the mode's own preference, else the generic one */
+        const struct gv_mode *md = gv_mode_get(vm_mode);
+        if (md == NULL || md->prefer == NULL)
+            return false;
+        *n_out = md->prefer(gv_modes_state(a->modes, vm_mode), avail, n_avail, must, n_must, size,
+                            out);
+        return *n_out == size;
+    }
     int64_t deadline = cache_deadline(a, plain);
     struct choice *ch = malloc(sizeof(*ch));
     if (ch == NULL)

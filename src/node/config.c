@@ -589,6 +589,9 @@ static gv_status parse_level(struct gv_node_config *c, json_t *obj, const char *
         } else if (strcasecmp(k, "metrics") == 0) {
             if (gv_metrics_settings_parse(v, path, &c->metrics, err) != GV_OK)
                 return err->code;
+        } else if (strcasecmp(k, "passthrough") == 0) {
+            if (gv_pt_settings_parse(v, path, &c->passthrough, err) != GV_OK)
+                return err->code;
         } else if (strcasecmp(k, "gpus") == 0) {
             /* after the node-level defaults, so rules inherit them */
         } else if (top && strcasecmp(k, "nodeConfig") == 0) {

@@ -17,6 +17,7 @@
 #include "common/gv_error.h"
 #include "contracts/inventory.h"
 #include "node/gv_metrics.h"
+#include "node/gv_passthrough.h"
 
 #define GV_NODE_CONFIG_PATH "/etc/gpuvisor/node-config.json"
 #define GV_NODE_MAX_SPLIT 1024
@@ -95,6 +96,7 @@ struct gv_node_config {
     struct gv_node_sharing sharing;     /* NVIDIA's sharing block (a node's replaces the top one) */
     /* What was accepted and ignored, as NVIDIA's plugin warns (e.g. "rename"); "" none. */
     char warnings[256];
+    struct gv_pt_settings passthrough;  /* "passthrough": docs/passthrough.md */
 };
 
 /* Defaults: nvidia.com/gpu, vgpu, split 10, scaling 1, no CDI, nothing excluded. */

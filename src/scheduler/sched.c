@@ -107,6 +107,7 @@ static void node_apply_inventory(struct gv_sched *s, struct snode *n, json_t *no
     if (n->state != NODE_OK)
         gv_info("node %s: %zu GPU(s) from the agent's inventory", n->name, ng);
     n->n_gpus = (uint32_t)ng;
+    n->n_whole = pn->n_whole;
     n->max_gpu_mib = max_mib;
     n->in_engine = true;
     n->state = NODE_OK;

@@ -78,3 +78,6 @@ fuzz_quota_SRCS := tests/scheduler/fuzz_quota.c src/scheduler/quota.c $(wildcard
 	$(wildcard src/kube/*.c) src/common/gv_error.c src/common/gv_log.c src/common/gv_file.c \
 	src/common/gv_buf.c
 fuzz_quota_LDLIBS := $(kube_LDLIBS)
+
+# Whole devices (docs/passthrough.md): GPUs they occupy are never sliced; counted per node.
+TEST_SCRIPTS += tests/scheduler/test_sched_passthrough_with_fake_apiserver.py
