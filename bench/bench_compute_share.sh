@@ -3,8 +3,8 @@
 # GPU time for CUDA_DEVICE_SM_LIMIT = 10/30/50/70/90, alone and beside a
 # second tenant (another container at 100-p), for three kernel lengths.  Each
 # tenant is test_throttle_tenant under libgpuvisor.so; virtual run: 2 s.
-# Then: 1 ms kernels whose run time varies +-50% per launch, and two
-# processes of one container sharing its 40% limit.
+# Then: 1 ms kernels whose run time varies +-50% per launch, two processes
+# of one container sharing its 40% limit, and test_throttle's priority figures.
 set -eu
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -71,4 +71,9 @@ done
 wait
 s1=$(cat "$TMP/p1") s2=$(cat "$TMP/p2")
 awk -v a="$s1" -v b="$s2" 'BEGIN { printf "two processes of one container, CUDA_DEVICE_SM_LIMIT=40, spin_1000us: %.1f%% + %.1f%% = %.1f%%\n", a, b, a + b }'
+# Priority: test_throttle runs the tenants as threads on the virtual clock,
+# asserts the bounds, and prints what it saw; its priority lines go here.
+echo
+echo "priority, from build/tests/test_throttle (its '# ' diagnostics; the test asserts the bounds):"
+"$PWD/$BUILD/tests/test_throttle" 2>&1 | sed -n 's/^# \(high \|levels \)/\1/p'
 awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "wall time for the table: %.1f s\n", e - s }'
