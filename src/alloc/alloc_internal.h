@@ -8,6 +8,7 @@
 struct strmap {
     const char **keys;  /* borrowed: keys live in the objects they name */
     uint32_t *vals;
+    uint32_t *tags;     /* high half of each key's hash */
     uint32_t cap, used, tombs;
 };
 void strmap_free(struct strmap *m);
@@ -15,6 +16,8 @@ void strmap_free(struct strmap *m);
 uint32_t strmap_get(const struct strmap *m, const char *key);
 gv_status strmap_put(struct strmap *m, const char *key, uint32_t val);
 void strmap_del(struct strmap *m, const char *key);
+/* out[i] = strmap_get(m, keys[i]), the lookups' memory accesses overlapped. */
+void strmap_get_many(const struct strmap *m, const char *const *keys, size_t n, uint32_t *out);
 
 /* --- cluster state ------------------------------------------------------- */
 struct gpu {
@@ -67,6 +70,7 @@ struct node {
     uint8_t *prof_cnt;     /* GPUs able to host the shape */
     double *prof_frag;     /* free share of GPUs unable to host it */
     uint32_t prof_cap;
+    uint32_t cand_stamp;   /* candidate-list pass that named it (policy.c) */
     double prof_total;     /* free share of healthy GPUs */
     uint32_t cls;          /* state class (index.c), UINT32_MAX when none */
     uint32_t hpos;         /* position in the class's heap */
@@ -89,6 +93,7 @@ struct sclass {
     uint32_t pm_prev, pm_next; /* list of classes with this used_pm */
     /* score memo of the current pass over a candidate list (policy.c) */
     uint32_t memo_stamp;
+    uint32_t cand_stamp, cand_n; /* candidates of the current pass in it */
     bool memo_fits;
     double memo_score;
 };
@@ -168,6 +173,7 @@ struct gv_alloc_cluster {
     uint32_t pm_head[1001]; /* classes by used_pm (pods without GPUs, fgd) */
     bool index_broken; /* an allocation failed: score exhaustively */
     uint32_t cls_stamp; /* current candidate-list pass */
+    bool cand_pass;     /* pick_indexed looks only at stamped nodes */
 
 };
 

@@ -95,11 +95,54 @@ static int cmp_by_hash(const void *ctx, size_t i)
     return mh < b->h ? -1 : mh > b->h ? 1 : strcmp(b->s->nodes[i]->name, b->name);
 }
 
-/* Index of name (hash h) in s->nodes, or its insert point (*found false). */
+/* Index of name (hash h) in s->nodes, or its insert point (*found false).
+ * The hashes are uniform, so h's entry sits near h / 2^64 of the way in:
+ * start there and gallop to a bracket (a few neighbouring entries, one
+ * cache line or two) instead of 16 halvings across the array; at 50,000
+ * candidates the halvings were a quarter of a filter. */
 static size_t node_search(const struct gv_sched *s, uint64_t h, const char *name, bool *found)
 {
+    const uint64_t *a = s->node_hash;
+    size_t n = s->n_nodes, lo = 0, hi = n;
+    if (n > 0) {
+        size_t g = (size_t)(((h >> 32) * (uint64_t)n) >> 32), step = 1;
+        if (a[g] < h) {
+            lo = g + 1;
+            while (g + step < n && a[g + step] < h) {
+                lo = g + step + 1;
+                step *= 2;
+            }
+            hi = g + step < n ? g + step : n;
+        } else {
+            hi = g + 1;
+            while (step <= g && a[g - step] >= h) {
+                hi = g - step + 1;
+                step *= 2;
+            }
+            lo = step <= g ? g - step + 1 : 0;
+        }
+        /* equal hashes (names that collide) are ordered by name: widen to
+         * the whole run */
+        while (lo > 0 && a[lo - 1] == h)
+            lo--;
+        while (hi < n && a[hi] == h)
+            hi++;
+    }
     struct by_hash b = {s, h, name};
-    return bisect(s->n_nodes, cmp_by_hash, &b, found);
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = cmp_by_hash(&b, mid);
+        if (c == 0) {
+            *found = true;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = false;
+    return lo;
 }
 
 struct snode *gv_sched_node_find(struct gv_sched *s, const char *name)

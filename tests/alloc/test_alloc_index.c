@@ -142,12 +142,20 @@ static void test_indexed_equals_exhaustive(void **state)
             size_t nc = 0;
             bool listed = step % 3 == 2;
             if (listed) {
-                for (uint32_t i = 0; i < n_nodes * 2 && nc < 400; i++) {
-                    if (below(3) == 0)
+                /* most names, or a few (classes partly named), in either
+                 * order, some twice */
+                bool few = step % 6 == 5, down = trial % 2 == 1;
+                for (uint32_t j = 0; j < n_nodes * 2 && nc < 399; j++) {
+                    uint32_t i = down ? n_nodes * 2 - 1 - j : j;
+                    if (few ? below(5) != 0 : below(3) == 0)
                         continue;
                     snprintf(names[nc], sizeof(names[nc]), "node-%03u", i);
                     cand[nc] = names[nc];
                     nc++;
+                    if (below(8) == 0) {
+                        cand[nc] = cand[nc - 1];
+                        nc++;
+                    }
                 }
             }
             gv_status ra = gv_alloc_pick(p.idx, r, listed ? cand : NULL, nc, &a, &ea);
