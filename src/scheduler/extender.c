@@ -170,49 +170,66 @@ static const char *value_end(const char *p, const char *end)
     return NULL;
 }
 
-static gv_status names_from_text(const char *p, const char *end, struct gv_ext_args *out)
+/* The names of the array at p, taken from the text in one pass; *stop is
+ * where the array ends.  GV_EUNSUPPORTED for anything but plain names. */
+static gv_status names_from_text(const char *p, const char *end, struct gv_ext_args *out,
+                                 const char **stop)
 {
-    /* first pass: count and check; second: copy */
-    size_t n = 0, bytes = 0;
+    size_t n = 0, cap = 0, bytes = 0;
+    uint32_t(*span)[2] = NULL;
     const char *q = ws(p + 1, end);
+    gv_status st = GV_EUNSUPPORTED;
     if (q < end && *q == ']') {
         q++;
     } else {
         for (;;) {
             bool plain;
             const char *e = q < end && *q == '"' ? str_end(q, end, &plain) : NULL;
-            if (e == NULL || !plain || e - q == 2)
-                return GV_EUNSUPPORTED;
+            if (e == NULL || !plain || e - q == 2 || e - p > (ptrdiff_t)UINT32_MAX)
+                goto fail;
+            if (n == cap) {
+                cap = cap ? cap * 2 : 1024;
+                void *x = realloc(span, cap * sizeof(*span));
+                if (x == NULL) {
+                    st = GV_ENOMEM;
+                    goto fail;
+                }
+                span = x;
+            }
+            span[n][0] = (uint32_t)(q + 1 - p);
+            span[n][1] = (uint32_t)(e - q - 2);
+            bytes += span[n][1] + 1;
             n++;
-            bytes += (size_t)(e - q - 1);
             q = ws(e, end);
             if (q < end && *q == ']') {
                 q++;
                 break;
             }
             if (q >= end || *q != ',')
-                return GV_EUNSUPPORTED;
+                goto fail;
             q = ws(q + 1, end);
         }
     }
     char **names = malloc(n * sizeof(char *) + bytes + 1);
-    if (names == NULL)
-        return GV_ENOMEM;
-    char *text = (char *)(names + n);
-    q = p + 1;
-    for (size_t i = 0; i < n; i++) {
-        q = (const char *)memchr(q, '"', (size_t)(end - q)) + 1;
-        const char *e = memchr(q, '"', (size_t)(end - q));
-        size_t l = (size_t)(e - q);
-        memcpy(text, q, l);
-        text[l] = '\0';
-        names[i] = text;
-        text += l + 1;
-        q = e + 1;
+    if (names == NULL) {
+        st = GV_ENOMEM;
+        goto fail;
     }
+    char *text = (char *)(names + n);
+    for (size_t i = 0; i < n; i++) {
+        memcpy(text, p + span[i][0], span[i][1]);
+        text[span[i][1]] = '\0';
+        names[i] = text;
+        text += span[i][1] + 1;
+    }
+    free(span);
     out->names = (const char **)names;
     out->n_names = n;
+    *stop = q;
     return GV_OK;
+fail:
+    free(span);
+    return st;
 }
 
 static gv_status args_fast(const char *body, size_t len, struct gv_ext_args *out)
@@ -221,6 +238,7 @@ static gv_status args_fast(const char *body, size_t len, struct gv_ext_args *out
     const char *end = body + len, *span[3] = {NULL}, *span_end[3] = {NULL};
     const char *p = ws(body, end);
     json_t *pod = NULL;
+    gv_status st = GV_EUNSUPPORTED;
     if (p >= end || *p != '{')
         return GV_EUNSUPPORTED;
     p = ws(p + 1, end);
@@ -230,52 +248,58 @@ static gv_status args_fast(const char *body, size_t len, struct gv_ext_args *out
         bool plain;
         const char *k = p, *ke = p < end && *p == '"' ? str_end(p, end, &plain) : NULL;
         if (ke == NULL || !plain)
-            return GV_EUNSUPPORTED;
+            goto fail;
         p = ws(ke, end);
         if (p >= end || *p != ':')
-            return GV_EUNSUPPORTED;
-        const char *v = ws(p + 1, end), *ve = value_end(v, end);
-        if (ve == NULL || ve == v)
-            return GV_EUNSUPPORTED;
+            goto fail;
+        const char *v = ws(p + 1, end), *ve = NULL;
         size_t kl = (size_t)(ke - k - 2);
         int which = -1;
         for (int i = 0; i < 3; i++)
             if (strlen(keys[i]) == kl && strncasecmp(k + 1, keys[i], kl) == 0)
                 which = i;
+        if (which >= 0 && (span[which] != NULL || strncmp(k + 1, keys[which], kl) != 0))
+            goto fail; /* duplicates and other cases: jansson's rules */
+        if (which == 1 && v < end && *v == '[') {
+            /* the names, in the same pass */
+            if ((st = names_from_text(v, end, out, &ve)) != GV_OK)
+                goto fail;
+            st = GV_EUNSUPPORTED;
+        } else if ((ve = value_end(v, end)) == NULL || ve == v) {
+            goto fail;
+        }
         if (which >= 0) {
-            if (span[which] != NULL || strncmp(k + 1, keys[which], kl) != 0)
-                return GV_EUNSUPPORTED; /* jansson's rules for these */
             span[which] = v;
             span_end[which] = ve;
         } else {
             /* a member we ignore must still be JSON */
             json_t *x = json_loadb(v, (size_t)(ve - v), JSON_DECODE_ANY, NULL);
             if (x == NULL)
-                return GV_EUNSUPPORTED;
+                goto fail;
             json_decref(x);
         }
         p = ws(ve, end);
         if (p < end && *p == '}')
             break;
         if (p >= end || *p != ',')
-            return GV_EUNSUPPORTED;
+            goto fail;
         p = ws(p + 1, end);
     }
-    if (ws(p + 1, end) != end || span[0] == NULL || span[1] == NULL || *span[1] != '[' ||
+    if (ws(p + 1, end) != end || span[0] == NULL || out->names == NULL ||
         (span[2] != NULL && (span_end[2] - span[2] != 4 || strncmp(span[2], "null", 4) != 0)))
-        return GV_EUNSUPPORTED;
+        goto fail;
     pod = json_loadb(span[0], (size_t)(span_end[0] - span[0]), 0, NULL);
     if (!json_is_object(pod) || !json_is_object(gv_ext_json_get(pod, "metadata"))) {
         json_decref(pod);
-        return GV_EUNSUPPORTED;
-    }
-    gv_status st = names_from_text(span[1], span_end[1], out);
-    if (st != GV_OK) {
-        json_decref(pod);
-        return st;
+        goto fail;
     }
     out->root = out->pod = pod;
     return GV_OK;
+fail:
+    free(out->names);
+    out->names = NULL;
+    out->n_names = 0;
+    return st;
 }
 
 gv_status gv_ext_args_parse(const char *body, size_t len, struct gv_ext_args *out,

@@ -99,14 +99,19 @@ static void classify_candidates(struct filter_ctx *f)
 {
     struct gv_sched *s = f->s;
     time_t now = time(NULL);
+    /* found in one batch (gv_sched_nodes_find); one at a time without memory */
+    struct snode **found = malloc((f->args.n_names ? f->args.n_names : 1) * sizeof(*found));
+    if (found != NULL)
+        gv_sched_nodes_find(s, f->args.names, f->args.n_names, found);
     for (size_t i = 0; i < f->args.n_names; i++) {
-        struct snode *n = gv_sched_node_find(s, f->args.names[i]);
+        struct snode *n = found != NULL ? found[i] : gv_sched_node_find(s, f->args.names[i]);
         char buf[256];
         const char *why = gv_sched_node_unusable(s, n, now, buf, sizeof(buf));
         if (why == NULL) {
             f->usable[f->n_usable] = f->args.names[i];
             f->usable_idx[f->n_usable++] = i;
-            n->stale_logged = false;
+            if (n->stale_logged)
+                n->stale_logged = false;
             continue;
         }
         f->verdicts[i] = GV_EXT_UNRESOLVABLE;
@@ -118,6 +123,7 @@ static void classify_candidates(struct filter_ctx *f)
             n->stale_logged = true;
         }
     }
+    free(found);
 }
 
 /* Per-node engine reasons for every usable candidate (lock held). */

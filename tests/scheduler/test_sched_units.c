@@ -79,6 +79,16 @@ static void test_node_table_lookup(void **state)
             assert_string_equal(n->name, name[i]);
     }
     assert_null(gv_sched_node_find(&s, "absent"));
+    /* the batched lookup of a filter: same answers, in order */
+    static const char *names[N + 1];
+    static struct snode *got[N + 1];
+    for (int i = 0; i < N; i++)
+        names[i] = name[N - 1 - i];
+    names[N] = "absent";
+    gv_sched_node_add(&s, "added-late"); /* directory stale: rebuilt first */
+    gv_sched_nodes_find(&s, names, N + 1, got);
+    for (int i = 0; i <= N; i++)
+        assert_ptr_equal(got[i], gv_sched_node_find(&s, names[i]));
     gv_sched_tables_free(&s);
 }
 
