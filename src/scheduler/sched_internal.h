@@ -38,6 +38,7 @@ struct snode {
     uint32_t n_gpus;
     uint64_t max_gpu_mib;
     bool stale_logged;
+    uint32_t filter_stamp; /* last filter that found it usable (handlers.c) */
     /* Inline: a filter confirms each candidate's hash match here, on the
      * cache line it reads next anyway. */
     char name[];
@@ -91,6 +92,7 @@ struct gv_sched {
     uint32_t *node_dir;   /* node_dir[b]: first node whose hash's top dir_bits are >= b */
     unsigned dir_bits;
     bool dir_dirty;       /* nodes added or removed since it was built */
+    uint32_t filter_stamp; /* current filter's mark on its usable nodes */
     struct srec **recs; /* sorted by uid */
     size_t n_recs, cap_recs;
     json_t *truth;   /* uid -> the API's assignment of a pod (sched.c, truth_note) */
