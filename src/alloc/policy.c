@@ -450,8 +450,11 @@ gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_reques
         }
         /* the first node fits after all (index out of step): score all */
     }
+    /* The index pays off where nodes share states; where nearly every node
+     * is in a state of its own it would visit as many classes as the list
+     * has names, in a worse memory order than the list loop below. */
     if (nodes != NULL && memo_allowed(req) && !c->cfg.exhaustive && !c->index_broken &&
-        mark_candidates(c, nodes, n)) {
+        (uint64_t)c->live_cls * 2 <= c->live_nodes && mark_candidates(c, nodes, n)) {
         uint32_t best = UINT32_MAX;
         double best_score = 0;
         c->cand_pass = true;
