@@ -5,10 +5,13 @@
 #include "alloc/gv_alloc.h"
 
 /* --- string-keyed hash map (open addressing, values are uint32 ids) ------ */
+struct strmap_slot {
+    const char *key; /* borrowed: keys live in the objects they name */
+    uint32_t val;
+    uint32_t tag;    /* high half of the key's hash */
+};
 struct strmap {
-    const char **keys;  /* borrowed: keys live in the objects they name */
-    uint32_t *vals;
-    uint32_t *tags;     /* high half of each key's hash */
+    struct strmap_slot *slots; /* key, value and tag on one cache line */
     uint32_t cap, used, tombs;
 };
 void strmap_free(struct strmap *m);
