@@ -95,10 +95,12 @@ struct sclass {
     uint32_t used_pm;      /* GPU share in use, permille (floor), as eval_node counts it */
     uint32_t pm_prev, pm_next; /* list of classes with this used_pm */
     /* score memo of the current pass over a candidate list (policy.c) */
-    uint32_t memo_stamp;
-    uint32_t cand_stamp, cand_n; /* candidates of the current pass in it */
+    uint32_t memo_stamp;   /* also marks a class holding candidates (policy.c) */
     bool memo_fits;
-    double memo_score;
+    union {
+        double memo_score;
+        uint32_t cand_n;   /* candidates in it, during an indexed list pick */
+    };
 };
 
 #define IDX_WHOLE_MAX 8

@@ -210,7 +210,7 @@ static void pass_init(struct gv_alloc_cluster *c, const struct req_view *v, stru
                 ps->allowed |= i < 64 ? UINT64_C(1) << i : ~UINT64_C(0);
         if (++c->cls_stamp == 0) {
             for (uint32_t i = 0; i < c->n_cls; i++)
-                c->cls[i].memo_stamp = c->cls[i].cand_stamp = 0;
+                c->cls[i].memo_stamp = 0;
             for (uint32_t i = 0; i < c->n_nodes; i++)
                 c->nodes[i].cand_stamp = 0;
             c->cls_stamp = 1;
@@ -305,7 +305,7 @@ static void visit_class(struct gv_alloc_cluster *c, const struct req_view *v, ui
                         uint32_t *best, double *best_score)
 {
     const struct sclass *k = &c->cls[ki];
-    if (c->cand_pass && k->cand_stamp != c->cls_stamp)
+    if (c->cand_pass && k->memo_stamp != c->cls_stamp)
         return; /* no candidate in this class */
     if (!index_may_fit(k, v->req, need, allowed))
         return;
@@ -385,7 +385,7 @@ static bool mark_candidates(struct gv_alloc_cluster *c, const char *const *nodes
 {
     if (++c->cls_stamp == 0) {
         for (uint32_t i = 0; i < c->n_cls; i++)
-            c->cls[i].memo_stamp = c->cls[i].cand_stamp = 0;
+            c->cls[i].memo_stamp = 0;
         for (uint32_t i = 0; i < c->n_nodes; i++)
             c->nodes[i].cand_stamp = 0;
         c->cls_stamp = 1;
@@ -408,8 +408,8 @@ static bool mark_candidates(struct gv_alloc_cluster *c, const char *const *nodes
             return false;
         }
         struct sclass *k = &c->cls[ki];
-        if (k->cand_stamp != stamp) {
-            k->cand_stamp = stamp;
+        if (k->memo_stamp != stamp) {
+            k->memo_stamp = stamp;
             k->cand_n = 0;
         }
         k->cand_n++;
