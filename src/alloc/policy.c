@@ -197,6 +197,20 @@ struct pass {
     uint64_t allowed;
 };
 
+/* A fresh pass stamp (score memo, candidate marks); marks of the previous
+ * 2^32 passes are cleared when it wraps. */
+static uint32_t next_stamp(struct gv_alloc_cluster *c)
+{
+    if (++c->cls_stamp == 0) {
+        for (uint32_t i = 0; i < c->n_cls; i++)
+            c->cls[i].memo_stamp = 0;
+        for (uint32_t i = 0; i < c->n_nodes; i++)
+            c->nodes[i].cand_stamp = 0;
+        c->cls_stamp = 1;
+    }
+    return c->cls_stamp;
+}
+
 static void pass_init(struct gv_alloc_cluster *c, const struct req_view *v, struct pass *ps)
 {
     memset(ps, 0, sizeof(*ps));
@@ -208,13 +222,7 @@ static void pass_init(struct gv_alloc_cluster *c, const struct req_view *v, stru
         for (uint32_t i = 0; i < c->n_models; i++)
             if (v->model_ok[i])
                 ps->allowed |= i < 64 ? UINT64_C(1) << i : ~UINT64_C(0);
-        if (++c->cls_stamp == 0) {
-            for (uint32_t i = 0; i < c->n_cls; i++)
-                c->cls[i].memo_stamp = 0;
-            for (uint32_t i = 0; i < c->n_nodes; i++)
-                c->nodes[i].cand_stamp = 0;
-            c->cls_stamp = 1;
-        }
+        next_stamp(c);
         return;
     }
     ps->use_memo = memo_prepare(c) == GV_OK;
@@ -383,14 +391,7 @@ static gv_status pick_done(struct gv_alloc_cluster *c, struct req_view *v, uint3
  * named node has no class (the caller scores the list instead). */
 static bool mark_candidates(struct gv_alloc_cluster *c, const char *const *nodes, size_t n)
 {
-    if (++c->cls_stamp == 0) {
-        for (uint32_t i = 0; i < c->n_cls; i++)
-            c->cls[i].memo_stamp = 0;
-        for (uint32_t i = 0; i < c->n_nodes; i++)
-            c->nodes[i].cand_stamp = 0;
-        c->cls_stamp = 1;
-    }
-    uint32_t stamp = c->cls_stamp;
+    uint32_t stamp = next_stamp(c);
     uint32_t *at = malloc((n ? n : 1) * sizeof(*at));
     if (at == NULL)
         return false;

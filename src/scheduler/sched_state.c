@@ -86,13 +86,14 @@ struct by_hash {
     const struct gv_sched *s;
     uint64_t h;
     const char *name;
+    size_t base; /* entry i of the search is node base + i */
 };
 
 static int cmp_by_hash(const void *ctx, size_t i)
 {
     const struct by_hash *b = ctx;
-    uint64_t mh = b->s->node_hash[i];
-    return mh < b->h ? -1 : mh > b->h ? 1 : strcmp(b->s->nodes[i]->name, b->name);
+    uint64_t mh = b->s->node_hash[b->base + i];
+    return mh < b->h ? -1 : mh > b->h ? 1 : strcmp(b->s->nodes[b->base + i]->name, b->name);
 }
 
 /*
@@ -134,21 +135,8 @@ static size_t node_search(const struct gv_sched *s, uint64_t h, const char *name
         lo = s->node_dir[b];
         hi = s->node_dir[b + 1];
     }
-    struct by_hash key = {s, h, name};
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = cmp_by_hash(&key, mid);
-        if (c == 0) {
-            *found = true;
-            return mid;
-        }
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    *found = false;
-    return lo;
+    struct by_hash key = {s, h, name, lo};
+    return lo + bisect(hi - lo, cmp_by_hash, &key, found);
 }
 
 struct snode *gv_sched_node_find(struct gv_sched *s, const char *name)
