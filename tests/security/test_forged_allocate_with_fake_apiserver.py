@@ -40,17 +40,25 @@ def sign(key, uid, node, at, assignment):
 
 
 def signed_pod(env, name, assignment, key=KEY, ns="default", extra=None, patch=None):
-    """Creates the pod, then writes its signature over what the stand-in stored."""
-    env.api.create_pod(name, [("main", LIM)], assignment, annotations=extra, ns=ns)
+    """The scheduler's order: the pod is created unbound, its placement and
+    signature are written in one patch (the signature over the uid the
+    stand-in gave it), then it is bound.  The agent sees the pod only once it
+    is bound to its node, so it never sees it half-written."""
+    env.api.create_pod(name, [("main", LIM)], None, annotations=extra, ns=ns, node="")
     p = env.api.pod(name, ns)
-    a = p["metadata"]["annotations"]
-    sig = sign(key, p["metadata"]["uid"], a["gpuvisor.io/assigned-node"], a["gpuvisor.io/assigned-at"],
-               a["gpuvisor.io/assignment"])
-    anns = {"gpuvisor.io/assignment-sig": sig}
+    now = time.time()
+    at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + ".%06dZ" % int((now % 1) * 1e6)
+    sig = sign(key, p["metadata"]["uid"], "node1", at, assignment)
+    anns = {"gpuvisor.io/assignment": assignment, "gpuvisor.io/assigned-node": "node1",
+            "gpuvisor.io/assigned-at": at, "gpuvisor.io/assignment-sig": sig}
     anns.update(patch or {})
     code, _ = env.api.req("PATCH", "/api/v1/namespaces/%s/pods/%s" % (ns, name),
                           {"metadata": {"annotations": anns}}, "application/merge-patch+json")
     assert code == 200, code
+    code, _ = env.api.req("POST", "/api/v1/namespaces/%s/pods/%s/binding" % (ns, name),
+                          {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+                           "target": {"apiVersion": "v1", "kind": "Node", "name": "node1"}})
+    assert code == 201, code
 
 
 def main():
