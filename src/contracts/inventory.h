@@ -63,12 +63,21 @@ struct gv_inventory_gpu {
     enum gv_inventory_mode mode;
     bool mig;                  /* MIG mode enabled */
     char pci_bus_id[32];
+    /*
+     * Agent-local (the node labels are computed from these; not in the
+     * JSON, so the scheduler never sees them): NVIDIA GFD's inputs.
+     */
+    bool mig_capable;          /* MIG supported, enabled or not */
+    int32_t cc_major, cc_minor; /* compute capability; 0.0 unknown */
+    uint32_t pci_class;        /* 0x030200 compute, 0x030000 graphics; 0 unknown */
+    bool renamed;              /* its replicas go under a renamed resource (no -SHARED) */
 };
 
 struct gv_inventory {
     uint32_t version;
     char driver_version[80];
     char cuda_version[16]; /* "12.4"; "" unknown */
+    char mig_strategy[8];  /* agent-local, labels only: none, single, mixed ("" = none) */
     uint32_t n_gpus;
     struct gv_inventory_gpu gpus[GV_INVENTORY_MAX_GPUS];
 };

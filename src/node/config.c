@@ -55,6 +55,7 @@ gv_status gv_node_config_default(struct gv_node_config **out, struct gv_error *e
         return gv_error_set(err, GV_ENOMEM, "node config: out of memory");
     snprintf(c->resource_name, sizeof(c->resource_name), "nvidia.com/gpu");
     snprintf(c->cdi_kind, sizeof(c->cdi_kind), "nvidia.com/gpu");
+    snprintf(c->mig_strategy, sizeof(c->mig_strategy), "none");
     c->defaults.mode = GV_NODE_MODE_VGPU;
     c->defaults.split = 10;
     c->defaults.mem_scaling = 1.0;
@@ -475,6 +476,15 @@ static gv_status parse_level(struct gv_node_config *c, json_t *obj, const char *
                                     "node config: %s = '%s' is not default, force or disable",
                                     where, p);
             snprintf(c->core_policy, sizeof(c->core_policy), "%s", p);
+        } else if (strcasecmp(k, "migStrategy") == 0) { /* HAMi's migstrategy: same key, any case */
+            if (want_string(v, where, sizeof(c->mig_strategy), err) != GV_OK)
+                return err->code;
+            const char *p = json_string_value(v);
+            if (strcmp(p, "none") != 0 && strcmp(p, "single") != 0 && strcmp(p, "mixed") != 0)
+                return gv_error_set(err, GV_EINVAL,
+                                    "node config: %s = '%s' is not none, single or mixed", where,
+                                    p);
+            snprintf(c->mig_strategy, sizeof(c->mig_strategy), "%s", p);
         } else if (strcasecmp(k, "filterDevices") == 0) {
             if (parse_filter(c, v, path, err) != GV_OK)
                 return err->code;

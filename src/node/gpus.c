@@ -27,6 +27,7 @@
     X(nvmlDeviceGetMemoryInfo)                                                                     \
     X(nvmlDeviceGetPciInfo_v3)                                                                     \
     X(nvmlDeviceGetMigMode)                                                                        \
+    X(nvmlDeviceGetCudaComputeCapability)                                                          \
     X(nvmlDeviceGetTemperature)                                                                    \
     X(nvmlEventSetCreate)                                                                          \
     X(nvmlDeviceRegisterEvents)                                                                    \
@@ -70,21 +71,26 @@ static const char *nv_err(struct gv_gpus *g, nvmlReturn_t r)
     return s ? s : "unknown NVML error";
 }
 
-int gv_gpus_numa_node(const char *sys_root, const char *pci_bus_id)
+/* NVML: "00000000:3B:00.0" (8-digit domain); sysfs: "0000:3b:00.0".  Opens <attr> of it. */
+static FILE *pci_attr(const char *sys_root, const char *pci_bus_id, const char *attr)
 {
-    /* NVML: "00000000:3B:00.0" (8-digit domain); sysfs: "0000:3b:00.0". */
     const char *colon = strchr(pci_bus_id, ':');
     if (colon == NULL || colon - pci_bus_id < 4)
-        return -1;
+        return NULL;
     char id[32];
     snprintf(id, sizeof(id), "%.4s%s", colon - 4, colon);
     for (char *p = id; *p; p++)
         if (*p >= 'A' && *p <= 'F')
             *p = (char)(*p - 'A' + 'a');
     char path[4096];
-    snprintf(path, sizeof(path), "%s/sys/bus/pci/devices/%s/numa_node",
-             strcmp(sys_root, "/") == 0 ? "" : sys_root, id);
-    FILE *f = fopen(path, "r");
+    snprintf(path, sizeof(path), "%s/sys/bus/pci/devices/%s/%s",
+             strcmp(sys_root, "/") == 0 ? "" : sys_root, id, attr);
+    return fopen(path, "r");
+}
+
+int gv_gpus_numa_node(const char *sys_root, const char *pci_bus_id)
+{
+    FILE *f = pci_attr(sys_root, pci_bus_id, "numa_node");
     if (f == NULL)
         return -1;
     int n = -1;
@@ -92,6 +98,18 @@ int gv_gpus_numa_node(const char *sys_root, const char *pci_bus_id)
         n = -1;
     fclose(f);
     return n;
+}
+
+unsigned gv_gpus_pci_class(const char *sys_root, const char *pci_bus_id)
+{
+    FILE *f = pci_attr(sys_root, pci_bus_id, "class");
+    if (f == NULL)
+        return 0;
+    unsigned c = 0;
+    if (fscanf(f, "%x", &c) != 1 || c > 0xffffff)
+        c = 0;
+    fclose(f);
+    return c;
 }
 
 static gv_status discover(struct gv_gpus *g, const char *sys_root, struct gv_error *err)
@@ -128,9 +146,15 @@ static gv_status discover(struct gv_gpus *g, const char *sys_root, struct gv_err
         if (g->f.nvmlDeviceGetPciInfo_v3(s->handle, &pci) == NVML_SUCCESS) {
             snprintf(d->pci_bus_id, sizeof(d->pci_bus_id), "%s", pci.busId);
             d->numa = gv_gpus_numa_node(sys_root, d->pci_bus_id);
+            d->pci_class = gv_gpus_pci_class(sys_root, d->pci_bus_id);
         }
-        d->mig = g->f.nvmlDeviceGetMigMode(s->handle, &cur, &pend) == NVML_SUCCESS &&
-                 cur == NVML_DEVICE_MIG_ENABLE;
+        /* as go-nvlib's IsMigCapable: the MIG mode query answers at all (NOT_SUPPORTED: no MIG) */
+        r = g->f.nvmlDeviceGetMigMode(s->handle, &cur, &pend);
+        d->mig_capable = r == NVML_SUCCESS;
+        d->mig = r == NVML_SUCCESS && cur == NVML_DEVICE_MIG_ENABLE;
+        if (g->f.nvmlDeviceGetCudaComputeCapability(s->handle, &d->cc_major, &d->cc_minor) !=
+            NVML_SUCCESS)
+            d->cc_major = d->cc_minor = 0;
         d->healthy = true;
         g->n++;
     }

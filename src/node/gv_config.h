@@ -76,6 +76,7 @@ struct gv_node_config {
     bool cdi;              /* answer CDI device names instead of NVIDIA_VISIBLE_DEVICES */
     char cdi_kind[128];    /* "nvidia.com/gpu": CDI names are <kind>=<uuid> */
     char core_policy[16];  /* GPU_CORE_UTILIZATION_POLICY: "", default, force, disable */
+    char mig_strategy[8];  /* migStrategy (HAMi: migstrategy): none (default), single, mixed */
     struct gv_node_gpu_settings defaults;
     char (*exclude_uuids)[96];
     size_t n_exclude_uuids;

@@ -26,6 +26,9 @@ struct gv_gpu {
     char pci_bus_id[32];
     int numa; /* -1: unknown */
     bool mig; /* MIG mode enabled */
+    bool mig_capable;       /* MIG supported (nvmlDeviceGetMigMode answers), enabled or not */
+    int cc_major, cc_minor; /* CUDA compute capability; 0.0 unknown */
+    unsigned pci_class;     /* PCI class code (0x030200 3D/compute, 0x030000 VGA); 0 unknown */
     bool healthy;
     char reason[128]; /* why unhealthy */
 };
@@ -59,6 +62,9 @@ const char *gv_gpus_cuda_version(const struct gv_gpus *g);
  */
 gv_status gv_gpus_watch(struct gv_gpus *g, void (*changed)(void *ud), void *ud,
                         struct gv_error *err);
+
+/* The sysfs PCI class of a bus id under sys_root (0x030200, ...); 0 when unknown. */
+unsigned gv_gpus_pci_class(const char *sys_root, const char *pci_bus_id);
 
 /* Parses the sysfs numa_node of a PCI bus id under sys_root; -1 when unknown. */
 int gv_gpus_numa_node(const char *sys_root, const char *pci_bus_id);

@@ -183,6 +183,7 @@ static void rebuild(struct agent *ag)
     snprintf(inv->driver_version, sizeof(inv->driver_version), "%s",
              gv_gpus_driver_version(ag->gpus));
     snprintf(inv->cuda_version, sizeof(inv->cuda_version), "%s", gv_gpus_cuda_version(ag->gpus));
+    snprintf(inv->mig_strategy, sizeof(inv->mig_strategy), "%s", ag->cfg->mig_strategy);
     for (size_t i = 0; i < n; i++) {
         const struct gv_gpu *g = &gpus[i];
         struct gv_node_gpu_settings s;
@@ -202,6 +203,11 @@ static void rebuild(struct agent *ag)
             ig->healthy = g->healthy;
             ig->mode = s.mode;
             ig->mig = g->mig;
+            ig->mig_capable = g->mig_capable;
+            ig->cc_major = g->cc_major;
+            ig->cc_minor = g->cc_minor;
+            ig->pci_class = g->pci_class;
+            ig->renamed = s.resource[0] && strcmp(s.resource, ag->cfg->resource_name) != 0;
         }
     }
     /* what each GPU's mode serves and advertises (gv_mode.h) */

@@ -94,6 +94,7 @@ static void set_default(int i)
     g->sm_count = 108;
     g->cc_major = 9;
     g->cc_minor = 0;
+    g->mig_capable = -1;
 }
 
 /* uuid text -> 16 bytes: hex digits after "GPU-" / "MIG-", dashes skipped. */
@@ -163,6 +164,8 @@ static void parse_line(char *line, int i)
             snprintf(g->mig, sizeof(g->mig), "%s", val);
         else if (strcmp(key, "cc") == 0)
             sscanf(val, "%d.%d", &g->cc_major, &g->cc_minor);
+        else if (strcmp(key, "migcap") == 0)
+            g->mig_capable = atoi(val) != 0;
     }
 }
 

@@ -72,3 +72,10 @@ fuzz_node_allocate_CFLAGS := $(NODE_CFLAGS)
 fuzz_node_allocate_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS)
 # order-only: the replay rule compiles $^, which must hold sources only
 $(FUZZ_BUILD)/fuzz_node_allocate $(BUILD)/tests/fuzzreplay_fuzz_node_allocate: | $(NODE_PB_H)
+
+# NVIDIA GFD labels: golden table per fake node (docs/mig-cdi.md, "GFD labels").
+TEST_PROGS += test_node_labels
+test_node_labels_SRCS := tests/node/test_node_labels.c
+test_node_labels_LIBS := node kube contracts alloc common
+test_node_labels_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
+test_node_labels_CFLAGS := $(NODE_CFLAGS)

@@ -284,11 +284,13 @@ static void test_labels(void **state)
     struct gv_inventory inv;
     fill(&inv);
     json_t *l = gv_publisher_labels(&inv);
-    assert_string_equal(label(l, "nvidia.com/gpu.product"), "NVIDIA-H100-80GB-HBM3");
+    assert_string_equal(label(l, "nvidia.com/gpu.product"), "NVIDIA-H100-80GB-HBM3-SHARED");
     assert_string_equal(label(l, "nvidia.com/gpu.count"), "2");
     assert_string_equal(label(l, "nvidia.com/gpu.memory"), "81559");
     assert_string_equal(label(l, "nvidia.com/gpu.replicas"), "10");
-    assert_string_equal(label(l, "nvidia.com/gpu.sharing-strategy"), "vgpu");
+    /* NVIDIA's values only (none|time-slicing|mps); gpuvisor's mode under its own label */
+    assert_string_equal(label(l, "nvidia.com/gpu.sharing-strategy"), "none");
+    assert_string_equal(label(l, "gpuvisor.io/gpu.sharing-mode"), "vgpu");
     assert_string_equal(label(l, "nvidia.com/cuda.driver.major"), "550");
     assert_string_equal(label(l, "nvidia.com/cuda.driver.minor"), "54");
     assert_string_equal(label(l, "nvidia.com/cuda.driver.rev"), "15");
