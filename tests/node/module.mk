@@ -79,3 +79,11 @@ test_node_labels_SRCS := tests/node/test_node_labels.c
 test_node_labels_LIBS := node kube contracts alloc common
 test_node_labels_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
 test_node_labels_CFLAGS := $(NODE_CFLAGS)
+
+# MIG discovery through the fake NVML (GV_FAKE_MIG_CONFIG), geometry re-read (docs/mig-cdi.md).
+TEST_PROGS += test_node_mig
+test_node_mig_SRCS := tests/node/test_node_mig.c
+test_node_mig_LIBS := node kube contracts alloc common
+test_node_mig_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
+test_node_mig_CFLAGS := $(NODE_CFLAGS)
+$(BUILD)/tests/test_node_mig: | $(GV_FAKE_NVML)

@@ -27,6 +27,7 @@
 
 #include "common/gv_nvml.h"
 #include "fake_gpus.h"
+#include "fake_nvml_mig.h"
 #include "fake_nvml_telemetry.h"
 
 #define MAX_LINES 256
@@ -86,7 +87,7 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode
     if (currentMode == NULL || pendingMode == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     const struct fake_gpu *g = fake_gpu_get((int)idx);
-    bool enabled = has_fault("mig", idx) || (g && g->mig[0]);
+    bool enabled = has_fault("mig", idx) || (g && g->mig[0]) || fake_mig_enabled((int)idx);
     int cap = g ? g->mig_capable : 1;
     if (cap < 0) /* the default rule of fake_gpus.h */
         cap = g->cc_minor == 0 && (g->cc_major == 8 || g->cc_major == 9 || g->cc_major == 10);
