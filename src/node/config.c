@@ -56,6 +56,9 @@ gv_status gv_node_config_default(struct gv_node_config **out, struct gv_error *e
     snprintf(c->resource_name, sizeof(c->resource_name), "nvidia.com/gpu");
     snprintf(c->cdi_kind, sizeof(c->cdi_kind), "nvidia.com/gpu");
     snprintf(c->mig_strategy, sizeof(c->mig_strategy), "none");
+    snprintf(c->cdi_spec_dir, sizeof(c->cdi_spec_dir), "/var/run/cdi");
+    snprintf(c->driver_root, sizeof(c->driver_root), "/");
+    c->nvidia_runtime = true;
     c->defaults.mode = GV_NODE_MODE_VGPU;
     c->defaults.split = 10;
     c->defaults.mem_scaling = 1.0;
@@ -485,6 +488,23 @@ static gv_status parse_level(struct gv_node_config *c, json_t *obj, const char *
                                     "node config: %s = '%s' is not none, single or mixed", where,
                                     p);
             snprintf(c->mig_strategy, sizeof(c->mig_strategy), "%s", p);
+        } else if (strcasecmp(k, "cdiSpecDir") == 0 || strcasecmp(k, "driverRoot") == 0 ||
+                   strcasecmp(k, "containerDriverRoot") == 0) {
+            char *dst = strcasecmp(k, "cdiSpecDir") == 0   ? c->cdi_spec_dir
+                        : strcasecmp(k, "driverRoot") == 0 ? c->driver_root
+                                                           : c->container_driver_root;
+            if (want_string(v, where, sizeof(c->cdi_spec_dir), err) != GV_OK)
+                return err->code;
+            if (json_string_value(v)[0] != '/' || strstr(json_string_value(v), "/../") ||
+                strstr(json_string_value(v), "/.."))
+                return gv_error_set(err, GV_EINVAL, "node config: %s = '%s' is not an absolute path",
+                                    where, json_string_value(v));
+            snprintf(dst, sizeof(c->cdi_spec_dir), "%s", json_string_value(v));
+        } else if (strcasecmp(k, "nvidiaRuntime") == 0) {
+            if (!json_is_boolean(v))
+                return gv_error_set(err, GV_EINVAL, "node config: %s must be true or false",
+                                    where);
+            c->nvidia_runtime = json_is_true(v);
         } else if (strcasecmp(k, "filterDevices") == 0) {
             if (parse_filter(c, v, path, err) != GV_OK)
                 return err->code;

@@ -29,6 +29,7 @@
     X(nvmlDeviceGetMigMode)                                                                        \
     X(nvmlDeviceGetCudaComputeCapability)                                                          \
     X(nvmlDeviceGetMaxMigDeviceCount)                                                              \
+    X(nvmlDeviceGetMinorNumber)                                                                    \
     X(nvmlDeviceGetMigDeviceHandleByIndex)                                                         \
     X(nvmlDeviceGetGpuInstanceId)                                                                  \
     X(nvmlDeviceGetComputeInstanceId)                                                              \
@@ -207,6 +208,8 @@ static gv_status discover(struct gv_gpus *g, const char *sys_root, struct gv_err
         if (g->f.nvmlDeviceGetCudaComputeCapability(s->handle, &d->cc_major, &d->cc_minor) !=
             NVML_SUCCESS)
             d->cc_major = d->cc_minor = 0;
+        if (g->f.nvmlDeviceGetMinorNumber(s->handle, &d->minor) != NVML_SUCCESS)
+            d->minor = d->index;
         d->n_migs = d->mig ? scan_migs(g, s->handle, d->uuid, d->migs) : 0;
         d->healthy = true;
         g->n++;

@@ -41,6 +41,7 @@ struct gv_gpu {
     bool mig_capable;       /* MIG supported (nvmlDeviceGetMigMode answers), enabled or not */
     int cc_major, cc_minor; /* CUDA compute capability; 0.0 unknown */
     unsigned pci_class;     /* PCI class code (0x030200 3D/compute, 0x030000 VGA); 0 unknown */
+    unsigned minor;         /* /dev/nvidia<minor> (nvmlDeviceGetMinorNumber; index if unknown) */
     /* MIG devices when mig (geometry set by the operator; re-read by the health thread) */
     struct gv_mig migs[GV_GPU_MAX_MIGS];
     unsigned n_migs;

@@ -28,6 +28,7 @@
 #include "contracts/inventory.h"
 #include "node/gv_allocator.h"
 #include "node/gv_config.h"
+#include "node/gv_direct.h"
 #include "node/gv_gpus.h"
 #include "node/gv_metrics.h"
 #include "node/gv_mode.h"
@@ -227,6 +228,8 @@ static void rebuild(struct agent *ag)
     }
     if (gv_allocator_set_gpus(ag->alloc, ag->cfg, units, n_units, &err) != GV_OK)
         gv_error("device list not updated: %s", err.msg);
+    /* CDI spec and the runtime-independent answer (docs/mig-cdi.md) */
+    gv_direct_sync(ag->alloc, ag->cfg, gv_gpus_driver_version(ag->gpus), ag->o.install_dir, gpus, n);
     for (size_t r = 0; r < gv_mode_adv_resources(adv); r++)
         endpoint_get(ag, gv_mode_adv_resource(adv, r));
     /* every endpoint gets its list; one no mode advertises now gets an empty one */

@@ -62,7 +62,7 @@ fuzz_node_metrics_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) -lpthread
 # Pods from the API server through Allocate's pod selection and answer.
 fuzz_node_allocate_SRCS := tests/node/fuzz_node_allocate.c src/node/allocator.c src/node/config.c \
 	$(wildcard src/node/mode*.c) \
-	src/node/monitor_record.c \
+	src/node/monitor_record.c src/node/direct.c src/node/cdi.c \
 	src/node/loop.c src/contracts/inventory.c src/contracts/podspec.c src/contracts/placement.c \
 	$(wildcard src/alloc/*.c) \
 	$(wildcard src/kube/*.c) \
@@ -87,3 +87,11 @@ test_node_mig_LIBS := node kube contracts alloc common
 test_node_mig_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
 test_node_mig_CFLAGS := $(NODE_CFLAGS)
 $(BUILD)/tests/test_node_mig: | $(GV_FAKE_NVML)
+
+# CDI spec against a fake driver root (tests/fakes/make-driver-root.sh) and a CDI 0.5.0 reader.
+TEST_PROGS += test_node_cdi
+test_node_cdi_SRCS := tests/node/test_node_cdi.c
+test_node_cdi_LIBS := node kube contracts alloc common
+test_node_cdi_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
+test_node_cdi_CFLAGS := $(NODE_CFLAGS)
+TEST_SCRIPTS += tests/node/test_node_direct.py
