@@ -35,7 +35,8 @@
     X(VGPU, "vgpu", 0)                                                                             \
     X(EXCLUSIVE, "exclusive", 1)                                                                   \
     X(TIMESLICING, "timeslicing", 0)                                                               \
-    X(MPS, "mps", 0)
+    X(MPS, "mps", 0)                                                                               \
+    X(MIG, "mig", 1)
 
 enum gv_inventory_mode {
 #define GV_X_IMODE(id, name, whole) GV_INVENTORY_MODE_##id,

@@ -95,3 +95,4 @@ test_node_cdi_LIBS := node kube contracts alloc common
 test_node_cdi_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
 test_node_cdi_CFLAGS := $(NODE_CFLAGS)
 TEST_SCRIPTS += tests/node/test_node_direct.py
+TEST_SCRIPTS += tests/node/test_node_mig_strategies.py

@@ -103,8 +103,11 @@ class Kubelet(pbg.RegistrationServicer):
             self.server.stop(0).wait()
             self.server = None
         with self.lock:
+            for ch, _ in self.plugins.values():
+                ch.close()
             if self.channel:
                 self.channel.close()
+            self.plugins = {}
             self.channel = self.stub = None
 
     def Register(self, request, context):
@@ -121,11 +124,11 @@ class Kubelet(pbg.RegistrationServicer):
         # Like the kubelet: the plugin must answer before Register returns.
         stub.GetDevicePluginOptions(pb.Empty(), timeout=5)
         with self.lock:
+            # as the kubelet: a new registration replaces the endpoint of its own
+            # resource only; the other resources' streams stay open
             old = self.plugins.get(request.resource_name)
-            if old and old[0] is not self.channel:
+            if old:
                 old[0].close()
-            if self.channel:
-                self.channel.close()
             self.channel, self.stub = channel, stub
             self.plugins[request.resource_name] = (channel, stub)
         threading.Thread(target=self.watch, args=(stub, request.resource_name), daemon=True).start()
