@@ -6,6 +6,7 @@
  * so plain runc starts it.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/gv_log.h"
@@ -50,6 +51,10 @@ bool gv_direct_answer(const struct gv_cdi_host *h, const struct gv_allocator_gpu
                       struct gv_mode_answer *b, char *why, size_t why_cap)
 {
     char path[600], caps[2][512];
+    if (h->broken[0]) { /* fail closed: a pod without the driver's files would not see its GPU */
+        snprintf(why, why_cap, "nvidiaRuntime is false and %s", h->broken);
+        return false;
+    }
     for (size_t i = 0; i < n; i++) {
         const struct gv_gpu *g;
         const struct gv_mig *m;
@@ -91,9 +96,14 @@ void gv_direct_sync(struct gv_allocator *a, const struct gv_node_config *cfg, co
     struct gv_error err;
     const char *seen = cfg->container_driver_root[0] ? cfg->container_driver_root : cfg->driver_root;
     if (gv_cdi_discover(seen, cfg->driver_root, version, &h, &err) != GV_OK) {
-        /* the previous discovery (if any) stays: better than none */
-        gv_error("driver files not found, %s: %s", cfg->nvidia_runtime ? "no CDI spec written"
-                                                   : "Allocate keeps the last files found", err.msg);
+        gv_error("driver files not found, %s: %s",
+                 cfg->nvidia_runtime ? "no CDI spec written" : "Allocate refuses GPUs", err.msg);
+        if (cfg->nvidia_runtime)
+            return;
+        h = calloc(1, sizeof(*h));
+        if (h)
+            snprintf(h->broken, sizeof(h->broken), "%.250s", err.msg);
+        gv_allocator_set_direct(a, h);
         return;
     }
     if (cfg->cdi) {

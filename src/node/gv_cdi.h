@@ -37,6 +37,7 @@ struct gv_cdi_host {
     size_t n_ctl;
     char root[256];      /* driver root as the agent sees it ("" for /), files found here */
     char host_root[256]; /* the same as the host sees it ("" for /): paths in answers and specs */
+    char broken[256];    /* non-empty: discovery failed, why (Allocate refuses with it) */
 };
 
 /*

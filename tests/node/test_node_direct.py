@@ -60,6 +60,14 @@ def scenario_no_runtime():
         t.ok(envs(a).get("NVIDIA_VISIBLE_DEVICES") == "void",
              "no runtime: NVIDIA_VISIBLE_DEVICES=void so an NVIDIA runtime left installed does not inject twice",
              envs(a))
+        # a wrong driver root: refused with the reason, not a pod without its GPU
+        agent.write_atomic(env.config, json.dumps({"mode": "exclusive", "nvidiaRuntime": False,
+                                                   "containerDriverRoot": root + "-missing"}))
+        t.ok(gvtest.wait_for(lambda: "driver files not found" in env.agent_log(), 10),
+             "no runtime, driver files missing: logged", env.agent_log()[-500:])
+        a = k.cmd("allocate", ids=[GPUS[0]])
+        t.ok(a and not a["ok"] and "libcuda.so.550.54.15 not found" in a.get("message", ""),
+             "no runtime, driver files missing: Allocate refused with the reason (fail closed)", a)
     finally:
         env.close()
 
