@@ -258,8 +258,8 @@ static void test_inventory_errors(void **state)
     decode_fails("{\"version\":2,\"gpus\":[]}", "version 2 is not supported");
     decode_fails("{\"version\":1}", "gpus must be a list");
     decode_fails("{\"version\":1,\"gpus\":[{\"uuid\":\"a\"}]}", "gpus[0].model must be a string");
-    decode_fails("{\"version\":1,\"gpus\":[{\"uuid\":\"a\",\"model\":\"m\",\"mode\":\"mig\"}]}",
-                 "gpus[0].mode 'mig'");
+    decode_fails("{\"version\":1,\"gpus\":[{\"uuid\":\"a\",\"model\":\"m\",\"mode\":\"quantum\"}]}",
+                 "gpus[0].mode 'quantum'");
     decode_fails("not json", "not JSON");
 #define GPU_FMT                                                                                    \
     "{\"uuid\":\"a\",\"index\":0,\"model\":\"m\",\"memoryMiB\":1,\"memoryScaling\":1,"             \
