@@ -213,7 +213,8 @@ nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice
     return nvmlDeviceGetHandleByIndex_v2((unsigned)m.gpu, device);
 }
 
-nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id)
+/* An instance id of a MIG handle (GPU handles: NOT_SUPPORTED, as the real NVML). */
+static nvmlReturn_t instance_id(nvmlDevice_t device, unsigned int *id, bool gpu_instance)
 {
     struct fake_mig m;
     nvmlReturn_t r = live(device, &m);
@@ -221,20 +222,19 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id)
         return as_mig(device) ? r : NVML_ERROR_NOT_SUPPORTED;
     if (id == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    *id = (unsigned)m.slot + 1; /* GPU instance ids start at 1 */
+    /* GPU instance ids start at 1; one compute instance (0) spans its GPU instance */
+    *id = gpu_instance ? (unsigned)m.slot + 1 : 0;
     return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    return instance_id(device, id, true);
 }
 
 nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id)
 {
-    struct fake_mig m;
-    nvmlReturn_t r = live(device, &m);
-    if (r != NVML_SUCCESS)
-        return as_mig(device) ? r : NVML_ERROR_NOT_SUPPORTED;
-    if (id == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    *id = 0; /* one compute instance spanning its GPU instance */
-    return NVML_SUCCESS;
+    return instance_id(device, id, false);
 }
 
 /* "<g>g.<gb>gb": the instance's memory as NVML reports it, a little under gb GiB (4864 MiB for 5gb). */
@@ -261,16 +261,19 @@ nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttribute
     return NVML_SUCCESS;
 }
 
+static nvmlReturn_t copy_out(char *dst, unsigned int length, const char *text)
+{
+    if (dst == NULL || length <= strlen(text))
+        return dst == NULL ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_INSUFFICIENT_SIZE;
+    snprintf(dst, length, "%s", text);
+    return NVML_SUCCESS;
+}
+
 nvmlReturn_t fake_mig_uuid(nvmlDevice_t device, char *uuid, unsigned int length)
 {
     struct fake_mig m;
     nvmlReturn_t r = live(device, &m);
-    if (r != NVML_SUCCESS)
-        return r;
-    if (uuid == NULL || length <= strlen(m.uuid))
-        return uuid == NULL ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_INSUFFICIENT_SIZE;
-    snprintf(uuid, length, "%s", m.uuid);
-    return NVML_SUCCESS;
+    return r != NVML_SUCCESS ? r : copy_out(uuid, length, m.uuid);
 }
 
 nvmlReturn_t fake_mig_name(nvmlDevice_t device, char *name, unsigned int length)
@@ -282,10 +285,7 @@ nvmlReturn_t fake_mig_name(nvmlDevice_t device, char *name, unsigned int length)
     const struct fake_gpu *g = fake_gpu_get(m.gpu);
     char text[160];
     snprintf(text, sizeof(text), "%s MIG %s", g ? g->name : "NVIDIA GPU", m.profile);
-    if (name == NULL || length <= strlen(text))
-        return name == NULL ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_INSUFFICIENT_SIZE;
-    snprintf(name, length, "%s", text);
-    return NVML_SUCCESS;
+    return copy_out(name, length, text);
 }
 
 nvmlReturn_t fake_mig_memory(nvmlDevice_t device, nvmlMemory_t *memory)
