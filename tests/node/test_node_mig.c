@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "node/gv_config.h"
 #include "node/gv_gpus.h"
 
 static char dir[512], gpu_cfg[600], mig_cfg[600], lib[600];
@@ -170,10 +171,47 @@ static void test_mig_profile_names(void **state)
     assert_string_equal(p, "1c.2g.20gb");
 }
 
+static void config_fails(const char *text, const char *want)
+{
+    struct gv_node_config *c = NULL;
+    struct gv_error err = {0};
+    assert_int_not_equal(gv_node_config_parse(text, strlen(text), "n", &c, &err), GV_OK);
+    assert_null(c);
+    if (strstr(err.msg, want) == NULL)
+        fail_msg("error '%s' does not mention '%s'", err.msg, want);
+}
+
+/* migStrategy (HAMi's migstrategy spelling too) and the driver/CDI paths of the node config. */
+static void test_config_mig_strategy_and_paths(void **state)
+{
+    (void)state;
+    struct gv_node_config *c = NULL;
+    struct gv_error err;
+    const char *ok = "{\"migstrategy\":\"mixed\",\"nvidiaRuntime\":false,"
+                     "\"driverRoot\":\"/run/nvidia/driver\",\"cdiSpecDir\":\"/etc/cdi\"}";
+    assert_int_equal(gv_node_config_parse(ok, strlen(ok), "n", &c, &err), GV_OK);
+    assert_string_equal(c->mig_strategy, "mixed");
+    assert_false(c->nvidia_runtime);
+    assert_string_equal(c->driver_root, "/run/nvidia/driver");
+    assert_string_equal(c->cdi_spec_dir, "/etc/cdi");
+    gv_node_config_free(c);
+    assert_int_equal(gv_node_config_parse("{}", 2, "n", &c, &err), GV_OK);
+    assert_string_equal(c->mig_strategy, "none"); /* NVIDIA's default */
+    assert_true(c->nvidia_runtime);
+    assert_string_equal(c->cdi_spec_dir, "/var/run/cdi");
+    gv_node_config_free(c);
+    config_fails("{\"migStrategy\":\"all\"}", "not none, single or mixed");
+    config_fails("{\"migStrategy\":1}", "must be a string");
+    config_fails("{\"driverRoot\":\"relative\"}", "not an absolute path");
+    config_fails("{\"cdiSpecDir\":\"/var/../etc\"}", "not an absolute path");
+    config_fails("{\"nvidiaRuntime\":\"no\"}", "must be true or false");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mig_profile_names),
+        cmocka_unit_test(test_config_mig_strategy_and_paths),
         cmocka_unit_test(test_fake_nvml_mig_discovery),
         cmocka_unit_test(test_fake_nvml_mig_geometry_change_reread),
     };
