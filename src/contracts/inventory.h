@@ -79,6 +79,15 @@ struct gv_inventory {
     char driver_version[80];
     char cuda_version[16]; /* "12.4"; "" unknown */
     char mig_strategy[8];  /* agent-local, labels only: none, single, mixed ("" = none) */
+    /* agent-local, labels only: the MIG devices by profile (GFD's per-profile labels) */
+    struct gv_inventory_mig {
+        char profile[32];
+        char model[GV_INVENTORY_MODEL_MAX]; /* of the first GPU holding one */
+        uint32_t count, sms, gi_slices, ci_slices, copy, decoder, encoder, jpeg, ofa;
+        uint64_t memory_mib;
+    } migs[16];
+    uint32_t n_migs;
+    bool mig_empty; /* a MIG-enabled GPU has no MIG device */
     uint32_t n_gpus;
     struct gv_inventory_gpu gpus[GV_INVENTORY_MAX_GPUS];
 };

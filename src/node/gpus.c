@@ -157,6 +157,11 @@ static unsigned scan_migs(struct gv_gpus *g, nvmlDevice_t h, const char *gpu_uui
         d->gi_slices = a.gpuInstanceSliceCount;
         d->ci_slices = a.computeInstanceSliceCount;
         d->sms = a.multiprocessorCount;
+        d->copy = a.sharedCopyEngineCount;
+        d->decoder = a.sharedDecoderCount;
+        d->encoder = a.sharedEncoderCount;
+        d->jpeg = a.sharedJpegCount;
+        d->ofa = a.sharedOfaCount;
         d->memory_mib = a.memorySizeMB;
         gv_gpus_mig_profile(d->gi_slices, d->ci_slices, d->memory_mib, d->profile,
                             sizeof(d->profile));

@@ -27,6 +27,7 @@ struct gv_mig {
     char profile[32];  /* "1g.10gb", or "1c.2g.20gb" when the CI is smaller than its GI */
     unsigned gi, ci;   /* GPU / compute instance ids */
     unsigned gi_slices, ci_slices, sms;
+    unsigned copy, decoder, encoder, jpeg, ofa; /* shared engines (NVML attributes) */
     uint64_t memory_mib;
 };
 

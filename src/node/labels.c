@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "node/gv_gpus.h"
 #include "node/gv_publisher.h"
 
 /* Label values: at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends. */
@@ -152,6 +153,107 @@ static const struct gv_inventory_gpu *label_model(const struct gv_inventory *inv
     return best;
 }
 
+void gv_labels_add_migs(struct gv_inventory *inv, const struct gv_gpu *g)
+{
+    if (!g->mig)
+        return;
+    inv->mig_empty |= g->n_migs == 0;
+    for (unsigned k = 0; k < g->n_migs; k++) {
+        const struct gv_mig *m = &g->migs[k];
+        uint32_t i = 0;
+        while (i < inv->n_migs && strcmp(inv->migs[i].profile, m->profile) != 0)
+            i++;
+        if (i == inv->n_migs) {
+            if (inv->n_migs == sizeof(inv->migs) / sizeof(inv->migs[0]))
+                continue; /* more profiles than MIG allows: not labelled */
+            struct gv_inventory_mig *p = &inv->migs[inv->n_migs++];
+            memset(p, 0, sizeof(*p));
+            snprintf(p->profile, sizeof(p->profile), "%s", m->profile);
+            snprintf(p->model, sizeof(p->model), "%s", g->model);
+            p->sms = m->sms;
+            p->gi_slices = m->gi_slices;
+            p->ci_slices = m->ci_slices;
+            p->copy = m->copy;
+            p->decoder = m->decoder;
+            p->encoder = m->encoder;
+            p->jpeg = m->jpeg;
+            p->ofa = m->ofa;
+            p->memory_mib = m->memory_mib;
+        }
+        inv->migs[i].count++;
+    }
+}
+
+/* GFD's MIG resource labels under prefix ("nvidia.com/gpu" or "nvidia.com/mig-<profile>"). */
+static void mig_labels(json_t *o, const char *prefix, const struct gv_inventory_mig *p)
+{
+    char key[200], product[200];
+    snprintf(product, sizeof(product), "%s-MIG-%s", p->model, p->profile);
+    for (char *c = product; *c; c++)
+        if (*c == ' ')
+            *c = '-';
+#define MIG_LABEL(suffix, set, value)                                                              \
+    do {                                                                                           \
+        snprintf(key, sizeof(key), "%s." suffix, prefix);                                          \
+        set(o, key, value);                                                                        \
+    } while (0)
+    MIG_LABEL("product", set_str, product);
+    MIG_LABEL("count", set_num, p->count);
+    MIG_LABEL("replicas", set_num, 1);
+    MIG_LABEL("memory", set_num, (long long)p->memory_mib);
+    MIG_LABEL("multiprocessors", set_num, p->sms);
+    MIG_LABEL("slices.gi", set_num, p->gi_slices);
+    MIG_LABEL("slices.ci", set_num, p->ci_slices);
+    MIG_LABEL("engines.copy", set_num, p->copy);
+    MIG_LABEL("engines.decoder", set_num, p->decoder);
+    MIG_LABEL("engines.encoder", set_num, p->encoder);
+    MIG_LABEL("engines.jpeg", set_num, p->jpeg);
+    MIG_LABEL("engines.ofa", set_num, p->ofa);
+#undef MIG_LABEL
+}
+
+/*
+ * migStrategy single/mixed (GFD's mig-strategy labelers): mixed labels each
+ * profile as nvidia.com/mig-<profile>.*; single relabels nvidia.com/gpu.*
+ * with the one profile, or as <model>-MIG-INVALID with count/replicas/memory
+ * 0 when a MIG-enabled GPU is empty, MIG-enabled and disabled GPUs are
+ * mixed, or several profiles exist.
+ */
+static void strategy_labels(json_t *o, const struct gv_inventory *inv, const char *strategy)
+{
+    bool any_mig = false, any_whole = false;
+    const char *mig_model = NULL;
+    for (uint32_t i = 0; i < inv->n_gpus; i++) {
+        any_mig |= inv->gpus[i].mig;
+        any_whole |= !inv->gpus[i].mig;
+        if (inv->gpus[i].mig && mig_model == NULL)
+            mig_model = inv->gpus[i].model;
+    }
+    if (strcmp(strategy, "mixed") == 0) {
+        for (uint32_t i = 0; i < inv->n_migs; i++) {
+            char prefix[80];
+            snprintf(prefix, sizeof(prefix), "nvidia.com/mig-%s", inv->migs[i].profile);
+            mig_labels(o, prefix, &inv->migs[i]);
+        }
+        return;
+    }
+    if (strcmp(strategy, "single") != 0 || !any_mig)
+        return; /* single without MIG-enabled GPUs is `none` (GFD) */
+    if (inv->mig_empty || any_whole || inv->n_migs != 1) {
+        char product[200];
+        snprintf(product, sizeof(product), "%s-MIG-INVALID", mig_model);
+        for (char *c = product; *c; c++)
+            if (*c == ' ')
+                *c = '-';
+        set_str(o, "nvidia.com/gpu.product", product);
+        set_num(o, "nvidia.com/gpu.count", 0);
+        set_num(o, "nvidia.com/gpu.replicas", 0);
+        set_num(o, "nvidia.com/gpu.memory", 0);
+        return;
+    }
+    mig_labels(o, "nvidia.com/gpu", &inv->migs[0]);
+}
+
 json_t *gv_labels_gfd(const struct gv_inventory *inv, long long timestamp)
 {
     json_t *o = json_object();
@@ -216,5 +318,6 @@ json_t *gv_labels_gfd(const struct gv_inventory *inv, long long timestamp)
     json_object_set_new(o, "nvidia.com/gpu.sharing-strategy", json_string(nv_strategy));
     json_object_set_new(o, "gpuvisor.io/gpu.sharing-mode",
                         json_string(gv_inventory_mode_name(g->mode)));
+    strategy_labels(o, inv, strategy);
     return o;
 }

@@ -209,6 +209,7 @@ static void rebuild(struct agent *ag)
             ig->cc_minor = g->cc_minor;
             ig->pci_class = g->pci_class;
             ig->renamed = s.resource[0] && strcmp(s.resource, ag->cfg->resource_name) != 0;
+            gv_labels_add_migs(inv, g);
         }
     }
     /* what each GPU's mode serves and advertises (gv_mode.h) */

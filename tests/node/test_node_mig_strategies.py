@@ -51,6 +51,15 @@ def scenario_mixed():
         t.ok(ok and all(i.startswith("MIG-") for i in migs),
              "mixed: nvidia.com/mig-<profile> per profile (MIG UUIDs), the whole GPU 1 under nvidia.com/gpu", st)
         big = st.get("nvidia.com/mig-3g.20gb")
+
+        def labels():
+            code, node = env.api.req("GET", "/api/v1/nodes/" + env.node_name)
+            return node.get("metadata", {}).get("labels", {}) if code == 200 else {}
+        t.ok(gvtest.wait_for(lambda: labels().get("nvidia.com/mig-1g.5gb.count") == "2" and
+                             labels().get("nvidia.com/mig-3g.20gb.product") ==
+                             "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb" and
+                             labels().get("nvidia.com/mig.strategy") == "mixed", 10),
+             "mixed: GFD's per-profile labels on the Node", labels())
         mid = big[0] if big else "MIG-none"
         a = k.cmd("allocate", ids=[mid], resource="nvidia.com/mig-3g.20gb")
         t.ok(a and a["ok"] and envs(a) == {"NVIDIA_VISIBLE_DEVICES": mid},
