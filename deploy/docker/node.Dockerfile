@@ -1,23 +1,34 @@
 # gpuvisor-node image: the device plugin and the interposer it installs on
-# the host.  Build from the repository root:
+# the host.  Build from the repository root (docs/install.md, "Images"):
 #   docker build -f deploy/docker/node.Dockerfile -t gpuvisor/gpuvisor-node .
-FROM debian:bookworm AS build
+#
+# Base pinned by digest.  This digest of debian:bookworm-slim was taken from
+# a public Dockerfile that pins it; it could not be checked against the
+# registry where this file was written (no network).  Before a release,
+# confirm or refresh it with
+#   docker buildx imagetools inspect debian:bookworm-slim
+# and pass another with --build-arg BASE=debian@sha256:<digest>.
+ARG BASE=debian:bookworm-slim@sha256:7802002798b0e351323ed2357ae6dc5a8c4d0a05a57e7f4d8f97136151d3d603
+
+FROM ${BASE} AS build
+# Package lists come from the one list (scripts/debian-packages.txt).
+COPY scripts/debian-packages.txt scripts/packages.sh /tmp/pk/
 RUN apt-get update \
- && apt-get install -y --no-install-recommends build-essential pkg-config \
-      libjansson-dev libcurl4-openssl-dev libnghttp2-dev libprotobuf-c-dev \
-      protobuf-c-compiler libyaml-dev \
+ && apt-get install -y --no-install-recommends $(/tmp/pk/packages.sh build) \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
 RUN make -j"$(nproc)" build/bin/gpuvisor-node build/lib/libgpuvisor.so \
  && strip build/bin/gpuvisor-node
 
-FROM debian:bookworm-slim
+FROM ${BASE}
+COPY scripts/debian-packages.txt scripts/packages.sh /tmp/pk/
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates \
-      libjansson4 libcurl4 libnghttp2-14 libprotobuf-c1 libyaml-0-2 \
- && rm -rf /var/lib/apt/lists/*
+ && apt-get install -y --no-install-recommends $(/tmp/pk/packages.sh runtime) \
+ && rm -rf /var/lib/apt/lists/* /tmp/pk
 COPY --from=build /src/build/bin/gpuvisor-node /usr/local/bin/gpuvisor-node
 # Copied to the host by the DaemonSet's init container.
 COPY --from=build /src/build/lib/libgpuvisor.so /usr/local/gpuvisor/lib/libgpuvisor.so
+# Runs as root: the kubelet's device-plugin socket directory, the host state
+# directory and the interposer install on the host need it (docs/install.md).
 ENTRYPOINT ["/usr/local/bin/gpuvisor-node"]

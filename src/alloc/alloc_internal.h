@@ -34,6 +34,9 @@ struct gpu {
      * 96-byte arrays cost 190 of the 250 bytes of a GPU at 40,000 GPUs) */
     const char *uuid;
     const char *model;
+    /* interconnect groups (gv_alloc_node_set_links): 0 = none; 16 bits
+     * hold 1 + any GPU index (< 1024) */
+    uint16_t nvlink_group, pcie_group;
 };
 
 struct pod_dev {
@@ -68,6 +71,39 @@ struct node {
     double *prof_frag;     /* free share of GPUs unable to host it */
     uint32_t prof_cap;
     double prof_total;     /* free share of healthy GPUs */
+    uint32_t cls;          /* state class (index.c), UINT32_MAX when none */
+    uint32_t hpos;         /* position in the class's heap */
+};
+
+/* Nodes in one state and what that state can still host (index.c). */
+struct sclass {
+    uint64_t sig;
+    uint32_t *heap;        /* node indices, min-heap by name */
+    uint32_t n, cap;
+    uint32_t hnext;        /* signature hash chain */
+    uint32_t bucket, prev, next;
+    int64_t cpu_free, mem_free; /* INT64_MAX when not checked */
+    uint64_t model_mask;   /* bit per model id < 64; all bits for later ones */
+    uint32_t n_gpus;
+    uint32_t free_whole;   /* GPUs with no task and no share used */
+    uint32_t open;         /* GPUs that can take one more task */
+    uint32_t max_free;     /* largest free share of one open GPU, milli */
+    uint32_t used_pm;      /* GPU share in use, permille (floor), as eval_node counts it */
+    uint32_t pm_prev, pm_next; /* list of classes with this used_pm */
+    /* score memo of the current pass over a candidate list (policy.c) */
+    uint32_t memo_stamp;
+    bool memo_fits;
+    double memo_score;
+};
+
+#define IDX_WHOLE_MAX 8
+#define IDX_FRAC_BUCKETS 11 /* max_free / 100: 0..10 */
+#define IDX_BUCKETS ((IDX_WHOLE_MAX + 1) * IDX_FRAC_BUCKETS)
+
+struct idx_need {
+    uint32_t whole;  /* whole GPUs over all containers */
+    uint32_t frac;   /* largest share of a fractional container */
+    uint32_t spread; /* most GPUs of one container */
 };
 
 struct wl_level {
@@ -124,6 +160,17 @@ struct gv_alloc_cluster {
     uint32_t max_gpus;     /* largest node GPU count (bestfit) */
     struct memo_slot *memo;
     uint32_t memo_cap, memo_stamp;
+    /* node index (index.c) */
+    struct sclass *cls;
+    uint32_t n_cls, cap_cls, live_cls;
+    uint32_t *free_cls;
+    uint32_t n_free_cls;
+    uint32_t *chash;
+    uint32_t chash_cap;
+    uint32_t bucket_head[IDX_BUCKETS];
+    uint32_t pm_head[1001]; /* classes by used_pm (pods without GPUs, fgd) */
+    bool index_broken; /* an allocation failed: score exhaustively */
+    uint32_t cls_stamp; /* current candidate-list pass */
 
 };
 
@@ -168,11 +215,33 @@ void alloc_node_resign(struct node *n);
 bool alloc_gpu_allowed(const struct req_view *v, const struct gpu *g);
 bool alloc_list_match(const char *list, const char *s, bool substring);
 
+/* index.c */
+void index_init(struct gv_alloc_cluster *c);
+void index_free(struct gv_alloc_cluster *c);
+/* After the node's signature changed (alloc_node_resign) / before it goes. */
+void index_node_update(struct gv_alloc_cluster *c, uint32_t node);
+void index_node_remove(struct gv_alloc_cluster *c, uint32_t node);
+void index_need(const struct gv_alloc_request *r, struct idx_need *need);
+/* false only when no node of the class can fit r (a necessary condition). */
+bool index_may_fit(const struct sclass *k, const struct gv_alloc_request *r,
+                   const struct idx_need *need, uint64_t allowed_models);
+/* Smallest whole-GPU bucket row and fraction bucket column worth visiting. */
+uint32_t index_first_bucket(const struct idx_need *need, uint32_t *min_frac_bucket);
+
 /* fgd.c */
 double fgd_node_frag(struct gv_alloc_cluster *c, uint32_t node);
 /* Expected fragmentation increase (milli-GPU) of placing a/p on node. */
 double fgd_delta(struct gv_alloc_cluster *c, uint32_t node, const struct gv_alloc_request *req,
                  const struct pick *p);
+/* The same, remembering the node's own per-shape terms in before (valid
+ * false on the first call for a node) for its next candidates. */
+struct fgd_before {
+    bool valid;
+    double contrib[WL_MAX_SHAPES];
+};
+double fgd_delta_memo(struct gv_alloc_cluster *c, uint32_t node,
+                      const struct gv_alloc_request *req, const struct pick *p,
+                      struct fgd_before *before);
 void fgd_free_shapes(struct gv_alloc_cluster *c);
 void fgd_node_invalidate(struct node *n);
 gv_status alloc_model_intern(struct gv_alloc_cluster *c, const char *model, uint32_t *id,

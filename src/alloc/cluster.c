@@ -33,6 +33,7 @@ gv_status gv_alloc_cluster_new(const struct gv_alloc_config *cfg, struct gv_allo
     c->wl_scale = 1.0;
     c->wl_growth = c->cfg.workload_half_life > 0 ? exp2(1.0 / c->cfg.workload_half_life) : 1.0;
     c->shapes_gen = 1;
+    index_init(c);
     *out = c;
     return GV_OK;
 }
@@ -75,6 +76,7 @@ void gv_alloc_cluster_free(struct gv_alloc_cluster *c)
     free(c->models);
     fgd_free_shapes(c);
     free(c->memo);
+    index_free(c);
     free(c);
 }
 
@@ -130,8 +132,12 @@ static uint64_t mix64(uint64_t x)
  * order of GPUs, so identical nodes are scored once (policy.c). */
 void alloc_node_resign(struct node *n)
 {
-    uint64_t h = mix64((uint64_t)(n->cpu_cap - n->cpu_used) ^ ((uint64_t)n->n_gpus << 56));
-    h ^= mix64((uint64_t)(n->mem_cap - n->mem_used) + 0x9e3779b97f4a7c15u);
+    /* A capacity of 0 means "not checked", which fits what a full node
+     * does not: the two must not share a signature. */
+    uint64_t h = mix64((uint64_t)(n->cpu_cap - n->cpu_used) ^ ((uint64_t)n->n_gpus << 56) ^
+                       ((uint64_t)(n->cpu_cap > 0) << 63));
+    h ^= mix64((uint64_t)(n->mem_cap - n->mem_used) + 0x9e3779b97f4a7c15u +
+               ((uint64_t)(n->mem_cap > 0) << 62));
     uint64_t sum = 0;
     n->free_share = 0;
     for (uint32_t i = 0; i < n->n_gpus; i++) {
@@ -291,6 +297,7 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
         c->live_nodes++;
         n = &c->nodes[idx];
         n->name = name;
+        n->cls = UINT32_MAX;
     } else {
         n = &c->nodes[idx];
         /* Move placed pods onto the new GPU list by uuid. */
@@ -328,6 +335,7 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
     if (n->n_gpus > c->max_gpus)
         c->max_gpus = n->n_gpus;
     alloc_node_resign(n);
+    index_node_update(c, idx);
     return GV_OK;
 fail:
     labels_free(lk, lv, lk != NULL && lv != NULL ? s->n_labels : 0);
@@ -359,6 +367,7 @@ gv_status gv_alloc_node_remove(struct gv_alloc_cluster *c, const char *name, str
         n->pods = p->next;
         pod_forget(c, p);
     }
+    index_node_remove(c, idx);
     strmap_del(&c->node_map, n->name);
     node_clear(n);
     c->live_nodes--;
@@ -550,6 +559,7 @@ gv_status gv_alloc_place(struct gv_alloc_cluster *c, const struct gv_alloc_reque
         n->pods = p;
         c->live_pods++;
         alloc_node_resign(n);
+        index_node_update(c, idx);
         return GV_OK;
     }
 undo:
@@ -578,7 +588,9 @@ gv_status gv_alloc_release(struct gv_alloc_cluster *c, const char *uid, struct g
         n->pods = p->next;
     if (p->next != NULL)
         p->next->prev = p->prev;
+    uint32_t idx = p->node;
     pod_forget(c, p);
     alloc_node_resign(n);
+    index_node_update(c, idx);
     return GV_OK;
 }

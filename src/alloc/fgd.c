@@ -264,6 +264,13 @@ gv_status gv_alloc_node_fragmentation(struct gv_alloc_cluster *c, const char *no
 double fgd_delta(struct gv_alloc_cluster *c, uint32_t node, const struct gv_alloc_request *req,
                  const struct pick *p)
 {
+    return fgd_delta_memo(c, node, req, p, NULL);
+}
+
+double fgd_delta_memo(struct gv_alloc_cluster *c, uint32_t node,
+                      const struct gv_alloc_request *req, const struct pick *p,
+                      struct fgd_before *before)
+{
     struct node *n = &c->nodes[node];
     double tw = total_weight(c);
     if (tw <= 0 || !profile(c, n))
@@ -281,6 +288,9 @@ double fgd_delta(struct gv_alloc_cluster *c, uint32_t node, const struct gv_allo
         total_new += share_new[j] - share_old[j];
     }
     int64_t cpu_old = cpu_free_of(n, 0), cpu_new = cpu_free_of(n, req->cpu_milli);
+    /* The node's own contributions do not depend on the candidate: one
+     * node's candidates (fgd_best_single) share them. */
+    bool have = before != NULL && before->valid;
     double delta = 0;
     for (uint32_t i = 0; i < c->n_shapes; i++) {
         struct wl_shape *s = &c->shapes[i];
@@ -298,8 +308,17 @@ double fgd_delta(struct gv_alloc_cluster *c, uint32_t node, const struct gv_allo
             else
                 frag += share_new[j];
         }
-        delta += contrib(s, (uint32_t)cnt, frag, total_new, cpu_new) -
-                 contrib(s, n->prof_cnt[i], n->prof_frag[i], n->prof_total, cpu_old);
+        double old;
+        if (have) {
+            old = before->contrib[i];
+        } else {
+            old = contrib(s, n->prof_cnt[i], n->prof_frag[i], n->prof_total, cpu_old);
+            if (before != NULL)
+                before->contrib[i] = old;
+        }
+        delta += contrib(s, (uint32_t)cnt, frag, total_new, cpu_new) - old;
     }
+    if (before != NULL)
+        before->valid = true;
     return delta / tw;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "alloc/alloc_internal.h"
+#include "alloc/gpu_order.h"
 
 gv_status alloc_view_init(struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
                           struct req_view *v, struct gv_error *err)
@@ -100,18 +101,13 @@ bool alloc_gpu_allowed(const struct req_view *v, const struct gpu *g)
     return true;
 }
 
-struct cand {
-    uint32_t gpu;
-    double share;
-};
-
 /* Candidates in GPU-policy order (fewest free first for binpack, most for
  * spread; then by index).  At most 64 entries: insertion sort beats qsort's
  * indirect calls on the hot path. */
-static void cand_sort(struct cand *c, uint32_t n, bool spread)
+static void cand_sort(struct alloc_cand *c, uint32_t n, bool spread)
 {
     for (uint32_t i = 1; i < n; i++) {
-        struct cand x = c[i];
+        struct alloc_cand x = c[i];
         uint32_t j = i;
         while (j > 0 && (spread ? c[j - 1].share < x.share : c[j - 1].share > x.share)) {
             c[j] = c[j - 1];
@@ -174,7 +170,7 @@ bool alloc_fit_node(struct gv_alloc_cluster *c, const struct req_view *v, uint32
     }
     for (uint32_t ci = 0; ci < r->n_containers; ci++) {
         const struct gv_alloc_container_req *cr = &r->containers[ci];
-        struct cand cands[GV_ALLOC_MAX_NODE_GPUS];
+        struct alloc_cand cands[GV_ALLOC_MAX_NODE_GPUS];
         uint32_t nc = 0, allowed = 0;
         for (uint32_t i = 0; i < n->n_gpus; i++) {
             const struct gpu *g = &n->gpus[i];
@@ -184,6 +180,8 @@ bool alloc_fit_node(struct gv_alloc_cluster *c, const struct req_view *v, uint32
             uint64_t need = alloc_gpu_mem_need(g, cr->mem_kind, cr->mem);
             if (!load_can_host(g, &load[i], cr->milli, need))
                 continue;
+            if (r->gpu_mutex && load[i].tasks > 0)
+                continue; /* HAMi's mutex: idle GPUs only */
             cands[nc].gpu = i;
             cands[nc].share = 0;
             nc++;
@@ -201,14 +199,16 @@ bool alloc_fit_node(struct gv_alloc_cluster *c, const struct req_view *v, uint32
             if (reason != NULL)
                 describe_need(cr, need, sizeof(need));
         if (nc < cr->num_gpu) {
-            WHY("%s%s%sgpu %u/%u free but need %u with %s each", pfx, cn,
-                     colon, nc, n->n_gpus, cr->num_gpu, need);
+            WHY("%s%s%sgpu %u/%u free but need %u with %s each%s", pfx, cn,
+                     colon, nc, n->n_gpus, cr->num_gpu, need,
+                     r->gpu_mutex ? " (mutex: idle GPUs only)" : "");
             return false;
         }
         if (nc > cr->num_gpu || (r->numa_bind && cr->num_gpu > 1)) {
             for (uint32_t k = 0; k < nc; k++)
                 cands[k].share = load_free_share(&n->gpus[cands[k].gpu], &load[cands[k].gpu]);
             cand_sort(cands, nc, v->gpu_policy == GV_ALLOC_GPU_SPREAD);
+            alloc_order_numa(n, cands, nc, r->gpu_numa);
         }
         if (r->numa_bind && cr->num_gpu > 1) {
             /* First NUMA node in policy order that has enough candidates. */
@@ -234,6 +234,7 @@ bool alloc_fit_node(struct gv_alloc_cluster *c, const struct req_view *v, uint32
                 return false;
             }
         }
+        alloc_order_topology(n, cands, nc, cr->num_gpu);
         for (uint32_t k = 0; k < cr->num_gpu; k++) {
             uint32_t gi = cands[k].gpu;
             const struct gpu *g = &n->gpus[gi];

@@ -110,6 +110,12 @@ struct gv_alloc_config {
      * first node by name (first fit).  0 = exact scores.
      */
     double fgd_score_step;
+    /*
+     * Score every node instead of the indexed search (docs/alloc.md, "Cost
+     * of a decision"); the choice is the same, only slower.  For tests and
+     * benchmarks that compare the two.
+     */
+    bool exhaustive;
 };
 
 /* HAMi defaults: names above, whole-GPU memory, 0 cores, 1 GPU, split 10,
@@ -161,6 +167,10 @@ struct gv_alloc_request {
     bool numa_bind;     /* all GPUs of a container on one NUMA node */
     int node_policy;    /* gv_alloc_policy, or -1 for the cluster default */
     int gpu_policy;     /* gv_alloc_gpu_policy, or -1 */
+    /* The rest of HAMi's gpu-scheduler-policy chain (docs/alloc.md). */
+    bool gpu_mutex;     /* "mutex": only GPUs no task uses */
+    uint8_t gpu_numa;   /* "numa": 0 absent, 1 sort key before binpack/spread, 2 after */
+    bool gpu_topology;  /* "topology-aware": a container's GPUs best connected */
 };
 
 /* Key/value pair: a resource quantity, an annotation or a label. */
@@ -261,6 +271,17 @@ void gv_alloc_cluster_free(struct gv_alloc_cluster *c);
  */
 gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc_node_spec *spec,
                                struct gv_error *err);
+/*
+ * Interconnect of a node's GPUs (spec order, n = its GPU count): GPUs with
+ * the same nonzero nvlink_group are joined by NVLink, the same nonzero
+ * pcie_group sit under one PCIe switch (0 = in none; NULL = all 0).  A
+ * container asking for several GPUs gets the best-connected set among those
+ * its policy allows (docs/alloc.md, "Topology").  gv_alloc_node_upsert
+ * forgets them: set them again after each upsert.
+ */
+gv_status gv_alloc_node_set_links(struct gv_alloc_cluster *c, const char *node,
+                                  const uint32_t *nvlink_group, const uint32_t *pcie_group,
+                                  size_t n, struct gv_error *err);
 /* Removes a node and every pod placed on it. */
 gv_status gv_alloc_node_remove(struct gv_alloc_cluster *c, const char *name, struct gv_error *err);
 bool gv_alloc_node_exists(const struct gv_alloc_cluster *c, const char *name);

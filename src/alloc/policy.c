@@ -46,7 +46,9 @@ static double fgd_best_single(struct gv_alloc_cluster *c, const struct req_view 
 {
     const struct node *n = &c->nodes[node];
     const struct gv_alloc_container_req *cr = &v->req->containers[0];
-    double best = fgd_delta(c, node, v->req, p);
+    struct fgd_before before;
+    before.valid = false;
+    double best = fgd_delta_memo(c, node, v->req, p, &before);
     uint8_t tried[GV_ALLOC_MAX_NODE_GPUS];
     uint32_t ntried = 0;
     tried[ntried++] = p->gpu[0];
@@ -64,7 +66,7 @@ static double fgd_best_single(struct gv_alloc_cluster *c, const struct req_view 
         tried[ntried++] = (uint8_t)g;
         alt.gpu[0] = (uint8_t)g;
         alt.mem[0] = need;
-        double d = fgd_delta(c, node, v->req, &alt);
+        double d = fgd_delta_memo(c, node, v->req, &alt, &before);
         if (d < best - 1e-9 * fmax(1.0, fabs(best))) {
             best = d;
             p->gpu[0] = (uint8_t)g;
@@ -179,10 +181,66 @@ static struct memo_slot *memo_slot(struct gv_alloc_cluster *c, uint64_t sig, boo
     }
 }
 
-/* Scores node through the memo; reason only filled on a fresh misfit. */
-static bool score_node(struct gv_alloc_cluster *c, const struct req_view *v, bool use_memo,
-                       uint32_t node, double *score, char *reason, size_t cap)
+static bool memo_allowed(const struct gv_alloc_request *req)
 {
+    /* Signatures ignore uuids, so uuid constraints must see every node. */
+    return req->constraint[GV_ALLOC_USE_UUID] == NULL &&
+           req->constraint[GV_ALLOC_NOUSE_UUID] == NULL;
+}
+
+/* Per-call state of a scoring pass over a candidate list: with a healthy
+ * index, a node's state class is its memo slot (no hashing), and a class
+ * that cannot fit is known without scoring. */
+struct pass {
+    bool use_memo, use_cls;
+    struct idx_need need;
+    uint64_t allowed;
+};
+
+static void pass_init(struct gv_alloc_cluster *c, const struct req_view *v, struct pass *ps)
+{
+    memset(ps, 0, sizeof(*ps));
+    if (!memo_allowed(v->req))
+        return;
+    if (!c->index_broken && !c->cfg.exhaustive) {
+        ps->use_memo = ps->use_cls = true;
+        index_need(v->req, &ps->need);
+        for (uint32_t i = 0; i < c->n_models; i++)
+            if (v->model_ok[i])
+                ps->allowed |= i < 64 ? UINT64_C(1) << i : ~UINT64_C(0);
+        if (++c->cls_stamp == 0) {
+            for (uint32_t i = 0; i < c->n_cls; i++)
+                c->cls[i].memo_stamp = 0;
+            c->cls_stamp = 1;
+        }
+        return;
+    }
+    ps->use_memo = memo_prepare(c) == GV_OK;
+}
+
+/* Scores node through the memo; reason only filled on a fresh misfit. */
+static bool score_node(struct gv_alloc_cluster *c, const struct req_view *v,
+                       const struct pass *ps, uint32_t node, double *score, char *reason,
+                       size_t cap)
+{
+    uint32_t ki = c->nodes[node].cls;
+    if (ps->use_cls && ki != UINT32_MAX) {
+        struct sclass *k = &c->cls[ki];
+        if (k->memo_stamp == c->cls_stamp) {
+            *score = k->memo_score;
+            if (!k->memo_fits && reason != NULL)
+                snprintf(reason, cap, "same state as another node that does not fit");
+            return k->memo_fits;
+        }
+        k->memo_stamp = c->cls_stamp;
+        struct pick p;
+        bool fits = (reason != NULL || index_may_fit(k, v->req, &ps->need, ps->allowed)) &&
+                    eval_node(c, v, node, &p, score, reason, cap);
+        k->memo_fits = fits;
+        k->memo_score = fits ? *score : 0;
+        return fits;
+    }
+    bool use_memo = ps->use_memo && !ps->use_cls;
     bool hit = false;
     struct memo_slot *m = use_memo ? memo_slot(c, c->nodes[node].sig, &hit) : NULL;
     if (hit) {
@@ -200,11 +258,86 @@ static bool score_node(struct gv_alloc_cluster *c, const struct req_view *v, boo
     return fits;
 }
 
-static bool memo_allowed(const struct gv_alloc_request *req)
+/*
+ * The indexed search over all nodes: each state class that may fit is
+ * scored once, on its smallest name (docs/alloc.md, "Cost of a decision").
+ * Same result as the exhaustive loop below; *best stays UINT32_MAX when
+ * nothing fits.
+ */
+static void visit_class(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t ki,
+                        const struct idx_need *need, uint64_t allowed, bool cpu_only_fgd,
+                        uint32_t *best, double *best_score)
 {
-    /* Signatures ignore uuids, so uuid constraints must see every node. */
-    return req->constraint[GV_ALLOC_USE_UUID] == NULL &&
-           req->constraint[GV_ALLOC_NOUSE_UUID] == NULL;
+    const struct sclass *k = &c->cls[ki];
+    if (!index_may_fit(k, v->req, need, allowed))
+        return;
+    uint32_t idx = k->heap[0];
+    if (v->policy == GV_ALLOC_POLICY_SPREAD && *best != UINT32_MAX &&
+        spread_bound(&c->nodes[idx]) < *best_score - 1e-9 * fmax(1.0, fabs(*best_score)))
+        return;
+    if (cpu_only_fgd && *best != UINT32_MAX &&
+        /* a node scoring its bound, named so, could not win either */
+        !better(k->used_pm + 999.0 * 1e-4, c->nodes[idx].name, *best_score,
+                c->nodes[*best].name))
+        return;
+    struct pick p;
+    double sc;
+    if (!eval_node(c, v, idx, &p, &sc, NULL, 0))
+        return;
+    if (*best == UINT32_MAX || better(sc, c->nodes[idx].name, *best_score, c->nodes[*best].name)) {
+        *best = idx;
+        *best_score = sc;
+    }
+}
+
+static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t *best,
+                         double *best_score)
+{
+    struct idx_need need;
+    index_need(v->req, &need);
+    uint64_t allowed = 0;
+    for (uint32_t i = 0; i < c->n_models; i++)
+        if (v->model_ok[i])
+            allowed |= i < 64 ? UINT64_C(1) << i : ~UINT64_C(0);
+    uint32_t fmin;
+    uint32_t wmin = index_first_bucket(&need, &fmin);
+    bool cpu_only_fgd = v->policy == GV_ALLOC_POLICY_FGD && v->req->n_containers == 0;
+    if (cpu_only_fgd) {
+        /* Fullest GPUs first: once a level's best possible score loses,
+         * every emptier level does too. */
+        for (int pm = 1000; pm >= 0; pm--) {
+            if (*best != UINT32_MAX && pm + 999.0 * 1e-4 < *best_score - 1e-9 * fmax(1.0, fabs(*best_score)))
+                break;
+            for (uint32_t ki = c->pm_head[pm]; ki != UINT32_MAX; ki = c->cls[ki].pm_next)
+                visit_class(c, v, ki, &need, allowed, true, best, best_score);
+        }
+        return;
+    }
+    /* Spread's bound prunes once a good (empty) node is found: emptiest
+     * buckets first; the others fullest first.  The order changes nothing
+     * but the work (ties go by name). */
+    bool rev = v->policy == GV_ALLOC_POLICY_SPREAD;
+    for (uint32_t wi = wmin; wi <= IDX_WHOLE_MAX; wi++) {
+        uint32_t w = rev ? IDX_WHOLE_MAX - (wi - wmin) : wi;
+        for (uint32_t fi = fmin; fi < IDX_FRAC_BUCKETS; fi++) {
+            uint32_t f = rev ? IDX_FRAC_BUCKETS - 1 - (fi - fmin) : fi;
+            for (uint32_t ki = c->bucket_head[w * IDX_FRAC_BUCKETS + f]; ki != UINT32_MAX;
+                 ki = c->cls[ki].next)
+                visit_class(c, v, ki, &need, allowed, false, best, best_score);
+        }
+    }
+}
+
+/* The chosen node's GPUs into out; ends the view. */
+static gv_status pick_done(struct gv_alloc_cluster *c, struct req_view *v, uint32_t best,
+                           struct gv_alloc_assignment *out)
+{
+    struct pick p;
+    double s;
+    eval_node(c, v, best, &p, &s, NULL, 0);
+    alloc_pick_assignment(c, v->req, best, &p, out);
+    alloc_view_fini(v);
+    return GV_OK;
 }
 
 gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
@@ -215,7 +348,32 @@ gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_reques
     gv_status rc = alloc_view_init(c, req, &v, err);
     if (rc != GV_OK)
         return rc;
-    bool use_memo = memo_allowed(req) && memo_prepare(c) == GV_OK;
+    if (nodes == NULL && memo_allowed(req) && !c->cfg.exhaustive && !c->index_broken) {
+        uint32_t best = UINT32_MAX;
+        double best_score = 0;
+        pick_indexed(c, &v, &best, &best_score);
+        if (best != UINT32_MAX)
+            return pick_done(c, &v, best, out);
+        /* Nothing fits: the exhaustive loop would report the first live
+         * node (none fits, so the first is the first misfit) and its
+         * reason; say the same without visiting the rest. */
+        uint32_t first = 0;
+        while (first < c->n_nodes && c->nodes[first].name == NULL)
+            first++;
+        if (first < c->n_nodes) {
+            char why[GV_ALLOC_REASON_MAX] = "";
+            struct pick p;
+            if (!alloc_fit_node(c, &v, first, &p, why, sizeof(why))) {
+                rc = gv_error_set(err, GV_ENOFIT, "0/%u nodes fit; %.200s: %s", c->live_nodes,
+                                  c->nodes[first].name, why);
+                alloc_view_fini(&v);
+                return rc;
+            }
+        }
+        /* the first node fits after all (index out of step): score all */
+    }
+    struct pass ps;
+    pass_init(c, &v, &ps);
     size_t total = nodes != NULL ? n : c->n_nodes;
     uint32_t best = UINT32_MAX, tried = 0, unknown = 0;
     double best_score = 0;
@@ -242,7 +400,7 @@ gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_reques
             continue;
         double s;
         bool need_reason = first_name == NULL;
-        if (score_node(c, &v, use_memo, idx, &s, need_reason ? first_reason : NULL,
+        if (score_node(c, &v, &ps, idx, &s, need_reason ? first_reason : NULL,
                        sizeof(first_reason))) {
             if (best == UINT32_MAX || better(s, c->nodes[idx].name, best_score,
                                              c->nodes[best].name)) {
@@ -263,12 +421,7 @@ gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_reques
         alloc_view_fini(&v);
         return rc;
     }
-    struct pick p;
-    double s;
-    eval_node(c, &v, best, &p, &s, NULL, 0);
-    alloc_pick_assignment(c, req, best, &p, out);
-    alloc_view_fini(&v);
-    return GV_OK;
+    return pick_done(c, &v, best, out);
 }
 
 gv_status gv_alloc_score_nodes(struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
@@ -284,12 +437,13 @@ gv_status gv_alloc_score_nodes(struct gv_alloc_cluster *c, const struct gv_alloc
         alloc_view_fini(&v);
         return gv_error_set(err, GV_ENOMEM, "out of memory");
     }
-    bool use_memo = memo_allowed(req) && memo_prepare(c) == GV_OK;
+    struct pass ps;
+    pass_init(c, &v, &ps);
     double lo = INFINITY, hi = -INFINITY;
     for (size_t i = 0; i < n; i++) {
         uint32_t idx = strmap_get(&c->node_map, nodes[i]);
         scores[i] = -1;
-        if (idx == UINT32_MAX || !score_node(c, &v, use_memo, idx, &raw[i], NULL, 0))
+        if (idx == UINT32_MAX || !score_node(c, &v, &ps, idx, &raw[i], NULL, 0))
             continue;
         scores[i] = 0;
         lo = fmin(lo, raw[i]);

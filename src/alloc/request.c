@@ -37,6 +37,9 @@ void gv_alloc_config_default(struct gv_alloc_config *cfg)
 
 static const char *const policy_names[GV_ALLOC_POLICY_COUNT] = {"binpack", "spread", "bestfit",
                                                                 "fgd"};
+/* Aliyun gpushare's GPUs-per-container resource (beside cfg->res.mem_gib). */
+#define GPUSHARE_COUNT "aliyun.com/gpu-count"
+
 static const char *const gpu_policy_names[GV_ALLOC_GPU_POLICY_COUNT] = {"binpack", "spread"};
 
 const char *gv_alloc_policy_name(gv_alloc_policy p)
@@ -234,6 +237,20 @@ static gv_status parse_container(const struct gv_alloc_config *cfg,
                             "container \"%s\": %s cannot be combined with %s or %s", cname,
                             cfg->res.mem_gib, cfg->res.mem, cfg->res.mem_pct);
     bool extras = has_mem || has_pct || has_cores || has_gib || has_prio;
+    /* Aliyun gpushare's GPU count beside aliyun.com/gpu-mem */
+    int64_t share_n = 0;
+    bool has_share_n;
+    if ((rc = res_int(ci, cname, GPUSHARE_COUNT, 0, GV_ALLOC_MAX_DEVICES, &share_n, &has_share_n,
+                      err)))
+        return rc;
+    if (has_share_n && has_gpus && share_n != gpus)
+        return gv_error_set(err, GV_EINVAL,
+                            "container \"%s\": %s %lld and %s %lld disagree; set one", cname,
+                            GPUSHARE_COUNT, (long long)share_n, cfg->res.gpu, (long long)gpus);
+    if (has_share_n && !has_gpus) {
+        gpus = share_n;
+        has_gpus = true;
+    }
     if (has_gpus && gpus == 0) {
         if (extras)
             return gv_error_set(err, GV_EINVAL,
@@ -327,6 +344,58 @@ static const char *ann_find(const struct gv_alloc_pod_in *in, const char *ours, 
     return v;
 }
 
+/*
+ * HAMi's gpu-scheduler-policy: a comma chain of binpack / spread / numa
+ * (sort keys, in the order written) and mutex / topology-aware (filters).
+ * With no binpack or spread in it, HAMi orders GPUs by spread.
+ */
+static gv_status parse_gpu_policy(const char *v, const char *key, struct gv_alloc_request *r,
+                                  struct gv_error *err)
+{
+    int order = -1;
+    bool numa = false, numa_first = false;
+    const char *p = v;
+    while (*p != '\0') {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        size_t n = strcspn(p, ",");
+        size_t m = n;
+        while (m > 0 && (p[m - 1] == ' ' || p[m - 1] == '\t'))
+            m--;
+        char tok[32];
+        if (m == 0 || m >= sizeof(tok))
+            goto bad;
+        memcpy(tok, p, m);
+        tok[m] = '\0';
+        int pol = gv_alloc_gpu_policy_parse(tok);
+        if (pol >= 0) {
+            if (order < 0)
+                order = pol; /* the first sort key decides; a later one never differs */
+        } else if (strcasecmp(tok, "numa") == 0) {
+            if (!numa)
+                numa_first = order < 0;
+            numa = true;
+        } else if (strcasecmp(tok, "mutex") == 0) {
+            r->gpu_mutex = true;
+        } else if (strcasecmp(tok, "topology-aware") == 0) {
+            r->gpu_topology = true;
+        } else {
+            goto bad;
+        }
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    r->gpu_policy = order >= 0 ? order : GV_ALLOC_GPU_SPREAD;
+    r->gpu_numa = numa ? (numa_first ? 1 : 2) : 0;
+    return GV_OK;
+bad:
+    return gv_error_set(err, GV_EINVAL,
+                        "annotation %s: unknown GPU policy \"%.64s\" (a comma list of binpack, "
+                        "spread, numa, mutex, topology-aware)",
+                        key, v);
+}
+
 static gv_status parse_annotations(const struct gv_alloc_pod_in *in, struct gv_alloc_request *r,
                                    struct gv_error *err)
 {
@@ -365,17 +434,16 @@ static gv_status parse_annotations(const struct gv_alloc_pod_in *in, struct gv_a
         r->node_policy = p;
     }
     v = ann_find(in, "gpuvisor.io/gpu-policy", "hami.io/gpu-scheduler-policy", &key);
-    if (v != NULL && *v != '\0') {
-        int p = gv_alloc_gpu_policy_parse(v);
-        /* HAMi's topology-aware packs GPUs, which binpack approximates. */
-        if (p < 0 && strcasecmp(v, "topology-aware") == 0)
-            p = GV_ALLOC_GPU_BINPACK;
-        if (p < 0)
-            return gv_error_set(err, GV_EINVAL,
-                                "annotation %s: unknown GPU policy \"%.64s\" (binpack or spread)",
-                                key, v);
-        r->gpu_policy = p;
-    }
+    if (v != NULL && *v != '\0' && parse_gpu_policy(v, key, r, err) != GV_OK)
+        return GV_EINVAL;
+    /* HAMi's device mode: its hami-core is what gpuvisor does */
+    v = kv_find(in->annotations, in->n_annotations, "nvidia.com/vgpu-mode");
+    if (v != NULL && *v != '\0' && strcasecmp(v, "hami-core") != 0)
+        return gv_error_set(err, GV_EINVAL,
+                            "annotation nvidia.com/vgpu-mode: \"%.32s\" is not offered: gpuvisor "
+                            "shares GPUs through its interposer only (no MIG or MPS); remove the "
+                            "annotation or write \"hami-core\"",
+                            v);
     return GV_OK;
 }
 

@@ -4,12 +4,15 @@
  * under each placement policy and compare (docs/simulate.md).
  * Exit codes: 0 ok, 1 runtime failure (writing outputs), 2 bad usage/input.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <sys/stat.h>
 
 #include "cli/commands.h"
 #include "common/gv_file.h"
@@ -18,20 +21,24 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: gpuvisor simulate [--nodes FILE --pods FILE | --synthetic SPEC]\n"
+            "usage: gpuvisor simulate [--nodes FILE --pods FILE | --from-cluster DUMP.json |\n"
+            "                          --synthetic SPEC]\n"
             "                         [--policy binpack|spread|bestfit|fgd|all]\n"
-            "                         [--seed N | --seeds A-B] [--inflate X]\n"
+            "                         [--seed N | --seeds A-B | --seeds N] [--inflate X]\n"
             "                         [--csv OUT.csv] [--plot OUT.svg]\n\n"
             "Replays a trace through the allocation engine with the openb protocol and\n"
             "prints allocated vs arrived GPU share per policy (mean +- sd over seeds).\n"
             "  --nodes, --pods  openb CSV (node/pod lists) or `kubectl get ... -o json` dumps\n"
+            "  --from-cluster   one `kubectl get nodes,pods -A -o json` dump of a live cluster\n"
             "  --synthetic      built-in cluster and workload: \"default\" or key=value list\n"
             "                   (nodes, pods, frac, multi, cpu, typed, seed); the default\n"
             "                   when no trace is given\n"
             "  --policy         one policy or all (default all)\n"
             "  --seed/--seeds   replay seeds (default 42-51)\n"
             "  --inflate        arrived GPU requests to replay, x capacity (default 1.3)\n"
-            "  --csv, --plot    also write per-seed curves (CSV) / a chart (SVG)\n");
+            "  --csv, --plot    also write per-seed curves (CSV) / a chart (SVG)\n"
+            "Every report ends with an offline reference: an oracle that sees the whole\n"
+            "workload in advance and a lower bound on unallocated GPUs.\n");
 }
 
 __attribute__((format(printf, 1, 2))) static int bad_usage(const char *fmt, ...)
@@ -68,6 +75,68 @@ static const char *base(const char *path)
     return s ? s + 1 : path;
 }
 
+/*
+ * Fails before any replay when path cannot be written: a directory, or a
+ * folder where no file can be created (the atomic write's temp file goes
+ * beside the target).  Minutes of replay then a lost result is the worst
+ * way to learn about a typo.
+ */
+static bool output_writable(const char *path, struct gv_error *err)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        gv_error_set(err, GV_EINVAL, "%s: is a directory", path);
+        return false;
+    }
+    char probe[4096];
+    if ((size_t)snprintf(probe, sizeof(probe), "%s.probe.XXXXXX", path) >= sizeof(probe)) {
+        gv_error_set(err, GV_EINVAL, "%.64s...: path too long", path);
+        return false;
+    }
+    int fd = mkstemp(probe);
+    if (fd < 0) {
+        gv_error_set(err, GV_EIO, "%s: cannot write there: %s", path, strerror(errno));
+        return false;
+    }
+    close(fd);
+    unlink(probe);
+    return true;
+}
+
+/* Progress on stderr: a redrawn bar on a terminal, else one line per run;
+ * quiet for runs that end within a couple of seconds. */
+static void progress(bool tty, double elapsed, uint32_t done, uint32_t runs, const char *what,
+                     uint64_t seed)
+{
+    /* GV_SIMULATE_PROGRESS_AFTER (seconds) lets a test see the bar
+     * without a slow replay */
+    static double after = -1;
+    if (after < 0) {
+        const char *e = getenv("GV_SIMULATE_PROGRESS_AFTER");
+        after = e != NULL ? atof(e) : 2.0;
+        if (!(after >= 0))
+            after = 2.0;
+    }
+    if (elapsed < after)
+        return;
+    if (!tty) {
+        fprintf(stderr, "simulate: %-7s seed %llu done (%u/%u, %.1fs)\n", what,
+                (unsigned long long)seed, done, runs, elapsed);
+        return;
+    }
+    char bar[31];
+    uint32_t fill = runs ? done * 30 / runs : 30;
+    for (uint32_t i = 0; i < 30; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[30] = '\0';
+    double eta = done ? elapsed * (runs - done) / done : 0;
+    fprintf(stderr, "\rsimulate [%s] %u/%u runs, %.0fs, about %.0fs left ", bar, done, runs,
+            elapsed, eta);
+    if (done == runs)
+        fprintf(stderr, "\n");
+    fflush(stderr);
+}
+
 int gv_cmd_simulate(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -76,8 +145,10 @@ int gv_cmd_simulate(int argc, char **argv)
         {"seed", required_argument, NULL, 'e'},    {"seeds", required_argument, NULL, 'E'},
         {"inflate", required_argument, NULL, 'i'}, {"csv", required_argument, NULL, 'c'},
         {"plot", required_argument, NULL, 'o'},    {"help", no_argument, NULL, 'h'},
+        {"from-cluster", required_argument, NULL, 'C'},
         {NULL, 0, NULL, 0}};
     const char *nodes = NULL, *pods = NULL, *synthetic = NULL, *csv = NULL, *plot = NULL;
+    const char *dump = NULL;
     const char *policy = "all";
     uint64_t seed_lo = 42, seed_hi = 51;
     bool seed_given = false;
@@ -89,6 +160,7 @@ int gv_cmd_simulate(int argc, char **argv)
         switch (ch) {
         case 'n': nodes = optarg; break;
         case 'p': pods = optarg; break;
+        case 'C': dump = optarg; break;
         case 's': synthetic = optarg; break;
         case 'P': policy = optarg; break;
         case 'c': csv = optarg; break;
@@ -102,8 +174,14 @@ int gv_cmd_simulate(int argc, char **argv)
         case 'E': {
             const char *dash = strchr(optarg, '-');
             char lo[32];
+            if (!seed_given && dash == NULL && parse_u64(optarg, &seed_lo)) {
+                /* one seed is a range of one */
+                seed_hi = seed_lo;
+                seed_given = true;
+                break;
+            }
             if (seed_given || dash == NULL || (size_t)(dash - optarg) >= sizeof(lo))
-                return bad_usage("--seeds wants A-B, e.g. 42-51 (got \"%s\")", optarg);
+                return bad_usage("--seeds wants A-B or N, e.g. 42-51 (got \"%s\")", optarg);
             memcpy(lo, optarg, (size_t)(dash - optarg));
             lo[dash - optarg] = '\0';
             if (!parse_u64(lo, &seed_lo) || !parse_u64(dash + 1, &seed_hi) || seed_hi < seed_lo ||
@@ -131,6 +209,8 @@ int gv_cmd_simulate(int argc, char **argv)
         return bad_usage("%s", "--nodes and --pods go together");
     if (nodes != NULL && synthetic != NULL)
         return bad_usage("%s", "--synthetic excludes --nodes/--pods");
+    if (dump != NULL && (nodes != NULL || synthetic != NULL))
+        return bad_usage("%s", "--from-cluster excludes --nodes/--pods and --synthetic");
     struct gv_sim_report rep = {0};
     if (strcmp(policy, "all") == 0) {
         for (int p = 0; p < GV_ALLOC_POLICY_COUNT; p++)
@@ -147,9 +227,20 @@ int gv_cmd_simulate(int argc, char **argv)
     struct gv_sim_trace *t = NULL;
     struct gv_sim_buf table = {0}, csvb = {0}, svg = {0};
     char title[512];
+    if ((csv != NULL && !output_writable(csv, &err)) ||
+        (plot != NULL && !output_writable(plot, &err))) {
+        status = 1;
+        goto fail;
+    }
     if (gv_sim_trace_new(&t, &err) != GV_OK)
         goto fail;
-    if (nodes != NULL) {
+    if (dump != NULL) {
+        if (gv_sim_load_cluster(t, dump, &err) != GV_OK)
+            goto fail;
+        snprintf(title, sizeof(title), "cluster dump %s (%zu nodes, %llu GPUs, %zu pods)",
+                 base(dump), gv_sim_trace_nodes(t),
+                 (unsigned long long)(gv_sim_trace_gpu_milli(t) / 1000), gv_sim_trace_pods(t));
+    } else if (nodes != NULL) {
         if (gv_sim_load_nodes(t, nodes, &err) != GV_OK || gv_sim_load_pods(t, pods, &err) != GV_OK)
             goto fail;
         snprintf(title, sizeof(title), "%s on %s (%zu nodes, %llu GPUs, %zu pods)", base(pods),
@@ -167,25 +258,29 @@ int gv_cmd_simulate(int argc, char **argv)
     rep.n_seeds = (uint32_t)(seed_hi - seed_lo + 1);
     rep.seeds = calloc(rep.n_seeds, sizeof(*rep.seeds));
     rep.curves = calloc((size_t)rep.n_seeds * rep.n_policies, sizeof(*rep.curves));
-    if (rep.seeds == NULL || rep.curves == NULL) {
+    rep.refs = calloc(rep.n_seeds, sizeof(*rep.refs));
+    if (rep.seeds == NULL || rep.curves == NULL || rep.refs == NULL) {
         gv_error_set(&err, GV_ENOMEM, "out of memory");
         status = 1;
         goto fail;
     }
     double t0 = now();
-    uint32_t runs = rep.n_seeds * rep.n_policies, done = 0;
+    bool tty = isatty(STDERR_FILENO);
+    uint32_t runs = rep.n_seeds * (rep.n_policies + 1), done = 0;
     for (uint32_t p = 0; p < rep.n_policies; p++) {
         for (uint32_t s = 0; s < rep.n_seeds; s++) {
             rep.seeds[s] = seed_lo + s;
             struct gv_sim_curve *cv = &rep.curves[p * rep.n_seeds + s];
             if (gv_sim_run(t, rep.policies[p], rep.seeds[s], inflate, cv, &err) != GV_OK)
                 goto fail;
-            done++;
-            if (now() - t0 > 1.0)
-                fprintf(stderr, "simulate: %-7s seed %llu done (%u/%u, %.1fs)\n",
-                        gv_alloc_policy_name(rep.policies[p]), (unsigned long long)rep.seeds[s],
-                        done, runs, now() - t0);
+            progress(tty, now() - t0, ++done, runs, gv_alloc_policy_name(rep.policies[p]),
+                     rep.seeds[s]);
         }
+    }
+    for (uint32_t s = 0; s < rep.n_seeds; s++) {
+        if (gv_sim_reference(t, rep.seeds[s], &rep.refs[s], &err) != GV_OK)
+            goto fail;
+        progress(tty, now() - t0, ++done, runs, "oracle", rep.seeds[s]);
     }
     rep.max_pct = rep.curves[0].n - 1;
     gv_sim_report_table(&rep, title, &table);
@@ -216,6 +311,7 @@ fail:
         gv_sim_curve_free(&rep.curves[i]);
     free(rep.curves);
     free(rep.seeds);
+    free(rep.refs);
     gv_sim_buf_free(&table);
     gv_sim_buf_free(&csvb);
     gv_sim_buf_free(&svg);

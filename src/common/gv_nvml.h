@@ -214,6 +214,26 @@ nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice
 nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id);
 nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id);
 nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes);
+/* --- topology (multi-GPU placement) -------------------------------------- */
+typedef enum {
+    NVML_TOPOLOGY_INTERNAL = 0,    /* the same GPU */
+    NVML_TOPOLOGY_SINGLE = 10,     /* one PCIe switch (PIX) */
+    NVML_TOPOLOGY_MULTIPLE = 20,   /* several PCIe switches, no host bridge (PXB) */
+    NVML_TOPOLOGY_HOSTBRIDGE = 30, /* one host bridge (PHB) */
+    NVML_TOPOLOGY_NODE = 40,       /* one NUMA node, several host bridges */
+    NVML_TOPOLOGY_SYSTEM = 50      /* across NUMA nodes (SYS) */
+} nvmlGpuTopologyLevel_t;
+
+typedef enum { NVML_FEATURE_DISABLED = 0, NVML_FEATURE_ENABLED = 1 } nvmlEnableState_t;
+
+#define NVML_NVLINK_MAX_LINKS 18
+
+nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2,
+                                                 nvmlGpuTopologyLevel_t *pathInfo);
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
+                                      nvmlEnableState_t *isActive);
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link,
+                                                 nvmlPciInfo_t *pci);
 
 /* --- events (health) ---------------------------------------------------- */
 nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set);

@@ -36,6 +36,12 @@ int gv_inventory_mode_parse(const char *name)
     return -1;
 }
 
+/* The optional "wholeDevices" list: definitions at the end of this file. */
+static gv_status whole_encode(const struct gv_inventory_whole_list *l, json_t *root,
+                                           struct gv_error *err);
+static gv_status whole_decode(json_t *root, struct gv_inventory_whole_list *l,
+                                           struct gv_error *err);
+
 gv_status gv_inventory_encode(const struct gv_inventory *inv, char **out, struct gv_error *err)
 {
     json_t *gpus = json_array();
@@ -53,11 +59,25 @@ gv_status gv_inventory_encode(const struct gv_inventory *inv, char **out, struct
                               (json_int_t)g->split, "numa", (json_int_t)g->numa, "healthy",
                               g->healthy, "mode", gv_inventory_mode_name(g->mode), "mig",
                               g->mig, "pciBusId", g->pci_bus_id);
+        if (o != NULL && g->nvlink_group > 0)
+            json_object_set_new(o, "nvlinkIsland", json_integer(g->nvlink_group - 1));
+        if (o != NULL && g->pcie_group > 0)
+            json_object_set_new(o, "pcieSwitch", json_integer(g->pcie_group - 1));
+        if (o && g->resource[0] &&
+            json_object_set_new(o, "resource", json_string(g->resource)) != 0) {
+            json_decref(o);
+            o = NULL;
+        }
         if (o == NULL || json_array_append_new(gpus, o) != 0) {
             json_decref(root);
             return gv_error_set(err, GV_EINVAL, "inventory: GPU %u has a field JSON cannot hold",
                                 i);
         }
+    }
+    gv_status wst = whole_encode(&inv->whole, root, err);
+    if (wst != GV_OK) {
+        json_decref(root);
+        return wst;
     }
     *out = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(root);
@@ -118,6 +138,7 @@ static gv_status decode_gpu(json_t *o, const char *where, struct gv_inventory_gp
     if (get_str(o, "uuid", where, g->uuid, sizeof(g->uuid), true, err) ||
         get_str(o, "model", where, g->model, sizeof(g->model), true, err) ||
         get_str(o, "pciBusId", where, g->pci_bus_id, sizeof(g->pci_bus_id), false, err) ||
+        get_str(o, "resource", where, g->resource, sizeof(g->resource), false, err) ||
         get_str(o, "mode", where, mode, sizeof(mode), true, err))
         return err->code;
     if (g->uuid[0] == '\0')
@@ -144,6 +165,17 @@ static gv_status decode_gpu(json_t *o, const char *where, struct gv_inventory_gp
     g->numa = (int32_t)x;
     if (get_bool(o, "healthy", where, &g->healthy, err) || get_bool(o, "mig", where, &g->mig, err))
         return err->code;
+    /* optional: agents before topology publish none */
+    const char *groups[] = {"nvlinkIsland", "pcieSwitch"};
+    uint32_t *slots[] = {&g->nvlink_group, &g->pcie_group};
+    for (int k = 0; k < 2; k++) {
+        *slots[k] = 0;
+        if (json_object_get(o, groups[k]) == NULL)
+            continue;
+        if (get_int(o, groups[k], where, 0, 1023, &x, err))
+            return err->code;
+        *slots[k] = (uint32_t)x + 1;
+    }
     json_t *s = json_object_get(o, "memoryScaling");
     if (!json_is_number(s) || !(json_number_value(s) > 0 && json_number_value(s) <= 100))
         return gv_error_set(err, GV_EPARSE, "inventory: %smemoryScaling must be a number in "
@@ -209,9 +241,133 @@ gv_status gv_inventory_decode(const char *text, size_t len, struct gv_inventory 
         }
         out->n_gpus = (uint32_t)(i + 1);
     }
+    st = whole_decode(root, &out->whole, err);
 out:
     json_decref(root);
     if (st != GV_OK)
         memset(out, 0, sizeof(*out));
     return st;
+}
+
+/* ---- "wholeDevices": passthrough GPUs and mediated devices (docs/passthrough.md) ---- */
+
+static const char *const kind_names[] = {
+#define GV_X_WKIND(id, name) name,
+    GV_INVENTORY_WHOLE_KIND_LIST(GV_X_WKIND)
+#undef GV_X_WKIND
+};
+
+static gv_status whole_encode(const struct gv_inventory_whole_list *l, json_t *root,
+                                           struct gv_error *err)
+{
+    if (l->n == 0)
+        return GV_OK;
+    json_t *arr = json_array();
+    if (arr == NULL || json_object_set_new(root, "wholeDevices", arr) != 0)
+        return gv_error_set(err, GV_ENOMEM, "inventory: cannot build JSON");
+    for (uint32_t i = 0; i < l->n && i < GV_INVENTORY_MAX_WHOLE; i++) {
+        const struct gv_inventory_whole *w = &l->dev[i];
+        if ((unsigned)w->kind >= GV_INVENTORY_WHOLE_KIND_COUNT)
+            return gv_error_set(err, GV_EINVAL, "inventory: wholeDevices[%u]: bad kind", i);
+        json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:b}", "kind", kind_names[w->kind],
+                              "resource", w->resource, "id", w->id, "pciBusId", w->pci_bus_id,
+                              "iommuGroup", w->iommu_group, "healthy", w->healthy);
+        if (o == NULL || json_array_append_new(arr, o) != 0)
+            return gv_error_set(err, GV_EINVAL,
+                                "inventory: wholeDevices[%u] has a field JSON cannot hold", i);
+    }
+    return GV_OK;
+}
+
+static gv_status whole_field(json_t *o, const char *key, size_t i, char *dst, size_t cap,
+                       struct gv_error *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_string(v))
+        return gv_error_set(err, GV_EPARSE, "inventory: wholeDevices[%zu].%s: expected a string",
+                            i, key);
+    size_t len = json_string_length(v);
+    if (len >= cap || strlen(json_string_value(v)) != len)
+        return gv_error_set(err, GV_ERANGE,
+                            "inventory: wholeDevices[%zu].%s: longer than %zu bytes or holds NUL",
+                            i, key, cap - 1);
+    memcpy(dst, json_string_value(v), len + 1);
+    return GV_OK;
+}
+
+static gv_status whole_decode(json_t *root, struct gv_inventory_whole_list *l,
+                                           struct gv_error *err)
+{
+    json_t *arr = json_object_get(root, "wholeDevices");
+    l->n = 0;
+    if (arr == NULL)
+        return GV_OK;
+    if (!json_is_array(arr))
+        return gv_error_set(err, GV_EPARSE, "inventory: wholeDevices must be a list");
+    if (json_array_size(arr) > GV_INVENTORY_MAX_WHOLE)
+        return gv_error_set(err, GV_ERANGE, "inventory: %zu whole devices, more than the %d supported",
+                            json_array_size(arr), GV_INVENTORY_MAX_WHOLE);
+    size_t i;
+    json_t *o;
+    json_array_foreach(arr, i, o) {
+        struct gv_inventory_whole *w = &l->dev[i];
+        char kind[16];
+        gv_status st;
+        memset(w, 0, sizeof *w);
+        if (!json_is_object(o))
+            return gv_error_set(err, GV_EPARSE, "inventory: wholeDevices[%zu] must be an object", i);
+        if ((st = whole_field(o, "kind", i, kind, sizeof kind, err)) != GV_OK ||
+            (st = whole_field(o, "resource", i, w->resource, sizeof w->resource, err)) != GV_OK ||
+            (st = whole_field(o, "id", i, w->id, sizeof w->id, err)) != GV_OK ||
+            (st = whole_field(o, "pciBusId", i, w->pci_bus_id, sizeof w->pci_bus_id, err)) != GV_OK ||
+            (st = whole_field(o, "iommuGroup", i, w->iommu_group, sizeof w->iommu_group, err)) != GV_OK)
+            return st;
+        int k = -1;
+        for (int j = 0; j < GV_INVENTORY_WHOLE_KIND_COUNT; j++)
+            if (strcmp(kind, kind_names[j]) == 0)
+                k = j;
+        if (k < 0)
+            return gv_error_set(err, GV_EPARSE, "inventory: wholeDevices[%zu].kind: unknown '%s'",
+                                i, kind);
+        w->kind = (enum gv_inventory_whole_kind)k;
+        json_t *h = json_object_get(o, "healthy");
+        if (!json_is_boolean(h))
+            return gv_error_set(err, GV_EPARSE,
+                                "inventory: wholeDevices[%zu].healthy: expected true or false", i);
+        w->healthy = json_is_true(h);
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(l->dev[j].resource, w->resource) == 0 && strcmp(l->dev[j].id, w->id) == 0)
+                return gv_error_set(err, GV_EPARSE, "inventory: wholeDevices[%zu] repeats %s %s",
+                                    i, w->resource, w->id);
+        l->n = (uint32_t)(i + 1);
+    }
+    return GV_OK;
+}
+
+/* domain, bus, device, function of "dddd[dddd]:bb:dd.f"; false when it is not one. */
+static bool parse_pci(const char *s, unsigned long out[4])
+{
+    char tail;
+    unsigned long d, b, dev, f;
+    if (s == NULL || sscanf(s, "%lx:%lx:%lx.%lx%c", &d, &b, &dev, &f, &tail) != 4)
+        return false;
+    out[0] = d, out[1] = b, out[2] = dev, out[3] = f;
+    return true;
+}
+
+bool gv_inventory_same_pci(const char *a, const char *b)
+{
+    unsigned long x[4], y[4];
+    return parse_pci(a, x) && parse_pci(b, y) && memcmp(x, y, sizeof x) == 0;
+}
+
+bool gv_inventory_gpu_taken(const struct gv_inventory *inv, const struct gv_inventory_gpu *g)
+{
+    /* set aside for passthrough, still on its host driver: not for slices either */
+    if (g->mode == GV_INVENTORY_MODE_PASSTHROUGH)
+        return true;
+    for (uint32_t i = 0; i < inv->whole.n; i++)
+        if (gv_inventory_same_pci(inv->whole.dev[i].pci_bus_id, g->pci_bus_id))
+            return true;
+    return false;
 }

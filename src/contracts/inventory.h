@@ -36,7 +36,8 @@
     X(EXCLUSIVE, "exclusive", 1)                                                                   \
     X(TIMESLICING, "timeslicing", 0)                                                               \
     X(MPS, "mps", 0)                                                                               \
-    X(MIG, "mig", 1)
+    X(MIG, "mig", 1)                                                                               \
+    X(PASSTHROUGH, "passthrough", 1)
 
 enum gv_inventory_mode {
 #define GV_X_IMODE(id, name, whole) GV_INVENTORY_MODE_##id,
@@ -72,6 +73,53 @@ struct gv_inventory_gpu {
     int32_t cc_major, cc_minor; /* compute capability; 0.0 unknown */
     uint32_t pci_class;        /* 0x030200 compute, 0x030000 graphics; 0 unknown */
     bool renamed;              /* its replicas go under a renamed resource (no -SHARED) */
+    /* Interconnect groups, 1 + the lowest GPU index of the GPUs joined by
+     * NVLink / under one PCIe switch; 0 = in none (a zeroed struct claims no
+     * topology).  JSON: "nvlinkIsland" / "pcieSwitch" = that index, absent
+     * when 0. */
+    uint32_t nvlink_group;
+    uint32_t pcie_group;
+    /*
+     * "resource" (optional): the resource the GPU is advertised under when
+     * not the agent's resourceName (NVIDIA's sharing block renamed it, e.g.
+     * nvidia.com/gpu.shared); "" = resourceName.  Pods asking resourceName
+     * cannot get such a GPU, so the scheduler does not place them there.
+     */
+    char resource[128];
+};
+
+/*
+ * Whole devices for VMs (docs/passthrough.md): GPUs bound to vfio-pci and
+ * mediated devices, advertised under their own resource names.  Optional
+ * "wholeDevices" list; absent means none.  The GPU a device occupies
+ * (pci_bus_id: the passthrough GPU itself, or an mdev's physical GPU) is
+ * never sliced: the scheduler treats a GPU with the same PCI address as
+ * unavailable.
+ */
+#define GV_INVENTORY_MAX_WHOLE 128
+#define GV_INVENTORY_WHOLE_KIND_LIST(X)                                                            \
+    X(PASSTHROUGH, "passthrough")                                                                  \
+    X(MDEV, "mdev")
+
+enum gv_inventory_whole_kind {
+#define GV_X_WKIND(id, name) GV_INVENTORY_WHOLE_##id,
+    GV_INVENTORY_WHOLE_KIND_LIST(GV_X_WKIND)
+#undef GV_X_WKIND
+    GV_INVENTORY_WHOLE_KIND_COUNT
+};
+
+struct gv_inventory_whole {
+    enum gv_inventory_whole_kind kind;
+    char resource[128];  /* "nvidia.com/GH100_H100_PCIE" */
+    char id[48];         /* device ID advertised: PCI address or mdev UUID */
+    char pci_bus_id[32]; /* the physical GPU it occupies */
+    char iommu_group[16];
+    bool healthy;
+};
+
+struct gv_inventory_whole_list {
+    uint32_t n;
+    struct gv_inventory_whole dev[GV_INVENTORY_MAX_WHOLE];
 };
 
 struct gv_inventory {
@@ -90,6 +138,7 @@ struct gv_inventory {
     bool mig_empty; /* a MIG-enabled GPU has no MIG device */
     uint32_t n_gpus;
     struct gv_inventory_gpu gpus[GV_INVENTORY_MAX_GPUS];
+    struct gv_inventory_whole_list whole; /* additive: "wholeDevices" */
 };
 
 /* Encodes to compact JSON with keys in a fixed order (stable text: compare to detect change). */
@@ -97,5 +146,10 @@ gv_status gv_inventory_encode(const struct gv_inventory *inv, char **out, struct
 /* Strict decoder of the above (len bytes, need not be NUL-terminated). */
 gv_status gv_inventory_decode(const char *text, size_t len, struct gv_inventory *out,
                               struct gv_error *err);
+
+/* True when a whole device of inv occupies g (same PCI address, any domain width). */
+bool gv_inventory_gpu_taken(const struct gv_inventory *inv, const struct gv_inventory_gpu *g);
+/* Whether two PCI addresses name one function ("00000000:41:00.0" = "0000:41:00.0"). */
+bool gv_inventory_same_pci(const char *a, const char *b);
 
 #endif

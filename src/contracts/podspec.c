@@ -160,6 +160,8 @@ void gv_podspec_node_free(struct gv_podspec_node *n)
     free(n->gpus);
     free(n->labels);
     free(n->strings);
+    free(n->nvlink_group);
+    free(n->pcie_group);
     free(n);
 }
 
@@ -173,7 +175,8 @@ void gv_podspec_gpu_from_inventory(const struct gv_inventory_gpu *g, struct gv_a
         .mem_mib = (uint64_t)((double)g->memory_mib * scale),
         .split = g->split,
         .numa = g->numa,
-        .healthy = g->healthy,
+        /* a GPU advertised under another resource (NVIDIA's renamed sharing) is not ours to place */
+        .healthy = g->healthy && g->resource[0] == '\0',
         .mode = gv_inventory_mode_whole(g->mode) ? GV_ALLOC_GPU_EXCLUSIVE : GV_ALLOC_GPU_SHARED,
     };
 }
@@ -203,6 +206,9 @@ static gv_status node_gpus_from_inventory(const char *name, const char *text,
     char *o = n->strings;
     for (uint32_t i = 0; i < inv->n_gpus; i++) {
         gv_podspec_gpu_from_inventory(&inv->gpus[i], &n->gpus[i]);
+        /* passed through to a VM or hosting mediated devices: never sliced as well */
+        if (gv_inventory_gpu_taken(inv, &inv->gpus[i]))
+            n->gpus[i].healthy = false;
         size_t lu = strlen(inv->gpus[i].uuid) + 1, lm = strlen(inv->gpus[i].model) + 1;
         memcpy(o, inv->gpus[i].uuid, lu);
         n->gpus[i].uuid = o;
@@ -211,6 +217,17 @@ static gv_status node_gpus_from_inventory(const char *name, const char *text,
         o += lu + lm;
     }
     n->spec.n_gpus = inv->n_gpus;
+    n->nvlink_group = calloc(inv->n_gpus + 1, sizeof(uint32_t));
+    n->pcie_group = calloc(inv->n_gpus + 1, sizeof(uint32_t));
+    if (n->nvlink_group == NULL || n->pcie_group == NULL) {
+        rc = gv_error_set(err, GV_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (uint32_t i = 0; i < inv->n_gpus; i++) {
+        n->nvlink_group[i] = inv->gpus[i].nvlink_group;
+        n->pcie_group[i] = inv->gpus[i].pcie_group;
+    }
+    n->n_whole = inv->whole.n;
 done:
     free(inv);
     return rc;

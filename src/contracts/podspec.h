@@ -36,6 +36,9 @@ struct gv_podspec_node {
     struct gv_alloc_gpu_spec *gpus;
     struct gv_alloc_kv *labels;
     char *strings; /* uuids, model names */
+    /* interconnect groups per GPU for gv_alloc_node_set_links (NULL: none) */
+    uint32_t *nvlink_group, *pcie_group;
+    uint32_t n_whole; /* whole devices for VMs in the inventory (docs/passthrough.md) */
 };
 
 /*

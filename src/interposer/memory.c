@@ -166,6 +166,7 @@ static CUresult charge_begin_kind(struct charge *c, int rdev, uint64_t bytes,
     if (gv_shm_mem_reserve(gv_ip.shm, rdev, bytes, kind, &c->managed) != GV_OK &&
         (!trim_pools(rdev) ||
          gv_shm_mem_reserve(gv_ip.shm, rdev, bytes, kind, &c->managed) != GV_OK)) {
+        gv_shm_note_oom(gv_ip.shm, rdev);
         const struct gv_shm_device *d = gv_ip_dev_info(rdev);
         uint64_t limit = 0;
         gv_shm_limit(gv_ip.shm, rdev, &limit, NULL, NULL);
@@ -270,8 +271,10 @@ static bool oversubscribed(int rdev)
 static CUresult os_reserve(struct charge *c, int rdev, uint64_t bytes)
 {
     *c = (struct charge){rdev, bytes, false};
-    if (gv_shm_mem_reserve(gv_ip.shm, rdev, bytes, GV_SHM_ANY, &c->managed) != GV_OK)
+    if (gv_shm_mem_reserve(gv_ip.shm, rdev, bytes, GV_SHM_ANY, &c->managed) != GV_OK) {
+        gv_shm_note_oom(gv_ip.shm, rdev);
         return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     return CUDA_SUCCESS;
 }
 
@@ -356,6 +359,7 @@ static CUresult pitch_charged(struct charge *c, CUresult rc, CUdeviceptr *dptr, 
         if (real > c->bytes) {
             if (gv_shm_mem_reserve(gv_ip.shm, c->rdev, real - c->bytes, GV_SHM_DEVICE, NULL) !=
                 GV_OK) {
+                gv_shm_note_oom(gv_ip.shm, c->rdev);
                 gv_cu.cuMemFree_v2(*dptr);
                 gv_shm_mem_release(gv_ip.shm, c->rdev, c->bytes, false);
                 return CUDA_ERROR_OUT_OF_MEMORY;
@@ -594,6 +598,7 @@ static CUmemoryPool current_pool(void)
             gv_shm_mem_reserve(gv_ip.shm, (rdev), need_, GV_SHM_DEVICE, NULL) != GV_OK) {         \
             pool_give_credit_locked((pool), (rdev), credit_);                                      \
             pthread_mutex_unlock(&pool_lock);                                                      \
+            gv_shm_note_oom(gv_ip.shm, (rdev));                                                    \
             return CUDA_ERROR_OUT_OF_MEMORY;                                                       \
         }                                                                                          \
         CUresult rc_ = (call);                                                                     \

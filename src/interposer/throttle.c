@@ -365,6 +365,8 @@ void gv_throttle_before(struct gv_throttle *t, struct gv_throttle_launch *l)
         pthread_mutex_lock(&d->mu);
         uint64_t after = t->ops.clock_ns(t->ops.ctx);
         d->st.waited_ns += after - now;
+        /* only on the waiting path: the launch fast path never gets here */
+        atomic_fetch_add_explicit(&d->pool->throttled_ns, after - now, memory_order_relaxed);
         if (yield)
             d->st.yielded_ns += after - now;
         now = after;

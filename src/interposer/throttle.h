@@ -20,6 +20,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/gv_error.h"
@@ -59,9 +60,14 @@ struct gv_throttle_pool {
     _Atomic uint64_t busy_ns; /* GPU time measured so far (for monitors) */
     _Atomic uint32_t pct;     /* the share in force */
     uint32_t reserved0;
-    uint8_t reserved[32];
+    /* time launches waited in the gate (share or priority), summed over the
+     * container's processes (for monitors; reserved, so zero, in older builds) */
+    _Atomic uint64_t throttled_ns;
+    uint8_t reserved[24];
 };
 _Static_assert(sizeof(struct gv_throttle_pool) == 64, "pool layout is in the shared region");
+_Static_assert(offsetof(struct gv_throttle_pool, busy_ns) == 16, "pool layout is in the shared region");
+_Static_assert(offsetof(struct gv_throttle_pool, throttled_ns) == 32, "pool layout is in the shared region");
 
 struct gv_throttle_config {
     unsigned sm_limit[GV_THROTTLE_MAX_DEVICES]; /* percent; 0 or >= 100: no limit */

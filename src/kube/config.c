@@ -268,6 +268,12 @@ static gv_status load_yaml(const char *text, size_t len, const char *name, json_
     return st;
 }
 
+gv_status gv_kube_yaml_load(const char *text, size_t len, const char *name, json_t **out,
+                            struct gv_error *err)
+{
+    return load_yaml(text, len, name, out, err);
+}
+
 /* ------------------------------------------------------------------------
  * Kubeconfig
  */

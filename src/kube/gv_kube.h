@@ -93,6 +93,14 @@ gv_status gv_kube_config_in_cluster(const char *dir, struct gv_kube_config **out
 gv_status gv_kube_config_from_kubeconfig(const char *path, const char *context,
                                          struct gv_kube_config **out, struct gv_error *err);
 
+/*
+ * A YAML document as JSON (every scalar a string; depth and node count
+ * bounded, so aliases cannot blow up), for other YAML files the daemons read
+ * (HAMi's device ConfigMap).  name prefixes errors.
+ */
+gv_status gv_kube_yaml_load(const char *text, size_t len, const char *name, json_t **out,
+                            struct gv_error *err);
+
 /* Same, from an in-memory document; base_dir resolves relative paths. */
 gv_status gv_kube_config_parse_kubeconfig(const char *text, size_t len, const char *base_dir,
                                           const char *context, struct gv_kube_config **out,

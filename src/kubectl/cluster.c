@@ -50,6 +50,27 @@ static int cmp_pod(const void *a, const void *b)
     return c ? c : strcmp(x->name, y->name);
 }
 
+/* The inventory's whole devices for display (docs/passthrough.md); NULL when none or unreadable. */
+static json_t *whole_devices(const char *text)
+{
+    struct gv_inventory *inv = malloc(sizeof(*inv));
+    json_t *arr = NULL;
+    if (inv != NULL && gv_inventory_decode(text, strlen(text), inv, NULL) == GV_OK &&
+        inv->whole.n > 0) {
+        arr = json_array();
+        for (uint32_t i = 0; arr != NULL && i < inv->whole.n; i++) {
+            const struct gv_inventory_whole *w = &inv->whole.dev[i];
+            json_array_append_new(
+                arr, json_pack("{s:s,s:s,s:s,s:s,s:b}", "kind",
+                               w->kind == GV_INVENTORY_WHOLE_MDEV ? "mdev" : "passthrough",
+                               "resource", w->resource, "id", w->id, "pciBusId", w->pci_bus_id,
+                               "healthy", w->healthy));
+        }
+    }
+    free(inv);
+    return arr;
+}
+
 static void add_node(const struct kc_opts *o, struct kc_cluster *c, json_t *node, time_t now)
 {
     struct kc_node *n = &c->nodes[c->n_nodes++];
@@ -61,6 +82,7 @@ static void add_node(const struct kc_opts *o, struct kc_cluster *c, json_t *node
         return;
     }
     c->n_inventories++;
+    n->whole = whole_devices(inv);
     struct gv_podspec_node *pn = NULL;
     struct gv_error err = {0};
     if (gv_podspec_node(node, &pn, &err) == GV_OK) {
@@ -215,6 +237,7 @@ void kc_cluster_clear(struct kc_cluster *c)
     for (size_t i = 0; i < c->n_nodes; i++) {
         free(c->nodes[i].name);
         free(c->nodes[i].reason);
+        json_decref(c->nodes[i].whole);
     }
     for (size_t i = 0; i < c->n_pods; i++) {
         free(c->pods[i].ns);

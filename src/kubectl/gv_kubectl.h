@@ -42,6 +42,7 @@ struct kc_node {
     const char *state; /* "ready", "stale", "no_agent", "unusable" */
     char *reason;
     bool in_engine;
+    json_t *whole; /* the inventory's wholeDevices (passthrough GPUs, mdevs), NULL when none */
 };
 
 struct kc_pod {

@@ -74,9 +74,10 @@ static json_t *build(struct kc_cluster *c, const struct kc_opts *o, const char *
         double nf = 0;
         if (n->in_engine)
             gv_alloc_node_fragmentation(c->engine, n->name, &nf, NULL);
-        json_array_append_new(nodes, json_pack("{s:s,s:s,s:s?,s:f,s:o}", "name", n->name, "state",
-                                               n->state, "reason", n->reason, "fragmentedGPUs",
-                                               nf / 1000.0, "gpus", ga));
+        json_array_append_new(nodes, json_pack("{s:s,s:s,s:s?,s:f,s:o,s:O?}", "name", n->name,
+                                               "state", n->state, "reason", n->reason,
+                                               "fragmentedGPUs", nf / 1000.0, "gpus", ga,
+                                               "wholeDevices", n->whole));
     }
     struct gv_alloc_frag fr;
     gv_alloc_cluster_fragmentation(c->engine, &fr);
@@ -94,6 +95,21 @@ static json_t *build(struct kc_cluster *c, const struct kc_opts *o, const char *
 static double num(json_t *o, const char *k)
 {
     return json_number_value(json_object_get(o, k));
+}
+
+/* One row per whole device (passthrough GPU, mdev): the resource in MODEL, the ID in UUID. */
+static void print_whole(struct kc_table *t, json_t *n)
+{
+    size_t i;
+    json_t *w;
+    json_array_foreach(json_object_get(n, "wholeDevices"), i, w)
+    {
+        bool healthy = json_is_true(json_object_get(w, "healthy"));
+        kc_table_row(t, "", "", json_string_value(json_object_get(w, "kind")),
+                     json_string_value(json_object_get(w, "resource")), "whole", "", "", "",
+                     json_string_value(json_object_get(w, "id")),
+                     healthy ? "healthy" : "unhealthy");
+    }
 }
 
 static void print_table(json_t *doc, const struct kc_opts *o)
@@ -116,6 +132,7 @@ static void print_table(json_t *doc, const struct kc_opts *o)
         json_t *gpus = json_object_get(n, "gpus");
         if (json_array_size(gpus) == 0) {
             kc_table_row(&t, name, state, "-", "", "", "", "", "", "", "");
+            print_whole(&t, n);
             continue;
         }
         double nm = 0, nu = 0, nc = 0, ncu = 0, nt = 0;
@@ -165,6 +182,7 @@ static void print_table(json_t *doc, const struct kc_opts *o)
         snprintf(cores, sizeof(cores), "%g/%g", ncu, nc);
         snprintf(tasks, sizeof(tasks), "%.0f", nt);
         kc_table_row(&t, "", "", "all", "", mem, pct, cores, tasks, "", "");
+        print_whole(&t, n);
     }
     kc_table_print(&t, o->out);
     kc_table_free(&t);

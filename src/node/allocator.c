@@ -13,6 +13,7 @@
 #include "alloc/gv_alloc.h"
 #include "common/gv_file.h"
 #include "common/gv_jalloc.h"
+#include "contracts/gpushare.h"
 #include "contracts/podspec.h"
 #include "common/gv_log.h"
 #include "deviceplugin.pb-c.h"
@@ -92,6 +93,7 @@ struct gv_allocator {
     /* nvidiaRuntime false: the driver's files found on the host (gv_direct.h); else NULL */
     struct gv_cdi_host *direct;
     char core_policy[16];
+    char libcuda_log_level[8];
     char resource_name[128];
     struct gv_modes *modes;     /* the modes' states (borrowed from cfg, or own_modes) */
     struct gv_modes *own_modes; /* made here when the caller gave none (tests) */
@@ -389,7 +391,7 @@ static void add_mount(struct gv_mode_answer *b, const char *host, const char *ct
         b->oom = true;
 }
 
-static void add_cdi(struct gv_mode_answer *b, const char *kind, const char *uuid)
+static void add_cdi_name(struct gv_mode_answer *b, const char *name)
 {
     V1beta1__ContainerAllocateResponse *r = b->r;
     void *p = realloc(r->cdi_devices, (r->n_cdi_devices + 1) * sizeof(*r->cdi_devices));
@@ -402,12 +404,17 @@ static void add_cdi(struct gv_mode_answer *b, const char *kind, const char *uuid
         return;
     }
     v1beta1__cdidevice__init(d);
-    char name[256];
-    snprintf(name, sizeof(name), "%s=%s", kind, uuid);
     d->name = strdup(name);
     r->cdi_devices[r->n_cdi_devices++] = d;
     if (!d->name)
         b->oom = true;
+}
+
+static void add_cdi(struct gv_mode_answer *b, const char *kind, const char *uuid)
+{
+    char name[256];
+    snprintf(name, sizeof(name), "%s=%s", kind, uuid);
+    add_cdi_name(b, name);
 }
 
 /*
@@ -492,21 +499,7 @@ void gv_mode_answer_device(struct gv_mode_answer *b, const char *host, const cha
 
 void gv_mode_answer_cdi(struct gv_mode_answer *b, const char *name)
 {
-    V1beta1__ContainerAllocateResponse *r = b->r;
-    void *p = realloc(r->cdi_devices, (r->n_cdi_devices + 1) * sizeof(*r->cdi_devices));
-    V1beta1__CDIDevice *d = malloc(sizeof(*d));
-    if (p)
-        r->cdi_devices = p;
-    if (!p || !d) {
-        free(d);
-        b->oom = true;
-        return;
-    }
-    v1beta1__cdidevice__init(d);
-    d->name = strdup(name);
-    r->cdi_devices[r->n_cdi_devices++] = d;
-    if (!d->name)
-        b->oom = true;
+    add_cdi_name(b, name);
 }
 
 void gv_mode_answer_visible(struct gv_mode_answer *b, const char *uuid)
@@ -1181,11 +1174,38 @@ static int container_priority(struct gv_allocator *a, json_t *pod, const char *c
     return prio;
 }
 
+/* ALIYUN_COM_GPU_MEM_* for a container asking for aliyun.com/gpu-mem. */
+static void add_gpushare_env(struct gv_allocator *a, struct gv_mode_answer *b, json_t *pod,
+                             const struct gv_alloc_container_assign *c)
+{
+    unsigned idx[GV_ALLOC_MAX_DEVICES];
+    uint64_t dev_mib = 0;
+    pthread_mutex_lock(&a->mu);
+    for (uint32_t i = 0; i < c->n_devices; i++) {
+        const struct gv_allocator_gpu *g = find_gpu(a, c->devices[i].uuid);
+        idx[i] = g ? g->gpu.index : 0;
+        if (i == 0 && g)
+            dev_mib = g->gpu.memory_mib;
+    }
+    pthread_mutex_unlock(&a->mu);
+    struct gv_gpushare_env env[GV_GPUSHARE_ENV_COUNT];
+    size_t n = gv_gpushare_env(pod, c->name, idx, c->n_devices, dev_mib, env);
+    for (size_t i = 0; i < n; i++)
+        add_env(b, env[i].key, env[i].value, false);
+}
+
 /* Whether a unit's mode can answer pods gpuvisor did not schedule (from the IDs). */
 static bool plain_unit(const struct gv_allocator_gpu *g)
 {
     const struct gv_mode *m = gv_mode_get(g->settings.mode);
     return m && (!(m->flags & GV_MODE_NEEDS_ASSIGNMENT) || g->from_ids);
+}
+
+/* Whether a unit is a device for VMs (GV_MODE_NO_ASSIGNMENT): never matched to a pod. */
+static bool vm_unit(const struct gv_allocator_gpu *g)
+{
+    const struct gv_mode *m = gv_mode_get(g->settings.mode);
+    return m && (m->flags & GV_MODE_NO_ASSIGNMENT);
 }
 
 /*
@@ -1206,11 +1226,14 @@ static void add_interposer(struct gv_allocator *a, struct gv_mode_answer *b, jso
         add_env(b, "CUDA_TASK_PRIORITY", val, true);
     }
     pthread_mutex_lock(&a->mu);
-    char policy[16];
+    char policy[16], loglevel[8];
     snprintf(policy, sizeof(policy), "%s", a->core_policy);
+    snprintf(loglevel, sizeof(loglevel), "%s", a->libcuda_log_level);
     pthread_mutex_unlock(&a->mu);
     if (policy[0])
         add_env(b, "GPU_CORE_UTILIZATION_POLICY", policy, true);
+    if (loglevel[0]) /* HAMi's libcudaloglevel (node config) */
+        add_env(b, "LIBCUDA_LOG_LEVEL", loglevel, false); /* not a limit */
     char host[4096], host_file[4200], lib[4096], preload[4096];
     snprintf(host, sizeof(host), "%s/containers/%s/%s", a->host_state_dir, uid, ctr);
     snprintf(host_file, sizeof(host_file), "%s/limits/%s/%s/limits.env", a->host_state_dir, uid,
@@ -1302,6 +1325,8 @@ static int build(struct gv_allocator *a, json_t *pod, const struct gv_alloc_cont
         char why[512] = "";
         if (!add_visible(a, b, b->visible, b->n_visible, why, sizeof(why)))
             code = fail(msg, cap, GV_GRPC_FAILED_PRECONDITION, "%s", why);
+        if (pod && c)
+            add_gpushare_env(a, b, pod, c); /* Aliyun gpushare's env, when asked for */
         if (b->interposer)
             add_interposer(a, b, pod, uid, ctr);
         if (b->oom)
@@ -1458,7 +1483,7 @@ static int allocate(struct gv_allocator *a, const char *const *ids, size_t n_ids
     if (n_ids == 0 || n_ids > GV_ALLOC_MAX_DEVICES)
         return fail(msg, cap, GV_GRPC_INVALID_ARGUMENT, "Allocate asks for %zu devices (1..%d)",
                     n_ids, GV_ALLOC_MAX_DEVICES);
-    bool all_plain = true;
+    bool all_plain = true, all_vm = true;
     pthread_mutex_lock(&a->mu);
     for (size_t i = 0; i < n_ids; i++) {
         const struct gv_allocator_gpu *g =
@@ -1470,8 +1495,12 @@ static int allocate(struct gv_allocator *a, const char *const *ids, size_t n_ids
             return fail(msg, cap, GV_GRPC_INVALID_ARGUMENT, "unknown device ID '%s'", ids[i]);
         }
         all_plain &= plain_unit(g);
+        all_vm &= vm_unit(g);
     }
     pthread_mutex_unlock(&a->mu);
+    /* a VM's devices: a gpuvisor pod waiting for as many GPUs must not take this call */
+    if (all_vm)
+        return build(a, NULL, NULL, uuids, n_ids, resp, msg, cap);
     if (a->kube == NULL && a->fixed_pods == NULL) {
         if (all_plain)
             return build(a, NULL, NULL, uuids, n_ids, resp, msg, cap);
@@ -1708,15 +1737,27 @@ bool gv_allocator_prefer(void *ud, const char *const *avail, size_t n_avail,
     if (size == 0 || size > GV_ALLOC_MAX_DEVICES || (a->kube == NULL && a->fixed_pods == NULL))
         return false;
     /* like Allocate: the kubelet may be a few ms ahead of our watch; no wait for plain GPUs */
-    bool plain = true;
+    bool plain = true, vm = n_avail > 0;
+    enum gv_inventory_mode vm_mode = GV_INVENTORY_MODE_COUNT;
     char u[GV_ALLOC_UUID_MAX];
     pthread_mutex_lock(&a->mu);
     for (size_t i = 0; i < n_avail; i++) {
         const struct gv_allocator_gpu *g =
             id_wellformed(avail[i]) && id_to_uuid(avail[i], u, sizeof(u)) ? find_gpu(a, u) : NULL;
         plain &= g == NULL || plain_unit(g);
+        vm &= g != NULL && vm_unit(g) && (i == 0 || g->settings.mode == vm_mode);
+        if (g != NULL)
+            vm_mode = g->settings.mode;
     }
     pthread_mutex_unlock(&a->mu);
+    if (vm) { /* no pod to promise to: the mode's own preference, else the generic one */
+        const struct gv_mode *md = gv_mode_get(vm_mode);
+        if (md == NULL || md->prefer == NULL)
+            return false;
+        *n_out = md->prefer(gv_modes_state(a->modes, vm_mode), avail, n_avail, must, n_must, size,
+                            out);
+        return *n_out == size;
+    }
     int64_t deadline = cache_deadline(a, plain);
     struct choice *ch = malloc(sizeof(*ch));
     if (ch == NULL)
@@ -2040,6 +2081,7 @@ gv_status gv_allocator_set_gpus(struct gv_allocator *a, const struct gv_node_con
     a->cdi = cfg->cdi;
     snprintf(a->cdi_kind, sizeof(a->cdi_kind), "%s", cfg->cdi_kind);
     snprintf(a->core_policy, sizeof(a->core_policy), "%s", cfg->core_policy);
+    snprintf(a->libcuda_log_level, sizeof(a->libcuda_log_level), "%s", cfg->libcuda_log_level);
     snprintf(a->resource_name, sizeof(a->resource_name), "%s", cfg->resource_name);
     a->generation++;
     pthread_cond_broadcast(&a->changed);

@@ -1,12 +1,15 @@
 /* Node configuration file: see gv_config.h. */
 #include <errno.h>
 #include <jansson.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "common/gv_file.h"
+#include "common/gv_log.h"
 #include "node/gv_config.h"
 
 static int mode_parse(const char *s)
@@ -75,6 +78,7 @@ void gv_node_config_free(struct gv_node_config *cfg)
     free(cfg->exclude_uuids);
     free(cfg->exclude_indexes);
     free(cfg->rules);
+    free(cfg->notes);
     sharing_free(&cfg->sharing);
     free(cfg);
 }
@@ -125,6 +129,20 @@ static gv_status settings_key(const char *key, json_t *v, const char *path,
                                 "node config: %s = '%s' is not one of %s", where,
                                 json_string_value(v), mode_names());
         s->mode = (gv_node_mode)md;
+        m->mode = true;
+    } else if (strcasecmp(key, "operatingmode") == 0) {
+        /* HAMi: hami-core (its interposer), mig or mps */
+        if (want_string(v, where, 32, err) != GV_OK)
+            return err->code;
+        const char *om = json_string_value(v);
+        if (strcasecmp(om, "hami-core") != 0)
+            return gv_error_set(err, GV_EUNSUPPORTED,
+                                "node config: %s = '%s': gpuvisor slices GPUs with its own "
+                                "interposer only (no %s partitioning); write \"operatingmode\": "
+                                "\"hami-core\" (memory and compute limits) or \"mode\": "
+                                "\"exclusive\" (whole GPUs)",
+                                where, om, strcasecmp(om, "mig") == 0 ? "MIG" : om);
+        s->mode = GV_NODE_MODE_VGPU;
         m->mode = true;
     } else if (strcasecmp(key, "deviceSplitCount") == 0 || strcasecmp(key, "replicas") == 0) {
         if (!json_is_integer(v))
@@ -255,11 +273,94 @@ static gv_status parse_rules(struct gv_node_config *c, json_t *v, const char *pa
     return GV_OK;
 }
 
+static gv_status add_note(struct gv_node_config *c, struct gv_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Records (and logs) why a HAMi key that was read changes nothing. */
+static gv_status add_note(struct gv_node_config *c, struct gv_error *err, const char *fmt, ...)
+{
+    void *p = realloc(c->notes, (c->n_notes + 1) * sizeof(*c->notes));
+    if (p == NULL)
+        return gv_error_set(err, GV_ENOMEM, "node config: out of memory");
+    c->notes = p;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->notes[c->n_notes], sizeof(c->notes[0]), fmt, ap);
+    va_end(ap);
+    gv_info("node config: %s", c->notes[c->n_notes]);
+    c->n_notes++; /* not inside gv_info: its arguments are evaluated only when logging */
+    return GV_OK;
+}
+
+/* HAMi's node keys (its chart's nodeconfig[] and device-config defaults):
+ * GV_ENOTFOUND when key is none of them. */
+static gv_status hami_node_key(struct gv_node_config *c, const char *key, json_t *v,
+                               const char *where, struct gv_error *err)
+{
+    double d;
+    if (strcasecmp(key, "preconfigureddevicememory") == 0) {
+        /* MiB for GPUs whose memory NVML cannot report (unified memory) */
+        if (!json_is_integer(v) || want_number(v, where, 0, (double)(UINT64_C(1) << 30), &d,
+                                               err) != GV_OK)
+            return gv_error_set(err, GV_EINVAL,
+                                "node config: %s must be an integer number of MiB (0 = query "
+                                "NVML)",
+                                where);
+        c->preconfigured_mem_mib = (uint64_t)d;
+    } else if (strcasecmp(key, "libcudaloglevel") == 0) {
+        /* HAMi: "0" errors, "1" warnings, "3" infos, "4" debug; a string in its chart */
+        char lvl[8];
+        if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) <= 4)
+            snprintf(lvl, sizeof(lvl), "%d", (int)json_integer_value(v));
+        else if (json_is_string(v) && json_string_length(v) == 1 &&
+                 strchr("01234", json_string_value(v)[0]) != NULL)
+            snprintf(lvl, sizeof(lvl), "%s", json_string_value(v));
+        else if (json_is_string(v) && json_string_length(v) == 0)
+            lvl[0] = '\0';
+        else
+            return gv_error_set(err, GV_EINVAL, "node config: %s must be \"0\" .. \"4\"",
+                                where);
+        snprintf(c->libcuda_log_level, sizeof(c->libcuda_log_level), "%s", lvl);
+    } else if (strcasecmp(key, "disablecorelimit") == 0) {
+        /* HAMi's device-plugin switch (a string in its chart): the same as
+         * coreUtilizationPolicy "disable" */
+        const char *t = json_string_value(v);
+        bool on = json_is_true(v) || (t != NULL && strcasecmp(t, "true") == 0);
+        if (!json_is_boolean(v) &&
+            !(t != NULL && (strcasecmp(t, "true") == 0 || strcasecmp(t, "false") == 0)))
+            return gv_error_set(err, GV_EINVAL, "node config: %s must be true or false", where);
+        if (on)
+            snprintf(c->core_policy, sizeof(c->core_policy), "disable");
+    } else if (strcasecmp(key, "enablenumatopology") == 0) {
+        if (!json_is_boolean(v))
+            return gv_error_set(err, GV_EINVAL, "node config: %s must be true or false", where);
+        c->hide_numa = !json_is_true(v);
+    } else if (strcasecmp(key, "migstrategy") == 0) {
+        /* HAMi's key, NVIDIA's values: the same as migStrategy (docs/mig-cdi.md) */
+        if (want_string(v, where, sizeof(c->mig_strategy), err) != GV_OK)
+            return err->code;
+        const char *p = json_string_value(v);
+        if (strcmp(p, "none") != 0 && strcmp(p, "single") != 0 && strcmp(p, "mixed") != 0)
+            return gv_error_set(err, GV_EINVAL,
+                                "node config: %s = '%s' is not none, single or mixed", where, p);
+        snprintf(c->mig_strategy, sizeof(c->mig_strategy), "%s", p);
+    } else if (strcasecmp(key, "enablegetpreferredallocation") == 0) {
+        if (!json_is_boolean(v))
+            return gv_error_set(err, GV_EINVAL, "node config: %s must be true or false", where);
+        return add_note(c, err,
+                        "%s: no effect, gpuvisor always answers GetPreferredAllocation with "
+                        "the GPUs its scheduler assigned",
+                        where);
+    } else {
+        return GV_ENOTFOUND;
+    }
+    return GV_OK;
+}
+
 static void note(struct gv_node_config *c, const char *text)
 {
-    size_t l = strlen(c->notes);
-    if (strstr(c->notes, text) == NULL)
-        snprintf(c->notes + l, sizeof(c->notes) - l, "%s%s", l ? "; " : "", text);
+    size_t l = strlen(c->warnings);
+    if (strstr(c->warnings, text) == NULL)
+        snprintf(c->warnings + l, sizeof(c->warnings) - l, "%s%s", l ? "; " : "", text);
 }
 
 /* sharing.<strategy>.resources[i].devices: "all", a count > 0, or a list of indexes/UUIDs. */
@@ -427,10 +528,10 @@ static gv_status parse_sharing(struct gv_node_config *c, json_t *v, const char *
     return GV_OK;
 }
 
-/* HAMi keys we accept and ignore: they configure things gpuvisor decides elsewhere. */
+/* Keys we accept and ignore: they name the document or the entry. */
 static bool ignored_key(const char *k)
 {
-    static const char *const keys[] = {"operatingmode", "migstrategy", "name", "version"};
+    static const char *const keys[] = {"name", "version"};
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
         if (strcasecmp(k, keys[i]) == 0)
             return true;
@@ -448,6 +549,8 @@ static gv_status parse_level(struct gv_node_config *c, json_t *obj, const char *
         char where[256];
         snprintf(where, sizeof(where), "%s%s", path, k);
         gv_status st = settings_key(k, v, path, &c->defaults, &m, err);
+        if (st == GV_ENOTFOUND)
+            st = hami_node_key(c, k, v, where, err);
         if (st == GV_OK)
             continue;
         if (st != GV_ENOTFOUND)
@@ -514,6 +617,9 @@ static gv_status parse_level(struct gv_node_config *c, json_t *obj, const char *
         } else if (strcasecmp(k, "metrics") == 0) {
             if (gv_metrics_settings_parse(v, path, &c->metrics, err) != GV_OK)
                 return err->code;
+        } else if (strcasecmp(k, "passthrough") == 0) {
+            if (gv_pt_settings_parse(v, path, &c->passthrough, err) != GV_OK)
+                return err->code;
         } else if (strcasecmp(k, "gpus") == 0) {
             /* after the node-level defaults, so rules inherit them */
         } else if (top && strcasecmp(k, "nodeConfig") == 0) {
@@ -577,6 +683,21 @@ gv_status gv_node_config_parse(const char *text, size_t len, const char *node,
     json_array_foreach(list, i, e) {
         if (node && strcmp(json_string_value(json_object_get(e, "name")), node) == 0)
             mine = e;
+    }
+    /* Other nodes' entries: checked too, so a typo fails on every node. */
+    json_array_foreach(list, i, e) {
+        if (e == mine)
+            continue;
+        struct gv_node_config *scratch = NULL;
+        char other[300];
+        snprintf(other, sizeof(other), "nodeConfig[%s].",
+                 json_string_value(json_object_get(e, "name")));
+        if (gv_node_config_default(&scratch, err) != GV_OK)
+            goto fail;
+        gv_status st = parse_level(scratch, e, other, NULL, false, err);
+        gv_node_config_free(scratch);
+        if (st != GV_OK)
+            goto fail;
     }
     char path[300] = "";
     if (mine) {

@@ -222,6 +222,81 @@ static gv_status discover(struct gv_gpus *g, const char *sys_root, struct gv_err
     return GV_OK;
 }
 
+/* Union-find over g->gpus positions: root of i. */
+static size_t uf_find(size_t *parent, size_t i)
+{
+    while (parent[i] != i)
+        i = parent[i] = parent[parent[i]];
+    return i;
+}
+
+/* Group ids from a union-find: the lowest GPU index of each group of two
+ * or more, -1 for a GPU alone. */
+static void uf_ids(struct gv_gpus *g, size_t *parent, bool nvlink)
+{
+    for (size_t i = 0; i < g->n; i++) {
+        int id = -1;
+        size_t members = 0;
+        for (size_t j = 0; j < g->n; j++) {
+            if (uf_find(parent, j) != uf_find(parent, i))
+                continue;
+            members++;
+            if (id < 0 || (int)g->gpus[j].info.index < id)
+                id = (int)g->gpus[j].info.index;
+        }
+        if (nvlink)
+            g->gpus[i].info.nvlink_island = members > 1 ? id : -1;
+        else
+            g->gpus[i].info.pcie_switch = members > 1 ? id : -1;
+    }
+}
+
+/*
+ * Interconnect groups from NVML: GPUs joined by active NVLinks (the peer
+ * named by its PCI bus id), and GPUs whose common PCIe ancestor is a switch
+ * (PIX / PXB).  Drivers without these calls leave every GPU in no group.
+ */
+static void discover_topology(struct gv_gpus *g)
+{
+    __typeof__(&nvmlDeviceGetTopologyCommonAncestor) common;
+    __typeof__(&nvmlDeviceGetNvLinkState) state;
+    __typeof__(&nvmlDeviceGetNvLinkRemotePciInfo_v2) remote;
+    *(void **)&common = dlsym(g->dl, "nvmlDeviceGetTopologyCommonAncestor");
+    *(void **)&state = dlsym(g->dl, "nvmlDeviceGetNvLinkState");
+    *(void **)&remote = dlsym(g->dl, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
+    for (size_t i = 0; i < g->n; i++)
+        g->gpus[i].info.nvlink_island = g->gpus[i].info.pcie_switch = -1;
+    size_t *nv = calloc(g->n + 1, sizeof(*nv)), *pc = calloc(g->n + 1, sizeof(*pc));
+    if (nv == NULL || pc == NULL)
+        goto out;
+    for (size_t i = 0; i < g->n; i++)
+        nv[i] = pc[i] = i;
+    for (size_t i = 0; i < g->n; i++) {
+        for (size_t j = i + 1; common != NULL && j < g->n; j++) {
+            nvmlGpuTopologyLevel_t lvl;
+            if (common(g->gpus[i].handle, g->gpus[j].handle, &lvl) == NVML_SUCCESS &&
+                lvl <= NVML_TOPOLOGY_MULTIPLE)
+                pc[uf_find(pc, j)] = uf_find(pc, i);
+        }
+        for (unsigned l = 0; state != NULL && remote != NULL && l < NVML_NVLINK_MAX_LINKS; l++) {
+            nvmlEnableState_t on;
+            nvmlPciInfo_t pci;
+            if (state(g->gpus[i].handle, l, &on) != NVML_SUCCESS)
+                break; /* no NVLink on this GPU */
+            if (on != NVML_FEATURE_ENABLED || remote(g->gpus[i].handle, l, &pci) != NVML_SUCCESS)
+                continue;
+            for (size_t j = 0; j < g->n; j++)
+                if (j != i && strcasecmp(pci.busId, g->gpus[j].info.pci_bus_id) == 0)
+                    nv[uf_find(nv, j)] = uf_find(nv, i);
+        }
+    }
+    uf_ids(g, nv, true);
+    uf_ids(g, pc, false);
+out:
+    free(nv);
+    free(pc);
+}
+
 gv_status gv_gpus_open(const struct gv_gpus_config *cfg, struct gv_gpus **out,
                        struct gv_error *err)
 {
@@ -271,6 +346,7 @@ gv_status gv_gpus_open(const struct gv_gpus_config *cfg, struct gv_gpus **out,
         snprintf(g->cuda, sizeof(g->cuda), "%d.%d", cv / 1000, (cv % 1000) / 10);
     if (discover(g, cfg->sys_root ? cfg->sys_root : "/", err) != GV_OK)
         goto fail;
+    discover_topology(g);
     *out = g;
     return GV_OK;
 fail:

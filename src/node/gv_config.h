@@ -12,10 +12,12 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/gv_error.h"
 #include "contracts/inventory.h"
 #include "node/gv_metrics.h"
+#include "node/gv_passthrough.h"
 
 #define GV_NODE_CONFIG_PATH "/etc/gpuvisor/node-config.json"
 #define GV_NODE_MAX_SPLIT 1024
@@ -96,10 +98,18 @@ struct gv_node_config {
     size_t n_exclude_indexes;
     struct gv_node_gpu_rule *rules;
     size_t n_rules;
+    /* HAMi's node keys (docs/migrate-from-hami.md, "Node configuration"). */
+    uint64_t preconfigured_mem_mib; /* memory of GPUs NVML reports none for; 0 = none */
+    char libcuda_log_level[8];      /* LIBCUDA_LOG_LEVEL handed to containers; "" = unset */
+    bool hide_numa;                 /* enablenumatopology false: no NUMA node to the kubelet */
+    /* Why a HAMi key read here changes nothing (each also logged at parse). */
+    char (*notes)[256];
+    size_t n_notes;
     struct gv_metrics_settings metrics; /* "metrics": listener, series, backstop */
     struct gv_node_sharing sharing;     /* NVIDIA's sharing block (a node's replaces the top one) */
     /* What was accepted and ignored, as NVIDIA's plugin warns (e.g. "rename"); "" none. */
-    char notes[256];
+    char warnings[256];
+    struct gv_pt_settings passthrough;  /* "passthrough": docs/passthrough.md */
 };
 
 /* Defaults: nvidia.com/gpu, vgpu, split 10, scaling 1, no CDI, nothing excluded. */

@@ -48,6 +48,11 @@ struct gv_gpu {
     unsigned n_migs;
     bool healthy;
     char reason[128]; /* why unhealthy */
+    /* Interconnect groups (docs/contracts.md, "Node inventory"): GPUs with
+     * the same id are joined by NVLink / sit under one PCIe switch; the id
+     * is the lowest GPU index of the group, -1 = in no group (or unknown). */
+    int nvlink_island;
+    int pcie_switch;
 };
 
 struct gv_gpus_config {

@@ -44,6 +44,7 @@ struct gv_mode_env {
     /* MPS: the control program (NULL: /usr/bin/nvidia-cuda-mps-control; tests: a fake) */
     const char *mps_control;
     long mps_probe_ms; /* how often each MPS daemon is probed (0: 10000) */
+    const char *sys_root; /* --sys-root: sysfs and /dev for modes reading them ("/") */
 };
 
 /*
@@ -78,6 +79,13 @@ int gv_mode_check_replicas(const struct gv_mode_alloc *a, char *msg, size_t cap)
 /* discover for modes whose unit is the whole GPU: one unit, the settings as configured. */
 size_t gv_mode_discover_gpu(const struct gv_gpu *g, const struct gv_node_gpu_settings *s,
                             struct gv_allocator_gpu *out, size_t cap, char *why, size_t why_cap);
+/* The same as a `discover` hook (state unused). */
+size_t gv_mode_discover_whole(void *state, const struct gv_gpu *g,
+                              const struct gv_node_gpu_settings *s, struct gv_allocator_gpu *out,
+                              size_t cap, char *why, size_t why_cap);
+/* An `advertise` hook: `split` devices "<key>::<k>" under gv_mode_resource (state unused). */
+void gv_mode_advertise_split(void *state, const struct gv_node_config *cfg,
+                             const struct gv_allocator_gpu *u, struct gv_mode_adv *adv);
 
 /*
  * The container's answer being built.  Mode code adds to it; the common
@@ -136,6 +144,11 @@ struct gv_mode_alloc {
 enum {
     /* Limits come from a gpuvisor assignment: pods without one are refused. */
     GV_MODE_NEEDS_ASSIGNMENT = 1u << 0,
+    /*
+     * Devices for VMs (passthrough): never matched to a pod gpuvisor
+     * scheduled; Allocate answers from the kubelet's IDs alone.
+     */
+    GV_MODE_NO_ASSIGNMENT = 1u << 1,
 };
 
 struct gv_mode {
@@ -164,7 +177,25 @@ struct gv_mode {
                       const struct gv_allocator_gpu *u, struct gv_mode_adv *adv);
     /* Adds this mode's part of a container's answer; a gRPC status, msg on failure. */
     int (*allocate)(void *state, const struct gv_mode_alloc *a, char *msg, size_t msg_cap);
+    /*
+     * Optional: units found without NVML (sysfs: GPUs on vfio-pci, mdevs),
+     * asked once per rebuild before the GPUs are discovered.  Returns how
+     * many were written to out (at most cap).  Loop thread.
+     */
+    size_t (*discover_host)(void *state, const struct gv_node_config *cfg,
+                            struct gv_allocator_gpu *out, size_t cap);
+    /*
+     * Optional, GV_MODE_NO_ASSIGNMENT modes: GetPreferredAllocation when every
+     * available ID is this mode's (no pod to promise to).  Writes at most
+     * size pointers into avail/must to out; returns how many (size: taken).
+     * Worker thread.
+     */
+    size_t (*prefer)(void *state, const char *const *avail, size_t n_avail,
+                     const char *const *must, size_t n_must, size_t size, const char **out);
 };
+
+/* Most units all discover_host hooks together may add per rebuild. */
+#define GV_MODE_HOST_UNITS 256
 
 /* The table: one `gv_mode_<ID>` per entry of GV_INVENTORY_MODE_LIST. */
 #define GV_X_MODE_DECL(id, name, whole) extern const struct gv_mode gv_mode_##id;

@@ -32,6 +32,7 @@
 #include "node/gv_gpus.h"
 #include "node/gv_metrics.h"
 #include "node/gv_mode.h"
+#include "node/gv_passthrough.h"
 #include "node/gv_monitor.h"
 #include "node/gv_plugin.h"
 #include "node/gv_publisher.h"
@@ -64,6 +65,7 @@ struct options {
     const char *proc_root;
     const char *mps_control; /* nvidia-cuda-mps-control (tests: a fake) */
     long mps_probe_ms;
+    const char *vfio_bind, *vfio_unbind; /* one-off binding helper runs (docs/passthrough.md) */
 };
 
 /*
@@ -181,6 +183,9 @@ static void rebuild(struct agent *ag)
         gv_error("cannot rebuild the device list: out of memory");
         goto out;
     }
+    for (size_t i = 0; i < n; i++)
+        if (gpus[i].memory_mib == 0) /* HAMi's preconfigureddevicememory */
+            gpus[i].memory_mib = ag->cfg->preconfigured_mem_mib;
     snprintf(inv->driver_version, sizeof(inv->driver_version), "%s",
              gv_gpus_driver_version(ag->gpus));
     snprintf(inv->cuda_version, sizeof(inv->cuda_version), "%s", gv_gpus_cuda_version(ag->gpus));
@@ -210,8 +215,15 @@ static void rebuild(struct agent *ag)
             ig->pci_class = g->pci_class;
             ig->renamed = s.resource[0] && strcmp(s.resource, ag->cfg->resource_name) != 0;
             gv_labels_add_migs(inv, g);
+            ig->nvlink_group = g->nvlink_island >= 0 ? (uint32_t)g->nvlink_island + 1 : 0;
+            ig->pcie_group = g->pcie_switch >= 0 ? (uint32_t)g->pcie_switch + 1 : 0;
+            if (s.resource[0] && strcmp(s.resource, ag->cfg->resource_name) != 0)
+                snprintf(ig->resource, sizeof(ig->resource), "%s", s.resource);
         }
     }
+    if (ag->cfg->hide_numa) /* HAMi's enablenumatopology: false: no NUMA node to the kubelet */
+        for (size_t i = 0; i < n; i++)
+            gpus[i].numa = -1;
     /* what each GPU's mode serves and advertises (gv_mode.h) */
     if (gv_modes_build(ag->modes, ag->cfg, gpus, n, &units, &n_units, adv, &err) != GV_OK) {
         gv_error("device list not updated: %s", err.msg);
@@ -243,6 +255,7 @@ static void rebuild(struct agent *ag)
         if (gv_plugin_set_devices(ag->eps[e]->plugin, devs, nd, &err) != GV_OK)
             gv_error("%s: device list not updated: %s", ag->eps[e]->resource, err.msg);
     }
+    gv_mode_passthrough_inventory(ag->modes, inv); /* docs/passthrough.md */
     if (ag->pub && gv_publisher_update(ag->pub, inv, &err) != GV_OK)
         gv_error("inventory not published: %s", err.msg);
 out:
@@ -302,8 +315,8 @@ static void reload(struct agent *ag, bool forced)
     ag->cfg = cfg;
     ag->cfg_text = text;
     gv_info("configuration %s loaded", ag->o.config);
-    if (cfg->notes[0])
-        gv_warn("configuration %s: %s", ag->o.config, cfg->notes);
+    if (cfg->warnings[0])
+        gv_warn("configuration %s: %s", ag->o.config, cfg->warnings);
     rebuild(ag);
 }
 
@@ -431,6 +444,9 @@ static void usage(FILE *f)
             "  --mps-control PATH       nvidia-cuda-mps-control for MPS GPUs\n"
             "                           (default /usr/bin/nvidia-cuda-mps-control)\n"
             "  --mps-probe-ms N         how often each MPS daemon is probed (default 10000)\n"
+            "  --vfio-bind BDF          bind the GPU's IOMMU group to vfio-pci and exit (refuses a\n"
+            "                           busy GPU; docs/passthrough.md)\n"
+            "  --vfio-unbind BDF        hand the group back to its host drivers and exit\n"
             "  --version, --help\n");
 }
 
@@ -440,7 +456,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         O_NODE = 256, O_CONFIG, O_PLUGIN_DIR, O_SOCKET, O_KUBELET, O_STATE, O_HOST_STATE,
         O_INSTALL, O_NVML, O_SYS, O_URL, O_KUBECONFIG, O_NO_KUBE, O_HB, O_PROBE, O_RECOVER,
         O_WAIT, O_GC, O_GC_GRACE, O_VERSION, O_HELP, O_KEY_FILE, O_INSECURE, O_OPT_OUT, O_METRICS,
-        O_PROC, O_MPS, O_MPS_PROBE
+        O_PROC, O_MPS, O_MPS_PROBE, O_VFIO_BIND, O_VFIO_UNBIND
     };
     static const struct option opts[] = {
         {"node-name", 1, 0, O_NODE},         {"config", 1, 0, O_CONFIG},
@@ -458,6 +474,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"preload-opt-out-namespaces", 1, 0, O_OPT_OUT},
         {"metrics-listen", 1, 0, O_METRICS}, {"proc-root", 1, 0, O_PROC},
         {"mps-control", 1, 0, O_MPS},        {"mps-probe-ms", 1, 0, O_MPS_PROBE},
+        {"vfio-bind", 1, 0, O_VFIO_BIND},    {"vfio-unbind", 1, 0, O_VFIO_UNBIND},
         {0, 0, 0, 0},
     };
     *o = (struct options){
@@ -508,6 +525,8 @@ static int parse_options(int argc, char **argv, struct options *o)
         case O_PROC: o->proc_root = optarg; break;
         case O_MPS: o->mps_control = optarg; break;
         case O_MPS_PROBE: num = &o->mps_probe_ms; break;
+        case O_VFIO_BIND: o->vfio_bind = optarg; break;
+        case O_VFIO_UNBIND: o->vfio_unbind = optarg; break;
         default: usage(stderr); return 2;
         }
         if (num) {
@@ -529,6 +548,8 @@ static int parse_options(int argc, char **argv, struct options *o)
         fprintf(stderr, "gpuvisor-node: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
+    if (o->vfio_bind || o->vfio_unbind)
+        return 0; /* a one-off helper run: no API server, no key */
     if (!o->no_kube && o->placement_key_file == NULL && !o->insecure_unsigned) {
         /* Fail closed: without a key any pod could hand itself GPUs. */
         fprintf(stderr, "gpuvisor-node: no placement key: give --placement-key-file the file of "
@@ -564,8 +585,8 @@ static int start(struct agent *ag, struct gv_error *err)
     } else if (gv_node_config_default(&ag->cfg, err) != GV_OK) {
         return 1;
     }
-    if (ag->cfg->notes[0])
-        gv_warn("configuration %s: %s", o->config, ag->cfg->notes);
+    if (ag->cfg->warnings[0])
+        gv_warn("configuration %s: %s", o->config, ag->cfg->warnings);
     struct gv_gpus_config gc = {.library = o->nvml_lib, .sys_root = o->sys_root,
                                 .probe_interval_ms = o->probe_ms,
                                 .recover_after_ms = o->recover_ms};
@@ -612,7 +633,7 @@ static int start(struct agent *ag, struct gv_error *err)
     struct gv_mode_env env = {.state_dir = o->state_dir, .host_state_dir = o->host_state_dir,
                               .install_dir = o->install_dir, .changed = health_changed,
                               .changed_ud = ag, .mps_control = o->mps_control,
-                              .mps_probe_ms = o->mps_probe_ms};
+                              .mps_probe_ms = o->mps_probe_ms, .sys_root = o->sys_root};
     if (gv_modes_new(&env, &ag->modes, err) != GV_OK)
         return 1;
     ac.modes = ag->modes;
@@ -743,6 +764,14 @@ int main(int argc, char **argv)
     if (rc != 0)
         return rc;
     struct gv_error err = {0};
+    if (ag.o.vfio_bind || ag.o.vfio_unbind) {
+        const char *bdf = ag.o.vfio_bind ? ag.o.vfio_bind : ag.o.vfio_unbind;
+        gv_status st = ag.o.vfio_bind ? gv_pt_bind(ag.o.sys_root, bdf, gv_pt_bind_ops_sysfs(), &err)
+                                      : gv_pt_unbind(ag.o.sys_root, bdf, gv_pt_bind_ops_sysfs(), &err);
+        if (st != GV_OK)
+            gv_error("%s %s: %s", ag.o.vfio_bind ? "--vfio-bind" : "--vfio-unbind", bdf, err.msg);
+        return st == GV_OK ? 0 : 1;
+    }
     rc = start(&ag, &err);
     if (rc == 0 && gv_loop_run(ag.loop, &err) != GV_OK)
         rc = 1;

@@ -309,6 +309,14 @@ static void *supervise(void *arg)
     struct mps *m = arg;
     pthread_mutex_lock(&m->mu);
     while (!m->quit) {
+        /*
+         * `-d` daemonizes: when the agent is its container's PID 1 the daemon
+         * becomes our child once its parent exits, and a daemon that quits or
+         * dies would stay a zombie.  Only this thread starts processes (and
+         * waits for each by pid), so reaping whatever else ended is safe here.
+         */
+        while (waitpid(-1, NULL, WNOHANG) > 0)
+            ;
         int64_t now = now_ms(), wake = now + 60000;
         bool changed = false;
         for (size_t i = 0; i < m->n && !m->quit; i++) {
@@ -508,13 +516,6 @@ static bool health(void *st, const struct gv_allocator_gpu *u, char *why, size_t
     return up;
 }
 
-static void advertise(void *st, const struct gv_node_config *cfg, const struct gv_allocator_gpu *u,
-                      struct gv_mode_adv *adv)
-{
-    (void)st;
-    gv_mode_advertise_replicas(adv, gv_mode_resource(cfg, u), u, u->settings.split, false);
-}
-
 static int allocate(void *st, const struct gv_mode_alloc *a, char *msg, size_t cap)
 {
     struct mps *m = st;
@@ -573,6 +574,6 @@ const struct gv_mode gv_mode_MPS = {
     .discover = discover,
     .sync = sync_units,
     .health = health,
-    .advertise = advertise,
+    .advertise = gv_mode_advertise_split,
     .allocate = allocate,
 };

@@ -6,20 +6,6 @@
 #include "node/gv_grpc.h"
 #include "node/gv_mode.h"
 
-static size_t discover(void *st, const struct gv_gpu *g, const struct gv_node_gpu_settings *s,
-                       struct gv_allocator_gpu *out, size_t cap, char *why, size_t why_cap)
-{
-    (void)st;
-    return gv_mode_discover_gpu(g, s, out, cap, why, why_cap);
-}
-
-static void advertise(void *st, const struct gv_node_config *cfg, const struct gv_allocator_gpu *u,
-                      struct gv_mode_adv *adv)
-{
-    (void)st;
-    gv_mode_advertise_replicas(adv, gv_mode_resource(cfg, u), u, u->settings.split, false);
-}
-
 static int allocate(void *st, const struct gv_mode_alloc *a, char *msg, size_t cap)
 {
     (void)st;
@@ -33,7 +19,7 @@ static int allocate(void *st, const struct gv_mode_alloc *a, char *msg, size_t c
 
 const struct gv_mode gv_mode_TIMESLICING = {
     .id = GV_INVENTORY_MODE_TIMESLICING,
-    .discover = discover,
-    .advertise = advertise,
+    .discover = gv_mode_discover_whole,
+    .advertise = gv_mode_advertise_split,
     .allocate = allocate,
 };

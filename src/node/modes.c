@@ -206,6 +206,21 @@ size_t gv_mode_discover_gpu(const struct gv_gpu *g, const struct gv_node_gpu_set
     return 1;
 }
 
+size_t gv_mode_discover_whole(void *state, const struct gv_gpu *g,
+                              const struct gv_node_gpu_settings *s, struct gv_allocator_gpu *out,
+                              size_t cap, char *why, size_t why_cap)
+{
+    (void)state;
+    return gv_mode_discover_gpu(g, s, out, cap, why, why_cap);
+}
+
+void gv_mode_advertise_split(void *state, const struct gv_node_config *cfg,
+                             const struct gv_allocator_gpu *u, struct gv_mode_adv *adv)
+{
+    (void)state;
+    gv_mode_advertise_replicas(adv, gv_mode_resource(cfg, u), u, u->settings.split, false);
+}
+
 /* ---- one rebuild ------------------------------------------------------------------ */
 
 gv_status gv_modes_build(struct gv_modes *m, const struct gv_node_config *cfg,
@@ -213,13 +228,22 @@ gv_status gv_modes_build(struct gv_modes *m, const struct gv_node_config *cfg,
                          size_t *n_units, struct gv_mode_adv *adv, struct gv_error *err)
 {
     /* a unit per GPU for most modes; MIG may make up to 7 of one GPU */
-    size_t cap = 8 * n + 1, nu = 0;
+    size_t cap = 8 * n + 1 + GV_MODE_HOST_UNITS, nu = 0;
     struct gv_allocator_gpu *units = calloc(cap, sizeof(*units));
     enum gv_inventory_mode *owner = calloc(cap, sizeof(*owner));
     if (units == NULL || owner == NULL) {
         free(units);
         free(owner);
         return gv_error_set(err, GV_ENOMEM, "modes: out of memory");
+    }
+    for (int id = 0; id < GV_INVENTORY_MODE_COUNT; id++) {
+        if (table[id]->discover_host == NULL || nu >= GV_MODE_HOST_UNITS)
+            continue;
+        size_t got = table[id]->discover_host(gv_modes_state(m, (enum gv_inventory_mode)id), cfg,
+                                              units + nu, GV_MODE_HOST_UNITS - nu);
+        for (size_t k = 0; k < got; k++)
+            owner[nu + k] = (enum gv_inventory_mode)id;
+        nu += got;
     }
     for (size_t i = 0; i < n; i++) {
         struct gv_node_gpu_settings s;

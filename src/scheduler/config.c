@@ -7,6 +7,7 @@
 #include "common/gv_file.h"
 #include "contracts/placement.h"
 #include "scheduler/gv_scheduler.h"
+#include "scheduler/hami_config.h"
 
 gv_status gv_sched_config_default(struct gv_sched_config *cfg, struct gv_error *err)
 {
@@ -243,6 +244,18 @@ gv_status gv_sched_config_parse(const char *text, size_t len, struct gv_sched_co
                 cfg->self_check_s = (long)x;
         } else if (strcmp(k, "nodeLabelSelector") == 0) {
             st = set_string(v, k, &cfg->node_label_selector, err);
+        } else if (strcmp(k, "runtimeClassName") == 0) {
+            const char *rc = json_string_value(v);
+            if (rc == NULL || strlen(rc) >= sizeof(cfg->runtime_class))
+                st = gv_error_set(err, GV_EINVAL, "config: \"runtimeClassName\" must be a name");
+            else
+                snprintf(cfg->runtime_class, sizeof(cfg->runtime_class), "%s", rc);
+        } else if (strcmp(k, "nonGpuVisibleDevicesNone") == 0) {
+            if (!json_is_boolean(v))
+                st = gv_error_set(err, GV_EINVAL,
+                                  "config: \"nonGpuVisibleDevicesNone\" must be true or false");
+            else
+                cfg->hide_gpus_from_others = json_is_true(v);
         } else if (strcmp(k, "placementKeyFile") == 0) {
             st = set_string(v, k, &cfg->placement_key_file, err);
         } else if (strcmp(k, "insecureUnsignedPlacements") == 0) {
@@ -280,7 +293,8 @@ gv_status gv_sched_config_load(const char *path, struct gv_sched_config *cfg, st
     gv_status st = gv_file_read_all(path, &text, &len, err);
     if (st != GV_OK)
         return st;
-    st = gv_sched_config_parse(text, len, cfg, err);
+    st = gv_sched_config_is_hami(text, len) ? gv_sched_hami_config_parse(text, len, cfg, err)
+                                              : gv_sched_config_parse(text, len, cfg, err);
     if (st != GV_OK)
         gv_error_prefix(err, "%s", path);
     free(text);

@@ -40,6 +40,14 @@ struct gv_sched_config {
     long self_check_s;         /* accounting self-check period */
     char *node_label_selector; /* nodes the scheduler watches (NULL = all) */
     char *names_storage[6];
+    /* NVIDIA container runtime (docs/install.md, "GPU Operator"): the
+     * runtimeClassName the webhook gives GPU pods ("" = none), and whether
+     * containers asking for no GPU get NVIDIA_VISIBLE_DEVICES=none. */
+    char runtime_class[254];
+    bool hide_gpus_from_others;
+    /* Why keys of a HAMi device ConfigMap change nothing (also logged). */
+    unsigned n_notes;
+    char notes[24][200];
     /* Security (docs/isolation.md).  placementKeyFile: the HMAC key that
      * signs every bind and authenticates every placement the informer
      * counts; loaded by gv_sched_config_load_key (owned here, borrowed by

@@ -11,6 +11,7 @@
 #ifndef GV_WEBHOOK_H
 #define GV_WEBHOOK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,6 +48,15 @@ struct gv_webhook_env {
     void (*limits)(void *ud, struct gv_webhook_limits *out);
     void *ud;
     const struct gv_webhook_policy *policy; /* NULL = defaults above */
+    /* NVIDIA container runtime switches (webhook_hami.c): runtimeClassName
+     * for GPU pods (NULL or "" = none); NVIDIA_VISIBLE_DEVICES=none on
+     * containers asking for no GPU. */
+    const char *runtime_class;
+    bool hide_gpus_from_others;
+    /* Namespace ResourceQuota on GPU memory / cores (NULL = none): false
+     * with why set refuses the pod (quota.h). */
+    bool (*quota)(void *ud, const char *ns, const struct gv_alloc_request *req, char *why,
+                  size_t cap);
 };
 
 /*

@@ -9,6 +9,7 @@
 #include "scheduler/gv_extender.h"
 #include "scheduler/gv_webhook.h"
 #include "scheduler/placement_guard.h"
+#include "scheduler/quota.h"
 #include "scheduler/sched_internal.h"
 #include "scheduler/sched_observe.h"
 
@@ -164,6 +165,14 @@ static void filter_reserve(struct filter_ctx *f)
                        : gv_alloc_pick(s->cluster, f->req, f->usable, f->n_usable, a, &err);
     if (st == GV_OK)
         st = gv_alloc_place(s->cluster, f->req, a, &err);
+    char qwhy[GV_ALLOC_REASON_MAX];
+    if (st == GV_OK &&
+        !gv_sched_quota_admit(s, uid, meta(f->args.pod, "namespace"), a, qwhy, sizeof(qwhy))) {
+        gv_alloc_release(s->cluster, uid, NULL); /* over its namespace's ResourceQuota */
+        set_all(f, GV_EXT_FAILED, qwhy);
+        free(a);
+        return;
+    }
     char *enc = st == GV_OK ? encode_assignment(a) : NULL;
     if (st == GV_OK && enc == NULL) {
         gv_alloc_release(s->cluster, uid, NULL);
@@ -473,6 +482,12 @@ static gv_status bind_compute(struct gv_sched *s, struct gv_ext_bind_args *b, ch
         st = gv_alloc_pick(s->cluster, req, one, 1, a, err);
         if (st == GV_OK)
             st = gv_alloc_place(s->cluster, req, a, err);
+        char qwhy[GV_ALLOC_REASON_MAX];
+        if (st == GV_OK &&
+            !gv_sched_quota_admit(s, req->uid, b->pod_namespace, a, qwhy, sizeof(qwhy))) {
+            gv_alloc_release(s->cluster, req->uid, NULL);
+            st = gv_error_set(err, GV_ENOFIT, "%s", qwhy);
+        }
         if (st == GV_OK && (*enc = encode_assignment(a)) == NULL) {
             gv_alloc_release(s->cluster, req->uid, NULL);
             st = gv_error_set(err, GV_ENOMEM, "out of memory");
@@ -729,7 +744,8 @@ static void handle_mutate(void *ctx, const struct gv_http_request *hreq,
 {
     struct gv_sched *s = ctx;
     struct gv_webhook_env env = {&s->cfg.alloc, s->cfg.scheduler_name, webhook_limits, s,
-                                 &s->cfg.admission};
+                                 &s->cfg.admission, s->cfg.runtime_class,
+                                 s->cfg.hide_gpus_from_others, gv_sched_quota_webhook};
     struct gv_error err = {0};
     char *out = NULL;
     if (gv_webhook_review(&env, hreq->body, hreq->body_len, &out, &err) != GV_OK) {
@@ -818,6 +834,7 @@ static void write_state_metrics(struct gv_sched *s, FILE *f)
             reserved, unbound, nodes_ok, nodes_stale, nodes_bad, s->binds_ok, s->binds_failed,
             s->bind_conflicts, s->drift_repairs, s->self_checks);
     pthread_mutex_unlock(&s->lock);
+    gv_sched_quota_metrics(s, f); /* hami_resource_quota_used / _limit */
 }
 
 /*

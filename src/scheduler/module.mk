@@ -28,12 +28,14 @@ fuzz_extender_SRCS := tests/scheduler/fuzz_extender.c src/scheduler/extender.c \
 fuzz_extender_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
 
 FUZZ_TARGETS += fuzz_webhook
-fuzz_webhook_SRCS := tests/scheduler/fuzz_webhook.c src/scheduler/webhook.c src/contracts/podspec.c \
+fuzz_webhook_SRCS := tests/scheduler/fuzz_webhook.c src/scheduler/webhook.c src/scheduler/webhook_hami.c src/contracts/podspec.c \
 	src/contracts/inventory.c \
 	$(wildcard src/alloc/*.c) src/common/gv_error.c src/common/gv_log.c
 fuzz_webhook_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson gnutls)
 
 FUZZ_TARGETS += fuzz_sched_config
 fuzz_sched_config_SRCS := tests/scheduler/fuzz_sched_config.c src/scheduler/config.c \
-	src/contracts/placement.c $(wildcard src/alloc/*.c) src/common/gv_error.c src/common/gv_file.c
-fuzz_sched_config_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson) -lmbedcrypto
+	src/scheduler/hami_config.c src/contracts/placement.c $(wildcard src/kube/*.c) \
+	$(wildcard src/alloc/*.c) src/common/gv_error.c src/common/gv_file.c src/common/gv_log.c \
+	src/common/gv_buf.c
+fuzz_sched_config_LDLIBS := $(kube_LDLIBS)

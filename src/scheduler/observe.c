@@ -841,9 +841,12 @@ char *gv_sched_obs_state_json(struct gv_sched *s)
         double nf = 0;
         if (n->in_engine)
             gv_alloc_node_fragmentation(s->cluster, n->name, &nf, NULL);
-        json_array_append_new(nodes, json_pack("{s:s,s:s,s:s?,s:f,s:o}", "name", n->name, "state",
-                                               node_state_name(s, n, now), "reason", n->reason,
-                                               "fragMilli", nf, "gpus", gpus));
+        json_t *nj = json_pack("{s:s,s:s,s:s?,s:f,s:o}", "name", n->name, "state",
+                               node_state_name(s, n, now), "reason", n->reason, "fragMilli", nf,
+                               "gpus", gpus);
+        if (nj && n->n_whole) /* docs/passthrough.md: devices for VMs, counted by the kubelet */
+            json_object_set_new(nj, "wholeDevices", json_integer(n->n_whole));
+        json_array_append_new(nodes, nj);
     }
     double mono = gv_sched_now();
     for (size_t i = 0; i < s->n_recs; i++) {

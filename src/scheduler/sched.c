@@ -24,6 +24,7 @@
 #include "contracts/podspec.h"
 #include "scheduler/gv_extender.h"
 #include "scheduler/placement_guard.h"
+#include "scheduler/quota.h"
 #include "scheduler/sched_internal.h"
 #include "scheduler/sched_observe.h"
 
@@ -100,9 +101,13 @@ static void node_apply_inventory(struct gv_sched *s, struct snode *n, json_t *no
         node_set_malformed(n, why);
         goto out;
     }
+    /* NVLink / PCIe switch groups for multi-GPU choices (alloc/topology.c) */
+    gv_alloc_node_set_links(s->cluster, pn->spec.name, pn->nvlink_group, pn->pcie_group, ng,
+                            NULL);
     if (n->state != NODE_OK)
         gv_info("node %s: %zu GPU(s) from the agent's inventory", n->name, ng);
     n->n_gpus = (uint32_t)ng;
+    n->n_whole = pn->n_whole;
     n->max_gpu_mib = max_mib;
     n->in_engine = true;
     n->state = NODE_OK;
@@ -238,6 +243,8 @@ gv_status gv_sched_place_encoded(struct gv_sched *s, const char *uid, const char
         gv_alloc_release(s->cluster, uid, NULL);
         st = gv_error_set(err, GV_ENOMEM, "out of memory");
     }
+    if (st == GV_OK) /* charged to its namespace's quota */
+        gv_sched_quota_placed(s, uid, ns, a);
 out:
     gv_alloc_request_free(req);
     free(a);
@@ -1056,7 +1063,8 @@ gv_status gv_sched_new(const struct gv_sched_config *cfg, struct gv_kube_client 
         st = gv_error_set(err, GV_ENOMEM, "out of memory");
         goto fail;
     }
-    if ((st = gv_alloc_cluster_new(&s->cfg.alloc, &s->cluster, err)) != GV_OK)
+    if ((st = gv_alloc_cluster_new(&s->cfg.alloc, &s->cluster, err)) != GV_OK ||
+        (st = gv_sched_quota_init(s, kube, err)) != GV_OK)
         goto fail;
     s->kube = kube;
     if (kube != NULL) {
@@ -1118,6 +1126,8 @@ static void *sweeper_main(void *arg)
 gv_status gv_sched_start(struct gv_sched *s, struct gv_error *err)
 {
     gv_status st;
+    if ((st = gv_sched_quota_start(s, err)) != GV_OK) /* limits before the first filter */
+        return st;
     if (s->node_inf != NULL) {
         /* Nodes first, so pods replayed at start find their node. */
         if ((st = gv_informer_start(s->node_inf, err)) != GV_OK)
@@ -1151,6 +1161,7 @@ void gv_sched_free(struct gv_sched *s)
         pthread_mutex_unlock(&s->stop_lock);
         pthread_join(s->sweeper, NULL);
     }
+    gv_sched_quota_fini(s);
     gv_informer_free(s->pod_inf);
     gv_informer_free(s->node_inf);
     gv_sched_obs_free(s); /* joins its sampler before the tables go */

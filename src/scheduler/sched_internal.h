@@ -36,6 +36,7 @@ struct snode {
     uint64_t inv_hash; /* hash of the last inventory text applied */
     bool in_engine;    /* the engine has a model of this node */
     uint32_t n_gpus;
+    uint32_t n_whole; /* passthrough GPUs and mdevs the agent lists (kubelet-counted) */
     uint64_t max_gpu_mib;
     bool stale_logged;
     /* Inline: a filter confirms each candidate's hash match here, on the
@@ -105,6 +106,9 @@ struct gv_sched {
     pthread_mutex_t stop_lock;
     pthread_cond_t stop_cond;
     bool stopping;
+
+    struct gv_quota *quota;            /* ResourceQuota limits and charges (quota.c) */
+    struct gv_informer *quota_inf;     /* ResourceQuota objects (NULL without kube) */
 };
 
 /* sched_state.c */

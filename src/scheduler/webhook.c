@@ -12,6 +12,7 @@
 
 #include "common/gv_log.h"
 #include "contracts/podspec.h"
+#include "scheduler/webhook_hami.h"
 
 /* JSON Pointer escaping (RFC 6901): resource names contain '/'. */
 static void pointer_escape(const char *in, char *out, size_t cap)
@@ -569,11 +570,23 @@ gv_status gv_webhook_review(const struct gv_webhook_env *env, const char *body, 
         goto fail;
     }
     if (req->n_containers == 0) {
-        *out = review_response(uid, true, NULL, NULL);
+        ops = json_array();
+        if (ops == NULL || gv_webhook_hami_other(env, pod, ops, why, sizeof(why)) != GV_OK) {
+            st = gv_error_set(err, GV_ENOMEM, "out of memory");
+            goto fail;
+        }
+        *out = review_response(uid, why[0] == '\0', why, ops);
         st = *out ? GV_OK : gv_error_set(err, GV_ENOMEM, "out of memory");
         goto fail;
     }
     impossible_reason(env, req, pod, why, sizeof(why));
+    if (why[0] == '\0' && env->quota != NULL) {
+        const char *ns = json_string_value(json_object_get(request, "namespace"));
+        if (ns == NULL)
+            ns = json_string_value(json_object_get(json_object_get(pod, "metadata"), "namespace"));
+        if (!env->quota(env->ud, ns ? ns : "default", req, why, sizeof(why)) && why[0] == '\0')
+            snprintf(why, sizeof(why), "over the namespace's GPU ResourceQuota");
+    }
     if (why[0] != '\0') {
         *out = review_response(uid, false, why, NULL);
         st = *out ? GV_OK : gv_error_set(err, GV_ENOMEM, "out of memory");
@@ -599,7 +612,11 @@ gv_status gv_webhook_review(const struct gv_webhook_env *env, const char *body, 
             goto fail;
         }
     }
-    *out = review_response(uid, true, NULL, ops);
+    if (gv_webhook_hami_gpu(env, pod, req, ops, why, sizeof(why)) != GV_OK) {
+        st = gv_error_set(err, GV_ENOMEM, "out of memory");
+        goto fail;
+    }
+    *out = review_response(uid, why[0] == '\0', why, ops);
     st = *out ? GV_OK : gv_error_set(err, GV_ENOMEM, "out of memory");
 fail:
     json_decref(ops);

@@ -1017,6 +1017,14 @@ uint64_t gv_shm_mem_used(const struct gv_shm *shm, int dev)
     return used > shm->held[dev] ? used : shm->held[dev];
 }
 
+void gv_shm_note_oom(struct gv_shm *shm, int dev)
+{
+    if (shm == NULL || shm->readonly || dev < 0 || dev >= GV_SHM_MAX_DEVICES)
+        return;
+    /* a statistic for monitors, never read back for a decision */
+    atomic_fetch_add_explicit(&shm->r->devices[dev].oom_count, 1, memory_order_relaxed);
+}
+
 uint64_t gv_shm_mem_held(const struct gv_shm *shm, int dev)
 {
     if (shm == NULL || dev < 0 || dev >= GV_SHM_MAX_DEVICES)

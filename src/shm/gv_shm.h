@@ -55,11 +55,16 @@ struct gv_shm_device {
     uint64_t mem_share;                  /* oversubscription: device-resident bytes allowed */
     _Atomic uint64_t mem_managed;        /* of mem_used, served as managed memory (cache) */
     _Atomic uint64_t ctx_bytes;          /* a context's size on this card, measured once (0 = not yet) */
-    uint8_t reserved[8];
+    /* Allocations the interposer refused on this device because the limit
+     * would be passed (CUDA_ERROR_OUT_OF_MEMORY), counted by every process
+     * of the container.  Was reserved (zero) in earlier version-2 builds, so
+     * an older writer just leaves it at 0: no version change. */
+    _Atomic uint64_t oom_count;
 };
 _Static_assert(sizeof(struct gv_shm_device) == 128, "gv_shm_device layout");
 _Static_assert(offsetof(struct gv_shm_device, mem_managed) == 104, "gv_shm_device layout");
 _Static_assert(offsetof(struct gv_shm_device, ctx_bytes) == 112, "gv_shm_device layout");
+_Static_assert(offsetof(struct gv_shm_device, oom_count) == 120, "gv_shm_device layout");
 
 struct gv_shm_proc {
     _Atomic int32_t pid;                 /* pid in the container; 0 = free slot */
@@ -191,6 +196,8 @@ enum gv_shm_kind {
  */
 gv_status gv_shm_mem_reserve(struct gv_shm *shm, int dev, uint64_t bytes, enum gv_shm_kind kind,
                              bool *managed);
+/* Counts one allocation refused on device dev (a relaxed atomic add; no lock). */
+void gv_shm_note_oom(struct gv_shm *shm, int dev);
 /* Returns bytes on device dev charged by gv_shm_mem_reserve. */
 void gv_shm_mem_release(struct gv_shm *shm, int dev, uint64_t bytes, bool managed);
 /*

@@ -47,6 +47,15 @@ gv_status gv_sim_parse_k8s_nodes(struct gv_sim_trace *t, const char *name, const
                                  size_t len, struct gv_error *err);
 gv_status gv_sim_parse_k8s_pods(struct gv_sim_trace *t, const char *name, const char *buf,
                                 size_t len, struct gv_error *err);
+/*
+ * A live cluster in one dump: `kubectl get nodes,pods -A -o json` (a List
+ * whose items say kind Node or Pod; other kinds are ignored).  Nodes as in
+ * gv_sim_parse_k8s_nodes (gpuvisor's gpuvisor.io/node-gpus inventory when
+ * present), running and pending pods as in gv_sim_parse_k8s_pods.
+ */
+gv_status gv_sim_parse_k8s_cluster(struct gv_sim_trace *t, const char *name, const char *buf,
+                                   size_t len, struct gv_error *err);
+gv_status gv_sim_load_cluster(struct gv_sim_trace *t, const char *path, struct gv_error *err);
 /* Reads path and picks the format: JSON when it starts with '{', else CSV. */
 gv_status gv_sim_load_nodes(struct gv_sim_trace *t, const char *path, struct gv_error *err);
 gv_status gv_sim_load_pods(struct gv_sim_trace *t, const char *path, struct gv_error *err);
@@ -66,6 +75,7 @@ struct gv_sim_curve {
     double *allocated;     /* % of GPU capacity allocated when arrived first reached i % */
     uint64_t arrivals, placed, failed;
     double seconds;        /* wall time of the replay */
+    uint64_t placement_hash; /* of every decision (arrival, node, GPUs): equal = same replay */
 };
 
 void gv_sim_curve_free(struct gv_sim_curve *c);
@@ -74,6 +84,26 @@ void gv_sim_curve_free(struct gv_sim_curve *c);
  * arrived share (1.3 = 130 %). */
 gv_status gv_sim_run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint64_t seed,
                      double inflate, struct gv_sim_curve *out, struct gv_error *err);
+/* The same with the engine scoring every node (gv_alloc_config.exhaustive):
+ * identical decisions, for benchmarks of the index. */
+gv_status gv_sim_run_exhaustive(const struct gv_sim_trace *t, gv_alloc_policy policy,
+                                uint64_t seed, double inflate, struct gv_sim_curve *out,
+                                struct gv_error *err);
+
+/*
+ * Offline reference for one seed (docs/simulate.md): the same arrivals as
+ * gv_sim_run up to 100 % arrived, seen all at once.  oracle: unallocated %
+ * when they are placed largest GPU demand first (better of best fit and FGD
+ * knowing the whole workload); bound: a capacity and GPU-type lower bound
+ * on the unallocated % of any placement.
+ */
+struct gv_sim_reference {
+    double oracle_unalloc_pct;
+    double bound_unalloc_pct;
+    double seconds;
+};
+gv_status gv_sim_reference(const struct gv_sim_trace *t, uint64_t seed,
+                           struct gv_sim_reference *out, struct gv_error *err);
 
 /* Seeded PRNG shared by the generator and the protocol (xoshiro256**). */
 struct gv_sim_rng {
@@ -93,6 +123,7 @@ struct gv_sim_report {
     uint64_t *seeds;
     struct gv_sim_curve *curves; /* [policy * n_seeds + seed] */
     uint32_t max_pct;            /* last arrived % on the grid */
+    struct gv_sim_reference *refs; /* [seed], or NULL when not computed */
 };
 
 /* Growable text buffer the report writers fill. */

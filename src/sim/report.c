@@ -106,6 +106,26 @@ void gv_sim_report_table(const struct gv_sim_report *r, const char *title, struc
         gv_sim_buf_printf(b, " %7.2f +- %4.2f %8.0f %9.3f\n", m, sd, failed / r->n_seeds,
                           secs / r->n_seeds);
     }
+    if (r->refs != NULL) {
+        double om = 0, bm = 0, osq = 0, bsq = 0;
+        for (uint32_t s = 0; s < r->n_seeds; s++) {
+            om += r->refs[s].oracle_unalloc_pct / r->n_seeds;
+            bm += r->refs[s].bound_unalloc_pct / r->n_seeds;
+        }
+        for (uint32_t s = 0; s < r->n_seeds; s++) {
+            osq += pow(r->refs[s].oracle_unalloc_pct - om, 2);
+            bsq += pow(r->refs[s].bound_unalloc_pct - bm, 2);
+        }
+        double div = r->n_seeds > 1 ? r->n_seeds - 1 : 1;
+        gv_sim_buf_printf(b, "\noffline reference (not a scheduler: sees every pod arrived by 100 %% "
+                             "at once)\n");
+        gv_sim_buf_printf(b, "%-8s %-60s %7.2f +- %4.2f\n", "oracle",
+                          "best of fgd knowing all pods, largest-first binpack/fgd",
+                          om, sqrt(osq / div));
+        gv_sim_buf_printf(b, "%-8s %-60s %7.2f +- %4.2f\n", "bound",
+                          "lower bound: capacity per GPU model set, CPU, memory",
+                          bm, sqrt(bsq / div));
+    }
     uint32_t hp = headline_policy(r);
     double m, sd;
     gv_sim_headline(r, hp, &m, &sd);

@@ -71,13 +71,77 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+gv_status sim_arrivals_init(struct sim_arrivals *a, const struct gv_sim_trace *t, uint64_t seed,
+                            struct gv_error *err)
+{
+    memset(a, 0, sizeof(*a));
+    a->t = t;
+    a->order = malloc((t->n_pods ? t->n_pods : 1) * sizeof(*a->order));
+    if (a->order == NULL)
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    gv_sim_rng_seed(&a->rng, seed);
+    for (size_t i = 0; i < t->n_pods; i++)
+        a->order[i] = i;
+    for (size_t i = t->n_pods; i > 1; i--) {
+        size_t j = (size_t)gv_sim_rng_below(&a->rng, i);
+        size_t x = a->order[i - 1];
+        a->order[i - 1] = a->order[j];
+        a->order[j] = x;
+    }
+    return GV_OK;
+}
+
+size_t sim_arrivals_next(struct sim_arrivals *a)
+{
+    uint64_t k = a->k++;
+    return k < a->t->n_pods ? a->order[k] : (size_t)gv_sim_rng_below(&a->rng, a->t->n_pods);
+}
+
+void sim_arrivals_fini(struct sim_arrivals *a)
+{
+    free(a->order);
+    a->order = NULL;
+}
+
 static gv_alloc_gpu_policy gpu_policy_for(gv_alloc_policy p)
 {
     return p == GV_ALLOC_POLICY_SPREAD ? GV_ALLOC_GPU_SPREAD : GV_ALLOC_GPU_BINPACK;
 }
 
+/* FNV-1a over the decision, chained. */
+static uint64_t hash_decision(uint64_t h, uint64_t k, const struct gv_alloc_assignment *a)
+{
+    uint64_t x = h ^ k;
+    x *= UINT64_C(0x100000001b3);
+    for (const char *p = a->node; *p != '\0'; p++)
+        x = (x ^ (unsigned char)*p) * UINT64_C(0x100000001b3);
+    for (uint32_t i = 0; i < a->n_containers; i++)
+        for (uint32_t d = 0; d < a->containers[i].n_devices; d++)
+            for (const char *p = a->containers[i].devices[d].uuid; *p != '\0'; p++)
+                x = (x ^ (unsigned char)*p) * UINT64_C(0x100000001b3);
+    return x;
+}
+
+static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint64_t seed,
+                     double inflate, bool exhaustive, struct gv_sim_curve *out,
+                     struct gv_error *err);
+
 gv_status gv_sim_run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint64_t seed,
                      double inflate, struct gv_sim_curve *out, struct gv_error *err)
+{
+    return run(t, policy, seed, inflate, false, out, err);
+}
+
+gv_status gv_sim_run_exhaustive(const struct gv_sim_trace *t, gv_alloc_policy policy,
+                                uint64_t seed, double inflate, struct gv_sim_curve *out,
+                                struct gv_error *err)
+{
+    return run(t, policy, seed, inflate, true, out, err);
+}
+
+static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint64_t seed,
+                     double inflate, bool exhaustive, struct gv_sim_curve *out,
+                     struct gv_error *err)
 {
     memset(out, 0, sizeof(*out));
     uint64_t cap = gv_sim_trace_gpu_milli(t);
@@ -93,12 +157,14 @@ gv_status gv_sim_run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
     gv_alloc_config_default(&cfg);
     cfg.node_policy = policy;
     cfg.gpu_policy = gpu_policy_for(policy);
+    cfg.exhaustive = exhaustive;
+    out->placement_hash = UINT64_C(0xcbf29ce484222325);
     struct gv_alloc_cluster *c = NULL;
-    size_t *order = malloc(t->n_pods * sizeof(*order));
+    struct sim_arrivals arr = {0};
     struct gv_alloc_assignment *a = malloc(sizeof(*a));
     out->n = (uint32_t)floor(inflate * 100.0 + 1e-9) + 1;
     out->allocated = calloc(out->n, sizeof(*out->allocated));
-    if (order == NULL || a == NULL || out->allocated == NULL) {
+    if (a == NULL || out->allocated == NULL) {
         rc = gv_error_set(err, GV_ENOMEM, "out of memory");
         goto fail;
     }
@@ -107,23 +173,14 @@ gv_status gv_sim_run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
     for (size_t i = 0; i < t->n_nodes; i++)
         if ((rc = gv_alloc_node_upsert(c, &t->nodes[i].spec, err)) != GV_OK)
             goto fail;
-    struct gv_sim_rng rng;
-    gv_sim_rng_seed(&rng, seed);
-    for (size_t i = 0; i < t->n_pods; i++)
-        order[i] = i;
-    for (size_t i = t->n_pods; i > 1; i--) {
-        size_t j = (size_t)gv_sim_rng_below(&rng, i);
-        size_t x = order[i - 1];
-        order[i - 1] = order[j];
-        order[j] = x;
-    }
+    if ((rc = sim_arrivals_init(&arr, t, seed, err)) != GV_OK)
+        goto fail;
     double target = inflate * (double)cap;
     uint64_t arrived = 0, allocated = 0;
     uint32_t next = 0;
     out->allocated[next++] = 0.0;
     for (uint64_t k = 0; (double)arrived < target; k++) {
-        struct gv_alloc_request *r =
-            t->pods[k < t->n_pods ? order[k] : (size_t)gv_sim_rng_below(&rng, t->n_pods)];
+        struct gv_alloc_request *r = t->pods[sim_arrivals_next(&arr)];
         snprintf(r->uid, sizeof(r->uid), "a%llu", (unsigned long long)k);
         gv_alloc_observe(c, r);
         uint64_t milli = sim_pod_milli(r);
@@ -132,6 +189,7 @@ gv_status gv_sim_run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
             gv_alloc_place(c, r, a, NULL) == GV_OK) {
             out->placed++;
             allocated += milli;
+            out->placement_hash = hash_decision(out->placement_hash, k, a);
         } else {
             out->failed++;
         }
@@ -144,12 +202,12 @@ gv_status gv_sim_run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
         out->allocated[next++] = (double)allocated * 100.0 / (double)cap;
     out->seconds = now() - t0;
     gv_alloc_cluster_free(c);
-    free(order);
+    sim_arrivals_fini(&arr);
     free(a);
     return GV_OK;
 fail:
     gv_alloc_cluster_free(c);
-    free(order);
+    sim_arrivals_fini(&arr);
     free(a);
     gv_sim_curve_free(out);
     return rc;

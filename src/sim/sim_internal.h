@@ -29,4 +29,17 @@ void sim_trace_clear(struct gv_sim_trace *t);
 /* GPU request of a pod in milli (GPUs x share). */
 uint64_t sim_pod_milli(const struct gv_alloc_request *r);
 
+/* The protocol's arrival sequence for a seed: the trace shuffled, then
+ * uniform resamples with replacement (indices into t->pods). */
+struct sim_arrivals {
+    const struct gv_sim_trace *t;
+    struct gv_sim_rng rng;
+    size_t *order;
+    uint64_t k;
+};
+gv_status sim_arrivals_init(struct sim_arrivals *a, const struct gv_sim_trace *t, uint64_t seed,
+                            struct gv_error *err);
+size_t sim_arrivals_next(struct sim_arrivals *a);
+void sim_arrivals_fini(struct sim_arrivals *a);
+
 #endif

@@ -226,6 +226,33 @@ static const char *unknown_type(const struct gv_sim_trace *t, const char *list)
 
 /* --- openb CSV ----------------------------------------------------------- */
 
+/* Copies at most n bytes of s into out for an error message, control and
+ * non-ASCII bytes written as \xNN, so a hostile file cannot drive the
+ * terminal that shows the message.  Cut short (with "...") to fit cap. */
+static const char *esc(const char *s, size_t n, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n && s[i] != '\0'; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        bool plain = ch >= 0x20 && ch < 0x7f && ch != '\\';
+        size_t need = plain ? 1 : ch == '\\' ? 2 : 4;
+        if (o + need + 4 > cap) {
+            memcpy(out + o, "...", 4);
+            return out;
+        }
+        if (plain)
+            out[o++] = (char)ch;
+        else if (ch == '\\')
+            out[o++] = '\\', out[o++] = '\\';
+        else
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", ch);
+    }
+    out[o] = '\0';
+    return out;
+}
+
+#define ESC_MAX 160
+
 #define CSV_MAX_FIELDS 32
 
 struct csv {
@@ -291,9 +318,17 @@ static gv_status csv_header(struct csv *c, const char *const *want, size_t n_wan
         return gv_error_set(err, GV_EPARSE, "%s: empty file (expected a header line)", c->name);
     for (size_t w = 0; w < n_want; w++) {
         idx[w] = -1;
-        for (size_t i = 0; i < c->nf; i++)
-            if (strcmp(c->f[i], want[w]) == 0)
-                idx[w] = (int)i;
+        for (size_t i = 0; i < c->nf; i++) {
+            if (strcmp(c->f[i], want[w]) != 0)
+                continue;
+            /* Two columns of one name: which one holds the data is a guess,
+             * and guessing wrong silently changes the workload. */
+            if (idx[w] >= 0)
+                return gv_error_set(err, GV_EPARSE,
+                                    "%s:%zu: column \"%s\" appears twice (columns %d and %zu)",
+                                    c->name, c->line, want[w], idx[w] + 1, i + 1);
+            idx[w] = (int)i;
+        }
         if (idx[w] < 0 && w < n_required)
             return gv_error_set(err, GV_EPARSE, "%s:%zu: missing column \"%s\"", c->name,
                                 c->line, want[w]);
@@ -307,19 +342,21 @@ static gv_status csv_uint(const struct csv *c, int col, const char *field, uint6
 {
     const char *s = c->f[col];
     uint64_t v = 0;
+    char e[ESC_MAX];
     if (*s == '\0')
         return gv_error_set(err, GV_EPARSE, "%s:%zu: field %s: empty", c->name, c->line, field);
     if (*s == '-')
-        return gv_error_set(err, GV_EPARSE, "%s:%zu: field %s: negative value \"%.32s\"",
-                            c->name, c->line, field, s);
+        return gv_error_set(err, GV_EPARSE, "%s:%zu: field %s: negative value \"%s\"",
+                            c->name, c->line, field, esc(s, 32, e, sizeof(e)));
     for (const char *p = s; *p != '\0'; p++) {
         if (*p < '0' || *p > '9')
-            return gv_error_set(err, GV_EPARSE, "%s:%zu: field %s: \"%.32s\" is not a number",
-                                c->name, c->line, field, s);
+            return gv_error_set(err, GV_EPARSE, "%s:%zu: field %s: \"%s\" is not a number",
+                                c->name, c->line, field, esc(s, 32, e, sizeof(e)));
         v = v * 10 + (uint64_t)(*p - '0');
         if (v > max)
-            return gv_error_set(err, GV_EPARSE, "%s:%zu: field %s: %.32s is above %llu",
-                                c->name, c->line, field, s, (unsigned long long)max);
+            return gv_error_set(err, GV_EPARSE, "%s:%zu: field %s: %s is above %llu",
+                                c->name, c->line, field, esc(s, 32, e, sizeof(e)),
+                                (unsigned long long)max);
     }
     *out = v;
     return GV_OK;
@@ -354,6 +391,12 @@ static gv_status csv_parse(struct gv_sim_trace *t, const char *name, const char 
     bool more = true;
     if (c == NULL)
         return gv_error_set(err, GV_ENOMEM, "out of memory");
+    /* A UTF-8 byte order mark (spreadsheet exports write one) is not part
+     * of the first column's name. */
+    if (len >= 3 && memcmp(buf, "\xef\xbb\xbf", 3) == 0) {
+        buf += 3;
+        len -= 3;
+    }
     *c = (struct csv){.name = name, .p = buf, .end = buf + len};
     gv_status rc = csv_header(c, cols, n_cols, n_required, idx, &ncols, err);
     while (rc == GV_OK && (rc = csv_next(c, &more, err)) == GV_OK && more)
@@ -388,9 +431,11 @@ static gv_status node_row(const struct gv_sim_trace *t, struct gv_sim_trace *tmp
                             c->line, *model ? "too long" : "empty");
     for (size_t i = 0; i < t->n_nodes + tmp->n_nodes; i++) {
         const struct sim_node *o = i < t->n_nodes ? &t->nodes[i] : &tmp->nodes[i - t->n_nodes];
-        if (strcmp(o->spec.name, sn) == 0)
+        if (strcmp(o->spec.name, sn) == 0) {
+            char e[ESC_MAX];
             return gv_error_set(err, GV_EPARSE, "%s:%zu: field sn: duplicate node \"%s\"",
-                                c->name, c->line, sn);
+                                c->name, c->line, esc(sn, 200, e, sizeof(e)));
+        }
     }
     return sim_add_node(tmp, sn, (int64_t)cpu, (int64_t)mem, (uint32_t)gpus, model, 0, err);
 }
@@ -412,10 +457,12 @@ static gv_status openb_spec(const struct gv_sim_trace *t, const struct csv *c, c
     while (*p != '\0') {
         const char *bar = strchr(p, '|');
         size_t n = bar != NULL ? (size_t)(bar - p) : strlen(p);
-        if (n == 0 || !model_known(t, p, n))
+        if (n == 0 || !model_known(t, p, n)) {
+            char e[ESC_MAX];
             return gv_error_set(err, GV_EPARSE,
-                                "%s:%zu: field gpu_spec: unknown GPU model \"%.*s\" (no node has it)",
-                                c->name, c->line, (int)(n > 64 ? 64 : n), p);
+                                "%s:%zu: field gpu_spec: unknown GPU model \"%s\" (no node has it)",
+                                c->name, c->line, esc(p, n > 64 ? 64 : n, e, sizeof(e)));
+        }
         if (o + n + 2 >= sizeof(list))
             return gv_error_set(err, GV_EPARSE, "%s:%zu: field gpu_spec: too long", c->name,
                                 c->line);
@@ -505,43 +552,49 @@ static gv_status k8s_items(const char *name, const char *buf, size_t len, json_t
     return GV_OK;
 }
 
-gv_status gv_sim_parse_k8s_nodes(struct gv_sim_trace *t, const char *name, const char *buf,
-                                 size_t len, struct gv_error *err)
+/* kind of a List item; NULL when the item does not say (plain
+ * `kubectl get nodes -o json` items do say, but hand-made lists may not). */
+static const char *item_kind(json_t *item)
 {
-    json_t *root, *items;
-    gv_status rc = k8s_items(name, buf, len, &root, &items, err);
-    if (rc != GV_OK)
-        return rc;
-    struct gv_sim_trace tmp = {0};
+    return json_string_value(json_object_get(item, "kind"));
+}
+
+/* Adds the Node items of a List to tmp (every item when only_kind). */
+static gv_status k8s_add_nodes(struct gv_sim_trace *tmp, const char *name, json_t *items,
+                               bool only_kind, struct gv_error *err)
+{
+    gv_status rc = GV_OK;
     for (size_t i = 0; i < json_array_size(items) && rc == GV_OK; i++) {
+        json_t *item = json_array_get(items, i);
+        const char *kind = item_kind(item);
+        if (only_kind && (kind == NULL || strcmp(kind, "Node") != 0))
+            continue;
         struct gv_podspec_node *n = NULL;
-        rc = gv_podspec_node(json_array_get(items, i), &n, err);
+        rc = gv_podspec_node(item, &n, err);
         if (rc != GV_OK) {
             gv_error_prefix(err, "%s: items[%zu]", name, i);
             break;
         }
-        rc = sim_add_node_spec(&tmp, &n->spec, err);
+        rc = sim_add_node_spec(tmp, &n->spec, err);
         gv_podspec_node_free(n);
     }
-    if (rc == GV_OK)
-        rc = trace_move(t, &tmp, err);
-    sim_trace_clear(&tmp);
-    json_decref(root);
     return rc;
 }
 
-gv_status gv_sim_parse_k8s_pods(struct gv_sim_trace *t, const char *name, const char *buf,
-                                size_t len, struct gv_error *err)
+/* Adds the running and pending Pod items of a List to tmp (t holds the
+ * nodes their GPU-type constraints are checked against). */
+static gv_status k8s_add_pods(const struct gv_sim_trace *t, struct gv_sim_trace *tmp,
+                              const char *name, json_t *items, bool only_kind,
+                              struct gv_error *err)
 {
-    json_t *root, *items;
-    gv_status rc = k8s_items(name, buf, len, &root, &items, err);
-    if (rc != GV_OK)
-        return rc;
     struct gv_alloc_config cfg;
     gv_alloc_config_default(&cfg);
-    struct gv_sim_trace tmp = {0};
+    gv_status rc = GV_OK;
     for (size_t i = 0; i < json_array_size(items) && rc == GV_OK; i++) {
         json_t *pod = json_array_get(items, i);
+        const char *kind = item_kind(pod);
+        if (only_kind && (kind == NULL || strcmp(kind, "Pod") != 0))
+            continue;
         const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"),
                                                               "phase"));
         /* finished pods hold nothing */
@@ -555,20 +608,75 @@ gv_status gv_sim_parse_k8s_pods(struct gv_sim_trace *t, const char *name, const 
         }
         const char *bad = unknown_type(t, r->constraint[GV_ALLOC_USE_TYPE]);
         if (bad != NULL) {
+            char e[ESC_MAX];
             rc = gv_error_set(err, GV_EPARSE,
                               "%s: items[%zu]: use-gputype: no node has a GPU model matching "
-                              "\"%.*s\"",
-                              name, i, (int)strcspn(bad, ","), bad);
+                              "\"%s\"",
+                              name, i, esc(bad, strcspn(bad, ","), e, sizeof(e)));
             gv_alloc_request_free(r);
             break;
         }
-        rc = sim_add_pod(&tmp, r, err);
+        rc = sim_add_pod(tmp, r, err);
     }
-    if (rc == GV_OK && tmp.n_pods == 0)
+    return rc;
+}
+
+/* One List of Nodes (nodes) or Pods into t, all or nothing. */
+static gv_status k8s_parse(struct gv_sim_trace *t, const char *name, const char *buf, size_t len,
+                           bool nodes, struct gv_error *err)
+{
+    json_t *root, *items;
+    gv_status rc = k8s_items(name, buf, len, &root, &items, err);
+    if (rc != GV_OK)
+        return rc;
+    struct gv_sim_trace tmp = {0};
+    rc = nodes ? k8s_add_nodes(&tmp, name, items, false, err)
+               : k8s_add_pods(t, &tmp, name, items, false, err);
+    if (rc == GV_OK && !nodes && tmp.n_pods == 0)
         rc = gv_error_set(err, GV_EPARSE, "%s: no running or pending pods", name);
     if (rc == GV_OK)
         rc = trace_move(t, &tmp, err);
     sim_trace_clear(&tmp);
+    json_decref(root);
+    return rc;
+}
+
+gv_status gv_sim_parse_k8s_nodes(struct gv_sim_trace *t, const char *name, const char *buf,
+                                 size_t len, struct gv_error *err)
+{
+    return k8s_parse(t, name, buf, len, true, err);
+}
+
+gv_status gv_sim_parse_k8s_pods(struct gv_sim_trace *t, const char *name, const char *buf,
+                                size_t len, struct gv_error *err)
+{
+    return k8s_parse(t, name, buf, len, false, err);
+}
+
+gv_status gv_sim_parse_k8s_cluster(struct gv_sim_trace *t, const char *name, const char *buf,
+                                   size_t len, struct gv_error *err)
+{
+    json_t *root, *items;
+    gv_status rc = k8s_items(name, buf, len, &root, &items, err);
+    if (rc != GV_OK)
+        return rc;
+    /* Nodes first, whatever the order of the items: pods' GPU-type
+     * constraints are checked against the cluster's models. */
+    struct gv_sim_trace nodes = {0}, pods = {0};
+    rc = k8s_add_nodes(&nodes, name, items, true, err);
+    if (rc == GV_OK && nodes.n_nodes == 0)
+        rc = gv_error_set(err, GV_EPARSE, "%s: no Node items (dump with `kubectl get "
+                                          "nodes,pods -A -o json`)", name);
+    if (rc == GV_OK)
+        rc = k8s_add_pods(&nodes, &pods, name, items, true, err);
+    if (rc == GV_OK && pods.n_pods == 0)
+        rc = gv_error_set(err, GV_EPARSE, "%s: no running or pending Pod items", name);
+    if (rc == GV_OK)
+        rc = trace_move(&nodes, &pods, err);
+    if (rc == GV_OK)
+        rc = trace_move(t, &nodes, err);
+    sim_trace_clear(&nodes);
+    sim_trace_clear(&pods);
     json_decref(root);
     return rc;
 }
@@ -602,4 +710,16 @@ gv_status gv_sim_load_nodes(struct gv_sim_trace *t, const char *path, struct gv_
 gv_status gv_sim_load_pods(struct gv_sim_trace *t, const char *path, struct gv_error *err)
 {
     return load(t, path, false, err);
+}
+
+gv_status gv_sim_load_cluster(struct gv_sim_trace *t, const char *path, struct gv_error *err)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    gv_status rc = gv_file_read_all(path, &buf, &len, err);
+    if (rc != GV_OK)
+        return rc;
+    rc = gv_sim_parse_k8s_cluster(t, path, buf, len, err);
+    free(buf);
+    return rc;
 }

@@ -3,6 +3,12 @@ test_alloc_SRCS := tests/alloc/test_alloc.c
 test_alloc_LIBS := alloc common
 test_alloc_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)
 
+# Node index: indexed search == exhaustive scoring on random clusters.
+TEST_PROGS += test_alloc_index
+test_alloc_index_SRCS := tests/alloc/test_alloc_index.c
+test_alloc_index_LIBS := alloc common
+test_alloc_index_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)
+
 # Fuzz targets: parsers of untrusted input (quantities from pod specs, the
 # assignment annotation the node agent reads).
 FUZZ_TARGETS += fuzz_alloc_quantity fuzz_alloc_assignment

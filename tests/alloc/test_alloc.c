@@ -72,6 +72,14 @@ static gv_status parse_err(struct pod_builder *b, struct gv_error *err)
     return rc;
 }
 
+static void parse_fails(struct pod_builder *b, const char *want)
+{
+    struct gv_error err = {0};
+    assert_int_not_equal(parse_err(b, &err), GV_OK);
+    if (strstr(err.msg, want) == NULL)
+        fail_msg("error '%s' does not mention '%s'", err.msg, want);
+}
+
 /* One-container request: n GPUs, mem MiB (0 = none), milli each. */
 static struct gv_alloc_request *simple_req(const char *uid, uint32_t n, uint64_t mem, uint32_t milli)
 {
@@ -392,9 +400,83 @@ static void test_request_annotations(void **state)
     r = parse_ok(&b);
     assert_string_equal(r->constraint[GV_ALLOC_USE_TYPE], "a100,h100");
     assert_int_equal(r->node_policy, GV_ALLOC_POLICY_FGD);
-    assert_int_equal(r->gpu_policy, GV_ALLOC_GPU_BINPACK);
+    /* HAMi: topology-aware is a filter; with no sort key GPUs go by spread */
+    assert_int_equal(r->gpu_policy, GV_ALLOC_GPU_SPREAD);
+    assert_true(r->gpu_topology);
+    assert_false(r->gpu_mutex);
+    assert_int_equal(r->gpu_numa, 0);
     assert_false(r->numa_bind);
     gv_alloc_request_free(r);
+}
+
+/* HAMi's comma chains: sort keys in order, filters anywhere. */
+static void test_request_hami_policy_chains(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        int policy;
+        uint8_t numa;
+        bool mutex, topo;
+    } cases[] = {
+        {"binpack", GV_ALLOC_GPU_BINPACK, 0, false, false},
+        {"spread", GV_ALLOC_GPU_SPREAD, 0, false, false},
+        {"numa", GV_ALLOC_GPU_SPREAD, 1, false, false},
+        {"mutex", GV_ALLOC_GPU_SPREAD, 0, true, false},
+        {"binpack,numa", GV_ALLOC_GPU_BINPACK, 2, false, false},
+        {" numa , binpack ", GV_ALLOC_GPU_BINPACK, 1, false, false},
+        {"mutex,topology-aware", GV_ALLOC_GPU_SPREAD, 0, true, true},
+        {"spread,binpack,mutex", GV_ALLOC_GPU_SPREAD, 0, true, false},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct pod_builder b;
+        pb_init(&b, "chain");
+        size_t c = pb_container(&b, "main");
+        pb_limit(&b, c, "nvidia.com/gpu", "1");
+        pb_ann(&b, "hami.io/gpu-scheduler-policy", cases[i].text);
+        struct gv_alloc_request *r = parse_ok(&b);
+        if (r->gpu_policy != cases[i].policy || r->gpu_numa != cases[i].numa ||
+            r->gpu_mutex != cases[i].mutex || r->gpu_topology != cases[i].topo)
+            fail_msg("'%s': policy %d numa %u mutex %d topo %d", cases[i].text, r->gpu_policy,
+                     r->gpu_numa, r->gpu_mutex, r->gpu_topology);
+        gv_alloc_request_free(r);
+    }
+    static const char *const bad[] = {"binpak", "binpack,,numa", ",spread", "numa;mutex"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct pod_builder b;
+        pb_init(&b, "chain");
+        size_t c = pb_container(&b, "main");
+        pb_limit(&b, c, "nvidia.com/gpu", "1");
+        pb_ann(&b, "hami.io/gpu-scheduler-policy", bad[i]);
+        parse_fails(&b, "binpack, spread, numa, mutex, topology-aware");
+    }
+    /* nvidia.com/vgpu-mode: hami-core is what gpuvisor does, the rest is refused */
+    struct pod_builder b;
+    pb_init(&b, "mode");
+    size_t c = pb_container(&b, "main");
+    pb_limit(&b, c, "nvidia.com/gpu", "1");
+    pb_ann(&b, "nvidia.com/vgpu-mode", "hami-core");
+    gv_alloc_request_free(parse_ok(&b));
+    pb_init(&b, "mode");
+    c = pb_container(&b, "main");
+    pb_limit(&b, c, "nvidia.com/gpu", "1");
+    pb_ann(&b, "nvidia.com/vgpu-mode", "mig");
+    parse_fails(&b, "remove the annotation or write \"hami-core\"");
+    /* aliyun.com/gpu-count: GPUs of a gpushare container */
+    pb_init(&b, "share");
+    c = pb_container(&b, "main");
+    pb_limit(&b, c, "aliyun.com/gpu-mem", "8");
+    pb_limit(&b, c, "aliyun.com/gpu-count", "2");
+    struct gv_alloc_request *r = parse_ok(&b);
+    assert_int_equal(r->containers[0].num_gpu, 2);
+    assert_int_equal(r->containers[0].mem, 4096); /* 8 GiB over 2 GPUs */
+    gv_alloc_request_free(r);
+    pb_init(&b, "share");
+    c = pb_container(&b, "main");
+    pb_limit(&b, c, "aliyun.com/gpu-mem", "8");
+    pb_limit(&b, c, "aliyun.com/gpu-count", "2");
+    pb_limit(&b, c, "nvidia.com/gpu", "1");
+    parse_fails(&b, "aliyun.com/gpu-count 2 and nvidia.com/gpu 1 disagree");
 }
 
 /* --- filter -------------------------------------------------------------- */
@@ -806,6 +888,130 @@ static void test_gpu_policies(void **state)
     gv_alloc_cluster_free(c);
 }
 
+/* Golden placements for HAMi's mutex and numa keys (GPUs 0-3 on NUMA 0, 4-7 on 1). */
+static void test_gpu_policy_mutex_and_numa(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_BINPACK);
+    add_node(c, "n", 8, "A100", 10000, 0);
+    struct gv_alloc_assignment a;
+    struct gv_alloc_request *fill[4];
+    for (int i = 0; i < 4; i++) { /* a little on each GPU of NUMA 0 */
+        char uid[8];
+        snprintf(uid, sizeof(uid), "f%d", i);
+        fill[i] = simple_req(uid, 1, 1000, 0);
+        fill[i]->gpu_policy = GV_ALLOC_GPU_SPREAD;
+        char uuid[16];
+        snprintf(uuid, sizeof(uuid), "n-g%d", i);
+        assert_int_equal(gv_alloc_request_set_constraint(fill[i], GV_ALLOC_USE_UUID, uuid, NULL),
+                         GV_OK);
+        pick_place(c, fill[i], &a);
+    }
+    struct {
+        int policy;
+        uint8_t numa;
+        bool mutex;
+        const char *want0, *want1;
+    } cases[] = {
+        {GV_ALLOC_GPU_BINPACK, 0, false, "n-g0", "n-g1"}, /* fullest first */
+        {GV_ALLOC_GPU_BINPACK, 0, true, "n-g4", "n-g5"},  /* mutex: idle ones only */
+        {GV_ALLOC_GPU_SPREAD, 0, false, "n-g4", "n-g5"},  /* emptiest first */
+        {GV_ALLOC_GPU_SPREAD, 1, false, "n-g0", "n-g1"},  /* "numa,spread": NUMA 0 first */
+        {GV_ALLOC_GPU_SPREAD, 2, false, "n-g4", "n-g5"},  /* "spread,numa": share first */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct gv_alloc_request *r = simple_req("x", 2, 1000, 0);
+        r->gpu_policy = cases[i].policy;
+        r->gpu_numa = cases[i].numa;
+        r->gpu_mutex = cases[i].mutex;
+        struct gv_error err = {0};
+        if (gv_alloc_pick(c, r, NULL, 0, &a, &err) != GV_OK)
+            fail_msg("case %zu: %s", i, err.msg);
+        if (strcmp(a.containers[0].devices[0].uuid, cases[i].want0) != 0 ||
+            strcmp(a.containers[0].devices[1].uuid, cases[i].want1) != 0)
+            fail_msg("case %zu: got %s,%s want %s,%s", i, a.containers[0].devices[0].uuid,
+                     a.containers[0].devices[1].uuid, cases[i].want0, cases[i].want1);
+        gv_alloc_request_free(r);
+    }
+    /* mutex with 4 idle GPUs left: a 5-GPU container does not fit, and says why */
+    struct gv_alloc_request *r = simple_req("y", 5, 1000, 0);
+    r->gpu_mutex = true;
+    struct gv_alloc_fit fit;
+    assert_int_equal(gv_alloc_filter(c, r, "n", &fit, NULL), GV_OK);
+    assert_false(fit.fits);
+    assert_non_null(strstr(fit.reason, "mutex: idle GPUs only"));
+    r->gpu_mutex = false;
+    assert_int_equal(gv_alloc_filter(c, r, "n", &fit, NULL), GV_OK);
+    assert_true(fit.fits);
+    gv_alloc_request_free(r);
+    for (int i = 0; i < 4; i++)
+        gv_alloc_request_free(fill[i]);
+    gv_alloc_cluster_free(c);
+}
+
+/*
+ * Golden topology choices on an 8-GPU PCIe box: NVLink bridges 0-1, 2-3,
+ * 4-5, 6-7; PCIe switch A over 0-3, B over 4-7; NUMA 0 = 0-3, 1 = 4-7.
+ */
+static void test_topology_choice(void **state)
+{
+    (void)state;
+    static const uint32_t nvlink[8] = {1, 1, 3, 3, 5, 5, 7, 7};
+    static const uint32_t pcie[8] = {1, 1, 1, 1, 5, 5, 5, 5};
+    static const struct {
+        uint32_t busy;   /* GPU given a little load first */
+        uint32_t k;      /* GPUs asked */
+        bool topo;       /* node publishes its groups */
+        const char *want; /* chosen GPU indexes, sorted */
+    } cases[] = {
+        /* spread alone takes g0,g2 (emptiest, by index; g1 is loaded) */
+        {1, 2, false, "0,2"},
+        {1, 2, true, "0,1"}, /* the NVLink pair beats the emptier PCIe peer */
+        /* spread alone: g0,g1,g3,g4 crosses NUMA nodes */
+        {2, 4, false, "0,1,3,4"},
+        {2, 4, true, "0,1,2,3"}, /* two NVLink pairs under one switch */
+        /* whole node: nothing to choose */
+        {0, 8, true, "0,1,2,3,4,5,6,7"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_BINPACK);
+        add_node(c, "n", 8, "A100", 10000, 0);
+        if (cases[i].topo)
+            assert_int_equal(gv_alloc_node_set_links(c, "n", nvlink, pcie, 8, NULL), GV_OK);
+        struct gv_alloc_assignment a;
+        struct gv_alloc_request *load = simple_req("load", 1, 1000, 0);
+        char uuid[16];
+        snprintf(uuid, sizeof(uuid), "n-g%u", cases[i].busy);
+        assert_int_equal(gv_alloc_request_set_constraint(load, GV_ALLOC_USE_UUID, uuid, NULL),
+                         GV_OK);
+        pick_place(c, load, &a);
+        struct gv_alloc_request *r = simple_req("x", cases[i].k, 1000, 0);
+        r->gpu_policy = GV_ALLOC_GPU_SPREAD;
+        struct gv_error err = {0};
+        if (gv_alloc_pick(c, r, NULL, 0, &a, &err) != GV_OK)
+            fail_msg("case %zu: %s", i, err.msg);
+        bool got[8] = {false};
+        for (uint32_t d = 0; d < a.containers[0].n_devices; d++)
+            got[atoi(strrchr(a.containers[0].devices[d].uuid, 'g') + 1)] = true;
+        char text[32] = "";
+        for (int g = 0; g < 8; g++)
+            if (got[g])
+                snprintf(text + strlen(text), sizeof(text) - strlen(text), "%s%d",
+                         text[0] ? "," : "", g);
+        if (strcmp(text, cases[i].want) != 0)
+            fail_msg("case %zu: chose %s, want %s", i, text, cases[i].want);
+        gv_alloc_request_free(r);
+        gv_alloc_request_free(load);
+        gv_alloc_cluster_free(c);
+    }
+    /* bad input: unknown node, wrong count */
+    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_BINPACK);
+    add_node(c, "n", 8, "A100", 10000, 0);
+    assert_int_equal(gv_alloc_node_set_links(c, "zz", nvlink, pcie, 8, NULL), GV_ENOTFOUND);
+    assert_int_equal(gv_alloc_node_set_links(c, "n", nvlink, pcie, 4, NULL), GV_EINVAL);
+    gv_alloc_cluster_free(c);
+}
+
 static void test_bestfit_prefers_least_left(void **state)
 {
     (void)state;
@@ -1069,6 +1275,9 @@ int main(void)
         cmocka_unit_test(test_request_requests_used_when_no_limits),
         cmocka_unit_test(test_request_conflicts),
         cmocka_unit_test(test_request_annotations),
+        cmocka_unit_test(test_request_hami_policy_chains),
+        cmocka_unit_test(test_gpu_policy_mutex_and_numa),
+        cmocka_unit_test(test_topology_choice),
         cmocka_unit_test(test_filter_reasons),
         cmocka_unit_test(test_filter_host_resources_and_numa),
         cmocka_unit_test(test_multi_container_distinct_gpus),

@@ -165,10 +165,16 @@ static void test_node_from_agent_inventory(void **state)
         g->mode = i ? GV_INVENTORY_MODE_EXCLUSIVE : GV_INVENTORY_MODE_VGPU;
         snprintf(g->pci_bus_id, sizeof(g->pci_bus_id), "00000000:3B:00.0");
     }
+    inv.gpus[0].nvlink_group = 1; /* GPU 0's island; GPU 1 in none */
+    inv.gpus[1].pcie_group = 2;
     char *text = NULL;
     struct gv_error err = {0};
     if (gv_inventory_encode(&inv, &text, &err) != GV_OK)
         fail_msg("%s", err.msg);
+    /* JSON carries the lowest GPU index of the group, absent for none */
+    assert_non_null(strstr(text, "\"nvlinkIsland\":0"));
+    assert_non_null(strstr(text, "\"pcieSwitch\":1"));
+    assert_null(strstr(text, "\"pcieSwitch\":-1"));
     json_t *node = json_pack("{s:{s:s,s:{s:s}},s:{s:{s:s,s:s,s:s}}}", "metadata", "name", "gpu-7",
                              "annotations", GV_INVENTORY_ANNOTATION, text, "status", "capacity",
                              "cpu", "64", "memory", "256Gi", "nvidia.com/gpu", "20");
@@ -187,9 +193,16 @@ static void test_node_from_agent_inventory(void **state)
     assert_false(n->spec.gpus[1].healthy);
     assert_int_equal(n->spec.gpus[1].numa, 1);
     assert_int_equal(n->spec.cpu_milli, 64000);
+    assert_int_equal(n->nvlink_group[0], 1);
+    assert_int_equal(n->nvlink_group[1], 0);
+    assert_int_equal(n->pcie_group[0], 0);
+    assert_int_equal(n->pcie_group[1], 2);
     struct gv_alloc_cluster *c;
     assert_int_equal(gv_alloc_cluster_new(NULL, &c, NULL), GV_OK);
     assert_int_equal(gv_alloc_node_upsert(c, &n->spec, NULL), GV_OK);
+    assert_int_equal(gv_alloc_node_set_links(c, "gpu-7", n->nvlink_group, n->pcie_group,
+                                             n->spec.n_gpus, NULL),
+                     GV_OK);
     gv_alloc_cluster_free(c);
     gv_podspec_node_free(n);
     json_decref(node);

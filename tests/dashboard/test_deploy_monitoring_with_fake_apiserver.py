@@ -114,7 +114,8 @@ t.ok(len(exprs) >= 10 and dash.get("uid") == "gpuvisor-slices", "dashboard JSON 
 # node-metrics branch; docs/observability.md)
 NODE_AGENT = {"gpuvisor_container_gpu_memory_used_bytes", "gpuvisor_container_gpu_memory_limit_bytes",
               "gpuvisor_container_gpu_compute_share_achieved_ratio",
-              "gpuvisor_container_gpu_compute_share_limit_ratio", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"}
+              "gpuvisor_container_gpu_compute_share_limit_ratio", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED",
+              "gpuvisor_container_gpu_throttled_seconds_total", "gpuvisor_container_gpu_oom_total"}
 stand = obs_stand.Stand(gvtest.scratch("depmon-s"))
 try:
     stand.start_scheduler()

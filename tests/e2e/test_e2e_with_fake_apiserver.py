@@ -304,6 +304,41 @@ def main():
     t.done()
 
 
+def hami_examples(c, s):
+    """HAMi's own example manifests (tests/data/hami/pods, unchanged) on an
+    empty cluster: webhook -> API -> filter -> bind -> Allocate."""
+    try:
+        import yaml
+    except ImportError:
+        t.skip("HAMi example manifests end to end", "python3-yaml missing")
+        return
+    root = os.path.join(HERE, "..", "data", "hami", "pods")
+    cases = [("default_use.yaml", 1, {"CUDA_DEVICE_MEMORY_LIMIT_0": "3000m", "CUDA_DEVICE_SM_LIMIT": "30"}),
+             ("use_sharing_card.yaml", 1, {"CUDA_DEVICE_SM_LIMIT": "60"}),
+             ("use_exclusive_card.yaml", 2, {"CUDA_DEVICE_SM_LIMIT": "100"})]
+    names = []
+    for f, ngpu, want in cases:
+        with open(os.path.join(root, f)) as fh:
+            pod = next(d for d in yaml.safe_load_all(fh) if d and d.get("kind") == "Pod")
+        name = "hami-" + f.split(".")[0].replace("_", "-")
+        pod["metadata"]["name"] = name
+        pod["metadata"]["namespace"] = "default"
+        r = s.admit(pod)
+        ops = json.loads(base64.b64decode(r.get("patch", ""))) if r.get("allowed") else []
+        admitted = apply_patch(json.loads(json.dumps(pod)), ops)
+        code, created = c.api.req("POST", "/api/v1/namespaces/default/pods", admitted)
+        names.append(name)
+        node, res = schedule(c, s, created) if code == 201 else (None, created)
+        e = envs(c.allocate(node, ngpu)) if node else {}
+        visible = (e.get("NVIDIA_VISIBLE_DEVICES") or "").split(",")
+        t.ok(r.get("allowed") and admitted["spec"].get("schedulerName") == "gpuvisor-scheduler" and
+             node is not None and len(visible) == ngpu and
+             all(e.get(k) == v for k, v in want.items()) and e.get("CUDA_DEVICE_MEMORY_LIMIT_0"),
+             "HAMi example %s: admitted, placed on %s, Allocate answers %d GPU(s) with %s" %
+             (f, node, ngpu, want), (r, res, e))
+    delete_pods(c, s, names)
+
+
 def cores_and_split_decide(c, s):
     """Compute share and the split count decide fits through the whole stack
     (agent inventory -> scheduler -> bind): one T4 of node2, split 10 (the
@@ -333,6 +368,7 @@ def cores_and_split_decide(c, s):
 
 
 def scenarios(c, s):
+    hami_examples(c, s)
     cores_and_split_decide(c, s)
     # --- binpack vs spread, on an empty cluster -----------------------------
     # Pods of half a GPU's compute: node1 (2 x A100) and node2 (2 x T4) then

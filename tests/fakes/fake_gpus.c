@@ -95,6 +95,9 @@ static void set_default(int i)
     g->cc_major = 9;
     g->cc_minor = 0;
     g->mig_capable = -1;
+    for (int l = 0; l < 18; l++)
+        g->nvlink_peer[l] = -1;
+    g->pcie_switch = -1;
 }
 
 /* uuid text -> 16 bytes: hex digits after "GPU-" / "MIG-", dashes skipped. */
@@ -166,6 +169,22 @@ static void parse_line(char *line, int i)
             sscanf(val, "%d.%d", &g->cc_major, &g->cc_minor);
         else if (strcmp(key, "migcap") == 0)
             g->mig_capable = atoi(val) != 0;
+        else if (strcmp(key, "pcieswitch") == 0)
+            g->pcie_switch = atoi(val);
+        else if (strcmp(key, "nvlink") == 0) { /* peer:links,... e.g. 1:4,2:4 */
+            int l = 0;
+            for (char *t = val; *t && l < 18;) {
+                int peer = -1, links = 0;
+                if (sscanf(t, "%d:%d", &peer, &links) != 2)
+                    break;
+                for (int k = 0; k < links && l < 18; k++)
+                    g->nvlink_peer[l++] = peer;
+                t = strchr(t, ',');
+                if (t == NULL)
+                    break;
+                t++;
+            }
+        }
     }
 }
 

@@ -28,3 +28,10 @@ EXTRA_ALL += $(GV_FAKE_CUDA) $(GV_FAKE_NVML)
 # The API-server stand-in's C launcher (apiserver/fake_apiserver_proc.c)
 # drives the fake's control endpoints with libcurl, a real HTTP client.
 FAKE_APISERVER_LDLIBS := $(shell $(PKG_CONFIG) --libs libcurl)
+
+# Fake sysfs tree generator (tests/fakes/sysfs): linked into the passthrough
+# tests and built as $(BUILD)/testbin/fake_sysfs for script tests.
+fake_sysfs_SRCS := tests/fakes/sysfs/fake_sysfs_main.c tests/fakes/sysfs/fake_sysfs.c
+fake_sysfs_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
+$(eval $(call GV_EXE,fake_sysfs,testbin))
+EXTRA_ALL += $(BUILD)/testbin/fake_sysfs

@@ -132,6 +132,30 @@ static void test_limit_and_conflict(void **state)
     gv_shm_close(a);
 }
 
+/* The refused-allocation counter: counted by writers, ignored from a
+ * read-only mapping and for a device index out of range; readers of a fresh
+ * region (or one an older build made, where these bytes were reserved) see 0. */
+static void test_oom_counter(void **state)
+{
+    (void)state;
+    struct gv_shm *a = open_rw();
+    int idx;
+    assert_int_equal(gv_shm_proc_attach(a, getpid(), 1, NULL), GV_OK);
+    assert_int_equal(gv_shm_device_attach(a, "GPU-a", &(struct gv_shm_limits){1000, 5000, 0, 0, 0}, &idx, NULL), GV_OK);
+    assert_int_equal(atomic_load(&gv_shm_region(a)->devices[idx].oom_count), 0);
+    gv_shm_note_oom(a, idx);
+    gv_shm_note_oom(a, idx);
+    gv_shm_note_oom(a, -1);
+    gv_shm_note_oom(a, GV_SHM_MAX_DEVICES);
+    gv_shm_note_oom(NULL, idx);
+    struct gv_shm *ro = NULL;
+    assert_int_equal(gv_shm_open(path, GV_SHM_READONLY, &ro, NULL), GV_OK);
+    gv_shm_note_oom(ro, idx); /* a reader never writes */
+    assert_int_equal(atomic_load(&gv_shm_region(ro)->devices[idx].oom_count), 2);
+    gv_shm_close(ro);
+    gv_shm_close(a);
+}
+
 static void test_rejects_foreign_and_corrupt(void **state)
 {
     (void)state;
@@ -726,6 +750,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_create_and_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_limit_and_conflict, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_oom_counter, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rejects_foreign_and_corrupt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dead_process_usage_reclaimed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_owner_dead_holding_lock, setup, teardown),

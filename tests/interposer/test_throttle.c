@@ -52,6 +52,7 @@ struct result {
     uint64_t first_after_mark; /* virtual time the first of those was let through */
     uint64_t end_ns;
     uint64_t busy_ns; /* measured by the throttle */
+    uint64_t waited_ns; /* launches waited in the gate (this process) */
     uint64_t gpu_ns;  /* what the fake GPU ran for this tenant */
     uint32_t util;    /* utilisation the throttle last published */
     int ok;
@@ -249,6 +250,7 @@ static struct result tenant_main(const struct tenant *tn)
         struct gv_throttle_stats st;
         gv_throttle_get_stats(t, 0, &st);
         r.busy_ns = st.busy_ns;
+        r.waited_ns = st.waited_ns;
         gv_throttle_free(t);
     }
     r.ok = 1;
@@ -357,6 +359,12 @@ static void test_share_pooled_per_container(void **state)
            (double)atomic_load(&g_pool->busy_ns) / 1e9);
     assert_true(total >= 35.0 && total <= 45.0);
     assert_int_equal(atomic_load(&g_pool->pct), 40);
+    /* the container's throttled time (monitors read it from the region): both
+     * processes' waits, summed in the shared pool */
+    printf("# waited %.3f s + %.3f s; pool's throttled_ns says %.3f s\n", (double)r[0].waited_ns / 1e9,
+           (double)r[1].waited_ns / 1e9, (double)atomic_load(&g_pool->throttled_ns) / 1e9);
+    assert_true(r[0].waited_ns > 0 && r[1].waited_ns > 0);
+    assert_int_equal(atomic_load(&g_pool->throttled_ns), r[0].waited_ns + r[1].waited_ns);
 }
 
 /* A budget whose last refill lies in the future (the clock restarted under a

@@ -123,6 +123,35 @@ try:
     rc, out, err = run(*S, "inspect", "no-such-node", *HB)
     t.ok(rc == 1 and 'node "no-such-node" not found' in err, "inspect of an unknown node: clear error", err)
 
+    # ---- whole devices (docs/passthrough.md): the inventory's wholeDevices ----
+    node_url = stand.api_url + "/api/v1/nodes/gpu-t4-1"
+    code, body = obs_stand.http("GET", node_url)
+    ann = json.loads(body)["metadata"]["annotations"]
+    inv_before = ann["gpuvisor.io/node-gpus"]
+    inv = json.loads(inv_before)
+    inv["wholeDevices"] = [
+        {"kind": "passthrough", "resource": "nvidia.com/TU104GL_TESLA_T4", "id": "0000:d8:00.0",
+         "pciBusId": "0000:d8:00.0", "iommuGroup": "71", "healthy": True},
+        {"kind": "mdev", "resource": "nvidia.com/NVIDIA_A10-4Q",
+         "id": "5f3b1c2a-0b7e-4c55-9a36-1d2e3f4a5b01", "pciBusId": "0000:d9:00.0",
+         "iommuGroup": "90", "healthy": False}]
+    patch = lambda text: obs_stand.http(  # noqa: E731
+        "PATCH", node_url, {"metadata": {"annotations": {"gpuvisor.io/node-gpus": text}}},
+        "application/merge-patch+json")[0]
+    t.ok(patch(json.dumps(inv)) == 200, "wholeDevices added to gpu-t4-1's inventory (stand-in)")
+    rc, out, err = run(*S, "inspect", "gpu-t4-1", "-o", "json", *HB)
+    node = (json.loads(out)["nodes"] or [{}])[0] if rc == 0 else {}
+    t.ok([(w["kind"], w["id"], w["healthy"]) for w in node.get("wholeDevices", [])] ==
+         [("passthrough", "0000:d8:00.0", True), ("mdev", "5f3b1c2a-0b7e-4c55-9a36-1d2e3f4a5b01", False)],
+         "inspect -o json lists the node's whole devices", out + err)
+    rc, out, err = run(*S, "inspect", "gpu-t4-1", "-o", "wide", *HB)
+    rows = [ln.split() for ln in out.splitlines() if "nvidia.com/" in ln]
+    t.ok(rc == 0 and rows == [["passthrough", "nvidia.com/TU104GL_TESLA_T4", "whole", "0000:d8:00.0", "healthy"],
+                              ["mdev", "nvidia.com/NVIDIA_A10-4Q", "whole",
+                               "5f3b1c2a-0b7e-4c55-9a36-1d2e3f4a5b01", "unhealthy"]],
+         "inspect -o wide: one row per whole device", out + err)
+    t.ok(patch(inv_before) == 200, "inventory restored")
+
     # ---- top ----------------------------------------------------------------
     rc, out, err = run(*S, "top", "pods", "-A")
     ok, diff = golden("top-pods-A.txt", out)

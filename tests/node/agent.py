@@ -18,6 +18,8 @@ NODE_BIN = os.path.join(gvtest.BUILD, "bin", "gpuvisor-node")
 # The bearer token the HTTPS fake demands (Env(tls=True)).
 TLS_TOKEN = "node-agent-token"
 GPUS = ["GPU-11111111-2222-4333-8444-000000000000", "GPU-11111111-2222-4333-8444-000000000001"]
+# uuids of GPUs 2 and 3 for Env(gpus=4) (the topology scenario)
+MORE_GPUS = ["GPU-11111111-2222-4333-8444-000000000002", "GPU-11111111-2222-4333-8444-000000000003"]
 
 
 def have_fake_nvml():
@@ -153,7 +155,7 @@ class Env:
         with open(self.gpu_cfg, "w") as f:
             for i in range(gpus):
                 name, mem = (models or [])[i] if models and i < len(models) else ("NVIDIA A100-SXM4-40GB", "40g")
-                f.write('name="%s" uuid=%s memory=%s pci=0:%x:0\n' % (name, GPUS[i], mem, 0x3b + i))
+                f.write('name="%s" uuid=%s memory=%s pci=0:%x:0\n' % (name, (GPUS + MORE_GPUS)[i], mem, 0x3b + i))
                 numa = os.path.join(self.dir, "sys/sys/bus/pci/devices/0000:%02x:00.0" % (0x3b + i))
                 os.makedirs(numa)
                 with open(os.path.join(numa, "numa_node"), "w") as g:

@@ -48,10 +48,11 @@ fuzz_node_grpc_server_LDLIBS := $(shell $(PKG_CONFIG) --libs libnghttp2)
 fuzz_node_inventory_SRCS := tests/node/fuzz_node_inventory.c src/contracts/inventory.c \
 	src/common/gv_error.c
 fuzz_node_inventory_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
-fuzz_node_config_SRCS := tests/node/fuzz_node_config.c src/node/config.c src/contracts/inventory.c \
+fuzz_node_config_SRCS := tests/node/fuzz_node_config.c src/node/config.c src/node/passthrough.c \
+	src/contracts/inventory.c \
 	src/node/monitor_record.c src/common/gv_log.c src/common/gv_error.c \
 	src/common/gv_file.c
-fuzz_node_config_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
+fuzz_node_config_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson) -ldl
 # What the monitor parses: /proc/<pid>/cgroup text, container records, HTTP request heads.
 FUZZ_TARGETS += fuzz_node_metrics
 fuzz_node_metrics_SRCS := tests/node/fuzz_node_metrics.c src/node/monitor.c src/node/monitor_record.c \
@@ -61,9 +62,11 @@ fuzz_node_metrics_SRCS := tests/node/fuzz_node_metrics.c src/node/monitor.c src/
 fuzz_node_metrics_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) -lpthread
 # Pods from the API server through Allocate's pod selection and answer.
 fuzz_node_allocate_SRCS := tests/node/fuzz_node_allocate.c src/node/allocator.c src/node/config.c \
+	src/node/passthrough.c \
 	$(wildcard src/node/mode*.c) \
 	src/node/monitor_record.c src/node/direct.c src/node/cdi.c \
 	src/node/loop.c src/contracts/inventory.c src/contracts/podspec.c src/contracts/placement.c \
+	src/contracts/gpushare.c \
 	$(wildcard src/alloc/*.c) \
 	$(wildcard src/kube/*.c) \
 	src/common/gv_buf.c src/common/gv_error.c src/common/gv_log.c src/common/gv_file.c \
@@ -96,3 +99,12 @@ test_node_cdi_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --li
 test_node_cdi_CFLAGS := $(NODE_CFLAGS)
 TEST_SCRIPTS += tests/node/test_node_direct.py
 TEST_SCRIPTS += tests/node/test_node_mig_strategies.py
+
+# Passthrough and mediated devices against the fake sysfs tree (docs/passthrough.md).
+TEST_PROGS += test_node_passthrough
+test_node_passthrough_SRCS := tests/node/test_node_passthrough.c tests/fakes/sysfs/fake_sysfs.c
+test_node_passthrough_LIBS := node contracts alloc common
+test_node_passthrough_LDLIBS := $(NODE_LDLIBS) $(contracts_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
+test_node_passthrough_CFLAGS := $(NODE_CFLAGS) -Itests/fakes/sysfs
+# The agent's passthrough mode with the kubelet stand-in over a fake sysfs tree.
+TEST_SCRIPTS += tests/node/test_node_passthrough_agent.py

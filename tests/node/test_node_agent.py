@@ -123,8 +123,19 @@ def scenario_core(kind, go_bin):
         e = envs(a)
         t.ok(e.get("NVIDIA_VISIBLE_DEVICES") == "%s,%s" % (GPUS[0], GPUS[1]) and
              e.get("CUDA_DEVICE_MEMORY_LIMIT_0") == "2000m" and e.get("CUDA_DEVICE_MEMORY_LIMIT_1") == "2000m" and
-             "CUDA_DEVICE_SM_LIMIT_0" not in e,
+             "CUDA_DEVICE_SM_LIMIT_0" not in e and "ALIYUN_COM_GPU_MEM_IDX" not in e,
              "[%s] Allocate multi-GPU: both GPUs in assignment order, a memory limit per index" % kind, a)
+
+        # Aliyun gpushare: aliyun.com/gpu-mem (GiB per container) sets its env
+        env.api.create_pod("share", [("app", {"aliyun.com/gpu-mem": "3"}), ("side", {"cpu": "1"})],
+                           "v1;node=node1;app=%s:3072:0" % GPUS[1])
+        a = k.cmd("allocate", ids=[ids[12]])  # IDs no other container of this test uses
+        e = envs(a)
+        t.ok(e.get("ALIYUN_COM_GPU_MEM_IDX") == "1" and e.get("ALIYUN_COM_GPU_MEM_DEV") == "40" and
+             e.get("ALIYUN_COM_GPU_MEM_CONTAINER") == "3" and e.get("ALIYUN_COM_GPU_MEM_POD") == "3" and
+             e.get("CUDA_DEVICE_MEMORY_LIMIT_0") == "3072m",
+             "[%s] aliyun.com/gpu-mem: 3 -> gpushare env (GPU index 1, its 40 GiB, the 3 GiB asked) and a 3 GiB limit"
+             % kind, a)
 
         # multi-container pod: one Allocate per container, in order
         env.api.create_pod("pair", [("a", LIM1), ("b", LIM1)],
@@ -324,6 +335,27 @@ def scenario_node_publication(tls=False):
         env.close()
 
 
+def scenario_topology():
+    """NVLink and PCIe-switch groups from (fake) NVML in the inventory: a 4-GPU
+    box with NVLink bridges 0-1 and 2-3, GPUs 0 and 1 behind one PCIe switch."""
+    env = agent.Env(gpus=4)
+    try:
+        topo = ["nvlink=1:4 pcieswitch=7", "nvlink=0:4 pcieswitch=7", "nvlink=3:2", "nvlink=2:2"]
+        lines = open(env.gpu_cfg).read().splitlines()
+        write_atomic(env.gpu_cfg, "".join("%s %s\n" % (l, x) for l, x in zip(lines, topo)))
+        env.start_agent()
+        node = gvtest.wait_for(lambda: (env.api.node("node1")["metadata"].get("annotations") or {})
+                               .get("gpuvisor.io/node-gpus") and env.api.node("node1"), 10)
+        inv = json.loads(node["metadata"]["annotations"]["gpuvisor.io/node-gpus"]) if node else {}
+        gpus = inv.get("gpus", [])
+        t.ok([g.get("nvlinkIsland") for g in gpus] == [0, 0, 2, 2] and
+             [g.get("pcieSwitch") for g in gpus] == [0, 0, None, None],
+             "inventory: nvlinkIsland from NVLink state + remote PCI ids, pcieSwitch from the common "
+             "ancestor (PIX); GPUs in no group carry neither", gpus)
+    finally:
+        env.close()
+
+
 def scenario_config_reload():
     env = agent.Env(config={"deviceSplitCount": 4})
     try:
@@ -334,8 +366,9 @@ def scenario_config_reload():
         env.api.create_pod("running", [("main", LIM1)], "v1;node=node1;main=%s:1000:0" % GPUS[0])
         a = k.cmd("allocate", ids=[ev["devices"][0]["id"]])
         uid = env.api.pod("running")["metadata"]["uid"]
+        t.ok("LIBCUDA_LOG_LEVEL" not in envs(a), "no libcudaloglevel configured: no LIBCUDA_LOG_LEVEL", a)
         write_atomic(env.config, json.dumps({"deviceSplitCount": 2, "gpus": [
-            {"index": 1, "mode": "exclusive"}], "deviceMemoryScaling": 2}))
+            {"index": 1, "mode": "exclusive"}], "deviceMemoryScaling": 2, "libcudaloglevel": "3"}))
         ev = devices_event(k, timeout=5)
         t.ok(ev and sorted(d["id"] for d in ev["devices"]) == sorted(
             ["%s::0" % GPUS[0], "%s::1" % GPUS[0], GPUS[1]]),
@@ -346,6 +379,8 @@ def scenario_config_reload():
         a = k.cmd("allocate", ids=["%s::1" % GPUS[0]])
         t.ok(envs(a).get("CUDA_OVERSUBSCRIBE") == "true" and envs(a).get("CUDA_DEVICE_MEMORY_LIMIT_0") == "30000m",
              "deviceMemoryScaling 2: CUDA_OVERSUBSCRIBE=true", a)
+        t.ok(envs(a).get("LIBCUDA_LOG_LEVEL") == "3",
+             "HAMi's libcudaloglevel \"3\" in the config: LIBCUDA_LOG_LEVEL=3 in the container", a)
         a = k.cmd("allocate", ids=[GPUS[1]])
         t.ok(a and a["ok"] and envs(a) == {"NVIDIA_VISIBLE_DEVICES": GPUS[1]} and not a["resp"]["mounts"],
              "exclusive GPU without a gpuvisor assignment: the kubelet's device, no interposer", a)
@@ -516,6 +551,7 @@ if go_bin:
 scenario_health()
 scenario_node_publication()
 scenario_node_publication(tls=True)
+scenario_topology()
 scenario_config_reload()
 scenario_restart_and_gc()
 scenario_concurrency()

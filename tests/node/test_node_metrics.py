@@ -130,6 +130,61 @@ class Setup:
         self.env.close()
 
 
+def backstop_off_then_report():
+    """The backstop thread sleeps while off and wakes on a reload; an episode
+    ends when no GPU runs any process (the pass that stops after NVML)."""
+    cfg = {"metrics": {"backstop": "off", "backstopGraceMs": 0, "backstopPeriodMs": 100}}
+    s = Setup(cfg)
+    try:
+        port = s.start()
+        k = s.env.start_kubelet("py")
+        ev = k.event("devices", timeout=10)
+        ids = [d["id"] for d in ev["devices"]] if ev else []
+        s.env.api.create_pod("solo", [("main", {"nvidia.com/gpu": "1"})],
+                             "v1;node=node1;main=%s:1000:100" % GPUS[0], ns="team")
+        a = k.cmd("allocate", ids=[ids[0]]) if ids else None
+        uid = s.env.api.pod("solo", ns="team")["metadata"]["uid"]
+        cm = dict(namespace="team", pod="solo", container="main", uuid=GPUS[0])
+
+        def events():
+            code, body = s.env.api.req("GET", "/api/v1/namespaces/team/events")
+            return [e for e in (body or {}).get("items", []) if e.get("reason") == "GPUMemoryOverLimit"]
+
+        def over(name):
+            p = s.probe(["init", "alloc:2g:OK", "sleep:60000"], name=name)
+            s.cgroup(p.p.pid, uid, "d" * 64)
+            got = p.expect(lambda ln: ln.startswith("ok 2") or ln.startswith("not ok"), 20)
+            return p, bool(got and got.startswith("ok 2"))
+        p1, ok1 = over("bypass1")
+        m = gvtest.wait_for(lambda: (lambda x: x if find(x, "gpuvisor_backstop_over_limit", **cm) == 1 else None)(
+            parse(scrape(port)[2])), 10)
+        t.ok(a and a["ok"] and ok1 and m is not None and find(m, "gpuvisor_backstop_actions_total",
+                                                              action="report", **cm) == 0 and not events() and
+             find(m, "gpuvisor_backstop_passes_total") == 0,
+             "backstop off: a container over its limit shows on /metrics, no pass runs, nothing reported",
+             m and events())
+        cfg["metrics"]["backstop"] = "report"
+        write_atomic(s.env.config, json.dumps(cfg))
+        s.env.agent.p.send_signal(signal.SIGHUP)
+        ev = gvtest.wait_for(lambda: events(), 10)
+        t.ok(ev and len(ev) == 1, "switched to report by a reload: the sleeping thread wakes and reports", ev)
+        p1.stop(signal.SIGKILL)
+        gone = gvtest.wait_for(lambda: find(parse(scrape(port)[2]), "gpuvisor_container_gpu_nvml_processes",
+                                            **cm) == 0, 10)
+        # two more passes: the second one started after the GPU was seen empty,
+        # so it found no process at all (the pass that stops after NVML)
+        passes = find(parse(scrape(port)[2]), "gpuvisor_backstop_passes_total")
+        later = gvtest.wait_for(lambda: find(parse(scrape(port)[2]), "gpuvisor_backstop_passes_total")
+                                >= passes + 2, 10)
+        p2, ok2 = over("bypass2")
+        ev = gvtest.wait_for(lambda: (lambda e: e if len(e) >= 2 else None)(events()), 10)
+        t.ok(gone and later and ok2 and ev is not None,
+             "the process gone (no GPU process left), the episode ends: the next bypass is reported again",
+             events())
+    finally:
+        s.close()
+
+
 def main():
     cfg = {"metrics": {"backstop": "report", "backstopGraceMs": 0, "backstopPeriodMs": 100}}
     s = Setup(cfg)
@@ -202,11 +257,14 @@ def main():
 
         # container a's process under the real interposer: a real region
         region = os.path.join(s.env.state, "containers", uid, "a", "shared.cache")
-        inside = s.probe(["init", "alloc:256m:OK", "alloc:64m:OK", "sleep:60000"], name="inside",
+        inside = s.probe(["init", "alloc:256m:OK", "alloc:64m:OK", "alloc:1g:OOM", "alloc:700m:OOM",
+                          "sleep:60000"], name="inside",
                          limits={"CUDA_DEVICE_MEMORY_LIMIT_0": "1000m", "CUDA_DEVICE_SM_LIMIT_0": "30",
                                  "CUDA_DEVICE_MEMORY_SHARED_CACHE": region, "CUDA_TASK_PRIORITY": "2"})
-        got = inside.expect(lambda ln: ln.startswith("ok 3") or ln.startswith("not ok"), 20)
-        t.ok(got and got.startswith("ok 3"), "probe under the interposer allocated 256 + 64 MiB", inside.seen)
+        got = inside.expect(lambda ln: ln.startswith("ok 5") or ln.startswith("not ok"), 20)
+        t.ok(got and got.startswith("ok 5"),
+             "probe under the interposer allocated 256 + 64 MiB; 1 GiB and 700 MiB more refused (limit 1000 MiB)",
+             inside.seen)
         write_atomic(s.tele, "gpu 0 util=63 temp=57 power=212500 smclock=1755\nproc %d sm=37\n" % inside.p.pid)
         s.cgroup(inside.p.pid, uid, "a" * 64)
         m = parse(scrape(port)[2])
@@ -224,6 +282,24 @@ def main():
              "NVML per-process memory and SM utilisation mapped to container a (host pid in its region)")
         t.ok(find(m, "DCGM_FI_DEV_FB_USED", gpu="0") == 320 and find(m, "gpuvisor_backstop_over_limit", **ca) == 0,
              "FB used in MiB; within its limit: backstop quiet")
+        hl = dict(namespace="team", pod="pair", container="a", vdevice_index="0", device_uuid=GPUS[0][:40],
+                  zone="vGPU")
+        t.ok(find(m, "gpuvisor_container_gpu_oom_total", **ca) == 2 and
+             find(m, "hami_vgpu_oom_total", **hl) == 2 and
+             find(m, "gpuvisor_container_gpu_throttled_seconds_total", **ca) == 0 and
+             find(m, "gpuvisor_container_gpu_oom_total", **cb) is None,
+             "allocations refused at the limit counted by the interposer in the region (2), nothing throttled yet;"
+             " no region for b, no sample", [x for x in m if "oom" in x[0] or "throttled" in x[0]])
+        # the throttle pool's throttled_ns (region sched bytes at 112, 64 per device, field at 32):
+        # written here as the throttle would, to check the reader's offsets and unit
+        with open(region, "r+b") as f:
+            f.seek(112 + 0 * 64 + 32)
+            f.write(struct.pack("<Q", 2500000000))
+        m = parse(scrape(port)[2])
+        t.ok(find(m, "gpuvisor_container_gpu_throttled_seconds_total", **ca) == 2.5 and
+             find(m, "hami_vgpu_throttled_seconds_total", **hl) == 2.5,
+             "time throttled from the container's throttle pool, in seconds",
+             [x for x in m if "throttled" in x[0]])
 
         # a process of container a allocating around the interposer
         outside = s.probe(["init", "alloc:1g:OK", "sleep:60000"], name="outside")
@@ -381,6 +457,8 @@ def main():
         t.ok(m is not None, "pod deleted and collected: its series are gone")
     finally:
         s.close()
+
+    backstop_off_then_report()
 
     # configuration errors name the key
     bad = agent.Env(config={"metrics": {"backstop": "explode"}})

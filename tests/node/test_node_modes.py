@@ -60,6 +60,19 @@ def commands(env, uuid):
     return [c["command"] for c in calls(env, uuid) if c.get("event") == "command"]
 
 
+def seen_or_wait(k, mark, name, pred, timeout):
+    """An event the stand-in reported since line `mark` (perhaps while the test
+    waited for another one), or the next one to come."""
+    for ln in k.seen[mark:]:
+        try:
+            e = json.loads(ln)
+        except ValueError:
+            continue
+        if e.get("event") == name and pred(e):
+            return e
+    return k.event(name, pred, timeout)
+
+
 def healthy_ids(ev, uuid):
     return [d["id"] for d in ev["devices"] if d["id"].startswith(uuid) and d["health"] == "Healthy"]
 
@@ -177,19 +190,25 @@ def scenario_nvidia_mps():
     try:
         env.start_agent(MPS_ARGS)
         k = env.start_kubelet("py")
+        mark = len(k.seen)
         regs = [k.event("registered", timeout=15), k.event("registered", timeout=15)]
         names = sorted((r or {}).get("resource_name") for r in regs)
         t.ok(names == ["nvidia.com/gpu", "nvidia.com/gpu.shared"] and
              any(r["endpoint"] == "gpuvisor-nvidia.com_gpu.shared.sock" for r in regs if r),
              "sharing.mps renameByDefault: nvidia.com/gpu.shared registered on its own socket, "
              "nvidia.com/gpu kept", regs)
-        ev = k.event("devices", lambda e: e["resource"] == "nvidia.com/gpu.shared" and
-                     all(len(healthy_ids(e, g)) == 4 for g in GPUS), 20)
+        ev = seen_or_wait(k, mark, "devices", lambda e: e["resource"] == "nvidia.com/gpu.shared" and
+                          all(len(healthy_ids(e, g)) == 4 for g in GPUS), 20)
         t.ok(ev is not None, "sharing.mps: 4 replicas of each GPU under nvidia.com/gpu.shared", ev)
         t.ok(all("set_default_active_thread_percentage 25" in commands(env, g) and
                  "set_default_device_pinned_mem_limit 0 10240M" in commands(env, g) for g in GPUS),
              "sharing.mps: daemon defaults as NVIDIA sets them (100/replicas threads, memory/replicas)",
              [commands(env, g) for g in GPUS])
+        inv = json.loads(ann(env.api.node("node1"), "gpuvisor.io/node-gpus") or "{}")
+        t.ok([(g.get("mode"), g.get("resource")) for g in inv.get("gpus", [])] ==
+             [("mps", "nvidia.com/gpu.shared")] * 2,
+             "sharing.mps: the inventory names the renamed resource (the scheduler places no "
+             "nvidia.com/gpu pod there)", inv)
         a = k.cmd("allocate", ids=["%s::1" % GPUS[0]], resource="nvidia.com/gpu.shared")
         t.ok(a and a["ok"] and envs(a) == {"NVIDIA_VISIBLE_DEVICES": GPUS[0],
                                            "CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps"} and
@@ -233,15 +252,10 @@ def scenario_nvidia_timeslicing():
             "renameByDefault": True, "resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}))
         mark = len(k.seen)
         reg = k.event("registered", timeout=15)
-        ev = k.event("devices", lambda e: e["resource"] == "nvidia.com/gpu.shared" and len(e["devices"]) == 4, 10)
-
-        def emptied():  # the old resource's new (empty) list may come before the new registration
-            for ln in k.seen[mark:]:
-                e = json.loads(ln) if ln.startswith("{") else {}
-                if e.get("event") == "devices" and e.get("resource") == "nvidia.com/gpu" and not e["devices"]:
-                    return e
-            return None
-        ev0 = emptied() or k.event("devices", lambda e: e["resource"] == "nvidia.com/gpu" and not e["devices"], 10)
+        ev = seen_or_wait(k, mark, "devices",
+                          lambda e: e["resource"] == "nvidia.com/gpu.shared" and len(e["devices"]) == 4, 10)
+        # the old resource's new (empty) list may come before the new registration
+        ev0 = seen_or_wait(k, mark, "devices", lambda e: e["resource"] == "nvidia.com/gpu" and not e["devices"], 10)
         t.ok(reg and reg["resource_name"] == "nvidia.com/gpu.shared" and ev and ev0,
              "renameByDefault on reload: nvidia.com/gpu.shared registered with 2 x 2 replicas, "
              "nvidia.com/gpu left with no devices", (reg, ev, ev0))

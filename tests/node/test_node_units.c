@@ -17,6 +17,7 @@
 
 #include "contracts/inventory.h"
 #include "node/gv_config.h"
+#include "node/gv_mode.h"
 #include "node/gv_gpus.h"
 #include "node/gv_grpc.h"
 #include "node/gv_publisher.h"
@@ -100,6 +101,70 @@ static void test_config_hami_keys(void **state)
     gv_node_config_free(c);
 }
 
+/* HAMi's chart default (tests/data/hami/node-config.json) loads as it is,
+ * on the node it names and on any other node. */
+static void test_config_hami_chart_default(void **state)
+{
+    (void)state;
+    struct gv_node_config *c = NULL;
+    struct gv_error err = {0};
+    const char *path = "tests/data/hami/node-config.json";
+    assert_int_equal(gv_node_config_load(path, "your-node-name", &c, &err), GV_OK);
+    struct gv_node_gpu_settings s;
+    assert_true(gv_node_config_gpu(c, U0, 0, &s));
+    assert_int_equal(s.mode, GV_NODE_MODE_VGPU); /* operatingmode hami-core */
+    assert_int_equal(s.split, 10);
+    assert_true(s.mem_scaling == 1.0);
+    assert_true(c->hide_numa); /* enablenumatopology: false, HAMi's meaning */
+    assert_int_equal(c->preconfigured_mem_mib, 0);
+    /* migstrategy: NVIDIA's strategy (docs/mig-cdi.md); enablegetpreferredallocation: noted */
+    assert_string_equal(c->mig_strategy, "none");
+    assert_int_equal(c->n_notes, 1);
+    assert_non_null(strstr(c->notes[0], "GetPreferredAllocation"));
+    gv_node_config_free(c);
+    assert_int_equal(gv_node_config_load(path, "another-node", &c, &err), GV_OK);
+    assert_false(c->hide_numa); /* no section for this node: gpuvisor's default */
+    assert_int_equal(c->n_notes, 0);
+    gv_node_config_free(c);
+}
+
+/* Every other key of HAMi's node config, with HAMi's meaning. */
+static void test_config_hami_node_keys(void **state)
+{
+    (void)state;
+    struct gv_node_config *c = parse_ok(
+        "{\"nodeconfig\": [{\"name\": \"node1\", \"devicecorescaling\": 2,"
+        " \"preconfigureddevicememory\": 131072, \"libcudaloglevel\": \"4\","
+        " \"enablenumatopology\": true}]}",
+        "node1");
+    struct gv_node_gpu_settings s;
+    assert_true(gv_node_config_gpu(c, U0, 0, &s));
+    assert_true(s.core_scaling == 2.0);
+    assert_int_equal(c->preconfigured_mem_mib, 131072);
+    assert_string_equal(c->libcuda_log_level, "4");
+    assert_false(c->hide_numa);
+    gv_node_config_free(c);
+    c = parse_ok("{\"libcudaloglevel\": 1}", "node1"); /* an integer, as in HAMi's YAML */
+    assert_string_equal(c->libcuda_log_level, "1");
+    gv_node_config_free(c);
+    c = parse_ok("{\"disablecorelimit\": \"true\"}", "node1"); /* a string in HAMi's chart */
+    assert_string_equal(c->core_policy, "disable");
+    gv_node_config_free(c);
+    c = parse_ok("{\"disablecorelimit\": false}", "node1");
+    assert_string_equal(c->core_policy, "");
+    gv_node_config_free(c);
+    /* what gpuvisor cannot do is refused, saying what to write instead */
+    parse_fails("{\"nodeconfig\": [{\"name\": \"node1\", \"operatingmode\": \"mig\"}]}",
+                "write \"operatingmode\": \"hami-core\"");
+    parse_fails("{\"operatingmode\": \"mps\"}", "no mps partitioning");
+    parse_fails("{\"migstrategy\": \"all\"}", "is not none, single or mixed");
+    parse_fails("{\"libcudaloglevel\": \"9\"}", "libcudaloglevel must be");
+    parse_fails("{\"preconfigureddevicememory\": -1}", "preconfigureddevicememory must be");
+    /* a typo in another node's entry fails on every node */
+    parse_fails("{\"nodeconfig\": [{\"name\": \"other\", \"devicesplitcont\": 4}]}",
+                "nodeConfig[other].devicesplitcont is not a known key");
+}
+
 static void test_config_errors(void **state)
 {
     (void)state;
@@ -133,7 +198,7 @@ static void test_config_sharing(void **state)
     assert_int_equal(s.split, 3);
     assert_true(s.fail_gt_one);
     assert_string_equal(s.resource, "nvidia.com/gpu"); /* no renameByDefault; rename ignored */
-    assert_non_null(strstr(c->notes, "'rename'"));
+    assert_non_null(strstr(c->warnings, "'rename'"));
     assert_true(gv_node_config_gpu(c, "GPU-b", 1, &s));
     assert_int_equal(s.mode, GV_NODE_MODE_TIMESLICING);
     assert_true(gv_node_config_gpu(c, "GPU-c", 3, &s)); /* not listed: the defaults */
@@ -188,6 +253,24 @@ static void test_config_sharing(void **state)
     parse_fails("{\"sharing\": {\"timeslicing\": {}}}", "not a known key (timeSlicing, mps)");
 }
 
+/* The mode table: every mode of the one list has its file, with the required hooks. */
+static void test_mode_table(void **state)
+{
+    (void)state;
+    for (int i = 0; i < GV_INVENTORY_MODE_COUNT; i++) {
+        const struct gv_mode *m = gv_mode_get((enum gv_inventory_mode)i);
+        assert_non_null(m);
+        assert_int_equal(m->id, i);
+        assert_non_null(m->discover);
+        assert_non_null(m->advertise);
+        assert_non_null(m->allocate);
+        assert_true((m->open == NULL) == (m->close == NULL));
+    }
+    assert_null(gv_mode_get(GV_INVENTORY_MODE_COUNT));
+    assert_true(gv_inventory_mode_whole(GV_INVENTORY_MODE_EXCLUSIVE));
+    assert_false(gv_inventory_mode_whole(GV_INVENTORY_MODE_MPS));
+}
+
 static void test_config_missing_file_is_default(void **state)
 {
     (void)state;
@@ -216,6 +299,7 @@ static void fill(struct gv_inventory *inv)
         g->healthy = i == 0;
         g->mode = i ? GV_INVENTORY_MODE_TIMESLICING : GV_INVENTORY_MODE_VGPU;
     }
+    snprintf(inv->gpus[1].resource, sizeof(inv->gpus[1].resource), "nvidia.com/gpu.shared");
 }
 
 static void test_inventory_round_trip(void **state)
@@ -229,6 +313,8 @@ static void test_inventory_round_trip(void **state)
     assert_int_equal(gv_inventory_decode(text, strlen(text), &b, NULL), GV_OK);
     assert_int_equal(b.n_gpus, 2);
     assert_string_equal(b.gpus[1].uuid, "GPU-1");
+    assert_string_equal(b.gpus[1].resource, "nvidia.com/gpu.shared"); /* optional field */
+    assert_string_equal(b.gpus[0].resource, "");
     assert_int_equal(b.gpus[1].mode, GV_INVENTORY_MODE_TIMESLICING);
     assert_int_equal(b.gpus[1].numa, -1);
     assert_false(b.gpus[1].healthy);
@@ -393,8 +479,11 @@ int main(void)
         cmocka_unit_test(test_config_defaults),
         cmocka_unit_test(test_config_layers),
         cmocka_unit_test(test_config_hami_keys),
+        cmocka_unit_test(test_config_hami_chart_default),
+        cmocka_unit_test(test_config_hami_node_keys),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_config_sharing),
+        cmocka_unit_test(test_mode_table),
         cmocka_unit_test(test_config_missing_file_is_default),
         cmocka_unit_test(test_inventory_round_trip),
         cmocka_unit_test(test_inventory_errors),

@@ -23,7 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         cfg.default_cores = 10;
         init = 1;
     }
-    struct gv_webhook_env env = {&cfg, "gpuvisor-scheduler", limits, NULL, NULL};
+    struct gv_webhook_env env = {&cfg, "gpuvisor-scheduler", limits, NULL, NULL, NULL, false, NULL};
     char *out = NULL;
     struct gv_error err;
     if (gv_webhook_review(&env, (const char *)data, size, &out, &err) == GV_OK && out == NULL)

@@ -14,6 +14,11 @@ test_httpd_LIBS := $(SCHED_LIBS)
 test_httpd_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
 
 TEST_PROGS += test_webhook
+# HAMi's example pods and default device ConfigMap through webhook and engine
+TEST_PROGS += test_hami_examples
+test_hami_examples_SRCS := tests/scheduler/test_hami_examples.c
+test_hami_examples_LIBS := $(SCHED_LIBS)
+test_hami_examples_LDLIBS := $(SCHED_TEST_LDLIBS)
 test_webhook_SRCS := tests/scheduler/test_webhook.c
 test_webhook_LIBS := $(SCHED_LIBS)
 test_webhook_LDLIBS := $(SCHED_TEST_LDLIBS)
@@ -40,6 +45,16 @@ test_scheduler_with_fake_apiserver_SRCS := tests/scheduler/test_scheduler_with_f
 test_scheduler_with_fake_apiserver_LIBS := $(SCHED_LIBS)
 test_scheduler_with_fake_apiserver_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
 test_scheduler_with_fake_apiserver_CFLAGS := -I.
+TEST_PROGS += test_quota
+test_quota_SRCS := tests/scheduler/test_quota.c
+test_quota_LIBS := $(SCHED_LIBS)
+test_quota_LDLIBS := $(SCHED_TEST_LDLIBS)
+TEST_PROGS += test_quota_with_fake_apiserver
+test_quota_with_fake_apiserver_SRCS := tests/scheduler/test_quota_with_fake_apiserver.c \
+	$(SCHED_TESTLIB_SRCS)
+test_quota_with_fake_apiserver_LIBS := $(SCHED_LIBS)
+test_quota_with_fake_apiserver_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
+test_quota_with_fake_apiserver_CFLAGS := -I.
 TEST_SCRIPTS += tests/scheduler/test_webhook_https_with_fake_apiserver.sh
 
 # The daemon (build/bin/gpuvisor-scheduler) under randomized rounds with
@@ -57,3 +72,12 @@ test_deploy_configs_SRCS := tests/scheduler/test_deploy_configs.c
 test_deploy_configs_LIBS := node $(SCHED_LIBS)
 test_deploy_configs_LDLIBS := $(SCHED_TEST_LDLIBS) $(NODE_LDLIBS)
 endif
+
+FUZZ_TARGETS += fuzz_quota
+fuzz_quota_SRCS := tests/scheduler/fuzz_quota.c src/scheduler/quota.c $(wildcard src/alloc/*.c) \
+	$(wildcard src/kube/*.c) src/common/gv_error.c src/common/gv_log.c src/common/gv_file.c \
+	src/common/gv_buf.c
+fuzz_quota_LDLIBS := $(kube_LDLIBS)
+
+# Whole devices (docs/passthrough.md): GPUs they occupy are never sliced; counted per node.
+TEST_SCRIPTS += tests/scheduler/test_sched_passthrough_with_fake_apiserver.py

@@ -1,5 +1,6 @@
 #include "tests/scheduler/sched_testlib.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,4 +218,31 @@ bool st_wait(bool (*cond)(void *ud), void *ud, long timeout_ms)
         nanosleep(&ts, NULL);
     }
     return cond(ud);
+}
+
+struct gv_kube_client *st_kube(const char *url)
+{
+    struct gv_kube_config *kc = NULL;
+    struct gv_kube_client *c = NULL;
+    if (gv_kube_config_from_url(url, &kc, NULL) != GV_OK)
+        return NULL;
+    kc->max_retries = 2;
+    kc->backoff_initial_ms = 10;
+    if (gv_kube_client_new(kc, &c, NULL) != GV_OK)
+        c = NULL;
+    gv_kube_config_free(kc);
+    return c;
+}
+
+void st_race(size_t n, void *(*fn)(void *), void *ctx, size_t size)
+{
+    pthread_t *t = calloc(n ? n : 1, sizeof(*t));
+    bool *started = calloc(n ? n : 1, sizeof(*started));
+    for (size_t i = 0; t != NULL && started != NULL && i < n; i++)
+        started[i] = pthread_create(&t[i], NULL, fn, (char *)ctx + i * size) == 0;
+    for (size_t i = 0; t != NULL && started != NULL && i < n; i++)
+        if (started[i])
+            pthread_join(t[i], NULL);
+    free(started);
+    free(t);
 }

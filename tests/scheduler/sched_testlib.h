@@ -55,6 +55,12 @@ const char *st_chosen(json_t *result);
  * (e.g. "node=\"n1\"") in the /metrics text at url; -1 on error. */
 double st_metric(const char *url, const char *name, const char *label_substring);
 
+/* Runs fn(ctx + i * size) for i < n, all on threads at once; returns when all end. */
+void st_race(size_t n, void *(*fn)(void *), void *ctx, size_t size);
+
+/* A client of the stand-in at url with quick retries (2, from 10 ms); NULL on error. */
+struct gv_kube_client *st_kube(const char *url);
+
 /* Polls cond(ud) every 20 ms for up to timeout_ms; returns its last value. */
 bool st_wait(bool (*cond)(void *ud), void *ud, long timeout_ms);
 

@@ -1,5 +1,6 @@
 /* Scheduler config file: defaults, overrides, errors naming the key. */
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -9,6 +10,7 @@
 #include <cmocka.h>
 
 #include "scheduler/gv_scheduler.h"
+#include "scheduler/hami_config.h"
 
 static void test_defaults_and_overrides(void **state)
 {
@@ -70,6 +72,102 @@ static void test_errors_name_the_key(void **state)
             fail_msg("case %zu: '%s' lacks '%s'", i, err.msg, cases[i].needle);
         gv_sched_config_clear(&c);
     }
+}
+
+/* HAMi's chart-default device ConfigMap (tests/data/hami) loads as it is. */
+static void test_hami_device_config_loads(void **state)
+{
+    (void)state;
+    struct gv_sched_config c;
+    struct gv_error err = {0};
+    assert_int_equal(gv_sched_config_default(&c, &err), GV_OK);
+    assert_int_equal(c.alloc.gpu_policy, GV_ALLOC_GPU_BINPACK); /* gpuvisor's own default */
+    if (gv_sched_config_load("tests/data/hami/device-config.yaml", &c, &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    assert_string_equal(c.alloc.res.gpu, "nvidia.com/gpu");
+    assert_string_equal(c.alloc.res.mem, "nvidia.com/gpumem");
+    assert_string_equal(c.alloc.res.mem_pct, "nvidia.com/gpumem-percentage");
+    assert_string_equal(c.alloc.res.cores, "nvidia.com/gpucores");
+    assert_string_equal(c.alloc.res.priority, "nvidia.com/priority");
+    assert_int_equal(c.alloc.default_mem_mib, 0);
+    assert_int_equal(c.alloc.default_cores, 0);
+    assert_int_equal(c.alloc.default_gpu_num, 1);
+    assert_int_equal(c.alloc.default_split, 10);
+    assert_false(c.hide_gpus_from_others); /* overwriteEnv: false */
+    assert_string_equal(c.runtime_class, "");
+    /* HAMi's defaults within and across nodes */
+    assert_int_equal(c.alloc.gpu_policy, GV_ALLOC_GPU_SPREAD);
+    assert_int_equal(c.alloc.node_policy, GV_ALLOC_POLICY_BINPACK);
+    /* every key that changes nothing here says why */
+    const char *want[] = {"deviceMemoryScaling: no effect in the scheduler",
+                          "libCudaLogLevel: no effect", "migProfileAllowlist: no effect",
+                          "cambricon: no effect, gpuvisor manages NVIDIA GPUs only",
+                          "vnpus: no effect", "HAMi's default policies"};
+    for (size_t w = 0; w < sizeof(want) / sizeof(want[0]); w++) {
+        bool found = false;
+        for (unsigned i = 0; i < c.n_notes; i++)
+            found |= strstr(c.notes[i], want[w]) != NULL;
+        if (!found)
+            fail_msg("no note says '%s'", want[w]);
+    }
+    gv_sched_config_clear(&c);
+}
+
+static void hami_fails(const char *text, const char *want)
+{
+    struct gv_sched_config c;
+    struct gv_error err = {0};
+    assert_int_equal(gv_sched_config_default(&c, &err), GV_OK);
+    assert_true(gv_sched_config_is_hami(text, strlen(text)));
+    assert_int_not_equal(gv_sched_hami_config_parse(text, strlen(text), &c, &err), GV_OK);
+    if (strstr(err.msg, want) == NULL)
+        fail_msg("error '%s' does not mention '%s'", err.msg, want);
+    gv_sched_config_clear(&c);
+}
+
+static void test_hami_device_config_keys(void **state)
+{
+    (void)state;
+    struct gv_sched_config c;
+    struct gv_error err = {0};
+    assert_int_equal(gv_sched_config_default(&c, &err), GV_OK);
+    const char *text = "nvidia:\n  resourceCountName: example.com/vgpu\n"
+                       "  defaultMemory: 2048\n  defaultCores: 25\n  defaultGPUNum: 2\n"
+                       "  overwriteEnv: true\n  runtimeClassName: nvidia\n";
+    if (gv_sched_hami_config_parse(text, strlen(text), &c, &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    assert_string_equal(c.alloc.res.gpu, "example.com/vgpu");
+    assert_int_equal(c.alloc.default_mem_mib, 2048);
+    assert_int_equal(c.alloc.default_cores, 25);
+    assert_int_equal(c.alloc.default_gpu_num, 2);
+    assert_true(c.hide_gpus_from_others);
+    assert_string_equal(c.runtime_class, "nvidia");
+    gv_sched_config_clear(&c);
+    hami_fails("nvidia:\n  resourceCountNme: x/y\n", "unknown key \"nvidia.resourceCountNme\"");
+    hami_fails("nvidia: {}\nnvidai: {}\n", "unknown section \"nvidai\"");
+    hami_fails("nvidia:\n  memoryFactor: 4\n", "write the requests in MiB and memoryFactor: 1");
+    hami_fails("nvidia:\n  defaultCores: 120\n", "nvidia.defaultCores must be an integer");
+    hami_fails("nvidia:\n  deviceMemoryScaling: lots\n", "nvidia.deviceMemoryScaling must be");
+    hami_fails("cambricon: {}\n", "\"nvidia\" section");
+    hami_fails("nvidia: [1\n", "line");
+}
+
+static void test_runtime_switches(void **state)
+{
+    (void)state;
+    struct gv_sched_config c;
+    struct gv_error err = {0};
+    assert_int_equal(gv_sched_config_default(&c, &err), GV_OK);
+    assert_string_equal(c.runtime_class, ""); /* both off by default */
+    assert_false(c.hide_gpus_from_others);
+    const char *text = "{\"runtimeClassName\":\"nvidia\",\"nonGpuVisibleDevicesNone\":true}";
+    assert_int_equal(gv_sched_config_parse(text, strlen(text), &c, &err), GV_OK);
+    assert_string_equal(c.runtime_class, "nvidia");
+    assert_true(c.hide_gpus_from_others);
+    text = "{\"nonGpuVisibleDevicesNone\":\"yes\"}";
+    assert_int_not_equal(gv_sched_config_parse(text, strlen(text), &c, &err), GV_OK);
+    assert_non_null(strstr(err.msg, "nonGpuVisibleDevicesNone"));
+    gv_sched_config_clear(&c);
 }
 
 static void test_shipped_config_parses(void **state)
@@ -139,6 +237,9 @@ int main(void)
         cmocka_unit_test(test_defaults_and_overrides),
         cmocka_unit_test(test_errors_name_the_key),
         cmocka_unit_test(test_shipped_config_parses),
+        cmocka_unit_test(test_hami_device_config_loads),
+        cmocka_unit_test(test_hami_device_config_keys),
+        cmocka_unit_test(test_runtime_switches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

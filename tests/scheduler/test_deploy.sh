@@ -273,6 +273,13 @@ for kind, name in (("DaemonSet", "gpuvisor-node"), ("Deployment", "gpuvisor-sche
         continue
     spec = o["spec"]["template"]["spec"]
     pod_seccomp = spec.get("securityContext", {}).get("seccompProfile", {}).get("type")
+    # Host namespaces: the node agent alone joins the host PID namespace, for
+    # the NVML backstop (NVML names host pids; docs/isolation.md), and nothing
+    # joins the host network or IPC namespace.
+    want_pid = name == "gpuvisor-node"
+    check(bool(spec.get("hostPID")) == want_pid and not spec.get("hostNetwork") and not spec.get("hostIPC"),
+          f"{kind} {name}: hostPID {'true (the backstop maps and signals host pids)' if want_pid else 'off'}, "
+          "no hostNetwork, no hostIPC")
     for c in spec.get("containers", []) + spec.get("initContainers", []):
         sc = c.get("securityContext", {})
         check((sc.get("seccompProfile", {}).get("type") or pod_seccomp) == "RuntimeDefault",

@@ -23,7 +23,7 @@ static void limits(void *ud, struct gv_webhook_limits *out)
     *out = cluster;
 }
 
-static struct gv_webhook_env env = {&cfg, "gpuvisor-scheduler", limits, NULL, NULL};
+static struct gv_webhook_env env = {&cfg, "gpuvisor-scheduler", limits, NULL, NULL, NULL, false, NULL};
 
 /* Wraps a pod JSON in an AdmissionReview request. */
 static char *review_of(const char *pod, const char *op)
@@ -181,6 +181,132 @@ static void test_non_gpu_and_other_ops_pass_untouched(void **state)
         assert_null(json_object_get(resp, "patch"));
         json_decref(resp);
     }
+}
+
+#define GPU_C(name, extra) \
+    "{\"name\":\"" name "\",\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\"}}" extra "}"
+#define CPU_C(name, extra) "{\"name\":\"" name "\"" extra "}"
+
+/* The admin lets namespace "default" opt out (a container setting its own
+ * NVIDIA_VISIBLE_DEVICES or CUDA_DISABLE_CONTROL is refused elsewhere). */
+static const char *const optout_default[] = {"default", NULL};
+static const struct gv_webhook_policy optout_policy = {.writers = NULL,
+                                                       .opt_out_namespaces = optout_default};
+
+/* runtimeClassName and NVIDIA_VISIBLE_DEVICES=none: both off by default, on by config. */
+static void test_nvidia_runtime_switches(void **state)
+{
+    (void)state;
+    env.policy = &optout_policy;
+    const char *gpu_pod = "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":["
+        GPU_C("a", "") "," CPU_C("side", "") "," CPU_C("own", ",\"env\":[{\"name\":"
+        "\"NVIDIA_VISIBLE_DEVICES\",\"value\":\"void\"}]") "],\"initContainers\":["
+        CPU_C("init", ",\"env\":[{\"name\":\"X\",\"value\":\"1\"}]") "]}}";
+    const char *cpu_pod = "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":["
+        CPU_C("a", "") "]}}";
+    json_t *resp = run(gpu_pod, "CREATE");
+    json_t *patch = patch_of(resp);
+    assert_null(find_op(patch, "/spec/runtimeClassName"));
+    assert_null(find_op(patch, "/spec/containers/1/env"));
+    json_decref(patch);
+    json_decref(resp);
+    resp = run(cpu_pod, "CREATE");
+    assert_null(json_object_get(resp, "patch"));
+    json_decref(resp);
+
+    env.runtime_class = "nvidia";
+    env.hide_gpus_from_others = true;
+    resp = run(gpu_pod, "CREATE");
+    patch = patch_of(resp);
+    expect_op(patch, "/spec/runtimeClassName", "nvidia");
+    json_t *op = find_op(patch, "/spec/containers/1/env"); /* sidecar: hidden */
+    assert_non_null(op);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(json_object_get(op, "value"), 0), "value")),
+                        "none");
+    assert_null(find_op(patch, "/spec/containers/0/env")); /* the GPU container */
+    assert_null(find_op(patch, "/spec/containers/2/env")); /* sets its own */
+    assert_non_null(find_op(patch, "/spec/initContainers/0/env/-")); /* appended */
+    json_decref(patch);
+    json_decref(resp);
+    resp = run(cpu_pod, "CREATE");
+    patch = patch_of(resp);
+    assert_non_null(find_op(patch, "/spec/containers/0/env"));
+    assert_null(find_op(patch, "/spec/runtimeClassName")); /* GPU pods only */
+    json_decref(patch);
+    json_decref(resp);
+    /* hami.io/webhook: ignore does not let a tenant's non-GPU pod see every GPU */
+    resp = run("{\"metadata\":{\"name\":\"p\",\"annotations\":{\"hami.io/webhook\":"
+               "\"ignore\"}},\"spec\":{\"containers\":[" CPU_C("a", "") "]}}",
+               "CREATE");
+    assert_true(json_is_true(json_object_get(resp, "allowed")));
+    patch = patch_of(resp);
+    assert_non_null(find_op(patch, "/spec/containers/0/env"));
+    json_decref(patch);
+    json_decref(resp);
+    /* a runtimeClassName of the user's own is kept */
+    resp = run("{\"metadata\":{\"name\":\"p\"},\"spec\":{\"runtimeClassName\":\"kata\","
+               "\"containers\":[" GPU_C("a", "") "]}}",
+               "CREATE");
+    patch = patch_of(resp);
+    assert_null(find_op(patch, "/spec/runtimeClassName"));
+    json_decref(patch);
+    json_decref(resp);
+    env.runtime_class = NULL;
+    env.hide_gpus_from_others = false;
+    env.policy = NULL;
+}
+
+/* HAMi's opt-outs: ignore on a GPU pod, CUDA_DISABLE_CONTROL. */
+static void test_hami_opt_outs(void **state)
+{
+    (void)state;
+    /* hami.io/webhook: ignore leaves a non-GPU pod alone (switches off) */
+    json_t *plain = run("{\"metadata\":{\"name\":\"p\",\"annotations\":{\"hami.io/webhook\":"
+                        "\"ignore\"}},\"spec\":{\"containers\":[" CPU_C("a", "") "]}}",
+                        "CREATE");
+    assert_true(json_is_true(json_object_get(plain, "allowed")));
+    assert_null(json_object_get(plain, "patch"));
+    json_decref(plain);
+    json_t *resp = run("{\"metadata\":{\"name\":\"p\",\"annotations\":{\"hami.io/webhook\":"
+                       "\"ignore\"}},\"spec\":{\"containers\":[" GPU_C("a", "") "]}}",
+                       "CREATE");
+    assert_non_null(strstr(denial(resp), "remove the annotation"));
+    json_decref(resp);
+#define OFF ",\"env\":[{\"name\":\"CUDA_DISABLE_CONTROL\",\"value\":\"true\"}]"
+    /* outside the admin's opt-out namespaces the security policy refuses it */
+    resp = run("{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[" GPU_C("a", OFF) "]}}",
+               "CREATE");
+    assert_non_null(strstr(denial(resp), "CUDA_DISABLE_CONTROL"));
+    json_decref(resp);
+    env.policy = &optout_policy;
+    /* every GPU container off: the pod-wide opt-out annotation */
+    resp = run("{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":["
+               GPU_C("a", OFF) "," GPU_C("b", OFF) "," CPU_C("c", "") "]}}",
+               "CREATE");
+    json_t *patch = patch_of(resp);
+    json_t *op = find_op(patch, "/metadata/annotations");
+    assert_non_null(op);
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(op, "value"), "gpuvisor.io/preload")),
+        "false");
+    json_decref(patch);
+    json_decref(resp);
+    resp = run("{\"metadata\":{\"name\":\"p\",\"annotations\":{\"x\":\"y\"}},\"spec\":{"
+               "\"containers\":[" GPU_C("a", OFF) "]}}",
+               "CREATE");
+    patch = patch_of(resp);
+    expect_op(patch, "/metadata/annotations/gpuvisor.io~1preload", "false");
+    json_decref(patch);
+    json_decref(resp);
+    /* only some: refused, saying what to write */
+    resp = run("{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":["
+               GPU_C("a", OFF) "," GPU_C("b", "") "]}}",
+               "CREATE");
+    assert_non_null(strstr(denial(resp), "set it on every GPU container"));
+    json_decref(resp);
+    env.policy = NULL;
+#undef OFF
 }
 
 static void test_impossible_requests_denied(void **state)
@@ -422,6 +548,8 @@ int main(void)
         cmocka_unit_test(test_impossible_requests_denied),
         cmocka_unit_test(test_unknown_cluster_skips_size_checks),
         cmocka_unit_test(test_malformed_reviews),
+        cmocka_unit_test(test_nvidia_runtime_switches),
+        cmocka_unit_test(test_hami_opt_outs),
         cmocka_unit_test(test_security_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -170,6 +170,143 @@ static void test_k8s_readers(void **state)
     gv_sim_trace_free(t);
 }
 
+/* Input as users have it: spreadsheet exports, hand-edited headers, bytes
+ * that must not reach a terminal raw. */
+static void test_openb_input_defects(void **state)
+{
+    (void)state;
+    /* a duplicated column is refused, naming both occurrences (the old
+     * reader silently used the last one) */
+    expect_bad_pods("name,cpu_milli,memory_mib,num_gpu,gpu_milli,cpu_milli\np,1,1,1,500,9\n",
+                    "bad.csv:1: column \"cpu_milli\" appears twice (columns 2 and 6)");
+    /* control bytes in a field come back escaped */
+    struct gv_sim_trace *t = trace_with_nodes();
+    struct gv_error err = {0};
+    const char *ctl = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,\x1b[2J\x07,1,1,500\n";
+    assert_int_not_equal(gv_sim_parse_openb_pods(t, "c.csv", ctl, strlen(ctl), &err), GV_OK);
+    assert_non_null(strstr(err.msg, "field cpu_milli: \"\\x1b[2J\\x07\" is not a number"));
+    for (const char *p = err.msg; *p != '\0'; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p == 0x7f)
+            fail_msg("raw control byte 0x%02x in \"%s\"", (unsigned char)*p, err.msg);
+    const char *spec = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np,1,1,1,500,\x1bX\n";
+    assert_int_not_equal(gv_sim_parse_openb_pods(t, "c.csv", spec, strlen(spec), &err), GV_OK);
+    assert_non_null(strstr(err.msg, "unknown GPU model \"\\x1bX\""));
+    /* a UTF-8 byte order mark is accepted (it used to read as part of
+     * the first column's name: "missing column") */
+    const char *bom = "\xef\xbb\xbfname,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,1,500\n";
+    if (gv_sim_parse_openb_pods(t, "bom.csv", bom, strlen(bom), &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(gv_sim_trace_pods(t), 1);
+    const char *nbom = "\xef\xbb\xbfsn,cpu_milli,memory_mib,gpu,model\nz,1,1,1,T4\n";
+    if (gv_sim_parse_openb_nodes(t, "bom.csv", nbom, strlen(nbom), &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    gv_sim_trace_free(t);
+}
+
+/* `kubectl get nodes,pods -A -o json`: one List, kinds mixed, pods may
+ * come before the nodes, node GPUs from gpuvisor's inventory annotation. */
+static const char k8s_cluster[] =
+    "{\"kind\":\"List\",\"items\":["
+    "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"a\",\"uid\":\"1\",\"annotations\":"
+    "{\"nvidia.com/use-gputype\":\"a100\"}},\"spec\":{\"containers\":[{\"name\":\"m\","
+    "\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpucores\":\"50\"}}}]},"
+    "\"status\":{\"phase\":\"Running\"}},"
+    "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"old\",\"uid\":\"2\"},\"spec\":{\"containers\":"
+    "[{\"name\":\"m\",\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"2\"}}}]},"
+    "\"status\":{\"phase\":\"Failed\"}},"
+    "{\"kind\":\"Service\",\"metadata\":{\"name\":\"svc\"}},"
+    "{\"kind\":\"Node\",\"metadata\":{\"name\":\"g1\",\"annotations\":{\"gpuvisor.io/node-gpus\":"
+    "\"{\\\"version\\\":1,\\\"gpus\\\":[{\\\"uuid\\\":\\\"GPU-a\\\",\\\"index\\\":0,"
+    "\\\"model\\\":\\\"NVIDIA A100-SXM4-40GB\\\",\\\"memoryMiB\\\":40960,\\\"memoryScaling\\\":1.0,\\\"cores\\\":100,\\\"split\\\":4,\\\"numa\\\":0,\\\"mig\\\":false,"
+    "\\\"healthy\\\":true,\\\"mode\\\":\\\"vgpu\\\"},{\\\"uuid\\\":\\\"GPU-b\\\",\\\"index\\\":1,"
+    "\\\"model\\\":\\\"NVIDIA A100-SXM4-40GB\\\",\\\"memoryMiB\\\":40960,\\\"memoryScaling\\\":1.0,\\\"cores\\\":100,\\\"split\\\":4,\\\"numa\\\":0,\\\"mig\\\":false,"
+    "\\\"healthy\\\":true,\\\"mode\\\":\\\"vgpu\\\"}]}\"}},"
+    "\"status\":{\"allocatable\":{\"cpu\":\"32\",\"memory\":\"128Gi\"}}}]}";
+
+static void test_k8s_cluster_dump(void **state)
+{
+    (void)state;
+    struct gv_sim_trace *t;
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    struct gv_error err = {0};
+    if (gv_sim_parse_k8s_cluster(t, "dump.json", k8s_cluster, strlen(k8s_cluster), &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(gv_sim_trace_nodes(t), 1);
+    assert_int_equal(gv_sim_trace_gpu_milli(t), 2000); /* from the inventory */
+    assert_int_equal(gv_sim_trace_pods(t), 1);         /* the Failed pod holds nothing */
+    assert_int_equal(gv_sim_trace_request_milli(t), 500);
+    /* a dump without nodes (e.g. `kubectl get pods -o json`) says what to run */
+    assert_int_not_equal(gv_sim_parse_k8s_cluster(t, "pods.json", k8s_pods, strlen(k8s_pods), &err),
+                         GV_OK);
+    assert_non_null(strstr(err.msg, "pods.json: no Node items"));
+    assert_int_equal(gv_sim_trace_nodes(t), 1); /* nothing half-loaded */
+    gv_sim_trace_free(t);
+}
+
+/* The offline reference on a trace whose answer is known: every pod needs
+ * a T4, the cluster has 2 T4 and 8 V100, so at 100 % arrived at most 2 of
+ * 10 GPUs can be allocated, by any placement. */
+static void test_reference_known_answer(void **state)
+{
+    (void)state;
+    struct gv_sim_trace *t = trace_with_nodes();
+    struct gv_error err = {0};
+    const char *pods = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+                       "a,1000,1024,1,1000,T4\nb,1000,1024,1,500,T4\n";
+    if (gv_sim_parse_openb_pods(t, "t4.csv", pods, strlen(pods), &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        struct gv_sim_reference ref;
+        assert_int_equal(gv_sim_reference(t, seed, &ref, &err), GV_OK);
+        assert_float_equal(ref.bound_unalloc_pct, 80.0, 1e-9);
+        assert_float_equal(ref.oracle_unalloc_pct, 80.0, 1e-9);
+        /* the online replay of the same arrivals cannot beat the bound */
+        struct gv_sim_curve cv;
+        assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_FGD, seed, 1.0, &cv, &err), GV_OK);
+        assert_true(100.0 - cv.allocated[100] >= ref.bound_unalloc_pct - 1e-9);
+        gv_sim_curve_free(&cv);
+    }
+    /* without the constraint the bound drops to 0 and the oracle packs all */
+    struct gv_sim_trace *u = trace_with_nodes();
+    const char *free_pods = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,1000\n";
+    assert_int_equal(gv_sim_parse_openb_pods(u, "any.csv", free_pods, strlen(free_pods), &err),
+                     GV_OK);
+    struct gv_sim_reference ref;
+    assert_int_equal(gv_sim_reference(u, 42, &ref, &err), GV_OK);
+    assert_float_equal(ref.bound_unalloc_pct, 0.0, 1e-9);
+    assert_float_equal(ref.oracle_unalloc_pct, 0.0, 1e-9);
+    gv_sim_trace_free(u);
+    gv_sim_trace_free(t);
+}
+
+/* The indexed search decides exactly as scoring every node: same placement
+ * hash for every policy over whole replays. */
+static void test_index_replays_identically(void **state)
+{
+    (void)state;
+    struct gv_sim_trace *t;
+    struct gv_error err = {0};
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    if (gv_sim_synthetic(t, "nodes=120,typed=20", 7, &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    for (int p = 0; p < GV_ALLOC_POLICY_COUNT; p++) {
+        for (uint64_t seed = 1; seed <= 2; seed++) {
+            struct gv_sim_curve a, b;
+            assert_int_equal(gv_sim_run(t, (gv_alloc_policy)p, seed, 1.3, &a, &err), GV_OK);
+            assert_int_equal(gv_sim_run_exhaustive(t, (gv_alloc_policy)p, seed, 1.3, &b, &err),
+                             GV_OK);
+            assert_true(a.placed > 100);
+            assert_int_equal(a.placed, b.placed);
+            if (a.placement_hash != b.placement_hash)
+                fail_msg("policy %s seed %llu: indexed and exhaustive replays differ",
+                         gv_alloc_policy_name((gv_alloc_policy)p), (unsigned long long)seed);
+            gv_sim_curve_free(&a);
+            gv_sim_curve_free(&b);
+        }
+    }
+    gv_sim_trace_free(t);
+}
+
 static void test_synthetic_is_seeded(void **state)
 {
     (void)state;
@@ -337,6 +474,10 @@ int main(void)
         cmocka_unit_test(test_openb_readers),
         cmocka_unit_test(test_openb_broken_files),
         cmocka_unit_test(test_k8s_readers),
+        cmocka_unit_test(test_openb_input_defects),
+        cmocka_unit_test(test_k8s_cluster_dump),
+        cmocka_unit_test(test_reference_known_answer),
+        cmocka_unit_test(test_index_replays_identically),
         cmocka_unit_test(test_synthetic_is_seeded),
         cmocka_unit_test(test_protocol_on_known_trace),
         cmocka_unit_test(test_protocol_is_deterministic),

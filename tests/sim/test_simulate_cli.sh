@@ -47,6 +47,36 @@ check "unknown GPU model in a constraint exits 2" bash -c "[ $? -eq 2 ] && grep 
 "$bin" simulate --nodes "$tmp/missing.csv" --pods "$tmp/bad.csv" >/dev/null 2>"$tmp/missing.err"
 check "missing file exits 2" bash -c "[ $? -eq 2 ] && grep -q 'missing.csv: cannot open' '$tmp/missing.err'"
 
+# Input the way users have it.
+"$bin" simulate --synthetic nodes=20 --policy fgd --seeds 42 >"$tmp/one.out" 2>/dev/null
+check "--seeds with a single seed is accepted" bash -c "[ $? -eq 0 ] && grep -q 'seeds=1$' '$tmp/one.out'"
+check "every report shows the offline oracle and the lower bound" bash -c \
+    "grep -q '^oracle ' '$tmp/one.out' && grep -q '^bound ' '$tmp/one.out' && grep -q 'offline reference' '$tmp/one.out'"
+"$bin" simulate --synthetic nodes=20 --policy fgd --seed 1 --csv "$tmp/no/such/dir/x.csv" >"$tmp/unw.out" 2>"$tmp/unw.err"
+rc=$?
+check "unwritable --csv fails before the replay (exit 1, names the path, no report)" bash -c \
+    "[ $rc -eq 1 ] && grep -q 'no/such/dir/x.csv: cannot write there' '$tmp/unw.err' && [ ! -s '$tmp/unw.out' ]"
+mkdir -p "$tmp/adir"
+"$bin" simulate --synthetic nodes=20 --policy fgd --seed 1 --plot "$tmp/adir" >"$tmp/dir.out" 2>"$tmp/dir.err"
+rc=$?
+check "a directory as --plot fails before the replay" bash -c \
+    "[ $rc -eq 1 ] && grep -q 'adir: is a directory' '$tmp/dir.err' && [ ! -s '$tmp/dir.out' ] && [ -z \"\$(ls '$tmp/adir')\" ]"
+printf '\xef\xbb\xbfsn,cpu_milli,memory_mib,gpu,model\nn0,32000,131072,2,T4\n' >"$tmp/bom_nodes.csv"
+printf 'name,cpu_milli,memory_mib,num_gpu,gpu_milli,num_gpu\np0,4000,1,1,500,1\n' >"$tmp/dup.csv"
+"$bin" simulate --nodes "$tmp/bom_nodes.csv" --pods "$tmp/dup.csv" >/dev/null 2>"$tmp/dup.err"
+check "BOM accepted; duplicated column refused naming both" bash -c \
+    "[ $? -eq 2 ] && grep -q 'dup.csv:1: column \"num_gpu\" appears twice (columns 4 and 6)' '$tmp/dup.err'"
+if command -v script >/dev/null 2>&1; then
+    GV_SIMULATE_PROGRESS_AFTER=0 script -qec "'$bin' simulate --synthetic nodes=20 --policy fgd --seeds 1-3" /dev/null >"$tmp/tty.out" 2>&1
+    check "progress bar redrawn on a terminal" bash -c "grep -q \$'\\rsimulate \\[' '$tmp/tty.out' && grep -q '6/6 runs' '$tmp/tty.out'"
+    GV_SIMULATE_PROGRESS_AFTER=0 "$bin" simulate --synthetic nodes=20 --policy fgd --seeds 1-3 >/dev/null 2>"$tmp/notty.err"
+    check "no bar when stderr is not a terminal (one line per run)" bash -c \
+        "! grep -q \$'\\r' '$tmp/notty.err' && grep -q 'seed 3 done (6/6' '$tmp/notty.err'"
+else
+    skip "script(1) not installed: progress bar on a terminal"
+    skip "script(1) not installed: no bar off a terminal"
+fi
+
 # Usage errors.
 for args in "--policy worst" "--seeds 9-3" "--seed x" "--inflate 0.5" "--nodes $tmp/nodes.csv" \
     "--synthetic nodes=5 --nodes a --pods b" "--synthetic bogus=1" "--frobnicate" "extra"; do
@@ -73,6 +103,25 @@ cat >"$tmp/pods.json" <<'EOF'
 EOF
 "$bin" simulate --nodes "$tmp/nodes.json" --pods "$tmp/pods.json" --seeds 1-3 >"$tmp/k8s.out" 2>"$tmp/k8s.err"
 check "Kubernetes JSON dumps replay" bash -c "[ $? -eq 0 ] && grep -q 'seeds=3$' '$tmp/k8s.out' && grep -q '2 nodes, 12 GPUs, 2 pods' '$tmp/k8s.out'"
+
+# A live cluster in one dump (kubectl get nodes,pods -A -o json).
+cat >"$tmp/cluster.json" <<'EOF'
+{"apiVersion":"v1","kind":"List","items":[
+ {"kind":"Pod","metadata":{"name":"infer","namespace":"a","uid":"u1"},"spec":{"containers":[{"name":"m",
+  "resources":{"limits":{"nvidia.com/gpu":"1","nvidia.com/gpucores":"30"},"requests":{"cpu":"2"}}}]},"status":{"phase":"Running"}},
+ {"kind":"Pod","metadata":{"name":"web","namespace":"a","uid":"u3"},"spec":{"containers":[{"name":"m",
+  "resources":{"requests":{"cpu":"1"}}}]},"status":{"phase":"Pending"}},
+ {"kind":"Node","metadata":{"name":"g1","labels":{"nvidia.com/gpu.product":"Tesla-T4","nvidia.com/gpu.memory":"15360"}},
+  "status":{"allocatable":{"cpu":"32","memory":"128Gi","nvidia.com/gpu":"4"}}}]}
+EOF
+"$bin" simulate --from-cluster "$tmp/cluster.json" --seeds 1-2 >"$tmp/dump.out" 2>"$tmp/dump.err"
+check "--from-cluster replays a kubectl get nodes,pods dump" bash -c \
+    "[ $? -eq 0 ] && grep -q 'cluster dump cluster.json (1 nodes, 4 GPUs, 2 pods)' '$tmp/dump.out'"
+"$bin" simulate --from-cluster "$tmp/pods.json" >/dev/null 2>"$tmp/dump2.err"
+check "--from-cluster without Node items exits 2 and says how to dump" bash -c \
+    "[ $? -eq 2 ] && grep -q 'no Node items' '$tmp/dump2.err'"
+"$bin" simulate --from-cluster "$tmp/cluster.json" --nodes "$tmp/nodes.json" --pods "$tmp/pods.json" >/dev/null 2>&1
+check "--from-cluster with --nodes is a usage error" test $? -eq 2
 
 # The real openb trace.
 openb="${GV_OPENB_DIR:-$(git rev-parse --show-toplevel 2>/dev/null)/../shared/data/openb}"

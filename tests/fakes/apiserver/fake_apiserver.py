@@ -5,7 +5,7 @@ It is not Kubernetes.  It speaks the HTTP/JSON semantics of the real API
 server for the subset gpuvisor uses, faithfully enough that the client and
 the daemons cannot tell the difference on that subset:
 
-  core/v1 nodes (cluster-scoped), pods, configmaps, events (namespaced)
+  core/v1 nodes (cluster-scoped), pods, configmaps, events, resourcequotas (namespaced)
   GET (object), LIST (labelSelector, fieldSelector, limit + continue),
   WATCH (?watch=1: chunked newline-delimited WatchEvent JSON, resume from
   resourceVersion, 410 Expired ERROR event when compacted, BOOKMARK events
@@ -80,6 +80,7 @@ RESOURCES = {
     "pods": ("Pod", True),
     "configmaps": ("ConfigMap", True),
     "events": ("Event", True),
+    "resourcequotas": ("ResourceQuota", True),
 }
 SUPPORTED_FIELDS = {"metadata.name", "metadata.namespace", "spec.nodeName",
                     "status.phase", "spec.schedulerName"}

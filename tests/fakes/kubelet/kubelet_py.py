@@ -124,11 +124,13 @@ class Kubelet(pbg.RegistrationServicer):
         # Like the kubelet: the plugin must answer before Register returns.
         stub.GetDevicePluginOptions(pb.Empty(), timeout=5)
         with self.lock:
-            # as the kubelet: a new registration replaces the endpoint of its own
-            # resource only; the other resources' streams stay open
+            # a re-registration replaces that resource's connection only: the
+            # kubelet keeps one per resource name
             old = self.plugins.get(request.resource_name)
             if old:
                 old[0].close()
+            elif self.channel and self.channel not in [c for c, _ in self.plugins.values()]:
+                self.channel.close()
             self.channel, self.stub = channel, stub
             self.plugins[request.resource_name] = (channel, stub)
         threading.Thread(target=self.watch, args=(stub, request.resource_name), daemon=True).start()

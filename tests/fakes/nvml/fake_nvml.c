@@ -224,6 +224,62 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
     return NVML_SUCCESS;
 }
 
+/* Topology from the table (tests/fakes/README.md): NVLink is not a PCIe
+ * level, so pairs report their PCIe path whatever their links. */
+nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2,
+                                                 nvmlGpuTopologyLevel_t *pathInfo)
+{
+    const struct fake_gpu *a, *b;
+    CHECK_DEVICE(device1, a);
+    CHECK_DEVICE(device2, b);
+    if (pathInfo == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (a == b)
+        *pathInfo = NVML_TOPOLOGY_INTERNAL;
+    else if (a->pcie_switch >= 0 && a->pcie_switch == b->pcie_switch)
+        *pathInfo = NVML_TOPOLOGY_SINGLE;
+    else if (a->numa_node == b->numa_node)
+        *pathInfo = NVML_TOPOLOGY_NODE;
+    else
+        *pathInfo = NVML_TOPOLOGY_SYSTEM;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
+                                      nvmlEnableState_t *isActive)
+{
+    const struct fake_gpu *g;
+    CHECK_DEVICE(device, g);
+    if (isActive == NULL || link >= NVML_NVLINK_MAX_LINKS)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    bool any = false;
+    for (int l = 0; l < NVML_NVLINK_MAX_LINKS; l++)
+        any |= g->nvlink_peer[l] >= 0;
+    if (!any)
+        return NVML_ERROR_NOT_SUPPORTED; /* a GPU without NVLink, as on PCIe cards */
+    *isActive = g->nvlink_peer[link] >= 0 ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link,
+                                                 nvmlPciInfo_t *pci)
+{
+    const struct fake_gpu *g;
+    CHECK_DEVICE(device, g);
+    if (pci == NULL || link >= NVML_NVLINK_MAX_LINKS)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    const struct fake_gpu *peer = g->nvlink_peer[link] >= 0 ? fake_gpu_get(g->nvlink_peer[link])
+                                                             : NULL;
+    if (peer == NULL)
+        return NVML_ERROR_NOT_SUPPORTED;
+    memset(pci, 0, sizeof(*pci));
+    pci->domain = peer->pci_domain;
+    pci->bus = peer->pci_bus;
+    pci->device = peer->pci_device;
+    snprintf(pci->busId, sizeof(pci->busId), "%s", peer->pci_bus_id);
+    return NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node)
 {
     const struct fake_gpu *g;
