@@ -5,9 +5,13 @@
 #include "alloc/gv_alloc.h"
 
 /* --- string-keyed hash map (open addressing, values are uint32 ids) ------ */
+struct strmap_slot {
+    const char *key; /* borrowed: keys live in the objects they name */
+    uint32_t val;
+    uint32_t tag;    /* high half of the key's hash */
+};
 struct strmap {
-    const char **keys;  /* borrowed: keys live in the objects they name */
-    uint32_t *vals;
+    struct strmap_slot *slots; /* key, value and tag on one cache line */
     uint32_t cap, used, tombs;
 };
 void strmap_free(struct strmap *m);
@@ -15,6 +19,8 @@ void strmap_free(struct strmap *m);
 uint32_t strmap_get(const struct strmap *m, const char *key);
 gv_status strmap_put(struct strmap *m, const char *key, uint32_t val);
 void strmap_del(struct strmap *m, const char *key);
+/* out[i] = strmap_get(m, keys[i]), the lookups' memory accesses overlapped. */
+void strmap_get_many(const struct strmap *m, const char *const *keys, size_t n, uint32_t *out);
 
 /* --- cluster state ------------------------------------------------------- */
 struct gpu {
@@ -70,6 +76,7 @@ struct node {
     uint8_t *prof_cnt;     /* GPUs able to host the shape */
     double *prof_frag;     /* free share of GPUs unable to host it */
     uint32_t prof_cap;
+    uint32_t cand_stamp;   /* candidate-list pass that named it (policy.c) */
     double prof_total;     /* free share of healthy GPUs */
     uint32_t cls;          /* state class (index.c), UINT32_MAX when none */
     uint32_t hpos;         /* position in the class's heap */
@@ -91,9 +98,12 @@ struct sclass {
     uint32_t used_pm;      /* GPU share in use, permille (floor), as eval_node counts it */
     uint32_t pm_prev, pm_next; /* list of classes with this used_pm */
     /* score memo of the current pass over a candidate list (policy.c) */
-    uint32_t memo_stamp;
+    uint32_t memo_stamp;   /* also marks a class holding candidates (policy.c) */
     bool memo_fits;
-    double memo_score;
+    union {
+        double memo_score;
+        uint32_t cand_n;   /* candidates in it, during an indexed list pick */
+    };
 };
 
 #define IDX_WHOLE_MAX 8
@@ -171,6 +181,7 @@ struct gv_alloc_cluster {
     uint32_t pm_head[1001]; /* classes by used_pm (pods without GPUs, fgd) */
     bool index_broken; /* an allocation failed: score exhaustively */
     uint32_t cls_stamp; /* current candidate-list pass */
+    bool cand_pass;     /* pick_indexed looks only at stamped nodes */
 
 };
 

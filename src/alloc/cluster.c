@@ -440,6 +440,11 @@ void gv_alloc_cluster_totals(const struct gv_alloc_cluster *c, struct gv_alloc_t
     t->pods = c->live_pods;
 }
 
+uint32_t gv_alloc_node_count(const struct gv_alloc_cluster *c)
+{
+    return c->live_nodes;
+}
+
 bool gv_alloc_is_placed(const struct gv_alloc_cluster *c, const char *uid)
 {
     return strmap_get(&c->pod_map, uid) != UINT32_MAX;

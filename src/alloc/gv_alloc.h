@@ -294,6 +294,9 @@ gv_status gv_alloc_gpu_usage_get(const struct gv_alloc_cluster *c, const char *n
 gv_status gv_alloc_gpu_usage_at(const struct gv_alloc_cluster *c, const char *node, uint32_t i,
                                 struct gv_alloc_gpu_usage *out, struct gv_error *err);
 void gv_alloc_cluster_totals(const struct gv_alloc_cluster *c, struct gv_alloc_totals *out);
+/* Nodes in the cluster, O(1): a caller whose candidate list names every
+ * node can pick with nodes == NULL (the index, no per-name work). */
+uint32_t gv_alloc_node_count(const struct gv_alloc_cluster *c);
 
 /* ------------------------------------------------------------------------ */
 /* Decisions.                                                               */

@@ -197,6 +197,20 @@ struct pass {
     uint64_t allowed;
 };
 
+/* A fresh pass stamp (score memo, candidate marks); marks of the previous
+ * 2^32 passes are cleared when it wraps. */
+static uint32_t next_stamp(struct gv_alloc_cluster *c)
+{
+    if (++c->cls_stamp == 0) {
+        for (uint32_t i = 0; i < c->n_cls; i++)
+            c->cls[i].memo_stamp = 0;
+        for (uint32_t i = 0; i < c->n_nodes; i++)
+            c->nodes[i].cand_stamp = 0;
+        c->cls_stamp = 1;
+    }
+    return c->cls_stamp;
+}
+
 static void pass_init(struct gv_alloc_cluster *c, const struct req_view *v, struct pass *ps)
 {
     memset(ps, 0, sizeof(*ps));
@@ -208,11 +222,7 @@ static void pass_init(struct gv_alloc_cluster *c, const struct req_view *v, stru
         for (uint32_t i = 0; i < c->n_models; i++)
             if (v->model_ok[i])
                 ps->allowed |= i < 64 ? UINT64_C(1) << i : ~UINT64_C(0);
-        if (++c->cls_stamp == 0) {
-            for (uint32_t i = 0; i < c->n_cls; i++)
-                c->cls[i].memo_stamp = 0;
-            c->cls_stamp = 1;
-        }
+        next_stamp(c);
         return;
     }
     ps->use_memo = memo_prepare(c) == GV_OK;
@@ -258,6 +268,40 @@ static bool score_node(struct gv_alloc_cluster *c, const struct req_view *v,
     return fits;
 }
 
+/* The smallest-named candidate of a class: a candidate heads its subtree
+ * of the name heap, so the walk stops there and at any subtree whose head
+ * already loses; with most members named it touches a few entries. */
+static uint32_t class_first_candidate(const struct gv_alloc_cluster *c, const struct sclass *k)
+{
+    if (k->cand_n == k->n)
+        return k->heap[0];
+    uint32_t stack[128], top = 0, best = UINT32_MAX;
+    stack[top++] = 0;
+    while (top > 0) {
+        uint32_t pos = stack[--top], idx = k->heap[pos];
+        if (best != UINT32_MAX && strcmp(c->nodes[idx].name, c->nodes[best].name) >= 0)
+            continue;
+        if (c->nodes[idx].cand_stamp == c->cls_stamp) {
+            best = idx;
+            continue;
+        }
+        for (uint32_t ch = 2 * pos + 1; ch <= 2 * pos + 2 && ch < k->n; ch++) {
+            if (top == sizeof(stack) / sizeof(stack[0])) {
+                /* deeper than any heap of 2^32 nodes needs; scan instead */
+                for (uint32_t i = 0; i < k->n; i++) {
+                    uint32_t x = k->heap[i];
+                    if (c->nodes[x].cand_stamp == c->cls_stamp &&
+                        (best == UINT32_MAX || strcmp(c->nodes[x].name, c->nodes[best].name) < 0))
+                        best = x;
+                }
+                return best;
+            }
+            stack[top++] = ch;
+        }
+    }
+    return best;
+}
+
 /*
  * The indexed search over all nodes: each state class that may fit is
  * scored once, on its smallest name (docs/alloc.md, "Cost of a decision").
@@ -269,9 +313,11 @@ static void visit_class(struct gv_alloc_cluster *c, const struct req_view *v, ui
                         uint32_t *best, double *best_score)
 {
     const struct sclass *k = &c->cls[ki];
+    if (c->cand_pass && k->memo_stamp != c->cls_stamp)
+        return; /* no candidate in this class */
     if (!index_may_fit(k, v->req, need, allowed))
         return;
-    uint32_t idx = k->heap[0];
+    uint32_t idx = c->cand_pass ? class_first_candidate(c, k) : k->heap[0];
     if (v->policy == GV_ALLOC_POLICY_SPREAD && *best != UINT32_MAX &&
         spread_bound(&c->nodes[idx]) < *best_score - 1e-9 * fmax(1.0, fabs(*best_score)))
         return;
@@ -340,6 +386,39 @@ static gv_status pick_done(struct gv_alloc_cluster *c, struct req_view *v, uint3
     return GV_OK;
 }
 
+/* Stamps the named nodes and counts them per state class, for the indexed
+ * search to look only at them (O(names) lookups, no scoring).  False when a
+ * named node has no class (the caller scores the list instead). */
+static bool mark_candidates(struct gv_alloc_cluster *c, const char *const *nodes, size_t n)
+{
+    uint32_t stamp = next_stamp(c);
+    uint32_t *at = malloc((n ? n : 1) * sizeof(*at));
+    if (at == NULL)
+        return false;
+    strmap_get_many(&c->node_map, nodes, n, at);
+    for (size_t i = 0; i < n; i++) {
+        if (i + 8 < n && at[i + 8] != UINT32_MAX)
+            __builtin_prefetch(&c->nodes[at[i + 8]].cand_stamp);
+        uint32_t idx = at[i];
+        if (idx == UINT32_MAX || c->nodes[idx].cand_stamp == stamp)
+            continue;
+        c->nodes[idx].cand_stamp = stamp;
+        uint32_t ki = c->nodes[idx].cls;
+        if (ki == UINT32_MAX) {
+            free(at);
+            return false;
+        }
+        struct sclass *k = &c->cls[ki];
+        if (k->memo_stamp != stamp) {
+            k->memo_stamp = stamp;
+            k->cand_n = 0;
+        }
+        k->cand_n++;
+    }
+    free(at);
+    return true;
+}
+
 gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
                         const char *const *nodes, size_t n, struct gv_alloc_assignment *out,
                         struct gv_error *err)
@@ -371,6 +450,20 @@ gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_reques
             }
         }
         /* the first node fits after all (index out of step): score all */
+    }
+    /* The index pays off where nodes share states; where nearly every node
+     * is in a state of its own it would visit as many classes as the list
+     * has names, in a worse memory order than the list loop below. */
+    if (nodes != NULL && memo_allowed(req) && !c->cfg.exhaustive && !c->index_broken &&
+        (uint64_t)c->live_cls * 2 <= c->live_nodes && mark_candidates(c, nodes, n)) {
+        uint32_t best = UINT32_MAX;
+        double best_score = 0;
+        c->cand_pass = true;
+        pick_indexed(c, &v, &best, &best_score);
+        c->cand_pass = false;
+        if (best != UINT32_MAX)
+            return pick_done(c, &v, best, out);
+        /* nothing fits: the loop below says why, as it always did */
     }
     struct pass ps;
     pass_init(c, &v, &ps);

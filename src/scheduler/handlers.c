@@ -71,6 +71,7 @@ struct filter_ctx {
     const char **usable; /* names of candidates with a live agent */
     size_t *usable_idx;
     size_t n_usable;
+    uint32_t n_engine; /* distinct usable candidates the engine models */
 };
 
 static void filter_ctx_clear(struct filter_ctx *f)
@@ -100,14 +101,28 @@ static void classify_candidates(struct filter_ctx *f)
 {
     struct gv_sched *s = f->s;
     time_t now = time(NULL);
+    if (++s->filter_stamp == 0) {
+        for (size_t i = 0; i < s->n_nodes; i++)
+            s->nodes[i]->filter_stamp = 0;
+        s->filter_stamp = 1;
+    }
+    /* found in one batch (gv_sched_nodes_find); one at a time without memory */
+    struct snode **found = malloc((f->args.n_names ? f->args.n_names : 1) * sizeof(*found));
+    if (found != NULL)
+        gv_sched_nodes_find(s, f->args.names, f->args.n_names, found);
     for (size_t i = 0; i < f->args.n_names; i++) {
-        struct snode *n = gv_sched_node_find(s, f->args.names[i]);
+        struct snode *n = found != NULL ? found[i] : gv_sched_node_find(s, f->args.names[i]);
         char buf[256];
         const char *why = gv_sched_node_unusable(s, n, now, buf, sizeof(buf));
         if (why == NULL) {
             f->usable[f->n_usable] = f->args.names[i];
             f->usable_idx[f->n_usable++] = i;
-            n->stale_logged = false;
+            if (n->stale_logged)
+                n->stale_logged = false;
+            if (n->in_engine && n->filter_stamp != s->filter_stamp) {
+                n->filter_stamp = s->filter_stamp;
+                f->n_engine++;
+            }
             continue;
         }
         f->verdicts[i] = GV_EXT_UNRESOLVABLE;
@@ -119,6 +134,7 @@ static void classify_candidates(struct filter_ctx *f)
             n->stale_logged = true;
         }
     }
+    free(found);
 }
 
 /* Per-node engine reasons for every usable candidate (lock held). */
@@ -160,9 +176,18 @@ static void filter_reserve(struct filter_ctx *f)
         set_all(f, GV_EXT_FAILED, "scheduler out of memory");
         return;
     }
-    gv_status st = f->n_usable == 0
-                       ? GV_ENOFIT
-                       : gv_alloc_pick(s->cluster, f->req, f->usable, f->n_usable, a, &err);
+    /* Candidates naming every node the engine has (the usual case) are the
+     * whole cluster: the engine's index answers without a lookup per name.
+     * The chosen node is checked against this filter's marks all the same. */
+    bool whole = f->n_engine > 0 && f->n_engine == gv_alloc_node_count(s->cluster);
+    gv_status st = f->n_usable == 0 ? GV_ENOFIT
+                   : whole ? gv_alloc_pick(s->cluster, f->req, NULL, 0, a, &err)
+                           : gv_alloc_pick(s->cluster, f->req, f->usable, f->n_usable, a, &err);
+    if (whole && st == GV_OK) {
+        struct snode *chosen = gv_sched_node_find(s, a->node);
+        if (chosen == NULL || chosen->filter_stamp != s->filter_stamp)
+            st = gv_alloc_pick(s->cluster, f->req, f->usable, f->n_usable, a, &err);
+    }
     if (st == GV_OK)
         st = gv_alloc_place(s->cluster, f->req, a, &err);
     char qwhy[GV_ALLOC_REASON_MAX];

@@ -39,6 +39,7 @@ struct snode {
     uint32_t n_whole; /* passthrough GPUs and mdevs the agent lists (kubelet-counted) */
     uint64_t max_gpu_mib;
     bool stale_logged;
+    uint32_t filter_stamp; /* last filter that found it usable (handlers.c) */
     /* Inline: a filter confirms each candidate's hash match here, on the
      * cache line it reads next anyway. */
     char name[];
@@ -89,6 +90,10 @@ struct gv_sched {
     struct snode **nodes; /* sorted by (gv_hash_str(name), name) */
     uint64_t *node_hash;  /* parallel to nodes: gv_hash_str of each name */
     size_t n_nodes, cap_nodes;
+    uint32_t *node_dir;   /* node_dir[b]: first node whose hash's top dir_bits are >= b */
+    unsigned dir_bits;
+    bool dir_dirty;       /* nodes added or removed since it was built */
+    uint32_t filter_stamp; /* current filter's mark on its usable nodes */
     struct srec **recs; /* sorted by uid */
     size_t n_recs, cap_recs;
     json_t *truth;   /* uid -> the API's assignment of a pod (sched.c, truth_note) */
@@ -114,6 +119,9 @@ struct gv_sched {
 /* sched_state.c */
 double gv_sched_now(void);
 struct snode *gv_sched_node_find(struct gv_sched *s, const char *name);
+/* out[i] = gv_sched_node_find(s, names[i]), the lookups overlapped. */
+void gv_sched_nodes_find(struct gv_sched *s, const char *const *names, size_t n,
+                         struct snode **out);
 /* Index of the first node ordered after name (which need not exist):
  * resumes a walk over s->nodes after its lock was dropped. */
 size_t gv_sched_node_after(struct gv_sched *s, const char *name);

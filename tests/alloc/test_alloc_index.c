@@ -38,24 +38,32 @@ struct pair {
     struct gv_alloc_cluster *idx, *all;
 };
 
+/* Nodes all alike (8 GPUs, one model, same CPU and memory): states are
+ * shared, as in a real fleet, so candidate lists take the index. */
+static bool uniform_nodes;
+
 static void both_upsert(struct pair *p, uint32_t id, bool variant)
 {
     char name[32], uuids[8][48];
     snprintf(name, sizeof(name), "node-%03u", id);
     struct gv_alloc_gpu_spec g[8];
-    uint32_t n = below(9);
-    uint32_t m = below(4);
+    uint32_t n = uniform_nodes ? 8 : below(9);
+    uint32_t m = uniform_nodes ? 0 : below(4);
     for (uint32_t i = 0; i < n; i++) {
         snprintf(uuids[i], sizeof(uuids[i]), "GPU-%03u-%u", id, i);
         /* mostly uniform nodes, now and then a mixed one */
-        uint32_t mi = below(10) == 0 ? below(4) : m;
+        uint32_t mi = uniform_nodes ? m : below(10) == 0 ? below(4) : m;
         g[i] = (struct gv_alloc_gpu_spec){uuids[i], i, models[mi], model_mem[mi],
-                                          below(4) == 0 ? 1 + below(10) : 0, (int32_t)(i * 2 / (n ? n : 1)),
+                                          uniform_nodes ? 0 : below(4) == 0 ? 1 + below(10) : 0,
+                                          (int32_t)(i * 2 / (n ? n : 1)),
                                           variant ? below(8) != 0 : true,
-                                          below(12) == 0 ? GV_ALLOC_GPU_EXCLUSIVE : GV_ALLOC_GPU_SHARED};
+                                          uniform_nodes ? GV_ALLOC_GPU_SHARED
+                                          : below(12) == 0 ? GV_ALLOC_GPU_EXCLUSIVE
+                                                           : GV_ALLOC_GPU_SHARED};
     }
-    struct gv_alloc_node_spec s = {name, below(3) == 0 ? 0 : 16000 + 8000 * below(12),
-                                   below(3) == 0 ? 0 : 65536 * (1 + below(8)), NULL, 0, g, n};
+    struct gv_alloc_node_spec s = {
+        name, uniform_nodes ? 96000 : below(3) == 0 ? 0 : 16000 + 8000 * below(12),
+        uniform_nodes ? 65536 * 8 : below(3) == 0 ? 0 : 65536 * (1 + below(8)), NULL, 0, g, n};
     struct gv_error err = {0};
     if (gv_alloc_node_upsert(p->idx, &s, &err) != GV_OK ||
         gv_alloc_node_upsert(p->all, &s, &err) != GV_OK)
@@ -125,6 +133,7 @@ static void test_indexed_equals_exhaustive(void **state)
         assert_int_equal(gv_alloc_cluster_new(&cfg, &p.idx, NULL), GV_OK);
         cfg.exhaustive = true;
         assert_int_equal(gv_alloc_cluster_new(&cfg, &p.all, NULL), GV_OK);
+        uniform_nodes = trial % 3 == 1;
         uint32_t n_nodes = 10 + below(150);
         for (uint32_t i = 0; i < n_nodes; i++)
             both_upsert(&p, below(n_nodes * 2), false); /* repeats replace a node */
@@ -142,12 +151,20 @@ static void test_indexed_equals_exhaustive(void **state)
             size_t nc = 0;
             bool listed = step % 3 == 2;
             if (listed) {
-                for (uint32_t i = 0; i < n_nodes * 2 && nc < 400; i++) {
-                    if (below(3) == 0)
+                /* most names, or a few (classes partly named), in either
+                 * order, some twice */
+                bool few = step % 6 == 5, down = trial % 2 == 1;
+                for (uint32_t j = 0; j < n_nodes * 2 && nc < 399; j++) {
+                    uint32_t i = down ? n_nodes * 2 - 1 - j : j;
+                    if (few ? below(5) != 0 : below(3) == 0)
                         continue;
                     snprintf(names[nc], sizeof(names[nc]), "node-%03u", i);
                     cand[nc] = names[nc];
                     nc++;
+                    if (below(8) == 0) {
+                        cand[nc] = cand[nc - 1];
+                        nc++;
+                    }
                 }
             }
             gv_status ra = gv_alloc_pick(p.idx, r, listed ? cand : NULL, nc, &a, &ea);

@@ -455,11 +455,11 @@ def self_test(tap, root, build):
            "self-test: config keys are read from key tables", [repr(keys)])
     bad = []
     check_figures_in("x.md", "1,000 pods bind at 300–450/s.\n\n"
-                     "- 964 binds/s, p99 2.41 ms (bench/results/scheduler.txt)\n"
-                     "- 965 binds/s, p99 2.4 ms, target ≤ 5 ms (bench/results/scheduler.txt)\n",
+                     "- 809 binds/s, p99 0.62 ms (bench/results/scheduler.txt)\n"
+                     "- 815 binds/s, p99 0.6 ms, target ≤ 5 ms (bench/results/scheduler.txt)\n",
                      root, bad)
     msgs = [m for _, m in bad]
-    tap.ok(len(msgs) == 2 and "names no bench/results" in msgs[0] and "965" in msgs[1],
+    tap.ok(len(msgs) == 2 and "names no bench/results" in msgs[0] and "815" in msgs[1],
            "self-test: an uncited rate and a figure missing from its file are caught", msgs)
 
 

@@ -15,6 +15,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct gv_error err;
     struct gv_ext_args args;
     if (gv_ext_args_parse((const char *)data, size, &args, &err) == GV_OK) {
+        /* Names taken from the text must be what jansson reads whole. */
+        json_t *ref = args.node_items == NULL ? json_loadb((const char *)data, size, 0, NULL) : NULL;
+        json_t *rn = ref != NULL ? gv_ext_json_get(ref, "NodeNames") : NULL;
+        if (args.node_items == NULL && (rn == NULL || json_array_size(rn) != args.n_names))
+            abort();
+        for (size_t i = 0; rn != NULL && i < args.n_names; i++)
+            if (strcmp(json_string_value(json_array_get(rn, i)), args.names[i]) != 0)
+                abort();
+        json_decref(ref);
         enum gv_ext_verdict *v = calloc(args.n_names ? args.n_names : 1, sizeof(*v));
         long *scores = calloc(args.n_names ? args.n_names : 1, sizeof(*scores));
         if (v != NULL && scores != NULL) {

@@ -1,10 +1,12 @@
 /* Extender wire codec: Go field-name keys, both node modes, strict errors. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <cmocka.h>
 
@@ -112,6 +114,71 @@ static void test_full_nodes_mode_returns_objects(void **state)
     gv_ext_args_clear(&a);
 }
 
+/* The body as jansson reads it, whole: what the parser must agree with
+ * (names from the text without a JSON value per name, docs/alloc.md). */
+static void expect_same_as_jansson(const char *body)
+{
+    struct gv_ext_args a;
+    struct gv_error err = {0};
+    json_t *ref = json_loads(body, 0, NULL);
+    gv_status st = gv_ext_args_parse(body, strlen(body), &a, &err);
+    json_t *names = NULL;
+    if (ref != NULL) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(ref, k, v) if (strcasecmp(k, "NodeNames") == 0) names = v;
+    }
+    bool ok = ref != NULL && json_is_array(names);
+    for (size_t i = 0; ok && i < json_array_size(names); i++) {
+        const char *n = json_string_value(json_array_get(names, i));
+        ok = n != NULL && *n != '\0';
+    }
+    if (!ok) {
+        assert_int_not_equal(st, GV_OK);
+        json_decref(ref);
+        return;
+    }
+    if (st != GV_OK)
+        fail_msg("%s: %s", body, err.msg);
+    assert_int_equal(a.n_names, json_array_size(names));
+    for (size_t i = 0; i < a.n_names; i++)
+        assert_string_equal(a.names[i], json_string_value(json_array_get(names, i)));
+    assert_string_equal(json_string_value(json_object_get(json_object_get(a.pod, "metadata"),
+                                                           "uid")),
+                        "u1");
+    gv_ext_args_clear(&a);
+    json_decref(ref);
+}
+
+static void test_names_scan_agrees_with_jansson(void **state)
+{
+    (void)state;
+    static const char *pod = "{\"metadata\":{\"uid\":\"u1\"},\"spec\":{\"x\":\"]\\\"[\"}}";
+    static const char *tails[] = {
+        "\"NodeNames\":[\"a\",\"b-1\",\"c.2\"]}",
+        "\"NodeNames\" : [ \"a\" , \"b\" ] , \"Nodes\" : null }",
+        "\"NodeNames\":[]}",
+        "\"NodeNames\":[\"n\\u002d1\",\"x\\\"y\"]}",   /* escapes: jansson decodes them */
+        "\"NodeNames\":[\"\xc3\xa9t\xc3\xa9\"]}",      /* UTF-8 */
+        "\"NodeNames\":[\"a\"],\"NodeNames\":[\"b\"]}", /* duplicate key */
+        "\"nodenames\":[\"a\",\"b\"]}",
+        "\"NodeNames\":[\"a\"],\"extra\":{\"k\":[1,2,{\"z\":\"}\"}]}}",
+        "\"NodeNames\":[\"a\"],\"extra\":tru}",          /* not JSON */
+        "\"NodeNames\":[\"a\",]}",
+        "\"NodeNames\":[\"a\" \"b\"]}",
+        "\"NodeNames\":[\"a\"]} x",
+        "\"NodeNames\":[\"a\"]",
+        "\"NodeNames\":[\"a\",1]}",
+        "\"NodeNames\":[\"a\"],\"Nodes\":{\"items\":[]}}",
+        "\"NodeNames\":[\"a\\u0000b\"]}",
+    };
+    char body[512];
+    for (size_t i = 0; i < sizeof(tails) / sizeof(tails[0]); i++) {
+        snprintf(body, sizeof(body), "{\"Pod\":%s,%s", pod, tails[i]);
+        expect_same_as_jansson(body);
+    }
+}
+
 static void test_keys_case_insensitive_like_go(void **state)
 {
     (void)state;
@@ -202,6 +269,7 @@ int main(void)
         cmocka_unit_test(test_large_names_outlive_parse_scratch),
         cmocka_unit_test(test_full_nodes_mode_returns_objects),
         cmocka_unit_test(test_keys_case_insensitive_like_go),
+        cmocka_unit_test(test_names_scan_agrees_with_jansson),
         cmocka_unit_test(test_malformed_args),
         cmocka_unit_test(test_priorities_clamped),
         cmocka_unit_test(test_bind_args),

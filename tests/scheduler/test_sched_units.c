@@ -3,6 +3,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -47,10 +49,54 @@ static void test_format_roundtrip(void **state)
     assert_int_equal((long)t, 1795240367L);
 }
 
+/* The node table found by hash position (sched_state.c): every node added
+ * is found, removed ones are not, the order holds, whatever the names. */
+static void test_node_table_lookup(void **state)
+{
+    (void)state;
+    static struct gv_sched s;
+    memset(&s, 0, sizeof(s));
+    enum { N = 3000 };
+    char name[N][24];
+    srand(7);
+    for (int i = 0; i < N; i++) {
+        snprintf(name[i], sizeof(name[i]), i % 3 ? "node-%d" : "gpu-%x-%d", i, rand());
+        assert_non_null(gv_sched_node_add(&s, name[i]));
+        assert_ptr_equal(gv_sched_node_add(&s, name[i]), gv_sched_node_find(&s, name[i]));
+    }
+    assert_int_equal(s.n_nodes, N);
+    for (size_t i = 1; i < s.n_nodes; i++)
+        assert_true(s.node_hash[i - 1] < s.node_hash[i] ||
+                    (s.node_hash[i - 1] == s.node_hash[i] &&
+                     strcmp(s.nodes[i - 1]->name, s.nodes[i]->name) < 0));
+    for (int i = 0; i < N; i += 2)
+        gv_sched_node_remove(&s, name[i]);
+    for (int i = 0; i < N; i++) {
+        struct snode *n = gv_sched_node_find(&s, name[i]);
+        if (i % 2 == 0)
+            assert_null(n);
+        else
+            assert_string_equal(n->name, name[i]);
+    }
+    assert_null(gv_sched_node_find(&s, "absent"));
+    /* the batched lookup of a filter: same answers, in order */
+    static const char *names[N + 1];
+    static struct snode *got[N + 1];
+    for (int i = 0; i < N; i++)
+        names[i] = name[N - 1 - i];
+    names[N] = "absent";
+    gv_sched_node_add(&s, "added-late"); /* directory stale: rebuilt first */
+    gv_sched_nodes_find(&s, names, N + 1, got);
+    for (int i = 0; i <= N; i++)
+        assert_ptr_equal(got[i], gv_sched_node_find(&s, names[i]));
+    gv_sched_tables_free(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_time),
+        cmocka_unit_test(test_node_table_lookup),
         cmocka_unit_test(test_format_roundtrip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
