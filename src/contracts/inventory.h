@@ -36,6 +36,7 @@
     X(EXCLUSIVE, "exclusive", 1)                                                                   \
     X(TIMESLICING, "timeslicing", 0)                                                               \
     X(MPS, "mps", 0)                                                                               \
+    X(MIG, "mig", 1)                                                                               \
     X(PASSTHROUGH, "passthrough", 1)
 
 enum gv_inventory_mode {
@@ -64,6 +65,14 @@ struct gv_inventory_gpu {
     enum gv_inventory_mode mode;
     bool mig;                  /* MIG mode enabled */
     char pci_bus_id[32];
+    /*
+     * Agent-local (the node labels are computed from these; not in the
+     * JSON, so the scheduler never sees them): NVIDIA GFD's inputs.
+     */
+    bool mig_capable;          /* MIG supported, enabled or not */
+    int32_t cc_major, cc_minor; /* compute capability; 0.0 unknown */
+    uint32_t pci_class;        /* 0x030200 compute, 0x030000 graphics; 0 unknown */
+    bool renamed;              /* its replicas go under a renamed resource (no -SHARED) */
     /* Interconnect groups, 1 + the lowest GPU index of the GPUs joined by
      * NVLink / under one PCIe switch; 0 = in none (a zeroed struct claims no
      * topology).  JSON: "nvlinkIsland" / "pcieSwitch" = that index, absent
@@ -117,6 +126,16 @@ struct gv_inventory {
     uint32_t version;
     char driver_version[80];
     char cuda_version[16]; /* "12.4"; "" unknown */
+    char mig_strategy[8];  /* agent-local, labels only: none, single, mixed ("" = none) */
+    /* agent-local, labels only: the MIG devices by profile (GFD's per-profile labels) */
+    struct gv_inventory_mig {
+        char profile[32];
+        char model[GV_INVENTORY_MODEL_MAX]; /* of the first GPU holding one */
+        uint32_t count, sms, gi_slices, ci_slices, copy, decoder, encoder, jpeg, ofa;
+        uint64_t memory_mib;
+    } migs[16];
+    uint32_t n_migs;
+    bool mig_empty; /* a MIG-enabled GPU has no MIG device */
     uint32_t n_gpus;
     struct gv_inventory_gpu gpus[GV_INVENTORY_MAX_GPUS];
     struct gv_inventory_whole_list whole; /* additive: "wholeDevices" */

@@ -19,6 +19,7 @@
 #include "deviceplugin.pb-c.h"
 #include "interposer/priority.h" /* the node directory's container path, priority range */
 #include "node/gv_allocator.h"
+#include "node/gv_direct.h"
 #include "node/gv_mode.h"
 #include "node/gv_monitor.h"
 #include "node/gv_grpc.h"
@@ -89,6 +90,8 @@ struct gv_allocator {
     size_t n_gpus;
     bool cdi;
     char cdi_kind[128];
+    /* nvidiaRuntime false: the driver's files found on the host (gv_direct.h); else NULL */
+    struct gv_cdi_host *direct;
     char core_policy[16];
     char libcuda_log_level[8];
     char resource_name[128];
@@ -414,13 +417,22 @@ static void add_cdi(struct gv_mode_answer *b, const char *kind, const char *uuid
     add_cdi_name(b, name);
 }
 
-/* Visible devices: CDI names when configured, else NVIDIA_VISIBLE_DEVICES. */
-static void add_visible(struct gv_allocator *a, struct gv_mode_answer *b, char uuids[][GV_ALLOC_UUID_MAX],
-                        size_t n)
+/*
+ * Visible devices: CDI names when configured, else NVIDIA_VISIBLE_DEVICES;
+ * without the NVIDIA runtime, device nodes and driver mounts (gv_direct.h).
+ * False with why when the direct answer cannot be given.
+ */
+static bool add_visible(struct gv_allocator *a, struct gv_mode_answer *b, char uuids[][GV_ALLOC_UUID_MAX],
+                        size_t n, char *why, size_t why_cap)
 {
     if (n == 0)
-        return;
+        return true;
     pthread_mutex_lock(&a->mu);
+    if (a->direct) {
+        bool ok = gv_direct_answer(a->direct, a->gpus, a->n_gpus, uuids, n, b, why, why_cap);
+        pthread_mutex_unlock(&a->mu);
+        return ok;
+    }
     bool cdi = a->cdi;
     char kind[128];
     snprintf(kind, sizeof(kind), "%s", a->cdi_kind);
@@ -428,7 +440,7 @@ static void add_visible(struct gv_allocator *a, struct gv_mode_answer *b, char u
     if (cdi) {
         for (size_t i = 0; i < n; i++)
             add_cdi(b, kind, uuids[i]);
-        return;
+        return true;
     }
     char list[GV_ALLOC_MAX_DEVICES * GV_ALLOC_UUID_MAX + 16] = "";
     for (size_t i = 0; i < n; i++) {
@@ -437,6 +449,7 @@ static void add_visible(struct gv_allocator *a, struct gv_mode_answer *b, char u
         strcat(list, uuids[i]);
     }
     add_env(b, "NVIDIA_VISIBLE_DEVICES", list, false);
+    return true;
 }
 
 static void add_device(struct gv_mode_answer *b, const char *host, const char *ctr,
@@ -1309,7 +1322,9 @@ static int build(struct gv_allocator *a, json_t *pod, const struct gv_alloc_cont
         code = fail(msg, cap, GV_GRPC_FAILED_PRECONDITION,
                     "the interposer needs a pod scheduled by gpuvisor-scheduler");
     if (code == GV_GRPC_OK) {
-        add_visible(a, b, b->visible, b->n_visible);
+        char why[512] = "";
+        if (!add_visible(a, b, b->visible, b->n_visible, why, sizeof(why)))
+            code = fail(msg, cap, GV_GRPC_FAILED_PRECONDITION, "%s", why);
         if (pod && c)
             add_gpushare_env(a, b, pod, c); /* Aliyun gpushare's env, when asked for */
         if (b->interposer)
@@ -2303,6 +2318,7 @@ void gv_allocator_free(struct gv_allocator *a)
         a->pods = p->next;
         pod_free(p);
     }
+    gv_cdi_host_free(a->direct);
     free(a->gpus);
     gv_modes_free(a->own_modes);
     free(a->node);
@@ -2312,4 +2328,14 @@ void gv_allocator_free(struct gv_allocator *a)
     pthread_cond_destroy(&a->changed);
     pthread_mutex_destroy(&a->mu);
     free(a);
+}
+
+/* nvidiaRuntime false: Allocate mounts what h lists (taken over; NULL: back to the runtime). */
+void gv_allocator_set_direct(struct gv_allocator *a, struct gv_cdi_host *h)
+{
+    pthread_mutex_lock(&a->mu);
+    struct gv_cdi_host *old = a->direct;
+    a->direct = h;
+    pthread_mutex_unlock(&a->mu);
+    gv_cdi_host_free(old);
 }

@@ -58,6 +58,10 @@ gv_status gv_node_config_default(struct gv_node_config **out, struct gv_error *e
         return gv_error_set(err, GV_ENOMEM, "node config: out of memory");
     snprintf(c->resource_name, sizeof(c->resource_name), "nvidia.com/gpu");
     snprintf(c->cdi_kind, sizeof(c->cdi_kind), "nvidia.com/gpu");
+    snprintf(c->mig_strategy, sizeof(c->mig_strategy), "none");
+    snprintf(c->cdi_spec_dir, sizeof(c->cdi_spec_dir), "/var/run/cdi");
+    snprintf(c->driver_root, sizeof(c->driver_root), "/");
+    c->nvidia_runtime = true;
     c->defaults.mode = GV_NODE_MODE_VGPU;
     c->defaults.split = 10;
     c->defaults.mem_scaling = 1.0;
@@ -331,16 +335,14 @@ static gv_status hami_node_key(struct gv_node_config *c, const char *key, json_t
             return gv_error_set(err, GV_EINVAL, "node config: %s must be true or false", where);
         c->hide_numa = !json_is_true(v);
     } else if (strcasecmp(key, "migstrategy") == 0) {
-        if (want_string(v, where, 16, err) != GV_OK)
+        /* HAMi's key, NVIDIA's values: the same as migStrategy (docs/mig-cdi.md) */
+        if (want_string(v, where, sizeof(c->mig_strategy), err) != GV_OK)
             return err->code;
-        if (strcasecmp(json_string_value(v), "none") != 0)
-            return gv_error_set(err, GV_EUNSUPPORTED,
-                                "node config: %s = '%s': gpuvisor does not advertise MIG "
-                                "instances (GPUs in MIG mode are skipped); write \"none\" and "
-                                "share whole GPUs",
-                                where, json_string_value(v));
-        return add_note(c, err,
-                        "%s = none: no effect, gpuvisor never advertises MIG instances", where);
+        const char *p = json_string_value(v);
+        if (strcmp(p, "none") != 0 && strcmp(p, "single") != 0 && strcmp(p, "mixed") != 0)
+            return gv_error_set(err, GV_EINVAL,
+                                "node config: %s = '%s' is not none, single or mixed", where, p);
+        snprintf(c->mig_strategy, sizeof(c->mig_strategy), "%s", p);
     } else if (strcasecmp(key, "enablegetpreferredallocation") == 0) {
         if (!json_is_boolean(v))
             return gv_error_set(err, GV_EINVAL, "node config: %s must be true or false", where);
@@ -580,6 +582,32 @@ static gv_status parse_level(struct gv_node_config *c, json_t *obj, const char *
                                     "node config: %s = '%s' is not default, force or disable",
                                     where, p);
             snprintf(c->core_policy, sizeof(c->core_policy), "%s", p);
+        } else if (strcasecmp(k, "migStrategy") == 0) { /* HAMi's migstrategy: same key, any case */
+            if (want_string(v, where, sizeof(c->mig_strategy), err) != GV_OK)
+                return err->code;
+            const char *p = json_string_value(v);
+            if (strcmp(p, "none") != 0 && strcmp(p, "single") != 0 && strcmp(p, "mixed") != 0)
+                return gv_error_set(err, GV_EINVAL,
+                                    "node config: %s = '%s' is not none, single or mixed", where,
+                                    p);
+            snprintf(c->mig_strategy, sizeof(c->mig_strategy), "%s", p);
+        } else if (strcasecmp(k, "cdiSpecDir") == 0 || strcasecmp(k, "driverRoot") == 0 ||
+                   strcasecmp(k, "containerDriverRoot") == 0) {
+            char *dst = strcasecmp(k, "cdiSpecDir") == 0   ? c->cdi_spec_dir
+                        : strcasecmp(k, "driverRoot") == 0 ? c->driver_root
+                                                           : c->container_driver_root;
+            if (want_string(v, where, sizeof(c->cdi_spec_dir), err) != GV_OK)
+                return err->code;
+            if (json_string_value(v)[0] != '/' || strstr(json_string_value(v), "/../") ||
+                strstr(json_string_value(v), "/.."))
+                return gv_error_set(err, GV_EINVAL, "node config: %s = '%s' is not an absolute path",
+                                    where, json_string_value(v));
+            snprintf(dst, sizeof(c->cdi_spec_dir), "%s", json_string_value(v));
+        } else if (strcasecmp(k, "nvidiaRuntime") == 0) {
+            if (!json_is_boolean(v))
+                return gv_error_set(err, GV_EINVAL, "node config: %s must be true or false",
+                                    where);
+            c->nvidia_runtime = json_is_true(v);
         } else if (strcasecmp(k, "filterDevices") == 0) {
             if (parse_filter(c, v, path, err) != GV_OK)
                 return err->code;

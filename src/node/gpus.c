@@ -27,6 +27,13 @@
     X(nvmlDeviceGetMemoryInfo)                                                                     \
     X(nvmlDeviceGetPciInfo_v3)                                                                     \
     X(nvmlDeviceGetMigMode)                                                                        \
+    X(nvmlDeviceGetCudaComputeCapability)                                                          \
+    X(nvmlDeviceGetMaxMigDeviceCount)                                                              \
+    X(nvmlDeviceGetMinorNumber)                                                                    \
+    X(nvmlDeviceGetMigDeviceHandleByIndex)                                                         \
+    X(nvmlDeviceGetGpuInstanceId)                                                                  \
+    X(nvmlDeviceGetComputeInstanceId)                                                              \
+    X(nvmlDeviceGetAttributes_v2)                                                                  \
     X(nvmlDeviceGetTemperature)                                                                    \
     X(nvmlEventSetCreate)                                                                          \
     X(nvmlDeviceRegisterEvents)                                                                    \
@@ -70,27 +77,96 @@ static const char *nv_err(struct gv_gpus *g, nvmlReturn_t r)
     return s ? s : "unknown NVML error";
 }
 
-int gv_gpus_numa_node(const char *sys_root, const char *pci_bus_id)
+/* NVML: "00000000:3B:00.0" (8-digit domain); sysfs: "0000:3b:00.0".  Opens <attr> of it. */
+static FILE *pci_attr(const char *sys_root, const char *pci_bus_id, const char *attr)
 {
-    /* NVML: "00000000:3B:00.0" (8-digit domain); sysfs: "0000:3b:00.0". */
     const char *colon = strchr(pci_bus_id, ':');
     if (colon == NULL || colon - pci_bus_id < 4)
-        return -1;
+        return NULL;
     char id[32];
     snprintf(id, sizeof(id), "%.4s%s", colon - 4, colon);
     for (char *p = id; *p; p++)
         if (*p >= 'A' && *p <= 'F')
             *p = (char)(*p - 'A' + 'a');
     char path[4096];
-    snprintf(path, sizeof(path), "%s/sys/bus/pci/devices/%s/numa_node",
-             strcmp(sys_root, "/") == 0 ? "" : sys_root, id);
-    FILE *f = fopen(path, "r");
+    snprintf(path, sizeof(path), "%s/sys/bus/pci/devices/%s/%s",
+             strcmp(sys_root, "/") == 0 ? "" : sys_root, id, attr);
+    return fopen(path, "r");
+}
+
+int gv_gpus_numa_node(const char *sys_root, const char *pci_bus_id)
+{
+    FILE *f = pci_attr(sys_root, pci_bus_id, "numa_node");
     if (f == NULL)
         return -1;
     int n = -1;
     if (fscanf(f, "%d", &n) != 1 || n < 0)
         n = -1;
     fclose(f);
+    return n;
+}
+
+unsigned gv_gpus_pci_class(const char *sys_root, const char *pci_bus_id)
+{
+    FILE *f = pci_attr(sys_root, pci_bus_id, "class");
+    if (f == NULL)
+        return 0;
+    unsigned c = 0;
+    if (fscanf(f, "%x", &c) != 1 || c > 0xffffff)
+        c = 0;
+    fclose(f);
+    return c;
+}
+
+void gv_gpus_mig_profile(unsigned gi_slices, unsigned ci_slices, uint64_t memory_mib, char *out,
+                         size_t cap)
+{
+    unsigned long long gb = (memory_mib + 1023) / 1024;
+    if (ci_slices && ci_slices < gi_slices)
+        snprintf(out, cap, "%uc.%ug.%llugb", ci_slices, gi_slices, gb);
+    else
+        snprintf(out, cap, "%ug.%llugb", gi_slices, gb);
+}
+
+/*
+ * The MIG devices of GPU h in MIG device index order (indexes with no
+ * device, NVML_ERROR_NOT_FOUND, are holes).  A device NVML cannot describe
+ * is left out (logged): it cannot be advertised.
+ */
+static unsigned scan_migs(struct gv_gpus *g, nvmlDevice_t h, const char *gpu_uuid,
+                          struct gv_mig *out)
+{
+    unsigned max = 0, n = 0;
+    if (g->f.nvmlDeviceGetMaxMigDeviceCount(h, &max) != NVML_SUCCESS)
+        return 0;
+    for (unsigned i = 0; i < max && n < GV_GPU_MAX_MIGS; i++) {
+        nvmlDevice_t m;
+        nvmlDeviceAttributes_t a;
+        struct gv_mig *d = &out[n];
+        nvmlReturn_t r = g->f.nvmlDeviceGetMigDeviceHandleByIndex(h, i, &m);
+        if (r == NVML_ERROR_NOT_FOUND)
+            continue;
+        if (r != NVML_SUCCESS ||
+            (r = g->f.nvmlDeviceGetUUID(m, d->uuid, sizeof(d->uuid))) != NVML_SUCCESS ||
+            (r = g->f.nvmlDeviceGetGpuInstanceId(m, &d->gi)) != NVML_SUCCESS ||
+            (r = g->f.nvmlDeviceGetComputeInstanceId(m, &d->ci)) != NVML_SUCCESS ||
+            (r = g->f.nvmlDeviceGetAttributes_v2(m, &a)) != NVML_SUCCESS) {
+            gv_warn("NVML: GPU %s: MIG device %u skipped: %s", gpu_uuid, i, nv_err(g, r));
+            continue;
+        }
+        d->gi_slices = a.gpuInstanceSliceCount;
+        d->ci_slices = a.computeInstanceSliceCount;
+        d->sms = a.multiprocessorCount;
+        d->copy = a.sharedCopyEngineCount;
+        d->decoder = a.sharedDecoderCount;
+        d->encoder = a.sharedEncoderCount;
+        d->jpeg = a.sharedJpegCount;
+        d->ofa = a.sharedOfaCount;
+        d->memory_mib = a.memorySizeMB;
+        gv_gpus_mig_profile(d->gi_slices, d->ci_slices, d->memory_mib, d->profile,
+                            sizeof(d->profile));
+        n++;
+    }
     return n;
 }
 
@@ -128,9 +204,18 @@ static gv_status discover(struct gv_gpus *g, const char *sys_root, struct gv_err
         if (g->f.nvmlDeviceGetPciInfo_v3(s->handle, &pci) == NVML_SUCCESS) {
             snprintf(d->pci_bus_id, sizeof(d->pci_bus_id), "%s", pci.busId);
             d->numa = gv_gpus_numa_node(sys_root, d->pci_bus_id);
+            d->pci_class = gv_gpus_pci_class(sys_root, d->pci_bus_id);
         }
-        d->mig = g->f.nvmlDeviceGetMigMode(s->handle, &cur, &pend) == NVML_SUCCESS &&
-                 cur == NVML_DEVICE_MIG_ENABLE;
+        /* as go-nvlib's IsMigCapable: the MIG mode query answers at all (NOT_SUPPORTED: no MIG) */
+        r = g->f.nvmlDeviceGetMigMode(s->handle, &cur, &pend);
+        d->mig_capable = r == NVML_SUCCESS;
+        d->mig = r == NVML_SUCCESS && cur == NVML_DEVICE_MIG_ENABLE;
+        if (g->f.nvmlDeviceGetCudaComputeCapability(s->handle, &d->cc_major, &d->cc_minor) !=
+            NVML_SUCCESS)
+            d->cc_major = d->cc_minor = 0;
+        if (g->f.nvmlDeviceGetMinorNumber(s->handle, &d->minor) != NVML_SUCCESS)
+            d->minor = d->index;
+        d->n_migs = d->mig ? scan_migs(g, s->handle, d->uuid, d->migs) : 0;
         d->healthy = true;
         g->n++;
     }
@@ -362,6 +447,36 @@ static bool on_xid(struct gv_gpus *g, const nvmlEventData_t *ev)
     return changed;
 }
 
+/*
+ * The operator may change MIG mode or geometry (nvidia-smi mig) while the
+ * agent runs: re-read both and report a change so the devices are
+ * re-advertised (docs/mig-cdi.md, "Static MIG procedure").
+ */
+static bool reread_mig(struct gv_gpus *g, struct gpu_state *s)
+{
+    if (!s->info.mig_capable)
+        return false;
+    unsigned cur = 0, pend = 0;
+    struct gv_mig migs[GV_GPU_MAX_MIGS];
+    memset(migs, 0, sizeof(migs));
+    if (g->f.nvmlDeviceGetMigMode(s->handle, &cur, &pend) != NVML_SUCCESS)
+        return false;
+    bool on = cur == NVML_DEVICE_MIG_ENABLE;
+    unsigned n = on ? scan_migs(g, s->handle, s->info.uuid, migs) : 0;
+    pthread_mutex_lock(&g->lock);
+    bool changed = on != s->info.mig || n != s->info.n_migs ||
+                   memcmp(migs, s->info.migs, n * sizeof(migs[0])) != 0;
+    if (changed) {
+        s->info.mig = on;
+        s->info.n_migs = n;
+        memcpy(s->info.migs, migs, sizeof(migs));
+        gv_info("GPU %s: MIG %s, %u MIG device(s): re-advertising", s->info.uuid,
+                on ? "enabled" : "disabled", n);
+    }
+    pthread_mutex_unlock(&g->lock);
+    return changed;
+}
+
 /* Reachability: a GPU that stops answering NVML is Unhealthy until it answers again. */
 static bool probe(struct gv_gpus *g)
 {
@@ -383,6 +498,7 @@ static bool probe(struct gv_gpus *g)
                 changed |= set_health(s, true, "");
         }
         pthread_mutex_unlock(&g->lock);
+        changed |= reread_mig(g, s);
     }
     return changed;
 }

@@ -78,6 +78,19 @@ struct gv_node_config {
     bool cdi;              /* answer CDI device names instead of NVIDIA_VISIBLE_DEVICES */
     char cdi_kind[128];    /* "nvidia.com/gpu": CDI names are <kind>=<uuid> */
     char core_policy[16];  /* GPU_CORE_UTILIZATION_POLICY: "", default, force, disable */
+    char mig_strategy[8];  /* migStrategy (HAMi: migstrategy): none (default), single, mixed */
+    /*
+     * docs/mig-cdi.md: cdiSpecDir (where the CDI spec is written when cdi is
+     * on; default /var/run/cdi), driverRoot (the host driver's files, as the
+     * agent sees them; default /) and nvidiaRuntime (false: Allocate
+     * mounts device nodes and driver files itself, plain runc suffices).
+     * containerDriverRoot: where the agent sees driverRoot (NVIDIA's
+     * plugin's name; default: driverRoot).
+     */
+    char cdi_spec_dir[256];
+    char driver_root[256];
+    char container_driver_root[256];
+    bool nvidia_runtime;
     struct gv_node_gpu_settings defaults;
     char (*exclude_uuids)[96];
     size_t n_exclude_uuids;

@@ -18,6 +18,19 @@
 /* Xids caused by applications, not by the GPU: they never make a GPU unhealthy. */
 #define GV_GPUS_APP_XIDS 13, 31, 43, 45, 68, 109
 
+/* MIG devices per GPU at most (7 on A100/H100; room for one more). */
+#define GV_GPU_MAX_MIGS 8
+
+/* One MIG device (a compute instance inside a GPU instance), as NVML lists it. */
+struct gv_mig {
+    char uuid[96];     /* "MIG-..." */
+    char profile[32];  /* "1g.10gb", or "1c.2g.20gb" when the CI is smaller than its GI */
+    unsigned gi, ci;   /* GPU / compute instance ids */
+    unsigned gi_slices, ci_slices, sms;
+    unsigned copy, decoder, encoder, jpeg, ofa; /* shared engines (NVML attributes) */
+    uint64_t memory_mib;
+};
+
 struct gv_gpu {
     char uuid[96];
     unsigned index;
@@ -26,6 +39,13 @@ struct gv_gpu {
     char pci_bus_id[32];
     int numa; /* -1: unknown */
     bool mig; /* MIG mode enabled */
+    bool mig_capable;       /* MIG supported (nvmlDeviceGetMigMode answers), enabled or not */
+    int cc_major, cc_minor; /* CUDA compute capability; 0.0 unknown */
+    unsigned pci_class;     /* PCI class code (0x030200 3D/compute, 0x030000 VGA); 0 unknown */
+    unsigned minor;         /* /dev/nvidia<minor> (nvmlDeviceGetMinorNumber; index if unknown) */
+    /* MIG devices when mig (geometry set by the operator; re-read by the health thread) */
+    struct gv_mig migs[GV_GPU_MAX_MIGS];
+    unsigned n_migs;
     bool healthy;
     char reason[128]; /* why unhealthy */
     /* Interconnect groups (docs/contracts.md, "Node inventory"): GPUs with
@@ -64,6 +84,17 @@ const char *gv_gpus_cuda_version(const struct gv_gpus *g);
  */
 gv_status gv_gpus_watch(struct gv_gpus *g, void (*changed)(void *ud), void *ud,
                         struct gv_error *err);
+
+/*
+ * NVML's MIG profile name of a MIG device from its attributes, as go-nvlib
+ * names it: "<gi>g.<gb>gb", "<ci>c.<gi>g.<gb>gb" when the compute instance
+ * has fewer slices than its GPU instance; gb = memory rounded up to GiB.
+ */
+void gv_gpus_mig_profile(unsigned gi_slices, unsigned ci_slices, uint64_t memory_mib, char *out,
+                         size_t cap);
+
+/* The sysfs PCI class of a bus id under sys_root (0x030200, ...); 0 when unknown. */
+unsigned gv_gpus_pci_class(const char *sys_root, const char *pci_bus_id);
 
 /* Parses the sysfs numa_node of a PCI bus id under sys_root; -1 when unknown. */
 int gv_gpus_numa_node(const char *sys_root, const char *pci_bus_id);

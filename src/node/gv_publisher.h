@@ -26,7 +26,12 @@ gv_status gv_publisher_update(struct gv_publisher *p, const struct gv_inventory 
 /* Inventory writes that reached the API server so far. */
 uint64_t gv_publisher_writes(struct gv_publisher *p);
 
-/* GFD-style labels for an inventory: a new JSON object of strings. */
+/* NVIDIA GFD's labels for an inventory, stamped now: a new JSON object of strings. */
 json_t *gv_publisher_labels(const struct gv_inventory *inv);
+/* Adds a GPU's MIG devices to inv's per-profile summary (labels.c). */
+struct gv_gpu;
+void gv_labels_add_migs(struct gv_inventory *inv, const struct gv_gpu *g);
+/* The same with a given gfd.timestamp (Unix seconds): labels.c. */
+json_t *gv_labels_gfd(const struct gv_inventory *inv, long long timestamp);
 
 #endif

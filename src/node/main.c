@@ -28,6 +28,7 @@
 #include "contracts/inventory.h"
 #include "node/gv_allocator.h"
 #include "node/gv_config.h"
+#include "node/gv_direct.h"
 #include "node/gv_gpus.h"
 #include "node/gv_metrics.h"
 #include "node/gv_mode.h"
@@ -188,6 +189,7 @@ static void rebuild(struct agent *ag)
     snprintf(inv->driver_version, sizeof(inv->driver_version), "%s",
              gv_gpus_driver_version(ag->gpus));
     snprintf(inv->cuda_version, sizeof(inv->cuda_version), "%s", gv_gpus_cuda_version(ag->gpus));
+    snprintf(inv->mig_strategy, sizeof(inv->mig_strategy), "%s", ag->cfg->mig_strategy);
     for (size_t i = 0; i < n; i++) {
         const struct gv_gpu *g = &gpus[i];
         struct gv_node_gpu_settings s;
@@ -207,6 +209,12 @@ static void rebuild(struct agent *ag)
             ig->healthy = g->healthy;
             ig->mode = s.mode;
             ig->mig = g->mig;
+            ig->mig_capable = g->mig_capable;
+            ig->cc_major = g->cc_major;
+            ig->cc_minor = g->cc_minor;
+            ig->pci_class = g->pci_class;
+            ig->renamed = s.resource[0] && strcmp(s.resource, ag->cfg->resource_name) != 0;
+            gv_labels_add_migs(inv, g);
             ig->nvlink_group = g->nvlink_island >= 0 ? (uint32_t)g->nvlink_island + 1 : 0;
             ig->pcie_group = g->pcie_switch >= 0 ? (uint32_t)g->pcie_switch + 1 : 0;
             if (s.resource[0] && strcmp(s.resource, ag->cfg->resource_name) != 0)
@@ -233,6 +241,8 @@ static void rebuild(struct agent *ag)
     }
     if (gv_allocator_set_gpus(ag->alloc, ag->cfg, units, n_units, &err) != GV_OK)
         gv_error("device list not updated: %s", err.msg);
+    /* CDI spec and the runtime-independent answer (docs/mig-cdi.md) */
+    gv_direct_sync(ag->alloc, ag->cfg, gv_gpus_driver_version(ag->gpus), ag->o.install_dir, gpus, n);
     for (size_t r = 0; r < gv_mode_adv_resources(adv); r++)
         endpoint_get(ag, gv_mode_adv_resource(adv, r));
     /* every endpoint gets its list; one no mode advertises now gets an empty one */

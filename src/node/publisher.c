@@ -24,83 +24,9 @@ struct gv_publisher {
     uint64_t writes;
 };
 
-/* Label values: at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends. */
-static void label_value(char *out, size_t cap, const char *in)
-{
-    size_t n = 0;
-    for (const char *p = in; *p && n + 1 < cap && n < 63; p++) {
-        char c = *p;
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '-' || c == '_' || c == '.';
-        out[n++] = ok ? c : '-';
-    }
-    while (n > 0 && !((out[n - 1] >= 'a' && out[n - 1] <= 'z') ||
-                      (out[n - 1] >= 'A' && out[n - 1] <= 'Z') ||
-                      (out[n - 1] >= '0' && out[n - 1] <= '9')))
-        n--;
-    out[n] = '\0';
-}
-
-static void set_num(json_t *o, const char *key, unsigned long long v)
-{
-    char s[32];
-    snprintf(s, sizeof(s), "%llu", v);
-    json_object_set_new(o, key, json_string(s));
-}
-
-/* "535.129.03" -> major/minor/rev labels under prefix. */
-static void version_labels(json_t *o, const char *prefix, const char *version, int parts)
-{
-    static const char *const names[] = {"major", "minor", "rev"};
-    const char *p = version;
-    for (int i = 0; i < parts && p && *p; i++) {
-        char key[96], val[32];
-        size_t n = strcspn(p, ".");
-        if (n == 0 || n >= sizeof(val))
-            break;
-        memcpy(val, p, n);
-        val[n] = '\0';
-        snprintf(key, sizeof(key), "%s.%s", prefix, names[i]);
-        char clean[32];
-        label_value(clean, sizeof(clean), val);
-        json_object_set_new(o, key, json_string(clean));
-        p = p[n] ? p + n + 1 : NULL;
-    }
-}
-
 json_t *gv_publisher_labels(const struct gv_inventory *inv)
 {
-    json_t *o = json_object();
-    if (o == NULL)
-        return NULL;
-    json_object_set_new(o, "nvidia.com/gpu.present", json_string(inv->n_gpus ? "true" : "false"));
-    set_num(o, "nvidia.com/gpu.count", inv->n_gpus);
-    if (inv->n_gpus) {
-        const struct gv_inventory_gpu *g = &inv->gpus[0];
-        char product[64];
-        label_value(product, sizeof(product), g->model);
-        json_object_set_new(o, "nvidia.com/gpu.product", json_string(product));
-        set_num(o, "nvidia.com/gpu.memory", g->memory_mib);
-        set_num(o, "nvidia.com/gpu.replicas", g->split);
-        static const char *const strategy[] = {
-            [GV_INVENTORY_MODE_VGPU] = "vgpu",
-            [GV_INVENTORY_MODE_EXCLUSIVE] = "none",
-            [GV_INVENTORY_MODE_TIMESLICING] = "time-slicing",
-        };
-        /* GFD's values where it has one; a mode it does not know goes by its own name */
-        const char *strat = (unsigned)g->mode < sizeof(strategy) / sizeof(strategy[0]) &&
-                                    strategy[g->mode]
-                                ? strategy[g->mode]
-                                : gv_inventory_mode_name(g->mode);
-        json_object_set_new(o, "nvidia.com/gpu.sharing-strategy", json_string(strat));
-        bool mig = false;
-        for (uint32_t i = 0; i < inv->n_gpus; i++)
-            mig |= inv->gpus[i].mig;
-        json_object_set_new(o, "nvidia.com/mig.capable", json_string(mig ? "true" : "false"));
-    }
-    version_labels(o, "nvidia.com/cuda.driver", inv->driver_version, 3);
-    version_labels(o, "nvidia.com/cuda.runtime", inv->cuda_version, 2);
-    return o;
+    return gv_labels_gfd(inv, (long long)time(NULL));
 }
 
 static void rfc3339_now(char *buf, size_t cap)

@@ -94,6 +94,7 @@ static void set_default(int i)
     g->sm_count = 108;
     g->cc_major = 9;
     g->cc_minor = 0;
+    g->mig_capable = -1;
     for (int l = 0; l < 18; l++)
         g->nvlink_peer[l] = -1;
     g->pcie_switch = -1;
@@ -166,6 +167,8 @@ static void parse_line(char *line, int i)
             snprintf(g->mig, sizeof(g->mig), "%s", val);
         else if (strcmp(key, "cc") == 0)
             sscanf(val, "%d.%d", &g->cc_major, &g->cc_minor);
+        else if (strcmp(key, "migcap") == 0)
+            g->mig_capable = atoi(val) != 0;
         else if (strcmp(key, "pcieswitch") == 0)
             g->pcie_switch = atoi(val);
         else if (strcmp(key, "nvlink") == 0) { /* peer:links,... e.g. 1:4,2:4 */

@@ -32,6 +32,10 @@ struct fake_gpu {
      * instance CUDA sees on this GPU (NVML's GPU handle keeps the GPU uuid). */
     char mig[80];
     unsigned char mig_bytes[16];
+    /* MIG supported (nvmlDeviceGetMigMode answers; NOT_SUPPORTED otherwise):
+     * key migcap=0|1, default 1 for compute capability 8.0, 9.0 and 10.0 (A100/A30,
+     * H100/H200, B200: the data-centre parts that have MIG), 0 for the rest. */
+    int mig_capable; /* -1: default rule */
     /* Topology table: NVLink peer (GPU index) of each link, -1 = link down;
      * PCIe switch id (GPUs sharing one are PIX to each other), -1 = none. */
     int nvlink_peer[18];

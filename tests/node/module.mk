@@ -64,7 +64,7 @@ fuzz_node_metrics_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) -lpthread
 fuzz_node_allocate_SRCS := tests/node/fuzz_node_allocate.c src/node/allocator.c src/node/config.c \
 	src/node/passthrough.c \
 	$(wildcard src/node/mode*.c) \
-	src/node/monitor_record.c \
+	src/node/monitor_record.c src/node/direct.c src/node/cdi.c \
 	src/node/loop.c src/contracts/inventory.c src/contracts/podspec.c src/contracts/placement.c \
 	src/contracts/gpushare.c \
 	$(wildcard src/alloc/*.c) \
@@ -75,6 +75,30 @@ fuzz_node_allocate_CFLAGS := $(NODE_CFLAGS)
 fuzz_node_allocate_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS)
 # order-only: the replay rule compiles $^, which must hold sources only
 $(FUZZ_BUILD)/fuzz_node_allocate $(BUILD)/tests/fuzzreplay_fuzz_node_allocate: | $(NODE_PB_H)
+
+# NVIDIA GFD labels: golden table per fake node (docs/mig-cdi.md, "GFD labels").
+TEST_PROGS += test_node_labels
+test_node_labels_SRCS := tests/node/test_node_labels.c
+test_node_labels_LIBS := node kube contracts alloc common
+test_node_labels_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
+test_node_labels_CFLAGS := $(NODE_CFLAGS)
+
+# MIG discovery through the fake NVML (GV_FAKE_MIG_CONFIG), geometry re-read (docs/mig-cdi.md).
+TEST_PROGS += test_node_mig
+test_node_mig_SRCS := tests/node/test_node_mig.c
+test_node_mig_LIBS := node kube contracts alloc common
+test_node_mig_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
+test_node_mig_CFLAGS := $(NODE_CFLAGS)
+$(BUILD)/tests/test_node_mig: | $(GV_FAKE_NVML)
+
+# CDI spec against a fake driver root (tests/fakes/make-driver-root.sh) and a CDI 0.5.0 reader.
+TEST_PROGS += test_node_cdi
+test_node_cdi_SRCS := tests/node/test_node_cdi.c
+test_node_cdi_LIBS := node kube contracts alloc common
+test_node_cdi_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
+test_node_cdi_CFLAGS := $(NODE_CFLAGS)
+TEST_SCRIPTS += tests/node/test_node_direct.py
+TEST_SCRIPTS += tests/node/test_node_mig_strategies.py
 
 # Passthrough and mediated devices against the fake sysfs tree (docs/passthrough.md).
 TEST_PROGS += test_node_passthrough

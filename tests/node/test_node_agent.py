@@ -301,11 +301,13 @@ def scenario_node_publication(tls=False):
              g.get("mode") == "vgpu" and g.get("healthy") is True and inv.get("cudaVersion") == "12.4",
              "node annotation gpuvisor.io/node-gpus carries the versioned inventory", inv)
         lab = node["metadata"].get("labels", {}) if node else {}
-        ok(lab.get("nvidia.com/gpu.product") == "NVIDIA-A100-SXM4-40GB" and lab.get("nvidia.com/gpu.count") == "2" and
+        ok(lab.get("nvidia.com/gpu.product") == "NVIDIA-A100-SXM4-40GB-SHARED" and lab.get("nvidia.com/gpu.count") == "2" and
              lab.get("nvidia.com/gpu.memory") == "40960" and lab.get("nvidia.com/gpu.replicas") == "10" and
-             lab.get("nvidia.com/gpu.sharing-strategy") == "vgpu" and lab.get("nvidia.com/cuda.driver.major") == "550" and
-             lab.get("nvidia.com/cuda.runtime.major") == "12",
-             "GFD-style labels published", lab)
+             lab.get("nvidia.com/gpu.sharing-strategy") == "none" and lab.get("gpuvisor.io/gpu.sharing-mode") == "vgpu" and
+             lab.get("nvidia.com/cuda.driver.major") == "550" and lab.get("nvidia.com/cuda.driver-version.major") == "550" and
+             lab.get("nvidia.com/cuda.runtime.major") == "12" and lab.get("nvidia.com/mig.capable") == "true" and
+             lab.get("nvidia.com/gpu.compute.major") == "9" and lab.get("nvidia.com/gfd.timestamp", "").isdigit(),
+             "NVIDIA GFD labels published (fake NVML)", lab)
         hb1 = a.get("gpuvisor.io/node-heartbeat")
         rv1 = node["metadata"]["resourceVersion"] if node else None
         time.sleep(2.2)

@@ -117,10 +117,10 @@ static void test_config_hami_chart_default(void **state)
     assert_true(s.mem_scaling == 1.0);
     assert_true(c->hide_numa); /* enablenumatopology: false, HAMi's meaning */
     assert_int_equal(c->preconfigured_mem_mib, 0);
-    /* migstrategy none and enablegetpreferredallocation: noted, no effect */
-    assert_int_equal(c->n_notes, 2);
-    assert_non_null(strstr(c->notes[0], "migstrategy = none: no effect"));
-    assert_non_null(strstr(c->notes[1], "GetPreferredAllocation"));
+    /* migstrategy: NVIDIA's strategy (docs/mig-cdi.md); enablegetpreferredallocation: noted */
+    assert_string_equal(c->mig_strategy, "none");
+    assert_int_equal(c->n_notes, 1);
+    assert_non_null(strstr(c->notes[0], "GetPreferredAllocation"));
     gv_node_config_free(c);
     assert_int_equal(gv_node_config_load(path, "another-node", &c, &err), GV_OK);
     assert_false(c->hide_numa); /* no section for this node: gpuvisor's default */
@@ -157,7 +157,7 @@ static void test_config_hami_node_keys(void **state)
     parse_fails("{\"nodeconfig\": [{\"name\": \"node1\", \"operatingmode\": \"mig\"}]}",
                 "write \"operatingmode\": \"hami-core\"");
     parse_fails("{\"operatingmode\": \"mps\"}", "no mps partitioning");
-    parse_fails("{\"migstrategy\": \"mixed\"}", "write \"none\"");
+    parse_fails("{\"migstrategy\": \"all\"}", "is not none, single or mixed");
     parse_fails("{\"libcudaloglevel\": \"9\"}", "libcudaloglevel must be");
     parse_fails("{\"preconfigureddevicememory\": -1}", "preconfigureddevicememory must be");
     /* a typo in another node's entry fails on every node */
@@ -344,8 +344,8 @@ static void test_inventory_errors(void **state)
     decode_fails("{\"version\":2,\"gpus\":[]}", "version 2 is not supported");
     decode_fails("{\"version\":1}", "gpus must be a list");
     decode_fails("{\"version\":1,\"gpus\":[{\"uuid\":\"a\"}]}", "gpus[0].model must be a string");
-    decode_fails("{\"version\":1,\"gpus\":[{\"uuid\":\"a\",\"model\":\"m\",\"mode\":\"mig\"}]}",
-                 "gpus[0].mode 'mig'");
+    decode_fails("{\"version\":1,\"gpus\":[{\"uuid\":\"a\",\"model\":\"m\",\"mode\":\"quantum\"}]}",
+                 "gpus[0].mode 'quantum'");
     decode_fails("not json", "not JSON");
 #define GPU_FMT                                                                                    \
     "{\"uuid\":\"a\",\"index\":0,\"model\":\"m\",\"memoryMiB\":1,\"memoryScaling\":1,"             \
@@ -370,11 +370,13 @@ static void test_labels(void **state)
     struct gv_inventory inv;
     fill(&inv);
     json_t *l = gv_publisher_labels(&inv);
-    assert_string_equal(label(l, "nvidia.com/gpu.product"), "NVIDIA-H100-80GB-HBM3");
+    assert_string_equal(label(l, "nvidia.com/gpu.product"), "NVIDIA-H100-80GB-HBM3-SHARED");
     assert_string_equal(label(l, "nvidia.com/gpu.count"), "2");
     assert_string_equal(label(l, "nvidia.com/gpu.memory"), "81559");
     assert_string_equal(label(l, "nvidia.com/gpu.replicas"), "10");
-    assert_string_equal(label(l, "nvidia.com/gpu.sharing-strategy"), "vgpu");
+    /* NVIDIA's values only (none|time-slicing|mps); gpuvisor's mode under its own label */
+    assert_string_equal(label(l, "nvidia.com/gpu.sharing-strategy"), "none");
+    assert_string_equal(label(l, "gpuvisor.io/gpu.sharing-mode"), "vgpu");
     assert_string_equal(label(l, "nvidia.com/cuda.driver.major"), "550");
     assert_string_equal(label(l, "nvidia.com/cuda.driver.minor"), "54");
     assert_string_equal(label(l, "nvidia.com/cuda.driver.rev"), "15");

@@ -103,8 +103,11 @@ class Kubelet(pbg.RegistrationServicer):
             self.server.stop(0).wait()
             self.server = None
         with self.lock:
+            for ch, _ in self.plugins.values():
+                ch.close()
             if self.channel:
                 self.channel.close()
+            self.plugins = {}
             self.channel = self.stub = None
 
     def Register(self, request, context):

@@ -15,6 +15,7 @@
 
 #include "common/gv_nvml.h"
 #include "fake_gpus.h"
+#include "fake_nvml_mig.h"
 #include "fake_nvml_telemetry.h"
 
 struct nvmlDevice_st {
@@ -179,6 +180,8 @@ nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
+    if (fake_mig_handle(device)) /* fake_nvml_mig.c */
+        return fake_mig_name(device, name, length);
     const struct fake_gpu *g;
     CHECK_DEVICE(device, g);
     return copy_string(name, length, g->name);
@@ -186,6 +189,8 @@ nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int len
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
 {
+    if (fake_mig_handle(device)) /* fake_nvml_mig.c */
+        return fake_mig_uuid(device, uuid, length);
     const struct fake_gpu *g;
     CHECK_DEVICE(device, g);
     return copy_string(uuid, length, g->uuid);
@@ -300,6 +305,8 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major,
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
+    if (fake_mig_handle(device)) /* fake_nvml_mig.c */
+        return fake_mig_memory(device, memory);
     const struct fake_gpu *g;
     CHECK_DEVICE(device, g);
     if (memory == NULL)

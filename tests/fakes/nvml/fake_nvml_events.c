@@ -26,6 +26,8 @@
 #include <unistd.h>
 
 #include "common/gv_nvml.h"
+#include "fake_gpus.h"
+#include "fake_nvml_mig.h"
 #include "fake_nvml_telemetry.h"
 
 #define MAX_LINES 256
@@ -84,8 +86,14 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode
         return r;
     if (currentMode == NULL || pendingMode == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    *currentMode = *pendingMode = has_fault("mig", idx) ? NVML_DEVICE_MIG_ENABLE
-                                                        : NVML_DEVICE_MIG_DISABLE;
+    const struct fake_gpu *g = fake_gpu_get((int)idx);
+    bool enabled = has_fault("mig", idx) || (g && g->mig[0]) || fake_mig_enabled((int)idx);
+    int cap = g ? g->mig_capable : 1;
+    if (cap < 0) /* the default rule of fake_gpus.h */
+        cap = g->cc_minor == 0 && (g->cc_major == 8 || g->cc_major == 9 || g->cc_major == 10);
+    if (!enabled && !cap)
+        return NVML_ERROR_NOT_SUPPORTED; /* as the real NVML on a GPU without MIG */
+    *currentMode = *pendingMode = enabled ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
     return NVML_SUCCESS;
 }
 

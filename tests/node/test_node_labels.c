@@ -1,0 +1,285 @@
+/*
+ * Golden test of NVIDIA gpu-feature-discovery's labels (labels.c): for each
+ * fake node, the complete label set, compared as a whole so a label too
+ * many fails as much as a wrong one.  Expected values follow GFD's source
+ * (internal/lm of NVIDIA/k8s-device-plugin), the deliberate differences as
+ * docs/mig-cdi.md lists them.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "node/gv_gpus.h"
+#include "node/gv_publisher.h"
+
+struct fake_gpu {
+    const char *model;
+    uint64_t mib;
+    int cc_major, cc_minor;
+    bool mig_capable, mig;
+    enum gv_inventory_mode mode;
+    uint32_t split;
+    uint32_t pci_class;
+    bool renamed;
+};
+
+struct fake_node {
+    const char *name;
+    const char *driver, *cuda, *mig_strategy;
+    struct fake_gpu gpus[4];
+    size_t n;
+    const char *want; /* JSON object of every label */
+    const char *migs; /* MIG devices of GPU 0 (profiles, comma-separated); NULL: none */
+};
+
+#define H100 "NVIDIA H100 80GB HBM3", 81559, 9, 0, true
+#define A100 "NVIDIA A100-SXM4-40GB", 40960, 8, 0, true
+#define A10 "NVIDIA A10", 23028, 8, 6, false
+#define VERSIONS                                                                                   \
+    "\"nvidia.com/cuda.driver.major\":\"550\",\"nvidia.com/cuda.driver.minor\":\"54\","          \
+    "\"nvidia.com/cuda.driver.rev\":\"15\",\"nvidia.com/cuda.driver-version.major\":\"550\","    \
+    "\"nvidia.com/cuda.driver-version.minor\":\"54\","                                           \
+    "\"nvidia.com/cuda.driver-version.revision\":\"15\","                                        \
+    "\"nvidia.com/cuda.driver-version.full\":\"550.54.15\","                                     \
+    "\"nvidia.com/cuda.runtime.major\":\"12\",\"nvidia.com/cuda.runtime.minor\":\"4\","          \
+    "\"nvidia.com/cuda.runtime-version.major\":\"12\","                                          \
+    "\"nvidia.com/cuda.runtime-version.minor\":\"4\","                                           \
+    "\"nvidia.com/cuda.runtime-version.full\":\"12.4\","
+/* GFD's MIG resource labels of a 1g.5gb device under prefix p (fake attributes below). */
+#define MIG1G(p, product, count)                                                                   \
+    "\"" p ".product\":\"" product "\",\"" p ".count\":\"" count "\",\"" p ".replicas\":\"1\","        \
+    "\"" p ".memory\":\"4864\",\"" p ".multiprocessors\":\"14\",\"" p ".slices.gi\":\"1\","          \
+    "\"" p ".slices.ci\":\"1\",\"" p ".engines.copy\":\"1\",\"" p ".engines.decoder\":\"0\","          \
+    "\"" p ".engines.encoder\":\"0\",\"" p ".engines.jpeg\":\"0\",\"" p ".engines.ofa\":\"0\""
+#define COMMON "\"nvidia.com/gfd.timestamp\":\"1700000000\",\"nvidia.com/gpu.present\":\"true\","
+
+static const struct fake_node nodes[] = {
+    {"no GPUs", "550.54.15", "12.4", "none", {{0}}, 0,
+     "{\"nvidia.com/gfd.timestamp\":\"1700000000\",\"nvidia.com/gpu.present\":\"false\"}", NULL},
+    {"two H100, gpuvisor vgpu split 10", "550.54.15", "12.4", "none",
+     {{H100, false, GV_INVENTORY_MODE_VGPU, 10, 0x030200, false},
+      {H100, false, GV_INVENTORY_MODE_VGPU, 10, 0x030200, false}},
+     2,
+     "{" COMMON VERSIONS "\"nvidia.com/mig.capable\":\"true\",\"nvidia.com/mps.capable\":\"false\","
+     "\"nvidia.com/gpu.mode\":\"compute\",\"nvidia.com/gpu.product\":\"NVIDIA-H100-80GB-HBM3-SHARED\","
+     "\"nvidia.com/gpu.count\":\"2\",\"nvidia.com/gpu.replicas\":\"10\","
+     "\"nvidia.com/gpu.memory\":\"81559\",\"nvidia.com/gpu.family\":\"hopper\","
+     "\"nvidia.com/gpu.compute.major\":\"9\",\"nvidia.com/gpu.compute.minor\":\"0\","
+     "\"nvidia.com/gpu.sharing-strategy\":\"none\",\"gpuvisor.io/gpu.sharing-mode\":\"vgpu\"}", NULL},
+    {"mixed models: the larger group (two A10) labels the node, one A100 makes it MIG-capable",
+     "550.54.15", "12.4", "none",
+     {{A100, false, GV_INVENTORY_MODE_TIMESLICING, 4, 0x030200, false},
+      {A10, false, GV_INVENTORY_MODE_EXCLUSIVE, 1, 0x030000, false},
+      {A10, false, GV_INVENTORY_MODE_EXCLUSIVE, 1, 0x030000, false}},
+     3,
+     "{" COMMON VERSIONS "\"nvidia.com/mig.capable\":\"true\",\"nvidia.com/mps.capable\":\"false\","
+     "\"nvidia.com/gpu.mode\":\"compute\",\"nvidia.com/gpu.product\":\"NVIDIA-A10\","
+     "\"nvidia.com/gpu.count\":\"2\",\"nvidia.com/gpu.replicas\":\"1\","
+     "\"nvidia.com/gpu.memory\":\"23028\",\"nvidia.com/gpu.family\":\"ampere\","
+     "\"nvidia.com/gpu.compute.major\":\"8\",\"nvidia.com/gpu.compute.minor\":\"6\","
+     "\"nvidia.com/gpu.sharing-strategy\":\"none\",\"gpuvisor.io/gpu.sharing-mode\":\"exclusive\"}", NULL},
+    {"one A10 time-sliced 4 ways, graphics class", "550.54.15", "12.4", "none",
+     {{A10, false, GV_INVENTORY_MODE_TIMESLICING, 4, 0x030000, false}},
+     1,
+     "{" COMMON VERSIONS "\"nvidia.com/mig.capable\":\"false\",\"nvidia.com/mps.capable\":\"false\","
+     "\"nvidia.com/gpu.mode\":\"graphics\",\"nvidia.com/gpu.product\":\"NVIDIA-A10-SHARED\","
+     "\"nvidia.com/gpu.count\":\"1\",\"nvidia.com/gpu.replicas\":\"4\","
+     "\"nvidia.com/gpu.memory\":\"23028\",\"nvidia.com/gpu.family\":\"ampere\","
+     "\"nvidia.com/gpu.compute.major\":\"8\",\"nvidia.com/gpu.compute.minor\":\"6\","
+     "\"nvidia.com/gpu.sharing-strategy\":\"time-slicing\","
+     "\"gpuvisor.io/gpu.sharing-mode\":\"timeslicing\"}", NULL},
+    {"H100 under MPS, renamed resource (no -SHARED)", "550.54.15", "12.4", "none",
+     {{H100, false, GV_INVENTORY_MODE_MPS, 4, 0x030200, true}},
+     1,
+     "{" COMMON VERSIONS "\"nvidia.com/mig.capable\":\"true\",\"nvidia.com/mps.capable\":\"true\","
+     "\"nvidia.com/gpu.mode\":\"compute\",\"nvidia.com/gpu.product\":\"NVIDIA-H100-80GB-HBM3\","
+     "\"nvidia.com/gpu.count\":\"1\",\"nvidia.com/gpu.replicas\":\"4\","
+     "\"nvidia.com/gpu.memory\":\"81559\",\"nvidia.com/gpu.family\":\"hopper\","
+     "\"nvidia.com/gpu.compute.major\":\"9\",\"nvidia.com/gpu.compute.minor\":\"0\","
+     "\"nvidia.com/gpu.sharing-strategy\":\"mps\",\"gpuvisor.io/gpu.sharing-mode\":\"mps\"}", NULL},
+    {"A100 MIG-enabled beside a whole A100, mixed strategy: whole GPU labels, both counted",
+     "550.54.15", "12.4", "mixed",
+     {{A100, true, GV_INVENTORY_MODE_EXCLUSIVE, 1, 0x030200, false},
+      {A100, false, GV_INVENTORY_MODE_EXCLUSIVE, 1, 0x030200, false}},
+     2,
+     "{" COMMON VERSIONS "\"nvidia.com/mig.capable\":\"true\",\"nvidia.com/mps.capable\":\"false\","
+     "\"nvidia.com/mig.strategy\":\"mixed\","
+     "\"nvidia.com/gpu.mode\":\"compute\",\"nvidia.com/gpu.product\":\"NVIDIA-A100-SXM4-40GB\","
+     "\"nvidia.com/gpu.count\":\"2\",\"nvidia.com/gpu.replicas\":\"1\","
+     "\"nvidia.com/gpu.memory\":\"40960\",\"nvidia.com/gpu.family\":\"ampere\","
+     "\"nvidia.com/gpu.compute.major\":\"8\",\"nvidia.com/gpu.compute.minor\":\"0\","
+     "\"nvidia.com/gpu.sharing-strategy\":\"none\",\"gpuvisor.io/gpu.sharing-mode\":\"exclusive\"}", NULL},
+    {"single, MIG enabled but empty (GFD: -MIG-INVALID, counts 0); MPS not capable on MIG; X.Y driver",
+     "535.104", "12.2", "single",
+     {{A100, true, GV_INVENTORY_MODE_MPS, 2, 0, false}},
+     1,
+     "{" COMMON "\"nvidia.com/cuda.driver.major\":\"535\",\"nvidia.com/cuda.driver.minor\":\"104\","
+     "\"nvidia.com/cuda.driver.rev\":\"\",\"nvidia.com/cuda.driver-version.major\":\"535\","
+     "\"nvidia.com/cuda.driver-version.minor\":\"104\","
+     "\"nvidia.com/cuda.driver-version.revision\":\"\","
+     "\"nvidia.com/cuda.driver-version.full\":\"535.104\","
+     "\"nvidia.com/cuda.runtime.major\":\"12\",\"nvidia.com/cuda.runtime.minor\":\"2\","
+     "\"nvidia.com/cuda.runtime-version.major\":\"12\","
+     "\"nvidia.com/cuda.runtime-version.minor\":\"2\","
+     "\"nvidia.com/cuda.runtime-version.full\":\"12.2\","
+     "\"nvidia.com/mig.capable\":\"true\",\"nvidia.com/mps.capable\":\"false\","
+     "\"nvidia.com/mig.strategy\":\"single\","
+     "\"nvidia.com/gpu.mode\":\"unknown\","
+     "\"nvidia.com/gpu.product\":\"NVIDIA-A100-SXM4-40GB-MIG-INVALID\","
+     "\"nvidia.com/gpu.count\":\"0\",\"nvidia.com/gpu.replicas\":\"0\","
+     "\"nvidia.com/gpu.memory\":\"0\",\"nvidia.com/gpu.family\":\"ampere\","
+     "\"nvidia.com/gpu.compute.major\":\"8\",\"nvidia.com/gpu.compute.minor\":\"0\","
+     "\"nvidia.com/gpu.sharing-strategy\":\"none\",\"gpuvisor.io/gpu.sharing-mode\":\"mps\"}", NULL},
+    {"mixed: one label set per MIG profile", "550.54.15", "12.4", "mixed",
+     {{A100, true, GV_INVENTORY_MODE_EXCLUSIVE, 1, 0x030200, false}},
+     1,
+     "{" COMMON VERSIONS "\"nvidia.com/mig.capable\":\"true\",\"nvidia.com/mps.capable\":\"false\","
+     "\"nvidia.com/mig.strategy\":\"mixed\","
+     "\"nvidia.com/gpu.mode\":\"compute\",\"nvidia.com/gpu.product\":\"NVIDIA-A100-SXM4-40GB\","
+     "\"nvidia.com/gpu.count\":\"1\",\"nvidia.com/gpu.replicas\":\"0\","
+     "\"nvidia.com/gpu.memory\":\"40960\",\"nvidia.com/gpu.family\":\"ampere\","
+     "\"nvidia.com/gpu.compute.major\":\"8\",\"nvidia.com/gpu.compute.minor\":\"0\","
+     "\"nvidia.com/gpu.sharing-strategy\":\"none\",\"gpuvisor.io/gpu.sharing-mode\":\"exclusive\","
+     MIG1G("nvidia.com/mig-1g.5gb", "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", "2") ","
+     "\"nvidia.com/mig-3g.20gb.product\":\"NVIDIA-A100-SXM4-40GB-MIG-3g.20gb\","
+     "\"nvidia.com/mig-3g.20gb.count\":\"1\",\"nvidia.com/mig-3g.20gb.replicas\":\"1\","
+     "\"nvidia.com/mig-3g.20gb.memory\":\"20224\",\"nvidia.com/mig-3g.20gb.multiprocessors\":\"42\","
+     "\"nvidia.com/mig-3g.20gb.slices.gi\":\"3\",\"nvidia.com/mig-3g.20gb.slices.ci\":\"3\","
+     "\"nvidia.com/mig-3g.20gb.engines.copy\":\"3\",\"nvidia.com/mig-3g.20gb.engines.decoder\":\"1\","
+     "\"nvidia.com/mig-3g.20gb.engines.encoder\":\"0\",\"nvidia.com/mig-3g.20gb.engines.jpeg\":\"0\","
+     "\"nvidia.com/mig-3g.20gb.engines.ofa\":\"0\"}",
+     "1g.5gb,1g.5gb,3g.20gb"},
+    {"single, one profile: nvidia.com/gpu.* describe the MIG devices", "550.54.15", "12.4", "single",
+     {{A100, true, GV_INVENTORY_MODE_EXCLUSIVE, 1, 0x030200, false}},
+     1,
+     "{" COMMON VERSIONS "\"nvidia.com/mig.capable\":\"true\",\"nvidia.com/mps.capable\":\"false\","
+     "\"nvidia.com/mig.strategy\":\"single\",\"nvidia.com/gpu.mode\":\"compute\","
+     "\"nvidia.com/gpu.family\":\"ampere\","
+     "\"nvidia.com/gpu.compute.major\":\"8\",\"nvidia.com/gpu.compute.minor\":\"0\","
+     "\"nvidia.com/gpu.sharing-strategy\":\"none\",\"gpuvisor.io/gpu.sharing-mode\":\"exclusive\","
+     MIG1G("nvidia.com/gpu", "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", "2") "}",
+     "1g.5gb,1g.5gb"},
+    {"malformed driver and CUDA versions: no version labels (GFD would fail the whole run)",
+     "abc", "x", "none",
+     {{A10, false, GV_INVENTORY_MODE_EXCLUSIVE, 1, 0x030200, false}},
+     1,
+     "{" COMMON "\"nvidia.com/mig.capable\":\"false\",\"nvidia.com/mps.capable\":\"false\","
+     "\"nvidia.com/gpu.mode\":\"compute\",\"nvidia.com/gpu.product\":\"NVIDIA-A10\","
+     "\"nvidia.com/gpu.count\":\"1\",\"nvidia.com/gpu.replicas\":\"1\","
+     "\"nvidia.com/gpu.memory\":\"23028\",\"nvidia.com/gpu.family\":\"ampere\","
+     "\"nvidia.com/gpu.compute.major\":\"8\",\"nvidia.com/gpu.compute.minor\":\"6\","
+     "\"nvidia.com/gpu.sharing-strategy\":\"none\",\"gpuvisor.io/gpu.sharing-mode\":\"exclusive\"}", NULL},
+};
+
+static void build(const struct fake_node *n, struct gv_inventory *inv)
+{
+    memset(inv, 0, sizeof(*inv));
+    snprintf(inv->driver_version, sizeof(inv->driver_version), "%s", n->driver);
+    snprintf(inv->cuda_version, sizeof(inv->cuda_version), "%s", n->cuda);
+    snprintf(inv->mig_strategy, sizeof(inv->mig_strategy), "%s", n->mig_strategy);
+    inv->n_gpus = (uint32_t)n->n;
+    for (size_t i = 0; i < n->n; i++) {
+        const struct fake_gpu *f = &n->gpus[i];
+        struct gv_inventory_gpu *g = &inv->gpus[i];
+        snprintf(g->uuid, sizeof(g->uuid), "GPU-%zu", i);
+        snprintf(g->model, sizeof(g->model), "%s", f->model);
+        g->index = (uint32_t)i;
+        g->memory_mib = f->mib;
+        g->cc_major = f->cc_major;
+        g->cc_minor = f->cc_minor;
+        g->mig_capable = f->mig_capable;
+        g->mig = f->mig;
+        g->mode = f->mode;
+        g->split = f->split;
+        g->pci_class = f->pci_class;
+        g->renamed = f->renamed;
+        g->healthy = true;
+        if (!f->mig)
+            continue;
+        /* MIG devices as NVML gives them (the fake NVML's attributes for an A100, 98 SMs) */
+        struct gv_gpu gpu;
+        memset(&gpu, 0, sizeof(gpu));
+        snprintf(gpu.model, sizeof(gpu.model), "%s", f->model);
+        gpu.mig = true;
+        const char *p = i == 0 && n->migs ? n->migs : "";
+        while (*p && gpu.n_migs < GV_GPU_MAX_MIGS) {
+            struct gv_mig *m = &gpu.migs[gpu.n_migs++];
+            unsigned gs = 0, gb = 0;
+            sscanf(p, "%ug.%ugb", &gs, &gb);
+            gv_gpus_mig_profile(gs, gs, gb * 1024ull - 256, m->profile, sizeof(m->profile));
+            m->gi_slices = m->ci_slices = gs;
+            m->sms = 98 * gs / 7;
+            m->copy = gs;
+            m->decoder = gs / 2;
+            m->memory_mib = gb * 1024ull - 256;
+            p += strcspn(p, ",");
+            p += *p == ',';
+        }
+        gv_labels_add_migs(inv, &gpu);
+    }
+}
+
+static void test_gfd_labels_golden_fake_nodes(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++) {
+        struct gv_inventory inv;
+        build(&nodes[i], &inv);
+        json_t *got = gv_labels_gfd(&inv, 1700000000);
+        json_error_t je;
+        json_t *want = json_loads(nodes[i].want, 0, &je);
+        if (want == NULL)
+            fail_msg("node '%s': bad expected JSON: %s", nodes[i].name, je.text);
+        if (!json_equal(got, want)) {
+            /* the labels that differ, one per line (a whole dump would be cut short) */
+            const char *k;
+            json_t *v;
+            json_object_foreach(got, k, v) {
+                const char *w = json_string_value(json_object_get(want, k));
+                if (w == NULL || strcmp(w, json_string_value(v)) != 0)
+                    print_error("node '%s': %s = '%s', want '%s'\n", nodes[i].name, k,
+                                json_string_value(v), w ? w : "(absent)");
+            }
+            json_object_foreach(want, k, v) if (json_object_get(got, k) == NULL)
+                print_error("node '%s': %s absent, want '%s'\n", nodes[i].name, k,
+                            json_string_value(v));
+            fail();
+        }
+        json_decref(got);
+        json_decref(want);
+    }
+}
+
+/* The node is labelled by one model, whichever order the GPUs come in. */
+static void test_gfd_labels_independent_of_gpu_order(void **state)
+{
+    (void)state;
+    struct gv_inventory a, b;
+    build(&nodes[2], &a);
+    build(&nodes[2], &b);
+    struct gv_inventory_gpu t = b.gpus[0];
+    b.gpus[0] = b.gpus[2];
+    b.gpus[2] = t;
+    json_t *la = gv_labels_gfd(&a, 1), *lb = gv_labels_gfd(&b, 1);
+    /* gpu.mode follows the first GPU (as GFD's loop); everything else must agree */
+    json_object_del(la, "nvidia.com/gpu.mode");
+    json_object_del(lb, "nvidia.com/gpu.mode");
+    assert_true(json_equal(la, lb));
+    json_decref(la);
+    json_decref(lb);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gfd_labels_golden_fake_nodes),
+        cmocka_unit_test(test_gfd_labels_independent_of_gpu_order),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
