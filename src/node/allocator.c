@@ -19,6 +19,7 @@
 #include "deviceplugin.pb-c.h"
 #include "interposer/priority.h" /* the node directory's container path, priority range */
 #include "node/gv_allocator.h"
+#include "shm/gv_shm.h"
 #include "node/gv_direct.h"
 #include "node/gv_mode.h"
 #include "node/gv_monitor.h"
@@ -558,6 +559,29 @@ static gv_status ctr_dir(struct gv_allocator *a, const char *top, const char *ui
  * exists: the container runtime fails the container if a mount source is
  * missing, and someone may have removed it since the agent started.
  */
+/*
+ * The container's shared region, made here (initialised, world-writable:
+ * the container's processes of any uid account in it) and bind-mounted as a
+ * file of its own (add_interposer), so a tenant can write it but never
+ * unlink or replace it: a region deleted inside the container let processes
+ * started later begin with a fresh, full limit (docs/isolation.md).
+ * An existing region (a repeated Allocate) is kept.
+ */
+static gv_status make_region(const char *dir, struct gv_error *err)
+{
+    char path[4300];
+    snprintf(path, sizeof(path), "%s/shared.cache", dir);
+    struct gv_shm *shm = NULL;
+    gv_status st = gv_shm_open(path, GV_SHM_CREATE, &shm, err);
+    if (st != GV_OK)
+        return st;
+    gv_shm_close(shm);
+    if (chmod(path, 0666) != 0)
+        return gv_error_set(err, GV_EIO, "cannot make %s writable for the container: %s", path,
+                            strerror(errno));
+    return GV_OK;
+}
+
 static gv_status prepare_dir(struct gv_allocator *a, const char *uid, const char *ctr,
                              bool with_limits, const char *limits, size_t len,
                              struct gv_error *err)
@@ -566,6 +590,8 @@ static gv_status prepare_dir(struct gv_allocator *a, const char *uid, const char
     if (!with_limits)
         return GV_OK; /* nothing mounted: only the answer record (write_answer) */
     gv_status st = ctr_dir(a, "containers", uid, ctr, path, sizeof(path), err);
+    if (st == GV_OK)
+        st = make_region(path, err);
     if (st == GV_OK)
         st = make_shared_dir(a->node_dir, err);
     if (st == GV_OK)
@@ -1245,6 +1271,11 @@ static void add_interposer(struct gv_allocator *a, struct gv_mode_answer *b, jso
     if (!(opt && strcmp(opt, "false") == 0))
         add_mount(b, preload, GV_NODE_PRELOAD_PATH, true);
     add_mount(b, host, GV_NODE_CONTAINER_PATH, false);
+    /* the region as a mount of its own: writable, but it cannot be unlinked
+     * or renamed inside the container (make_region) */
+    char region[4300];
+    snprintf(region, sizeof(region), "%s/shared.cache", host);
+    add_mount(b, region, GV_NODE_CONTAINER_PATH "/shared.cache", false);
     add_mount(b, host_file, GV_NODE_LIMITS_PATH, true);
     add_mount(b, a->host_node_dir, GV_PRIO_DEFAULT_DIR, false);
 }

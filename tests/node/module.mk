@@ -4,7 +4,7 @@
 # into $(BUILD)/testbin/ with the same template as programs.
 NODE_TEST_HELPERS := grpc_harness
 grpc_harness_SRCS := tests/node/grpc_harness.c
-grpc_harness_LIBS := node common
+grpc_harness_LIBS := node shm common
 grpc_harness_LDLIBS := $(NODE_LDLIBS)
 grpc_harness_CFLAGS := $(NODE_CFLAGS)
 $(BUILD)/obj/tests/node/grpc_harness.o: $(NODE_PB_H)
@@ -14,7 +14,7 @@ EXTRA_ALL += $(foreach h,$(NODE_TEST_HELPERS),$(BUILD)/testbin/$(h))
 
 TEST_PROGS += test_node_units
 test_node_units_SRCS := tests/node/test_node_units.c
-test_node_units_LIBS := node kube contracts alloc common
+test_node_units_LIBS := node kube contracts alloc shm common
 test_node_units_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
 test_node_units_CFLAGS := $(NODE_CFLAGS)
 
@@ -28,7 +28,7 @@ test_node_metrics_units_CFLAGS := $(NODE_CFLAGS)
 # The pod cache's transform, and Allocate from trimmed pods.
 TEST_PROGS += test_node_podcache
 test_node_podcache_SRCS := tests/node/test_node_podcache.c
-test_node_podcache_LIBS := node kube contracts alloc common
+test_node_podcache_LIBS := node kube contracts alloc shm common
 test_node_podcache_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
 test_node_podcache_CFLAGS := $(NODE_CFLAGS)
 $(BUILD)/obj/tests/node/test_node_podcache.o: $(NODE_PB_H)
@@ -66,7 +66,7 @@ fuzz_node_allocate_SRCS := tests/node/fuzz_node_allocate.c src/node/allocator.c 
 	$(wildcard src/node/mode*.c) \
 	src/node/monitor_record.c src/node/direct.c src/node/cdi.c \
 	src/node/loop.c src/contracts/inventory.c src/contracts/podspec.c src/contracts/placement.c \
-	src/contracts/gpushare.c \
+	src/contracts/gpushare.c src/shm/gv_shm.c \
 	$(wildcard src/alloc/*.c) \
 	$(wildcard src/kube/*.c) \
 	src/common/gv_buf.c src/common/gv_error.c src/common/gv_log.c src/common/gv_file.c \
@@ -79,14 +79,14 @@ $(FUZZ_BUILD)/fuzz_node_allocate $(BUILD)/tests/fuzzreplay_fuzz_node_allocate: |
 # NVIDIA GFD labels: golden table per fake node (docs/mig-cdi.md, "GFD labels").
 TEST_PROGS += test_node_labels
 test_node_labels_SRCS := tests/node/test_node_labels.c
-test_node_labels_LIBS := node kube contracts alloc common
+test_node_labels_LIBS := node kube contracts alloc shm common
 test_node_labels_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
 test_node_labels_CFLAGS := $(NODE_CFLAGS)
 
 # MIG discovery through the fake NVML (GV_FAKE_MIG_CONFIG), geometry re-read (docs/mig-cdi.md).
 TEST_PROGS += test_node_mig
 test_node_mig_SRCS := tests/node/test_node_mig.c
-test_node_mig_LIBS := node kube contracts alloc common
+test_node_mig_LIBS := node kube contracts alloc shm common
 test_node_mig_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
 test_node_mig_CFLAGS := $(NODE_CFLAGS)
 $(BUILD)/tests/test_node_mig: | $(GV_FAKE_NVML)
@@ -94,7 +94,7 @@ $(BUILD)/tests/test_node_mig: | $(GV_FAKE_NVML)
 # CDI spec against a fake driver root (tests/fakes/make-driver-root.sh) and a CDI 0.5.0 reader.
 TEST_PROGS += test_node_cdi
 test_node_cdi_SRCS := tests/node/test_node_cdi.c
-test_node_cdi_LIBS := node kube contracts alloc common
+test_node_cdi_LIBS := node kube contracts alloc shm common
 test_node_cdi_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
 test_node_cdi_CFLAGS := $(NODE_CFLAGS)
 TEST_SCRIPTS += tests/node/test_node_direct.py
@@ -103,7 +103,7 @@ TEST_SCRIPTS += tests/node/test_node_mig_strategies.py
 # Passthrough and mediated devices against the fake sysfs tree (docs/passthrough.md).
 TEST_PROGS += test_node_passthrough
 test_node_passthrough_SRCS := tests/node/test_node_passthrough.c tests/fakes/sysfs/fake_sysfs.c
-test_node_passthrough_LIBS := node contracts alloc common
+test_node_passthrough_LIBS := node contracts alloc shm common
 test_node_passthrough_LDLIBS := $(NODE_LDLIBS) $(contracts_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
 test_node_passthrough_CFLAGS := $(NODE_CFLAGS) -Itests/fakes/sysfs
 # The agent's passthrough mode with the kubelet stand-in over a fake sysfs tree.

@@ -25,11 +25,11 @@ if not agent.have_fake_nvml():
 LIM1 = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "30"}
 
 
-def wait_ann(env, pod, key, want, timeout=5):
+def wait_ann(env, pod, key, want, timeout=30):
     return gvtest.wait_for(lambda: ann(env.api.pod(pod), key) == want, timeout)
 
 
-def devices_event(k, pred=None, timeout=5):
+def devices_event(k, pred=None, timeout=30):
     return k.event("devices", pred, timeout)
 
 
@@ -100,6 +100,15 @@ def scenario_core(kind, go_bin):
         t.ok(agent.limits_unreachable(a) is None,
              "[%s] no writable mount reaches the limits file's host directory, a parent or a child of it"
              % kind, agent.limits_unreachable(a))
+        # The region is made by the agent and mounted as a file of its own: the
+        # container can write it but not unlink or replace it (a region deleted
+        # in the container let later processes start with a fresh limit).
+        region = os.path.join(env.state, "containers", uid, "main", "shared.cache")
+        magic = open(region, "rb").read(8) if os.path.exists(region) else b""
+        t.ok(m.get("/var/run/gpuvisor/shared.cache") == (host + "/shared.cache", False) and
+             len(magic) == 8 and magic != b"\0" * 8 and (os.stat(region).st_mode & 0o666) == 0o666,
+             "[%s] region made at Allocate (initialised, writable by any uid) and mounted as its own file"
+             % kind, (m.get("/var/run/gpuvisor/shared.cache"), magic))
         lim = os.path.join(env.state, "limits", uid, "main", "limits.env")
         text = open(lim).read() if os.path.exists(lim) else ""
         t.ok("CUDA_DEVICE_MEMORY_LIMIT_0=1000m\n" in text and "CUDA_DEVICE_SM_LIMIT_0=30\n" in text and
@@ -172,7 +181,7 @@ def scenario_core(kind, go_bin):
         restarted, reg = k.restart()
         t.ok(restarted is not None and reg is not None and reg["resource_name"] == "nvidia.com/gpu",
              "[%s] kubelet restart: the agent registers again" % kind, (restarted, reg))
-        ev = devices_event(k, timeout=5)
+        ev = devices_event(k, timeout=30)  # a bound on waiting, not a timing claim
         t.ok(ev and len(ev["devices"]) == 20, "[%s] devices re-sent after kubelet restart" % kind)
     finally:
         env.close()
@@ -369,7 +378,7 @@ def scenario_config_reload():
         t.ok("LIBCUDA_LOG_LEVEL" not in envs(a), "no libcudaloglevel configured: no LIBCUDA_LOG_LEVEL", a)
         write_atomic(env.config, json.dumps({"deviceSplitCount": 2, "gpus": [
             {"index": 1, "mode": "exclusive"}], "deviceMemoryScaling": 2, "libcudaloglevel": "3"}))
-        ev = devices_event(k, timeout=5)
+        ev = devices_event(k, timeout=30)
         t.ok(ev and sorted(d["id"] for d in ev["devices"]) == sorted(
             ["%s::0" % GPUS[0], "%s::1" % GPUS[0], GPUS[1]]),
             "file change reloads: split 2 on GPU 0, GPU 1 exclusive (one device, bare uuid)", ev)
@@ -430,10 +439,10 @@ def scenario_restart_and_gc():
         env.stop_agent(signal.SIGKILL)
         sock = os.path.join(env.plugin_dir, "gpuvisor.sock")
         t.ok(os.path.exists(sock), "after a crash the stale plugin socket remains")
-        k.event("stream_end", timeout=5)
+        k.event("stream_end", timeout=30)
         env.start_agent()
         reg = k.event("registered", timeout=10)
-        ev = devices_event(k, timeout=5)
+        ev = devices_event(k, timeout=30)
         t.ok(reg is not None and ev is not None, "agent restart: stale socket replaced, registered, devices listed")
         a = k.cmd("allocate", ids=[ids[1]])
         t.ok(envs(a).get("CUDA_DEVICE_MEMORY_LIMIT_0") == "200m" and
@@ -472,14 +481,14 @@ def scenario_restart_and_gc():
         env.api.ctl("fail?code=503&count=-1")
         a = k.cmd("allocate", ids=[ids[5]])
         env.stop_agent(signal.SIGKILL)
-        k.event("stream_end", timeout=5)
+        k.event("stream_end", timeout=30)
         env.api.ctl("heal")
         t.ok(envs(a).get("CUDA_DEVICE_MEMORY_LIMIT_0") == "300m" and
              ann(env.api.pod("crash"), "gpuvisor.io/allocated-containers") is None,
              "container a served while the API was down, agent killed before recording it")
         env.start_agent()
         k.event("registered", timeout=10)
-        devices_event(k, timeout=5)
+        devices_event(k, timeout=30)
         a = k.cmd("allocate", ids=[ids[6]])
         t.ok(envs(a).get("CUDA_DEVICE_MEMORY_LIMIT_0") == "400m" and
              wait_ann(env, "crash", "gpuvisor.io/allocated-containers", "a,b"),

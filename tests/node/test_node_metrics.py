@@ -243,10 +243,10 @@ def main():
              find(m, "gpuvisor_container_gpu_compute_share_limit_ratio", **cb) == 0.1,
              "multi-container pod: each container with its own GPU, memory limit and share (HAMi 863)",
              [x for x in m if x[0].startswith("gpuvisor_container")])
-        t.ok(find(m, "gpuvisor_container_region_present", container="a", limited="true") == 0 and
+        t.ok(find(m, "gpuvisor_container_region_present", container="a", limited="true") == 1 and
              find(m, "hami_vgpu_memory_limit_bytes", namespace="team", pod="pair", container="b",
                   vdevice_index="0", device_uuid=GPUS[1][:40], zone="vGPU") == 500 * MiB,
-             "present from Allocate on, before the first CUDA call (HAMi 281): no region yet, limits shown")
+             "present from Allocate on, before the first CUDA call (HAMi 281): region made by the agent, nothing used, limits shown")
         t.ok(find(m, "gpuvisor_container_priority", namespace="team", pod="pair", container="a") == 2 and
              find(m, "gpuvisor_container_priority", container="b") is None,
              "priority from the container's CUDA_TASK_PRIORITY; none set, no sample")
