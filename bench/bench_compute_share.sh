@@ -16,9 +16,11 @@ trap 'rm -rf "$TMP"' EXIT
 unset CUDA_DEVICE_SM_LIMIT CUDA_TASK_PRIORITY CUDA_DEVICE_MEMORY_LIMIT GPUVISOR_LIMITS_FILE GV_FAKE_KERNEL_JITTER
 run=0
 share() { sed -n 's/.*share=\([0-9.]*\).*/\1/p'; }
+# Each tenant its own container (shared region): named by its subshell's pid, which
+# tenants running at the same time never share ($RANDOM may repeat).
 tenant() { # actors limit kernel
     env LD_PRELOAD="$LIB" GV_FAKE_GPU_STATE="$TMP/gpu.$run" GV_FAKE_ACTORS="$1" \
-        CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.$run.$RANDOM" CUDA_DEVICE_SM_LIMIT="$2" \
+        CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.$run.$BASHPID" CUDA_DEVICE_SM_LIMIT="$2" \
         "$T" kernel "$3" 2000
 }
 start=$(date +%s.%N)
