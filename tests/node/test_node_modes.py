@@ -82,7 +82,7 @@ def scenario_mps():
     try:
         env.start_agent(MPS_ARGS)
         k = env.start_kubelet("py")
-        ev = k.event("devices", lambda e: all(len(healthy_ids(e, g)) == 4 for g in GPUS), 20)
+        ev = k.event("devices", lambda e: all(len(healthy_ids(e, g)) == 4 for g in GPUS), 60)
         t.ok(ev is not None, "mps: 4 replicas per GPU, Healthy once each GPU's daemon answers", ev)
         ok = True
         diag = []
@@ -148,9 +148,9 @@ def scenario_mps():
         # the daemon dies: the GPU's devices go Unhealthy, the agent restarts it
         pid = daemon_pid(env, GPUS[0])
         os.kill(pid, signal.SIGKILL)
-        ev = k.event("devices", lambda e: not healthy_ids(e, GPUS[0]) and len(healthy_ids(e, GPUS[1])) == 4, 15)
+        ev = k.event("devices", lambda e: not healthy_ids(e, GPUS[0]) and len(healthy_ids(e, GPUS[1])) == 4, 60)
         t.ok(ev is not None, "mps: daemon of GPU 0 killed -> its devices Unhealthy, GPU 1's stay Healthy", ev)
-        ev = k.event("devices", lambda e: len(healthy_ids(e, GPUS[0])) == 4, 20)
+        ev = k.event("devices", lambda e: len(healthy_ids(e, GPUS[0])) == 4, 60)
         t.ok(ev is not None and len(startups(env, GPUS[0])) == 2 and daemon_pid(env, GPUS[0]) != pid,
              "mps: the agent restarts the daemon (a second startup) and the devices are Healthy again",
              (ev, startups(env, GPUS[0])))
@@ -164,12 +164,12 @@ def scenario_mps():
 
         # a restarted agent adopts a daemon left running (agent killed, daemon alive)
         env.start_agent(MPS_ARGS)
-        k.event("devices", lambda e: all(len(healthy_ids(e, g)) == 4 for g in GPUS), 20)
+        k.event("devices", lambda e: all(len(healthy_ids(e, g)) == 4 for g in GPUS), 60)
         n0 = len(startups(env, GPUS[0]))
         env.stop_agent(signal.SIGKILL)
         left = daemon_pid(env, GPUS[0])
         env.start_agent(MPS_ARGS)
-        ev = k.event("devices", lambda e: all(len(healthy_ids(e, g)) == 4 for g in GPUS), 20)
+        ev = k.event("devices", lambda e: all(len(healthy_ids(e, g)) == 4 for g in GPUS), 60)
         t.ok(ev is not None and len(startups(env, GPUS[0])) == n0 and daemon_pid(env, GPUS[0]) == left and
              alive(left),
              "mps: after an agent crash the running daemon is adopted, not started twice",
@@ -198,7 +198,7 @@ def scenario_nvidia_mps():
              "sharing.mps renameByDefault: nvidia.com/gpu.shared registered on its own socket, "
              "nvidia.com/gpu kept", regs)
         ev = seen_or_wait(k, mark, "devices", lambda e: e["resource"] == "nvidia.com/gpu.shared" and
-                          all(len(healthy_ids(e, g)) == 4 for g in GPUS), 20)
+                          all(len(healthy_ids(e, g)) == 4 for g in GPUS), 60)
         t.ok(ev is not None, "sharing.mps: 4 replicas of each GPU under nvidia.com/gpu.shared", ev)
         t.ok(all("set_default_active_thread_percentage 25" in commands(env, g) and
                  "set_default_device_pinned_mem_limit 0 10240M" in commands(env, g) for g in GPUS),
@@ -230,7 +230,7 @@ def scenario_nvidia_timeslicing():
         env.start_agent()
         k = env.start_kubelet("py")
         reg = k.event("registered", timeout=15)
-        ev = k.event("devices", lambda e: len(e["devices"]) == 13, 10)
+        ev = k.event("devices", lambda e: len(e["devices"]) == 13, 60)
         ids = sorted(d["id"] for d in ev["devices"]) if ev else []
         t.ok(reg and reg["resource_name"] == "nvidia.com/gpu" and
              ids == sorted(["%s::%d" % (GPUS[0], i) for i in range(10)] +
@@ -253,9 +253,9 @@ def scenario_nvidia_timeslicing():
         mark = len(k.seen)
         reg = k.event("registered", timeout=15)
         ev = seen_or_wait(k, mark, "devices",
-                          lambda e: e["resource"] == "nvidia.com/gpu.shared" and len(e["devices"]) == 4, 10)
+                          lambda e: e["resource"] == "nvidia.com/gpu.shared" and len(e["devices"]) == 4, 60)
         # the old resource's new (empty) list may come before the new registration
-        ev0 = seen_or_wait(k, mark, "devices", lambda e: e["resource"] == "nvidia.com/gpu" and not e["devices"], 10)
+        ev0 = seen_or_wait(k, mark, "devices", lambda e: e["resource"] == "nvidia.com/gpu" and not e["devices"], 60)
         t.ok(reg and reg["resource_name"] == "nvidia.com/gpu.shared" and ev and ev0,
              "renameByDefault on reload: nvidia.com/gpu.shared registered with 2 x 2 replicas, "
              "nvidia.com/gpu left with no devices", (reg, ev, ev0))
