@@ -93,6 +93,17 @@ def scenario_vgpu_in_mig():
              agent.limits_unreachable(a) is None,
              "Allocate (stand-in admit): NVIDIA_VISIBLE_DEVICES=<MIG uuid>, memory/SM limits relative to "
              "the instance, the interposer preloaded, a slice of that MIG device recorded", a)
+        # an Xid of the 3g.20gb instance (GPU instance 1 in the fake): its slices and its entry only
+        agent.write_atomic(env.faults, "xid 0 79 1 1 0\n")
+        ev = devices(k, lambda ds: any(d["health"] == "Unhealthy" for d in ds), 10)
+        ds = ev["devices"] if ev else []
+        t.ok(ev and all((d["health"] == "Unhealthy") == d["id"].startswith(big + "::") for d in ds),
+             "instance-scoped Xid (fake NVML): the slices of that MIG device Unhealthy, the others Healthy", ds)
+        other = ([u for u in migs if u != big] or ["MIG-none"])[0]
+        inv = gvtest.wait_for(lambda: {g["uuid"]: g["healthy"] for g in inventory(env).get("gpus", [])}
+                              == {big: False, other: True, GPUS[1]: True}, 10)
+        t.ok(inv, "inventory: that MIG device's entry unhealthy, its sibling's and GPU 1's healthy",
+             inventory(env))
         # re-partitioning: the new instances (new UUIDs) replace the old ones
         agent.write_atomic(mig, "0 7g.40gb\n")
         ev = devices(k, lambda ds: len(ds) == 8 and not (set(mig_uuids(ds)) & set(migs)) and
@@ -116,9 +127,11 @@ def scenario_whole_default():
 
 
 def scenario_mig_health():
-    env, mig, k = start({"migMode": "vgpu", "deviceSplitCount": 2})
+    """Whole MIG devices (migStrategy single): each is one device, so the
+    kubelet's view shows exactly which instance an Xid hit."""
+    env, mig, k = start({"migStrategy": "single", "deviceSplitCount": 2})
     try:
-        ev = devices(k, lambda ds: len(ds) == 6)
+        ev = devices(k, lambda ds: len(ds) == 4)
         migs = mig_uuids(ev["devices"]) if ev else []
         # the fake's GPU instance ids: slot + 1 (3g.20gb in slot 0 -> gi 1, 2g.10gb in slot 2 -> gi 3)
         agent.write_atomic(env.faults, "xid 0 79 1 3 0\n")
@@ -127,12 +140,8 @@ def scenario_mig_health():
         bad = sorted({d["id"].split("::")[0] for d in ds if d["health"] == "Unhealthy"})
         t.ok(len(bad) == 1 and bad[0] in migs and
              all(d["health"] == "Healthy" for d in ds if not d["id"].startswith(bad[0])),
-             "critical Xid of GPU instance 3 / compute instance 0 (fake NVML event): only that MIG device's "
-             "slices turn Unhealthy in ListAndWatch (stand-in); its sibling and GPU 1 stay Healthy", ds)
-        hurt = bad[0] if bad else "MIG-none"
-        inv = gvtest.wait_for(lambda: {g["uuid"]: g["healthy"] for g in inventory(env).get("gpus", [])}
-                              .get(hurt) is False, 10)
-        t.ok(inv, "inventory: the MIG device's entry is unhealthy", inventory(env))
+             "critical Xid of GPU instance 3 / compute instance 0 (fake NVML event): only that MIG device "
+             "turns Unhealthy in ListAndWatch (stand-in); its sibling and GPU 1 stay Healthy", ds)
         # an application Xid scoped to the other instance changes nothing
         agent.write_atomic(env.faults, "xid 0 79 1 3 0\nxid 0 43 2 1 0\n")
         ev = devices(k, lambda ds: True, 1.5)
@@ -144,7 +153,7 @@ def scenario_mig_health():
              "critical Xid of GPU instance 5 (no MIG device there): health unchanged, logged", ev)
         # a GPU-wide Xid (no instance, 0xFFFFFFFF as NVML reports it): every MIG device of GPU 0
         agent.write_atomic(env.faults, "xid 0 79 1 3 0\nxid 0 43 2 1 0\nxid 0 79 3 5 0\nxid 0 48 4\n")
-        ev = devices(k, lambda ds: sum(d["health"] == "Unhealthy" for d in ds) == 4, 10)
+        ev = devices(k, lambda ds: sum(d["health"] == "Unhealthy" for d in ds) == 2, 10)
         ds = ev["devices"] if ev else []
         t.ok(ev and all((d["health"] == "Unhealthy") == d["id"].startswith("MIG-") for d in ds),
              "GPU-wide critical Xid 48 on GPU 0: all its MIG devices Unhealthy, GPU 1 Healthy", ds)
@@ -155,7 +164,7 @@ def scenario_mig_health():
 def scenario_mig_health_recovers():
     env, mig, k = start({"migMode": "vgpu", "deviceSplitCount": 2}, recover_ms="300")
     try:
-        devices(k, lambda ds: len(ds) == 6)
+        devices(k, lambda ds: len(ds) == 6)  # slices of both MIG devices and GPU 1
         agent.write_atomic(env.faults, "xid 0 79 1 1 0\n")
         # whether the Unhealthy list is seen depends on timing; the recovery must come either way
         ev = devices(k, lambda ds: len(ds) == 6 and all(d["health"] == "Healthy" for d in ds) and
