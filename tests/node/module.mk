@@ -100,6 +100,7 @@ test_node_cdi_CFLAGS := $(NODE_CFLAGS)
 TEST_SCRIPTS += tests/node/test_node_direct.py
 TEST_SCRIPTS += tests/node/test_node_mig_strategies.py
 TEST_SCRIPTS += tests/node/test_node_mig_vgpu.py
+TEST_SCRIPTS += tests/node/test_node_multi_resource_go.py
 
 # Passthrough and mediated devices against the fake sysfs tree (docs/passthrough.md).
 TEST_PROGS += test_node_passthrough
