@@ -8,6 +8,7 @@ kubelet stand-in.  docs/mig-cdi.md, "vGPU slices inside MIG instances" and
 """
 import json
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -114,6 +115,43 @@ def scenario_vgpu_in_mig():
         env.close()
 
 
+def scenario_vgpu_in_mig_no_runtime():
+    """The runtime-independent path (nvidiaRuntime false, fake driver root with
+    nvidia-caps minors): a slice of a MIG device gets the parent's device node
+    and the instance's nvidia-caps nodes, plus the interposer's limits."""
+    env = agent.Env()
+    root = os.path.join(env.dir, "driver")
+    subprocess.run(["sh", os.path.join(gvtest.ROOT, "tests/fakes/make-driver-root.sh"), root, "550.54.15", "2",
+                    "gpu0/gi1/access 21", "gpu0/gi1/ci0/access 22", "gpu0/gi3/access 30",
+                    "gpu0/gi3/ci0/access 31"], check=True)
+    mig = os.path.join(env.dir, "mig.conf")
+    agent.write_atomic(mig, GEOMETRY)
+    agent.write_atomic(env.config, json.dumps({"migMode": "vgpu", "deviceSplitCount": 2,
+                                               "nvidiaRuntime": False, "containerDriverRoot": root}))
+    env.start_agent(env_extra={"GV_FAKE_MIG_CONFIG": mig})
+    k = env.start_kubelet("py")
+    try:
+        ev = devices(k, lambda ds: len(ds) == 6)
+        migs = mig_uuids(ev["devices"]) if ev else []
+        gs = gvtest.wait_for(lambda: {g["uuid"]: g["memoryMiB"] for g in inventory(env).get("gpus", [])}, 10) or {}
+        small = [u for u in migs if gs.get(u) == 9984] or ["MIG-none"]
+        env.api.create_pod("direct", [("main", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2048"})],
+                           "v1;node=node1;main=%s:2048:0" % small[0])
+        a = k.cmd("admit", size=1)
+        d = {x["container_path"]: x["host_path"] for x in a["resp"]["devices"]} if a and a.get("ok") else {}
+        e = envs(a)
+        t.ok(d.get("/dev/nvidia0") == "/dev/nvidia0" and
+             d.get("/dev/nvidia-caps/nvidia-cap30") == "/dev/nvidia-caps/nvidia-cap30" and
+             d.get("/dev/nvidia-caps/nvidia-cap31") == "/dev/nvidia-caps/nvidia-cap31" and
+             not any("cap21" in p or "cap22" in p for p in d) and "/dev/nvidiactl" in d and
+             e.get("NVIDIA_VISIBLE_DEVICES") == "void" and e.get("CUDA_DEVICE_MEMORY_LIMIT_0") == "2048m" and
+             "/etc/ld.so.preload" in mounts(a),
+             "nvidiaRuntime false (fake driver root): a slice of the 2g.10gb MIG device gets /dev/nvidia0 and "
+             "its instance's nvidia-caps nodes (gi3, ci0) only, with the interposer's limits", a)
+    finally:
+        env.close()
+
+
 def scenario_whole_default():
     """Without migMode the MIG devices stay whole (migStrategy), as before."""
     env, mig, k = start({"migStrategy": "single", "deviceSplitCount": 4})
@@ -176,6 +214,7 @@ def scenario_mig_health_recovers():
 
 
 scenario_vgpu_in_mig()
+scenario_vgpu_in_mig_no_runtime()
 scenario_whole_default()
 scenario_mig_health()
 scenario_mig_health_recovers()
