@@ -16,7 +16,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agent  # noqa: E402
@@ -46,49 +45,10 @@ SPEC = {
 PCI_IDS = os.path.join(gvtest.ROOT, "tests", "fakes", "sysfs", "pci.ids")
 
 
-class Watch:
-    """Folds every stand-in line (registrations, each resource's newest device
-    list) so that no event of one resource is lost while waiting for another."""
-
-    def __init__(self, k):
-        self.k, self.registered, self.last, self.endpoints = k, [], {}, {}
-
-    def _take(self, ln):
-        try:
-            ev = json.loads(ln)
-        except ValueError:
-            return None
-        if ev.get("event") == "registered":
-            self.registered.append(ev["resource_name"])
-            self.endpoints[ev["resource_name"]] = ev["endpoint"]
-        elif ev.get("event") == "devices":
-            self.last[ev.get("resource")] = ev
-        return ev
-
-    def until(self, pred, timeout=20):
-        while self.k.early:
-            ev = self._take(self.k.early.pop(0))
-            if ev and pred(ev):
-                return ev
-        end = time.time() + timeout
-        while time.time() < end:
-            ln = self.k.line(max(0.05, end - time.time()))
-            ev = self._take(ln) if ln else None
-            if ev and pred(ev):
-                return ev
-        return None
-
-    def devices(self, resource, pred=lambda ds: True, timeout=20):
-        ev = self.last.get(resource)
-        if ev and pred(health(ev)):
-            return health(ev)
-        ev = self.until(lambda e: e.get("event") == "devices" and e.get("resource") == resource and
-                        pred(health(e)), timeout)
-        return health(ev) if ev else None
-
-    def cmd(self, name, **kw):
-        self.k.send(json.dumps(dict(cmd=name, **kw)))
-        return self.until(lambda e: e.get("event") == name)
+def devices(w, resource, pred=lambda ds: True, timeout=20):
+    """{id: health} of resource's newest list satisfying pred, or None."""
+    ev = w.devices(resource, lambda e: pred(health(e)), timeout)
+    return health(ev) if ev else None
 
 
 def health(ev):
@@ -102,16 +62,16 @@ with open(spec_file, "w") as f:
     json.dump(SPEC, f)
 subprocess.run([FAKE_SYSFS, "build", root, spec_file], check=True)
 try:
-    w = Watch(env.start_kubelet("go", go_bin))
+    w = agent.ResourceWatch(env.start_kubelet("go", go_bin))
     env.start_agent()
     want = {GPU, H100, A10Q}
-    w.until(lambda e: want <= set(w.registered), 30)
+    w.until(lambda e: want <= w.registered, 30)
     eps = w.endpoints
-    t.ok(set(w.registered) == want and len(set(eps.values())) == 3,
+    t.ok(w.registered == want and len(set(eps.values())) == 3,
          "[go stand-in] vgpu, passthrough and mdev resources each registered with its own socket", eps)
-    g = w.devices(GPU, lambda ds: len(ds) == 4)
-    h = w.devices(H100, lambda ds: len(ds) == 1)
-    m = w.devices(A10Q, lambda ds: len(ds) == 1)
+    g = devices(w, GPU, lambda ds: len(ds) == 4)
+    h = devices(w, H100, lambda ds: len(ds) == 1)
+    m = devices(w, A10Q, lambda ds: len(ds) == 1)
     t.ok(g == {"%s::%d" % (GPUS[0], i): "Healthy" for i in range(4)} and
          h == {"0000_41_00.0": "Healthy"} and m == {MDEV: "Healthy"},
          "[go stand-in] each ListAndWatch stream's devices reported under its own resource", (g, h, m))
@@ -142,21 +102,21 @@ try:
 
     # health of one resource does not leak into another's list
     subprocess.run([FAKE_SYSFS, "remove", root, "0000:41:00.0"], check=True)
-    h = w.devices(H100, lambda ds: ds.get("0000_41_00.0") == "Unhealthy", 30)
+    h = devices(w, H100, lambda ds: ds.get("0000_41_00.0") == "Unhealthy", 30)
     g = health(w.last.get(GPU))
     t.ok(h is not None and g == {"%s::%d" % (GPUS[0], i): "Healthy" for i in range(4)} and
          health(w.last.get(A10Q)) == {MDEV: "Healthy"},
          "[go stand-in] hot-removed passthrough GPU Unhealthy on its resource only", (h, w.last))
 
     # kubelet restart: sockets deleted, every resource re-registered and streamed again
-    n_before = len(w.registered)
+    n_before = len(w.registrations)
     w.last = {}
     w.k.send(json.dumps({"cmd": "restart"}))
-    w.until(lambda e: len(w.registered) >= n_before + 3 and want <= set(w.last), 30)
-    t.ok(set(w.registered[n_before:]) == want and want <= set(w.last) and
+    w.until(lambda e: len(w.registrations) >= n_before + 3 and want <= set(w.last), 30)
+    t.ok(set(w.registrations[n_before:]) == want and want <= set(w.last) and
          len(health(w.last.get(GPU))) == 4,
          "[go stand-in] kubelet restart: all three resources re-registered, each stream reopened",
-         (w.registered[n_before:], list(w.last)))
+         (w.registrations[n_before:], list(w.last)))
 finally:
     env.close()
 t.done()
