@@ -62,7 +62,7 @@ static json_t *whole_devices(const char *text)
             const struct gv_inventory_whole *w = &inv->whole.dev[i];
             json_array_append_new(
                 arr, json_pack("{s:s,s:s,s:s,s:s,s:b}", "kind",
-                               w->kind == GV_INVENTORY_WHOLE_MDEV ? "mdev" : "passthrough",
+                               gv_inventory_whole_kind_name(w->kind),
                                "resource", w->resource, "id", w->id, "pciBusId", w->pci_bus_id,
                                "healthy", w->healthy));
         }

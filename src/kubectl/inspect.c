@@ -68,7 +68,8 @@ static json_t *build(struct kc_cluster *c, const struct kc_opts *o, const char *
                               "usedMemMiB", (json_int_t)gi.used_mem_mib, "cores", 100, "usedCores",
                               gi.used_milli / 10.0, "tasks", (json_int_t)gi.tasks, "split",
                               (json_int_t)gi.split, "healthy", gi.healthy, "mode",
-                              gi.mode == GV_ALLOC_GPU_EXCLUSIVE ? "exclusive" : "shared", "pods",
+                              gi.mode == GV_ALLOC_GPU_EXCLUSIVE ? "exclusive"
+                                : gi.mode == GV_ALLOC_GPU_MPS ? "mps" : "shared", "pods",
                               gpu_pods(c, o, n->name, gi.uuid)));
         }
         double nf = 0;
