@@ -397,15 +397,15 @@ bool gv_podspec_whole_by_name(const char *resource)
     return strncmp(resource, "nvidia.com/mig-", 15) == 0 && resource[15] != '\0';
 }
 
-/* An extended resource the engine does not own: "<domain>/<name>", not *kubernetes.io. */
+/* An extended resource the engine does not own: "<domain>/<name>", not *kubernetes.io
+ * (cpu, memory, hugepages-* have no domain). */
 static bool foreign_extended(const struct gv_alloc_config *cfg, const char *key)
 {
     const char *slash = strchr(key, '/');
     if (slash == NULL || slash == key || slash[1] == '\0')
         return false;
     size_t dl = (size_t)(slash - key);
-    if ((dl >= 13 && memcmp(slash - 13, "kubernetes.io", 13) == 0) ||
-        (dl == 6 && memcmp(key, "hugepages", 6) == 0))
+    if (dl >= 13 && memcmp(slash - 13, "kubernetes.io", 13) == 0)
         return false;
     const char *own[] = {cfg->res.gpu, cfg->res.mem, cfg->res.mem_pct, cfg->res.cores,
                          cfg->res.priority, cfg->res.mem_gib};
