@@ -277,7 +277,12 @@ int gv_cmd_simulate(int argc, char **argv)
                      rep.seeds[s]);
         }
     }
-    for (uint32_t s = 0; s < rep.n_seeds; s++) {
+    /* no GPU-share workload (whole devices only): no share curve to compare with */
+    if (gv_sim_trace_request_milli(t) == 0 || gv_sim_trace_gpu_milli(t) == 0) {
+        free(rep.refs);
+        rep.refs = NULL;
+    }
+    for (uint32_t s = 0; rep.refs != NULL && s < rep.n_seeds; s++) {
         if (gv_sim_reference(t, rep.seeds[s], &rep.refs[s], &err) != GV_OK)
             goto fail;
         progress(tty, now() - t0, ++done, runs, "oracle", rep.seeds[s]);

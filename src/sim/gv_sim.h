@@ -76,6 +76,9 @@ struct gv_sim_curve {
     uint64_t arrivals, placed, failed;
     double seconds;        /* wall time of the replay */
     uint64_t placement_hash; /* of every decision (arrival, node, GPUs): equal = same replay */
+    /* arrivals asking whole devices (MIG, passthrough, mdev), placed by
+     * count as the scheduler does (docs/simulate.md, "Whole devices") */
+    uint64_t whole_arrivals, whole_placed, whole_failed;
 };
 
 void gv_sim_curve_free(struct gv_sim_curve *c);

@@ -126,6 +126,55 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
                      double inflate, bool exhaustive, struct gv_sim_curve *out,
                      struct gv_error *err);
 
+static bool whole_known(void *ud, const char *name)
+{
+    return sim_whole_known(ud, name);
+}
+
+/*
+ * Count placement of a pod asking whole devices, as the scheduler's
+ * extender does (src/scheduler/whole.c): the fitting node with the fewest
+ * of the asked devices left over, first in trace order on ties.  held[i]
+ * is what earlier pods hold of node i's whole devices.  Node index, or -1.
+ */
+static long whole_place(const struct gv_sim_trace *t, uint32_t **held,
+                        const struct gv_podspec_whole_req *w)
+{
+    long best = -1;
+    uint64_t best_slack = UINT64_MAX;
+    char why[256];
+    for (size_t i = 0; i < t->n_nodes; i++) {
+        const struct sim_node *n = &t->nodes[i];
+        if (!gv_podspec_whole_fits(n->whole, n->n_whole, held[i], w, whole_known, (void *)t, why,
+                                   sizeof(why)))
+            continue;
+        uint64_t slack = 0;
+        for (uint32_t k = 0; k < w->n; k++)
+            for (uint32_t r = 0; r < n->n_whole; r++)
+                if (strcmp(n->whole[r].resource, w->r[k].resource) == 0)
+                    slack += n->whole[r].healthy - held[i][r] - w->r[k].count;
+        if (slack < best_slack) {
+            best = (long)i;
+            best_slack = slack;
+        }
+    }
+    if (best >= 0) {
+        const struct sim_node *n = &t->nodes[best];
+        for (uint32_t k = 0; k < w->n; k++)
+            for (uint32_t r = 0; r < n->n_whole; r++)
+                if (strcmp(n->whole[r].resource, w->r[k].resource) == 0)
+                    held[best][r] += w->r[k].count;
+    }
+    return best;
+}
+
+static void whole_free(uint32_t **held, size_t n)
+{
+    for (size_t i = 0; held != NULL && i < n; i++)
+        free(held[i]);
+    free(held);
+}
+
 gv_status gv_sim_run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint64_t seed,
                      double inflate, struct gv_sim_curve *out, struct gv_error *err)
 {
@@ -145,9 +194,12 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
 {
     memset(out, 0, sizeof(*out));
     uint64_t cap = gv_sim_trace_gpu_milli(t);
-    if (cap == 0)
+    /* A workload of whole devices only (a MIG cluster) has no GPU-share
+     * protocol: every pod arrives once, in the seed's order. */
+    bool once = sim_whole_pods(t) > 0 && (cap == 0 || gv_sim_trace_request_milli(t) == 0);
+    if (cap == 0 && !once)
         return gv_error_set(err, GV_EINVAL, "the cluster has no GPUs");
-    if (gv_sim_trace_request_milli(t) == 0)
+    if (gv_sim_trace_request_milli(t) == 0 && !once)
         return gv_error_set(err, GV_EINVAL, "the workload requests no GPUs");
     if (!(inflate > 0 && inflate <= 10))
         return gv_error_set(err, GV_EINVAL, "inflate %.3g outside (0, 10]", inflate);
@@ -162,9 +214,16 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
     struct gv_alloc_cluster *c = NULL;
     struct sim_arrivals arr = {0};
     struct gv_alloc_assignment *a = malloc(sizeof(*a));
+    uint32_t **held = calloc(t->n_nodes + 1, sizeof(*held));
     out->n = (uint32_t)floor(inflate * 100.0 + 1e-9) + 1;
     out->allocated = calloc(out->n, sizeof(*out->allocated));
-    if (a == NULL || out->allocated == NULL) {
+    for (size_t i = 0; held != NULL && i < t->n_nodes; i++)
+        if (t->nodes[i].n_whole > 0 &&
+            (held[i] = calloc(t->nodes[i].n_whole, sizeof(**held))) == NULL) {
+            whole_free(held, t->n_nodes);
+            held = NULL;
+        }
+    if (a == NULL || out->allocated == NULL || held == NULL) {
         rc = gv_error_set(err, GV_ENOMEM, "out of memory");
         goto fail;
     }
@@ -179,33 +238,57 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
     uint64_t arrived = 0, allocated = 0;
     uint32_t next = 0;
     out->allocated[next++] = 0.0;
-    for (uint64_t k = 0; (double)arrived < target; k++) {
-        struct gv_alloc_request *r = t->pods[sim_arrivals_next(&arr)];
+    for (uint64_t k = 0; once ? k < t->n_pods : (double)arrived < target; k++) {
+        size_t pi = sim_arrivals_next(&arr);
+        struct gv_alloc_request *r = t->pods[pi];
+        const struct gv_podspec_whole_req *w = t->wreq[pi];
         snprintf(r->uid, sizeof(r->uid), "a%llu", (unsigned long long)k);
-        gv_alloc_observe(c, r);
         uint64_t milli = sim_pod_milli(r);
         out->arrivals++;
-        if (gv_alloc_pick(c, r, NULL, 0, a, NULL) == GV_OK &&
-            gv_alloc_place(c, r, a, NULL) == GV_OK) {
-            out->placed++;
-            allocated += milli;
-            out->placement_hash = hash_decision(out->placement_hash, k, a);
+        if (w != NULL) {
+            /* whole devices by count; a pod asking GPU shares as well is
+             * refused by the scheduler, so it never fits here either */
+            long ni = r->n_containers == 0 ? whole_place(t, held, w) : -1;
+            out->whole_arrivals++;
+            if (ni >= 0) {
+                out->placed++;
+                out->whole_placed++;
+                uint64_t x = out->placement_hash ^ k;
+                for (const char *p = t->nodes[ni].spec.name; *p != '\0'; p++)
+                    x = (x ^ (unsigned char)*p) * UINT64_C(0x100000001b3);
+                out->placement_hash = x;
+            } else {
+                out->failed++;
+                out->whole_failed++;
+            }
         } else {
-            out->failed++;
+            gv_alloc_observe(c, r);
+            if (gv_alloc_pick(c, r, NULL, 0, a, NULL) == GV_OK &&
+                gv_alloc_place(c, r, a, NULL) == GV_OK) {
+                out->placed++;
+                allocated += milli;
+                out->placement_hash = hash_decision(out->placement_hash, k, a);
+            } else {
+                out->failed++;
+            }
         }
         arrived += milli;
+        if (cap == 0)
+            continue;
         double pct = (double)arrived * 100.0 / (double)cap;
         while (next < out->n && (double)next <= pct + 1e-9)
             out->allocated[next++] = (double)allocated * 100.0 / (double)cap;
     }
     while (next < out->n)
-        out->allocated[next++] = (double)allocated * 100.0 / (double)cap;
+        out->allocated[next++] = cap ? (double)allocated * 100.0 / (double)cap : 0.0;
     out->seconds = now() - t0;
     gv_alloc_cluster_free(c);
     sim_arrivals_fini(&arr);
+    whole_free(held, t->n_nodes);
     free(a);
     return GV_OK;
 fail:
+    whole_free(held, t->n_nodes);
     gv_alloc_cluster_free(c);
     sim_arrivals_fini(&arr);
     free(a);
