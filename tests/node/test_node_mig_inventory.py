@@ -43,7 +43,7 @@ def scenario(strategy, geometry, want):
         t.ok(got == sorted(want), "%s: one kind-mig entry per MIG device, under its advertised resource" % strategy,
              inv.get("wholeDevices"))
         parent = [g for g in inv.get("gpus", []) if g.get("uuid") == GPUS[0]]
-        t.ok(all(w["gpuUuid"] == GPUS[0] and w["id"].startswith("MIG-") and w["memoryMiB"] > 0 and
+        t.ok(migs(inv) and all(w["gpuUuid"] == GPUS[0] and w["id"].startswith("MIG-") and w["memoryMiB"] > 0 and
                  w["healthy"] and w["pciBusId"] == parent[0]["pciBusId"] for w in migs(inv)) and parent
              and parent[0]["mig"] is True,
              "%s: each names its MIG UUID, parent GPU (uuid, PCI address) and memory; the parent says mig" % strategy,
