@@ -438,24 +438,28 @@ static gv_status whole_container(const struct gv_alloc_config *cfg, const json_t
                 continue;
             if (m == 1 && json_object_get(lim, key) != NULL)
                 continue; /* limits first: the kubelet allocates the limit */
+            /* Strict only for names that are whole devices by their form: any
+             * other extended resource may hold what its owner likes (kube-scheduler
+             * checks it); one this cannot count is left out, not an error. */
+            bool mine = gv_podspec_whole_by_name(key);
             char buf[40];
             const char *text = qty_text(val, buf, sizeof(buf));
             int64_t v = 0;
             if (text == NULL || gv_quantity_integer(text, &v, err) != GV_OK || v < 0 ||
-                v > 1024) {
+                v > 1024 || strlen(key) >= GV_PODSPEC_WHOLE_NAME_MAX) {
+                if (!mine)
+                    continue;
                 return gv_error_set(err, GV_EPARSE,
                                     "pod: %s.resources.%s[\"%.100s\"]: expected a whole count "
                                     "in [0, 1024]",
                                     where, m ? "requests" : "limits", key);
             }
-            if (strlen(key) >= GV_PODSPEC_WHOLE_NAME_MAX)
-                return gv_error_set(err, GV_EPARSE, "pod: %s: resource name \"%.60s...\" is "
-                                    "longer than %d characters", where, key,
-                                    GV_PODSPEC_WHOLE_NAME_MAX - 1);
             uint32_t k = 0;
             while (k < out->n && strcmp(out->r[k].resource, key) != 0)
                 k++;
             if (k == out->n) {
+                if (out->n == GV_PODSPEC_WHOLE_REQ_MAX && !mine)
+                    continue;
                 if (out->n == GV_PODSPEC_WHOLE_REQ_MAX)
                     return gv_error_set(err, GV_EPARSE, "pod: more than %d extended resources",
                                         GV_PODSPEC_WHOLE_REQ_MAX);

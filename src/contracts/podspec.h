@@ -49,7 +49,10 @@ struct gv_podspec_whole {
  * per name, the count the kubelet will hand out for the pod, max(sum over
  * containers, largest init container), limits first then requests.  Only
  * names with a '/' outside kubernetes.io count.  Which of them are whole
- * devices is the caller's to decide (gv_podspec_whole_known).
+ * devices is the caller's to decide (gv_podspec_whole_by_name, or a node
+ * listing the name).  Strict (an error naming the field) only for
+ * nvidia.com/mig-* names; another name whose count is not a whole number
+ * in [0, 1024] (or beyond the 16th name) is left out.
  */
 #define GV_PODSPEC_WHOLE_REQ_MAX 16
 struct gv_podspec_whole_req {

@@ -315,9 +315,11 @@ static void handle_filter(void *ctx, const struct gv_http_request *hreq,
         set_all(&f, GV_EXT_UNRESOLVABLE, why);
         goto answer;
     }
-    pthread_mutex_lock(&s->lock);
-    whole = gv_sched_whole_wanted(s, &wreq);
-    pthread_mutex_unlock(&s->lock);
+    if (wreq.n > 0) { /* only pods asking other extended resources pay for the lock */
+        pthread_mutex_lock(&s->lock);
+        whole = gv_sched_whole_wanted(s, &wreq);
+        pthread_mutex_unlock(&s->lock);
+    }
     if (whole && f.req->n_containers > 0) {
         set_all(&f, GV_EXT_UNRESOLVABLE,
                 "pod asks both gpuvisor GPU shares and whole devices (MIG, passthrough, mdev): "

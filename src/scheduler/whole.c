@@ -327,6 +327,8 @@ void gv_sched_whole_pod(struct gv_sched *s, json_t *pod, bool finished)
         return;
     }
     struct wpod *p = pod_find(w, uid);
+    if (!gv_sched_whole_wanted(s, &req))
+        req.n = 0; /* other extended resources are kube-scheduler's: nothing to hold */
     if (req.n == 0) {
         if (p != NULL && p->phase != W_BINDING)
             pod_drop(w, uid);

@@ -204,6 +204,15 @@ static void test_pod_whole_request(void **state)
     assert_non_null(strstr(err.msg, "spec.containers[0].resources.limits[\"nvidia.com/mig-1g.10gb\"]"));
     assert_int_equal(r.n, 0);
     json_decref(p);
+    /* any other extended resource may hold what its owner likes: left out, not an error */
+    p = pod("[{\"name\":\"a\",\"resources\":{\"limits\":{\"example.com/bandwidth\":\"5000\","
+            "\"example.com/frac\":\"500m\",\"nvidia.com/mig-1g.10gb\":\"1\"}}}]",
+            NULL);
+    if (gv_podspec_whole_request(&cfg, p, &r, &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(r.n, 1);
+    assert_string_equal(r.r[0].resource, "nvidia.com/mig-1g.10gb");
+    json_decref(p);
 
     assert_true(gv_podspec_whole_by_name("nvidia.com/mig-2g.20gb"));
     assert_false(gv_podspec_whole_by_name("nvidia.com/mig-"));
