@@ -523,9 +523,10 @@ gv_status gv_podspec_whole_request(const struct gv_alloc_config *cfg, const json
 
 bool gv_podspec_whole_fits(const struct gv_podspec_whole *res, size_t n, const uint32_t *held,
                            const struct gv_podspec_whole_req *req,
-                           bool (*is_whole)(void *ud, const char *name), void *ud, char *why,
-                           size_t why_cap)
+                           bool (*is_whole)(void *ud, const char *name), void *ud,
+                           uint64_t *slack, char *why, size_t why_cap)
 {
+    uint64_t left = 0;
     for (uint32_t k = 0; k < req->n; k++) {
         const char *name = req->r[k].resource;
         size_t i = 0;
@@ -544,6 +545,9 @@ bool gv_podspec_whole_fits(const struct gv_podspec_whole *res, size_t n, const u
                      free_n, res[i].healthy, res[i].total, req->r[k].count);
             return false;
         }
+        left += free_n - req->r[k].count;
     }
+    if (slack != NULL)
+        *slack = left;
     return true;
 }

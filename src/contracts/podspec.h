@@ -70,12 +70,14 @@ bool gv_podspec_whole_by_name(const char *resource);
  * Whether node (n whole-device resources) can take req: every asked name
  * the node lists needs count <= healthy - held[i] (held: what pods on the
  * node hold of res[i], NULL = none), and an asked name that is_whole(name)
- * says is a whole-device resource must be listed.  False with reason.
+ * says is a whole-device resource must be listed.  False with reason;
+ * true with *slack (unless NULL) = the asked names' devices left free after
+ * it (the placement rule prefers the least: best fit).
  */
 bool gv_podspec_whole_fits(const struct gv_podspec_whole *res, size_t n, const uint32_t *held,
                            const struct gv_podspec_whole_req *req,
-                           bool (*is_whole)(void *ud, const char *name), void *ud, char *why,
-                           size_t why_cap);
+                           bool (*is_whole)(void *ud, const char *name), void *ud,
+                           uint64_t *slack, char *why, size_t why_cap);
 
 /* A node spec with the storage its pointers refer to. */
 struct gv_podspec_node {

@@ -288,14 +288,7 @@ static bool node_fits(struct gv_sched_whole *w, const char *node,
     const struct gv_podspec_whole *res = n ? n->res : &none;
     uint32_t nr = n ? n->n : 0;
     const uint32_t *held = n ? held_of(w, n) : NULL;
-    if (!gv_podspec_whole_fits(res, nr, held, req, known_whole, w, why, cap))
-        return false;
-    *slack = 0;
-    for (uint32_t k = 0; k < req->n; k++)
-        for (uint32_t r = 0; r < nr; r++)
-            if (strcmp(res[r].resource, req->r[k].resource) == 0)
-                *slack += res[r].healthy - held[r] - req->r[k].count;
-    return true;
+    return gv_podspec_whole_fits(res, nr, held, req, known_whole, w, slack, why, cap);
 }
 
 /* ---- informer ----------------------------------------------------------- */

@@ -145,14 +145,10 @@ static long whole_place(const struct gv_sim_trace *t, uint32_t **held,
     char why[256];
     for (size_t i = 0; i < t->n_nodes; i++) {
         const struct sim_node *n = &t->nodes[i];
-        if (!gv_podspec_whole_fits(n->whole, n->n_whole, held[i], w, whole_known, (void *)t, why,
-                                   sizeof(why)))
+        uint64_t slack;
+        if (!gv_podspec_whole_fits(n->whole, n->n_whole, held[i], w, whole_known, (void *)t,
+                                   &slack, why, sizeof(why)))
             continue;
-        uint64_t slack = 0;
-        for (uint32_t k = 0; k < w->n; k++)
-            for (uint32_t r = 0; r < n->n_whole; r++)
-                if (strcmp(n->whole[r].resource, w->r[k].resource) == 0)
-                    slack += n->whole[r].healthy - held[i][r] - w->r[k].count;
         if (slack < best_slack) {
             best = (long)i;
             best_slack = slack;

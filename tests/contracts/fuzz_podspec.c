@@ -35,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char why[256];
         struct gv_podspec_whole res = {"nvidia.com/mig-1g.10gb", 2, 3, 2};
         uint32_t held = 1;
-        gv_podspec_whole_fits(&res, 1, &held, &w, NULL, NULL, why, sizeof(why));
+        gv_podspec_whole_fits(&res, 1, &held, &w, NULL, NULL, NULL, why, sizeof(why));
     }
     json_decref(pod);
     return 0;

@@ -234,20 +234,26 @@ static void test_whole_fits(void **state)
     char why[256] = "";
     snprintf(r.r[0].resource, sizeof(r.r[0].resource), "nvidia.com/mig-1g.10gb");
     r.r[0].count = 1;
-    assert_true(gv_podspec_whole_fits(res, 2, held, &r, NULL, NULL, why, sizeof(why)));
+    uint64_t slack = 99;
+    assert_true(gv_podspec_whole_fits(res, 2, held, &r, NULL, NULL, &slack, why, sizeof(why)));
+    assert_int_equal(slack, 0); /* 2 healthy - 1 held - 1 asked */
+    held[0] = 0;
+    assert_true(gv_podspec_whole_fits(res, 2, held, &r, NULL, NULL, &slack, why, sizeof(why)));
+    assert_int_equal(slack, 1);
+    held[0] = 1;
     r.r[0].count = 2;
-    assert_false(gv_podspec_whole_fits(res, 2, held, &r, NULL, NULL, why, sizeof(why)));
+    assert_false(gv_podspec_whole_fits(res, 2, held, &r, NULL, NULL, NULL, why, sizeof(why)));
     assert_string_equal(why, "nvidia.com/mig-1g.10gb: 1 free of 2 healthy (3 listed), pod asks 2");
     /* a node without the name: refused for MIG names and names some node lists, */
     snprintf(r.r[0].resource, sizeof(r.r[0].resource), "nvidia.com/mig-7g.80gb");
     r.r[0].count = 1;
-    assert_false(gv_podspec_whole_fits(res, 0, NULL, &r, NULL, NULL, why, sizeof(why)));
+    assert_false(gv_podspec_whole_fits(res, 0, NULL, &r, NULL, NULL, NULL, why, sizeof(why)));
     assert_string_equal(why, "node has no nvidia.com/mig-7g.80gb devices");
     snprintf(r.r[0].resource, sizeof(r.r[0].resource), "nvidia.com/TU104GL_Tesla_T4");
     assert_false(gv_podspec_whole_fits(res, 2, held, &r, known, "nvidia.com/TU104GL_Tesla_T4",
-                                       why, sizeof(why)));
+                                       NULL, why, sizeof(why)));
     /* other extended resources are kube-scheduler's to check */
-    assert_true(gv_podspec_whole_fits(res, 2, held, &r, known, "x", why, sizeof(why)));
+    assert_true(gv_podspec_whole_fits(res, 2, held, &r, known, "x", NULL, why, sizeof(why)));
 }
 
 int main(void)
