@@ -149,11 +149,43 @@ void gv_sim_report_table(const struct gv_sim_report *r, const char *title, struc
                           "lower bound: capacity per GPU model set, CPU, memory",
                           bm, sqrt(bsq / div));
     }
+    if (r->topology) {
+        gv_sim_buf_printf(b, "\nmulti-GPU containers on nodes with a known interconnect "
+                             "(mean per seed; %% of them)\n");
+        gv_sim_buf_printf(b, "%-8s %12s %18s %16s %9s %14s\n", "policy", "containers",
+                          "one NVLink island", "one PCIe switch", "spanning", "tightest set");
+        for (uint32_t p = 0; p < r->n_policies; p++) {
+            double n = 0, nv = 0, pc = 0, sp = 0, ti = 0;
+            for (uint32_t s = 0; s < r->n_seeds; s++) {
+                const struct gv_sim_curve *c = curve(r, p, s);
+                n += (double)c->multi_gpu;
+                nv += (double)c->multi_nvlink;
+                pc += (double)c->multi_pcie;
+                sp += (double)c->multi_spanning;
+                ti += (double)c->multi_tight;
+            }
+            double d = n > 0 ? n : 1;
+            gv_sim_buf_printf(b, "%-8s %12.1f %17.1f%% %15.1f%% %8.1f%% %13.1f%%\n",
+                              gv_alloc_policy_name(r->policies[p]), n / r->n_seeds,
+                              100.0 * nv / d, 100.0 * pc / d, 100.0 * sp / d, 100.0 * ti / d);
+        }
+    }
     uint32_t hp = headline_policy(r);
     double m, sd;
     gv_sim_headline(r, hp, &m, &sd);
-    gv_sim_buf_printf(b, "\nunallocated_pct_at_100 policy=%s mean=%.2f sd=%.2f seeds=%u\n",
-                      gv_alloc_policy_name(r->policies[hp]), m, sd, r->n_seeds);
+    if (r->topology) {
+        double n = 0, ti = 0;
+        for (uint32_t s = 0; s < r->n_seeds; s++) {
+            n += (double)curve(r, hp, s)->multi_gpu;
+            ti += (double)curve(r, hp, s)->multi_tight;
+        }
+        gv_sim_buf_printf(b, "\nmulti_gpu_tightest_set_pct policy=%s pct=%.1f containers=%.1f\n",
+                          gv_alloc_policy_name(r->policies[hp]), n > 0 ? 100.0 * ti / n : 0.0,
+                          n / r->n_seeds);
+    }
+    gv_sim_buf_printf(b, "%sunallocated_pct_at_100 policy=%s mean=%.2f sd=%.2f seeds=%u\n",
+                      r->topology ? "" : "\n", gv_alloc_policy_name(r->policies[hp]), m, sd,
+                      r->n_seeds);
 }
 
 void gv_sim_report_csv(const struct gv_sim_report *r, struct gv_sim_buf *b)

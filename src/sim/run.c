@@ -171,6 +171,110 @@ static void whole_free(uint32_t **held, size_t n)
     free(held);
 }
 
+/* The nodes sorted by name, to find a decision's node (topology only). */
+struct named {
+    const char *name;
+    const struct sim_node *node;
+};
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(((const struct named *)a)->name, ((const struct named *)b)->name);
+}
+
+static const struct sim_node *node_named(const struct gv_sim_trace *t, const struct named *sorted,
+                                         const char *name)
+{
+    size_t lo = 0, hi = t->n_nodes;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(sorted[mid].name, name);
+        if (c == 0)
+            return sorted[mid].node;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+/* Distinct groups among the GPUs gi[0..k) (group 0 = a group of its own). */
+static uint32_t groups_touched(const uint16_t *grp, const uint32_t *gi, uint32_t k)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < k; i++) {
+        bool seen = false;
+        for (uint32_t j = 0; j < i && !seen; j++)
+            seen = grp[gi[i]] != 0 && grp[gi[j]] == grp[gi[i]];
+        n += !seen;
+    }
+    return n;
+}
+
+/* The fewest groups of the node's layout that hold k GPUs (largest first). */
+static uint32_t groups_needed(const uint16_t *grp, uint32_t n_gpus, uint32_t k)
+{
+    uint32_t size[GV_ALLOC_MAX_NODE_GPUS], n = 0;
+    for (uint32_t g = 0; g < n_gpus; g++) {
+        bool seen = false;
+        for (uint32_t h = 0; h < g && !seen; h++)
+            seen = grp[g] != 0 && grp[h] == grp[g];
+        if (seen)
+            continue;
+        size[n] = 1;
+        for (uint32_t h = g + 1; grp[g] != 0 && h < n_gpus; h++)
+            size[n] += grp[h] == grp[g];
+        n++;
+    }
+    uint32_t used = 0, have = 0;
+    while (have < k && used < n) {
+        uint32_t best = used;
+        for (uint32_t i = used + 1; i < n; i++)
+            if (size[i] > size[best])
+                best = i;
+        uint32_t x = size[best];
+        size[best] = size[used];
+        size[used++] = x;
+        have += x;
+    }
+    return used;
+}
+
+/* Counts how the GPUs of each multi-GPU container of a are joined. */
+static void count_links(const struct gv_sim_trace *t, const struct named *sorted,
+                        const struct gv_alloc_assignment *a, struct gv_sim_curve *out)
+{
+    const struct sim_node *n = node_named(t, sorted, a->node);
+    if (n == NULL || !n->links)
+        return;
+    uint32_t ng = (uint32_t)n->spec.n_gpus;
+    for (uint32_t i = 0; i < a->n_containers; i++) {
+        const struct gv_alloc_container_assign *ca = &a->containers[i];
+        uint32_t gi[GV_ALLOC_MAX_DEVICES], k = 0;
+        for (uint32_t d = 0; d < ca->n_devices; d++) {
+            uint32_t g = 0;
+            while (g < ng && strcmp(n->spec.gpus[g].uuid, ca->devices[d].uuid) != 0)
+                g++;
+            if (g < ng)
+                gi[k++] = g;
+        }
+        if (k < 2)
+            continue;
+        uint32_t nv = groups_touched(n->nvlink, gi, k), pc = groups_touched(n->pcie, gi, k);
+        bool one_nv = nv == 1 && n->nvlink[gi[0]] != 0, one_pc = pc == 1 && n->pcie[gi[0]] != 0;
+        out->multi_gpu++;
+        if (one_nv)
+            out->multi_nvlink++;
+        else if (one_pc)
+            out->multi_pcie++;
+        else
+            out->multi_spanning++;
+        if (nv == groups_needed(n->nvlink, ng, k) && pc == groups_needed(n->pcie, ng, k))
+            out->multi_tight++;
+    }
+}
+
 gv_status gv_sim_run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint64_t seed,
                      double inflate, struct gv_sim_curve *out, struct gv_error *err)
 {
@@ -209,6 +313,7 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
     out->placement_hash = UINT64_C(0xcbf29ce484222325);
     struct gv_alloc_cluster *c = NULL;
     struct sim_arrivals arr = {0};
+    struct named *sorted = NULL;
     struct gv_alloc_assignment *a = malloc(sizeof(*a));
     uint32_t **held = calloc(t->n_nodes + 1, sizeof(*held));
     out->n = (uint32_t)floor(inflate * 100.0 + 1e-9) + 1;
@@ -225,9 +330,31 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
     }
     if ((rc = gv_alloc_cluster_new(&cfg, &c, err)) != GV_OK)
         goto fail;
-    for (size_t i = 0; i < t->n_nodes; i++)
-        if ((rc = gv_alloc_node_upsert(c, &t->nodes[i].spec, err)) != GV_OK)
+    bool topology = gv_sim_trace_has_topology(t);
+    for (size_t i = 0; i < t->n_nodes; i++) {
+        const struct sim_node *n = &t->nodes[i];
+        if ((rc = gv_alloc_node_upsert(c, &n->spec, err)) != GV_OK)
             goto fail;
+        if (n->links) {
+            uint32_t nv[GV_ALLOC_MAX_NODE_GPUS], pc[GV_ALLOC_MAX_NODE_GPUS];
+            for (size_t g = 0; g < n->spec.n_gpus; g++) {
+                nv[g] = n->nvlink[g];
+                pc[g] = n->pcie[g];
+            }
+            if ((rc = gv_alloc_node_set_links(c, n->spec.name, nv, pc, n->spec.n_gpus, err)) !=
+                GV_OK)
+                goto fail;
+        }
+    }
+    if (topology) {
+        if ((sorted = malloc(t->n_nodes * sizeof(*sorted))) == NULL) {
+            rc = gv_error_set(err, GV_ENOMEM, "out of memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < t->n_nodes; i++)
+            sorted[i] = (struct named){t->nodes[i].spec.name, &t->nodes[i]};
+        qsort(sorted, t->n_nodes, sizeof(*sorted), by_name);
+    }
     if ((rc = sim_arrivals_init(&arr, t, seed, err)) != GV_OK)
         goto fail;
     double target = inflate * (double)cap;
@@ -264,6 +391,8 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
                 out->placed++;
                 allocated += milli;
                 out->placement_hash = hash_decision(out->placement_hash, k, a);
+                if (sorted != NULL)
+                    count_links(t, sorted, a, out);
             } else {
                 out->failed++;
             }
@@ -281,12 +410,14 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
     gv_alloc_cluster_free(c);
     sim_arrivals_fini(&arr);
     whole_free(held, t->n_nodes);
+    free(sorted);
     free(a);
     return GV_OK;
 fail:
     whole_free(held, t->n_nodes);
     gv_alloc_cluster_free(c);
     sim_arrivals_fini(&arr);
+    free(sorted);
     free(a);
     gv_sim_curve_free(out);
     return rc;

@@ -10,6 +10,10 @@ struct sim_node {
     /* whole devices (MIG, passthrough, mdev) per resource, placed by count */
     struct gv_podspec_whole *whole;
     uint32_t n_whole;
+    /* interconnect groups per GPU index (gv_alloc_node_set_links): 0 = none;
+     * all zero when the node has no topology */
+    uint16_t nvlink[GV_ALLOC_MAX_NODE_GPUS], pcie[GV_ALLOC_MAX_NODE_GPUS];
+    bool links;
 };
 
 struct gv_sim_trace {
@@ -37,6 +41,9 @@ gv_status sim_add_whole_pod(struct gv_sim_trace *t, struct gv_alloc_request *r,
 bool sim_whole_known(const struct gv_sim_trace *t, const char *name);
 /* Pods asking whole devices. */
 size_t sim_whole_pods(const struct gv_sim_trace *t);
+/* Sets node i's interconnect groups (n entries, NULL arrays = none). */
+gv_status sim_node_set_links(struct gv_sim_trace *t, size_t i, const uint32_t *nvlink,
+                             const uint32_t *pcie, size_t n, struct gv_error *err);
 /* Frees every node and pod (the trace becomes empty). */
 void sim_trace_clear(struct gv_sim_trace *t);
 /* GPU request of a pod in milli (GPUs x share). */

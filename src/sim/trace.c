@@ -145,6 +145,95 @@ gv_status sim_add_node(struct gv_sim_trace *t, const char *name, int64_t cpu, in
     return sim_add_node_spec(t, &spec, err);
 }
 
+gv_status sim_node_set_links(struct gv_sim_trace *t, size_t i, const uint32_t *nvlink,
+                             const uint32_t *pcie, size_t n, struct gv_error *err)
+{
+    struct sim_node *nd = &t->nodes[i];
+    if (n != nd->spec.n_gpus)
+        return gv_error_set(err, GV_EINVAL, "node %s: %zu link entries for %zu GPUs",
+                            nd->spec.name, n, nd->spec.n_gpus);
+    for (size_t g = 0; g < n; g++)
+        if ((nvlink != NULL && nvlink[g] > UINT16_MAX) || (pcie != NULL && pcie[g] > UINT16_MAX))
+            return gv_error_set(err, GV_ERANGE, "node %s: GPU %zu: group id out of range",
+                                nd->spec.name, g);
+    bool any = false;
+    for (size_t g = 0; g < n; g++) {
+        nd->nvlink[g] = (uint16_t)(nvlink != NULL ? nvlink[g] : 0);
+        nd->pcie[g] = (uint16_t)(pcie != NULL ? pcie[g] : 0);
+        any = any || nd->nvlink[g] != 0 || nd->pcie[g] != 0;
+    }
+    nd->links = any;
+    return GV_OK;
+}
+
+static bool parse_group(const char *v, size_t len, uint32_t *out)
+{
+    if (len == 0 || len > 3)
+        return false;
+    uint32_t x = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return false;
+        x = x * 10 + (uint32_t)(v[i] - '0');
+    }
+    if (x > GV_ALLOC_MAX_NODE_GPUS)
+        return false;
+    *out = x;
+    return true;
+}
+
+gv_status gv_sim_set_topology(struct gv_sim_trace *t, const char *spec, struct gv_error *err)
+{
+    uint32_t nv = 0, pc = 0;
+    bool seen_nv = false, seen_pc = false;
+    for (const char *p = spec; *p != '\0';) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        size_t klen = eq ? (size_t)(eq - p) : len;
+        bool *seen = NULL;
+        uint32_t *dst = NULL;
+        if (klen == 6 && strncmp(p, "nvlink", 6) == 0)
+            seen = &seen_nv, dst = &nv;
+        else if (klen == 4 && strncmp(p, "pcie", 4) == 0)
+            seen = &seen_pc, dst = &pc;
+        if (seen == NULL || eq == NULL || *seen ||
+            !parse_group(eq + 1, len - klen - 1, dst))
+            return gv_error_set(err, GV_EINVAL,
+                                "topology \"%.80s\": want nvlink=N,pcie=M with N, M in 0..%d, "
+                                "each at most once (e.g. nvlink=2,pcie=4)",
+                                spec, GV_ALLOC_MAX_NODE_GPUS);
+        *seen = true;
+        p += len + (end != NULL);
+        if (end != NULL && *p == '\0')
+            return gv_error_set(err, GV_EINVAL, "topology \"%.80s\": trailing comma", spec);
+    }
+    if (!seen_nv && !seen_pc)
+        return gv_error_set(err, GV_EINVAL, "topology \"%.80s\": empty (e.g. nvlink=2,pcie=4)",
+                            spec);
+    for (size_t i = 0; i < t->n_nodes; i++) {
+        struct sim_node *nd = &t->nodes[i];
+        if (nd->links)
+            continue; /* the agent's own inventory wins */
+        bool any = false;
+        for (size_t g = 0; g < nd->spec.n_gpus; g++) {
+            nd->nvlink[g] = (uint16_t)(nv > 1 ? 1 + g / nv * nv : 0);
+            nd->pcie[g] = (uint16_t)(pc > 1 ? 1 + g / pc * pc : 0);
+            any = any || nd->nvlink[g] != 0 || nd->pcie[g] != 0;
+        }
+        nd->links = any;
+    }
+    return GV_OK;
+}
+
+bool gv_sim_trace_has_topology(const struct gv_sim_trace *t)
+{
+    for (size_t i = 0; i < t->n_nodes; i++)
+        if (t->nodes[i].links)
+            return true;
+    return false;
+}
+
 gv_status sim_add_pod(struct gv_sim_trace *t, struct gv_alloc_request *r, struct gv_error *err)
 {
     if (t->n_pods == t->cap_pods) {
@@ -636,6 +725,9 @@ static gv_status k8s_add_nodes(struct gv_sim_trace *tmp, const char *name, json_
                 memcpy(sn->whole, n->whole, n->n_whole_res * sizeof(*sn->whole));
             sn->n_whole = sn->whole ? n->n_whole_res : 0;
         }
+        if (rc == GV_OK && (n->nvlink_group != NULL || n->pcie_group != NULL))
+            rc = sim_node_set_links(tmp, tmp->n_nodes - 1, n->nvlink_group, n->pcie_group,
+                                    n->spec.n_gpus, err);
         gv_podspec_node_free(n);
     }
     return rc;
