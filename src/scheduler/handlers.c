@@ -825,13 +825,28 @@ static void webhook_limits(void *ud, struct gv_webhook_limits *out)
     pthread_mutex_unlock(&s->lock);
 }
 
+/* A node lists the resource as a whole device (webhook routing). */
+static bool webhook_whole(void *ud, const char *resource)
+{
+    struct gv_sched *s = ud;
+    struct gv_podspec_whole_req req = {.n = 1};
+    snprintf(req.r[0].resource, sizeof(req.r[0].resource), "%s", resource);
+    req.r[0].count = 1;
+    pthread_mutex_lock(&s->lock);
+    bool whole = gv_sched_whole_wanted(s, &req);
+    pthread_mutex_unlock(&s->lock);
+    return whole;
+}
+
 static void handle_mutate(void *ctx, const struct gv_http_request *hreq,
                           struct gv_http_response *resp)
 {
     struct gv_sched *s = ctx;
-    struct gv_webhook_env env = {&s->cfg.alloc, s->cfg.scheduler_name, webhook_limits, s,
+    struct gv_webhook_env env = {&s->cfg.alloc,   s->cfg.scheduler_name,
+                                 webhook_limits,  s,
                                  &s->cfg.admission, s->cfg.runtime_class,
-                                 s->cfg.hide_gpus_from_others, gv_sched_quota_webhook};
+                                 s->cfg.hide_gpus_from_others, gv_sched_quota_webhook,
+                                 webhook_whole};
     struct gv_error err = {0};
     char *out = NULL;
     if (gv_webhook_review(&env, hreq->body, hreq->body_len, &out, &err) != GV_OK) {
