@@ -252,4 +252,12 @@ struct gv_plugin_device;
 const struct gv_plugin_device *gv_mode_adv_devices(const struct gv_mode_adv *adv, size_t i,
                                                    size_t *n);
 
+/*
+ * MIG devices advertised bare (one device each) as "wholeDevices" entries
+ * of kind mig, appended to inv (src/node/mig_inventory.c): resource and
+ * health as advertised in adv, parent GPU from gpus.
+ */
+void gv_mode_mig_inventory(const struct gv_mode_adv *adv, const struct gv_gpu *gpus, size_t n,
+                           struct gv_inventory *inv);
+
 #endif
