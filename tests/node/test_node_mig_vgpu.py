@@ -75,6 +75,9 @@ def scenario_vgpu_in_mig():
                                     for u in migs) and mems == [9984, 20224],
              "inventory (fake API server): one vgpu GPU entry per MIG device, uuid = MIG uuid, memory = the "
              "instance's (20224 / 9984 MiB); the parent GPU's entry replaced", gs)
+        whole = [w["id"] for w in inventory(env).get("wholeDevices", [])]
+        t.ok(not (set(whole) & set(migs)),
+             "inventory: MIG devices served as slices are not also whole devices (kind mig)", whole)
         t.ok(gvtest.wait_for(lambda: labels(env).get("nvidia.com/gpu.count") == "2", 10),
              "GFD gpu.count still counts physical GPUs (2), not MIG entries", labels(env))
 
