@@ -14,6 +14,7 @@
  * Figures on stdout; progress on stderr.
  */
 #include <inttypes.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -29,6 +30,8 @@
 #include "bench/bench_proc.h"
 #include "common/gv_log.h"
 #include "kube/gv_kube.h"
+#include "scheduler/gv_httpd.h"
+#include "scheduler/gv_scheduler.h"
 #include "tests/scheduler/sched_testlib.h"
 
 #define GPUS_PER_NODE 8
@@ -399,10 +402,171 @@ static int part2(const char *api, struct gv_kube_client *c, const char *dir, con
     return chosen == N_FILTERS ? 0 : 1;
 }
 
+/* ---- part 4: the same filter in-process, timed per request -------------- */
+
+/* The filter route's histogram sum, seconds, read from the server itself
+ * (no /metrics scrape of 400,000 GPU series between two filters). */
+static double route_sum(struct gv_httpd *h)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (f == NULL)
+        return -1;
+    gv_httpd_write_metrics(h, f);
+    fclose(f);
+    double v = -1;
+    const char *key = "gpuvisor_http_request_duration_seconds_sum{server=\"extender\","
+                      "path=\"/gpuvisor/filter\"} ";
+    const char *p = text ? strstr(text, key) : NULL;
+    if (p != NULL)
+        v = strtod(p + strlen(key), NULL);
+    free(text);
+    return v;
+}
+
+static size_t heap_bytes(void)
+{
+    struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
+}
+
+/*
+ * The scheduler library (the daemon's code: same handlers, same HTTP server,
+ * same malloc settings as main.c) in a child process fed n nodes directly,
+ * without the API stand-in: per-request server-side latency (the route
+ * histogram's sum read before and after each filter, so p99 is exact, not a
+ * bucket bound) and the heap the scheduler keeps per node.
+ */
+static int part_inproc(const char *policy, int n_nodes)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0)
+        return 1;
+    if (pid > 0) {
+        int status = 0;
+        waitpid(pid, &status, 0);
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    }
+    mallopt(M_ARENA_MAX, 1);
+    mallopt(M_MMAP_THRESHOLD, 128 << 10);
+    mallopt(M_TRIM_THRESHOLD, 256 << 10);
+    char cfg_text[256];
+    snprintf(cfg_text, sizeof(cfg_text),
+             "{\"nodePolicy\":\"%s\",\"gpuPolicy\":\"binpack\",\"reservationTimeoutSeconds\":600,"
+             "\"insecureUnsignedPlacements\":true}",
+             policy);
+    struct gv_sched_config cfg;
+    struct gv_sched *s = NULL;
+    struct gv_httpd *h = NULL;
+    struct gv_error err = {0};
+    if (gv_sched_config_default(&cfg, &err) != GV_OK ||
+        gv_sched_config_parse(cfg_text, strlen(cfg_text), &cfg, &err) != GV_OK) {
+        fprintf(stderr, "config: %s\n", err.msg);
+        _exit(1);
+    }
+    malloc_trim(0);
+    size_t heap0 = heap_bytes();
+    long rss0 = bench_rss_kib(0);
+    if (gv_sched_new(&cfg, NULL, &s, &err) != GV_OK) {
+        fprintf(stderr, "gv_sched_new: %s\n", err.msg);
+        _exit(1);
+    }
+    struct gpu_desc g[GPUS_PER_NODE];
+    for (int i = 0; i < GPUS_PER_NODE; i++)
+        g[i] = (struct gpu_desc){"NVIDIA A100-SXM4-80GB", GPU_MIB, SPLIT};
+    /* The inventory text is what the daemon parses; only this process's
+     * copies of it are freed again before the heap is read. */
+    for (int i = 0; i < n_nodes; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "node-%04d", i);
+        char *inv = st_inventory(name, g, GPUS_PER_NODE, true);
+        json_t *n = st_node(name, inv, 0);
+        gv_sched_node_update(s, n);
+        json_decref(n);
+        free(inv);
+    }
+    malloc_trim(0);
+    size_t heap1 = heap_bytes();
+    long rss1 = bench_rss_kib(0);
+    struct gv_httpd_options o = {.name = "extender", .address = "127.0.0.1", .max_body = 64u << 20,
+                                 .max_connections = 64};
+    if (gv_httpd_new(&o, &h, &err) != GV_OK || gv_sched_serve_extender(s, h, "/gpuvisor", &err) != GV_OK ||
+        gv_httpd_start(h, &err) != GV_OK) {
+        fprintf(stderr, "extender: %s\n", err.msg);
+        _exit(1);
+    }
+    char url[128];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/gpuvisor/filter", gv_httpd_port(h));
+    json_t *jn = json_array();
+    for (int i = 0; i < n_nodes; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "node-%04d", i);
+        json_array_append_new(jn, json_string(name));
+    }
+    char *names_text = json_dumps(jn, JSON_COMPACT);
+    json_decref(jn);
+    size_t cap = strlen(names_text) + 1024;
+    char *body = malloc(cap);
+    double srv[N_FILTERS];
+    int chosen = 0;
+    double before = route_sum(h);
+    for (int i = 0; i < N_FILTERS; i++) {
+        snprintf(body, cap,
+                 "{\"Pod\":{\"metadata\":{\"name\":\"b%d\",\"namespace\":\"default\","
+                 "\"uid\":\"inproc-%s-%d\",\"resourceVersion\":\"1\"},\"spec\":{\"schedulerName\":"
+                 "\"gpuvisor-scheduler\",\"containers\":[{\"name\":\"main\",\"resources\":{"
+                 "\"limits\":{\"nvidia.com/gpumem\":\"10000\",\"nvidia.com/gpucores\":\"20\"}}}]}},"
+                 "\"Nodes\":null,\"NodeNames\":%s}",
+                 i, policy, i, names_text);
+        char *out = NULL;
+        long code = st_http("POST", url, body, &out);
+        double after = route_sum(h);
+        srv[i] = after - before;
+        before = after;
+        json_t *r = code == 200 && out ? json_loads(out, 0, NULL) : NULL;
+        if (r != NULL && st_chosen(r) != NULL)
+            chosen++;
+        else if (chosen == i)
+            fprintf(stderr, "filter %d: HTTP %ld: %.300s\n", i, code, out ? out : "");
+        json_decref(r);
+        free(out);
+    }
+    free(body);
+    free(names_text);
+    double mean = 0;
+    for (int i = 0; i < N_FILTERS; i++)
+        mean += srv[i] / N_FILTERS;
+    qsort(srv, N_FILTERS, sizeof(srv[0]), cmp_double);
+    printf("filter in-process with %d candidate nodes (%d GPUs), node policy %s, %d sequential "
+           "filters (scheduler library in a process of its own, nodes fed without the API "
+           "stand-in):\n",
+           n_nodes, n_nodes * GPUS_PER_NODE, policy, N_FILTERS);
+    printf("  placed:  %d of %d\n", chosen, N_FILTERS);
+    printf("  server-side p50 %.2f ms, p99 %.2f ms, max %.2f ms, mean %.2f ms (route histogram "
+           "sum read before and after each filter)\n",
+           srv[N_FILTERS / 2] * 1e3, srv[N_FILTERS * 99 / 100] * 1e3, srv[N_FILTERS - 1] * 1e3,
+           mean * 1e3);
+    printf("  memory per node: %.0f bytes of heap (scheduler tables + engine), %.0f bytes of "
+           "RSS (%.1f MiB -> %.1f MiB for %d nodes)\n",
+           (double)(heap1 - heap0) / n_nodes, (double)(rss1 - rss0) * 1024.0 / n_nodes,
+           rss0 / 1024.0, rss1 / 1024.0, n_nodes);
+    fflush(stdout);
+    gv_httpd_free(h);
+    gv_sched_free(s);
+    gv_sched_config_clear(&cfg);
+    _exit(chosen == N_FILTERS ? 0 : 1);
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     gv_log_init("bench", GV_LOG_ERROR);
+    /* BENCH_SCHED_ONLY=inproc: the in-process parts alone (profiling). */
+    const char *only = getenv("BENCH_SCHED_ONLY");
+    if (only != NULL && strcmp(only, "inproc") == 0)
+        return part_inproc("fgd", BIG_NODES) | part_inproc("fgd", HUGE_NODES);
     char dir[] = "/tmp/gv-bench-sched.XXXXXX";
     if (mkdtemp(dir) == NULL)
         return 1;
@@ -419,7 +583,6 @@ int main(void)
     gv_kube_config_free(kc);
     int rc = 0;
     /* BENCH_SCHED_ONLY=huge runs the 50,000-node part alone (profiling). */
-    const char *only = getenv("BENCH_SCHED_ONLY");
     bool all = only == NULL || strcmp(only, "huge") != 0;
     int have = 0;
     if (all) {
@@ -429,6 +592,10 @@ int main(void)
         have = BIG_NODES;
     }
     rc |= part2(fa.url, c, dir, "fgd", HUGE_NODES, have);
+    if (all) {
+        rc |= part_inproc("fgd", BIG_NODES);
+        rc |= part_inproc("fgd", HUGE_NODES);
+    }
     gv_kube_client_free(c);
     fake_apiserver_stop(&fa);
     char cmd[128];

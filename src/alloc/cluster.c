@@ -272,8 +272,10 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
     uint32_t idx = strmap_get(&c->node_map, s->name);
     struct node *n;
     if (idx == UINT32_MAX) {
-        /* reuse a free slot to keep the array dense */
-        for (idx = 0; idx < c->n_nodes && c->nodes[idx].name != NULL; idx++)
+        /* reuse a free slot to keep the array dense (only when there is
+         * one: scanning for none made adding n nodes O(n^2)) */
+        idx = c->live_nodes < c->n_nodes ? 0 : c->n_nodes;
+        for (; idx < c->n_nodes && c->nodes[idx].name != NULL; idx++)
             ;
         if (idx == c->n_nodes) {
             if (c->n_nodes == c->cap_nodes) {

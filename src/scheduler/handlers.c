@@ -106,12 +106,16 @@ static void classify_candidates(struct filter_ctx *f)
             s->nodes[i]->filter_stamp = 0;
         s->filter_stamp = 1;
     }
-    /* found in one batch (gv_sched_nodes_find); one at a time without memory */
-    struct snode **found = malloc((f->args.n_names ? f->args.n_names : 1) * sizeof(*found));
-    if (found != NULL)
-        gv_sched_nodes_find(s, f->args.names, f->args.n_names, found);
+    /* Looked up in batches (gv_sched_nodes_find overlaps their cache
+     * misses) small enough that each record is still in cache when it is
+     * checked and stamped below, and that need no allocation. */
+    struct snode *found[256];
     for (size_t i = 0; i < f->args.n_names; i++) {
-        struct snode *n = found != NULL ? found[i] : gv_sched_node_find(s, f->args.names[i]);
+        if (i % 256 == 0) {
+            size_t m = f->args.n_names - i < 256 ? f->args.n_names - i : 256;
+            gv_sched_nodes_find(s, f->args.names + i, m, found);
+        }
+        struct snode *n = found[i % 256];
         char buf[256];
         const char *why = gv_sched_node_unusable(s, n, now, buf, sizeof(buf));
         if (why == NULL) {
@@ -134,7 +138,6 @@ static void classify_candidates(struct filter_ctx *f)
             n->stale_logged = true;
         }
     }
-    free(found);
 }
 
 /* Per-node engine reasons for every usable candidate (lock held). */
