@@ -38,20 +38,9 @@ gv_status gv_alloc_cluster_new(const struct gv_alloc_config *cfg, struct gv_allo
     return GV_OK;
 }
 
-static void labels_free(char **keys, char **vals, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        free(keys != NULL ? keys[i] : NULL);
-        free(vals != NULL ? vals[i] : NULL);
-    }
-    free(keys);
-    free(vals);
-}
-
 static void node_clear(struct node *n)
 {
     free(n->name);
-    labels_free(n->label_keys, n->label_vals, n->n_labels);
     free(n->gpus);
     free(n->prof_cnt);
     free(n->prof_frag);
@@ -74,6 +63,9 @@ void gv_alloc_cluster_free(struct gv_alloc_cluster *c)
     for (uint32_t i = 0; i < c->n_models; i++)
         free(c->models[i]);
     free(c->models);
+    for (uint32_t i = 0; i < c->n_model_names; i++)
+        free(c->model_names[i]);
+    free(c->model_names);
     fgd_free_shapes(c);
     free(c->memo);
     index_free(c);
@@ -106,6 +98,34 @@ gv_status alloc_model_intern(struct gv_alloc_cluster *c, const char *model, uint
     if (c->models[c->n_models] == NULL)
         return gv_error_set(err, GV_ENOMEM, "out of memory");
     *id = c->n_models++;
+    return GV_OK;
+}
+
+/* The model text as given, interned (few distinct models in a cluster);
+ * kept until the cluster is freed. */
+static gv_status model_name_intern(struct gv_alloc_cluster *c, const char *model, uint16_t *id,
+                                   struct gv_error *err)
+{
+    for (uint32_t i = 0; i < c->n_model_names; i++) {
+        if (strcmp(c->model_names[i], model) == 0) {
+            *id = (uint16_t)i;
+            return GV_OK;
+        }
+    }
+    if (c->n_model_names > UINT16_MAX)
+        return gv_error_set(err, GV_ERANGE, "more than %u distinct GPU models",
+                            (unsigned)UINT16_MAX + 1);
+    if (c->n_model_names == c->model_names_cap) {
+        uint32_t ncap = c->model_names_cap ? c->model_names_cap * 2 : 8;
+        char **nm = realloc(c->model_names, ncap * sizeof(*nm));
+        if (nm == NULL)
+            return gv_error_set(err, GV_ENOMEM, "out of memory");
+        c->model_names = nm;
+        c->model_names_cap = ncap;
+    }
+    if ((c->model_names[c->n_model_names] = strdup(model)) == NULL)
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    *id = (uint16_t)c->n_model_names++;
     return GV_OK;
 }
 
@@ -223,51 +243,41 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
     gv_status rc = check_spec(s, err);
     if (rc != GV_OK)
         return rc;
-    /* One block: the GPU array, then their uuid and model strings (a model
-     * equal to the previous GPU's is shared: nodes are mostly uniform). */
+    /* One block: the GPU array, then their uuid strings (models are the
+     * cluster's, interned). */
     size_t n_slots = s->n_gpus ? s->n_gpus : 1, text = 0;
     for (size_t i = 0; i < s->n_gpus; i++)
-        text += strlen(s->gpus[i].uuid) + 1 +
-                (same_model(s, i) ? 0 : strlen(model_of(&s->gpus[i])) + 1);
+        text += strlen(s->gpus[i].uuid) + 1;
     struct gpu *gpus = calloc(1, n_slots * sizeof(*gpus) + text);
     char *strings = NULL;
-    char **lk = calloc(s->n_labels + 1, sizeof(*lk));
-    char **lv = calloc(s->n_labels + 1, sizeof(*lv));
+    /* The node's labels are not kept: nothing in the engine matches on
+     * them (node affinity is kube-scheduler's), and a real node's 30-odd
+     * labels (GFD's included) would cost kilobytes per node. */
     char *name = strdup(s->name);
-    if (gpus == NULL || lk == NULL || lv == NULL || name == NULL) {
+    if (gpus == NULL || name == NULL) {
         rc = gv_error_set(err, GV_ENOMEM, "out of memory");
         goto fail;
     }
     strings = (char *)(gpus + n_slots);
-    for (size_t i = 0; i < s->n_labels; i++) {
-        lk[i] = strdup(s->labels[i].key ? s->labels[i].key : "");
-        lv[i] = strdup(s->labels[i].value ? s->labels[i].value : "");
-        if (lk[i] == NULL || lv[i] == NULL) {
-            rc = gv_error_set(err, GV_ENOMEM, "out of memory");
-            goto fail;
-        }
-    }
     for (size_t i = 0; i < s->n_gpus; i++) {
         const struct gv_alloc_gpu_spec *gs = &s->gpus[i];
         struct gpu *g = &gpus[i];
         size_t ul = strlen(gs->uuid) + 1;
         g->uuid = memcpy(strings, gs->uuid, ul);
         strings += ul;
-        if (same_model(s, i)) {
-            g->model = gpus[i - 1].model;
-        } else {
-            size_t ml = strlen(model_of(gs)) + 1;
-            g->model = memcpy(strings, model_of(gs), ml);
-            strings += ml;
-        }
         g->index = gs->index;
         g->mem_mib = gs->mem_mib;
         g->split = gs->split ? gs->split : c->cfg.default_split;
         g->numa = gs->numa;
         g->healthy = gs->healthy;
         g->mode = gs->mode;
-        if ((rc = alloc_model_intern(c, g->model, &g->model_id, err)) != GV_OK)
+        if (same_model(s, i)) {
+            g->model_name = gpus[i - 1].model_name;
+            g->model_id = gpus[i - 1].model_id;
+        } else if ((rc = model_name_intern(c, model_of(gs), &g->model_name, err)) != GV_OK ||
+                   (rc = alloc_model_intern(c, model_of(gs), &g->model_id, err)) != GV_OK) {
             goto fail;
+        }
     }
     uint32_t idx = strmap_get(&c->node_map, s->name);
     struct node *n;
@@ -320,14 +330,10 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
         free(n->name);
         n->name = name;
         strmap_put(&c->node_map, name, idx); /* cannot grow: same count */
-        labels_free(n->label_keys, n->label_vals, n->n_labels);
         free(n->gpus);
     }
     n->cpu_cap = s->cpu_milli;
     n->mem_cap = s->mem_mib;
-    n->label_keys = lk;
-    n->label_vals = lv;
-    n->n_labels = s->n_labels;
     n->gpus = gpus;
     n->n_gpus = (uint32_t)s->n_gpus;
     for (struct pod *p = n->pods; p != NULL; p = p->next)
@@ -340,7 +346,6 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
     index_node_update(c, idx);
     return GV_OK;
 fail:
-    labels_free(lk, lv, lk != NULL && lv != NULL ? s->n_labels : 0);
     free(gpus);
     free(name);
     return rc;
