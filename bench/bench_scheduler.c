@@ -535,6 +535,8 @@ static int part_inproc(const char *policy, int n_nodes)
     }
     free(body);
     free(names_text);
+    malloc_trim(0);
+    size_t heap2 = heap_bytes();
     double mean = 0;
     for (int i = 0; i < N_FILTERS; i++)
         mean += srv[i] / N_FILTERS;
@@ -552,6 +554,8 @@ static int part_inproc(const char *policy, int n_nodes)
            "RSS (%.1f MiB -> %.1f MiB for %d nodes)\n",
            (double)(heap1 - heap0) / n_nodes, (double)(rss1 - rss0) * 1024.0 / n_nodes,
            rss0 / 1024.0, rss1 / 1024.0, n_nodes);
+    printf("  heap kept per reserved pod: %.0f bytes (%d reservations)\n",
+           ((double)heap2 - (double)heap1) / N_FILTERS, N_FILTERS);
     fflush(stdout);
     gv_httpd_free(h);
     gv_sched_free(s);

@@ -67,11 +67,11 @@ struct pod {
 struct node {
     char *name;      /* NULL for a free slot */
     int64_t cpu_cap, cpu_used, mem_cap, mem_used;
-    uint32_t n_gpus;
     struct gpu *gpus;
     struct pod *pods;
     uint64_t sig;    /* order-independent hash of the free-resource state */
     double free_share; /* sum of the GPUs' free shares (milli) */
+    uint32_t n_gpus; /* beside prof_gen: no padding (120 bytes a node, not 128) */
     /* FGD per-shape profile cache (see fgd.c) */
     uint32_t prof_gen;     /* shapes generation the profile was built for; 0 = stale */
     uint8_t *prof_cnt;     /* GPUs able to host the shape */
