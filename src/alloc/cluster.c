@@ -40,8 +40,7 @@ gv_status gv_alloc_cluster_new(const struct gv_alloc_config *cfg, struct gv_allo
 
 static void node_clear(struct node *n)
 {
-    free(n->name);
-    free(n->gpus);
+    free(n->gpus); /* the name too */
     free(n->prof_cnt);
     free(n->prof_frag);
     memset(n, 0, sizeof(*n));
@@ -243,9 +242,10 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
     gv_status rc = check_spec(s, err);
     if (rc != GV_OK)
         return rc;
-    /* One block: the GPU array, then their uuid strings (models are the
-     * cluster's, interned). */
-    size_t n_slots = s->n_gpus ? s->n_gpus : 1, text = 0;
+    /* One block: the GPU array, then their uuid strings, then the node's
+     * name (models are the cluster's, interned; a block of its own for the
+     * name cost ~20 bytes a node in malloc overhead). */
+    size_t n_slots = s->n_gpus ? s->n_gpus : 1, text = strlen(s->name) + 1;
     for (size_t i = 0; i < s->n_gpus; i++)
         text += strlen(s->gpus[i].uuid) + 1;
     struct gpu *gpus = calloc(1, n_slots * sizeof(*gpus) + text);
@@ -253,12 +253,13 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
     /* The node's labels are not kept: nothing in the engine matches on
      * them (node affinity is kube-scheduler's), and a real node's 30-odd
      * labels (GFD's included) would cost kilobytes per node. */
-    char *name = strdup(s->name);
-    if (gpus == NULL || name == NULL) {
+    if (gpus == NULL) {
         rc = gv_error_set(err, GV_ENOMEM, "out of memory");
         goto fail;
     }
     strings = (char *)(gpus + n_slots);
+    char *name = strings + text - (strlen(s->name) + 1);
+    memcpy(name, s->name, strlen(s->name) + 1);
     for (size_t i = 0; i < s->n_gpus; i++) {
         const struct gv_alloc_gpu_spec *gs = &s->gpus[i];
         struct gpu *g = &gpus[i];
@@ -326,8 +327,7 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
                         d->gpu = j;
             }
         }
-        strmap_del(&c->node_map, n->name);
-        free(n->name);
+        strmap_del(&c->node_map, n->name); /* the old name: in the old block, freed below */
         n->name = name;
         strmap_put(&c->node_map, name, idx); /* cannot grow: same count */
         free(n->gpus);
@@ -347,7 +347,6 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
     return GV_OK;
 fail:
     free(gpus);
-    free(name);
     return rc;
 }
 
