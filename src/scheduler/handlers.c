@@ -68,8 +68,8 @@ struct filter_ctx {
     struct gv_alloc_request *req;
     enum gv_ext_verdict *verdicts;
     char **reasons;
-    const char **usable; /* names of candidates with a live agent */
-    size_t *usable_idx;
+    const char **usable; /* names of candidates with a live agent (their records' copies) */
+    uint32_t *usable_idx; /* bodies are capped far below 2^32 names */
     size_t n_usable;
     uint32_t n_engine; /* distinct usable candidates the engine models */
 };
@@ -119,8 +119,10 @@ static void classify_candidates(struct filter_ctx *f)
         char buf[256];
         const char *why = gv_sched_node_unusable(s, n, now, buf, sizeof(buf));
         if (why == NULL) {
-            f->usable[f->n_usable] = f->args.names[i];
-            f->usable_idx[f->n_usable++] = i;
+            /* the record's copy of the name: one pointer per node, so the
+             * chosen node's candidates are found by address (below) */
+            f->usable[f->n_usable] = n->name;
+            f->usable_idx[f->n_usable++] = (uint32_t)i;
             if (n->stale_logged)
                 n->stale_logged = false;
             if (n->in_engine && n->filter_stamp != s->filter_stamp) {
@@ -228,9 +230,12 @@ static void filter_reserve(struct filter_ctx *f)
      * out without a reason: the pod is being scheduled, so kube-scheduler
      * never shows them, and 5,000 reason strings would cost more than the
      * placement itself. */
+    const struct snode *chosen = gv_sched_node_find(s, a->node);
     for (size_t j = 0; j < f->n_usable; j++)
         f->verdicts[f->usable_idx[j]] =
-            strcmp(f->usable[j], a->node) == 0 ? GV_EXT_FIT : GV_EXT_DROPPED;
+            (chosen != NULL ? f->usable[j] == chosen->name : strcmp(f->usable[j], a->node) == 0)
+                ? GV_EXT_FIT
+                : GV_EXT_DROPPED;
     gv_debug("filter: pod %s/%s reserved on %s: %s", meta(f->args.pod, "namespace"),
              meta(f->args.pod, "name"), a->node, enc);
     free(enc);
