@@ -190,6 +190,10 @@ void gv_sched_nodes_find(struct gv_sched *s, const char *const *names, size_t n,
                 k++;
             at[j] = k;
         }
+        /* request every record of the block before the first is read */
+        for (size_t j = 0; j < m; j++)
+            if (at[j] < s->n_nodes)
+                __builtin_prefetch(s->nodes[at[j]]->name);
         for (size_t j = 0; j < m; j++) {
             struct snode *found = NULL;
             if (at[j] == UINT32_MAX) {
