@@ -117,7 +117,8 @@ static void classify_candidates(struct filter_ctx *f)
         }
         struct snode *n = found[i % 256];
         char buf[256];
-        const char *why = gv_sched_node_unusable(s, n, now, buf, sizeof(buf));
+        const char *why =
+            gv_sched_node_usable(s, n, now) ? NULL : gv_sched_node_unusable(s, n, now, buf, sizeof(buf));
         if (why == NULL) {
             /* the record's copy of the name: one pointer per node, so the
              * chosen node's candidates are found by address (below) */

@@ -179,6 +179,7 @@ void gv_sched_node_delete(struct gv_sched *s, json_t *node)
     gv_info("node %s deleted", name);
 }
 
+/* Keep in step with gv_sched_node_usable (sched_internal.h). */
 const char *gv_sched_node_unusable(struct gv_sched *s, const struct snode *n, time_t now, char *buf,
                                    size_t cap)
 {

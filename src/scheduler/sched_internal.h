@@ -164,5 +164,12 @@ void gv_sched_format_time(const struct timespec *ts, char *buf, size_t cap);
  * static string or buf). */
 const char *gv_sched_node_unusable(struct gv_sched *s, const struct snode *n, time_t now, char *buf,
                                    size_t cap);
+/* The same test without the reason, inline for a filter's every candidate:
+ * true exactly when gv_sched_node_unusable returns NULL. */
+static inline bool gv_sched_node_usable(const struct gv_sched *s, const struct snode *n, time_t now)
+{
+    return n != NULL && n->state == NODE_OK && n->heartbeat != 0 &&
+           now - n->heartbeat <= s->cfg.heartbeat_timeout_s;
+}
 
 #endif
