@@ -71,6 +71,33 @@ void gv_alloc_cluster_free(struct gv_alloc_cluster *c)
     free(c);
 }
 
+/* Index of text in the string set (*v, *n, *cap), added if new; at most
+ * limit strings. */
+static gv_status intern(char ***v, uint32_t *n, uint32_t *cap, uint32_t limit, const char *text,
+                        uint32_t *id, struct gv_error *err)
+{
+    for (uint32_t i = 0; i < *n; i++) {
+        if (strcmp((*v)[i], text) == 0) {
+            *id = i;
+            return GV_OK;
+        }
+    }
+    if (*n >= limit)
+        return gv_error_set(err, GV_ERANGE, "more than %u distinct GPU models", limit);
+    if (*n == *cap) {
+        uint32_t ncap = *cap ? *cap * 2 : 8;
+        char **nv = realloc(*v, ncap * sizeof(*nv));
+        if (nv == NULL)
+            return gv_error_set(err, GV_ENOMEM, "out of memory");
+        *v = nv;
+        *cap = ncap;
+    }
+    if (((*v)[*n] = strdup(text)) == NULL)
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    *id = (*n)++;
+    return GV_OK;
+}
+
 gv_status alloc_model_intern(struct gv_alloc_cluster *c, const char *model, uint32_t *id,
                              struct gv_error *err)
 {
@@ -79,25 +106,7 @@ gv_status alloc_model_intern(struct gv_alloc_cluster *c, const char *model, uint
     for (; model[n] != '\0' && n + 1 < sizeof(low); n++)
         low[n] = (char)tolower((unsigned char)model[n]);
     low[n] = '\0';
-    for (uint32_t i = 0; i < c->n_models; i++) {
-        if (strcmp(c->models[i], low) == 0) {
-            *id = i;
-            return GV_OK;
-        }
-    }
-    if (c->n_models == c->model_cap) {
-        uint32_t ncap = c->model_cap ? c->model_cap * 2 : 8;
-        char **nm = realloc(c->models, ncap * sizeof(*nm));
-        if (nm == NULL)
-            return gv_error_set(err, GV_ENOMEM, "out of memory");
-        c->models = nm;
-        c->model_cap = ncap;
-    }
-    c->models[c->n_models] = strdup(low);
-    if (c->models[c->n_models] == NULL)
-        return gv_error_set(err, GV_ENOMEM, "out of memory");
-    *id = c->n_models++;
-    return GV_OK;
+    return intern(&c->models, &c->n_models, &c->model_cap, UINT32_MAX, low, id, err);
 }
 
 /* The model text as given, interned (few distinct models in a cluster);
@@ -105,27 +114,11 @@ gv_status alloc_model_intern(struct gv_alloc_cluster *c, const char *model, uint
 static gv_status model_name_intern(struct gv_alloc_cluster *c, const char *model, uint16_t *id,
                                    struct gv_error *err)
 {
-    for (uint32_t i = 0; i < c->n_model_names; i++) {
-        if (strcmp(c->model_names[i], model) == 0) {
-            *id = (uint16_t)i;
-            return GV_OK;
-        }
-    }
-    if (c->n_model_names > UINT16_MAX)
-        return gv_error_set(err, GV_ERANGE, "more than %u distinct GPU models",
-                            (unsigned)UINT16_MAX + 1);
-    if (c->n_model_names == c->model_names_cap) {
-        uint32_t ncap = c->model_names_cap ? c->model_names_cap * 2 : 8;
-        char **nm = realloc(c->model_names, ncap * sizeof(*nm));
-        if (nm == NULL)
-            return gv_error_set(err, GV_ENOMEM, "out of memory");
-        c->model_names = nm;
-        c->model_names_cap = ncap;
-    }
-    if ((c->model_names[c->n_model_names] = strdup(model)) == NULL)
-        return gv_error_set(err, GV_ENOMEM, "out of memory");
-    *id = (uint16_t)c->n_model_names++;
-    return GV_OK;
+    uint32_t i = 0;
+    gv_status st = intern(&c->model_names, &c->n_model_names, &c->model_names_cap,
+                          (uint32_t)UINT16_MAX + 1, model, &i, err);
+    *id = (uint16_t)i;
+    return st;
 }
 
 /* --- per-GPU arithmetic -------------------------------------------------- */

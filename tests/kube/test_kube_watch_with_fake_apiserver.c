@@ -463,21 +463,30 @@ static void inf_delete(void *ud, json_t *o)
     rec_add(r, "delete", o);
 }
 
-static struct gv_informer *start_informer_t(struct kube_fixture *fx, const char *path,
+static struct gv_informer *start_informer_k(struct kube_fixture *fx, const char *path,
                                             const char *field_selector, struct rec *r,
-                                            json_t *(*transform)(void *, json_t *))
+                                            json_t *(*transform)(void *, json_t *),
+                                            void (*on_delete_key)(void *, const char *, json_t *))
 {
     struct gv_informer_callbacks cb = {inf_add, inf_update, inf_delete, r};
     struct gv_informer_opts o = {.field_selector = field_selector,
                                  .page_size = 2,
                                  .backoff_initial_ms = 10,
                                  .backoff_max_ms = 50,
-                                 .transform = transform};
+                                 .transform = transform,
+                                 .on_delete_key = on_delete_key};
     struct gv_informer *inf = NULL;
     struct gv_error err;
     assert_int_equal(gv_informer_new(fx->client, path, &o, &cb, &inf, &err), GV_OK);
     assert_int_equal(gv_informer_start(inf, &err), GV_OK);
     return inf;
+}
+
+static struct gv_informer *start_informer_t(struct kube_fixture *fx, const char *path,
+                                            const char *field_selector, struct rec *r,
+                                            json_t *(*transform)(void *, json_t *))
+{
+    return start_informer_k(fx, path, field_selector, r, transform, NULL);
 }
 
 static struct gv_informer *start_informer(struct kube_fixture *fx, const char *path,
@@ -778,16 +787,9 @@ static void test_informer_delete_by_key(void **state)
     json_decref(kube_create_pod(FX->client, "default", "c", NULL, NULL, NULL));
     struct rec r;
     rec_init(&r);
-    struct gv_informer_callbacks cb = {inf_add, inf_update, inf_delete, &r};
-    struct gv_informer_opts o = {.page_size = 2,
-                                 .backoff_initial_ms = 10,
-                                 .backoff_max_ms = 50,
-                                 .transform = to_true,
-                                 .on_delete_key = inf_delete_key};
-    struct gv_informer *inf = NULL;
+    struct gv_informer *inf =
+        start_informer_k(FX, "/api/v1/pods", NULL, &r, to_true, inf_delete_key);
     struct gv_error err;
-    assert_int_equal(gv_informer_new(FX->client, "/api/v1/pods", &o, &cb, &inf, &err), GV_OK);
-    assert_int_equal(gv_informer_start(inf, &err), GV_OK);
     assert_true(gv_informer_wait_synced(inf, WAIT_MS));
     assert_int_equal(gv_informer_size(inf), 3);
     json_t *a = gv_informer_get(inf, "default", "a");
