@@ -35,13 +35,15 @@ $(BUILD)/bench/bench_launch: $(GV_FAKE_CUDA)
 EXTRA_ALL += $(BUILD)/bench/bench_launch
 BENCH_SCRIPTS += bench/bench_throttle_launch.sh bench/bench_compute_share.sh
 
-# gpuvisor-scheduler: concurrent filter+bind, 5,000-node filter latency, RSS.
+# gpuvisor-scheduler: concurrent filter+bind, 5,000- and 50,000-node filter
+# latency and RSS (the daemon), and the same filter in-process (the
+# scheduler library: per-request server time, memory per node).
 ifeq ($(SCHED_DAEMON),yes)
 BENCH_PROGS += bench_scheduler
 bench_scheduler_SRCS := bench/bench_scheduler.c tests/scheduler/sched_testlib.c \
 	tests/fakes/apiserver/fake_apiserver_proc.c
-bench_scheduler_LIBS := kube common
-bench_scheduler_LDLIBS := $(kube_LDLIBS) $(FAKE_APISERVER_LDLIBS)
+bench_scheduler_LIBS := $(SCHED_LIBS)
+bench_scheduler_LDLIBS := $(scheduler_LDLIBS) $(contracts_LDLIBS) $(FAKE_APISERVER_LDLIBS)
 bench_scheduler_CFLAGS := -I.
 # 200-pod burst with repeated filters of bound pods (issue 12): over-commit,
 # binds/s, filter p99, accounting drift.

@@ -34,15 +34,18 @@ struct gpu {
     uint32_t model_id; /* interned lower-cased model */
     int32_t numa;
     bool healthy;
+    uint16_t model_name; /* the model as given: c->model_names[model_name] */
     gv_alloc_gpu_mode mode;
     uint32_t index;
-    /* cold: in the same block as the node's gpus array, after it (fixed
-     * 96-byte arrays cost 190 of the 250 bytes of a GPU at 40,000 GPUs) */
-    const char *uuid;
-    const char *model;
     /* interconnect groups (gv_alloc_node_set_links): 0 = none; 16 bits
-     * hold 1 + any GPU index (< 1024) */
+     * hold 1 + any GPU index (< 1024).  Here, in what was padding before
+     * the pointers: after them they made the struct 80 bytes, not 72. */
     uint16_t nvlink_group, pcie_group;
+    /* cold: in the same block as the node's gpus array, after it (fixed
+     * 96-byte arrays cost 190 of the 250 bytes of a GPU at 40,000 GPUs).
+     * The model's text is the cluster's (a pointer per GPU was 8 of its
+     * 72 bytes, for a handful of distinct models). */
+    const char *uuid;
 };
 
 struct pod_dev {
@@ -64,13 +67,11 @@ struct pod {
 struct node {
     char *name;      /* NULL for a free slot */
     int64_t cpu_cap, cpu_used, mem_cap, mem_used;
-    char **label_keys, **label_vals;
-    size_t n_labels;
-    uint32_t n_gpus;
     struct gpu *gpus;
     struct pod *pods;
     uint64_t sig;    /* order-independent hash of the free-resource state */
     double free_share; /* sum of the GPUs' free shares (milli) */
+    uint32_t n_gpus; /* beside prof_gen: no padding (120 bytes a node, not 128) */
     /* FGD per-shape profile cache (see fgd.c) */
     uint32_t prof_gen;     /* shapes generation the profile was built for; 0 = stale */
     uint8_t *prof_cnt;     /* GPUs able to host the shape */
@@ -160,6 +161,9 @@ struct gv_alloc_cluster {
     /* interned lower-cased GPU models */
     char **models;
     uint32_t n_models, model_cap;
+    /* interned GPU models as given (display, reasons): struct gpu.model_name */
+    char **model_names;
+    uint32_t n_model_names, model_names_cap;
     /* FGD workload model */
     struct wl_shape shapes[WL_MAX_SHAPES];
     uint32_t n_shapes;
@@ -257,5 +261,10 @@ void fgd_free_shapes(struct gv_alloc_cluster *c);
 void fgd_node_invalidate(struct node *n);
 gv_status alloc_model_intern(struct gv_alloc_cluster *c, const char *model, uint32_t *id,
                              struct gv_error *err);
+static inline const char *alloc_gpu_model(const struct gv_alloc_cluster *c, const struct gpu *g)
+{
+    /* "" for the zeroed slot of a node without GPUs */
+    return g->model_name < c->n_model_names ? c->model_names[g->model_name] : "";
+}
 
 #endif

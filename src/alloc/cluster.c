@@ -38,21 +38,9 @@ gv_status gv_alloc_cluster_new(const struct gv_alloc_config *cfg, struct gv_allo
     return GV_OK;
 }
 
-static void labels_free(char **keys, char **vals, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        free(keys != NULL ? keys[i] : NULL);
-        free(vals != NULL ? vals[i] : NULL);
-    }
-    free(keys);
-    free(vals);
-}
-
 static void node_clear(struct node *n)
 {
-    free(n->name);
-    labels_free(n->label_keys, n->label_vals, n->n_labels);
-    free(n->gpus);
+    free(n->gpus); /* the name too */
     free(n->prof_cnt);
     free(n->prof_frag);
     memset(n, 0, sizeof(*n));
@@ -74,10 +62,40 @@ void gv_alloc_cluster_free(struct gv_alloc_cluster *c)
     for (uint32_t i = 0; i < c->n_models; i++)
         free(c->models[i]);
     free(c->models);
+    for (uint32_t i = 0; i < c->n_model_names; i++)
+        free(c->model_names[i]);
+    free(c->model_names);
     fgd_free_shapes(c);
     free(c->memo);
     index_free(c);
     free(c);
+}
+
+/* Index of text in the string set (*v, *n, *cap), added if new; at most
+ * limit strings. */
+static gv_status intern(char ***v, uint32_t *n, uint32_t *cap, uint32_t limit, const char *text,
+                        uint32_t *id, struct gv_error *err)
+{
+    for (uint32_t i = 0; i < *n; i++) {
+        if (strcmp((*v)[i], text) == 0) {
+            *id = i;
+            return GV_OK;
+        }
+    }
+    if (*n >= limit)
+        return gv_error_set(err, GV_ERANGE, "more than %u distinct GPU models", limit);
+    if (*n == *cap) {
+        uint32_t ncap = *cap ? *cap * 2 : 8;
+        char **nv = realloc(*v, ncap * sizeof(*nv));
+        if (nv == NULL)
+            return gv_error_set(err, GV_ENOMEM, "out of memory");
+        *v = nv;
+        *cap = ncap;
+    }
+    if (((*v)[*n] = strdup(text)) == NULL)
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    *id = (*n)++;
+    return GV_OK;
 }
 
 gv_status alloc_model_intern(struct gv_alloc_cluster *c, const char *model, uint32_t *id,
@@ -88,25 +106,19 @@ gv_status alloc_model_intern(struct gv_alloc_cluster *c, const char *model, uint
     for (; model[n] != '\0' && n + 1 < sizeof(low); n++)
         low[n] = (char)tolower((unsigned char)model[n]);
     low[n] = '\0';
-    for (uint32_t i = 0; i < c->n_models; i++) {
-        if (strcmp(c->models[i], low) == 0) {
-            *id = i;
-            return GV_OK;
-        }
-    }
-    if (c->n_models == c->model_cap) {
-        uint32_t ncap = c->model_cap ? c->model_cap * 2 : 8;
-        char **nm = realloc(c->models, ncap * sizeof(*nm));
-        if (nm == NULL)
-            return gv_error_set(err, GV_ENOMEM, "out of memory");
-        c->models = nm;
-        c->model_cap = ncap;
-    }
-    c->models[c->n_models] = strdup(low);
-    if (c->models[c->n_models] == NULL)
-        return gv_error_set(err, GV_ENOMEM, "out of memory");
-    *id = c->n_models++;
-    return GV_OK;
+    return intern(&c->models, &c->n_models, &c->model_cap, UINT32_MAX, low, id, err);
+}
+
+/* The model text as given, interned (few distinct models in a cluster);
+ * kept until the cluster is freed. */
+static gv_status model_name_intern(struct gv_alloc_cluster *c, const char *model, uint16_t *id,
+                                   struct gv_error *err)
+{
+    uint32_t i = 0;
+    gv_status st = intern(&c->model_names, &c->n_model_names, &c->model_names_cap,
+                          (uint32_t)UINT16_MAX + 1, model, &i, err);
+    *id = (uint16_t)i;
+    return st;
 }
 
 /* --- per-GPU arithmetic -------------------------------------------------- */
@@ -223,57 +235,51 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
     gv_status rc = check_spec(s, err);
     if (rc != GV_OK)
         return rc;
-    /* One block: the GPU array, then their uuid and model strings (a model
-     * equal to the previous GPU's is shared: nodes are mostly uniform). */
-    size_t n_slots = s->n_gpus ? s->n_gpus : 1, text = 0;
+    /* One block: the GPU array, then their uuid strings, then the node's
+     * name (models are the cluster's, interned; a block of its own for the
+     * name cost ~20 bytes a node in malloc overhead). */
+    size_t n_slots = s->n_gpus ? s->n_gpus : 1, text = strlen(s->name) + 1;
     for (size_t i = 0; i < s->n_gpus; i++)
-        text += strlen(s->gpus[i].uuid) + 1 +
-                (same_model(s, i) ? 0 : strlen(model_of(&s->gpus[i])) + 1);
+        text += strlen(s->gpus[i].uuid) + 1;
     struct gpu *gpus = calloc(1, n_slots * sizeof(*gpus) + text);
     char *strings = NULL;
-    char **lk = calloc(s->n_labels + 1, sizeof(*lk));
-    char **lv = calloc(s->n_labels + 1, sizeof(*lv));
-    char *name = strdup(s->name);
-    if (gpus == NULL || lk == NULL || lv == NULL || name == NULL) {
+    /* The node's labels are not kept: nothing in the engine matches on
+     * them (node affinity is kube-scheduler's), and a real node's 30-odd
+     * labels (GFD's included) would cost kilobytes per node. */
+    if (gpus == NULL) {
         rc = gv_error_set(err, GV_ENOMEM, "out of memory");
         goto fail;
     }
     strings = (char *)(gpus + n_slots);
-    for (size_t i = 0; i < s->n_labels; i++) {
-        lk[i] = strdup(s->labels[i].key ? s->labels[i].key : "");
-        lv[i] = strdup(s->labels[i].value ? s->labels[i].value : "");
-        if (lk[i] == NULL || lv[i] == NULL) {
-            rc = gv_error_set(err, GV_ENOMEM, "out of memory");
-            goto fail;
-        }
-    }
+    char *name = strings + text - (strlen(s->name) + 1);
+    memcpy(name, s->name, strlen(s->name) + 1);
     for (size_t i = 0; i < s->n_gpus; i++) {
         const struct gv_alloc_gpu_spec *gs = &s->gpus[i];
         struct gpu *g = &gpus[i];
         size_t ul = strlen(gs->uuid) + 1;
         g->uuid = memcpy(strings, gs->uuid, ul);
         strings += ul;
-        if (same_model(s, i)) {
-            g->model = gpus[i - 1].model;
-        } else {
-            size_t ml = strlen(model_of(gs)) + 1;
-            g->model = memcpy(strings, model_of(gs), ml);
-            strings += ml;
-        }
         g->index = gs->index;
         g->mem_mib = gs->mem_mib;
         g->split = gs->split ? gs->split : c->cfg.default_split;
         g->numa = gs->numa;
         g->healthy = gs->healthy;
         g->mode = gs->mode;
-        if ((rc = alloc_model_intern(c, g->model, &g->model_id, err)) != GV_OK)
+        if (same_model(s, i)) {
+            g->model_name = gpus[i - 1].model_name;
+            g->model_id = gpus[i - 1].model_id;
+        } else if ((rc = model_name_intern(c, model_of(gs), &g->model_name, err)) != GV_OK ||
+                   (rc = alloc_model_intern(c, model_of(gs), &g->model_id, err)) != GV_OK) {
             goto fail;
+        }
     }
     uint32_t idx = strmap_get(&c->node_map, s->name);
     struct node *n;
     if (idx == UINT32_MAX) {
-        /* reuse a free slot to keep the array dense */
-        for (idx = 0; idx < c->n_nodes && c->nodes[idx].name != NULL; idx++)
+        /* reuse a free slot to keep the array dense (only when there is
+         * one: scanning for none made adding n nodes O(n^2)) */
+        idx = c->live_nodes < c->n_nodes ? 0 : c->n_nodes;
+        for (; idx < c->n_nodes && c->nodes[idx].name != NULL; idx++)
             ;
         if (idx == c->n_nodes) {
             if (c->n_nodes == c->cap_nodes) {
@@ -314,18 +320,13 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
                         d->gpu = j;
             }
         }
-        strmap_del(&c->node_map, n->name);
-        free(n->name);
+        strmap_del(&c->node_map, n->name); /* the old name: in the old block, freed below */
         n->name = name;
         strmap_put(&c->node_map, name, idx); /* cannot grow: same count */
-        labels_free(n->label_keys, n->label_vals, n->n_labels);
         free(n->gpus);
     }
     n->cpu_cap = s->cpu_milli;
     n->mem_cap = s->mem_mib;
-    n->label_keys = lk;
-    n->label_vals = lv;
-    n->n_labels = s->n_labels;
     n->gpus = gpus;
     n->n_gpus = (uint32_t)s->n_gpus;
     for (struct pod *p = n->pods; p != NULL; p = p->next)
@@ -338,9 +339,7 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
     index_node_update(c, idx);
     return GV_OK;
 fail:
-    labels_free(lk, lv, lk != NULL && lv != NULL ? s->n_labels : 0);
     free(gpus);
-    free(name);
     return rc;
 }
 

@@ -195,7 +195,8 @@ bool alloc_fit_node(struct gv_alloc_cluster *c, const struct req_view *v, uint32
         const char *colon = r->n_containers > 1 ? ": " : "";
         if (allowed == 0) {
             WHY("%s%s%sno GPU matches the pod's GPU type/uuid "
-                     "constraints (node has %.48s)", pfx, cn, colon, n->gpus[0].model);
+                     "constraints (node has %.48s)", pfx, cn, colon,
+                n->n_gpus ? alloc_gpu_model(c, &n->gpus[0]) : "no GPU");
             return false;
         }
         char need[96] = "";

@@ -239,7 +239,7 @@ struct gv_alloc_node_spec {
     const char *name;
     int64_t cpu_milli;      /* capacity; 0 = not checked */
     int64_t mem_mib;        /* capacity; 0 = not checked */
-    const struct gv_alloc_kv *labels;
+    const struct gv_alloc_kv *labels; /* accepted, not kept: nothing matches on them */
     size_t n_labels;
     const struct gv_alloc_gpu_spec *gpus;
     size_t n_gpus;
@@ -381,7 +381,8 @@ gv_status gv_alloc_node_fragmentation(struct gv_alloc_cluster *c, const char *no
 /* and `kubectl gpuvisor`.                                                   */
 
 struct gv_alloc_gpu_info {
-    const char *uuid, *model; /* the cluster's copies: valid until the node is next changed */
+    const char *uuid, *model; /* the cluster's copies: uuid valid until the node is next
+                               * changed, model until the cluster is freed */
     uint32_t index;
     uint64_t mem_mib;         /* schedulable memory */
     uint32_t split;

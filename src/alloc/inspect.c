@@ -20,7 +20,7 @@ gv_status gv_alloc_gpu_info_at(const struct gv_alloc_cluster *c, const char *nod
     const struct gpu *g = &c->nodes[strmap_get(&c->node_map, node)].gpus[i];
     memset(out, 0, sizeof(*out));
     out->uuid = g->uuid;
-    out->model = g->model;
+    out->model = alloc_gpu_model(c, g);
     out->index = g->index;
     out->mem_mib = g->mem_mib;
     out->split = g->split;

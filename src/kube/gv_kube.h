@@ -295,6 +295,12 @@ struct gv_informer_opts {
      */
     json_t *(*transform)(void *ud, json_t *obj);
     void *transform_ud;
+    /* Optional, called instead of the callbacks' on_delete (with their ud):
+     * also gets the object's cache key ("namespace/name", or "name" for
+     * cluster-scoped objects), so a transform may cache a shared constant
+     * (json_true(): no memory per object) when the key is all a delete
+     * needs. */
+    void (*on_delete_key)(void *ud, const char *key, json_t *obj);
 };
 
 /* path is a collection ("/api/v1/nodes", "/api/v1/pods"); opts may be NULL. */

@@ -38,6 +38,7 @@ struct gv_informer {
     struct gv_informer_callbacks cb;
     json_t *(*transform)(void *ud, json_t *obj);
     void *transform_ud;
+    void (*on_delete_key)(void *ud, const char *key, json_t *obj);
 
     pthread_rwlock_t lock; /* guards cache and rv */
     json_t *cache;         /* key → object */
@@ -93,6 +94,7 @@ gv_status gv_informer_new(struct gv_kube_client *c, const char *path,
     if (opts != NULL) {
         inf->transform = opts->transform;
         inf->transform_ud = opts->transform_ud;
+        inf->on_delete_key = opts->on_delete_key;
     }
     inf->cache = json_object();
     inf->rv = strdup("");
@@ -284,7 +286,11 @@ static gv_status relist(struct gv_informer *inf, struct gv_error *err)
     {
         if (gv_kube_cancel_fired(inf->cancel))
             break;
-        if (json_object_get(rl.fresh, key) == NULL && inf->cb.on_delete)
+        if (json_object_get(rl.fresh, key) != NULL)
+            continue;
+        if (inf->on_delete_key)
+            inf->on_delete_key(inf->cb.ud, key, obj);
+        else if (inf->cb.on_delete)
             inf->cb.on_delete(inf->cb.ud, obj);
     }
     json_decref(old);
@@ -321,7 +327,9 @@ static bool on_event(void *ud, gv_kube_event_type type, json_t *obj)
 
     if (gone) {
         /* Unknown objects were never reported: nothing to take back. */
-        if (prev != NULL && inf->cb.on_delete)
+        if (prev != NULL && inf->on_delete_key)
+            inf->on_delete_key(inf->cb.ud, key, v != NULL ? v : prev);
+        else if (prev != NULL && inf->cb.on_delete)
             inf->cb.on_delete(inf->cb.ud, v != NULL ? v : prev);
     } else if (prev == NULL) {
         if (inf->cb.on_add)

@@ -69,8 +69,8 @@ struct filter_ctx {
     struct gv_alloc_request *req;
     enum gv_ext_verdict *verdicts;
     char **reasons;
-    const char **usable; /* names of candidates with a live agent */
-    size_t *usable_idx;
+    const char **usable; /* names of candidates with a live agent (their records' copies) */
+    uint32_t *usable_idx; /* bodies are capped far below 2^32 names */
     size_t n_usable;
     uint32_t n_engine; /* distinct usable candidates the engine models */
 };
@@ -107,17 +107,24 @@ static void classify_candidates(struct filter_ctx *f)
             s->nodes[i]->filter_stamp = 0;
         s->filter_stamp = 1;
     }
-    /* found in one batch (gv_sched_nodes_find); one at a time without memory */
-    struct snode **found = malloc((f->args.n_names ? f->args.n_names : 1) * sizeof(*found));
-    if (found != NULL)
-        gv_sched_nodes_find(s, f->args.names, f->args.n_names, found);
+    /* Looked up in batches (gv_sched_nodes_find overlaps their cache
+     * misses) small enough that each record is still in cache when it is
+     * checked and stamped below, and that need no allocation. */
+    struct snode *found[256];
     for (size_t i = 0; i < f->args.n_names; i++) {
-        struct snode *n = found != NULL ? found[i] : gv_sched_node_find(s, f->args.names[i]);
+        if (i % 256 == 0) {
+            size_t m = f->args.n_names - i < 256 ? f->args.n_names - i : 256;
+            gv_sched_nodes_find(s, f->args.names + i, m, found);
+        }
+        struct snode *n = found[i % 256];
         char buf[256];
-        const char *why = gv_sched_node_unusable(s, n, now, buf, sizeof(buf));
+        const char *why =
+            gv_sched_node_usable(s, n, now) ? NULL : gv_sched_node_unusable(s, n, now, buf, sizeof(buf));
         if (why == NULL) {
-            f->usable[f->n_usable] = f->args.names[i];
-            f->usable_idx[f->n_usable++] = i;
+            /* the record's copy of the name: one pointer per node, so the
+             * chosen node's candidates are found by address (below) */
+            f->usable[f->n_usable] = n->name;
+            f->usable_idx[f->n_usable++] = (uint32_t)i;
             if (n->stale_logged)
                 n->stale_logged = false;
             if (n->in_engine && n->filter_stamp != s->filter_stamp) {
@@ -135,7 +142,6 @@ static void classify_candidates(struct filter_ctx *f)
             n->stale_logged = true;
         }
     }
-    free(found);
 }
 
 /* Per-node engine reasons for every usable candidate (lock held). */
@@ -226,9 +232,12 @@ static void filter_reserve(struct filter_ctx *f)
      * out without a reason: the pod is being scheduled, so kube-scheduler
      * never shows them, and 5,000 reason strings would cost more than the
      * placement itself. */
+    const struct snode *chosen = gv_sched_node_find(s, a->node);
     for (size_t j = 0; j < f->n_usable; j++)
         f->verdicts[f->usable_idx[j]] =
-            strcmp(f->usable[j], a->node) == 0 ? GV_EXT_FIT : GV_EXT_DROPPED;
+            (chosen != NULL ? f->usable[j] == chosen->name : strcmp(f->usable[j], a->node) == 0)
+                ? GV_EXT_FIT
+                : GV_EXT_DROPPED;
     gv_debug("filter: pod %s/%s reserved on %s: %s", meta(f->args.pod, "namespace"),
              meta(f->args.pod, "name"), a->node, enc);
     free(enc);

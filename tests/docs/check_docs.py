@@ -455,8 +455,8 @@ def self_test(tap, root, build):
            "self-test: config keys are read from key tables", [repr(keys)])
     bad = []
     check_figures_in("x.md", "1,000 pods bind at 300–450/s.\n\n"
-                     "- 809 binds/s, p99 0.62 ms (bench/results/scheduler.txt)\n"
-                     "- 815 binds/s, p99 0.6 ms, target ≤ 5 ms (bench/results/scheduler.txt)\n",
+                     "- 982 binds/s, p99 1.56 ms (bench/results/scheduler.txt)\n"
+                     "- 815 binds/s, p99 1.6 ms, target ≤ 5 ms (bench/results/scheduler.txt)\n",
                      root, bad)
     msgs = [m for _, m in bad]
     tap.ok(len(msgs) == 2 and "names no bench/results" in msgs[0] and "815" in msgs[1],

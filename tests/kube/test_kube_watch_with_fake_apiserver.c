@@ -463,21 +463,30 @@ static void inf_delete(void *ud, json_t *o)
     rec_add(r, "delete", o);
 }
 
-static struct gv_informer *start_informer_t(struct kube_fixture *fx, const char *path,
+static struct gv_informer *start_informer_k(struct kube_fixture *fx, const char *path,
                                             const char *field_selector, struct rec *r,
-                                            json_t *(*transform)(void *, json_t *))
+                                            json_t *(*transform)(void *, json_t *),
+                                            void (*on_delete_key)(void *, const char *, json_t *))
 {
     struct gv_informer_callbacks cb = {inf_add, inf_update, inf_delete, r};
     struct gv_informer_opts o = {.field_selector = field_selector,
                                  .page_size = 2,
                                  .backoff_initial_ms = 10,
                                  .backoff_max_ms = 50,
-                                 .transform = transform};
+                                 .transform = transform,
+                                 .on_delete_key = on_delete_key};
     struct gv_informer *inf = NULL;
     struct gv_error err;
     assert_int_equal(gv_informer_new(fx->client, path, &o, &cb, &inf, &err), GV_OK);
     assert_int_equal(gv_informer_start(inf, &err), GV_OK);
     return inf;
+}
+
+static struct gv_informer *start_informer_t(struct kube_fixture *fx, const char *path,
+                                            const char *field_selector, struct rec *r,
+                                            json_t *(*transform)(void *, json_t *))
+{
+    return start_informer_k(fx, path, field_selector, r, transform, NULL);
 }
 
 static struct gv_informer *start_informer(struct kube_fixture *fx, const char *path,
@@ -747,6 +756,67 @@ static void test_informer_transform_and_managed_fields(void **state)
     rec_free(&r);
 }
 
+/* on_delete_key: a cache of one shared constant per object (the
+ * scheduler's node informer) still says which object went, by its key,
+ * both for a watch DELETED event and for an object gone at a relist; the
+ * callbacks' on_delete is not called as well. */
+static json_t *to_true(void *ud, json_t *o)
+{
+    (void)ud;
+    (void)o;
+    return json_true();
+}
+
+static void inf_delete_key(void *ud, const char *key, json_t *o)
+{
+    struct rec *r = ud;
+    pthread_mutex_lock(&r->mu);
+    r->deletes++;
+    if (r->n < 64)
+        snprintf(r->log[r->n], sizeof(r->log[0]), "delete-key %s %s", key,
+                 json_is_true(o) ? "true" : "other");
+    r->n++;
+    pthread_cond_broadcast(&r->cond);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void test_informer_delete_by_key(void **state)
+{
+    json_decref(kube_create_pod(FX->client, "default", "a", NULL, NULL, NULL));
+    json_decref(kube_create_pod(FX->client, "default", "b", NULL, NULL, NULL));
+    json_decref(kube_create_pod(FX->client, "default", "c", NULL, NULL, NULL));
+    struct rec r;
+    rec_init(&r);
+    struct gv_informer *inf =
+        start_informer_k(FX, "/api/v1/pods", NULL, &r, to_true, inf_delete_key);
+    struct gv_error err;
+    assert_true(gv_informer_wait_synced(inf, WAIT_MS));
+    assert_int_equal(gv_informer_size(inf), 3);
+    json_t *a = gv_informer_get(inf, "default", "a");
+    assert_true(json_is_true(a));
+    json_decref(a);
+    wait_watches(FX, 1);
+    /* watch: DELETED */
+    assert_int_equal(gv_kube_delete(FX->client, "/api/v1/namespaces/default/pods/a", NULL, &err),
+                     GV_OK);
+    assert_true(rec_wait(&r, has_line, "delete-key default/a true"));
+    /* relist: gone while the watch was down */
+    assert_int_equal(fake_apiserver_ctl(&FX->fa, "fail?code=503&count=-1&only=watch", NULL),
+                     200);
+    assert_int_equal(fake_apiserver_ctl(&FX->fa, "drop-watches", NULL), 200);
+    assert_int_equal(gv_kube_delete(FX->client, "/api/v1/namespaces/default/pods/b", NULL, &err),
+                     GV_OK);
+    assert_int_equal(fake_apiserver_ctl(&FX->fa, "compact", NULL), 200);
+    assert_int_equal(fake_apiserver_ctl(&FX->fa, "heal", NULL), 200);
+    assert_true(rec_wait(&r, has_line, "delete-key default/b true"));
+    assert_false(rec_has(&r, "delete-key default/c true"));
+    assert_false(rec_has(&r, "delete -"));
+    assert_int_equal(r.deletes, 2);
+    assert_int_equal(gv_informer_size(inf), 1);
+    gv_informer_free(inf);
+    rec_free(&r);
+}
+
 struct self_stop {
     struct gv_informer *inf;
     int adds;
@@ -819,6 +889,7 @@ int main(void)
         T(test_informer_outage_recovery),
         TB(test_informer_bookmarks_advance_version),
         T(test_informer_transform_and_managed_fields),
+        T(test_informer_delete_by_key),
         T(test_informer_stop_from_callback),
         T(test_informer_stop_while_down),
 #undef T

@@ -179,6 +179,28 @@ static void test_names_scan_agrees_with_jansson(void **state)
     }
 }
 
+/* The fast scan checks names eight bytes at a time: every byte value at
+ * every offset of a 20-byte name (inside a word, at its edges, in the
+ * tail) is taken, refused or decoded exactly as jansson does. */
+static void test_names_scan_every_byte_at_every_offset(void **state)
+{
+    (void)state;
+    char body[256];
+    for (int off = 0; off < 20; off++) {
+        for (int v = 1; v < 256; v++) {
+            if (v == '"')
+                continue;
+            char name[21];
+            memset(name, 'a', 20);
+            name[20] = '\0';
+            name[off] = (char)v;
+            snprintf(body, sizeof(body),
+                     "{\"Pod\":{\"metadata\":{\"uid\":\"u1\"}},\"NodeNames\":[\"b\",\"%s\"]}", name);
+            expect_same_as_jansson(body);
+        }
+    }
+}
+
 static void test_keys_case_insensitive_like_go(void **state)
 {
     (void)state;
@@ -270,6 +292,7 @@ int main(void)
         cmocka_unit_test(test_full_nodes_mode_returns_objects),
         cmocka_unit_test(test_keys_case_insensitive_like_go),
         cmocka_unit_test(test_names_scan_agrees_with_jansson),
+        cmocka_unit_test(test_names_scan_every_byte_at_every_offset),
         cmocka_unit_test(test_malformed_args),
         cmocka_unit_test(test_priorities_clamped),
         cmocka_unit_test(test_bind_args),
