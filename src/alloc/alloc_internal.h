@@ -134,7 +134,6 @@ struct wl_shape {
     uint8_t *model_ok;     /* per model id; sized cluster->model_cap */
     uint32_t model_ok_n;   /* models evaluated so far */
     double w;              /* sum of level weights */
-    double weff;           /* EXPERIMENT: sum of kept level weights */
     struct wl_level levels[WL_MAX_LEVELS]; /* by ascending cpu */
     uint32_t n_levels;
     bool dirty;            /* cum needs recomputing */
@@ -166,12 +165,6 @@ struct gv_alloc_cluster {
     uint32_t n_shapes;
     uint32_t shapes_gen;   /* bumps whenever the shape set changes */
     double wl_scale;       /* weight of the next observation (decay) */
-    double x_cpu_w;        /* EXPERIMENT: weight of pods without GPUs */
-    int x_art;
-    double x_cut, x_thr, x_cpu_w_eff;
-    bool x_cut_dirty;
-    struct wl_level x_cpu_lv[WL_MAX_LEVELS];
-    uint32_t x_cpu_n;
     double wl_growth;
     int64_t max_cpu;       /* largest node CPU capacity (bestfit) */
     uint32_t max_gpus;     /* largest node GPU count (bestfit) */

@@ -31,9 +31,6 @@ gv_status gv_alloc_cluster_new(const struct gv_alloc_config *cfg, struct gv_allo
     if (c->cfg.default_split == 0)
         c->cfg.default_split = 1;
     c->wl_scale = 1.0;
-    c->x_art = getenv("GVX_ART") != NULL;
-    c->x_cut = getenv("GVX_CUT") ? atof(getenv("GVX_CUT")) : 0;
-    c->x_cut_dirty = true;
     c->wl_growth = c->cfg.workload_half_life > 0 ? exp2(1.0 / c->cfg.workload_half_life) : 1.0;
     c->shapes_gen = 1;
     index_init(c);

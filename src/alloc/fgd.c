@@ -135,18 +135,8 @@ static struct wl_shape *shape_find(struct gv_alloc_cluster *c, const struct gv_a
 
 void gv_alloc_observe(struct gv_alloc_cluster *c, const struct gv_alloc_request *req)
 {
-    c->x_cut_dirty = true;
-    if (req->n_containers == 0) {
-        c->x_cpu_w += c->wl_scale;
-        uint32_t i = 0;
-        while (i < c->x_cpu_n && c->x_cpu_lv[i].cpu != req->cpu_milli)
-            i++;
-        if (i == c->x_cpu_n && c->x_cpu_n < WL_MAX_LEVELS)
-            c->x_cpu_lv[c->x_cpu_n++] = (struct wl_level){req->cpu_milli, 0, 0};
-        if (i < c->x_cpu_n)
-            c->x_cpu_lv[i].w += c->wl_scale;
+    if (req->n_containers == 0)
         return;
-    }
     int64_t cpu = req->cpu_milli / (int64_t)req->n_containers;
     for (uint32_t i = 0; i < req->n_containers; i++)
         shape_add_level(shape_find(c, req, &req->containers[i]), cpu, c->wl_scale);
@@ -159,60 +149,7 @@ void gv_alloc_observe(struct gv_alloc_cluster *c, const struct gv_alloc_request 
                 s->levels[j].w /= c->wl_scale;
             s->dirty = true;
         }
-        c->x_cpu_w /= c->wl_scale;
-        for (uint32_t j = 0; j < c->x_cpu_n; j++)
-            c->x_cpu_lv[j].w /= c->wl_scale;
         c->wl_scale = 1.0;
-    }
-}
-
-static double x_thr_g;
-static int cmp_desc(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x > y ? -1 : (x < y ? 1 : 0);
-}
-static void x_cut_update(struct gv_alloc_cluster *c)
-{
-    if (!c->x_cut_dirty)
-        return;
-    c->x_cut_dirty = false;
-    double thr = 0;
-    if (c->x_cut > 0) {
-        static double buf[WL_MAX_SHAPES * WL_MAX_LEVELS + WL_MAX_LEVELS];
-        size_t n = 0;
-        double tot = 0;
-        for (uint32_t i = 0; i < c->n_shapes; i++)
-            for (uint32_t j = 0; j < c->shapes[i].n_levels; j++)
-                tot += buf[n++] = c->shapes[i].levels[j].w;
-        for (uint32_t j = 0; j < c->x_cpu_n; j++)
-            tot += buf[n++] = c->x_cpu_lv[j].w;
-        qsort(buf, n, sizeof(buf[0]), cmp_desc);
-        double cum = 0;
-        for (size_t i = 0; i < n; i++) {
-            cum += buf[i];
-            thr = buf[i];
-            if (cum >= c->x_cut * tot - 1e-9 * tot)
-                break;
-        }
-    }
-    c->x_thr = thr;
-    double cw = 0;
-    for (uint32_t j = 0; j < c->x_cpu_n; j++)
-        if (c->x_cpu_lv[j].w >= thr)
-            cw += c->x_cpu_lv[j].w;
-    if (c->x_cut > 0)
-        c->x_cpu_w_eff = cw;
-    else
-        c->x_cpu_w_eff = c->x_cpu_w;
-    for (uint32_t i = 0; i < c->n_shapes; i++) {
-        struct wl_shape *s = &c->shapes[i];
-        double w = 0;
-        for (uint32_t j = 0; j < s->n_levels; j++)
-            if (s->levels[j].w >= thr)
-                w += s->levels[j].w;
-        s->weff = c->x_cut > 0 ? w : s->w;
-        s->dirty = true;
     }
 }
 
@@ -222,8 +159,7 @@ static double shape_cpu_weight(struct wl_shape *s, int64_t cpu_free)
     if (s->dirty) {
         double cum = 0;
         for (uint32_t i = 0; i < s->n_levels; i++) {
-            if (s->levels[i].w >= x_thr_g)
-                cum += s->levels[i].w;
+            cum += s->levels[i].w;
             s->levels[i].cum = cum;
         }
         s->dirty = false;
@@ -239,13 +175,11 @@ static double shape_cpu_weight(struct wl_shape *s, int64_t cpu_free)
     return lo == 0 ? 0.0 : s->levels[lo - 1].cum;
 }
 
-static double total_weight(struct gv_alloc_cluster *c)
+static double total_weight(const struct gv_alloc_cluster *c)
 {
-    x_cut_update(c);
-    x_thr_g = c->x_thr;
     double w = 0;
     for (uint32_t i = 0; i < c->n_shapes; i++)
-        w += c->shapes[i].weff;
+        w += c->shapes[i].w;
     return w;
 }
 
@@ -296,12 +230,12 @@ static int64_t cpu_free_of(const struct node *n, int64_t extra)
 static double contrib(struct wl_shape *s, uint32_t cnt, double frag, double total,
                       int64_t cpu_free)
 {
-    if (s->weff <= 0)
+    if (s->w <= 0)
         return 0;
     if (cnt < s->k)
-        return s->weff * total;
+        return s->w * total;
     double p = shape_cpu_weight(s, cpu_free);
-    return p * frag + (s->weff - p) * total;
+    return p * frag + (s->w - p) * total;
 }
 
 double fgd_node_frag(struct gv_alloc_cluster *c, uint32_t node)
@@ -360,7 +294,7 @@ double fgd_delta_memo(struct gv_alloc_cluster *c, uint32_t node,
     double delta = 0;
     for (uint32_t i = 0; i < c->n_shapes; i++) {
         struct wl_shape *s = &c->shapes[i];
-        if (s->weff <= 0)
+        if (s->w <= 0)
             continue;
         int32_t cnt = n->prof_cnt[i];
         double frag = n->prof_frag[i];
@@ -386,12 +320,5 @@ double fgd_delta_memo(struct gv_alloc_cluster *c, uint32_t node,
     }
     if (before != NULL)
         before->valid = true;
-    if (c->x_art && !getenv("GVX_NOOFF")) {
-        double m = 0;
-        for (uint32_t i = 0; i < req->n_containers; i++)
-            m += (double)req->containers[i].num_gpu * req->containers[i].milli;
-        double all = tw + c->x_cpu_w_eff;
-        return (delta - c->x_cpu_w_eff * m) / all;
-    }
     return delta / tw;
 }

@@ -58,7 +58,7 @@ static double fgd_best_single(struct gv_alloc_cluster *c, const struct req_view 
         if (!alloc_gpu_allowed(v, gp))
             continue;
         bool dup = false; /* a GPU in the same state gives the same delta */
-        for (uint32_t t = 0; t < ntried && !dup && !(c->x_art && getenv("GVX_ARTGPU")); t++)
+        for (uint32_t t = 0; t < ntried && !dup; t++)
             dup = same_state(&n->gpus[tried[t]], gp);
         uint64_t need = alloc_gpu_mem_need(gp, cr->mem_kind, cr->mem);
         if (dup || !alloc_gpu_can_host(gp, cr->milli, need))
@@ -67,17 +67,6 @@ static double fgd_best_single(struct gv_alloc_cluster *c, const struct req_view 
         alt.gpu[0] = (uint8_t)g;
         alt.mem[0] = need;
         double d = fgd_delta_memo(c, node, v->req, &alt, &before);
-        if (c->x_art && getenv("GVX_ARTGPU")) {
-            /* artifact: integer sigmoid score, first index wins ties */
-            double sb = floor(100.0 / (1.0 + exp(best / 1000.0)));
-            double sd = floor(100.0 / (1.0 + exp(d / 1000.0)));
-            if (sd > sb || (sd == sb && g < p->gpu[0])) {
-                best = d;
-                p->gpu[0] = (uint8_t)g;
-                p->mem[0] = need;
-            }
-            continue;
-        }
         if (d < best - 1e-9 * fmax(1.0, fabs(best))) {
             best = d;
             p->gpu[0] = (uint8_t)g;
@@ -123,21 +112,6 @@ static bool eval_node(struct gv_alloc_cluster *c, const struct req_view *v, uint
             *score = -fgd_delta(c, node, v->req, p);
         /* Quantised: near-equal deltas tie and go to the first node by
          * name, which consolidates load (docs/alloc.md, "Ties"). */
-        if (c->x_art && (v->req->n_containers > 0 || getenv("GVX_ARTCPU"))) {
-            if (getenv("GVX_REL")) {
-                double m = 0;
-                for (uint32_t i = 0; i < v->req->n_containers; i++)
-                    m += (double)v->req->containers[i].num_gpu * v->req->containers[i].milli;
-                double st = atof(getenv("GVX_REL")) * m;
-                if (getenv("GVX_RELMIN") && st < atof(getenv("GVX_RELMIN")))
-                    st = atof(getenv("GVX_RELMIN"));
-                *score = st > 0 ? floor(*score / st) : *score;
-            } else if (getenv("GVX_LIN"))
-                *score = floor(*score / atof(getenv("GVX_LIN")));
-            else
-                *score = floor(100.0 / (1.0 + exp(-*score / 1000.0)));
-            break;
-        }
         if (c->cfg.fgd_score_step > 0)
             *score = floor(*score / c->cfg.fgd_score_step);
         /* A pod without GPUs only takes CPU and memory: put it where the

@@ -139,32 +139,6 @@ gv_status gv_sim_run_exhaustive(const struct gv_sim_trace *t, gv_alloc_policy po
     return run(t, policy, seed, inflate, true, out, err);
 }
 
-
-static const struct gv_sim_trace *x_trace;
-static const size_t *x_cls_n;
-static int x_cmp_key(const void *a, const void *b)
-{
-    const struct gv_alloc_request *x = x_trace->pods[*(const size_t *)a];
-    const struct gv_alloc_request *y = x_trace->pods[*(const size_t *)b];
-    if (x->cpu_milli != y->cpu_milli)
-        return x->cpu_milli < y->cpu_milli ? -1 : 1;
-    uint32_t xm = x->n_containers ? x->containers[0].milli : 0, ym = y->n_containers ? y->containers[0].milli : 0;
-    uint32_t xn = x->n_containers ? x->containers[0].num_gpu : 0, yn = y->n_containers ? y->containers[0].num_gpu : 0;
-    if (xm != ym)
-        return xm < ym ? -1 : 1;
-    if (xn != yn)
-        return xn < yn ? -1 : 1;
-    const char *xt = x->constraint[GV_ALLOC_USE_TYPE] ? x->constraint[GV_ALLOC_USE_TYPE] : "";
-    const char *yt = y->constraint[GV_ALLOC_USE_TYPE] ? y->constraint[GV_ALLOC_USE_TYPE] : "";
-    return strcmp(xt, yt);
-}
-static int x_cmp_cnt(const void *a, const void *b)
-{
-    size_t ka = *(const size_t *)a, kb = *(const size_t *)b;
-    if (x_cls_n[ka] != x_cls_n[kb])
-        return x_cls_n[ka] > x_cls_n[kb] ? -1 : 1;
-    return ka > kb ? -1 : (ka < kb ? 1 : 0); /* larger key first, as the artifact's reverse sort */
-}
 static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint64_t seed,
                      double inflate, bool exhaustive, struct gv_sim_curve *out,
                      struct gv_error *err)
@@ -184,12 +158,6 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
     cfg.node_policy = policy;
     cfg.gpu_policy = gpu_policy_for(policy);
     cfg.exhaustive = exhaustive;
-    if (getenv("GVX_STEP") != NULL)
-        cfg.fgd_score_step = atof(getenv("GVX_STEP"));
-    if (getenv("GVX_ARTCPU") != NULL || getenv("GVX_EXH") != NULL)
-        cfg.exhaustive = true;
-    if (getenv("GVX_HL") != NULL)
-        cfg.workload_half_life = atof(getenv("GVX_HL"));
     out->placement_hash = UINT64_C(0xcbf29ce484222325);
     struct gv_alloc_cluster *c = NULL;
     struct sim_arrivals arr = {0};
@@ -202,66 +170,11 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
     }
     if ((rc = gv_alloc_cluster_new(&cfg, &c, err)) != GV_OK)
         goto fail;
-    if (getenv("GVX_PERM") != NULL) {
-        /* EXPERIMENT: node names prefixed with a per-seed permutation */
-        struct gv_sim_rng nr;
-        gv_sim_rng_seed(&nr, seed ^ UINT64_C(0x6e6f646573));
-        size_t *perm = malloc(t->n_nodes * sizeof(*perm));
-        for (size_t i = 0; i < t->n_nodes; i++)
-            perm[i] = i;
-        for (size_t i = t->n_nodes; i > 1; i--) {
-            size_t j = (size_t)gv_sim_rng_below(&nr, i);
-            size_t x = perm[i - 1];
-            perm[i - 1] = perm[j];
-            perm[j] = x;
-        }
-        for (size_t i = 0; i < t->n_nodes; i++) {
-            char nm[300];
-            snprintf(nm, sizeof(nm), "%06zu-%s", perm[i], t->nodes[i].spec.name);
-            struct gv_alloc_node_spec sp = t->nodes[i].spec;
-            sp.name = nm;
-            if ((rc = gv_alloc_node_upsert(c, &sp, err)) != GV_OK)
-                goto fail;
-        }
-        free(perm);
-    } else
     for (size_t i = 0; i < t->n_nodes; i++)
         if ((rc = gv_alloc_node_upsert(c, &t->nodes[i].spec, err)) != GV_OK)
             goto fail;
     if ((rc = sim_arrivals_init(&arr, t, seed, err)) != GV_OK)
         goto fail;
-    bool x_pre = getenv("GVX_PRE") != NULL;
-    if (x_pre) {
-        double thr = getenv("GVX_TOP") ? atof(getenv("GVX_TOP")) : 1.0;
-        size_t *ix = malloc(t->n_pods * sizeof(*ix));
-        size_t *cnt = calloc(t->n_pods, sizeof(*cnt));
-        for (size_t i = 0; i < t->n_pods; i++)
-            ix[i] = i;
-        x_trace = t;
-        qsort(ix, t->n_pods, sizeof(*ix), x_cmp_key);
-        /* class id = first index of its run; count */
-        size_t ncls = 0;
-        size_t *cls_first = malloc(t->n_pods * sizeof(*cls_first));
-        size_t *cls_n = calloc(t->n_pods, sizeof(*cls_n));
-        for (size_t i = 0; i < t->n_pods; i++) {
-            if (i == 0 || x_cmp_key(&ix[i - 1], &ix[i]) != 0)
-                cls_first[ncls++] = i;
-            cls_n[ncls - 1]++;
-        }
-        size_t *order = malloc(ncls * sizeof(*order));
-        for (size_t k = 0; k < ncls; k++)
-            order[k] = k;
-        x_cls_n = cls_n;
-        qsort(order, ncls, sizeof(*order), x_cmp_cnt);
-        double cum = 0;
-        for (size_t o = 0; o < ncls && cum < thr * (double)t->n_pods - 1e-9; o++) {
-            size_t k = order[o];
-            cum += (double)cls_n[k];
-            for (size_t j = 0; j < cls_n[k]; j++)
-                gv_alloc_observe(c, t->pods[ix[cls_first[k] + j]]);
-        }
-        free(ix); free(cnt); free(cls_first); free(cls_n); free(order);
-    }
     double target = inflate * (double)cap;
     uint64_t arrived = 0, allocated = 0;
     uint32_t next = 0;
@@ -269,8 +182,7 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
     for (uint64_t k = 0; (double)arrived < target; k++) {
         struct gv_alloc_request *r = t->pods[sim_arrivals_next(&arr)];
         snprintf(r->uid, sizeof(r->uid), "a%llu", (unsigned long long)k);
-        if (!x_pre)
-            gv_alloc_observe(c, r);
+        gv_alloc_observe(c, r);
         uint64_t milli = sim_pod_milli(r);
         out->arrivals++;
         if (gv_alloc_pick(c, r, NULL, 0, a, NULL) == GV_OK &&
