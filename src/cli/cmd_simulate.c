@@ -25,7 +25,7 @@ static void usage(FILE *out)
             "                          --synthetic SPEC]\n"
             "                         [--policy binpack|spread|bestfit|fgd|all]\n"
             "                         [--seed N | --seeds A-B | --seeds N] [--inflate X]\n"
-            "                         [--csv OUT.csv] [--plot OUT.svg]\n\n"
+            "                         [--shuffle-nodes] [--csv OUT.csv] [--plot OUT.svg]\n\n"
             "Replays a trace through the allocation engine with the openb protocol and\n"
             "prints allocated vs arrived GPU share per policy (mean +- sd over seeds).\n"
             "  --nodes, --pods  openb CSV (node/pod lists) or `kubectl get ... -o json` dumps\n"
@@ -36,6 +36,8 @@ static void usage(FILE *out)
             "  --policy         one policy or all (default all)\n"
             "  --seed/--seeds   replay seeds (default 42-51)\n"
             "  --inflate        arrived GPU requests to replay, x capacity (default 1.3)\n"
+            "  --shuffle-nodes  prefix node names with a per-seed random permutation, as the\n"
+            "                   FGD paper's artifact does (ties go to the smallest name)\n"
             "  --csv, --plot    also write per-seed curves (CSV) / a chart (SVG)\n"
             "Every report ends with an offline reference: an oracle that sees the whole\n"
             "workload in advance and a lower bound on unallocated GPUs.\n");
@@ -146,12 +148,13 @@ int gv_cmd_simulate(int argc, char **argv)
         {"inflate", required_argument, NULL, 'i'}, {"csv", required_argument, NULL, 'c'},
         {"plot", required_argument, NULL, 'o'},    {"help", no_argument, NULL, 'h'},
         {"from-cluster", required_argument, NULL, 'C'},
+        {"shuffle-nodes", no_argument, NULL, 'S'},
         {NULL, 0, NULL, 0}};
     const char *nodes = NULL, *pods = NULL, *synthetic = NULL, *csv = NULL, *plot = NULL;
     const char *dump = NULL;
     const char *policy = "all";
     uint64_t seed_lo = 42, seed_hi = 51;
-    bool seed_given = false;
+    bool seed_given = false, shuffle = false;
     double inflate = 1.3;
     int ch;
     optind = 1;
@@ -165,6 +168,7 @@ int gv_cmd_simulate(int argc, char **argv)
         case 'P': policy = optarg; break;
         case 'c': csv = optarg; break;
         case 'o': plot = optarg; break;
+        case 'S': shuffle = true; break;
         case 'e':
             if (seed_given || !parse_u64(optarg, &seed_lo))
                 return bad_usage("--seed wants one non-negative integer (got \"%s\")", optarg);
@@ -255,6 +259,7 @@ int gv_cmd_simulate(int argc, char **argv)
                  synthetic, gv_sim_trace_nodes(t),
                  (unsigned long long)(gv_sim_trace_gpu_milli(t) / 1000), gv_sim_trace_pods(t));
     }
+    gv_sim_trace_set_shuffle_names(t, shuffle);
     rep.n_seeds = (uint32_t)(seed_hi - seed_lo + 1);
     rep.seeds = calloc(rep.n_seeds, sizeof(*rep.seeds));
     rep.curves = calloc((size_t)rep.n_seeds * rep.n_policies, sizeof(*rep.curves));

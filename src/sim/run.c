@@ -139,6 +139,59 @@ gv_status gv_sim_run_exhaustive(const struct gv_sim_trace *t, gv_alloc_policy po
     return run(t, policy, seed, inflate, true, out, err);
 }
 
+void gv_sim_trace_set_shuffle_names(struct gv_sim_trace *t, bool on)
+{
+    t->shuffle_names = on;
+}
+
+/*
+ * The trace's nodes into c.  With shuffle_names each name gets a prefix
+ * from a permutation drawn from the seed (its own stream: the arrivals stay
+ * those of the seed), as the FGD paper's artifact renames its nodes: score
+ * ties go to the smallest name there and here, so the nodes that win ties
+ * change from seed to seed instead of always being the trace's first ones.
+ */
+static gv_status upsert_nodes(struct gv_alloc_cluster *c, const struct gv_sim_trace *t,
+                              uint64_t seed, struct gv_error *err)
+{
+    if (!t->shuffle_names) {
+        for (size_t i = 0; i < t->n_nodes; i++) {
+            gv_status rc = gv_alloc_node_upsert(c, &t->nodes[i].spec, err);
+            if (rc != GV_OK)
+                return rc;
+        }
+        return GV_OK;
+    }
+    size_t *perm = malloc((t->n_nodes ? t->n_nodes : 1) * sizeof(*perm));
+    if (perm == NULL)
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    struct gv_sim_rng r;
+    gv_sim_rng_seed(&r, seed ^ UINT64_C(0x6e6f646573)); /* "nodes" */
+    for (size_t i = 0; i < t->n_nodes; i++)
+        perm[i] = i;
+    for (size_t i = t->n_nodes; i > 1; i--) {
+        size_t j = (size_t)gv_sim_rng_below(&r, i);
+        size_t x = perm[i - 1];
+        perm[i - 1] = perm[j];
+        perm[j] = x;
+    }
+    gv_status rc = GV_OK;
+    for (size_t i = 0; rc == GV_OK && i < t->n_nodes; i++) {
+        char name[GV_ALLOC_NODE_MAX + 8];
+        int len = snprintf(name, sizeof(name), "%06zu-%s", perm[i], t->nodes[i].spec.name);
+        if (len < 0 || (size_t)len >= GV_ALLOC_NODE_MAX) {
+            rc = gv_error_set(err, GV_EINVAL, "node %.200s: name too long to shuffle",
+                              t->nodes[i].spec.name);
+            break;
+        }
+        struct gv_alloc_node_spec spec = t->nodes[i].spec;
+        spec.name = name;
+        rc = gv_alloc_node_upsert(c, &spec, err);
+    }
+    free(perm);
+    return rc;
+}
+
 static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint64_t seed,
                      double inflate, bool exhaustive, struct gv_sim_curve *out,
                      struct gv_error *err)
@@ -170,9 +223,8 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
     }
     if ((rc = gv_alloc_cluster_new(&cfg, &c, err)) != GV_OK)
         goto fail;
-    for (size_t i = 0; i < t->n_nodes; i++)
-        if ((rc = gv_alloc_node_upsert(c, &t->nodes[i].spec, err)) != GV_OK)
-            goto fail;
+    if ((rc = upsert_nodes(c, t, seed, err)) != GV_OK)
+        goto fail;
     if ((rc = sim_arrivals_init(&arr, t, seed, err)) != GV_OK)
         goto fail;
     double target = inflate * (double)cap;

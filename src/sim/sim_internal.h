@@ -13,6 +13,7 @@ struct gv_sim_trace {
     size_t n_nodes, cap_nodes;
     struct gv_alloc_request **pods; /* templates; uid set per arrival */
     size_t n_pods, cap_pods;
+    bool shuffle_names; /* gv_sim_trace_set_shuffle_names */
 };
 
 /* Deep copy of a node spec (labels dropped). */
