@@ -71,6 +71,19 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* a = 0..n-1 in the order of a Fisher-Yates shuffle drawn from r. */
+static void identity_shuffled(struct gv_sim_rng *r, size_t *a, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        a[i] = i;
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)gv_sim_rng_below(r, i);
+        size_t x = a[i - 1];
+        a[i - 1] = a[j];
+        a[j] = x;
+    }
+}
+
 gv_status sim_arrivals_init(struct sim_arrivals *a, const struct gv_sim_trace *t, uint64_t seed,
                             struct gv_error *err)
 {
@@ -80,14 +93,7 @@ gv_status sim_arrivals_init(struct sim_arrivals *a, const struct gv_sim_trace *t
     if (a->order == NULL)
         return gv_error_set(err, GV_ENOMEM, "out of memory");
     gv_sim_rng_seed(&a->rng, seed);
-    for (size_t i = 0; i < t->n_pods; i++)
-        a->order[i] = i;
-    for (size_t i = t->n_pods; i > 1; i--) {
-        size_t j = (size_t)gv_sim_rng_below(&a->rng, i);
-        size_t x = a->order[i - 1];
-        a->order[i - 1] = a->order[j];
-        a->order[j] = x;
-    }
+    identity_shuffled(&a->rng, a->order, t->n_pods);
     return GV_OK;
 }
 
@@ -167,14 +173,7 @@ static gv_status upsert_nodes(struct gv_alloc_cluster *c, const struct gv_sim_tr
         return gv_error_set(err, GV_ENOMEM, "out of memory");
     struct gv_sim_rng r;
     gv_sim_rng_seed(&r, seed ^ UINT64_C(0x6e6f646573)); /* "nodes" */
-    for (size_t i = 0; i < t->n_nodes; i++)
-        perm[i] = i;
-    for (size_t i = t->n_nodes; i > 1; i--) {
-        size_t j = (size_t)gv_sim_rng_below(&r, i);
-        size_t x = perm[i - 1];
-        perm[i - 1] = perm[j];
-        perm[j] = x;
-    }
+    identity_shuffled(&r, perm, t->n_nodes);
     gv_status rc = GV_OK;
     for (size_t i = 0; rc == GV_OK && i < t->n_nodes; i++) {
         char name[GV_ALLOC_NODE_MAX + 8];
