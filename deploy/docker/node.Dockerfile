@@ -2,10 +2,13 @@
 # the host.  Build from the repository root (docs/install.md, "Images"):
 #   docker build -f deploy/docker/node.Dockerfile -t gpuvisor/gpuvisor-node .
 #
-# Base pinned by digest.  This digest of debian:bookworm-slim was taken from
-# a public Dockerfile that pins it; it could not be checked against the
-# registry where this file was written (no network).  Before a release,
-# confirm or refresh it with
+# Base pinned by digest: debian:bookworm-slim as of Debian 12.4.  The digest
+# is the one Docker Hub returned for debian:bookworm-slim in public
+# `docker pull` logs ("Digest: sha256:7802...d603"), and public Dockerfiles
+# pin the same digest as debian:12.4-slim; it was not pulled from here (no
+# network).  It is an old point release: the stages below install current
+# bookworm packages, but the base layer's own libraries are those of 12.4.
+# Refresh it for a release with
 #   docker buildx imagetools inspect debian:bookworm-slim
 # and pass another with --build-arg BASE=debian@sha256:<digest>.
 ARG BASE=debian:bookworm-slim@sha256:7802002798b0e351323ed2357ae6dc5a8c4d0a05a57e7f4d8f97136151d3d603

@@ -174,7 +174,7 @@ static gv_status check_spec(const struct gv_alloc_node_spec *s, struct gv_error 
         if (g->model != NULL && strlen(g->model) >= GV_ALLOC_MODEL_MAX)
             return gv_error_set(err, GV_EINVAL, "node %s: GPU %s: model name too long", s->name,
                                 g->uuid);
-        if ((unsigned)g->mode > GV_ALLOC_GPU_EXCLUSIVE)
+        if ((unsigned)g->mode > GV_ALLOC_GPU_MPS)
             return gv_error_set(err, GV_EINVAL, "node %s: GPU %s: bad mode", s->name, g->uuid);
         for (size_t j = 0; j < i; j++)
             if (strcmp(s->gpus[j].uuid, g->uuid) == 0)

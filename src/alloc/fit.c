@@ -171,12 +171,16 @@ bool alloc_fit_node(struct gv_alloc_cluster *c, const struct req_view *v, uint32
     for (uint32_t ci = 0; ci < r->n_containers; ci++) {
         const struct gv_alloc_container_req *cr = &r->containers[ci];
         struct alloc_cand cands[GV_ALLOC_MAX_NODE_GPUS];
-        uint32_t nc = 0, allowed = 0;
+        uint32_t nc = 0, allowed = 0, mps = 0;
         for (uint32_t i = 0; i < n->n_gpus; i++) {
             const struct gpu *g = &n->gpus[i];
             if (!alloc_gpu_allowed(v, g))
                 continue;
             allowed++;
+            if (g->mode == GV_ALLOC_GPU_MPS && cr->num_gpu > 1) {
+                mps++; /* one MPS client sees one GPU: the agent refuses more */
+                continue;
+            }
             uint64_t need = alloc_gpu_mem_need(g, cr->mem_kind, cr->mem);
             if (!load_can_host(g, &load[i], cr->milli, need))
                 continue;
@@ -199,9 +203,10 @@ bool alloc_fit_node(struct gv_alloc_cluster *c, const struct req_view *v, uint32
             if (reason != NULL)
                 describe_need(cr, need, sizeof(need));
         if (nc < cr->num_gpu) {
-            WHY("%s%s%sgpu %u/%u free but need %u with %s each%s", pfx, cn,
+            WHY("%s%s%sgpu %u/%u free but need %u with %s each%s%s", pfx, cn,
                      colon, nc, n->n_gpus, cr->num_gpu, need,
-                     r->gpu_mutex ? " (mutex: idle GPUs only)" : "");
+                     r->gpu_mutex ? " (mutex: idle GPUs only)" : "",
+                     mps ? " (MPS GPUs serve containers asking one GPU only)" : "");
             return false;
         }
         if (nc > cr->num_gpu || (r->numa_bind && cr->num_gpu > 1)) {

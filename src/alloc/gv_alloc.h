@@ -220,6 +220,8 @@ uint32_t gv_alloc_request_gpus(const struct gv_alloc_request *req);
 typedef enum {
     GV_ALLOC_GPU_SHARED = 0, /* many tasks, up to split */
     GV_ALLOC_GPU_EXCLUSIVE,  /* one task at a time, whole GPU */
+    GV_ALLOC_GPU_MPS,        /* shared as SHARED, but only by containers asking one GPU
+                              * (the node agent refuses an MPS GPU to a 2+ GPU container) */
 } gv_alloc_gpu_mode;
 
 struct gv_alloc_gpu_spec {

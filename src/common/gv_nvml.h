@@ -126,6 +126,8 @@ typedef struct nvmlEventData_st {
     unsigned int gpuInstanceId;
     unsigned int computeInstanceId;
 } nvmlEventData_t;
+/* gpuInstanceId / computeInstanceId of an event no MIG instance is named in (NVML's value). */
+#define GV_NVML_NO_INSTANCE 0xFFFFFFFFu
 
 #define nvmlEventTypeSingleBitEccError 0x0000000000000001LL
 #define nvmlEventTypeDoubleBitEccError 0x0000000000000002LL

@@ -257,6 +257,11 @@ static const char *const kind_names[] = {
 #undef GV_X_WKIND
 };
 
+const char *gv_inventory_whole_kind_name(enum gv_inventory_whole_kind k)
+{
+    return (unsigned)k < GV_INVENTORY_WHOLE_KIND_COUNT ? kind_names[k] : "unknown";
+}
+
 static gv_status whole_encode(const struct gv_inventory_whole_list *l, json_t *root,
                                            struct gv_error *err)
 {
@@ -272,6 +277,16 @@ static gv_status whole_encode(const struct gv_inventory_whole_list *l, json_t *r
         json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:b}", "kind", kind_names[w->kind],
                               "resource", w->resource, "id", w->id, "pciBusId", w->pci_bus_id,
                               "iommuGroup", w->iommu_group, "healthy", w->healthy);
+        /* additive fields: only when set, so older texts stay byte-identical */
+        if (o != NULL && w->gpu_uuid[0] &&
+            json_object_set_new(o, "gpuUuid", json_string(w->gpu_uuid)) != 0)
+            o = (json_decref(o), NULL);
+        if (o != NULL && w->profile[0] &&
+            json_object_set_new(o, "profile", json_string(w->profile)) != 0)
+            o = (json_decref(o), NULL);
+        if (o != NULL && w->memory_mib > 0 &&
+            json_object_set_new(o, "memoryMiB", json_integer((json_int_t)w->memory_mib)) != 0)
+            o = (json_decref(o), NULL);
         if (o == NULL || json_array_append_new(arr, o) != 0)
             return gv_error_set(err, GV_EINVAL,
                                 "inventory: wholeDevices[%u] has a field JSON cannot hold", i);
@@ -292,6 +307,34 @@ static gv_status whole_field(json_t *o, const char *key, size_t i, char *dst, si
                             "inventory: wholeDevices[%zu].%s: longer than %zu bytes or holds NUL",
                             i, key, cap - 1);
     memcpy(dst, json_string_value(v), len + 1);
+    return GV_OK;
+}
+
+/* "gpuUuid", "profile", "memoryMiB": optional, strictly typed when present. */
+static gv_status whole_optional(json_t *o, size_t i, struct gv_inventory_whole *w,
+                                struct gv_error *err)
+{
+    gv_status st;
+    if (json_object_get(o, "gpuUuid") != NULL &&
+        (st = whole_field(o, "gpuUuid", i, w->gpu_uuid, sizeof w->gpu_uuid, err)) != GV_OK)
+        return st;
+    if (json_object_get(o, "profile") != NULL &&
+        (st = whole_field(o, "profile", i, w->profile, sizeof w->profile, err)) != GV_OK)
+        return st;
+    json_t *m = json_object_get(o, "memoryMiB");
+    if (m != NULL) {
+        if (!json_is_integer(m) || json_integer_value(m) < 0 ||
+            json_integer_value(m) > (INT64_C(1) << 40))
+            return gv_error_set(err, GV_EPARSE,
+                                "inventory: wholeDevices[%zu].memoryMiB: expected an integer in "
+                                "[0, 2^40]", i);
+        w->memory_mib = (uint64_t)json_integer_value(m);
+    }
+    /* a MIG device names the GPU it is carved from: the scheduler's way to
+     * keep that GPU from being sliced does not depend on a PCI address alone */
+    if (w->kind == GV_INVENTORY_WHOLE_MIG && w->gpu_uuid[0] == '\0')
+        return gv_error_set(err, GV_EPARSE,
+                            "inventory: wholeDevices[%zu].gpuUuid: required for kind mig", i);
     return GV_OK;
 }
 
@@ -335,6 +378,8 @@ static gv_status whole_decode(json_t *root, struct gv_inventory_whole_list *l,
             return gv_error_set(err, GV_EPARSE,
                                 "inventory: wholeDevices[%zu].healthy: expected true or false", i);
         w->healthy = json_is_true(h);
+        if ((st = whole_optional(o, i, w, err)) != GV_OK)
+            return st;
         for (size_t j = 0; j < i; j++)
             if (strcmp(l->dev[j].resource, w->resource) == 0 && strcmp(l->dev[j].id, w->id) == 0)
                 return gv_error_set(err, GV_EPARSE, "inventory: wholeDevices[%zu] repeats %s %s",
@@ -366,8 +411,14 @@ bool gv_inventory_gpu_taken(const struct gv_inventory *inv, const struct gv_inve
     /* set aside for passthrough, still on its host driver: not for slices either */
     if (g->mode == GV_INVENTORY_MODE_PASSTHROUGH)
         return true;
-    for (uint32_t i = 0; i < inv->whole.n; i++)
-        if (gv_inventory_same_pci(inv->whole.dev[i].pci_bus_id, g->pci_bus_id))
+    /* MIG enabled: CUDA sees only its MIG devices; a slice of the GPU itself cannot run */
+    if (g->mig)
+        return true;
+    for (uint32_t i = 0; i < inv->whole.n; i++) {
+        const struct gv_inventory_whole *w = &inv->whole.dev[i];
+        if (gv_inventory_same_pci(w->pci_bus_id, g->pci_bus_id) ||
+            (w->gpu_uuid[0] && strcmp(w->gpu_uuid, g->uuid) == 0))
             return true;
+    }
     return false;
 }

@@ -89,17 +89,20 @@ struct gv_inventory_gpu {
 };
 
 /*
- * Whole devices for VMs (docs/passthrough.md): GPUs bound to vfio-pci and
- * mediated devices, advertised under their own resource names.  Optional
- * "wholeDevices" list; absent means none.  The GPU a device occupies
- * (pci_bus_id: the passthrough GPU itself, or an mdev's physical GPU) is
- * never sliced: the scheduler treats a GPU with the same PCI address as
- * unavailable.
+ * Whole devices: units the kubelet hands out one per device, under their
+ * own resource names, which the scheduler places by count
+ * (docs/scheduler.md, "Whole devices"): GPUs bound to vfio-pci and
+ * mediated devices for VMs (docs/passthrough.md), and MIG devices
+ * (docs/mig-cdi.md).  Optional "wholeDevices" list; absent means none.
+ * The GPU a device occupies (pci_bus_id: the passthrough GPU itself, an
+ * mdev's physical GPU, a MIG device's parent) is never sliced: the
+ * scheduler treats a GPU with the same PCI address as unavailable.
  */
 #define GV_INVENTORY_MAX_WHOLE 128
 #define GV_INVENTORY_WHOLE_KIND_LIST(X)                                                            \
     X(PASSTHROUGH, "passthrough")                                                                  \
-    X(MDEV, "mdev")
+    X(MDEV, "mdev")                                                                                \
+    X(MIG, "mig")
 
 enum gv_inventory_whole_kind {
 #define GV_X_WKIND(id, name) GV_INVENTORY_WHOLE_##id,
@@ -111,10 +114,16 @@ enum gv_inventory_whole_kind {
 struct gv_inventory_whole {
     enum gv_inventory_whole_kind kind;
     char resource[128];  /* "nvidia.com/GH100_H100_PCIE" */
-    char id[48];         /* device ID advertised: PCI address or mdev UUID */
+    char id[64];         /* device ID advertised: PCI address, mdev UUID or MIG UUID */
     char pci_bus_id[32]; /* the physical GPU it occupies */
     char iommu_group[16];
     bool healthy;
+    /* Optional (JSON "gpuUuid", "profile", "memoryMiB"; absent = "" / 0),
+     * set for MIG devices: the parent GPU's uuid (required for kind mig),
+     * the MIG profile ("1g.10gb") and the device's memory. */
+    char gpu_uuid[GV_INVENTORY_UUID_MAX];
+    char profile[32];
+    uint64_t memory_mib;
 };
 
 struct gv_inventory_whole_list {
@@ -147,7 +156,11 @@ gv_status gv_inventory_encode(const struct gv_inventory *inv, char **out, struct
 gv_status gv_inventory_decode(const char *text, size_t len, struct gv_inventory *out,
                               struct gv_error *err);
 
-/* True when a whole device of inv occupies g (same PCI address, any domain width). */
+/* True when g is not to be sliced: a whole device of inv occupies it (same
+ * PCI address, any domain width), it is set aside for passthrough, or MIG
+ * is enabled on it (its MIG devices, not the GPU, are what it serves). */
+/* "passthrough", "mdev", "mig"; "unknown" out of range. */
+const char *gv_inventory_whole_kind_name(enum gv_inventory_whole_kind k);
 bool gv_inventory_gpu_taken(const struct gv_inventory *inv, const struct gv_inventory_gpu *g);
 /* Whether two PCI addresses name one function ("00000000:41:00.0" = "0000:41:00.0"). */
 bool gv_inventory_same_pci(const char *a, const char *b);

@@ -162,6 +162,7 @@ void gv_podspec_node_free(struct gv_podspec_node *n)
     free(n->strings);
     free(n->nvlink_group);
     free(n->pcie_group);
+    free(n->whole);
     free(n);
 }
 
@@ -177,8 +178,36 @@ void gv_podspec_gpu_from_inventory(const struct gv_inventory_gpu *g, struct gv_a
         .numa = g->numa,
         /* a GPU advertised under another resource (NVIDIA's renamed sharing) is not ours to place */
         .healthy = g->healthy && g->resource[0] == '\0',
-        .mode = gv_inventory_mode_whole(g->mode) ? GV_ALLOC_GPU_EXCLUSIVE : GV_ALLOC_GPU_SHARED,
+        .mode = gv_inventory_mode_whole(g->mode) ? GV_ALLOC_GPU_EXCLUSIVE
+                : g->mode == GV_INVENTORY_MODE_MPS ? GV_ALLOC_GPU_MPS
+                                                   : GV_ALLOC_GPU_SHARED,
     };
+}
+
+/* The inventory's whole devices per resource name (count placement). */
+static gv_status whole_summary(const struct gv_inventory *inv, struct gv_podspec_node *n,
+                               struct gv_error *err)
+{
+    n->n_whole_res = 0;
+    if (inv->whole.n == 0)
+        return GV_OK;
+    n->whole = calloc(inv->whole.n, sizeof(*n->whole));
+    if (n->whole == NULL)
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < inv->whole.n; i++) {
+        const struct gv_inventory_whole *w = &inv->whole.dev[i];
+        uint32_t k = 0;
+        while (k < n->n_whole_res && strcmp(n->whole[k].resource, w->resource) != 0)
+            k++;
+        if (k == n->n_whole_res) {
+            snprintf(n->whole[k].resource, sizeof(n->whole[k].resource), "%s", w->resource);
+            n->whole[k].kind = (int)w->kind;
+            n->n_whole_res++;
+        }
+        n->whole[k].total++;
+        n->whole[k].healthy += w->healthy;
+    }
+    return GV_OK;
 }
 
 /* GPUs from the agent's inventory; the strings are copied into n->strings. */
@@ -228,6 +257,7 @@ static gv_status node_gpus_from_inventory(const char *name, const char *text,
         n->pcie_group[i] = inv->gpus[i].pcie_group;
     }
     n->n_whole = inv->whole.n;
+    rc = whole_summary(inv, n, err);
 done:
     free(inv);
     return rc;
@@ -358,4 +388,166 @@ fail:
     free(labels);
     gv_podspec_node_free(n);
     return rc;
+}
+
+/* --- whole devices (docs/scheduler.md, "Whole devices") ------------------ */
+
+bool gv_podspec_whole_by_name(const char *resource)
+{
+    return strncmp(resource, "nvidia.com/mig-", 15) == 0 && resource[15] != '\0';
+}
+
+/* An extended resource the engine does not own: "<domain>/<name>", not *kubernetes.io
+ * (cpu, memory, hugepages-* have no domain). */
+static bool foreign_extended(const struct gv_alloc_config *cfg, const char *key)
+{
+    const char *slash = strchr(key, '/');
+    if (slash == NULL || slash == key || slash[1] == '\0')
+        return false;
+    size_t dl = (size_t)(slash - key);
+    if (dl >= 13 && memcmp(slash - 13, "kubernetes.io", 13) == 0)
+        return false;
+    const char *own[] = {cfg->res.gpu, cfg->res.mem, cfg->res.mem_pct, cfg->res.cores,
+                         cfg->res.priority, cfg->res.mem_gib};
+    for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
+        if (own[i] != NULL && strcmp(own[i], key) == 0)
+            return false;
+    return true;
+}
+
+/* Adds container c's foreign extended resources into counts (slot per name in out). */
+static gv_status whole_container(const struct gv_alloc_config *cfg, const json_t *c,
+                                 const char *where, struct gv_podspec_whole_req *out,
+                                 uint32_t *counts, struct gv_error *err)
+{
+    const json_t *res = json_object_get(c, "resources");
+    if (res != NULL && !json_is_object(res))
+        return gv_error_set(err, GV_EPARSE, "pod: %s.resources: expected an object", where);
+    const json_t *lim = json_object_get(res, "limits"), *req = json_object_get(res, "requests");
+    const json_t *maps[2] = {lim, req};
+    for (int m = 0; m < 2; m++) {
+        if (maps[m] == NULL || json_is_null(maps[m]))
+            continue;
+        if (!json_is_object(maps[m]))
+            return gv_error_set(err, GV_EPARSE, "pod: %s.resources.%s: expected an object",
+                                where, m ? "requests" : "limits");
+        const char *key;
+        json_t *val;
+        json_object_foreach((json_t *)maps[m], key, val) {
+            if (!foreign_extended(cfg, key))
+                continue;
+            if (m == 1 && json_object_get(lim, key) != NULL)
+                continue; /* limits first: the kubelet allocates the limit */
+            /* Strict only for names that are whole devices by their form: any
+             * other extended resource may hold what its owner likes (kube-scheduler
+             * checks it); one this cannot count is left out, not an error. */
+            bool mine = gv_podspec_whole_by_name(key);
+            char buf[40];
+            const char *text = qty_text(val, buf, sizeof(buf));
+            int64_t v = 0;
+            if (text == NULL || gv_quantity_integer(text, &v, err) != GV_OK || v < 0 ||
+                v > 1024 || strlen(key) >= GV_PODSPEC_WHOLE_NAME_MAX) {
+                if (!mine)
+                    continue;
+                return gv_error_set(err, GV_EPARSE,
+                                    "pod: %s.resources.%s[\"%.100s\"]: expected a whole count "
+                                    "in [0, 1024]",
+                                    where, m ? "requests" : "limits", key);
+            }
+            uint32_t k = 0;
+            while (k < out->n && strcmp(out->r[k].resource, key) != 0)
+                k++;
+            if (k == out->n) {
+                if (out->n == GV_PODSPEC_WHOLE_REQ_MAX && !mine)
+                    continue;
+                if (out->n == GV_PODSPEC_WHOLE_REQ_MAX)
+                    return gv_error_set(err, GV_EPARSE, "pod: more than %d extended resources",
+                                        GV_PODSPEC_WHOLE_REQ_MAX);
+                snprintf(out->r[k].resource, sizeof(out->r[k].resource), "%s", key);
+                out->r[k].count = 0;
+                counts[k] = 0;
+                out->n++;
+            }
+            counts[k] += (uint32_t)v;
+        }
+    }
+    return GV_OK;
+}
+
+gv_status gv_podspec_whole_request(const struct gv_alloc_config *cfg, const json_t *pod,
+                                   struct gv_podspec_whole_req *out, struct gv_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    const json_t *spec = json_object_get(pod, "spec");
+    if (!json_is_object(spec))
+        return gv_error_set(err, GV_EPARSE, "pod: spec: expected an object");
+    static const char *const lists[2] = {"containers", "initContainers"};
+    for (int l = 0; l < 2; l++) {
+        const json_t *arr = json_object_get(spec, lists[l]);
+        if (arr == NULL && l == 1)
+            continue;
+        if (!json_is_array(arr))
+            return gv_error_set(err, GV_EPARSE, "pod: spec.%s: expected an array", lists[l]);
+        size_t i;
+        const json_t *c;
+        uint32_t sum[GV_PODSPEC_WHOLE_REQ_MAX] = {0};
+        json_array_foreach(arr, i, c) {
+            char where[64];
+            uint32_t one[GV_PODSPEC_WHOLE_REQ_MAX] = {0};
+            snprintf(where, sizeof(where), "spec.%s[%zu]", lists[l], i);
+            if (!json_is_object(c))
+                return gv_error_set(err, GV_EPARSE, "pod: %s: expected an object", where);
+            gv_status st = whole_container(cfg, c, where, out, one, err);
+            if (st != GV_OK) {
+                memset(out, 0, sizeof(*out));
+                return st;
+            }
+            for (uint32_t k = 0; k < out->n; k++) {
+                if (l == 0)
+                    sum[k] += one[k]; /* app containers run together: their devices add up */
+                else if (one[k] > out->r[k].count)
+                    out->r[k].count = one[k]; /* init containers run one at a time */
+            }
+        }
+        for (uint32_t k = 0; l == 0 && k < out->n; k++)
+            out->r[k].count = sum[k];
+    }
+    /* names asked as 0 only ask nothing */
+    uint32_t w = 0;
+    for (uint32_t k = 0; k < out->n; k++)
+        if (out->r[k].count > 0)
+            out->r[w++] = out->r[k];
+    out->n = w;
+    return GV_OK;
+}
+
+bool gv_podspec_whole_fits(const struct gv_podspec_whole *res, size_t n, const uint32_t *held,
+                           const struct gv_podspec_whole_req *req,
+                           bool (*is_whole)(void *ud, const char *name), void *ud,
+                           uint64_t *slack, char *why, size_t why_cap)
+{
+    uint64_t left = 0;
+    for (uint32_t k = 0; k < req->n; k++) {
+        const char *name = req->r[k].resource;
+        size_t i = 0;
+        while (i < n && strcmp(res[i].resource, name) != 0)
+            i++;
+        if (i == n) {
+            if (!gv_podspec_whole_by_name(name) && (is_whole == NULL || !is_whole(ud, name)))
+                continue; /* not a whole device anywhere: kube-scheduler's to check */
+            snprintf(why, why_cap, "node has no %s devices", name);
+            return false;
+        }
+        uint32_t h = held != NULL ? held[i] : 0;
+        uint32_t free_n = res[i].healthy > h ? res[i].healthy - h : 0;
+        if (free_n < req->r[k].count) {
+            snprintf(why, why_cap, "%s: %u free of %u healthy (%u listed), pod asks %u", name,
+                     free_n, res[i].healthy, res[i].total, req->r[k].count);
+            return false;
+        }
+        left += free_n - req->r[k].count;
+    }
+    if (slack != NULL)
+        *slack = left;
+    return true;
 }

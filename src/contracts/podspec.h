@@ -11,6 +11,7 @@
 #define GV_CONTRACTS_PODSPEC_H
 
 #include <jansson.h>
+#include <stdbool.h>
 
 #include "alloc/gv_alloc.h"
 #include "common/gv_error.h"
@@ -30,6 +31,54 @@ gv_status gv_podspec_request_text(const struct gv_alloc_config *cfg, const char 
 /* metadata.annotations[key] as a string, or NULL. */
 const char *gv_podspec_annotation(const json_t *obj, const char *key);
 
+/*
+ * Whole devices (docs/scheduler.md, "Whole devices"): resources the kubelet
+ * hands out one device each (MIG devices, passthrough GPUs, mdevs), placed
+ * by count, never by the engine.
+ */
+#define GV_PODSPEC_WHOLE_NAME_MAX 128
+/* One whole-device resource of a node: how many the inventory lists, how many healthy. */
+struct gv_podspec_whole {
+    char resource[GV_PODSPEC_WHOLE_NAME_MAX];
+    int kind; /* enum gv_inventory_whole_kind of its first device */
+    uint32_t total, healthy;
+};
+
+/*
+ * A pod's extended resources that are not the engine's (cfg->res names):
+ * per name, the count the kubelet will hand out for the pod, max(sum over
+ * containers, largest init container), limits first then requests.  Only
+ * names with a '/' outside kubernetes.io count.  Which of them are whole
+ * devices is the caller's to decide (gv_podspec_whole_by_name, or a node
+ * listing the name).  Strict (an error naming the field) only for
+ * nvidia.com/mig-* names; another name whose count is not a whole number
+ * in [0, 1024] (or beyond the 16th name) is left out.
+ */
+#define GV_PODSPEC_WHOLE_REQ_MAX 16
+struct gv_podspec_whole_req {
+    uint32_t n;
+    struct {
+        char resource[GV_PODSPEC_WHOLE_NAME_MAX];
+        uint32_t count;
+    } r[GV_PODSPEC_WHOLE_REQ_MAX];
+};
+gv_status gv_podspec_whole_request(const struct gv_alloc_config *cfg, const json_t *pod,
+                                   struct gv_podspec_whole_req *out, struct gv_error *err);
+/* Names a resource that is a whole device by its form alone (nvidia.com/mig-<profile>). */
+bool gv_podspec_whole_by_name(const char *resource);
+/*
+ * Whether node (n whole-device resources) can take req: every asked name
+ * the node lists needs count <= healthy - held[i] (held: what pods on the
+ * node hold of res[i], NULL = none), and an asked name that is_whole(name)
+ * says is a whole-device resource must be listed.  False with reason;
+ * true with *slack (unless NULL) = the asked names' devices left free after
+ * it (the placement rule prefers the least: best fit).
+ */
+bool gv_podspec_whole_fits(const struct gv_podspec_whole *res, size_t n, const uint32_t *held,
+                           const struct gv_podspec_whole_req *req,
+                           bool (*is_whole)(void *ud, const char *name), void *ud,
+                           uint64_t *slack, char *why, size_t why_cap);
+
 /* A node spec with the storage its pointers refer to. */
 struct gv_podspec_node {
     struct gv_alloc_node_spec spec;
@@ -38,7 +87,9 @@ struct gv_podspec_node {
     char *strings; /* uuids, model names */
     /* interconnect groups per GPU for gv_alloc_node_set_links (NULL: none) */
     uint32_t *nvlink_group, *pcie_group;
-    uint32_t n_whole; /* whole devices for VMs in the inventory (docs/passthrough.md) */
+    uint32_t n_whole; /* whole devices in the inventory (MIG, passthrough, mdev) */
+    struct gv_podspec_whole *whole; /* per resource name, n_whole_res of them */
+    uint32_t n_whole_res;
 };
 
 /*

@@ -12,6 +12,7 @@
  * uses CUDA, else CUDA_VISIBLE_DEVICES where it is exact (cuda_index_of).
  */
 #include <ctype.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -141,7 +142,7 @@ static int cuda_index_from_env(unsigned nvml_index, const char *uuid)
 {
     const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
     if (cvd == NULL)
-        return (int)nvml_index;
+        return nvml_index == UINT_MAX ? -1 : (int)nvml_index;
     char buf[1024];
     snprintf(buf, sizeof(buf), "%s", cvd);
     int pos = 0;
@@ -233,9 +234,14 @@ static int cuda_index_of(nvmlDevice_t dev, const char *uuid)
     if (rc == CUDA_ERROR_NO_DEVICE)
         return -1; /* CUDA_VISIBLE_DEVICES hides every device */
     if (rc != CUDA_SUCCESS) {
-        if (gv_nv.nvmlDeviceGetIndex == NULL || gv_nv.nvmlDeviceGetIndex(dev, &index) != NVML_SUCCESS)
-            return -1;
-        return cuda_index_from_env(index, uuid);
+        if (gv_nv.nvmlDeviceGetIndex != NULL && gv_nv.nvmlDeviceGetIndex(dev, &index) == NVML_SUCCESS)
+            return cuda_index_from_env(index, uuid);
+        /*
+         * A MIG device has no NVML index of its own, but CUDA_VISIBLE_DEVICES
+         * may name it by its MIG uuid: nvidia-smi in the container then
+         * shows the slice before any CUDA process registered the device.
+         */
+        return strncmp(uuid, "MIG-", 4) == 0 ? cuda_index_from_env(UINT_MAX, uuid) : -1;
     }
     char cu[GV_SHM_UUID_LEN];
     for (int i = 0; i < count; i++)

@@ -62,7 +62,7 @@ static json_t *whole_devices(const char *text)
             const struct gv_inventory_whole *w = &inv->whole.dev[i];
             json_array_append_new(
                 arr, json_pack("{s:s,s:s,s:s,s:s,s:b}", "kind",
-                               w->kind == GV_INVENTORY_WHOLE_MDEV ? "mdev" : "passthrough",
+                               gv_inventory_whole_kind_name(w->kind),
                                "resource", w->resource, "id", w->id, "pciBusId", w->pci_bus_id,
                                "healthy", w->healthy));
         }
@@ -96,6 +96,16 @@ static void add_node(const struct kc_opts *o, struct kc_cluster *c, json_t *node
         n->reason = strdup(err.msg);
         gv_podspec_node_free(pn);
         return;
+    }
+    for (uint32_t k = 0; k < pn->n_whole_res; k++) {
+        const struct gv_podspec_whole *w = &pn->whole[k];
+        if (n->whole_res == NULL)
+            n->whole_res = json_array();
+        json_array_append_new(n->whole_res,
+                              json_pack("{s:s,s:s,s:i,s:i,s:i,s:i}", "resource", w->resource,
+                                        "kind", gv_inventory_whole_kind_name(w->kind), "total",
+                                        (int)w->total, "healthy", (int)w->healthy, "used", 0,
+                                        "free", (int)w->healthy));
     }
     gv_podspec_node_free(pn);
     n->in_engine = true;
@@ -175,6 +185,34 @@ skip:
     return false;
 }
 
+/* Adds what a bound, running pod asks of its node's whole devices to their "used". */
+static void add_whole_pod(struct kc_cluster *c, const struct gv_alloc_config *cfg, json_t *pod)
+{
+    const char *phase = str_at(pod, "status", "phase");
+    const char *node = str_at(pod, "spec", "nodeName");
+    struct gv_podspec_whole_req r;
+    if ((phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)) ||
+        node == NULL || *node == '\0' || gv_podspec_whole_request(cfg, pod, &r, NULL) != GV_OK)
+        return;
+    for (size_t i = 0; i < c->n_nodes; i++) {
+        if (strcmp(c->nodes[i].name, node) != 0)
+            continue;
+        size_t k;
+        json_t *w;
+        json_array_foreach(c->nodes[i].whole_res, k, w) {
+            for (uint32_t q = 0; q < r.n; q++) {
+                if (strcmp(json_string_value(json_object_get(w, "resource")), r.r[q].resource))
+                    continue;
+                json_int_t used = json_integer_value(json_object_get(w, "used")) + r.r[q].count;
+                json_int_t healthy = json_integer_value(json_object_get(w, "healthy"));
+                json_object_set_new(w, "used", json_integer(used));
+                json_object_set_new(w, "free", json_integer(healthy > used ? healthy - used : 0));
+            }
+        }
+        return;
+    }
+}
+
 int kc_cluster_load(struct gv_kube_client *kube, const struct kc_opts *o, struct kc_cluster *c,
                     struct gv_error *err)
 {
@@ -211,6 +249,7 @@ int kc_cluster_load(struct gv_kube_client *kube, const struct kc_opts *o, struct
     json_t *v;
     json_array_foreach(ni, i, v) add_node(o, c, v, now);
     json_array_foreach(pi, i, v) add_pod(c, &cfg, v, now);
+    json_array_foreach(pi, i, v) add_whole_pod(c, &cfg, v);
     if (c->n_nodes > 0)
         qsort(c->nodes, c->n_nodes, sizeof(*c->nodes), cmp_node);
     if (c->n_pods > 0)
@@ -238,6 +277,7 @@ void kc_cluster_clear(struct kc_cluster *c)
         free(c->nodes[i].name);
         free(c->nodes[i].reason);
         json_decref(c->nodes[i].whole);
+        json_decref(c->nodes[i].whole_res);
     }
     for (size_t i = 0; i < c->n_pods; i++) {
         free(c->pods[i].ns);

@@ -42,7 +42,10 @@ struct kc_node {
     const char *state; /* "ready", "stale", "no_agent", "unusable" */
     char *reason;
     bool in_engine;
-    json_t *whole; /* the inventory's wholeDevices (passthrough GPUs, mdevs), NULL when none */
+    json_t *whole; /* the inventory's wholeDevices (MIG, passthrough GPUs, mdevs), NULL when none */
+    /* per resource: {resource, kind, total, healthy, used, free}; used = what
+     * pods bound here ask (count placement, docs/scheduler.md); NULL when none */
+    json_t *whole_res;
 };
 
 struct kc_pod {

@@ -68,16 +68,18 @@ static json_t *build(struct kc_cluster *c, const struct kc_opts *o, const char *
                               "usedMemMiB", (json_int_t)gi.used_mem_mib, "cores", 100, "usedCores",
                               gi.used_milli / 10.0, "tasks", (json_int_t)gi.tasks, "split",
                               (json_int_t)gi.split, "healthy", gi.healthy, "mode",
-                              gi.mode == GV_ALLOC_GPU_EXCLUSIVE ? "exclusive" : "shared", "pods",
+                              gi.mode == GV_ALLOC_GPU_EXCLUSIVE ? "exclusive"
+                                : gi.mode == GV_ALLOC_GPU_MPS ? "mps" : "shared", "pods",
                               gpu_pods(c, o, n->name, gi.uuid)));
         }
         double nf = 0;
         if (n->in_engine)
             gv_alloc_node_fragmentation(c->engine, n->name, &nf, NULL);
-        json_array_append_new(nodes, json_pack("{s:s,s:s,s:s?,s:f,s:o,s:O?}", "name", n->name,
-                                               "state", n->state, "reason", n->reason,
+        json_array_append_new(nodes, json_pack("{s:s,s:s,s:s?,s:f,s:o,s:O?,s:O?}", "name",
+                                               n->name, "state", n->state, "reason", n->reason,
                                                "fragmentedGPUs", nf / 1000.0, "gpus", ga,
-                                               "wholeDevices", n->whole));
+                                               "wholeDevices", n->whole, "wholeResources",
+                                               n->whole_res));
     }
     struct gv_alloc_frag fr;
     gv_alloc_cluster_fragmentation(c->engine, &fr);
@@ -110,6 +112,35 @@ static void print_whole(struct kc_table *t, json_t *n)
                      json_string_value(json_object_get(w, "id")),
                      healthy ? "healthy" : "unhealthy");
     }
+}
+
+/* Whole devices per node and resource: free/total and health (placed by count). */
+static void print_whole_resources(json_t *doc, const struct kc_opts *o)
+{
+    struct kc_table t;
+    bool any = false;
+    size_t i, k;
+    json_t *n, *w;
+    kc_table_init(&t, 5);
+    kc_table_row(&t, "NODE", "KIND", "RESOURCE", "FREE/TOTAL", "HEALTHY");
+    json_array_foreach(json_object_get(doc, "nodes"), i, n)
+    {
+        json_array_foreach(json_object_get(n, "wholeResources"), k, w)
+        {
+            char fr[48], he[48];
+            snprintf(fr, sizeof(fr), "%.0f/%.0f", num(w, "free"), num(w, "total"));
+            snprintf(he, sizeof(he), "%.0f/%.0f", num(w, "healthy"), num(w, "total"));
+            kc_table_row(&t, k == 0 ? json_string_value(json_object_get(n, "name")) : "",
+                         json_string_value(json_object_get(w, "kind")),
+                         json_string_value(json_object_get(w, "resource")), fr, he);
+            any = true;
+        }
+    }
+    if (any) {
+        fprintf(o->out, "\nWhole devices (MIG, passthrough, mdev; placed by count):\n");
+        kc_table_print(&t, o->out);
+    }
+    kc_table_free(&t);
 }
 
 static void print_table(json_t *doc, const struct kc_opts *o)
@@ -186,6 +217,7 @@ static void print_table(json_t *doc, const struct kc_opts *o)
     }
     kc_table_print(&t, o->out);
     kc_table_free(&t);
+    print_whole_resources(doc, o);
     json_t *tot = json_object_get(doc, "totals"), *fr = json_object_get(doc, "fragmentation");
     double m = num(tot, "memMiB"), c = num(tot, "cores");
     fprintf(o->out, "--------------------------------------------------------------\n");

@@ -86,7 +86,7 @@ void gv_node_config_free(struct gv_node_config *cfg)
 /* ---- parsing ------------------------------------------------------------- */
 
 struct settings_mask {
-    bool mode, split, mem, core;
+    bool mode, split, mem, core, mig;
 };
 
 static gv_status want_string(json_t *v, const char *where, size_t max, struct gv_error *err)
@@ -161,6 +161,15 @@ static gv_status settings_key(const char *key, json_t *v, const char *path,
             return err->code;
         s->core_scaling = d;
         m->core = true;
+    } else if (strcasecmp(key, "migMode") == 0) {
+        if (want_string(v, where, 16, err) != GV_OK)
+            return err->code;
+        const char *mm = json_string_value(v);
+        if (strcmp(mm, "whole") != 0 && strcmp(mm, "vgpu") != 0)
+            return gv_error_set(err, GV_EINVAL, "node config: %s = '%s' is not whole or vgpu",
+                                where, mm);
+        s->mig_vgpu = strcmp(mm, "vgpu") == 0;
+        m->mig = true;
     } else {
         return GV_ENOTFOUND;
     }
@@ -269,6 +278,7 @@ static gv_status parse_rules(struct gv_node_config *c, json_t *v, const char *pa
         r->has_split = m.split;
         r->has_mem = m.mem;
         r->has_core = m.core;
+        r->has_mig = m.mig;
     }
     return GV_OK;
 }
@@ -782,6 +792,8 @@ bool gv_node_config_gpu(const struct gv_node_config *cfg, const char *uuid, unsi
             out->mem_scaling = r->s.mem_scaling;
         if (r->has_core)
             out->core_scaling = r->s.core_scaling;
+        if (r->has_mig)
+            out->mig_vgpu = r->s.mig_vgpu;
     }
     if (out->mode == GV_NODE_MODE_EXCLUSIVE)
         out->split = 1;

@@ -51,6 +51,13 @@ struct gpu_state {
     nvmlDevice_t handle;
     int64_t last_xid_ms; /* 0: none */
     bool unreachable;
+    /* MIG devices an instance-scoped Xid made Unhealthy (by UUID: a recreated instance is new) */
+    struct mig_bad {
+        char uuid[96];
+        int64_t xid_ms;
+        char why[64];
+    } mig_bad[GV_GPU_MAX_MIGS];
+    unsigned n_mig_bad;
 };
 
 struct gv_gpus {
@@ -381,8 +388,17 @@ gv_status gv_gpus_snapshot(struct gv_gpus *g, struct gv_gpu **out, size_t *n,
     if (copy == NULL)
         return gv_error_set(err, GV_ENOMEM, "GPUs: out of memory");
     pthread_mutex_lock(&g->lock);
-    for (size_t i = 0; i < g->n; i++)
+    for (size_t i = 0; i < g->n; i++) {
         copy[i] = g->gpus[i].info;
+        /* per-MIG-device health goes into the copy only (the MIG re-read compares info.migs) */
+        for (unsigned b = 0; b < g->gpus[i].n_mig_bad; b++)
+            for (unsigned k = 0; k < copy[i].n_migs; k++)
+                if (strcmp(copy[i].migs[k].uuid, g->gpus[i].mig_bad[b].uuid) == 0) {
+                    copy[i].migs[k].unhealthy = true;
+                    snprintf(copy[i].migs[k].reason, sizeof(copy[i].migs[k].reason), "%s",
+                             g->gpus[i].mig_bad[b].why);
+                }
+    }
     pthread_mutex_unlock(&g->lock);
     *out = copy;
     *n = g->n;
@@ -424,6 +440,53 @@ static bool set_health(struct gpu_state *s, bool healthy, const char *reason)
     return changed;
 }
 
+/* An Xid of GPU instance gi / compute instance ci of MIG-enabled s. Caller holds the lock. */
+static bool mig_xid(struct gpu_state *s, unsigned gi, unsigned ci, const char *why, int64_t now)
+{
+    const struct gv_mig *m = NULL;
+    for (unsigned k = 0; k < s->info.n_migs && m == NULL; k++)
+        if (s->info.migs[k].gi == gi && s->info.migs[k].ci == ci)
+            m = &s->info.migs[k];
+    if (m == NULL) {
+        /* as NVIDIA's plugin: an instance no MIG device of ours is touches none */
+        gv_info("GPU %u (%s): %s of GPU instance %u / compute instance %u, no MIG device "
+                "of ours: health unchanged", s->info.index, s->info.uuid, why, gi, ci);
+        return false;
+    }
+    for (unsigned b = 0; b < s->n_mig_bad; b++)
+        if (strcmp(s->mig_bad[b].uuid, m->uuid) == 0) {
+            s->mig_bad[b].xid_ms = now; /* already Unhealthy: the quiet time starts again */
+            return false;
+        }
+    if (s->n_mig_bad >= GV_GPU_MAX_MIGS)
+        return false; /* cannot happen: one entry per MIG device */
+    struct mig_bad *b = &s->mig_bad[s->n_mig_bad++];
+    _Static_assert(sizeof(b->uuid) == sizeof(m->uuid), "MIG uuid sizes");
+    memcpy(b->uuid, m->uuid, sizeof(b->uuid)); /* NUL-terminated within: NVML wrote it */
+    snprintf(b->why, sizeof(b->why), "%s", why);
+    b->xid_ms = now;
+    gv_warn("GPU %u (%s): MIG device %s (GPU instance %u, compute instance %u) is unhealthy: %s",
+            s->info.index, s->info.uuid, m->uuid, gi, ci, why);
+    return true;
+}
+
+/* MIG devices without an Xid for recover_ms are Healthy again (as GPUs). Caller holds the lock. */
+static bool mig_recover(struct gpu_state *s, int64_t now, int64_t recover_ms)
+{
+    bool changed = false;
+    for (unsigned b = 0; b < s->n_mig_bad;) {
+        if (now - s->mig_bad[b].xid_ms < recover_ms) {
+            b++;
+            continue;
+        }
+        gv_info("GPU %u (%s): MIG device %s is healthy again", s->info.index, s->info.uuid,
+                s->mig_bad[b].uuid);
+        s->mig_bad[b] = s->mig_bad[--s->n_mig_bad];
+        changed = true;
+    }
+    return changed;
+}
+
 static bool on_xid(struct gv_gpus *g, const nvmlEventData_t *ev)
 {
     unsigned long long xid = ev->eventData;
@@ -435,13 +498,26 @@ static bool on_xid(struct gv_gpus *g, const nvmlEventData_t *ev)
     snprintf(why, sizeof(why), "critical Xid %llu", xid);
     bool changed = false;
     int64_t now = gv_loop_now_ms();
+    /*
+     * On a MIG-enabled GPU NVML names the GPU and compute instance an Xid
+     * belongs to (0xFFFFFFFF: not instance-scoped).  Scoped: only that MIG
+     * device turns Unhealthy, as NVIDIA's device plugin does; otherwise the
+     * whole GPU with all its MIG devices.
+     */
+    bool scoped = ev->gpuInstanceId != GV_NVML_NO_INSTANCE &&
+                  ev->computeInstanceId != GV_NVML_NO_INSTANCE;
     pthread_mutex_lock(&g->lock);
     for (size_t i = 0; i < g->n; i++) {
+        struct gpu_state *s = &g->gpus[i];
         /* An event without a device concerns every GPU (NVML's convention). */
-        if (ev->device == NULL || ev->device == g->gpus[i].handle) {
-            g->gpus[i].last_xid_ms = now;
-            changed |= set_health(&g->gpus[i], false, why);
+        if (ev->device != NULL && ev->device != s->handle)
+            continue;
+        if (scoped && s->info.mig) {
+            changed |= mig_xid(s, ev->gpuInstanceId, ev->computeInstanceId, why, now);
+            continue;
         }
+        s->last_xid_ms = now;
+        changed |= set_health(s, false, why);
     }
     pthread_mutex_unlock(&g->lock);
     return changed;
@@ -496,6 +572,7 @@ static bool probe(struct gv_gpus *g)
             s->unreachable = false;
             if (!s->info.healthy && (s->last_xid_ms == 0 || now - s->last_xid_ms >= g->recover_ms))
                 changed |= set_health(s, true, "");
+            changed |= mig_recover(s, now, g->recover_ms);
         }
         pthread_mutex_unlock(&g->lock);
         changed |= reread_mig(g, s);

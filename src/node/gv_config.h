@@ -41,6 +41,14 @@ struct gv_node_gpu_settings {
      */
     char resource[128];
     bool fail_gt_one;
+    /*
+     * "migMode": how a MIG-enabled GPU's MIG devices are served.  false
+     * ("whole", default): one container each, per migStrategy (mode_mig.c);
+     * true ("vgpu"): each MIG device is a vGPU GPU of its own, sliced
+     * `split` ways with the interposer's limits inside the instance
+     * (docs/mig-cdi.md, "vGPU slices inside MIG instances").
+     */
+    bool mig_vgpu;
 };
 
 /* One entry of sharing.<strategy>.resources (NVIDIA's ReplicatedResource). */
@@ -69,7 +77,7 @@ struct gv_node_gpu_rule {
     char uuid[96]; /* "" when matched by index */
     int index;     /* -1 when matched by uuid */
     /* which settings the rule overrides */
-    bool has_mode, has_split, has_mem, has_core;
+    bool has_mode, has_split, has_mem, has_core, has_mig;
     struct gv_node_gpu_settings s;
 };
 

@@ -29,6 +29,13 @@ struct gv_mig {
     unsigned gi_slices, ci_slices, sms;
     unsigned copy, decoder, encoder, jpeg, ofa; /* shared engines (NVML attributes) */
     uint64_t memory_mib;
+    /*
+     * An Xid NVML attributed to this instance (its GPU and compute instance
+     * ids in the event): set in gv_gpus_snapshot's copies only, never in
+     * what the MIG re-read compares.
+     */
+    bool unhealthy;
+    char reason[64];
 };
 
 struct gv_gpu {

@@ -79,6 +79,15 @@ int gv_mode_check_replicas(const struct gv_mode_alloc *a, char *msg, size_t cap)
 /* discover for modes whose unit is the whole GPU: one unit, the settings as configured. */
 size_t gv_mode_discover_gpu(const struct gv_gpu *g, const struct gv_node_gpu_settings *s,
                             struct gv_allocator_gpu *out, size_t cap, char *why, size_t why_cap);
+/*
+ * The MIG devices of a MIG-enabled GPU as units of `mode` with `split`
+ * devices each: key = MIG UUID, memory = the instance's, health = the
+ * parent's and the instance's own (an instance-scoped Xid).  0 + why when
+ * MIG is off or no MIG device exists.
+ */
+size_t gv_mode_discover_migs(const struct gv_gpu *g, const struct gv_node_gpu_settings *s,
+                             enum gv_inventory_mode mode, unsigned split,
+                             struct gv_allocator_gpu *out, size_t cap, char *why, size_t why_cap);
 /* The same as a `discover` hook (state unused). */
 size_t gv_mode_discover_whole(void *state, const struct gv_gpu *g,
                               const struct gv_node_gpu_settings *s, struct gv_allocator_gpu *out,
@@ -197,6 +206,16 @@ struct gv_mode {
 /* Most units all discover_host hooks together may add per rebuild. */
 #define GV_MODE_HOST_UNITS 256
 
+/*
+ * The inventory of GPUs served with "migMode": "vgpu": the parent GPU's
+ * entry is replaced by one entry per MIG device (uuid = MIG UUID, memory =
+ * the instance's, mode vgpu), so the scheduler's vGPU placement puts slices
+ * on MIG devices unchanged.  After gv_modes_build, with its units.
+ */
+struct gv_inventory;
+void gv_mode_vgpu_mig_inventory(struct gv_inventory *inv, const struct gv_allocator_gpu *units,
+                                size_t n);
+
 /* The table: one `gv_mode_<ID>` per entry of GV_INVENTORY_MODE_LIST. */
 #define GV_X_MODE_DECL(id, name, whole) extern const struct gv_mode gv_mode_##id;
 GV_INVENTORY_MODE_LIST(GV_X_MODE_DECL)
@@ -232,5 +251,13 @@ const char *gv_mode_adv_resource(const struct gv_mode_adv *adv, size_t i);
 struct gv_plugin_device;
 const struct gv_plugin_device *gv_mode_adv_devices(const struct gv_mode_adv *adv, size_t i,
                                                    size_t *n);
+
+/*
+ * MIG devices advertised bare (one device each) as "wholeDevices" entries
+ * of kind mig, appended to inv (src/node/mig_inventory.c): resource and
+ * health as advertised in adv, parent GPU from gpus.
+ */
+void gv_mode_mig_inventory(const struct gv_mode_adv *adv, const struct gv_gpu *gpus, size_t n,
+                           struct gv_inventory *inv);
 
 #endif

@@ -116,6 +116,19 @@ static void cuda_labels(json_t *o, const char *version)
  * We keep "whole GPUs win" and make the rest deterministic: the model with
  * the most GPUs, ties to the one holding the lowest index.
  */
+/*
+ * Whether entry k is another entry of a physical GPU listed earlier: with
+ * "migMode": "vgpu" each MIG device is an entry of its own, with its GPU's
+ * index (GFD counts physical GPUs).
+ */
+static bool same_gpu_as_earlier(const struct gv_inventory *inv, uint32_t k)
+{
+    for (uint32_t j = 0; j < k; j++)
+        if (inv->gpus[j].index == inv->gpus[k].index)
+            return true;
+    return false;
+}
+
 static const struct gv_inventory_gpu *label_model(const struct gv_inventory *inv, uint32_t *count)
 {
     const struct gv_inventory_gpu *best = NULL;
@@ -127,7 +140,7 @@ static const struct gv_inventory_gpu *label_model(const struct gv_inventory *inv
         bool seen = false;
         for (uint32_t k = 0; k < inv->n_gpus; k++) {
             const struct gv_inventory_gpu *h = &inv->gpus[k];
-            if (strcmp(h->model, g->model) != 0 || h->mig != g->mig)
+            if (strcmp(h->model, g->model) != 0 || h->mig != g->mig || same_gpu_as_earlier(inv, k))
                 continue;
             if (k < i)
                 seen = true;
@@ -149,7 +162,7 @@ static const struct gv_inventory_gpu *label_model(const struct gv_inventory *inv
     /* MIG-enabled and whole GPUs of one model are counted together, as GFD does */
     *count = 0;
     for (uint32_t k = 0; best && k < inv->n_gpus; k++)
-        *count += strcmp(inv->gpus[k].model, best->model) == 0;
+        *count += strcmp(inv->gpus[k].model, best->model) == 0 && !same_gpu_as_earlier(inv, k);
     return best;
 }
 

@@ -13,10 +13,10 @@
 #include "node/gv_grpc.h"
 #include "node/gv_mode.h"
 
-static size_t discover(void *st, const struct gv_gpu *g, const struct gv_node_gpu_settings *s,
-                       struct gv_allocator_gpu *out, size_t cap, char *why, size_t why_cap)
+size_t gv_mode_discover_migs(const struct gv_gpu *g, const struct gv_node_gpu_settings *s,
+                             enum gv_inventory_mode mode, unsigned split,
+                             struct gv_allocator_gpu *out, size_t cap, char *why, size_t why_cap)
 {
-    (void)st;
     if (!g->mig) {
         snprintf(why, why_cap, "MIG is not enabled on this GPU");
         return 0;
@@ -35,13 +35,26 @@ static size_t discover(void *st, const struct gv_gpu *g, const struct gv_node_gp
         snprintf(u->gpu.uuid, sizeof(u->gpu.uuid), "%s", m->uuid);
         snprintf(u->gpu.model, sizeof(u->gpu.model), "%.60s MIG %.30s", g->model, m->profile);
         u->gpu.memory_mib = m->memory_mib;
+        if (u->gpu.healthy && m->unhealthy) {
+            /* an Xid of this instance alone (gpus.c): its siblings keep serving */
+            u->gpu.healthy = false;
+            snprintf(u->gpu.reason, sizeof(u->gpu.reason), "%s", m->reason);
+        }
         u->settings = *s;
-        u->settings.mode = GV_INVENTORY_MODE_MIG;
-        u->settings.split = 1; /* a MIG device goes to one container */
+        u->settings.mode = mode;
+        u->settings.split = split;
     }
     if (n < g->n_migs)
         snprintf(why, why_cap, "too many units");
     return n;
+}
+
+static size_t discover(void *st, const struct gv_gpu *g, const struct gv_node_gpu_settings *s,
+                       struct gv_allocator_gpu *out, size_t cap, char *why, size_t why_cap)
+{
+    (void)st;
+    /* a MIG device goes to one container */
+    return gv_mode_discover_migs(g, s, GV_INVENTORY_MODE_MIG, 1, out, cap, why, why_cap);
 }
 
 static void advertise(void *st, const struct gv_node_config *cfg, const struct gv_allocator_gpu *u,

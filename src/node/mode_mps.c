@@ -97,7 +97,17 @@ static int run_control(const struct mps *m, const char *uuid, const char *arg, c
     snprintf(dev_env, sizeof(dev_env), "CUDA_VISIBLE_DEVICES=%s", uuid);
     const char *path = getenv("PATH");
     snprintf(path_env, sizeof(path_env), "PATH=%s", path ? path : "/usr/bin:/bin");
-    char *envp[] = {pipe_env, log_env, dev_env, path_env, NULL};
+    /*
+     * Where the host driver's libcuda is mounted for the server
+     * (deploy/mps: /usr/local/nvidia/lib64, a directory of NVIDIA files
+     * only); absent when the NVIDIA runtime put the driver in the loader's
+     * default paths.
+     */
+    char ld_env[4200] = "";
+    const char *ld = getenv("LD_LIBRARY_PATH");
+    if (ld && *ld)
+        snprintf(ld_env, sizeof(ld_env), "LD_LIBRARY_PATH=%s", ld);
+    char *envp[] = {pipe_env, log_env, dev_env, path_env, ld_env[0] ? ld_env : NULL, NULL};
     char *argv[] = {(char *)m->control, (char *)arg, NULL};
     int in[2] = {-1, -1}, outp[2] = {-1, -1};
     if (input && (pipe2(in, O_CLOEXEC) != 0 || pipe2(outp, O_CLOEXEC) != 0)) {
@@ -443,6 +453,16 @@ static void mps_close(void *state)
     free(m);
 }
 
+/*
+ * Per-client limits (active-thread percentage, pinned device memory) need
+ * Volta's MPS (compute capability 7.0); an unknown capability (0) is not
+ * held against a GPU.
+ */
+static bool pre_volta(const struct gv_gpu *g)
+{
+    return g->cc_major > 0 && g->cc_major < 7;
+}
+
 static size_t discover(void *st, const struct gv_gpu *g, const struct gv_node_gpu_settings *s,
                        struct gv_allocator_gpu *out, size_t cap, char *why, size_t why_cap)
 {
@@ -456,6 +476,18 @@ static size_t discover(void *st, const struct gv_gpu *g, const struct gv_node_gp
     /* NVIDIA's sharing.mps: pods it did not schedule get NVIDIA's equal shares */
     if (n)
         out->from_ids = s->resource[0] != '\0';
+    if (n && pre_volta(g)) {
+        /*
+         * Advertised Unhealthy (kubelet, inventory and Allocate say why), no
+         * daemon started: a pre-Volta MPS server would run its clients
+         * without the limits the pods asked for.
+         */
+        out->gpu.healthy = false;
+        snprintf(out->gpu.reason, sizeof(out->gpu.reason),
+                 "MPS needs compute capability 7.0 (Volta) or newer; this GPU is %d.%d",
+                 g->cc_major, g->cc_minor);
+        gv_warn("GPU %u (%s): MPS unavailable: %s", g->index, g->uuid, out->gpu.reason);
+    }
     return n;
 }
 
@@ -469,6 +501,8 @@ static void sync_units(void *st, const struct gv_allocator_gpu *units, size_t n)
         m->g[i].wanted = false;
     for (size_t i = 0; i < n; i++) {
         struct mps_gpu *g = NULL;
+        if (pre_volta(&units[i].gpu))
+            continue; /* refused in discover: no daemon (one running is told to quit) */
         for (size_t k = 0; k < m->n && !g; k++)
             if (strcmp(m->g[k].uuid, units[i].gpu.uuid) == 0)
                 g = &m->g[k];

@@ -5,6 +5,7 @@
  * without an assignment there are no limits to enforce.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "node/gv_grpc.h"
 #include "node/gv_mode.h"
@@ -45,10 +46,64 @@ static int allocate(void *st, const struct gv_mode_alloc *a, char *msg, size_t c
     return GV_GRPC_OK;
 }
 
+/*
+ * The GPU, or with "migMode": "vgpu" each MIG device of a MIG-enabled GPU
+ * as a GPU of its own: `split` slices of the instance, keyed by its MIG
+ * UUID, memory the instance's (docs/mig-cdi.md, "vGPU slices inside MIG
+ * instances").  The answer is then the same as for a GPU: the MIG UUID as
+ * the visible device, the limits relative to the instance.
+ */
+static size_t discover(void *st, const struct gv_gpu *g, const struct gv_node_gpu_settings *s,
+                       struct gv_allocator_gpu *out, size_t cap, char *why, size_t why_cap)
+{
+    if (g->mig && s->mig_vgpu)
+        return gv_mode_discover_migs(g, s, GV_INVENTORY_MODE_VGPU, s->split, out, cap, why,
+                                     why_cap);
+    return gv_mode_discover_whole(st, g, s, out, cap, why, why_cap);
+}
+
 const struct gv_mode gv_mode_VGPU = {
     .id = GV_INVENTORY_MODE_VGPU,
     .flags = GV_MODE_NEEDS_ASSIGNMENT,
-    .discover = gv_mode_discover_whole,
+    .discover = discover,
     .advertise = gv_mode_advertise_split,
     .allocate = allocate,
 };
+
+void gv_mode_vgpu_mig_inventory(struct gv_inventory *inv, const struct gv_allocator_gpu *units,
+                                size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const struct gv_allocator_gpu *u = &units[i];
+        if (u->settings.mode != GV_INVENTORY_MODE_VGPU || !u->gpu.mig)
+            continue;
+        /* the parent's entry, or one of its MIG devices already written: same physical index */
+        struct gv_inventory_gpu *t = NULL;
+        bool parent = false;
+        for (uint32_t k = 0; k < inv->n_gpus && !parent; k++)
+            if (inv->gpus[k].index == u->gpu.index) {
+                t = &inv->gpus[k];
+                parent = strncmp(t->uuid, "MIG-", 4) != 0;
+            }
+        if (t == NULL)
+            continue; /* not in the inventory (over GV_INVENTORY_MAX_GPUS) */
+        if (!parent) {
+            if (inv->n_gpus >= GV_INVENTORY_MAX_GPUS)
+                continue;
+            inv->gpus[inv->n_gpus] = *t;
+            t = &inv->gpus[inv->n_gpus++];
+        }
+        /*
+         * A GPU of its own to the scheduler: the instance's memory, 100% of
+         * the instance's compute (cores from the parent's core scaling), its
+         * slices.  mig stays false: the entry is sliceable (the parent's MIG
+         * flag would make the scheduler set it aside).
+         */
+        snprintf(t->uuid, sizeof(t->uuid), "%s", u->gpu.uuid);
+        t->memory_mib = u->gpu.memory_mib;
+        t->split = u->settings.split;
+        t->healthy = u->gpu.healthy;
+        t->mode = GV_INVENTORY_MODE_VGPU;
+        t->mig = false;
+    }
+}

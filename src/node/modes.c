@@ -249,7 +249,9 @@ gv_status gv_modes_build(struct gv_modes *m, const struct gv_node_config *cfg,
         struct gv_node_gpu_settings s;
         if (!gv_node_config_gpu(cfg, gpus[i].uuid, gpus[i].index, &s))
             continue; /* excluded */
-        if (gpus[i].mig && strcmp(cfg->mig_strategy, "none") != 0)
+        if (gpus[i].mig && s.mig_vgpu)
+            s.mode = GV_INVENTORY_MODE_VGPU; /* each MIG device sliced (mode_vgpu.c) */
+        else if (gpus[i].mig && strcmp(cfg->mig_strategy, "none") != 0)
             s.mode = GV_INVENTORY_MODE_MIG; /* its MIG devices are served (mode_mig.c) */
         const struct gv_mode *md = gv_mode_get(s.mode);
         char why[256] = "";

@@ -57,6 +57,10 @@ struct gv_webhook_env {
      * with why set refuses the pod (quota.h). */
     bool (*quota)(void *ud, const char *ns, const struct gv_alloc_request *req, char *why,
                   size_t cap);
+    /* Whether a resource name is a whole device some node lists (MIG,
+     * passthrough, mdev; docs/scheduler.md, "Whole devices"); NULL = only
+     * nvidia.com/mig-* names count.  Takes the scheduler's lock itself. */
+    bool (*whole)(void *ud, const char *resource);
 };
 
 /*

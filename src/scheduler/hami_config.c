@@ -161,7 +161,8 @@ static gv_status nvidia_key(struct gv_sched_config *cfg, const char *k, json_t *
                                 "and memoryFactor: 1",
                                 x, cfg->alloc.res.mem);
     } else if (strcmp(k, "migProfileAllowlist") == 0) {
-        note(cfg, "nvidia.migProfileAllowlist: no effect, gpuvisor does not place MIG instances");
+        note(cfg, "nvidia.migProfileAllowlist: no effect, gpuvisor creates no MIG instances (it "
+                  "follows the operator's MIG geometry)");
     } else {
         for (size_t i = 0; i < sizeof(node_side) / sizeof(node_side[0]); i++) {
             if (strcmp(k, node_side[i].key) != 0)

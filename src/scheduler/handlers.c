@@ -12,6 +12,7 @@
 #include "scheduler/quota.h"
 #include "scheduler/sched_internal.h"
 #include "scheduler/sched_observe.h"
+#include "scheduler/whole.h"
 
 #define ANN_ASSIGNMENT GV_ALLOC_ASSIGNMENT_ANNOTATION
 #define ANN_ASSIGNED_NODE "gpuvisor.io/assigned-node"
@@ -305,7 +306,27 @@ static void handle_filter(void *ctx, const struct gv_http_request *hreq,
         pthread_mutex_unlock(&s->lock);
         goto answer;
     }
-    if (f.req->n_containers == 0) {
+    /* Whole devices (MIG, passthrough, mdev) are placed by count (whole.c). */
+    struct gv_podspec_whole_req wreq;
+    bool whole = false;
+    if (gv_podspec_whole_request(&s->cfg.alloc, f.args.pod, &wreq, &err) != GV_OK) {
+        char why[GV_ERROR_MSG_MAX + 32];
+        snprintf(why, sizeof(why), "invalid device request: %s", err.msg);
+        set_all(&f, GV_EXT_UNRESOLVABLE, why);
+        goto answer;
+    }
+    if (wreq.n > 0) { /* only pods asking other extended resources pay for the lock */
+        pthread_mutex_lock(&s->lock);
+        whole = gv_sched_whole_wanted(s, &wreq);
+        pthread_mutex_unlock(&s->lock);
+    }
+    if (whole && f.req->n_containers > 0) {
+        set_all(&f, GV_EXT_UNRESOLVABLE,
+                "pod asks both gpuvisor GPU shares and whole devices (MIG, passthrough, mdev): "
+                "not supported in one pod");
+        goto answer;
+    }
+    if (f.req->n_containers == 0 && !whole) {
         /* Not a GPU pod: nothing for us to decide. */
         set_all(&f, GV_EXT_FIT, NULL);
         goto answer;
@@ -326,6 +347,11 @@ static void handle_filter(void *ctx, const struct gv_http_request *hreq,
                  "its placement",
                  sched_name ? sched_name : "", s->cfg.scheduler_name);
         set_all(&f, GV_EXT_UNRESOLVABLE, why);
+        goto answer;
+    }
+    if (whole) {
+        gv_sched_whole_filter(s, f.args.pod, &wreq, f.args.names, f.args.n_names, f.verdicts,
+                              f.reasons);
         goto answer;
     }
 
@@ -441,7 +467,7 @@ static void pod_path(const struct gv_ext_bind_args *b, char *buf, size_t cap)
 /* Fresh placement of the pod on the bind's node (no usable reservation).
  * Reads the pod, picks GPUs on that node and places them (lock inside). */
 static gv_status bind_compute(struct gv_sched *s, struct gv_ext_bind_args *b, char **enc, char **rv,
-                              bool *no_gpu, struct gv_error *err)
+                              bool *no_gpu, bool *whole, struct gv_error *err)
 {
     char path[1024];
     json_t *pod = NULL;
@@ -482,9 +508,11 @@ static gv_status bind_compute(struct gv_sched *s, struct gv_ext_bind_args *b, ch
     if ((st = gv_podspec_request(&s->cfg.alloc, pod, &req, err)) != GV_OK)
         goto out;
     if (req->n_containers == 0) {
-        /* Not a GPU pod (kube-scheduler only sends those when misconfigured):
-         * nothing to assign, just bind. */
+        /* No GPU shares: whole devices are taken by count on the node
+         * (whole.c); a pod with neither (kube-scheduler only sends those
+         * when misconfigured) is just bound. */
         *no_gpu = true;
+        st = gv_sched_whole_bind_take(s, pod, b->node, whole, err);
         goto out;
     }
     snprintf(req->uid, sizeof(req->uid), "%s", uid);
@@ -609,12 +637,43 @@ static bool binding_took(struct gv_sched *s, const struct gv_ext_bind_args *b)
     return took;
 }
 
+/* The bind of a pod whose whole devices its filter reserved on b->node:
+ * only the Binding; the kubelet picks the devices. */
+static gv_status bind_whole_held(struct gv_sched *s, struct gv_ext_bind_args *b,
+                                 struct gv_error *err)
+{
+    gv_status st = gv_kube_bind_pod(s->kube, b->pod_namespace, b->pod_name, b->pod_uid, b->node,
+                                    err);
+    if (st != GV_OK && binding_took(s, b))
+        st = GV_OK;
+    pthread_mutex_lock(&s->lock);
+    gv_sched_whole_bind_end(s, b->pod_uid, st == GV_OK);
+    if (st == GV_OK)
+        s->binds_ok++;
+    else
+        s->binds_failed++;
+    pthread_mutex_unlock(&s->lock);
+    if (st == GV_OK)
+        gv_info("bound %s/%s to %s (whole devices)", b->pod_namespace, b->pod_name, b->node);
+    return st;
+}
+
 static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct gv_error *err)
 {
     char *enc = NULL, *rv = NULL, *written = NULL;
     gv_status st = GV_OK;
     if (s->kube == NULL)
         return gv_error_set(err, GV_EUNAVAILABLE, "no Kubernetes API connection configured");
+    switch (gv_sched_whole_bind_begin(s, b->pod_uid, b->node, err)) {
+    case GV_WHOLE_BIND_HELD:
+        return bind_whole_held(s, b, err);
+    case GV_WHOLE_BIND_DONE:
+        return GV_OK;
+    case GV_WHOLE_BIND_FAIL:
+        return err->code;
+    case GV_WHOLE_BIND_NONE:
+        break;
+    }
 
     pthread_mutex_lock(&s->lock);
     struct srec *r = b->pod_uid[0] ? gv_sched_rec_find(s, b->pod_uid) : NULL;
@@ -656,9 +715,9 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
     }
     pthread_mutex_unlock(&s->lock);
 
-    bool no_gpu = false;
+    bool no_gpu = false, whole = false;
     for (int attempt = 0;; attempt++) {
-        if (enc == NULL && (st = bind_compute(s, b, &enc, &rv, &no_gpu, err)) != GV_OK)
+        if (enc == NULL && (st = bind_compute(s, b, &enc, &rv, &no_gpu, &whole, err)) != GV_OK)
             break;
         if (no_gpu)
             break;
@@ -686,6 +745,8 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
         }
     }
     pthread_mutex_lock(&s->lock);
+    if (whole)
+        gv_sched_whole_bind_end(s, b->pod_uid, st == GV_OK);
     struct srec *fr = b->pod_uid[0] ? gv_sched_rec_find(s, b->pod_uid) : NULL;
     if (st == GV_OK) {
         s->binds_ok++;
@@ -764,13 +825,28 @@ static void webhook_limits(void *ud, struct gv_webhook_limits *out)
     pthread_mutex_unlock(&s->lock);
 }
 
+/* A node lists the resource as a whole device (webhook routing). */
+static bool webhook_whole(void *ud, const char *resource)
+{
+    struct gv_sched *s = ud;
+    struct gv_podspec_whole_req req = {.n = 1};
+    snprintf(req.r[0].resource, sizeof(req.r[0].resource), "%s", resource);
+    req.r[0].count = 1;
+    pthread_mutex_lock(&s->lock);
+    bool whole = gv_sched_whole_wanted(s, &req);
+    pthread_mutex_unlock(&s->lock);
+    return whole;
+}
+
 static void handle_mutate(void *ctx, const struct gv_http_request *hreq,
                           struct gv_http_response *resp)
 {
     struct gv_sched *s = ctx;
-    struct gv_webhook_env env = {&s->cfg.alloc, s->cfg.scheduler_name, webhook_limits, s,
+    struct gv_webhook_env env = {&s->cfg.alloc,   s->cfg.scheduler_name,
+                                 webhook_limits,  s,
                                  &s->cfg.admission, s->cfg.runtime_class,
-                                 s->cfg.hide_gpus_from_others, gv_sched_quota_webhook};
+                                 s->cfg.hide_gpus_from_others, gv_sched_quota_webhook,
+                                 webhook_whole};
     struct gv_error err = {0};
     char *out = NULL;
     if (gv_webhook_review(&env, hreq->body, hreq->body_len, &out, &err) != GV_OK) {

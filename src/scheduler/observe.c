@@ -828,7 +828,8 @@ char *gv_sched_obs_state_json(struct gv_sched *s)
                                 (json_int_t)gi.mem_mib, "usedMemMiB", (json_int_t)gi.used_mem_mib,
                                 "usedCores", gi.used_milli / 10.0, "tasks", (json_int_t)gi.tasks,
                                 "split", (json_int_t)gi.split, "healthy", gi.healthy, "mode",
-                                gi.mode == GV_ALLOC_GPU_EXCLUSIVE ? "exclusive" : "shared",
+                                gi.mode == GV_ALLOC_GPU_EXCLUSIVE ? "exclusive"
+                                : gi.mode == GV_ALLOC_GPU_MPS ? "mps" : "shared",
                                 "slices", sl ? json_incref(sl) : json_array()));
             const struct gv_usage_row *live =
                 gv_usage_row_find(&o->usage.gpus, "", "", "", gi.uuid);

@@ -27,6 +27,7 @@
 #include "scheduler/quota.h"
 #include "scheduler/sched_internal.h"
 #include "scheduler/sched_observe.h"
+#include "scheduler/whole.h"
 
 #define ANN_ASSIGNMENT GV_ALLOC_ASSIGNMENT_ANNOTATION
 #define ANN_ASSIGNED_NODE "gpuvisor.io/assigned-node"
@@ -108,6 +109,7 @@ static void node_apply_inventory(struct gv_sched *s, struct snode *n, json_t *no
         gv_info("node %s: %zu GPU(s) from the agent's inventory", n->name, ng);
     n->n_gpus = (uint32_t)ng;
     n->n_whole = pn->n_whole;
+    gv_sched_whole_node(s, n->name, pn); /* MIG, passthrough, mdev: placed by count */
     n->max_gpu_mib = max_mib;
     n->in_engine = true;
     n->state = NODE_OK;
@@ -174,6 +176,7 @@ void gv_sched_node_delete(struct gv_sched *s, json_t *node)
     struct snode *n = gv_sched_node_find(s, name);
     if (n != NULL && n->in_engine)
         gv_alloc_node_remove(s->cluster, name, NULL);
+    gv_sched_whole_node(s, name, NULL);
     gv_sched_node_remove(s, name);
     pthread_mutex_unlock(&s->lock);
     gv_info("node %s deleted", name);
@@ -481,6 +484,7 @@ void gv_sched_pod_update(struct gv_sched *s, json_t *pod)
         truth_note(s, pod);
         gv_sched_apply_truth(s, uid, time(NULL));
     }
+    gv_sched_whole_pod(s, pod, pod_finished(pod));
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -491,12 +495,14 @@ void gv_sched_pod_delete(struct gv_sched *s, json_t *pod)
         return;
     pthread_mutex_lock(&s->lock);
     pod_gone(s, uid);
+    gv_sched_whole_pod_gone(s, uid);
     pthread_mutex_unlock(&s->lock);
 }
 
 /* Expiry at (now, wall); lock held. */
 static void expire_locked(struct gv_sched *s, double now, time_t wall)
 {
+    gv_sched_whole_expire(s, now);
     for (size_t i = s->n_recs; i-- > 0;) {
         struct srec *r = s->recs[i];
         bool expired = false;
@@ -1064,6 +1070,7 @@ gv_status gv_sched_new(const struct gv_sched_config *cfg, struct gv_kube_client 
         goto fail;
     }
     if ((st = gv_alloc_cluster_new(&s->cfg.alloc, &s->cluster, err)) != GV_OK ||
+        (st = gv_sched_whole_new(&s->whole, err)) != GV_OK ||
         (st = gv_sched_quota_init(s, kube, err)) != GV_OK)
         goto fail;
     s->kube = kube;
@@ -1167,6 +1174,7 @@ void gv_sched_free(struct gv_sched *s)
     gv_sched_obs_free(s); /* joins its sampler before the tables go */
     gv_sched_tables_free(s);
     json_decref(s->truth);
+    gv_sched_whole_free(s->whole);
     gv_alloc_cluster_free(s->cluster);
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->stop_lock);

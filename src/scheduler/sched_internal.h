@@ -112,6 +112,7 @@ struct gv_sched {
     pthread_cond_t stop_cond;
     bool stopping;
 
+    struct gv_sched_whole *whole;      /* whole devices by count (whole.c) */
     struct gv_quota *quota;            /* ResourceQuota limits and charges (quota.c) */
     struct gv_informer *quota_inf;     /* ResourceQuota objects (NULL without kube) */
 };

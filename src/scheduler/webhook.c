@@ -418,6 +418,40 @@ static bool gpu_resources_changed(json_t *pod, json_t *old, char *why, size_t ca
                : false;
 }
 
+/* schedulerName: gpuvisor's, unless the pod names another scheduler. */
+static gv_status route(const struct gv_webhook_env *env, json_t *pod, json_t *ops)
+{
+    json_t *spec = json_object_get(pod, "spec");
+    const char *sched = json_string_value(json_object_get(spec, "schedulerName"));
+    if (sched == NULL || *sched == '\0' || strcmp(sched, "default-scheduler") == 0) {
+        if (json_array_append_new(ops, json_pack("{s:s,s:s,s:s}", "op", "add", "path",
+                                                 "/spec/schedulerName", "value",
+                                                 env->scheduler_name)) != 0)
+            return GV_ENOMEM;
+    } else if (strcmp(sched, env->scheduler_name) != 0) {
+        gv_info("webhook: pod %s keeps its own schedulerName %s",
+                json_string_value(json_object_get(json_object_get(pod, "metadata"), "name")),
+                sched);
+    }
+    return GV_OK;
+}
+
+/* Does the pod ask a whole device (*mig: a MIG instance among them)? */
+static bool asks_whole(const struct gv_webhook_env *env, const struct gv_podspec_whole_req *req,
+                       bool *mig)
+{
+    bool any = false;
+    *mig = false;
+    for (uint32_t k = 0; k < req->n; k++) {
+        if (req->r[k].count == 0)
+            continue;
+        bool by_name = gv_podspec_whole_by_name(req->r[k].resource);
+        *mig = *mig || by_name;
+        any = any || by_name || (env->whole != NULL && env->whole(env->ud, req->r[k].resource));
+    }
+    return any;
+}
+
 static bool is_gpu_pod(const struct gv_webhook_env *env, json_t *pod)
 {
     struct gv_alloc_request *req = NULL;
@@ -571,6 +605,24 @@ gv_status gv_webhook_review(const struct gv_webhook_env *env, const char *body, 
     }
     if (req->n_containers == 0) {
         ops = json_array();
+        struct gv_podspec_whole_req wreq;
+        bool mig = false;
+        if (gv_podspec_whole_request(env->alloc, pod, &wreq, &perr) != GV_OK) {
+            *out = review_response(uid, false, perr.msg, NULL);
+            st = *out ? GV_OK : gv_error_set(err, GV_ENOMEM, "out of memory");
+            goto fail;
+        }
+        if (ops != NULL && asks_whole(env, &wreq, &mig)) {
+            /* MIG instances, VFIO GPUs, mdevs: placed by count on gpuvisor's
+             * scheduler, whose informer then sees what they hold */
+            if (route(env, pod, ops) != GV_OK || gv_webhook_hami_whole(env, pod, mig, ops) != GV_OK) {
+                st = gv_error_set(err, GV_ENOMEM, "out of memory");
+                goto fail;
+            }
+            *out = review_response(uid, true, NULL, ops);
+            st = *out ? GV_OK : gv_error_set(err, GV_ENOMEM, "out of memory");
+            goto fail;
+        }
         if (ops == NULL || gv_webhook_hami_other(env, pod, ops, why, sizeof(why)) != GV_OK) {
             st = gv_error_set(err, GV_ENOMEM, "out of memory");
             goto fail;
@@ -593,16 +645,11 @@ gv_status gv_webhook_review(const struct gv_webhook_env *env, const char *body, 
         goto fail;
     }
     ops = json_array();
-    json_t *spec = json_object_get(pod, "spec");
-    const char *sched = json_string_value(json_object_get(spec, "schedulerName"));
-    if (sched == NULL || *sched == '\0' || strcmp(sched, "default-scheduler") == 0) {
-        json_array_append_new(ops, json_pack("{s:s,s:s,s:s}", "op", "add", "path",
-                                             "/spec/schedulerName", "value", env->scheduler_name));
-    } else if (strcmp(sched, env->scheduler_name) != 0) {
-        gv_info("webhook: pod %s keeps its own schedulerName %s",
-                json_string_value(json_object_get(json_object_get(pod, "metadata"), "name")),
-                sched);
+    if (ops == NULL || route(env, pod, ops) != GV_OK) {
+        st = gv_error_set(err, GV_ENOMEM, "out of memory");
+        goto fail;
     }
+    json_t *spec = json_object_get(pod, "spec");
     json_t *containers = json_object_get(spec, "containers");
     for (uint32_t i = 0; i < req->n_containers; i++) {
         size_t idx = 0;

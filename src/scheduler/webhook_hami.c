@@ -81,40 +81,11 @@ static gv_status hide_gpus(const struct gv_alloc_request *req, json_t *spec, con
     return GV_OK;
 }
 
-/* HAMi's MIG resources (nvidia.com/mig-<profile>): gpuvisor advertises none. */
-static const char *mig_resource(json_t *pod)
-{
-    size_t i;
-    json_t *c;
-    json_array_foreach(json_object_get(json_object_get(pod, "spec"), "containers"), i, c)
-    {
-        json_t *res = json_object_get(c, "resources");
-        const char *lists[] = {"limits", "requests"};
-        for (size_t l = 0; l < 2; l++) {
-            const char *k;
-            json_t *v;
-            json_object_foreach(json_object_get(res, lists[l]), k, v)
-            {
-                if (strncmp(k, "nvidia.com/mig-", 15) == 0)
-                    return k;
-            }
-        }
-    }
-    return NULL;
-}
-
 gv_status gv_webhook_hami_other(const struct gv_webhook_env *env, json_t *pod, json_t *ops,
                                 char *why, size_t cap)
 {
+    (void)cap;
     why[0] = '\0';
-    const char *mig = mig_resource(pod);
-    if (mig != NULL && !gv_webhook_hami_ignored(pod)) {
-        snprintf(why, cap,
-                 "%.64s: gpuvisor does not place MIG instances; ask for a slice instead "
-                 "(nvidia.com/gpu: 1 with nvidia.com/gpumem and nvidia.com/gpucores)",
-                 mig);
-        return GV_OK;
-    }
     /* Not skipped for hami.io/webhook: ignore: hiding the GPUs protects the
      * node's other tenants, and a tenant's annotation must not undo that. */
     if (!env->hide_gpus_from_others)
@@ -122,6 +93,18 @@ gv_status gv_webhook_hami_other(const struct gv_webhook_env *env, json_t *pod, j
     json_t *spec = json_object_get(pod, "spec");
     gv_status st = hide_gpus(NULL, spec, "initContainers", ops);
     return st == GV_OK ? hide_gpus(NULL, spec, "containers", ops) : st;
+}
+
+gv_status gv_webhook_hami_whole(const struct gv_webhook_env *env, json_t *pod, bool mig,
+                                json_t *ops)
+{
+    json_t *spec = json_object_get(pod, "spec");
+    const char *rc_name = env->runtime_class;
+    if (mig && rc_name != NULL && *rc_name != '\0' &&
+        json_object_get(spec, "runtimeClassName") == NULL &&
+        add_op(ops, "/spec/runtimeClassName", json_string(rc_name)) != 0)
+        return GV_ENOMEM;
+    return GV_OK;
 }
 
 gv_status gv_webhook_hami_gpu(const struct gv_webhook_env *env, json_t *pod,

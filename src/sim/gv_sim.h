@@ -68,6 +68,19 @@ gv_status gv_sim_load_nodes(struct gv_sim_trace *t, const char *path, struct gv_
 gv_status gv_sim_load_pods(struct gv_sim_trace *t, const char *path, struct gv_error *err);
 
 /*
+ * Interconnect layout for the nodes that have none of their own (openb CSVs
+ * carry none; a cluster dump carries each agent's inventory, which wins).
+ * spec is a comma list of nvlink=N and pcie=M: GPUs 0..N-1 of a node form
+ * one NVLink island, N..2N-1 the next, and so on; likewise PCIe switches of
+ * M GPUs (0 or absent = none).  "nvlink=2,pcie=4" is an 8-GPU PCIe box with
+ * NVLink bridges in pairs; "nvlink=8" an NVSwitch box.  On error the trace
+ * is unchanged.
+ */
+gv_status gv_sim_set_topology(struct gv_sim_trace *t, const char *spec, struct gv_error *err);
+/* Whether any node has interconnect groups. */
+bool gv_sim_trace_has_topology(const struct gv_sim_trace *t);
+
+/*
  * Synthetic cluster and workload (shape in docs/simulate.md).  spec is
  * "default" or a comma list of key=value overriding it: nodes=N, pods=N,
  * frac=P (share of fractional-GPU pods, percent), multi=P (multi-GPU),
@@ -83,6 +96,15 @@ struct gv_sim_curve {
     uint64_t arrivals, placed, failed;
     double seconds;        /* wall time of the replay */
     uint64_t placement_hash; /* of every decision (arrival, node, GPUs): equal = same replay */
+    /* arrivals asking whole devices (MIG, passthrough, mdev), placed by
+     * count as the scheduler does (docs/simulate.md, "Whole devices") */
+    uint64_t whole_arrivals, whole_placed, whole_failed;
+    /* Containers given 2+ GPUs on nodes with a known interconnect, by how
+     * their GPUs are joined: all on one NVLink island, else all under one
+     * PCIe switch, else spanning; and "tight" when they touch as few NVLink
+     * islands and PCIe switches as the node's layout allows for that many
+     * GPUs (docs/simulate.md, "Topology"). */
+    uint64_t multi_gpu, multi_nvlink, multi_pcie, multi_spanning, multi_tight;
 };
 
 void gv_sim_curve_free(struct gv_sim_curve *c);
@@ -131,6 +153,7 @@ struct gv_sim_report {
     struct gv_sim_curve *curves; /* [policy * n_seeds + seed] */
     uint32_t max_pct;            /* last arrived % on the grid */
     struct gv_sim_reference *refs; /* [seed], or NULL when not computed */
+    bool topology;                 /* the trace has interconnect groups: report them */
 };
 
 /* Growable text buffer the report writers fill. */

@@ -79,6 +79,28 @@ static uint32_t headline_policy(const struct gv_sim_report *r)
     return 0;
 }
 
+/* Pods asking whole devices (MIG, passthrough, mdev), placed by count: per policy, mean over seeds. */
+static void report_whole(const struct gv_sim_report *r, struct gv_sim_buf *b)
+{
+    uint64_t any = 0;
+    for (uint32_t i = 0; i < r->n_policies * r->n_seeds; i++)
+        any += r->curves[i].whole_arrivals;
+    if (any == 0)
+        return;
+    gv_sim_buf_printf(b, "\nwhole devices (MIG, passthrough, mdev; placed by count, mean over "
+                         "seeds)\n%-8s %9s %9s %9s\n", "policy", "arrivals", "placed", "failed");
+    for (uint32_t p = 0; p < r->n_policies; p++) {
+        double arr = 0, placed = 0, failed = 0;
+        for (uint32_t s = 0; s < r->n_seeds; s++) {
+            arr += (double)curve(r, p, s)->whole_arrivals / r->n_seeds;
+            placed += (double)curve(r, p, s)->whole_placed / r->n_seeds;
+            failed += (double)curve(r, p, s)->whole_failed / r->n_seeds;
+        }
+        gv_sim_buf_printf(b, "%-8s %9.1f %9.1f %9.1f\n", gv_alloc_policy_name(r->policies[p]),
+                          arr, placed, failed);
+    }
+}
+
 void gv_sim_report_table(const struct gv_sim_report *r, const char *title, struct gv_sim_buf *b)
 {
     uint32_t first = r->max_pct >= 80 ? 80 : 0;
@@ -106,6 +128,7 @@ void gv_sim_report_table(const struct gv_sim_report *r, const char *title, struc
         gv_sim_buf_printf(b, " %7.2f +- %4.2f %8.0f %9.3f\n", m, sd, failed / r->n_seeds,
                           secs / r->n_seeds);
     }
+    report_whole(r, b);
     if (r->refs != NULL) {
         double om = 0, bm = 0, osq = 0, bsq = 0;
         for (uint32_t s = 0; s < r->n_seeds; s++) {
@@ -126,11 +149,43 @@ void gv_sim_report_table(const struct gv_sim_report *r, const char *title, struc
                           "lower bound: capacity per GPU model set, CPU, memory",
                           bm, sqrt(bsq / div));
     }
+    if (r->topology) {
+        gv_sim_buf_printf(b, "\nmulti-GPU containers on nodes with a known interconnect "
+                             "(mean per seed; %% of them)\n");
+        gv_sim_buf_printf(b, "%-8s %12s %18s %16s %9s %14s\n", "policy", "containers",
+                          "one NVLink island", "one PCIe switch", "spanning", "tightest set");
+        for (uint32_t p = 0; p < r->n_policies; p++) {
+            double n = 0, nv = 0, pc = 0, sp = 0, ti = 0;
+            for (uint32_t s = 0; s < r->n_seeds; s++) {
+                const struct gv_sim_curve *c = curve(r, p, s);
+                n += (double)c->multi_gpu;
+                nv += (double)c->multi_nvlink;
+                pc += (double)c->multi_pcie;
+                sp += (double)c->multi_spanning;
+                ti += (double)c->multi_tight;
+            }
+            double d = n > 0 ? n : 1;
+            gv_sim_buf_printf(b, "%-8s %12.1f %17.1f%% %15.1f%% %8.1f%% %13.1f%%\n",
+                              gv_alloc_policy_name(r->policies[p]), n / r->n_seeds,
+                              100.0 * nv / d, 100.0 * pc / d, 100.0 * sp / d, 100.0 * ti / d);
+        }
+    }
     uint32_t hp = headline_policy(r);
     double m, sd;
     gv_sim_headline(r, hp, &m, &sd);
-    gv_sim_buf_printf(b, "\nunallocated_pct_at_100 policy=%s mean=%.2f sd=%.2f seeds=%u\n",
-                      gv_alloc_policy_name(r->policies[hp]), m, sd, r->n_seeds);
+    if (r->topology) {
+        double n = 0, ti = 0;
+        for (uint32_t s = 0; s < r->n_seeds; s++) {
+            n += (double)curve(r, hp, s)->multi_gpu;
+            ti += (double)curve(r, hp, s)->multi_tight;
+        }
+        gv_sim_buf_printf(b, "\nmulti_gpu_tightest_set_pct policy=%s pct=%.1f containers=%.1f\n",
+                          gv_alloc_policy_name(r->policies[hp]), n > 0 ? 100.0 * ti / n : 0.0,
+                          n / r->n_seeds);
+    }
+    gv_sim_buf_printf(b, "%sunallocated_pct_at_100 policy=%s mean=%.2f sd=%.2f seeds=%u\n",
+                      r->topology ? "" : "\n", gv_alloc_policy_name(r->policies[hp]), m, sd,
+                      r->n_seeds);
 }
 
 void gv_sim_report_csv(const struct gv_sim_report *r, struct gv_sim_buf *b)

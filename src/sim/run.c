@@ -132,6 +132,155 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
                      double inflate, bool exhaustive, struct gv_sim_curve *out,
                      struct gv_error *err);
 
+static bool whole_known(void *ud, const char *name)
+{
+    return sim_whole_known(ud, name);
+}
+
+/*
+ * Count placement of a pod asking whole devices, as the scheduler's
+ * extender does (src/scheduler/whole.c): the fitting node with the fewest
+ * of the asked devices left over, first in trace order on ties.  held[i]
+ * is what earlier pods hold of node i's whole devices.  Node index, or -1.
+ */
+static long whole_place(const struct gv_sim_trace *t, uint32_t **held,
+                        const struct gv_podspec_whole_req *w)
+{
+    long best = -1;
+    uint64_t best_slack = UINT64_MAX;
+    char why[256];
+    for (size_t i = 0; i < t->n_nodes; i++) {
+        const struct sim_node *n = &t->nodes[i];
+        uint64_t slack;
+        if (!gv_podspec_whole_fits(n->whole, n->n_whole, held[i], w, whole_known, (void *)t,
+                                   &slack, why, sizeof(why)))
+            continue;
+        if (slack < best_slack) {
+            best = (long)i;
+            best_slack = slack;
+        }
+    }
+    if (best >= 0) {
+        const struct sim_node *n = &t->nodes[best];
+        for (uint32_t k = 0; k < w->n; k++)
+            for (uint32_t r = 0; r < n->n_whole; r++)
+                if (strcmp(n->whole[r].resource, w->r[k].resource) == 0)
+                    held[best][r] += w->r[k].count;
+    }
+    return best;
+}
+
+static void whole_free(uint32_t **held, size_t n)
+{
+    for (size_t i = 0; held != NULL && i < n; i++)
+        free(held[i]);
+    free(held);
+}
+
+/* The nodes sorted by name, to find a decision's node (topology only). */
+struct named {
+    const char *name;
+    const struct sim_node *node;
+};
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(((const struct named *)a)->name, ((const struct named *)b)->name);
+}
+
+static const struct sim_node *node_named(const struct gv_sim_trace *t, const struct named *sorted,
+                                         const char *name)
+{
+    size_t lo = 0, hi = t->n_nodes;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(sorted[mid].name, name);
+        if (c == 0)
+            return sorted[mid].node;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+/* Distinct groups among the GPUs gi[0..k) (group 0 = a group of its own). */
+static uint32_t groups_touched(const uint16_t *grp, const uint32_t *gi, uint32_t k)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < k; i++) {
+        bool seen = false;
+        for (uint32_t j = 0; j < i && !seen; j++)
+            seen = grp[gi[i]] != 0 && grp[gi[j]] == grp[gi[i]];
+        n += !seen;
+    }
+    return n;
+}
+
+/* The fewest groups of the node's layout that hold k GPUs (largest first). */
+static uint32_t groups_needed(const uint16_t *grp, uint32_t n_gpus, uint32_t k)
+{
+    uint32_t size[GV_ALLOC_MAX_NODE_GPUS], n = 0;
+    for (uint32_t g = 0; g < n_gpus; g++) {
+        bool seen = false;
+        for (uint32_t h = 0; h < g && !seen; h++)
+            seen = grp[g] != 0 && grp[h] == grp[g];
+        if (seen)
+            continue;
+        size[n] = 1;
+        for (uint32_t h = g + 1; grp[g] != 0 && h < n_gpus; h++)
+            size[n] += grp[h] == grp[g];
+        n++;
+    }
+    uint32_t used = 0, have = 0;
+    while (have < k && used < n) {
+        uint32_t best = used;
+        for (uint32_t i = used + 1; i < n; i++)
+            if (size[i] > size[best])
+                best = i;
+        uint32_t x = size[best];
+        size[best] = size[used];
+        size[used++] = x;
+        have += x;
+    }
+    return used;
+}
+
+/* Counts how the GPUs of each multi-GPU container of a are joined. */
+static void count_links(const struct gv_sim_trace *t, const struct named *sorted,
+                        const struct gv_alloc_assignment *a, struct gv_sim_curve *out)
+{
+    const struct sim_node *n = node_named(t, sorted, a->node);
+    if (n == NULL || !n->links)
+        return;
+    uint32_t ng = (uint32_t)n->spec.n_gpus;
+    for (uint32_t i = 0; i < a->n_containers; i++) {
+        const struct gv_alloc_container_assign *ca = &a->containers[i];
+        uint32_t gi[GV_ALLOC_MAX_DEVICES], k = 0;
+        for (uint32_t d = 0; d < ca->n_devices; d++) {
+            uint32_t g = 0;
+            while (g < ng && strcmp(n->spec.gpus[g].uuid, ca->devices[d].uuid) != 0)
+                g++;
+            if (g < ng)
+                gi[k++] = g;
+        }
+        if (k < 2)
+            continue;
+        uint32_t nv = groups_touched(n->nvlink, gi, k), pc = groups_touched(n->pcie, gi, k);
+        bool one_nv = nv == 1 && n->nvlink[gi[0]] != 0, one_pc = pc == 1 && n->pcie[gi[0]] != 0;
+        out->multi_gpu++;
+        if (one_nv)
+            out->multi_nvlink++;
+        else if (one_pc)
+            out->multi_pcie++;
+        else
+            out->multi_spanning++;
+        if (nv == groups_needed(n->nvlink, ng, k) && pc == groups_needed(n->pcie, ng, k))
+            out->multi_tight++;
+    }
+}
+
 gv_status gv_sim_run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint64_t seed,
                      double inflate, struct gv_sim_curve *out, struct gv_error *err)
 {
@@ -150,45 +299,55 @@ void gv_sim_trace_set_shuffle_names(struct gv_sim_trace *t, bool on)
     t->shuffle_names = on;
 }
 
-/*
- * The trace's nodes into c.  With shuffle_names each name gets a prefix
- * from a permutation drawn from the seed (its own stream: the arrivals stay
- * those of the seed), as the FGD paper's artifact renames its nodes: score
- * ties go to the smallest name there and here, so the nodes that win ties
- * change from seed to seed instead of always being the trace's first ones.
- */
-static gv_status upsert_nodes(struct gv_alloc_cluster *c, const struct gv_sim_trace *t,
-                              uint64_t seed, struct gv_error *err)
+static void names_free(char **names, size_t n)
 {
-    if (!t->shuffle_names) {
-        for (size_t i = 0; i < t->n_nodes; i++) {
-            gv_status rc = gv_alloc_node_upsert(c, &t->nodes[i].spec, err);
-            if (rc != GV_OK)
-                return rc;
-        }
+    for (size_t i = 0; names != NULL && i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+/*
+ * The names a replay gives the trace's nodes: *out = NULL (the trace's own)
+ * unless shuffle_names, then each name gets a prefix from a permutation
+ * drawn from the seed (its own stream: the arrivals stay those of the
+ * seed), as the FGD paper's artifact renames its nodes: score ties go to
+ * the smallest name there and here, so the nodes that win ties change from
+ * seed to seed instead of always being the trace's first ones.
+ */
+static gv_status replay_names(const struct gv_sim_trace *t, uint64_t seed, char ***out,
+                              struct gv_error *err)
+{
+    *out = NULL;
+    if (!t->shuffle_names || t->n_nodes == 0)
         return GV_OK;
-    }
-    size_t *perm = malloc((t->n_nodes ? t->n_nodes : 1) * sizeof(*perm));
-    if (perm == NULL)
+    size_t *perm = malloc(t->n_nodes * sizeof(*perm));
+    char **names = calloc(t->n_nodes, sizeof(*names));
+    if (perm == NULL || names == NULL) {
+        free(perm);
+        free(names);
         return gv_error_set(err, GV_ENOMEM, "out of memory");
+    }
     struct gv_sim_rng r;
     gv_sim_rng_seed(&r, seed ^ UINT64_C(0x6e6f646573)); /* "nodes" */
     identity_shuffled(&r, perm, t->n_nodes);
     gv_status rc = GV_OK;
     for (size_t i = 0; rc == GV_OK && i < t->n_nodes; i++) {
-        char name[GV_ALLOC_NODE_MAX + 8];
-        int len = snprintf(name, sizeof(name), "%06zu-%s", perm[i], t->nodes[i].spec.name);
-        if (len < 0 || (size_t)len >= GV_ALLOC_NODE_MAX) {
-            rc = gv_error_set(err, GV_EINVAL, "node %.200s: name too long to shuffle",
-                              t->nodes[i].spec.name);
-            break;
-        }
-        struct gv_alloc_node_spec spec = t->nodes[i].spec;
-        spec.name = name;
-        rc = gv_alloc_node_upsert(c, &spec, err);
+        const char *name = t->nodes[i].spec.name;
+        size_t len = strlen(name) + 8; /* "NNNNNN-" and NUL */
+        if (len > GV_ALLOC_NODE_MAX)
+            rc = gv_error_set(err, GV_EINVAL, "node %.200s: name too long to shuffle", name);
+        else if ((names[i] = malloc(len)) == NULL)
+            rc = gv_error_set(err, GV_ENOMEM, "out of memory");
+        else
+            snprintf(names[i], len, "%06zu-%s", perm[i] % 1000000, name);
     }
     free(perm);
-    return rc;
+    if (rc != GV_OK) {
+        names_free(names, t->n_nodes);
+        return rc;
+    }
+    *out = names;
+    return GV_OK;
 }
 
 static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint64_t seed,
@@ -197,9 +356,12 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
 {
     memset(out, 0, sizeof(*out));
     uint64_t cap = gv_sim_trace_gpu_milli(t);
-    if (cap == 0)
+    /* A workload of whole devices only (a MIG cluster) has no GPU-share
+     * protocol: every pod arrives once, in the seed's order. */
+    bool once = sim_whole_pods(t) > 0 && (cap == 0 || gv_sim_trace_request_milli(t) == 0);
+    if (cap == 0 && !once)
         return gv_error_set(err, GV_EINVAL, "the cluster has no GPUs");
-    if (gv_sim_trace_request_milli(t) == 0)
+    if (gv_sim_trace_request_milli(t) == 0 && !once)
         return gv_error_set(err, GV_EINVAL, "the workload requests no GPUs");
     if (!(inflate > 0 && inflate <= 10))
         return gv_error_set(err, GV_EINVAL, "inflate %.3g outside (0, 10]", inflate);
@@ -213,52 +375,120 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
     out->placement_hash = UINT64_C(0xcbf29ce484222325);
     struct gv_alloc_cluster *c = NULL;
     struct sim_arrivals arr = {0};
+    struct named *sorted = NULL;
+    char **names = NULL;
     struct gv_alloc_assignment *a = malloc(sizeof(*a));
+    uint32_t **held = calloc(t->n_nodes + 1, sizeof(*held));
     out->n = (uint32_t)floor(inflate * 100.0 + 1e-9) + 1;
     out->allocated = calloc(out->n, sizeof(*out->allocated));
-    if (a == NULL || out->allocated == NULL) {
+    for (size_t i = 0; held != NULL && i < t->n_nodes; i++)
+        if (t->nodes[i].n_whole > 0 &&
+            (held[i] = calloc(t->nodes[i].n_whole, sizeof(**held))) == NULL) {
+            whole_free(held, t->n_nodes);
+            held = NULL;
+        }
+    if (a == NULL || out->allocated == NULL || held == NULL) {
         rc = gv_error_set(err, GV_ENOMEM, "out of memory");
         goto fail;
     }
     if ((rc = gv_alloc_cluster_new(&cfg, &c, err)) != GV_OK)
         goto fail;
-    if ((rc = upsert_nodes(c, t, seed, err)) != GV_OK)
+    bool topology = gv_sim_trace_has_topology(t);
+    if ((rc = replay_names(t, seed, &names, err)) != GV_OK)
         goto fail;
+    for (size_t i = 0; i < t->n_nodes; i++) {
+        const struct sim_node *n = &t->nodes[i];
+        struct gv_alloc_node_spec spec = n->spec;
+        if (names != NULL)
+            spec.name = names[i];
+        if ((rc = gv_alloc_node_upsert(c, &spec, err)) != GV_OK)
+            goto fail;
+        if (n->links) {
+            uint32_t nv[GV_ALLOC_MAX_NODE_GPUS], pc[GV_ALLOC_MAX_NODE_GPUS];
+            for (size_t g = 0; g < n->spec.n_gpus; g++) {
+                nv[g] = n->nvlink[g];
+                pc[g] = n->pcie[g];
+            }
+            if ((rc = gv_alloc_node_set_links(c, spec.name, nv, pc, n->spec.n_gpus, err)) !=
+                GV_OK)
+                goto fail;
+        }
+    }
+    if (topology) {
+        if ((sorted = malloc(t->n_nodes * sizeof(*sorted))) == NULL) {
+            rc = gv_error_set(err, GV_ENOMEM, "out of memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < t->n_nodes; i++)
+            sorted[i] = (struct named){names != NULL ? names[i] : t->nodes[i].spec.name,
+                                       &t->nodes[i]};
+        qsort(sorted, t->n_nodes, sizeof(*sorted), by_name);
+    }
     if ((rc = sim_arrivals_init(&arr, t, seed, err)) != GV_OK)
         goto fail;
     double target = inflate * (double)cap;
     uint64_t arrived = 0, allocated = 0;
     uint32_t next = 0;
     out->allocated[next++] = 0.0;
-    for (uint64_t k = 0; (double)arrived < target; k++) {
-        struct gv_alloc_request *r = t->pods[sim_arrivals_next(&arr)];
+    for (uint64_t k = 0; once ? k < t->n_pods : (double)arrived < target; k++) {
+        size_t pi = sim_arrivals_next(&arr);
+        struct gv_alloc_request *r = t->pods[pi];
+        const struct gv_podspec_whole_req *w = t->wreq[pi];
         snprintf(r->uid, sizeof(r->uid), "a%llu", (unsigned long long)k);
-        gv_alloc_observe(c, r);
         uint64_t milli = sim_pod_milli(r);
         out->arrivals++;
-        if (gv_alloc_pick(c, r, NULL, 0, a, NULL) == GV_OK &&
-            gv_alloc_place(c, r, a, NULL) == GV_OK) {
-            out->placed++;
-            allocated += milli;
-            out->placement_hash = hash_decision(out->placement_hash, k, a);
+        if (w != NULL) {
+            /* whole devices by count; a pod asking GPU shares as well is
+             * refused by the scheduler, so it never fits here either */
+            long ni = r->n_containers == 0 ? whole_place(t, held, w) : -1;
+            out->whole_arrivals++;
+            if (ni >= 0) {
+                out->placed++;
+                out->whole_placed++;
+                uint64_t x = out->placement_hash ^ k;
+                for (const char *p = t->nodes[ni].spec.name; *p != '\0'; p++)
+                    x = (x ^ (unsigned char)*p) * UINT64_C(0x100000001b3);
+                out->placement_hash = x;
+            } else {
+                out->failed++;
+                out->whole_failed++;
+            }
         } else {
-            out->failed++;
+            gv_alloc_observe(c, r);
+            if (gv_alloc_pick(c, r, NULL, 0, a, NULL) == GV_OK &&
+                gv_alloc_place(c, r, a, NULL) == GV_OK) {
+                out->placed++;
+                allocated += milli;
+                out->placement_hash = hash_decision(out->placement_hash, k, a);
+                if (sorted != NULL)
+                    count_links(t, sorted, a, out);
+            } else {
+                out->failed++;
+            }
         }
         arrived += milli;
+        if (cap == 0)
+            continue;
         double pct = (double)arrived * 100.0 / (double)cap;
         while (next < out->n && (double)next <= pct + 1e-9)
             out->allocated[next++] = (double)allocated * 100.0 / (double)cap;
     }
     while (next < out->n)
-        out->allocated[next++] = (double)allocated * 100.0 / (double)cap;
+        out->allocated[next++] = cap ? (double)allocated * 100.0 / (double)cap : 0.0;
     out->seconds = now() - t0;
     gv_alloc_cluster_free(c);
     sim_arrivals_fini(&arr);
+    whole_free(held, t->n_nodes);
+    free(sorted);
+    names_free(names, t->n_nodes);
     free(a);
     return GV_OK;
 fail:
+    whole_free(held, t->n_nodes);
     gv_alloc_cluster_free(c);
     sim_arrivals_fini(&arr);
+    free(sorted);
+    names_free(names, t->n_nodes);
     free(a);
     gv_sim_curve_free(out);
     return rc;

@@ -2,16 +2,26 @@
 #ifndef GV_SIM_INTERNAL_H
 #define GV_SIM_INTERNAL_H
 
+#include "contracts/podspec.h"
 #include "sim/gv_sim.h"
 
 struct sim_node {
     struct gv_alloc_node_spec spec; /* owns name, gpus and their strings */
+    /* whole devices (MIG, passthrough, mdev) per resource, placed by count */
+    struct gv_podspec_whole *whole;
+    uint32_t n_whole;
+    /* interconnect groups per GPU index (gv_alloc_node_set_links): 0 = none;
+     * all zero when the node has no topology */
+    uint16_t nvlink[GV_ALLOC_MAX_NODE_GPUS], pcie[GV_ALLOC_MAX_NODE_GPUS];
+    bool links;
 };
 
 struct gv_sim_trace {
     struct sim_node *nodes;
     size_t n_nodes, cap_nodes;
     struct gv_alloc_request **pods; /* templates; uid set per arrival */
+    /* parallel to pods: the whole-device counts of pods asking some, else NULL */
+    struct gv_podspec_whole_req **wreq;
     size_t n_pods, cap_pods;
     bool shuffle_names; /* gv_sim_trace_set_shuffle_names */
 };
@@ -25,6 +35,16 @@ gv_status sim_add_node(struct gv_sim_trace *t, const char *name, int64_t cpu, in
                        struct gv_error *err);
 /* Takes ownership of r (freed on failure). */
 gv_status sim_add_pod(struct gv_sim_trace *t, struct gv_alloc_request *r, struct gv_error *err);
+/* The same for a pod asking whole devices (w copied; r may ask GPU shares too, then it never fits). */
+gv_status sim_add_whole_pod(struct gv_sim_trace *t, struct gv_alloc_request *r,
+                            const struct gv_podspec_whole_req *w, struct gv_error *err);
+/* Whether name is a whole-device resource here: by its form or listed by a node of t. */
+bool sim_whole_known(const struct gv_sim_trace *t, const char *name);
+/* Pods asking whole devices. */
+size_t sim_whole_pods(const struct gv_sim_trace *t);
+/* Sets node i's interconnect groups (n entries, NULL arrays = none). */
+gv_status sim_node_set_links(struct gv_sim_trace *t, size_t i, const uint32_t *nvlink,
+                             const uint32_t *pcie, size_t n, struct gv_error *err);
 /* Frees every node and pod (the trace becomes empty). */
 void sim_trace_clear(struct gv_sim_trace *t);
 /* GPU request of a pod in milli (GPUs x share). */

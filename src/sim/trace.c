@@ -29,6 +29,7 @@ static void node_free(struct sim_node *n)
     }
     free((struct gv_alloc_gpu_spec *)n->spec.gpus);
     free((char *)n->spec.name);
+    free(n->whole);
 }
 
 void sim_trace_clear(struct gv_sim_trace *t)
@@ -36,9 +37,12 @@ void sim_trace_clear(struct gv_sim_trace *t)
     for (size_t i = 0; i < t->n_nodes; i++)
         node_free(&t->nodes[i]);
     free(t->nodes);
-    for (size_t i = 0; i < t->n_pods; i++)
+    for (size_t i = 0; i < t->n_pods; i++) {
         gv_alloc_request_free(t->pods[i]);
+        free(t->wreq ? t->wreq[i] : NULL);
+    }
     free(t->pods);
+    free(t->wreq);
     memset(t, 0, sizeof(*t));
 }
 
@@ -141,20 +145,150 @@ gv_status sim_add_node(struct gv_sim_trace *t, const char *name, int64_t cpu, in
     return sim_add_node_spec(t, &spec, err);
 }
 
+gv_status sim_node_set_links(struct gv_sim_trace *t, size_t i, const uint32_t *nvlink,
+                             const uint32_t *pcie, size_t n, struct gv_error *err)
+{
+    struct sim_node *nd = &t->nodes[i];
+    if (n != nd->spec.n_gpus)
+        return gv_error_set(err, GV_EINVAL, "node %s: %zu link entries for %zu GPUs",
+                            nd->spec.name, n, nd->spec.n_gpus);
+    for (size_t g = 0; g < n; g++)
+        if ((nvlink != NULL && nvlink[g] > UINT16_MAX) || (pcie != NULL && pcie[g] > UINT16_MAX))
+            return gv_error_set(err, GV_ERANGE, "node %s: GPU %zu: group id out of range",
+                                nd->spec.name, g);
+    bool any = false;
+    for (size_t g = 0; g < n; g++) {
+        nd->nvlink[g] = (uint16_t)(nvlink != NULL ? nvlink[g] : 0);
+        nd->pcie[g] = (uint16_t)(pcie != NULL ? pcie[g] : 0);
+        any = any || nd->nvlink[g] != 0 || nd->pcie[g] != 0;
+    }
+    nd->links = any;
+    return GV_OK;
+}
+
+static bool parse_group(const char *v, size_t len, uint32_t *out)
+{
+    if (len == 0 || len > 3)
+        return false;
+    uint32_t x = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return false;
+        x = x * 10 + (uint32_t)(v[i] - '0');
+    }
+    if (x > GV_ALLOC_MAX_NODE_GPUS)
+        return false;
+    *out = x;
+    return true;
+}
+
+gv_status gv_sim_set_topology(struct gv_sim_trace *t, const char *spec, struct gv_error *err)
+{
+    uint32_t nv = 0, pc = 0;
+    bool seen_nv = false, seen_pc = false;
+    for (const char *p = spec; *p != '\0';) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        size_t klen = eq ? (size_t)(eq - p) : len;
+        bool *seen = NULL;
+        uint32_t *dst = NULL;
+        if (klen == 6 && strncmp(p, "nvlink", 6) == 0)
+            seen = &seen_nv, dst = &nv;
+        else if (klen == 4 && strncmp(p, "pcie", 4) == 0)
+            seen = &seen_pc, dst = &pc;
+        if (seen == NULL || eq == NULL || *seen ||
+            !parse_group(eq + 1, len - klen - 1, dst))
+            return gv_error_set(err, GV_EINVAL,
+                                "topology \"%.80s\": want nvlink=N,pcie=M with N, M in 0..%d, "
+                                "each at most once (e.g. nvlink=2,pcie=4)",
+                                spec, GV_ALLOC_MAX_NODE_GPUS);
+        *seen = true;
+        p += len + (end != NULL);
+        if (end != NULL && *p == '\0')
+            return gv_error_set(err, GV_EINVAL, "topology \"%.80s\": trailing comma", spec);
+    }
+    if (!seen_nv && !seen_pc)
+        return gv_error_set(err, GV_EINVAL, "topology \"%.80s\": empty (e.g. nvlink=2,pcie=4)",
+                            spec);
+    for (size_t i = 0; i < t->n_nodes; i++) {
+        struct sim_node *nd = &t->nodes[i];
+        if (nd->links)
+            continue; /* the agent's own inventory wins */
+        bool any = false;
+        for (size_t g = 0; g < nd->spec.n_gpus; g++) {
+            nd->nvlink[g] = (uint16_t)(nv > 1 ? 1 + g / nv * nv : 0);
+            nd->pcie[g] = (uint16_t)(pc > 1 ? 1 + g / pc * pc : 0);
+            any = any || nd->nvlink[g] != 0 || nd->pcie[g] != 0;
+        }
+        nd->links = any;
+    }
+    return GV_OK;
+}
+
+bool gv_sim_trace_has_topology(const struct gv_sim_trace *t)
+{
+    for (size_t i = 0; i < t->n_nodes; i++)
+        if (t->nodes[i].links)
+            return true;
+    return false;
+}
+
 gv_status sim_add_pod(struct gv_sim_trace *t, struct gv_alloc_request *r, struct gv_error *err)
 {
     if (t->n_pods == t->cap_pods) {
         size_t ncap = t->cap_pods ? t->cap_pods * 2 : 1024;
         struct gv_alloc_request **np = realloc(t->pods, ncap * sizeof(*np));
-        if (np == NULL) {
+        if (np != NULL)
+            t->pods = np;
+        struct gv_podspec_whole_req **nw = np ? realloc(t->wreq, ncap * sizeof(*nw)) : NULL;
+        if (nw == NULL) {
             gv_alloc_request_free(r);
             return gv_error_set(err, GV_ENOMEM, "out of memory");
         }
-        t->pods = np;
+        t->wreq = nw;
         t->cap_pods = ncap;
     }
+    t->wreq[t->n_pods] = NULL;
     t->pods[t->n_pods++] = r;
     return GV_OK;
+}
+
+gv_status sim_add_whole_pod(struct gv_sim_trace *t, struct gv_alloc_request *r,
+                            const struct gv_podspec_whole_req *w, struct gv_error *err)
+{
+    struct gv_podspec_whole_req *copy = malloc(sizeof(*copy));
+    if (copy == NULL) {
+        gv_alloc_request_free(r);
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    }
+    *copy = *w;
+    gv_status rc = sim_add_pod(t, r, err);
+    if (rc != GV_OK) {
+        free(copy);
+        return rc;
+    }
+    t->wreq[t->n_pods - 1] = copy;
+    return GV_OK;
+}
+
+bool sim_whole_known(const struct gv_sim_trace *t, const char *name)
+{
+    if (gv_podspec_whole_by_name(name))
+        return true;
+    for (size_t i = 0; i < t->n_nodes; i++)
+        for (uint32_t k = 0; k < t->nodes[i].n_whole; k++)
+            if (strcmp(t->nodes[i].whole[k].resource, name) == 0)
+                return true;
+    return false;
+}
+
+size_t sim_whole_pods(const struct gv_sim_trace *t)
+{
+    size_t n = 0;
+    for (size_t i = 0; t->wreq != NULL && i < t->n_pods; i++)
+        n += t->wreq[i] != NULL;
+    return n;
 }
 
 /* Appends src's nodes and pods to dst (src is left empty). */
@@ -179,12 +313,18 @@ static gv_status trace_move(struct gv_sim_trace *dst, struct gv_sim_trace *src,
         if (x == NULL)
             return gv_error_set(err, GV_ENOMEM, "out of memory");
         dst->pods = x;
+        struct gv_podspec_whole_req **w = realloc(dst->wreq, np * sizeof(*w));
+        if (w == NULL)
+            return gv_error_set(err, GV_ENOMEM, "out of memory");
+        dst->wreq = w;
         dst->cap_pods = np;
     }
     if (src->n_nodes > 0)
         memcpy(dst->nodes + dst->n_nodes, src->nodes, src->n_nodes * sizeof(*src->nodes));
-    if (src->n_pods > 0)
+    if (src->n_pods > 0) {
         memcpy(dst->pods + dst->n_pods, src->pods, src->n_pods * sizeof(*src->pods));
+        memcpy(dst->wreq + dst->n_pods, src->wreq, src->n_pods * sizeof(*src->wreq));
+    }
     dst->n_nodes = nn;
     dst->n_pods = np;
     src->n_nodes = src->n_pods = 0;
@@ -576,6 +716,18 @@ static gv_status k8s_add_nodes(struct gv_sim_trace *tmp, const char *name, json_
             break;
         }
         rc = sim_add_node_spec(tmp, &n->spec, err);
+        if (rc == GV_OK && n->n_whole_res > 0) { /* MIG, passthrough, mdev: counted */
+            struct sim_node *sn = &tmp->nodes[tmp->n_nodes - 1];
+            sn->whole = malloc(n->n_whole_res * sizeof(*sn->whole));
+            if (sn->whole == NULL)
+                rc = gv_error_set(err, GV_ENOMEM, "out of memory");
+            else
+                memcpy(sn->whole, n->whole, n->n_whole_res * sizeof(*sn->whole));
+            sn->n_whole = sn->whole ? n->n_whole_res : 0;
+        }
+        if (rc == GV_OK && (n->nvlink_group != NULL || n->pcie_group != NULL))
+            rc = sim_node_set_links(tmp, tmp->n_nodes - 1, n->nvlink_group, n->pcie_group,
+                                    n->spec.n_gpus, err);
         gv_podspec_node_free(n);
     }
     return rc;
@@ -616,7 +768,17 @@ static gv_status k8s_add_pods(const struct gv_sim_trace *t, struct gv_sim_trace 
             gv_alloc_request_free(r);
             break;
         }
-        rc = sim_add_pod(tmp, r, err);
+        /* whole devices (MIG, passthrough, mdev): placed by count, as the scheduler does */
+        struct gv_podspec_whole_req w;
+        if ((rc = gv_podspec_whole_request(&cfg, pod, &w, err)) != GV_OK) {
+            gv_error_prefix(err, "%s: items[%zu]", name, i);
+            gv_alloc_request_free(r);
+            break;
+        }
+        bool whole = false;
+        for (uint32_t k = 0; k < w.n && !whole; k++)
+            whole = sim_whole_known(t, w.r[k].resource);
+        rc = whole ? sim_add_whole_pod(tmp, r, &w, err) : sim_add_pod(tmp, r, err);
     }
     return rc;
 }

@@ -7,3 +7,9 @@ FUZZ_TARGETS += fuzz_podspec
 fuzz_podspec_SRCS := tests/contracts/fuzz_podspec.c src/contracts/podspec.c src/contracts/inventory.c \
 	$(wildcard src/alloc/*.c) src/common/gv_error.c
 fuzz_podspec_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
+
+# Whole devices: the inventory's mig kind, per-node counts, pod counts and the count fit.
+TEST_PROGS += test_whole_devices
+test_whole_devices_SRCS := tests/contracts/test_whole_devices.c
+test_whole_devices_LIBS := contracts alloc common
+test_whole_devices_LDLIBS := $(contracts_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)

@@ -294,6 +294,36 @@ static struct fake_proc_usage *own_entry(int i)
     return free_entry;
 }
 
+uint64_t fake_gpu_cuda_total(int i)
+{
+    const struct fake_gpu *g = fake_gpu_get(i);
+    if (g == NULL)
+        return 0;
+    const char *path = getenv("GV_FAKE_MIG_CONFIG");
+    FILE *f = g->mig[0] && path && *path ? fopen(path, "r") : NULL;
+    uint64_t total = g->mem_total;
+    char line[512];
+    while (f && fgets(line, sizeof(line), f)) {
+        int idx, used = 0;
+        if (line[0] == '#' || sscanf(line, "%d%n", &idx, &used) != 1 || idx != i)
+            continue;
+        /* the first used MIG device index: "-" entries are holes */
+        for (char *p = line + used + strspn(line + used, " \t"); *p && *p != '\n';) {
+            unsigned gi, gb;
+            if (sscanf(p, "%ug.%ugb", &gi, &gb) == 2 && gi > 0) {
+                total = ((uint64_t)gb * 1024 - 256) << 20;
+                break;
+            }
+            p += strcspn(p, ",\n");
+            p += *p == ',';
+        }
+        break;
+    }
+    if (f)
+        fclose(f);
+    return total;
+}
+
 bool fake_gpu_mem_charge(int i, uint64_t bytes)
 {
     const struct fake_gpu *g = fake_gpu_get(i);
@@ -305,7 +335,8 @@ bool fake_gpu_mem_charge(int i, uint64_t bytes)
     bool ok = false;
     uint64_t used = fake_gpu_mem_used(i);
     struct fake_proc_usage *u = own_entry(i);
-    if (u != NULL && bytes <= g->mem_total && used <= g->mem_total - bytes) {
+    uint64_t cap = fake_gpu_cuda_total(i); /* a MIG instance's memory, not the card's */
+    if (u != NULL && bytes <= cap && used <= cap - bytes) {
         atomic_fetch_add(&u->bytes, bytes);
         ok = true;
     }

@@ -47,6 +47,16 @@ int fake_gpu_count(void);
 /* GPU i in NVML (physical) order, or NULL. */
 const struct fake_gpu *fake_gpu_get(int i);
 
+/*
+ * The memory CUDA sees on GPU i: the card's, or for a GPU in MIG mode
+ * (mig=MIG-...) the memory of the compute instance CUDA uses, when
+ * GV_FAKE_MIG_CONFIG gives the GPU a geometry (its first MIG device, the one
+ * the fake NVML names with that uuid; "<g>g.<gb>gb" = gb*1024-256 MiB, as a
+ * real instance reports a little under its name).  CUDA allocations are
+ * bounded by it, as by the instance on a real GPU.
+ */
+uint64_t fake_gpu_cuda_total(int i);
+
 /* Bytes in use on GPU i by live processes. */
 uint64_t fake_gpu_mem_used(int i);
 /* Charges bytes on GPU i to this process; false when the GPU is full. */

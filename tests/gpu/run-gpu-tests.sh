@@ -319,6 +319,14 @@ if "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'
             duel mpsmix "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30 \"\$GV\" run --device $DEV --gpucores 30 --" \
                 "\"\$GV\" run --device $DEV --"
             note "MPS, tenant A 30% threads + gpucores 30, tenant B unlimited: ${DA}% / ${DB}% of solo (total $(awk -v a="$DA" -v b="$DB" 'BEGIN{print a+b}')%)"
+            # The SM count each percentage is granted and duels under other
+            # splits (docs/compute-share.md, "MPS"): GV_GPU_MPS_SWEEP=1.
+            if [ "${GV_GPU_MPS_SWEEP:-0}" = 1 ]; then
+                echo quit | "$MPSCTL" >/dev/null 2>&1
+                sleep 1
+                while IFS= read -r l; do note "MPS sweep: $l"; done < <(bash tests/gpu/mps_sweep.sh 2>&1)
+                CUDA_VISIBLE_DEVICES=$DEV "$MPSCTL" -d
+            fi
             # The driver's own limit (no interposer): 1 GiB fits, 3 GiB does not.
             small=$(CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="0=2048M" CUDA_VISIBLE_DEVICES=$DEV "$OUT/gpu_start" 1024 2>&1)
             big=$(CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="0=2048M" CUDA_VISIBLE_DEVICES=$DEV "$OUT/gpu_start" 3072 2>&1)

@@ -20,6 +20,9 @@
  *   info:FREE:TOTAL               cuMemGetInfo (either may be '*')
  *   total:DEV:BYTES               cuDeviceTotalMem
  *   nvml-mem:IDX:USED:TOTAL       nvmlDeviceGetMemoryInfo and _v2
+ *   nvml-mig-mem:IDX:MIG:USED:TOTAL  the same for MIG device MIG of GPU IDX
+ *                                 (nvmlDeviceGetMigDeviceHandleByIndex)
+ *   nvml-uuid-mem:UUID:USED:TOTAL the same for nvmlDeviceGetHandleByUUID(UUID) (GPU- or MIG-)
  *   nvml-free:IDX:FREE            the free bytes both report
  *   nvml-procs:IDX:COUNT          compute processes NVML lists
  *   nvml-util:IDX:COUNT           processes with utilisation samples (size query, then fill)
@@ -97,7 +100,9 @@
     X(nv_mem, nvmlDeviceGetMemoryInfo)                                                             \
     X(nv_mem2, nvmlDeviceGetMemoryInfo_v2)                                                         \
     X(nv_procs, nvmlDeviceGetComputeRunningProcesses_v3)                                            \
-    X(nv_util, nvmlDeviceGetProcessUtilization)
+    X(nv_util, nvmlDeviceGetProcessUtilization)                                                    \
+    X(nv_mig_handle, nvmlDeviceGetMigDeviceHandleByIndex)                                          \
+    X(nv_uuid_handle, nvmlDeviceGetHandleByUUID)
 
 static struct {
 #define X(f, sym, base, pt) __typeof__(&sym) f;
@@ -244,16 +249,40 @@ static nvmlDevice_t nvml_dev(unsigned idx)
     return d;
 }
 
-/* nvmlDeviceGetMemoryInfo and _v2 of NVML device idx. */
-static void nvml_mem_both(unsigned idx, nvmlMemory_t *m, nvmlMemory_v2_t *m2, nvmlReturn_t *r1,
-                          nvmlReturn_t *r2)
+/* MIG device mig of GPU idx (nvmlDeviceGetMigDeviceHandleByIndex), or NULL. */
+static nvmlDevice_t nvml_mig_dev(unsigned idx, unsigned mig)
 {
-    nvmlDevice_t d = nvml_dev(idx);
+    nvmlDevice_t g = nvml_dev(idx), d = NULL;
+    if (g == NULL || api.nv_mig_handle == NULL || api.nv_mig_handle(g, mig, &d) != NVML_SUCCESS)
+        return NULL;
+    return d;
+}
+
+/* A device by uuid ("GPU-..." or "MIG-...", as nvidia-smi -i takes them), or NULL. */
+static nvmlDevice_t nvml_uuid_dev(const char *uuid)
+{
+    nvmlDevice_t d = NULL;
+    if (nvml_dev(0) == NULL || api.nv_uuid_handle == NULL || api.nv_uuid_handle(uuid, &d) != NVML_SUCCESS)
+        return NULL;
+    return d;
+}
+
+/* nvmlDeviceGetMemoryInfo and _v2 of handle d. */
+static void nvml_mem_of(nvmlDevice_t d, nvmlMemory_t *m, nvmlMemory_v2_t *m2, nvmlReturn_t *r1,
+                        nvmlReturn_t *r2)
+{
     memset(m, 0, sizeof(*m));
     memset(m2, 0, sizeof(*m2));
     m2->version = nvmlMemory_v2;
     *r1 = d ? api.nv_mem(d, m) : NVML_ERROR_INVALID_ARGUMENT;
     *r2 = d ? api.nv_mem2(d, m2) : NVML_ERROR_INVALID_ARGUMENT;
+}
+
+/* nvmlDeviceGetMemoryInfo and _v2 of NVML device idx. */
+static void nvml_mem_both(unsigned idx, nvmlMemory_t *m, nvmlMemory_v2_t *m2, nvmlReturn_t *r1,
+                          nvmlReturn_t *r2)
+{
+    nvml_mem_of(nvml_dev(idx), m, m2, r1, r2);
 }
 
 static int eq_or_any(const char *want, uint64_t got) { return strcmp(want, "*") == 0 || parse_size(want) == got; }
@@ -443,6 +472,20 @@ static void run_op(char *op)
         nvml_mem_both((unsigned)atoi(a[1]), &m, &m2, &r1, &r2);
         tap(r1 == NVML_SUCCESS && r2 == NVML_SUCCESS && eq_or_any(a[2], m.used) &&
                 eq_or_any(a[3], m.total) && m.used == m2.used && m.total == m2.total &&
+                m.free + m.used <= m.total,
+            orig, "rc %d/%d used %llu total %llu free %llu (v2 used %llu total %llu)", r1, r2,
+            m.used, m.total, m.free, m2.used, m2.total);
+    } else if (strcmp(name, "nvml-mig-mem") == 0 || strcmp(name, "nvml-uuid-mem") == 0) {
+        int by_uuid = strcmp(name, "nvml-uuid-mem") == 0;
+        int k = by_uuid ? 0 : 1; /* argument shift: uuid takes one slot, gpu:mig two */
+        NEED(4 + k);
+        nvmlMemory_t m;
+        nvmlMemory_v2_t m2;
+        nvmlReturn_t r1, r2;
+        nvml_mem_of(by_uuid ? nvml_uuid_dev(a[1]) : nvml_mig_dev((unsigned)atoi(a[1]), (unsigned)atoi(a[2])),
+                    &m, &m2, &r1, &r2);
+        tap(r1 == NVML_SUCCESS && r2 == NVML_SUCCESS && eq_or_any(a[2 + k], m.used) &&
+                eq_or_any(a[3 + k], m.total) && m.used == m2.used && m.total == m2.total &&
                 m.free + m.used <= m.total,
             orig, "rc %d/%d used %llu total %llu free %llu (v2 used %llu total %llu)", r1, r2,
             m.used, m.total, m.free, m2.used, m2.total);

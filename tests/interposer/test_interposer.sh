@@ -354,6 +354,50 @@ probe GV_FAKE_GPU_CONFIG="$TMP/mig.conf" CUDA_VISIBLE_DEVICES=MIG-3c2d1e0f CUDA_
 check "a MIG compute instance is keyed by its MIG uuid in the region" \
     grep -qa 'MIG-3c2d1e0f-0000-4000-8000-0000000000aa' "$TMP/r.cache"
 
+# vGPU slices inside a MIG instance (docs/mig-cdi.md): the fake NVML has the
+# MIG geometry (GV_FAKE_MIG_CONFIG: a 3g.40gb instance, 40704 MiB, then a
+# 1g.10gb one, 9984 MiB) of an 80 GiB card, and the fake libcuda sees the
+# first instance, as a container given NVIDIA_VISIBLE_DEVICES=<MIG uuid> does.
+MIGU=MIG-3c2d1e0f-0000-4000-8000-0000000000bb
+printf 'name=A100 uuid=GPU-fa4e0000-0000-4000-8000-000000000000 memory=80g mig=%s\nname=H100\n' "$MIGU" \
+    >"$TMP/mig80.conf"
+printf '0 3g.40gb,1g.10gb\n' >"$TMP/mig80.geom"
+mig() { probe GV_FAKE_GPU_CONFIG="$TMP/mig80.conf" GV_FAKE_MIG_CONFIG="$TMP/mig80.geom" \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$@"; }
+fresh
+mig CUDA_VISIBLE_DEVICES=$MIGU CUDA_DEVICE_MEMORY_LIMIT_0=4g "$PROBE" \
+    init total:0:4g info:4g:4g alloc:3g:OK alloc:2g:OOM info:1g:4g \
+    nvml-mig-mem:0:0:3g:4g nvml-uuid-mem:$MIGU:3g:4g nvml-mig-mem:0:1:0:9984m nvml-mem:0:3g:80g \
+    >"$TMP/mig.slice" 2>&1
+check "fake MIG instance: a 4g slice holds inside the 3g.40gb instance (cuMemGetInfo, cuDeviceTotalMem)" \
+    passed "$TMP/mig.slice"
+grep -v '^ok' "$TMP/mig.slice" | sed 's/^/# /'
+fresh
+# a limit above the instance: bounded by the instance (40704 MiB), not by the 80 GiB card
+mig CUDA_VISIBLE_DEVICES=$MIGU CUDA_DEVICE_MEMORY_LIMIT_0=60g "$PROBE" \
+    init info:40704m:40704m alloc:40000m:OK alloc:1g:OOM nvml-mig-mem:0:0:40000m:40704m \
+    >"$TMP/mig.big" 2>&1
+check "fake MIG instance: a limit above the instance is bounded by the instance's memory, not the card's" \
+    passed "$TMP/mig.big"
+grep -v '^ok' "$TMP/mig.big" | sed 's/^/# /'
+fresh
+# NVML-only (nvidia-smi before any CUDA process): the MIG handle is found by its
+# uuid in CUDA_VISIBLE_DEVICES, so the second ordinal's limit applies
+mig CUDA_VISIBLE_DEVICES=GPU-fa4e0001-0000-4000-8000-000000000001,$MIGU CUDA_DEVICE_MEMORY_LIMIT_0=1g \
+    CUDA_DEVICE_MEMORY_LIMIT_1=2g "$PROBE" nvml-mig-mem:0:0:0:2g nvml-uuid-mem:$MIGU:0:2g \
+    nvml-mig-mem:0:1:0:9984m >"$TMP/mig.nvml" 2>&1
+check "fake MIG instance, NVML only: the MIG device named by uuid in CUDA_VISIBLE_DEVICES shows its slice" \
+    passed "$TMP/mig.nvml"
+grep -v '^ok' "$TMP/mig.nvml" | sed 's/^/# /'
+fresh
+# and with the driver's word: CUDA ordinal 1 is the instance, its limit and its view
+mig CUDA_VISIBLE_DEVICES=GPU-fa4e0001-0000-4000-8000-000000000001,$MIGU CUDA_DEVICE_MEMORY_LIMIT_0=1g \
+    CUDA_DEVICE_MEMORY_LIMIT_1=2g "$PROBE" init total:1:2g ctx:1 alloc:1536m:OK alloc:1g:OOM info:512m:2g \
+    nvml-mig-mem:0:0:1536m:2g ctx:0 info:1g:1g >"$TMP/mig.order" 2>&1
+check "fake MIG instance by uuid in CUDA_VISIBLE_DEVICES: ordinal 1's limit applies to the instance" \
+    passed "$TMP/mig.order"
+grep -v '^ok' "$TMP/mig.order" | sed 's/^/# /'
+
 # --- oversubscription: beyond the share, managed memory capped by the card ---
 fresh
 probe CUDA_OVERSUBSCRIBE=true CUDA_DEVICE_MEMORY_LIMIT=8g GPUVISOR_DEVICE_MEMORY_SHARE=4g \

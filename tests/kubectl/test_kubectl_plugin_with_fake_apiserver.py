@@ -145,11 +145,31 @@ try:
          [("passthrough", "0000:d8:00.0", True), ("mdev", "5f3b1c2a-0b7e-4c55-9a36-1d2e3f4a5b01", False)],
          "inspect -o json lists the node's whole devices", out + err)
     rc, out, err = run(*S, "inspect", "gpu-t4-1", "-o", "wide", *HB)
-    rows = [ln.split() for ln in out.splitlines() if "nvidia.com/" in ln]
+    rows = [ln.split() for ln in out.split("\nWhole devices")[0].splitlines() if "nvidia.com/" in ln]
     t.ok(rc == 0 and rows == [["passthrough", "nvidia.com/TU104GL_TESLA_T4", "whole", "0000:d8:00.0", "healthy"],
                               ["mdev", "nvidia.com/NVIDIA_A10-4Q", "whole",
                                "5f3b1c2a-0b7e-4c55-9a36-1d2e3f4a5b01", "unhealthy"]],
          "inspect -o wide: one row per whole device", out + err)
+    # a VM pod bound there holds the passthrough GPU: free/total per resource (count placement)
+    vm = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "vm-t4", "namespace": "default"},
+          "spec": {"schedulerName": "gpuvisor-scheduler", "nodeName": "gpu-t4-1",
+                   "containers": [{"name": "compute", "resources": {"limits": {"nvidia.com/TU104GL_TESLA_T4": "1"}}}]}}
+    code, _ = obs_stand.http("POST", stand.api_url + "/api/v1/namespaces/default/pods", vm)
+    rc, out, err = run(*S, "inspect", "gpu-t4-1", "-o", "json", *HB)
+    node = (json.loads(out)["nodes"] or [{}])[0] if rc == 0 else {}
+    res = {w["resource"]: (w["kind"], w["free"], w["total"], w["healthy"]) for w in node.get("wholeResources", [])}
+    t.ok(code == 201 and res == {"nvidia.com/TU104GL_TESLA_T4": ("passthrough", 0, 1, 1),
+                                 "nvidia.com/NVIDIA_A10-4Q": ("mdev", 0, 1, 0)},
+         "inspect -o json: per whole-device resource, free (healthy minus what bound pods ask), total, healthy",
+         out + err)
+    rc, out, err = run(*S, "inspect", "gpu-t4-1", *HB)
+    rows = [ln.split() for ln in out.splitlines()[out.splitlines().index(
+        "Whole devices (MIG, passthrough, mdev; placed by count):") + 1:] if "nvidia.com/" in ln] \
+        if "Whole devices (MIG, passthrough, mdev; placed by count):" in out else []
+    t.ok(rc == 0 and rows == [["gpu-t4-1", "passthrough", "nvidia.com/TU104GL_TESLA_T4", "0/1", "1/1"],
+                              ["mdev", "nvidia.com/NVIDIA_A10-4Q", "0/1", "0/1"]],
+         "inspect: whole devices per node and resource, free/total and healthy", out + err)
+    obs_stand.http("DELETE", stand.api_url + "/api/v1/namespaces/default/pods/vm-t4")
     t.ok(patch(inv_before) == 200, "inventory restored")
 
     # ---- top ----------------------------------------------------------------

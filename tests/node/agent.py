@@ -240,3 +240,55 @@ class Env:
         if self.agent:
             self.stop_agent()
         self.api_proc.stop()
+
+
+class ResourceWatch:
+    """Reads every line of a kubelet stand-in serving several resources
+    (registrations, each resource's newest device list), so that no devices
+    event of one resource is lost while a test waits for another's."""
+
+    def __init__(self, k):
+        self.k = k
+        self.registered = set()   # resource names registered so far
+        self.registrations = []   # every registration, in order
+        self.endpoints = {}       # resource -> plugin socket of its last registration
+        self.last = {}            # resource -> its newest devices event
+
+    def _take(self, ln):
+        try:
+            ev = json.loads(ln)
+        except ValueError:
+            return None
+        if ev.get("event") == "registered":
+            self.registered.add(ev["resource_name"])
+            self.registrations.append(ev["resource_name"])
+            self.endpoints[ev["resource_name"]] = ev["endpoint"]
+        elif ev.get("event") == "devices":
+            self.last[ev.get("resource")] = ev
+        return ev
+
+    def until(self, pred, timeout=15):
+        """Reads lines until pred(newest event) holds; that event, or None."""
+        while self.k.early:
+            ev = self._take(self.k.early.pop(0))
+            if ev and pred(ev):
+                return ev
+        end = time.time() + timeout
+        while time.time() < end:
+            ln = self.k.line(max(0.05, end - time.time()))
+            ev = self._take(ln) if ln else None
+            if ev and pred(ev):
+                return ev
+        return None
+
+    def devices(self, resource, pred=lambda ev: True, timeout=15):
+        """The newest devices event of resource satisfying pred (waiting for it)."""
+        ev = self.last.get(resource)
+        if ev and pred(ev):
+            return ev
+        return self.until(lambda e: e.get("event") == "devices" and e.get("resource") == resource
+                          and pred(e), timeout)
+
+    def cmd(self, name, **kw):
+        self.k.send(json.dumps(dict(cmd=name, **kw)))
+        return self.until(lambda e: e.get("event") == name)

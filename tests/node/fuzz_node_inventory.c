@@ -28,6 +28,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             a.gpus[i].healthy != b.gpus[i].healthy || a.gpus[i].numa != b.gpus[i].numa ||
             a.gpus[i].memory_mib != b.gpus[i].memory_mib)
             abort();
+    /* whole devices (MIG, passthrough, mdev) round-trip field for field */
+    if (memcmp(&a.whole, &b.whole, sizeof(a.whole)) != 0)
+        abort();
     free(text);
     return 0;
 }

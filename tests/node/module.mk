@@ -99,6 +99,10 @@ test_node_cdi_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --li
 test_node_cdi_CFLAGS := $(NODE_CFLAGS)
 TEST_SCRIPTS += tests/node/test_node_direct.py
 TEST_SCRIPTS += tests/node/test_node_mig_strategies.py
+# MIG devices in the published inventory (kind mig) for the scheduler.
+TEST_SCRIPTS += tests/node/test_node_mig_inventory.py
+TEST_SCRIPTS += tests/node/test_node_mig_vgpu.py
+TEST_SCRIPTS += tests/node/test_node_multi_resource_go.py
 
 # Passthrough and mediated devices against the fake sysfs tree (docs/passthrough.md).
 TEST_PROGS += test_node_passthrough

@@ -272,7 +272,41 @@ def scenario_nvidia_timeslicing():
         env.close()
 
 
+def scenario_mps_pre_volta():
+    """MPS refuses a pre-Volta GPU (compute capability < 7.0, from the fake NVML):
+    advertised Unhealthy with the reason, no daemon; the Volta+ GPU is served,
+    its daemon started with the agent's PATH and LD_LIBRARY_PATH (deploy/mps)."""
+    env = agent.Env(config={"mode": "mps", "deviceSplitCount": 2})
+    with open(env.gpu_cfg, "w") as f:
+        f.write('name="Tesla P100-PCIE-16GB" uuid=%s memory=16g pci=0:3b:0 cc=6.0\n' % GPUS[0])
+        f.write('name="Tesla V100-SXM2-16GB" uuid=%s memory=16g pci=0:3c:0 cc=7.0\n' % GPUS[1])
+    try:
+        env.start_agent(MPS_ARGS)
+        k = env.start_kubelet("py")
+        ev = k.event("devices", lambda e: len(healthy_ids(e, GPUS[1])) == 2, 60)
+        p100 = [d["health"] for d in ev["devices"] if d["id"].startswith(GPUS[0])] if ev else []
+        t.ok(ev and p100 == ["Unhealthy", "Unhealthy"] and
+             "MPS needs compute capability 7.0 (Volta) or newer; this GPU is 6.0" in env.agent_log(),
+             "mps (fake NVML, stand-in): a compute capability 6.0 GPU is advertised Unhealthy with the "
+             "reason logged; the 7.0 GPU is Healthy", (ev, env.agent_log()[-1500:]))
+        t.ok(startups(env, GPUS[0]) == [] and len(startups(env, GPUS[1])) == 1,
+             "mps: no control daemon for the pre-Volta GPU (fake mps-control records none)",
+             (calls(env, GPUS[0]), calls(env, GPUS[1])))
+        inv = json.loads(ann(env.api.node("node1"), "gpuvisor.io/node-gpus") or "{}")
+        t.ok({g["uuid"]: g["healthy"] for g in inv.get("gpus", [])} == {GPUS[0]: False, GPUS[1]: True},
+             "mps: the inventory marks the pre-Volta GPU unhealthy (the scheduler places nothing there)", inv)
+        starts = [c for c in calls(env, GPUS[1]) if c.get("role") == "cli" and c["argv"] == ["-d"]]
+        e = starts[0]["env"] if starts else {}
+        # (pyenv's python3, if the fake runs under it, puts its own entries in front of PATH)
+        t.ok(e.get("LD_LIBRARY_PATH") == agent.FAKES and (e.get("PATH") or "").endswith(os.environ.get("PATH", "-")),
+             "mps: the daemon gets the agent's PATH and LD_LIBRARY_PATH (where deploy/mps mounts the "
+             "server and libcuda)", e)
+    finally:
+        env.close()
+
+
 scenario_mps()
+scenario_mps_pre_volta()
 scenario_nvidia_mps()
 scenario_nvidia_timeslicing()
 t.done()

@@ -473,9 +473,9 @@ static void fill_inventory(struct gv_inventory *inv)
     }
     inv->whole.n = 2;
     inv->whole.dev[0] = (struct gv_inventory_whole){GV_INVENTORY_WHOLE_PASSTHROUGH, H100,
-                                                    "0000:41:00.0", "0000:41:00.0", "17", true};
+                                                    "0000:41:00.0", "0000:41:00.0", "17", true, "", "", 0};
     inv->whole.dev[1] = (struct gv_inventory_whole){GV_INVENTORY_WHOLE_MDEV, A10Q, MDEV1,
-                                                    "0000:81:00.0", "90", false};
+                                                    "0000:81:00.0", "90", false, "", "", 0};
 }
 
 static void test_inventory_whole_devices(void **state)

@@ -52,48 +52,8 @@ with open(spec_file, "w") as f:
 subprocess.run([FAKE_SYSFS, "build", root, spec_file], check=True)
 
 
-class Watch:
-    """Every stand-in line passes through here, so no devices event is lost
-    while waiting for another (several plugins report concurrently)."""
-
-    def __init__(self, k):
-        self.k, self.registered, self.last = k, set(), {}
-
-    def _take(self, ln):
-        try:
-            ev = json.loads(ln)
-        except ValueError:
-            return None
-        if ev.get("event") == "registered":
-            self.registered.add(ev["resource_name"])
-        elif ev.get("event") == "devices":
-            self.last[ev["resource"]] = ev
-        return ev
-
-    def until(self, pred, timeout=15):
-        """Reads lines until pred() holds (pred sees the newest event); True then."""
-        while self.k.early:
-            ev = self._take(self.k.early.pop(0))
-            if ev and pred(ev):
-                return ev
-        end = gvtest.time.time() + timeout
-        while gvtest.time.time() < end:
-            ln = self.k.line(max(0.05, end - gvtest.time.time()))
-            ev = self._take(ln) if ln else None
-            if ev and pred(ev):
-                return ev
-        return None
-
-    def devices(self, resource, pred=lambda ev: True, timeout=15):
-        ev = self.last.get(resource)
-        if ev and pred(ev):
-            return ev
-        return self.until(lambda e: e.get("event") == "devices" and e["resource"] == resource
-                          and pred(e), timeout)
-
-    def cmd(self, name, **kw):
-        self.k.send(json.dumps(dict(cmd=name, **kw)))
-        return self.until(lambda e: e.get("event") == name)
+# every stand-in line passes through it: several plugins report concurrently
+Watch = agent.ResourceWatch
 
 
 def health(ev):

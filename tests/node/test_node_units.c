@@ -181,6 +181,50 @@ static void test_config_errors(void **state)
     parse_fails("[1]", "must be a JSON object");
 }
 
+/* migMode (docs/mig-cdi.md, "vGPU slices inside MIG instances"): default whole, per node and per GPU. */
+static void test_config_mig_mode(void **state)
+{
+    (void)state;
+    struct gv_node_gpu_settings s;
+    struct gv_node_config *c = parse_ok(
+        "{\"migMode\": \"vgpu\", \"nodeConfig\": [{\"name\": \"node2\", \"migMode\": \"whole\"}],"
+        " \"gpus\": [{\"index\": 1, \"migMode\": \"whole\"}]}",
+        "node1");
+    assert_true(gv_node_config_gpu(c, U0, 0, &s));
+    assert_true(s.mig_vgpu);
+    assert_true(gv_node_config_gpu(c, "GPU-other", 1, &s));
+    assert_false(s.mig_vgpu); /* the GPU rule wins */
+    gv_node_config_free(c);
+    c = parse_ok("{\"migMode\": \"vgpu\", \"nodeConfig\": [{\"name\": \"node2\", \"migMode\": "
+                 "\"whole\"}]}",
+                 "node2");
+    assert_true(gv_node_config_gpu(c, U0, 0, &s));
+    assert_false(s.mig_vgpu); /* the node's entry wins over the top level */
+    gv_node_config_free(c);
+    c = parse_ok("{}", "node1");
+    assert_true(gv_node_config_gpu(c, U0, 0, &s));
+    assert_false(s.mig_vgpu); /* default: MIG devices whole, as before */
+    gv_node_config_free(c);
+    parse_fails("{\"migMode\": \"mps\"}", "migMode = 'mps' is not whole or vgpu");
+    parse_fails("{\"gpus\": [{\"index\": 0, \"migMode\": true}]}", "migMode must be a string");
+}
+
+/* deploy/mps/node-config-mps.json, the MPS component's config snippet, loads: GPU 0 in mps mode. */
+static void test_config_deploy_mps_snippet(void **state)
+{
+    (void)state;
+    struct gv_node_config *c = NULL;
+    struct gv_error err = {0};
+    assert_int_equal(gv_node_config_load("deploy/mps/node-config-mps.json", "node1", &c, &err), GV_OK);
+    struct gv_node_gpu_settings s;
+    assert_true(gv_node_config_gpu(c, U0, 0, &s));
+    assert_int_equal(s.mode, GV_NODE_MODE_MPS);
+    assert_int_equal(s.split, 4);
+    assert_true(gv_node_config_gpu(c, "GPU-other", 1, &s));
+    assert_int_equal(s.mode, GV_NODE_MODE_VGPU);
+    gv_node_config_free(c);
+}
+
 /* NVIDIA's sharing block, as NVIDIA's plugin reads it (docs/node-agent.md, "Configuration file"). */
 static void test_config_sharing(void **state)
 {
@@ -483,6 +527,8 @@ int main(void)
         cmocka_unit_test(test_config_hami_node_keys),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_config_sharing),
+        cmocka_unit_test(test_config_mig_mode),
+        cmocka_unit_test(test_config_deploy_mps_snippet),
         cmocka_unit_test(test_mode_table),
         cmocka_unit_test(test_config_missing_file_is_default),
         cmocka_unit_test(test_inventory_round_trip),

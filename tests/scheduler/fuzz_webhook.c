@@ -1,8 +1,16 @@
 /* Fuzz target: AdmissionReview bodies through the webhook's decision code. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "scheduler/gv_webhook.h"
+
+/* Stand-in for the scheduler's node table: one VFIO resource name. */
+static bool whole(void *ud, const char *resource)
+{
+    (void)ud;
+    return strcmp(resource, "nvidia.com/GH100_H100_PCIE") == 0;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -23,7 +31,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         cfg.default_cores = 10;
         init = 1;
     }
-    struct gv_webhook_env env = {&cfg, "gpuvisor-scheduler", limits, NULL, NULL, NULL, false, NULL};
+    struct gv_webhook_env env = {&cfg,  "gpuvisor-scheduler", limits, NULL, NULL, NULL,
+                                 false, NULL,                 whole};
     char *out = NULL;
     struct gv_error err;
     if (gv_webhook_review(&env, (const char *)data, size, &out, &err) == GV_OK && out == NULL)

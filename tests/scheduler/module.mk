@@ -81,3 +81,6 @@ fuzz_quota_LDLIBS := $(kube_LDLIBS)
 
 # Whole devices (docs/passthrough.md): GPUs they occupy are never sliced; counted per node.
 TEST_SCRIPTS += tests/scheduler/test_sched_passthrough_with_fake_apiserver.py
+# Whole devices by count (MIG, passthrough, mdev), MPS GPUs kept from 2-GPU containers.
+TEST_SCRIPTS += tests/scheduler/test_sched_whole_with_fake_apiserver.py
+TEST_SCRIPTS += tests/scheduler/test_sched_mig_vgpu_with_fake_apiserver.py

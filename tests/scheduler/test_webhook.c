@@ -23,7 +23,15 @@ static void limits(void *ud, struct gv_webhook_limits *out)
     *out = cluster;
 }
 
-static struct gv_webhook_env env = {&cfg, "gpuvisor-scheduler", limits, NULL, NULL, NULL, false, NULL};
+/* The scheduler's answer: nodes list a VFIO GPU under this name (stand-in). */
+static bool whole(void *ud, const char *resource)
+{
+    (void)ud;
+    return strcmp(resource, "nvidia.com/GH100_H100_PCIE") == 0;
+}
+
+static struct gv_webhook_env env = {&cfg,  "gpuvisor-scheduler", limits, NULL, NULL, NULL,
+                                    false, NULL,                 whole};
 
 /* Wraps a pod JSON in an AdmissionReview request. */
 static char *review_of(const char *pod, const char *op)
@@ -255,6 +263,64 @@ static void test_nvidia_runtime_switches(void **state)
     env.runtime_class = NULL;
     env.hide_gpus_from_others = false;
     env.policy = NULL;
+}
+
+/* Pods asking whole devices (MIG instances, VFIO GPUs): admitted, routed to
+ * gpuvisor's scheduler (which places them by count), never hidden from
+ * their GPUs; the NVIDIA runtime class for MIG only. */
+static void test_whole_device_pods(void **state)
+{
+    (void)state;
+    env.runtime_class = "nvidia";
+    env.hide_gpus_from_others = true;
+#define RES_C(name, res, n)                                                                        \
+    "{\"name\":\"" name "\",\"resources\":{\"limits\":{\"" res "\":\"" n "\"}}}"
+    const char *mig_pod = "{\"metadata\":{\"name\":\"m\"},\"spec\":{\"containers\":["
+        RES_C("a", "nvidia.com/mig-3g.40gb", "1") "]}}";
+    json_t *resp = run(mig_pod, "CREATE");
+    assert_true(json_is_true(json_object_get(resp, "allowed")));
+    json_t *patch = patch_of(resp);
+    assert_non_null(patch);
+    expect_op(patch, "/spec/schedulerName", "gpuvisor-scheduler");
+    expect_op(patch, "/spec/runtimeClassName", "nvidia");
+    assert_null(find_op(patch, "/spec/containers/0/env")); /* its MIG device stays visible */
+    json_decref(patch);
+    json_decref(resp);
+    /* a VFIO GPU some node lists: routed, no NVIDIA runtime class (the VM's is the pod's) */
+    const char *vm_pod = "{\"metadata\":{\"name\":\"v\"},\"spec\":{\"runtimeClassName\":"
+        "\"kata\",\"containers\":[" RES_C("vm", "nvidia.com/GH100_H100_PCIE", "2") "]}}";
+    resp = run(vm_pod, "CREATE");
+    assert_true(json_is_true(json_object_get(resp, "allowed")));
+    patch = patch_of(resp);
+    expect_op(patch, "/spec/schedulerName", "gpuvisor-scheduler");
+    assert_null(find_op(patch, "/spec/runtimeClassName"));
+    assert_null(find_op(patch, "/spec/containers/0/env"));
+    json_decref(patch);
+    json_decref(resp);
+    /* a name no node lists is another plugin's: the pod is a plain one */
+    resp = run("{\"metadata\":{\"name\":\"o\"},\"spec\":{\"containers\":["
+               RES_C("a", "example.com/fpga", "1") "]}}", "CREATE");
+    patch = patch_of(resp);
+    assert_null(find_op(patch, "/spec/schedulerName"));
+    assert_non_null(find_op(patch, "/spec/containers/0/env")); /* hidden from the GPUs */
+    json_decref(patch);
+    json_decref(resp);
+    /* a MIG count that is not a whole number is the user's error, named */
+    resp = run("{\"metadata\":{\"name\":\"b\"},\"spec\":{\"containers\":["
+               RES_C("a", "nvidia.com/mig-1g.10gb", "1.5") "]}}", "CREATE");
+    assert_non_null(strstr(denial(resp), "nvidia.com/mig-1g.10gb"));
+    json_decref(resp);
+    /* a pod naming another scheduler keeps it */
+    resp = run("{\"metadata\":{\"name\":\"s\"},\"spec\":{\"schedulerName\":\"volcano\","
+               "\"containers\":[" RES_C("a", "nvidia.com/mig-1g.10gb", "1") "]}}", "CREATE");
+    assert_true(json_is_true(json_object_get(resp, "allowed")));
+    patch = patch_of(resp);
+    assert_null(find_op(patch, "/spec/schedulerName"));
+    json_decref(patch);
+    json_decref(resp);
+#undef RES_C
+    env.runtime_class = NULL;
+    env.hide_gpus_from_others = false;
 }
 
 /* HAMi's opt-outs: ignore on a GPU pod, CUDA_DISABLE_CONTROL. */
@@ -549,6 +615,7 @@ int main(void)
         cmocka_unit_test(test_unknown_cluster_skips_size_checks),
         cmocka_unit_test(test_malformed_reviews),
         cmocka_unit_test(test_nvidia_runtime_switches),
+        cmocka_unit_test(test_whole_device_pods),
         cmocka_unit_test(test_hami_opt_outs),
         cmocka_unit_test(test_security_refusals),
     };

@@ -3,6 +3,8 @@ test_sim_SRCS := tests/sim/test_sim.c
 test_sim_LIBS := sim contracts alloc common
 test_sim_LDLIBS = $(contracts_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
 TEST_SCRIPTS += tests/sim/test_simulate_cli.sh
+# --from-cluster with MIG devices: count placement and its report.
+TEST_SCRIPTS += tests/sim/test_simulate_mig.py
 
 FUZZ_TARGETS += fuzz_sim_openb_csv
 fuzz_sim_openb_csv_SRCS := tests/sim/fuzz_sim_openb_csv.c $(wildcard src/sim/*.c) \

@@ -510,6 +510,121 @@ static void test_reports(void **state)
     gv_sim_trace_free(t);
 }
 
+/* --topology: the layout spec, what the report counts, and a cluster dump's
+ * own groups winning over the spec. */
+static void test_topology_report(void **state)
+{
+    (void)state;
+    struct gv_sim_trace *t;
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    const char *n = "sn,cpu_milli,memory_mib,gpu,model\nn4,64000,65536,4,T4\nn3,64000,65536,3,T4\n";
+    const char *p = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nd,1000,1024,2,1000\n";
+    struct gv_error err = {0};
+    assert_int_equal(gv_sim_parse_openb_nodes(t, "n", n, strlen(n), NULL), GV_OK);
+    assert_int_equal(gv_sim_parse_openb_pods(t, "p", p, strlen(p), NULL), GV_OK);
+    assert_false(gv_sim_trace_has_topology(t));
+    /* bad specs are refused and change nothing */
+    const char *bad[] = {"", "nvlink", "nvlink=", "nvlink=2,nvlink=4", "nvlink=65", "pcie=-1",
+                         "nvlink=2,", "nvswitch=8", "nvlink=2;pcie=4", "nvlink=1x"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (gv_sim_set_topology(t, bad[i], &err) == GV_OK)
+            fail_msg("topology \"%s\" accepted", bad[i]);
+        assert_non_null(strstr(err.msg, "topology"));
+        assert_false(gv_sim_trace_has_topology(t));
+    }
+    /* without a layout nothing is counted */
+    struct gv_sim_curve cv;
+    assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_BINPACK, 42, 1.0, &cv, NULL), GV_OK);
+    assert_int_equal(cv.placed, 3);
+    assert_int_equal(cv.multi_gpu, 0);
+    gv_sim_curve_free(&cv);
+    /* NVLink pairs: n4 = {0,1} {2,3}, n3 = {0,1} {2}; 7 GPUs, 2-GPU pods:
+     * 3 placed (n3 keeps one GPU), each on one island, each tight */
+    if (gv_sim_set_topology(t, "nvlink=2", &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    assert_true(gv_sim_trace_has_topology(t));
+    assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_BINPACK, 42, 1.0, &cv, NULL), GV_OK);
+    assert_int_equal(cv.placed, 3);
+    assert_int_equal(cv.multi_gpu, 3);
+    assert_int_equal(cv.multi_nvlink, 3);
+    assert_int_equal(cv.multi_pcie + cv.multi_spanning, 0);
+    assert_int_equal(cv.multi_tight, 3);
+    gv_sim_curve_free(&cv);
+    /* the report shows the section only when asked to */
+    struct gv_sim_report rep = {0};
+    uint64_t seed = 42;
+    rep.n_policies = 1;
+    rep.policies[0] = GV_ALLOC_POLICY_BINPACK;
+    rep.n_seeds = 1;
+    rep.seeds = &seed;
+    assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_BINPACK, 42, 1.0, &cv, NULL), GV_OK);
+    rep.curves = &cv;
+    rep.max_pct = cv.n - 1;
+    struct gv_sim_buf b = {0};
+    gv_sim_report_table(&rep, "t", &b);
+    assert_null(strstr(b.data, "one NVLink island"));
+    gv_sim_buf_free(&b);
+    rep.topology = true;
+    gv_sim_report_table(&rep, "t", &b);
+    assert_non_null(strstr(b.data, "one NVLink island"));
+    assert_non_null(strstr(b.data, "multi_gpu_tightest_set_pct policy=binpack pct=100.0 "
+                                   "containers=3.0"));
+    gv_sim_buf_free(&b);
+    gv_sim_curve_free(&cv);
+    gv_sim_trace_free(t);
+
+    /* 3-GPU pods on n3 with pairs: they must span two islands (tight: the
+     * layout allows no better); a PCIe switch of 4 holds them on n4 */
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    const char *p3 = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nt,1000,1024,3,1000\n";
+    const char *n1 = "sn,cpu_milli,memory_mib,gpu,model\nn3,64000,65536,3,T4\n";
+    assert_int_equal(gv_sim_parse_openb_nodes(t, "n", n1, strlen(n1), NULL), GV_OK);
+    assert_int_equal(gv_sim_parse_openb_pods(t, "p", p3, strlen(p3), NULL), GV_OK);
+    assert_int_equal(gv_sim_set_topology(t, "nvlink=2,pcie=4", NULL), GV_OK);
+    assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_FGD, 1, 1.0, &cv, NULL), GV_OK);
+    assert_int_equal(cv.multi_gpu, 1);
+    assert_int_equal(cv.multi_nvlink, 0);
+    assert_int_equal(cv.multi_pcie, 1);
+    assert_int_equal(cv.multi_tight, 1);
+    gv_sim_curve_free(&cv);
+    assert_int_equal(gv_sim_set_topology(t, "nvlink=2,pcie=0", NULL), GV_OK); /* node keeps its own */
+    assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_FGD, 1, 1.0, &cv, NULL), GV_OK);
+    assert_int_equal(cv.multi_pcie, 1);
+    gv_sim_curve_free(&cv);
+    gv_sim_trace_free(t);
+
+    /* a cluster dump's inventory carries the agent's groups */
+    static const char gpu_fmt[] =
+        "{\\\"uuid\\\":\\\"GPU-%d\\\",\\\"index\\\":%d,\\\"model\\\":\\\"NVIDIA A100-SXM4-40GB\\\","
+        "\\\"memoryMiB\\\":40960,\\\"memoryScaling\\\":1.0,\\\"cores\\\":100,\\\"split\\\":4,"
+        "\\\"numa\\\":0,\\\"mig\\\":false,\\\"healthy\\\":true,\\\"mode\\\":\\\"vgpu\\\","
+        "\\\"nvlinkIsland\\\":%d}";
+    char gpus[2048] = "", one[512], dump[4096];
+    for (int i = 0; i < 4; i++) {
+        snprintf(one, sizeof(one), gpu_fmt, i, i, i < 2 ? 1 : 3);
+        if (i > 0)
+            strcat(gpus, ",");
+        strcat(gpus, one);
+    }
+    snprintf(dump, sizeof(dump),
+             "{\"kind\":\"List\",\"items\":[{\"kind\":\"Pod\",\"metadata\":{\"name\":\"a\","
+             "\"uid\":\"1\"},\"spec\":{\"containers\":[{\"name\":\"m\",\"resources\":{\"limits\":"
+             "{\"nvidia.com/gpu\":\"2\"}}}]},\"status\":{\"phase\":\"Pending\"}},"
+             "{\"kind\":\"Node\",\"metadata\":{\"name\":\"g\",\"annotations\":"
+             "{\"gpuvisor.io/node-gpus\":\"{\\\"version\\\":1,\\\"gpus\\\":[%s]}\"}},"
+             "\"status\":{\"allocatable\":{\"cpu\":\"32\",\"memory\":\"128Gi\"}}}]}",
+             gpus);
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    if (gv_sim_parse_k8s_cluster(t, "dump.json", dump, strlen(dump), &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    assert_true(gv_sim_trace_has_topology(t));
+    assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_SPREAD, 7, 1.0, &cv, NULL), GV_OK);
+    assert_int_equal(cv.placed, 2);
+    assert_int_equal(cv.multi_nvlink, 2); /* spread alone would take GPUs 0 and 2 */
+    gv_sim_curve_free(&cv);
+    gv_sim_trace_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -526,6 +641,7 @@ int main(void)
         cmocka_unit_test(test_protocol_is_deterministic),
         cmocka_unit_test(test_rng),
         cmocka_unit_test(test_reports),
+        cmocka_unit_test(test_topology_report),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

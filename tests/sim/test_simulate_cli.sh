@@ -128,6 +128,17 @@ check "--from-cluster without Node items exits 2 and says how to dump" bash -c \
 "$bin" simulate --from-cluster "$tmp/cluster.json" --nodes "$tmp/nodes.json" --pods "$tmp/pods.json" >/dev/null 2>&1
 check "--from-cluster with --nodes is a usage error" test $? -eq 2
 
+# --topology: the interconnect section, the summary still last; a bad spec is a usage error.
+"$bin" simulate --synthetic nodes=40 --policy all --seed 3 --topology nvlink=2,pcie=4 >"$tmp/topo.out" 2>/dev/null
+check "--topology exits 0" test $? -eq 0
+check "--topology reports how multi-GPU containers' GPUs are joined" bash -c \
+    "grep -q 'one NVLink island' '$tmp/topo.out' && grep -Eq '^multi_gpu_tightest_set_pct policy=fgd pct=[0-9.]+ containers=[0-9.]+$' '$tmp/topo.out'"
+check "--topology keeps the summary line last" bash -c "tail -1 '$tmp/topo.out' | grep -q '^unallocated_pct_at_100 policy=fgd'"
+check "no --topology, no interconnect section" bash -c "! grep -q 'NVLink' '$tmp/a.out'"
+"$bin" simulate --synthetic nodes=40 --seed 3 --topology nvlink=2,pcie --plot "$tmp/topo.svg" >"$tmp/topo-bad.out" 2>"$tmp/topo-bad.err"
+check "bad --topology exits 2 with the expected form" bash -c \
+    "[ $? -eq 2 ] && grep -q 'want nvlink=N,pcie=M' '$tmp/topo-bad.err' && [ ! -e '$tmp/topo.svg' ] && [ ! -s '$tmp/topo-bad.out' ]"
+
 # The real openb trace.
 openb="${GV_OPENB_DIR:-$(git rev-parse --show-toplevel 2>/dev/null)/../shared/data/openb}"
 if [ -f "$openb/openb_node_list_gpu_node.csv" ] && [ -f "$openb/openb_pod_list_default.csv" ]; then

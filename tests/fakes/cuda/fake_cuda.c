@@ -257,7 +257,7 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     if (bytes == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     CHECK_DEV(dev, phys);
-    *bytes = fake_gpu_get(phys)->mem_total;
+    *bytes = fake_gpu_cuda_total(phys);
     return CUDA_SUCCESS;
 }
 
@@ -660,7 +660,7 @@ CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
     CUresult rc = current_phys(&phys, NULL);
     if (rc != CUDA_SUCCESS)
         return rc;
-    uint64_t t = fake_gpu_get(phys)->mem_total, used = fake_gpu_mem_used(phys);
+    uint64_t t = fake_gpu_cuda_total(phys), used = fake_gpu_mem_used(phys);
     *total = t;
     *free_bytes = used < t ? t - used : 0;
     return CUDA_SUCCESS;

@@ -148,7 +148,8 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
             return NVML_SUCCESS;
         }
     }
-    return NVML_ERROR_NOT_FOUND;
+    /* MIG devices are found by their uuid too (nvidia-smi -i MIG-...) */
+    return strncmp(uuid, "MIG-", 4) == 0 ? fake_mig_by_uuid(uuid, device) : NVML_ERROR_NOT_FOUND;
 }
 
 nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device)
@@ -320,6 +321,21 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
+    if (fake_mig_handle(device)) { /* fake_nvml_mig.c: the instance's memory */
+        if (memory == NULL)
+            return NVML_ERROR_INVALID_ARGUMENT;
+        if (memory->version != nvmlMemory_v2)
+            return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+        nvmlMemory_t m;
+        nvmlReturn_t r = fake_mig_memory(device, &m);
+        if (r == NVML_SUCCESS) {
+            memory->total = m.total;
+            memory->reserved = 0;
+            memory->used = m.used;
+            memory->free = m.free;
+        }
+        return r;
+    }
     const struct fake_gpu *g;
     CHECK_DEVICE(device, g);
     if (memory == NULL)

@@ -5,9 +5,13 @@
  * (write a temporary file, rename it over):
  *
  *   GV_FAKE_NVML_FAULTS=/path/faults
- *     xid <gpu index> <xid> <id>   an Xid critical error event; ids increase,
+ *     xid <gpu index> <xid> <id> [<gi> <ci>]
+ *                                  an Xid critical error event; ids increase,
  *                                  each is delivered once to every event set
- *                                  created before the line appeared
+ *                                  created before the line appeared; gi/ci
+ *                                  name the MIG GPU / compute instance it is
+ *                                  attributed to (default: none, 0xFFFFFFFF,
+ *                                  as NVML reports a GPU-wide event)
  *     lost <gpu index>             GPU unreachable: probes answer GPU_IS_LOST
  *     mig <gpu index>              MIG mode enabled
  *
@@ -36,6 +40,7 @@ struct fault {
     char kind[8];
     unsigned gpu;
     unsigned long long xid, id;
+    unsigned gi, ci; /* GV_NVML_NO_INSTANCE unless given */
 };
 
 struct nvmlEventSet_st {
@@ -53,7 +58,9 @@ static size_t read_faults(struct fault *out, size_t max)
     while (f && n < max && fgets(line, sizeof(line), f)) {
         struct fault *x = &out[n];
         memset(x, 0, sizeof(*x));
-        int k = sscanf(line, "%7s %u %llu %llu", x->kind, &x->gpu, &x->xid, &x->id);
+        x->gi = x->ci = GV_NVML_NO_INSTANCE;
+        int k = sscanf(line, "%7s %u %llu %llu %u %u", x->kind, &x->gpu, &x->xid, &x->id, &x->gi,
+                       &x->ci);
         if (k >= 2 && x->kind[0] != '#')
             n++;
     }
@@ -181,6 +188,8 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsi
             nvmlDeviceGetHandleByIndex_v2(next->gpu, &data->device);
             data->eventType = nvmlEventTypeXidCriticalError;
             data->eventData = next->xid;
+            data->gpuInstanceId = next->gi;
+            data->computeInstanceId = next->ci;
             return NVML_SUCCESS;
         }
         int64_t left = deadline - now_ms();

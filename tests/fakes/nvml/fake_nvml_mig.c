@@ -297,7 +297,27 @@ nvmlReturn_t fake_mig_memory(nvmlDevice_t device, nvmlMemory_t *memory)
     if (memory == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     memory->total = mig_mib(&m) << 20;
-    memory->used = 0;
-    memory->free = memory->total;
+    /* the fake libcuda's one compute instance is where CUDA allocations land */
+    const struct fake_gpu *g = fake_gpu_get(m.gpu);
+    memory->used = g && g->mig[0] && strcmp(m.uuid, g->mig) == 0 ? fake_gpu_mem_used(m.gpu) : 0;
+    if (memory->used > memory->total)
+        memory->used = memory->total;
+    memory->free = memory->total - memory->used;
     return NVML_SUCCESS;
+}
+
+nvmlReturn_t fake_mig_by_uuid(const char *uuid, nvmlDevice_t *device)
+{
+    nvmlReturn_t r = NVML_ERROR_NOT_FOUND;
+    pthread_mutex_lock(&lock);
+    refresh();
+    for (int i = 0; i < FAKE_MAX_GPUS && r != NVML_SUCCESS; i++)
+        for (int k = 0; k < MIG_SLOTS; k++)
+            if (migs[i][k].used && strcmp(migs[i][k].uuid, uuid) == 0) {
+                *device = (nvmlDevice_t)(void *)&migs[i][k];
+                r = NVML_SUCCESS;
+                break;
+            }
+    pthread_mutex_unlock(&lock);
+    return r;
 }

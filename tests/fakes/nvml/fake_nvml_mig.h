@@ -14,5 +14,7 @@ bool fake_mig_handle(nvmlDevice_t d);
 nvmlReturn_t fake_mig_uuid(nvmlDevice_t device, char *uuid, unsigned int length);
 nvmlReturn_t fake_mig_name(nvmlDevice_t device, char *name, unsigned int length);
 nvmlReturn_t fake_mig_memory(nvmlDevice_t device, nvmlMemory_t *memory);
+/* nvmlDeviceGetHandleByUUID of a MIG uuid ("MIG-..."): NOT_FOUND when no live MIG device has it. */
+nvmlReturn_t fake_mig_by_uuid(const char *uuid, nvmlDevice_t *device);
 
 #endif

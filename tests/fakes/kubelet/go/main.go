@@ -4,6 +4,14 @@
 // dials the plugin back on Register, calls GetDevicePluginOptions, keeps a
 // ListAndWatch stream open and sends Allocate one container at a time.
 //
+// Several resources, as the kubelet's device manager keeps them: one
+// connection, ListAndWatch stream and device list per registered resource
+// name (a plugin registers each name with its own socket); a re-registration
+// of a name replaces that name's connection only, and the stream of the
+// replaced connection no longer updates the name's devices.  Every command
+// may name "resource"; without it, the resource registered last.  "devices"
+// events name their resource.
+//
 // Built at test time in GOPATH mode (GO111MODULE=off) against Debian's
 // golang-google-grpc-dev; the protobuf code is generated then too.
 package main
@@ -34,14 +42,28 @@ func emit(v map[string]interface{}) {
 	fmt.Println(string(b))
 }
 
+// plugin: one registered resource, as the kubelet's endpoint for it.
+type plugin struct {
+	conn    *grpc.ClientConn
+	client  pb.DevicePluginClient
+	healthy []string // device IDs of its last ListAndWatch, in its order
+}
+
 type kubelet struct {
 	dir     string
 	server  *grpc.Server
 	mu      sync.Mutex
-	conn    *grpc.ClientConn
-	client  pb.DevicePluginClient
-	healthy []string        // device IDs of the last ListAndWatch, in its order
-	inUse   map[string]bool // IDs handed to containers
+	plugins map[string]*plugin // by resource name
+	last    string             // the resource registered last (commands without "resource")
+	inUse   map[string]bool    // IDs handed to containers
+}
+
+// plugin for a command: the named resource, or the one registered last. Caller holds mu.
+func (k *kubelet) pick(resource *string) *plugin {
+	if resource == nil {
+		return k.plugins[k.last]
+	}
+	return k.plugins[*resource]
 }
 
 func (k *kubelet) start() error {
@@ -63,10 +85,11 @@ func (k *kubelet) stop() {
 		k.server = nil
 	}
 	k.mu.Lock()
-	if k.conn != nil {
-		k.conn.Close()
+	for _, p := range k.plugins {
+		p.conn.Close()
 	}
-	k.conn, k.client = nil, nil
+	k.plugins = map[string]*plugin{}
+	k.last = ""
 	k.mu.Unlock()
 }
 
@@ -93,17 +116,21 @@ func (k *kubelet) Register(ctx context.Context, r *pb.RegisterRequest) (*pb.Empt
 		conn.Close()
 		return nil, err
 	}
+	p := &plugin{conn: conn, client: client}
 	k.mu.Lock()
-	if k.conn != nil {
-		k.conn.Close()
+	// a re-registration replaces that resource's connection only
+	if old := k.plugins[r.ResourceName]; old != nil {
+		old.conn.Close()
 	}
-	k.conn, k.client = conn, client
+	k.plugins[r.ResourceName] = p
+	k.last = r.ResourceName
 	k.mu.Unlock()
-	go k.watch(client)
+	go k.watch(p, r.ResourceName)
 	return &pb.Empty{}, nil
 }
 
-func (k *kubelet) watch(client pb.DevicePluginClient) {
+func (k *kubelet) watch(p *plugin, resource string) {
+	client := p.client
 	stream, err := client.ListAndWatch(context.Background(), &pb.Empty{})
 	for err == nil {
 		var msg *pb.ListAndWatchResponse
@@ -126,17 +153,21 @@ func (k *kubelet) watch(client pb.DevicePluginClient) {
 			devs = append(devs, map[string]interface{}{"id": d.ID, "health": d.Health, "numa": numa})
 		}
 		k.mu.Lock()
-		k.healthy = healthy
+		p.healthy = healthy // the replaced connection's plugin is no longer in k.plugins
 		k.mu.Unlock()
-		emit(map[string]interface{}{"event": "devices", "devices": devs, "size": msg.XXX_Size()})
+		emit(map[string]interface{}{"event": "devices", "resource": resource, "devices": devs,
+			"size": msg.XXX_Size()})
 	}
 	st := status.Convert(err)
 	emit(map[string]interface{}{"event": "stream_end", "code": int(st.Code()), "message": st.Message()})
 }
 
-func (k *kubelet) call(name string, fn func(pb.DevicePluginClient, context.Context) (map[string]interface{}, error)) {
+func (k *kubelet) call(name string, resource *string, fn func(pb.DevicePluginClient, context.Context) (map[string]interface{}, error)) {
 	k.mu.Lock()
-	client := k.client
+	var client pb.DevicePluginClient
+	if p := k.pick(resource); p != nil {
+		client = p.client
+	}
 	k.mu.Unlock()
 	if client == nil {
 		emit(map[string]interface{}{"event": name, "ok": false, "code": -1, "message": "plugin not registered"})
@@ -184,10 +215,14 @@ func respJSON(r *pb.ContainerAllocateResponse) map[string]interface{} {
 // admit: what the kubelet's device manager does for one container (see
 // kubelet_py.py): GetPreferredAllocation when there is a choice, then
 // Allocate with the preferred IDs (ignore: none asked, the first N taken).
-func (k *kubelet) admit(size int32, ignore bool) {
+func (k *kubelet) admit(size int32, ignore bool, resource *string) {
 	k.mu.Lock()
 	avail := []string{}
-	for _, id := range k.healthy {
+	var healthy []string
+	if p := k.pick(resource); p != nil {
+		healthy = p.healthy
+	}
+	for _, id := range healthy {
 		if !k.inUse[id] {
 			avail = append(avail, id)
 		}
@@ -198,7 +233,7 @@ func (k *kubelet) admit(size int32, ignore bool) {
 			"message": fmt.Sprintf("only %d devices available", len(avail))})
 		return
 	}
-	k.call("admit", func(cl pb.DevicePluginClient, ctx context.Context) (map[string]interface{}, error) {
+	k.call("admit", resource, func(cl pb.DevicePluginClient, ctx context.Context) (map[string]interface{}, error) {
 		preferred := []string{}
 		ids := append([]string{}, avail[:size]...)
 		if int(size) < len(avail) && !ignore {
@@ -242,10 +277,11 @@ type command struct {
 	Available []string `json:"available"`
 	Must      []string `json:"must"`
 	Size      int32    `json:"size"`
+	Resource  *string  `json:"resource"`
 }
 
 func main() {
-	k := &kubelet{dir: os.Args[1], inUse: map[string]bool{}}
+	k := &kubelet{dir: os.Args[1], inUse: map[string]bool{}, plugins: map[string]*plugin{}}
 	if err := k.start(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -263,7 +299,7 @@ func main() {
 			k.stop()
 			return
 		case "allocate":
-			k.call("allocate", func(cl pb.DevicePluginClient, ctx context.Context) (map[string]interface{}, error) {
+			k.call("allocate", c.Resource, func(cl pb.DevicePluginClient, ctx context.Context) (map[string]interface{}, error) {
 				r, err := cl.Allocate(ctx, &pb.AllocateRequest{ContainerRequests: []*pb.ContainerAllocateRequest{{DevicesIds: c.IDs}}})
 				if err != nil {
 					return nil, err
@@ -271,7 +307,7 @@ func main() {
 				return map[string]interface{}{"resp": respJSON(r.ContainerResponses[0])}, nil
 			})
 		case "preferred":
-			k.call("preferred", func(cl pb.DevicePluginClient, ctx context.Context) (map[string]interface{}, error) {
+			k.call("preferred", c.Resource, func(cl pb.DevicePluginClient, ctx context.Context) (map[string]interface{}, error) {
 				r, err := cl.GetPreferredAllocation(ctx, &pb.PreferredAllocationRequest{
 					ContainerRequests: []*pb.ContainerPreferredAllocationRequest{{
 						AvailableDeviceIDs: c.Available, MustIncludeDeviceIDs: c.Must, AllocationSize: c.Size}}})
@@ -285,7 +321,7 @@ func main() {
 				return map[string]interface{}{"ids": ids}, nil
 			})
 		case "admit":
-			k.admit(c.Size, c.Ignore)
+			k.admit(c.Size, c.Ignore, c.Resource)
 		case "release":
 			k.mu.Lock()
 			for _, id := range c.IDs {
@@ -293,7 +329,7 @@ func main() {
 			}
 			k.mu.Unlock()
 		case "options":
-			k.call("options", func(cl pb.DevicePluginClient, ctx context.Context) (map[string]interface{}, error) {
+			k.call("options", c.Resource, func(cl pb.DevicePluginClient, ctx context.Context) (map[string]interface{}, error) {
 				o, err := cl.GetDevicePluginOptions(ctx, &pb.Empty{})
 				if err != nil {
 					return nil, err
@@ -302,7 +338,7 @@ func main() {
 					"get_preferred_allocation_available": o.GetPreferredAllocationAvailable}, nil
 			})
 		case "prestart":
-			k.call("prestart", func(cl pb.DevicePluginClient, ctx context.Context) (map[string]interface{}, error) {
+			k.call("prestart", c.Resource, func(cl pb.DevicePluginClient, ctx context.Context) (map[string]interface{}, error) {
 				_, err := cl.PreStartContainer(ctx, &pb.PreStartContainerRequest{DevicesIds: c.IDs})
 				return map[string]interface{}{}, err
 			})

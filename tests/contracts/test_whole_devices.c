@@ -1,0 +1,269 @@
+/*
+ * Whole devices in the contracts (docs/contracts.md, "wholeDevices";
+ * docs/scheduler.md, "Whole devices"): MIG devices in the node inventory
+ * (kind mig), the scheduler's per-node view of them, a pod's device counts
+ * and the count fit.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "contracts/inventory.h"
+#include "contracts/podspec.h"
+
+#define MIG1 "MIG-5f3b1c2a-0b7e-4c55-9a36-1d2e3f4a5b01"
+#define MIG2 "MIG-5f3b1c2a-0b7e-4c55-9a36-1d2e3f4a5b02"
+#define MIG3 "MIG-5f3b1c2a-0b7e-4c55-9a36-1d2e3f4a5b03"
+
+static void fill(struct gv_inventory *inv)
+{
+    memset(inv, 0, sizeof(*inv));
+    inv->version = GV_INVENTORY_VERSION;
+    inv->n_gpus = 2;
+    for (uint32_t i = 0; i < 2; i++) {
+        struct gv_inventory_gpu *g = &inv->gpus[i];
+        snprintf(g->uuid, sizeof(g->uuid), "GPU-%u", i);
+        g->index = i;
+        snprintf(g->model, sizeof(g->model), "NVIDIA H100 PCIe");
+        g->memory_mib = 81559;
+        g->memory_scaling = 1.0;
+        g->cores = 100;
+        g->split = 10;
+        g->healthy = true;
+        g->mode = GV_INVENTORY_MODE_VGPU;
+        snprintf(g->pci_bus_id, sizeof(g->pci_bus_id), "00000000:%02X:00.0", 0x81 + i);
+    }
+    inv->gpus[0].mig = true;
+    const char *ids[3] = {MIG1, MIG2, MIG3};
+    const char *prof[3] = {"3g.40gb", "1g.10gb", "1g.10gb"};
+    for (uint32_t k = 0; k < 3; k++) {
+        struct gv_inventory_whole *w = &inv->whole.dev[inv->whole.n++];
+        w->kind = GV_INVENTORY_WHOLE_MIG;
+        snprintf(w->resource, sizeof(w->resource), "nvidia.com/mig-%s", prof[k]);
+        snprintf(w->id, sizeof(w->id), "%s", ids[k]);
+        snprintf(w->pci_bus_id, sizeof(w->pci_bus_id), "00000000:81:00.0");
+        snprintf(w->gpu_uuid, sizeof(w->gpu_uuid), "GPU-0");
+        snprintf(w->profile, sizeof(w->profile), "%s", prof[k]);
+        w->memory_mib = k == 0 ? 40192 : 9856;
+        w->healthy = k != 2;
+    }
+}
+
+static void test_mig_kind_round_trip(void **state)
+{
+    (void)state;
+    struct gv_inventory *inv = malloc(sizeof(*inv)), *back = malloc(sizeof(*back));
+    struct gv_error err = {0};
+    char *text = NULL;
+    fill(inv);
+    assert_int_equal(gv_inventory_encode(inv, &text, &err), GV_OK);
+    assert_non_null(strstr(text, "{\"kind\":\"mig\",\"resource\":\"nvidia.com/mig-3g.40gb\",\"id\":\"" MIG1
+                                 "\",\"pciBusId\":\"00000000:81:00.0\",\"iommuGroup\":\"\","
+                                 "\"healthy\":true,\"gpuUuid\":\"GPU-0\",\"profile\":\"3g.40gb\","
+                                 "\"memoryMiB\":40192}"));
+    if (gv_inventory_decode(text, strlen(text), back, &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(back->whole.n, 3);
+    assert_int_equal(back->whole.dev[1].kind, GV_INVENTORY_WHOLE_MIG);
+    assert_string_equal(back->whole.dev[1].gpu_uuid, "GPU-0");
+    assert_string_equal(back->whole.dev[1].profile, "1g.10gb");
+    assert_int_equal(back->whole.dev[1].memory_mib, 9856);
+    assert_false(back->whole.dev[2].healthy);
+    assert_string_equal(gv_inventory_whole_kind_name(GV_INVENTORY_WHOLE_MIG), "mig");
+    /* the MIG parent is never sliced; its neighbour is */
+    assert_true(gv_inventory_gpu_taken(back, &back->gpus[0]));
+    assert_false(gv_inventory_gpu_taken(back, &back->gpus[1]));
+    /* MIG enabled alone (strategy none: no MIG device listed) is enough */
+    back->whole.n = 0;
+    assert_true(gv_inventory_gpu_taken(back, &back->gpus[0]));
+    free(text);
+
+    /* passthrough and mdev entries keep the text older agents wrote (no new keys) */
+    inv->whole.n = 1;
+    inv->whole.dev[0] = (struct gv_inventory_whole){.kind = GV_INVENTORY_WHOLE_PASSTHROUGH,
+                                                    .resource = "nvidia.com/GH100_H100_PCIE",
+                                                    .id = "0000_41_00.0",
+                                                    .pci_bus_id = "0000:41:00.0",
+                                                    .iommu_group = "17",
+                                                    .healthy = true};
+    assert_int_equal(gv_inventory_encode(inv, &text, &err), GV_OK);
+    assert_null(strstr(text, "gpuUuid"));
+    assert_null(strstr(text, "profile"));
+    assert_null(strstr(text, "\"memoryMiB\":0"));
+    free(text);
+    free(inv);
+    free(back);
+}
+
+static void test_mig_kind_strict(void **state)
+{
+    (void)state;
+    struct gv_inventory *inv = malloc(sizeof(*inv));
+    static const char *bad[][2] = {
+        {"{\"version\":1,\"gpus\":[],\"wholeDevices\":[{\"kind\":\"mig\",\"resource\":\"r\","
+         "\"id\":\"i\",\"pciBusId\":\"p\",\"iommuGroup\":\"\",\"healthy\":true}]}",
+         "gpuUuid: required for kind mig"},
+        {"{\"version\":1,\"gpus\":[],\"wholeDevices\":[{\"kind\":\"mig\",\"resource\":\"r\","
+         "\"id\":\"i\",\"pciBusId\":\"p\",\"iommuGroup\":\"\",\"healthy\":true,\"gpuUuid\":7}]}",
+         "gpuUuid: expected a string"},
+        {"{\"version\":1,\"gpus\":[],\"wholeDevices\":[{\"kind\":\"mig\",\"resource\":\"r\","
+         "\"id\":\"i\",\"pciBusId\":\"p\",\"iommuGroup\":\"\",\"healthy\":true,\"gpuUuid\":\"G\","
+         "\"memoryMiB\":-1}]}",
+         "memoryMiB"},
+        {"{\"version\":1,\"gpus\":[],\"wholeDevices\":[{\"kind\":\"mig\",\"resource\":\"r\","
+         "\"id\":\"i\",\"pciBusId\":\"p\",\"iommuGroup\":\"\",\"healthy\":true,\"gpuUuid\":\"G\","
+         "\"profile\":\"0123456789012345678901234567890123456789\"}]}",
+         "profile: longer than"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct gv_error err = {0};
+        assert_int_not_equal(gv_inventory_decode(bad[i][0], strlen(bad[i][0]), inv, &err), GV_OK);
+        if (strstr(err.msg, bad[i][1]) == NULL)
+            fail_msg("case %zu: '%s' lacks '%s'", i, err.msg, bad[i][1]);
+        assert_int_equal(inv->whole.n, 0); /* nothing half-decoded */
+    }
+    free(inv);
+}
+
+static void test_node_whole_summary(void **state)
+{
+    (void)state;
+    struct gv_inventory *inv = malloc(sizeof(*inv));
+    struct gv_error err = {0};
+    char *text = NULL;
+    fill(inv);
+    assert_int_equal(gv_inventory_encode(inv, &text, &err), GV_OK);
+    json_t *node = json_pack("{s:{s:s,s:{s:s}}}", "metadata", "name", "mig-1", "annotations",
+                             GV_INVENTORY_ANNOTATION, text);
+    struct gv_podspec_node *pn = NULL;
+    if (gv_podspec_node(node, &pn, &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    assert_false(pn->gpus[0].healthy); /* MIG parent: not for slices */
+    assert_true(pn->gpus[1].healthy);
+    assert_int_equal(pn->n_whole, 3);
+    assert_int_equal(pn->n_whole_res, 2);
+    assert_string_equal(pn->whole[0].resource, "nvidia.com/mig-3g.40gb");
+    assert_int_equal(pn->whole[0].total, 1);
+    assert_int_equal(pn->whole[0].healthy, 1);
+    assert_string_equal(pn->whole[1].resource, "nvidia.com/mig-1g.10gb");
+    assert_int_equal(pn->whole[1].kind, GV_INVENTORY_WHOLE_MIG);
+    assert_int_equal(pn->whole[1].total, 2);
+    assert_int_equal(pn->whole[1].healthy, 1);
+    gv_podspec_node_free(pn);
+    json_decref(node);
+    free(text);
+    free(inv);
+}
+
+static json_t *pod(const char *containers, const char *init)
+{
+    char buf[2048];
+    snprintf(buf, sizeof(buf), "{\"metadata\":{\"uid\":\"u\",\"name\":\"p\",\"namespace\":\"n\"},"
+             "\"spec\":{\"containers\":%s%s%s}}", containers, init ? ",\"initContainers\":" : "",
+             init ? init : "");
+    json_error_t je;
+    json_t *j = json_loads(buf, 0, &je);
+    if (j == NULL)
+        fail_msg("%s: %s", buf, je.text);
+    return j;
+}
+
+static void test_pod_whole_request(void **state)
+{
+    (void)state;
+    struct gv_alloc_config cfg;
+    gv_alloc_config_default(&cfg);
+    struct gv_podspec_whole_req r;
+    struct gv_error err = {0};
+    /* app containers add up, init containers take the largest, limits before requests,
+     * gpuvisor's own names and kubernetes.io names are not whole devices */
+    json_t *p = pod("[{\"name\":\"a\",\"resources\":{\"limits\":{\"nvidia.com/mig-1g.10gb\":\"1\","
+                    "\"nvidia.com/gpu\":\"1\",\"cpu\":\"2\"},\"requests\":{\"nvidia.com/mig-1g.10gb\":"
+                    "\"5\"}}},{\"name\":\"b\",\"resources\":{\"requests\":{\"nvidia.com/mig-1g.10gb\":2,"
+                    "\"example.com/fpga\":\"0\"}}}]",
+                    "[{\"name\":\"i\",\"resources\":{\"limits\":{\"nvidia.com/mig-1g.10gb\":\"4\","
+                    "\"nvidia.com/GH100_H100_PCIE\":\"1\",\"hugepages-2Mi\":\"1Gi\"}}}]");
+    if (gv_podspec_whole_request(&cfg, p, &r, &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    json_decref(p);
+    assert_int_equal(r.n, 2);
+    assert_string_equal(r.r[0].resource, "nvidia.com/mig-1g.10gb");
+    assert_int_equal(r.r[0].count, 4); /* max(1 + 2, 4) */
+    assert_string_equal(r.r[1].resource, "nvidia.com/GH100_H100_PCIE");
+    assert_int_equal(r.r[1].count, 1);
+
+    p = pod("[{\"name\":\"a\",\"resources\":{\"limits\":{\"nvidia.com/mig-1g.10gb\":\"500m\"}}}]",
+            NULL);
+    assert_int_not_equal(gv_podspec_whole_request(&cfg, p, &r, &err), GV_OK);
+    assert_non_null(strstr(err.msg, "spec.containers[0].resources.limits[\"nvidia.com/mig-1g.10gb\"]"));
+    assert_int_equal(r.n, 0);
+    json_decref(p);
+    /* any other extended resource may hold what its owner likes: left out, not an error */
+    p = pod("[{\"name\":\"a\",\"resources\":{\"limits\":{\"example.com/bandwidth\":\"5000\","
+            "\"example.com/frac\":\"500m\",\"nvidia.com/mig-1g.10gb\":\"1\"}}}]",
+            NULL);
+    if (gv_podspec_whole_request(&cfg, p, &r, &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(r.n, 1);
+    assert_string_equal(r.r[0].resource, "nvidia.com/mig-1g.10gb");
+    json_decref(p);
+
+    assert_true(gv_podspec_whole_by_name("nvidia.com/mig-2g.20gb"));
+    assert_false(gv_podspec_whole_by_name("nvidia.com/mig-"));
+    assert_false(gv_podspec_whole_by_name("nvidia.com/gpu"));
+}
+
+static bool known(void *ud, const char *name)
+{
+    return strcmp(name, (const char *)ud) == 0;
+}
+
+static void test_whole_fits(void **state)
+{
+    (void)state;
+    struct gv_podspec_whole res[2] = {{"nvidia.com/mig-1g.10gb", GV_INVENTORY_WHOLE_MIG, 3, 2},
+                                      {"nvidia.com/GH100_H100_PCIE", 0, 2, 2}};
+    uint32_t held[2] = {1, 0};
+    struct gv_podspec_whole_req r = {.n = 1};
+    char why[256] = "";
+    snprintf(r.r[0].resource, sizeof(r.r[0].resource), "nvidia.com/mig-1g.10gb");
+    r.r[0].count = 1;
+    uint64_t slack = 99;
+    assert_true(gv_podspec_whole_fits(res, 2, held, &r, NULL, NULL, &slack, why, sizeof(why)));
+    assert_int_equal(slack, 0); /* 2 healthy - 1 held - 1 asked */
+    held[0] = 0;
+    assert_true(gv_podspec_whole_fits(res, 2, held, &r, NULL, NULL, &slack, why, sizeof(why)));
+    assert_int_equal(slack, 1);
+    held[0] = 1;
+    r.r[0].count = 2;
+    assert_false(gv_podspec_whole_fits(res, 2, held, &r, NULL, NULL, NULL, why, sizeof(why)));
+    assert_string_equal(why, "nvidia.com/mig-1g.10gb: 1 free of 2 healthy (3 listed), pod asks 2");
+    /* a node without the name: refused for MIG names and names some node lists, */
+    snprintf(r.r[0].resource, sizeof(r.r[0].resource), "nvidia.com/mig-7g.80gb");
+    r.r[0].count = 1;
+    assert_false(gv_podspec_whole_fits(res, 0, NULL, &r, NULL, NULL, NULL, why, sizeof(why)));
+    assert_string_equal(why, "node has no nvidia.com/mig-7g.80gb devices");
+    snprintf(r.r[0].resource, sizeof(r.r[0].resource), "nvidia.com/TU104GL_Tesla_T4");
+    assert_false(gv_podspec_whole_fits(res, 2, held, &r, known, "nvidia.com/TU104GL_Tesla_T4",
+                                       NULL, why, sizeof(why)));
+    /* other extended resources are kube-scheduler's to check */
+    assert_true(gv_podspec_whole_fits(res, 2, held, &r, known, "x", NULL, why, sizeof(why)));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mig_kind_round_trip),
+        cmocka_unit_test(test_mig_kind_strict),
+        cmocka_unit_test(test_node_whole_summary),
+        cmocka_unit_test(test_pod_whole_request),
+        cmocka_unit_test(test_whole_fits),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
