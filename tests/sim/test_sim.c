@@ -550,6 +550,16 @@ static void test_topology_report(void **state)
     assert_int_equal(cv.multi_pcie + cv.multi_spanning, 0);
     assert_int_equal(cv.multi_tight, 3);
     gv_sim_curve_free(&cv);
+    /* replayed under shuffled names, the links and the report follow them */
+    gv_sim_trace_set_shuffle_names(t, true);
+    for (uint64_t s = 1; s <= 8; s++) {
+        assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_BINPACK, s, 1.0, &cv, NULL), GV_OK);
+        assert_int_equal(cv.placed, 3);
+        assert_int_equal(cv.multi_nvlink, 3);
+        assert_int_equal(cv.multi_tight, 3);
+        gv_sim_curve_free(&cv);
+    }
+    gv_sim_trace_set_shuffle_names(t, false);
     /* the report shows the section only when asked to */
     struct gv_sim_report rep = {0};
     uint64_t seed = 42;
