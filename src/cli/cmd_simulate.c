@@ -25,7 +25,7 @@ static void usage(FILE *out)
             "                          --synthetic SPEC]\n"
             "                         [--policy binpack|spread|bestfit|fgd|all]\n"
             "                         [--seed N | --seeds A-B | --seeds N] [--inflate X]\n"
-            "                         [--topology nvlink=N,pcie=M]\n"
+            "                         [--topology nvlink=N,pcie=M] [--shuffle-nodes]\n"
             "                         [--csv OUT.csv] [--plot OUT.svg]\n\n"
             "Replays a trace through the allocation engine with the openb protocol and\n"
             "prints allocated vs arrived GPU share per policy (mean +- sd over seeds).\n"
@@ -40,6 +40,8 @@ static void usage(FILE *out)
             "  --topology       interconnect of nodes that publish none: NVLink islands of\n"
             "                   N GPUs, PCIe switches of M (e.g. nvlink=2,pcie=4); the report\n"
             "                   then shows how multi-GPU containers' GPUs are joined\n"
+            "  --shuffle-nodes  prefix node names with a per-seed random permutation, as the\n"
+            "                   FGD paper's artifact does (ties go to the smallest name)\n"
             "  --csv, --plot    also write per-seed curves (CSV) / a chart (SVG)\n"
             "Every report ends with an offline reference: an oracle that sees the whole\n"
             "workload in advance and a lower bound on unallocated GPUs.\n");
@@ -151,12 +153,13 @@ int gv_cmd_simulate(int argc, char **argv)
         {"plot", required_argument, NULL, 'o'},    {"help", no_argument, NULL, 'h'},
         {"from-cluster", required_argument, NULL, 'C'},
         {"topology", required_argument, NULL, 'T'},
+        {"shuffle-nodes", no_argument, NULL, 'S'},
         {NULL, 0, NULL, 0}};
     const char *nodes = NULL, *pods = NULL, *synthetic = NULL, *csv = NULL, *plot = NULL;
     const char *dump = NULL, *topology = NULL;
     const char *policy = "all";
     uint64_t seed_lo = 42, seed_hi = 51;
-    bool seed_given = false;
+    bool seed_given = false, shuffle = false;
     double inflate = 1.3;
     int ch;
     optind = 1;
@@ -171,6 +174,7 @@ int gv_cmd_simulate(int argc, char **argv)
         case 'P': policy = optarg; break;
         case 'c': csv = optarg; break;
         case 'o': plot = optarg; break;
+        case 'S': shuffle = true; break;
         case 'e':
             if (seed_given || !parse_u64(optarg, &seed_lo))
                 return bad_usage("--seed wants one non-negative integer (got \"%s\")", optarg);
@@ -266,6 +270,7 @@ int gv_cmd_simulate(int argc, char **argv)
         goto fail;
     }
     rep.topology = gv_sim_trace_has_topology(t);
+    gv_sim_trace_set_shuffle_names(t, shuffle);
     rep.n_seeds = (uint32_t)(seed_hi - seed_lo + 1);
     rep.seeds = calloc(rep.n_seeds, sizeof(*rep.seeds));
     rep.curves = calloc((size_t)rep.n_seeds * rep.n_policies, sizeof(*rep.curves));

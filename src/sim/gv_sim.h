@@ -25,6 +25,13 @@ gv_status gv_sim_trace_new(struct gv_sim_trace **out, struct gv_error *err);
 void gv_sim_trace_free(struct gv_sim_trace *t);
 size_t gv_sim_trace_nodes(const struct gv_sim_trace *t);
 size_t gv_sim_trace_pods(const struct gv_sim_trace *t);
+/*
+ * Replays (gv_sim_run) prefix node names with a per-seed random permutation,
+ * as the FGD paper's artifact does, so score ties (smallest name) do not
+ * favour the same nodes in every seed.  Off by default; the offline
+ * reference keeps the given names.
+ */
+void gv_sim_trace_set_shuffle_names(struct gv_sim_trace *t, bool on);
 /* Sum over nodes of GPUs x 1000. */
 uint64_t gv_sim_trace_gpu_milli(const struct gv_sim_trace *t);
 /* Sum over pods of GPUs x milli per GPU. */

@@ -71,6 +71,19 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* a = 0..n-1 in the order of a Fisher-Yates shuffle drawn from r. */
+static void identity_shuffled(struct gv_sim_rng *r, size_t *a, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        a[i] = i;
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)gv_sim_rng_below(r, i);
+        size_t x = a[i - 1];
+        a[i - 1] = a[j];
+        a[j] = x;
+    }
+}
+
 gv_status sim_arrivals_init(struct sim_arrivals *a, const struct gv_sim_trace *t, uint64_t seed,
                             struct gv_error *err)
 {
@@ -80,14 +93,7 @@ gv_status sim_arrivals_init(struct sim_arrivals *a, const struct gv_sim_trace *t
     if (a->order == NULL)
         return gv_error_set(err, GV_ENOMEM, "out of memory");
     gv_sim_rng_seed(&a->rng, seed);
-    for (size_t i = 0; i < t->n_pods; i++)
-        a->order[i] = i;
-    for (size_t i = t->n_pods; i > 1; i--) {
-        size_t j = (size_t)gv_sim_rng_below(&a->rng, i);
-        size_t x = a->order[i - 1];
-        a->order[i - 1] = a->order[j];
-        a->order[j] = x;
-    }
+    identity_shuffled(&a->rng, a->order, t->n_pods);
     return GV_OK;
 }
 
@@ -288,6 +294,62 @@ gv_status gv_sim_run_exhaustive(const struct gv_sim_trace *t, gv_alloc_policy po
     return run(t, policy, seed, inflate, true, out, err);
 }
 
+void gv_sim_trace_set_shuffle_names(struct gv_sim_trace *t, bool on)
+{
+    t->shuffle_names = on;
+}
+
+static void names_free(char **names, size_t n)
+{
+    for (size_t i = 0; names != NULL && i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+/*
+ * The names a replay gives the trace's nodes: *out = NULL (the trace's own)
+ * unless shuffle_names, then each name gets a prefix from a permutation
+ * drawn from the seed (its own stream: the arrivals stay those of the
+ * seed), as the FGD paper's artifact renames its nodes: score ties go to
+ * the smallest name there and here, so the nodes that win ties change from
+ * seed to seed instead of always being the trace's first ones.
+ */
+static gv_status replay_names(const struct gv_sim_trace *t, uint64_t seed, char ***out,
+                              struct gv_error *err)
+{
+    *out = NULL;
+    if (!t->shuffle_names || t->n_nodes == 0)
+        return GV_OK;
+    size_t *perm = malloc(t->n_nodes * sizeof(*perm));
+    char **names = calloc(t->n_nodes, sizeof(*names));
+    if (perm == NULL || names == NULL) {
+        free(perm);
+        free(names);
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    }
+    struct gv_sim_rng r;
+    gv_sim_rng_seed(&r, seed ^ UINT64_C(0x6e6f646573)); /* "nodes" */
+    identity_shuffled(&r, perm, t->n_nodes);
+    gv_status rc = GV_OK;
+    for (size_t i = 0; rc == GV_OK && i < t->n_nodes; i++) {
+        const char *name = t->nodes[i].spec.name;
+        size_t len = strlen(name) + 8; /* "NNNNNN-" and NUL */
+        if (len > GV_ALLOC_NODE_MAX)
+            rc = gv_error_set(err, GV_EINVAL, "node %.200s: name too long to shuffle", name);
+        else if ((names[i] = malloc(len)) == NULL)
+            rc = gv_error_set(err, GV_ENOMEM, "out of memory");
+        else
+            snprintf(names[i], len, "%06zu-%s", perm[i] % 1000000, name);
+    }
+    free(perm);
+    if (rc != GV_OK) {
+        names_free(names, t->n_nodes);
+        return rc;
+    }
+    *out = names;
+    return GV_OK;
+}
+
 static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint64_t seed,
                      double inflate, bool exhaustive, struct gv_sim_curve *out,
                      struct gv_error *err)
@@ -314,6 +376,7 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
     struct gv_alloc_cluster *c = NULL;
     struct sim_arrivals arr = {0};
     struct named *sorted = NULL;
+    char **names = NULL;
     struct gv_alloc_assignment *a = malloc(sizeof(*a));
     uint32_t **held = calloc(t->n_nodes + 1, sizeof(*held));
     out->n = (uint32_t)floor(inflate * 100.0 + 1e-9) + 1;
@@ -331,9 +394,14 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
     if ((rc = gv_alloc_cluster_new(&cfg, &c, err)) != GV_OK)
         goto fail;
     bool topology = gv_sim_trace_has_topology(t);
+    if ((rc = replay_names(t, seed, &names, err)) != GV_OK)
+        goto fail;
     for (size_t i = 0; i < t->n_nodes; i++) {
         const struct sim_node *n = &t->nodes[i];
-        if ((rc = gv_alloc_node_upsert(c, &n->spec, err)) != GV_OK)
+        struct gv_alloc_node_spec spec = n->spec;
+        if (names != NULL)
+            spec.name = names[i];
+        if ((rc = gv_alloc_node_upsert(c, &spec, err)) != GV_OK)
             goto fail;
         if (n->links) {
             uint32_t nv[GV_ALLOC_MAX_NODE_GPUS], pc[GV_ALLOC_MAX_NODE_GPUS];
@@ -341,7 +409,7 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
                 nv[g] = n->nvlink[g];
                 pc[g] = n->pcie[g];
             }
-            if ((rc = gv_alloc_node_set_links(c, n->spec.name, nv, pc, n->spec.n_gpus, err)) !=
+            if ((rc = gv_alloc_node_set_links(c, spec.name, nv, pc, n->spec.n_gpus, err)) !=
                 GV_OK)
                 goto fail;
         }
@@ -352,7 +420,8 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
             goto fail;
         }
         for (size_t i = 0; i < t->n_nodes; i++)
-            sorted[i] = (struct named){t->nodes[i].spec.name, &t->nodes[i]};
+            sorted[i] = (struct named){names != NULL ? names[i] : t->nodes[i].spec.name,
+                                       &t->nodes[i]};
         qsort(sorted, t->n_nodes, sizeof(*sorted), by_name);
     }
     if ((rc = sim_arrivals_init(&arr, t, seed, err)) != GV_OK)
@@ -411,6 +480,7 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
     sim_arrivals_fini(&arr);
     whole_free(held, t->n_nodes);
     free(sorted);
+    names_free(names, t->n_nodes);
     free(a);
     return GV_OK;
 fail:
@@ -418,6 +488,7 @@ fail:
     gv_alloc_cluster_free(c);
     sim_arrivals_fini(&arr);
     free(sorted);
+    names_free(names, t->n_nodes);
     free(a);
     gv_sim_curve_free(out);
     return rc;

@@ -23,6 +23,7 @@ struct gv_sim_trace {
     /* parallel to pods: the whole-device counts of pods asking some, else NULL */
     struct gv_podspec_whole_req **wreq;
     size_t n_pods, cap_pods;
+    bool shuffle_names; /* gv_sim_trace_set_shuffle_names */
 };
 
 /* Deep copy of a node spec (labels dropped). */

@@ -366,6 +366,48 @@ static void test_protocol_on_known_trace(void **state)
     gv_sim_trace_free(t);
 }
 
+/* Ties go to the smallest node name.  Node a has 2 cores, b 64; a half-GPU
+ * pod (1 core) ties between the empty nodes, a whole-GPU pod needs 32 cores
+ * (b only).  With the given names the half pod always takes a and the whole
+ * pod fits on b: 75 % allocated at 75 % arrived in every seed.  Shuffled
+ * names (the paper's artifact) put b first in some seeds: when the half pod
+ * arrives first it takes b and the whole pod fails (25 %). */
+static void test_shuffled_node_names(void **state)
+{
+    (void)state;
+    struct gv_sim_trace *t;
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    const char *n = "sn,cpu_milli,memory_mib,gpu,model\na,2000,65536,1,T4\nb,64000,65536,1,T4\n";
+    const char *p = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+                    "s,1000,1024,1,500\nw,32000,1024,1,1000\n";
+    assert_int_equal(gv_sim_parse_openb_nodes(t, "n", n, strlen(n), NULL), GV_OK);
+    assert_int_equal(gv_sim_parse_openb_pods(t, "p", p, strlen(p), NULL), GV_OK);
+    int lost = 0, kept = 0;
+    for (uint64_t seed = 1; seed <= 64; seed++) {
+        struct gv_sim_curve cv, again;
+        gv_sim_trace_set_shuffle_names(t, false);
+        assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_BINPACK, seed, 1.0, &cv, NULL), GV_OK);
+        assert_true(cv.allocated[75] == 75.0);
+        gv_sim_curve_free(&cv);
+        gv_sim_trace_set_shuffle_names(t, true);
+        assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_BINPACK, seed, 1.0, &cv, NULL), GV_OK);
+        assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_BINPACK, seed, 1.0, &again, NULL), GV_OK);
+        assert_memory_equal(cv.allocated, again.allocated, cv.n * sizeof(double));
+        assert_true(cv.allocated[75] == 75.0 || cv.allocated[75] == 25.0);
+        if (cv.allocated[75] == 25.0)
+            lost++;
+        else
+            kept++;
+        gv_sim_curve_free(&cv);
+        gv_sim_curve_free(&again);
+    }
+    /* b sorts first in about half the seeds, the half pod arrives first in
+     * about half: about 16 of 64 */
+    assert_true(lost >= 4);
+    assert_true(kept >= 4);
+    gv_sim_trace_free(t);
+}
+
 static void test_protocol_is_deterministic(void **state)
 {
     (void)state;
@@ -508,6 +550,16 @@ static void test_topology_report(void **state)
     assert_int_equal(cv.multi_pcie + cv.multi_spanning, 0);
     assert_int_equal(cv.multi_tight, 3);
     gv_sim_curve_free(&cv);
+    /* replayed under shuffled names, the links and the report follow them */
+    gv_sim_trace_set_shuffle_names(t, true);
+    for (uint64_t s = 1; s <= 8; s++) {
+        assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_BINPACK, s, 1.0, &cv, NULL), GV_OK);
+        assert_int_equal(cv.placed, 3);
+        assert_int_equal(cv.multi_nvlink, 3);
+        assert_int_equal(cv.multi_tight, 3);
+        gv_sim_curve_free(&cv);
+    }
+    gv_sim_trace_set_shuffle_names(t, false);
     /* the report shows the section only when asked to */
     struct gv_sim_report rep = {0};
     uint64_t seed = 42;
@@ -595,6 +647,7 @@ int main(void)
         cmocka_unit_test(test_index_replays_identically),
         cmocka_unit_test(test_synthetic_is_seeded),
         cmocka_unit_test(test_protocol_on_known_trace),
+        cmocka_unit_test(test_shuffled_node_names),
         cmocka_unit_test(test_protocol_is_deterministic),
         cmocka_unit_test(test_rng),
         cmocka_unit_test(test_reports),

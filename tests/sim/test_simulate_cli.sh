@@ -29,6 +29,11 @@ check "one policy, one seed, CSV written" bash -c \
     "head -1 '$tmp/a.csv' | grep -qx 'policy,seed,arrived_pct,allocated_pct' && [ \$(wc -l <'$tmp/a.csv') -eq 132 ] && grep -q 'seeds=1$' '$tmp/a.out'"
 "$bin" simulate --synthetic nodes=30 --policy fgd --seed 7 >"$tmp/b.out" 2>/dev/null
 check "same seed, same result" bash -c "diff <(grep -v s/seed '$tmp/a.out' | cut -c1-100) <(grep -v s/seed '$tmp/b.out' | cut -c1-100) >/dev/null"
+"$bin" simulate --synthetic nodes=30 --policy fgd --seed 7 --shuffle-nodes >"$tmp/s1.out" 2>/dev/null
+rc=$?
+"$bin" simulate --synthetic nodes=30 --policy fgd --seed 7 --shuffle-nodes >"$tmp/s2.out" 2>/dev/null
+check "--shuffle-nodes runs and repeats for the same seed" bash -c \
+    "[ $rc -eq 0 ] && grep -q 'seeds=1$' '$tmp/s1.out' && diff <(grep -v s/seed '$tmp/s1.out' | cut -c1-100) <(grep -v s/seed '$tmp/s2.out' | cut -c1-100) >/dev/null"
 
 # Bad input: exit 2, message names file, line and field, nothing written.
 printf 'sn,cpu_milli,memory_mib,gpu,model\nn0,32000,131072,2,T4\n' >"$tmp/nodes.csv"
