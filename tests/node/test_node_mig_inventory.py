@@ -75,12 +75,10 @@ def scenario_single():
     must see them as GPUs (exclusive ones), not as whole devices."""
     env = agent.Env()
     try:
-        mig = os.path.join(env.dir, "mig.conf")
-        agent.write_atomic(mig, "0 1g.5gb,-,1g.5gb\n1 1g.5gb\n")
-        agent.write_atomic(env.config, json.dumps({"mode": "exclusive", "migStrategy": "single",
-                                                   "deviceSplitCount": 4}))
         # a long quiet time: an Unhealthy entry must not recover before the test reads it
-        env.start_agent(extra=["--health-recover-ms", "600000"], env_extra={"GV_FAKE_MIG_CONFIG": mig})
+        mig = env.start_mig_agent("0 1g.5gb,-,1g.5gb\n1 1g.5gb\n",
+                                  {"mode": "exclusive", "migStrategy": "single", "deviceSplitCount": 4},
+                                  extra=["--health-recover-ms", "600000"])
         k = env.start_kubelet("py")
         ev = k.event("devices", lambda e: e["resource"] == "nvidia.com/gpu" and len(e["devices"]) == 3, 20)
         advertised = sorted(d["id"] for d in ev["devices"]) if ev else []

@@ -139,11 +139,8 @@ def scenario_single_no_runtime():
     subprocess.run(["sh", os.path.join(gvtest.ROOT, "tests/fakes/make-driver-root.sh"), root, "550.54.15", "2",
                     "gpu0/gi1/access 21", "gpu0/gi1/ci0/access 22", "gpu0/gi2/access 30",
                     "gpu0/gi2/ci0/access 31"], check=True)
-    mig = os.path.join(env.dir, "mig.conf")
-    agent.write_atomic(mig, "0 1g.5gb,1g.5gb\n")
-    agent.write_atomic(env.config, json.dumps({"mode": "exclusive", "migStrategy": "single",
-                                               "nvidiaRuntime": False, "containerDriverRoot": root}))
-    env.start_agent(env_extra={"GV_FAKE_MIG_CONFIG": mig})
+    env.start_mig_agent("0 1g.5gb,1g.5gb\n", {"mode": "exclusive", "migStrategy": "single",
+                                               "nvidiaRuntime": False, "containerDriverRoot": root})
     k = env.start_kubelet("py")
     try:
         ev = k.event("devices", lambda e: e["resource"] == "nvidia.com/gpu" and len(e["devices"]) == 3, 20)

@@ -26,10 +26,6 @@ if not os.path.exists(obs_stand.SCHED_BIN) or not agent.have_fake_nvml():
     t.done()
 
 env = agent.Env()
-mig = os.path.join(env.dir, "mig.conf")
-# GPU 0: 2x 3g.20gb, GPU 1: 1x 3g.20gb (one profile, as NVIDIA's single strategy wants)
-agent.write_atomic(mig, "0 3g.20gb,3g.20gb\n1 3g.20gb\n")
-agent.write_atomic(env.config, json.dumps({"mode": "exclusive", "migStrategy": "single"}))
 # the scheduler on the agent's API server stand-in (obs_stand's start, not its seeded cluster)
 stand = obs_stand.Stand.__new__(obs_stand.Stand)
 stand.dir, stand.api_url, stand.sched = env.dir, env.api.url, None
@@ -67,7 +63,8 @@ def assigned(name):
 
 
 try:
-    env.start_agent(env_extra={"GV_FAKE_MIG_CONFIG": mig})
+    # GPU 0: 2x 3g.20gb, GPU 1: 1x 3g.20gb (one profile, as NVIDIA's single strategy wants)
+    env.start_mig_agent("0 3g.20gb,3g.20gb\n1 3g.20gb\n", {"mode": "exclusive", "migStrategy": "single"})
     k = env.start_kubelet("py")
     ev = k.event("devices", lambda e: e["resource"] == "nvidia.com/gpu" and len(e["devices"]) == 3, 20)
     MIGS[:] = sorted(d["id"] for d in ev["devices"]) if ev else []

@@ -122,10 +122,7 @@ def single_strategy_node():
         return None
     env = agent.Env()
     try:
-        mig = os.path.join(env.dir, "mig.conf")
-        agent.write_atomic(mig, "0 3g.20gb,3g.20gb\n1 3g.20gb\n")
-        agent.write_atomic(env.config, json.dumps({"mode": "exclusive", "migStrategy": "single"}))
-        env.start_agent(env_extra={"GV_FAKE_MIG_CONFIG": mig})
+        env.start_mig_agent("0 3g.20gb,3g.20gb\n1 3g.20gb\n", {"mode": "exclusive", "migStrategy": "single"})
         env.start_kubelet("py")
 
         def published():
