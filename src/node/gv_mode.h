@@ -207,14 +207,17 @@ struct gv_mode {
 #define GV_MODE_HOST_UNITS 256
 
 /*
- * The inventory of GPUs served with "migMode": "vgpu": the parent GPU's
- * entry is replaced by one entry per MIG device (uuid = MIG UUID, memory =
- * the instance's, mode vgpu), so the scheduler's vGPU placement puts slices
- * on MIG devices unchanged.  After gv_modes_build, with its units.
+ * MIG devices pods ask as GPUs ("migMode": "vgpu", and migStrategy single
+ * under nvidia.com/gpu): the parent GPU's inventory entry is replaced by
+ * one entry per MIG device (uuid = MIG UUID, memory = the instance's, mode
+ * vgpu or mig, mig false, the parent's index and PCI address), so the
+ * scheduler's GPU placement puts slices (vgpu) or whole instances (mig,
+ * exclusive) on MIG devices unchanged.  After gv_modes_build, with its
+ * units (src/node/mig_inventory.c).
  */
 struct gv_inventory;
-void gv_mode_vgpu_mig_inventory(struct gv_inventory *inv, const struct gv_allocator_gpu *units,
-                                size_t n);
+void gv_mode_mig_gpu_inventory(struct gv_inventory *inv, const struct gv_allocator_gpu *units,
+                               size_t n);
 
 /* The table: one `gv_mode_<ID>` per entry of GV_INVENTORY_MODE_LIST. */
 #define GV_X_MODE_DECL(id, name, whole) extern const struct gv_mode gv_mode_##id;
@@ -255,7 +258,8 @@ const struct gv_plugin_device *gv_mode_adv_devices(const struct gv_mode_adv *adv
 /*
  * MIG devices advertised bare (one device each) as "wholeDevices" entries
  * of kind mig, appended to inv (src/node/mig_inventory.c): resource and
- * health as advertised in adv, parent GPU from gpus.
+ * health as advertised in adv, parent GPU from gpus.  None under
+ * migStrategy single (GPU entries instead, above).
  */
 void gv_mode_mig_inventory(const struct gv_mode_adv *adv, const struct gv_gpu *gpus, size_t n,
                            struct gv_inventory *inv);

@@ -129,6 +129,17 @@ static bool same_gpu_as_earlier(const struct gv_inventory *inv, uint32_t k)
     return false;
 }
 
+/*
+ * Whether entry g stands for a MIG-enabled GPU: the GPU itself (mig), or
+ * one of its MIG devices listed as a GPU of its own under migStrategy
+ * single (mode mig, mig false for the scheduler; src/node/mig_inventory.c),
+ * labelled as its parent, as GFD does.
+ */
+static bool mig_enabled(const struct gv_inventory_gpu *g)
+{
+    return g->mig || g->mode == GV_INVENTORY_MODE_MIG;
+}
+
 static const struct gv_inventory_gpu *label_model(const struct gv_inventory *inv, uint32_t *count)
 {
     const struct gv_inventory_gpu *best = NULL;
@@ -140,7 +151,8 @@ static const struct gv_inventory_gpu *label_model(const struct gv_inventory *inv
         bool seen = false;
         for (uint32_t k = 0; k < inv->n_gpus; k++) {
             const struct gv_inventory_gpu *h = &inv->gpus[k];
-            if (strcmp(h->model, g->model) != 0 || h->mig != g->mig || same_gpu_as_earlier(inv, k))
+            if (strcmp(h->model, g->model) != 0 || mig_enabled(h) != mig_enabled(g) ||
+                same_gpu_as_earlier(inv, k))
                 continue;
             if (k < i)
                 seen = true;
@@ -150,7 +162,7 @@ static const struct gv_inventory_gpu *label_model(const struct gv_inventory *inv
         }
         if (seen)
             continue; /* model counted at its first GPU */
-        bool whole = !g->mig;
+        bool whole = !mig_enabled(g);
         if (best == NULL || whole > best_whole ||
             (whole == best_whole &&
              (n > best_n || (n == best_n && lowest < best->index)))) {
@@ -237,9 +249,9 @@ static void strategy_labels(json_t *o, const struct gv_inventory *inv, const cha
     bool any_mig = false, any_whole = false;
     const char *mig_model = NULL;
     for (uint32_t i = 0; i < inv->n_gpus; i++) {
-        any_mig |= inv->gpus[i].mig;
-        any_whole |= !inv->gpus[i].mig;
-        if (inv->gpus[i].mig && mig_model == NULL)
+        any_mig |= mig_enabled(&inv->gpus[i]);
+        any_whole |= !mig_enabled(&inv->gpus[i]);
+        if (mig_enabled(&inv->gpus[i]) && mig_model == NULL)
             mig_model = inv->gpus[i].model;
     }
     if (strcmp(strategy, "mixed") == 0) {
@@ -280,16 +292,16 @@ json_t *gv_labels_gfd(const struct gv_inventory *inv, long long timestamp)
     driver_labels(o, inv->driver_version);
     cuda_labels(o, inv->cuda_version);
 
-    bool mig_capable = false, mig_enabled = false, mps = false;
+    bool mig_capable = false, any_mig = false, mps = false;
     for (uint32_t i = 0; i < inv->n_gpus; i++) {
         mig_capable |= inv->gpus[i].mig_capable;
-        mig_enabled |= inv->gpus[i].mig;
+        any_mig |= mig_enabled(&inv->gpus[i]);
         mps |= inv->gpus[i].mode == GV_INVENTORY_MODE_MPS && inv->gpus[i].split > 1;
     }
     json_object_set_new(o, "nvidia.com/mig.capable", json_string(mig_capable ? "true" : "false"));
     /* GFD: false unless the MPS strategy is configured; MPS cannot run on MIG-enabled GPUs */
     json_object_set_new(o, "nvidia.com/mps.capable",
-                        json_string(mps && !mig_enabled ? "true" : "false"));
+                        json_string(mps && !any_mig ? "true" : "false"));
     const char *strategy = inv->mig_strategy[0] ? inv->mig_strategy : "none";
     if (strcmp(strategy, "none") != 0)
         json_object_set_new(o, "nvidia.com/mig.strategy", json_string(strategy));
@@ -304,7 +316,7 @@ json_t *gv_labels_gfd(const struct gv_inventory *inv, long long timestamp)
     uint32_t count;
     const struct gv_inventory_gpu *g = label_model(inv, &count);
     /* sharing as NVIDIA defines it: time-slicing/mps replicas; vgpu is ours (gpuvisor.io label) */
-    bool sharing = !g->mig; /* GFD labels MIG-enabled GPUs "without sharing": replicas 0 */
+    bool sharing = !mig_enabled(g); /* GFD labels MIG-enabled GPUs "without sharing": replicas 0 */
     unsigned replicas = sharing ? (g->split > 1 ? g->split : 1) : 0;
     const char *nv_strategy = "none";
     if (sharing && replicas > 1 && g->mode == GV_INVENTORY_MODE_TIMESLICING)

@@ -255,7 +255,7 @@ static void rebuild(struct agent *ag)
         if (gv_plugin_set_devices(ag->eps[e]->plugin, devs, nd, &err) != GV_OK)
             gv_error("%s: device list not updated: %s", ag->eps[e]->resource, err.msg);
     }
-    gv_mode_vgpu_mig_inventory(inv, units, n_units); /* docs/mig-cdi.md: vGPU inside MIG */
+    gv_mode_mig_gpu_inventory(inv, units, n_units); /* docs/mig-cdi.md: MIG devices as GPUs */
     gv_mode_passthrough_inventory(ag->modes, inv); /* docs/passthrough.md */
     gv_mode_mig_inventory(adv, gpus, n, inv); /* docs/mig-cdi.md: MIG for the scheduler */
     if (ag->pub && gv_publisher_update(ag->pub, inv, &err) != GV_OK)

@@ -213,6 +213,16 @@ class Env:
         self.agent = gvtest.Proc(argv, env=env, stdin=False, log=os.path.join(self.dir, "agent.log"))
         return self.agent
 
+    def start_mig_agent(self, geometry, config, extra=()):
+        """The agent over the fake NVML with the MIG geometry file
+        (tests/fakes/README.md "MIG") and the node config given; returns the
+        geometry file's path (rewrite it with write_atomic to re-partition)."""
+        mig = os.path.join(self.dir, "mig.conf")
+        write_atomic(mig, geometry)
+        write_atomic(self.config, json.dumps(config))
+        self.start_agent(extra=extra, env_extra={"GV_FAKE_MIG_CONFIG": mig})
+        return mig
+
     def stop_agent(self, sig=signal.SIGTERM):
         rc = self.agent.stop(sig) if self.agent else None
         self.agent = None

@@ -275,11 +275,50 @@ static void test_gfd_labels_independent_of_gpu_order(void **state)
     json_decref(lb);
 }
 
+/*
+ * migStrategy single as the agent publishes it (src/node/mig_inventory.c):
+ * the MIG-enabled GPU's entry replaced by one entry per MIG device, mode
+ * mig, mig false, the parent's index and model.  GFD sees the parent: the
+ * labels are those of the parent form, the gpuvisor mode label aside.
+ */
+static void test_gfd_labels_single_strategy_gpu_entries(void **state)
+{
+    (void)state;
+    const struct fake_node *n = NULL;
+    for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++)
+        if (strncmp(nodes[i].name, "single, one profile", 19) == 0)
+            n = &nodes[i];
+    assert_non_null(n);
+    struct gv_inventory parent, entries;
+    build(n, &parent);
+    build(n, &entries);
+    assert_int_equal(entries.n_gpus, 1);
+    for (uint32_t k = 0; k < 2; k++) { /* the two 1g.5gb devices */
+        struct gv_inventory_gpu *g = &entries.gpus[k];
+        *g = parent.gpus[0];
+        snprintf(g->uuid, sizeof(g->uuid), "MIG-%u", k);
+        g->memory_mib = 4864;
+        g->mode = GV_INVENTORY_MODE_MIG;
+        g->mig = false;
+    }
+    entries.n_gpus = 2;
+    json_t *want = gv_labels_gfd(&parent, 1), *got = gv_labels_gfd(&entries, 1);
+    assert_string_equal(json_string_value(json_object_get(got, "gpuvisor.io/gpu.sharing-mode")),
+                        "mig");
+    assert_string_equal(json_string_value(json_object_get(got, "nvidia.com/gpu.count")), "2");
+    json_object_del(want, "gpuvisor.io/gpu.sharing-mode");
+    json_object_del(got, "gpuvisor.io/gpu.sharing-mode");
+    assert_true(json_equal(want, got));
+    json_decref(want);
+    json_decref(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gfd_labels_golden_fake_nodes),
         cmocka_unit_test(test_gfd_labels_independent_of_gpu_order),
+        cmocka_unit_test(test_gfd_labels_single_strategy_gpu_entries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

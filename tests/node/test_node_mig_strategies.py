@@ -6,12 +6,13 @@ docs/mig-cdi.md, "MIG".
 """
 import json
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agent  # noqa: E402
 import gvtest  # noqa: E402
-from agent import GPUS, envs  # noqa: E402
+from agent import GPUS, envs, mounts  # noqa: E402
 
 t = gvtest.Tap()
 if not agent.have_fake_nvml():
@@ -73,6 +74,22 @@ def scenario_mixed():
         env.close()
 
 
+def allocation(env, pod):
+    code, obj = env.api.req("GET", "/api/v1/namespaces/default/pods/" + pod)
+    return (obj.get("metadata", {}).get("annotations") or {}).get("gpuvisor.io/allocation") if code == 200 else None
+
+
+def preferred_when_seen(k, avail, size, want):
+    """GetPreferredAllocation (stand-in) until the agent's pod cache has the
+    pod and it names want (a pod not seen yet gets no preference)."""
+    last = {}
+
+    def ask():
+        last["r"] = k.cmd("preferred", available=avail, size=size)
+        return last["r"] and last["r"]["ok"] and sorted(last["r"]["ids"]) == sorted(want)
+    return gvtest.wait_for(ask, 10), last.get("r")
+
+
 def scenario_single():
     env, mig, k = start("single", "0 1g.5gb,1g.5gb\n")
     try:
@@ -80,6 +97,66 @@ def scenario_single():
         got = ids(ev)
         t.ok(ev and sum(i.startswith("MIG-") for i in got) == 2 and GPUS[1] in got,
              "single: the MIG devices under nvidia.com/gpu", got)
+        m = sorted(i for i in got if i.startswith("MIG-")) + ["MIG-none"] * 2
+        avail = [GPUS[1], m[0], m[1]]  # the kubelet's own order would take GPU 1 first
+        # gpuvisor-scheduler placed the pod on the second MIG device (an exclusive GPU entry)
+        env.api.create_pod("one", [("main", {"nvidia.com/gpu": "1"})], "v1;node=node1;main=%s:4864:1000" % m[1])
+        seen, p = preferred_when_seen(k, avail, 1, [m[1]])
+        t.ok(seen, "single: GetPreferredAllocation names the MIG device of the assignment", p)
+        a = k.cmd("allocate", ids=[m[1]])
+        t.ok(a and a["ok"] and envs(a) == {"NVIDIA_VISIBLE_DEVICES": m[1]} and not a["resp"]["mounts"] and
+             gvtest.wait_for(lambda: allocation(env, "one") == "success", 10),
+             "single: Allocate answers NVIDIA_VISIBLE_DEVICES=<MIG uuid>, no interposer; the pod is "
+             "annotated success", a)
+        # a container given both MIG devices, once "one" is gone (its device free again)
+        env.api.delete_pod("one")
+        env.api.create_pod("two", [("main", {"nvidia.com/gpu": "2"})],
+                           "v1;node=node1;main=%s:4864:1000,%s:4864:1000" % (m[0], m[1]))
+        seen, p = preferred_when_seen(k, avail, 2, [m[0], m[1]])
+        a = k.cmd("allocate", ids=p["ids"] if seen else [m[0], m[1]])
+        t.ok(seen and a and a["ok"] and envs(a) == {"NVIDIA_VISIBLE_DEVICES": "%s,%s" % (m[0], m[1])},
+             "single: two MIG devices assigned: both preferred, both visible in the assignment's order", (p, a))
+        # the kubelet hands another device than the assignment's (its TopologyManager decided)
+        env.api.delete_pod("two")
+        env.api.create_pod("other", [("main", {"nvidia.com/gpu": "1"})], "v1;node=node1;main=%s:4864:1000" % m[0])
+        seen, p = preferred_when_seen(k, avail, 1, [m[0]])
+        a = k.cmd("allocate", ids=[GPUS[1]])
+        t.ok(seen and a and a["ok"] and envs(a) == {"NVIDIA_VISIBLE_DEVICES": m[0]} and
+             gvtest.wait_for(lambda: "on other GPUs than assigned" in env.agent_log() and
+                             "default/other" in env.agent_log(), 5),
+             "single: kubelet IDs other than the assignment's: the container gets its assigned MIG device, "
+             "the mismatch logged (as for exclusive GPUs)", a)
+    finally:
+        env.close()
+
+
+def scenario_single_no_runtime():
+    """nvidiaRuntime false (fake driver root with nvidia-caps minors): a MIG
+    device placed by gpuvisor under single gets the parent's device node and
+    its instance's nvidia-caps nodes."""
+    env = agent.Env()
+    root = os.path.join(env.dir, "driver")
+    subprocess.run(["sh", os.path.join(gvtest.ROOT, "tests/fakes/make-driver-root.sh"), root, "550.54.15", "2",
+                    "gpu0/gi1/access 21", "gpu0/gi1/ci0/access 22", "gpu0/gi2/access 30",
+                    "gpu0/gi2/ci0/access 31"], check=True)
+    env.start_mig_agent("0 1g.5gb,1g.5gb\n", {"mode": "exclusive", "migStrategy": "single",
+                                               "nvidiaRuntime": False, "containerDriverRoot": root})
+    k = env.start_kubelet("py")
+    try:
+        ev = k.event("devices", lambda e: e["resource"] == "nvidia.com/gpu" and len(e["devices"]) == 3, 20)
+        m = sorted(i for i in ids(ev) if i.startswith("MIG-")) + ["MIG-none"] * 2
+        # fake NVML: GPU instance id = slot + 1, so the second MIG device is gi2
+        env.api.create_pod("direct", [("main", {"nvidia.com/gpu": "1"})], "v1;node=node1;main=%s:4864:1000" % m[1])
+        seen, p = preferred_when_seen(k, [GPUS[1], m[0], m[1]], 1, [m[1]])
+        a = k.cmd("allocate", ids=[m[1]])
+        d = {x["container_path"]: x["host_path"] for x in a["resp"]["devices"]} if a and a.get("ok") else {}
+        t.ok(seen and d.get("/dev/nvidia0") == "/dev/nvidia0" and "/dev/nvidia1" not in d and
+             d.get("/dev/nvidia-caps/nvidia-cap30") == "/dev/nvidia-caps/nvidia-cap30" and
+             d.get("/dev/nvidia-caps/nvidia-cap31") == "/dev/nvidia-caps/nvidia-cap31" and
+             not any("cap21" in x or "cap22" in x for x in d) and "/dev/nvidiactl" in d and
+             envs(a).get("NVIDIA_VISIBLE_DEVICES") == "void" and "/etc/ld.so.preload" not in mounts(a),
+             "single, nvidiaRuntime false (fake driver root): the assigned MIG device gets /dev/nvidia0 and "
+             "its instance's nvidia-caps nodes (gi2, ci0) only, no interposer", a)
     finally:
         env.close()
 
@@ -97,5 +174,6 @@ def scenario_none():
 
 scenario_mixed()
 scenario_single()
+scenario_single_no_runtime()
 scenario_none()
 t.done()

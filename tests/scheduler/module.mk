@@ -84,3 +84,5 @@ TEST_SCRIPTS += tests/scheduler/test_sched_passthrough_with_fake_apiserver.py
 # Whole devices by count (MIG, passthrough, mdev), MPS GPUs kept from 2-GPU containers.
 TEST_SCRIPTS += tests/scheduler/test_sched_whole_with_fake_apiserver.py
 TEST_SCRIPTS += tests/scheduler/test_sched_mig_vgpu_with_fake_apiserver.py
+# MIG strategy single: the agent's GPU entries of mode mig placed as exclusive GPUs, admitted.
+TEST_SCRIPTS += tests/scheduler/test_sched_mig_single_with_fake_apiserver.py
