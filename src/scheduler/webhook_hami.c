@@ -53,8 +53,28 @@ static int add_op(json_t *ops, const char *path, json_t *value)
                                                  "value", value));
 }
 
+/* Whether a container asks any nvidia.com/ resource (a GPU under another
+ * name: NVIDIA's renamed shared replicas such as nvidia.com/gpu.shared,
+ * MIG instances, VFIO GPUs): the device plugin sets its visible devices. */
+static bool asks_nvidia_resource(json_t *container)
+{
+    json_t *res = json_object_get(container, "resources");
+    const char *lists[] = {"limits", "requests"};
+    for (size_t l = 0; l < 2; l++) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(json_object_get(res, lists[l]), k, v)
+        {
+            if (strncmp(k, "nvidia.com/", 11) == 0)
+                return true;
+        }
+    }
+    return false;
+}
+
 /* NVIDIA_VISIBLE_DEVICES=none on every container of list that asks for no
- * GPU and sets no NVIDIA_VISIBLE_DEVICES itself. */
+ * GPU and sets no NVIDIA_VISIBLE_DEVICES itself (the pod's env would win
+ * over the device plugin's, so a GPU container must never get it). */
 static gv_status hide_gpus(const struct gv_alloc_request *req, json_t *spec, const char *list,
                            json_t *ops)
 {
@@ -63,7 +83,7 @@ static gv_status hide_gpus(const struct gv_alloc_request *req, json_t *spec, con
     json_array_foreach(json_object_get(spec, list), i, c)
     {
         if (is_gpu_container(req, json_string_value(json_object_get(c, "name"))) ||
-            env_value(c, "NVIDIA_VISIBLE_DEVICES") != NULL)
+            asks_nvidia_resource(c) || env_value(c, "NVIDIA_VISIBLE_DEVICES") != NULL)
             continue;
         char path[96];
         json_t *var = json_pack("{s:s,s:s}", "name", "NVIDIA_VISIBLE_DEVICES", "value", "none");

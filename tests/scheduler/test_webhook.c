@@ -305,6 +305,16 @@ static void test_whole_device_pods(void **state)
     assert_non_null(find_op(patch, "/spec/containers/0/env")); /* hidden from the GPUs */
     json_decref(patch);
     json_decref(resp);
+    /* NVIDIA's renamed shared replicas (sharing block, renameByDefault) are a GPU too:
+     * never hidden, though gpuvisor neither places nor counts them */
+    resp = run("{\"metadata\":{\"name\":\"r\"},\"spec\":{\"containers\":["
+               RES_C("a", "nvidia.com/gpu.shared", "1") "," CPU_C("side", "") "]}}", "CREATE");
+    assert_true(json_is_true(json_object_get(resp, "allowed")));
+    patch = patch_of(resp);
+    assert_null(find_op(patch, "/spec/containers/0/env"));
+    assert_non_null(find_op(patch, "/spec/containers/1/env")); /* its sidecar still is */
+    json_decref(patch);
+    json_decref(resp);
     /* a MIG count that is not a whole number is the user's error, named */
     resp = run("{\"metadata\":{\"name\":\"b\"},\"spec\":{\"containers\":["
                RES_C("a", "nvidia.com/mig-1g.10gb", "1.5") "]}}", "CREATE");
