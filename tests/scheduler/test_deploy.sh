@@ -217,9 +217,12 @@ if dep:
         else:
             check("prioritizeVerb" not in e, "no prioritizeVerb when filter returns one node")
         mr = {m["name"]: m.get("ignoredByScheduler") for m in e.get("managedResources", [])}
-        res = set(sched_cfg["resources"].values())
+        # plus gpushare's GPU count, a fixed name beside aliyun.com/gpu-mem (no node
+        # advertises either: kube-scheduler must not count them)
+        res = set(sched_cfg["resources"].values()) | {"aliyun.com/gpu-count"}
         check(set(mr) == res and all(mr.values()),
-              "managedResources = the configured resource names, all ignoredByScheduler",
+              "managedResources = the configured resource names and aliyun.com/gpu-count, "
+              "all ignoredByScheduler",
               f"{mr} vs {sorted(res)}")
         prof = [p["schedulerName"] for p in ks_cfg.get("profiles", [])]
         check(sched_cfg["schedulerName"] in prof,
