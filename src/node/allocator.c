@@ -341,22 +341,35 @@ struct gv_mode_answer {
     size_t n_visible;
 };
 
+/*
+ * Appends a new element to one of the answer's protobuf-c repeated fields
+ * (pointer array arr of n): out is the element, or NULL with b->oom set.
+ * A macro so that each field keeps its own type (no casts through void **).
+ */
+#define ANSWER_APPEND(b, arr, n, out)                                                              \
+    do {                                                                                           \
+        void *grown_ = realloc((arr), ((n) + 1) * sizeof(*(arr)));                                \
+        (out) = malloc(sizeof(*(out)));                                                            \
+        if (grown_ != NULL)                                                                        \
+            (arr) = grown_;                                                                        \
+        if (grown_ == NULL || (out) == NULL) {                                                     \
+            free(out);                                                                             \
+            (out) = NULL;                                                                          \
+            (b)->oom = true;                                                                       \
+        } else {                                                                                   \
+            (arr)[(n)++] = (out);                                                                  \
+        }                                                                                          \
+    } while (0)
+
 static void add_env(struct gv_mode_answer *b, const char *key, const char *value, bool limit)
 {
-    V1beta1__ContainerAllocateResponse *r = b->r;
-    void *p = realloc(r->envs, (r->n_envs + 1) * sizeof(*r->envs));
-    V1beta1__ContainerAllocateResponse__EnvsEntry *e = malloc(sizeof(*e));
-    if (p)
-        r->envs = p;
-    if (!p || !e) {
-        free(e);
-        b->oom = true;
+    V1beta1__ContainerAllocateResponse__EnvsEntry *e;
+    ANSWER_APPEND(b, b->r->envs, b->r->n_envs, e);
+    if (e == NULL)
         return;
-    }
     v1beta1__container_allocate_response__envs_entry__init(e);
     e->key = strdup(key);
     e->value = strdup(value);
-    r->envs[r->n_envs++] = e;
     if (!e->key || !e->value)
         b->oom = true;
     if (limit) {
@@ -373,40 +386,26 @@ static void add_env(struct gv_mode_answer *b, const char *key, const char *value
 
 static void add_mount(struct gv_mode_answer *b, const char *host, const char *ctr, bool ro)
 {
-    V1beta1__ContainerAllocateResponse *r = b->r;
-    void *p = realloc(r->mounts, (r->n_mounts + 1) * sizeof(*r->mounts));
-    V1beta1__Mount *m = malloc(sizeof(*m));
-    if (p)
-        r->mounts = p;
-    if (!p || !m) {
-        free(m);
-        b->oom = true;
+    V1beta1__Mount *m;
+    ANSWER_APPEND(b, b->r->mounts, b->r->n_mounts, m);
+    if (m == NULL)
         return;
-    }
     v1beta1__mount__init(m);
     m->host_path = strdup(host);
     m->container_path = strdup(ctr);
     m->read_only = ro;
-    r->mounts[r->n_mounts++] = m;
     if (!m->host_path || !m->container_path)
         b->oom = true;
 }
 
 static void add_cdi_name(struct gv_mode_answer *b, const char *name)
 {
-    V1beta1__ContainerAllocateResponse *r = b->r;
-    void *p = realloc(r->cdi_devices, (r->n_cdi_devices + 1) * sizeof(*r->cdi_devices));
-    V1beta1__CDIDevice *d = malloc(sizeof(*d));
-    if (p)
-        r->cdi_devices = p;
-    if (!p || !d) {
-        free(d);
-        b->oom = true;
+    V1beta1__CDIDevice *d;
+    ANSWER_APPEND(b, b->r->cdi_devices, b->r->n_cdi_devices, d);
+    if (d == NULL)
         return;
-    }
     v1beta1__cdidevice__init(d);
     d->name = strdup(name);
-    r->cdi_devices[r->n_cdi_devices++] = d;
     if (!d->name)
         b->oom = true;
 }
@@ -456,21 +455,14 @@ static bool add_visible(struct gv_allocator *a, struct gv_mode_answer *b, char u
 static void add_device(struct gv_mode_answer *b, const char *host, const char *ctr,
                        const char *perms)
 {
-    V1beta1__ContainerAllocateResponse *r = b->r;
-    void *p = realloc(r->devices, (r->n_devices + 1) * sizeof(*r->devices));
-    V1beta1__DeviceSpec *d = malloc(sizeof(*d));
-    if (p)
-        r->devices = p;
-    if (!p || !d) {
-        free(d);
-        b->oom = true;
+    V1beta1__DeviceSpec *d;
+    ANSWER_APPEND(b, b->r->devices, b->r->n_devices, d);
+    if (d == NULL)
         return;
-    }
     v1beta1__device_spec__init(d);
     d->host_path = strdup(host);
     d->container_path = strdup(ctr);
     d->permissions = strdup(perms);
-    r->devices[r->n_devices++] = d;
     if (!d->host_path || !d->container_path || !d->permissions)
         b->oom = true;
 }
