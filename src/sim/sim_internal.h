@@ -45,6 +45,20 @@ size_t sim_whole_pods(const struct gv_sim_trace *t);
 /* Sets node i's interconnect groups (n entries, NULL arrays = none). */
 gv_status sim_node_set_links(struct gv_sim_trace *t, size_t i, const uint32_t *nvlink,
                              const uint32_t *pcie, size_t n, struct gv_error *err);
+/*
+ * One key of a "key=N,key=N" list (kv.c): its value goes to *dst, at most
+ * max.  With seen set, the key may appear once and the list may not end in
+ * a comma; without, the last value wins (--synthetic's behaviour).
+ */
+struct sim_kv {
+    const char *key;
+    uint64_t *dst;
+    uint64_t max;
+    bool *seen;
+};
+/* Parses spec; errors start with what and name the item. */
+gv_status sim_parse_kv(const char *what, const char *spec, const struct sim_kv *keys, size_t n_keys,
+                       struct gv_error *err);
 /* Frees every node and pod (the trace becomes empty). */
 void sim_trace_clear(struct gv_sim_trace *t);
 /* GPU request of a pod in milli (GPUs x share). */

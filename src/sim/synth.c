@@ -40,48 +40,14 @@ static gv_status parse_spec(const char *spec, struct synth_spec *s, struct gv_er
     *s = (struct synth_spec){200, 0, 45, 3, 13, 8, 2023};
     if (spec == NULL || *spec == '\0' || strcmp(spec, "default") == 0)
         return GV_OK;
-    const char *p = spec;
-    while (*p != '\0') {
-        size_t n = strcspn(p, ",");
-        char item[64];
-        if (n == 0 || n >= sizeof(item))
-            return gv_error_set(err, GV_EINVAL, "--synthetic: bad item in \"%.64s\"", spec);
-        memcpy(item, p, n);
-        item[n] = '\0';
-        char *eq = strchr(item, '=');
-        char *end = NULL;
-        unsigned long long v = eq != NULL && eq[1] != '\0' ? strtoull(eq + 1, &end, 10) : 0;
-        if (eq == NULL || end == NULL || *end != '\0' || eq[1] == '-')
-            return gv_error_set(err, GV_EINVAL,
-                                "--synthetic: \"%s\" is not key=<non-negative integer>", item);
-        *eq = '\0';
-        struct {
-            const char *key;
-            uint64_t *dst;
-            uint64_t max;
-        } keys[] = {{"nodes", &s->nodes, 100000}, {"pods", &s->pods, 10000000},
-                    {"frac", &s->frac, 100},      {"multi", &s->multi, 100},
-                    {"cpu", &s->cpu, 100},        {"typed", &s->typed, 100},
-                    {"seed", &s->seed, UINT64_MAX}};
-        bool found = false;
-        for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
-            if (strcmp(item, keys[k].key) != 0)
-                continue;
-            if (v > keys[k].max)
-                return gv_error_set(err, GV_EINVAL, "--synthetic: %s=%llu is above %llu", item,
-                                    v, (unsigned long long)keys[k].max);
-            *keys[k].dst = v;
-            found = true;
-        }
-        if (!found)
-            return gv_error_set(err, GV_EINVAL,
-                                "--synthetic: unknown key \"%s\" (nodes, pods, frac, multi, cpu, "
-                                "typed, seed)",
-                                item);
-        p += n;
-        if (*p == ',')
-            p++;
-    }
+    const struct sim_kv keys[] = {
+        {"nodes", &s->nodes, 100000, NULL}, {"pods", &s->pods, 10000000, NULL},
+        {"frac", &s->frac, 100, NULL},      {"multi", &s->multi, 100, NULL},
+        {"cpu", &s->cpu, 100, NULL},        {"typed", &s->typed, 100, NULL},
+        {"seed", &s->seed, UINT64_MAX, NULL}};
+    gv_status rc = sim_parse_kv("--synthetic", spec, keys, sizeof(keys) / sizeof(keys[0]), err);
+    if (rc != GV_OK)
+        return rc;
     if (s->frac + s->multi + s->cpu > 100)
         return gv_error_set(err, GV_EINVAL, "--synthetic: frac + multi + cpu exceed 100%%");
     if (s->nodes == 0)

@@ -166,47 +166,21 @@ gv_status sim_node_set_links(struct gv_sim_trace *t, size_t i, const uint32_t *n
     return GV_OK;
 }
 
-static bool parse_group(const char *v, size_t len, uint32_t *out)
-{
-    if (len == 0 || len > 3)
-        return false;
-    uint32_t x = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (v[i] < '0' || v[i] > '9')
-            return false;
-        x = x * 10 + (uint32_t)(v[i] - '0');
-    }
-    if (x > GV_ALLOC_MAX_NODE_GPUS)
-        return false;
-    *out = x;
-    return true;
-}
-
 gv_status gv_sim_set_topology(struct gv_sim_trace *t, const char *spec, struct gv_error *err)
 {
-    uint32_t nv = 0, pc = 0;
+    uint64_t nv = 0, pc = 0;
     bool seen_nv = false, seen_pc = false;
-    for (const char *p = spec; *p != '\0';) {
-        const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        const char *eq = memchr(p, '=', len);
-        size_t klen = eq ? (size_t)(eq - p) : len;
-        bool *seen = NULL;
-        uint32_t *dst = NULL;
-        if (klen == 6 && strncmp(p, "nvlink", 6) == 0)
-            seen = &seen_nv, dst = &nv;
-        else if (klen == 4 && strncmp(p, "pcie", 4) == 0)
-            seen = &seen_pc, dst = &pc;
-        if (seen == NULL || eq == NULL || *seen ||
-            !parse_group(eq + 1, len - klen - 1, dst))
-            return gv_error_set(err, GV_EINVAL,
-                                "topology \"%.80s\": want nvlink=N,pcie=M with N, M in 0..%d, "
-                                "each at most once (e.g. nvlink=2,pcie=4)",
-                                spec, GV_ALLOC_MAX_NODE_GPUS);
-        *seen = true;
-        p += len + (end != NULL);
-        if (end != NULL && *p == '\0')
-            return gv_error_set(err, GV_EINVAL, "topology \"%.80s\": trailing comma", spec);
+    const struct sim_kv keys[] = {{"nvlink", &nv, GV_ALLOC_MAX_NODE_GPUS, &seen_nv},
+                                  {"pcie", &pc, GV_ALLOC_MAX_NODE_GPUS, &seen_pc}};
+    if (sim_parse_kv("topology", spec, keys, 2, err) != GV_OK) {
+        if (err != NULL) {
+            size_t l = strlen(err->msg);
+            snprintf(err->msg + l, sizeof(err->msg) - l,
+                     "; want nvlink=N,pcie=M with N, M in 0..%d, each at most once (e.g. "
+                     "nvlink=2,pcie=4)",
+                     GV_ALLOC_MAX_NODE_GPUS);
+        }
+        return GV_EINVAL;
     }
     if (!seen_nv && !seen_pc)
         return gv_error_set(err, GV_EINVAL, "topology \"%.80s\": empty (e.g. nvlink=2,pcie=4)",
