@@ -5,19 +5,7 @@
 # privilege.  kubectl is not a Debian package: without it the test skips.
 set -u
 cd "$(git rev-parse --show-toplevel 2>/dev/null || pwd)"
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-
-if ! command -v kubectl >/dev/null 2>&1; then
-    echo "1..1"
-    echo "ok 1 # SKIP kubectl not installed (not packaged in Debian); cannot render deploy/"
-    exit 0
-fi
-if ! "$PY" -c 'import yaml' 2>/dev/null; then
-    echo "1..1"
-    echo "ok 1 # SKIP python3-yaml not installed; cannot check the rendered manifests"
-    exit 0
-fi
+. tests/deploy/render-prereqs.sh
 
 tmp="${GV_TEST_TMP:-/tmp}/deploy-render.$$"
 mkdir -p "$tmp"
