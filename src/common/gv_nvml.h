@@ -192,6 +192,8 @@ nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device,
 nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode,
                                   unsigned int *pendingMode);
 nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor);
+/* CUDA cores of the whole GPU (R470+); the node agent derives the SM count from it */
+nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t device, unsigned int *numCores);
 
 /* --- MIG devices (node agent: migStrategy single/mixed) ------------------- */
 typedef struct nvmlDeviceAttributes_st {

@@ -63,6 +63,8 @@ struct gpu_state {
 struct gv_gpus {
     void *dl;
     struct nvml_fns f;
+    /* optional (R470+): without it SM counts stay unknown (gv_gpu.sms = 0) */
+    __typeof__(&nvmlDeviceGetNumGpuCores) num_cores;
     bool inited;
     char driver[80];
     char cuda[16];
@@ -123,6 +125,23 @@ unsigned gv_gpus_pci_class(const char *sys_root, const char *pci_bus_id)
         c = 0;
     fclose(f);
     return c;
+}
+
+unsigned gv_gpus_sm_count(unsigned cuda_cores, int cc_major, int cc_minor)
+{
+    /* FP32 cores per SM: Volta/Turing (7.x) and GA100 (8.0) have 64; GA10x,
+     * Ada, Hopper, Blackwell and Thor (8.6-12.x) 128.  Pascal and older run
+     * no MPS limits (Volta+), so they are left unknown. */
+    unsigned per_sm;
+    if (cc_major == 7 || (cc_major == 8 && cc_minor == 0))
+        per_sm = 64;
+    else if ((cc_major == 8 && cc_minor > 0) || (cc_major >= 9 && cc_major <= 12))
+        per_sm = 128;
+    else
+        return 0;
+    if (cuda_cores == 0 || cuda_cores % per_sm != 0)
+        return 0;
+    return cuda_cores / per_sm;
 }
 
 void gv_gpus_mig_profile(unsigned gi_slices, unsigned ci_slices, uint64_t memory_mib, char *out,
@@ -220,6 +239,9 @@ static gv_status discover(struct gv_gpus *g, const char *sys_root, struct gv_err
         if (g->f.nvmlDeviceGetCudaComputeCapability(s->handle, &d->cc_major, &d->cc_minor) !=
             NVML_SUCCESS)
             d->cc_major = d->cc_minor = 0;
+        unsigned cores = 0;
+        if (g->num_cores && g->num_cores(s->handle, &cores) == NVML_SUCCESS)
+            d->sms = gv_gpus_sm_count(cores, d->cc_major, d->cc_minor);
         if (g->f.nvmlDeviceGetMinorNumber(s->handle, &d->minor) != NVML_SUCCESS)
             d->minor = d->index;
         d->n_migs = d->mig ? scan_migs(g, s->handle, d->uuid, d->migs) : 0;
@@ -340,6 +362,7 @@ gv_status gv_gpus_open(const struct gv_gpus_config *cfg, struct gv_gpus **out,
     }
     NODE_NVML_FUNCS(GV_X_FN)
 #undef GV_X_FN
+    *(void **)&g->num_cores = dlsym(g->dl, "nvmlDeviceGetNumGpuCores");
     nvmlReturn_t r = g->f.nvmlInit_v2();
     if (r != NVML_SUCCESS) {
         gv_error_set(err, GV_EUNAVAILABLE, "NVML: init: %s", nv_err(g, r));

@@ -48,6 +48,7 @@ struct gv_gpu {
     bool mig; /* MIG mode enabled */
     bool mig_capable;       /* MIG supported (nvmlDeviceGetMigMode answers), enabled or not */
     int cc_major, cc_minor; /* CUDA compute capability; 0.0 unknown */
+    unsigned sms;           /* streaming multiprocessors (gv_gpus_sm_count); 0 unknown */
     unsigned pci_class;     /* PCI class code (0x030200 3D/compute, 0x030000 VGA); 0 unknown */
     unsigned minor;         /* /dev/nvidia<minor> (nvmlDeviceGetMinorNumber; index if unknown) */
     /* MIG devices when mig (geometry set by the operator; re-read by the health thread) */
@@ -99,6 +100,14 @@ gv_status gv_gpus_watch(struct gv_gpus *g, void (*changed)(void *ud), void *ud,
  */
 void gv_gpus_mig_profile(unsigned gi_slices, unsigned ci_slices, uint64_t memory_mib, char *out,
                          size_t cap);
+
+/*
+ * SMs of a GPU from NVML's CUDA core count and its compute capability (the
+ * cores per SM of each architecture, Volta to Blackwell); 0 when either is
+ * unknown or the architecture is newer than this table (a caller then
+ * treats the SM count as unknown rather than guessing).
+ */
+unsigned gv_gpus_sm_count(unsigned cuda_cores, int cc_major, int cc_minor);
 
 /* The sysfs PCI class of a bus id under sys_root (0x030200, ...); 0 when unknown. */
 unsigned gv_gpus_pci_class(const char *sys_root, const char *pci_bus_id);

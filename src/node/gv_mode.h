@@ -219,6 +219,19 @@ struct gv_inventory;
 void gv_mode_mig_gpu_inventory(struct gv_inventory *inv, const struct gv_allocator_gpu *units,
                                size_t n);
 
+/*
+ * MPS mode: the CUDA_MPS_ACTIVE_THREAD_PERCENTAGE of a client granted milli
+ * (1..1000) of a GPU with sms SMs (0: unknown).  The driver turns a
+ * percentage q into floor(q x TPCs / 100) TPCs (2 SMs each); this picks the
+ * smallest q that grants the client's share in whole TPCs, rounded down,
+ * except for a client holding more than half of the GPU, rounded up.  At
+ * most one client of a GPU holds more than half, so the clients' TPCs never
+ * add up to more than the GPU has, and two clients splitting a GPU leave no
+ * TPC idle (docs/compute-share.md, "MPS", has the measurements).  Unknown
+ * SM count: the share itself, rounded up to a whole percent.
+ */
+unsigned gv_mps_thread_percentage(unsigned milli, unsigned sms);
+
 /* The table: one `gv_mode_<ID>` per entry of GV_INVENTORY_MODE_LIST. */
 #define GV_X_MODE_DECL(id, name, whole) extern const struct gv_mode gv_mode_##id;
 GV_INVENTORY_MODE_LIST(GV_X_MODE_DECL)

@@ -550,6 +550,29 @@ static bool health(void *st, const struct gv_allocator_gpu *u, char *why, size_t
     return up;
 }
 
+unsigned gv_mps_thread_percentage(unsigned milli, unsigned sms)
+{
+    if (milli >= 1000)
+        return 100;
+    unsigned tpcs = sms / 2;
+    if (sms % 2 != 0 || tpcs < 2) {
+        unsigned pct = (milli + 9) / 10;
+        return pct ? pct : 1;
+    }
+    /* the share in TPCs, x1000: floor for a minority client, ceil above half */
+    uint64_t share = (uint64_t)milli * tpcs;
+    uint64_t k = milli > 500 ? (share + 999) / 1000 : share / 1000;
+    if (k == 0)
+        k = 1;
+    if (k > tpcs)
+        k = tpcs;
+    unsigned q = (unsigned)((100 * k + tpcs - 1) / tpcs);
+    /* more than 100 TPCs: one percent is more than a TPC; never grant more than k */
+    while (q > 1 && (uint64_t)q * tpcs / 100 > k)
+        q--;
+    return q > 100 ? 100 : q;
+}
+
 static int allocate(void *st, const struct gv_mode_alloc *a, char *msg, size_t cap)
 {
     struct mps *m = st;
@@ -584,8 +607,8 @@ static int allocate(void *st, const struct gv_mode_alloc *a, char *msg, size_t c
     char val[64];
     gv_mode_answer_limit(a->answer, "CUDA_MPS_PIPE_DIRECTORY", MPS_CTR_PIPE);
     if (d->milli) {
-        unsigned pct = (d->milli + 9) / 10;
-        snprintf(val, sizeof(val), "%u", pct > 100 ? 100 : pct ? pct : 1);
+        unsigned milli = d->milli > 1000 ? 1000 : (unsigned)d->milli;
+        snprintf(val, sizeof(val), "%u", gv_mps_thread_percentage(milli, u->gpu.sms));
         gv_mode_answer_limit(a->answer, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", val);
     }
     if (d->mem_mib) {

@@ -163,6 +163,8 @@ static void parse_line(char *line, int i)
             g->numa_node = atoi(val);
         else if (strcmp(key, "sms") == 0)
             g->sm_count = atoi(val);
+        else if (strcmp(key, "cores") == 0)
+            g->no_core_count = atoi(val) == 0;
         else if (strcmp(key, "mig") == 0)
             snprintf(g->mig, sizeof(g->mig), "%s", val);
         else if (strcmp(key, "cc") == 0)

@@ -28,6 +28,7 @@ struct fake_gpu {
     int numa_node;          /* -1 = none */
     int sm_count;
     int cc_major, cc_minor;
+    int no_core_count; /* key cores=0: nvmlDeviceGetNumGpuCores is NOT_SUPPORTED (pre-R470) */
     /* MIG mode: "" = off, else the uuid ("MIG-...") of the one compute
      * instance CUDA sees on this GPU (NVML's GPU handle keeps the GPU uuid). */
     char mig[80];

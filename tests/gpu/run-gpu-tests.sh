@@ -296,13 +296,20 @@ if "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'
             note "MPS solo: ${msolo}% of native solo"
             duel mps "CUDA_VISIBLE_DEVICES=$DEV" "CUDA_VISIBLE_DEVICES=$DEV"
             note "MPS, no limits: ${DA}% + ${DB}% of solo = $(awk -v a="$DA" -v b="$DB" 'BEGIN{print a+b}')%"
-            # What gpuvisor's MPS mode sets per client: active-thread percentage
-            # from gpucores, with the interposer kept for views and accounting.
-            duel mps3070 "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30 \"\$GV\" run --device $DEV --" \
-                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=70 \"\$GV\" run --device $DEV --"
+            # What gpuvisor's MPS mode sets per client for gpucores 30 / 70: the
+            # agent's own rule (whole TPCs of the SM count NVML gives it,
+            # tests/node/mps_share.c), with the interposer kept for views and
+            # accounting.  Without the helper: the shares themselves.
+            share=$("$PWD/$BUILD/testbin/mps_share" "$DEV" 300 700 2>&1)
+            qa=$(sed -n 's/.*pct=\([0-9]*\) [0-9]*$/\1/p' <<<"$share")
+            qb=$(sed -n 's/.*pct=[0-9]* \([0-9]*\)$/\1/p' <<<"$share")
+            note "MPS mode for gpucores 30 / 70 on this GPU: $share"
+            if [ -z "$qa" ] || [ -z "$qb" ]; then qa=30 qb=70; fi
+            duel mps3070 "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$qa \"\$GV\" run --device $DEV --" \
+                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$qb \"\$GV\" run --device $DEV --"
             tot=$(awk -v a="$DA" -v b="$DB" 'BEGIN{print a+b}')
             fa=$(awk -v a="$DA" -v t="$tot" 'BEGIN{ if (t > 0) printf "%.1f", 100 * a / t; else print "nan" }')
-            note "MPS active threads 30/70 under libgpuvisor.so: ${DA}% / ${DB}% of solo (total ${tot}%; tenant A ${fa}% of the total)"
+            note "MPS gpucores 30/70 (active threads $qa/$qb) under libgpuvisor.so: ${DA}% / ${DB}% of solo (total ${tot}%; tenant A ${fa}% of the total)"
             if atleast "$tot" 97 && within "$fa" 30 5; then
                 ok "MPS 30/70 duel: total ${tot}% of solo, shares ${fa}/$(awk -v f="$fa" 'BEGIN{print 100-f}')"
             else

@@ -3,7 +3,8 @@
     torch_checks.py mem LIMIT_MIB     memory view and OutOfMemoryError at the limit
     torch_checks.py train SECONDS     a small training loop; prints "steps=N seconds=T rate=R"
     torch_checks.py matmul SECONDS [START]
-                                      8192^3 bf16 products for SECONDS, starting at the
+                                      8192^3 bf16 products (GV_MATMUL_N=n for n^3) for
+                                      SECONDS, starting at the
                                       wall-clock time START (seconds since the epoch) if
                                       given, so that tenants of a duel overlap exactly;
                                       prints "pid=P products=N seconds=T rate=R tflops=F"
@@ -81,7 +82,7 @@ def train(seconds):
 
 
 def matmul(seconds, start_at=None):
-    n = 8192
+    n = int(os.environ.get("GV_MATMUL_N", "8192"))
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     for _ in range(10):  # warm-up: cuBLAS heuristics, clocks

@@ -2,12 +2,18 @@
 #
 # Helper programs the test scripts drive (not tests themselves) are built
 # into $(BUILD)/testbin/ with the same template as programs.
-NODE_TEST_HELPERS := grpc_harness
+NODE_TEST_HELPERS := grpc_harness mps_share
 grpc_harness_SRCS := tests/node/grpc_harness.c
 grpc_harness_LIBS := node shm common
 grpc_harness_LDLIBS := $(NODE_LDLIBS)
 grpc_harness_CFLAGS := $(NODE_CFLAGS)
 $(BUILD)/obj/tests/node/grpc_harness.o: $(NODE_PB_H)
+# the MPS mode's percentages on this machine's GPUs (tests/gpu/run-gpu-tests.sh)
+mps_share_SRCS := tests/node/mps_share.c
+mps_share_LIBS := node kube contracts alloc shm common
+mps_share_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS)
+mps_share_CFLAGS := $(NODE_CFLAGS)
+$(BUILD)/obj/tests/node/mps_share.o: $(NODE_PB_H)
 
 $(foreach h,$(NODE_TEST_HELPERS),$(eval $(call GV_EXE,$(h),testbin)))
 EXTRA_ALL += $(foreach h,$(NODE_TEST_HELPERS),$(BUILD)/testbin/$(h))

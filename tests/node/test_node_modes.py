@@ -10,6 +10,7 @@ call in each GPU's MPS log directory.
 import json
 import os
 import signal
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -305,7 +306,50 @@ def scenario_mps_pre_volta():
         env.close()
 
 
+def scenario_mps_tpcs():
+    """The active-thread percentage in whole TPCs of the GPU's SMs (NVML's core count):
+    on a 132-SM GPU gpucores 30/70 become 29/72 (19 + 47 of 66 TPCs, every TPC handed out
+    once); where NVML cannot count cores (pre-R470) the shares themselves."""
+    env = agent.Env(config={"mode": "mps", "deviceSplitCount": 4})
+    with open(env.gpu_cfg, "w") as f:
+        f.write('name="NVIDIA H200" uuid=%s memory=141g pci=0:3b:0 sms=132 cc=9.0\n' % GPUS[0])
+        f.write('name="NVIDIA H200" uuid=%s memory=141g pci=0:3c:0 sms=132 cc=9.0 cores=0\n' % GPUS[1])
+    try:
+        env.start_agent(MPS_ARGS)
+        k = env.start_kubelet("py")
+        k.event("devices", lambda e: all(len(healthy_ids(e, g)) == 4 for g in GPUS), 60)
+        got = {}
+        for g in GPUS:
+            for share in (30, 70):
+                name = "p%d-%s" % (share, g[-4:].lower())
+                env.api.create_pod(name, [("main", {"nvidia.com/gpu": "1", "nvidia.com/gpucores": str(share)})],
+                                   "v1;node=node1;main=%s:1000:%d" % (g, share * 10))
+                a = k.cmd("admit", size=1)
+                got[(g, share)] = envs(a).get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") if a and a["ok"] else a
+                if a and a["ok"]:
+                    k.send(json.dumps({"cmd": "release", "ids": a["ids"]}))  # no reply
+                env.api.delete_pod(name)
+        t.ok(got.get((GPUS[0], 30)) == "29" and got.get((GPUS[0], 70)) == "72",
+             "mps (fake NVML: 132 SMs): gpucores 30 / 70 -> active threads 29 / 72, i.e. 19 + 47 of "
+             "66 TPCs under the driver's rounding (the larger client rounded up)", got)
+        t.ok(got.get((GPUS[1], 30)) == "30" and got.get((GPUS[1], 70)) == "70",
+             "mps (fake NVML without nvmlDeviceGetNumGpuCores): SM count unknown -> the shares "
+             "themselves, 30 / 70", got)
+        # the helper make test-gpu asks for the same figures on a real GPU
+        helper = os.path.join(gvtest.BUILD, "testbin", "mps_share")
+        fenv = dict(os.environ, LD_LIBRARY_PATH=agent.FAKES, GV_FAKE_GPU_CONFIG=env.gpu_cfg)
+        outs = [subprocess.run([helper, str(i), "300", "700"], env=fenv, capture_output=True,
+                               text=True, timeout=30) for i in (0, 1)]
+        t.ok([o.stdout for o in outs] == ["sms=132 pct=29 72\n", "sms=0 pct=30 70\n"] and
+             all(o.returncode == 0 for o in outs),
+             "mps_share (the make test-gpu helper) over the fake NVML: the agent's SM count and "
+             "percentages", [(o.returncode, o.stdout, o.stderr) for o in outs])
+    finally:
+        env.close()
+
+
 scenario_mps()
+scenario_mps_tpcs()
 scenario_mps_pre_volta()
 scenario_nvidia_mps()
 scenario_nvidia_timeslicing()

@@ -315,6 +315,93 @@ static void test_mode_table(void **state)
     assert_false(gv_inventory_mode_whole(GV_INVENTORY_MODE_MPS));
 }
 
+/* What the driver grants for an active-thread percentage q, as measured on an
+ * H200 (tests/gpu/mps_sweep.sh, docs/compute-share.md): floor(q x TPCs / 100) TPCs. */
+static unsigned driver_tpcs(unsigned q, unsigned tpcs)
+{
+    return q * tpcs / 100;
+}
+
+static void test_mps_thread_percentage(void **state)
+{
+    (void)state;
+    /* H200 / H100 SXM (132 SMs): 30/70 becomes 19 + 47 of 66 TPCs */
+    assert_int_equal(gv_mps_thread_percentage(300, 132), 29);
+    assert_int_equal(gv_mps_thread_percentage(700, 132), 72);
+    assert_int_equal(gv_mps_thread_percentage(500, 132), 50);
+    assert_int_equal(gv_mps_thread_percentage(1000, 132), 100);
+    /* A100 (108 SMs): 16 + 38 of 54 */
+    assert_int_equal(gv_mps_thread_percentage(300, 108), 30);
+    assert_int_equal(gv_mps_thread_percentage(700, 108), 71);
+    /* SM count unknown (or odd): the share rounded up to a whole percent */
+    assert_int_equal(gv_mps_thread_percentage(300, 0), 30);
+    assert_int_equal(gv_mps_thread_percentage(301, 0), 31);
+    assert_int_equal(gv_mps_thread_percentage(1, 0), 1);
+    assert_int_equal(gv_mps_thread_percentage(700, 131), 70);
+    /* a tiny share still gets one TPC */
+    assert_int_equal(driver_tpcs(gv_mps_thread_percentage(1, 132), 66), 1);
+    for (unsigned tpcs = 2; tpcs <= 100; tpcs++) {
+        unsigned sms = 2 * tpcs;
+        for (unsigned m = 1; m <= 1000; m++) {
+            unsigned q = gv_mps_thread_percentage(m, sms);
+            assert_true(q >= 1 && q <= 100);
+            /* the share in whole TPCs: down, or up above half the GPU */
+            unsigned want = m > 500 ? (m * tpcs + 999) / 1000 : m * tpcs / 1000;
+            if (want == 0)
+                want = 1;
+            assert_int_equal(driver_tpcs(q, tpcs), want);
+            /* two clients splitting the GPU: every TPC handed out, none twice
+             * (unless one holds less than a TPC's worth: it still gets one; or
+             * both hold exactly half of an odd count: neither rounds up) */
+            if (m < 1000 && m != 500 && (m * tpcs) % 1000 != 0 && m * tpcs >= 1000 &&
+                (1000 - m) * tpcs >= 1000) {
+                unsigned q2 = gv_mps_thread_percentage(1000 - m, sms);
+                assert_int_equal(driver_tpcs(q, tpcs) + driver_tpcs(q2, tpcs), tpcs);
+            }
+        }
+    }
+    /* any set of clients within the GPU: never more TPCs than it has */
+    srand(17);
+    for (int round = 0; round < 20000; round++) {
+        unsigned tpcs = 2 + (unsigned)rand() % 99, left = 1000, total = 0, n = 0;
+        while (left > 0 && n < 8) {
+            unsigned m = 1 + (unsigned)rand() % left;
+            if (m * tpcs < 1000)
+                m = (1000 + tpcs - 1) / tpcs; /* at least one TPC's worth (else the floor of 1) */
+            if (m > left)
+                break;
+            total += driver_tpcs(gv_mps_thread_percentage(m, 2 * tpcs), tpcs);
+            left -= m;
+            n++;
+        }
+        assert_true(total <= tpcs);
+    }
+    /* more than 100 TPCs: a percent is more than a TPC; never above the share's */
+    for (unsigned m = 1; m <= 1000; m++) {
+        unsigned q = gv_mps_thread_percentage(m, 300);
+        unsigned want = m > 500 ? (m * 150 + 999) / 1000 : m * 150 / 1000;
+        assert_true(driver_tpcs(q, 150) <= (want ? want : 1));
+    }
+}
+
+/* SMs from NVML's core count: the cores per SM of each architecture. */
+static void test_sm_count(void **state)
+{
+    (void)state;
+    assert_int_equal(gv_gpus_sm_count(16896, 9, 0), 132); /* H100 SXM / H200 */
+    assert_int_equal(gv_gpus_sm_count(14592, 9, 0), 114); /* H100 PCIe */
+    assert_int_equal(gv_gpus_sm_count(6912, 8, 0), 108);  /* A100 */
+    assert_int_equal(gv_gpus_sm_count(9216, 8, 6), 72);   /* A10 */
+    assert_int_equal(gv_gpus_sm_count(7424, 8, 9), 58);   /* L4 */
+    assert_int_equal(gv_gpus_sm_count(5120, 7, 0), 80);   /* V100 */
+    assert_int_equal(gv_gpus_sm_count(2560, 7, 5), 40);   /* T4 */
+    assert_int_equal(gv_gpus_sm_count(18944, 10, 0), 148); /* B200 */
+    assert_int_equal(gv_gpus_sm_count(3584, 6, 0), 0);    /* Pascal: no MPS limits */
+    assert_int_equal(gv_gpus_sm_count(16896, 13, 0), 0);  /* newer than the table */
+    assert_int_equal(gv_gpus_sm_count(16900, 9, 0), 0);   /* not whole SMs */
+    assert_int_equal(gv_gpus_sm_count(0, 9, 0), 0);
+}
+
 static void test_config_missing_file_is_default(void **state)
 {
     (void)state;
@@ -530,6 +617,8 @@ int main(void)
         cmocka_unit_test(test_config_mig_mode),
         cmocka_unit_test(test_config_deploy_mps_snippet),
         cmocka_unit_test(test_mode_table),
+        cmocka_unit_test(test_mps_thread_percentage),
+        cmocka_unit_test(test_sm_count),
         cmocka_unit_test(test_config_missing_file_is_default),
         cmocka_unit_test(test_inventory_round_trip),
         cmocka_unit_test(test_inventory_errors),

@@ -293,6 +293,22 @@ nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node)
     return NVML_SUCCESS;
 }
 
+/* sm_count x the FP32 cores per SM of its architecture, as the real NVML
+ * reports (the agent divides back); FAKE_GPU_<i>=...,cores=0 makes the
+ * query fail as on drivers before R470 (NOT_SUPPORTED) */
+nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t device, unsigned int *numCores)
+{
+    const struct fake_gpu *g;
+    CHECK_DEVICE(device, g);
+    if (numCores == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (g->no_core_count)
+        return NVML_ERROR_NOT_SUPPORTED;
+    unsigned per_sm = g->cc_major == 7 || (g->cc_major == 8 && g->cc_minor == 0) ? 64 : 128;
+    *numCores = (unsigned)g->sm_count * per_sm;
+    return NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
 {
     const struct fake_gpu *g;
