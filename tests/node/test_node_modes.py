@@ -74,6 +74,14 @@ def seen_or_wait(k, mark, name, pred, timeout):
     return k.event(name, pred, timeout)
 
 
+def inventory(env, pred, timeout=15):
+    """The node's inventory once pred holds (it is published on its own beat and may trail
+    the kubelet's devices), or the last one seen."""
+    get = lambda: json.loads(ann(env.api.node(env.node_name), "gpuvisor.io/node-gpus") or "{}")
+    gvtest.wait_for(lambda: pred(get()), timeout)
+    return get()
+
+
 def healthy_ids(ev, uuid):
     return [d["id"] for d in ev["devices"] if d["id"].startswith(uuid) and d["health"] == "Healthy"]
 
@@ -103,7 +111,7 @@ def scenario_mps():
                  not any(c.startswith("set_default") for c in commands(env, g)) for g in GPUS),
              "mps (gpuvisor mode): daemon probed; no daemon-wide defaults (limits are per client)",
              [commands(env, g) for g in GPUS])
-        inv = json.loads(ann(env.api.node("node1"), "gpuvisor.io/node-gpus") or "{}")
+        inv = inventory(env, lambda i: sorted(g.get("mode") for g in i.get("gpus", [])) == ["mps", "mps"])
         t.ok(sorted(g.get("mode") for g in inv.get("gpus", [])) == ["mps", "mps"],
              "mps: the inventory tells the scheduler these are MPS GPUs", inv)
 
@@ -205,7 +213,8 @@ def scenario_nvidia_mps():
                  "set_default_device_pinned_mem_limit 0 10240M" in commands(env, g) for g in GPUS),
              "sharing.mps: daemon defaults as NVIDIA sets them (100/replicas threads, memory/replicas)",
              [commands(env, g) for g in GPUS])
-        inv = json.loads(ann(env.api.node("node1"), "gpuvisor.io/node-gpus") or "{}")
+        inv = inventory(env, lambda i: [(g.get("mode"), g.get("resource")) for g in i.get("gpus", [])] ==
+                        [("mps", "nvidia.com/gpu.shared")] * 2)
         t.ok([(g.get("mode"), g.get("resource")) for g in inv.get("gpus", [])] ==
              [("mps", "nvidia.com/gpu.shared")] * 2,
              "sharing.mps: the inventory names the renamed resource (the scheduler places no "
@@ -238,7 +247,8 @@ def scenario_nvidia_timeslicing():
                            ["%s::%d" % (GPUS[1], i) for i in range(3)]),
              "sharing.timeSlicing, devices [1], no rename: GPU 1 as 3 replicas next to GPU 0's "
              "10 vGPU slices, one resource", ev)
-        inv = json.loads(ann(env.api.node("node1"), "gpuvisor.io/node-gpus") or "{}")
+        want = {GPUS[0]: ("vgpu", 10), GPUS[1]: ("timeslicing", 3)}
+        inv = inventory(env, lambda i: {g["uuid"]: (g["mode"], g["split"]) for g in i.get("gpus", [])} == want)
         modes = {g["uuid"]: (g["mode"], g["split"]) for g in inv.get("gpus", [])}
         t.ok(modes == {GPUS[0]: ("vgpu", 10), GPUS[1]: ("timeslicing", 3)},
              "sharing.timeSlicing: the inventory says which GPU is time-sliced", modes)
@@ -293,8 +303,9 @@ def scenario_mps_pre_volta():
         t.ok(startups(env, GPUS[0]) == [] and len(startups(env, GPUS[1])) == 1,
              "mps: no control daemon for the pre-Volta GPU (fake mps-control records none)",
              (calls(env, GPUS[0]), calls(env, GPUS[1])))
-        inv = json.loads(ann(env.api.node("node1"), "gpuvisor.io/node-gpus") or "{}")
-        t.ok({g["uuid"]: g["healthy"] for g in inv.get("gpus", [])} == {GPUS[0]: False, GPUS[1]: True},
+        want = {GPUS[0]: False, GPUS[1]: True}
+        inv = inventory(env, lambda i: {g["uuid"]: g["healthy"] for g in i.get("gpus", [])} == want)
+        t.ok({g["uuid"]: g["healthy"] for g in inv.get("gpus", [])} == want,
              "mps: the inventory marks the pre-Volta GPU unhealthy (the scheduler places nothing there)", inv)
         starts = [c for c in calls(env, GPUS[1]) if c.get("role") == "cli" and c["argv"] == ["-d"]]
         e = starts[0]["env"] if starts else {}
