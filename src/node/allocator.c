@@ -11,15 +11,14 @@
 #include <unistd.h>
 
 #include "alloc/gv_alloc.h"
-#include "common/gv_file.h"
 #include "common/gv_jalloc.h"
 #include "contracts/gpushare.h"
 #include "contracts/podspec.h"
 #include "common/gv_log.h"
 #include "deviceplugin.pb-c.h"
 #include "interposer/priority.h" /* the node directory's container path, priority range */
+#include "node/answer_internal.h"
 #include "node/gv_allocator.h"
-#include "shm/gv_shm.h"
 #include "node/gv_direct.h"
 #include "node/gv_mode.h"
 #include "node/gv_monitor.h"
@@ -326,96 +325,7 @@ static const struct gv_allocator_gpu *find_gpu(const struct gv_allocator *a, con
     return NULL;
 }
 
-/* ---- response building --------------------------------------------------- */
-
-/* The answer being built (gv_mode.h: modes add to it through gv_mode_answer_*). */
-struct gv_mode_answer {
-    struct gv_allocator *a;
-    V1beta1__ContainerAllocateResponse *r;
-    char *limits; /* KEY=VALUE lines for limits.env */
-    size_t limits_len;
-    bool oom;
-    bool interposer; /* a mode asked for the interposer */
-    /* GPUs for NVIDIA_VISIBLE_DEVICES (or CDI names), in the container's order */
-    char visible[GV_ALLOC_MAX_DEVICES][GV_ALLOC_UUID_MAX];
-    size_t n_visible;
-};
-
-/*
- * Appends a new element to one of the answer's protobuf-c repeated fields
- * (pointer array arr of n): out is the element, or NULL with b->oom set.
- * A macro so that each field keeps its own type (no casts through void **).
- */
-#define ANSWER_APPEND(b, arr, n, out)                                                              \
-    do {                                                                                           \
-        void *grown_ = realloc((arr), ((n) + 1) * sizeof(*(arr)));                                \
-        (out) = malloc(sizeof(*(out)));                                                            \
-        if (grown_ != NULL)                                                                        \
-            (arr) = grown_;                                                                        \
-        if (grown_ == NULL || (out) == NULL) {                                                     \
-            free(out);                                                                             \
-            (out) = NULL;                                                                          \
-            (b)->oom = true;                                                                       \
-        } else {                                                                                   \
-            (arr)[(n)++] = (out);                                                                  \
-        }                                                                                          \
-    } while (0)
-
-static void add_env(struct gv_mode_answer *b, const char *key, const char *value, bool limit)
-{
-    V1beta1__ContainerAllocateResponse__EnvsEntry *e;
-    ANSWER_APPEND(b, b->r->envs, b->r->n_envs, e);
-    if (e == NULL)
-        return;
-    v1beta1__container_allocate_response__envs_entry__init(e);
-    e->key = strdup(key);
-    e->value = strdup(value);
-    if (!e->key || !e->value)
-        b->oom = true;
-    if (limit) {
-        size_t add = strlen(key) + strlen(value) + 2;
-        char *l = realloc(b->limits, b->limits_len + add + 1);
-        if (l == NULL) {
-            b->oom = true;
-            return;
-        }
-        b->limits = l;
-        b->limits_len += (size_t)sprintf(l + b->limits_len, "%s=%s\n", key, value);
-    }
-}
-
-static void add_mount(struct gv_mode_answer *b, const char *host, const char *ctr, bool ro)
-{
-    V1beta1__Mount *m;
-    ANSWER_APPEND(b, b->r->mounts, b->r->n_mounts, m);
-    if (m == NULL)
-        return;
-    v1beta1__mount__init(m);
-    m->host_path = strdup(host);
-    m->container_path = strdup(ctr);
-    m->read_only = ro;
-    if (!m->host_path || !m->container_path)
-        b->oom = true;
-}
-
-static void add_cdi_name(struct gv_mode_answer *b, const char *name)
-{
-    V1beta1__CDIDevice *d;
-    ANSWER_APPEND(b, b->r->cdi_devices, b->r->n_cdi_devices, d);
-    if (d == NULL)
-        return;
-    v1beta1__cdidevice__init(d);
-    d->name = strdup(name);
-    if (!d->name)
-        b->oom = true;
-}
-
-static void add_cdi(struct gv_mode_answer *b, const char *kind, const char *uuid)
-{
-    char name[256];
-    snprintf(name, sizeof(name), "%s=%s", kind, uuid);
-    add_cdi_name(b, name);
-}
+/* ---- the answer's visible devices (answer.c builds the rest) ---------------- */
 
 /*
  * Visible devices: CDI names when configured, else NVIDIA_VISIBLE_DEVICES;
@@ -439,7 +349,7 @@ static bool add_visible(struct gv_allocator *a, struct gv_mode_answer *b, char u
     pthread_mutex_unlock(&a->mu);
     if (cdi) {
         for (size_t i = 0; i < n; i++)
-            add_cdi(b, kind, uuids[i]);
+            gv_answer_cdi(b, kind, uuids[i]);
         return true;
     }
     char list[GV_ALLOC_MAX_DEVICES * GV_ALLOC_UUID_MAX + 16] = "";
@@ -448,318 +358,8 @@ static bool add_visible(struct gv_allocator *a, struct gv_mode_answer *b, char u
             strcat(list, ",");
         strcat(list, uuids[i]);
     }
-    add_env(b, "NVIDIA_VISIBLE_DEVICES", list, false);
+    gv_answer_env(b, "NVIDIA_VISIBLE_DEVICES", list, false);
     return true;
-}
-
-static void add_device(struct gv_mode_answer *b, const char *host, const char *ctr,
-                       const char *perms)
-{
-    V1beta1__DeviceSpec *d;
-    ANSWER_APPEND(b, b->r->devices, b->r->n_devices, d);
-    if (d == NULL)
-        return;
-    v1beta1__device_spec__init(d);
-    d->host_path = strdup(host);
-    d->container_path = strdup(ctr);
-    d->permissions = strdup(perms);
-    if (!d->host_path || !d->container_path || !d->permissions)
-        b->oom = true;
-}
-
-/* ---- what modes add (gv_mode.h) ------------------------------------------------- */
-
-void gv_mode_answer_env(struct gv_mode_answer *b, const char *key, const char *value)
-{
-    add_env(b, key, value, false);
-}
-
-void gv_mode_answer_limit(struct gv_mode_answer *b, const char *key, const char *value)
-{
-    add_env(b, key, value, true);
-}
-
-void gv_mode_answer_mount(struct gv_mode_answer *b, const char *host, const char *ctr, bool ro)
-{
-    add_mount(b, host, ctr, ro);
-}
-
-void gv_mode_answer_device(struct gv_mode_answer *b, const char *host, const char *ctr,
-                           const char *perms)
-{
-    add_device(b, host, ctr, perms);
-}
-
-void gv_mode_answer_cdi(struct gv_mode_answer *b, const char *name)
-{
-    add_cdi_name(b, name);
-}
-
-void gv_mode_answer_visible(struct gv_mode_answer *b, const char *uuid)
-{
-    for (size_t i = 0; i < b->n_visible; i++)
-        if (strcmp(b->visible[i], uuid) == 0)
-            return;
-    if (b->n_visible < GV_ALLOC_MAX_DEVICES)
-        snprintf(b->visible[b->n_visible++], GV_ALLOC_UUID_MAX, "%s", uuid);
-}
-
-void gv_mode_answer_interposer(struct gv_mode_answer *b)
-{
-    b->interposer = true;
-}
-
-/*
- * A directory the interposer writes into as whatever user the container
- * runs as (sticky, like /tmp: nobody removes another tenant's files).
- */
-static gv_status make_shared_dir(const char *path, struct gv_error *err)
-{
-    if (mkdir(path, 0755) != 0 && errno != EEXIST)
-        return gv_error_set(err, GV_EIO, "cannot create %s: %s", path, strerror(errno));
-    if (chmod(path, 01777) != 0)
-        return gv_error_set(err, GV_EIO, "cannot chmod %s: %s", path, strerror(errno));
-    return GV_OK;
-}
-
-/*
- * Creates <state>/<top>/<uid>/<ctr>/ (parents 0755) into path: under
- * "containers" the container's writable runtime directory (sticky 1777,
- * the interposer creates its shared region there as whatever user the
- * container runs as), under "limits" the agent's own directory (0755:
- * limits file and Allocate records, never mounted writable).
- */
-static gv_status ctr_dir(struct gv_allocator *a, const char *top, const char *uid,
-                         const char *ctr, char *path, size_t cap, struct gv_error *err)
-{
-    const char *parts[] = {top, uid, ctr};
-    snprintf(path, cap, "%s", a->state_dir);
-    for (size_t i = 0; i < 3; i++) {
-        size_t l = strlen(path);
-        snprintf(path + l, cap - l, "/%s", parts[i]);
-        if (i == 2 && strcmp(top, "containers") == 0)
-            return make_shared_dir(path, err);
-        if (mkdir(path, 0755) != 0 && errno != EEXIST)
-            return gv_error_set(err, GV_EIO, "cannot create %s: %s", path, strerror(errno));
-    }
-    return GV_OK;
-}
-
-/*
- * Creates the runtime directory and the limits file.  With limits (the
- * interposer is injected) also makes sure the node-wide priority directory
- * exists: the container runtime fails the container if a mount source is
- * missing, and someone may have removed it since the agent started.
- */
-/*
- * The container's shared region, made here (initialised, world-writable:
- * the container's processes of any uid account in it) and bind-mounted as a
- * file of its own (add_interposer), so a tenant can write it but never
- * unlink or replace it: a region deleted inside the container let processes
- * started later begin with a fresh, full limit (docs/isolation.md).
- * An existing region (a repeated Allocate) is kept.
- */
-static gv_status make_region(const char *dir, struct gv_error *err)
-{
-    char path[4300];
-    snprintf(path, sizeof(path), "%s/shared.cache", dir);
-    struct gv_shm *shm = NULL;
-    gv_status st = gv_shm_open(path, GV_SHM_CREATE, &shm, err);
-    if (st != GV_OK)
-        return st;
-    gv_shm_close(shm);
-    if (chmod(path, 0666) != 0)
-        return gv_error_set(err, GV_EIO, "cannot make %s writable for the container: %s", path,
-                            strerror(errno));
-    return GV_OK;
-}
-
-static gv_status prepare_dir(struct gv_allocator *a, const char *uid, const char *ctr,
-                             bool with_limits, const char *limits, size_t len,
-                             struct gv_error *err)
-{
-    char path[4200];
-    if (!with_limits)
-        return GV_OK; /* nothing mounted: only the answer record (write_answer) */
-    gv_status st = ctr_dir(a, "containers", uid, ctr, path, sizeof(path), err);
-    if (st == GV_OK)
-        st = make_region(path, err);
-    if (st == GV_OK)
-        st = make_shared_dir(a->node_dir, err);
-    if (st == GV_OK)
-        st = ctr_dir(a, "limits", uid, ctr, path, sizeof(path), err);
-    if (st != GV_OK)
-        return st;
-    size_t l = strlen(path);
-    snprintf(path + l, sizeof(path) - l, "/limits.env");
-    return gv_file_write_atomic(path, limits ? limits : "", len, 0644, err);
-}
-
-/* ---- Allocate records on disk ---------------------------------------------- */
-
-#define REC_MAGIC "gpuvisor-allocate v1\n"
-
-/*
- * <state>/limits/<uid>/<ctr>/answer: written (atomically, fsync) after the
- * limits file and before the reply; it holds the packed answer, so a repeat
- * of the same request gets the same bytes back whatever changed since.
- */
-static gv_status write_answer(struct gv_allocator *a, const char *uid, const char *ns,
-                              const char *name, const char *ctr, unsigned n_total,
-                              const char *key, const V1beta1__ContainerAllocateResponse *resp,
-                              struct gv_error *err)
-{
-    char path[4300];
-    gv_status st = ctr_dir(a, "limits", uid, ctr, path, sizeof(path), err);
-    if (st != GV_OK)
-        return st;
-    size_t n = v1beta1__container_allocate_response__get_packed_size(resp);
-    uint8_t *bin = malloc(n + 1);
-    size_t cap = strlen(ns) + strlen(name) + strlen(key) + 2 * n + 128;
-    char *text = malloc(cap);
-    if (bin == NULL || text == NULL) {
-        free(bin);
-        free(text);
-        return gv_error_set(err, GV_ENOMEM, "out of memory");
-    }
-    v1beta1__container_allocate_response__pack(resp, bin);
-    int len = snprintf(text, cap, REC_MAGIC "ns=%s\nname=%s\ncontainers=%u\nids=%s\nresp=", ns,
-                       name, n_total, key);
-    for (size_t i = 0; i < n; i++)
-        len += snprintf(text + len, cap - (size_t)len, "%02x", bin[i]);
-    len += snprintf(text + len, cap - (size_t)len, "\n");
-    free(bin);
-    size_t l = strlen(path);
-    snprintf(path + l, sizeof(path) - l, "/answer");
-    st = gv_file_write_atomic(path, text, (size_t)len, 0600, err);
-    free(text);
-    if (st == GV_OK) { /* the answer supersedes the promise */
-        snprintf(path + l, sizeof(path) - l, "/promise");
-        unlink(path);
-    }
-    return st;
-}
-
-/*
- * <state>/limits/<uid>/<ctr>/promise: the IDs GetPreferredAllocation chose.
- * Written without fsync (GetPreferredAllocation should stay quick): what it protects against
- * is the agent being killed (the page cache survives), and after a node
- * crash the kubelet starts over too.
- */
-static void write_promise(struct gv_allocator *a, const char *uid, const char *ns,
-                          const char *name, const char *ctr, const char *key)
-{
-    char path[4300], tmp[4400];
-    struct gv_error err;
-    if (ctr_dir(a, "limits", uid, ctr, path, sizeof(path), &err) != GV_OK) {
-        gv_warn("GetPreferredAllocation: %s (the promise lives in memory only)", err.msg);
-        return;
-    }
-    size_t l = strlen(path);
-    snprintf(path + l, sizeof(path) - l, "/promise");
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopen(tmp, "we");
-    bool ok = f && fprintf(f, REC_MAGIC "ns=%s\nname=%s\nids=%s\n", ns, name, key) > 0;
-    ok = (f && fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        gv_warn("GetPreferredAllocation: cannot write %s: %s", path, strerror(errno));
-        unlink(tmp);
-    }
-}
-
-/* A record read back: fields point into the file's text. */
-struct rec_text {
-    const char *ns, *name, *ids, *resp;
-    long containers;
-};
-
-static bool rec_value_ok(const char *v, const char *extra)
-{
-    if (*v == '\0')
-        return false;
-    for (; *v; v++)
-        if (!((*v >= 'a' && *v <= 'z') || (*v >= 'A' && *v <= 'Z') || (*v >= '0' && *v <= '9') ||
-              strchr(extra, *v)))
-            return false;
-    return true;
-}
-
-/* Parses a record in place; false when it is not a complete one (a torn or foreign file). */
-static bool parse_rec(char *text, struct rec_text *r)
-{
-    memset(r, 0, sizeof(*r));
-    r->containers = -1;
-    if (strncmp(text, REC_MAGIC, strlen(REC_MAGIC)) != 0)
-        return false;
-    for (char *line = text + strlen(REC_MAGIC); *line;) {
-        char *nl = strchr(line, '\n'), *eq = strchr(line, '=');
-        if (nl == NULL || eq == NULL || eq > nl)
-            return false;
-        *nl = *eq = '\0';
-        const char *k = line, *v = eq + 1;
-        if (strcmp(k, "ns") == 0 && rec_value_ok(v, "-."))
-            r->ns = v;
-        else if (strcmp(k, "name") == 0 && rec_value_ok(v, "-."))
-            r->name = v;
-        else if (strcmp(k, "ids") == 0 && rec_value_ok(v, "-_.:/,"))
-            r->ids = v;
-        else if (strcmp(k, "resp") == 0 && strlen(v) % 2 == 0 && strspn(v, "0123456789abcdef") == strlen(v))
-            r->resp = v;
-        else if (strcmp(k, "containers") == 0 && rec_value_ok(v, "") && strlen(v) < 4)
-            r->containers = atol(v);
-        else
-            return false;
-        line = nl + 1;
-    }
-    return r->ns && r->name && r->ids && strlen(r->ns) < 64 && strlen(r->name) < 254;
-}
-
-/* Reads <state>/limits/<uid>/<ctr>/<file>; *text to free; false when absent or not a record. */
-static bool read_rec(struct gv_allocator *a, const char *uid, const char *ctr, const char *file,
-                     char **text, struct rec_text *r)
-{
-    char path[4400];
-    size_t len;
-    struct gv_error err;
-    snprintf(path, sizeof(path), "%s/limits/%s/%s/%s", a->state_dir, uid, ctr, file);
-    *text = NULL;
-    if (gv_file_read_all(path, text, &len, &err) != GV_OK)
-        return false;
-    if (len > (1u << 20) || strlen(*text) != len || !parse_rec(*text, r)) {
-        gv_warn("ignoring %s: not a complete Allocate record", path);
-        free(*text);
-        *text = NULL;
-        return false;
-    }
-    return true;
-}
-
-static int hexval(char c)
-{
-    return c <= '9' ? c - '0' : c - 'a' + 10;
-}
-
-/* Fills resp (empty, initialised) with the answer stored in the record. */
-static gv_status load_answer(const struct rec_text *r, V1beta1__ContainerAllocateResponse *resp,
-                             struct gv_error *err)
-{
-    size_t n = r->resp ? strlen(r->resp) / 2 : 0;
-    uint8_t *bin = malloc(n + 1);
-    if (r->resp == NULL || bin == NULL) {
-        free(bin);
-        return gv_error_set(err, r->resp ? GV_ENOMEM : GV_EINVAL,
-                            r->resp ? "out of memory" : "the record holds no answer");
-    }
-    for (size_t i = 0; i < n; i++)
-        bin[i] = (uint8_t)(hexval(r->resp[2 * i]) << 4 | hexval(r->resp[2 * i + 1]));
-    V1beta1__ContainerAllocateResponse *m = v1beta1__container_allocate_response__unpack(NULL, n, bin);
-    free(bin);
-    if (m == NULL)
-        return gv_error_set(err, GV_EINVAL, "the stored answer does not decode");
-    /* unpack allocates each field separately (system allocator): move them over */
-    *resp = *m;
-    free(m);
-    return GV_OK;
 }
 
 /* ---- annotations ---------------------------------------------------------- */
@@ -1209,7 +809,7 @@ static void add_gpushare_env(struct gv_allocator *a, struct gv_mode_answer *b, j
     struct gv_gpushare_env env[GV_GPUSHARE_ENV_COUNT];
     size_t n = gv_gpushare_env(pod, c->name, idx, c->n_devices, dev_mib, env);
     for (size_t i = 0; i < n; i++)
-        add_env(b, env[i].key, env[i].value, false);
+        gv_answer_env(b, env[i].key, env[i].value, false);
 }
 
 /* Whether a unit's mode can answer pods gpuvisor did not schedule (from the IDs). */
@@ -1237,11 +837,11 @@ static void add_interposer(struct gv_allocator *a, struct gv_mode_answer *b, jso
                            const char *uid, const char *ctr)
 {
     char val[64];
-    add_env(b, "CUDA_DEVICE_MEMORY_SHARED_CACHE", GV_NODE_CONTAINER_PATH "/shared.cache", true);
+    gv_answer_env(b, "CUDA_DEVICE_MEMORY_SHARED_CACHE", GV_NODE_CONTAINER_PATH "/shared.cache", true);
     int prio = container_priority(a, pod, ctr);
     if (prio >= 0) {
         snprintf(val, sizeof(val), "%d", prio);
-        add_env(b, "CUDA_TASK_PRIORITY", val, true);
+        gv_answer_env(b, "CUDA_TASK_PRIORITY", val, true);
     }
     pthread_mutex_lock(&a->mu);
     char policy[16], loglevel[8];
@@ -1249,27 +849,27 @@ static void add_interposer(struct gv_allocator *a, struct gv_mode_answer *b, jso
     snprintf(loglevel, sizeof(loglevel), "%s", a->libcuda_log_level);
     pthread_mutex_unlock(&a->mu);
     if (policy[0])
-        add_env(b, "GPU_CORE_UTILIZATION_POLICY", policy, true);
+        gv_answer_env(b, "GPU_CORE_UTILIZATION_POLICY", policy, true);
     if (loglevel[0]) /* HAMi's libcudaloglevel (node config) */
-        add_env(b, "LIBCUDA_LOG_LEVEL", loglevel, false); /* not a limit */
+        gv_answer_env(b, "LIBCUDA_LOG_LEVEL", loglevel, false); /* not a limit */
     char host[4096], host_file[4200], lib[4096], preload[4096];
     snprintf(host, sizeof(host), "%s/containers/%s/%s", a->host_state_dir, uid, ctr);
     snprintf(host_file, sizeof(host_file), "%s/limits/%s/%s/limits.env", a->host_state_dir, uid,
              ctr);
     snprintf(lib, sizeof(lib), "%s/lib/libgpuvisor.so", a->install_dir);
     snprintf(preload, sizeof(preload), "%s/ld.so.preload", a->install_dir);
-    add_mount(b, lib, GV_NODE_LIB_PATH, true);
+    gv_answer_mount(b, lib, GV_NODE_LIB_PATH, true);
     const char *opt = gv_podspec_annotation(pod, ANN_PRELOAD);
     if (!(opt && strcmp(opt, "false") == 0))
-        add_mount(b, preload, GV_NODE_PRELOAD_PATH, true);
-    add_mount(b, host, GV_NODE_CONTAINER_PATH, false);
+        gv_answer_mount(b, preload, GV_NODE_PRELOAD_PATH, true);
+    gv_answer_mount(b, host, GV_NODE_CONTAINER_PATH, false);
     /* the region as a mount of its own: writable, but it cannot be unlinked
      * or renamed inside the container (make_region) */
     char region[4300];
     snprintf(region, sizeof(region), "%s/shared.cache", host);
-    add_mount(b, region, GV_NODE_CONTAINER_PATH "/shared.cache", false);
-    add_mount(b, host_file, GV_NODE_LIMITS_PATH, true);
-    add_mount(b, a->host_node_dir, GV_PRIO_DEFAULT_DIR, false);
+    gv_answer_mount(b, region, GV_NODE_CONTAINER_PATH "/shared.cache", false);
+    gv_answer_mount(b, host_file, GV_NODE_LIMITS_PATH, true);
+    gv_answer_mount(b, a->host_node_dir, GV_PRIO_DEFAULT_DIR, false);
 }
 
 /*
@@ -1315,7 +915,6 @@ static int build(struct gv_allocator *a, json_t *pod, const struct gv_alloc_cont
     if (code == GV_GRPC_OK && b == NULL)
         code = fail(msg, cap, GV_GRPC_RESOURCE_EXHAUSTED, "out of memory");
     if (b) {
-        b->a = a;
         b->r = resp;
     }
     size_t n_units = 0;
@@ -1357,7 +956,7 @@ static int build(struct gv_allocator *a, json_t *pod, const struct gv_alloc_cont
     }
     if (code == GV_GRPC_OK && pod) {
         struct gv_error err;
-        gv_status st = prepare_dir(a, uid, ctr, b->interposer, b->limits, b->limits_len, &err);
+        gv_status st = gv_ctr_prepare(a->state_dir, a->node_dir, uid, ctr, b->interposer, b->limits, b->limits_len, &err);
         if (st == GV_OK) /* on /metrics from now on, before its first CUDA call */
             gv_monitor_note_allocate(a->state_dir, pod, c, b->interposer, b->limits,
                                      b->limits_len);
@@ -1386,7 +985,7 @@ static void mark_bad(struct gv_allocator *a, struct choice *ch)
 /* A device ID as we advertise them: <uuid> or <uuid>::<slice>; nothing else reaches a record. */
 static bool id_wellformed(const char *id)
 {
-    if (!rec_value_ok(id, "-_.:/") || strlen(id) >= 64)
+    if (!gv_ctr_value_ok(id, "-_.:/") || strlen(id) >= 64)
         return false;
     const char *sep = strstr(id, "::");
     return sep == NULL ? strchr(id, ':') == NULL
@@ -1418,18 +1017,18 @@ static int replay(struct gv_allocator *a, const char *uid, const char *ctr,
                   V1beta1__ContainerAllocateResponse *resp, char *msg, size_t cap)
 {
     char *text;
-    struct rec_text r;
+    struct gv_ctr_rec r;
     struct gv_error err;
-    if (!read_rec(a, uid, ctr, "answer", &text, &r))
+    if (!gv_ctr_read_rec(a->state_dir, uid, ctr, "answer", &text, &r))
         return fail(msg, cap, GV_GRPC_INTERNAL, "pod %s container %s: the answer record is gone",
                     uid, ctr);
-    gv_status st = load_answer(&r, resp, &err);
+    gv_status st = gv_ctr_load_answer(&r, resp, &err);
     char path[4200];
     /* the mount sources must exist again (someone may have removed them) */
     if (st == GV_OK && resp->n_mounts)
-        st = ctr_dir(a, "containers", uid, ctr, path, sizeof(path), &err);
+        st = gv_ctr_dir(a->state_dir, "containers", uid, ctr, path, sizeof(path), &err);
     if (st == GV_OK && resp->n_mounts)
-        st = make_shared_dir(a->node_dir, &err);
+        st = gv_ctr_shared_dir(a->node_dir, &err);
     if (st != GV_OK) {
         free(text);
         return fail(msg, cap, GV_GRPC_INTERNAL, "pod %s/%s container %s: %s", r.ns, r.name, ctr,
@@ -1624,7 +1223,7 @@ static int allocate(struct gv_allocator *a, const char *const *ids, size_t n_ids
     if (code == GV_GRPC_OK) {
         /* Durable before the reply: a repeat of this request gets these bytes back. */
         struct gv_error err;
-        if (write_answer(a, uid, ps->ns, ps->name, c->name, ch->best.asg.n_containers, key, resp,
+        if (gv_ctr_write_answer(a->state_dir, uid, ps->ns, ps->name, c->name, ch->best.asg.n_containers, key, resp,
                          &err) != GV_OK)
             code = fail(msg, cap, GV_GRPC_INTERNAL, "container %s: cannot record the answer: %s",
                         c->name, err.msg);
@@ -1818,7 +1417,7 @@ bool gv_allocator_prefer(void *ud, const char *const *avail, size_t n_avail,
     if (ok) {
         memcpy(out, pick, size * sizeof(*out));
         *n_out = size;
-        write_promise(a, uid, ns, name, ctr, key);
+        gv_ctr_write_promise(a->state_dir, uid, ns, name, ctr, key);
         gv_debug("GetPreferredAllocation: pod %s/%s container %s -> %s", ns, name, ctr, key);
     }
     free(key);
@@ -2168,9 +1767,9 @@ static void recover(struct gv_allocator *a)
             if (ce->d_name[0] == '.' || !safe_component(ce->d_name))
                 continue;
             char *text = NULL;
-            struct rec_text r;
-            bool answered = read_rec(a, e->d_name, ce->d_name, "answer", &text, &r);
-            bool promised = !answered && read_rec(a, e->d_name, ce->d_name, "promise", &text, &r);
+            struct gv_ctr_rec r;
+            bool answered = gv_ctr_read_rec(a->state_dir, e->d_name, ce->d_name, "answer", &text, &r);
+            bool promised = !answered && gv_ctr_read_rec(a->state_dir, e->d_name, ce->d_name, "promise", &text, &r);
             struct pod_state *p = answered || promised ? get_pod(a, e->d_name, r.ns, r.name) : NULL;
             if (p && answered && !pod_has(p, ce->d_name))
                 pod_add_done(p, ce->d_name);
@@ -2285,7 +1884,7 @@ gv_status gv_allocator_new(const struct gv_allocator_config *cfg, struct gv_kube
         gv_error_set(err, GV_EIO, "allocator: cannot create %s: %s", dir, strerror(errno));
         goto fail;
     }
-    if (make_shared_dir(a->node_dir, err) != GV_OK) {
+    if (gv_ctr_shared_dir(a->node_dir, err) != GV_OK) {
         gv_error_prefix(err, "allocator: node priority directory: ");
         goto fail;
     }

@@ -8,7 +8,8 @@
  * (allocate) and whether a served unit is usable (health).  Everything
  * else (pod matching, preferred allocation, the Allocate state machine,
  * answer records, progress annotations, the interposer's files) is common
- * and stays in allocator.c.
+ * and stays in allocator.c (with answer.c, the answer's fields, and
+ * ctr_state.c, the container's files and Allocate records).
  *
  * Adding a mode: its name in GV_INVENTORY_MODE_LIST (contracts/inventory.h,
  * the one list the scheduler and the agent share) and one file
@@ -98,7 +99,7 @@ void gv_mode_advertise_split(void *state, const struct gv_node_config *cfg,
 
 /*
  * The container's answer being built.  Mode code adds to it; the common
- * part (allocator.c) adds the visible-devices list and, when a mode asked
+ * part (allocator.c; answer.c) adds the visible-devices list and, when a mode asked
  * for it, the interposer's files, then records and replies.
  */
 struct gv_mode_answer;

@@ -67,7 +67,8 @@ fuzz_node_metrics_SRCS := tests/node/fuzz_node_metrics.c src/node/monitor.c src/
 	$(wildcard src/kube/*.c)
 fuzz_node_metrics_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) -lpthread
 # Pods from the API server through Allocate's pod selection and answer.
-fuzz_node_allocate_SRCS := tests/node/fuzz_node_allocate.c src/node/allocator.c src/node/config.c \
+fuzz_node_allocate_SRCS := tests/node/fuzz_node_allocate.c src/node/allocator.c src/node/answer.c \
+	src/node/ctr_state.c src/node/config.c \
 	src/node/passthrough.c \
 	$(wildcard src/node/mode*.c) \
 	src/node/monitor_record.c src/node/direct.c src/node/cdi.c \
