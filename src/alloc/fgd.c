@@ -15,6 +15,12 @@
  *     m (too little left, wrong model, task limit) is a fragment.
  * F_n = sum_m p(m) F_n(m).  FGD places a task where F_n grows least.
  *
+ * Supply: a class whose GPU-type constraint leaves it a fraction of the
+ * cluster's GPUs weighs p(m) x (all GPUs / GPUs it may use).  Its tasks
+ * compete for those GPUs only, so each of them matters that much more to
+ * it; FGD's plain p(m) sends untyped tasks to the models the fewest classes
+ * ask for, however few GPUs those models have (docs/alloc.md, "Supply").
+ *
  * Per node we cache, for each shape, how many GPUs can host it (cnt) and
  * the free share of those that cannot (frag); the CPU dimension folds in
  * through per-shape cumulative weights over CPU levels.  A candidate
@@ -66,27 +72,46 @@ static bool shape_model_ok(struct gv_alloc_cluster *c, struct wl_shape *s, uint3
     return s->model_ok[model];
 }
 
-static double shape_f(struct gv_alloc_cluster *c, struct wl_shape *s)
+bool fgd_supply_account(struct gv_alloc_cluster *c, const struct node *n, int sign)
 {
-    if (!xk()->supply)
-        return 1.0;
-    if (s->x_f > 0)
-        return s->x_f;
-    double all = 0, ok = 0;
-    for (uint32_t i = 0; i < c->n_nodes; i++) {
-        struct node *n = &c->nodes[i];
-        if (n->name == NULL)
-            continue;
-        for (uint32_t g = 0; g < n->n_gpus; g++) {
-            all += 1;
-            if (shape_model_ok(c, s, n->gpus[g].model_id))
-                ok += 1;
+    if (c->supply_broken)
+        return false;
+    if (c->model_gpus_n < c->n_models) {
+        uint32_t *m = realloc(c->model_gpus, c->n_models * sizeof(*m));
+        if (m == NULL) {
+            c->supply_broken = true;
+            c->supply_gen = c->supply_gen + 1 ? c->supply_gen + 1 : 1;
+            return false;
         }
+        memset(m + c->model_gpus_n, 0, (c->n_models - c->model_gpus_n) * sizeof(*m));
+        c->model_gpus = m;
+        c->model_gpus_n = c->n_models;
     }
-    s->x_f = ok > 0 ? all / ok : 1.0;
-    if (xk()->supply == 2)
-        s->x_f = sqrt(s->x_f);
-    return s->x_f;
+    for (uint32_t g = 0; g < n->n_gpus; g++) {
+        if (!n->gpus[g].healthy)
+            continue;
+        c->model_gpus[n->gpus[g].model_id] += (uint32_t)sign;
+        c->supply_gpus += (uint64_t)(int64_t)sign;
+    }
+    c->supply_gen = c->supply_gen + 1 ? c->supply_gen + 1 : 1;
+    return true;
+}
+
+/* The shape's supply factor (see the top of this file): 1 for a shape any
+ * GPU may host, and when the shape may use no GPU at all (no node can run
+ * it: its fragments are every node's free share, the same for every
+ * placement).  O(models) after each change of the cluster's GPUs. */
+static double shape_supply(struct gv_alloc_cluster *c, struct wl_shape *s)
+{
+    if (s->supply_gen == c->supply_gen)
+        return s->supply;
+    uint64_t ok = 0;
+    for (uint32_t i = 0; !c->supply_broken && i < c->model_gpus_n; i++)
+        if (shape_model_ok(c, s, i))
+            ok += c->model_gpus[i];
+    s->supply = ok > 0 && !c->supply_broken ? (double)c->supply_gpus / (double)ok : 1.0;
+    s->supply_gen = c->supply_gen;
+    return s->supply;
 }
 
 static bool shape_host(struct gv_alloc_cluster *c, struct wl_shape *s, const struct gpu *g)
@@ -158,13 +183,8 @@ static struct wl_shape *shape_find(struct gv_alloc_cluster *c, const struct gv_a
 
 void gv_alloc_observe(struct gv_alloc_cluster *c, const struct gv_alloc_request *req)
 {
-    if (req->n_containers == 0) {
-        if (xk()->cpu0) {
-            c->x_w0 += c->wl_scale;
-            c->wl_scale *= c->wl_growth;
-        }
+    if (req->n_containers == 0)
         return;
-    }
     int64_t cpu = req->cpu_milli / (int64_t)req->n_containers;
     for (uint32_t i = 0; i < req->n_containers; i++)
         shape_add_level(shape_find(c, req, &req->containers[i]), cpu, c->wl_scale);
@@ -177,7 +197,6 @@ void gv_alloc_observe(struct gv_alloc_cluster *c, const struct gv_alloc_request 
                 s->levels[j].w /= c->wl_scale;
             s->dirty = true;
         }
-        c->x_w0 /= c->wl_scale;
         c->wl_scale = 1.0;
     }
 }
@@ -204,12 +223,11 @@ static double shape_cpu_weight(struct wl_shape *s, int64_t cpu_free)
     return lo == 0 ? 0.0 : s->levels[lo - 1].cum;
 }
 
-static double shape_f(struct gv_alloc_cluster *c, struct wl_shape *s);
 static double total_weight(struct gv_alloc_cluster *c)
 {
     double w = 0;
     for (uint32_t i = 0; i < c->n_shapes; i++)
-        w += c->shapes[i].w * shape_f(c, &c->shapes[i]);
+        w += c->shapes[i].w * shape_supply(c, &c->shapes[i]);
     return w;
 }
 
@@ -278,7 +296,7 @@ double fgd_node_frag(struct gv_alloc_cluster *c, uint32_t node)
     double f = 0;
     for (uint32_t i = 0; i < c->n_shapes; i++)
         f += contrib(&c->shapes[i], n->prof_cnt[i], n->prof_frag[i], n->prof_total, cpu) *
-             shape_f(c, &c->shapes[i]);
+             shape_supply(c, &c->shapes[i]);
     return f / tw;
 }
 
@@ -322,19 +340,11 @@ double fgd_delta_memo(struct gv_alloc_cluster *c, uint32_t node,
     /* The node's own contributions do not depend on the candidate: one
      * node's candidates (fgd_best_single) share them. */
     bool have = before != NULL && before->valid;
-    double delta = 0, twn = 0;
+    double delta = 0;
     for (uint32_t i = 0; i < c->n_shapes; i++) {
         struct wl_shape *s = &c->shapes[i];
         if (s->w <= 0)
             continue;
-        if (xk()->model) {
-            bool any = false;
-            for (uint32_t g = 0; g < n->n_gpus && !any; g++)
-                any = shape_model_ok(c, s, n->gpus[g].model_id);
-            if (!any)
-                continue;
-            twn += s->w;
-        }
         int32_t cnt = n->prof_cnt[i];
         double frag = n->prof_frag[i];
         for (uint32_t j = 0; j < nch; j++) {
@@ -355,13 +365,9 @@ double fgd_delta_memo(struct gv_alloc_cluster *c, uint32_t node,
             if (before != NULL)
                 before->contrib[i] = old;
         }
-        delta += (contrib(s, (uint32_t)cnt, frag, total_new, cpu_new) - old) * shape_f(c, s);
+        delta += (contrib(s, (uint32_t)cnt, frag, total_new, cpu_new) - old) * shape_supply(c, s);
     }
     if (before != NULL)
         before->valid = true;
-    if (xk()->model == 2)
-        tw = twn > 0 ? twn : tw;
-    if (xk()->cpu0 && c->x_w0 > 0)
-        return (delta + c->x_w0 * (total_new - n->prof_total)) / (tw + c->x_w0);
     return delta / tw;
 }

@@ -16,26 +16,6 @@
 
 #include "alloc/alloc_internal.h"
 
-const struct xknobs *xk(void)
-{
-    static struct xknobs k;
-    if (!k.set) {
-        const char *e;
-        k.step = (e = getenv("GVX_STEP")) ? atof(e) : -1;
-        k.cpu0 = (e = getenv("GVX_CPU0")) ? atoi(e) : 0;
-        k.sig = (e = getenv("GVX_SIG")) ? atoi(e) : 0;
-        k.band = (e = getenv("GVX_BAND")) ? atof(e) : 0;
-        k.gpufirst = (e = getenv("GVX_GPUFIRST")) ? atoi(e) : 0;
-        k.tie = (e = getenv("GVX_TIE")) ? atoi(e) : 0;
-        k.rel = (e = getenv("GVX_REL")) ? atof(e) : 0;
-        k.model = (e = getenv("GVX_MODEL")) ? atoi(e) : 0;
-        k.supply = (e = getenv("GVX_SUPPLY")) ? atoi(e) : 0;
-        k.off = (e = getenv("GVX_OFF")) ? atof(e) : 0;
-        k.set = 1;
-    }
-    return &k;
-}
-
 /* Free GPU share (milli) the placement removes from the node. */
 static double share_taken(const struct node *n, const struct pick *p)
 {
@@ -46,68 +26,6 @@ static double share_taken(const struct node *n, const struct pick *p)
     for (uint32_t j = 0; j < nch; j++)
         d += alloc_gpu_free_share(&n->gpus[idx[j]]) - alloc_gpu_free_share(&after[j]);
     return d;
-}
-
-static double fgd_q(const struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
-                    double delta)
-{
-    const struct xknobs *k = xk();
-    if (k->band > 0)
-        return -delta;
-    if (k->sig)
-        return floor(100.0 / (1.0 + exp(delta / 1000.0)));
-    double step = k->step >= 0 ? k->step : c->cfg.fgd_score_step;
-    if (k->rel > 0) {
-        double dem = 0;
-        for (uint32_t i = 0; i < req->n_containers; i++)
-            dem += (double)req->containers[i].num_gpu * (double)req->containers[i].milli;
-        step = k->rel * dem;
-    }
-    return step > 0 ? floor(-delta / step + k->off) : -delta;
-}
-
-/* EXPERIMENT: secondary (0..1, higher preferred) for ties */
-static double x_tie_metric(const struct gv_alloc_cluster *c, const struct req_view *v,
-                           const struct node *n, const struct pick *p)
-{
-    int t = xk()->tie;
-    bool frac = v->req->n_containers == 1 && v->req->containers[0].num_gpu == 1 &&
-                v->req->containers[0].milli < GV_ALLOC_MILLI;
-    if (t == 0 || v->req->n_containers == 0 || n->n_gpus == 0)
-        return 0;
-    if ((t == 3 || t == 4 || t == 6 || t == 8 || t == 10) && !frac)
-        return 0;
-    struct gpu after[GV_ALLOC_MAX_NODE_GPUS];
-    uint8_t ix[GV_ALLOC_MAX_NODE_GPUS];
-    uint32_t nch = alloc_pick_apply(n, p, ix, after);
-    double taken = 0, left = 0;
-    for (uint32_t j = 0; j < nch; j++) {
-        taken += alloc_gpu_free_share(&n->gpus[ix[j]]) - alloc_gpu_free_share(&after[j]);
-        left += alloc_gpu_free_share(&after[j]);
-    }
-    double gused = 1.0 - (n->free_share - taken) / ((double)n->n_gpus * GV_ALLOC_MILLI);
-    switch (t) {
-    case 2: return 1.0 - gused;
-    case 4: return 1.0 - left / (nch * (double)GV_ALLOC_MILLI);
-    case 6: case 7: case 10: case 11: {
-        uint32_t fr = 0;
-        for (uint32_t g = 0; g < n->n_gpus; g++) {
-            const struct gpu *gg = &n->gpus[g];
-            for (uint32_t j = 0; j < nch; j++)
-                if (ix[j] == g)
-                    gg = &after[j];
-            if (gg->tasks == 0 && gg->used_milli == 0)
-                fr++;
-        }
-        return t >= 10 ? 1.0 - fr / 64.0 : 1.0 - (double)fr / n->n_gpus;
-    }
-    case 8: case 9: {
-        double cu = n->cpu_cap > 0 ? (double)(n->cpu_used + v->req->cpu_milli) / (double)n->cpu_cap : 0;
-        return 0.5 * gused + 0.5 * cu;
-    }
-    default: return gused;
-    }
-    (void)c;
 }
 
 static bool same_state(const struct gpu *a, const struct gpu *b)
@@ -149,15 +67,34 @@ static double fgd_best_single(struct gv_alloc_cluster *c, const struct req_view 
         alt.gpu[0] = (uint8_t)g;
         alt.mem[0] = need;
         double d = fgd_delta_memo(c, node, v->req, &alt, &before);
-        if (xk()->gpufirst ? (fgd_q(c, v->req, d) > fgd_q(c, v->req, best) ||
-                              (fgd_q(c, v->req, d) == fgd_q(c, v->req, best) && g < p->gpu[0]))
-                           : d < best - 1e-9 * fmax(1.0, fabs(best))) {
+        if (d < best - 1e-9 * fmax(1.0, fabs(best))) {
             best = d;
             p->gpu[0] = (uint8_t)g;
             p->mem[0] = need;
         }
     }
     return best;
+}
+
+/*
+ * Tie-break of quantised FGD scores for a sharing task (one GPU, under a
+ * whole one), in [0, 1): the fewer GPUs no task uses the node keeps after
+ * the placement, the higher.  Among placements that fragment alike, a
+ * slice goes where it opens no idle GPU another node would have to give
+ * up, so idle GPUs (and nodes of them) stay together for whole-GPU and
+ * multi-GPU tasks (docs/alloc.md, "Ties").
+ */
+static double fgd_share_tie(const struct node *n, const struct gv_alloc_request *req,
+                            const struct pick *p)
+{
+    if (req->n_containers != 1 || req->containers[0].num_gpu != 1 ||
+        req->containers[0].milli >= GV_ALLOC_MILLI)
+        return 0;
+    uint32_t idle = 0;
+    for (uint32_t g = 0; g < n->n_gpus; g++)
+        if (n->gpus[g].healthy && n->gpus[g].tasks == 0 && g != p->gpu[0])
+            idle++;
+    return (double)(GV_ALLOC_MAX_NODE_GPUS - idle) / (GV_ALLOC_MAX_NODE_GPUS + 1);
 }
 
 /* Fits the request on node and scores it; false (with reason) if no fit. */
@@ -196,9 +133,8 @@ static bool eval_node(struct gv_alloc_cluster *c, const struct req_view *v, uint
             *score = -fgd_delta(c, node, v->req, p);
         /* Quantised: near-equal deltas tie and go to the first node by
          * name, which consolidates load (docs/alloc.md, "Ties"). */
-        *score = fgd_q(c, v->req, -*score);
-        if (xk()->tie && xk()->band <= 0)
-            *score += 0.5 * x_tie_metric(c, v, n, p);
+        if (c->cfg.fgd_score_step > 0)
+            *score = floor(*score / c->cfg.fgd_score_step) + fgd_share_tie(n, v->req, p);
         /* A pod without GPUs only takes CPU and memory: put it where the
          * GPUs are most used (its CPU is worth least to GPU tasks there),
          * nodes without GPUs first; the fragmentation delta breaks ties. */
@@ -393,11 +329,6 @@ static uint32_t class_first_candidate(const struct gv_alloc_cluster *c, const st
  * Same result as the exhaustive loop below; *best stays UINT32_MAX when
  * nothing fits.
  */
-static uint32_t x_cand[1u << 20];
-static double x_sc[1u << 20];
-static double x_used[1u << 20];
-static uint32_t x_nc;
-
 static void visit_class(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t ki,
                         const struct idx_need *need, uint64_t allowed, bool cpu_only_fgd,
                         uint32_t *best, double *best_score)
@@ -420,17 +351,6 @@ static void visit_class(struct gv_alloc_cluster *c, const struct req_view *v, ui
     double sc;
     if (!eval_node(c, v, idx, &p, &sc, NULL, 0))
         return;
-    if (xk()->band > 0 && !cpu_only_fgd && v->policy == GV_ALLOC_POLICY_FGD && x_nc < (1u << 20)) {
-        x_cand[x_nc] = idx;
-        const struct node *xn = &c->nodes[idx];
-        bool frac = v->req->n_containers == 1 && v->req->containers[0].num_gpu == 1 &&
-                    v->req->containers[0].milli < GV_ALLOC_MILLI;
-        x_used[x_nc] = (xk()->tie == 1 || (xk()->tie == 3 && frac)) && xn->n_gpus
-                           ? 1.0 - (xn->free_share - share_taken(xn, &p)) /
-                                       ((double)xn->n_gpus * GV_ALLOC_MILLI)
-                           : 0;
-        x_sc[x_nc++] = sc;
-    }
     if (*best == UINT32_MAX || better(sc, c->nodes[idx].name, *best_score, c->nodes[*best].name)) {
         *best = idx;
         *best_score = sc;
@@ -464,7 +384,6 @@ static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, u
      * buckets first; the others fullest first.  The order changes nothing
      * but the work (ties go by name). */
     bool rev = v->policy == GV_ALLOC_POLICY_SPREAD;
-    x_nc = 0;
     for (uint32_t wi = wmin; wi <= IDX_WHOLE_MAX; wi++) {
         uint32_t w = rev ? IDX_WHOLE_MAX - (wi - wmin) : wi;
         for (uint32_t fi = fmin; fi < IDX_FRAC_BUCKETS; fi++) {
@@ -473,20 +392,6 @@ static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, u
                  ki = c->cls[ki].next)
                 visit_class(c, v, ki, &need, allowed, false, best, best_score);
         }
-    }
-    if (xk()->band > 0 && x_nc > 0 && v->policy == GV_ALLOC_POLICY_FGD) {
-        double top = x_sc[0];
-        for (uint32_t i = 1; i < x_nc; i++)
-            top = fmax(top, x_sc[i]);
-        uint32_t b = UINT32_MAX;
-        for (uint32_t i = 0; i < x_nc; i++)
-            if (x_sc[i] >= top - xk()->band &&
-                (b == UINT32_MAX || x_used[i] > x_used[b] + 1e-12 ||
-                 (x_used[i] >= x_used[b] - 1e-12 &&
-                  strcmp(c->nodes[x_cand[i]].name, c->nodes[x_cand[b]].name) < 0)))
-                b = i;
-        *best = x_cand[b];
-        *best_score = x_sc[b];
     }
 }
 

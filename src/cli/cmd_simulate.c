@@ -298,10 +298,6 @@ int gv_cmd_simulate(int argc, char **argv)
         free(rep.refs);
         rep.refs = NULL;
     }
-    if (getenv("GVX_NOREF")) {
-        free(rep.refs);
-        rep.refs = NULL;
-    }
     for (uint32_t s = 0; rep.refs != NULL && s < rep.n_seeds; s++) {
         if (gv_sim_reference(t, rep.seeds[s], &rep.refs[s], &err) != GV_OK)
             goto fail;

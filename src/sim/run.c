@@ -464,14 +464,6 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
                     count_links(t, sorted, a, out);
             } else {
                 out->failed++;
-                if (getenv("GVX_LOGFAIL") && (double)arrived < (double)cap)
-                    fprintf(stderr, "FAIL seed=%llu k=%llu pct=%.2f gpus=%u milli=%u cpu=%lld type=%s\n",
-                            (unsigned long long)seed, (unsigned long long)k,
-                            100.0 * (double)arrived / (double)cap,
-                            r->n_containers ? r->containers[0].num_gpu : 0,
-                            r->n_containers ? (unsigned)r->containers[0].milli : 0,
-                            (long long)r->cpu_milli,
-                            r->constraint[GV_ALLOC_USE_TYPE] ? r->constraint[GV_ALLOC_USE_TYPE] : "-");
             }
         }
         arrived += milli;
