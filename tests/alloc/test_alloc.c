@@ -1186,6 +1186,31 @@ static void test_fgd_cpu_only_pods_avoid_free_gpus(void **state)
     gv_alloc_cluster_free(c);
 }
 
+/* Places r on node (a one-name candidate list). */
+static void place_on(struct gv_alloc_cluster *c, struct gv_alloc_request *r, const char *node)
+{
+    const char *only[] = {node};
+    struct gv_alloc_assignment a;
+    struct gv_error err = {0};
+    if (gv_alloc_pick(c, r, only, 1, &a, &err) != GV_OK ||
+        gv_alloc_place(c, r, &a, &err) != GV_OK)
+        fail_msg("place on %s: %s", node, err.msg);
+}
+
+/* FGD cluster of two nodes with gpus T4s each; one task of busy_milli on
+ * the node named busy. */
+static struct gv_alloc_cluster *pair_with_busy(const char *idle, const char *busy, uint32_t gpus,
+                                               uint32_t busy_milli)
+{
+    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_FGD);
+    add_node(c, idle, gpus, "T4", 0, 0);
+    add_node(c, busy, gpus, "T4", 0, 0);
+    struct gv_alloc_request *r = simple_req("busy", 1, 0, busy_milli);
+    place_on(c, r, busy);
+    gv_alloc_request_free(r);
+    return c;
+}
+
 /* A request confined to GPU models matching types (a comma list). */
 static struct gv_alloc_request *typed_req(const char *uid, uint32_t milli, const char *types)
 {
@@ -1251,20 +1276,14 @@ static void test_fgd_supply_weights_typed_classes(void **state)
  * Ties of a sharing task go to the node that keeps the fewest idle GPUs:
  * "n1" has 2 idle GPUs, "n2" one idle and one busy with a whole task.  A
  * 500m slice fragments nothing on either (workload: 500m tasks only), so
- * the name would pick n1 and break its second idle GPU pair; the slice
- * goes to n2.  A whole-GPU task still ties by name (n1).
+ * the name would pick n1 and take one of its two idle GPUs; the slice goes
+ * to n2.  A whole-GPU task still ties by name (n1).
  */
 static void test_fgd_sharing_tie_keeps_idle_gpus(void **state)
 {
     (void)state;
-    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_FGD);
-    add_node(c, "n1", 2, "T4", 0, 0);
-    add_node(c, "n2", 2, "T4", 0, 0);
-    struct gv_alloc_request *whole = simple_req("whole", 1, 0, 1000);
-    const char *only_n2[] = {"n2"};
+    struct gv_alloc_cluster *c = pair_with_busy("n1", "n2", 2, 1000);
     struct gv_alloc_assignment a;
-    assert_int_equal(gv_alloc_pick(c, whole, only_n2, 1, &a, NULL), GV_OK);
-    assert_int_equal(gv_alloc_place(c, whole, &a, NULL), GV_OK);
     struct gv_alloc_request *half = simple_req("half", 1, 0, 500);
     gv_alloc_observe(c, half);
     assert_int_equal(gv_alloc_pick(c, half, NULL, 0, &a, NULL), GV_OK);
@@ -1273,7 +1292,6 @@ static void test_fgd_sharing_tie_keeps_idle_gpus(void **state)
     struct gv_alloc_request *whole2 = simple_req("whole2", 1, 0, 1000);
     assert_int_equal(gv_alloc_pick(c, whole2, NULL, 0, &a, NULL), GV_OK);
     assert_string_equal(a.node, "n1");
-    gv_alloc_request_free(whole);
     gv_alloc_request_free(whole2);
     gv_alloc_request_free(half);
     gv_alloc_cluster_free(c);
@@ -1289,14 +1307,8 @@ static void test_fgd_sharing_tie_keeps_idle_gpus(void **state)
 static void test_fgd_score_step_resolves_50_milli(void **state)
 {
     (void)state;
-    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_FGD);
-    add_node(c, "p", 1, "T4", 0, 0);
-    add_node(c, "q", 1, "T4", 0, 0);
-    struct gv_alloc_request *used = simple_req("used", 1, 0, 400);
-    const char *only_q[] = {"q"};
+    struct gv_alloc_cluster *c = pair_with_busy("p", "q", 1, 400);
     struct gv_alloc_assignment a;
-    assert_int_equal(gv_alloc_pick(c, used, only_q, 1, &a, NULL), GV_OK);
-    assert_int_equal(gv_alloc_place(c, used, &a, NULL), GV_OK);
     struct gv_alloc_request *w5 = simple_req("w5", 1, 0, 500);
     struct gv_alloc_request *w7 = simple_req("w7", 1, 0, 700);
     gv_alloc_observe(c, w5);
@@ -1304,7 +1316,6 @@ static void test_fgd_score_step_resolves_50_milli(void **state)
     struct gv_alloc_request *small = simple_req("small", 1, 0, 100);
     assert_int_equal(gv_alloc_pick(c, small, NULL, 0, &a, NULL), GV_OK);
     assert_string_equal(a.node, "q");
-    gv_alloc_request_free(used);
     gv_alloc_request_free(w5);
     gv_alloc_request_free(w7);
     gv_alloc_request_free(small);
