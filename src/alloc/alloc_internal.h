@@ -138,6 +138,10 @@ struct wl_shape {
     struct wl_level levels[WL_MAX_LEVELS]; /* by ascending cpu */
     uint32_t n_levels;
     bool dirty;            /* cum needs recomputing */
+    /* cluster GPUs / GPUs of the models the shape may use (fgd.c,
+     * shape_supply); valid while supply_gen matches the cluster's */
+    double supply;
+    uint32_t supply_gen;
 };
 
 /* Per-call memo of scores by node signature (policy.c). */
@@ -170,6 +174,13 @@ struct gv_alloc_cluster {
     uint32_t shapes_gen;   /* bumps whenever the shape set changes */
     double wl_scale;       /* weight of the next observation (decay) */
     double wl_growth;
+    /* healthy GPUs per interned model and in all, for FGD's supply factor;
+     * supply_gen bumps whenever they change (never 0) */
+    uint32_t *model_gpus;
+    uint32_t model_gpus_n;
+    uint64_t supply_gpus;
+    uint32_t supply_gen;
+    bool supply_broken; /* out of memory once: every factor is 1 */
     int64_t max_cpu;       /* largest node CPU capacity (bestfit) */
     uint32_t max_gpus;     /* largest node GPU count (bestfit) */
     struct memo_slot *memo;
@@ -259,6 +270,9 @@ double fgd_delta_memo(struct gv_alloc_cluster *c, uint32_t node,
                       struct fgd_before *before);
 void fgd_free_shapes(struct gv_alloc_cluster *c);
 void fgd_node_invalidate(struct node *n);
+/* Adds (sign +1) or removes (-1) the node's healthy GPUs from the per-model
+ * supply; false when out of memory (the factor then degrades to 1). */
+bool fgd_supply_account(struct gv_alloc_cluster *c, const struct node *n, int sign);
 gv_status alloc_model_intern(struct gv_alloc_cluster *c, const char *model, uint32_t *id,
                              struct gv_error *err);
 static inline const char *alloc_gpu_model(const struct gv_alloc_cluster *c, const struct gpu *g)

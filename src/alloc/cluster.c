@@ -33,6 +33,7 @@ gv_status gv_alloc_cluster_new(const struct gv_alloc_config *cfg, struct gv_allo
     c->wl_scale = 1.0;
     c->wl_growth = c->cfg.workload_half_life > 0 ? exp2(1.0 / c->cfg.workload_half_life) : 1.0;
     c->shapes_gen = 1;
+    c->supply_gen = 1;
     index_init(c);
     *out = c;
     return GV_OK;
@@ -66,6 +67,7 @@ void gv_alloc_cluster_free(struct gv_alloc_cluster *c)
         free(c->model_names[i]);
     free(c->model_names);
     fgd_free_shapes(c);
+    free(c->model_gpus);
     free(c->memo);
     index_free(c);
     free(c);
@@ -320,6 +322,7 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
                         d->gpu = j;
             }
         }
+        fgd_supply_account(c, n, -1);
         strmap_del(&c->node_map, n->name); /* the old name: in the old block, freed below */
         n->name = name;
         strmap_put(&c->node_map, name, idx); /* cannot grow: same count */
@@ -329,6 +332,7 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
     n->mem_cap = s->mem_mib;
     n->gpus = gpus;
     n->n_gpus = (uint32_t)s->n_gpus;
+    fgd_supply_account(c, n, +1);
     for (struct pod *p = n->pods; p != NULL; p = p->next)
         pod_apply(n, p, +1);
     if (n->cpu_cap > c->max_cpu)
@@ -367,6 +371,7 @@ gv_status gv_alloc_node_remove(struct gv_alloc_cluster *c, const char *name, str
         pod_forget(c, p);
     }
     index_node_remove(c, idx);
+    fgd_supply_account(c, n, -1);
     strmap_del(&c->node_map, n->name);
     node_clear(n);
     c->live_nodes--;

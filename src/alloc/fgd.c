@@ -15,6 +15,12 @@
  *     m (too little left, wrong model, task limit) is a fragment.
  * F_n = sum_m p(m) F_n(m).  FGD places a task where F_n grows least.
  *
+ * Supply: a class whose GPU-type constraint leaves it a fraction of the
+ * cluster's GPUs weighs p(m) x (all GPUs / GPUs it may use).  Its tasks
+ * compete for those GPUs only, so each of them matters that much more to
+ * it; FGD's plain p(m) sends untyped tasks to the models the fewest classes
+ * ask for, however few GPUs those models have (docs/alloc.md, "Supply").
+ *
  * Per node we cache, for each shape, how many GPUs can host it (cnt) and
  * the free share of those that cannot (frag); the CPU dimension folds in
  * through per-shape cumulative weights over CPU levels.  A candidate
@@ -64,6 +70,48 @@ static bool shape_model_ok(struct gv_alloc_cluster *c, struct wl_shape *s, uint3
         s->model_ok_n = c->n_models;
     }
     return s->model_ok[model];
+}
+
+bool fgd_supply_account(struct gv_alloc_cluster *c, const struct node *n, int sign)
+{
+    if (c->supply_broken)
+        return false;
+    if (c->model_gpus_n < c->n_models) {
+        uint32_t *m = realloc(c->model_gpus, c->n_models * sizeof(*m));
+        if (m == NULL) {
+            c->supply_broken = true;
+            c->supply_gen = c->supply_gen + 1 ? c->supply_gen + 1 : 1;
+            return false;
+        }
+        memset(m + c->model_gpus_n, 0, (c->n_models - c->model_gpus_n) * sizeof(*m));
+        c->model_gpus = m;
+        c->model_gpus_n = c->n_models;
+    }
+    for (uint32_t g = 0; g < n->n_gpus; g++) {
+        if (!n->gpus[g].healthy)
+            continue;
+        c->model_gpus[n->gpus[g].model_id] += (uint32_t)sign;
+        c->supply_gpus += (uint64_t)(int64_t)sign;
+    }
+    c->supply_gen = c->supply_gen + 1 ? c->supply_gen + 1 : 1;
+    return true;
+}
+
+/* The shape's supply factor (see the top of this file): 1 for a shape any
+ * GPU may host, and when the shape may use no GPU at all (no node can run
+ * it: its fragments are every node's free share, the same for every
+ * placement).  O(models) after each change of the cluster's GPUs. */
+static double shape_supply(struct gv_alloc_cluster *c, struct wl_shape *s)
+{
+    if (s->supply_gen == c->supply_gen)
+        return s->supply;
+    uint64_t ok = 0;
+    for (uint32_t i = 0; !c->supply_broken && i < c->model_gpus_n; i++)
+        if (shape_model_ok(c, s, i))
+            ok += c->model_gpus[i];
+    s->supply = ok > 0 && !c->supply_broken ? (double)c->supply_gpus / (double)ok : 1.0;
+    s->supply_gen = c->supply_gen;
+    return s->supply;
 }
 
 static bool shape_host(struct gv_alloc_cluster *c, struct wl_shape *s, const struct gpu *g)
@@ -175,11 +223,11 @@ static double shape_cpu_weight(struct wl_shape *s, int64_t cpu_free)
     return lo == 0 ? 0.0 : s->levels[lo - 1].cum;
 }
 
-static double total_weight(const struct gv_alloc_cluster *c)
+static double total_weight(struct gv_alloc_cluster *c)
 {
     double w = 0;
     for (uint32_t i = 0; i < c->n_shapes; i++)
-        w += c->shapes[i].w;
+        w += c->shapes[i].w * shape_supply(c, &c->shapes[i]);
     return w;
 }
 
@@ -247,7 +295,8 @@ double fgd_node_frag(struct gv_alloc_cluster *c, uint32_t node)
     int64_t cpu = cpu_free_of(n, 0);
     double f = 0;
     for (uint32_t i = 0; i < c->n_shapes; i++)
-        f += contrib(&c->shapes[i], n->prof_cnt[i], n->prof_frag[i], n->prof_total, cpu);
+        f += contrib(&c->shapes[i], n->prof_cnt[i], n->prof_frag[i], n->prof_total, cpu) *
+             shape_supply(c, &c->shapes[i]);
     return f / tw;
 }
 
@@ -316,7 +365,7 @@ double fgd_delta_memo(struct gv_alloc_cluster *c, uint32_t node,
             if (before != NULL)
                 before->contrib[i] = old;
         }
-        delta += contrib(s, (uint32_t)cnt, frag, total_new, cpu_new) - old;
+        delta += (contrib(s, (uint32_t)cnt, frag, total_new, cpu_new) - old) * shape_supply(c, s);
     }
     if (before != NULL)
         before->valid = true;

@@ -106,8 +106,10 @@ struct gv_alloc_config {
     double workload_half_life;
     /*
      * FGD scores (fragmentation decrease, milli-GPU) are quantised to
-     * steps of this size; placements in the best step tie and go to the
-     * first node by name (first fit).  0 = exact scores.
+     * steps of this size (default 40); placements in the best step tie:
+     * a sharing task (one GPU, under a whole one) goes to the node that
+     * keeps the fewest idle GPUs, anything else to the first node by name
+     * (first fit).  0 = exact scores, ties by name only.
      */
     double fgd_score_step;
     /*

@@ -76,6 +76,27 @@ static double fgd_best_single(struct gv_alloc_cluster *c, const struct req_view 
     return best;
 }
 
+/*
+ * Tie-break of quantised FGD scores for a sharing task (one GPU, under a
+ * whole one), in [0, 1): the fewer GPUs no task uses the node keeps after
+ * the placement, the higher.  Among placements that fragment alike, a
+ * slice goes where it opens no idle GPU another node would have to give
+ * up, so idle GPUs (and nodes of them) stay together for whole-GPU and
+ * multi-GPU tasks (docs/alloc.md, "Ties").
+ */
+static double fgd_share_tie(const struct node *n, const struct gv_alloc_request *req,
+                            const struct pick *p)
+{
+    if (req->n_containers != 1 || req->containers[0].num_gpu != 1 ||
+        req->containers[0].milli >= GV_ALLOC_MILLI)
+        return 0;
+    uint32_t idle = 0;
+    for (uint32_t g = 0; g < n->n_gpus; g++)
+        if (n->gpus[g].healthy && n->gpus[g].tasks == 0 && g != p->gpu[0])
+            idle++;
+    return (double)(GV_ALLOC_MAX_NODE_GPUS - idle) / (GV_ALLOC_MAX_NODE_GPUS + 1);
+}
+
 /* Fits the request on node and scores it; false (with reason) if no fit. */
 static bool eval_node(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t node,
                       struct pick *p, double *score, char *reason, size_t cap)
@@ -113,7 +134,7 @@ static bool eval_node(struct gv_alloc_cluster *c, const struct req_view *v, uint
         /* Quantised: near-equal deltas tie and go to the first node by
          * name, which consolidates load (docs/alloc.md, "Ties"). */
         if (c->cfg.fgd_score_step > 0)
-            *score = floor(*score / c->cfg.fgd_score_step);
+            *score = floor(*score / c->cfg.fgd_score_step) + fgd_share_tie(n, v->req, p);
         /* A pod without GPUs only takes CPU and memory: put it where the
          * GPUs are most used (its CPU is worth least to GPU tasks there),
          * nodes without GPUs first; the fragmentation delta breaks ties. */

@@ -1,4 +1,5 @@
 /* Tests for src/alloc: quantities, requests, filter, place/release, codec. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1185,6 +1186,142 @@ static void test_fgd_cpu_only_pods_avoid_free_gpus(void **state)
     gv_alloc_cluster_free(c);
 }
 
+/* Places r on node (a one-name candidate list). */
+static void place_on(struct gv_alloc_cluster *c, struct gv_alloc_request *r, const char *node)
+{
+    const char *only[] = {node};
+    struct gv_alloc_assignment a;
+    struct gv_error err = {0};
+    if (gv_alloc_pick(c, r, only, 1, &a, &err) != GV_OK ||
+        gv_alloc_place(c, r, &a, &err) != GV_OK)
+        fail_msg("place on %s: %s", node, err.msg);
+}
+
+/* FGD cluster of two nodes with gpus T4s each; one task of busy_milli on
+ * the node named busy. */
+static struct gv_alloc_cluster *pair_with_busy(const char *idle, const char *busy, uint32_t gpus,
+                                               uint32_t busy_milli)
+{
+    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_FGD);
+    add_node(c, idle, gpus, "T4", 0, 0);
+    add_node(c, busy, gpus, "T4", 0, 0);
+    struct gv_alloc_request *r = simple_req("busy", 1, 0, busy_milli);
+    place_on(c, r, busy);
+    gv_alloc_request_free(r);
+    return c;
+}
+
+/* A request confined to GPU models matching types (a comma list). */
+static struct gv_alloc_request *typed_req(const char *uid, uint32_t milli, const char *types)
+{
+    struct gv_alloc_request *r = simple_req(uid, 1, 0, milli);
+    r->constraint[GV_ALLOC_USE_TYPE] = strdup(types);
+    assert_non_null(r->constraint[GV_ALLOC_USE_TYPE]);
+    return r;
+}
+
+/*
+ * Supply: a class confined to some GPU models weighs p(m) x (cluster GPUs /
+ * GPUs it may use).  Cluster: "a-scarce" with 2 A100, "b-1".."b-4" with 8
+ * T4 each (34 GPUs).  Workload: one A100 task, one T4 task, one untyped
+ * task, 1 GPU each.  Plain FGD: an untyped task on a-scarce frees the
+ * T4 class of 1000 of fragment (p 1/3), on b-1 the A100 class (p 1/3):
+ * a tie, and the name sends it to the scarce A100s.  With supply the A100
+ * class weighs 17 (34/2), the T4 class 34/32: b-1 wins by far.
+ */
+static void test_fgd_supply_weights_typed_classes(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_FGD);
+    add_node(c, "a-scarce", 2, "NVIDIA A100", 0, 0);
+    add_node(c, "b-1", 8, "Tesla T4", 0, 0);
+    add_node(c, "b-2", 8, "Tesla T4", 0, 0);
+    add_node(c, "b-3", 8, "Tesla T4", 0, 0);
+    add_node(c, "b-4", 8, "Tesla T4", 0, 0);
+    struct gv_alloc_request *ta = typed_req("ta", 1000, "a100");
+    struct gv_alloc_request *tt = typed_req("tt", 1000, "t4");
+    struct gv_alloc_request *any = simple_req("any", 1, 0, 1000);
+    gv_alloc_observe(c, ta);
+    gv_alloc_observe(c, tt);
+    gv_alloc_observe(c, any);
+    /* F(b-1): the A100 class cannot run there, all 8000 free is its
+     * fragment: 17 x 8000 / (17 + 34/32 + 1) */
+    double f, want = 17.0 * 8000.0 / (17.0 + 34.0 / 32.0 + 1.0);
+    assert_int_equal(gv_alloc_node_fragmentation(c, "b-1", &f, NULL), GV_OK);
+    if (fabs(f - want) > 1e-6)
+        fail_msg("F(b-1) = %f, want %f", f, want);
+    struct gv_alloc_assignment a;
+    assert_int_equal(gv_alloc_pick(c, any, NULL, 0, &a, NULL), GV_OK);
+    assert_string_equal(a.node, "b-1");
+    assert_int_equal(gv_alloc_pick(c, ta, NULL, 0, &a, NULL), GV_OK);
+    assert_string_equal(a.node, "a-scarce");
+    /* The factors follow the cluster: without the A100 node the A100 class
+     * may use no GPU (factor 1) and the T4 class every GPU (factor 1). */
+    assert_int_equal(gv_alloc_node_remove(c, "a-scarce", NULL), GV_OK);
+    assert_int_equal(gv_alloc_node_fragmentation(c, "b-1", &f, NULL), GV_OK);
+    if (fabs(f - 8000.0 / 3.0) > 1e-6)
+        fail_msg("F(b-1) after removal = %f", f);
+    /* and come back with it */
+    add_node(c, "a-scarce", 2, "NVIDIA A100", 0, 0);
+    assert_int_equal(gv_alloc_node_fragmentation(c, "b-1", &f, NULL), GV_OK);
+    if (fabs(f - want) > 1e-6)
+        fail_msg("F(b-1) after re-adding = %f, want %f", f, want);
+    gv_alloc_request_free(ta);
+    gv_alloc_request_free(tt);
+    gv_alloc_request_free(any);
+    gv_alloc_cluster_free(c);
+}
+
+/*
+ * Ties of a sharing task go to the node that keeps the fewest idle GPUs:
+ * "n1" has 2 idle GPUs, "n2" one idle and one busy with a whole task.  A
+ * 500m slice fragments nothing on either (workload: 500m tasks only), so
+ * the name would pick n1 and take one of its two idle GPUs; the slice goes
+ * to n2.  A whole-GPU task still ties by name (n1).
+ */
+static void test_fgd_sharing_tie_keeps_idle_gpus(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = pair_with_busy("n1", "n2", 2, 1000);
+    struct gv_alloc_assignment a;
+    struct gv_alloc_request *half = simple_req("half", 1, 0, 500);
+    gv_alloc_observe(c, half);
+    assert_int_equal(gv_alloc_pick(c, half, NULL, 0, &a, NULL), GV_OK);
+    assert_string_equal(a.node, "n2");
+    assert_string_equal(a.containers[0].devices[0].uuid, "n2-g1");
+    struct gv_alloc_request *whole2 = simple_req("whole2", 1, 0, 1000);
+    assert_int_equal(gv_alloc_pick(c, whole2, NULL, 0, &a, NULL), GV_OK);
+    assert_string_equal(a.node, "n1");
+    gv_alloc_request_free(whole2);
+    gv_alloc_request_free(half);
+    gv_alloc_cluster_free(c);
+}
+
+/*
+ * Score step 40 milli: workload 500m and 700m tasks, one each.  "p" has an
+ * idle GPU, "q" a GPU with 400m used.  A 100m task on p fragments nothing
+ * (900 left hosts both); on q it turns the 600 left (a fragment for the
+ * 700m class: 300 weighted) into 500 (250): 50 milli less.  Steps of 160
+ * tied the two (p by name); steps of 40 tell them apart.
+ */
+static void test_fgd_score_step_resolves_50_milli(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = pair_with_busy("p", "q", 1, 400);
+    struct gv_alloc_assignment a;
+    struct gv_alloc_request *w5 = simple_req("w5", 1, 0, 500);
+    struct gv_alloc_request *w7 = simple_req("w7", 1, 0, 700);
+    gv_alloc_observe(c, w5);
+    gv_alloc_observe(c, w7);
+    struct gv_alloc_request *small = simple_req("small", 1, 0, 100);
+    assert_int_equal(gv_alloc_pick(c, small, NULL, 0, &a, NULL), GV_OK);
+    assert_string_equal(a.node, "q");
+    gv_alloc_request_free(w5);
+    gv_alloc_request_free(w7);
+    gv_alloc_request_free(small);
+    gv_alloc_cluster_free(c);
+}
+
 /* --- assignment codec ---------------------------------------------------- */
 
 static void test_assignment_roundtrip(void **state)
@@ -1293,6 +1430,9 @@ int main(void)
         cmocka_unit_test(test_fgd_workload_decay),
         cmocka_unit_test(test_fgd_cpu_dimension),
         cmocka_unit_test(test_fgd_cpu_only_pods_avoid_free_gpus),
+        cmocka_unit_test(test_fgd_supply_weights_typed_classes),
+        cmocka_unit_test(test_fgd_sharing_tie_keeps_idle_gpus),
+        cmocka_unit_test(test_fgd_score_step_resolves_50_milli),
         cmocka_unit_test(test_assignment_roundtrip),
         cmocka_unit_test(test_assignment_strict_parser),
     };
