@@ -619,10 +619,13 @@ int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     gv_log_init("bench", GV_LOG_ERROR);
-    /* BENCH_SCHED_ONLY=inproc: the in-process parts alone (profiling). */
+    /* BENCH_SCHED_ONLY=inproc: the in-process parts alone; inproc-huge:
+     * the 50,000-node one alone (profiling). */
     const char *only = getenv("BENCH_SCHED_ONLY");
     if (only != NULL && strcmp(only, "inproc") == 0)
         return part_inproc("fgd", BIG_NODES) | part_inproc("fgd", HUGE_NODES);
+    if (only != NULL && strcmp(only, "inproc-huge") == 0)
+        return part_inproc("fgd", HUGE_NODES);
     char dir[] = "/tmp/gv-bench-sched.XXXXXX";
     if (mkdtemp(dir) == NULL)
         return 1;
