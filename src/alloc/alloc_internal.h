@@ -34,19 +34,29 @@ struct gpu {
     uint32_t model_id; /* interned lower-cased model */
     int32_t numa;
     bool healthy;
+    uint8_t mode; /* gv_alloc_gpu_mode (checked <= GV_ALLOC_GPU_MPS) */
     uint16_t model_name; /* the model as given: c->model_names[model_name] */
-    gv_alloc_gpu_mode mode;
+    /* The uuid's text, (const char *)this + uuid_off (gpu_uuid): in the
+     * same block as the node's gpus array, after it (fixed 96-byte arrays
+     * cost 190 of the 250 bytes of a GPU at 40,000 GPUs).  An offset, not
+     * a pointer: 56 bytes a GPU instead of 64 (3 MiB at 400,000 GPUs).
+     * The block is at most 64 GPUs and 64 uuids of < 96 bytes, so the
+     * offset fits 16 bits.  Copies of a struct gpu (the "after" states of
+     * fit.c, fgd.c, policy.c) have no uuid: only the block's are read.
+     * The model's text is the cluster's (a pointer per GPU was 8 of its
+     * 72 bytes, for a handful of distinct models). */
+    uint16_t uuid_off;
     uint32_t index;
     /* interconnect groups (gv_alloc_node_set_links): 0 = none; 16 bits
      * hold 1 + any GPU index (< 1024).  Here, in what was padding before
      * the pointers: after them they made the struct 80 bytes, not 72. */
     uint16_t nvlink_group, pcie_group;
-    /* cold: in the same block as the node's gpus array, after it (fixed
-     * 96-byte arrays cost 190 of the 250 bytes of a GPU at 40,000 GPUs).
-     * The model's text is the cluster's (a pointer per GPU was 8 of its
-     * 72 bytes, for a handful of distinct models). */
-    const char *uuid;
 };
+
+static inline const char *gpu_uuid(const struct gpu *g)
+{
+    return (const char *)g + g->uuid_off;
+}
 
 struct pod_dev {
     uint32_t gpu;  /* index in the node's gpus, UINT32_MAX once the GPU vanished */

@@ -229,6 +229,10 @@ static bool same_model(const struct gv_alloc_node_spec *s, size_t i)
     return i > 0 && strcmp(model_of(&s->gpus[i]), model_of(&s->gpus[i - 1])) == 0;
 }
 
+/* struct gpu's uuid_off reaches the last uuid of the largest block. */
+_Static_assert(GV_ALLOC_MAX_NODE_GPUS * (sizeof(struct gpu) + GV_ALLOC_UUID_MAX) <= UINT16_MAX,
+               "a GPU block's uuid offsets must fit 16 bits");
+
 gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc_node_spec *s,
                                struct gv_error *err)
 {
@@ -257,14 +261,15 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
         const struct gv_alloc_gpu_spec *gs = &s->gpus[i];
         struct gpu *g = &gpus[i];
         size_t ul = strlen(gs->uuid) + 1;
-        g->uuid = memcpy(strings, gs->uuid, ul);
+        memcpy(strings, gs->uuid, ul);
+        g->uuid_off = (uint16_t)(strings - (char *)g);
         strings += ul;
         g->index = gs->index;
         g->mem_mib = gs->mem_mib;
         g->split = gs->split ? gs->split : c->cfg.default_split;
         g->numa = gs->numa;
         g->healthy = gs->healthy;
-        g->mode = gs->mode;
+        g->mode = (uint8_t)gs->mode;
         if (same_model(s, i)) {
             g->model_name = gpus[i - 1].model_name;
             g->model_id = gpus[i - 1].model_id;
@@ -313,10 +318,10 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
                 struct pod_dev *d = &p->devs[i];
                 if (d->gpu == UINT32_MAX)
                     continue;
-                const char *uuid = n->gpus[d->gpu].uuid;
+                const char *uuid = gpu_uuid(&n->gpus[d->gpu]);
                 d->gpu = UINT32_MAX;
                 for (uint32_t j = 0; j < s->n_gpus; j++)
-                    if (strcmp(gpus[j].uuid, uuid) == 0)
+                    if (strcmp(gpu_uuid(&gpus[j]), uuid) == 0)
                         d->gpu = j;
             }
         }
@@ -383,7 +388,7 @@ static void usage_fill(const struct gpu *g, struct gv_alloc_gpu_usage *out)
     out->mem_mib = g->used_mem;
     out->milli = g->used_milli;
     out->tasks = g->tasks;
-    out->uuid = g->uuid;
+    out->uuid = gpu_uuid(g);
 }
 
 gv_status gv_alloc_gpu_usage_get(const struct gv_alloc_cluster *c, const char *node,
@@ -395,7 +400,7 @@ gv_status gv_alloc_gpu_usage_get(const struct gv_alloc_cluster *c, const char *n
         return gv_error_set(err, GV_ENOTFOUND, "node %s: unknown", node);
     const struct node *n = &c->nodes[idx];
     for (uint32_t i = 0; i < n->n_gpus; i++) {
-        if (strcmp(n->gpus[i].uuid, uuid) == 0) {
+        if (strcmp(gpu_uuid(&n->gpus[i]), uuid) == 0) {
             usage_fill(&n->gpus[i], out);
             return GV_OK;
         }
@@ -497,7 +502,7 @@ gv_status gv_alloc_place(struct gv_alloc_cluster *c, const struct gv_alloc_reque
             const struct gv_alloc_device *dv = &ca->devices[j];
             uint32_t gi = UINT32_MAX;
             for (uint32_t k = 0; k < n->n_gpus; k++)
-                if (strcmp(n->gpus[k].uuid, dv->uuid) == 0)
+                if (strcmp(gpu_uuid(&n->gpus[k]), dv->uuid) == 0)
                     gi = k;
             for (uint32_t k = 0; k < j; k++)
                 if (strcmp(ca->devices[k].uuid, dv->uuid) == 0)
