@@ -24,32 +24,34 @@ void strmap_get_many(const struct strmap *m, const char *const *keys, size_t n, 
 
 /* --- cluster state ------------------------------------------------------- */
 struct gpu {
-    /* hot: read for every node of every decision, kept in one cache line */
+    /* 48 bytes: read for every GPU of every node scored, so a node's eight
+     * take six cache lines (64 bytes a GPU was 3 MiB more at 50,000 nodes
+     * of 8, when the scheduler's RSS target is 60 MiB in all). */
     uint64_t used_mem;
     uint64_t mem_mib;
     uint32_t used_milli;
     uint32_t tasks;
     uint32_t whole; /* tasks holding the GPU exclusively */
-    uint32_t split;
     uint32_t model_id; /* interned lower-cased model */
-    int32_t numa;
+    /* The node's spec is checked to fit these (cluster.c, check_spec); the
+     * inventory contract allows split 1..1024, index and numa up to 1023. */
+    uint16_t split;
+    int16_t numa;
     bool healthy;
     uint8_t mode; /* gv_alloc_gpu_mode (checked <= GV_ALLOC_GPU_MPS) */
     uint16_t model_name; /* the model as given: c->model_names[model_name] */
     /* The uuid's text, (const char *)this + uuid_off (gpu_uuid): in the
      * same block as the node's gpus array, after it (fixed 96-byte arrays
      * cost 190 of the 250 bytes of a GPU at 40,000 GPUs).  An offset, not
-     * a pointer: 56 bytes a GPU instead of 64 (3 MiB at 400,000 GPUs).
-     * The block is at most 64 GPUs and 64 uuids of < 96 bytes, so the
-     * offset fits 16 bits.  Copies of a struct gpu (the "after" states of
-     * fit.c, fgd.c, policy.c) have no uuid: only the block's are read.
-     * The model's text is the cluster's (a pointer per GPU was 8 of its
-     * 72 bytes, for a handful of distinct models). */
+     * a pointer (8 bytes a GPU).  The block is at most 64 GPUs and 64
+     * uuids of < 96 bytes, so the offset fits 16 bits.  Copies of a struct
+     * gpu (the "after" states of fit.c, fgd.c, policy.c) have no uuid:
+     * only the block's are read.  The model's text is the cluster's (a
+     * pointer per GPU was 8 of its 72 bytes, for a handful of models). */
     uint16_t uuid_off;
-    uint32_t index;
+    uint16_t index;
     /* interconnect groups (gv_alloc_node_set_links): 0 = none; 16 bits
-     * hold 1 + any GPU index (< 1024).  Here, in what was padding before
-     * the pointers: after them they made the struct 80 bytes, not 72. */
+     * hold 1 + any GPU index. */
     uint16_t nvlink_group, pcie_group;
 };
 

@@ -28,6 +28,12 @@ gv_status gv_alloc_cluster_new(const struct gv_alloc_config *cfg, struct gv_allo
         free(c);
         return gv_error_set(err, GV_EINVAL, "allocation config: bad policy or half-life");
     }
+    if (c->cfg.default_split > UINT16_MAX) { /* struct gpu's split */
+        unsigned split = c->cfg.default_split;
+        free(c);
+        return gv_error_set(err, GV_EINVAL, "allocation config: default split %u above %u", split,
+                            (unsigned)UINT16_MAX);
+    }
     if (c->cfg.default_split == 0)
         c->cfg.default_split = 1;
     c->wl_scale = 1.0;
@@ -188,6 +194,13 @@ static gv_status check_spec(const struct gv_alloc_node_spec *s, struct gv_error 
                                 g->uuid);
         if ((unsigned)g->mode > GV_ALLOC_GPU_MPS)
             return gv_error_set(err, GV_EINVAL, "node %s: GPU %s: bad mode", s->name, g->uuid);
+        /* what struct gpu holds (alloc_internal.h); the inventory contract
+         * is far narrower */
+        if (g->index > UINT16_MAX || g->split > UINT16_MAX || g->numa < INT16_MIN ||
+            g->numa > INT16_MAX)
+            return gv_error_set(err, GV_EINVAL,
+                                "node %s: GPU %s: index %u, split %u or NUMA node %d out of range",
+                                s->name, g->uuid, g->index, g->split, (int)g->numa);
         for (size_t j = 0; j < i; j++)
             if (strcmp(s->gpus[j].uuid, g->uuid) == 0)
                 return gv_error_set(err, GV_EINVAL, "node %s: GPU uuid %s appears twice", s->name,
@@ -264,10 +277,10 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
         memcpy(strings, gs->uuid, ul);
         g->uuid_off = (uint16_t)(strings - (char *)g);
         strings += ul;
-        g->index = gs->index;
+        g->index = (uint16_t)gs->index;
         g->mem_mib = gs->mem_mib;
-        g->split = gs->split ? gs->split : c->cfg.default_split;
-        g->numa = gs->numa;
+        g->split = (uint16_t)(gs->split ? gs->split : c->cfg.default_split);
+        g->numa = (int16_t)gs->numa;
         g->healthy = gs->healthy;
         g->mode = (uint8_t)gs->mode;
         if (same_model(s, i)) {

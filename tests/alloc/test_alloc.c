@@ -801,6 +801,39 @@ static void test_bad_specs_and_lists(void **state)
     assert_non_null(strstr(err.msg, "at most 64"));
     struct gv_alloc_node_spec s3 = {"n", -1, 0, NULL, 0, NULL, 0};
     assert_int_equal(gv_alloc_node_upsert(c, &s3, &err), GV_EINVAL);
+    /* what a GPU record holds in 16 bits: refused whole, not truncated,
+     * and the node is not half there */
+    for (int bad = 0; bad < 4; bad++) {
+        struct gv_alloc_gpu_spec g = {"GPU-w", 0, "A100", 1000, 4, 0, true, GV_ALLOC_GPU_SHARED};
+        if (bad == 0)
+            g.index = 65536;
+        else if (bad == 1)
+            g.split = 65536;
+        else
+            g.numa = bad == 2 ? 32768 : -32769;
+        struct gv_alloc_node_spec w = {"wide", 0, 0, NULL, 0, &g, 1};
+        assert_int_equal(gv_alloc_node_upsert(c, &w, &err), GV_EINVAL);
+        assert_non_null(strstr(err.msg, "out of range"));
+        assert_false(gv_alloc_node_exists(c, "wide"));
+        if (bad == 0)
+            g.index = 65535;
+        else if (bad == 1)
+            g.split = 65535;
+        else
+            g.numa = bad == 2 ? 32767 : -32768;
+        assert_int_equal(gv_alloc_node_upsert(c, &w, &err), GV_OK);
+        struct gv_alloc_gpu_info info;
+        assert_int_equal(gv_alloc_gpu_info_at(c, "wide", 0, &info, &err), GV_OK);
+        assert_int_equal(info.index, bad == 0 ? 65535 : 0);
+        assert_int_equal(info.split, bad == 1 ? 65535 : 4);
+        assert_int_equal(gv_alloc_node_remove(c, "wide", &err), GV_OK);
+    }
+    struct gv_alloc_config big;
+    gv_alloc_config_default(&big);
+    big.default_split = 65536;
+    struct gv_alloc_cluster *c2 = NULL;
+    assert_int_equal(gv_alloc_cluster_new(&big, &c2, &err), GV_EINVAL);
+    assert_null(c2);
     struct gv_alloc_request *r = simple_req("x", 1, 0, 0);
     assert_int_equal(gv_alloc_request_set_constraint(r, GV_ALLOC_USE_TYPE, "a\x01b", &err),
                      GV_EINVAL);
