@@ -311,6 +311,7 @@ static gv_status args_fast(const char *body, size_t len, struct gv_ext_args *out
         goto fail;
     }
     out->root = out->pod = pod;
+    out->scanned = true;
     return GV_OK;
 fail:
     free(out->names);

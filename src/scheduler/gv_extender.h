@@ -13,6 +13,7 @@
 #define GV_EXTENDER_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "common/gv_error.h"
@@ -27,6 +28,7 @@ struct gv_ext_args {
     const char **names; /* candidate node names, in request order */
     size_t n_names;
     json_t *node_items; /* Nodes.items when full Node objects were sent, else NULL */
+    bool scanned;       /* the names were taken by the fast scanner, not jansson (tests) */
 };
 
 /* Per-candidate verdict of a filter call. */
