@@ -49,6 +49,12 @@ struct gv_ext_bind_args {
 
 gv_status gv_ext_args_parse(const char *body, size_t len, struct gv_ext_args *out,
                             struct gv_error *err);
+/* The same, but plain names may stay in body: each is ended in place (its
+ * closing quote becomes a NUL), so body must outlive out and is no longer
+ * the text it was.  On failure body is as it was.  A 50,000-name filter
+ * copied 0.65 MB of names into fresh pages. */
+gv_status gv_ext_args_parse_inplace(char *body, size_t len, struct gv_ext_args *out,
+                                    struct gv_error *err);
 void gv_ext_args_clear(struct gv_ext_args *args);
 
 /*

@@ -355,7 +355,7 @@ static void handle_filter(void *ctx, const struct gv_http_request *hreq,
     struct gv_sched *s = f.s;
     struct gv_error err = {0};
     double t0 = gv_sched_now();
-    if (gv_ext_args_parse(hreq->body, hreq->body_len, &f.args, &err) != GV_OK) {
+    if (gv_ext_args_parse_inplace(hreq->body, hreq->body_len, &f.args, &err) != GV_OK) {
         gv_http_respond_error(resp, 400, err.msg);
         return;
     }
@@ -507,7 +507,7 @@ static void handle_prioritize(void *ctx, const struct gv_http_request *hreq,
     struct gv_alloc_request *req = NULL;
     int32_t *scores = NULL;
     long *out = NULL;
-    if (gv_ext_args_parse(hreq->body, hreq->body_len, &args, &err) != GV_OK) {
+    if (gv_ext_args_parse_inplace(hreq->body, hreq->body_len, &args, &err) != GV_OK) {
         gv_http_respond_error(resp, 400, err.msg);
         return;
     }

@@ -116,9 +116,10 @@ static void test_full_nodes_mode_returns_objects(void **state)
 
 /* The body as jansson reads it, whole: what the parser must agree with
  * (names from the text without a JSON value per name, docs/alloc.md). */
-/* Parses text as the daemon does and checks the answer against jansson's
- * reading of it; returns whether the names came from the fast scanner. */
-static bool expect_same_as_jansson(const char *text)
+/* Parses text (copied or in place, as the daemon does) and checks the
+ * answer against jansson's reading of it; returns whether the names came
+ * from the fast scanner. */
+static bool same_as_jansson(const char *text, bool inplace)
 {
     struct gv_ext_args a;
     struct gv_error err = {0};
@@ -128,8 +129,9 @@ static bool expect_same_as_jansson(const char *text)
     char *body = malloc(len ? len : 1);
     assert_non_null(body);
     memcpy(body, text, len);
-    json_t *ref = json_loadb(body, len, 0, NULL);
-    gv_status st = gv_ext_args_parse(body, len, &a, &err);
+    json_t *ref = json_loadb(text, len, 0, NULL);
+    gv_status st = inplace ? gv_ext_args_parse_inplace(body, len, &a, &err)
+                           : gv_ext_args_parse(body, len, &a, &err);
     json_t *names = NULL;
     if (ref != NULL) {
         const char *k;
@@ -143,6 +145,8 @@ static bool expect_same_as_jansson(const char *text)
     }
     if (!ok) {
         assert_int_not_equal(st, GV_OK);
+        /* refused: the body is as it came, whatever the scan had ended */
+        assert_memory_equal(body, text, len);
         json_decref(ref);
         free(body);
         return false;
@@ -156,9 +160,18 @@ static bool expect_same_as_jansson(const char *text)
                                                            "uid")),
                         "u1");
     bool scanned = a.scanned;
+    if (!scanned) /* jansson read it: from the body as it came */
+        assert_memory_equal(body, text, len);
     gv_ext_args_clear(&a);
     json_decref(ref);
     free(body);
+    return scanned;
+}
+
+static bool expect_same_as_jansson(const char *text)
+{
+    bool scanned = same_as_jansson(text, false);
+    assert_true(same_as_jansson(text, true) == scanned);
     return scanned;
 }
 
