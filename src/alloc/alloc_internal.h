@@ -83,17 +83,25 @@ struct node {
     struct pod *pods;
     uint64_t sig;    /* order-independent hash of the free-resource state */
     double free_share; /* sum of the GPUs' free shares (milli) */
-    uint32_t n_gpus; /* beside prof_gen: no padding (120 bytes a node, not 128) */
+    uint32_t n_gpus; /* beside prof_gen: no padding (112 bytes a node, not 120) */
     /* FGD per-shape profile cache (see fgd.c) */
     uint32_t prof_gen;     /* shapes generation the profile was built for; 0 = stale */
-    uint8_t *prof_cnt;     /* GPUs able to host the shape */
-    double *prof_frag;     /* free share of GPUs unable to host it */
+    /* free share of GPUs unable to host each shape, then (node_prof_cnt)
+     * how many GPUs can host it: one block, prof_cap of each (a pointer
+     * of its own for the counts was 8 bytes a node, 0.4 MB at 50,000) */
+    double *prof_frag;
     uint32_t prof_cap;
     uint32_t cand_stamp;   /* candidate-list pass that named it (policy.c) */
     double prof_total;     /* free share of healthy GPUs */
     uint32_t cls;          /* state class (index.c), UINT32_MAX when none */
     uint32_t hpos;         /* position in the class's heap */
 };
+
+/* GPUs of n able to host each shape (fgd.c), after prof_frag's doubles. */
+static inline uint8_t *node_prof_cnt(const struct node *n)
+{
+    return (uint8_t *)(n->prof_frag + n->prof_cap);
+}
 
 /* Nodes in one state and what that state can still host (index.c). */
 struct sclass {

@@ -47,8 +47,7 @@ gv_status gv_alloc_cluster_new(const struct gv_alloc_config *cfg, struct gv_allo
 static void node_clear(struct node *n)
 {
     free(n->gpus); /* the name too */
-    free(n->prof_cnt);
-    free(n->prof_frag);
+    free(n->prof_frag); /* the counts too */
     memset(n, 0, sizeof(*n));
 }
 

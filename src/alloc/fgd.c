@@ -188,16 +188,14 @@ static bool profile(struct gv_alloc_cluster *c, struct node *n)
     if (n->prof_gen == c->shapes_gen)
         return true;
     if (n->prof_cap < c->n_shapes) {
-        uint8_t *pc = realloc(n->prof_cnt, c->n_shapes * sizeof(*pc));
-        if (pc != NULL)
-            n->prof_cnt = pc;
-        double *pf = realloc(n->prof_frag, c->n_shapes * sizeof(*pf));
-        if (pf != NULL)
-            n->prof_frag = pf;
-        if (pc == NULL || pf == NULL)
+        /* everything below is recomputed: nothing to move */
+        double *pf = realloc(n->prof_frag, c->n_shapes * (sizeof(double) + sizeof(uint8_t)));
+        if (pf == NULL)
             return false;
+        n->prof_frag = pf;
         n->prof_cap = c->n_shapes;
     }
+    uint8_t *prof_cnt = node_prof_cnt(n);
     double share[GV_ALLOC_MAX_NODE_GPUS];
     double total = 0;
     for (uint32_t g = 0; g < n->n_gpus; g++) {
@@ -215,7 +213,7 @@ static bool profile(struct gv_alloc_cluster *c, struct node *n)
             else
                 frag += share[g];
         }
-        n->prof_cnt[i] = (uint8_t)cnt;
+        prof_cnt[i] = (uint8_t)cnt;
         n->prof_frag[i] = frag;
     }
     n->prof_gen = c->shapes_gen;
@@ -247,7 +245,7 @@ double fgd_node_frag(struct gv_alloc_cluster *c, uint32_t node)
     int64_t cpu = cpu_free_of(n, 0);
     double f = 0;
     for (uint32_t i = 0; i < c->n_shapes; i++)
-        f += contrib(&c->shapes[i], n->prof_cnt[i], n->prof_frag[i], n->prof_total, cpu);
+        f += contrib(&c->shapes[i], node_prof_cnt(n)[i], n->prof_frag[i], n->prof_total, cpu);
     return f / tw;
 }
 
@@ -296,7 +294,7 @@ double fgd_delta_memo(struct gv_alloc_cluster *c, uint32_t node,
         struct wl_shape *s = &c->shapes[i];
         if (s->w <= 0)
             continue;
-        int32_t cnt = n->prof_cnt[i];
+        int32_t cnt = node_prof_cnt(n)[i];
         double frag = n->prof_frag[i];
         for (uint32_t j = 0; j < nch; j++) {
             if (shape_host(c, s, &n->gpus[idx[j]]))
@@ -312,7 +310,7 @@ double fgd_delta_memo(struct gv_alloc_cluster *c, uint32_t node,
         if (have) {
             old = before->contrib[i];
         } else {
-            old = contrib(s, n->prof_cnt[i], n->prof_frag[i], n->prof_total, cpu_old);
+            old = contrib(s, node_prof_cnt(n)[i], n->prof_frag[i], n->prof_total, cpu_old);
             if (before != NULL)
                 before->contrib[i] = old;
         }
