@@ -189,6 +189,8 @@ struct gv_alloc_cluster {
     uint32_t n_shapes;
     uint32_t shapes_gen;   /* bumps whenever the shape set changes */
     double wl_scale;       /* weight of the next observation (decay) */
+    double wl_total;       /* sum of the shapes' w, when wl_total_valid (fgd.c) */
+    bool wl_total_valid;
     double wl_growth;
     int64_t max_cpu;       /* largest node CPU capacity (bestfit) */
     uint32_t max_gpus;     /* largest node GPU count (bestfit) */

@@ -34,6 +34,7 @@ void fgd_free_shapes(struct gv_alloc_cluster *c)
         free(c->shapes[i].model_ok);
     }
     c->n_shapes = 0;
+    c->wl_total_valid = false;
 }
 
 void fgd_node_invalidate(struct node *n)
@@ -66,7 +67,7 @@ static bool shape_model_ok(struct gv_alloc_cluster *c, struct wl_shape *s, uint3
     return s->model_ok[model];
 }
 
-static bool shape_host(struct gv_alloc_cluster *c, struct wl_shape *s, const struct gpu *g)
+static inline bool shape_host(struct gv_alloc_cluster *c, struct wl_shape *s, const struct gpu *g)
 {
     return shape_model_ok(c, s, g->model_id) &&
            alloc_gpu_can_host(g, s->r, alloc_gpu_mem_need(g, s->mem_kind, s->mem));
@@ -138,6 +139,7 @@ void gv_alloc_observe(struct gv_alloc_cluster *c, const struct gv_alloc_request 
     if (req->n_containers == 0)
         return;
     int64_t cpu = req->cpu_milli / (int64_t)req->n_containers;
+    c->wl_total_valid = false; /* every weight change below comes through here */
     for (uint32_t i = 0; i < req->n_containers; i++)
         shape_add_level(shape_find(c, req, &req->containers[i]), cpu, c->wl_scale);
     c->wl_scale *= c->wl_growth;
@@ -175,12 +177,20 @@ static double shape_cpu_weight(struct wl_shape *s, int64_t cpu_free)
     return lo == 0 ? 0.0 : s->levels[lo - 1].cum;
 }
 
-static double total_weight(const struct gv_alloc_cluster *c)
+/* Sum of the shapes' weights, summed as always (same order, same value)
+ * once per change of the workload model instead of once per score: the
+ * loop read a cache line of each of up to 128 shapes (1.6 KB apart) for
+ * every node scored. */
+static double total_weight(struct gv_alloc_cluster *c)
 {
-    double w = 0;
-    for (uint32_t i = 0; i < c->n_shapes; i++)
-        w += c->shapes[i].w;
-    return w;
+    if (!c->wl_total_valid) {
+        double w = 0;
+        for (uint32_t i = 0; i < c->n_shapes; i++)
+            w += c->shapes[i].w;
+        c->wl_total = w;
+        c->wl_total_valid = true;
+    }
+    return c->wl_total;
 }
 
 static bool profile(struct gv_alloc_cluster *c, struct node *n)
@@ -225,7 +235,7 @@ static int64_t cpu_free_of(const struct node *n, int64_t extra)
     return n->cpu_cap > 0 ? n->cpu_cap - n->cpu_used - extra : INT64_MAX;
 }
 
-static double contrib(struct wl_shape *s, uint32_t cnt, double frag, double total,
+static inline double contrib(struct wl_shape *s, uint32_t cnt, double frag, double total,
                       int64_t cpu_free)
 {
     if (s->w <= 0)
