@@ -13,12 +13,25 @@
 
 #include "alloc/alloc_internal.h"
 
+/* The maps' keys, read from what their values name (strmap_init). */
+static const char *node_key(const void *ctx, uint32_t v)
+{
+    return ((const struct gv_alloc_cluster *)ctx)->nodes[v].name;
+}
+
+static const char *pod_key(const void *ctx, uint32_t v)
+{
+    return ((const struct gv_alloc_cluster *)ctx)->pods[v]->uid;
+}
+
 gv_status gv_alloc_cluster_new(const struct gv_alloc_config *cfg, struct gv_alloc_cluster **out,
                                struct gv_error *err)
 {
     struct gv_alloc_cluster *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return gv_error_set(err, GV_ENOMEM, "out of memory");
+    strmap_init(&c->node_map, node_key, c);
+    strmap_init(&c->pod_map, pod_key, c);
     if (cfg != NULL)
         c->cfg = *cfg;
     else
