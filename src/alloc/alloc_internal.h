@@ -5,48 +5,75 @@
 #include "alloc/gv_alloc.h"
 
 /* --- string-keyed hash map (open addressing, values are uint32 ids) ------ */
+/* A slot is 8 bytes: the key's hash tag and its value.  The key itself is
+ * read from the object the value names (key_of): a key pointer per slot
+ * was 8 more bytes, 1 MiB of the node map at 50,000 nodes (131,072 slots
+ * at most 75% full). */
 struct strmap_slot {
-    const char *key; /* borrowed: keys live in the objects they name */
-    uint32_t val;
-    uint32_t tag;    /* high half of the key's hash */
+    uint32_t tag; /* high half of the key's hash */
+    uint32_t ref; /* value + 2; 0 = empty, 1 = deleted */
 };
 struct strmap {
-    struct strmap_slot *slots; /* key, value and tag on one cache line */
+    struct strmap_slot *slots;
     uint32_t cap, used, tombs;
+    /* the key of value v, read from the object it names (never NULL for a
+     * value in the map) */
+    const char *(*key_of)(const void *ctx, uint32_t v);
+    const void *ctx;
 };
+/* An empty map whose values name objects keyed by key_of(ctx, value);
+ * values must stay below UINT32_MAX - 2. */
+void strmap_init(struct strmap *m, const char *(*key_of)(const void *ctx, uint32_t v),
+                 const void *ctx);
 void strmap_free(struct strmap *m);
 /* UINT32_MAX when absent. */
 uint32_t strmap_get(const struct strmap *m, const char *key);
+/* key_of(val) must be key from the first lookup after this on (the map
+ * compares against it); the objects of the values already in the map must
+ * still hold their keys (a put may rehash them). */
 gv_status strmap_put(struct strmap *m, const char *key, uint32_t val);
+/* Before the object of key's value gives up its key. */
 void strmap_del(struct strmap *m, const char *key);
 /* out[i] = strmap_get(m, keys[i]), the lookups' memory accesses overlapped. */
 void strmap_get_many(const struct strmap *m, const char *const *keys, size_t n, uint32_t *out);
 
 /* --- cluster state ------------------------------------------------------- */
 struct gpu {
-    /* hot: read for every node of every decision, kept in one cache line */
+    /* 48 bytes: read for every GPU of every node scored, so a node's eight
+     * take six cache lines (64 bytes a GPU was 3 MiB more at 50,000 nodes
+     * of 8, when the scheduler's RSS target is 60 MiB in all). */
     uint64_t used_mem;
     uint64_t mem_mib;
     uint32_t used_milli;
     uint32_t tasks;
     uint32_t whole; /* tasks holding the GPU exclusively */
-    uint32_t split;
     uint32_t model_id; /* interned lower-cased model */
-    int32_t numa;
+    /* The node's spec is checked to fit these (cluster.c, check_spec); the
+     * inventory contract allows split 1..1024, index and numa up to 1023. */
+    uint16_t split;
+    int16_t numa;
     bool healthy;
+    uint8_t mode; /* gv_alloc_gpu_mode (checked <= GV_ALLOC_GPU_MPS) */
     uint16_t model_name; /* the model as given: c->model_names[model_name] */
-    gv_alloc_gpu_mode mode;
-    uint32_t index;
+    /* The uuid's text, (const char *)this + uuid_off (gpu_uuid): in the
+     * same block as the node's gpus array, after it (fixed 96-byte arrays
+     * cost 190 of the 250 bytes of a GPU at 40,000 GPUs).  An offset, not
+     * a pointer (8 bytes a GPU).  The block is at most 64 GPUs and 64
+     * uuids of < 96 bytes, so the offset fits 16 bits.  Copies of a struct
+     * gpu (the "after" states of fit.c, fgd.c, policy.c) have no uuid:
+     * only the block's are read.  The model's text is the cluster's (a
+     * pointer per GPU was 8 of its 72 bytes, for a handful of models). */
+    uint16_t uuid_off;
+    uint16_t index;
     /* interconnect groups (gv_alloc_node_set_links): 0 = none; 16 bits
-     * hold 1 + any GPU index (< 1024).  Here, in what was padding before
-     * the pointers: after them they made the struct 80 bytes, not 72. */
+     * hold 1 + any GPU index. */
     uint16_t nvlink_group, pcie_group;
-    /* cold: in the same block as the node's gpus array, after it (fixed
-     * 96-byte arrays cost 190 of the 250 bytes of a GPU at 40,000 GPUs).
-     * The model's text is the cluster's (a pointer per GPU was 8 of its
-     * 72 bytes, for a handful of distinct models). */
-    const char *uuid;
 };
+
+static inline const char *gpu_uuid(const struct gpu *g)
+{
+    return (const char *)g + g->uuid_off;
+}
 
 struct pod_dev {
     uint32_t gpu;  /* index in the node's gpus, UINT32_MAX once the GPU vanished */
@@ -71,17 +98,25 @@ struct node {
     struct pod *pods;
     uint64_t sig;    /* order-independent hash of the free-resource state */
     double free_share; /* sum of the GPUs' free shares (milli) */
-    uint32_t n_gpus; /* beside prof_gen: no padding (120 bytes a node, not 128) */
+    uint32_t n_gpus; /* beside prof_gen: no padding (112 bytes a node, not 120) */
     /* FGD per-shape profile cache (see fgd.c) */
     uint32_t prof_gen;     /* shapes generation the profile was built for; 0 = stale */
-    uint8_t *prof_cnt;     /* GPUs able to host the shape */
-    double *prof_frag;     /* free share of GPUs unable to host it */
+    /* free share of GPUs unable to host each shape, then (node_prof_cnt)
+     * how many GPUs can host it: one block, prof_cap of each (a pointer
+     * of its own for the counts was 8 bytes a node, 0.4 MB at 50,000) */
+    double *prof_frag;
     uint32_t prof_cap;
     uint32_t cand_stamp;   /* candidate-list pass that named it (policy.c) */
     double prof_total;     /* free share of healthy GPUs */
     uint32_t cls;          /* state class (index.c), UINT32_MAX when none */
     uint32_t hpos;         /* position in the class's heap */
 };
+
+/* GPUs of n able to host each shape (fgd.c), after prof_frag's doubles. */
+static inline uint8_t *node_prof_cnt(const struct node *n)
+{
+    return (uint8_t *)(n->prof_frag + n->prof_cap);
+}
 
 /* Nodes in one state and what that state can still host (index.c). */
 struct sclass {
@@ -173,6 +208,9 @@ struct gv_alloc_cluster {
     uint32_t n_shapes;
     uint32_t shapes_gen;   /* bumps whenever the shape set changes */
     double wl_scale;       /* weight of the next observation (decay) */
+    double wl_total;       /* sum of the shapes' w x supply, when wl_total_valid (fgd.c) */
+    bool wl_total_valid;
+    uint32_t wl_total_supply_gen; /* the supply_gen wl_total was summed under */
     double wl_growth;
     /* healthy GPUs per interned model and in all, for FGD's supply factor;
      * supply_gen bumps whenever they change (never 0) */

@@ -13,12 +13,25 @@
 
 #include "alloc/alloc_internal.h"
 
+/* The maps' keys, read from what their values name (strmap_init). */
+static const char *node_key(const void *ctx, uint32_t v)
+{
+    return ((const struct gv_alloc_cluster *)ctx)->nodes[v].name;
+}
+
+static const char *pod_key(const void *ctx, uint32_t v)
+{
+    return ((const struct gv_alloc_cluster *)ctx)->pods[v]->uid;
+}
+
 gv_status gv_alloc_cluster_new(const struct gv_alloc_config *cfg, struct gv_alloc_cluster **out,
                                struct gv_error *err)
 {
     struct gv_alloc_cluster *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return gv_error_set(err, GV_ENOMEM, "out of memory");
+    strmap_init(&c->node_map, node_key, c);
+    strmap_init(&c->pod_map, pod_key, c);
     if (cfg != NULL)
         c->cfg = *cfg;
     else
@@ -27,6 +40,12 @@ gv_status gv_alloc_cluster_new(const struct gv_alloc_config *cfg, struct gv_allo
         (unsigned)c->cfg.gpu_policy >= GV_ALLOC_GPU_POLICY_COUNT || c->cfg.workload_half_life < 0) {
         free(c);
         return gv_error_set(err, GV_EINVAL, "allocation config: bad policy or half-life");
+    }
+    if (c->cfg.default_split > UINT16_MAX) { /* struct gpu's split */
+        unsigned split = c->cfg.default_split;
+        free(c);
+        return gv_error_set(err, GV_EINVAL, "allocation config: default split %u above %u", split,
+                            (unsigned)UINT16_MAX);
     }
     if (c->cfg.default_split == 0)
         c->cfg.default_split = 1;
@@ -42,8 +61,7 @@ gv_status gv_alloc_cluster_new(const struct gv_alloc_config *cfg, struct gv_allo
 static void node_clear(struct node *n)
 {
     free(n->gpus); /* the name too */
-    free(n->prof_cnt);
-    free(n->prof_frag);
+    free(n->prof_frag); /* the counts too */
     memset(n, 0, sizeof(*n));
 }
 
@@ -190,6 +208,13 @@ static gv_status check_spec(const struct gv_alloc_node_spec *s, struct gv_error 
                                 g->uuid);
         if ((unsigned)g->mode > GV_ALLOC_GPU_MPS)
             return gv_error_set(err, GV_EINVAL, "node %s: GPU %s: bad mode", s->name, g->uuid);
+        /* what struct gpu holds (alloc_internal.h); the inventory contract
+         * is far narrower */
+        if (g->index > UINT16_MAX || g->split > UINT16_MAX || g->numa < INT16_MIN ||
+            g->numa > INT16_MAX)
+            return gv_error_set(err, GV_EINVAL,
+                                "node %s: GPU %s: index %u, split %u or NUMA node %d out of range",
+                                s->name, g->uuid, g->index, g->split, (int)g->numa);
         for (size_t j = 0; j < i; j++)
             if (strcmp(s->gpus[j].uuid, g->uuid) == 0)
                 return gv_error_set(err, GV_EINVAL, "node %s: GPU uuid %s appears twice", s->name,
@@ -231,6 +256,10 @@ static bool same_model(const struct gv_alloc_node_spec *s, size_t i)
     return i > 0 && strcmp(model_of(&s->gpus[i]), model_of(&s->gpus[i - 1])) == 0;
 }
 
+/* struct gpu's uuid_off reaches the last uuid of the largest block. */
+_Static_assert(GV_ALLOC_MAX_NODE_GPUS * (sizeof(struct gpu) + GV_ALLOC_UUID_MAX) <= UINT16_MAX,
+               "a GPU block's uuid offsets must fit 16 bits");
+
 gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc_node_spec *s,
                                struct gv_error *err)
 {
@@ -259,14 +288,15 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
         const struct gv_alloc_gpu_spec *gs = &s->gpus[i];
         struct gpu *g = &gpus[i];
         size_t ul = strlen(gs->uuid) + 1;
-        g->uuid = memcpy(strings, gs->uuid, ul);
+        memcpy(strings, gs->uuid, ul);
+        g->uuid_off = (uint16_t)(strings - (char *)g);
         strings += ul;
-        g->index = gs->index;
+        g->index = (uint16_t)gs->index;
         g->mem_mib = gs->mem_mib;
-        g->split = gs->split ? gs->split : c->cfg.default_split;
-        g->numa = gs->numa;
+        g->split = (uint16_t)(gs->split ? gs->split : c->cfg.default_split);
+        g->numa = (int16_t)gs->numa;
         g->healthy = gs->healthy;
-        g->mode = gs->mode;
+        g->mode = (uint8_t)gs->mode;
         if (same_model(s, i)) {
             g->model_name = gpus[i - 1].model_name;
             g->model_id = gpus[i - 1].model_id;
@@ -315,10 +345,10 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
                 struct pod_dev *d = &p->devs[i];
                 if (d->gpu == UINT32_MAX)
                     continue;
-                const char *uuid = n->gpus[d->gpu].uuid;
+                const char *uuid = gpu_uuid(&n->gpus[d->gpu]);
                 d->gpu = UINT32_MAX;
                 for (uint32_t j = 0; j < s->n_gpus; j++)
-                    if (strcmp(gpus[j].uuid, uuid) == 0)
+                    if (strcmp(gpu_uuid(&gpus[j]), uuid) == 0)
                         d->gpu = j;
             }
         }
@@ -388,7 +418,7 @@ static void usage_fill(const struct gpu *g, struct gv_alloc_gpu_usage *out)
     out->mem_mib = g->used_mem;
     out->milli = g->used_milli;
     out->tasks = g->tasks;
-    out->uuid = g->uuid;
+    out->uuid = gpu_uuid(g);
 }
 
 gv_status gv_alloc_gpu_usage_get(const struct gv_alloc_cluster *c, const char *node,
@@ -400,7 +430,7 @@ gv_status gv_alloc_gpu_usage_get(const struct gv_alloc_cluster *c, const char *n
         return gv_error_set(err, GV_ENOTFOUND, "node %s: unknown", node);
     const struct node *n = &c->nodes[idx];
     for (uint32_t i = 0; i < n->n_gpus; i++) {
-        if (strcmp(n->gpus[i].uuid, uuid) == 0) {
+        if (strcmp(gpu_uuid(&n->gpus[i]), uuid) == 0) {
             usage_fill(&n->gpus[i], out);
             return GV_OK;
         }
@@ -502,7 +532,7 @@ gv_status gv_alloc_place(struct gv_alloc_cluster *c, const struct gv_alloc_reque
             const struct gv_alloc_device *dv = &ca->devices[j];
             uint32_t gi = UINT32_MAX;
             for (uint32_t k = 0; k < n->n_gpus; k++)
-                if (strcmp(n->gpus[k].uuid, dv->uuid) == 0)
+                if (strcmp(gpu_uuid(&n->gpus[k]), dv->uuid) == 0)
                     gi = k;
             for (uint32_t k = 0; k < j; k++)
                 if (strcmp(ca->devices[k].uuid, dv->uuid) == 0)

@@ -93,10 +93,10 @@ bool alloc_gpu_allowed(const struct req_view *v, const struct gpu *g)
     if (!v->model_ok[g->model_id])
         return false;
     if (r->constraint[GV_ALLOC_USE_UUID] != NULL &&
-        !alloc_list_match(r->constraint[GV_ALLOC_USE_UUID], g->uuid, false))
+        !alloc_list_match(r->constraint[GV_ALLOC_USE_UUID], gpu_uuid(g), false))
         return false;
     if (r->constraint[GV_ALLOC_NOUSE_UUID] != NULL &&
-        alloc_list_match(r->constraint[GV_ALLOC_NOUSE_UUID], g->uuid, false))
+        alloc_list_match(r->constraint[GV_ALLOC_NOUSE_UUID], gpu_uuid(g), false))
         return false;
     return true;
 }
@@ -292,7 +292,7 @@ void alloc_pick_assignment(const struct gv_alloc_cluster *c, const struct gv_all
         ca->n_devices = req->containers[ci].num_gpu;
         for (uint32_t d = 0; d < ca->n_devices; d++, k++) {
             /* check_spec bounded it by GV_ALLOC_UUID_MAX */
-            strcpy(ca->devices[d].uuid, n->gpus[p->gpu[k]].uuid);
+            strcpy(ca->devices[d].uuid, gpu_uuid(&n->gpus[p->gpu[k]]));
             ca->devices[d].mem_mib = p->mem[k];
             ca->devices[d].milli = p->milli[k];
         }

@@ -95,7 +95,7 @@ struct gv_alloc_config {
     uint64_t default_mem_mib;       /* memory when none asked; 0 = whole GPU */
     uint32_t default_cores;         /* percent when none asked (0 = unlimited share) */
     uint32_t default_gpu_num;       /* GPUs when only mem/cores are asked */
-    uint32_t default_split;         /* max tasks per GPU when a spec says 0 */
+    uint32_t default_split;         /* max tasks per GPU when a spec says 0; <= 65535 */
     gv_alloc_policy node_policy;    /* unless the pod's annotation says */
     gv_alloc_gpu_policy gpu_policy; /* unless the pod's annotation says */
     /*
@@ -228,11 +228,11 @@ typedef enum {
 
 struct gv_alloc_gpu_spec {
     const char *uuid;       /* unique within the cluster */
-    uint32_t index;         /* device index on the node */
+    uint32_t index;         /* device index on the node, <= 65535 */
     const char *model;      /* e.g. "NVIDIA A100-SXM4-80GB" */
     uint64_t mem_mib;
-    uint32_t split;         /* max concurrent tasks (0 = config default) */
-    int32_t numa;           /* NUMA node, -1 unknown */
+    uint32_t split;         /* max concurrent tasks (0 = config default), <= 65535 */
+    int32_t numa;           /* NUMA node, -1 unknown; within int16_t */
     bool healthy;
     gv_alloc_gpu_mode mode;
 };

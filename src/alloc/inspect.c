@@ -19,7 +19,7 @@ gv_status gv_alloc_gpu_info_at(const struct gv_alloc_cluster *c, const char *nod
         return st;
     const struct gpu *g = &c->nodes[strmap_get(&c->node_map, node)].gpus[i];
     memset(out, 0, sizeof(*out));
-    out->uuid = g->uuid;
+    out->uuid = gpu_uuid(g);
     out->model = alloc_gpu_model(c, g);
     out->index = g->index;
     out->mem_mib = g->mem_mib;

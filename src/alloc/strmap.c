@@ -1,7 +1,8 @@
 /*
  * String -> uint32 hash map with open addressing and linear probing.  Keys
- * are borrowed from the objects they name (node names, pod uids), so an
- * entry costs 12 bytes and lookups never allocate.
+ * are not stored: each slot keeps its key's hash tag and the value, and the
+ * key is read from the object the value names (a node's name, a pod's uid),
+ * so an entry costs 8 bytes and lookups never allocate.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -9,13 +10,24 @@
 #include "alloc/alloc_internal.h"
 #include "common/gv_hash.h"
 
-#define TOMB ((const char *)&tomb_marker)
-static const char tomb_marker;
+#define REF_EMPTY 0u
+#define REF_TOMB 1u
+#define REF_OF(v) ((v) + 2u)
+#define VAL_OF(r) ((r) - 2u)
+
+void strmap_init(struct strmap *m, const char *(*key_of)(const void *ctx, uint32_t v),
+                 const void *ctx)
+{
+    memset(m, 0, sizeof(*m));
+    m->key_of = key_of;
+    m->ctx = ctx;
+}
 
 void strmap_free(struct strmap *m)
 {
     free(m->slots);
-    memset(m, 0, sizeof(*m));
+    m->slots = NULL;
+    m->cap = m->used = m->tombs = 0;
 }
 
 static uint32_t slot_of(const struct strmap *m, const char *key)
@@ -30,15 +42,20 @@ static uint32_t tag_of(uint64_t h)
     return (uint32_t)(h >> 32);
 }
 
+static bool slot_is(const struct strmap *m, const struct strmap_slot *sl, const char *key)
+{
+    return sl->ref > REF_TOMB && strcmp(m->key_of(m->ctx, VAL_OF(sl->ref)), key) == 0;
+}
+
 static uint32_t get_hashed(const struct strmap *m, const char *key, uint64_t h)
 {
     uint32_t tag = tag_of(h);
     for (uint32_t i = (uint32_t)(h & (m->cap - 1));; i = (i + 1) & (m->cap - 1)) {
         const struct strmap_slot *sl = &m->slots[i];
-        if (sl->key == NULL)
+        if (sl->ref == REF_EMPTY)
             return UINT32_MAX;
-        if (sl->tag == tag && sl->key != TOMB && strcmp(sl->key, key) == 0)
-            return sl->val;
+        if (sl->tag == tag && slot_is(m, sl, key))
+            return VAL_OF(sl->ref);
     }
 }
 
@@ -82,22 +99,25 @@ static gv_status grow(struct strmap *m)
     uint32_t ncap = m->cap ? m->cap * 2 : 64;
     if (m->used - m->tombs < m->cap / 4 && m->cap > 0)
         ncap = m->cap; /* mostly tombstones: rehash in place size */
-    struct strmap n = {calloc(ncap, sizeof(*n.slots)), ncap, 0, 0};
-    if (n.slots == NULL) {
-        strmap_free(&n);
+    struct strmap_slot *ns = calloc(ncap, sizeof(*ns));
+    if (ns == NULL)
         return GV_ENOMEM;
-    }
+    uint32_t used = 0;
     for (uint32_t i = 0; i < m->cap; i++) {
-        if (m->slots[i].key == NULL || m->slots[i].key == TOMB)
+        if (m->slots[i].ref <= REF_TOMB)
             continue;
-        uint32_t j = (uint32_t)(gv_hash_str(m->slots[i].key) & (ncap - 1));
-        while (n.slots[j].key != NULL)
+        const char *key = m->key_of(m->ctx, VAL_OF(m->slots[i].ref));
+        uint32_t j = (uint32_t)(gv_hash_str(key) & (ncap - 1));
+        while (ns[j].ref != REF_EMPTY)
             j = (j + 1) & (ncap - 1);
-        n.slots[j] = m->slots[i];
-        n.used++;
+        ns[j] = m->slots[i];
+        used++;
     }
-    strmap_free(m);
-    *m = n;
+    free(m->slots);
+    m->slots = ns;
+    m->cap = ncap;
+    m->used = used;
+    m->tombs = 0;
     return GV_OK;
 }
 
@@ -112,22 +132,21 @@ gv_status strmap_put(struct strmap *m, const char *key, uint32_t val)
     uint64_t h = gv_hash_str(key);
     for (uint32_t i = (uint32_t)(h & (m->cap - 1));; i = (i + 1) & (m->cap - 1)) {
         struct strmap_slot *sl = &m->slots[i];
-        if (sl->key == NULL) {
+        if (sl->ref == REF_EMPTY) {
             if (tomb != UINT32_MAX) {
                 sl = &m->slots[tomb];
                 m->tombs--;
             } else {
                 m->used++;
             }
-            *sl = (struct strmap_slot){key, val, tag_of(h)};
+            *sl = (struct strmap_slot){tag_of(h), REF_OF(val)};
             return GV_OK;
         }
-        if (sl->key == TOMB) {
+        if (sl->ref == REF_TOMB) {
             if (tomb == UINT32_MAX)
                 tomb = i;
-        } else if (strcmp(sl->key, key) == 0) {
-            sl->key = key;
-            sl->val = val;
+        } else if (slot_is(m, sl, key)) {
+            sl->ref = REF_OF(val);
             return GV_OK;
         }
     }
@@ -139,10 +158,10 @@ void strmap_del(struct strmap *m, const char *key)
         return;
     for (uint32_t i = slot_of(m, key);; i = (i + 1) & (m->cap - 1)) {
         struct strmap_slot *sl = &m->slots[i];
-        if (sl->key == NULL)
+        if (sl->ref == REF_EMPTY)
             return;
-        if (sl->key != TOMB && strcmp(sl->key, key) == 0) {
-            sl->key = TOMB;
+        if (slot_is(m, sl, key)) {
+            sl->ref = REF_TOMB;
             m->tombs++;
             return;
         }

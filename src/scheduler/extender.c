@@ -196,18 +196,27 @@ static bool plain_ascii(const char *p, size_t n)
     return true;
 }
 
+/* Puts back the closing quotes of n names ended in place. */
+static void names_restore(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        names[i][strlen(names[i])] = '"';
+}
+
 /* The names of the array at p, taken from the text in one pass; *stop is
  * where the array ends.  GV_EUNSUPPORTED for anything but plain names.
- * The block of pointers and text is sized for the most names the rest of
- * the body could hold (each takes at least 3 bytes: "x",), so the pass
- * copies each name as it is checked, with no second pass and no growing
- * array; pages past what the names use are never touched (a large block
- * is its own mapping, returned whole at free). */
+ * The block of pointers (and text, unless inplace) is sized for the most
+ * names the rest of the body could hold (each takes at least 3 bytes:
+ * "x",), so the pass takes each name as it is checked, with no second pass
+ * and no growing array; pages past what the names use are never touched (a
+ * large block is its own mapping, returned whole at free).  inplace: the
+ * body is writable and each name stays in it, its closing quote made a NUL
+ * (put back on failure). */
 static gv_status names_from_text(const char *p, const char *end, struct gv_ext_args *out,
-                                 const char **stop)
+                                 const char **stop, bool inplace)
 {
     size_t max_n = (size_t)(end - p) / 3 + 1, n = 0;
-    char **names = malloc(max_n * sizeof(char *) + (size_t)(end - p) + 1);
+    char **names = malloc(max_n * sizeof(char *) + (inplace ? 0 : (size_t)(end - p) + 1));
     if (names == NULL)
         return GV_ENOMEM;
     char *text = (char *)(names + max_n);
@@ -226,10 +235,15 @@ static gv_status names_from_text(const char *p, const char *end, struct gv_ext_a
             size_t l = (size_t)(e - q - 1);
             if (!plain_ascii(q + 1, l))
                 goto fail;
-            memcpy(text, q + 1, l);
-            text[l] = '\0';
-            names[n++] = text;
-            text += l + 1;
+            if (inplace) {
+                names[n++] = (char *)q + 1; /* the caller's writable body */
+                *(char *)e = '\0';
+            } else {
+                memcpy(text, q + 1, l);
+                text[l] = '\0';
+                names[n++] = text;
+                text += l + 1;
+            }
             q = ws(e + 1, end);
             if (q < end && *q == ']') {
                 q++;
@@ -245,11 +259,13 @@ static gv_status names_from_text(const char *p, const char *end, struct gv_ext_a
     *stop = q;
     return GV_OK;
 fail:
+    if (inplace)
+        names_restore(names, n);
     free(names);
     return GV_EUNSUPPORTED;
 }
 
-static gv_status args_fast(const char *body, size_t len, struct gv_ext_args *out)
+static gv_status args_fast(const char *body, size_t len, struct gv_ext_args *out, bool inplace)
 {
     static const char *const keys[] = {"Pod", "NodeNames", "Nodes"};
     const char *end = body + len, *span[3] = {NULL}, *span_end[3] = {NULL};
@@ -279,7 +295,7 @@ static gv_status args_fast(const char *body, size_t len, struct gv_ext_args *out
             goto fail; /* duplicates and other cases: jansson's rules */
         if (which == 1 && v < end && *v == '[') {
             /* the names, in the same pass */
-            if ((st = names_from_text(v, end, out, &ve)) != GV_OK)
+            if ((st = names_from_text(v, end, out, &ve, inplace)) != GV_OK)
                 goto fail;
             st = GV_EUNSUPPORTED;
         } else if ((ve = value_end(v, end)) == NULL || ve == v) {
@@ -311,19 +327,22 @@ static gv_status args_fast(const char *body, size_t len, struct gv_ext_args *out
         goto fail;
     }
     out->root = out->pod = pod;
+    out->scanned = true;
     return GV_OK;
 fail:
+    if (inplace && out->names != NULL)
+        names_restore((char **)out->names, out->n_names);
     free(out->names);
     out->names = NULL;
     out->n_names = 0;
     return st;
 }
 
-gv_status gv_ext_args_parse(const char *body, size_t len, struct gv_ext_args *out,
-                            struct gv_error *err)
+static gv_status args_parse(const char *body, size_t len, struct gv_ext_args *out,
+                            struct gv_error *err, bool inplace)
 {
     memset(out, 0, sizeof(*out));
-    gv_status fast = args_fast(body, len, out);
+    gv_status fast = args_fast(body, len, out, inplace);
     if (fast == GV_OK)
         return GV_OK;
     memset(out, 0, sizeof(*out));
@@ -346,6 +365,18 @@ gv_status gv_ext_args_parse(const char *body, size_t len, struct gv_ext_args *ou
     gv_jalloc_leave();
     gv_jscratch_close(&a);
     return st;
+}
+
+gv_status gv_ext_args_parse(const char *body, size_t len, struct gv_ext_args *out,
+                            struct gv_error *err)
+{
+    return args_parse(body, len, out, err, false);
+}
+
+gv_status gv_ext_args_parse_inplace(char *body, size_t len, struct gv_ext_args *out,
+                                    struct gv_error *err)
+{
+    return args_parse(body, len, out, err, true);
 }
 
 /* Fills out from root (which it then owns); on failure leaves out empty

@@ -13,6 +13,7 @@
 #define GV_EXTENDER_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "common/gv_error.h"
@@ -27,6 +28,7 @@ struct gv_ext_args {
     const char **names; /* candidate node names, in request order */
     size_t n_names;
     json_t *node_items; /* Nodes.items when full Node objects were sent, else NULL */
+    bool scanned;       /* the names were taken by the fast scanner, not jansson (tests) */
 };
 
 /* Per-candidate verdict of a filter call. */
@@ -47,6 +49,12 @@ struct gv_ext_bind_args {
 
 gv_status gv_ext_args_parse(const char *body, size_t len, struct gv_ext_args *out,
                             struct gv_error *err);
+/* The same, but plain names may stay in body: each is ended in place (its
+ * closing quote becomes a NUL), so body must outlive out and is no longer
+ * the text it was.  On failure body is as it was.  A 50,000-name filter
+ * copied 0.65 MB of names into fresh pages. */
+gv_status gv_ext_args_parse_inplace(char *body, size_t len, struct gv_ext_args *out,
+                                    struct gv_error *err);
 void gv_ext_args_clear(struct gv_ext_args *args);
 
 /*

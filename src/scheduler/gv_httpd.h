@@ -26,7 +26,10 @@ struct gv_httpd;
 struct gv_http_request {
     const char *method;
     const char *path; /* without the query string */
-    const char *body; /* NUL-terminated; body_len excludes the NUL */
+    /* NUL-terminated; body_len excludes the NUL.  The request's own
+     * buffer, freed after the answer went out: a handler may write into it
+     * (the filter's parser ends node names in place). */
+    char *body;
     size_t body_len;
 };
 

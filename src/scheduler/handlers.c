@@ -63,16 +63,27 @@ static void note_pending(struct gv_sched *s, json_t *pod, enum pending_reason wh
 
 /* ---- filter ------------------------------------------------------------ */
 
+/*
+ * A filter's per-candidate state is its verdicts (and reasons, allocated
+ * when a first candidate gets one): while it runs, GV_EXT_FIT marks a
+ * usable candidate, and the chosen node's candidates are found from its
+ * record (filter_pos, plus the rare repeats of a name) instead of through
+ * arrays of the usable candidates' names and positions.  At 50,000
+ * candidates each such array was fresh memory on every filter (a
+ * mapping of its own, 0.4 and 0.2 MB), and fresh pages cost more than
+ * everything the filter computes on them.
+ */
 struct filter_ctx {
     struct gv_sched *s;
     struct gv_ext_args args;
     struct gv_alloc_request *req;
     enum gv_ext_verdict *verdicts;
-    char **reasons;
-    const char **usable; /* names of candidates with a live agent (their records' copies) */
-    uint32_t *usable_idx; /* bodies are capped far below 2^32 names */
-    size_t n_usable;
-    uint32_t n_engine; /* distinct usable candidates the engine models */
+    char **reasons;       /* NULL until a candidate gets a reason */
+    bool oom;             /* a reason could not be stored: the answer is a 500 */
+    size_t n_usable;      /* candidates with a live agent (verdict GV_EXT_FIT) */
+    uint32_t n_engine;    /* distinct usable candidates the engine models */
+    uint32_t *repeats;    /* positions of usable candidates naming a node again */
+    size_t n_repeats, cap_repeats;
 };
 
 static void filter_ctx_clear(struct filter_ctx *f)
@@ -81,23 +92,49 @@ static void filter_ctx_clear(struct filter_ctx *f)
         free(f->reasons[i]);
     free(f->reasons);
     free(f->verdicts);
-    free(f->usable);
-    free(f->usable_idx);
+    free(f->repeats);
     gv_alloc_request_free(f->req);
     gv_ext_args_clear(&f->args);
+}
+
+/* Gives candidate i the reason why (copied) unless it has one. */
+static void set_reason(struct filter_ctx *f, size_t i, const char *why)
+{
+    if (f->reasons == NULL) {
+        f->reasons = calloc(f->args.n_names ? f->args.n_names : 1, sizeof(*f->reasons));
+        if (f->reasons == NULL) {
+            f->oom = true;
+            return;
+        }
+    }
+    if (f->reasons[i] == NULL && (f->reasons[i] = strdup(why)) == NULL)
+        f->oom = true;
 }
 
 static void set_all(struct filter_ctx *f, enum gv_ext_verdict v, const char *why)
 {
     for (size_t i = 0; i < f->args.n_names; i++) {
         f->verdicts[i] = v;
-        if (why != NULL && f->reasons[i] == NULL)
-            f->reasons[i] = strdup(why);
+        if (why != NULL)
+            set_reason(f, i, why);
     }
 }
 
-/* Sorts candidates into usable ones and those whose agent is missing,
- * stale or unreadable (lock held). */
+static bool grow_repeats(struct filter_ctx *f)
+{
+    size_t cap = f->cap_repeats ? f->cap_repeats * 2 : 16;
+    uint32_t *r = realloc(f->repeats, cap * sizeof(*r));
+    if (r == NULL) {
+        f->oom = true;
+        return false;
+    }
+    f->repeats = r;
+    f->cap_repeats = cap;
+    return true;
+}
+
+/* Sorts candidates into usable ones (verdict GV_EXT_FIT for now) and those
+ * whose agent is missing, stale or unreadable (lock held). */
 static void classify_candidates(struct filter_ctx *f)
 {
     struct gv_sched *s = f->s;
@@ -121,20 +158,21 @@ static void classify_candidates(struct filter_ctx *f)
         const char *why =
             gv_sched_node_usable(s, n, now) ? NULL : gv_sched_node_unusable(s, n, now, buf, sizeof(buf));
         if (why == NULL) {
-            /* the record's copy of the name: one pointer per node, so the
-             * chosen node's candidates are found by address (below) */
-            f->usable[f->n_usable] = n->name;
-            f->usable_idx[f->n_usable++] = (uint32_t)i;
+            f->verdicts[i] = GV_EXT_FIT;
+            f->n_usable++;
             if (n->stale_logged)
                 n->stale_logged = false;
-            if (n->in_engine && n->filter_stamp != s->filter_stamp) {
+            if (n->filter_stamp != s->filter_stamp) {
                 n->filter_stamp = s->filter_stamp;
-                f->n_engine++;
+                n->filter_pos = (uint32_t)i;
+                f->n_engine += n->in_engine;
+            } else if (f->n_repeats < f->cap_repeats || grow_repeats(f)) {
+                f->repeats[f->n_repeats++] = (uint32_t)i;
             }
             continue;
         }
         f->verdicts[i] = GV_EXT_UNRESOLVABLE;
-        f->reasons[i] = strdup(why);
+        set_reason(f, i, why);
         /* Staleness is only noticed here (a dead agent sends no events):
          * log it once per episode, not once per pod. */
         if (n != NULL && n->state == NODE_OK && !n->stale_logged) {
@@ -144,18 +182,31 @@ static void classify_candidates(struct filter_ctx *f)
     }
 }
 
+/* The usable candidates' names, for a pick over a list (caller frees). */
+static const char **usable_names(const struct filter_ctx *f)
+{
+    const char **out = malloc((f->n_usable ? f->n_usable : 1) * sizeof(*out));
+    size_t k = 0;
+    for (size_t i = 0; out != NULL && i < f->args.n_names; i++)
+        if (f->verdicts[i] == GV_EXT_FIT)
+            out[k++] = f->args.names[i];
+    return out;
+}
+
 /* Per-node engine reasons for every usable candidate (lock held). */
 static void engine_reasons(struct filter_ctx *f, bool keep_fits)
 {
-    for (size_t j = 0; j < f->n_usable; j++) {
-        size_t i = f->usable_idx[j];
+    for (size_t i = 0; i < f->args.n_names; i++) {
+        if (f->verdicts[i] != GV_EXT_FIT)
+            continue;
         struct gv_alloc_fit fit = {0};
-        if (gv_alloc_filter(f->s->cluster, f->req, f->usable[j], &fit, NULL) == GV_OK && fit.fits) {
+        if (gv_alloc_filter(f->s->cluster, f->req, f->args.names[i], &fit, NULL) == GV_OK &&
+            fit.fits) {
             f->verdicts[i] = keep_fits ? GV_EXT_FIT : GV_EXT_FAILED;
             continue;
         }
         f->verdicts[i] = GV_EXT_FAILED;
-        f->reasons[i] = strdup(fit.reason[0] ? fit.reason : "does not fit");
+        set_reason(f, i, fit.reason[0] ? fit.reason : "does not fit");
     }
 }
 
@@ -187,13 +238,18 @@ static void filter_reserve(struct filter_ctx *f)
      * whole cluster: the engine's index answers without a lookup per name.
      * The chosen node is checked against this filter's marks all the same. */
     bool whole = f->n_engine > 0 && f->n_engine == gv_alloc_node_count(s->cluster);
-    gv_status st = f->n_usable == 0 ? GV_ENOFIT
-                   : whole ? gv_alloc_pick(s->cluster, f->req, NULL, 0, a, &err)
-                           : gv_alloc_pick(s->cluster, f->req, f->usable, f->n_usable, a, &err);
-    if (whole && st == GV_OK) {
-        struct snode *chosen = gv_sched_node_find(s, a->node);
-        if (chosen == NULL || chosen->filter_stamp != s->filter_stamp)
-            st = gv_alloc_pick(s->cluster, f->req, f->usable, f->n_usable, a, &err);
+    const char **usable = NULL;
+    gv_status st = GV_ENOFIT;
+    if (f->n_usable > 0 && whole) {
+        st = gv_alloc_pick(s->cluster, f->req, NULL, 0, a, &err);
+        struct snode *chosen = st == GV_OK ? gv_sched_node_find(s, a->node) : NULL;
+        whole = st != GV_OK || (chosen != NULL && chosen->filter_stamp == s->filter_stamp);
+    }
+    if (f->n_usable > 0 && !whole) {
+        usable = usable_names(f);
+        st = usable == NULL ? GV_ENOMEM
+                            : gv_alloc_pick(s->cluster, f->req, usable, f->n_usable, a, &err);
+        free(usable);
     }
     if (st == GV_OK)
         st = gv_alloc_place(s->cluster, f->req, a, &err);
@@ -231,13 +287,20 @@ static void filter_reserve(struct filter_ctx *f)
     /* Only the chosen node is kept.  The other usable candidates are left
      * out without a reason: the pod is being scheduled, so kube-scheduler
      * never shows them, and 5,000 reason strings would cost more than the
-     * placement itself. */
+     * placement itself.  The chosen node's candidates are its record's
+     * first position and the repeats naming that record. */
     const struct snode *chosen = gv_sched_node_find(s, a->node);
-    for (size_t j = 0; j < f->n_usable; j++)
-        f->verdicts[f->usable_idx[j]] =
-            (chosen != NULL ? f->usable[j] == chosen->name : strcmp(f->usable[j], a->node) == 0)
-                ? GV_EXT_FIT
-                : GV_EXT_DROPPED;
+    bool marked = chosen != NULL && chosen->filter_stamp == s->filter_stamp;
+    for (size_t i = 0; i < f->args.n_names; i++)
+        if (f->verdicts[i] == GV_EXT_FIT)
+            f->verdicts[i] = !marked && strcmp(f->args.names[i], a->node) == 0 ? GV_EXT_FIT
+                                                                               : GV_EXT_DROPPED;
+    if (marked) {
+        f->verdicts[chosen->filter_pos] = GV_EXT_FIT;
+        for (size_t k = 0; k < f->n_repeats; k++)
+            if (strcmp(f->args.names[f->repeats[k]], chosen->name) == 0)
+                f->verdicts[f->repeats[k]] = GV_EXT_FIT;
+    }
     gv_debug("filter: pod %s/%s reserved on %s: %s", meta(f->args.pod, "namespace"),
              meta(f->args.pod, "name"), a->node, enc);
     free(enc);
@@ -257,7 +320,7 @@ static void filter_placed(struct filter_ctx *f, const char *node, const char *ho
         bool match = strcmp(f->args.names[i], node) == 0;
         f->verdicts[i] = match ? GV_EXT_FIT : listed ? GV_EXT_DROPPED : GV_EXT_FAILED;
         if (!match && !listed)
-            f->reasons[i] = strdup(why);
+            set_reason(f, i, why);
     }
 }
 
@@ -292,16 +355,12 @@ static void handle_filter(void *ctx, const struct gv_http_request *hreq,
     struct gv_sched *s = f.s;
     struct gv_error err = {0};
     double t0 = gv_sched_now();
-    if (gv_ext_args_parse(hreq->body, hreq->body_len, &f.args, &err) != GV_OK) {
+    if (gv_ext_args_parse_inplace(hreq->body, hreq->body_len, &f.args, &err) != GV_OK) {
         gv_http_respond_error(resp, 400, err.msg);
         return;
     }
-    size_t n = f.args.n_names ? f.args.n_names : 1;
-    f.verdicts = calloc(n, sizeof(*f.verdicts));
-    f.reasons = calloc(n, sizeof(*f.reasons));
-    f.usable = calloc(n, sizeof(*f.usable));
-    f.usable_idx = calloc(n, sizeof(*f.usable_idx));
-    if (f.verdicts == NULL || f.reasons == NULL || f.usable == NULL || f.usable_idx == NULL) {
+    f.verdicts = calloc(f.args.n_names ? f.args.n_names : 1, sizeof(*f.verdicts));
+    if (f.verdicts == NULL) {
         gv_http_respond_error(resp, 500, "out of memory");
         goto out;
     }
@@ -359,6 +418,11 @@ static void handle_filter(void *ctx, const struct gv_http_request *hreq,
         goto answer;
     }
     if (whole) {
+        f.reasons = calloc(f.args.n_names ? f.args.n_names : 1, sizeof(*f.reasons));
+        if (f.reasons == NULL) {
+            gv_http_respond_error(resp, 500, "out of memory");
+            goto out;
+        }
         gv_sched_whole_filter(s, f.args.pod, &wreq, f.args.names, f.args.n_names, f.verdicts,
                               f.reasons);
         goto answer;
@@ -401,11 +465,15 @@ static void handle_filter(void *ctx, const struct gv_http_request *hreq,
     if (first_seen)
         gv_alloc_observe(s->cluster, f.req);
     classify_candidates(&f);
+    if (f.oom) {
+        pthread_mutex_unlock(&s->lock);
+        goto answer; /* nothing reserved on a partial view of the candidates */
+    }
     if (s->cfg.filter_feasible) {
         engine_reasons(&f, true);
         bool any = false;
-        for (size_t j = 0; j < f.n_usable; j++)
-            any = any || f.verdicts[f.usable_idx[j]] == GV_EXT_FIT;
+        for (size_t i = 0; i < f.args.n_names && !any; i++)
+            any = f.verdicts[i] == GV_EXT_FIT;
         if (!any)
             note_pending(s, f.args.pod,
                          f.n_usable == 0 ? PENDING_NO_GPU_NODE : PENDING_INSUFFICIENT_GPU);
@@ -416,6 +484,10 @@ static void handle_filter(void *ctx, const struct gv_http_request *hreq,
     }
     pthread_mutex_unlock(&s->lock);
 answer:
+    if (f.oom) { /* a reason or repeat lost: no answer that could mislead */
+        gv_http_respond_error(resp, 500, "scheduler out of memory");
+        goto out;
+    }
     respond_json(resp, gv_ext_filter_result_encode(&f.args, f.verdicts,
                                                    (const char *const *)f.reasons, NULL));
     gv_sched_obs_filter(s, &f.args, f.req ? (int)f.req->n_containers : -1, f.verdicts,
@@ -435,7 +507,7 @@ static void handle_prioritize(void *ctx, const struct gv_http_request *hreq,
     struct gv_alloc_request *req = NULL;
     int32_t *scores = NULL;
     long *out = NULL;
-    if (gv_ext_args_parse(hreq->body, hreq->body_len, &args, &err) != GV_OK) {
+    if (gv_ext_args_parse_inplace(hreq->body, hreq->body_len, &args, &err) != GV_OK) {
         gv_http_respond_error(resp, 400, err.msg);
         return;
     }

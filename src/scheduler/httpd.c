@@ -455,7 +455,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         else
             gv_http_respond_error(&resp, 404, "no such path");
     } else {
-        struct gv_http_request req = {method, url, p->body.data ? p->body.data : "", p->body.len};
+        char empty[1] = "";
+        struct gv_http_request req = {method, url, p->body.data ? p->body.data : empty,
+                                      p->body.len};
         r->fn(r->ctx, &req, &resp);
         if (resp.body == NULL && resp.stream == NULL)
             gv_http_respond(&resp, resp.status, resp.content_type, "");

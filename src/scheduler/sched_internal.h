@@ -41,6 +41,7 @@ struct snode {
      * line was a fifth of the filter). */
     time_t heartbeat;      /* 0 = none */
     uint32_t filter_stamp; /* last filter that found it usable (handlers.c) */
+    uint32_t filter_pos;   /* that filter's first candidate naming it */
     enum node_state state;
     bool in_engine; /* the engine has a model of this node */
     bool stale_logged;

@@ -802,6 +802,39 @@ static void test_bad_specs_and_lists(void **state)
     assert_non_null(strstr(err.msg, "at most 64"));
     struct gv_alloc_node_spec s3 = {"n", -1, 0, NULL, 0, NULL, 0};
     assert_int_equal(gv_alloc_node_upsert(c, &s3, &err), GV_EINVAL);
+    /* what a GPU record holds in 16 bits: refused whole, not truncated,
+     * and the node is not half there; the largest values fit */
+    static const struct {
+        uint32_t index, split;
+        int32_t numa;
+        bool ok;
+    } wide[] = {
+        {65536, 4, 0, false}, {0, 65536, 0, false}, {0, 4, 32768, false}, {0, 4, -32769, false},
+        {65535, 4, 0, true},  {0, 65535, 0, true},  {0, 4, 32767, true},  {0, 4, -32768, true},
+    };
+    for (size_t k = 0; k < sizeof(wide) / sizeof(wide[0]); k++) {
+        struct gv_alloc_gpu_spec g = {"GPU-w", wide[k].index, "A100", 1000, wide[k].split,
+                                      wide[k].numa, true, GV_ALLOC_GPU_SHARED};
+        struct gv_alloc_node_spec w = {"wide", 0, 0, NULL, 0, &g, 1};
+        if (!wide[k].ok) {
+            assert_int_equal(gv_alloc_node_upsert(c, &w, &err), GV_EINVAL);
+            assert_non_null(strstr(err.msg, "out of range"));
+            assert_false(gv_alloc_node_exists(c, "wide"));
+            continue;
+        }
+        assert_int_equal(gv_alloc_node_upsert(c, &w, &err), GV_OK);
+        struct gv_alloc_gpu_info info;
+        assert_int_equal(gv_alloc_gpu_info_at(c, "wide", 0, &info, &err), GV_OK);
+        assert_int_equal(info.index, wide[k].index);
+        assert_int_equal(info.split, wide[k].split);
+        assert_int_equal(gv_alloc_node_remove(c, "wide", &err), GV_OK);
+    }
+    struct gv_alloc_config big;
+    gv_alloc_config_default(&big);
+    big.default_split = 65536;
+    struct gv_alloc_cluster *c2 = NULL;
+    assert_int_equal(gv_alloc_cluster_new(&big, &c2, &err), GV_EINVAL);
+    assert_null(c2);
     struct gv_alloc_request *r = simple_req("x", 1, 0, 0);
     assert_int_equal(gv_alloc_request_set_constraint(r, GV_ALLOC_USE_TYPE, "a\x01b", &err),
                      GV_EINVAL);

@@ -41,6 +41,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(scores);
         gv_ext_args_clear(&args);
     }
+    /* In place: the same answer; refused or read by jansson, the body is
+     * as it came. */
+    char *mut = malloc(size ? size : 1);
+    if (mut != NULL) {
+        memcpy(mut, data, size);
+        struct gv_ext_args ref_args, in;
+        gv_status rs = gv_ext_args_parse((const char *)data, size, &ref_args, &err);
+        gv_status is = gv_ext_args_parse_inplace(mut, size, &in, &err);
+        if (rs != is)
+            abort();
+        if (is == GV_OK) {
+            if (in.n_names != ref_args.n_names || in.scanned != ref_args.scanned)
+                abort();
+            for (size_t i = 0; i < in.n_names; i++)
+                if (strcmp(in.names[i], ref_args.names[i]) != 0)
+                    abort();
+        }
+        if ((is != GV_OK || !in.scanned) && memcmp(mut, data, size) != 0)
+            abort();
+        if (rs == GV_OK)
+            gv_ext_args_clear(&ref_args);
+        if (is == GV_OK)
+            gv_ext_args_clear(&in);
+        free(mut);
+    }
     struct gv_ext_bind_args b;
     if (gv_ext_bind_args_parse((const char *)data, size, &b, &err) == GV_OK) {
         free(gv_ext_bind_result_encode(b.node));

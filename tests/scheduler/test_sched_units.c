@@ -92,11 +92,58 @@ static void test_node_table_lookup(void **state)
     gv_sched_tables_free(&s);
 }
 
+/* The node table under churn (adds and removes between batched lookups,
+ * so the directory goes stale and is rebuilt many times, through several
+ * sizes): each name is found by the single and the batched lookup exactly
+ * when a scan of the sorted array has it. */
+static void test_node_table_churn(void **state)
+{
+    (void)state;
+    static struct gv_sched s;
+    memset(&s, 0, sizeof(s));
+    enum { POOL = 700, STEPS = 6000 };
+    static char name[POOL][24];
+    static bool in[POOL];
+    static const char *names[POOL];
+    static struct snode *got[POOL];
+    srand(11);
+    for (int i = 0; i < POOL; i++) {
+        /* short and long names (the hash reads eight bytes at a time) */
+        snprintf(name[i], sizeof(name[i]), i % 2 ? "n%d" : "gpu-node-%d-%x", i, rand() % 4096);
+        names[i] = name[i];
+    }
+    for (int step = 0; step < STEPS; step++) {
+        int i = rand() % POOL;
+        if (in[i])
+            gv_sched_node_remove(&s, name[i]);
+        else
+            assert_non_null(gv_sched_node_add(&s, name[i]));
+        in[i] = !in[i];
+        if (step % 500 != 499)
+            continue;
+        gv_sched_nodes_find(&s, names, POOL, got);
+        size_t live = 0;
+        for (int k = 0; k < POOL; k++) {
+            struct snode *scan = NULL;
+            for (size_t j = 0; j < s.n_nodes; j++)
+                if (strcmp(s.nodes[j]->name, name[k]) == 0)
+                    scan = s.nodes[j];
+            assert_true((scan != NULL) == in[k]);
+            assert_ptr_equal(gv_sched_node_find(&s, name[k]), scan);
+            assert_ptr_equal(got[k], scan);
+            live += in[k];
+        }
+        assert_int_equal(s.n_nodes, live);
+    }
+    gv_sched_tables_free(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_time),
         cmocka_unit_test(test_node_table_lookup),
+        cmocka_unit_test(test_node_table_churn),
         cmocka_unit_test(test_format_roundtrip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

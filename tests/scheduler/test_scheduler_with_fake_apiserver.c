@@ -213,6 +213,45 @@ static void test_type_constraint(void **state)
     json_decref(pod);
 }
 
+/* A candidate list naming a node more than once keeps every copy of the
+ * chosen node and drops the others' copies; an unknown name is
+ * unresolvable.  Both ways of picking: over the whole cluster (the list
+ * names every node) and over the list (it names two of three). */
+static void test_repeated_candidates(void **state)
+{
+    struct fx *f = *state;
+    sched_up(f);
+    const char *const lists[2][6] = {
+        {"gpu-t4", "gpu-a", "gpu-t4", "no-such-node", "gpu-b", "gpu-t4"},
+        {"gpu-a", "gpu-t4", "gpu-a", "gpu-t4", "no-such-node", "gpu-a"},
+    };
+    const size_t kept[2] = {3, 2};
+    for (int k = 0; k < 2; k++) {
+        char name[32];
+        snprintf(name, sizeof(name), "rep%d", k);
+        json_t *pod = gpumem_pod(f->kube, name, 1000, "{\"nvidia.com/use-gputype\":\"T4\"}");
+        const char *list[6];
+        for (int i = 0; i < 6; i++)
+            list[i] = k == 0 || strcmp(lists[k][i], "gpu-b") != 0 ? lists[k][i] : "gpu-a";
+        long code = 0;
+        json_t *r = st_filter(f->base, pod, list, 6, &code);
+        assert_int_equal(code, 200);
+        json_t *names = json_object_get(r, "NodeNames");
+        assert_int_equal(json_array_size(names), kept[k]);
+        for (size_t i = 0; i < json_array_size(names); i++)
+            assert_string_equal(json_string_value(json_array_get(names, i)), "gpu-t4");
+        json_t *unres = json_object_get(r, "FailedAndUnresolvableNodes");
+        assert_int_equal(json_object_size(unres), 1);
+        assert_non_null(json_object_get(unres, "no-such-node"));
+        assert_int_equal(json_object_size(json_object_get(r, "FailedNodes")), 0);
+        char *e = st_bind(f->base, pod, "gpu-t4");
+        assert_string_equal(e, "");
+        free(e);
+        json_decref(r);
+        json_decref(pod);
+    }
+}
+
 struct conc {
     struct fx *f;
     int idx;
@@ -1156,6 +1195,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_filter_bind_writes_assignment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nothing_fits_gives_reasons, setup, teardown),
         cmocka_unit_test_setup_teardown(test_type_constraint, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repeated_candidates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_binds_never_oversubscribe, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reservation_expires_without_bind, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete_and_finish_release, setup, teardown),
