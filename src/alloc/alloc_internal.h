@@ -142,7 +142,6 @@ struct wl_shape {
      * shape_supply); valid while supply_gen matches the cluster's */
     double supply;
     uint32_t supply_gen;
-    uint32_t gvx_obs;
 };
 
 /* Per-call memo of scores by node signature (policy.c). */

@@ -101,70 +101,16 @@ bool fgd_supply_account(struct gv_alloc_cluster *c, const struct node *n, int si
  * GPU may host, and when the shape may use no GPU at all (no node can run
  * it: its fragments are every node's free share, the same for every
  * placement).  O(models) after each change of the cluster's GPUs. */
-static uint32_t gvx_obs = 1;
-static int gvx_knob(const char *k) { const char *v = getenv(k); return v ? atoi(v) : 0; }
-static double gvx_knobf(const char *k, double d) { const char *v = getenv(k); return v ? atof(v) : d; }
 static double shape_supply(struct gv_alloc_cluster *c, struct wl_shape *s)
 {
-    static int pressure = -1;
-    if (pressure < 0)
-        pressure = gvx_knob("GVX_PRESSURE");
-    if (pressure == 0 && s->supply_gen == c->supply_gen)
-        return s->supply;
-    if (pressure > 0 && s->supply_gen == c->supply_gen && s->gvx_obs == gvx_obs)
+    if (s->supply_gen == c->supply_gen)
         return s->supply;
     uint64_t ok = 0;
     for (uint32_t i = 0; !c->supply_broken && i < c->model_gpus_n; i++)
         if (shape_model_ok(c, s, i))
             ok += c->model_gpus[i];
     s->supply = ok > 0 && !c->supply_broken ? (double)c->supply_gpus / (double)ok : 1.0;
-    if (pressure == 5 && ok > 0 && s->supply > 1.0 && !c->supply_broken) {
-        /* GPUs of models some typed class is confined to */
-        double gt = 0;
-        for (uint32_t i = 0; i < c->model_gpus_n; i++) {
-            double t = 0;
-            for (uint32_t j = 0; j < c->n_shapes; j++) {
-                struct wl_shape *q = &c->shapes[j];
-                if (q->w > 0 && (q->types != NULL || q->notypes != NULL) && shape_model_ok(c, q, i)) {
-                    uint64_t okq = 0;
-                    for (uint32_t k2 = 0; k2 < c->model_gpus_n; k2++)
-                        if (shape_model_ok(c, q, k2))
-                            okq += c->model_gpus[k2];
-                    t = fmax(t, 1.0 - (double)okq / (double)c->supply_gpus);
-                }
-            }
-            gt += t * (double)c->model_gpus[i];
-        }
-        double out = 1.0 - gt / (double)c->supply_gpus;
-        s->supply = 1.0 + (s->supply - 1.0) * out;
-    } else
-    if (pressure > 0 && pressure != 5 && ok > 0 && s->supply > 1.0 && !c->supply_broken) {
-        /* demand share of the classes confined within this shape's models */
-        double dall = 0, din = 0;
-        for (uint32_t j = 0; j < c->n_shapes; j++) {
-            struct wl_shape *t = &c->shapes[j];
-            double d = t->w * t->k * (double)t->r;
-            dall += d;
-            bool sub = true;
-            for (uint32_t i = 0; i < c->model_gpus_n && sub; i++)
-                if (shape_model_ok(c, t, i) && !shape_model_ok(c, s, i) && c->model_gpus[i] > 0)
-                    sub = false;
-            if (sub)
-                din += d;
-        }
-        double u = dall > 0 ? (din / dall) * s->supply : 0; /* demand share / capacity share */
-        double full = s->supply;
-        if (pressure == 1)
-            s->supply = 1.0 + (full - 1.0) * fmin(1.0, u);
-        else if (pressure == 2)
-            s->supply = fmax(1.0, fmin(full, u * full));
-        else if (pressure == 3)
-            s->supply = 1.0 + (full - 1.0) * fmin(1.0, u * gvx_knobf("GVX_PK", 1.0));
-        else if (pressure == 4)
-            s->supply = u >= gvx_knobf("GVX_PK", 0.5) ? full : 1.0;
-    }
     s->supply_gen = c->supply_gen;
-    s->gvx_obs = gvx_obs;
     return s->supply;
 }
 
@@ -243,7 +189,6 @@ void gv_alloc_observe(struct gv_alloc_cluster *c, const struct gv_alloc_request 
     for (uint32_t i = 0; i < req->n_containers; i++)
         shape_add_level(shape_find(c, req, &req->containers[i]), cpu, c->wl_scale);
     c->wl_scale *= c->wl_growth;
-    gvx_obs++;
     if (c->wl_scale > 1e100) {
         for (uint32_t i = 0; i < c->n_shapes; i++) {
             struct wl_shape *s = &c->shapes[i];

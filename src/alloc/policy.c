@@ -94,12 +94,6 @@ static double fgd_share_tie(const struct node *n, const struct gv_alloc_request 
     for (uint32_t g = 0; g < n->n_gpus; g++)
         if (n->gpus[g].healthy && n->gpus[g].tasks == 0 && g != p->gpu[0])
             idle++;
-    static int kt = -1;
-    if (kt < 0) { const char *e = getenv("GVX_TIE"); kt = e ? atoi(e) : 1; }
-    if (kt == 2)
-        return n->gpus[p->gpu[0]].tasks > 0 ? 0.5 : 0;
-    if (kt == 3)
-        return 0.99 * (1.0 - (double)idle / (double)n->n_gpus);
     return (double)(GV_ALLOC_MAX_NODE_GPUS - idle) / (GV_ALLOC_MAX_NODE_GPUS + 1);
 }
 
@@ -139,30 +133,8 @@ static bool eval_node(struct gv_alloc_cluster *c, const struct req_view *v, uint
             *score = -fgd_delta(c, node, v->req, p);
         /* Quantised: near-equal deltas tie and go to the first node by
          * name, which consolidates load (docs/alloc.md, "Ties"). */
-        if (c->cfg.fgd_score_step > 0) {
-            static double kstep = -1, krel = 0, kmin = 0;
-            static int ktie = 1;
-            if (kstep < 0) {
-                const char *e;
-                kstep = (e = getenv("GVX_STEP")) ? atof(e) : 0;
-                krel = (e = getenv("GVX_STEPREL")) ? atof(e) : 0;
-                kmin = (e = getenv("GVX_STEPMIN")) ? atof(e) : 0;
-                ktie = (e = getenv("GVX_TIE")) ? atoi(e) : 1;
-            }
-            double step = kstep > 0 ? kstep : c->cfg.fgd_score_step;
-            if (krel > 0) {
-                double dem = 0;
-                for (uint32_t i = 0; i < v->req->n_containers; i++)
-                    dem += (double)v->req->containers[i].num_gpu * v->req->containers[i].milli;
-                static int kw = -1;
-                if (kw < 0) { const char *e = getenv("GVX_STEPWHO"); kw = e ? atoi(e) : 0; }
-                bool share = v->req->n_containers == 1 && v->req->containers[0].num_gpu == 1 &&
-                             v->req->containers[0].milli < GV_ALLOC_MILLI;
-                if (dem > 0 && (kw == 0 || (kw == 1 && !share) || (kw == 2 && share)))
-                    step = fmax(kmin, krel * dem);
-            }
-            *score = floor(*score / step) + (ktie ? fgd_share_tie(n, v->req, p) : 0);
-        }
+        if (c->cfg.fgd_score_step > 0)
+            *score = floor(*score / c->cfg.fgd_score_step) + fgd_share_tie(n, v->req, p);
         /* A pod without GPUs only takes CPU and memory: put it where the
          * GPUs are most used (its CPU is worth least to GPU tasks there),
          * nodes without GPUs first; the fragmentation delta breaks ties. */
