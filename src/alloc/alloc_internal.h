@@ -261,9 +261,67 @@ struct req_view {
 gv_status alloc_view_init(struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
                           struct req_view *v, struct gv_error *err);
 void alloc_view_fini(struct req_view *v);
-uint64_t alloc_gpu_mem_need(const struct gpu *g, gv_alloc_mem_kind kind, uint64_t mem);
-bool alloc_gpu_can_host(const struct gpu *g, uint32_t milli, uint64_t mem_need);
-double alloc_gpu_free_share(const struct gpu *g);
+/*
+ * Per-GPU arithmetic, inline: FGD scores every task shape against every GPU
+ * a placement touches (fgd.c), so these sit in its innermost loop.
+ */
+static inline uint64_t alloc_gpu_mem_need(const struct gpu *g, gv_alloc_mem_kind kind,
+                                          uint64_t mem)
+{
+    if (kind == GV_ALLOC_MEM_PCT)
+        return g->mem_mib * (mem > 100 ? 100 : mem) / 100;
+    return mem;
+}
+
+/* A GPU's usage plus what earlier containers of the same pod would add. */
+struct gpu_load {
+    uint64_t mem;
+    uint32_t milli, tasks, whole;
+};
+
+static inline bool load_can_host(const struct gpu *g, const struct gpu_load *l, uint32_t milli,
+                          uint64_t need)
+{
+    if (!g->healthy || l->whole > 0 || l->tasks >= g->split)
+        return false;
+    if ((milli >= GV_ALLOC_MILLI || g->mode == GV_ALLOC_GPU_EXCLUSIVE) && l->tasks > 0)
+        return false;
+    if (l->milli + milli > GV_ALLOC_MILLI)
+        return false;
+    return need <= g->mem_mib && l->mem <= g->mem_mib - need;
+}
+
+static inline double load_free_share(const struct gpu *g, const struct gpu_load *l)
+{
+    if (!g->healthy || l->whole > 0 || l->tasks >= g->split)
+        return 0.0;
+    double s = (double)(GV_ALLOC_MILLI - (l->milli > GV_ALLOC_MILLI ? GV_ALLOC_MILLI : l->milli));
+    if (g->mem_mib > 0) {
+        double m = (double)(g->mem_mib - (l->mem > g->mem_mib ? g->mem_mib : l->mem)) *
+                   GV_ALLOC_MILLI / (double)g->mem_mib;
+        if (m < s)
+            s = m;
+    }
+    return s;
+}
+
+static inline struct gpu_load own_load(const struct gpu *g)
+{
+    return (struct gpu_load){g->used_mem, g->used_milli, g->tasks, g->whole};
+}
+
+static inline bool alloc_gpu_can_host(const struct gpu *g, uint32_t milli, uint64_t mem_need)
+{
+    struct gpu_load l = own_load(g);
+    return load_can_host(g, &l, milli, mem_need);
+}
+
+static inline double alloc_gpu_free_share(const struct gpu *g)
+{
+    struct gpu_load l = own_load(g);
+    return load_free_share(g, &l);
+}
+
 /* Chooses GPUs for the whole request on a node following the GPU policy;
  * true if it fits (then a->containers filled, a->node set). */
 bool alloc_fit_node(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t node,
@@ -301,7 +359,8 @@ double fgd_delta(struct gv_alloc_cluster *c, uint32_t node, const struct gv_allo
  * false on the first call for a node) for its next candidates. */
 struct fgd_before {
     bool valid;
-    double contrib[WL_MAX_SHAPES];
+    double contrib[WL_MAX_SHAPES]; /* each shape's contribution before the placement */
+    double p_new[WL_MAX_SHAPES];   /* its CPU weight at the node's CPU after it; -1: not yet */
 };
 double fgd_delta_memo(struct gv_alloc_cluster *c, uint32_t node,
                       const struct gv_alloc_request *req, const struct pick *p,

@@ -141,14 +141,7 @@ static gv_status model_name_intern(struct gv_alloc_cluster *c, const char *model
     return st;
 }
 
-/* --- per-GPU arithmetic -------------------------------------------------- */
-
-uint64_t alloc_gpu_mem_need(const struct gpu *g, gv_alloc_mem_kind kind, uint64_t mem)
-{
-    if (kind == GV_ALLOC_MEM_PCT)
-        return g->mem_mib * (mem > 100 ? 100 : mem) / 100;
-    return mem;
-}
+/* --- node signatures (the per-GPU arithmetic is inline, alloc_internal.h) --- */
 
 static uint64_t mix64(uint64_t x)
 {

@@ -55,7 +55,7 @@ static bool str_eq(const char *a, const char *b)
     return strcmp(a, b) == 0;
 }
 
-static bool shape_model_ok(struct gv_alloc_cluster *c, struct wl_shape *s, uint32_t model)
+static bool shape_model_ok_grow(struct gv_alloc_cluster *c, struct wl_shape *s, uint32_t model)
 {
     if (model >= s->model_ok_n) {
         uint8_t *m = realloc(s->model_ok, c->n_models);
@@ -71,6 +71,14 @@ static bool shape_model_ok(struct gv_alloc_cluster *c, struct wl_shape *s, uint3
         s->model_ok_n = c->n_models;
     }
     return s->model_ok[model];
+}
+
+/* Whether the shape may use GPUs of model (its type constraints): a table
+ * lookup inline, the table grown out of line when the cluster interned more
+ * models since. */
+static inline bool shape_model_ok(struct gv_alloc_cluster *c, struct wl_shape *s, uint32_t model)
+{
+    return model < s->model_ok_n ? s->model_ok[model] : shape_model_ok_grow(c, s, model);
 }
 
 bool fgd_supply_account(struct gv_alloc_cluster *c, const struct node *n, int sign)
@@ -295,6 +303,18 @@ static inline double contrib(struct wl_shape *s, uint32_t cnt, double frag, doub
     return p * frag + (s->w - p) * total;
 }
 
+/* contrib() with the shape's CPU weight p = shape_cpu_weight(s, cpu_free) given
+ * (the same arithmetic, so the same value): one node's candidates share it. */
+static inline double contrib_p(const struct wl_shape *s, uint32_t cnt, double frag, double total,
+                               double p)
+{
+    if (s->w <= 0)
+        return 0;
+    if (cnt < s->k)
+        return s->w * total;
+    return p * frag + (s->w - p) * total;
+}
+
 double fgd_node_frag(struct gv_alloc_cluster *c, uint32_t node)
 {
     struct node *n = &c->nodes[node];
@@ -366,15 +386,23 @@ double fgd_delta_memo(struct gv_alloc_cluster *c, uint32_t node,
             else
                 frag += share_new[j];
         }
-        double old;
+        double old, p_new = -1; /* CPU weights are >= 0: -1 = not computed yet */
         if (have) {
             old = before->contrib[i];
+            p_new = before->p_new[i];
         } else {
             old = contrib(s, node_prof_cnt(n)[i], n->prof_frag[i], n->prof_total, cpu_old);
-            if (before != NULL)
+            if (before != NULL) {
                 before->contrib[i] = old;
+                before->p_new[i] = -1;
+            }
         }
-        delta += (contrib(s, (uint32_t)cnt, frag, total_new, cpu_new) - old) * shape_supply(c, s);
+        if ((uint32_t)cnt >= s->k && p_new < 0) {
+            p_new = shape_cpu_weight(s, cpu_new);
+            if (before != NULL)
+                before->p_new[i] = p_new;
+        }
+        delta += (contrib_p(s, (uint32_t)cnt, frag, total_new, p_new) - old) * shape_supply(c, s);
     }
     if (before != NULL)
         before->valid = true;

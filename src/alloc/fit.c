@@ -38,55 +38,6 @@ void alloc_view_fini(struct req_view *v)
     v->model_ok = NULL;
 }
 
-/* A GPU's usage plus what earlier containers of the same pod would add. */
-struct gpu_load {
-    uint64_t mem;
-    uint32_t milli, tasks, whole;
-};
-
-static bool load_can_host(const struct gpu *g, const struct gpu_load *l, uint32_t milli,
-                          uint64_t need)
-{
-    if (!g->healthy || l->whole > 0 || l->tasks >= g->split)
-        return false;
-    if ((milli >= GV_ALLOC_MILLI || g->mode == GV_ALLOC_GPU_EXCLUSIVE) && l->tasks > 0)
-        return false;
-    if (l->milli + milli > GV_ALLOC_MILLI)
-        return false;
-    return need <= g->mem_mib && l->mem <= g->mem_mib - need;
-}
-
-static double load_free_share(const struct gpu *g, const struct gpu_load *l)
-{
-    if (!g->healthy || l->whole > 0 || l->tasks >= g->split)
-        return 0.0;
-    double s = (double)(GV_ALLOC_MILLI - (l->milli > GV_ALLOC_MILLI ? GV_ALLOC_MILLI : l->milli));
-    if (g->mem_mib > 0) {
-        double m = (double)(g->mem_mib - (l->mem > g->mem_mib ? g->mem_mib : l->mem)) *
-                   GV_ALLOC_MILLI / (double)g->mem_mib;
-        if (m < s)
-            s = m;
-    }
-    return s;
-}
-
-static struct gpu_load own_load(const struct gpu *g)
-{
-    return (struct gpu_load){g->used_mem, g->used_milli, g->tasks, g->whole};
-}
-
-bool alloc_gpu_can_host(const struct gpu *g, uint32_t milli, uint64_t mem_need)
-{
-    struct gpu_load l = own_load(g);
-    return load_can_host(g, &l, milli, mem_need);
-}
-
-double alloc_gpu_free_share(const struct gpu *g)
-{
-    struct gpu_load l = own_load(g);
-    return load_free_share(g, &l);
-}
-
 bool alloc_gpu_allowed(const struct req_view *v, const struct gpu *g)
 {
     const struct gv_alloc_request *r = v->req;
