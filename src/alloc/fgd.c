@@ -292,19 +292,9 @@ static int64_t cpu_free_of(const struct node *n, int64_t extra)
     return n->cpu_cap > 0 ? n->cpu_cap - n->cpu_used - extra : INT64_MAX;
 }
 
-static inline double contrib(struct wl_shape *s, uint32_t cnt, double frag, double total,
-                      int64_t cpu_free)
-{
-    if (s->w <= 0)
-        return 0;
-    if (cnt < s->k)
-        return s->w * total;
-    double p = shape_cpu_weight(s, cpu_free);
-    return p * frag + (s->w - p) * total;
-}
-
-/* contrib() with the shape's CPU weight p = shape_cpu_weight(s, cpu_free) given
- * (the same arithmetic, so the same value): one node's candidates share it. */
+/* A shape's contribution to a node's fragmentation, given its CPU weight p
+ * at the node's free CPU (shape_cpu_weight; unused when the node cannot
+ * host the shape at all): one node's candidates share p (fgd_delta_memo). */
 static inline double contrib_p(const struct wl_shape *s, uint32_t cnt, double frag, double total,
                                double p)
 {
@@ -313,6 +303,13 @@ static inline double contrib_p(const struct wl_shape *s, uint32_t cnt, double fr
     if (cnt < s->k)
         return s->w * total;
     return p * frag + (s->w - p) * total;
+}
+
+static inline double contrib(struct wl_shape *s, uint32_t cnt, double frag, double total,
+                             int64_t cpu_free)
+{
+    double p = s->w > 0 && cnt >= s->k ? shape_cpu_weight(s, cpu_free) : 0;
+    return contrib_p(s, cnt, frag, total, p);
 }
 
 double fgd_node_frag(struct gv_alloc_cluster *c, uint32_t node)

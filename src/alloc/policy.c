@@ -131,8 +131,9 @@ static bool eval_node(struct gv_alloc_cluster *c, const struct req_view *v, uint
             *score = -fgd_best_single(c, v, node, p);
         else
             *score = -fgd_delta(c, node, v->req, p);
-        /* Quantised: near-equal deltas tie and go to the first node by
-         * name, which consolidates load (docs/alloc.md, "Ties"). */
+        /* Quantised: near-equal deltas tie; inside a step a sharing task
+         * goes where the fewest idle GPUs stay (fgd_share_tie), the rest
+         * to the first node by name (docs/alloc.md, "Ties"). */
         if (c->cfg.fgd_score_step > 0)
             *score = floor(*score / c->cfg.fgd_score_step) + fgd_share_tie(n, v->req, p);
         /* A pod without GPUs only takes CPU and memory: put it where the
