@@ -82,6 +82,16 @@ def inventory(env, pred, timeout=15):
     return get()
 
 
+def mps_env(split, gpu_lines):
+    """An agent environment in mps mode whose fake NVML shows exactly these GPU config lines
+    (GPUS[i] is the uuid of line i)."""
+    env = agent.Env(config={"mode": "mps", "deviceSplitCount": split})
+    with open(env.gpu_cfg, "w") as f:
+        for i, line in enumerate(gpu_lines):
+            f.write(line % GPUS[i] + "\n")
+    return env
+
+
 def healthy_ids(ev, uuid):
     return [d["id"] for d in ev["devices"] if d["id"].startswith(uuid) and d["health"] == "Healthy"]
 
@@ -287,10 +297,8 @@ def scenario_mps_pre_volta():
     """MPS refuses a pre-Volta GPU (compute capability < 7.0, from the fake NVML):
     advertised Unhealthy with the reason, no daemon; the Volta+ GPU is served,
     its daemon started with the agent's PATH and LD_LIBRARY_PATH (deploy/mps)."""
-    env = agent.Env(config={"mode": "mps", "deviceSplitCount": 2})
-    with open(env.gpu_cfg, "w") as f:
-        f.write('name="Tesla P100-PCIE-16GB" uuid=%s memory=16g pci=0:3b:0 cc=6.0\n' % GPUS[0])
-        f.write('name="Tesla V100-SXM2-16GB" uuid=%s memory=16g pci=0:3c:0 cc=7.0\n' % GPUS[1])
+    env = mps_env(2, ['name="Tesla P100-PCIE-16GB" uuid=%s memory=16g pci=0:3b:0 cc=6.0',
+                      'name="Tesla V100-SXM2-16GB" uuid=%s memory=16g pci=0:3c:0 cc=7.0'])
     try:
         env.start_agent(MPS_ARGS)
         k = env.start_kubelet("py")
@@ -321,10 +329,8 @@ def scenario_mps_tpcs():
     """The active-thread percentage in whole TPCs of the GPU's SMs (NVML's core count):
     on a 132-SM GPU gpucores 30/70 become 29/72 (19 + 47 of 66 TPCs, every TPC handed out
     once); where NVML cannot count cores (pre-R470) the shares themselves."""
-    env = agent.Env(config={"mode": "mps", "deviceSplitCount": 4})
-    with open(env.gpu_cfg, "w") as f:
-        f.write('name="NVIDIA H200" uuid=%s memory=141g pci=0:3b:0 sms=132 cc=9.0\n' % GPUS[0])
-        f.write('name="NVIDIA H200" uuid=%s memory=141g pci=0:3c:0 sms=132 cc=9.0 cores=0\n' % GPUS[1])
+    env = mps_env(4, ['name="NVIDIA H200" uuid=%s memory=141g pci=0:3b:0 sms=132 cc=9.0',
+                      'name="NVIDIA H200" uuid=%s memory=141g pci=0:3c:0 sms=132 cc=9.0 cores=0'])
     try:
         env.start_agent(MPS_ARGS)
         k = env.start_kubelet("py")
