@@ -58,7 +58,7 @@ DOC_PROGRAMS = {
 }
 # Where a doc's configuration keys are parsed, and whether case matters.
 DOC_SOURCES = {
-    "docs/node-agent.md": (["src/node/config.c"], False),
+    "docs/node-agent.md": (["src/node/config/config.c"], False),
     "docs/scheduler.md": (["src/scheduler/config.c"], True),
 }
 PROGRAM_RE = re.compile(r"(?<![\w./-])(?:build/bin/)?(gpuvisor(?:-node|-scheduler)?)(?![\w.-])"

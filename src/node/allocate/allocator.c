@@ -17,13 +17,13 @@
 #include "common/gv_log.h"
 #include "deviceplugin.pb-c.h"
 #include "interposer/priority.h" /* the node directory's container path, priority range */
-#include "node/answer_internal.h"
-#include "node/gv_allocator.h"
-#include "node/gv_direct.h"
-#include "node/gv_mode.h"
-#include "node/gv_monitor.h"
-#include "node/gv_grpc.h"
-#include "node/gv_loop.h"
+#include "node/modes/answer_internal.h"
+#include "node/allocate/gv_allocator.h"
+#include "node/allocate/gv_direct.h"
+#include "node/modes/gv_mode.h"
+#include "node/monitor/gv_monitor.h"
+#include "node/kubelet/gv_grpc.h"
+#include "node/loop/gv_loop.h"
 
 #define ANN_ASSIGNMENT GV_ALLOC_ASSIGNMENT_ANNOTATION
 #define ANN_ASSIGNED_AT "gpuvisor.io/assigned-at"

@@ -15,7 +15,7 @@
 
 #include "common/gv_file.h"
 #include "common/gv_log.h"
-#include "node/answer_internal.h"
+#include "node/modes/answer_internal.h"
 #include "shm/gv_shm.h"
 
 /*

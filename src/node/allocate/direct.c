@@ -10,9 +10,9 @@
 #include <string.h>
 
 #include "common/gv_log.h"
-#include "node/gv_cdi.h"
-#include "node/gv_direct.h"
-#include "node/gv_mode.h"
+#include "node/discovery/gv_cdi.h"
+#include "node/allocate/gv_direct.h"
+#include "node/modes/gv_mode.h"
 
 static void node(struct gv_mode_answer *b, const struct gv_cdi_host *h, const char *found)
 {

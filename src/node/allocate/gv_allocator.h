@@ -21,8 +21,8 @@
 #include "common/gv_error.h"
 #include "contracts/placement.h"
 #include "kube/gv_kube.h"
-#include "node/gv_config.h"
-#include "node/gv_gpus.h"
+#include "node/config/gv_config.h"
+#include "node/discovery/gv_gpus.h"
 
 struct V1beta1__ContainerAllocateResponse;
 struct gv_modes;

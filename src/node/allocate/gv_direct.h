@@ -10,8 +10,8 @@
 #include <stddef.h>
 
 #include "alloc/gv_alloc.h"
-#include "node/gv_allocator.h"
-#include "node/gv_cdi.h"
+#include "node/allocate/gv_allocator.h"
+#include "node/discovery/gv_cdi.h"
 
 struct gv_mode_answer;
 /* False with why when a UUID is unknown or a MIG device's caps nodes are missing. */

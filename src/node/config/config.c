@@ -10,7 +10,7 @@
 
 #include "common/gv_file.h"
 #include "common/gv_log.h"
-#include "node/gv_config.h"
+#include "node/config/gv_config.h"
 
 static int mode_parse(const char *s)
 {

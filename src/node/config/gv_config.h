@@ -16,8 +16,8 @@
 
 #include "common/gv_error.h"
 #include "contracts/inventory.h"
-#include "node/gv_metrics.h"
-#include "node/gv_passthrough.h"
+#include "node/monitor/gv_metrics.h"
+#include "node/passthrough/gv_passthrough.h"
 
 #define GV_NODE_CONFIG_PATH "/etc/gpuvisor/node-config.json"
 #define GV_NODE_MAX_SPLIT 1024

@@ -7,8 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "node/gv_allocator.h"
-#include "node/gv_cdi.h"
+#include "node/allocate/gv_allocator.h"
+#include "node/discovery/gv_cdi.h"
 
 /*
  * libnvidia-container's compute and utility libraries (graphics, video and

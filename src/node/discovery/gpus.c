@@ -9,8 +9,8 @@
 
 #include "common/gv_log.h"
 #include "common/gv_nvml.h"
-#include "node/gv_gpus.h"
-#include "node/gv_loop.h"
+#include "node/discovery/gv_gpus.h"
+#include "node/loop/gv_loop.h"
 
 /* The NVML functions we resolve: one list makes the table and the dlsym loop. */
 #define NODE_NVML_FUNCS(X)                                                                         \

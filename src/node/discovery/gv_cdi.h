@@ -13,7 +13,7 @@
 #include <stddef.h>
 
 #include "common/gv_error.h"
-#include "node/gv_gpus.h"
+#include "node/discovery/gv_gpus.h"
 
 /* The CDI spec version written: the lowest that has every field used (hostPath: 0.5.0). */
 #define GV_CDI_VERSION "0.5.0"

@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "node/gv_gpus.h"
-#include "node/gv_publisher.h"
+#include "node/discovery/gv_gpus.h"
+#include "node/discovery/gv_publisher.h"
 
 /* Label values: at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends. */
 static void label_value(char *out, size_t cap, const char *in)
@@ -132,7 +132,7 @@ static bool same_gpu_as_earlier(const struct gv_inventory *inv, uint32_t k)
 /*
  * Whether entry g stands for a MIG-enabled GPU: the GPU itself (mig), or
  * one of its MIG devices listed as a GPU of its own under migStrategy
- * single (mode mig, mig false for the scheduler; src/node/mig_inventory.c),
+ * single (mode mig, mig false for the scheduler; src/node/modes/mig_inventory.c),
  * labelled as its parent, as GFD does.
  */
 static bool mig_enabled(const struct gv_inventory_gpu *g)

@@ -6,8 +6,8 @@
 #include <time.h>
 
 #include "common/gv_log.h"
-#include "node/gv_loop.h"
-#include "node/gv_publisher.h"
+#include "node/loop/gv_loop.h"
+#include "node/discovery/gv_publisher.h"
 
 struct gv_publisher {
     struct gv_kube_client *kube;

@@ -13,7 +13,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "node/gv_grpc.h"
+#include "node/kubelet/gv_grpc.h"
 
 struct client {
     int32_t stream_id;

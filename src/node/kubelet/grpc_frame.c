@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "node/gv_grpc.h"
+#include "node/kubelet/gv_grpc.h"
 
 const char *gv_grpc_status_name(int status)
 {

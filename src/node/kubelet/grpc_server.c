@@ -20,7 +20,7 @@
 
 #include "common/gv_buf.h"
 #include "common/gv_log.h"
-#include "node/gv_grpc.h"
+#include "node/kubelet/gv_grpc.h"
 
 struct conn;
 

@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "common/gv_error.h"
-#include "node/gv_loop.h"
+#include "node/loop/gv_loop.h"
 
 /* Canonical gRPC status codes (grpc/doc/statuscodes.md). */
 #define GV_GRPC_STATUS_LIST(X)                                                                     \

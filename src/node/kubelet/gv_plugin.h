@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "common/gv_error.h"
-#include "node/gv_loop.h"
+#include "node/loop/gv_loop.h"
 
 struct gv_plugin;
 struct V1beta1__ContainerAllocateResponse;

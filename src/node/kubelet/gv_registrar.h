@@ -14,8 +14,8 @@
 #include <stdint.h>
 
 #include "common/gv_error.h"
-#include "node/gv_loop.h"
-#include "node/gv_plugin.h"
+#include "node/loop/gv_loop.h"
+#include "node/kubelet/gv_plugin.h"
 
 struct gv_registrar;
 

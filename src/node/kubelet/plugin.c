@@ -13,8 +13,8 @@
 
 #include "common/gv_log.h"
 #include "deviceplugin.pb-c.h"
-#include "node/gv_grpc.h"
-#include "node/gv_plugin.h"
+#include "node/kubelet/gv_grpc.h"
+#include "node/kubelet/gv_plugin.h"
 
 struct watcher {
     struct gv_grpc_call *call;

@@ -13,8 +13,8 @@
 
 #include "common/gv_log.h"
 #include "deviceplugin.pb-c.h"
-#include "node/gv_grpc.h"
-#include "node/gv_registrar.h"
+#include "node/kubelet/gv_grpc.h"
+#include "node/kubelet/gv_registrar.h"
 
 /* Backstop for what inotify cannot see (the directory itself recreated). */
 #define RECHECK_MS 10000

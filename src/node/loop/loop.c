@@ -1,5 +1,5 @@
 /* epoll event loop: see gv_loop.h. */
-#include "node/gv_loop.h"
+#include "node/loop/gv_loop.h"
 
 #include <errno.h>
 #include <pthread.h>

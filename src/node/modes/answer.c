@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "node/answer_internal.h"
-#include "node/gv_mode.h"
+#include "node/modes/answer_internal.h"
+#include "node/modes/gv_mode.h"
 
 
 /*

@@ -26,9 +26,9 @@
 #include "alloc/gv_alloc.h"
 #include "common/gv_error.h"
 #include "contracts/inventory.h"
-#include "node/gv_allocator.h"
-#include "node/gv_config.h"
-#include "node/gv_gpus.h"
+#include "node/allocate/gv_allocator.h"
+#include "node/config/gv_config.h"
+#include "node/discovery/gv_gpus.h"
 
 /* Where modes keep files, as the agent and as the host see them (mount sources). */
 struct gv_mode_env {
@@ -214,7 +214,7 @@ struct gv_mode {
  * vgpu or mig, mig false, the parent's index and PCI address), so the
  * scheduler's GPU placement puts slices (vgpu) or whole instances (mig,
  * exclusive) on MIG devices unchanged.  After gv_modes_build, with its
- * units (src/node/mig_inventory.c).
+ * units (src/node/modes/mig_inventory.c).
  */
 struct gv_inventory;
 void gv_mode_mig_gpu_inventory(struct gv_inventory *inv, const struct gv_allocator_gpu *units,
@@ -271,7 +271,7 @@ const struct gv_plugin_device *gv_mode_adv_devices(const struct gv_mode_adv *adv
 
 /*
  * MIG devices advertised bare (one device each) as "wholeDevices" entries
- * of kind mig, appended to inv (src/node/mig_inventory.c): resource and
+ * of kind mig, appended to inv (src/node/modes/mig_inventory.c): resource and
  * health as advertised in adv, parent GPU from gpus.  None under
  * migStrategy single (GPU entries instead, above).
  */

@@ -16,8 +16,8 @@
 #include <string.h>
 
 #include "common/gv_log.h"
-#include "node/gv_mode.h"
-#include "node/gv_plugin.h"
+#include "node/modes/gv_mode.h"
+#include "node/kubelet/gv_plugin.h"
 
 /* The resource under which id is advertised bare, and its health; NULL when it is not. */
 static const char *advertised(const struct gv_mode_adv *adv, const char *id, bool *healthy)

@@ -2,8 +2,8 @@
  * Exclusive mode: whole GPUs, one container each, no interposer (NVIDIA's
  * device plugin without sharing).  Device ID = the GPU's UUID.
  */
-#include "node/gv_grpc.h"
-#include "node/gv_mode.h"
+#include "node/kubelet/gv_grpc.h"
+#include "node/modes/gv_mode.h"
 
 static size_t discover(void *st, const struct gv_gpu *g, const struct gv_node_gpu_settings *s,
                        struct gv_allocator_gpu *out, size_t cap, char *why, size_t why_cap)

@@ -10,8 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "node/gv_grpc.h"
-#include "node/gv_mode.h"
+#include "node/kubelet/gv_grpc.h"
+#include "node/modes/gv_mode.h"
 
 size_t gv_mode_discover_migs(const struct gv_gpu *g, const struct gv_node_gpu_settings *s,
                              enum gv_inventory_mode mode, unsigned split,

@@ -28,9 +28,9 @@
 #include <unistd.h>
 
 #include "common/gv_log.h"
-#include "node/gv_grpc.h"
-#include "node/gv_loop.h"
-#include "node/gv_mode.h"
+#include "node/kubelet/gv_grpc.h"
+#include "node/loop/gv_loop.h"
+#include "node/modes/gv_mode.h"
 
 /*
  * Where containers see the pipe directory: CUDA's default, so a client

@@ -20,9 +20,9 @@
 #include <unistd.h>
 
 #include "common/gv_log.h"
-#include "node/gv_grpc.h"
-#include "node/gv_mode.h"
-#include "node/gv_passthrough.h"
+#include "node/kubelet/gv_grpc.h"
+#include "node/modes/gv_mode.h"
+#include "node/passthrough/gv_passthrough.h"
 
 #define RESCAN_MS 5000
 

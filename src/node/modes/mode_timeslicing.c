@@ -3,8 +3,8 @@
  * sharing.timeSlicing); containers share the GPU through the driver's
  * time slices.  Device IDs "<uuid>::<k>".
  */
-#include "node/gv_grpc.h"
-#include "node/gv_mode.h"
+#include "node/kubelet/gv_grpc.h"
+#include "node/modes/gv_mode.h"
 
 static int allocate(void *st, const struct gv_mode_alloc *a, char *msg, size_t cap)
 {

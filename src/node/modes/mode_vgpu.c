@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "node/gv_grpc.h"
-#include "node/gv_mode.h"
+#include "node/kubelet/gv_grpc.h"
+#include "node/modes/gv_mode.h"
 
 static int allocate(void *st, const struct gv_mode_alloc *a, char *msg, size_t cap)
 {

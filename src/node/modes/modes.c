@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "common/gv_log.h"
-#include "node/gv_grpc.h"
-#include "node/gv_mode.h"
-#include "node/gv_plugin.h"
+#include "node/kubelet/gv_grpc.h"
+#include "node/modes/gv_mode.h"
+#include "node/kubelet/gv_plugin.h"
 
 static const struct gv_mode *const table[GV_INVENTORY_MODE_COUNT] = {
 #define GV_X_MODE_ENTRY(id, name, whole) [GV_INVENTORY_MODE_##id] = &gv_mode_##id,

@@ -32,7 +32,7 @@
 #include "common/gv_buf.h"
 #include "common/gv_error.h"
 #include "kube/gv_kube.h"
-#include "node/gv_metrics.h"
+#include "node/monitor/gv_metrics.h"
 
 struct gv_alloc_container_assign;
 

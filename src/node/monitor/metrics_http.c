@@ -37,7 +37,7 @@
 #include <unistd.h>
 
 #include "common/gv_log.h"
-#include "node/gv_metrics.h"
+#include "node/monitor/gv_metrics.h"
 
 #define HEAD_MAX 8192
 #define HEAD_MS 2000

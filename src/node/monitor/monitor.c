@@ -27,8 +27,8 @@
 #include "common/gv_log.h"
 #include "common/gv_nvml.h"
 #include "interposer/throttle.h"
-#include "node/gv_monitor.h"
-#include "node/monitor_internal.h"
+#include "node/monitor/gv_monitor.h"
+#include "node/monitor/monitor_internal.h"
 #include "shm/gv_shm.h"
 
 #define MON_NVML_FUNCS(X)                                                                          \

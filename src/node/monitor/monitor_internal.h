@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "common/gv_error.h"
-#include "node/gv_monitor.h"
+#include "node/monitor/gv_monitor.h"
 
 /* <state>/containers/<uid>/.ctr-<container>.json: the leading dot keeps it
  * out of the allocator's directory scan (recover()). */

@@ -11,8 +11,8 @@
 #include "alloc/gv_alloc.h"
 #include "common/gv_file.h"
 #include "common/gv_log.h"
-#include "node/gv_monitor.h"
-#include "node/monitor_internal.h"
+#include "node/monitor/gv_monitor.h"
+#include "node/monitor/monitor_internal.h"
 
 void gv_metrics_settings_default(struct gv_metrics_settings *s)
 {

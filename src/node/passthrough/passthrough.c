@@ -3,7 +3,7 @@
  * docs/passthrough.md).  Everything is read through <sys-root> so tests run
  * against the fake tree of tests/fakes/sysfs.
  */
-#include "node/gv_passthrough.h"
+#include "node/passthrough/gv_passthrough.h"
 
 #include <ctype.h>
 #include <dirent.h>
