@@ -305,7 +305,7 @@ def check_config_keys(tap, root, docs):
         # <placeholder>, is in a string literal somewhere in src/; paths and
         # "..." abbreviations are not keys
         if all_lits is None:
-            lits = c_literals(glob.glob(os.path.join(root, "src", "*", "*.[ch]")))
+            lits = c_literals(glob.glob(os.path.join(root, "src", "**", "*.[ch]"), recursive=True))
             all_lits = "\n".join(lits)
             all_lits_q = "\n".join('"%s"' % l for l in lits)
         for lineno, key in keys:
@@ -320,7 +320,7 @@ def check_config_keys(tap, root, docs):
 
 
 def check_metrics(tap, root, docs):
-    srcs = glob.glob(os.path.join(root, "src", "*", "*.c"))
+    srcs = glob.glob(os.path.join(root, "src", "**", "*.c"), recursive=True)
     lits = c_literals(srcs)
     bad, n = [], 0
     for doc in docs:
