@@ -67,11 +67,11 @@ fuzz_node_metrics_SRCS := tests/node/fuzz_node_metrics.c src/node/monitor/monito
 	$(wildcard src/kube/*.c)
 fuzz_node_metrics_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) -lpthread
 # Pods from the API server through Allocate's pod selection and answer.
-fuzz_node_allocate_SRCS := tests/node/fuzz_node_allocate.c src/node/allocate/allocator.c src/node/modes/answer.c \
-	src/node/allocate/ctr_state.c src/node/config/config.c \
+fuzz_node_allocate_SRCS := tests/node/fuzz_node_allocate.c $(wildcard src/node/allocate/*.c) src/node/modes/answer.c \
+	src/node/config/config.c \
 	src/node/passthrough/passthrough.c \
 	$(wildcard src/node/modes/mode*.c) \
-	src/node/monitor/monitor_record.c src/node/allocate/direct.c src/node/discovery/cdi.c \
+	src/node/monitor/monitor_record.c src/node/discovery/cdi.c \
 	src/node/loop/loop.c src/contracts/inventory.c src/contracts/podspec.c src/contracts/placement.c \
 	src/contracts/gpushare.c src/shm/gv_shm.c \
 	$(wildcard src/alloc/*.c) \
