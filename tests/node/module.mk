@@ -61,8 +61,7 @@ fuzz_node_config_SRCS := tests/node/fuzz_node_config.c src/node/config/config.c 
 fuzz_node_config_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson) -ldl
 # What the monitor parses: /proc/<pid>/cgroup text, container records, HTTP request heads.
 FUZZ_TARGETS += fuzz_node_metrics
-fuzz_node_metrics_SRCS := tests/node/fuzz_node_metrics.c src/node/monitor/monitor.c src/node/monitor/monitor_record.c \
-	src/node/monitor/metrics_http.c \
+fuzz_node_metrics_SRCS := tests/node/fuzz_node_metrics.c $(wildcard src/node/monitor/*.c) \
 	src/shm/gv_shm.c src/common/gv_buf.c src/common/gv_error.c src/common/gv_log.c src/common/gv_file.c \
 	$(wildcard src/kube/*.c)
 fuzz_node_metrics_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) -lpthread
