@@ -54,7 +54,7 @@ fuzz_node_grpc_server_LDLIBS := $(shell $(PKG_CONFIG) --libs libnghttp2)
 fuzz_node_inventory_SRCS := tests/node/fuzz_node_inventory.c src/contracts/inventory.c \
 	src/common/gv_error.c
 fuzz_node_inventory_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
-fuzz_node_config_SRCS := tests/node/fuzz_node_config.c src/node/config/config.c src/node/passthrough/passthrough.c \
+fuzz_node_config_SRCS := tests/node/fuzz_node_config.c src/node/config/config.c $(wildcard src/node/passthrough/*.c) \
 	src/contracts/inventory.c \
 	src/node/monitor/monitor_record.c src/common/gv_log.c src/common/gv_error.c \
 	src/common/gv_file.c
@@ -68,7 +68,7 @@ fuzz_node_metrics_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) -lpthread
 # Pods from the API server through Allocate's pod selection and answer.
 fuzz_node_allocate_SRCS := tests/node/fuzz_node_allocate.c $(wildcard src/node/allocate/*.c) src/node/modes/answer.c \
 	src/node/config/config.c \
-	src/node/passthrough/passthrough.c \
+	$(wildcard src/node/passthrough/*.c) \
 	$(wildcard src/node/modes/mode*.c) \
 	src/node/monitor/monitor_record.c src/node/discovery/cdi.c \
 	src/node/loop/loop.c src/contracts/inventory.c src/contracts/podspec.c src/contracts/placement.c \

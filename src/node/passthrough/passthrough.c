@@ -19,14 +19,12 @@
 #include <unistd.h>
 
 #include "common/gv_nvml.h"
+#include "node/passthrough/passthrough_internal.h"
 
-#define PCI_CLASS_BRIDGE_PCI 0x0604 /* class >> 8 */
-#define PCI_BASE_CLASS_DISPLAY 0x03 /* class >> 16 */
-
-static const char *root_or_slash(const char *r) { return r && *r ? r : "/"; }
+const char *root_or_slash(const char *r) { return r && *r ? r : "/"; }
 
 /* Bounded copy; a name too long for its field is cut (it then matches nothing). */
-static void copy_str(char *out, size_t size, const char *src)
+void copy_str(char *out, size_t size, const char *src)
 {
     size_t n = strnlen(src, size - 1);
     memcpy(out, src, n);
@@ -60,7 +58,7 @@ static bool read_hex(const char *path, unsigned long *v)
 }
 
 /* The last component of a symlink's target ("" when it is not a link). */
-static bool link_base(const char *path, char *out, size_t size)
+bool link_base(const char *path, char *out, size_t size)
 {
     char target[PATH_MAX];
     ssize_t n = readlink(path, target, sizeof target - 1);
@@ -75,7 +73,7 @@ static bool link_base(const char *path, char *out, size_t size)
 }
 
 /* True for the kernel's PCI address form "dddd:bb:dd.f" (also guards paths). */
-static bool valid_bdf(const char *s)
+bool valid_bdf(const char *s)
 {
     static const char shape[] = "xxxx:xx:xx.x";
     if (strlen(s) != sizeof shape - 1)
@@ -93,7 +91,7 @@ static bool valid_name(const char *s)
     return strchr(s, '/') == NULL;
 }
 
-static void read_function(const char *sys, const char *bdf, struct gv_pt_function *f)
+void read_function(const char *sys, const char *bdf, struct gv_pt_function *f)
 {
     char p[PATH_MAX];
     unsigned long v = 0;
@@ -112,7 +110,7 @@ static void read_function(const char *sys, const char *bdf, struct gv_pt_functio
     link_base(p, f->driver, sizeof f->driver);
 }
 
-static bool is_bridge(const struct gv_pt_function *f)
+bool is_bridge(const struct gv_pt_function *f)
 {
     return (f->class_code >> 8) == PCI_CLASS_BRIDGE_PCI;
 }
@@ -283,7 +281,7 @@ static void free_names(char **names, size_t n)
     free(names);
 }
 
-static gv_status scan_group(const char *sys, const char *id, struct gv_pt_group *g,
+gv_status scan_group(const char *sys, const char *id, struct gv_pt_group *g,
                             struct gv_error *err)
 {
     char p[PATH_MAX];
@@ -754,279 +752,3 @@ size_t gv_pt_preferred(const struct gv_pt_scan *s, const char *const *available,
     return n;
 }
 
-/* ---- binding helper ---- */
-
-static int sysfs_write(void *ud, const char *path, const char *text)
-{
-    (void)ud;
-    /* O_TRUNC: sysfs ignores it; a plain file (a test tree) then holds just this text */
-    int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
-    if (fd < 0)
-        return errno;
-    size_t len = strlen(text);
-    ssize_t n = write(fd, text, len);
-    int e = n < 0 ? errno : (size_t)n != len ? EIO : 0;
-    if (close(fd) != 0 && e == 0)
-        e = errno;
-    return e;
-}
-
-/*
- * NVML through the host driver the GPU is still bound to.  Any doubt (no
- * NVML, no handle, a failed query) counts as busy: binding pulls the GPU from
- * under whatever runs on it.
- */
-static bool nvml_busy(void *ud, const char *bdf, char *why, size_t size)
-{
-    (void)ud;
-    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        snprintf(why, size, "NVML not loadable, cannot tell whether %s runs processes", bdf);
-        return true;
-    }
-    typedef nvmlReturn_t (*init_fn)(void);
-    typedef nvmlReturn_t (*handle_fn)(const char *, nvmlDevice_t *);
-    typedef nvmlReturn_t (*procs_fn)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
-    init_fn init = (init_fn)dlsym(lib, "nvmlInit_v2");
-    init_fn shutdown = (init_fn)dlsym(lib, "nvmlShutdown");
-    handle_fn handle = (handle_fn)dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
-    procs_fn kinds[2] = {(procs_fn)dlsym(lib, "nvmlDeviceGetComputeRunningProcesses_v3"),
-                         (procs_fn)dlsym(lib, "nvmlDeviceGetGraphicsRunningProcesses_v3")};
-    bool busy = true;
-    nvmlDevice_t dev;
-    if (!init || !shutdown || !handle || !kinds[0] || !kinds[1] || init() != NVML_SUCCESS) {
-        snprintf(why, size, "NVML unusable, cannot tell whether %s runs processes", bdf);
-        goto out;
-    }
-    if (handle(bdf, &dev) != NVML_SUCCESS) {
-        snprintf(why, size, "NVML does not know %s", bdf);
-        shutdown();
-        goto out;
-    }
-    busy = false;
-    for (int k = 0; k < 2 && !busy; k++) {
-        unsigned int count = 0;
-        nvmlReturn_t r = kinds[k](dev, &count, NULL);
-        if (r == NVML_ERROR_INSUFFICIENT_SIZE || (r == NVML_SUCCESS && count > 0)) {
-            snprintf(why, size, "%s runs %u process(es)", bdf, count);
-            busy = true;
-        } else if (r != NVML_SUCCESS) {
-            snprintf(why, size, "NVML cannot list the processes of %s (error %d)", bdf, (int)r);
-            busy = true;
-        }
-    }
-    shutdown();
-out:
-    dlclose(lib);
-    return busy;
-}
-
-const struct gv_pt_bind_ops *gv_pt_bind_ops_sysfs(void)
-{
-    static const struct gv_pt_bind_ops ops = {sysfs_write, nvml_busy, NULL};
-    return &ops;
-}
-
-static gv_status op_write(const struct gv_pt_bind_ops *ops, const char *path, const char *text,
-                          struct gv_error *err)
-{
-    int e = ops->write(ops->ud, path, text);
-    if (e != 0)
-        return gv_error_set(err, GV_EIO, "writing '%s' to %s: %s", text, path, strerror(e));
-    return GV_OK;
-}
-
-/* driver_override = drv ("\n" clears), unbind from the current driver, probe. */
-static gv_status rebind_one(const char *sys, const char *bdf, const char *override,
-                            const struct gv_pt_bind_ops *ops, struct gv_error *err)
-{
-    char p[PATH_MAX], drv[32];
-    gv_status st;
-    snprintf(p, sizeof p, "%s/sys/bus/pci/devices/%s/driver_override", sys, bdf);
-    if ((st = op_write(ops, p, override, err)) != GV_OK)
-        return st;
-    snprintf(p, sizeof p, "%s/sys/bus/pci/devices/%s/driver", sys, bdf);
-    if (link_base(p, drv, sizeof drv)) {
-        snprintf(p, sizeof p, "%s/sys/bus/pci/devices/%s/driver/unbind", sys, bdf);
-        if ((st = op_write(ops, p, bdf, err)) != GV_OK)
-            return st;
-    }
-    snprintf(p, sizeof p, "%s/sys/bus/pci/drivers_probe", sys);
-    return op_write(ops, p, bdf, err);
-}
-
-static gv_status group_of(const char *sys, const char *bdf, struct gv_pt_group *g,
-                          struct gv_error *err)
-{
-    char p[PATH_MAX], id[GV_PT_GROUP_ID_MAX];
-    memset(g, 0, sizeof *g);
-    snprintf(p, sizeof p, "%s/sys/bus/pci/devices/%s/iommu_group", sys, bdf);
-    if (!link_base(p, id, sizeof id))
-        return gv_error_set(err, GV_EUNSUPPORTED, "%s has no IOMMU group (is the IOMMU enabled?)",
-                            bdf);
-    return scan_group(sys, id, g, err);
-}
-
-gv_status gv_pt_bind(const char *sys_root, const char *bdf, const struct gv_pt_bind_ops *ops,
-                     struct gv_error *err)
-{
-    const char *sys = root_or_slash(sys_root);
-    struct gv_pt_group g;
-    struct gv_pt_function self;
-    gv_status st;
-    size_t moved = 0;
-    if (!valid_bdf(bdf))
-        return gv_error_set(err, GV_EINVAL, "'%s' is not a PCI address (dddd:bb:dd.f)", bdf);
-    read_function(sys, bdf, &self);
-    if (self.vendor == 0)
-        return gv_error_set(err, GV_ENOTFOUND, "no PCI device %s", bdf);
-    if (self.vendor != GV_PT_VENDOR_NVIDIA || (self.class_code >> 16) != PCI_BASE_CLASS_DISPLAY)
-        return gv_error_set(err, GV_EINVAL, "%s (%04x:%04x) is not an NVIDIA GPU", bdf,
-                            self.vendor, self.device);
-    if ((st = group_of(sys, bdf, &g, err)) != GV_OK)
-        return st;
-    /* refuse before touching anything */
-    for (size_t i = 0; i < g.n_funcs; i++) {
-        const struct gv_pt_function *f = &g.funcs[i];
-        char why[GV_PT_REASON_MAX] = "";
-        if (is_bridge(f) || strcmp(f->driver, GV_PT_VFIO_DRIVER) == 0)
-            continue;
-        if (f->vendor != GV_PT_VENDOR_NVIDIA) {
-            st = gv_error_set(err, GV_ECONFLICT,
-                              "IOMMU group %s also holds %s (%04x:%04x, driver %s), which is not "
-                              "an NVIDIA function: not binding",
-                              g.id, f->bdf, f->vendor, f->device,
-                              f->driver[0] ? f->driver : "none");
-            goto out;
-        }
-        if ((f->class_code >> 16) == PCI_BASE_CLASS_DISPLAY && f->driver[0] && ops->busy &&
-            ops->busy(ops->ud, f->bdf, why, sizeof why)) {
-            st = gv_error_set(err, GV_ECONFLICT, "refusing to bind %s to " GV_PT_VFIO_DRIVER ": %s",
-                              f->bdf, why);
-            goto out;
-        }
-    }
-    for (size_t i = 0; i < g.n_funcs; i++) {
-        struct gv_pt_function *f = &g.funcs[i];
-        char p[PATH_MAX], drv[32] = "";
-        if (is_bridge(f) || strcmp(f->driver, GV_PT_VFIO_DRIVER) == 0)
-            continue;
-        st = rebind_one(sys, f->bdf, GV_PT_VFIO_DRIVER, ops, err);
-        moved = i + 1;
-        if (st != GV_OK)
-            goto rollback;
-        snprintf(p, sizeof p, "%s/sys/bus/pci/devices/%s/driver", sys, f->bdf);
-        link_base(p, drv, sizeof drv);
-        if (strcmp(drv, GV_PT_VFIO_DRIVER) != 0) {
-            st = gv_error_set(err, GV_EUNAVAILABLE,
-                              "%s is bound to %s after drivers_probe, not " GV_PT_VFIO_DRIVER
-                              " (is the vfio-pci module loaded?)",
-                              f->bdf, drv[0] ? drv : "nothing");
-            goto rollback;
-        }
-    }
-    st = GV_OK;
-    goto out;
-rollback:
-    /* hand back what we moved; the first error is the one reported */
-    for (size_t i = 0; i < moved; i++) {
-        const struct gv_pt_function *f = &g.funcs[i];
-        if (is_bridge(f) || strcmp(f->driver, GV_PT_VFIO_DRIVER) == 0)
-            continue;
-        rebind_one(sys, f->bdf, "\n", ops, NULL);
-    }
-out:
-    free(g.funcs);
-    return st;
-}
-
-gv_status gv_pt_unbind(const char *sys_root, const char *bdf, const struct gv_pt_bind_ops *ops,
-                       struct gv_error *err)
-{
-    const char *sys = root_or_slash(sys_root);
-    struct gv_pt_group g;
-    gv_status st;
-    if (!valid_bdf(bdf))
-        return gv_error_set(err, GV_EINVAL, "'%s' is not a PCI address (dddd:bb:dd.f)", bdf);
-    struct gv_pt_function self;
-    read_function(sys, bdf, &self);
-    if (self.vendor == 0)
-        return gv_error_set(err, GV_ENOTFOUND, "no PCI device %s", bdf);
-    if ((st = group_of(sys, bdf, &g, err)) != GV_OK)
-        return st;
-    for (size_t i = 0; i < g.n_funcs && st == GV_OK; i++) {
-        const struct gv_pt_function *f = &g.funcs[i];
-        if (f->vendor == GV_PT_VENDOR_NVIDIA && strcmp(f->driver, GV_PT_VFIO_DRIVER) == 0)
-            st = rebind_one(sys, f->bdf, "\n", ops, err);
-    }
-    free(g.funcs);
-    return st;
-}
-
-/* ---- node config ---- */
-
-static bool valid_resource(const char *r)
-{
-    /* a kubelet extended resource: domain/name, name of [A-Za-z0-9_.-] */
-    const char *slash = strchr(r, '/');
-    if (!slash || slash == r || !slash[1] || strchr(slash + 1, '/'))
-        return false;
-    for (const char *c = slash + 1; *c; c++)
-        if (!isalnum((unsigned char)*c) && *c != '_' && *c != '.' && *c != '-')
-            return false;
-    return true;
-}
-
-gv_status gv_pt_settings_parse(struct json_t *v, const char *path, struct gv_pt_settings *out,
-                               struct gv_error *err)
-{
-    struct gv_pt_settings s = {0};
-    const char *k;
-    json_t *x;
-    if (!json_is_object(v))
-        return gv_error_set(err, GV_EINVAL, "node config: %s.passthrough must be an object", path);
-    json_object_foreach(v, k, x) {
-        if (strcasecmp(k, "enabled") == 0 || strcasecmp(k, "bindAtStart") == 0) {
-            if (!json_is_boolean(x))
-                return gv_error_set(err, GV_EINVAL,
-                                    "node config: %s.passthrough.%s must be true or false", path, k);
-            *(strcasecmp(k, "enabled") == 0 ? &s.enabled : &s.bind_at_start) = json_is_true(x);
-        } else if (strcasecmp(k, "resourceName") == 0 || strcasecmp(k, "pciIds") == 0) {
-            bool res = strcasecmp(k, "resourceName") == 0;
-            char *dst = res ? s.resource_override : s.pci_ids;
-            size_t cap = res ? sizeof s.resource_override : sizeof s.pci_ids;
-            if (!json_is_string(x) || json_string_length(x) >= cap ||
-                strlen(json_string_value(x)) != json_string_length(x))
-                return gv_error_set(err, GV_EINVAL,
-                                    "node config: %s.passthrough.%s must be a string under %zu bytes",
-                                    path, k, cap);
-            copy_str(dst, cap, json_string_value(x));
-            if (res && dst[0] && !valid_resource(dst))
-                return gv_error_set(err, GV_EINVAL,
-                                    "node config: %s.passthrough.resourceName = '%s' is not "
-                                    "domain/name",
-                                    path, dst);
-        } else if (strcasecmp(k, "bind") == 0) {
-            size_t i;
-            json_t *e;
-            if (!json_is_array(x) || json_array_size(x) > GV_PT_MAX_BIND)
-                return gv_error_set(err, GV_EINVAL,
-                                    "node config: %s.passthrough.bind must be a list of at most "
-                                    "%d PCI addresses",
-                                    path, GV_PT_MAX_BIND);
-            json_array_foreach(x, i, e) {
-                if (!json_is_string(e) || !valid_bdf(json_string_value(e)))
-                    return gv_error_set(err, GV_EINVAL,
-                                        "node config: %s.passthrough.bind[%zu] is not a PCI "
-                                        "address (dddd:bb:dd.f)",
-                                        path, i);
-                copy_str(s.bind[s.n_bind++], GV_PT_BDF_MAX, json_string_value(e));
-            }
-        } else {
-            return gv_error_set(err, GV_EINVAL, "node config: %s.passthrough.%s: unknown key", path,
-                                k);
-        }
-    }
-    *out = s;
-    return GV_OK;
-}
