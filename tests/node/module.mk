@@ -62,7 +62,7 @@ fuzz_node_config_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson) -ldl
 # What the monitor parses: /proc/<pid>/cgroup text, container records, HTTP request heads.
 FUZZ_TARGETS += fuzz_node_metrics
 fuzz_node_metrics_SRCS := tests/node/fuzz_node_metrics.c $(wildcard src/node/monitor/*.c) \
-	src/shm/gv_shm.c src/common/gv_buf.c src/common/gv_error.c src/common/gv_log.c src/common/gv_file.c \
+	$(wildcard src/shm/*.c) src/common/gv_buf.c src/common/gv_error.c src/common/gv_log.c src/common/gv_file.c \
 	$(wildcard src/kube/*.c)
 fuzz_node_metrics_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) -lpthread
 # Pods from the API server through Allocate's pod selection and answer.
@@ -72,7 +72,7 @@ fuzz_node_allocate_SRCS := tests/node/fuzz_node_allocate.c $(wildcard src/node/a
 	$(wildcard src/node/modes/mode*.c) \
 	src/node/monitor/monitor_record.c src/node/discovery/cdi.c \
 	src/node/loop/loop.c src/contracts/inventory.c src/contracts/podspec.c src/contracts/placement.c \
-	src/contracts/gpushare.c src/shm/gv_shm.c \
+	src/contracts/gpushare.c $(wildcard src/shm/*.c) \
 	$(wildcard src/alloc/*.c) \
 	$(wildcard src/kube/*.c) \
 	src/common/gv_buf.c src/common/gv_error.c src/common/gv_log.c src/common/gv_file.c \
