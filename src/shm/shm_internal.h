@@ -1,7 +1,9 @@
 /*
  * Private to the shared region's own files: gv_shm.c (slots, limits,
- * accounting), lock.c (the robust region lock) and open.c (creating,
- * validating and mapping a region) share the handle and these helpers.
+ * accounting), lock.c (the robust region lock), open.c (creating,
+ * validating and mapping a region) and slots.c (totals recomputed from the
+ * slots) share the handle and these helpers.  Imports run one way:
+ * gv_shm.c and open.c -> lock.c -> slots.c.
  */
 #ifndef GV_SHM_INTERNAL_H
 #define GV_SHM_INTERNAL_H
@@ -48,7 +50,6 @@ struct gv_shm {
 };
 
 /* gv_shm.c */
-void recompute_totals(struct gv_shm_region *r);
 uint64_t shm_now_ns(void);
 void crash_point(int step);
 void clear_slot(struct gv_shm_proc *p);
@@ -57,5 +58,11 @@ void clear_slot(struct gv_shm_proc *p);
 int region_lock(struct gv_shm *shm);
 void region_unlock(struct gv_shm *shm);
 void deadline_in(struct timespec *ts, int ms);
+
+/* slots.c */
+void recompute_totals(struct gv_shm_region *r);
+void cover_slot(struct gv_shm_region *r, int i);
+void sum_slots(const struct gv_shm_region *r, uint32_t d, uint64_t *used, uint64_t *managed);
+void recompute_device(struct gv_shm_region *r, uint32_t d);
 
 #endif
