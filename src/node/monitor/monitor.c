@@ -32,26 +32,6 @@
 #include "node/monitor/monitor_state.h"
 #include "shm/gv_shm.h"
 
-uint64_t now_ns(clockid_t c)
-{
-    struct timespec ts;
-    clock_gettime(c, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-void *grow(void *p, size_t *cap, size_t need, size_t size)
-{
-    if (need <= *cap)
-        return p;
-    size_t n = *cap ? *cap * 2 : 16;
-    while (n < need)
-        n *= 2;
-    void *q = realloc(p, n * size);
-    if (q != NULL)
-        *cap = n;
-    return q;
-}
-
 /* ---- lifecycle ---------------------------------------------------------------------- */
 
 gv_status gv_monitor_new(const struct gv_monitor_config *cfg, struct gv_monitor **out,

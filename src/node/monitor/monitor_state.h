@@ -3,6 +3,8 @@
  * the GPUs; sample.c: cgroups, records and regions; render.c: the
  * exposition; backstop.c: the enforcement backstop): the monitor's state and
  * the helpers they share.  Tests use monitor_internal.h, not this.
+ * Imports run one way: monitor.c -> backstop.c -> sample.c -> nvml_sample.c,
+ * render.c -> sample.c.
  */
 #ifndef GV_NODE_MONITOR_STATE_H
 #define GV_NODE_MONITOR_STATE_H
@@ -159,10 +161,6 @@ struct gv_monitor {
 /* backstop.c */
 void *backstop_main(void *arg);
 
-/* monitor.c */
-uint64_t now_ns(clockid_t c);
-void *grow(void *p, size_t *cap, size_t need, size_t size);
-
 /* nvml_sample.c */
 void sample_gpu(struct gv_monitor *m, struct gpu *g);
 void drain_xids(struct gv_monitor *m);
@@ -170,6 +168,8 @@ void nvml_open(struct gv_monitor *m);
 int gpu_by_uuid(const struct gv_monitor *m, const char *uuid);
 
 /* sample.c */
+uint64_t now_ns(clockid_t c);
+void *grow(void *p, size_t *cap, size_t need, size_t size);
 bool pid_cgroup(const struct gv_monitor *m, unsigned pid, char *uid, char *cid);
 void ensure_region(struct gv_monitor *m, struct ctr *c);
 void sample_release(struct gv_monitor *m);
