@@ -134,6 +134,55 @@ static gv_status endpoint_serve(struct agent *ag, struct endpoint *ep, struct gv
     return gv_registrar_new(ag->loop, ep->plugin, &rc, &ep->reg, err);
 }
 
+/*
+ * After each rebuild (loop thread): discovers the driver's files when the
+ * config wants CDI or no NVIDIA runtime, writes the CDI spec (cdi: true)
+ * and hands the files to the allocator (nvidiaRuntime: false).
+ */
+static void gv_direct_sync(struct gv_allocator *a, const struct gv_node_config *cfg,
+                           const char *version, const char *install_dir,
+                           const struct gv_gpu *gpus, size_t n)
+{
+    if (!cfg->cdi && cfg->nvidia_runtime) {
+        gv_allocator_set_direct(a, NULL);
+        return;
+    }
+    struct gv_cdi_host *h = NULL;
+    struct gv_error err;
+    const char *seen = cfg->container_driver_root[0] ? cfg->container_driver_root : cfg->driver_root;
+    if (gv_cdi_discover(seen, cfg->driver_root, version, &h, &err) != GV_OK) {
+        gv_error("driver files not found, %s: %s",
+                 cfg->nvidia_runtime ? "no CDI spec written" : "Allocate refuses GPUs", err.msg);
+        if (cfg->nvidia_runtime)
+            return;
+        h = calloc(1, sizeof(*h));
+        if (h)
+            snprintf(h->broken, sizeof(h->broken), "%.250s", err.msg);
+        gv_allocator_set_direct(a, h);
+        return;
+    }
+    if (cfg->cdi) {
+        char lib[600], preload[600], file[200];
+        snprintf(lib, sizeof(lib), "%s/lib/libgpuvisor.so", install_dir);
+        snprintf(preload, sizeof(preload), "%s/ld.so.preload", install_dir);
+        struct gv_cdi_interposer ip = {.lib = lib, .preload = preload};
+        /* "gpuvisor-nvidia.com_gpu.json": not nvidia-ctk's file name, so both cannot clobber */
+        snprintf(file, sizeof(file), "gpuvisor-%s.json", cfg->cdi_kind);
+        for (char *p = file; *p; p++)
+            if (*p == '/')
+                *p = '_';
+        json_t *spec = gv_cdi_spec(cfg->cdi_kind, h, gpus, n, &ip, &err);
+        if (spec == NULL || gv_cdi_write(cfg->cdi_spec_dir, file, spec, &err) != GV_OK)
+            gv_error("CDI spec not written: %s", err.msg);
+        json_decref(spec);
+    }
+    if (cfg->nvidia_runtime) {
+        gv_cdi_host_free(h);
+        h = NULL;
+    }
+    gv_allocator_set_direct(a, h);
+}
+
 /* The endpoint of a resource, made (and, once serving, registered) on first use. */
 static struct endpoint *endpoint_get(struct agent *ag, const char *resource)
 {

@@ -4,7 +4,9 @@
  * Allocate and GetPreferredAllocation; pod_state.c keeps what this agent knows
  * of each pod and writes it back as annotations; choose.c picks the pod being
  * admitted; ctr_answer.c builds one container's answer; pod_cache.c follows
- * the pod informer, recovers from disk and collects garbage.
+ * the pod informer, recovers from disk and collects garbage.  Imports run
+ * one way: allocator.c -> pod_cache.c, choose.c, ctr_answer.c -> pod_state.c,
+ * and ctr_answer.c -> direct.c; ctr_state.c (the on-disk records) is below all.
  */
 #ifndef GV_NODE_ALLOCATE_INTERNAL_H
 #define GV_NODE_ALLOCATE_INTERNAL_H
@@ -119,11 +121,10 @@ struct choice {
 void choose(struct gv_allocator *a, json_t *pods, size_t n_ids, const char *key,
             const char *const *avail, size_t n_avail, struct choice *ch);
 void choice_release(struct choice *ch);
-bool may_be_admitted(json_t *pod);
 
 /* ctr_answer.c */
 int fail(char *msg, size_t cap, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+         __attribute__((format(printf, 4, 5)));
 bool id_to_uuid(const char *id, char *uuid, size_t cap);
 bool plain_unit(const struct gv_allocator_gpu *g);
 bool vm_unit(const struct gv_allocator_gpu *g);
@@ -138,9 +139,10 @@ void on_add(void *ud, json_t *obj);
 void on_update(void *ud, json_t *old_obj, json_t *new_obj);
 void on_delete(void *ud, json_t *obj);
 void observe(struct gv_allocator *a, json_t *pod);
-bool cached(json_t *pods, const char *uid);
 
 /* pod_state.c */
+bool may_be_admitted(json_t *pod);
+bool cached(json_t *pods, const char *uid);
 const char *jstr2(json_t *o, const char *k1, const char *k2);
 struct pod_state *get_pod(struct gv_allocator *a, const char *uid, const char *ns,
                           const char *name);

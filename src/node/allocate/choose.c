@@ -50,23 +50,6 @@ static bool earlier(json_t *x, const char *kx, json_t *y, const char *ky)
     return strcmp(jstr2(x, "metadata", "name"), jstr2(y, "metadata", "name")) < 0;
 }
 
-/*
- * What the pod says about itself: it has an assignment and is not deleted,
- * finished, or done with allocation.  Only such a pod can be the one being
- * admitted, so only such a pod needs more than its identity in the cache.
- */
-bool may_be_admitted(json_t *pod)
-{
-    const char *phase = jstr2(pod, "status", "phase");
-    const char *progress = gv_podspec_annotation(pod, ANN_ALLOCATION);
-    if (!gv_podspec_annotation(pod, ANN_ASSIGNMENT) ||
-        json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp"))
-        return false;
-    if (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0))
-        return false;
-    return !(progress && (strcmp(progress, "success") == 0 || strcmp(progress, "failed") == 0));
-}
-
 struct light {
     json_t *pod;
     struct pod_state *state; /* NULL: not served yet */

@@ -136,6 +136,10 @@ void gv_allocator_set_pods(struct gv_allocator *a, json_t *pods);
  */
 json_t *gv_allocator_cache_pod(json_t *pod);
 
+/* Answer without the NVIDIA runtime from h (owned from now; NULL: with it); gv_direct.h. */
+struct gv_cdi_host;
+void gv_allocator_set_direct(struct gv_allocator *a, struct gv_cdi_host *h);
+
 /* True once the pod cache has its first list. */
 bool gv_allocator_synced(struct gv_allocator *a);
 /* Waits up to ms for the first list; true when synced (no API server: true at once). */

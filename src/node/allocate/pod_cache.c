@@ -209,19 +209,6 @@ static int rm_tree(const char *path)
     return rmdir(path);
 }
 
-/* Whether the cache snapshot pods holds the pod with this uid. */
-bool cached(json_t *pods, const char *uid)
-{
-    size_t i;
-    json_t *pod;
-    json_array_foreach(pods, i, pod) {
-        const char *u = cached_uid(pod);
-        if (u && strcmp(u, uid) == 0)
-            return true;
-    }
-    return false;
-}
-
 size_t gv_allocator_gc(struct gv_allocator *a)
 {
     if (a->pods_inf == NULL || !gv_informer_has_synced(a->pods_inf))

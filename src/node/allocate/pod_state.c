@@ -340,3 +340,33 @@ void *writer_main(void *arg)
     pthread_mutex_unlock(&a->mu);
     return NULL;
 }
+
+/* Whether the cache snapshot pods holds the pod with this uid. */
+bool cached(json_t *pods, const char *uid)
+{
+    size_t i;
+    json_t *pod;
+    json_array_foreach(pods, i, pod) {
+        const char *u = cached_uid(pod);
+        if (u && strcmp(u, uid) == 0)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * What the pod says about itself: it has an assignment and is not deleted,
+ * finished, or done with allocation.  Only such a pod can be the one being
+ * admitted, so only such a pod needs more than its identity in the cache.
+ */
+bool may_be_admitted(json_t *pod)
+{
+    const char *phase = jstr2(pod, "status", "phase");
+    const char *progress = gv_podspec_annotation(pod, ANN_ALLOCATION);
+    if (!gv_podspec_annotation(pod, ANN_ASSIGNMENT) ||
+        json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp"))
+        return false;
+    if (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0))
+        return false;
+    return !(progress && (strcmp(progress, "success") == 0 || strcmp(progress, "failed") == 0));
+}
