@@ -22,15 +22,12 @@
 #include "contracts/placement.h"
 #include "kube/gv_kube.h"
 #include "node/config/gv_config.h"
+#include "node/discovery/gv_cdi.h"
 #include "node/discovery/gv_gpus.h"
+#include "node/modes/gv_mode.h"
 
 struct V1beta1__ContainerAllocateResponse;
 struct gv_modes;
-
-#define GV_NODE_CONTAINER_PATH "/var/run/gpuvisor"
-#define GV_NODE_LIMITS_PATH "/etc/gpuvisor/limits.env"
-#define GV_NODE_PRELOAD_PATH "/etc/ld.so.preload"
-#define GV_NODE_LIB_PATH "/usr/local/gpuvisor/lib/libgpuvisor.so"
 
 struct gv_allocator_config {
     const char *node;           /* this node's name */
@@ -49,18 +46,6 @@ struct gv_allocator_config {
     const struct gv_placement_policy *placement;
     /* The sharing modes' states (gv_mode.h); borrowed, NULL = the allocator makes its own. */
     struct gv_modes *modes;
-};
-
-/* What Allocate may hand out: one entry per advertised GPU. */
-struct gv_allocator_gpu {
-    struct gv_gpu gpu; /* gpu.uuid: the unit's key in device IDs (gv_mode.h) */
-    struct gv_node_gpu_settings settings;
-    /*
-     * Set by a mode's discover: this unit answers pods gpuvisor did not
-     * schedule from the kubelet's IDs although its mode has
-     * GV_MODE_NEEDS_ASSIGNMENT (MPS GPUs of NVIDIA's sharing.mps block).
-     */
-    bool from_ids;
 };
 
 struct gv_allocator;

@@ -7,7 +7,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "node/allocate/gv_allocator.h"
 #include "node/discovery/gv_cdi.h"
 
 /*

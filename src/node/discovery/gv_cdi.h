@@ -21,6 +21,16 @@
 #define GV_CDI_CTR_LIB "/usr/local/nvidia/lib64"
 #define GV_CDI_CTR_BIN "/usr/local/nvidia/bin"
 
+/*
+ * Where the interposer's files appear in every container (docs/contracts.md):
+ * the CDI spec (cdi.c) and Allocate's answer (allocate/ctr_answer.c) mount
+ * them at the same paths.
+ */
+#define GV_NODE_CONTAINER_PATH "/var/run/gpuvisor"
+#define GV_NODE_LIMITS_PATH "/etc/gpuvisor/limits.env"
+#define GV_NODE_PRELOAD_PATH "/etc/ld.so.preload"
+#define GV_NODE_LIB_PATH "/usr/local/gpuvisor/lib/libgpuvisor.so"
+
 /* One host file and where it goes in the container. */
 struct gv_cdi_file {
     char host[512];

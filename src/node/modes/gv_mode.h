@@ -13,7 +13,7 @@
  *
  * Adding a mode: its name in GV_INVENTORY_MODE_LIST (contracts/inventory.h,
  * the one list the scheduler and the agent share) and one file
- * src/node/mode_<name>.c defining `const struct gv_mode gv_mode_<ID>`.
+ * src/node/modes/mode_<name>.c defining `const struct gv_mode gv_mode_<ID>`.
  * The table below is generated from that list, so there is no second list.
  */
 #ifndef GV_NODE_MODE_H
@@ -26,9 +26,20 @@
 #include "alloc/gv_alloc.h"
 #include "common/gv_error.h"
 #include "contracts/inventory.h"
-#include "node/allocate/gv_allocator.h"
 #include "node/config/gv_config.h"
 #include "node/discovery/gv_gpus.h"
+
+/* What Allocate may hand out: one entry per advertised GPU. */
+struct gv_allocator_gpu {
+    struct gv_gpu gpu; /* gpu.uuid: the unit's key in device IDs (gv_mode.h) */
+    struct gv_node_gpu_settings settings;
+    /*
+     * Set by a mode's discover: this unit answers pods gpuvisor did not
+     * schedule from the kubelet's IDs although its mode has
+     * GV_MODE_NEEDS_ASSIGNMENT (MPS GPUs of NVIDIA's sharing.mps block).
+     */
+    bool from_ids;
+};
 
 /* Where modes keep files, as the agent and as the host see them (mount sources). */
 struct gv_mode_env {
