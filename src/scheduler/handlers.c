@@ -18,48 +18,6 @@
 /* Attempts of the annotate step when the pod changed under us (409). */
 #define BIND_ATTEMPTS 5
 
-const char *const pending_labels[PENDING_COUNT] = {
-#define X_LABEL(code, label) label,
-    GV_SCHED_PENDING_LIST(X_LABEL)
-#undef X_LABEL
-};
-
-void respond_json(struct gv_http_response *resp, char *text)
-{
-    if (text == NULL) {
-        gv_http_respond_error(resp, 500, "out of memory");
-        return;
-    }
-    free(resp->body);
-    resp->status = 200;
-    resp->content_type = "application/json";
-    resp->body = text;
-    resp->body_len = strlen(text);
-}
-
-const char *meta(json_t *obj, const char *key)
-{
-    return json_string_value(json_object_get(json_object_get(obj, "metadata"), key));
-}
-
-/* Marks a pod pending (metrics) unless it holds a placement (lock held). */
-void note_pending(struct gv_sched *s, json_t *pod, enum pending_reason why)
-{
-    const char *uid = meta(pod, "uid");
-    if (uid == NULL)
-        return;
-    s->filters_nofit++;
-    struct srec *r = gv_sched_rec_find(s, uid);
-    if (r != NULL && gv_sched_phase_placed(r->phase))
-        return; /* its placement stands; only what frees GPUs may end it */
-    r = gv_sched_rec_get(s, uid, meta(pod, "namespace"), meta(pod, "name"));
-    if (r != NULL) {
-        gv_sched_rec_set(r, REC_PENDING, NULL, NULL, NULL);
-        r->pending = why;
-    }
-}
-
-/* ---- bind -------------------------------------------------------------- */
 
 static void pod_path(const struct gv_ext_bind_args *b, char *buf, size_t cap)
 {

@@ -1,7 +1,9 @@
 /*
  * Private to the extender's HTTP handlers: handlers.c (bind, the webhook,
- * registration of every route), filter.c (filter and prioritize) and
- * health_metrics.c (/healthz, /readyz, /metrics) share these helpers.
+ * registration of every route), filter.c (filter and prioritize),
+ * health_metrics.c (/healthz, /readyz, /metrics) and handler_common.c (what
+ * they share).  Imports run one way: handlers.c -> filter.c,
+ * health_metrics.c -> handler_common.c.
  */
 #ifndef GV_SCHED_HANDLERS_INTERNAL_H
 #define GV_SCHED_HANDLERS_INTERNAL_H
@@ -19,7 +21,7 @@ void handle_filter(void *ctx, const struct gv_http_request *hreq,
 void handle_prioritize(void *ctx, const struct gv_http_request *hreq,
                        struct gv_http_response *resp);
 
-/* handlers.c */
+/* handler_common.c */
 const char *meta(json_t *obj, const char *key);
 void note_pending(struct gv_sched *s, json_t *pod, enum pending_reason why);
 void respond_json(struct gv_http_response *resp, char *text);

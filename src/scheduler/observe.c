@@ -947,3 +947,12 @@ gv_status gv_sched_serve_dashboard(struct gv_sched *s, struct gv_httpd *h, struc
         st = gv_httpd_route(h, "GET", a->path, handle_asset, s, err);
     return st;
 }
+
+/* Both informers have their first list (no API server: at once).  Here, below
+ * sched.c, because the metrics loop and the dashboard ask it too. */
+bool gv_sched_ready(struct gv_sched *s)
+{
+    if (s->node_inf == NULL)
+        return true;
+    return gv_informer_has_synced(s->node_inf) && gv_informer_has_synced(s->pod_inf);
+}

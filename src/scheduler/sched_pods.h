@@ -1,7 +1,10 @@
 /*
- * Private to the scheduler's cluster state: sched.c (nodes, pods, the truth
- * table, life cycle) and self_check.c (the periodic check of the engine's
- * accounting against the caches) share these helpers.
+ * Private to the scheduler's cluster state: sched.c (nodes, life cycle),
+ * sched_pods.c (pods and the truth table) and self_check.c (the engine's
+ * accounting checked against the caches) share these helpers.  Imports run
+ * one way: sched.c -> self_check.c -> sched_pods.c, all down to
+ * sched_state.c (the tables), with observe.c, whole.c and quota_sched.c
+ * below sched_pods.c.
  */
 #ifndef GV_SCHED_PODS_H
 #define GV_SCHED_PODS_H
@@ -25,11 +28,14 @@ struct truth {
     const char *text; /* into the entry */
 };
 
-/* sched.c */
+/* sched_pods.c */
 bool truth_get(json_t *t, struct truth *o);
 const char *truth_live(struct gv_sched *s, json_t *t, time_t wall);
 bool encoded_placeable(struct gv_sched *s, const char *text);
 void expire_locked(struct gv_sched *s, double now, time_t wall);
+const char *str_at(json_t *obj, const char *a, const char *b);
+const char *annotation(json_t *obj, const char *key);
+uint64_t hash_text(const char *s);
 
 /* self_check.c */
 void node_replace(struct gv_sched *s, const char *node);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/gv_hash.h"
+#include "contracts/inventory.h"
 #include "scheduler/sched_internal.h"
 
 double gv_sched_now(void)
@@ -422,4 +423,32 @@ void gv_sched_format_time(const struct timespec *ts, char *buf, size_t cap)
     gmtime_r(&ts->tv_sec, &tm);
     strftime(sec, sizeof(sec), "%Y-%m-%dT%H:%M:%S", &tm);
     snprintf(buf, cap, "%s.%06ldZ", sec, ts->tv_nsec / 1000);
+}
+
+/* Keep in step with gv_sched_node_usable (sched_internal.h). */
+const char *gv_sched_node_unusable(struct gv_sched *s, const struct snode *n, time_t now, char *buf,
+                                   size_t cap)
+{
+    if (n == NULL)
+        return "no gpuvisor inventory for this node (gpuvisor-node not running here?)";
+    switch (n->state) {
+    case NODE_NO_INVENTORY:
+        return "no gpuvisor inventory for this node (gpuvisor-node not running here?)";
+    case NODE_MALFORMED:
+        snprintf(buf, cap, "gpuvisor-node inventory unusable: %s", n->reason ? n->reason : "?");
+        return buf;
+    case NODE_OK:
+        break;
+    }
+    if (n->heartbeat == 0) {
+        snprintf(buf, cap, "gpuvisor-node agent stale: no readable %s",
+                 GV_INVENTORY_HEARTBEAT_ANNOTATION);
+        return buf;
+    }
+    if (now - n->heartbeat > s->cfg.heartbeat_timeout_s) {
+        snprintf(buf, cap, "gpuvisor-node agent stale: last heartbeat %lds ago (limit %lds)",
+                 (long)(now - n->heartbeat), s->cfg.heartbeat_timeout_s);
+        return buf;
+    }
+    return NULL;
 }
