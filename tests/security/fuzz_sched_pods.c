@@ -1,5 +1,5 @@
 /*
- * Fuzz target: the scheduler's annotation glue (src/scheduler/sched.c) on
+ * Fuzz target: the scheduler's annotation glue (src/scheduler/sched.c, sched_pods.c) on
  * what tenants write into pods.  The input is a JSON array of objects fed
  * in order to a scheduler without an API server: {"kind":"Node",...} to
  * gv_sched_node_update, {"deleted":true,...} to gv_sched_pod_delete, any
