@@ -13,12 +13,12 @@ BENCH_SCRIPTS += bench/bench_alloc_overhead.sh
 BENCH_PROGS += bench_placement
 bench_placement_SRCS := bench/bench_placement.c
 bench_placement_LIBS := sim contracts alloc common
-bench_placement_LDLIBS = $(contracts_LDLIBS)
+bench_placement_LDLIBS = $(contracts_LDLIBS) $(sim_LDLIBS)
 # Node index: fgd replay of a 10x openb cluster, indexed vs every node scored.
 BENCH_PROGS += bench_index
 bench_index_SRCS := bench/bench_index.c
 bench_index_LIBS := sim contracts alloc common
-bench_index_LDLIBS = $(contracts_LDLIBS)
+bench_index_LDLIBS = $(contracts_LDLIBS) $(sim_LDLIBS)
 # gpuvisor simulate: openb replay speed and quality over every bundled trace.
 BENCH_SCRIPTS += bench/bench_simulate.sh
 # gpuvisor-scheduler: /metrics (with and without HAMi's names) and the
