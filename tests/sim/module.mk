@@ -11,3 +11,8 @@ fuzz_sim_openb_csv_SRCS := tests/sim/fuzz_sim_openb_csv.c $(wildcard src/sim/*.c
 	src/contracts/podspec.c src/contracts/inventory.c $(wildcard src/alloc/*.c) src/common/gv_error.c \
 	src/common/gv_file.c
 fuzz_sim_openb_csv_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson) -lglpk
+# The LP bound against brute-force optima of random small clusters.
+TEST_PROGS += test_lp_bound
+test_lp_bound_SRCS := tests/sim/test_lp_bound.c
+test_lp_bound_LIBS := sim contracts alloc common
+test_lp_bound_LDLIBS = $(contracts_LDLIBS) $(sim_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
