@@ -21,6 +21,9 @@ bench_index_LIBS := sim contracts alloc common
 bench_index_LDLIBS = $(contracts_LDLIBS) $(sim_LDLIBS)
 # gpuvisor simulate: openb replay speed and quality over every bundled trace.
 BENCH_SCRIPTS += bench/bench_simulate.sh
+# Packing across workload families (openb, held-out seeds, resampled mixes,
+# synthetic sweep, heterogeneous clusters) against the previous release.
+BENCH_SCRIPTS += bench/bench_packing.sh
 # gpuvisor-scheduler: /metrics (with and without HAMi's names) and the
 # dashboard's /api/state at 1,000 nodes x 8 GPUs.
 BENCH_SCRIPTS += bench/bench_scheduler_metrics.sh
