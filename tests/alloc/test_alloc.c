@@ -1306,6 +1306,69 @@ static void test_fgd_supply_weights_typed_classes(void **state)
 }
 
 /*
+ * The supply factor counts free share, not installed GPUs (first
+ * principles: a GPU already taken serves no class, so what a confined class
+ * competes for is the free share of its models).  Cluster: "a" with 2 A100,
+ * "b-1" and "b-2" with 4 T4 (10 GPUs).  Workload: one A100 task, one T4
+ * task, one untyped task, 1 GPU each.  Empty, the A100 class weighs 10/2 =
+ * 5, the T4 class 10/8: an untyped task goes to a T4 node (its free share
+ * is a fragment of the heavier A100 class).  With 7 of the 8 T4 taken,
+ * 3000 milli are free, 2000 of them A100: the A100 class weighs 1.5, the T4
+ * class 3000/1000 = 3, and the untyped task goes to "a" (placing it on
+ * b-2 would take the last free T4: F falls by 1.5 x 1000 there, by
+ * 3 x 1000 on "a").  With installed GPUs (5 and 1.25) it would take the last
+ * T4 and a T4 task arriving next would find none.  Releasing restores the
+ * factors.
+ */
+static void test_fgd_supply_follows_free_share(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_FGD);
+    add_node(c, "a", 2, "NVIDIA A100", 0, 0);
+    add_node(c, "b-1", 4, "Tesla T4", 0, 0);
+    add_node(c, "b-2", 4, "Tesla T4", 0, 0);
+    struct gv_alloc_request *ta = typed_req("ta", 1000, "a100");
+    struct gv_alloc_request *tt = typed_req("tt", 1000, "t4");
+    struct gv_alloc_request *any = simple_req("any", 1, 0, 1000);
+    gv_alloc_observe(c, ta);
+    gv_alloc_observe(c, tt);
+    gv_alloc_observe(c, any);
+    double f;
+    /* empty: F(a) = the T4 class's fragment 2000 x 10/8 over 5 + 10/8 + 1 */
+    assert_int_equal(gv_alloc_node_fragmentation(c, "a", &f, NULL), GV_OK);
+    if (fabs(f - 2000.0 * 1.25 / 7.25) > 1e-6)
+        fail_msg("F(a) empty = %f", f);
+    struct gv_alloc_assignment a;
+    assert_int_equal(gv_alloc_pick(c, any, NULL, 0, &a, NULL), GV_OK);
+    assert_string_equal(a.node, "b-1");
+    struct gv_alloc_request *t4[7];
+    for (int i = 0; i < 7; i++) {
+        char uid[16];
+        snprintf(uid, sizeof(uid), "t%d", i);
+        t4[i] = typed_req(uid, 1000, "t4");
+        place_on(c, t4[i], i < 4 ? "b-1" : "b-2");
+    }
+    assert_int_equal(gv_alloc_node_fragmentation(c, "a", &f, NULL), GV_OK);
+    if (fabs(f - 2000.0 * 3.0 / 5.5) > 1e-6)
+        fail_msg("F(a) with 7 T4 taken = %f, want %f", f, 2000.0 * 3.0 / 5.5);
+    assert_int_equal(gv_alloc_pick(c, any, NULL, 0, &a, NULL), GV_OK);
+    assert_string_equal(a.node, "a");
+    for (int i = 0; i < 7; i++) {
+        assert_int_equal(gv_alloc_release(c, t4[i]->uid, NULL), GV_OK);
+        gv_alloc_request_free(t4[i]);
+    }
+    assert_int_equal(gv_alloc_node_fragmentation(c, "a", &f, NULL), GV_OK);
+    if (fabs(f - 2000.0 * 1.25 / 7.25) > 1e-6)
+        fail_msg("F(a) after the releases = %f", f);
+    assert_int_equal(gv_alloc_pick(c, any, NULL, 0, &a, NULL), GV_OK);
+    assert_string_equal(a.node, "b-1");
+    gv_alloc_request_free(ta);
+    gv_alloc_request_free(tt);
+    gv_alloc_request_free(any);
+    gv_alloc_cluster_free(c);
+}
+
+/*
  * Ties of a sharing task go to the node that keeps the fewest idle GPUs:
  * "n1" has 2 idle GPUs, "n2" one idle and one busy with a whole task.  A
  * 500m slice fragments nothing on either (workload: 500m tasks only), so
@@ -1464,6 +1527,7 @@ int main(void)
         cmocka_unit_test(test_fgd_cpu_dimension),
         cmocka_unit_test(test_fgd_cpu_only_pods_avoid_free_gpus),
         cmocka_unit_test(test_fgd_supply_weights_typed_classes),
+        cmocka_unit_test(test_fgd_supply_follows_free_share),
         cmocka_unit_test(test_fgd_sharing_tie_keeps_idle_gpus),
         cmocka_unit_test(test_fgd_score_step_resolves_50_milli),
         cmocka_unit_test(test_assignment_roundtrip),
