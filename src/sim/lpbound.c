@@ -355,7 +355,8 @@ gv_status sim_lp_bound(const struct gv_sim_trace *t, const size_t *arr, size_t n
     glp_smcp parm;
     glp_init_smcp(&parm);
     parm.msg_lev = GLP_MSG_OFF;
-    parm.presolve = GLP_ON;
+    parm.presolve = GLP_OFF; /* 4-5 times faster here than with it: the
+                               * problem is small and sparse already */
     parm.tm_lim = 60000;
     if (glp_simplex(lp, &parm) != 0 || glp_get_status(lp) != GLP_OPT) {
         rc = gv_error_set(err, GV_EINTERNAL, "LP bound: GLPK found no optimum");

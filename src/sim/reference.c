@@ -239,6 +239,11 @@ static gv_status lp_of(const struct gv_sim_trace *t, const struct arrival *arr, 
     struct sim_lp lp;
     gv_status rc = sim_lp_bound(t, pods, n, &lp, err);
     free(pods);
+    if (rc == GV_EINTERNAL) {
+        /* GLPK gave no optimum (its time limit): the capacity bound stands */
+        out->bound_unalloc_pct = out->capacity_bound_unalloc_pct;
+        return GV_OK;
+    }
     if (rc != GV_OK)
         return rc;
     double b = 100.0 - 100.0 * fmin(lp.alloc_milli, (double)cap) / (double)cap;
