@@ -166,12 +166,14 @@ def family(name, members, seeds, prev, out, paper=None, ref=False):
     means = {p: sum(v) / len(v) for p, v in fam.items()}
     d, dsd = mean_sd(diffs)
     se = dsd / math.sqrt(len(diffs))
-    best = min(POLICIES, key=lambda p: means[p])
+    # the policies of the judged binary (the previous release is compared above)
+    best = min((p for p in POLICIES if p != 'prev'), key=lambda p: means[p])
     out.write('%-30s' % 'family mean' + ''.join('%15.2f' % means[p] for p in POLICIES) + '\n')
     out.write('fgd - prev (%s), paired per seed: %+.3f (SE %.3f, n=%d): %s\n' % (
         PREV_REV, d, se, len(diffs),
         'better' if d < -se else 'worse by more than one SE' if d > se else 'level within one SE'))
-    out.write('lowest family mean: %s%s\n\n' % (best, '' if best == 'fgd' else '  <- fgd is not'))
+    out.write('lowest family mean of fgd, binpack, bestfit, spread: %s%s\n\n' % (
+        best, '' if best == 'fgd' else '  <- fgd is not'))
     out.flush()
     return name, len(members), means, d, se, best
 
