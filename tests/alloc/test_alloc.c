@@ -1262,21 +1262,46 @@ static struct gv_alloc_request *typed_req(const char *uid, uint32_t milli, const
  * a tie, and the name sends it to the scarce A100s.  With supply the A100
  * class weighs 17 (34/2), the T4 class 34/32: b-1 wins by far.
  */
+/* The supply tests' cluster: node a_name with 2 A100, n_b nodes "b-<i>"
+ * with b_gpus T4 each; workload one A100 task, one T4 task, one untyped
+ * task of one whole GPU each (ta, tt, any). */
+struct supply_case {
+    struct gv_alloc_cluster *c;
+    struct gv_alloc_request *ta, *tt, *any;
+};
+
+static struct supply_case supply_case_new(const char *a_name, int n_b, uint32_t b_gpus)
+{
+    struct supply_case k = {new_cluster(GV_ALLOC_POLICY_FGD), NULL, NULL, NULL};
+    add_node(k.c, a_name, 2, "NVIDIA A100", 0, 0);
+    for (int i = 1; i <= n_b; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "b-%d", i);
+        add_node(k.c, name, b_gpus, "Tesla T4", 0, 0);
+    }
+    k.ta = typed_req("ta", 1000, "a100");
+    k.tt = typed_req("tt", 1000, "t4");
+    k.any = simple_req("any", 1, 0, 1000);
+    gv_alloc_observe(k.c, k.ta);
+    gv_alloc_observe(k.c, k.tt);
+    gv_alloc_observe(k.c, k.any);
+    return k;
+}
+
+static void supply_case_free(struct supply_case *k)
+{
+    gv_alloc_request_free(k->ta);
+    gv_alloc_request_free(k->tt);
+    gv_alloc_request_free(k->any);
+    gv_alloc_cluster_free(k->c);
+}
+
 static void test_fgd_supply_weights_typed_classes(void **state)
 {
     (void)state;
-    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_FGD);
-    add_node(c, "a-scarce", 2, "NVIDIA A100", 0, 0);
-    add_node(c, "b-1", 8, "Tesla T4", 0, 0);
-    add_node(c, "b-2", 8, "Tesla T4", 0, 0);
-    add_node(c, "b-3", 8, "Tesla T4", 0, 0);
-    add_node(c, "b-4", 8, "Tesla T4", 0, 0);
-    struct gv_alloc_request *ta = typed_req("ta", 1000, "a100");
-    struct gv_alloc_request *tt = typed_req("tt", 1000, "t4");
-    struct gv_alloc_request *any = simple_req("any", 1, 0, 1000);
-    gv_alloc_observe(c, ta);
-    gv_alloc_observe(c, tt);
-    gv_alloc_observe(c, any);
+    struct supply_case k = supply_case_new("a-scarce", 4, 8);
+    struct gv_alloc_cluster *c = k.c;
+    struct gv_alloc_request *ta = k.ta, *any = k.any;
     /* F(b-1): the A100 class cannot run there, all 8000 free is its
      * fragment: 17 x 8000 / (17 + 34/32 + 1) */
     double f, want = 17.0 * 8000.0 / (17.0 + 34.0 / 32.0 + 1.0);
@@ -1299,10 +1324,7 @@ static void test_fgd_supply_weights_typed_classes(void **state)
     assert_int_equal(gv_alloc_node_fragmentation(c, "b-1", &f, NULL), GV_OK);
     if (fabs(f - want) > 1e-6)
         fail_msg("F(b-1) after re-adding = %f, want %f", f, want);
-    gv_alloc_request_free(ta);
-    gv_alloc_request_free(tt);
-    gv_alloc_request_free(any);
-    gv_alloc_cluster_free(c);
+    supply_case_free(&k);
 }
 
 /*
@@ -1323,16 +1345,9 @@ static void test_fgd_supply_weights_typed_classes(void **state)
 static void test_fgd_supply_follows_free_share(void **state)
 {
     (void)state;
-    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_FGD);
-    add_node(c, "a", 2, "NVIDIA A100", 0, 0);
-    add_node(c, "b-1", 4, "Tesla T4", 0, 0);
-    add_node(c, "b-2", 4, "Tesla T4", 0, 0);
-    struct gv_alloc_request *ta = typed_req("ta", 1000, "a100");
-    struct gv_alloc_request *tt = typed_req("tt", 1000, "t4");
-    struct gv_alloc_request *any = simple_req("any", 1, 0, 1000);
-    gv_alloc_observe(c, ta);
-    gv_alloc_observe(c, tt);
-    gv_alloc_observe(c, any);
+    struct supply_case k = supply_case_new("a", 2, 4);
+    struct gv_alloc_cluster *c = k.c;
+    struct gv_alloc_request *any = k.any;
     double f;
     /* empty: F(a) = the T4 class's fragment 2000 x 10/8 over 5 + 10/8 + 1 */
     assert_int_equal(gv_alloc_node_fragmentation(c, "a", &f, NULL), GV_OK);
@@ -1362,10 +1377,7 @@ static void test_fgd_supply_follows_free_share(void **state)
         fail_msg("F(a) after the releases = %f", f);
     assert_int_equal(gv_alloc_pick(c, any, NULL, 0, &a, NULL), GV_OK);
     assert_string_equal(a.node, "b-1");
-    gv_alloc_request_free(ta);
-    gv_alloc_request_free(tt);
-    gv_alloc_request_free(any);
-    gv_alloc_cluster_free(c);
+    supply_case_free(&k);
 }
 
 /*
