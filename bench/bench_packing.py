@@ -184,7 +184,12 @@ def main():
         return
     want = os.environ.get('GV_PACKING_FAMILIES', 'openb,heldout,resampled,synthetic,hetero')
     want = want.split(',')
-    prev = prev_binary()
+    try:
+        prev = prev_binary()
+    except (subprocess.CalledProcessError, OSError) as e:
+        # a shallow clone has no 60c26e8 to build
+        print('SKIPPED: cannot build the previous release %s (%s)' % (PREV_REV, e))
+        return
     nodes = os.path.join(OPENB, 'openb_node_list_gpu_node.csv')
     gen = os.path.join(BUILD, 'packing-traces')
     os.makedirs(gen, exist_ok=True)
