@@ -37,6 +37,7 @@ struct cand {
     uint32_t node;
     uint32_t gpu;   /* UINT32_MAX: the whole node */
     double ratio;   /* last measured gain per move; <= 0: dropped */
+    uint64_t key;   /* cheapness: pods x 1000 + GPU share used */
     double gain;
     uint32_t moves;
 };
@@ -56,6 +57,11 @@ struct planner {
     size_t n_steps, cap_steps;
     uint32_t idle;      /* idle GPUs of the current state */
     uint32_t total_gpus;
+    /* every pending pod fits already: no drain can make one fit, so they
+     * are only checked (a drain must not take their room) when a drain
+     * frees GPUs, and node drains are not measured */
+    bool all_fit;
+    uint32_t fit0;
     size_t *buf;        /* pods of the drain being measured */
     size_t buf_cap;
 };
@@ -255,8 +261,10 @@ static double drain(struct planner *p, struct cand *k, uint32_t budget, double b
             return -1;
         }
     }
-    uint32_t fit = p->in->n_pending > 0 ? pending_fit(p->c, p->in->pending, p->in->n_pending, err)
-                                        : 0;
+    const struct gv_defrag_input *in = p->in;
+    uint32_t fit = p->fit0;
+    if (in->n_pending > 0 && (!p->all_fit || (keep && value(p, p->idle, fit) > base)))
+        fit = pending_fit(p->c, in->pending, in->n_pending, err);
     double gain = value(p, p->idle, fit) - base;
     k->moves = (uint32_t)n_pods;
     k->gain = gain;
@@ -314,6 +322,16 @@ static gv_status check_input(const struct gv_alloc_cluster *c, const struct gv_d
     return GV_OK;
 }
 
+static int cand_cmp(const void *a, const void *b)
+{
+    const struct cand *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    if (x->node != y->node)
+        return x->node < y->node ? -1 : 1;
+    return x->gpu < y->gpu ? -1 : x->gpu > y->gpu;
+}
+
 /* The drains worth measuring: each GPU some task holds (unless one whole-GPU
  * task does, and nothing is pending: moving it takes an idle GPU for the
  * one it frees), and each node with GPU pods when pods are pending. */
@@ -350,13 +368,21 @@ static gv_status build_cands(struct planner *p, struct cand **out, size_t *n_out
             if (gp->tasks == 0)
                 continue;
             any = true;
-            if (gp->whole > 0 && p->in->n_pending == 0)
+            if (gp->whole > 0 && (p->in->n_pending == 0 || p->all_fit))
                 continue;
-            v[n++] = (struct cand){.node = i, .gpu = g, .ratio = 1};
+            v[n++] = (struct cand){.node = i, .gpu = g, .ratio = 1,
+                                   .key = (uint64_t)gp->tasks * 1000 + gp->used_milli};
         }
-        if (any && p->in->n_pending > 0)
-            v[n++] = (struct cand){.node = i, .gpu = UINT32_MAX, .ratio = 1};
+        if (any && p->in->n_pending > 0 && !p->all_fit) {
+            uint64_t key = 0;
+            for (uint32_t g = 0; g < nd->n_gpus; g++)
+                key += (uint64_t)nd->gpus[g].tasks * 1000 + nd->gpus[g].used_milli;
+            v[n++] = (struct cand){.node = i, .gpu = UINT32_MAX, .ratio = 1, .key = key};
+        }
     }
+    /* cheapest first; ties by node then GPU (insertion order), so plans are
+     * reproducible */
+    qsort(v, n, sizeof(*v), cand_cmp);
     *out = v;
     *n_out = n;
     return GV_OK;
@@ -383,7 +409,9 @@ gv_status gv_defrag_plan(struct gv_alloc_cluster *c, const struct gv_defrag_inpu
         return st;
     if ((st = gv_defrag_measure(c, in->pending, in->n_pending, &out->before, err)) != GV_OK)
         return st;
-    struct planner p = {.c = c, .in = in, .idle = out->before.idle_gpus};
+    struct planner p = {.c = c, .in = in, .idle = out->before.idle_gpus,
+                        .fit0 = out->before.pending_fit,
+                        .all_fit = out->before.pending_fit == in->n_pending};
     struct cand *cands = NULL;
     size_t n_cands = 0;
     uint32_t *idle_after = NULL, *fit_after = NULL;
@@ -406,7 +434,10 @@ gv_status gv_defrag_plan(struct gv_alloc_cluster *c, const struct gv_defrag_inpu
     uint32_t used = 0;
     /* first round: every drain once; remember the best single one */
     size_t best_single = SIZE_MAX;
-    for (size_t k = 0; k < n_cands && in->max_moves > 0; k++) {
+    size_t first = in->max_drains > 0 && in->max_drains < n_cands ? in->max_drains : n_cands;
+    for (size_t k = first; k < n_cands; k++)
+        cands[k].ratio = 0; /* not measured: beyond the first round's budget */
+    for (size_t k = 0; k < first && in->max_moves > 0; k++) {
         double g = drain(&p, &cands[k], in->max_moves, base, false, err);
         out->evaluated++;
         if (g <= 0) {

@@ -36,6 +36,10 @@ struct gv_defrag_input {
     const struct gv_alloc_request *const *pending;
     size_t n_pending;
     uint32_t max_moves; /* 0 = no moves (the plan only measures) */
+    /* Drains measured in the first round, cheapest first (fewest pods, then
+     * least GPU share); 0 = every one.  Bounds the planning time: each
+     * measure is a few engine decisions (docs/alloc.md). */
+    uint32_t max_drains;
 };
 
 struct gv_defrag_move {

@@ -236,7 +236,7 @@ static void check_against_brute(bool pending)
         build(&w, pending);
         uint32_t B = 1 + below(3);
         struct gv_defrag_input in = {w.pods, w.n_pods, w.budget, 2,
-                                     (const struct gv_alloc_request *const *)w.pend, w.n_pend, B};
+                                     (const struct gv_alloc_request *const *)w.pend, w.n_pend, B, 0};
         uint64_t h0 = usage_hash(&w);
         double v0 = measure(&w);
         struct gv_defrag_plan plan;
@@ -368,7 +368,7 @@ static void test_defrag_simple(void **state)
         w.pods[i] = (struct gv_defrag_pod){w.req[i], &w.at[i], true, -1};
     }
     w.n_pods = 2;
-    struct gv_defrag_input in = {w.pods, 2, NULL, 0, NULL, 0, 5};
+    struct gv_defrag_input in = {w.pods, 2, NULL, 0, NULL, 0, 5, 0};
     struct gv_defrag_plan plan;
     assert_int_equal(gv_defrag_plan(w.c, &in, &plan, NULL), GV_OK);
     assert_int_equal(plan.before.idle_gpus, 0);
@@ -388,7 +388,7 @@ static void test_defrag_simple(void **state)
     /* a pod the cluster does not hold is bad input */
     struct gv_alloc_request *ghost = frac_req("ghost", 100, 1);
     struct gv_defrag_pod gp = {ghost, &w.at[0], true, -1};
-    struct gv_defrag_input bad = {&gp, 1, NULL, 0, NULL, 0, 5};
+    struct gv_defrag_input bad = {&gp, 1, NULL, 0, NULL, 0, 5, 0};
     struct gv_error err = {0};
     assert_int_equal(gv_defrag_plan(w.c, &bad, &plan, &err), GV_EINVAL);
     assert_non_null(strstr(err.msg, "ghost"));
