@@ -311,7 +311,8 @@ def elsewhere(name, pl):
 
 rc, out, err, pods, st, planned, _ = apply_scenario("apply-surprise", elsewhere)
 evs = [k for k in st if k.endswith("/eviction")]
-t.ok(rc == 5 and "the plan said" in out and "stopped after 0 of 2 moves" in out and len(evs) == 1,
+t.ok(rc == 5 and "was placed on %s" % dict((p[0], p[1]) for p in PODS).get(planned["_first"], "?") in out
+     and "stopped after 0 of 2 moves" in out and len(evs) == 1,
      "replacement placed elsewhere than planned: stop before the next eviction", out + err)
 
 # never placed: stop after the timeout
