@@ -25,6 +25,8 @@ bench_defrag_SRCS := bench/bench_defrag.c
 bench_defrag_LIBS := alloc common
 # gpuvisor simulate: openb replay speed and quality over every bundled trace.
 BENCH_SCRIPTS += bench/bench_simulate.sh
+# gpuvisor simulate --defrag-every: churn replay with and without defragmentation.
+BENCH_SCRIPTS += bench/bench_simulate_defrag.sh
 # gpuvisor-scheduler: /metrics (with and without HAMi's names) and the
 # dashboard's /api/state at 1,000 nodes x 8 GPUs.
 BENCH_SCRIPTS += bench/bench_scheduler_metrics.sh
