@@ -91,7 +91,7 @@ static void build(struct world *w, bool pending)
     }
     uint32_t want = 3 + below(5);
     for (uint32_t t = 0; t < 40 && w->n_pods < want; t++) {
-        char uid[16];
+        char uid[32];
         snprintf(uid, sizeof(uid), "p%02zu", w->n_pods);
         bool multi = below(8) == 0;
         uint32_t milli = multi ? 1000 : 100 * (1 + below(7));
@@ -127,7 +127,7 @@ static void build(struct world *w, bool pending)
     if (pending) {
         w->n_pend = 1 + below(2);
         for (size_t i = 0; i < w->n_pend; i++) {
-            char uid[16];
+            char uid[32];
             snprintf(uid, sizeof(uid), "pend%zu", i);
             w->pend[i] = frac_req(uid, below(2) ? 1000 : 600, below(3) == 0 ? 2 : 1);
             gv_alloc_observe(w->c, w->pend[i]);
