@@ -337,7 +337,9 @@ static int await_replacement(struct gv_kube_client *kube, const struct kc_opts *
     snprintf(fsel, sizeof(fsel), "spec.schedulerName=%s", o->scheduler_name);
     struct gv_kube_list_opts lo = {.field_selector = fsel};
     double deadline = now_s() + (double)o->move_timeout_s;
-    bool gone = false;
+    /* the replacement may be placed while the old pod still terminates:
+     * remember it landed, and wait for the old one to go */
+    bool gone = false, landed = false;
     (void)x;
     for (;;) {
         json_t *list = NULL;
@@ -386,17 +388,18 @@ static int await_replacement(struct gv_kube_client *kube, const struct kc_opts *
             }
             json_object_set_new(known, meta(found, "uid"), json_true());
             free(got);
-            json_decref(list);
-            if (!ok)
+            if (!ok) {
+                json_decref(list);
                 return KC_STOPPED;
-            if (gone)
-                return KC_OK;
-        } else {
-            json_decref(list);
+            }
+            landed = true;
         }
+        json_decref(list);
+        if (landed && gone)
+            return KC_OK;
         if (now_s() > deadline) {
-            snprintf(why, cap, "%s within %lds", gone ? "no replacement was placed"
-                                                       : "the evicted pod did not go",
+            snprintf(why, cap, "%s within %lds",
+                     !gone ? "the evicted pod did not go" : "no replacement was placed",
                      o->move_timeout_s);
             return KC_STOPPED;
         }

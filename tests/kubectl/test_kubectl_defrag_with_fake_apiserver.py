@@ -84,11 +84,12 @@ def seed_objects(pdbs=()):
 
 
 class Api:
-    def __init__(self, tag, pdbs=(), versions=None):
+    def __init__(self, tag, pdbs=(), versions=None, graceful=False):
         seed = os.path.join(work, tag + ".json")
         with open(seed, "w") as f:
             json.dump({"kind": "List", "items": seed_objects(pdbs)}, f)
-        self.p = gvtest.Proc([gvtest.PY, FAKE_API, "--port", "0", "--seed", seed], stdin=False,
+        self.p = gvtest.Proc([gvtest.PY, FAKE_API, "--port", "0", "--seed", seed]
+                             + (["--graceful-pod-deletion"] if graceful else []), stdin=False,
                              log=os.path.join(work, tag + ".api.log"))
         self.url = self.p.expect(lambda ln: ln.startswith("READY "), timeout=30).split()[1]
         if versions:
@@ -120,7 +121,9 @@ class Cluster(threading.Thread):
         while not self.stop_ev.is_set():
             pods = self.api.pods()
             for name, node, owner, labels in PODS:
-                if owner == "ReplicaSet" and name not in pods and name not in self.replaced:
+                # a terminating pod is gone for its controller: it starts the replacement
+                going = name not in pods or "deletionTimestamp" in pods[name]["metadata"]
+                if owner == "ReplicaSet" and going and name not in self.replaced:
                     self.replaced.add(name)
                     if self.on_evict:
                         self.on_evict(name)
@@ -139,6 +142,10 @@ class Cluster(threading.Thread):
                 base = self.api.url + "/api/v1/namespaces/default/pods/" + name + "-r"
                 req_patch(base, ann)
                 http("POST", base + "/binding", {"kind": "Binding", "target": {"kind": "Node", "name": node}})
+                self.placed_at = time.time()
+            # the kubelet confirms terminations 2 s after the replacement is placed
+            if getattr(self, "placed_at", None) and time.time() - self.placed_at > 2:
+                http("POST", self.api.url + "/_fake/finish-deletions")
             time.sleep(0.1)
 
     def stop(self):
@@ -236,8 +243,8 @@ finally:
 
 
 # ---- --apply ---------------------------------------------------------------
-def apply_scenario(tag, place, *args, on_evict=None, pdbs=(), before=None):
-    api = Api(tag, pdbs=pdbs)
+def apply_scenario(tag, place, *args, on_evict=None, pdbs=(), before=None, graceful=False):
+    api = Api(tag, pdbs=pdbs, graceful=graceful)
     try:
         rc, doc, err = plan_of(api, *args)
         planned = {m["pod"]: m["to"]["node"] for m in doc.get("moves", [])}
@@ -263,6 +270,12 @@ t.ok(rc == 0 and "applied 2 moves" in out and "web-1" not in pods and "web-2" no
      "--apply: both pods evicted, replacements placed as planned", out + err)
 t.ok(st.get("POST /api/v1/namespaces/default/pods/web-1/eviction") == 1 and
      not any(k.startswith("DELETE") for k in st), "--apply evicts through the Eviction API only, once per move", st)
+
+# graceful termination: the replacement is placed while the evicted pod still
+# terminates; apply waits for it to go before checking the gain and moving on
+rc, out, err, pods, st, planned, _ = apply_scenario("apply-graceful", lambda n, pl: pl.get(n), graceful=True)
+t.ok(rc == 0 and "applied 2 moves" in out and "web-1" not in pods and "web-2" not in pods,
+     "evicted pods that terminate gracefully: replacement placed first, apply waits for the old pod", out + err)
 
 # a PDB refuses (429): stop at once, no retries, nothing else evicted
 rc, out, err, pods, st, planned, _ = apply_scenario(
