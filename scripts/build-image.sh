@@ -108,7 +108,8 @@ cmd_rootfs() {
         --dpkgopt='path-exclude=/usr/share/locale/*' \
         --dpkgopt='path-include=/usr/share/locale/locale.alias' \
         --dpkgopt='path-exclude=/usr/share/lintian/*' \
-        --customize-hook='rm -rf "$1"/var/cache/debconf/*-old "$1"/var/lib/dpkg/*-old "$1"/var/cache/ldconfig/aux-cache' \
+        --customize-hook='rm -rf "$1"/var/cache/debconf/*-old "$1"/var/lib/dpkg/*-old "$1"/var/cache/ldconfig/aux-cache "$1"/usr/share/info' \
+        --customize-hook='find "$1"/usr/share/doc -xtype l -delete' \
         --customize-hook="\"$here/build-image.sh\" install-files $img \"$build\" \"\$1\"" \
         bookworm "$out" "$(apt_sources)"
 }

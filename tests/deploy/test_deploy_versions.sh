@@ -24,7 +24,8 @@ tmp=$(mktemp -d "${GV_TEST_TMP:-/tmp}/deploy-versions.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
-nok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
+failed=0
+nok() { n=$((n + 1)); failed=1; echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
 skip() { n=$((n + 1)); echo "ok $n - $1 # SKIP $2"; }
 
 scripts/gen-deploy-versions.sh "$tmp/gen" >/dev/null 2>"$tmp/gen.err" || true
@@ -44,7 +45,7 @@ fi
 if ! "$PY" -c 'import yaml' 2>/dev/null; then
     skip "render the overlays" "python3-yaml not installed"
     echo "1..$n"
-    exit 0
+    exit $failed
 fi
 
 # renderers: name and command prefix (the overlay directory is appended)
@@ -183,9 +184,12 @@ if os.path.exists(a) and os.path.exists(b):
           [k for k in set(x) | set(y) if x.get(k) != y.get(k)][:5])
 print("\n".join(out))
 open(os.path.join(tmp, "n"), "w").write(str(n))
+if any(l.startswith("not ok") for l in out):
+    open(os.path.join(tmp, "failed"), "w").write("1")
 EOF
 [ -s "$tmp/n" ] || { echo "not ok $((n + 1)) - the overlay checks ran"; echo "1..$((n + 1))"; exit 1; }
 n=$(cat "$tmp/n")
+[ -e "$tmp/failed" ] && failed=1
 
 # The real kube-scheduler 1.20 reads the v1.20 overlay's configuration
 # (strict: an unknown or misspelt field is an error) and writes back what it
@@ -226,3 +230,4 @@ PYEOF
     fi
 fi
 echo "1..$n"
+exit $failed

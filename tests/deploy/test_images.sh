@@ -20,7 +20,8 @@ PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
-nok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
+failed=0
+nok() { n=$((n + 1)); failed=1; echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
 skip() { n=$((n + 1)); echo "ok $n - $1 # SKIP $2"; }
 tmp=$(mktemp -d "${GV_TEST_TMP:-/tmp}/images.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
@@ -63,7 +64,7 @@ archives=("$BUILD/images/gpuvisor-node-$version.oci.tar" "$BUILD/images/gpuvisor
 if [ ! -s "${archives[0]}" ] || [ ! -s "${archives[1]}" ]; then
     skip "the image archives" "not built (make images: needs root and the Debian archive)"
     echo "1..$n"
-    exit 0
+    exit $failed
 fi
 for img in node scheduler; do
     a=$BUILD/images/gpuvisor-$img-$version.oci.tar
@@ -81,11 +82,11 @@ for img in node scheduler; do
     fi
     ep=$(scripts/build-image.sh config $img | sed -n 's/^entrypoint //p')
     user=$(scripts/build-image.sh config $img | sed -n 's/^user //p')
-    "$PY" - "$d" "$img" "$version" "$ep" "$user" <<'EOF'
+    N0=$n "$PY" - "$d" "$img" "$version" "$ep" "$user" <<'EOF'
 import gzip, hashlib, io, json, os, sys, tarfile
 d, img, version, ep, user = sys.argv[1:]
 lay = os.path.join(d, "layout")
-n = 0
+n = int(os.environ.get("N0", "0"))
 out = []
 
 
@@ -131,17 +132,22 @@ total = sum(t.size for t in members.values() if t.isfile())
 
 
 def resolve(p, depth=0):
-    t = members.get(p)
-    if t is not None and t.issym() and depth < 20:
-        tgt = t.linkname
-        base = os.path.dirname(p) if not tgt.startswith("/") else ""
-        return resolve(os.path.normpath(os.path.join(base, tgt.lstrip("/") if tgt.startswith("/") else tgt)), depth + 1)
-    if t is None and "/" in p and depth < 20:
-        head, tail = p.split("/", 1)
-        h = members.get(head)
-        if h is not None and h.issym():
-            return resolve(os.path.normpath(os.path.join(h.linkname.lstrip("/"), tail)), depth + 1)
-    return t
+    """The member a path names in the image, following symlinks in every component."""
+    parts = [x for x in p.split("/") if x]
+    cur = ""
+    for i, part in enumerate(parts):
+        nxt = part if not cur else cur + "/" + part
+        t = members.get(nxt)
+        if t is not None and t.issym() and depth < 40:
+            tgt = t.linkname
+            base = "" if tgt.startswith("/") else cur
+            rest = "/".join(parts[i + 1:])
+            target = os.path.normpath(os.path.join(base, tgt.lstrip("/")))
+            return resolve(target + ("/" + rest if rest else ""), depth + 1)
+        if t is None:
+            return None
+        cur = nxt
+    return members.get(cur)
 
 
 e = resolve(ep.lstrip("/"))
@@ -168,9 +174,11 @@ check(not docs, "no manuals, info pages, translations or other docs", docs[:5])
 check(total < 100 * 1024 * 1024, "uncompressed size %.1f MiB, under 100 MiB" % (total / 1048576.0))
 print("\n".join(out))
 open(os.path.join(d, "n"), "w").write(str(n))
+if any(l.startswith("not ok") for l in out):
+    open(os.path.join(d, "failed"), "w").write("1")
 EOF
-    n=$((n + $(cat "$d/n" 2>/dev/null || echo 0)))
-    [ -s "$d/n" ] || nok "gpuvisor-$img: the layer checks ran"
+    if [ -s "$d/n" ]; then n=$(cat "$d/n"); else nok "gpuvisor-$img: the layer checks ran"; fi
+    [ -e "$d/failed" ] && failed=1
 
     # Run it: the image's tree, the image's user, nothing from the host.
     if [ "$(id -u)" != 0 ] || ! command -v chroot >/dev/null 2>&1; then
@@ -203,3 +211,4 @@ for d in yaml.safe_load_all(open("deploy/base/node-agent.yaml")):
     fi
 done
 echo "1..$n"
+exit $failed
