@@ -79,7 +79,9 @@ void kc_cluster_clear(struct kc_cluster *c);
 /* Classifies a kube error: KC_FORBIDDEN for HTTP 403, else KC_ERR. */
 int kc_kube_failure(const struct gv_error *err);
 
-/* A second client to the same server that never retries (main.c): an
+/* The kubeconfig as kubectl finds it (kubeconfig.c): 0, or -1 with err. */
+int load_config(const struct kc_opts *o, struct gv_kube_config **cfg, struct gv_error *err);
+/* A second client to the same server that never retries (kubeconfig.c): an
  * Eviction answered 429 is a disruption budget's no, not a busy server.
  * 0 ok, -1 with err. */
 int kc_kube_client_once(const struct kc_opts *o, struct gv_kube_client **out,
