@@ -9,6 +9,12 @@ test_alloc_index_SRCS := tests/alloc/test_alloc_index.c
 test_alloc_index_LIBS := alloc common
 test_alloc_index_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)
 
+# Preemption victims and what-if (src/alloc/victims.c).
+TEST_PROGS += test_victims
+test_victims_SRCS := tests/alloc/test_victims.c
+test_victims_LIBS := alloc common
+test_victims_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)
+
 # Fuzz targets: parsers of untrusted input (quantities from pod specs, the
 # assignment annotation the node agent reads).
 FUZZ_TARGETS += fuzz_alloc_quantity fuzz_alloc_assignment

@@ -1,0 +1,498 @@
+/*
+ * GPU-aware preemption: the extender's preempt verb and the holds that keep
+ * what it freed for the preemptor (docs/scheduler.md, "Preemption").
+ *
+ * kube-scheduler cannot see GPU slices (they are ignoredByScheduler), so its
+ * dry run proposes nodes where a GPU-starved pod "fits" after evicting
+ * nobody.  It sends those candidates with the victims it found; this verb
+ * answers with the one node where the fewest, lowest-priority pods free
+ * enough on specific GPUs (the engine's gv_alloc_victims), its victims
+ * being kube-scheduler's own plus the GPU pods chosen here.  kube-scheduler
+ * resolves every returned UID among the pods it has on that node and
+ * evicts them (pkg/scheduler/core/extender.go, convertPodUIDToPod), so only
+ * pods bound there are offered as victims.
+ *
+ * The hold: the GPUs promised to the preemptor stay unusable to pods of a
+ * priority no higher than its own until its next filter reserves them (or
+ * the reservation TTL passes).  It is an exclusion, never accounting: the
+ * engine's usage is still exactly what the API says (the invariant), and a
+ * hold lost in a restart costs a second preemption, never an over-commit.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/gv_log.h"
+#include "contracts/podspec.h"
+#include "scheduler/preempt.h"
+#include "scheduler/sched_internal.h"
+
+struct hold {
+    char *uid;
+    int32_t prio;
+    char *node;
+    char *encoded; /* the GPUs promised: an assignment text */
+    char *uuids;   /* the same GPUs, comma-separated (a nouse-gpuuuid list) */
+    double since;  /* monotonic seconds */
+};
+
+struct gv_sched_preempt {
+    json_t *prio; /* uid -> spec.priority, for pods whose priority is not 0 */
+    struct hold *holds;
+    size_t n_holds, cap_holds;
+    uint64_t calls_victims, calls_none, calls_skipped;
+    json_t *victims_by_prio; /* "priority" -> victims returned */
+};
+
+struct gv_sched_preempt *gv_sched_preempt_new(void)
+{
+    struct gv_sched_preempt *p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return NULL;
+    p->prio = json_object();
+    p->victims_by_prio = json_object();
+    if (p->prio == NULL || p->victims_by_prio == NULL) {
+        gv_sched_preempt_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void hold_clear(struct hold *h)
+{
+    free(h->uid);
+    free(h->node);
+    free(h->encoded);
+    free(h->uuids);
+    memset(h, 0, sizeof(*h));
+}
+
+void gv_sched_preempt_free(struct gv_sched_preempt *p)
+{
+    if (p == NULL)
+        return;
+    for (size_t i = 0; i < p->n_holds; i++)
+        hold_clear(&p->holds[i]);
+    free(p->holds);
+    json_decref(p->prio);
+    json_decref(p->victims_by_prio);
+    free(p);
+}
+
+int32_t gv_sched_pod_priority(const json_t *pod)
+{
+    json_t *v = json_object_get(json_object_get(pod, "spec"), "priority");
+    json_int_t n = json_is_integer(v) ? json_integer_value(v) : 0;
+    return n > INT32_MAX ? INT32_MAX : n < INT32_MIN ? INT32_MIN : (int32_t)n;
+}
+
+static const char *pod_uid(const json_t *pod)
+{
+    return json_string_value(json_object_get(json_object_get(pod, "metadata"), "uid"));
+}
+
+/* ---- holds ------------------------------------------------------------- */
+
+static void hold_drop_at(struct gv_sched_preempt *p, size_t i)
+{
+    hold_clear(&p->holds[i]);
+    p->holds[i] = p->holds[--p->n_holds];
+}
+
+/* Holds older than the reservation TTL lapse, as a reservation would. */
+static void holds_expire(struct gv_sched *s)
+{
+    struct gv_sched_preempt *p = s->preempt;
+    double now = gv_sched_now();
+    for (size_t i = p->n_holds; i-- > 0;)
+        if (now - p->holds[i].since > (double)s->cfg.reservation_ttl_s)
+            hold_drop_at(p, i);
+}
+
+static struct hold *hold_find(struct gv_sched_preempt *p, const char *uid)
+{
+    for (size_t i = 0; i < p->n_holds; i++)
+        if (strcmp(p->holds[i].uid, uid) == 0)
+            return &p->holds[i];
+    return NULL;
+}
+
+void gv_sched_preempt_release(struct gv_sched *s, const char *uid)
+{
+    struct gv_sched_preempt *p = s->preempt;
+    for (size_t i = 0; p != NULL && uid != NULL && i < p->n_holds; i++)
+        if (strcmp(p->holds[i].uid, uid) == 0) {
+            hold_drop_at(p, i);
+            return;
+        }
+}
+
+/* The distinct GPUs of an assignment, comma-separated (heap). */
+static char *assignment_uuids(const struct gv_alloc_assignment *a)
+{
+    size_t cap = 1;
+    for (uint32_t c = 0; c < a->n_containers; c++)
+        cap += a->containers[c].n_devices * GV_ALLOC_UUID_MAX;
+    char *out = malloc(cap);
+    if (out == NULL)
+        return NULL;
+    out[0] = '\0';
+    size_t len = 0;
+    for (uint32_t c = 0; c < a->n_containers; c++)
+        for (uint32_t d = 0; d < a->containers[c].n_devices; d++) {
+            const char *u = a->containers[c].devices[d].uuid;
+            bool seen = false;
+            for (uint32_t c2 = 0; c2 <= c && !seen; c2++)
+                for (uint32_t d2 = 0; d2 < a->containers[c2].n_devices && !seen; d2++) {
+                    if (c2 == c && d2 == d)
+                        break;
+                    seen = strcmp(a->containers[c2].devices[d2].uuid, u) == 0;
+                }
+            if (!seen)
+                len += (size_t)snprintf(out + len, cap - len, "%s%s", len ? "," : "", u);
+        }
+    return out;
+}
+
+static gv_status hold_set(struct gv_sched *s, const char *uid, int32_t prio,
+                          const struct gv_alloc_assignment *a, struct gv_error *err)
+{
+    struct gv_sched_preempt *p = s->preempt;
+    struct hold h = {.uid = strdup(uid), .prio = prio, .node = strdup(a->node),
+                     .encoded = malloc(GV_ALLOC_ASSIGNMENT_MAX), .uuids = assignment_uuids(a),
+                     .since = gv_sched_now()};
+    if (h.uid == NULL || h.node == NULL || h.encoded == NULL || h.uuids == NULL ||
+        gv_alloc_assignment_encode(a, h.encoded, GV_ALLOC_ASSIGNMENT_MAX, NULL, err) != GV_OK) {
+        hold_clear(&h);
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    }
+    gv_sched_preempt_release(s, uid);
+    if (p->n_holds == p->cap_holds) {
+        size_t ncap = p->cap_holds ? p->cap_holds * 2 : 16;
+        struct hold *nh = realloc(p->holds, ncap * sizeof(*nh));
+        if (nh == NULL) {
+            hold_clear(&h);
+            return gv_error_set(err, GV_ENOMEM, "out of memory");
+        }
+        p->holds = nh;
+        p->cap_holds = ncap;
+    }
+    p->holds[p->n_holds++] = h;
+    return GV_OK;
+}
+
+/* The GPUs held for preemptors other than uid whose priority is at least
+ * prio, appended to req's nouse-gpuuuid list. */
+static gv_status exclude_for(struct gv_sched *s, const char *uid, int32_t prio,
+                             struct gv_alloc_request *req, struct gv_error *err)
+{
+    struct gv_sched_preempt *p = s->preempt;
+    holds_expire(s);
+    size_t len = 0;
+    const char *own = req->constraint[GV_ALLOC_NOUSE_UUID];
+    for (size_t i = 0; i < p->n_holds; i++)
+        if (p->holds[i].prio >= prio && (uid == NULL || strcmp(p->holds[i].uid, uid) != 0))
+            len += strlen(p->holds[i].uuids) + 1;
+    if (len == 0)
+        return GV_OK;
+    len += own != NULL ? strlen(own) + 1 : 0;
+    char *list = malloc(len + 1);
+    if (list == NULL)
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    size_t o = 0;
+    if (own != NULL && *own != '\0')
+        o += (size_t)snprintf(list, len + 1, "%s", own);
+    for (size_t i = 0; i < p->n_holds; i++)
+        if (p->holds[i].prio >= prio && (uid == NULL || strcmp(p->holds[i].uid, uid) != 0))
+            o += (size_t)snprintf(list + o, len + 1 - o, "%s%s", o ? "," : "",
+                                  p->holds[i].uuids);
+    gv_status st = gv_alloc_request_set_constraint(req, GV_ALLOC_NOUSE_UUID, list, err);
+    free(list);
+    return st;
+}
+
+gv_status gv_sched_preempt_exclude(struct gv_sched *s, json_t *pod, struct gv_alloc_request *req,
+                                   struct gv_error *err)
+{
+    if (s->preempt == NULL || s->preempt->n_holds == 0)
+        return GV_OK;
+    return exclude_for(s, pod_uid(pod), gv_sched_pod_priority(pod), req, err);
+}
+
+bool gv_sched_preempt_held(struct gv_sched *s, const char *uid, struct gv_alloc_assignment *a)
+{
+    if (s->preempt == NULL || s->preempt->n_holds == 0)
+        return false;
+    holds_expire(s);
+    struct hold *h = hold_find(s->preempt, uid);
+    if (h == NULL)
+        return false;
+    /* only on a node this filter found usable among its candidates */
+    const struct snode *sn = gv_sched_node_find(s, h->node);
+    if (sn == NULL || sn->filter_stamp != s->filter_stamp)
+        return false;
+    return gv_alloc_assignment_decode(h->encoded, strlen(h->encoded), a, NULL) == GV_OK;
+}
+
+/* ---- pod informer ------------------------------------------------------ */
+
+void gv_sched_preempt_pod(struct gv_sched *s, json_t *pod, bool finished)
+{
+    const char *uid = pod_uid(pod);
+    if (s->preempt == NULL || uid == NULL)
+        return;
+    int32_t prio = gv_sched_pod_priority(pod);
+    if (finished || prio == 0)
+        json_object_del(s->preempt->prio, uid);
+    else
+        json_object_set_new(s->preempt->prio, uid, json_integer(prio));
+    const char *bound = json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
+    if (finished || (bound != NULL && *bound != '\0'))
+        gv_sched_preempt_release(s, uid); /* placed or ended: nothing left to hold */
+}
+
+void gv_sched_preempt_pod_gone(struct gv_sched *s, const char *uid)
+{
+    if (s->preempt == NULL || uid == NULL)
+        return;
+    json_object_del(s->preempt->prio, uid);
+    gv_sched_preempt_release(s, uid);
+}
+
+/* ---- the verb ---------------------------------------------------------- */
+
+/* The best node found so far: its victims (uids, borrowed from the args
+ * and the engine for the call) and its cost. */
+struct best {
+    size_t node; /* index into args.nodes; SIZE_MAX: none */
+    struct gv_alloc_victim_plan plan;
+    const char **victims;
+    size_t n_victims;
+    int64_t pdb;
+    struct gv_alloc_assignment a;
+};
+
+/* The candidates of one node: kube-scheduler's victims first (forced),
+ * then the pods bound there that gpuvisor placed (their GPU slices),
+ * with their priorities.  Heap arrays in *out (n in *n). */
+static gv_status node_candidates(struct gv_sched *s, const struct gv_ext_preempt_node *nd,
+                                 const char *self, struct gv_alloc_victim **out, size_t *n,
+                                 struct gv_error *err)
+{
+    size_t placed = gv_alloc_node_pods(s->cluster, nd->name, NULL, 0);
+    const char **uids = calloc(placed + 1, sizeof(*uids));
+    struct gv_alloc_victim *c = calloc(placed + nd->n_victims + 1, sizeof(*c));
+    if (uids == NULL || c == NULL) {
+        free(uids);
+        free(c);
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < nd->n_victims; i++) {
+        json_t *pv = json_object_get(s->preempt->prio, nd->victims[i]);
+        c[k++] = (struct gv_alloc_victim){.uid = nd->victims[i], .forced = true,
+                                          .priority = (int32_t)json_integer_value(pv)};
+    }
+    placed = gv_alloc_node_pods(s->cluster, nd->name, uids, placed);
+    for (size_t i = 0; i < placed; i++) {
+        if (strcmp(uids[i], self) == 0)
+            continue;
+        /* Only pods bound there: kube-scheduler finds victims among the
+         * pods it has on the node and rejects the whole answer otherwise.
+         * Reservations and binds in flight are never evicted. */
+        const struct srec *r = gv_sched_rec_find(s, uids[i]);
+        if (r == NULL || r->phase != REC_BOUND)
+            continue;
+        json_t *pv = json_object_get(s->preempt->prio, uids[i]);
+        c[k++] = (struct gv_alloc_victim){.uid = uids[i],
+                                          .priority = (int32_t)json_integer_value(pv)};
+    }
+    free(uids);
+    *out = c;
+    *n = k;
+    return GV_OK;
+}
+
+/* Evaluates one candidate node; keeps it in *b when cheaper. */
+static gv_status consider_node(struct gv_sched *s, const struct gv_ext_preempt_args *args, size_t i,
+                               const struct gv_alloc_request *req, int32_t prio, const char *self,
+                               struct best *b, struct gv_error *err)
+{
+    const struct gv_ext_preempt_node *nd = &args->nodes[i];
+    const struct snode *sn = gv_sched_node_find(s, nd->name);
+    if (!gv_sched_node_usable(s, sn, time(NULL)) || !sn->in_engine)
+        return GV_OK; /* no live agent: nothing to free there */
+    struct gv_alloc_victim *c = NULL;
+    size_t nc = 0;
+    gv_status st = node_candidates(s, nd, self, &c, &nc, err);
+    if (st != GV_OK)
+        return st;
+    uint32_t *chosen = calloc(nc + 1, sizeof(*chosen));
+    struct gv_alloc_assignment *a = malloc(sizeof(*a));
+    const char **victims = calloc(nc + nd->n_victims + 1, sizeof(*victims));
+    struct gv_alloc_victim_plan plan;
+    if (chosen == NULL || a == NULL || victims == NULL) {
+        st = gv_error_set(err, GV_ENOMEM, "out of memory");
+        goto out;
+    }
+    st = gv_alloc_victims(s->cluster, req, prio, nd->name, c, nc, chosen, &plan, a, err);
+    if (st != GV_OK || !plan.fits) {
+        gv_debug("preempt: pod %s: node %s dropped: %s", self, nd->name, plan.reason);
+        st = st == GV_ENOTFOUND ? GV_OK : st;
+        goto out;
+    }
+    /* kube-scheduler's victims all go, placed by gpuvisor or not; they
+     * count in the cost as they count in its own choice. */
+    size_t nv = 0;
+    for (size_t k = 0; k < nd->n_victims; k++)
+        victims[nv++] = nd->victims[k];
+    for (uint32_t k = 0; k < plan.n; k++)
+        if (!c[chosen[k]].forced)
+            victims[nv++] = c[chosen[k]].uid;
+    plan.n = (uint32_t)nv;
+    plan.pdb_violations += (uint32_t)(nd->pdb_violations > UINT32_MAX / 2 ? UINT32_MAX / 2
+                                                                        : nd->pdb_violations);
+    int cmp = b->node == SIZE_MAX ? -1 : gv_alloc_victim_plan_cmp(&plan, &b->plan);
+    if (cmp < 0 || (cmp == 0 && strcmp(nd->name, args->nodes[b->node].name) < 0)) {
+        free(b->victims);
+        b->victims = victims;
+        victims = NULL;
+        b->n_victims = nv;
+        b->node = i;
+        b->plan = plan;
+        b->pdb = (int64_t)plan.pdb_violations;
+        b->a = *a;
+    }
+out:
+    free(victims);
+    free(a);
+    free(chosen);
+    free(c);
+    return st;
+}
+
+static void respond(struct gv_http_response *resp, char *text)
+{
+    if (text == NULL) {
+        gv_http_respond_error(resp, 500, "out of memory");
+        return;
+    }
+    gv_http_respond(resp, 200, "application/json", text);
+    free(text);
+}
+
+static void count_victims(struct gv_sched *s, const struct best *b)
+{
+    for (size_t k = 0; k < b->n_victims; k++) {
+        json_t *pv = json_object_get(s->preempt->prio, b->victims[k]);
+        char key[24];
+        snprintf(key, sizeof(key), "%" PRId64, (int64_t)json_integer_value(pv));
+        json_t *cur = json_object_get(s->preempt->victims_by_prio, key);
+        json_object_set_new(s->preempt->victims_by_prio, key,
+                            json_integer(json_integer_value(cur) + 1));
+    }
+}
+
+void gv_sched_handle_preempt(void *ctx, const struct gv_http_request *hreq,
+                             struct gv_http_response *resp)
+{
+    struct gv_sched *s = ctx;
+    struct gv_ext_preempt_args args;
+    struct gv_error err = {0};
+    struct gv_alloc_request *req = NULL;
+    struct best b = {.node = SIZE_MAX};
+    if (gv_ext_preempt_args_parse(hreq->body, hreq->body_len, &args, &err) != GV_OK) {
+        gv_http_respond_error(resp, err.code == GV_ENOMEM ? 500 : 400, err.msg);
+        return;
+    }
+    const char *uid = pod_uid(args.pod);
+    const char *policy = json_string_value(
+        json_object_get(json_object_get(args.pod, "spec"), "preemptionPolicy"));
+    if (gv_podspec_request(&s->cfg.alloc, args.pod, &req, &err) != GV_OK ||
+        (req->n_containers > 0 && (uid == NULL || *uid == '\0'))) {
+        /* an invalid request fits nowhere: evicting cannot help */
+        respond(resp, gv_ext_preempt_result_encode(NULL, 0));
+        goto out;
+    }
+    if (req->n_containers == 0) {
+        /* not a GPU-slice pod: kube-scheduler's own choice stands */
+        pthread_mutex_lock(&s->lock);
+        s->preempt->calls_skipped++;
+        pthread_mutex_unlock(&s->lock);
+        respond(resp, gv_ext_preempt_result_encode(args.nodes, args.n_nodes));
+        goto out;
+    }
+    snprintf(req->uid, sizeof(req->uid), "%s", uid);
+    int32_t prio = gv_sched_pod_priority(args.pod);
+    pthread_mutex_lock(&s->lock);
+    const struct srec *r = gv_sched_rec_find(s, uid);
+    bool skip = (policy != NULL && strcmp(policy, "Never") == 0) ||
+                (r != NULL && gv_sched_phase_placed(r->phase));
+    gv_status st = GV_OK;
+    if (!skip)
+        st = exclude_for(s, uid, prio, req, &err);
+    for (size_t i = 0; !skip && st == GV_OK && i < args.n_nodes; i++)
+        st = consider_node(s, &args, i, req, prio, uid, &b, &err);
+    if (st == GV_OK && b.node != SIZE_MAX)
+        st = hold_set(s, uid, prio, &b.a, &err);
+    if (st == GV_OK) {
+        if (skip)
+            s->preempt->calls_skipped++;
+        else if (b.node == SIZE_MAX)
+            s->preempt->calls_none++;
+        else {
+            s->preempt->calls_victims++;
+            count_victims(s, &b);
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (st != GV_OK) {
+        gv_http_respond_error(resp, 500, err.msg);
+        goto out;
+    }
+    if (b.node == SIZE_MAX) {
+        gv_info("preempt: pod %s: no candidate node can make room%s", uid,
+                skip ? " (preemptionPolicy Never or already placed)" : "");
+        respond(resp, gv_ext_preempt_result_encode(NULL, 0));
+        goto out;
+    }
+    struct gv_ext_preempt_node ans = {.name = args.nodes[b.node].name, .victims = b.victims,
+                                      .n_victims = b.n_victims, .pdb_violations = b.pdb};
+    gv_info("preempt: pod %s: node %s, %zu victim(s) free GPUs for it", uid, ans.name,
+            b.n_victims);
+    respond(resp, gv_ext_preempt_result_encode(&ans, 1));
+out:
+    free(b.victims);
+    gv_alloc_request_free(req);
+    gv_ext_preempt_args_clear(&args);
+}
+
+void gv_sched_preempt_metrics(struct gv_sched *s, FILE *f)
+{
+    struct gv_sched_preempt *p = s->preempt;
+    if (p == NULL)
+        return;
+    holds_expire(s);
+    fprintf(f,
+            "# HELP gpuvisor_scheduler_preemptions_total Preempt calls by outcome: victims (a "
+            "node and its victims returned), none (no candidate can make room), skipped (not a "
+            "GPU-slice pod, preemptionPolicy Never, or already placed).\n"
+            "# TYPE gpuvisor_scheduler_preemptions_total counter\n"
+            "gpuvisor_scheduler_preemptions_total{result=\"victims\"} %" PRIu64 "\n"
+            "gpuvisor_scheduler_preemptions_total{result=\"none\"} %" PRIu64 "\n"
+            "gpuvisor_scheduler_preemptions_total{result=\"skipped\"} %" PRIu64 "\n",
+            p->calls_victims, p->calls_none, p->calls_skipped);
+    fprintf(f, "# HELP gpuvisor_scheduler_preemption_victims_total Victims returned to "
+               "kube-scheduler, by the victim's priority.\n"
+               "# TYPE gpuvisor_scheduler_preemption_victims_total counter\n");
+    const char *key;
+    json_t *v;
+    json_object_foreach(p->victims_by_prio, key, v)
+        fprintf(f, "gpuvisor_scheduler_preemption_victims_total{priority=\"%s\"} %" PRId64 "\n",
+                key, (int64_t)json_integer_value(v));
+    fprintf(f,
+            "# HELP gpuvisor_scheduler_nominated_holds GPUs held for preemptors until their "
+            "next filter.\n# TYPE gpuvisor_scheduler_nominated_holds gauge\n"
+            "gpuvisor_scheduler_nominated_holds %zu\n",
+            p->n_holds);
+}
