@@ -85,9 +85,11 @@ struct pod_dev {
 struct pod {
     char uid[GV_ALLOC_UID_MAX];
     uint32_t node;
+    int32_t priority; /* PriorityClass value (gv_alloc_pod_set_victim); in padding */
     int64_t cpu, mem;
     struct pod *prev, *next; /* node's pod list */
     uint32_t n_devs;
+    bool victim; /* may be evicted for a preemptor: bound where placed; in padding */
     struct pod_dev devs[];
 };
 

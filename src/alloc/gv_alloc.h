@@ -465,6 +465,20 @@ gv_status gv_alloc_victims(struct gv_alloc_cluster *c, const struct gv_alloc_req
                            int32_t priority, const char *node, const struct gv_alloc_victim *cands,
                            size_t n, uint32_t *chosen, struct gv_alloc_victim_plan *plan,
                            struct gv_alloc_assignment *a, struct gv_error *err);
+/*
+ * The caller's marks on placed pods, kept with the placement (and lost with
+ * it: a pod placed again is no candidate until marked again): whether the
+ * pod may be a victim at all, because it is bound on the node it is placed
+ * on (bound_node, NULL = not evictable: reservations and binds in flight),
+ * and its priority.  GV_ENOTFOUND when uid is not placed.
+ */
+gv_status gv_alloc_pod_set_victim(struct gv_alloc_cluster *c, const char *uid,
+                                  const char *bound_node, int32_t priority, struct gv_error *err);
+/* The node's pods marked as possible victims, as candidates (uid the
+ * cluster's copy, valid until the next change; most recently placed
+ * first): the first cap go to out; returns how many there are. */
+size_t gv_alloc_node_victims(const struct gv_alloc_cluster *c, const char *node,
+                             struct gv_alloc_victim *out, size_t cap);
 /* Orders plans by the cost above: < 0 when x is cheaper than y (a plan
  * that fits is cheaper than one that does not). */
 int gv_alloc_victim_plan_cmp(const struct gv_alloc_victim_plan *x,

@@ -563,10 +563,11 @@ gv_status gv_alloc_victims(struct gv_alloc_cluster *c, const struct gv_alloc_req
             if (in_a[i] && !cands[i].forced)
                 hide(&x, i, false);
     }
-    /* The reprieve from "all out" (kube-scheduler's), unless the GPU
-     * search already needs a single victim (nothing can beat it: room
-     * with none was ruled out above). */
-    if (!have_a || pa.n > 1) {
+    /* The reprieve from "all out" (kube-scheduler's) when the GPU by GPU
+     * search found nothing that fits (NUMA binding, topology, containers
+     * sharing GPUs): it costs a fit per eligible pod, where the search
+     * above costs a few.  For a one-GPU request the search is exact. */
+    if (!have_a) {
         for (size_t i = 0; i < n; i++)
             if (in_b[i])
                 hide(&x, i, true);

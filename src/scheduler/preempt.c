@@ -37,7 +37,6 @@ struct hold {
 };
 
 struct gv_sched_preempt {
-    json_t *prio; /* uid -> spec.priority, for pods whose priority is not 0 */
     struct hold *holds;
     size_t n_holds, cap_holds;
     uint64_t calls_victims, calls_none, calls_skipped;
@@ -49,9 +48,8 @@ struct gv_sched_preempt *gv_sched_preempt_new(void)
     struct gv_sched_preempt *p = calloc(1, sizeof(*p));
     if (p == NULL)
         return NULL;
-    p->prio = json_object();
     p->victims_by_prio = json_object();
-    if (p->prio == NULL || p->victims_by_prio == NULL) {
+    if (p->victims_by_prio == NULL) {
         gv_sched_preempt_free(p);
         return NULL;
     }
@@ -74,7 +72,6 @@ void gv_sched_preempt_free(struct gv_sched_preempt *p)
     for (size_t i = 0; i < p->n_holds; i++)
         hold_clear(&p->holds[i]);
     free(p->holds);
-    json_decref(p->prio);
     json_decref(p->victims_by_prio);
     free(p);
 }
@@ -241,73 +238,74 @@ void gv_sched_preempt_pod(struct gv_sched *s, json_t *pod, bool finished)
     const char *uid = pod_uid(pod);
     if (s->preempt == NULL || uid == NULL)
         return;
-    int32_t prio = gv_sched_pod_priority(pod);
-    if (finished || prio == 0)
-        json_object_del(s->preempt->prio, uid);
-    else
-        json_object_set_new(s->preempt->prio, uid, json_integer(prio));
     const char *bound = json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
-    if (finished || (bound != NULL && *bound != '\0'))
+    bool is_bound = !finished && bound != NULL && *bound != '\0';
+    /* A victim must be bound where gpuvisor counts it: kube-scheduler
+     * resolves victims among the pods it has on the node.  The mark lives
+     * with the engine's placement (after this event's accounting). */
+    if (gv_alloc_is_placed(s->cluster, uid))
+        gv_alloc_pod_set_victim(s->cluster, uid, is_bound ? bound : NULL,
+                                gv_sched_pod_priority(pod), NULL);
+    if (finished || is_bound)
         gv_sched_preempt_release(s, uid); /* placed or ended: nothing left to hold */
 }
 
 void gv_sched_preempt_pod_gone(struct gv_sched *s, const char *uid)
 {
-    if (s->preempt == NULL || uid == NULL)
-        return;
-    json_object_del(s->preempt->prio, uid);
-    gv_sched_preempt_release(s, uid);
+    if (s->preempt != NULL && uid != NULL)
+        gv_sched_preempt_release(s, uid);
 }
 
 /* ---- the verb ---------------------------------------------------------- */
 
-/* The best node found so far: its victims (uids, borrowed from the args
- * and the engine for the call) and its cost. */
+/* The best node found so far: its victims (copies: the engine's uids are
+ * valid only under the lock) with their priorities, and its cost. */
 struct best {
     size_t node; /* index into args.nodes; SIZE_MAX: none */
     struct gv_alloc_victim_plan plan;
-    const char **victims;
+    char **victims;
+    int64_t *prios; /* INT64_MIN: not a pod gpuvisor placed */
     size_t n_victims;
     int64_t pdb;
     struct gv_alloc_assignment a;
 };
 
+static void best_clear_victims(struct best *b)
+{
+    for (size_t k = 0; b->victims != NULL && k < b->n_victims; k++)
+        free(b->victims[k]);
+    free(b->victims);
+    free(b->prios);
+    b->victims = NULL;
+    b->prios = NULL;
+    b->n_victims = 0;
+}
+
 /* The candidates of one node: kube-scheduler's victims first (forced),
- * then the pods bound there that gpuvisor placed (their GPU slices),
- * with their priorities.  Heap arrays in *out (n in *n). */
+ * then the pods the engine has marked as possible victims there (bound on
+ * it, with their priorities: gv_sched_preempt_pod).  Heap array in *out. */
 static gv_status node_candidates(struct gv_sched *s, const struct gv_ext_preempt_node *nd,
                                  const char *self, struct gv_alloc_victim **out, size_t *n,
                                  struct gv_error *err)
 {
-    size_t placed = gv_alloc_node_pods(s->cluster, nd->name, NULL, 0);
-    const char **uids = calloc(placed + 1, sizeof(*uids));
-    struct gv_alloc_victim *c = calloc(placed + nd->n_victims + 1, sizeof(*c));
-    if (uids == NULL || c == NULL) {
-        free(uids);
-        free(c);
+    size_t marked = gv_alloc_node_victims(s->cluster, nd->name, NULL, 0);
+    struct gv_alloc_victim *c = calloc(marked + nd->n_victims + 1, sizeof(*c));
+    if (c == NULL)
         return gv_error_set(err, GV_ENOMEM, "out of memory");
+    for (size_t i = 0; i < nd->n_victims; i++)
+        c[i] = (struct gv_alloc_victim){.uid = nd->victims[i], .forced = true};
+    marked = gv_alloc_node_victims(s->cluster, nd->name, c + nd->n_victims, marked);
+    size_t k = nd->n_victims;
+    for (size_t i = 0; i < marked; i++) {
+        struct gv_alloc_victim v = c[nd->n_victims + i];
+        if (strcmp(v.uid, self) != 0)
+            c[k++] = v;
     }
-    size_t k = 0;
-    for (size_t i = 0; i < nd->n_victims; i++) {
-        json_t *pv = json_object_get(s->preempt->prio, nd->victims[i]);
-        c[k++] = (struct gv_alloc_victim){.uid = nd->victims[i], .forced = true,
-                                          .priority = (int32_t)json_integer_value(pv)};
-    }
-    placed = gv_alloc_node_pods(s->cluster, nd->name, uids, placed);
-    for (size_t i = 0; i < placed; i++) {
-        if (strcmp(uids[i], self) == 0)
-            continue;
-        /* Only pods bound there: kube-scheduler finds victims among the
-         * pods it has on the node and rejects the whole answer otherwise.
-         * Reservations and binds in flight are never evicted. */
-        const struct srec *r = gv_sched_rec_find(s, uids[i]);
-        if (r == NULL || r->phase != REC_BOUND)
-            continue;
-        json_t *pv = json_object_get(s->preempt->prio, uids[i]);
-        c[k++] = (struct gv_alloc_victim){.uid = uids[i],
-                                          .priority = (int32_t)json_integer_value(pv)};
-    }
-    free(uids);
+    /* kube-scheduler's victims that gpuvisor placed: their priorities */
+    for (size_t i = 0; i < nd->n_victims; i++)
+        for (size_t j = nd->n_victims; j < k; j++)
+            if (strcmp(c[j].uid, c[i].uid) == 0)
+                c[i].priority = c[j].priority;
     *out = c;
     *n = k;
     return GV_OK;
@@ -329,9 +327,8 @@ static gv_status consider_node(struct gv_sched *s, const struct gv_ext_preempt_a
         return st;
     uint32_t *chosen = calloc(nc + 1, sizeof(*chosen));
     struct gv_alloc_assignment *a = malloc(sizeof(*a));
-    const char **victims = calloc(nc + nd->n_victims + 1, sizeof(*victims));
     struct gv_alloc_victim_plan plan;
-    if (chosen == NULL || a == NULL || victims == NULL) {
+    if (chosen == NULL || a == NULL) {
         st = gv_error_set(err, GV_ENOMEM, "out of memory");
         goto out;
     }
@@ -343,28 +340,44 @@ static gv_status consider_node(struct gv_sched *s, const struct gv_ext_preempt_a
     }
     /* kube-scheduler's victims all go, placed by gpuvisor or not; they
      * count in the cost as they count in its own choice. */
-    size_t nv = 0;
-    for (size_t k = 0; k < nd->n_victims; k++)
-        victims[nv++] = nd->victims[k];
-    for (uint32_t k = 0; k < plan.n; k++)
-        if (!c[chosen[k]].forced)
-            victims[nv++] = c[chosen[k]].uid;
+    uint32_t extra = 0, n_chosen = plan.n;
+    for (uint32_t k = 0; k < n_chosen; k++)
+        extra += !c[chosen[k]].forced;
+    size_t nv = nd->n_victims + extra;
     plan.n = (uint32_t)nv;
     plan.pdb_violations += (uint32_t)(nd->pdb_violations > UINT32_MAX / 2 ? UINT32_MAX / 2
                                                                         : nd->pdb_violations);
     int cmp = b->node == SIZE_MAX ? -1 : gv_alloc_victim_plan_cmp(&plan, &b->plan);
-    if (cmp < 0 || (cmp == 0 && strcmp(nd->name, args->nodes[b->node].name) < 0)) {
-        free(b->victims);
-        b->victims = victims;
-        victims = NULL;
-        b->n_victims = nv;
-        b->node = i;
-        b->plan = plan;
-        b->pdb = (int64_t)plan.pdb_violations;
-        b->a = *a;
+    if (cmp > 0 || (cmp == 0 && strcmp(nd->name, args->nodes[b->node].name) >= 0))
+        goto out;
+    best_clear_victims(b);
+    b->victims = calloc(nv + 1, sizeof(*b->victims));
+    b->prios = calloc(nv + 1, sizeof(*b->prios));
+    if (b->victims == NULL || b->prios == NULL) {
+        st = gv_error_set(err, GV_ENOMEM, "out of memory");
+        goto out;
     }
+    for (size_t k = 0; k < nc && b->n_victims < nv; k++) {
+        bool in = c[k].forced;
+        for (uint32_t j = 0; j < n_chosen && !in; j++)
+            in = chosen[j] == k;
+        if (!in)
+            continue;
+        /* a forced victim gpuvisor placed has its priority from the mark */
+        bool placed = !c[k].forced;
+        for (size_t j = nd->n_victims; j < nc && !placed; j++)
+            placed = strcmp(c[j].uid, c[k].uid) == 0;
+        b->prios[b->n_victims] = placed ? c[k].priority : INT64_MIN;
+        if ((b->victims[b->n_victims++] = strdup(c[k].uid)) == NULL) {
+            st = gv_error_set(err, GV_ENOMEM, "out of memory");
+            goto out;
+        }
+    }
+    b->node = i;
+    b->plan = plan;
+    b->pdb = (int64_t)plan.pdb_violations;
+    b->a = *a;
 out:
-    free(victims);
     free(a);
     free(chosen);
     free(c);
@@ -384,9 +397,11 @@ static void respond(struct gv_http_response *resp, char *text)
 static void count_victims(struct gv_sched *s, const struct best *b)
 {
     for (size_t k = 0; k < b->n_victims; k++) {
-        json_t *pv = json_object_get(s->preempt->prio, b->victims[k]);
         char key[24];
-        snprintf(key, sizeof(key), "%" PRId64, (int64_t)json_integer_value(pv));
+        if (b->prios[k] == INT64_MIN)
+            snprintf(key, sizeof(key), "unknown"); /* kube-scheduler's own, not a GPU pod */
+        else
+            snprintf(key, sizeof(key), "%" PRId64, b->prios[k]);
         json_t *cur = json_object_get(s->preempt->victims_by_prio, key);
         json_object_set_new(s->preempt->victims_by_prio, key,
                             json_integer(json_integer_value(cur) + 1));
@@ -456,13 +471,14 @@ void gv_sched_handle_preempt(void *ctx, const struct gv_http_request *hreq,
         respond(resp, gv_ext_preempt_result_encode(NULL, 0));
         goto out;
     }
-    struct gv_ext_preempt_node ans = {.name = args.nodes[b.node].name, .victims = b.victims,
+    struct gv_ext_preempt_node ans = {.name = args.nodes[b.node].name,
+                                      .victims = (const char **)b.victims,
                                       .n_victims = b.n_victims, .pdb_violations = b.pdb};
     gv_info("preempt: pod %s: node %s, %zu victim(s) free GPUs for it", uid, ans.name,
             b.n_victims);
     respond(resp, gv_ext_preempt_result_encode(&ans, 1));
 out:
-    free(b.victims);
+    best_clear_victims(&b);
     gv_alloc_request_free(req);
     gv_ext_preempt_args_clear(&args);
 }

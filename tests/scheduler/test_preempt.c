@@ -69,42 +69,20 @@ static void env_stop(struct env *e)
     memset(e, 0, sizeof(*e));
 }
 
-/* A pod as the informer delivers it: bound to node with assignment
- * assign when node is not NULL, pending otherwise. */
-static json_t *pod_json(const char *uid, int prio, uint64_t mem, const char *node,
-                        const char *assign)
-{
-    char memtext[32];
-    snprintf(memtext, sizeof(memtext), "%llu", (unsigned long long)mem);
-    json_t *p = json_pack(
-        "{s:{s:s,s:s,s:s,s:s,s:{}},s:{s:s,s:i,s:[{s:s,s:{s:{s:s,s:s}}}]},s:{s:s}}", "metadata",
-        "uid", uid, "namespace", "default", "name", uid, "resourceVersion", "7", "annotations",
-        "spec", "schedulerName", "gpuvisor-scheduler", "priority", prio, "containers", "name",
-        "main", "resources", "limits", "nvidia.com/gpu", "1", "nvidia.com/gpumem", memtext,
-        "status", "phase", node ? "Running" : "Pending");
-    assert_non_null(p);
-    if (node != NULL) {
-        json_object_set_new(json_object_get(p, "spec"), "nodeName", json_string(node));
-        json_object_set_new(json_object_get(json_object_get(p, "metadata"), "annotations"),
-                            "gpuvisor.io/assignment", json_string(assign));
-    }
-    return p;
-}
-
 static void bound(struct gv_sched *s, const char *uid, int prio, const char *node, unsigned gpu,
                   uint64_t mem)
 {
     char assign[256];
     snprintf(assign, sizeof(assign), "v1;node=%s;main=GPU-%s-%u:%llu:0", node, node, gpu,
              (unsigned long long)mem);
-    json_t *p = pod_json(uid, prio, mem, node, assign);
+    json_t *p = st_gpu_pod(uid, prio, mem, node, assign);
     gv_sched_pod_update(s, p);
     json_decref(p);
 }
 
 static void deleted(struct gv_sched *s, const char *uid)
 {
-    json_t *p = pod_json(uid, 0, 0, NULL, NULL);
+    json_t *p = st_gpu_pod(uid, 0, 0, NULL, NULL);
     gv_sched_pod_delete(s, p);
     json_decref(p);
 }
@@ -161,7 +139,7 @@ static void test_meta_round_trip_and_hold(void **state)
     struct env e;
     env_start(&e, NODES, 2, 2);
     fill(e.s, true);
-    json_t *hi = pod_json("hi", 100, 16000, NULL, NULL);
+    json_t *hi = st_gpu_pod("hi", 100, 16000, NULL, NULL);
     long st;
     char *body = meta_body(hi, NODES, 2);
     char *out = post(&e, "preempt", body, &st);
@@ -183,12 +161,12 @@ static void test_meta_round_trip_and_hold(void **state)
     json_decref(res);
     deleted(e.s, "a");
     /* a lower-priority pod arriving now cannot take the freed GPU */
-    json_t *lo = pod_json("lo", 50, 8000, NULL, NULL);
+    json_t *lo = st_gpu_pod("lo", 50, 8000, NULL, NULL);
     res = st_filter(e.base, lo, (const char *[]){"n1", "n2"}, 2, &st);
     assert_null(st_chosen(res));
     json_decref(res);
     /* a higher-priority one can (the hold protects against lower only) */
-    json_t *top = pod_json("top", 500, 8000, NULL, NULL);
+    json_t *top = st_gpu_pod("top", 500, 8000, NULL, NULL);
     res = st_filter(e.base, top, (const char *[]){"n1"}, 1, &st);
     assert_non_null(st_chosen(res));
     json_decref(res);
@@ -218,7 +196,7 @@ static void test_full_pods_form_and_refusals(void **state)
     struct env e;
     env_start(&e, NODES, 2, 2);
     fill(e.s, true);
-    json_t *hi = pod_json("hi", 100, 8000, NULL, NULL);
+    json_t *hi = st_gpu_pod("hi", 100, 8000, NULL, NULL);
     /* kube-scheduler's own victim (a CPU pod gpuvisor never placed) goes
      * too, with its PDB count; the GPU victim is added beside it.  8000
      * MiB: b or c alone frees enough on g1; of equals the one placed last
@@ -244,7 +222,7 @@ static void test_full_pods_form_and_refusals(void **state)
     free(out);
     free(body);
     /* equal priority: nobody on either node may go */
-    json_t *eq = pod_json("eq", 1, 16000, NULL, NULL);
+    json_t *eq = st_gpu_pod("eq", 1, 16000, NULL, NULL);
     body = meta_body(eq, NODES, 2);
     out = post(&e, "preempt", body, &st);
     assert_json_eq(out, "{\"NodeNameToMetaVictims\":{}}");
@@ -285,7 +263,7 @@ static void test_restart_between_preempt_and_bind(void **state)
     struct env e;
     env_start(&e, NODES, 2, 2);
     fill(e.s, true);
-    json_t *hi = pod_json("hi", 100, 16000, NULL, NULL);
+    json_t *hi = st_gpu_pod("hi", 100, 16000, NULL, NULL);
     long st;
     char *body = meta_body(hi, NODES, 2);
     free(post(&e, "preempt", body, &st));
@@ -300,7 +278,7 @@ static void test_restart_between_preempt_and_bind(void **state)
     char *err = st_bind(e.base, hi, "n1");
     /* no API here: the bind itself cannot complete, the GPUs stay held */
     free(err);
-    json_t *lo = pod_json("lo", 50, 8000, NULL, NULL);
+    json_t *lo = st_gpu_pod("lo", 50, 8000, NULL, NULL);
     res = st_filter(e.base, lo, (const char *[]){"n1", "n2"}, 2, &st);
     assert_null(st_chosen(res));
     json_decref(res);
@@ -386,7 +364,7 @@ static void test_random_preemptions_with_restarts(void **state)
         snprintf(uid, sizeof(uid), "hp%d", round);
         int hprio = 1 + rand() % 4;
         uint64_t hmem = 4000u * (uint64_t)(1 + rand() % 4);
-        json_t *hp = pod_json(uid, hprio, hmem, NULL, NULL);
+        json_t *hp = st_gpu_pod(uid, hprio, hmem, NULL, NULL);
         char *body = meta_body(hp, nodes, 3);
         long st;
         char *out = post(&e, "preempt", body, &st);
@@ -426,7 +404,7 @@ static void test_random_preemptions_with_restarts(void **state)
         json_decref(ans);
         /* a pod of lower priority arrives between the preemption and the
          * preemptor's filter: whatever it gets, not the promised GPUs */
-        json_t *sneak = pod_json("sneak", hprio - 1, 4000u * (uint64_t)(1 + rand() % 4), NULL, NULL);
+        json_t *sneak = st_gpu_pod("sneak", hprio - 1, 4000u * (uint64_t)(1 + rand() % 4), NULL, NULL);
         json_decref(st_filter(e.base, sneak, nodes, 3, &st));
         bool restarted = false;
         if (rand() % 20 == 0) { /* restart between preemption and filter */
