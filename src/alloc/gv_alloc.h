@@ -433,6 +433,9 @@ struct gv_alloc_victim {
     bool pdb_violation; /* evicting it would violate a PodDisruptionBudget */
     bool forced;        /* evicted anyway (kube-scheduler's own victims): always
                          * chosen, whatever its priority */
+    const void *ref;    /* set by gv_alloc_node_victims (the placement itself,
+                         * valid until the cluster next changes): spares the
+                         * lookup by uid; NULL otherwise */
 };
 
 /* The eviction chosen on one node, and what it costs. */

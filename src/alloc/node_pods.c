@@ -44,7 +44,8 @@ size_t gv_alloc_node_victims(const struct gv_alloc_cluster *c, const char *node,
     for (const struct pod *p = c->nodes[idx].pods; p != NULL; p = p->next)
         if (p->victim) {
             if (n < cap)
-                out[n] = (struct gv_alloc_victim){.uid = p->uid, .priority = p->priority};
+                out[n] = (struct gv_alloc_victim){.uid = p->uid, .priority = p->priority,
+                                                  .ref = p};
             n++;
         }
     return n;

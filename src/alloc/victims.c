@@ -76,12 +76,21 @@ static gv_status resolve(struct vctx *x, struct gv_error *err)
     x->hidden = calloc(x->nc ? x->nc : 1, sizeof(*x->hidden));
     if (x->pods == NULL || x->hidden == NULL)
         return gv_error_set(err, GV_ENOMEM, "out of memory");
+    bool all_ref = true;
     for (size_t i = 0; i < x->nc; i++) {
         const char *uid = x->cands[i].uid;
+        struct pod *p = (struct pod *)(uintptr_t)x->cands[i].ref;
+        if (p != NULL && p->uid == uid) {
+            x->pods[i] = p->node == x->idx ? p : NULL;
+            continue; /* from gv_alloc_node_victims: the placement itself */
+        }
+        all_ref = false;
         uint32_t slot = uid != NULL ? strmap_get(&x->c->pod_map, uid) : UINT32_MAX;
-        struct pod *p = slot != UINT32_MAX ? x->c->pods[slot] : NULL;
+        p = slot != UINT32_MAX ? x->c->pods[slot] : NULL;
         x->pods[i] = p != NULL && p->node == x->idx ? p : NULL;
     }
+    if (all_ref)
+        return GV_OK; /* one walk of the node's list: no pod twice */
     /* duplicates: sort (pointer, position) pairs, keep the first */
     struct pair {
         struct pod *p;
@@ -262,6 +271,48 @@ static void gpu_set_cost(const struct vctx *x, const struct on_gpu *og, uint32_t
     }
 }
 
+/* A lower bound on how many of the m pods must leave GPU g before it can
+ * host the request: the largest ones first must cover what is missing in
+ * memory, compute and task slots.  The exact search starts there. */
+static uint32_t min_removals(const struct gpu *g, const struct gpu_load *base,
+                             const struct on_gpu *og, uint32_t m, const struct gpu_need *nd)
+{
+    uint64_t need_mem = 0;
+    uint32_t need_milli = 0;
+    for (uint32_t ci = 0; ci < nd->r->n_containers; ci++) {
+        const struct gv_alloc_container_req *cr = &nd->r->containers[ci];
+        uint64_t mem = alloc_gpu_mem_need(g, cr->mem_kind, cr->mem);
+        need_mem = mem > need_mem ? mem : need_mem;
+        need_milli = cr->milli > need_milli ? cr->milli : need_milli;
+    }
+    uint64_t free_mem = g->mem_mib > base->mem ? g->mem_mib - base->mem : 0;
+    uint32_t free_milli = base->milli < GV_ALLOC_MILLI ? GV_ALLOC_MILLI - base->milli : 0;
+    uint64_t miss[3] = {need_mem > free_mem ? need_mem - free_mem : 0,
+                        need_milli > free_milli ? need_milli - free_milli : 0,
+                        base->tasks + 1u > g->split ? base->tasks + 1u - g->split : 0};
+    uint32_t lo = 1;
+    for (int dim = 0; dim < 3; dim++) {
+        if (miss[dim] == 0)
+            continue;
+        uint64_t v[GPU_EXACT_MAX];
+        for (uint32_t k = 0; k < m; k++)
+            v[k] = dim == 0 ? og[k].mem : dim == 1 ? og[k].milli : og[k].tasks;
+        /* largest first (m <= GPU_EXACT_MAX: insertion sort) */
+        for (uint32_t k = 1; k < m; k++)
+            for (uint32_t j = k; j > 0 && v[j - 1] < v[j]; j--) {
+                uint64_t t = v[j];
+                v[j] = v[j - 1];
+                v[j - 1] = t;
+            }
+        uint64_t sum = 0;
+        uint32_t cnt = 0;
+        while (cnt < m && sum < miss[dim])
+            sum += v[cnt++];
+        lo = cnt > lo ? cnt : lo;
+    }
+    return lo;
+}
+
 /* The cheapest set of pods (of the m in og) to take off GPU g so that it
  * can host the request's device: by size, exact up to GPU_EXACT_MAX pods.
  * Returns false when even all of them do not free enough. */
@@ -335,7 +386,7 @@ static bool gpu_cheapest(const struct vctx *x, const struct gpu *g, const struct
     bool any_pdb = false, found = false;
     for (uint32_t k = 0; k < m; k++)
         any_pdb = any_pdb || x->cands[og[k].cand].pdb_violation;
-    for (uint32_t s = 1; s <= m; s++) {
+    for (uint32_t s = min_removals(g, &base, og, m, nd); s <= m; s++) {
         uint32_t mask = (1u << s) - 1, lim = 1u << m;
         while (mask < lim) {
             struct gpu_load l = base;
@@ -396,9 +447,31 @@ static bool plan_by_gpu(struct vctx *x, uint8_t *in, struct gv_error *err, bool 
     struct gpu_need nd = {.mutex = r->gpu_mutex, .r = r};
     struct gpu_choice ch[GV_ALLOC_MAX_NODE_GPUS];
     uint32_t nch = 0;
-    uint32_t *list = malloc((x->nc * n->n_gpus + 1) * sizeof(*list));
-    struct on_gpu *og = malloc((x->nc + 1) * sizeof(*og));
+    /* Each eligible pod's usage per GPU, bucketed by GPU in one pass
+     * (counting sort): start[gi] .. start[gi + 1] in og. */
+    uint32_t start[GV_ALLOC_MAX_NODE_GPUS + 1] = {0};
+    size_t total = 0;
+    for (size_t i = 0; i < x->nc; i++) {
+        if (x->hidden[i] || !eligible(x, i))
+            continue;
+        const struct pod *p = x->pods[i];
+        for (uint32_t d = 0; d < p->n_devs; d++) {
+            uint32_t gi = p->devs[d].gpu;
+            bool seen = gi == UINT32_MAX;
+            for (uint32_t e = 0; e < d && !seen; e++)
+                seen = p->devs[e].gpu == gi;
+            if (!seen) {
+                start[gi + 1]++;
+                total++;
+            }
+        }
+    }
+    for (uint32_t gi = 0; gi < n->n_gpus; gi++)
+        start[gi + 1] += start[gi];
+    uint32_t *list = malloc((total + 1) * sizeof(*list));
+    struct on_gpu *og = malloc((total + 1) * sizeof(*og));
     uint8_t *best_in = malloc(x->nc + 1);
+    uint32_t fill[GV_ALLOC_MAX_NODE_GPUS];
     uint32_t nlist = 0;
     bool ok = false;
     if (list == NULL || og == NULL || best_in == NULL) {
@@ -406,29 +479,38 @@ static bool plan_by_gpu(struct vctx *x, uint8_t *in, struct gv_error *err, bool 
         *oom = true;
         goto out;
     }
+    memcpy(fill, start, sizeof(fill));
+    for (size_t i = 0; i < x->nc; i++) {
+        if (x->hidden[i] || !eligible(x, i))
+            continue;
+        const struct pod *p = x->pods[i];
+        for (uint32_t d = 0; d < p->n_devs; d++) {
+            uint32_t gi = p->devs[d].gpu;
+            bool seen = gi == UINT32_MAX;
+            for (uint32_t e = 0; e < d && !seen; e++)
+                seen = p->devs[e].gpu == gi;
+            if (seen)
+                continue;
+            struct on_gpu *o = &og[fill[gi]++];
+            on_gpu_of(p, gi, o);
+            o->cand = (uint32_t)i;
+        }
+    }
     for (uint32_t gi = 0; gi < n->n_gpus; gi++) {
         const struct gpu *g = &n->gpus[gi];
         if (!g->healthy || !alloc_gpu_allowed(&x->v, g))
             continue;
-        uint32_t m = 0;
-        for (size_t i = 0; i < x->nc; i++) {
-            if (x->hidden[i] || !eligible(x, i))
-                continue;
-            on_gpu_of(x->pods[i], gi, &og[m]);
-            if (og[m].tasks == 0)
-                continue;
-            og[m].cand = (uint32_t)i;
-            m++;
-        }
+        const struct on_gpu *og_g = og + start[gi];
+        uint32_t m = start[gi + 1] - start[gi];
         struct gv_alloc_victim_plan cost;
-        if (!gpu_cheapest(x, g, og, m, &nd, best_in, &cost))
+        if (!gpu_cheapest(x, g, og_g, m, &nd, best_in, &cost))
             continue;
         ch[nch].gi = gi;
         ch[nch].cost = cost;
         ch[nch].first = nlist;
         for (uint32_t k = 0; k < m; k++)
             if (best_in[k])
-                list[nlist++] = og[k].cand;
+                list[nlist++] = og_g[k].cand;
         ch[nch].count = nlist - ch[nch].first;
         nch++;
     }
@@ -516,37 +598,15 @@ gv_status gv_alloc_victims(struct gv_alloc_cluster *c, const struct gv_alloc_req
             hide(&x, i, true);
             in_a[i] = in_b[i] = 1;
         }
-    struct gv_alloc_victim_plan pa, pb;
+    struct gv_alloc_victim_plan pa;
     plan_reset(&pa);
-    plan_reset(&pb);
     if (fits(&x, NULL, NULL, 0)) {
         /* Room already (forced victims aside): evict nothing more. */
         best = in_a;
         plan_of(&x, in_a, true, &pa);
         goto chosen;
     }
-    /* kube-scheduler's way: every eligible pod out; if the request still
-     * does not fit, nothing on this node can make room. */
-    size_t n_elig = 0;
-    for (size_t i = 0; i < n; i++)
-        if (eligible(&x, i) && !cands[i].forced) {
-            hide(&x, i, true);
-            in_b[i] = 1;
-            n_elig++;
-        }
-    if (!fits(&x, NULL, plan->reason, sizeof(plan->reason))) {
-        char why[GV_ALLOC_REASON_MAX];
-        snprintf(why, sizeof(why), "%s", plan->reason);
-        snprintf(plan->reason, sizeof(plan->reason),
-                 "no eviction of lower-priority pods makes room (%zu evictable): %.180s", n_elig,
-                 why);
-        goto out;
-    }
-    /* Give the lower-priority pods back to the node, then search GPU by
-     * GPU from the state with only the forced victims gone. */
-    for (size_t i = 0; i < n; i++)
-        if (in_b[i] && !cands[i].forced)
-            hide(&x, i, false);
+    /* GPU by GPU first, from the state with only the forced victims gone. */
     bool oom = false;
     bool have_a = plan_by_gpu(&x, in_a, err, &oom);
     if (oom) {
@@ -562,24 +622,35 @@ gv_status gv_alloc_victims(struct gv_alloc_cluster *c, const struct gv_alloc_req
         for (size_t i = 0; i < n; i++)
             if (in_a[i] && !cands[i].forced)
                 hide(&x, i, false);
+        best = in_a;
+        goto chosen;
     }
-    /* The reprieve from "all out" (kube-scheduler's) when the GPU by GPU
-     * search found nothing that fits (NUMA binding, topology, containers
-     * sharing GPUs): it costs a fit per eligible pod, where the search
-     * above costs a few.  For a one-GPU request the search is exact. */
-    if (!have_a) {
-        for (size_t i = 0; i < n; i++)
-            if (in_b[i])
-                hide(&x, i, true);
-        reprieve(&x, in_b, order);
-        plan_of(&x, in_b, true, &pb);
-        for (size_t i = 0; i < n; i++)
-            if (in_b[i] && !cands[i].forced)
-                hide(&x, i, false);
+    /* Otherwise kube-scheduler's way (NUMA binding, topology, containers
+     * sharing GPUs defeat the search above): every eligible pod out; if
+     * the request still does not fit, nothing on this node can make room;
+     * else give back as many as still fit (a fit per eligible pod, where
+     * the search above costs a few; for a one-GPU request it is exact). */
+    size_t n_elig = 0;
+    for (size_t i = 0; i < n; i++)
+        if (eligible(&x, i) && !cands[i].forced) {
+            hide(&x, i, true);
+            in_b[i] = 1;
+            n_elig++;
+        }
+    if (!fits(&x, NULL, plan->reason, sizeof(plan->reason))) {
+        char why[GV_ALLOC_REASON_MAX];
+        snprintf(why, sizeof(why), "%s", plan->reason);
+        snprintf(plan->reason, sizeof(plan->reason),
+                 "no eviction of lower-priority pods makes room (%zu evictable): %.180s", n_elig,
+                 why);
+        goto out;
     }
-    best = have_a && (!pb.fits || gv_alloc_victim_plan_cmp(&pa, &pb) <= 0) ? in_a : in_b;
-    if (best == in_b)
-        pa = pb;
+    reprieve(&x, in_b, order);
+    plan_of(&x, in_b, true, &pa);
+    for (size_t i = 0; i < n; i++)
+        if (in_b[i] && !cands[i].forced)
+            hide(&x, i, false);
+    best = in_b;
 chosen:
     /* Hide the chosen set, take the GPUs the request gets then. */
     for (size_t i = 0; i < n; i++)

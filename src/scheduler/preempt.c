@@ -288,19 +288,27 @@ static gv_status node_candidates(struct gv_sched *s, const struct gv_ext_preempt
                                  const char *self, struct gv_alloc_victim **out, size_t *n,
                                  struct gv_error *err)
 {
-    size_t marked = gv_alloc_node_victims(s->cluster, nd->name, NULL, 0);
-    struct gv_alloc_victim *c = calloc(marked + nd->n_victims + 1, sizeof(*c));
-    if (c == NULL)
-        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    /* one walk of the node's pods in the usual case: room for 128 */
+    size_t cap = 128, marked;
+    struct gv_alloc_victim *c = NULL;
+    for (;;) {
+        struct gv_alloc_victim *nc = realloc(c, (cap + nd->n_victims + 1) * sizeof(*c));
+        if (nc == NULL) {
+            free(c);
+            return gv_error_set(err, GV_ENOMEM, "out of memory");
+        }
+        c = nc;
+        marked = gv_alloc_node_victims(s->cluster, nd->name, c + nd->n_victims, cap);
+        if (marked <= cap)
+            break;
+        cap = marked;
+    }
     for (size_t i = 0; i < nd->n_victims; i++)
         c[i] = (struct gv_alloc_victim){.uid = nd->victims[i], .forced = true};
-    marked = gv_alloc_node_victims(s->cluster, nd->name, c + nd->n_victims, marked);
-    size_t k = nd->n_victims;
-    for (size_t i = 0; i < marked; i++) {
-        struct gv_alloc_victim v = c[nd->n_victims + i];
-        if (strcmp(v.uid, self) != 0)
-            c[k++] = v;
-    }
+    /* the preemptor itself is never among them: a placed pod does not
+     * preempt (gv_sched_handle_preempt), and the lock is held throughout */
+    (void)self;
+    size_t k = nd->n_victims + marked;
     /* kube-scheduler's victims that gpuvisor placed: their priorities */
     for (size_t i = 0; i < nd->n_victims; i++)
         for (size_t j = nd->n_victims; j < k; j++)

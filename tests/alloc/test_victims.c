@@ -123,8 +123,8 @@ static void test_single_gpu_fewest_then_lowest(void **state)
     place(c, "b", "v1;node=n1;main=n1-g0:4000:0");
     place(c, "c", "v1;node=n1;main=n1-g0:4000:0");
     struct gv_alloc_request *r = req_of("hi", 1, 8000, 0);
-    struct gv_alloc_victim v[] = {{"a", 1, false, false}, {"b", 1, false, false},
-                                  {"c", 1, false, false}};
+    struct gv_alloc_victim v[] = {{"a", 1, false, false, NULL}, {"b", 1, false, false, NULL},
+                                  {"c", 1, false, false, NULL}};
     struct gv_alloc_assignment a;
     assert_string_equal(victims(c, r, 10, v, 3, &a, NULL), "a");
     assert_string_equal(a.containers[0].devices[0].uuid, "n1-g0");
@@ -135,7 +135,7 @@ static void test_single_gpu_fewest_then_lowest(void **state)
     struct gv_alloc_cluster *c2 = cluster_with("n1", 1, 16000);
     place(c2, "x", "v1;node=n1;main=n1-g0:8000:0");
     place(c2, "y", "v1;node=n1;main=n1-g0:8000:0");
-    struct gv_alloc_victim w[] = {{"x", 5, false, false}, {"y", 1, false, false}};
+    struct gv_alloc_victim w[] = {{"x", 5, false, false, NULL}, {"y", 1, false, false, NULL}};
     assert_string_equal(victims(c2, r, 10, w, 2, NULL, NULL), "y");
     /* equal priorities are never chosen */
     w[1].priority = 10;
@@ -167,10 +167,10 @@ static void test_whole_gpus_and_multi_gpu_pods(void **state)
     place(c, "t3", "v1;node=n1;main=n1-g3:2000:100");
     place(c, "u3", "v1;node=n1;main=n1-g3:2000:100");
     place(c, "w3", "v1;node=n1;main=n1-g3:2000:100");
-    struct gv_alloc_victim v[] = {{"m", 1, false, false},  {"s0", 1, false, false},
-                                  {"s1", 1, false, false}, {"s2", 1, false, false},
-                                  {"t2", 1, false, false}, {"t3", 1, false, false},
-                                  {"u3", 1, false, false}, {"w3", 1, false, false}};
+    struct gv_alloc_victim v[] = {{"m", 1, false, false, NULL},  {"s0", 1, false, false, NULL},
+                                  {"s1", 1, false, false, NULL}, {"s2", 1, false, false, NULL},
+                                  {"t2", 1, false, false, NULL}, {"t3", 1, false, false, NULL},
+                                  {"u3", 1, false, false, NULL}, {"w3", 1, false, false, NULL}};
     /* one whole GPU: g2 holds a single pod */
     struct gv_alloc_request *r = req_of("hi", 1, 16000, 1000);
     struct gv_alloc_assignment a;
@@ -200,8 +200,8 @@ static void test_pdb_preferred_and_forced(void **state)
     place(c, "y", "v1;node=n1;main=n1-g0:4000:0");
     place(c, "z", "v1;node=n1;main=n1-g0:4000:0");
     struct gv_alloc_request *r = req_of("hi", 1, 8000, 0);
-    struct gv_alloc_victim v[] = {{"x", 1, true, false}, {"y", 5, false, false},
-                                  {"z", 5, false, false}};
+    struct gv_alloc_victim v[] = {{"x", 1, true, false, NULL}, {"y", 5, false, false, NULL},
+                                  {"z", 5, false, false, NULL}};
     struct gv_alloc_victim_plan p;
     assert_string_equal(victims(c, r, 10, v, 3, NULL, &p), "y,z");
     assert_int_equal(p.pdb_violations, 0);
@@ -210,8 +210,8 @@ static void test_pdb_preferred_and_forced(void **state)
     assert_int_equal(p.pdb_violations, 1);
     /* forced victims (kube-scheduler's own) always go and count, even of
      * a priority the search itself would never pick */
-    struct gv_alloc_victim f[] = {{"x", 50, false, true}, {"y", 1, false, false},
-                                  {"z", 1, false, false}};
+    struct gv_alloc_victim f[] = {{"x", 50, false, true, NULL}, {"y", 1, false, false, NULL},
+                                  {"z", 1, false, false, NULL}};
     assert_string_equal(victims(c, r, 10, f, 3, NULL, &p), "x");
     /* what-if: without x and y, a 12000 MiB pod fits on g0 */
     const char *without[] = {"x", "y", "nobody"};
@@ -236,7 +236,7 @@ static void test_constraints_no_eviction_helps(void **state)
     struct gv_alloc_cluster *c = cluster_with("n1", 2, 16000);
     place(c, "a", "v1;node=n1;main=n1-g0:16000:0");
     place(c, "b", "v1;node=n1;main=n1-g1:16000:0");
-    struct gv_alloc_victim v[] = {{"a", 1, false, false}, {"b", 1, false, false}};
+    struct gv_alloc_victim v[] = {{"a", 1, false, false, NULL}, {"b", 1, false, false, NULL}};
     struct gv_alloc_request *r = req_of("hi", 1, 8000, 0);
     struct gv_alloc_victim_plan p;
     assert_int_equal(gv_alloc_request_set_constraint(r, GV_ALLOC_USE_TYPE, "H100", NULL), GV_OK);
@@ -277,7 +277,7 @@ static void test_random_single_gpu_optimal(void **state)
             struct gv_alloc_request *pr = req_of(uids[i], 1, 0, 0);
             if (gv_alloc_place(c, pr, &a, NULL) == GV_OK)
             {
-                v[n] = (struct gv_alloc_victim){uids[i], rand() % 4, false, false};
+                v[n] = (struct gv_alloc_victim){uids[i], rand() % 4, false, false, NULL};
                 n++;
             }
             gv_alloc_request_free(pr);
