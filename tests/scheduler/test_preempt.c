@@ -254,6 +254,37 @@ static void test_full_pods_form_and_refusals(void **state)
     env_stop(&e);
 }
 
+/* A reservation or a bind in flight is never a victim: kube-scheduler
+ * rejects the whole answer when a victim is not among the pods it has on
+ * the node, and evicting a pod it has not bound frees nothing. */
+static void test_only_bound_pods_are_victims(void **state)
+{
+    (void)state;
+    struct env e;
+    env_start(&e, (const char *[]){"n3"}, 1, 1);
+    json_t *lo = st_gpu_pod("lo", 1, 16000, NULL, NULL);
+    long st;
+    json_t *res = st_filter(e.base, lo, (const char *[]){"n3"}, 1, &st);
+    assert_string_equal(st_chosen(res), "n3"); /* reserved, not bound */
+    json_decref(res);
+    gv_sched_pod_update(e.s, lo); /* the informer sees it, still pending */
+    json_t *hi = st_gpu_pod("hi", 100, 16000, NULL, NULL);
+    char *body = meta_body(hi, (const char *[]){"n3"}, 1);
+    char *out = post(&e, "preempt", body, &st);
+    assert_json_eq(out, "{\"NodeNameToMetaVictims\":{}}");
+    free(out);
+    /* bound now (as the API shows after the bind): a victim */
+    bound(e.s, "lo", 1, "n3", 0, 16000);
+    out = post(&e, "preempt", body, &st);
+    assert_json_eq(out, "{\"NodeNameToMetaVictims\":{\"n3\":{\"Pods\":[{\"UID\":\"lo\"}],"
+                        "\"NumPDBViolations\":0}}}");
+    free(out);
+    free(body);
+    json_decref(lo);
+    json_decref(hi);
+    env_stop(&e);
+}
+
 /* The scheduler restarts between the preemption and the preemptor's
  * filter: the hold is gone with it, nothing is over-committed, and the
  * preemptor still gets the GPU its victim freed. */
@@ -474,6 +505,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_meta_round_trip_and_hold),
         cmocka_unit_test(test_full_pods_form_and_refusals),
+        cmocka_unit_test(test_only_bound_pods_are_victims),
         cmocka_unit_test(test_restart_between_preempt_and_bind),
         cmocka_unit_test(test_random_preemptions_with_restarts),
     };
