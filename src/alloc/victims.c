@@ -32,6 +32,7 @@ struct vctx {
     int32_t prio;
     struct pod **pods; /* per candidate: its placement on this node, or NULL */
     bool *hidden;      /* per candidate: its usage is off the node now */
+    void *block;       /* one allocation for pods, hidden and the sets */
 };
 
 static void hide(struct vctx *x, size_t i, bool on)
@@ -72,10 +73,6 @@ static int ptr_cmp(const void *a, const void *b)
  * twice counts once (hiding it twice would free its GPUs twice). */
 static gv_status resolve(struct vctx *x, struct gv_error *err)
 {
-    x->pods = calloc(x->nc ? x->nc : 1, sizeof(*x->pods));
-    x->hidden = calloc(x->nc ? x->nc : 1, sizeof(*x->hidden));
-    if (x->pods == NULL || x->hidden == NULL)
-        return gv_error_set(err, GV_ENOMEM, "out of memory");
     bool all_ref = true;
     for (size_t i = 0; i < x->nc; i++) {
         const char *uid = x->cands[i].uid;
@@ -468,9 +465,10 @@ static bool plan_by_gpu(struct vctx *x, uint8_t *in, struct gv_error *err, bool 
     }
     for (uint32_t gi = 0; gi < n->n_gpus; gi++)
         start[gi + 1] += start[gi];
-    uint32_t *list = malloc((total + 1) * sizeof(*list));
-    struct on_gpu *og = malloc((total + 1) * sizeof(*og));
-    uint8_t *best_in = malloc(x->nc + 1);
+    /* one block: og, then list, then best_in */
+    struct on_gpu *og = malloc((total + 1) * (sizeof(*og) + sizeof(uint32_t)) + x->nc + 1);
+    uint32_t *list = og != NULL ? (uint32_t *)(og + total + 1) : NULL;
+    uint8_t *best_in = og != NULL ? (uint8_t *)(list + total + 1) : NULL;
     uint32_t fill[GV_ALLOC_MAX_NODE_GPUS];
     uint32_t nlist = 0;
     bool ok = false;
@@ -529,9 +527,7 @@ static bool plan_by_gpu(struct vctx *x, uint8_t *in, struct gv_error *err, bool 
         if (in[i] && !x->cands[i].forced)
             hide(x, i, false);
 out:
-    free(list);
     free(og);
-    free(best_in);
     return ok;
 }
 
@@ -583,15 +579,19 @@ gv_status gv_alloc_victims(struct gv_alloc_cluster *c, const struct gv_alloc_req
     if (st != GV_OK)
         return st;
     x.view = true;
-    if ((st = resolve(&x, err)) != GV_OK)
-        goto out;
-    in_a = calloc(n + 1, 1);
-    in_b = calloc(n + 1, 1);
-    order = malloc((n + 1) * sizeof(*order));
-    if (in_a == NULL || in_b == NULL || order == NULL) {
+    /* one block: pods, order (aligned), then hidden, in_a, in_b */
+    x.block = calloc(1, (n + 1) * (sizeof(*x.pods) + sizeof(*order) + 3));
+    if (x.block == NULL) {
         st = gv_error_set(err, GV_ENOMEM, "out of memory");
         goto out;
     }
+    x.pods = x.block;
+    order = (uint32_t *)(x.pods + n + 1);
+    x.hidden = (bool *)(order + n + 1);
+    in_a = (uint8_t *)(x.hidden + n + 1);
+    in_b = in_a + n + 1;
+    if ((st = resolve(&x, err)) != GV_OK)
+        goto out;
     /* Forced victims go whatever we decide. */
     for (size_t i = 0; i < n; i++)
         if (x.pods[i] != NULL && cands[i].forced) {
@@ -675,10 +675,6 @@ out:
         restore_all(&x);
     if (x.view)
         alloc_view_fini(&x.v);
-    free(x.pods);
-    free(x.hidden);
-    free(in_a);
-    free(in_b);
-    free(order);
+    free(x.block);
     return st;
 }
