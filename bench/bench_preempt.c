@@ -169,7 +169,11 @@ int main(void)
     if (getloadavg(load, 3) < 0)
         load[0] = -1;
     printf("load average at the end: %.2f (other jobs on the machine)\n", load[0]);
-    printf("target: p99 <= 10 ms -> %s\n", all[(CALLS * 99 + 99) / 100 - 1] <= 10.0 ? "met" : "MISSED");
+    /* the wall clock includes waiting for a core: with other jobs on a
+     * small machine only the CPU figure is this code's own */
+    printf("target: p99 <= 10 ms -> wall %s, process CPU %s\n",
+           all[(CALLS * 99 + 99) / 100 - 1] <= 10.0 ? "met" : "MISSED",
+           cpu[(CALLS * 99 + 99) / 100 - 1] <= 10.0 ? "met" : "MISSED");
     json_decref(names);
     gv_httpd_free(h);
     gv_sched_free(s);
