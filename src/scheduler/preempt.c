@@ -19,11 +19,13 @@
  * hold lost in a restart costs a second preemption, never an over-commit.
  */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/gv_log.h"
 #include "contracts/podspec.h"
+#include "scheduler/events.h"
 #include "scheduler/preempt.h"
 #include "scheduler/sched_internal.h"
 
@@ -256,6 +258,105 @@ void gv_sched_preempt_pod_gone(struct gv_sched *s, const char *uid)
         gv_sched_preempt_release(s, uid);
 }
 
+/* ---- events ------------------------------------------------------------ */
+
+/* Events to post once the answer is out: API round trips never run under
+ * the lock nor delay the verb (a detached thread posts them). */
+struct ev {
+    char *ns, *name, *uid, *reason, *message, *suffix;
+};
+struct ev_batch {
+    struct gv_kube_client *kube;
+    size_t n;
+    struct ev ev[];
+};
+
+static void *ev_post_all(void *arg)
+{
+    struct ev_batch *b = arg;
+    for (size_t i = 0; i < b->n; i++) {
+        struct ev *e = &b->ev[i];
+        if (e->ns != NULL && e->name != NULL && e->uid != NULL && e->message != NULL)
+            gv_sched_pod_event(b->kube, e->ns, e->name, e->uid, "Normal", e->reason, e->message,
+                               e->suffix);
+        free(e->ns);
+        free(e->name);
+        free(e->uid);
+        free(e->message);
+        free(e->suffix);
+    }
+    free(b);
+    return NULL;
+}
+
+static void ev_set(struct ev *e, const char *ns, const char *name, const char *uid,
+                   const char *reason, char *message, const char *suffix)
+{
+    e->ns = ns ? strdup(ns) : NULL;
+    e->name = name ? strdup(name) : NULL;
+    e->uid = uid ? strdup(uid) : NULL;
+    e->reason = (char *)reason; /* static */
+    e->message = message;
+    e->suffix = strdup(suffix);
+}
+
+/* Lock held: the events of an answer, on the preemptor (which node, which
+ * GPUs it is promised, how much its victims free) and on each victim
+ * gpuvisor placed (for whom, and the GPU share it held).  NULL without an
+ * API connection or memory. */
+static struct ev_batch *events_of(struct gv_sched *s, const json_t *pod, const char *node,
+                                  const struct hold *h, const struct gv_alloc_victim_plan *plan,
+                                  char *const *victims, size_t n, int32_t prio)
+{
+    if (s->kube == NULL || h == NULL)
+        return NULL;
+    struct ev_batch *b = calloc(1, sizeof(*b) + (n + 1) * sizeof(b->ev[0]));
+    if (b == NULL)
+        return NULL;
+    b->kube = s->kube;
+    const json_t *md = json_object_get(pod, "metadata");
+    const char *pns = json_string_value(json_object_get(md, "namespace"));
+    const char *pname = json_string_value(json_object_get(md, "name"));
+    char *msg = NULL;
+    char suffix[300];
+    if (asprintf(&msg,
+                 "gpuvisor preemption on node %s: %zu victim(s) free %llu MiB and %llu.%llu "
+                 "percent of a GPU's cores; this pod is promised GPU(s) %s",
+                 node, n, (unsigned long long)plan->mem_mib,
+                 (unsigned long long)(plan->milli / 10), (unsigned long long)(plan->milli % 10),
+                 h->uuids) < 0)
+        msg = NULL;
+    snprintf(suffix, sizeof(suffix), "preempt-%.200s", node);
+    ev_set(&b->ev[b->n++], pns, pname, h->uid, "GPUPreemption", msg, suffix);
+    for (size_t k = 0; k < n; k++) {
+        const struct srec *r = gv_sched_rec_find(s, victims[k]);
+        if (r == NULL || r->encoded == NULL)
+            continue; /* kube-scheduler's own victim: its event says why */
+        char *vm = NULL;
+        if (asprintf(&vm,
+                     "evicted by gpuvisor for %s/%s (priority %d) on node %s; this pod held %s",
+                     pns ? pns : "", pname ? pname : "", (int)prio, node, r->encoded) < 0)
+            vm = NULL;
+        ev_set(&b->ev[b->n++], r->ns, r->name, r->uid, "GPUPreempted", vm, "gpu-preempted");
+    }
+    return b;
+}
+
+static void events_post(struct ev_batch *b)
+{
+    if (b == NULL)
+        return;
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &attr, ev_post_all, b) != 0) {
+        b->kube = NULL; /* no thread: free without posting */
+        ev_post_all(b);
+    }
+    pthread_attr_destroy(&attr);
+}
+
 /* ---- the verb ---------------------------------------------------------- */
 
 /* The best node found so far: its victims (copies: the engine's uids are
@@ -456,8 +557,12 @@ void gv_sched_handle_preempt(void *ctx, const struct gv_http_request *hreq,
         st = exclude_for(s, uid, prio, req, &err);
     for (size_t i = 0; !skip && st == GV_OK && i < args.n_nodes; i++)
         st = consider_node(s, &args, i, req, prio, uid, &b, &err);
+    struct ev_batch *events = NULL;
     if (st == GV_OK && b.node != SIZE_MAX)
         st = hold_set(s, uid, prio, &b.a, &err);
+    if (st == GV_OK && b.node != SIZE_MAX)
+        events = events_of(s, args.pod, args.nodes[b.node].name, hold_find(s->preempt, uid),
+                           &b.plan, b.victims, b.n_victims, prio);
     if (st == GV_OK) {
         if (skip)
             s->preempt->calls_skipped++;
@@ -469,6 +574,7 @@ void gv_sched_handle_preempt(void *ctx, const struct gv_http_request *hreq,
         }
     }
     pthread_mutex_unlock(&s->lock);
+    events_post(events);
     if (st != GV_OK) {
         gv_http_respond_error(resp, 500, err.msg);
         goto out;

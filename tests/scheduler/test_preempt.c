@@ -32,7 +32,8 @@ struct env {
     char metrics[128];
 };
 
-static void env_start(struct env *e, const char *const *nodes, size_t n_nodes, unsigned gpus)
+static void env_start_kube(struct env *e, const char *const *nodes, size_t n_nodes,
+                           unsigned gpus, struct gv_kube_client *kube)
 {
     const char *cfg_text = "{\"reservationTimeoutSeconds\":600,\"insecureUnsignedPlacements\":true,"
                            "\"nodePolicy\":\"binpack\"}";
@@ -40,7 +41,7 @@ static void env_start(struct env *e, const char *const *nodes, size_t n_nodes, u
     struct gv_error err = {0};
     assert_int_equal(gv_sched_config_default(&cfg, &err), GV_OK);
     assert_int_equal(gv_sched_config_parse(cfg_text, strlen(cfg_text), &cfg, &err), GV_OK);
-    assert_int_equal(gv_sched_new(&cfg, NULL, &e->s, &err), GV_OK);
+    assert_int_equal(gv_sched_new(&cfg, kube, &e->s, &err), GV_OK);
     gv_sched_config_clear(&cfg);
     struct gpu_desc g[8];
     for (unsigned i = 0; i < gpus; i++)
@@ -60,6 +61,11 @@ static void env_start(struct env *e, const char *const *nodes, size_t n_nodes, u
     assert_int_equal(gv_httpd_start(e->h, &err), GV_OK);
     snprintf(e->base, sizeof(e->base), "http://127.0.0.1:%u/gpuvisor", gv_httpd_port(e->h));
     snprintf(e->metrics, sizeof(e->metrics), "http://127.0.0.1:%u/metrics", gv_httpd_port(e->h));
+}
+
+static void env_start(struct env *e, const char *const *nodes, size_t n_nodes, unsigned gpus)
+{
+    env_start_kube(e, nodes, n_nodes, gpus, NULL);
 }
 
 static void env_stop(struct env *e)
@@ -252,6 +258,55 @@ static void test_full_pods_form_and_refusals(void **state)
     json_decref(eq);
     json_decref(plain);
     env_stop(&e);
+}
+
+/* Events (posted through the API stand-in; the informers are not started,
+ * the state is fed by hand): the preemptor hears which node, which GPU and
+ * how much is freed, the victim for whom and what it held. */
+struct ev_wait {
+    const char *url;
+    char *text;
+};
+
+static bool two_events(void *ud)
+{
+    struct ev_wait *w = ud;
+    free(w->text);
+    w->text = NULL;
+    char url[600];
+    snprintf(url, sizeof(url), "%s/api/v1/namespaces/default/events", w->url);
+    st_http("GET", url, NULL, &w->text);
+    return w->text != NULL && strstr(w->text, "GPUPreemption") != NULL &&
+           strstr(w->text, "GPUPreempted") != NULL;
+}
+
+static void test_events_with_fake_apiserver(void **state)
+{
+    (void)state;
+    struct fake_apiserver fa;
+    assert_int_equal(fake_apiserver_start(&fa, NULL), 0);
+    struct gv_kube_client *kube = st_kube(fa.url);
+    assert_non_null(kube);
+    struct env e;
+    env_start_kube(&e, NODES, 2, 2, kube);
+    fill(e.s, true);
+    json_t *hi = st_gpu_pod("hi", 100, 16000, NULL, NULL);
+    char *body = meta_body(hi, NODES, 2);
+    long st;
+    free(post(&e, "preempt", body, &st));
+    assert_int_equal(st, 200);
+    struct ev_wait w = {fa.url, NULL};
+    if (!st_wait(two_events, &w, 5000))
+        fail_msg("events: %s", w.text ? w.text : "(none)");
+    assert_non_null(strstr(w.text, "gpuvisor preemption on node n1: 1 victim(s) free 16000 MiB"));
+    assert_non_null(strstr(w.text, "promised GPU(s) GPU-n1-0"));
+    assert_non_null(strstr(w.text, "evicted by gpuvisor for default/hi (priority 100) on node n1"));
+    free(w.text);
+    free(body);
+    json_decref(hi);
+    env_stop(&e);
+    gv_kube_client_free(kube);
+    fake_apiserver_stop(&fa);
 }
 
 /* A reservation or a bind in flight is never a victim: kube-scheduler
@@ -506,6 +561,7 @@ int main(void)
         cmocka_unit_test(test_meta_round_trip_and_hold),
         cmocka_unit_test(test_full_pods_form_and_refusals),
         cmocka_unit_test(test_only_bound_pods_are_victims),
+        cmocka_unit_test(test_events_with_fake_apiserver),
         cmocka_unit_test(test_restart_between_preempt_and_bind),
         cmocka_unit_test(test_random_preemptions_with_restarts),
     };
