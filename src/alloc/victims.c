@@ -228,6 +228,19 @@ static void on_gpu_of(const struct pod *p, uint32_t gi, struct on_gpu *o)
         }
 }
 
+/* Is device d the pod's first on its GPU (two containers can share one)?
+ * False for a GPU that vanished. */
+static bool first_on_gpu(const struct pod *p, uint32_t d)
+{
+    uint32_t gi = p->devs[d].gpu;
+    if (gi == UINT32_MAX)
+        return false;
+    for (uint32_t e = 0; e < d; e++)
+        if (p->devs[e].gpu == gi)
+            return false;
+    return true;
+}
+
 /* What the request needs of each GPU it gets: the largest device of any
  * container (exact for the usual one-container pod). */
 struct gpu_need {
@@ -452,16 +465,11 @@ static bool plan_by_gpu(struct vctx *x, uint8_t *in, struct gv_error *err, bool 
         if (x->hidden[i] || !eligible(x, i))
             continue;
         const struct pod *p = x->pods[i];
-        for (uint32_t d = 0; d < p->n_devs; d++) {
-            uint32_t gi = p->devs[d].gpu;
-            bool seen = gi == UINT32_MAX;
-            for (uint32_t e = 0; e < d && !seen; e++)
-                seen = p->devs[e].gpu == gi;
-            if (!seen) {
-                start[gi + 1]++;
+        for (uint32_t d = 0; d < p->n_devs; d++)
+            if (first_on_gpu(p, d)) {
+                start[p->devs[d].gpu + 1]++;
                 total++;
             }
-        }
     }
     for (uint32_t gi = 0; gi < n->n_gpus; gi++)
         start[gi + 1] += start[gi];
@@ -483,12 +491,9 @@ static bool plan_by_gpu(struct vctx *x, uint8_t *in, struct gv_error *err, bool 
             continue;
         const struct pod *p = x->pods[i];
         for (uint32_t d = 0; d < p->n_devs; d++) {
-            uint32_t gi = p->devs[d].gpu;
-            bool seen = gi == UINT32_MAX;
-            for (uint32_t e = 0; e < d && !seen; e++)
-                seen = p->devs[e].gpu == gi;
-            if (seen)
+            if (!first_on_gpu(p, d))
                 continue;
+            uint32_t gi = p->devs[d].gpu;
             struct on_gpu *o = &og[fill[gi]++];
             on_gpu_of(p, gi, o);
             o->cand = (uint32_t)i;

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "alloc/gv_alloc.h"
+#include "tests/alloc/alloc_testlib.h"
 
 /* Node <name>: n GPUs of mem MiB, split 4, uuids <name>-g<i>. */
 static struct gv_alloc_cluster *cluster_with(const char *name, uint32_t n, uint64_t mem)
@@ -37,21 +38,6 @@ static struct gv_alloc_cluster *cluster_with(const char *name, uint32_t n, uint6
     return c;
 }
 
-static struct gv_alloc_request *req_of(const char *uid, uint32_t n, uint64_t mem, uint32_t milli)
-{
-    struct gv_alloc_request *r;
-    assert_int_equal(gv_alloc_request_new(&r, NULL), GV_OK);
-    snprintf(r->uid, sizeof(r->uid), "%s", uid);
-    r->n_containers = 1;
-    snprintf(r->containers[0].name, sizeof(r->containers[0].name), "main");
-    r->containers[0].num_gpu = n;
-    r->containers[0].mem_kind = GV_ALLOC_MEM_MIB;
-    r->containers[0].mem = mem;
-    r->containers[0].milli = milli;
-    r->containers[0].priority = -1;
-    return r;
-}
-
 /* Places pod uid with the assignment text "v1;node=...;main=...". */
 static void place(struct gv_alloc_cluster *c, const char *uid, const char *text)
 {
@@ -59,7 +45,7 @@ static void place(struct gv_alloc_cluster *c, const char *uid, const char *text)
     struct gv_error err = {0};
     if (gv_alloc_assignment_decode(text, strlen(text), &a, &err) != GV_OK)
         fail_msg("decode %s: %s", text, err.msg);
-    struct gv_alloc_request *r = req_of(uid, a.containers[0].n_devices, 0, 0);
+    struct gv_alloc_request *r = simple_req(uid, a.containers[0].n_devices, 0, 0);
     if (gv_alloc_place(c, r, &a, &err) != GV_OK)
         fail_msg("place %s: %s", uid, err.msg);
     gv_alloc_request_free(r);
@@ -122,7 +108,7 @@ static void test_single_gpu_fewest_then_lowest(void **state)
     place(c, "a", "v1;node=n1;main=n1-g0:8000:0");
     place(c, "b", "v1;node=n1;main=n1-g0:4000:0");
     place(c, "c", "v1;node=n1;main=n1-g0:4000:0");
-    struct gv_alloc_request *r = req_of("hi", 1, 8000, 0);
+    struct gv_alloc_request *r = simple_req("hi", 1, 8000, 0);
     struct gv_alloc_victim v[] = {{"a", 1, false, false, NULL}, {"b", 1, false, false, NULL},
                                   {"c", 1, false, false, NULL}};
     struct gv_alloc_assignment a;
@@ -145,7 +131,7 @@ static void test_single_gpu_fewest_then_lowest(void **state)
     assert_string_equal(victims(c2, r, 10, w, 2, NULL, &p), "NOFIT");
     assert_non_null(strstr(p.reason, "no eviction of lower-priority pods makes room"));
     /* room already: nobody */
-    struct gv_alloc_request *small = req_of("hi", 1, 0, 0);
+    struct gv_alloc_request *small = simple_req("hi", 1, 0, 0);
     w[0].priority = w[1].priority = 1;
     assert_string_equal(victims(c, small, 10, v, 3, NULL, NULL), "");
     gv_alloc_request_free(small);
@@ -172,7 +158,7 @@ static void test_whole_gpus_and_multi_gpu_pods(void **state)
                                   {"t2", 1, false, false, NULL}, {"t3", 1, false, false, NULL},
                                   {"u3", 1, false, false, NULL}, {"w3", 1, false, false, NULL}};
     /* one whole GPU: g2 holds a single pod */
-    struct gv_alloc_request *r = req_of("hi", 1, 16000, 1000);
+    struct gv_alloc_request *r = simple_req("hi", 1, 16000, 1000);
     struct gv_alloc_assignment a;
     assert_string_equal(victims(c, r, 10, v, 8, &a, NULL), "t2");
     assert_string_equal(a.containers[0].devices[0].uuid, "n1-g2");
@@ -199,7 +185,7 @@ static void test_pdb_preferred_and_forced(void **state)
     place(c, "x", "v1;node=n1;main=n1-g0:8000:0");
     place(c, "y", "v1;node=n1;main=n1-g0:4000:0");
     place(c, "z", "v1;node=n1;main=n1-g0:4000:0");
-    struct gv_alloc_request *r = req_of("hi", 1, 8000, 0);
+    struct gv_alloc_request *r = simple_req("hi", 1, 8000, 0);
     struct gv_alloc_victim v[] = {{"x", 1, true, false, NULL}, {"y", 5, false, false, NULL},
                                   {"z", 5, false, false, NULL}};
     struct gv_alloc_victim_plan p;
@@ -237,7 +223,7 @@ static void test_constraints_no_eviction_helps(void **state)
     place(c, "a", "v1;node=n1;main=n1-g0:16000:0");
     place(c, "b", "v1;node=n1;main=n1-g1:16000:0");
     struct gv_alloc_victim v[] = {{"a", 1, false, false, NULL}, {"b", 1, false, false, NULL}};
-    struct gv_alloc_request *r = req_of("hi", 1, 8000, 0);
+    struct gv_alloc_request *r = simple_req("hi", 1, 8000, 0);
     struct gv_alloc_victim_plan p;
     assert_int_equal(gv_alloc_request_set_constraint(r, GV_ALLOC_USE_TYPE, "H100", NULL), GV_OK);
     assert_string_equal(victims(c, r, 10, v, 2, NULL, &p), "NOFIT");
@@ -274,7 +260,7 @@ static void test_random_single_gpu_optimal(void **state)
                      1000 * (1 + rand() % 6), 100 * (rand() % 4));
             struct gv_alloc_assignment a;
             gv_alloc_assignment_decode(text, strlen(text), &a, NULL);
-            struct gv_alloc_request *pr = req_of(uids[i], 1, 0, 0);
+            struct gv_alloc_request *pr = simple_req(uids[i], 1, 0, 0);
             if (gv_alloc_place(c, pr, &a, NULL) == GV_OK)
             {
                 v[n] = (struct gv_alloc_victim){uids[i], rand() % 4, false, false, NULL};
@@ -283,7 +269,7 @@ static void test_random_single_gpu_optimal(void **state)
             gv_alloc_request_free(pr);
         }
         struct gv_alloc_request *r =
-            req_of("hi", 1, 1000 * (uint64_t)(1 + rand() % 16), 100 * (uint32_t)(rand() % 11));
+            simple_req("hi", 1, 1000 * (uint64_t)(1 + rand() % 16), 100 * (uint32_t)(rand() % 11));
         int32_t prio = 2 + rand() % 2;
         struct gv_alloc_victim_plan p;
         victims(c, r, prio, v, n, NULL, &p);

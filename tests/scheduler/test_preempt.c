@@ -139,13 +139,20 @@ static void fill(struct gv_sched *s, bool with_a)
 
 static const char *const NODES[] = {"n1", "n2"};
 
+/* n1 and n2 of 2 GPUs filled as above (kube may be NULL); returns the
+ * preemptor "hi" (priority 100) asking mem MiB of one GPU. */
+static json_t *start_filled(struct env *e, struct gv_kube_client *kube, unsigned long long mem)
+{
+    env_start_kube(e, NODES, 2, 2, kube);
+    fill(e->s, true);
+    return st_gpu_pod("hi", 100, mem, NULL, NULL);
+}
+
 static void test_meta_round_trip_and_hold(void **state)
 {
     (void)state;
     struct env e;
-    env_start(&e, NODES, 2, 2);
-    fill(e.s, true);
-    json_t *hi = st_gpu_pod("hi", 100, 16000, NULL, NULL);
+    json_t *hi = start_filled(&e, NULL, 16000);
     long st;
     char *body = meta_body(hi, NODES, 2);
     char *out = post(&e, "preempt", body, &st);
@@ -200,9 +207,7 @@ static void test_full_pods_form_and_refusals(void **state)
 {
     (void)state;
     struct env e;
-    env_start(&e, NODES, 2, 2);
-    fill(e.s, true);
-    json_t *hi = st_gpu_pod("hi", 100, 8000, NULL, NULL);
+    json_t *hi = start_filled(&e, NULL, 8000);
     /* kube-scheduler's own victim (a CPU pod gpuvisor never placed) goes
      * too, with its PDB count; the GPU victim is added beside it.  8000
      * MiB: b or c alone frees enough on g1; of equals the one placed last
@@ -288,9 +293,7 @@ static void test_events_with_fake_apiserver(void **state)
     struct gv_kube_client *kube = st_kube(fa.url);
     assert_non_null(kube);
     struct env e;
-    env_start_kube(&e, NODES, 2, 2, kube);
-    fill(e.s, true);
-    json_t *hi = st_gpu_pod("hi", 100, 16000, NULL, NULL);
+    json_t *hi = start_filled(&e, kube, 16000);
     char *body = meta_body(hi, NODES, 2);
     long st;
     free(post(&e, "preempt", body, &st));
@@ -347,9 +350,7 @@ static void test_restart_between_preempt_and_bind(void **state)
 {
     (void)state;
     struct env e;
-    env_start(&e, NODES, 2, 2);
-    fill(e.s, true);
-    json_t *hi = st_gpu_pod("hi", 100, 16000, NULL, NULL);
+    json_t *hi = start_filled(&e, NULL, 16000);
     long st;
     char *body = meta_body(hi, NODES, 2);
     free(post(&e, "preempt", body, &st));
