@@ -38,6 +38,12 @@ struct hold {
     double since;  /* monotonic seconds */
 };
 
+/* Holds at once, at most: each filter scans them and matches every GPU it
+ * checks against their uuids, and a tenant may create many high-priority
+ * pods.  Preemptions in flight together are few; past the cap a preemption
+ * still answers, only without a hold (as after a restart). */
+#define MAX_HOLDS 128
+
 struct gv_sched_preempt {
     struct hold *holds;
     size_t n_holds, cap_holds;
@@ -166,6 +172,11 @@ static gv_status hold_set(struct gv_sched *s, const char *uid, int32_t prio,
         return gv_error_set(err, GV_ENOMEM, "out of memory");
     }
     gv_sched_preempt_release(s, uid);
+    if (p->n_holds >= MAX_HOLDS) {
+        hold_clear(&h);
+        gv_warn("preempt: pod %s: %d holds already, none kept for it", uid, MAX_HOLDS);
+        return GV_OK;
+    }
     if (p->n_holds == p->cap_holds) {
         size_t ncap = p->cap_holds ? p->cap_holds * 2 : 16;
         struct hold *nh = realloc(p->holds, ncap * sizeof(*nh));
