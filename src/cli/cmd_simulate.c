@@ -26,6 +26,7 @@ static void usage(FILE *out)
             "                         [--policy binpack|spread|bestfit|fgd|all]\n"
             "                         [--seed N | --seeds A-B | --seeds N] [--inflate X]\n"
             "                         [--topology nvlink=N,pcie=M] [--shuffle-nodes]\n"
+            "                         [--high-priority PCT]\n"
             "                         [--csv OUT.csv] [--plot OUT.svg]\n\n"
             "Replays a trace through the allocation engine with the openb protocol and\n"
             "prints allocated vs arrived GPU share per policy (mean +- sd over seeds).\n"
@@ -36,6 +37,9 @@ static void usage(FILE *out)
             "                   when no trace is given\n"
             "  --policy         one policy or all (default all)\n"
             "  --seed/--seeds   replay seeds (default 42-51)\n"
+            "  --high-priority  this share of the pods (percent, fixed by position) is high\n"
+            "                   priority and preempts the rest when it does not fit; the\n"
+            "                   report adds what preemption cost each policy\n"
             "  --inflate        arrived GPU requests to replay, x capacity (default 1.3)\n"
             "  --topology       interconnect of nodes that publish none: NVLink islands of\n"
             "                   N GPUs, PCIe switches of M (e.g. nvlink=2,pcie=4); the report\n"
@@ -154,13 +158,14 @@ int gv_cmd_simulate(int argc, char **argv)
         {"from-cluster", required_argument, NULL, 'C'},
         {"topology", required_argument, NULL, 'T'},
         {"shuffle-nodes", no_argument, NULL, 'S'},
+        {"high-priority", required_argument, NULL, 'H'},
         {NULL, 0, NULL, 0}};
     const char *nodes = NULL, *pods = NULL, *synthetic = NULL, *csv = NULL, *plot = NULL;
     const char *dump = NULL, *topology = NULL;
     const char *policy = "all";
     uint64_t seed_lo = 42, seed_hi = 51;
     bool seed_given = false, shuffle = false;
-    double inflate = 1.3;
+    double inflate = 1.3, high_pct = 0;
     int ch;
     optind = 1;
     opterr = 0;
@@ -175,6 +180,14 @@ int gv_cmd_simulate(int argc, char **argv)
         case 'c': csv = optarg; break;
         case 'o': plot = optarg; break;
         case 'S': shuffle = true; break;
+        case 'H': {
+            char *end = NULL;
+            high_pct = strtod(optarg, &end);
+            if (end == optarg || *end != '\0' || !(high_pct >= 0 && high_pct <= 100))
+                return bad_usage("--high-priority wants a percentage in [0, 100] (got \"%s\")",
+                                 optarg);
+            break;
+        }
         case 'e':
             if (seed_given || !parse_u64(optarg, &seed_lo))
                 return bad_usage("--seed wants one non-negative integer (got \"%s\")", optarg);
@@ -265,6 +278,8 @@ int gv_cmd_simulate(int argc, char **argv)
                  synthetic, gv_sim_trace_nodes(t),
                  (unsigned long long)(gv_sim_trace_gpu_milli(t) / 1000), gv_sim_trace_pods(t));
     }
+    if (high_pct > 0 && gv_sim_set_high_priority(t, high_pct, &err) != GV_OK)
+        goto fail;
     if (topology != NULL && gv_sim_set_topology(t, topology, &err) != GV_OK) {
         status = 2;
         goto fail;

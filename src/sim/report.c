@@ -101,6 +101,35 @@ static void report_whole(const struct gv_sim_report *r, struct gv_sim_buf *b)
     }
 }
 
+/* With priorities: what preemption cost each policy (mean over seeds). */
+static void report_priority(const struct gv_sim_report *r, struct gv_sim_buf *b)
+{
+    uint64_t any = 0;
+    for (uint32_t i = 0; i < r->n_policies * r->n_seeds; i++)
+        any += r->curves[i].high_arrivals;
+    if (any == 0)
+        return;
+    gv_sim_buf_printf(b, "\npriorities (high-priority pods; preemption as the scheduler's "
+                         "preempt verb; mean over seeds)\n%-8s %9s %9s %9s %9s %9s %11s\n",
+                      "policy", "high", "at once", "preempt", "unplaced", "evicted",
+                      "evicted GPU");
+    for (uint32_t p = 0; p < r->n_policies; p++) {
+        double v[6] = {0};
+        for (uint32_t s = 0; s < r->n_seeds; s++) {
+            const struct gv_sim_curve *c = curve(r, p, s);
+            v[0] += (double)c->high_arrivals / r->n_seeds;
+            v[1] += (double)c->high_placed / r->n_seeds;
+            v[2] += (double)c->high_preempted / r->n_seeds;
+            v[3] += (double)c->high_failed / r->n_seeds;
+            v[4] += (double)c->evicted / r->n_seeds;
+            v[5] += (double)c->evicted_milli / 1000.0 / r->n_seeds;
+        }
+        gv_sim_buf_printf(b, "%-8s %9.1f %9.1f %9.1f %9.1f %9.1f %11.2f\n",
+                          gv_alloc_policy_name(r->policies[p]), v[0], v[1], v[2], v[3], v[4],
+                          v[5]);
+    }
+}
+
 void gv_sim_report_table(const struct gv_sim_report *r, const char *title, struct gv_sim_buf *b)
 {
     uint32_t first = r->max_pct >= 80 ? 80 : 0;
@@ -129,6 +158,7 @@ void gv_sim_report_table(const struct gv_sim_report *r, const char *title, struc
                           secs / r->n_seeds);
     }
     report_whole(r, b);
+    report_priority(r, b);
     if (r->refs != NULL) {
         double om = 0, bm = 0, osq = 0, bsq = 0;
         for (uint32_t s = 0; s < r->n_seeds; s++) {

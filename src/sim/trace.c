@@ -43,6 +43,7 @@ void sim_trace_clear(struct gv_sim_trace *t)
     }
     free(t->pods);
     free(t->wreq);
+    free(t->prio);
     memset(t, 0, sizeof(*t));
 }
 

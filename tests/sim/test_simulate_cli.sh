@@ -35,6 +35,14 @@ rc=$?
 check "--shuffle-nodes runs and repeats for the same seed" bash -c \
     "[ $rc -eq 0 ] && grep -q 'seeds=1$' '$tmp/s1.out' && diff <(grep -v s/seed '$tmp/s1.out' | cut -c1-100) <(grep -v s/seed '$tmp/s2.out' | cut -c1-100) >/dev/null"
 
+# Priorities: a high-priority share preempts the rest; bad shares are refused.
+"$bin" simulate --synthetic nodes=20 --seeds 1 --policy fgd --high-priority 25 >"$tmp/hp.out" 2>/dev/null
+check "--high-priority adds the preemption table" bash -c \
+    "[ $? -eq 0 ] && grep -q '^priorities (high-priority pods' '$tmp/hp.out' && grep -q '^fgd ' '$tmp/hp.out'"
+"$bin" simulate --synthetic nodes=10 --high-priority 150 >"$tmp/hpbad.out" 2>"$tmp/hpbad.err"
+check "--high-priority outside [0, 100] is refused" bash -c \
+    "[ $? -ne 0 ] && grep -q 'percentage in \\[0, 100\\]' '$tmp/hpbad.err' && [ ! -s '$tmp/hpbad.out' ]"
+
 # Bad input: exit 2, message names file, line and field, nothing written.
 printf 'sn,cpu_milli,memory_mib,gpu,model\nn0,32000,131072,2,T4\n' >"$tmp/nodes.csv"
 printf 'name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,4000,oops,1,500\n' >"$tmp/bad.csv"
