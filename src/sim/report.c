@@ -1,6 +1,7 @@
 /* Reports of a simulation: text table, CSV and an SVG chart. */
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,13 +80,22 @@ static uint32_t headline_policy(const struct gv_sim_report *r)
     return 0;
 }
 
+/* Does any replay have a nonzero counter at offset off of its curve? */
+static bool any_curve(const struct gv_sim_report *r, size_t off)
+{
+    for (uint32_t i = 0; i < r->n_policies * r->n_seeds; i++) {
+        uint64_t v;
+        memcpy(&v, (const char *)&r->curves[i] + off, sizeof(v));
+        if (v != 0)
+            return true;
+    }
+    return false;
+}
+
 /* Pods asking whole devices (MIG, passthrough, mdev), placed by count: per policy, mean over seeds. */
 static void report_whole(const struct gv_sim_report *r, struct gv_sim_buf *b)
 {
-    uint64_t any = 0;
-    for (uint32_t i = 0; i < r->n_policies * r->n_seeds; i++)
-        any += r->curves[i].whole_arrivals;
-    if (any == 0)
+    if (!any_curve(r, offsetof(struct gv_sim_curve, whole_arrivals)))
         return;
     gv_sim_buf_printf(b, "\nwhole devices (MIG, passthrough, mdev; placed by count, mean over "
                          "seeds)\n%-8s %9s %9s %9s\n", "policy", "arrivals", "placed", "failed");
@@ -104,10 +114,7 @@ static void report_whole(const struct gv_sim_report *r, struct gv_sim_buf *b)
 /* With priorities: what preemption cost each policy (mean over seeds). */
 static void report_priority(const struct gv_sim_report *r, struct gv_sim_buf *b)
 {
-    uint64_t any = 0;
-    for (uint32_t i = 0; i < r->n_policies * r->n_seeds; i++)
-        any += r->curves[i].high_arrivals;
-    if (any == 0)
+    if (!any_curve(r, offsetof(struct gv_sim_curve, high_arrivals)))
         return;
     gv_sim_buf_printf(b, "\npriorities (high-priority pods; preemption as the scheduler's "
                          "preempt verb; mean over seeds)\n%-8s %9s %9s %9s %9s %9s %11s\n",
