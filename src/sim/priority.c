@@ -40,6 +40,21 @@ gv_status gv_sim_set_high_priority(struct gv_sim_trace *t, double pct, struct gv
     return GV_OK;
 }
 
+gv_status sim_set_priority(struct gv_sim_trace *t, size_t i, int32_t prio, struct gv_error *err)
+{
+    if (i >= t->n_prio) {
+        size_t n = t->n_pods > i ? t->n_pods : i + 1;
+        int32_t *pr = realloc(t->prio, n * sizeof(*pr));
+        if (pr == NULL)
+            return gv_error_set(err, GV_ENOMEM, "out of memory");
+        memset(pr + t->n_prio, 0, (n - t->n_prio) * sizeof(*pr));
+        t->prio = pr;
+        t->n_prio = n;
+    }
+    t->prio[i] = prio;
+    return GV_OK;
+}
+
 bool sim_preempt(struct gv_alloc_cluster *c, struct gv_alloc_request *r, int32_t prio,
                  char *const *names, size_t n_nodes, uint64_t k, const uint64_t *amilli,
                  struct gv_alloc_assignment *a, struct gv_sim_curve *out,

@@ -34,6 +34,8 @@ struct gv_sim_trace {
  * priority as the engine's victim mark; amilli[k] is arrival k's GPU share
  * (uids "a<k>"), so evictions can be taken off the allocated total.  True
  * when r got placed (a filled); *evicted_milli gets what was evicted. */
+/* Pod i's priority (priority.c), growing t->prio to the pods loaded. */
+gv_status sim_set_priority(struct gv_sim_trace *t, size_t i, int32_t prio, struct gv_error *err);
 bool sim_preempt(struct gv_alloc_cluster *c, struct gv_alloc_request *r, int32_t prio,
                  char *const *names, size_t n_nodes, uint64_t k, const uint64_t *amilli,
                  struct gv_alloc_assignment *a, struct gv_sim_curve *out,
