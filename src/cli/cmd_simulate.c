@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "cli/cmd_simulate_churn.h"
 #include "cli/commands.h"
 #include "common/gv_file.h"
 #include "sim/gv_sim.h"
@@ -27,7 +28,8 @@ static void usage(FILE *out)
             "                         [--seed N | --seeds A-B | --seeds N] [--inflate X]\n"
             "                         [--topology nvlink=N,pcie=M] [--shuffle-nodes]\n"
             "                         [--high-priority PCT]\n"
-            "                         [--csv OUT.csv] [--plot OUT.svg]\n\n"
+            "                         [--csv OUT.csv] [--plot OUT.svg]\n"
+            "                         [--defrag-every N [--churn load=P,lifetimes=K,moves=M]]\n\n"
             "Replays a trace through the allocation engine with the openb protocol and\n"
             "prints allocated vs arrived GPU share per policy (mean +- sd over seeds).\n"
             "  --nodes, --pods  openb CSV (node/pod lists) or `kubectl get ... -o json` dumps\n"
@@ -47,6 +49,10 @@ static void usage(FILE *out)
             "  --shuffle-nodes  prefix node names with a per-seed random permutation, as the\n"
             "                   FGD paper's artifact does (ties go to the smallest name)\n"
             "  --csv, --plot    also write per-seed curves (CSV) / a chart (SVG)\n"
+            "  --defrag-every   churn replay instead: pods depart, and every N arrivals the\n"
+            "                   defrag planner moves pods; compared with no defragmentation\n"
+            "  --churn          its offered load in %% of capacity (90), lifetimes replayed\n"
+            "                   after the warm-up (10) and moves a pass (10)\n"
             "Every report ends with an offline reference: an oracle that sees the whole\n"
             "workload in advance and a lower bound on unallocated GPUs.\n");
 }
@@ -159,7 +165,11 @@ int gv_cmd_simulate(int argc, char **argv)
         {"topology", required_argument, NULL, 'T'},
         {"shuffle-nodes", no_argument, NULL, 'S'},
         {"high-priority", required_argument, NULL, 'H'},
+        {"defrag-every", required_argument, NULL, 'D'},
+        {"churn", required_argument, NULL, 'K'},
         {NULL, 0, NULL, 0}};
+    struct gv_sim_churn_opts churn = {.load = 0.9, .lifetimes = 10, .max_moves = 10};
+    const char *churn_spec = NULL;
     const char *nodes = NULL, *pods = NULL, *synthetic = NULL, *csv = NULL, *plot = NULL;
     const char *dump = NULL, *topology = NULL;
     const char *policy = "all";
@@ -186,6 +196,16 @@ int gv_cmd_simulate(int argc, char **argv)
             if (end == optarg || *end != '\0' || !(high_pct >= 0 && high_pct <= 100))
                 return bad_usage("--high-priority wants a percentage in [0, 100] (got \"%s\")",
                                  optarg);
+            break;
+        }
+        case 'K': churn_spec = optarg; break;
+        case 'D': {
+            char *end = NULL;
+            unsigned long long v = strtoull(optarg, &end, 10);
+            if (end == optarg || *end != '\0' || optarg[0] == '-' || v == 0 || v > 100000000)
+                return bad_usage("--defrag-every wants a positive number of arrivals (got \"%s\")",
+                                 optarg);
+            churn.defrag_every = v;
             break;
         }
         case 'e':
@@ -247,6 +267,12 @@ int gv_cmd_simulate(int argc, char **argv)
 
     int status = 2;
     struct gv_error err = {0};
+    if (churn_spec != NULL && churn.defrag_every == 0)
+        return bad_usage("%s", "--churn goes with --defrag-every");
+    if (churn_spec != NULL && gv_sim_churn_parse(churn_spec, &churn, &err) != GV_OK)
+        return bad_usage("%s", err.msg);
+    if (churn.defrag_every > 0 && (csv != NULL || plot != NULL))
+        return bad_usage("%s", "--defrag-every prints a table only (no --csv, --plot)");
     struct gv_sim_trace *t = NULL;
     struct gv_sim_buf table = {0}, csvb = {0}, svg = {0};
     char title[512];
@@ -284,6 +310,12 @@ int gv_cmd_simulate(int argc, char **argv)
         status = 2;
         goto fail;
     }
+    if (churn.defrag_every > 0) {
+        status = gv_simulate_churn(t, title, rep.policies, rep.n_policies, seed_lo, seed_hi,
+                                   &churn);
+        gv_sim_trace_free(t);
+        return status;
+    }
     rep.topology = gv_sim_trace_has_topology(t);
     gv_sim_trace_set_shuffle_names(t, shuffle);
     rep.n_seeds = (uint32_t)(seed_hi - seed_lo + 1);
@@ -309,7 +341,11 @@ int gv_cmd_simulate(int argc, char **argv)
         }
     }
     /* no GPU-share workload (whole devices only): no share curve to compare with */
-    if (gv_sim_trace_request_milli(t) == 0 || gv_sim_trace_gpu_milli(t) == 0) {
+    /* GV_SIMULATE_NO_REFERENCE=1: no offline reference (benchmarks that
+     * compare policies only; the oracle costs three replays a seed) */
+    const char *noref = getenv("GV_SIMULATE_NO_REFERENCE");
+    if (gv_sim_trace_request_milli(t) == 0 || gv_sim_trace_gpu_milli(t) == 0 ||
+        (noref != NULL && strcmp(noref, "1") == 0)) {
         free(rep.refs);
         rep.refs = NULL;
     }

@@ -79,6 +79,11 @@ void sim_trace_clear(struct gv_sim_trace *t);
 /* GPU request of a pod in milli (GPUs x share). */
 uint64_t sim_pod_milli(const struct gv_alloc_request *r);
 
+/* Adds t's nodes to c (names[i] instead of their own when names is not
+ * NULL), with their interconnect groups. */
+gv_status sim_engine_nodes(const struct gv_sim_trace *t, const char *const *names,
+                           struct gv_alloc_cluster *c, struct gv_error *err);
+
 /* The protocol's arrival sequence for a seed: the trace shuffled, then
  * uniform resamples with replacement (indices into t->pods). */
 struct sim_arrivals {
@@ -91,5 +96,20 @@ gv_status sim_arrivals_init(struct sim_arrivals *a, const struct gv_sim_trace *t
                             struct gv_error *err);
 size_t sim_arrivals_next(struct sim_arrivals *a);
 void sim_arrivals_fini(struct sim_arrivals *a);
+
+/*
+ * LP bound (lpbound.c, docs/simulate.md "LP bound"): the most GPU request,
+ * in milli, that any placement of the pods arr[0..n) (indices into t->pods,
+ * repeats allowed) can allocate on t's empty cluster, from GLPK's optimum
+ * of the relaxation.  ok is false only with an error.
+ */
+struct sim_lp {
+    double alloc_milli;
+    double seconds;
+    size_t classes, types, columns, rows;
+    bool ok;
+};
+gv_status sim_lp_bound(const struct gv_sim_trace *t, const size_t *arr, size_t n,
+                       struct sim_lp *out, struct gv_error *err);
 
 #endif
