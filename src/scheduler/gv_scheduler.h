@@ -45,6 +45,12 @@ struct gv_sched_config {
      * containers asking for no GPU get NVIDIA_VISIBLE_DEVICES=none. */
     char runtime_class[254];
     bool hide_gpus_from_others;
+    /* /metrics: per-GPU and per-container series (gpuvisor_gpu_*, HAMi's
+     * hami_gpu_*, hami_node_gpu_*, hami_vgpu_*) as well as the per-node and
+     * cluster aggregates.  Off by default: at 5,000 nodes they are tens of
+     * MB per scrape, and the node agents export per-GPU series themselves
+     * (docs/observability.md).  metricsPerGpu / --metrics-per-gpu. */
+    bool metrics_per_gpu;
     /* Why keys of a HAMi device ConfigMap change nothing (also logged). */
     unsigned n_notes;
     char notes[24][200];
