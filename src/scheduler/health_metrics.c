@@ -119,10 +119,23 @@ static void write_state_metrics(struct gv_sched *s, FILE *f)
 #define ALL_FAMILIES (FIRST_HAMI_FAMILY + GV_SCHED_OBS_GPU_FAMILIES)
 #define NODES_PER_BATCH 64
 
-/* gpuvisor_node_<suffix>{node} and gpuvisor_cluster_<suffix>: the same sums */
+/* gpuvisor_node_<x>{node} and gpuvisor_cluster_<x>: the same sums, per node
+ * and over all nodes (whole names: docs and dashboards grep for them) */
 static const char *const node_family_name[NODE_FAMILIES] = {
-    "gpus", "gpu_memory_mib", "gpu_memory_allocated_mib", "gpu_cores_allocated_percent",
-    "gpu_tasks", "gpus_shared",
+    "gpuvisor_node_gpus",
+    "gpuvisor_node_gpu_memory_mib",
+    "gpuvisor_node_gpu_memory_allocated_mib",
+    "gpuvisor_node_gpu_cores_allocated_percent",
+    "gpuvisor_node_gpu_tasks",
+    "gpuvisor_node_gpus_shared",
+};
+static const char *const cluster_family_name[NODE_FAMILIES] = {
+    "gpuvisor_cluster_gpus",
+    "gpuvisor_cluster_gpu_memory_mib",
+    "gpuvisor_cluster_gpu_memory_allocated_mib",
+    "gpuvisor_cluster_gpu_cores_allocated_percent",
+    "gpuvisor_cluster_gpu_tasks",
+    "gpuvisor_cluster_gpus_shared",
 };
 static const char *const node_family_help[NODE_FAMILIES] = {
     "GPUs in the scheduler's model (healthy or not)",
@@ -205,7 +218,7 @@ static void node_sample(struct gv_sched *s, FILE *f, int fam, const char *node, 
 {
     uint64_t v[NODE_FAMILIES];
     node_sums(s, node, n_gpus, v);
-    fprintf(f, "gpuvisor_node_%s{node=\"%s\"}", node_family_name[fam], node);
+    fprintf(f, "%s{node=\"%s\"}", node_family_name[fam], node);
     put_sum(f, fam, v[fam]);
 }
 
@@ -222,10 +235,9 @@ static void write_cluster_sums(struct gv_sched *s, FILE *f)
             sum[fam] += v[fam];
     }
     for (int fam = 0; fam < NODE_FAMILIES; fam++) {
-        fprintf(f, "# HELP gpuvisor_cluster_%s %s, over all nodes.\n# TYPE gpuvisor_cluster_%s gauge\n"
-                   "gpuvisor_cluster_%s",
-                node_family_name[fam], node_family_help[fam], node_family_name[fam],
-                node_family_name[fam]);
+        const char *name = cluster_family_name[fam];
+        fprintf(f, "# HELP %s %s, over all nodes.\n# TYPE %s gauge\n%s", name,
+                node_family_help[fam], name, name);
         put_sum(f, fam, sum[fam]);
     }
 }
@@ -233,8 +245,8 @@ static void write_cluster_sums(struct gv_sched *s, FILE *f)
 static void family_head(struct gv_sched *s, FILE *f, int fam)
 {
     if (fam < NODE_FAMILIES)
-        fprintf(f, "# HELP gpuvisor_node_%s %s, on a node.\n# TYPE gpuvisor_node_%s gauge\n",
-                node_family_name[fam], node_family_help[fam], node_family_name[fam]);
+        fprintf(f, "# HELP %s %s, on a node.\n# TYPE %s gauge\n", node_family_name[fam],
+                node_family_help[fam], node_family_name[fam]);
     else if (fam < FIRST_HAMI_FAMILY)
         fputs(gpu_family_head[fam - FIRST_GPU_FAMILY], f);
     else
