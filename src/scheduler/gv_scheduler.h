@@ -132,8 +132,9 @@ gv_status gv_sched_serve_health(struct gv_sched *s, struct gv_httpd *h, struct g
 /* Routes: the read-only web dashboard (/, its assets) and its JSON
  * (/api/state); see docs/observability.md, "Dashboard". */
 gv_status gv_sched_serve_dashboard(struct gv_sched *s, struct gv_httpd *h, struct gv_error *err);
-/* HAMi's series names on /metrics (default on; off saves ~80% of a scrape's
- * text: HAMi repeats every GPU in 7 families). */
+/* HAMi's series names on /metrics (default on): the quota series, and with
+ * metrics_per_gpu the per-GPU and per-container ones (off saves ~80% of
+ * such a scrape's text: HAMi repeats every GPU in 7 families). */
 void gv_sched_obs_set_hami(struct gv_sched *s, bool on);
 
 #endif

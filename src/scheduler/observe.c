@@ -3,7 +3,8 @@
  *
  *  - HAMi's scheduler series (hami_gpu_*, hami_node_gpu_*, hami_vgpu_*), with
  *    HAMi's names, labels and units (bytes, 0-100 core ratios, zone="vGPU"),
- *    so existing HAMi dashboards and alerts keep working;
+ *    so existing HAMi dashboards and alerts keep working; per GPU and per
+ *    container, so only with metrics_per_gpu (--metrics-per-gpu);
  *  - filter latency histograms by outcome, pending pods with their top
  *    failure reason, cluster fragmentation (src/alloc's FGD measure);
  *  - the dashboard's JSON state (docs/observability.md, "Dashboard") and a

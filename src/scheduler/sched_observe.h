@@ -17,7 +17,8 @@
 #include "scheduler/gv_extender.h"
 #include "scheduler/sched_internal.h"
 
-/* Per-GPU families appended to handlers.c's streamed ones (HAMi names). */
+/* Per-GPU families appended to health_metrics.c's streamed ones (HAMi names;
+ * only with metrics_per_gpu). */
 #define GV_SCHED_OBS_GPU_FAMILIES 7
 
 gv_status gv_sched_obs_new(struct gv_sched *s);
