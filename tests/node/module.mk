@@ -39,6 +39,14 @@ test_node_podcache_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG)
 test_node_podcache_CFLAGS := $(NODE_CFLAGS)
 $(BUILD)/obj/tests/node/test_node_podcache.o: $(NODE_PB_H)
 
+# Recovery removes the temporary files a killed agent left in live pods' directories.
+TEST_PROGS += test_node_recovery_tmp
+test_node_recovery_tmp_SRCS := tests/node/test_node_recovery_tmp.c
+test_node_recovery_tmp_LIBS := node kube contracts alloc shm common
+test_node_recovery_tmp_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
+test_node_recovery_tmp_CFLAGS := $(NODE_CFLAGS)
+$(BUILD)/obj/tests/node/test_node_recovery_tmp.o: $(NODE_PB_H)
+
 TEST_SCRIPTS += tests/node/test_grpc_transport.py tests/node/test_node_agent.py tests/node/test_node_crash.py
 # /metrics and the NVML backstop (docs/observability.md)
 TEST_SCRIPTS += tests/node/test_node_metrics.py
