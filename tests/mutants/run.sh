@@ -126,11 +126,16 @@ else
     # files gone from the source go from the copy (build/ is the copy's own)
     keep=$(mktemp)
     printf '%s\n' "$files" | sort >"$keep"
-    (cd "$tree" && find . -path ./build -prune -o \( -type f -o -type l \) -print |
+    (cd "$tree" && find . \( -path ./build -o -path ./.git \) -prune -o \( -type f -o -type l \) -print |
         sed 's|^\./||' | sort | comm -23 - "$keep" | while IFS= read -r p; do rm -f "$p"; done)
     rm -f "$keep"
     echo "mutants: scratch copy $tree refreshed ($changed files changed)"
 fi
+# The copy is a git work tree of its own: tests that find the root with
+# `git rev-parse --show-toplevel` (or list files with git) must find the
+# copy, never the developer's tree around it.
+(cd "$tree" && { [ -d .git ] || git init -q .; } && git add -A >/dev/null 2>&1) ||
+    die "cannot make $tree a git work tree"
 # the tests look for shared/ beside the repository (openb traces)
 if [ -e "$src/../shared" ] && [ ! -e "$scratch/shared" ]; then
     ln -s "$(cd "$src/../shared" && pwd)" "$scratch/shared"

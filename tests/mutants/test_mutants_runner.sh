@@ -66,6 +66,15 @@ run stale
 check "a patch that no longer applies is BROKEN, named, and fails the run" \
     bash -c "grep -q '^BROKEN   stale: no longer applies' '$tmp/out' && [ \$(cat '$tmp/rc') = 1 ]"
 
+# a kill command that finds the root through git must land in the copy
+printf '# mutant: value changed\n# kill: cd "$(git rev-parse --show-toplevel)" && tests/check.sh\n' \
+    >tests/mutants/gitroot.patch
+sed '1,2d' tests/mutants/real.patch >>tests/mutants/gitroot.patch
+run gitroot
+check "the copy is its own git root (a test using git rev-parse runs the mutant's build)" \
+    bash -c "grep -q '^KILLED   gitroot' '$tmp/out' && [ \$(cat '$tmp/rc') = 0 ]"
+rm tests/mutants/gitroot.patch
+
 run badkill
 check "a kill command failing without its mutant is BROKEN (it would kill anything)" \
     bash -c "grep -q '^BROKEN   badkill: kill command fails without the mutant' '$tmp/out' &&
