@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "node/gv_cdi.h"
+#include "node/discovery/gv_cdi.h"
 
 #define GPU_UUID "GPU-0badc0de-0000-4000-8000-000000000000"
 

@@ -17,8 +17,8 @@
 
 #include <cmocka.h>
 
-#include "node/gv_cdi.h"
-#include "node/gv_config.h"
+#include "node/discovery/gv_cdi.h"
+#include "node/config/gv_config.h"
 
 static void test_kind_rules(void **state)
 {

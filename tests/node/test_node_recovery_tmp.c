@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "common/gv_log.h"
-#include "node/gv_allocator.h"
+#include "node/allocate/gv_allocator.h"
 
 static char scratch[512];
 
