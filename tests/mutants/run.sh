@@ -29,7 +29,10 @@
 #   MUTANTS_DIR           patches (default tests/mutants)
 #   MUTANTS_SCRATCH       scratch directory (default build-mutants)
 #   MUTANTS_SEED_BUILD    build tree to seed a new scratch copy from (default build)
-#   MUTANTS_BUILD_CMD     build command in the copy (default: make -j$JOBS all, JOBS=2)
+#   MUTANTS_BUILD_CMD     build command in the copy, every time (default: make -j$JOBS all,
+#                         JOBS=2; per mutant only the build/... programs its kill command
+#                         names when it names no script: relinking every test program for
+#                         each mutant cost most of a run)
 #   MUTANTS_TIMEOUT       seconds per kill command (default 600); a timeout is a kill
 #   MUTANTS_SRC           tree to copy (default: this repository); must be a git work tree
 # Exit status: 0 when every selected mutant was killed, 1 otherwise (a
@@ -45,6 +48,8 @@ case "$scratch" in /*) ;; *) scratch="$src/$scratch" ;; esac
 seed_build="${MUTANTS_SEED_BUILD:-build}"
 case "$seed_build" in /*) ;; *) seed_build="$src/$seed_build" ;; esac
 build_cmd="${MUTANTS_BUILD_CMD:-make -j${JOBS:-2} all}"
+targeted=1
+[ -n "${MUTANTS_BUILD_CMD:-}" ] && targeted=0
 timeout_s="${MUTANTS_TIMEOUT:-600}"
 tree="$scratch/tree"
 logs="$scratch/logs"
@@ -141,8 +146,18 @@ if [ -e "$src/../shared" ] && [ ! -e "$scratch/shared" ]; then
     ln -s "$(cd "$src/../shared" && pwd)" "$scratch/shared"
 fi
 
-build() { # build <log>
-    (cd "$tree" && eval "$build_cmd") >"$1" 2>&1
+build() { # build <log> [kill command]: everything, or what the kill command runs
+    local cmd="$build_cmd" progs
+    if [ "$targeted" = 1 ] && [ -n "${2:-}" ]; then
+        progs=$(grep -oE '(^|[[:space:]])build/(tests|bin|testbin)/[A-Za-z0-9_.+-]+' <<<"$2" |
+            tr -d '[:space:]' | sort -u | tr '\n' ' ')
+        # a script (tests/.../x.sh, .py) may run any program: then everything
+        if [ -n "$progs" ] && ! grep -qE '(^|[[:space:]])tests/[^[:space:]]+\.(sh|py)' \
+            <<<"${2//tests\/run-tests.sh/}"; then
+            cmd="make -j${JOBS:-2} $progs"
+        fi
+    fi
+    (cd "$tree" && eval "$cmd") >"$1" 2>&1
 }
 
 kill_cmd() { # kill_cmd <command> <log>: the command's exit status (124: timed out)
@@ -194,7 +209,7 @@ for f in "${sel[@]}"; do
         bad=$((bad + 1)); continue
     }
     start=$(date +%s)
-    if ! build "$logs/$name.build.log"; then
+    if ! build "$logs/$name.build.log" "$c"; then
         echo "BROKEN   $name: does not build with the mutant (log: $logs/$name.build.log)"
         bad=$((bad + 1))
     else
