@@ -28,6 +28,9 @@ if shutil.which("kubectl") is None:
     t.done()
 
 DEPLOY = os.path.join(gvtest.ROOT, "deploy")
+# The install the components are added to: the newest Kubernetes' overlay
+# (docs/install.md, "Which Kubernetes").
+INSTALL = os.path.join(DEPLOY, "kubernetes", "v1.34")
 work = gvtest.scratch("depmon")
 
 
@@ -37,7 +40,7 @@ def render(components):
     rel = os.path.relpath(DEPLOY, d)
     with open(os.path.join(d, "kustomization.yaml"), "w") as f:
         f.write("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-                "resources:\n  - %s\n" % rel)
+                "resources:\n  - %s\n" % os.path.relpath(INSTALL, d))
         if components:
             f.write("components:\n" + "".join("  - %s/%s\n" % (rel, c) for c in components))
     r = subprocess.run(["kubectl", "kustomize", d], capture_output=True, timeout=120)
@@ -101,6 +104,12 @@ t.ok(role is not None and verbs <= {"get", "list"}, "viewer role is read-only", 
 t.ok(agents_role is not None and agents_role["metadata"]["namespace"] == "gpuvisor-system"
      and agents_role["rules"] == [{"apiGroups": [""], "resources": ["pods/proxy"], "verbs": ["get"]}],
      "pods/proxy only in the agents' namespace")
+
+defrag_role = find(full, "ClusterRole", "gpuvisor-defrag")
+t.ok(defrag_role is not None and sorted(map(json.dumps, defrag_role["rules"])) == sorted(map(json.dumps, [
+    {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "list"]},
+    {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}])),
+     "defrag role: budgets read, evictions only (no pod delete)", defrag_role)
 
 cm = find(full, "ConfigMap", "gpuvisor-grafana-dashboard")
 t.ok(cm is not None and cm["metadata"].get("labels", {}).get("grafana_dashboard") == "1",
