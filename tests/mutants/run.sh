@@ -150,7 +150,7 @@ build() { # build <log> [kill command]: everything, or what the kill command run
     local cmd="$build_cmd" progs
     if [ "$targeted" = 1 ] && [ -n "${2:-}" ]; then
         progs=$(grep -oE '(^|[[:space:]])build/(tests|bin|testbin)/[A-Za-z0-9_.+-]+' <<<"$2" |
-            tr -d '[:space:]' | sort -u | tr '\n' ' ')
+            sed 's/^[[:space:]]*//' | sort -u | tr '\n' ' ')
         # a script (tests/.../x.sh, .py) may run any program: then everything
         if [ -n "$progs" ] && ! grep -qE '(^|[[:space:]])tests/[^[:space:]]+\.(sh|py)' \
             <<<"${2//tests\/run-tests.sh/}"; then

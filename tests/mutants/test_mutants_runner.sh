@@ -23,6 +23,8 @@ mkdir -p "$repo/src" "$repo/tests/mutants"
 cd "$repo" || exit 1
 # "build": build/value is src/value.txt, through make, so timestamps matter
 printf 'build/value: src/value.txt\n\tmkdir -p build && cp src/value.txt build/value\n' >Makefile
+# programs a kill command may name: built one by one per mutant (targeted)
+printf 'all: build/value build/tests/one build/tests/two\nbuild/tests/%%: src/value.txt\n\tmkdir -p build/tests && cp src/value.txt $@\n' >>Makefile
 printf '42\n' >src/value.txt
 printf 'the notes nobody checks\n' >src/notes.txt
 printf '#!/bin/sh\ntest "$(cat build/value)" = 42\n' >tests/check.sh
@@ -74,6 +76,15 @@ run gitroot
 check "the copy is its own git root (a test using git rev-parse runs the mutant's build)" \
     bash -c "grep -q '^KILLED   gitroot' '$tmp/out' && [ \$(cat '$tmp/rc') = 0 ]"
 rm tests/mutants/gitroot.patch
+
+# default build command: per mutant only the programs the kill command names
+mkpatch targeted 'test "$(cat build/tests/one)" = 42 && test "$(cat build/tests/two)" = 42' \
+    src/value.txt 42 41
+env -u MUTANTS_SUBSET MUTANTS_SRC="$repo" "$here/run.sh" targeted >"$tmp/out" 2>&1
+echo $? >"$tmp/rc"
+check "targeted builds: a kill command naming two programs gets both rebuilt with the mutant" \
+    bash -c "grep -q '^KILLED   targeted' '$tmp/out' && [ \$(cat '$tmp/rc') = 0 ]"
+rm tests/mutants/targeted.patch
 
 run badkill
 check "a kill command failing without its mutant is BROKEN (it would kill anything)" \
