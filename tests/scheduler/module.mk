@@ -93,3 +93,10 @@ TEST_SCRIPTS += tests/scheduler/test_sched_whole_with_fake_apiserver.py
 TEST_SCRIPTS += tests/scheduler/test_sched_mig_vgpu_with_fake_apiserver.py
 # MIG strategy single: the agent's GPU entries of mode mig placed as exclusive GPUs, admitted.
 TEST_SCRIPTS += tests/scheduler/test_sched_mig_single_with_fake_apiserver.py
+
+# The self-check compares memory, cores and tasks (drift planted in one alone).
+TEST_PROGS += test_self_check_fields
+test_self_check_fields_SRCS := tests/scheduler/test_self_check_fields.c $(SCHED_TESTLIB_SRCS)
+test_self_check_fields_LIBS := $(SCHED_LIBS)
+test_self_check_fields_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
+test_self_check_fields_CFLAGS := -I.

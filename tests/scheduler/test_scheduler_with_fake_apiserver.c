@@ -825,6 +825,53 @@ static void test_self_check_repairs_planted_drift(void **state)
     json_decref(pod);
 }
 
+/* The Binding is applied but the extender is told it failed (every
+ * attempt answered 500 after the write, or the connection dropped before
+ * the answer): the bind must read the pod back, see it bound to its node
+ * and keep its GPUs and annotations; freeing them would hand a running
+ * pod's GPUs to the next pod (mutant bind-no-readback). */
+static void bind_lost_answer(struct fx *f, const char *name, const char *fault)
+{
+    sched_up(f);
+    const char *t4[] = {"gpu-t4"};
+    json_t *pod = gpumem_pod(f->kube, name, 6000, NULL);
+    json_t *r = st_filter(f->base, pod, t4, 1, NULL);
+    assert_string_equal(st_chosen(r), "gpu-t4");
+    json_decref(r);
+    assert_int_equal(fake_apiserver_ctl(&f->fa, fault, NULL), 200);
+    char *e = st_bind(f->base, pod, "gpu-t4");
+    assert_int_equal(fake_apiserver_ctl(&f->fa, "heal", NULL), 200);
+    json_t *cur = get_pod(f, name);
+    /* the stand-in did apply the Binding */
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(cur, "spec"), "nodeName")), "gpu-t4");
+    assert_string_equal(e, "");
+    free(e);
+    assert_non_null(ann(cur, "gpuvisor.io/assignment"));
+    assert_true(gpu_mem(f, "gpu-t4") == 6000);
+    assert_int_equal(gv_sched_self_check(f->s), 0);
+    assert_true(gpu_mem(f, "gpu-t4") == 6000);
+    /* and a second pod cannot take the same memory */
+    json_t *other = gpumem_pod(f->kube, "next", 10000, NULL);
+    r = st_filter(f->base, other, t4, 1, NULL);
+    assert_null(st_chosen(r));
+    json_decref(r);
+    json_decref(other);
+    json_decref(cur);
+    json_decref(pod);
+}
+
+static void test_bind_applied_then_500_keeps_gpus(void **state)
+{
+    /* count 5: the first attempt and every retry of the client */
+    bind_lost_answer(*state, "lost500", "fail-after?suffix=/binding&code=500&count=5");
+}
+
+static void test_bind_applied_then_dropped_keeps_gpus(void **state)
+{
+    bind_lost_answer(*state, "lostdrop", "fail-after?suffix=/binding&drop=1&count=5");
+}
+
 struct seen {
     struct fx *f;
     const char *uid, *rv;
@@ -1217,6 +1264,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_refilter_of_placed_pod_keeps_its_gpus, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_self_check_repairs_planted_drift, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bind_applied_then_500_keeps_gpus, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bind_applied_then_dropped_keeps_gpus, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stripped_annotation_keeps_gpus, setup, teardown),
         cmocka_unit_test(test_self_check_slices_cover_everything),
         cmocka_unit_test_setup_teardown(test_reasons_arrive_verbatim, setup, teardown),
