@@ -16,6 +16,8 @@
 #   make test-repeat N=5 run the suite N times; names every case that failed
 #   make coverage        gcc --coverage build (build-cov/), suite, per-file
 #                        line and branch report in build-cov/coverage.txt
+#   make images          OCI image archives of gpuvisor-node and
+#                        gpuvisor-scheduler in build/images/ (root, apt)
 
 CC      ?= cc
 SAN     ?=
@@ -173,7 +175,7 @@ clean:
 	rm -rf build build-clang build-san build-clang-san build-fuzz build-cov
 
 help:
-	@sed -n '3,18p' Makefile
+	@sed -n '3,20p' Makefile
 
 # Flake hunting: the same suite N times (fresh scratch and logs per run,
 # build/test-logs/run-<i>/), then every case that failed at least once with
@@ -209,5 +211,26 @@ coverage:
 		--json-summary $(COV_BUILD)/coverage.json && \
 	python3 scripts/coverage-report.py $(COV_BUILD)/coverage.json >$(COV_BUILD)/coverage.txt && \
 	cat $(COV_BUILD)/coverage.txt && exit $$rc
+
+# Container images without Docker or a registry (docs/install.md, "Images"):
+# scripts/build-image.sh makes each image's tree from Debian packages
+# (mmdebstrap) plus the binaries built here, then an OCI archive (umoci);
+# the Dockerfiles call the same script.  Needs root and the Debian archive.
+IMAGE_VERSION := $(shell sed -n 's/^\#define GV_VERSION "\(.*\)"$$/\1/p' src/common/gv_version.h)
+IMAGE_DIR     := $(BUILD)/images
+IMAGES        := $(IMAGE_DIR)/gpuvisor-node-$(IMAGE_VERSION).oci.tar \
+                 $(IMAGE_DIR)/gpuvisor-scheduler-$(IMAGE_VERSION).oci.tar
+.PHONY: images
+images: $(IMAGES)
+	$(Q)for f in $(IMAGES); do echo "  IMAGE   $$f"; done
+$(IMAGE_DIR)/node.rootfs.tar: $(BUILD)/bin/gpuvisor-node $(BUILD)/lib/libgpuvisor.so
+$(IMAGE_DIR)/scheduler.rootfs.tar: $(BUILD)/bin/gpuvisor-scheduler
+$(IMAGE_DIR)/%.rootfs.tar: scripts/build-image.sh scripts/debian-packages.txt
+	@mkdir -p $(@D)
+	@echo "  ROOTFS  $@ (mmdebstrap, log $@.log)"
+	$(Q)scripts/build-image.sh rootfs $* $(BUILD) $@ >$@.log 2>&1 || { tail -20 $@.log; exit 1; }
+$(IMAGE_DIR)/gpuvisor-%-$(IMAGE_VERSION).oci.tar: $(IMAGE_DIR)/%.rootfs.tar
+	@echo "  OCI     $@"
+	$(Q)scripts/build-image.sh oci $* $< $@
 
 -include $(ALL_OBJS:.o=.d)

@@ -65,3 +65,6 @@ bench_mkregions_LIBS := shm common
 $(eval $(call GV_EXE,bench_mkregions,bench))
 EXTRA_ALL += $(BUILD)/bench/bench_mkregions
 BENCH_SCRIPTS += bench/bench_node_metrics.sh
+# Container images: size, what dominates it, build time and reproducibility
+# (two builds, same digest); needs root and the Debian archive.
+BENCH_SCRIPTS += bench/bench_images.sh

@@ -28,6 +28,9 @@ if shutil.which("kubectl") is None:
     t.done()
 
 DEPLOY = os.path.join(gvtest.ROOT, "deploy")
+# The install the components are added to: the newest Kubernetes' overlay
+# (docs/install.md, "Which Kubernetes").
+INSTALL = os.path.join(DEPLOY, "kubernetes", "v1.34")
 work = gvtest.scratch("depmon")
 
 
@@ -37,7 +40,7 @@ def render(components):
     rel = os.path.relpath(DEPLOY, d)
     with open(os.path.join(d, "kustomization.yaml"), "w") as f:
         f.write("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-                "resources:\n  - %s\n" % rel)
+                "resources:\n  - %s\n" % os.path.relpath(INSTALL, d))
         if components:
             f.write("components:\n" + "".join("  - %s/%s\n" % (rel, c) for c in components))
     r = subprocess.run(["kubectl", "kustomize", d], capture_output=True, timeout=120)

@@ -18,13 +18,13 @@ cat >"$tmp/overlay/kustomization.yaml" <<YAML
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
-  - $(realpath --relative-to="$tmp/overlay" deploy)
+  - $(realpath --relative-to="$tmp/overlay" deploy/kubernetes/v1.34)
 components:
   - $(realpath --relative-to="$tmp/overlay" deploy/mps)
 YAML
 for what in overlay base; do
     src=$tmp/overlay
-    [ $what = base ] && src=deploy
+    [ $what = base ] && src=deploy/kubernetes/v1.34
     if ! kubectl kustomize "$src" >"$tmp/$what.yaml" 2>"$tmp/err"; then
         echo "1..1"
         echo "not ok 1 - kubectl kustomize with deploy/mps ($what) failed"

@@ -176,7 +176,7 @@ static void test_shipped_config_parses(void **state)
     struct gv_sched_config c;
     struct gv_error err = {0};
     assert_int_equal(gv_sched_config_default(&c, &err), GV_OK);
-    if (gv_sched_config_load("deploy/config/scheduler.json", &c, &err) != GV_OK)
+    if (gv_sched_config_load("deploy/base/config/scheduler.json", &c, &err) != GV_OK)
         fail_msg("%s", err.msg);
     assert_string_equal(c.scheduler_name, "gpuvisor-scheduler");
     gv_sched_config_clear(&c);

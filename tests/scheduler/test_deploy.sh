@@ -10,14 +10,17 @@ cd "$(git rev-parse --show-toplevel 2>/dev/null || pwd)"
 tmp="${GV_TEST_TMP:-/tmp}/deploy-render.$$"
 mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
-if ! kubectl kustomize deploy/ >"$tmp/all.yaml" 2>"$tmp/err"; then
+# The newest Kubernetes' overlay: the base plus every component on by
+# default (tests/deploy/test_deploy_versions.sh covers the other versions).
+overlay=${GV_DEPLOY_OVERLAY:-deploy/kubernetes/v1.34}
+if ! kubectl kustomize "$overlay" >"$tmp/all.yaml" 2>"$tmp/err"; then
     echo "1..1"
-    echo "not ok 1 - kubectl kustomize deploy/ failed"
+    echo "not ok 1 - kubectl kustomize $overlay failed"
     sed 's/^/# /' "$tmp/err"
     exit 1
 fi
 
-exec "$PY" - "$tmp/all.yaml" deploy/config/scheduler.json <<'EOF'
+exec "$PY" - "$tmp/all.yaml" deploy/base/config/scheduler.json <<'EOF'
 import json, sys, yaml
 
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]

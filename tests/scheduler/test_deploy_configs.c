@@ -19,10 +19,10 @@ static void test_node_config_parses(void **state)
     char *text = NULL;
     size_t len = 0;
     struct gv_error err = {0};
-    assert_int_equal(gv_file_read_all("deploy/config/node-config.json", &text, &len, &err), GV_OK);
+    assert_int_equal(gv_file_read_all("deploy/base/config/node-config.json", &text, &len, &err), GV_OK);
     struct gv_node_config *cfg = NULL;
     if (gv_node_config_parse(text, len, "gpu-node-1", &cfg, &err) != GV_OK)
-        fail_msg("deploy/config/node-config.json: %s", err.msg);
+        fail_msg("deploy/base/config/node-config.json: %s", err.msg);
     assert_string_equal(cfg->resource_name, "nvidia.com/gpu");
     gv_node_config_free(cfg);
     free(text);
@@ -34,11 +34,11 @@ static void test_scheduler_config_matches_node(void **state)
     struct gv_sched_config sc;
     struct gv_error err = {0};
     assert_int_equal(gv_sched_config_default(&sc, &err), GV_OK);
-    if (gv_sched_config_load("deploy/config/scheduler.json", &sc, &err) != GV_OK)
+    if (gv_sched_config_load("deploy/base/config/scheduler.json", &sc, &err) != GV_OK)
         fail_msg("%s", err.msg);
     char *text = NULL;
     size_t len = 0;
-    assert_int_equal(gv_file_read_all("deploy/config/node-config.json", &text, &len, &err), GV_OK);
+    assert_int_equal(gv_file_read_all("deploy/base/config/node-config.json", &text, &len, &err), GV_OK);
     struct gv_node_config *nc = NULL;
     assert_int_equal(gv_node_config_parse(text, len, NULL, &nc, &err), GV_OK);
     /* The resource the agent advertises is the GPU count the scheduler reads. */
