@@ -41,7 +41,7 @@ EXT = "127.0.0.1:8888"
 
 
 def scheduler_config(path):
-    with open(os.path.join(k8s.ROOT, "deploy", "config", "kube-scheduler-config.yaml")) as f:
+    with open(os.path.join(k8s.ROOT, "deploy", "kubernetes", "config-v1beta1", "kube-scheduler-config.yaml")) as f:
         cfg = yaml.safe_load(f)
     cfg["apiVersion"] = "kubescheduler.config.k8s.io/v1beta1"
     cfg["leaderElection"] = {"leaderElect": False}
@@ -181,7 +181,7 @@ def main():
             k8s.create_fake_nodes(api, N_NODES)
             k8s.log("%d fake nodes in %.1f s" % (N_NODES, time.time() - t))
             sconf = os.path.join(tmp, "scheduler.json")
-            with open(os.path.join(k8s.ROOT, "deploy", "config", "scheduler.json")) as f:
+            with open(os.path.join(k8s.ROOT, "deploy", "base", "config", "scheduler.json")) as f:
                 cfg = json.load(f)
             cfg["heartbeatTimeoutSeconds"] = 86400  # fake nodes: no agent refreshes it
             with open(sconf, "w") as f:

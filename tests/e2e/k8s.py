@@ -185,5 +185,16 @@ def fake_node(name, n_gpus=8):
 
 def create_fake_nodes(api, n, prefix="fake-", n_gpus=8):
     names = ["%s%05d" % (prefix, i) for i in range(n)]
-    api.parallel(lambda nm: api.ok("POST", "/api/v1/nodes", fake_node(nm, n_gpus)), names)
+    def one(nm):
+        api.ok("POST", "/api/v1/nodes", fake_node(nm, n_gpus))
+        untaint(api, nm)
+    api.parallel(one, names)
     return names
+
+
+def untaint(api, name):
+    """The TaintNodesByCondition admission plugin gives every new node the
+    not-ready taint, and only the node lifecycle controller (off in the
+    harness) takes it away: a node that is Ready loses it here."""
+    api.ok("PATCH", "/api/v1/nodes/" + name, {"spec": {"taints": None}},
+           "application/merge-patch+json")
