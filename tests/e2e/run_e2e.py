@@ -243,7 +243,10 @@ def scheduler_log(since_s=None):
 
 
 def extender_errors(text):
-    return [l for l in text.splitlines() if "127.0.0.1:8888/gpuvisor" in l]
+    """kube-scheduler's log lines for failed extender calls (its config echo
+    at start names the URL too, without an error)."""
+    return [l for l in text.splitlines() if "127.0.0.1:8888/gpuvisor" in l and
+            re.search(r"(?i)error|failed|reset by peer|refused|deadline exceeded|\btimeout|\bEOF", l)]
 
 
 class Heartbeats:
