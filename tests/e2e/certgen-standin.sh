@@ -27,7 +27,9 @@ sa=/var/run/secrets/kubernetes.io/serviceaccount
 api=https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT
 kc() { # kc METHOD PATH [BODY-FILE] [CONTENT-TYPE] -> body on stdout, HTTP code in $tmp/code
     m=$1 p=$2 b=${3:-} ct=${4:-application/json}
-    set -- -sS --cacert "$sa/ca.crt" -H "Authorization: Bearer $(cat "$sa/token")" \
+    # (a user agent of its own: the API server pretty-prints JSON for curl's)
+    set -- -sS -A kube-webhook-certgen-standin --cacert "$sa/ca.crt" \
+        -H "Authorization: Bearer $(cat "$sa/token")" \
         -H "Content-Type: $ct" -X "$m" -o "$tmp/out" -w '%{http_code}' "$api$p"
     [ -n "$b" ] && set -- "$@" --data-binary "@$b"
     curl "$@" >"$tmp/code"
@@ -70,6 +72,7 @@ patch)
         sed -i "s/\"failurePolicy\":\"[A-Za-z]*\"/\"failurePolicy\":\"$policy\"/g" "$tmp/body"
     fi
     n=$(grep -o '"caBundle"' "$tmp/body" | wc -l)
+    [ "$n" -gt 0 ] || { echo "webhook $webhook: no clientConfig found in $(head -c 300 "$tmp/wh")" >&2; exit 1; }
     kc PUT "$path" "$tmp/body" >/dev/null
     code=$(cat "$tmp/code")
     [ "$code" = 200 ] || { echo "update webhook: HTTP $code: $(cat "$tmp/out")" >&2; exit 1; }

@@ -288,8 +288,9 @@ def run_checks(api):
     # -- the DaemonSet registers and advertises
     inv, t_inv = wait("node inventory", lambda: (api.ok("GET", "/api/v1/nodes/vm")["metadata"]
                                                  .get("annotations") or {}).get("gpuvisor.io/node-gpus"), 120)
-    node = api.ok("GET", "/api/v1/nodes/vm")
-    alloc = node["status"].get("allocatable", {}).get("nvidia.com/gpu")
+    alloc, t_alloc = wait("allocatable nvidia.com/gpu", lambda: api.ok("GET", "/api/v1/nodes/vm")
+                          ["status"].get("allocatable", {}).get("nvidia.com/gpu"), 120)
+    t_inv += t_alloc
     n_gpus = len(json.loads(inv)["gpus"]) if inv else 0
     check("daemonset registers and advertises", inv and n_gpus == 2 and alloc == "20",
           "%d GPUs in gpuvisor.io/node-gpus, allocatable nvidia.com/gpu=%s, %.0f s after apply"
