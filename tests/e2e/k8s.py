@@ -167,7 +167,7 @@ def inventory(node, n_gpus, mem_mib=81559, model="NVIDIA A100-SXM4-80GB"):
                        "gpus": gpus}, separators=(",", ":"))
 
 
-def fake_node(name, n_gpus=8):
+def fake_node(name, n_gpus=8, taint=False):
     """A Node with no kubelet behind it: Ready as created (the node
     lifecycle controller is off in the harness), with the inventory and a
     heartbeat as the agent writes them."""
@@ -177,24 +177,31 @@ def fake_node(name, n_gpus=8):
                                                   "gpuvisor.io/fake": "true"},
                          "annotations": {"gpuvisor.io/node-gpus": inventory(name, n_gpus),
                                          "gpuvisor.io/node-heartbeat": now}},
+            "spec": {"taints": [{"key": "gpuvisor.io/fake", "value": "true",
+                                 "effect": "NoSchedule"}] if taint else []},
             "status": {"capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
                        "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
                        "conditions": [{"type": "Ready", "status": "True", "reason": "Fake",
                                        "lastHeartbeatTime": now, "lastTransitionTime": now}]}}
 
 
-def create_fake_nodes(api, n, prefix="fake-", n_gpus=8):
+def create_fake_nodes(api, n, prefix="fake-", n_gpus=8, taint=False):
+    """n fake nodes; taint: NoSchedule gpuvisor.io/fake=true, so that only
+    pods tolerating it (a test's) land there, never a Deployment's."""
     names = ["%s%05d" % (prefix, i) for i in range(n)]
+
     def one(nm):
-        api.ok("POST", "/api/v1/nodes", fake_node(nm, n_gpus))
-        untaint(api, nm)
+        api.ok("POST", "/api/v1/nodes", fake_node(nm, n_gpus, taint))
+        untaint(api, nm, taint)
     api.parallel(one, names)
     return names
 
 
-def untaint(api, name):
+def untaint(api, name, fake_taint=False):
     """The TaintNodesByCondition admission plugin gives every new node the
     not-ready taint, and only the node lifecycle controller (off in the
     harness) takes it away: a node that is Ready loses it here."""
-    api.ok("PATCH", "/api/v1/nodes/" + name, {"spec": {"taints": None}},
+    taints = [{"key": "gpuvisor.io/fake", "value": "true", "effect": "NoSchedule"}] \
+        if fake_taint else None
+    api.ok("PATCH", "/api/v1/nodes/" + name, {"spec": {"taints": taints}},
            "application/merge-patch+json")
