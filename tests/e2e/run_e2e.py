@@ -499,7 +499,7 @@ def teardown_network():
     # containers without a CNI DEL): the jumps, then the chains
     chains = set()
     for l in sh("iptables-save -t nat", check_rc=False).splitlines():
-        if '"gv-e2e"' not in l:
+        if 'gv-e2e' not in l:
             continue
         if l.startswith("-A POSTROUTING"):
             subprocess.run("iptables -t nat -D " + l[3:], shell=True, capture_output=True)
