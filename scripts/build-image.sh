@@ -76,6 +76,11 @@ cmd_rootfs() {
     node) bins="$build/bin/gpuvisor-node $build/lib/libgpuvisor.so" ;;
     scheduler) bins="$build/bin/gpuvisor-scheduler" ;;
     esac
+    mode=${MMDEBSTRAP_MODE:-root}
+    [ "$mode" != root ] || [ "$(id -u)" = 0 ] ||
+        die "mmdebstrap --mode=root needs root: run as root, or MMDEBSTRAP_MODE=unshare with subuids (docs/install.md, \"Images\")"
+    command -v mmdebstrap >/dev/null ||
+        die "mmdebstrap is missing: scripts/install-deps.sh (group 'image' of scripts/debian-packages.txt)"
     for b in $bins; do
         [ -f "$b" ] || die "$b is missing: run make first"
     done
@@ -88,7 +93,6 @@ cmd_rootfs() {
     pkgs=$("$here/packages.sh" runtime | paste -sd, -)
     SOURCE_DATE_EPOCH=$(sde)
     export SOURCE_DATE_EPOCH
-    mode=${MMDEBSTRAP_MODE:-root}
     mkdir -p "$(dirname "$out")"
     # Every hook below runs with the image's tree as $1.  --skip=chroot/mount:
     # no /proc, /sys, /dev mounts, so the same command runs in an unprivileged
@@ -143,6 +147,8 @@ cmd_oci() {
     image_config "$1"
     img=$1 rootfs=$2 out=$3
     [ -s "$rootfs" ] || die "$rootfs is missing or empty"
+    command -v umoci >/dev/null ||
+        die "umoci is missing: scripts/install-deps.sh (group 'image' of scripts/debian-packages.txt)"
     ver=$(version)
     name=gpuvisor-$img
     when=$(date -u -d "@$(sde)" +%Y-%m-%dT%H:%M:%SZ)

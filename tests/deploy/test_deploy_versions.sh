@@ -13,7 +13,8 @@
 #    way on an unknown kind): the ValidatingAdmissionPolicy from 1.30 on only,
 #    and there it is on;
 #  - gpuvisor's images are the ones `make images` names (gpuvisor-node:VERSION),
-#    and nothing names the unpublished ghcr.io/gpuvisor images.
+#    and nothing names the unpublished ghcr.io/gpuvisor images;
+#  - deploy/node-cleanup renders too (kubectl 1.20 included).
 # And the real kube-scheduler 1.20 (GV_KUBE_SCHEDULER_1_20, else the loopback
 # build) parses the v1.20 overlay's configuration with its strict decoder.
 set -u
@@ -77,8 +78,24 @@ else
     skip "kubectl 1.20 renders deploy/kubernetes/v1.20" "no kubectl 1.20 at $k120 (GV_KUBECTL_1_20)"
 fi
 
-# The v1.20 configuration, for the real kube-scheduler below.
 version=$(sed -n 's/^#define GV_VERSION "\(.*\)"$/\1/p' src/common/gv_version.h)
+# deploy/node-cleanup (the uninstall's last step) with every renderer there
+# is, kubectl 1.20 included: gpuvisor-node's image, removing only gpuvisor's
+# paths.
+for r in "${renderers[@]}" "kubectl120|$k120 kustomize"; do
+    rn=${r%%|*} rc=${r#*|}
+    [ "$rn" = kubectl120 ] && [ ! -s "$tmp/kubectl120-v1.20.yaml" ] && continue
+    if $rc deploy/node-cleanup >"$tmp/cleanup.yaml" 2>"$tmp/err" &&
+        [ "$(grep -c "image: gpuvisor-node:$version\$" "$tmp/cleanup.yaml")" = 2 ] &&
+        grep -q 'rm -rf "$p"' "$tmp/cleanup.yaml" &&
+        grep -q '/host/usr/local/gpuvisor /host/var/lib/gpuvisor' "$tmp/cleanup.yaml"; then
+        ok "$rn renders deploy/node-cleanup (gpuvisor-node:$version, removes gpuvisor's paths only)"
+    else
+        nok "$rn renders deploy/node-cleanup" "$(head -5 "$tmp/err")"
+    fi
+done
+
+# The v1.20 configuration, for the real kube-scheduler below.
 N0=$n "$PY" - "$tmp" "$version" <<'EOF'
 import glob, json, os, re, sys, yaml
 
