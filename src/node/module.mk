@@ -21,7 +21,7 @@ NODE_CFLAGS := -I$(NODE_GEN) $(shell $(PKG_CONFIG) --cflags $(NODE_PKGS))
 NODE_LDLIBS := $(shell $(PKG_CONFIG) --libs $(NODE_PKGS)) -ldl
 
 LIBS += node
-node_SRCS := $(filter-out src/node/main.c,$(wildcard src/node/*.c)) $(NODE_PB_C)
+node_SRCS := $(filter-out src/node/main.c,$(wildcard src/node/*.c src/node/*/*.c)) $(NODE_PB_C)
 node_CFLAGS := $(NODE_CFLAGS)
 # Every object of the node library (and its tests) may include the generated header.
 $(patsubst %.c,$(BUILD)/obj/%.o,$(node_SRCS)): $(NODE_PB_H)

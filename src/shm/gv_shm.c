@@ -1,5 +1,6 @@
 /*
- * Shared region: creation, validation, robust locking, slots, accounting.
+ * Shared region: slots, limits, accounting (creation and validation: open.c;
+ * the robust lock: lock.c).
  * See gv_shm.h for the model and docs/shared-region.md for the layout.
  *
  * Nothing here may call exit/abort or print: this code runs inside
@@ -23,49 +24,17 @@
 #include <time.h>
 #include <unistd.h>
 
-/* What this process derived from its own configuration for one device. */
-struct trusted_dev {
-    bool set;
-    uint64_t limit; /* 0 = unlimited */
-    uint64_t share; /* 0 = none */
-    uint32_t flags;
-};
-
-struct gv_shm {
-    struct gv_shm_region *r;
-    int fd;
-    bool readonly;
-    int slot;      /* this process's slot, -1 before attach */
-    int32_t pid;   /* the pid the slot was taken for */
-    uint64_t start;
-    char *path;    /* NULL for a private region */
-    dev_t st_dev;  /* the inode this process mapped */
-    ino_t st_ino;
-    int lock_timeout_ms;
-    bool ctx_held;
-    _Atomic bool gone;          /* the path no longer names our region (sticky) */
-    _Atomic int64_t checked_ms; /* when that was last looked up */
-    char lock_error[192];
-    /*
-     * Private truth, never read from the region: the limits this process
-     * was configured with, and what it has charged itself.  Changed only
-     * under the region lock (which also serialises this process's threads).
-     */
-    struct trusted_dev trusted[GV_SHM_MAX_DEVICES];
-    uint64_t held[GV_SHM_MAX_DEVICES];
-    uint64_t held_managed[GV_SHM_MAX_DEVICES];
-    uint64_t peak[GV_SHM_MAX_DEVICES]; /* the most held at once */
-};
+#include "shm/shm_internal.h"
 
 void (*gv_shm_crash_hook)(int step);
 
-static void crash_point(int step)
+void crash_point(int step)
 {
     if (gv_shm_crash_hook != NULL)
         gv_shm_crash_hook(step);
 }
 
-static uint64_t now_ns(void)
+uint64_t shm_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -171,135 +140,15 @@ static void recompute_device(struct gv_shm_region *r, uint32_t d)
 }
 
 /* Recomputes every device's cached totals. */
-static void recompute_totals(struct gv_shm_region *r)
+void recompute_totals(struct gv_shm_region *r)
 {
     uint32_t nd = atomic_load(&r->ndevices);
     for (uint32_t d = 0; d < nd && d < GV_SHM_MAX_DEVICES; d++)
         recompute_device(r, d);
 }
 
-/* This thread's id, cached (gettid is a system call); reset in a forked child. */
-static _Thread_local uint32_t cached_tid;
-static pthread_once_t tid_once = PTHREAD_ONCE_INIT;
-static void forget_tid(void) { cached_tid = 0; }
-static void tid_atfork(void) { pthread_atfork(NULL, NULL, forget_tid); }
 
-static uint32_t my_tid(void)
-{
-    if (cached_tid == 0) {
-        pthread_once(&tid_once, tid_atfork);
-        cached_tid = (uint32_t)gettid() & GV_SHM_LOCK_TID_MASK;
-    }
-    return cached_tid;
-}
-
-static long futex(_Atomic uint32_t *w, int op, uint32_t val, const struct timespec *ts)
-{
-    return syscall(SYS_futex, (uint32_t *)w, op, val, ts, NULL, 0);
-}
-
-static void deadline_in(struct timespec *ts, int ms)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    ts->tv_sec += ms / 1000;
-    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
-/* Nanoseconds from now until ts (0 when past). */
-static int64_t ns_until(const struct timespec *ts)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    int64_t d = (int64_t)(ts->tv_sec - now.tv_sec) * 1000000000LL + (ts->tv_nsec - now.tv_nsec);
-    return d > 0 ? d : 0;
-}
-
-/*
- * Whether the lock word names no live owner other than us: no thread, bits
- * no thread id has, our own thread (we never lock recursively, so that was
- * written by someone else), or a thread that does not exist.
- */
-static bool owner_gone(uint32_t owner, uint32_t me)
-{
-    if (owner == 0 || owner > GV_SHM_LOCK_TID_MASK || owner == me)
-        return true;
-    return kill((pid_t)owner, 0) != 0 && errno == ESRCH;
-}
-
-/*
- * Takes the region lock within the lock timeout.  The word holds the owner's
- * thread id (and GV_SHM_LOCK_WAITERS while someone sleeps on it).  A waiter
- * that slept a full slice without being woken checks the owner: one that
- * died (killed inside the lock) or that is not a thread at all (a corrupted
- * word) is taken over, and the totals it may have left half-updated are
- * recomputed from the slots.  A live owner that keeps the lock past the
- * timeout (stopped, or hostile) makes the call fail closed, with the reason
- * in shm->lock_error.  Never waits unboundedly, never trusts the word.
- */
-static int region_lock(struct gv_shm *shm)
-{
-    _Atomic uint32_t *w = &shm->r->lock.word;
-    uint32_t me = my_tid();
-    struct timespec dl;
-    deadline_in(&dl, shm->lock_timeout_ms);
-    bool contended = false, slept_long = false;
-    for (;;) {
-        uint32_t cur = 0;
-        /* After sleeping, take it as "contended" so our unlock wakes the next. */
-        if (atomic_compare_exchange_strong(w, &cur, contended ? me | GV_SHM_LOCK_WAITERS : me)) {
-            shm->lock_error[0] = '\0';
-            return 0;
-        }
-        uint32_t owner = cur & ~GV_SHM_LOCK_WAITERS;
-        bool suspect = owner == 0 || owner > GV_SHM_LOCK_TID_MASK || owner == me;
-        if ((suspect || slept_long) && owner_gone(owner, me)) {
-            if (atomic_compare_exchange_strong(w, &cur, me | GV_SHM_LOCK_WAITERS)) {
-                /* The previous holder died mid-update: totals may be stale. */
-                recompute_totals(shm->r);
-                shm->lock_error[0] = '\0';
-                return 0;
-            }
-            continue;
-        }
-        int64_t left = ns_until(&dl);
-        if (left == 0) {
-            snprintf(shm->lock_error, sizeof(shm->lock_error),
-                     "shared region lock held by live thread %u for more than %d ms", owner,
-                     shm->lock_timeout_ms);
-            return ETIMEDOUT;
-        }
-        if (!(cur & GV_SHM_LOCK_WAITERS) &&
-            !atomic_compare_exchange_strong(w, &cur, cur | GV_SHM_LOCK_WAITERS))
-            continue;
-        contended = true;
-        /* Sleep in slices: a holder that dies cannot wake us. */
-        int64_t slice = left < 10000000LL ? left : 10000000LL;
-        struct timespec rel = {0, (long)slice};
-        slept_long = futex(w, FUTEX_WAIT, cur | GV_SHM_LOCK_WAITERS, &rel) != 0 &&
-                     errno == ETIMEDOUT;
-    }
-}
-
-static void region_unlock(struct gv_shm *shm)
-{
-    _Atomic uint32_t *w = &shm->r->lock.word;
-    if (atomic_exchange(w, 0) & GV_SHM_LOCK_WAITERS)
-        futex(w, FUTEX_WAKE, 1, NULL);
-}
-
-void gv_shm_set_lock_timeout(struct gv_shm *shm, int ms)
-{
-    if (shm != NULL)
-        shm->lock_timeout_ms = ms > 0 ? ms : GV_SHM_LOCK_TIMEOUT_MS;
-}
-
-const char *gv_shm_lock_error(const struct gv_shm *shm) { return shm->lock_error; }
-
-static void clear_slot(struct gv_shm_proc *p)
+void clear_slot(struct gv_shm_proc *p)
 {
     for (int d = 0; d < GV_SHM_MAX_DEVICES; d++) {
         atomic_store(&p->mem_used[d], 0);
@@ -341,309 +190,6 @@ int gv_shm_reclaim(struct gv_shm *shm)
     return freed;
 }
 
-/*
- * Initialises a region that is all zeroes (a new file or anonymous
- * mapping); the magic goes last, so a region with magic is complete.
- */
-static void init_region(struct gv_shm_region *r)
-{
-    r->version = GV_SHM_VERSION;
-    r->header_size = (uint32_t)offsetof(struct gv_shm_region, devices);
-    r->total_size = sizeof(*r);
-    r->max_devices = GV_SHM_MAX_DEVICES;
-    r->max_procs = GV_SHM_MAX_PROCS;
-    r->created_ns = now_ns();
-    atomic_store(&r->lock.word, 0);
-    crash_point(3);
-    __atomic_store_n(&r->magic, GV_SHM_MAGIC, __ATOMIC_RELEASE);
-}
-
-static gv_status validate(const char *path, const struct gv_shm_region *r, struct gv_error *err)
-{
-    uint64_t magic = __atomic_load_n(&r->magic, __ATOMIC_ACQUIRE);
-    if (magic != GV_SHM_MAGIC)
-        return gv_error_set(err, GV_EPROTO,
-                            "%s: not a gpuvisor shared region (magic 0x%016llx, expected 0x%016llx)",
-                            path, (unsigned long long)magic, (unsigned long long)GV_SHM_MAGIC);
-    if (r->version != GV_SHM_VERSION)
-        return gv_error_set(err, GV_EPROTO,
-                            "%s: shared region layout version %u, this build speaks %u", path,
-                            r->version, GV_SHM_VERSION);
-    if (r->header_size != offsetof(struct gv_shm_region, devices) ||
-        r->total_size != sizeof(struct gv_shm_region) || r->max_devices != GV_SHM_MAX_DEVICES ||
-        r->max_procs != GV_SHM_MAX_PROCS || atomic_load(&r->ndevices) > GV_SHM_MAX_DEVICES)
-        return gv_error_set(err, GV_EPROTO,
-                            "%s: corrupt shared region header (size %llu, devices %u/%u, "
-                            "procs %u)",
-                            path, (unsigned long long)r->total_size, atomic_load(&r->ndevices),
-                            r->max_devices, r->max_procs);
-    return GV_OK;
-}
-
-/* Describes a file of the wrong size without mapping more than it holds. */
-static gv_status describe_bad_size(const char *path, int fd, off_t size, struct gv_error *err)
-{
-    struct {
-        uint64_t magic;
-        uint32_t version;
-    } head = {0, 0};
-    if (size >= (off_t)sizeof(head) && pread(fd, &head, sizeof(head), 0) == (ssize_t)sizeof(head) &&
-        head.magic == GV_SHM_MAGIC && head.version != GV_SHM_VERSION)
-        return gv_error_set(err, GV_EPROTO,
-                            "%s: shared region layout version %u, this build speaks %u", path,
-                            head.version, GV_SHM_VERSION);
-    return gv_error_set(err, GV_EPROTO,
-                        "%s: not a gpuvisor shared region (size %lld, expected %zu)", path,
-                        (long long)size, sizeof(struct gv_shm_region));
-}
-
-/*
- * Whether the file open at fd is a region someone began and never finished:
- * empty, or region-sized with no magic and not this layout's version (what
- * older builds, which created in place, left when killed).  This build
- * never leaves one at the path, so a file of this version without magic was
- * edited: it is refused (fail closed), not replaced -- replacing it would
- * reset the container's usage.
- */
-static bool half_made(int fd, const struct stat *st)
-{
-    if (st->st_size == 0)
-        return true;
-    struct {
-        uint64_t magic;
-        uint32_t version;
-    } head = {1, 0};
-    return st->st_size == (off_t)sizeof(struct gv_shm_region) &&
-           pread(fd, &head, sizeof(head), 0) == (ssize_t)sizeof(head) && head.magic == 0 &&
-           head.version != GV_SHM_VERSION;
-}
-
-/* "<dir>/" and "<base>.tmp." of path, for the files built aside. */
-static void aside_names(const char *path, char *dir, size_t dn, char *prefix, size_t pn)
-{
-    const char *slash = strrchr(path, '/');
-    if (slash == NULL)
-        snprintf(dir, dn, ".");
-    else
-        snprintf(dir, dn, "%.*s", (int)(slash - path) > 0 ? (int)(slash - path) : 1, path);
-    snprintf(prefix, pn, "%s.tmp.", slash != NULL ? slash + 1 : path);
-}
-
-/*
- * Removes files built aside by creators that died before finishing
- * (<base>.tmp.<pid>.<n> whose pid is gone).  Best effort.
- */
-static void remove_stale_aside(const char *path)
-{
-    char dir[4096], prefix[512];
-    aside_names(path, dir, sizeof(dir), prefix, sizeof(prefix));
-    DIR *d = opendir(dir);
-    if (d == NULL)
-        return;
-    size_t pl = strlen(prefix);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, prefix, pl) != 0)
-            continue;
-        char *end;
-        long pid = strtol(e->d_name + pl, &end, 10);
-        if (end == e->d_name + pl || *end != '.' || pid <= 0 || pid > INT32_MAX)
-            continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
-            continue;
-        unlinkat(dirfd(d), e->d_name, 0);
-    }
-    closedir(d);
-}
-
-/*
- * Builds a complete region in a new file beside path.  Returns its fd (the
- * file's name in *aside) or -1 with err set.
- */
-static int build_aside(const char *path, char *aside, size_t an, struct gv_error *err)
-{
-    static _Atomic unsigned counter;
-    snprintf(aside, an, "%s.tmp.%d.%u", path, (int)getpid(), atomic_fetch_add(&counter, 1));
-    int fd = open(aside, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        gv_error_set(err, GV_EIO, "%s: cannot create: %s", aside, strerror(errno));
-        return -1;
-    }
-    crash_point(1);
-    const size_t size = sizeof(struct gv_shm_region);
-    void *m = MAP_FAILED;
-    if (ftruncate(fd, (off_t)size) != 0) {
-        gv_error_set(err, GV_EIO, "%s: cannot size region: %s", aside, strerror(errno));
-        goto fail;
-    }
-    crash_point(2);
-    m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) {
-        gv_error_set(err, GV_EIO, "%s: cannot map: %s", aside, strerror(errno));
-        goto fail;
-    }
-    init_region(m); /* the new file is all zeroes */
-    munmap(m, size);
-    crash_point(4);
-    return fd;
-fail:
-    close(fd);
-    unlink(aside);
-    return -1;
-}
-
-/*
- * Puts a new region at path: linked in when nothing is there (link fails
- * rather than replace a region another process just made), or renamed over
- * the half-made file open at old_fd, which we hold flock'ed.
- * GV_OK: path now names a complete region (ours or a racing creator's).
- */
-static gv_status install_region(const char *path, int old_fd, struct gv_error *err)
-{
-    char aside[4200];
-    remove_stale_aside(path);
-    int fd = build_aside(path, aside, sizeof(aside), err);
-    if (fd < 0)
-        return err != NULL ? err->code : GV_EIO;
-    gv_status rc = GV_OK;
-    if (old_fd < 0) {
-        /* EEXIST: another creator won; ENOENT: our file was taken for a
-         * dead creator's by one in another pid namespace.  Both: look again. */
-        if (link(aside, path) != 0 && errno != EEXIST && errno != ENOENT)
-            rc = gv_error_set(err, GV_EIO, "%s: cannot link new region into place: %s", path,
-                              strerror(errno));
-        crash_point(5);
-        unlink(aside);
-    } else if (rename(aside, path) != 0) {
-        rc = gv_error_set(err, GV_EIO, "%s: cannot replace half-made region: %s", path,
-                          strerror(errno));
-        unlink(aside);
-    }
-    crash_point(6);
-    close(fd);
-    return rc;
-}
-
-gv_status gv_shm_open(const char *path, unsigned flags, struct gv_shm **out, struct gv_error *err)
-{
-    gv_status rc = GV_OK;
-    struct gv_shm *shm = calloc(1, sizeof(*shm));
-    if (shm == NULL)
-        return gv_error_set(err, GV_ENOMEM, "out of memory");
-    shm->fd = -1;
-    shm->slot = -1;
-    shm->lock_timeout_ms = GV_SHM_LOCK_TIMEOUT_MS;
-    shm->readonly = (flags & GV_SHM_READONLY) != 0;
-    const size_t size = sizeof(struct gv_shm_region);
-    int prot = shm->readonly ? PROT_READ : PROT_READ | PROT_WRITE;
-    bool create = (flags & GV_SHM_CREATE) && !shm->readonly;
-
-    if (path == NULL) {
-        void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-        if (m == MAP_FAILED) {
-            rc = gv_error_set(err, GV_ENOMEM, "cannot map private region: %s", strerror(errno));
-            goto fail;
-        }
-        shm->r = m;
-        init_region(shm->r);
-        *out = shm;
-        return GV_OK;
-    }
-    if ((shm->path = strdup(path)) == NULL) {
-        rc = gv_error_set(err, GV_ENOMEM, "out of memory");
-        goto fail;
-    }
-
-    /*
-     * Every pass either finds a complete region at path or puts one there
-     * (ours or a racing creator's) and looks again; a few passes bound the
-     * loop should files keep changing under us.
-     */
-    struct stat st;
-    for (int pass = 0;; pass++) {
-        if (pass == 8) {
-            rc = gv_error_set(err, GV_EIO, "%s: the file keeps changing while being opened", path);
-            goto fail;
-        }
-        shm->fd = open(path, O_CLOEXEC | (shm->readonly ? O_RDONLY : O_RDWR));
-        if (shm->fd < 0) {
-            if (errno != ENOENT || !create) {
-                rc = gv_error_set(err, errno == ENOENT ? GV_ENOTFOUND : GV_EIO,
-                                  "%s: cannot open: %s", path, strerror(errno));
-                goto fail;
-            }
-            if ((rc = install_region(path, -1, err)) != GV_OK)
-                goto fail;
-            continue;
-        }
-        if (fstat(shm->fd, &st) != 0) {
-            rc = gv_error_set(err, GV_EIO, "%s: cannot stat: %s", path, strerror(errno));
-            goto fail;
-        }
-        if (st.st_size == (off_t)size && !half_made(shm->fd, &st))
-            break;
-        if (!half_made(shm->fd, &st)) {
-            rc = describe_bad_size(path, shm->fd, st.st_size, err);
-            goto fail;
-        }
-        if (!create) {
-            rc = gv_error_set(err, GV_EUNAVAILABLE,
-                              "%s: shared region is not initialised (left half-made)", path);
-            goto fail;
-        }
-        /* Replace the half-made file, unless a racing opener already did. */
-        struct stat now;
-        if (flock(shm->fd, LOCK_EX) == 0 && stat(path, &now) == 0 && now.st_dev == st.st_dev &&
-            now.st_ino == st.st_ino && fstat(shm->fd, &st) == 0 && half_made(shm->fd, &st)) {
-            rc = install_region(path, shm->fd, err);
-            if (rc != GV_OK)
-                goto fail;
-        }
-        close(shm->fd); /* drops the flock */
-        shm->fd = -1;
-    }
-    void *m = mmap(NULL, size, prot, MAP_SHARED, shm->fd, 0);
-    if (m == MAP_FAILED) {
-        rc = gv_error_set(err, GV_EIO, "%s: cannot map: %s", path, strerror(errno));
-        goto fail;
-    }
-    shm->r = m;
-    shm->st_dev = st.st_dev;
-    shm->st_ino = st.st_ino;
-    if ((rc = validate(path, shm->r, err)) != GV_OK)
-        goto fail;
-    *out = shm;
-    return GV_OK;
-
-fail:
-    if (shm->r != NULL)
-        munmap(shm->r, size);
-    if (shm->fd >= 0)
-        close(shm->fd);
-    free(shm->path);
-    free(shm);
-    return rc;
-}
-
-void gv_shm_close(struct gv_shm *shm)
-{
-    if (shm == NULL)
-        return;
-    if (!shm->readonly && shm->slot >= 0 && region_lock(shm) == 0) {
-        struct gv_shm_proc *p = &shm->r->procs[shm->slot];
-        if (atomic_load(&p->pid) == shm->pid) {
-            clear_slot(p);
-            atomic_store(&p->pid, 0);
-        }
-        recompute_totals(shm->r);
-        region_unlock(shm);
-    }
-    munmap(shm->r, sizeof(struct gv_shm_region));
-    if (shm->fd >= 0)
-        close(shm->fd);
-    free(shm->path);
-    free(shm);
-}
 
 const struct gv_shm_region *gv_shm_region(const struct gv_shm *shm) { return shm->r; }
 
@@ -813,7 +359,7 @@ gv_status gv_shm_proc_attach(struct gv_shm *shm, int32_t pid, int32_t priority,
         clear_slot(p);
         p->start_time = start;
         p->priority = priority;
-        atomic_store(&p->heartbeat_ns, now_ns());
+        atomic_store(&p->heartbeat_ns, shm_now_ns());
         recompute_totals(shm->r);
         shm->slot = mine;
         cover_slot(shm->r, mine);
@@ -826,7 +372,7 @@ gv_status gv_shm_proc_attach(struct gv_shm *shm, int32_t pid, int32_t priority,
         clear_slot(p);
         p->start_time = start;
         p->priority = priority;
-        atomic_store(&p->heartbeat_ns, now_ns());
+        atomic_store(&p->heartbeat_ns, shm_now_ns());
         atomic_store(&p->pid, pid);
         shm->slot = i;
         cover_slot(shm->r, i);
@@ -965,7 +511,7 @@ gv_status gv_shm_mem_reserve(struct gv_shm *shm, int dev, uint64_t bytes, enum g
         if (managed_out != NULL)
             *managed_out = as_managed;
         region_unlock(shm);
-        atomic_store(&p->heartbeat_ns, now_ns());
+        atomic_store(&p->heartbeat_ns, shm_now_ns());
         return GV_OK;
     }
     return GV_ENOFIT;

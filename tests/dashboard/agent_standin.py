@@ -1,6 +1,6 @@
 """Node-agent stand-ins for the observability tests: HTTP servers serving
 /metrics in gpuvisor-node's names (docs/observability.md; the agent's
-src/node/monitor.c) with usage derived from the known cluster
+src/node/monitor/monitor.c) with usage derived from the known cluster
 (cluster_fixture.py), or HAMi's names only.  The kube-apiserver stand-in
 reaches them through its pod proxy (kubectl gpuvisor top); the scheduler's
 dashboard reads them by pod IP."""

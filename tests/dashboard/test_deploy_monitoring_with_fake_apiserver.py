@@ -113,7 +113,7 @@ exprs = [tg["expr"] for p in dash.get("panels", []) for tg in p.get("targets", [
 t.ok(len(exprs) >= 10 and dash.get("uid") == "gpuvisor-slices", "dashboard JSON parses, %d queries" % len(exprs))
 
 # every series a query names exists: the scheduler's from a live scrape,
-# the node agent's from the names it exports (src/node/monitor.c on the
+# the node agent's from the names it exports (src/node/monitor/monitor.c on the
 # node-metrics branch; docs/observability.md)
 NODE_AGENT = {"gpuvisor_container_gpu_memory_used_bytes", "gpuvisor_container_gpu_memory_limit_bytes",
               "gpuvisor_container_gpu_compute_share_achieved_ratio",

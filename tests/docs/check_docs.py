@@ -58,7 +58,7 @@ DOC_PROGRAMS = {
 }
 # Where a doc's configuration keys are parsed, and whether case matters.
 DOC_SOURCES = {
-    "docs/node-agent.md": (["src/node/config.c"], False),
+    "docs/node-agent.md": (["src/node/config/config.c"], False),
     "docs/scheduler.md": (["src/scheduler/config.c"], True),
 }
 PROGRAM_RE = re.compile(r"(?<![\w./-])(?:build/bin/)?(gpuvisor(?:-node|-scheduler)?)(?![\w.-])"
@@ -305,7 +305,7 @@ def check_config_keys(tap, root, docs):
         # <placeholder>, is in a string literal somewhere in src/; paths and
         # "..." abbreviations are not keys
         if all_lits is None:
-            lits = c_literals(glob.glob(os.path.join(root, "src", "*", "*.[ch]")))
+            lits = c_literals(glob.glob(os.path.join(root, "src", "**", "*.[ch]"), recursive=True))
             all_lits = "\n".join(lits)
             all_lits_q = "\n".join('"%s"' % l for l in lits)
         for lineno, key in keys:
@@ -320,7 +320,7 @@ def check_config_keys(tap, root, docs):
 
 
 def check_metrics(tap, root, docs):
-    srcs = glob.glob(os.path.join(root, "src", "*", "*.c"))
+    srcs = glob.glob(os.path.join(root, "src", "**", "*.c"), recursive=True)
     lits = c_literals(srcs)
     bad, n = [], 0
     for doc in docs:

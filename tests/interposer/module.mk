@@ -54,9 +54,9 @@ fuzz_prio_board_SRCS := tests/interposer/test_throttle_fuzz_prio.c src/interpose
                         src/common/gv_error.c src/common/gv_log.c
 
 FUZZ_TARGETS += fuzz_shm
-fuzz_shm_SRCS := tests/interposer/fuzz_shm.c src/shm/gv_shm.c src/common/gv_error.c
+fuzz_shm_SRCS := tests/interposer/fuzz_shm.c $(wildcard src/shm/*.c) src/common/gv_error.c
 
 # A hostile process writing arbitrary bytes into the region another
 # process holds charges in: no crash, no hang, no limit raised.
 FUZZ_TARGETS += fuzz_shm_hostile
-fuzz_shm_hostile_SRCS := tests/interposer/fuzz_shm_hostile.c src/shm/gv_shm.c src/common/gv_error.c
+fuzz_shm_hostile_SRCS := tests/interposer/fuzz_shm_hostile.c $(wildcard src/shm/*.c) src/common/gv_error.c

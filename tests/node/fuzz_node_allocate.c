@@ -17,7 +17,7 @@
 
 #include "common/gv_log.h"
 #include "deviceplugin.pb-c.h"
-#include "node/gv_allocator.h"
+#include "node/allocate/gv_allocator.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "node/gv_config.h"
+#include "node/config/gv_config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "common/gv_log.h"
-#include "node/gv_grpc.h"
+#include "node/kubelet/gv_grpc.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

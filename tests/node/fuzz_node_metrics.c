@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "node/gv_metrics.h"
-#include "node/gv_monitor.h"
-#include "node/monitor_internal.h"
+#include "node/monitor/gv_metrics.h"
+#include "node/monitor/gv_monitor.h"
+#include "node/monitor/monitor_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -24,8 +24,8 @@
 
 #include "common/gv_log.h"
 #include "deviceplugin.pb-c.h"
-#include "node/gv_plugin.h"
-#include "node/gv_registrar.h"
+#include "node/kubelet/gv_plugin.h"
+#include "node/kubelet/gv_registrar.h"
 
 static struct gv_plugin *plugin;
 static struct gv_plugin_device *devs;

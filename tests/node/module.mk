@@ -48,32 +48,31 @@ TEST_SCRIPTS += tests/node/test_node_modes.py
 # Fuzz targets: bytes from a socket peer (HTTP/2 + gRPC framing), the
 # inventory annotation and the node config file.
 FUZZ_TARGETS += fuzz_node_grpc_server fuzz_node_inventory fuzz_node_config fuzz_node_allocate
-fuzz_node_grpc_server_SRCS := tests/node/fuzz_node_grpc_server.c src/node/grpc_server.c \
-	src/node/grpc_frame.c src/node/loop.c src/common/gv_buf.c src/common/gv_error.c src/common/gv_log.c
+fuzz_node_grpc_server_SRCS := tests/node/fuzz_node_grpc_server.c src/node/kubelet/grpc_server.c \
+	src/node/kubelet/grpc_frame.c src/node/loop/loop.c src/common/gv_buf.c src/common/gv_error.c src/common/gv_log.c
 fuzz_node_grpc_server_LDLIBS := $(shell $(PKG_CONFIG) --libs libnghttp2)
 fuzz_node_inventory_SRCS := tests/node/fuzz_node_inventory.c src/contracts/inventory.c \
 	src/common/gv_error.c
 fuzz_node_inventory_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
-fuzz_node_config_SRCS := tests/node/fuzz_node_config.c src/node/config.c src/node/passthrough.c \
+fuzz_node_config_SRCS := tests/node/fuzz_node_config.c src/node/config/config.c $(wildcard src/node/passthrough/*.c) \
 	src/contracts/inventory.c \
-	src/node/monitor_record.c src/common/gv_log.c src/common/gv_error.c \
+	src/node/monitor/monitor_record.c src/common/gv_log.c src/common/gv_error.c \
 	src/common/gv_file.c
 fuzz_node_config_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson) -ldl
 # What the monitor parses: /proc/<pid>/cgroup text, container records, HTTP request heads.
 FUZZ_TARGETS += fuzz_node_metrics
-fuzz_node_metrics_SRCS := tests/node/fuzz_node_metrics.c src/node/monitor.c src/node/monitor_record.c \
-	src/node/metrics_http.c \
-	src/shm/gv_shm.c src/common/gv_buf.c src/common/gv_error.c src/common/gv_log.c src/common/gv_file.c \
+fuzz_node_metrics_SRCS := tests/node/fuzz_node_metrics.c $(wildcard src/node/monitor/*.c) \
+	$(wildcard src/shm/*.c) src/common/gv_buf.c src/common/gv_error.c src/common/gv_log.c src/common/gv_file.c \
 	$(wildcard src/kube/*.c)
 fuzz_node_metrics_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) -lpthread
 # Pods from the API server through Allocate's pod selection and answer.
-fuzz_node_allocate_SRCS := tests/node/fuzz_node_allocate.c src/node/allocator.c src/node/answer.c \
-	src/node/ctr_state.c src/node/config.c \
-	src/node/passthrough.c \
-	$(wildcard src/node/mode*.c) \
-	src/node/monitor_record.c src/node/direct.c src/node/cdi.c \
-	src/node/loop.c src/contracts/inventory.c src/contracts/podspec.c src/contracts/placement.c \
-	src/contracts/gpushare.c src/shm/gv_shm.c \
+fuzz_node_allocate_SRCS := tests/node/fuzz_node_allocate.c $(wildcard src/node/allocate/*.c) src/node/modes/answer.c \
+	src/node/config/config.c \
+	$(wildcard src/node/passthrough/*.c) \
+	$(wildcard src/node/modes/mode*.c) \
+	src/node/monitor/monitor_record.c src/node/discovery/cdi.c \
+	src/node/loop/loop.c src/contracts/inventory.c src/contracts/podspec.c src/contracts/placement.c \
+	src/contracts/gpushare.c $(wildcard src/shm/*.c) \
 	$(wildcard src/alloc/*.c) \
 	$(wildcard src/kube/*.c) \
 	src/common/gv_buf.c src/common/gv_error.c src/common/gv_log.c src/common/gv_file.c \

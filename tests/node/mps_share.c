@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "node/gv_gpus.h"
-#include "node/gv_mode.h"
+#include "node/discovery/gv_gpus.h"
+#include "node/modes/gv_mode.h"
 
 int main(int argc, char **argv)
 {

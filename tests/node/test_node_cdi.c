@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "node/gv_cdi.h"
+#include "node/discovery/gv_cdi.h"
 
 static char root[512];
 

@@ -15,8 +15,8 @@
 
 #include <cmocka.h>
 
-#include "node/gv_gpus.h"
-#include "node/gv_publisher.h"
+#include "node/discovery/gv_gpus.h"
+#include "node/discovery/gv_publisher.h"
 
 struct fake_gpu {
     const char *model;
@@ -276,7 +276,7 @@ static void test_gfd_labels_independent_of_gpu_order(void **state)
 }
 
 /*
- * migStrategy single as the agent publishes it (src/node/mig_inventory.c):
+ * migStrategy single as the agent publishes it (src/node/modes/mig_inventory.c):
  * the MIG-enabled GPU's entry replaced by one entry per MIG device, mode
  * mig, mig false, the parent's index and model.  GFD sees the parent: the
  * labels are those of the parent form, the gpuvisor mode label aside.

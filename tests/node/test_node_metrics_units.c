@@ -17,10 +17,10 @@
 
 #include "alloc/gv_alloc.h"
 #include "common/gv_file.h"
-#include "node/gv_config.h"
-#include "node/gv_metrics.h"
-#include "node/gv_monitor.h"
-#include "node/monitor_internal.h"
+#include "node/config/gv_config.h"
+#include "node/monitor/gv_metrics.h"
+#include "node/monitor/gv_monitor.h"
+#include "node/monitor/monitor_internal.h"
 #include "shm/gv_shm.h"
 
 #define UID "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0"

@@ -17,8 +17,8 @@
 
 #include <cmocka.h>
 
-#include "node/gv_config.h"
-#include "node/gv_gpus.h"
+#include "node/config/gv_config.h"
+#include "node/discovery/gv_gpus.h"
 
 static char dir[512], gpu_cfg[600], mig_cfg[600], lib[600];
 

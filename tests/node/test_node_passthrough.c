@@ -1,5 +1,5 @@
 /*
- * Passthrough and mediated devices (src/node/passthrough.c) against the
+ * Passthrough and mediated devices (src/node/passthrough/passthrough.c) against the
  * fake sysfs tree (tests/fakes/sysfs): names from a pci.ids excerpt, IOMMU
  * group integrity, Allocate device specs and environment, hot removal, and
  * the binding helper driven through the fake PCI core.
@@ -21,9 +21,9 @@
 
 #include "contracts/inventory.h"
 #include "contracts/podspec.h"
-#include "node/gv_config.h"
+#include "node/config/gv_config.h"
 #include "fake_sysfs.h"
-#include "node/gv_passthrough.h"
+#include "node/passthrough/gv_passthrough.h"
 
 #define PCI_IDS "tests/fakes/sysfs/pci.ids"
 #define H100 "nvidia.com/GH100_H100_PCIE"

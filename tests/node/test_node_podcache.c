@@ -23,7 +23,7 @@
 
 #include "common/gv_log.h"
 #include "deviceplugin.pb-c.h"
-#include "node/gv_allocator.h"
+#include "node/allocate/gv_allocator.h"
 
 #define G0 "GPU-11111111-2222-4333-8444-000000000000"
 #define G1 "GPU-11111111-2222-4333-8444-000000000001"

@@ -16,11 +16,11 @@
 #include <unistd.h>
 
 #include "contracts/inventory.h"
-#include "node/gv_config.h"
-#include "node/gv_mode.h"
-#include "node/gv_gpus.h"
-#include "node/gv_grpc.h"
-#include "node/gv_publisher.h"
+#include "node/config/gv_config.h"
+#include "node/modes/gv_mode.h"
+#include "node/discovery/gv_gpus.h"
+#include "node/kubelet/gv_grpc.h"
+#include "node/discovery/gv_publisher.h"
 
 #define U0 "GPU-11111111-2222-4333-8444-000000000000"
 

@@ -10,7 +10,7 @@
 #include <cmocka.h>
 
 #include "common/gv_file.h"
-#include "node/gv_config.h"
+#include "node/config/gv_config.h"
 #include "scheduler/gv_scheduler.h"
 
 static void test_node_config_parses(void **state)

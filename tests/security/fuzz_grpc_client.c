@@ -1,6 +1,6 @@
 /*
  * Fuzz target: responses to the node agent's gRPC client
- * (src/node/grpc_client.c, used for Registration.Register with the
+ * (src/node/kubelet/grpc_client.c, used for Registration.Register with the
  * kubelet).  The input is what the peer on the socket answers: HTTP/2
  * frames (SETTINGS, HEADERS with HPACK, DATA with gRPC framing, trailers),
  * served by a peer thread on a unix socket after it reads the request.
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "common/gv_log.h"
-#include "node/gv_grpc.h"
+#include "node/kubelet/gv_grpc.h"
 #include "fuzz_peer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -41,8 +41,8 @@ fuzz_kube_list_pages_CFLAGS := -Itests/security
 fuzz_kube_list_pages_LDLIBS := $(kube_LDLIBS)
 
 FUZZ_TARGETS += fuzz_grpc_client
-fuzz_grpc_client_SRCS := tests/security/fuzz_grpc_client.c src/node/grpc_client.c src/node/loop.c \
-	src/node/grpc_frame.c src/common/gv_buf.c src/common/gv_error.c src/common/gv_log.c
+fuzz_grpc_client_SRCS := tests/security/fuzz_grpc_client.c src/node/kubelet/grpc_client.c src/node/loop/loop.c \
+	src/node/kubelet/grpc_frame.c src/common/gv_buf.c src/common/gv_error.c src/common/gv_log.c
 fuzz_grpc_client_CFLAGS := -Itests/security
 fuzz_grpc_client_LDLIBS := $(shell $(PKG_CONFIG) --libs libnghttp2)
 

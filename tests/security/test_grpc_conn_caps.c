@@ -20,8 +20,8 @@
 #include <unistd.h>
 
 #include "common/gv_log.h"
-#include "node/gv_grpc.h"
-#include "node/gv_loop.h"
+#include "node/kubelet/gv_grpc.h"
+#include "node/loop/gv_loop.h"
 
 static char dir[] = "/tmp/gv-test-grpccap-XXXXXX";
 static char path[96];

@@ -1,0 +1,36 @@
+/*
+ * Private to the extender's HTTP handlers: handlers.c (bind, the webhook,
+ * registration of every route), filter.c (filter and prioritize) and
+ * health_metrics.c (/healthz, /readyz, /metrics) share these helpers.
+ */
+#ifndef GV_SCHED_HANDLERS_INTERNAL_H
+#define GV_SCHED_HANDLERS_INTERNAL_H
+
+#include "scheduler/sched_internal.h"
+
+#define ANN_ASSIGNMENT GV_ALLOC_ASSIGNMENT_ANNOTATION
+#define ANN_ASSIGNED_NODE "gpuvisor.io/assigned-node"
+#define ANN_ASSIGNED_AT "gpuvisor.io/assigned-at"
+
+/* filter.c */
+char *encode_assignment(const struct gv_alloc_assignment *a);
+void handle_filter(void *ctx, const struct gv_http_request *hreq,
+                   struct gv_http_response *resp);
+void handle_prioritize(void *ctx, const struct gv_http_request *hreq,
+                       struct gv_http_response *resp);
+
+/* handlers.c */
+const char *meta(json_t *obj, const char *key);
+void note_pending(struct gv_sched *s, json_t *pod, enum pending_reason why);
+void respond_json(struct gv_http_response *resp, char *text);
+extern const char *const pending_labels[PENDING_COUNT];
+
+/* health_metrics.c */
+void handle_healthz(void *ctx, const struct gv_http_request *hreq,
+                    struct gv_http_response *resp);
+void handle_readyz(void *ctx, const struct gv_http_request *hreq,
+                   struct gv_http_response *resp);
+void handle_metrics(void *ctx, const struct gv_http_request *hreq,
+                    struct gv_http_response *resp);
+
+#endif

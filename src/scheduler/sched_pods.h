@@ -1,0 +1,37 @@
+/*
+ * Private to the scheduler's cluster state: sched.c (nodes, pods, the truth
+ * table, life cycle) and self_check.c (the periodic check of the engine's
+ * accounting against the caches) share these helpers.
+ */
+#ifndef GV_SCHED_PODS_H
+#define GV_SCHED_PODS_H
+
+#include "scheduler/sched_internal.h"
+
+#define ANN_ASSIGNMENT GV_ALLOC_ASSIGNMENT_ANNOTATION
+#define ANN_ASSIGNED_NODE "gpuvisor.io/assigned-node"
+#define ANN_ASSIGNED_AT "gpuvisor.io/assigned-at"
+
+/*
+ * A truth-table entry is packed in one JSON string, "B\tAT\tRV\tNS\tNAME\tTEXT"
+ * (B: 1 when bound; AT: assigned-at, epoch seconds; TEXT: the assignment):
+ * ~250 bytes a pod, where a JSON object of the same fields cost ~800.
+ */
+struct truth {
+    bool bound;
+    time_t at;
+    char rv[32];
+    char ns[GV_ALLOC_NODE_MAX], name[GV_ALLOC_NODE_MAX];
+    const char *text; /* into the entry */
+};
+
+/* sched.c */
+bool truth_get(json_t *t, struct truth *o);
+const char *truth_live(struct gv_sched *s, json_t *t, time_t wall);
+bool encoded_placeable(struct gv_sched *s, const char *text);
+void expire_locked(struct gv_sched *s, double now, time_t wall);
+
+/* self_check.c */
+void node_replace(struct gv_sched *s, const char *node);
+
+#endif
