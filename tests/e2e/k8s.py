@@ -26,7 +26,6 @@ PKI = os.path.join(RUN, "pki")
 LOGS = os.path.join(RUN, "logs")
 ADMIN_CONF = os.path.join(RUN, "kubeconfig", "admin.conf")
 LOCK = "/var/tmp/gv-k8s.lock"
-API_HOST, API_PORT = "127.0.0.1", 6443
 
 
 def log(msg):
@@ -48,18 +47,55 @@ class Lock:
         self.f.close()
 
 
+def kubeconfig():
+    """The kubeconfig in use: $KUBECONFIG's (another cluster), else the
+    harness's admin one."""
+    return os.environ.get("KUBECONFIG") or ADMIN_CONF
+
+
 class Api:
-    """kube-apiserver over HTTPS with the admin client certificate."""
+    """kube-apiserver over HTTPS with the kubeconfig's credentials (client
+    certificate or token; files or inline data)."""
 
     def __init__(self):
-        self.ctx = ssl.create_default_context(cafile=os.path.join(PKI, "ca.crt"))
-        self.ctx.load_cert_chain(os.path.join(PKI, "admin.crt"), os.path.join(PKI, "admin.key"))
+        import base64
+        import tempfile
+        import urllib.parse
+        import yaml
+        with open(kubeconfig()) as f:
+            kc = yaml.safe_load(f)
+        ctxname = kc.get("current-context")
+        ctx = next(c["context"] for c in kc["contexts"] if c["name"] == ctxname)
+        cl = next(c["cluster"] for c in kc["clusters"] if c["name"] == ctx["cluster"])
+        us = next(u["user"] for u in kc["users"] if u["name"] == ctx["user"]) or {}
+        self.tmp = tempfile.mkdtemp(prefix="gv-e2e-kc.")
+
+        def path(d, key):
+            if d.get(key):
+                return d[key]
+            if d.get(key + "-data"):
+                p = os.path.join(self.tmp, key)
+                with open(p, "wb") as f:
+                    f.write(base64.b64decode(d[key + "-data"]))
+                return p
+            return None
+        u = urllib.parse.urlparse(cl["server"])
+        self.host, self.port = u.hostname, u.port or 443
+        ca = path(cl, "certificate-authority")
+        self.ctx = ssl.create_default_context(cafile=ca)
+        if cl.get("insecure-skip-tls-verify"):
+            self.ctx.check_hostname = False
+            self.ctx.verify_mode = ssl.CERT_NONE
+        crt, key = path(us, "client-certificate"), path(us, "client-key")
+        if crt and key:
+            self.ctx.load_cert_chain(crt, key)
+        self.token = us.get("token")
         self.local = threading.local()
 
     def _conn(self):
         c = getattr(self.local, "c", None)
         if c is None:
-            c = http.client.HTTPSConnection(API_HOST, API_PORT, context=self.ctx, timeout=60)
+            c = http.client.HTTPSConnection(self.host, self.port, context=self.ctx, timeout=60)
             self.local.c = c
         return c
 
@@ -69,8 +105,10 @@ class Api:
         for attempt in range(2):
             c = self._conn()
             try:
-                c.request(method, path, body=data,
-                          headers={"Content-Type": ctype, "Accept": "application/json"})
+                h = {"Content-Type": ctype, "Accept": "application/json"}
+                if self.token:
+                    h["Authorization"] = "Bearer " + self.token
+                c.request(method, path, body=data, headers=h)
                 r = c.getresponse()
                 raw = r.read()
                 try:
@@ -95,7 +133,7 @@ class Api:
 
 
 def kubectl(*args, check=True, capture=True, input=None):
-    r = subprocess.run([os.path.join(BIN, "kubectl"), "--kubeconfig", ADMIN_CONF] + list(args),
+    r = subprocess.run([os.path.join(BIN, "kubectl"), "--kubeconfig", kubeconfig()] + list(args),
                        capture_output=capture, text=True, input=input)
     if check and r.returncode != 0:
         raise RuntimeError("kubectl %s: %s" % (" ".join(args), (r.stderr or "")[-600:]))

@@ -4,8 +4,9 @@ real pods, real images, the real kubelet and the real kube-scheduler.
 
 The cluster: ../shared/k8s's loopback Kubernetes v1.20.2 (started here and
 stopped at the end), or any cluster KUBECONFIG names (then nothing is started
-or stopped, and the cluster must already have a pod network, the images and
-a node labelled for the agent).  On the loopback cluster this adds what its
+or stopped, and the cluster must already have a pod network and the images,
+and this machine must be its node GV_E2E_NODE: the fakes are mounted from
+here).  On the loopback cluster this adds what its
 README says it lacks: a pod network (Debian's CNI plugins: bridge +
 host-local + portmap on 10.244.0.0/16, the pod CIDR deploy/'s
 network-policy.yaml names), kube-proxy (iptables mode), the "kubernetes"
@@ -44,6 +45,9 @@ NS = "gpuvisor-system"
 POD_CIDR = "10.244.0.0/16"
 BRIDGE, GATEWAY = "gve2e0", "10.244.0.1"
 VERSION = "0.1.0"
+# the node the agent runs on (this machine): the harness's "vm", or
+# GV_E2E_NODE on a $KUBECONFIG cluster
+NODE = os.environ.get("GV_E2E_NODE", "vm")
 MIB = 1 << 20
 
 results = []
@@ -108,7 +112,7 @@ def add_pod_network(api):
         json.dump(conf, f)
     ready, _ = wait("node vm Ready", lambda: any(
         c["type"] == "Ready" and c["status"] == "True"
-        for c in api.ok("GET", "/api/v1/nodes/vm")["status"]["conditions"]), 90)
+        for c in api.ok("GET", "/api/v1/nodes/" + NODE)["status"]["conditions"]), 90)
     if not ready:
         raise RuntimeError("node vm did not turn Ready with the pod network")
     k8s.untaint(api, "vm")
@@ -172,7 +176,7 @@ def import_images():
 
 def install():
     """docs/install.md "Install", steps 1, 2, 4, 5 (step 3 is reading)."""
-    kubectl("label", "node", "vm", "gpuvisor.io/gpu-node=true", "--overwrite")  # step 1
+    kubectl("label", "node", NODE, "gpuvisor.io/gpu-node=true", "--overwrite")  # step 1
     kubectl("create", "namespace", NS)  # step 2
     key = sh("openssl rand -hex 32").strip()
     kubectl("-n", NS, "create", "secret", "generic", "gpuvisor-placement-key",
@@ -288,9 +292,9 @@ def run_checks(api):
     out = install()
     t_ready = wait_running()
     # -- the DaemonSet registers and advertises
-    inv, t_inv = wait("node inventory", lambda: (api.ok("GET", "/api/v1/nodes/vm")["metadata"]
+    inv, t_inv = wait("node inventory", lambda: (api.ok("GET", "/api/v1/nodes/" + NODE)["metadata"]
                                                  .get("annotations") or {}).get("gpuvisor.io/node-gpus"), 120)
-    alloc, t_alloc = wait("allocatable nvidia.com/gpu", lambda: api.ok("GET", "/api/v1/nodes/vm")
+    alloc, t_alloc = wait("allocatable nvidia.com/gpu", lambda: api.ok("GET", "/api/v1/nodes/" + NODE)
                           ["status"].get("allocatable", {}).get("nvidia.com/gpu"), 120)
     t_inv += t_alloc
     n_gpus = len(json.loads(inv)["gpus"]) if inv else 0
@@ -458,8 +462,8 @@ def run_checks(api):
         kubectl("-n", "gpuvisor-cleanup", "rollout", "status", "ds/gpuvisor-node-cleanup",
                 "--timeout=180s", check=False)
         kubectl("delete", "-k", cleanup, check=False)
-    kubectl("label", "node", "vm", "gpuvisor.io/gpu-node-", check=False)
-    kubectl("annotate", "node", "vm", "gpuvisor.io/node-gpus-", "gpuvisor.io/node-heartbeat-",
+    kubectl("label", "node", NODE, "gpuvisor.io/gpu-node-", check=False)
+    kubectl("annotate", "node", NODE, "gpuvisor.io/node-gpus-", "gpuvisor.io/node-heartbeat-",
             check=False)
     host_left = [h for h in host if os.path.exists(h)]
     check("uninstall leaves no host files of ours", not host_left,
@@ -525,9 +529,7 @@ def main():
         if not os.path.exists(need):
             print("FAIL e2e: %s missing (make e2e builds it)" % need)
             return 1
-    own = "KUBECONFIG" not in os.environ
-    if not own:
-        os.environ.setdefault("GV_E2E_KUBECONFIG", os.environ["KUBECONFIG"])
+    own = not os.environ.get("KUBECONFIG")
     t0 = time.time()
     signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
     with k8s.Lock():
