@@ -15,7 +15,7 @@ import cluster_fixture  # noqa: E402
 import obs_stand  # noqa: E402
 from obs_stand import gvtest  # noqa: E402
 
-NODES = 1000
+NODES = int(os.environ.get("GV_BENCH_NODES", "1000"))  # GV_BENCH_NODES=5000: the issue-27 size
 
 
 def nodes():

@@ -19,8 +19,14 @@ BENCH_PROGS += bench_index
 bench_index_SRCS := bench/bench_index.c
 bench_index_LIBS := sim contracts alloc common
 bench_index_LDLIBS = $(contracts_LDLIBS)
+# Defragmentation planning at 5,000 nodes (goal: under 2 s).
+BENCH_PROGS += bench_defrag
+bench_defrag_SRCS := bench/bench_defrag.c
+bench_defrag_LIBS := alloc common
 # gpuvisor simulate: openb replay speed and quality over every bundled trace.
 BENCH_SCRIPTS += bench/bench_simulate.sh
+# gpuvisor simulate --defrag-every: churn replay with and without defragmentation.
+BENCH_SCRIPTS += bench/bench_simulate_defrag.sh
 # gpuvisor-scheduler: /metrics (with and without HAMi's names) and the
 # dashboard's /api/state at 1,000 nodes x 8 GPUs.
 BENCH_SCRIPTS += bench/bench_scheduler_metrics.sh

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "cli/cmd_simulate_churn.h"
 #include "cli/commands.h"
 #include "common/gv_file.h"
 #include "sim/gv_sim.h"
@@ -26,7 +27,8 @@ static void usage(FILE *out)
             "                         [--policy binpack|spread|bestfit|fgd|all]\n"
             "                         [--seed N | --seeds A-B | --seeds N] [--inflate X]\n"
             "                         [--topology nvlink=N,pcie=M] [--shuffle-nodes]\n"
-            "                         [--csv OUT.csv] [--plot OUT.svg]\n\n"
+            "                         [--csv OUT.csv] [--plot OUT.svg]\n"
+            "                         [--defrag-every N [--churn load=P,lifetimes=K,moves=M]]\n\n"
             "Replays a trace through the allocation engine with the openb protocol and\n"
             "prints allocated vs arrived GPU share per policy (mean +- sd over seeds).\n"
             "  --nodes, --pods  openb CSV (node/pod lists) or `kubectl get ... -o json` dumps\n"
@@ -43,6 +45,10 @@ static void usage(FILE *out)
             "  --shuffle-nodes  prefix node names with a per-seed random permutation, as the\n"
             "                   FGD paper's artifact does (ties go to the smallest name)\n"
             "  --csv, --plot    also write per-seed curves (CSV) / a chart (SVG)\n"
+            "  --defrag-every   churn replay instead: pods depart, and every N arrivals the\n"
+            "                   defrag planner moves pods; compared with no defragmentation\n"
+            "  --churn          its offered load in %% of capacity (90), lifetimes replayed\n"
+            "                   after the warm-up (10) and moves a pass (10)\n"
             "Every report ends with an offline reference: an oracle that sees the whole\n"
             "workload in advance and a lower bound on unallocated GPUs.\n");
 }
@@ -154,7 +160,11 @@ int gv_cmd_simulate(int argc, char **argv)
         {"from-cluster", required_argument, NULL, 'C'},
         {"topology", required_argument, NULL, 'T'},
         {"shuffle-nodes", no_argument, NULL, 'S'},
+        {"defrag-every", required_argument, NULL, 'D'},
+        {"churn", required_argument, NULL, 'K'},
         {NULL, 0, NULL, 0}};
+    struct gv_sim_churn_opts churn = {.load = 0.9, .lifetimes = 10, .max_moves = 10};
+    const char *churn_spec = NULL;
     const char *nodes = NULL, *pods = NULL, *synthetic = NULL, *csv = NULL, *plot = NULL;
     const char *dump = NULL, *topology = NULL;
     const char *policy = "all";
@@ -175,6 +185,16 @@ int gv_cmd_simulate(int argc, char **argv)
         case 'c': csv = optarg; break;
         case 'o': plot = optarg; break;
         case 'S': shuffle = true; break;
+        case 'K': churn_spec = optarg; break;
+        case 'D': {
+            char *end = NULL;
+            unsigned long long v = strtoull(optarg, &end, 10);
+            if (end == optarg || *end != '\0' || optarg[0] == '-' || v == 0 || v > 100000000)
+                return bad_usage("--defrag-every wants a positive number of arrivals (got \"%s\")",
+                                 optarg);
+            churn.defrag_every = v;
+            break;
+        }
         case 'e':
             if (seed_given || !parse_u64(optarg, &seed_lo))
                 return bad_usage("--seed wants one non-negative integer (got \"%s\")", optarg);
@@ -234,6 +254,12 @@ int gv_cmd_simulate(int argc, char **argv)
 
     int status = 2;
     struct gv_error err = {0};
+    if (churn_spec != NULL && churn.defrag_every == 0)
+        return bad_usage("%s", "--churn goes with --defrag-every");
+    if (churn_spec != NULL && gv_sim_churn_parse(churn_spec, &churn, &err) != GV_OK)
+        return bad_usage("%s", err.msg);
+    if (churn.defrag_every > 0 && (csv != NULL || plot != NULL))
+        return bad_usage("%s", "--defrag-every prints a table only (no --csv, --plot)");
     struct gv_sim_trace *t = NULL;
     struct gv_sim_buf table = {0}, csvb = {0}, svg = {0};
     char title[512];
@@ -268,6 +294,12 @@ int gv_cmd_simulate(int argc, char **argv)
     if (topology != NULL && gv_sim_set_topology(t, topology, &err) != GV_OK) {
         status = 2;
         goto fail;
+    }
+    if (churn.defrag_every > 0) {
+        status = gv_simulate_churn(t, title, rep.policies, rep.n_policies, seed_lo, seed_hi,
+                                   &churn);
+        gv_sim_trace_free(t);
+        return status;
     }
     rep.topology = gv_sim_trace_has_topology(t);
     gv_sim_trace_set_shuffle_names(t, shuffle);

@@ -135,6 +135,9 @@ static bool add_pod(struct kc_cluster *c, const struct gv_alloc_config *cfg, jso
     const char *text = gv_podspec_annotation(pod, GV_ALLOC_ASSIGNMENT_ANNOTATION);
     const char *uid = str_at(pod, "metadata", "uid");
     const char *bound = str_at(pod, "spec", "nodeName");
+    if (text == NULL && uid != NULL && (bound == NULL || *bound == '\0') &&
+        json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp") == NULL)
+        json_array_append(c->pending, pod); /* waiting to be placed: defrag may make room */
     if (text == NULL || uid == NULL)
         return false;
     struct kc_pod *p = &c->pods[c->n_pods];
@@ -157,7 +160,8 @@ static bool add_pod(struct kc_cluster *c, const struct gv_alloc_config *cfg, jso
     if (!gv_alloc_node_exists(c->engine, p->a->node) ||
         gv_alloc_place(c->engine, req, p->a, NULL) != GV_OK)
         goto skip;
-    gv_alloc_request_free(req);
+    p->req = req;
+    p->obj = json_incref(pod);
     json_t *containers = json_object_get(json_object_get(pod, "spec"), "containers");
     for (uint32_t k = 0; k < p->a->n_containers; k++) {
         size_t i;
@@ -240,7 +244,8 @@ int kc_cluster_load(struct gv_kube_client *kube, const struct kc_opts *o, struct
     json_t *ni = json_object_get(nodes, "items"), *pi = json_object_get(pods, "items");
     c->nodes = calloc(json_array_size(ni) + 1, sizeof(*c->nodes));
     c->pods = calloc(json_array_size(pi) + 1, sizeof(*c->pods));
-    if (c->nodes == NULL || c->pods == NULL) {
+    c->pending = json_array();
+    if (c->nodes == NULL || c->pods == NULL || c->pending == NULL) {
         gv_error_set(err, GV_ENOMEM, "out of memory");
         goto out;
     }
@@ -284,7 +289,10 @@ void kc_cluster_clear(struct kc_cluster *c)
         free(c->pods[i].name);
         free(c->pods[i].node);
         free(c->pods[i].a);
+        gv_alloc_request_free(c->pods[i].req);
+        json_decref(c->pods[i].obj);
     }
+    json_decref(c->pending);
     free(c->nodes);
     free(c->pods);
     gv_alloc_cluster_free(c->engine);

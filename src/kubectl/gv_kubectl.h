@@ -4,7 +4,8 @@
  * nodes with the agent's inventory (src/contracts), pods with their
  * assignments — into the allocation engine (src/alloc) through the shared
  * kube client (src/kube), and live usage from the node agents' /metrics
- * through the API server's pod proxy.  Read-only: it never writes.
+ * through the API server's pod proxy.  Read-only, except `defrag --apply`,
+ * which evicts pods through the Eviction API.
  */
 #ifndef GV_KUBECTL_H
 #define GV_KUBECTL_H
@@ -19,7 +20,8 @@
 
 /* Exit codes: 0 ok, 1 error talking to the cluster, 2 usage, 3 gpuvisor not
  * installed, 4 forbidden (RBAC). */
-enum { KC_OK = 0, KC_ERR = 1, KC_USAGE = 2, KC_NOT_INSTALLED = 3, KC_FORBIDDEN = 4 };
+enum { KC_OK = 0, KC_ERR = 1, KC_USAGE = 2, KC_NOT_INSTALLED = 3, KC_FORBIDDEN = 4,
+       KC_STOPPED = 5 };
 
 enum kc_output { KC_OUT_TABLE = 0, KC_OUT_WIDE, KC_OUT_JSON, KC_OUT_YAML };
 
@@ -32,6 +34,9 @@ struct kc_opts {
     const char *agent_port;     /* port (name or number) of their /metrics; NULL: "metrics" */
     const char *scheduler_name; /* spec.schedulerName of the pods gpuvisor places */
     long heartbeat_timeout_s;
+    long max_moves;             /* defrag: move budget */
+    bool apply;                 /* defrag: carry the plan out */
+    long move_timeout_s;        /* defrag --apply: wait for each replacement */
     FILE *out;
 };
 
@@ -53,6 +58,8 @@ struct kc_pod {
     bool bound;
     struct gv_alloc_assignment *a;
     size_t cidx[GV_ALLOC_MAX_CONTAINERS]; /* each assigned container's index in the spec */
+    struct gv_alloc_request *req; /* as parsed (uid set): what defrag re-places */
+    json_t *obj;                  /* the Pod (owner references, labels) */
 };
 
 struct kc_cluster {
@@ -62,6 +69,7 @@ struct kc_cluster {
     struct kc_pod *pods; /* sorted by namespace, name */
     size_t n_pods;
     size_t n_inventories;
+    json_t *pending; /* Pods of gpuvisor's scheduler not yet placed (array) */
 };
 
 /* Reads nodes and assigned pods.  Returns a KC_* code; msg says why. */
@@ -71,10 +79,19 @@ void kc_cluster_clear(struct kc_cluster *c);
 /* Classifies a kube error: KC_FORBIDDEN for HTTP 403, else KC_ERR. */
 int kc_kube_failure(const struct gv_error *err);
 
+/* A second client to the same server that never retries (main.c): an
+ * Eviction answered 429 is a disruption budget's no, not a busy server.
+ * 0 ok, -1 with err. */
+int kc_kube_client_once(const struct kc_opts *o, struct gv_kube_client **out,
+                        struct gv_kube_config **cfg, struct gv_error *err);
+
 /* ---- commands ---------------------------------------------------------- */
 
 int kc_inspect(struct gv_kube_client *kube, const struct kc_opts *o, const char *node);
 int kc_top(struct gv_kube_client *kube, const struct kc_opts *o, const char *what);
+/* defrag.c: plan (and with o->apply carry out) pod moves; KC_STOPPED when
+ * --apply stopped at a surprise. */
+int kc_defrag(struct gv_kube_client *kube, const struct kc_opts *o);
 
 /* ---- output (output.c) ------------------------------------------------- */
 

@@ -25,6 +25,10 @@ static void usage(FILE *out)
             "                            fragmentation (-d: the pods on each GPU)\n"
             "  top [pods|nodes|gpus]     live usage from the gpuvisor-node agents: memory\n"
             "                            used/limit, compute share achieved/target, GPU util\n"
+            "  defrag                    plan the fewest pod moves (evictions of controller-owned\n"
+            "                            pods, re-placed by the scheduler) that free the most\n"
+            "                            whole GPUs or let pending pods fit; --apply carries\n"
+            "                            the plan out one eviction at a time\n"
             "  version\n"
             "\n"
             "Options:\n"
@@ -43,8 +47,14 @@ static void usage(FILE *out)
             "      --agent-port PORT     their metrics port, number or name (default \"metrics\")\n"
             "      --heartbeat-timeout S agent heartbeat age that marks a node stale (90)\n"
             "      --scheduler-name NAME schedulerName of gpuvisor's pods (gpuvisor-scheduler)\n"
+            "      --max-moves N         defrag: at most N evictions (default 10)\n"
+            "      --apply               defrag: evict, one move at a time, checking each\n"
+            "                            replacement lands as planned; stops at the first\n"
+            "                            surprise (exit 5)\n"
+            "      --timeout S           defrag --apply: wait for each replacement (120)\n"
             "\n"
-            "Exit status: 0 ok, 1 error, 2 usage, 3 gpuvisor not installed, 4 forbidden (RBAC).\n");
+            "Exit status: 0 ok, 1 error, 2 usage, 3 gpuvisor not installed, 4 forbidden (RBAC),\n"
+            "5 defrag --apply stopped at a surprise.\n");
 }
 
 static bool is_file(const char *p)
@@ -85,6 +95,18 @@ static int load_config(const struct kc_opts *o, struct gv_kube_config **cfg, str
     return -1;
 }
 
+int kc_kube_client_once(const struct kc_opts *o, struct gv_kube_client **out,
+                        struct gv_kube_config **cfg, struct gv_error *err)
+{
+    *out = NULL;
+    *cfg = NULL;
+    if (load_config(o, cfg, err) != 0)
+        return -1;
+    (*cfg)->max_retries = 0;
+    (*cfg)->timeout_ms = 20000;
+    return gv_kube_client_new(*cfg, out, err) == GV_OK ? 0 : -1;
+}
+
 int main(int argc, char **argv)
 {
     enum {
@@ -94,7 +116,10 @@ int main(int argc, char **argv)
         OPT_AGENT_SEL,
         OPT_AGENT_PORT,
         OPT_HB,
-        OPT_SCHED_NAME
+        OPT_SCHED_NAME,
+        OPT_MAX_MOVES,
+        OPT_APPLY,
+        OPT_TIMEOUT
     };
     static const struct option opts[] = {
         {"details", no_argument, NULL, 'd'},
@@ -109,12 +134,17 @@ int main(int argc, char **argv)
         {"agent-port", required_argument, NULL, OPT_AGENT_PORT},
         {"heartbeat-timeout", required_argument, NULL, OPT_HB},
         {"scheduler-name", required_argument, NULL, OPT_SCHED_NAME},
+        {"max-moves", required_argument, NULL, OPT_MAX_MOVES},
+        {"apply", no_argument, NULL, OPT_APPLY},
+        {"timeout", required_argument, NULL, OPT_TIMEOUT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     struct kc_opts o = {.agent_selector = "app.kubernetes.io/name=gpuvisor-node",
                         .heartbeat_timeout_s = 90,
                         .scheduler_name = "gpuvisor-scheduler",
+                        .max_moves = 10,
+                        .move_timeout_s = 120,
                         .out = stdout};
     int c;
     while ((c = getopt_long(argc, argv, "do:n:As:h", opts, NULL)) != -1) {
@@ -149,6 +179,21 @@ int main(int argc, char **argv)
         case OPT_SCHED_NAME:
             o.scheduler_name = optarg;
             break;
+        case OPT_APPLY:
+            o.apply = true;
+            break;
+        case OPT_MAX_MOVES:
+        case OPT_TIMEOUT: {
+            char *end = NULL;
+            long v = strtol(optarg, &end, 10);
+            if (end == optarg || *end != '\0' || v < (c == OPT_TIMEOUT) || v > 100000) {
+                fprintf(stderr, "kubectl-gpuvisor: --%s %s: not a number in %d..100000\n",
+                        c == OPT_TIMEOUT ? "timeout" : "max-moves", optarg, c == OPT_TIMEOUT);
+                return KC_USAGE;
+            }
+            *(c == OPT_TIMEOUT ? &o.move_timeout_s : &o.max_moves) = v;
+            break;
+        }
         case OPT_HB: {
             char *end = NULL;
             o.heartbeat_timeout_s = strtol(optarg, &end, 10);
@@ -197,10 +242,13 @@ int main(int argc, char **argv)
         usage(stdout);
         return KC_OK;
     }
-    if ((strcmp(cmd, "inspect") != 0 && strcmp(cmd, "top") != 0) || optind < argc) {
+    bool is_defrag = strcmp(cmd, "defrag") == 0;
+    if ((strcmp(cmd, "inspect") != 0 && strcmp(cmd, "top") != 0 && !is_defrag) ||
+        optind < argc || (is_defrag && arg != NULL)) {
+        bool stray = optind < argc || (is_defrag && arg != NULL);
         fprintf(stderr, "kubectl-gpuvisor: %s '%s' (see kubectl gpuvisor --help)\n",
-                optind < argc ? "unexpected argument" : "unknown command",
-                optind < argc ? argv[optind] : cmd);
+                stray ? "unexpected argument" : "unknown command",
+                optind < argc ? argv[optind] : stray ? arg : cmd);
         return KC_USAGE;
     }
     struct gv_error err = {0};
@@ -220,7 +268,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "kubectl-gpuvisor: %s\n", err.msg);
         goto out;
     }
-    if (strcmp(cmd, "inspect") == 0) {
+    if (is_defrag) {
+        rc = kc_defrag(kube, &o);
+    } else if (strcmp(cmd, "inspect") == 0) {
         /* inspect shows every namespace unless one is asked for explicitly */
         if (o.namespace_ == cfg->namespace_)
             o.namespace_ = NULL;

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc/gv_defrag.h"
 #include "common/gv_log.h"
 #include "common/gv_version.h"
 #include "contracts/agent_usage.h"
@@ -665,8 +666,10 @@ void gv_sched_obs_write_metrics(struct gv_sched *s, FILE *f)
     if (o == NULL)
         return;
     pthread_mutex_lock(&s->lock);
-    struct gv_alloc_frag frag;
-    gv_alloc_cluster_fragmentation(s->cluster, &frag);
+    /* fragmentation and idle GPUs: what kubectl gpuvisor defrag recovers */
+    struct gv_defrag_state st;
+    gv_defrag_measure(s->cluster, NULL, 0, &st, NULL);
+    struct gv_alloc_frag frag = st.frag;
     pthread_mutex_lock(&o->lock);
     prune_reasons(s);
     fputs("# HELP gpuvisor_scheduler_filter_duration_seconds Time to answer a filter call, by "
@@ -701,8 +704,12 @@ void gv_sched_obs_write_metrics(struct gv_sched *s, FILE *f)
             "# HELP gpuvisor_cluster_gpu_fragmented_share Free GPU share the workload cannot "
             "use, in GPUs.\n"
             "# TYPE gpuvisor_cluster_gpu_fragmented_share gauge\n"
-            "gpuvisor_cluster_gpu_fragmented_share %g\n",
-            frag.ratio, frag.free_milli / 1000.0, frag.frag_milli / 1000.0);
+            "gpuvisor_cluster_gpu_fragmented_share %g\n"
+            "# HELP gpuvisor_cluster_idle_gpus Healthy GPUs no task holds (whole GPUs free; "
+            "kubectl gpuvisor defrag raises it).\n"
+            "# TYPE gpuvisor_cluster_idle_gpus gauge\n"
+            "gpuvisor_cluster_idle_gpus %u\n",
+            frag.ratio, frag.free_milli / 1000.0, frag.frag_milli / 1000.0, st.idle_gpus);
     if (!o->hami_off) {
         fputs("# HELP hami_vgpu_memory_allocated_bytes vGPU memory allocated from a container "
               "(HAMi name).\n# TYPE hami_vgpu_memory_allocated_bytes gauge\n",

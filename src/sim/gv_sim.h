@@ -134,6 +134,40 @@ struct gv_sim_reference {
 gv_status gv_sim_reference(const struct gv_sim_trace *t, uint64_t seed,
                            struct gv_sim_reference *out, struct gv_error *err);
 
+/*
+ * Churn replay with periodic defragmentation (docs/simulate.md, "Pods
+ * departing and defragmentation"): the protocol's arrivals, but each pod
+ * departs after a lifetime drawn uniformly in 1..2L arrivals, L chosen so
+ * that the offered GPU demand averages `load` x capacity.  Every
+ * defrag_every arrivals the engine's defragmentation planner
+ * (src/alloc/gv_defrag.h) moves up to max_moves pods (every pod movable).
+ * Figures are taken after a warm-up of 2L arrivals.
+ */
+struct gv_sim_churn_opts {
+    double load;           /* offered GPU demand, share of capacity (0 < load <= 3) */
+    uint64_t lifetimes;    /* arrivals replayed, in mean lifetimes after the warm-up (>= 1) */
+    uint64_t defrag_every; /* arrivals between defrag passes; 0 = never */
+    uint32_t max_moves;    /* moves per pass */
+};
+struct gv_sim_churn_result {
+    uint64_t arrivals, failed; /* after the warm-up */
+    double failed_pct;     /* GPU request of failed arrivals, % of GPU request arrived */
+    double alloc_pct;      /* allocated GPU share, % of capacity, mean over samples */
+    double frag_pct;       /* fragmented share of the free GPU share, %, mean over samples */
+    double idle_gpus;      /* GPUs no task holds, mean over samples */
+    uint64_t passes, moves;
+    double frag_recovered_pct; /* mean over passes of fragmentation before - after, points of % */
+    uint32_t idle_recovered;   /* GPUs freed by the passes, in all */
+    double plan_seconds;   /* CPU time in the planner, in all */
+    double seconds;
+};
+/* "load=90,lifetimes=10,moves=10" (load in percent) over the values in *o;
+ * GV_EINVAL naming the item on a bad spec, *o unchanged then. */
+gv_status gv_sim_churn_parse(const char *spec, struct gv_sim_churn_opts *o, struct gv_error *err);
+gv_status gv_sim_churn(const struct gv_sim_trace *t, gv_alloc_policy policy, uint64_t seed,
+                       const struct gv_sim_churn_opts *o, struct gv_sim_churn_result *out,
+                       struct gv_error *err);
+
 /* Seeded PRNG shared by the generator and the protocol (xoshiro256**). */
 struct gv_sim_rng {
     uint64_t s[4];

@@ -350,6 +350,31 @@ static gv_status replay_names(const struct gv_sim_trace *t, uint64_t seed, char 
     return GV_OK;
 }
 
+gv_status sim_engine_nodes(const struct gv_sim_trace *t, const char *const *names,
+                           struct gv_alloc_cluster *c, struct gv_error *err)
+{
+    for (size_t i = 0; i < t->n_nodes; i++) {
+        const struct sim_node *n = &t->nodes[i];
+        struct gv_alloc_node_spec spec = n->spec;
+        if (names != NULL)
+            spec.name = names[i];
+        gv_status rc = gv_alloc_node_upsert(c, &spec, err);
+        if (rc != GV_OK)
+            return rc;
+        if (n->links) {
+            uint32_t nv[GV_ALLOC_MAX_NODE_GPUS], pc[GV_ALLOC_MAX_NODE_GPUS];
+            for (size_t g = 0; g < n->spec.n_gpus; g++) {
+                nv[g] = n->nvlink[g];
+                pc[g] = n->pcie[g];
+            }
+            if ((rc = gv_alloc_node_set_links(c, spec.name, nv, pc, n->spec.n_gpus, err)) !=
+                GV_OK)
+                return rc;
+        }
+    }
+    return GV_OK;
+}
+
 static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint64_t seed,
                      double inflate, bool exhaustive, struct gv_sim_curve *out,
                      struct gv_error *err)
@@ -396,24 +421,8 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
     bool topology = gv_sim_trace_has_topology(t);
     if ((rc = replay_names(t, seed, &names, err)) != GV_OK)
         goto fail;
-    for (size_t i = 0; i < t->n_nodes; i++) {
-        const struct sim_node *n = &t->nodes[i];
-        struct gv_alloc_node_spec spec = n->spec;
-        if (names != NULL)
-            spec.name = names[i];
-        if ((rc = gv_alloc_node_upsert(c, &spec, err)) != GV_OK)
-            goto fail;
-        if (n->links) {
-            uint32_t nv[GV_ALLOC_MAX_NODE_GPUS], pc[GV_ALLOC_MAX_NODE_GPUS];
-            for (size_t g = 0; g < n->spec.n_gpus; g++) {
-                nv[g] = n->nvlink[g];
-                pc[g] = n->pcie[g];
-            }
-            if ((rc = gv_alloc_node_set_links(c, spec.name, nv, pc, n->spec.n_gpus, err)) !=
-                GV_OK)
-                goto fail;
-        }
-    }
+    if ((rc = sim_engine_nodes(t, (const char *const *)names, c, err)) != GV_OK)
+        goto fail;
     if (topology) {
         if ((sorted = malloc(t->n_nodes * sizeof(*sorted))) == NULL) {
             rc = gv_error_set(err, GV_ENOMEM, "out of memory");

@@ -64,6 +64,11 @@ void sim_trace_clear(struct gv_sim_trace *t);
 /* GPU request of a pod in milli (GPUs x share). */
 uint64_t sim_pod_milli(const struct gv_alloc_request *r);
 
+/* Adds t's nodes to c (names[i] instead of their own when names is not
+ * NULL), with their interconnect groups. */
+gv_status sim_engine_nodes(const struct gv_sim_trace *t, const char *const *names,
+                           struct gv_alloc_cluster *c, struct gv_error *err);
+
 /* The protocol's arrival sequence for a seed: the trace shuffled, then
  * uniform resamples with replacement (indices into t->pods). */
 struct sim_arrivals {

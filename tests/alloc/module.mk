@@ -16,3 +16,9 @@ fuzz_alloc_quantity_SRCS := tests/alloc/fuzz_alloc_quantity.c src/alloc/quantity
 	src/common/gv_error.c
 fuzz_alloc_assignment_SRCS := tests/alloc/fuzz_alloc_assignment.c src/alloc/assign.c \
 	src/common/gv_error.c
+
+# Defragmentation planner against exhaustive search on small clusters.
+TEST_PROGS += test_defrag
+test_defrag_SRCS := tests/alloc/test_defrag.c
+test_defrag_LIBS := alloc common
+test_defrag_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)

@@ -105,6 +105,12 @@ t.ok(agents_role is not None and agents_role["metadata"]["namespace"] == "gpuvis
      and agents_role["rules"] == [{"apiGroups": [""], "resources": ["pods/proxy"], "verbs": ["get"]}],
      "pods/proxy only in the agents' namespace")
 
+defrag_role = find(full, "ClusterRole", "gpuvisor-defrag")
+t.ok(defrag_role is not None and sorted(map(json.dumps, defrag_role["rules"])) == sorted(map(json.dumps, [
+    {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "list"]},
+    {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}])),
+     "defrag role: budgets read, evictions only (no pod delete)", defrag_role)
+
 cm = find(full, "ConfigMap", "gpuvisor-grafana-dashboard")
 t.ok(cm is not None and cm["metadata"].get("labels", {}).get("grafana_dashboard") == "1",
      "Grafana dashboard ConfigMap with the sidecar's label")

@@ -134,6 +134,10 @@ try:
     t.ok(pend == {"bad-cores"}, "a pod placed at a later filter is no longer pending", pend)
     frag = samples("gpuvisor_cluster_fragmentation_ratio")
     t.ok(len(frag) == 1 and 0 <= frag[0].value <= 1, "fragmentation ratio exported (0-1)", frag)
+    idle = samples("gpuvisor_cluster_idle_gpus")
+    unused = [x for x in samples("hami_gpu_shared_count") if x.value == 0]
+    t.ok(len(idle) == 1 and idle[0].value == len(unused) > 0,
+         "idle GPUs exported: the GPUs no container shares", (idle, len(unused)))
 
     # a pod that finishes frees its slices in every family
     code, _ = obs_stand.http("PATCH", stand.api_url + "/api/v1/namespaces/inference/pods/ocr/status",

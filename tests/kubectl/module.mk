@@ -1,4 +1,6 @@
 TEST_SCRIPTS += tests/kubectl/test_kubectl_plugin_with_fake_apiserver.py
+# defrag: plans and the --apply path (Eviction API, PDBs, surprises)
+TEST_SCRIPTS += tests/kubectl/test_kubectl_defrag_with_fake_apiserver.py
 
 # The reader of the agents' /metrics (untrusted text) that `top` and the
 # scheduler's dashboard share (src/contracts/agent_usage.c).

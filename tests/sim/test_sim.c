@@ -512,6 +512,47 @@ static void test_reports(void **state)
 
 /* --topology: the layout spec, what the report counts, and a cluster dump's
  * own groups winning over the spec. */
+/* Churn replay (gv_sim_churn): deterministic per seed; a defrag pass that
+ * moves pods frees GPUs (the planner keeps only drains that gain); with a
+ * budget of 0 moves the replay is the one without defragmentation. */
+static void test_churn_defrag(void **state)
+{
+    (void)state;
+    struct gv_sim_trace *t;
+    struct gv_error err = {0};
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    assert_int_equal(gv_sim_synthetic(t, "nodes=30", 2023, &err), GV_OK);
+    struct gv_sim_churn_opts none = {.load = 0.9, .lifetimes = 3, .max_moves = 10};
+    struct gv_sim_churn_opts every = none, zero = none;
+    every.defrag_every = 50;
+    zero.defrag_every = 50;
+    zero.max_moves = 0;
+    struct gv_sim_churn_result a, b, d, z;
+    assert_int_equal(gv_sim_churn(t, GV_ALLOC_POLICY_FGD, 42, &none, &a, &err), GV_OK);
+    assert_int_equal(gv_sim_churn(t, GV_ALLOC_POLICY_FGD, 42, &none, &b, &err), GV_OK);
+    assert_true(a.arrivals > 0 && a.arrivals == b.arrivals && a.failed == b.failed);
+    assert_true(a.alloc_pct == b.alloc_pct && a.frag_pct == b.frag_pct);
+    assert_true(a.alloc_pct > 30 && a.alloc_pct <= 100);
+    assert_int_equal(a.passes, 0);
+    assert_int_equal(gv_sim_churn(t, GV_ALLOC_POLICY_FGD, 42, &zero, &z, &err), GV_OK);
+    assert_true(z.failed == a.failed && z.alloc_pct == a.alloc_pct && z.moves == 0);
+    assert_int_equal(gv_sim_churn(t, GV_ALLOC_POLICY_FGD, 42, &every, &d, &err), GV_OK);
+    assert_true(d.passes > 0 && d.arrivals == a.arrivals);
+    assert_true(d.moves <= d.passes * every.max_moves);
+    assert_true(d.moves > 0);          /* departures leave GPUs worth draining */
+    assert_true(d.idle_recovered > 0); /* every kept drain frees a GPU */
+    struct gv_sim_churn_opts bad = none;
+    bad.load = 0;
+    assert_int_equal(gv_sim_churn(t, GV_ALLOC_POLICY_FGD, 42, &bad, &d, &err), GV_EINVAL);
+    struct gv_sim_churn_opts parsed = none;
+    assert_int_equal(gv_sim_churn_parse("load=80,moves=3", &parsed, &err), GV_OK);
+    assert_true(parsed.load > 0.79 && parsed.load < 0.81 && parsed.max_moves == 3 &&
+                parsed.lifetimes == 3);
+    assert_int_equal(gv_sim_churn_parse("speed=3", &parsed, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "speed"));
+    gv_sim_trace_free(t);
+}
+
 static void test_topology_report(void **state)
 {
     (void)state;
@@ -652,6 +693,7 @@ int main(void)
         cmocka_unit_test(test_rng),
         cmocka_unit_test(test_reports),
         cmocka_unit_test(test_topology_report),
+        cmocka_unit_test(test_churn_defrag),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

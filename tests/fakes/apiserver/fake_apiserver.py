@@ -16,6 +16,15 @@ the daemons cannot tell the difference on that subset:
   Conflict), DELETE, pods/<name>/binding (sets spec.nodeName; 409 if bound),
   pods/<name>/status and nodes/<name>/status subresources, a global
   monotonically increasing resourceVersion, errors as v1 Status objects.
+  policy/v1 and policy/v1beta1 poddisruptionbudgets (namespaced; one store,
+  served under both group versions, as 1.21-1.24 do) and the pods/<name>/eviction
+  subresource: POST an Eviction (apiVersion policy/v1 or v1beta1, whichever is
+  served) with optional deleteOptions.preconditions.uid (409 on mismatch);
+  a pod under more than one budget is refused (500, as the real server), one
+  under a budget whose status.disruptionsAllowed is 0 gets 429 TooManyRequests
+  "Cannot evict pod as it would violate the pod's disruption budget."; else
+  the budget's disruptionsAllowed goes down by one and the pod is deleted
+  (with --graceful-pod-deletion it is left terminating, as DELETE does).
 
 Test controls (never part of the real API) live under /_fake/:
   POST /_fake/fail?code=503&count=N[&retry_after=S][&only=watch]  answer the
@@ -38,6 +47,10 @@ Test controls (never part of the real API) live under /_fake/:
        TLS also "TLS handshake", "TLS handshake-failed", "TLS TLSv1.x" and
        "X509 <client CN>" (requests authenticated by a client certificate)
   GET  /_fake/watches                  number of open watch streams
+  POST /_fake/policy-versions?v=v1beta1[,v1]  the policy group versions served
+       (default v1,v1beta1; "v1beta1" is a 1.20 API server, "v1" a 1.25+ one)
+  POST /_fake/refuse-evictions?count=N  answer the next N evictions 429 as a
+       budget would (another client spent it between read and eviction)
 
 Usage: fake_apiserver.py [--port 0] [--unix PATH] [--token T]
        [--tls-cert F --tls-key F [--client-ca F] [--tls-max-version 1.2]]
@@ -81,7 +94,11 @@ RESOURCES = {
     "configmaps": ("ConfigMap", True),
     "events": ("Event", True),
     "resourcequotas": ("ResourceQuota", True),
+    "poddisruptionbudgets": ("PodDisruptionBudget", True),
 }
+# resources served under a named API group (the rest under the core /api/v1)
+GROUPED = {"poddisruptionbudgets": "policy"}
+POLICY_VERSIONS = ["v1", "v1beta1"]
 SUPPORTED_FIELDS = {"metadata.name", "metadata.namespace", "spec.nodeName",
                     "status.phase", "spec.schedulerName"}
 
@@ -262,6 +279,25 @@ def match_labels(obj, reqs):
     return True
 
 
+def pdb_selects(pdb, pod):
+    """A PodDisruptionBudget's spec.selector against a pod's labels (matchLabels
+    and matchExpressions; an empty selector selects every pod of the namespace,
+    as policy/v1 defines it)."""
+    sel = (pdb.get("spec") or {}).get("selector")
+    if sel is None:
+        return False
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    for k, v in (sel.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for e in sel.get("matchExpressions") or []:
+        have, op, vals = labels.get(e.get("key")), e.get("operator"), e.get("values") or []
+        if ((op == "In" and have not in vals) or (op == "NotIn" and have in vals)
+                or (op == "Exists" and have is None) or (op == "DoesNotExist" and have is not None)):
+            return False
+    return True
+
+
 def parse_field_selector(text):
     reqs = []
     for part in selector_terms(text):
@@ -336,6 +372,7 @@ class Faults:
         self.garbage = 0
         self.watch_410_status = False
         self.forbidden = set()  # (verb or "*", resource) pairs answered 403
+        self.refuse_evictions = 0
 
     def take(self, is_watch):
         with self.lock:
@@ -522,6 +559,11 @@ class Handler(BaseHTTPRequestHandler):
                     FAULTS.forbidden.add((q.get("verb", "*"), q["resource"]))
                 else:
                     FAULTS.forbidden.clear()
+        elif op == "policy-versions":
+            POLICY_VERSIONS[:] = [v for v in q.get("v", "").split(",") if v]
+        elif op == "refuse-evictions":
+            with FAULTS.lock:
+                FAULTS.refuse_evictions = int(q.get("count", "1"))
         elif op == "watch-410-status":
             FAULTS.watch_410_status = q.get("on", "1") == "1"
         elif op in ("drop-watches", "watch-garbage", "compact", "bookmark"):
@@ -585,9 +627,14 @@ class Handler(BaseHTTPRequestHandler):
             if doc is not None:
                 return self.send_json(200, doc)
         parts = [p for p in path.split("/") if p]
-        if parts[:2] != ["api", "v1"]:
+        group = None
+        if parts[:2] == ["apis", "policy"] and len(parts) >= 3 and parts[2] in POLICY_VERSIONS:
+            group = "policy"
+            parts = parts[3:]
+        elif parts[:2] == ["api", "v1"]:
+            parts = parts[2:]
+        else:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        parts = parts[2:]
         ns = None
         if len(parts) >= 2 and parts[0] == "namespaces":
             ns = parts[1]
@@ -595,6 +642,8 @@ class Handler(BaseHTTPRequestHandler):
         if not parts or parts[0] not in RESOURCES:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         res = parts[0]
+        if GROUPED.get(res) != group:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
         kind, namespaced = RESOURCES[res]
         if ns is not None and not namespaced:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
@@ -603,6 +652,10 @@ class Handler(BaseHTTPRequestHandler):
         self.check_forbidden(method, res, ns, name, sub, q)
         if res == "pods" and sub == "proxy" and name is not None and ns is not None:
             return self.pod_proxy(method, ns, name, "/" + "/".join(parts[3:]))
+        if res == "pods" and sub == "eviction" and len(parts) == 3 and ns is not None:
+            if method != "POST":
+                raise ApiError(405, "MethodNotAllowed", "eviction only supports POST")
+            return self.evict(ns, name, self.json_body())
         if len(parts) > 3 or (sub is not None and sub not in ("status", "binding")):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if sub == "binding" and res != "pods":
@@ -840,7 +893,8 @@ class Handler(BaseHTTPRequestHandler):
             out = copy.deepcopy(new)
         self.send_json(200, out)
 
-    def delete(self, res, ns, name, opts):
+    def delete(self, res, ns, name, opts, reply=True):
+        send = self.send_json if reply else (lambda code, obj: None)
         with STORE.cond:
             cur = STORE.objects[res].get((ns, name))
             if cur is None:
@@ -861,16 +915,16 @@ class Handler(BaseHTTPRequestHandler):
                 # A bound pod stays, terminating, until its kubelet confirms
                 # (here: a DELETE with gracePeriodSeconds=0 or /_fake/finish-deletions).
                 if "deletionTimestamp" in cur["metadata"]:
-                    return self.send_json(200, cur)
+                    return send(200, cur)
                 new = copy.deepcopy(cur)
                 new["metadata"]["deletionTimestamp"] = now_rfc3339()
                 new["metadata"]["deletionGracePeriodSeconds"] = grace
                 new["metadata"]["resourceVersion"] = str(STORE.next_rv())
                 STORE.objects[res][(ns, name)] = new
                 STORE.record(res, "MODIFIED", cur, new)
-                return self.send_json(200, copy.deepcopy(new))
+                return send(200, copy.deepcopy(new))
             gone = self.remove_locked(res, ns, name)
-        self.send_json(200, gone)
+        send(200, gone)
 
     def remove_locked(self, res, ns, name):
         cur = STORE.objects[res].pop((ns, name))
@@ -879,6 +933,50 @@ class Handler(BaseHTTPRequestHandler):
         gone["metadata"].setdefault("deletionTimestamp", now_rfc3339())
         STORE.record(res, "DELETED", cur, gone)
         return gone
+
+    def evict(self, ns, name, body):
+        if (not isinstance(body, dict) or body.get("kind") != "Eviction"
+                or body.get("apiVersion") not in ["policy/" + v for v in POLICY_VERSIONS]):
+            raise ApiError(400, "BadRequest", "body must be an Eviction of a served policy "
+                           "version (%s)" % ", ".join(POLICY_VERSIONS))
+        opts = body.get("deleteOptions") or {}
+        with STORE.cond:
+            cur = STORE.objects["pods"].get((ns, name))
+            if cur is None:
+                raise not_found("pods", name)
+            pre = opts.get("preconditions") or {}
+            if pre.get("uid") not in (None, cur["metadata"]["uid"]):
+                raise conflict("pods", name, "Precondition failed: UID in precondition: %s, "
+                               "UID in object meta: %s" % (pre["uid"], cur["metadata"]["uid"]))
+            with FAULTS.lock:
+                refuse = FAULTS.refuse_evictions > 0
+                if refuse:
+                    FAULTS.refuse_evictions -= 1
+            budgets = [(k, b) for k, b in STORE.objects["poddisruptionbudgets"].items()
+                       if k[0] == ns and pdb_selects(b, cur)]
+            if len(budgets) > 1:
+                raise ApiError(500, "InternalError", "This pod has more than one "
+                               "PodDisruptionBudget, which the eviction subresource does not "
+                               "support.")
+            if refuse or (budgets and int((budgets[0][1].get("status") or {})
+                                          .get("disruptionsAllowed", 0)) <= 0):
+                raise ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate "
+                               "the pod's disruption budget.",
+                               {"causes": [{"reason": "DisruptionBudget", "message":
+                                            "The disruption budget %s needs more healthy pods"
+                                            % (budgets[0][0][1] if budgets else "?")}]})
+            if budgets:
+                key, b = budgets[0]
+                nb = copy.deepcopy(b)
+                st = nb.setdefault("status", {})
+                st["disruptionsAllowed"] = int(st.get("disruptionsAllowed", 0)) - 1
+                nb["metadata"]["resourceVersion"] = str(STORE.next_rv())
+                STORE.objects["poddisruptionbudgets"][key] = nb
+                STORE.record("poddisruptionbudgets", "MODIFIED", b, nb)
+        self.delete("pods", ns, name, {"preconditions": pre} if pre else {},
+                    reply=False)
+        self.send_json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                             "status": "Success", "code": 201})
 
     def bind(self, ns, name, body):
         if not isinstance(body, dict) or body.get("kind", "Binding") != "Binding":

@@ -1,0 +1,235 @@
+/*
+ * Churn replay (gv_sim_churn, docs/simulate.md "Pods departing and
+ * defragmentation"): what periodic defragmentation buys once pods come and
+ * go.  The openb protocol never frees anything, so fragmentation there only
+ * comes from arrival order; with departures it builds up the way it does in
+ * a live cluster, and the defrag planner (src/alloc/gv_defrag.h) can undo
+ * some of it.  The same seed gives the same arrivals and lifetimes with and
+ * without defragmentation, so the two runs differ only by the moves.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "alloc/gv_defrag.h"
+#include "sim/sim_internal.h"
+
+struct live {
+    struct gv_alloc_request req; /* the template, shallow copy, with this arrival's uid */
+    struct gv_alloc_assignment at;
+    uint64_t depart;            /* arrival index at which it leaves */
+    uint32_t next;              /* next live pod leaving in the same slot, UINT32_MAX: none */
+};
+
+struct churn {
+    struct gv_alloc_cluster *c;
+    struct live *pods;          /* slots, reused */
+    uint32_t n, cap, *free_slots, n_free;
+    uint32_t *dep;              /* per arrival index mod ring: first leaving slot */
+    uint64_t ring;
+};
+
+static double cpu_now(void)
+{
+    return (double)clock() / CLOCKS_PER_SEC;
+}
+
+static gv_status slot_new(struct churn *ch, uint32_t *out, struct gv_error *err)
+{
+    if (ch->n_free > 0) {
+        *out = ch->free_slots[--ch->n_free];
+        return GV_OK;
+    }
+    if (ch->n == ch->cap) {
+        uint32_t ncap = ch->cap ? ch->cap * 2 : 256;
+        struct live *np = realloc(ch->pods, (size_t)ncap * sizeof(*np));
+        uint32_t *nf = realloc(ch->free_slots, (size_t)ncap * sizeof(*nf));
+        if (np != NULL)
+            ch->pods = np;
+        if (nf != NULL)
+            ch->free_slots = nf;
+        if (np == NULL || nf == NULL)
+            return gv_error_set(err, GV_ENOMEM, "out of memory");
+        ch->cap = ncap;
+    }
+    *out = ch->n++;
+    return GV_OK;
+}
+
+/* One defrag pass over every live pod; moves applied as the plan says. */
+static gv_status defrag_pass(struct churn *ch, const struct gv_sim_churn_opts *o,
+                             struct gv_sim_churn_result *out, bool measure, struct gv_error *err)
+{
+    size_t n_live = 0;
+    struct gv_defrag_pod *pods = malloc(((size_t)ch->n + 1) * sizeof(*pods));
+    uint32_t *slot_of = malloc(((size_t)ch->n + 1) * sizeof(*slot_of));
+    if (pods == NULL || slot_of == NULL) {
+        free(pods);
+        free(slot_of);
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    }
+    for (uint32_t s = 0; s < ch->n; s++) {
+        if (ch->pods[s].req.uid[0] == '\0')
+            continue;
+        slot_of[n_live] = s;
+        pods[n_live++] = (struct gv_defrag_pod){&ch->pods[s].req, &ch->pods[s].at, true, -1};
+    }
+    struct gv_defrag_input in = {pods, n_live, NULL, 0, NULL, 0, o->max_moves, 256};
+    struct gv_defrag_plan plan;
+    double t0 = cpu_now();
+    gv_status rc = gv_defrag_plan(ch->c, &in, &plan, err);
+    out->plan_seconds += cpu_now() - t0;
+    for (size_t m = 0; rc == GV_OK && m < plan.n_moves; m++) {
+        struct live *l = &ch->pods[slot_of[plan.moves[m].pod]];
+        if ((rc = gv_alloc_release(ch->c, l->req.uid, err)) == GV_OK &&
+            (rc = gv_alloc_place(ch->c, &l->req, &plan.moves[m].to, err)) == GV_OK)
+            l->at = plan.moves[m].to;
+    }
+    if (rc == GV_OK && measure) {
+        out->passes++;
+        out->moves += plan.n_moves;
+        out->frag_recovered_pct += 100 * (plan.before.frag.ratio - plan.after.frag.ratio);
+        out->idle_recovered += plan.after.idle_gpus - plan.before.idle_gpus;
+    }
+    gv_defrag_plan_free(&plan);
+    free(pods);
+    free(slot_of);
+    return rc;
+}
+
+gv_status gv_sim_churn(const struct gv_sim_trace *t, gv_alloc_policy policy, uint64_t seed,
+                       const struct gv_sim_churn_opts *o, struct gv_sim_churn_result *out,
+                       struct gv_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    uint64_t cap = gv_sim_trace_gpu_milli(t), req = gv_sim_trace_request_milli(t);
+    if (cap == 0 || req == 0 || t->n_pods == 0)
+        return gv_error_set(err, GV_EINVAL, "churn replay: the cluster or the workload has no GPUs");
+    if (!(o->load > 0 && o->load <= 3) || o->lifetimes < 1 || o->lifetimes > 1000)
+        return gv_error_set(err, GV_EINVAL, "churn replay: load %.3g or lifetimes %llu out of range",
+                            o->load, (unsigned long long)o->lifetimes);
+    double t0 = cpu_now();
+    /* Little's law: live demand = arrival rate x mean lifetime; one arrival
+     * per step, mean GPU request req / n_pods, so L = load x cap / mean. */
+    double mean = (double)req / (double)t->n_pods;
+    uint64_t L = (uint64_t)(o->load * (double)cap / mean);
+    if (L < 1)
+        L = 1;
+    uint64_t warm = 2 * L, total = warm + o->lifetimes * L;
+    uint64_t sample_every = L / 50 > 0 ? L / 50 : 1;
+    struct gv_alloc_config cfg;
+    gv_alloc_config_default(&cfg);
+    cfg.node_policy = policy;
+    cfg.gpu_policy = policy == GV_ALLOC_POLICY_SPREAD ? GV_ALLOC_GPU_SPREAD : GV_ALLOC_GPU_BINPACK;
+    struct churn ch = {.ring = 2 * L + 1};
+    struct sim_arrivals arr = {0};
+    struct gv_sim_rng life;
+    gv_sim_rng_seed(&life, seed ^ UINT64_C(0x6c69666574696d65)); /* its own stream */
+    gv_status rc;
+    ch.dep = malloc(ch.ring * sizeof(*ch.dep));
+    if (ch.dep == NULL) {
+        rc = gv_error_set(err, GV_ENOMEM, "out of memory");
+        goto out;
+    }
+    memset(ch.dep, 0xff, ch.ring * sizeof(*ch.dep));
+    if ((rc = gv_alloc_cluster_new(&cfg, &ch.c, err)) != GV_OK ||
+        (rc = sim_engine_nodes(t, NULL, ch.c, err)) != GV_OK ||
+        (rc = sim_arrivals_init(&arr, t, seed, err)) != GV_OK)
+        goto out;
+    uint64_t arrived_milli = 0, failed_milli = 0, samples = 0;
+    double alloc_sum = 0, frag_sum = 0, idle_sum = 0;
+    for (uint64_t k = 0; k < total; k++) {
+        /* departures due now */
+        uint32_t s = ch.dep[k % ch.ring];
+        ch.dep[k % ch.ring] = UINT32_MAX;
+        while (s != UINT32_MAX) {
+            struct live *l = &ch.pods[s];
+            uint32_t nx = l->next;
+            if (l->depart == k) {
+                gv_alloc_release(ch.c, l->req.uid, NULL);
+                l->req.uid[0] = '\0';
+                ch.free_slots[ch.n_free++] = s;
+            }
+            s = nx;
+        }
+        if (o->defrag_every > 0 && k > 0 && k % o->defrag_every == 0 &&
+            (rc = defrag_pass(&ch, o, out, k >= warm, err)) != GV_OK)
+            goto out;
+        const struct gv_alloc_request *tp = t->pods[sim_arrivals_next(&arr)];
+        uint64_t milli = sim_pod_milli(tp);
+        uint64_t lifetime = 1 + gv_sim_rng_below(&life, 2 * L);
+        uint32_t slot = 0;
+        if ((rc = slot_new(&ch, &slot, err)) != GV_OK)
+            goto out;
+        struct live *l = &ch.pods[slot];
+        l->req = *tp;
+        snprintf(l->req.uid, sizeof(l->req.uid), "c-%llu", (unsigned long long)k);
+        gv_alloc_observe(ch.c, &l->req);
+        bool placed = milli > 0 && gv_alloc_pick(ch.c, &l->req, NULL, 0, &l->at, NULL) == GV_OK &&
+                      gv_alloc_place(ch.c, &l->req, &l->at, NULL) == GV_OK;
+        if (k >= warm) {
+            out->arrivals++;
+            arrived_milli += milli;
+            if (!placed && milli > 0) {
+                out->failed++;
+                failed_milli += milli;
+            }
+        }
+        if (!placed) { /* CPU-only pods and failures hold nothing */
+            l->req.uid[0] = '\0';
+            ch.free_slots[ch.n_free++] = slot;
+        } else {
+            l->depart = k + lifetime;
+            l->next = ch.dep[l->depart % ch.ring];
+            ch.dep[l->depart % ch.ring] = slot;
+        }
+        if (k >= warm && (k - warm) % sample_every == 0) {
+            struct gv_alloc_totals tot;
+            struct gv_defrag_state st;
+            gv_alloc_cluster_totals(ch.c, &tot);
+            if ((rc = gv_defrag_measure(ch.c, NULL, 0, &st, err)) != GV_OK)
+                goto out;
+            alloc_sum += tot.milli_capacity ? 100.0 * (double)tot.milli_used /
+                                                  (double)tot.milli_capacity
+                                            : 0;
+            frag_sum += 100 * st.frag.ratio;
+            idle_sum += st.idle_gpus;
+            samples++;
+        }
+    }
+    out->failed_pct = arrived_milli ? 100.0 * (double)failed_milli / (double)arrived_milli : 0;
+    out->alloc_pct = samples ? alloc_sum / (double)samples : 0;
+    out->frag_pct = samples ? frag_sum / (double)samples : 0;
+    out->idle_gpus = samples ? idle_sum / (double)samples : 0;
+    if (out->passes > 0)
+        out->frag_recovered_pct /= (double)out->passes;
+    rc = GV_OK;
+out:
+    out->seconds = cpu_now() - t0;
+    sim_arrivals_fini(&arr);
+    gv_alloc_cluster_free(ch.c);
+    free(ch.pods);
+    free(ch.free_slots);
+    free(ch.dep);
+    return rc;
+}
+
+gv_status gv_sim_churn_parse(const char *spec, struct gv_sim_churn_opts *o, struct gv_error *err)
+{
+    uint64_t load = (uint64_t)(o->load * 100 + 0.5), lifetimes = o->lifetimes,
+             moves = o->max_moves;
+    const struct sim_kv keys[] = {
+        {"load", &load, 300, NULL},
+        {"lifetimes", &lifetimes, 1000, NULL},
+        {"moves", &moves, 100000, NULL},
+    };
+    gv_status rc = sim_parse_kv("--churn", spec, keys, sizeof(keys) / sizeof(keys[0]), err);
+    if (rc != GV_OK)
+        return rc;
+    if (load == 0 || lifetimes == 0)
+        return gv_error_set(err, GV_EINVAL, "--churn: load and lifetimes must be positive");
+    o->load = (double)load / 100.0;
+    o->lifetimes = lifetimes;
+    o->max_moves = (uint32_t)moves;
+    return GV_OK;
+}

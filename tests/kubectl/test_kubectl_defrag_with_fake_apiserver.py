@@ -1,0 +1,334 @@
+#!/usr/bin/python3
+"""kubectl gpuvisor defrag against the kube-apiserver stand-in (Eviction
+subresource, policy/v1 and v1beta1 PodDisruptionBudgets), with a stand-in for
+the ReplicaSet controller and the scheduler written here: when a pod owned by
+a controller is evicted, a replacement appears; the stand-in scheduler then
+places it where the test's scenario says (normally where the plan predicted,
+i.e. where gpuvisor's engine would; in the surprise scenarios elsewhere, late
+or never).  The real scheduler cannot run its kube-scheduler half here.
+
+Cluster: four nodes of one T4 each, every GPU 30 % used by one pod: solo (no
+controller), agent (a DaemonSet's), web-1 and web-2 (ReplicaSet web).  Only
+the web pods may move; moving one onto another used GPU frees its GPU."""
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "dashboard"))
+from obs_stand import FAKE_API, gvtest, http  # noqa: E402
+
+t = gvtest.Tap()
+BIN = os.path.join(gvtest.BUILD, "bin", "kubectl-gpuvisor")
+if not os.path.exists(BIN):
+    t.skip("kubectl-gpuvisor defrag", "not built")
+    t.done()
+work = gvtest.scratch("kcdefrag")
+T4 = ("Tesla T4", 15360)
+NODES = ["gpu-a", "gpu-b", "gpu-c", "gpu-d"]
+# pod, node, owner kind (None: no controller), labels
+PODS = [("solo", "gpu-a", None, {"app": "solo"}),
+        ("agent", "gpu-b", "DaemonSet", {"app": "agent"}),
+        ("web-1", "gpu-c", "ReplicaSet", {"app": "web"}),
+        ("web-2", "gpu-d", "ReplicaSet", {"app": "web"})]
+
+
+def uuid(node):
+    return "GPU-%s-00" % node
+
+
+def now3339(off=0):
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + off))
+
+
+def pod_obj(name, node, owner, labels, uid=None):
+    md = {"name": name, "namespace": "default", "labels": dict(labels), "annotations": {}}
+    if uid:
+        md["uid"] = uid
+    if owner:
+        md["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner, "name": "own-" + labels["app"],
+                                  "uid": "owner-" + labels["app"], "controller": True}]
+    spec = {"schedulerName": "gpuvisor-scheduler", "containers": [{
+        "name": "main", "image": "example/x",
+        "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4096",
+                                 "nvidia.com/gpucores": "30"}}}]}
+    if node:
+        spec["nodeName"] = node
+        md["annotations"] = {"gpuvisor.io/assignment": "v1;node=%s;main=%s:4096:300" % (node, uuid(node)),
+                             "gpuvisor.io/assigned-node": node, "gpuvisor.io/assigned-at": now3339(-600)}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": md, "spec": spec,
+            "status": {"phase": "Running" if node else "Pending"}}
+
+
+def seed_objects(pdbs=()):
+    out = []
+    for n in NODES:
+        inv = json.dumps({"version": 1, "driverVersion": "550.54.15", "cudaVersion": "12.4",
+                          "gpus": [{"uuid": uuid(n), "index": 0, "model": T4[0], "memoryMiB": T4[1],
+                                    "memoryScaling": 1.0, "cores": 100, "split": 10, "numa": 0,
+                                    "healthy": True, "mode": "vgpu", "mig": False,
+                                    "pciBusId": "00000000:07:00.0"}]})
+        out.append({"apiVersion": "v1", "kind": "Node", "metadata": {
+            "name": n, "annotations": {"gpuvisor.io/node-gpus": inv,
+                                       "gpuvisor.io/node-heartbeat": now3339()}}})
+    for name, node, owner, labels in PODS:
+        out.append(pod_obj(name, node, owner, labels, uid="uid-" + name))
+    for name, selector, allowed in pdbs:
+        out.append({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                    "metadata": {"name": name, "namespace": "default"},
+                    "spec": {"selector": selector}, "status": {"disruptionsAllowed": allowed}})
+    return out
+
+
+class Api:
+    def __init__(self, tag, pdbs=(), versions=None, graceful=False):
+        seed = os.path.join(work, tag + ".json")
+        with open(seed, "w") as f:
+            json.dump({"kind": "List", "items": seed_objects(pdbs)}, f)
+        self.p = gvtest.Proc([gvtest.PY, FAKE_API, "--port", "0", "--seed", seed]
+                             + (["--graceful-pod-deletion"] if graceful else []), stdin=False,
+                             log=os.path.join(work, tag + ".api.log"))
+        self.url = self.p.expect(lambda ln: ln.startswith("READY "), timeout=30).split()[1]
+        if versions:
+            http("POST", self.url + "/_fake/policy-versions?v=" + versions)
+
+    def pods(self):
+        return {p["metadata"]["name"]: p for p in
+                json.loads(http("GET", self.url + "/api/v1/pods")[1])["items"]}
+
+    def stats(self):
+        return json.loads(http("GET", self.url + "/_fake/stats")[1])
+
+    def stop(self):
+        self.p.stop()
+
+
+class Cluster(threading.Thread):
+    """The ReplicaSet controller and the scheduler, as stand-ins: a web pod that
+    goes gets a replacement "<name>-r"; place(name) says where it goes (a node,
+    or None: not yet, as while the scheduler restarts)."""
+
+    def __init__(self, api, place, on_evict=None):
+        super().__init__(daemon=True)
+        self.api, self.place, self.on_evict = api, place, on_evict
+        self.stop_ev = threading.Event()
+        self.replaced = set()
+
+    def run(self):
+        while not self.stop_ev.is_set():
+            pods = self.api.pods()
+            for name, node, owner, labels in PODS:
+                # a terminating pod is gone for its controller: it starts the replacement
+                going = name not in pods or "deletionTimestamp" in pods[name]["metadata"]
+                if owner == "ReplicaSet" and going and name not in self.replaced:
+                    self.replaced.add(name)
+                    if self.on_evict:
+                        self.on_evict(name)
+                    r = pod_obj(name + "-r", None, owner, labels)
+                    http("POST", self.api.url + "/api/v1/namespaces/default/pods", r)
+            for name in list(self.replaced):
+                rp = pods.get(name + "-r")
+                if rp is None or rp["spec"].get("nodeName"):
+                    continue
+                node = self.place(name)
+                if node is None:
+                    continue
+                ann = {"metadata": {"annotations": {
+                    "gpuvisor.io/assignment": "v1;node=%s;main=%s:4096:300" % (node, uuid(node)),
+                    "gpuvisor.io/assigned-node": node, "gpuvisor.io/assigned-at": now3339()}}}
+                base = self.api.url + "/api/v1/namespaces/default/pods/" + name + "-r"
+                req_patch(base, ann)
+                http("POST", base + "/binding", {"kind": "Binding", "target": {"kind": "Node", "name": node}})
+                self.placed_at = time.time()
+            # the kubelet confirms terminations 2 s after the replacement is placed
+            if getattr(self, "placed_at", None) and time.time() - self.placed_at > 2:
+                http("POST", self.api.url + "/_fake/finish-deletions")
+            time.sleep(0.1)
+
+    def stop(self):
+        self.stop_ev.set()
+        self.join(5)
+
+
+def req_patch(url, body):
+    import urllib.request
+    r = urllib.request.Request(url, data=json.dumps(body).encode(), method="PATCH")
+    r.add_header("Content-Type", "application/merge-patch+json")
+    urllib.request.urlopen(r, timeout=10).read()
+
+
+def run(api, *args, timeout=120):
+    e = dict(os.environ, HOME=work)
+    e.pop("KUBECONFIG", None)
+    r = subprocess.run([BIN, "-s", api.url, "defrag", "--heartbeat-timeout", "1800"] + list(args),
+                       capture_output=True, env=e, timeout=timeout)
+    return r.returncode, r.stdout.decode(), r.stderr.decode()
+
+
+def plan_of(api, *args):
+    rc, out, err = run(api, "-o", "json", *args)
+    return rc, (json.loads(out) if rc == 0 and out.strip() else {}), err
+
+
+def idle_after(moves):
+    """Idle GPUs once the moves are made, computed from the cluster here."""
+    on = {n: 0 for n in NODES}
+    for name, node, _, _ in PODS:
+        on[node] += 1
+    for m in moves:
+        on[m["from"]["node"]] -= 1
+        on[m["to"]["node"]] += 1
+    return sum(1 for n in NODES if on[n] == 0)
+
+
+# ---- planning ------------------------------------------------------------
+api = Api("plan")
+try:
+    rc, doc, err = plan_of(api)
+    moves = doc.get("moves", [])
+    moved = {m["pod"] for m in moves}
+    t.ok(rc == 0 and moved == {"web-1", "web-2"}, "plan moves only the controller-owned web pods "
+         "(not the pod without a controller, not the DaemonSet's)", (rc, moved, err))
+    t.ok(rc == 0 and doc["before"]["idleGPUs"] == 0 and doc["after"]["idleGPUs"] == idle_after(moves) == 2
+         and all(m["to"]["node"] != m["from"]["node"] for m in moves),
+         "plan: each move lands on another used GPU, freeing 2 whole GPUs", doc)
+    t.ok(doc.get("pods") == {"total": 4, "movable": 2, "noController": 1, "daemonSet": 1,
+                             "severalBudgets": 0}, "plan counts why pods may not move", doc.get("pods"))
+    t.ok(doc["after"]["fragmentation"]["ratio"] <= doc["before"]["fragmentation"]["ratio"],
+         "plan: fragmentation does not grow", (doc["before"], doc["after"]))
+    rc, doc1, err = plan_of(api, "--max-moves", "1")
+    t.ok(rc == 0 and len(doc1["moves"]) == 1 and doc1["after"]["idleGPUs"] == 1, "--max-moves 1: one move, one GPU", doc1)
+    rc, out, err = run(api)
+    t.ok(rc == 0 and "idle GPUs:            0 -> 2" in out and "web-1" in out and "solo" not in out.split("idle GPUs")[0],
+         "table output: the moves and the gain", out + err)
+    rc, out, err = run(api, "--max-moves", "x")
+    t.ok(rc == 2 and "--max-moves" in err, "bad --max-moves is a usage error", (rc, err))
+    rc, out, err = run(api, "extra")
+    t.ok(rc == 2 and "unexpected argument 'extra'" in err, "stray argument is a usage error", (rc, err))
+    st = api.stats()
+    t.ok(not any(k.endswith("/eviction") for k in st), "planning never evicts", st)
+finally:
+    api.stop()
+
+# ---- disruption budgets ----------------------------------------------------
+for versions in ("v1,v1beta1", "v1beta1"):
+    api = Api("pdb-" + versions.replace(",", "-"), pdbs=[("web", {"matchLabels": {"app": "web"}}, 1)],
+              versions=versions)
+    try:
+        rc, doc, err = plan_of(api)
+        t.ok(rc == 0 and len(doc["moves"]) == 1 and doc["disruptionBudgetAPI"] == versions.split(",")[0],
+             "PDB allowing 1 disruption (read through policy/%s): one move" % versions.split(",")[0], (doc, err))
+    finally:
+        api.stop()
+# an empty selector: every pod of the namespace in policy/v1, none in v1beta1
+for versions, want in (("v1", 0), ("v1beta1", 2)):
+    api = Api("pdb-empty-" + versions, pdbs=[("all", {}, 0)], versions=versions)
+    try:
+        rc, doc, err = plan_of(api)
+        t.ok(rc == 0 and len(doc["moves"]) == want,
+             "empty PDB selector under policy/%s: %d moves" % (versions, want), (doc, err))
+    finally:
+        api.stop()
+api = Api("pdb-two", pdbs=[("a", {"matchLabels": {"app": "web"}}, 5),
+                           ("b", {"matchExpressions": [{"key": "app", "operator": "In", "values": ["web"]}]}, 5)])
+try:
+    rc, doc, err = plan_of(api)
+    t.ok(rc == 0 and doc["moves"] == [] and doc["pods"]["severalBudgets"] == 2,
+         "pods under two PDBs are not moved (the Eviction API refuses them)", (doc, err))
+finally:
+    api.stop()
+
+
+# ---- --apply ---------------------------------------------------------------
+def apply_scenario(tag, place, *args, on_evict=None, pdbs=(), before=None, graceful=False):
+    api = Api(tag, pdbs=pdbs, graceful=graceful)
+    try:
+        rc, doc, err = plan_of(api, *args)
+        planned = {m["pod"]: m["to"]["node"] for m in doc.get("moves", [])}
+        planned["_first"] = doc["moves"][0]["pod"] if doc.get("moves") else None
+        if before:
+            before(api)
+        c = Cluster(api, lambda name: place(name, planned), on_evict=on_evict and (lambda n: on_evict(api, n)))
+        c.start()
+        try:
+            rc, out, err = run(api, "--apply", "--timeout", "10", *args)
+        finally:
+            c.stop()
+        return rc, out, err, api.pods(), api.stats(), planned, api
+    finally:
+        api.stop()
+
+
+rc, out, err, pods, st, planned, _ = apply_scenario("apply-ok", lambda n, pl: pl.get(n),
+                                                     pdbs=[("web", {"matchLabels": {"app": "web"}}, 2)])
+t.ok(rc == 0 and "applied 2 moves" in out and "web-1" not in pods and "web-2" not in pods
+     and pods["web-1-r"]["spec"]["nodeName"] == planned["web-1"]
+     and pods["web-2-r"]["spec"]["nodeName"] == planned["web-2"],
+     "--apply: both pods evicted, replacements placed as planned", out + err)
+t.ok(st.get("POST /api/v1/namespaces/default/pods/web-1/eviction") == 1 and
+     not any(k.startswith("DELETE") for k in st), "--apply evicts through the Eviction API only, once per move", st)
+
+# graceful termination: the replacement is placed while the evicted pod still
+# terminates; apply waits for it to go before checking the gain and moving on
+rc, out, err, pods, st, planned, _ = apply_scenario("apply-graceful", lambda n, pl: pl.get(n), graceful=True)
+t.ok(rc == 0 and "applied 2 moves" in out and "web-1" not in pods and "web-2" not in pods,
+     "evicted pods that terminate gracefully: replacement placed first, apply waits for the old pod", out + err)
+
+# a PDB refuses (429): stop at once, no retries, nothing else evicted
+rc, out, err, pods, st, planned, _ = apply_scenario(
+    "apply-429", lambda n, pl: pl.get(n),
+    before=lambda api: http("POST", api.url + "/_fake/refuse-evictions?count=1"))
+evs = {k: v for k, v in st.items() if k.endswith("/eviction")}
+t.ok(rc == 5 and "HTTP 429" in out and "stopped after 0 of 2 moves" in out and "web-1" in pods and "web-2" in pods,
+     "eviction refused by a PDB (429): stop, nothing evicted", out + err)
+t.ok(sum(evs.values()) == 1, "429 is not retried (one eviction request in all)", evs)
+
+
+# a pod that changes under the plan: web-2 is replaced (new uid) when web-1 goes
+def swap_other(api, name):
+    other = {"web-1": "web-2", "web-2": "web-1"}[name]
+    node = dict((p[0], p[1]) for p in PODS)[other]
+    http("DELETE", api.url + "/api/v1/namespaces/default/pods/" + other)
+    http("POST", api.url + "/api/v1/namespaces/default/pods", pod_obj(other, node, None, {"app": "web"}))
+
+
+rc, out, err, pods, st, planned, _ = apply_scenario("apply-changed", lambda n, pl: pl.get(n), on_evict=swap_other)
+second = ({"web-1", "web-2"} - {planned["_first"]}).pop() if planned["_first"] else "?"
+t.ok(rc == 5 and "another pod now" in out and "stopped after 1 of 2 moves" in out
+     and not st.get("POST /api/v1/namespaces/default/pods/%s/eviction" % second),
+     "a pod that changed since the plan is not evicted: stop", out + err)
+
+# the scheduler restarts mid-plan: web-1's replacement waits 3 s, then lands as planned
+t0 = [None]
+
+
+def late(name, pl):
+    t0[0] = t0[0] or time.time()
+    return pl.get(name) if time.time() - t0[0] > 3 else None
+
+
+rc, out, err, pods, st, planned, _ = apply_scenario("apply-restart", late)
+t.ok(rc == 0 and "applied 2 moves" in out, "scheduler restart mid-plan: apply waits for the replacement and goes on", out + err)
+
+
+# the restarted scheduler puts the replacement elsewhere: stop there
+def elsewhere(name, pl):
+    if name != pl["_first"]:
+        return pl.get(name)
+    home = dict((p[0], p[1]) for p in PODS)[name]
+    return home  # back where it was: the plan never says that (it would gain nothing)
+
+
+rc, out, err, pods, st, planned, _ = apply_scenario("apply-surprise", elsewhere)
+evs = [k for k in st if k.endswith("/eviction")]
+t.ok(rc == 5 and "was placed on %s" % dict((p[0], p[1]) for p in PODS).get(planned["_first"], "?") in out
+     and "stopped after 0 of 2 moves" in out and len(evs) == 1,
+     "replacement placed elsewhere than planned: stop before the next eviction", out + err)
+
+# never placed: stop after the timeout
+rc, out, err, pods, st, planned, _ = apply_scenario("apply-timeout", lambda n, pl: None)
+t.ok(rc == 5 and "no replacement was placed within 10s" in out, "replacement never placed: stop at the timeout", out + err)
+t.done()
