@@ -4,8 +4,10 @@
 # trace"; figures in bench/results/fgd_ties.txt).  Resamples the openb default
 # pod list by category - pods without GPUs, sharing (1 GPU < 1000 milli), one
 # whole GPU, multi-GPU - to a target share of the GPU request, and gives a
-# fraction of GPU pods a gpu_spec drawn from gpuspec33's typed pods.  Not run
-# by make bench.  Usage: bench/fgd_resample_openb.py OPENB_DIR OUT_DIR
+# fraction of GPU pods a gpu_spec drawn from gpuspec33's typed pods.  The
+# first seven lists are those of bench/results/fgd_ties.txt; make bench's
+# packing benchmark (bench/bench_packing.py) replays all of them.
+# Usage: bench/fgd_resample_openb.py OPENB_DIR OUT_DIR
 import csv
 import os
 import random
@@ -49,3 +51,10 @@ write('gpuspec20.csv', mix(4, n, .25, .10, typed=.20))
 write('gpuspec50.csv', mix(5, n, .25, .10, typed=.50))
 write('cpu150.csv', mix(6, n, .25, .10, fr_cpu=.15))
 write('mixA.csv', mix(7, n, .45, .20, typed=.25))
+# more mixes (issue 27): the ends of each range and other combinations
+write('gpushare30.csv', mix(8, n, .30, .05))
+write('gpushare90.csv', mix(9, n, .90, .02))
+write('multigpu40.csv', mix(10, n, .25, .40))
+write('gpuspec10.csv', mix(11, n, .35, .10, typed=.10))
+write('cpu300.csv', mix(12, n, .25, .10, fr_cpu=.30))
+write('mixB.csv', mix(13, n, .60, .15, fr_cpu=.20, typed=.10))

@@ -13,12 +13,12 @@ BENCH_SCRIPTS += bench/bench_alloc_overhead.sh
 BENCH_PROGS += bench_placement
 bench_placement_SRCS := bench/bench_placement.c
 bench_placement_LIBS := sim contracts alloc common
-bench_placement_LDLIBS = $(contracts_LDLIBS)
+bench_placement_LDLIBS = $(contracts_LDLIBS) $(sim_LDLIBS)
 # Node index: fgd replay of a 10x openb cluster, indexed vs every node scored.
 BENCH_PROGS += bench_index
 bench_index_SRCS := bench/bench_index.c
 bench_index_LIBS := sim contracts alloc common
-bench_index_LDLIBS = $(contracts_LDLIBS)
+bench_index_LDLIBS = $(contracts_LDLIBS) $(sim_LDLIBS)
 # Defragmentation planning at 5,000 nodes (goal: under 2 s).
 BENCH_PROGS += bench_defrag
 bench_defrag_SRCS := bench/bench_defrag.c
@@ -27,6 +27,9 @@ bench_defrag_LIBS := alloc common
 BENCH_SCRIPTS += bench/bench_simulate.sh
 # gpuvisor simulate --defrag-every: churn replay with and without defragmentation.
 BENCH_SCRIPTS += bench/bench_simulate_defrag.sh
+# Packing across workload families (openb, held-out seeds, resampled mixes,
+# synthetic sweep, heterogeneous clusters) against the previous release.
+BENCH_SCRIPTS += bench/bench_packing.sh
 # gpuvisor-scheduler: /metrics (with and without HAMi's names) and the
 # dashboard's /api/state at 1,000 nodes x 8 GPUs.
 BENCH_SCRIPTS += bench/bench_scheduler_metrics.sh

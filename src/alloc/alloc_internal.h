@@ -173,8 +173,8 @@ struct wl_shape {
     struct wl_level levels[WL_MAX_LEVELS]; /* by ascending cpu */
     uint32_t n_levels;
     bool dirty;            /* cum needs recomputing */
-    /* cluster GPUs / GPUs of the models the shape may use (fgd.c,
-     * shape_supply); valid while supply_gen matches the cluster's */
+    /* the cluster's free share / the free share of the models the shape
+     * may use (fgd.c, shape_supply); valid while supply_gen matches */
     double supply;
     uint32_t supply_gen;
 };
@@ -212,11 +212,14 @@ struct gv_alloc_cluster {
     bool wl_total_valid;
     uint32_t wl_total_supply_gen; /* the supply_gen wl_total was summed under */
     double wl_growth;
-    /* healthy GPUs per interned model and in all, for FGD's supply factor;
-     * supply_gen bumps whenever they change (never 0) */
+    /* healthy GPUs per interned model and in all, and their free share
+     * (milli, alloc_gpu_free_share) per model and in all, for FGD's supply
+     * factor; supply_gen bumps whenever either changes (never 0) */
     uint32_t *model_gpus;
+    double *model_free;
     uint32_t model_gpus_n;
     uint64_t supply_gpus;
+    double supply_free;
     uint32_t supply_gen;
     bool supply_broken; /* out of memory once: every factor is 1 */
     int64_t max_cpu;       /* largest node CPU capacity (bestfit) */
@@ -370,6 +373,11 @@ void fgd_node_invalidate(struct node *n);
 /* Adds (sign +1) or removes (-1) the node's healthy GPUs from the per-model
  * supply; false when out of memory (the factor then degrades to 1). */
 bool fgd_supply_account(struct gv_alloc_cluster *c, const struct node *n, int sign);
+/* Adds (+1) or removes (-1) the free share of the node's healthy GPUs in
+ * their present state from the per-model free share: called with -1 before
+ * anything changes a node's GPUs' usage and +1 after (place, release, node
+ * upsert and removal). */
+void fgd_free_account(struct gv_alloc_cluster *c, const struct node *n, int sign);
 gv_status alloc_model_intern(struct gv_alloc_cluster *c, const char *model, uint32_t *id,
                              struct gv_error *err);
 static inline const char *alloc_gpu_model(const struct gv_alloc_cluster *c, const struct gpu *g)

@@ -86,6 +86,7 @@ void gv_alloc_cluster_free(struct gv_alloc_cluster *c)
     free(c->model_names);
     fgd_free_shapes(c);
     free(c->model_gpus);
+    free(c->model_free);
     free(c->memo);
     index_free(c);
     free(c);
@@ -331,6 +332,7 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
         n->cls = UINT32_MAX;
     } else {
         n = &c->nodes[idx];
+        fgd_free_account(c, n, -1);
         /* Move placed pods onto the new GPU list by uuid. */
         for (struct pod *p = n->pods; p != NULL; p = p->next) {
             pod_apply(n, p, -1);
@@ -358,6 +360,7 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
     fgd_supply_account(c, n, +1);
     for (struct pod *p = n->pods; p != NULL; p = p->next)
         pod_apply(n, p, +1);
+    fgd_free_account(c, n, +1);
     if (n->cpu_cap > c->max_cpu)
         c->max_cpu = n->cpu_cap;
     if (n->n_gpus > c->max_gpus)
@@ -394,6 +397,7 @@ gv_status gv_alloc_node_remove(struct gv_alloc_cluster *c, const char *name, str
         pod_forget(c, p);
     }
     index_node_remove(c, idx);
+    fgd_free_account(c, n, -1);
     fgd_supply_account(c, n, -1);
     strmap_del(&c->node_map, n->name);
     node_clear(n);
@@ -517,6 +521,7 @@ gv_status gv_alloc_place(struct gv_alloc_cluster *c, const struct gv_alloc_reque
     p->cpu = req->cpu_milli;
     p->mem = req->mem_mib;
     gv_status rc = GV_OK;
+    fgd_free_account(c, n, -1);
     /* Apply device by device so that two containers sharing a GPU are
      * checked against each other; roll back on the first misfit. */
     for (uint32_t i = 0; i < a->n_containers && rc == GV_OK; i++) {
@@ -590,6 +595,7 @@ gv_status gv_alloc_place(struct gv_alloc_cluster *c, const struct gv_alloc_reque
             n->pods->prev = p;
         n->pods = p;
         c->live_pods++;
+        fgd_free_account(c, n, +1);
         alloc_node_resign(n);
         index_node_update(c, idx);
         return GV_OK;
@@ -602,6 +608,7 @@ undo:
         g->tasks--;
         g->whole -= p->devs[i].whole;
     }
+    fgd_free_account(c, n, +1);
     free(p);
     return rc;
 }
@@ -613,7 +620,9 @@ gv_status gv_alloc_release(struct gv_alloc_cluster *c, const char *uid, struct g
         return gv_error_set(err, GV_ENOTFOUND, "pod %s: not placed", uid);
     struct pod *p = c->pods[slot];
     struct node *n = &c->nodes[p->node];
+    fgd_free_account(c, n, -1);
     pod_apply(n, p, -1);
+    fgd_free_account(c, n, +1);
     if (p->prev != NULL)
         p->prev->next = p->next;
     else

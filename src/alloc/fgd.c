@@ -16,10 +16,13 @@
  * F_n = sum_m p(m) F_n(m).  FGD places a task where F_n grows least.
  *
  * Supply: a class whose GPU-type constraint leaves it a fraction of the
- * cluster's GPUs weighs p(m) x (all GPUs / GPUs it may use).  Its tasks
- * compete for those GPUs only, so each of them matters that much more to
- * it; FGD's plain p(m) sends untyped tasks to the models the fewest classes
- * ask for, however few GPUs those models have (docs/alloc.md, "Supply").
+ * cluster's free GPU share weighs p(m) x (free share of all GPUs / free
+ * share of the GPUs it may use).  Its tasks compete for that free share
+ * only, so each unit of it matters that much more to it; FGD's plain p(m)
+ * sends untyped tasks to the models the fewest classes ask for, however
+ * few GPUs those models have.  Free share, not installed GPUs: a model
+ * that stays idle while the others fill needs less protection, one that
+ * fills up more (docs/alloc.md, "Supply").
  *
  * Per node we cache, for each shape, how many GPUs can host it (cnt) and
  * the free share of those that cannot (frag); the CPU dimension folds in
@@ -87,13 +90,19 @@ bool fgd_supply_account(struct gv_alloc_cluster *c, const struct node *n, int si
         return false;
     if (c->model_gpus_n < c->n_models) {
         uint32_t *m = realloc(c->model_gpus, c->n_models * sizeof(*m));
-        if (m == NULL) {
+        if (m != NULL)
+            c->model_gpus = m;
+        double *f = m != NULL ? realloc(c->model_free, c->n_models * sizeof(*f)) : NULL;
+        if (f == NULL) {
             c->supply_broken = true;
             c->supply_gen = c->supply_gen + 1 ? c->supply_gen + 1 : 1;
             return false;
         }
-        memset(m + c->model_gpus_n, 0, (c->n_models - c->model_gpus_n) * sizeof(*m));
-        c->model_gpus = m;
+        c->model_free = f;
+        for (uint32_t i = c->model_gpus_n; i < c->n_models; i++) {
+            m[i] = 0;
+            f[i] = 0;
+        }
         c->model_gpus_n = c->n_models;
     }
     for (uint32_t g = 0; g < n->n_gpus; g++) {
@@ -106,19 +115,36 @@ bool fgd_supply_account(struct gv_alloc_cluster *c, const struct node *n, int si
     return true;
 }
 
-/* The shape's supply factor (see the top of this file): 1 for a shape any
- * GPU may host, and when the shape may use no GPU at all (no node can run
- * it: its fragments are every node's free share, the same for every
- * placement).  O(models) after each change of the cluster's GPUs. */
+void fgd_free_account(struct gv_alloc_cluster *c, const struct node *n, int sign)
+{
+    if (c->supply_broken)
+        return;
+    for (uint32_t g = 0; g < n->n_gpus; g++) {
+        const struct gpu *x = &n->gpus[g];
+        if (!x->healthy || x->model_id >= c->model_gpus_n)
+            continue;
+        double f = sign * alloc_gpu_free_share(x);
+        c->model_free[x->model_id] += f;
+        c->supply_free += f;
+    }
+    c->supply_gen = c->supply_gen + 1 ? c->supply_gen + 1 : 1;
+}
+
+/* The shape's supply factor (see the top of this file): the cluster's free
+ * share over the free share of the models the shape may use; 1 for a shape
+ * any GPU may host, and when no GPU it may use has any share free (no node
+ * can run it now: its fragments are every node's free share).  O(models)
+ * after each change of the cluster's GPUs or their usage. */
 static double shape_supply(struct gv_alloc_cluster *c, struct wl_shape *s)
 {
     if (s->supply_gen == c->supply_gen)
         return s->supply;
-    uint64_t ok = 0;
+    double ok = 0;
     for (uint32_t i = 0; !c->supply_broken && i < c->model_gpus_n; i++)
         if (shape_model_ok(c, s, i))
-            ok += c->model_gpus[i];
-    s->supply = ok > 0 && !c->supply_broken ? (double)c->supply_gpus / (double)ok : 1.0;
+            ok += c->model_free[i];
+    /* sums of adds and subtracts: below half a milli is nothing free */
+    s->supply = ok >= 0.5 && !c->supply_broken ? fmax(1.0, c->supply_free / ok) : 1.0;
     s->supply_gen = c->supply_gen;
     return s->supply;
 }

@@ -326,7 +326,11 @@ int gv_cmd_simulate(int argc, char **argv)
         }
     }
     /* no GPU-share workload (whole devices only): no share curve to compare with */
-    if (gv_sim_trace_request_milli(t) == 0 || gv_sim_trace_gpu_milli(t) == 0) {
+    /* GV_SIMULATE_NO_REFERENCE=1: no offline reference (benchmarks that
+     * compare policies only; the oracle costs three replays a seed) */
+    const char *noref = getenv("GV_SIMULATE_NO_REFERENCE");
+    if (gv_sim_trace_request_milli(t) == 0 || gv_sim_trace_gpu_milli(t) == 0 ||
+        (noref != NULL && strcmp(noref, "1") == 0)) {
         free(rep.refs);
         rep.refs = NULL;
     }

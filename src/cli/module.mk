@@ -3,4 +3,4 @@
 PROGS += gpuvisor
 gpuvisor_SRCS := $(wildcard src/cli/*.c)
 gpuvisor_LIBS := sim contracts alloc shm common
-gpuvisor_LDLIBS = $(contracts_LDLIBS)
+gpuvisor_LDLIBS = $(contracts_LDLIBS) $(sim_LDLIBS)

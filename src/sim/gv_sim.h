@@ -123,13 +123,17 @@ gv_status gv_sim_run_exhaustive(const struct gv_sim_trace *t, gv_alloc_policy po
  * Offline reference for one seed (docs/simulate.md): the same arrivals as
  * gv_sim_run up to 100 % arrived, seen all at once.  oracle: unallocated %
  * when they are placed largest GPU demand first (better of best fit and FGD
- * knowing the whole workload); bound: a capacity and GPU-type lower bound
- * on the unallocated % of any placement.
+ * knowing the whole workload); bound: the LP relaxation's lower bound on
+ * the unallocated % of any placement (online or offline) of those pods.
  */
 struct gv_sim_reference {
     double oracle_unalloc_pct;
+    /* the LP bound (docs/simulate.md, "LP bound"), never below the next */
     double bound_unalloc_pct;
-    double seconds;
+    /* the capacity bound alone: GPU model sets, total CPU, total memory */
+    double capacity_bound_unalloc_pct;
+    double seconds;    /* all of it */
+    double lp_seconds; /* the LP's share */
 };
 gv_status gv_sim_reference(const struct gv_sim_trace *t, uint64_t seed,
                            struct gv_sim_reference *out, struct gv_error *err);

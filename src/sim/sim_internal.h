@@ -82,4 +82,19 @@ gv_status sim_arrivals_init(struct sim_arrivals *a, const struct gv_sim_trace *t
 size_t sim_arrivals_next(struct sim_arrivals *a);
 void sim_arrivals_fini(struct sim_arrivals *a);
 
+/*
+ * LP bound (lpbound.c, docs/simulate.md "LP bound"): the most GPU request,
+ * in milli, that any placement of the pods arr[0..n) (indices into t->pods,
+ * repeats allowed) can allocate on t's empty cluster, from GLPK's optimum
+ * of the relaxation.  ok is false only with an error.
+ */
+struct sim_lp {
+    double alloc_milli;
+    double seconds;
+    size_t classes, types, columns, rows;
+    bool ok;
+};
+gv_status sim_lp_bound(const struct gv_sim_trace *t, const size_t *arr, size_t n,
+                       struct sim_lp *out, struct gv_error *err);
+
 #endif

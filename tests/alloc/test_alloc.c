@@ -1262,21 +1262,46 @@ static struct gv_alloc_request *typed_req(const char *uid, uint32_t milli, const
  * a tie, and the name sends it to the scarce A100s.  With supply the A100
  * class weighs 17 (34/2), the T4 class 34/32: b-1 wins by far.
  */
+/* The supply tests' cluster: node a_name with 2 A100, n_b nodes "b-<i>"
+ * with b_gpus T4 each; workload one A100 task, one T4 task, one untyped
+ * task of one whole GPU each (ta, tt, any). */
+struct supply_case {
+    struct gv_alloc_cluster *c;
+    struct gv_alloc_request *ta, *tt, *any;
+};
+
+static struct supply_case supply_case_new(const char *a_name, int n_b, uint32_t b_gpus)
+{
+    struct supply_case k = {new_cluster(GV_ALLOC_POLICY_FGD), NULL, NULL, NULL};
+    add_node(k.c, a_name, 2, "NVIDIA A100", 0, 0);
+    for (int i = 1; i <= n_b; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "b-%d", i);
+        add_node(k.c, name, b_gpus, "Tesla T4", 0, 0);
+    }
+    k.ta = typed_req("ta", 1000, "a100");
+    k.tt = typed_req("tt", 1000, "t4");
+    k.any = simple_req("any", 1, 0, 1000);
+    gv_alloc_observe(k.c, k.ta);
+    gv_alloc_observe(k.c, k.tt);
+    gv_alloc_observe(k.c, k.any);
+    return k;
+}
+
+static void supply_case_free(struct supply_case *k)
+{
+    gv_alloc_request_free(k->ta);
+    gv_alloc_request_free(k->tt);
+    gv_alloc_request_free(k->any);
+    gv_alloc_cluster_free(k->c);
+}
+
 static void test_fgd_supply_weights_typed_classes(void **state)
 {
     (void)state;
-    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_FGD);
-    add_node(c, "a-scarce", 2, "NVIDIA A100", 0, 0);
-    add_node(c, "b-1", 8, "Tesla T4", 0, 0);
-    add_node(c, "b-2", 8, "Tesla T4", 0, 0);
-    add_node(c, "b-3", 8, "Tesla T4", 0, 0);
-    add_node(c, "b-4", 8, "Tesla T4", 0, 0);
-    struct gv_alloc_request *ta = typed_req("ta", 1000, "a100");
-    struct gv_alloc_request *tt = typed_req("tt", 1000, "t4");
-    struct gv_alloc_request *any = simple_req("any", 1, 0, 1000);
-    gv_alloc_observe(c, ta);
-    gv_alloc_observe(c, tt);
-    gv_alloc_observe(c, any);
+    struct supply_case k = supply_case_new("a-scarce", 4, 8);
+    struct gv_alloc_cluster *c = k.c;
+    struct gv_alloc_request *ta = k.ta, *any = k.any;
     /* F(b-1): the A100 class cannot run there, all 8000 free is its
      * fragment: 17 x 8000 / (17 + 34/32 + 1) */
     double f, want = 17.0 * 8000.0 / (17.0 + 34.0 / 32.0 + 1.0);
@@ -1299,10 +1324,60 @@ static void test_fgd_supply_weights_typed_classes(void **state)
     assert_int_equal(gv_alloc_node_fragmentation(c, "b-1", &f, NULL), GV_OK);
     if (fabs(f - want) > 1e-6)
         fail_msg("F(b-1) after re-adding = %f, want %f", f, want);
-    gv_alloc_request_free(ta);
-    gv_alloc_request_free(tt);
-    gv_alloc_request_free(any);
-    gv_alloc_cluster_free(c);
+    supply_case_free(&k);
+}
+
+/*
+ * The supply factor counts free share, not installed GPUs (first
+ * principles: a GPU already taken serves no class, so what a confined class
+ * competes for is the free share of its models).  Cluster: "a" with 2 A100,
+ * "b-1" and "b-2" with 4 T4 (10 GPUs).  Workload: one A100 task, one T4
+ * task, one untyped task, 1 GPU each.  Empty, the A100 class weighs 10/2 =
+ * 5, the T4 class 10/8: an untyped task goes to a T4 node (its free share
+ * is a fragment of the heavier A100 class).  With 7 of the 8 T4 taken,
+ * 3000 milli are free, 2000 of them A100: the A100 class weighs 1.5, the T4
+ * class 3000/1000 = 3, and the untyped task goes to "a" (placing it on
+ * b-2 would take the last free T4: F falls by 1.5 x 1000 there, by
+ * 3 x 1000 on "a").  With installed GPUs (5 and 1.25) it would take the last
+ * T4 and a T4 task arriving next would find none.  Releasing restores the
+ * factors.
+ */
+static void test_fgd_supply_follows_free_share(void **state)
+{
+    (void)state;
+    struct supply_case k = supply_case_new("a", 2, 4);
+    struct gv_alloc_cluster *c = k.c;
+    struct gv_alloc_request *any = k.any;
+    double f;
+    /* empty: F(a) = the T4 class's fragment 2000 x 10/8 over 5 + 10/8 + 1 */
+    assert_int_equal(gv_alloc_node_fragmentation(c, "a", &f, NULL), GV_OK);
+    if (fabs(f - 2000.0 * 1.25 / 7.25) > 1e-6)
+        fail_msg("F(a) empty = %f", f);
+    struct gv_alloc_assignment a;
+    assert_int_equal(gv_alloc_pick(c, any, NULL, 0, &a, NULL), GV_OK);
+    assert_string_equal(a.node, "b-1");
+    struct gv_alloc_request *t4[7];
+    for (int i = 0; i < 7; i++) {
+        char uid[16];
+        snprintf(uid, sizeof(uid), "t%d", i);
+        t4[i] = typed_req(uid, 1000, "t4");
+        place_on(c, t4[i], i < 4 ? "b-1" : "b-2");
+    }
+    assert_int_equal(gv_alloc_node_fragmentation(c, "a", &f, NULL), GV_OK);
+    if (fabs(f - 2000.0 * 3.0 / 5.5) > 1e-6)
+        fail_msg("F(a) with 7 T4 taken = %f, want %f", f, 2000.0 * 3.0 / 5.5);
+    assert_int_equal(gv_alloc_pick(c, any, NULL, 0, &a, NULL), GV_OK);
+    assert_string_equal(a.node, "a");
+    for (int i = 0; i < 7; i++) {
+        assert_int_equal(gv_alloc_release(c, t4[i]->uid, NULL), GV_OK);
+        gv_alloc_request_free(t4[i]);
+    }
+    assert_int_equal(gv_alloc_node_fragmentation(c, "a", &f, NULL), GV_OK);
+    if (fabs(f - 2000.0 * 1.25 / 7.25) > 1e-6)
+        fail_msg("F(a) after the releases = %f", f);
+    assert_int_equal(gv_alloc_pick(c, any, NULL, 0, &a, NULL), GV_OK);
+    assert_string_equal(a.node, "b-1");
+    supply_case_free(&k);
 }
 
 /*
@@ -1464,6 +1539,7 @@ int main(void)
         cmocka_unit_test(test_fgd_cpu_dimension),
         cmocka_unit_test(test_fgd_cpu_only_pods_avoid_free_gpus),
         cmocka_unit_test(test_fgd_supply_weights_typed_classes),
+        cmocka_unit_test(test_fgd_supply_follows_free_share),
         cmocka_unit_test(test_fgd_sharing_tie_keeps_idle_gpus),
         cmocka_unit_test(test_fgd_score_step_resolves_50_milli),
         cmocka_unit_test(test_assignment_roundtrip),

@@ -1,0 +1,348 @@
+/*
+ * Property test of the LP bound (src/sim/lpbound.c, docs/simulate.md "LP
+ * bound"): on random small clusters (2-4 nodes, 1-4 GPUs each, two GPU
+ * models, typed pods, CPU that binds), the arrivals up to 100 % of capacity
+ * are placed exactly by brute force (every pod placed or not, on every
+ * node and GPU, identical GPUs of a node tried once), and
+ *
+ *     LP bound <= exact optimum <= oracle, fgd, binpack, bestfit, spread
+ *
+ * in unallocated % at 100 % arrived.  A second case pins known answers of
+ * the packing cuts.  Seeds: GV_TEST_SEED (default: the clock), printed on
+ * failure; GV_TEST_CASES sets the number of random clusters (default 150).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sim/sim_internal.h"
+
+#define MAX_NODES 4
+#define MAX_GPUS 4
+#define MAX_ARR 16
+
+struct bf_node {
+    int64_t cpu, mem;
+    int model; /* 0 or 1 */
+    uint32_t n_gpus;
+    uint32_t used[MAX_GPUS]; /* milli */
+    uint32_t tasks[MAX_GPUS];
+};
+
+struct bf_pod {
+    int64_t cpu, mem;
+    uint32_t k, milli;
+    int allowed; /* bit mask of models */
+    uint64_t value;
+};
+
+struct bf {
+    struct bf_node node[MAX_NODES];
+    size_t n_nodes;
+    struct bf_pod pod[MAX_ARR];
+    size_t n_pods;
+    uint64_t rest[MAX_ARR + 1]; /* value of pods i.. */
+    uint64_t cap, used, best, cur;
+    uint64_t visits;
+    size_t at[MAX_ARR]; /* node of pod i, n_nodes when left out */
+};
+
+static bool same_pod(const struct bf_pod *a, const struct bf_pod *b)
+{
+    return a->cpu == b->cpu && a->mem == b->mem && a->k == b->k && a->milli == b->milli &&
+           a->allowed == b->allowed;
+}
+
+static bool gpu_fits(const struct bf_node *n, uint32_t g, uint32_t milli)
+{
+    if (milli >= 1000)
+        return n->tasks[g] == 0;
+    return n->used[g] < 1000 && n->used[g] + milli <= 1000;
+}
+
+static void bf_search(struct bf *b, size_t i)
+{
+    b->visits++;
+    if (b->cur > b->best)
+        b->best = b->cur;
+    if (i == b->n_pods)
+        return;
+    uint64_t room = b->cap - b->used;
+    if (b->cur + (b->rest[i] < room ? b->rest[i] : room) <= b->best)
+        return;
+    const struct bf_pod *p = &b->pod[i];
+    /* Identical pods are interchangeable: among them, the placed ones come
+     * first and on non-decreasing nodes (any solution can be relabelled so). */
+    size_t first = 0;
+    if (i > 0 && same_pod(p, &b->pod[i - 1]))
+        first = b->at[i - 1];
+    for (size_t ni = first; ni < b->n_nodes; ni++) {
+        b->at[i] = ni;
+        struct bf_node *n = &b->node[ni];
+        if (!(p->allowed & (1 << n->model)) || n->cpu < p->cpu || n->mem < p->mem)
+            continue;
+        n->cpu -= p->cpu;
+        n->mem -= p->mem;
+        b->cur += p->value;
+        b->used += (uint64_t)p->k * p->milli;
+        if (p->k == 1) {
+            for (uint32_t g = 0; g < n->n_gpus; g++) {
+                bool dup = false; /* a GPU in the same state as an earlier one */
+                for (uint32_t h = 0; h < g && !dup; h++)
+                    dup = n->used[h] == n->used[g] && n->tasks[h] == n->tasks[g];
+                if (dup || !gpu_fits(n, g, p->milli))
+                    continue;
+                n->used[g] += p->milli;
+                n->tasks[g]++;
+                bf_search(b, i + 1);
+                n->used[g] -= p->milli;
+                n->tasks[g]--;
+            }
+        } else {
+            /* whole GPUs (the trace's multi-GPU pods ask 1000 each): every
+             * idle GPU of a node is alike, take the first k */
+            uint32_t got[MAX_GPUS], ng = 0;
+            for (uint32_t g = 0; g < n->n_gpus && ng < p->k; g++)
+                if (n->tasks[g] == 0)
+                    got[ng++] = g;
+            if (ng == p->k) {
+                for (uint32_t j = 0; j < ng; j++) {
+                    n->used[got[j]] = 1000;
+                    n->tasks[got[j]] = 1;
+                }
+                bf_search(b, i + 1);
+                for (uint32_t j = 0; j < ng; j++)
+                    n->used[got[j]] = n->tasks[got[j]] = 0;
+            }
+        }
+        b->used -= (uint64_t)p->k * p->milli;
+        b->cur -= p->value;
+        n->cpu += p->cpu;
+        n->mem += p->mem;
+    }
+    b->at[i] = b->n_nodes;
+    bf_search(b, i + 1); /* this pod left out */
+}
+
+/* Largest value first (pruning); identical pods next to each other. */
+static int by_value_desc(const void *x, const void *y)
+{
+    const struct bf_pod *a = x, *b = y;
+    if (a->value != b->value)
+        return a->value > b->value ? -1 : 1;
+    if (a->cpu != b->cpu)
+        return a->cpu < b->cpu ? -1 : 1;
+    if (a->mem != b->mem)
+        return a->mem < b->mem ? -1 : 1;
+    if (a->k != b->k)
+        return a->k < b->k ? -1 : 1;
+    return a->allowed - b->allowed;
+}
+
+static const char *const models[2] = {"T4", "V100"};
+
+struct instance {
+    char nodes[1024], pods[2048];
+};
+
+static uint64_t rnd(struct gv_sim_rng *r, uint64_t n)
+{
+    return gv_sim_rng_below(r, n);
+}
+
+/* A random cluster and pod list as openb CSV text. */
+static void make_instance(struct gv_sim_rng *r, struct instance *in)
+{
+    size_t nn = 2 + rnd(r, 3), off = 0;
+    off += (size_t)snprintf(in->nodes + off, sizeof(in->nodes) - off,
+                            "sn,cpu_milli,memory_mib,gpu,model\n");
+    for (size_t i = 0; i < nn; i++)
+        off += (size_t)snprintf(in->nodes + off, sizeof(in->nodes) - off,
+                                "n%zu,%llu,%llu,%llu,%s\n", i,
+                                (unsigned long long)(4000 + 2000 * rnd(r, 5)),
+                                (unsigned long long)(16384 * (1 + rnd(r, 3))),
+                                (unsigned long long)(1 + rnd(r, 3)),
+                                models[i < 2 ? i : (rnd(r, 4) == 0)]); /* both exist */
+    size_t np = 2 + rnd(r, 6);
+    off = 0;
+    off += (size_t)snprintf(in->pods + off, sizeof(in->pods) - off,
+                            "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n");
+    static const uint32_t sizes[] = {250, 300, 400, 500, 600, 700, 810, 1000, 1000, 1000};
+    for (size_t i = 0; i < np; i++) {
+        uint64_t kind = rnd(r, 10);
+        uint32_t k = kind < 8 ? 1 : (uint32_t)(2 + rnd(r, 2));
+        uint32_t milli = k > 1 ? 1000 : sizes[rnd(r, sizeof(sizes) / sizeof(sizes[0]))];
+        const char *spec = rnd(r, 5) == 0 ? models[rnd(r, 2)] : "";
+        off += (size_t)snprintf(in->pods + off, sizeof(in->pods) - off,
+                                "p%zu,%llu,%llu,%u,%u,%s\n", i,
+                                (unsigned long long)(1000 * (1 + rnd(r, 4))),
+                                (unsigned long long)(4096 * (1 + rnd(r, 4))), k, milli, spec);
+    }
+}
+
+static int model_index(const char *m)
+{
+    return strcmp(m, "T4") == 0 ? 0 : 1;
+}
+
+/* Exact optimum (allocated milli) of the arrivals of seed up to 100 %. */
+static uint64_t exact_alloc(const struct gv_sim_trace *t, uint64_t seed, size_t *n_arr,
+                            uint64_t *visits)
+{
+    static struct bf b;
+    memset(&b, 0, sizeof(b));
+    b.n_nodes = t->n_nodes;
+    for (size_t i = 0; i < t->n_nodes; i++) {
+        const struct gv_alloc_node_spec *s = &t->nodes[i].spec;
+        b.node[i] = (struct bf_node){.cpu = s->cpu_milli, .mem = s->mem_mib,
+                                     .model = model_index(s->gpus[0].model),
+                                     .n_gpus = (uint32_t)s->n_gpus};
+        b.cap += s->n_gpus * 1000;
+    }
+    struct sim_arrivals a;
+    struct gv_error err = {0};
+    assert_int_equal(sim_arrivals_init(&a, t, seed, &err), GV_OK);
+    for (uint64_t arrived = 0; arrived < b.cap;) {
+        if (b.n_pods == MAX_ARR) {
+            sim_arrivals_fini(&a);
+            return UINT64_MAX; /* too many arrivals to search */
+        }
+        const struct gv_alloc_request *r = t->pods[sim_arrivals_next(&a)];
+        struct bf_pod *p = &b.pod[b.n_pods++];
+        *p = (struct bf_pod){r->cpu_milli, r->mem_mib, 0, 0, 3, sim_pod_milli(r)};
+        if (r->n_containers > 0) {
+            p->k = r->containers[0].num_gpu;
+            p->milli = r->containers[0].milli;
+        }
+        const char *spec = r->constraint[GV_ALLOC_USE_TYPE];
+        if (spec != NULL)
+            p->allowed = 1 << model_index(strcmp(spec, "t4") == 0 ? "T4" : "V100");
+        arrived += p->value;
+    }
+    sim_arrivals_fini(&a);
+    qsort(b.pod, b.n_pods, sizeof(b.pod[0]), by_value_desc);
+    for (size_t i = b.n_pods; i-- > 0;)
+        b.rest[i] = b.rest[i + 1] + b.pod[i].value;
+    bf_search(&b, 0);
+    *n_arr = b.n_pods;
+    *visits = b.visits;
+    return b.best;
+}
+
+static void test_lp_below_exact_below_every_placement(void **state)
+{
+    (void)state;
+    const char *env = getenv("GV_TEST_SEED");
+    uint64_t seed0 = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL);
+    const char *ce = getenv("GV_TEST_CASES");
+    int cases = ce ? atoi(ce) : 150;
+    struct gv_sim_rng rng;
+    gv_sim_rng_seed(&rng, seed0);
+    int tight = 0, runs = 0, skipped = 0;
+    double gap = 0;
+    for (int c = 0; c < cases; c++) {
+        struct instance in;
+        make_instance(&rng, &in);
+        struct gv_sim_trace *t;
+        struct gv_error err = {0};
+        assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+        if (gv_sim_parse_openb_nodes(t, "n.csv", in.nodes, strlen(in.nodes), &err) != GV_OK ||
+            gv_sim_parse_openb_pods(t, "p.csv", in.pods, strlen(in.pods), &err) != GV_OK)
+            fail_msg("GV_TEST_SEED=%llu case %d: %s", (unsigned long long)seed0, c, err.msg);
+        double cap = (double)gv_sim_trace_gpu_milli(t);
+        for (uint64_t seed = 1; seed <= 2; seed++) {
+            struct gv_sim_reference ref;
+            if (gv_sim_reference(t, seed, &ref, &err) != GV_OK)
+                fail_msg("GV_TEST_SEED=%llu case %d: %s", (unsigned long long)seed0, c, err.msg);
+            size_t n_arr;
+            uint64_t visits;
+            uint64_t best = exact_alloc(t, seed, &n_arr, &visits);
+            if (best == UINT64_MAX) {
+                skipped++;
+                continue;
+            }
+            double exact = 100.0 - 100.0 * (double)best / cap;
+            if (ref.bound_unalloc_pct > exact + 1e-6)
+                fail_msg("GV_TEST_SEED=%llu case %d seed %llu: LP bound %.4f above the exact "
+                         "optimum %.4f (%zu arrivals)\nnodes:\n%spods:\n%s",
+                         (unsigned long long)seed0, c, (unsigned long long)seed,
+                         ref.bound_unalloc_pct, exact, n_arr, in.nodes, in.pods);
+            if (exact > ref.oracle_unalloc_pct + 1e-6)
+                fail_msg("GV_TEST_SEED=%llu case %d seed %llu: exact %.4f above the oracle %.4f",
+                         (unsigned long long)seed0, c, (unsigned long long)seed, exact,
+                         ref.oracle_unalloc_pct);
+            for (int p = 0; p < GV_ALLOC_POLICY_COUNT; p++) {
+                struct gv_sim_curve cv;
+                assert_int_equal(gv_sim_run(t, (gv_alloc_policy)p, seed, 1.0, &cv, &err), GV_OK);
+                double got = 100.0 - cv.allocated[100];
+                gv_sim_curve_free(&cv);
+                if (exact > got + 1e-6)
+                    fail_msg("GV_TEST_SEED=%llu case %d seed %llu: exact %.4f above policy %d's "
+                             "%.4f", (unsigned long long)seed0, c, (unsigned long long)seed,
+                             exact, p, got);
+            }
+            runs++;
+            tight += exact - ref.bound_unalloc_pct < 1e-6;
+            gap += exact - ref.bound_unalloc_pct;
+        }
+        gv_sim_trace_free(t);
+    }
+    printf("# GV_TEST_SEED=%llu: %d instances (%d with over %d arrivals skipped), LP bound "
+           "exact on %d, mean gap %.2f points\n",
+           (unsigned long long)seed0, runs, skipped, MAX_ARR, tight, runs ? gap / runs : 0.0);
+    assert_true(runs >= cases / 2); /* the generator mostly makes searchable instances */
+}
+
+/* Known answers of the packing cuts: without them the LP would allocate
+ * everything. */
+static void test_lp_packing_cuts_known(void **state)
+{
+    (void)state;
+    struct {
+        const char *pods;
+        double unalloc; /* exact, and what the cuts give */
+    } cases[] = {
+        /* 600-milli tasks only: one per GPU, 40 % of every GPU idle */
+        {"name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,600\n", 40.0},
+        /* 2-GPU pods on 3-GPU nodes: one per node, a third idle */
+        {"name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,2,1000\n", 100.0 / 3},
+        /* CPU: 9 of a node's 16 cores per whole-GPU pod, one pod per node */
+        {"name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,9000,1024,1,1000\n", 200.0 / 3},
+    };
+    const char *nodes = "sn,cpu_milli,memory_mib,gpu,model\n"
+                        "n0,16000,65536,3,T4\nn1,16000,65536,3,T4\n";
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct gv_sim_trace *t;
+        struct gv_error err = {0};
+        assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+        assert_int_equal(gv_sim_parse_openb_nodes(t, "n.csv", nodes, strlen(nodes), &err), GV_OK);
+        assert_int_equal(
+            gv_sim_parse_openb_pods(t, "p.csv", cases[i].pods, strlen(cases[i].pods), &err),
+            GV_OK);
+        struct gv_sim_reference ref;
+        assert_int_equal(gv_sim_reference(t, 42, &ref, &err), GV_OK);
+        if (ref.bound_unalloc_pct < cases[i].unalloc - 1e-6 ||
+            ref.bound_unalloc_pct > cases[i].unalloc + 1e-6)
+            fail_msg("case %zu: bound %.4f, want %.4f", i, ref.bound_unalloc_pct,
+                     cases[i].unalloc);
+        /* what the capacity bound alone cannot see */
+        assert_true(ref.capacity_bound_unalloc_pct < cases[i].unalloc - 1);
+        gv_sim_trace_free(t);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lp_packing_cuts_known),
+        cmocka_unit_test(test_lp_below_exact_below_every_placement),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
