@@ -9,6 +9,7 @@
 #include "scheduler/gv_extender.h"
 #include "scheduler/gv_webhook.h"
 #include "scheduler/placement_guard.h"
+#include "scheduler/preempt.h"
 #include "scheduler/quota.h"
 #include "scheduler/sched_internal.h"
 #include "scheduler/sched_observe.h"
@@ -195,19 +196,27 @@ static void filter_reserve(struct filter_ctx *f)
     bool whole = f->n_engine > 0 && f->n_engine == gv_alloc_node_count(s->cluster);
     const char **usable = NULL;
     gv_status st = GV_ENOFIT;
-    if (f->n_usable > 0 && whole) {
-        st = gv_alloc_pick(s->cluster, f->req, NULL, 0, a, &err);
-        struct snode *chosen = st == GV_OK ? gv_sched_node_find(s, a->node) : NULL;
-        whole = st != GV_OK || (chosen != NULL && chosen->filter_stamp == s->filter_stamp);
+    /* GPUs a preemption freed for this pod (preempt.c) come first; while
+     * they do not fit yet (victims still terminating) the usual pick runs. */
+    bool held = gv_sched_preempt_held(s, uid, a) &&
+                gv_alloc_place(s->cluster, f->req, a, NULL) == GV_OK;
+    if (held) {
+        st = GV_OK;
+    } else {
+        if (f->n_usable > 0 && whole) {
+            st = gv_alloc_pick(s->cluster, f->req, NULL, 0, a, &err);
+            struct snode *chosen = st == GV_OK ? gv_sched_node_find(s, a->node) : NULL;
+            whole = st != GV_OK || (chosen != NULL && chosen->filter_stamp == s->filter_stamp);
+        }
+        if (f->n_usable > 0 && !whole) {
+            usable = usable_names(f);
+            st = usable == NULL ? GV_ENOMEM
+                                : gv_alloc_pick(s->cluster, f->req, usable, f->n_usable, a, &err);
+            free(usable);
+        }
+        if (st == GV_OK)
+            st = gv_alloc_place(s->cluster, f->req, a, &err);
     }
-    if (f->n_usable > 0 && !whole) {
-        usable = usable_names(f);
-        st = usable == NULL ? GV_ENOMEM
-                            : gv_alloc_pick(s->cluster, f->req, usable, f->n_usable, a, &err);
-        free(usable);
-    }
-    if (st == GV_OK)
-        st = gv_alloc_place(s->cluster, f->req, a, &err);
     char qwhy[GV_ALLOC_REASON_MAX];
     if (st == GV_OK &&
         !gv_sched_quota_admit(s, uid, meta(f->args.pod, "namespace"), a, qwhy, sizeof(qwhy))) {
@@ -256,6 +265,7 @@ static void filter_reserve(struct filter_ctx *f)
             if (strcmp(f->args.names[f->repeats[k]], chosen->name) == 0)
                 f->verdicts[f->repeats[k]] = GV_EXT_FIT;
     }
+    gv_sched_preempt_release(s, uid); /* a hold becomes this reservation */
     gv_debug("filter: pod %s/%s reserved on %s: %s", meta(f->args.pod, "namespace"),
              meta(f->args.pod, "name"), a->node, enc);
     free(enc);
@@ -454,6 +464,11 @@ void handle_filter(void *ctx, const struct gv_http_request *hreq,
     bool first_seen = r == NULL;
     if (first_seen)
         gv_alloc_observe(s->cluster, f.req);
+    if (gv_sched_preempt_exclude(s, f.args.pod, f.req, &err) != GV_OK) {
+        set_all(&f, GV_EXT_FAILED, "scheduler out of memory");
+        pthread_mutex_unlock(&s->lock);
+        goto answer;
+    }
     classify_candidates(&f);
     if (f.oom) {
         pthread_mutex_unlock(&s->lock);

@@ -9,6 +9,7 @@
 #include "scheduler/gv_extender.h"
 #include "scheduler/gv_webhook.h"
 #include "scheduler/placement_guard.h"
+#include "scheduler/preempt.h"
 #include "scheduler/quota.h"
 #include "scheduler/sched_internal.h"
 #include "scheduler/sched_observe.h"
@@ -134,7 +135,11 @@ static gv_status bind_compute(struct gv_sched *s, struct gv_ext_bind_args *b, ch
         if (gv_alloc_is_placed(s->cluster, req->uid))
             gv_alloc_release(s->cluster, req->uid, NULL);
         const char *one[1] = {b->node};
-        st = gv_alloc_pick(s->cluster, req, one, 1, a, err);
+        /* GPUs held for a preemptor of higher priority stay out of reach
+         * here too (feasible mode, a reservation elsewhere, a 409 retry) */
+        st = gv_sched_preempt_exclude(s, pod, req, err);
+        if (st == GV_OK)
+            st = gv_alloc_pick(s->cluster, req, one, 1, a, err);
         if (st == GV_OK)
             st = gv_alloc_place(s->cluster, req, a, err);
         char qwhy[GV_ALLOC_REASON_MAX];
@@ -468,7 +473,8 @@ gv_status gv_sched_serve_extender(struct gv_sched *s, struct gv_httpd *h, const 
         const char *verb;
         gv_httpd_handler fn;
     } verbs[] = {
-        {"filter", handle_filter}, {"prioritize", handle_prioritize}, {"bind", handle_bind}};
+        {"filter", handle_filter}, {"prioritize", handle_prioritize}, {"bind", handle_bind},
+        {"preempt", gv_sched_handle_preempt}};
     size_t plen = strlen(prefix);
     while (plen > 0 && prefix[plen - 1] == '/')
         plen--;

@@ -23,6 +23,9 @@ static void usage(FILE *out)
             "  --extender-prefix PATH   URL prefix of the verbs (default /gpuvisor)\n"
             "  --dashboard-listen A:P   serve the read-only web dashboard here (off by default)\n"
             "  --hami-metrics on|off    HAMi's names on /metrics as well (default on)\n"
+            "  --metrics-per-gpu        per-GPU and per-container series on /metrics too\n"
+            "                           (or metricsPerGpu in the config; default: per-node\n"
+            "                           and cluster aggregates only)\n"
             "  --extender-tls           serve the extender over HTTPS too (same cert/key)\n"
             "  --webhook-listen A:P     serve the admission webhook (HTTPS) here\n"
             "  --health-listen A:P      serve /healthz, /readyz, /metrics here (plain HTTP),\n"
@@ -123,12 +126,14 @@ int main(int argc, char **argv)
         OPT_HEALTH_LISTEN,
         OPT_KEY_FILE,
         OPT_INSECURE,
+        OPT_PER_GPU,
     };
     static const struct option opts[] = {
         {"config", required_argument, NULL, OPT_CONFIG},
         {"master", required_argument, NULL, OPT_MASTER},
         {"dashboard-listen", required_argument, NULL, OPT_DASH_LISTEN},
         {"hami-metrics", required_argument, NULL, OPT_HAMI_METRICS},
+        {"metrics-per-gpu", no_argument, NULL, OPT_PER_GPU},
         {"kubeconfig", required_argument, NULL, OPT_KUBECONFIG},
         {"extender-listen", required_argument, NULL, OPT_EXT_LISTEN},
         {"extender-prefix", required_argument, NULL, OPT_EXT_PREFIX},
@@ -151,7 +156,7 @@ int main(int argc, char **argv)
     const char *ext_listen = "127.0.0.1:8888", *ext_prefix = "/gpuvisor", *wh_listen = NULL;
     const char *cert = NULL, *key = NULL, *port_file = NULL;
     const char *health_listen = NULL, *key_file = NULL;
-    bool ext_tls = false, insecure = false;
+    bool ext_tls = false, insecure = false, per_gpu = false;
     gv_log_init("gpuvisor-scheduler", GV_LOG_INFO);
     /* Every HTTP connection has its own thread, and glibc spreads threads
      * over its arenas: each arena then keeps the high-water mark of a whole
@@ -217,6 +222,9 @@ int main(int argc, char **argv)
         case OPT_INSECURE:
             insecure = true;
             break;
+        case OPT_PER_GPU:
+            per_gpu = true;
+            break;
         case OPT_LOG_LEVEL: {
             int l = gv_log_parse_level(optarg);
             if (l < 0) {
@@ -272,6 +280,7 @@ int main(int argc, char **argv)
     if (gv_sched_config_load_key(&cfg, key_file, &err) != GV_OK)
         goto fail;
     cfg.insecure_unsigned |= insecure;
+    cfg.metrics_per_gpu |= per_gpu;
     if (cfg.placement_key == NULL && !cfg.insecure_unsigned) {
         /* Fail closed: without a key every placement annotation would be
          * trusted as written. */

@@ -24,6 +24,7 @@
 #include "contracts/podspec.h"
 #include "scheduler/gv_extender.h"
 #include "scheduler/placement_guard.h"
+#include "scheduler/preempt.h"
 #include "scheduler/quota.h"
 #include "scheduler/sched_internal.h"
 #include "scheduler/sched_observe.h"
@@ -470,6 +471,7 @@ void gv_sched_pod_update(struct gv_sched *s, json_t *pod)
         gv_sched_apply_truth(s, uid, time(NULL));
     }
     gv_sched_whole_pod(s, pod, pod_finished(pod));
+    gv_sched_preempt_pod(s, pod, pod_finished(pod));
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -481,6 +483,7 @@ void gv_sched_pod_delete(struct gv_sched *s, json_t *pod)
     pthread_mutex_lock(&s->lock);
     pod_gone(s, uid);
     gv_sched_whole_pod_gone(s, uid);
+    gv_sched_preempt_pod_gone(s, uid);
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -603,7 +606,8 @@ gv_status gv_sched_new(const struct gv_sched_config *cfg, struct gv_kube_client 
         }
         *res[i] = s->cfg.names_storage[i];
     }
-    if (s->cfg.scheduler_name == NULL || (s->truth = json_object()) == NULL) {
+    if (s->cfg.scheduler_name == NULL || (s->truth = json_object()) == NULL ||
+        (s->preempt = gv_sched_preempt_new()) == NULL) {
         st = gv_error_set(err, GV_ENOMEM, "out of memory");
         goto fail;
     }
@@ -714,6 +718,7 @@ void gv_sched_free(struct gv_sched *s)
     gv_sched_tables_free(s);
     json_decref(s->truth);
     gv_sched_whole_free(s->whole);
+    gv_sched_preempt_free(s->preempt);
     gv_alloc_cluster_free(s->cluster);
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->stop_lock);

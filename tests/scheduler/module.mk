@@ -66,6 +66,13 @@ test_sched_stress_with_fake_apiserver_LIBS := $(SCHED_LIBS)
 test_sched_stress_with_fake_apiserver_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
 test_sched_stress_with_fake_apiserver_CFLAGS := -I.
 
+# The preempt verb over HTTP, holds, restarts, random rounds (in-process).
+TEST_PROGS += test_preempt
+test_preempt_SRCS := tests/scheduler/test_preempt.c $(SCHED_TESTLIB_SRCS)
+test_preempt_LIBS := $(SCHED_LIBS)
+test_preempt_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
+test_preempt_CFLAGS := -I.
+
 # deploy/'s config files through the daemons' own parsers.
 TEST_PROGS += test_deploy_configs
 test_deploy_configs_SRCS := tests/scheduler/test_deploy_configs.c

@@ -49,6 +49,10 @@ static void put_gpu_node(struct fx *f, const char *name, const struct gpu_desc *
 static void sched_up(struct fx *f)
 {
     struct gv_error err = {0};
+    /* these tests read one GPU's allocation from /metrics: the per-GPU
+     * series are opt-in (metricsPerGpu); the default, per-node exposition
+     * is tested in tests/dashboard/test_scheduler_metrics_with_fake_apiserver.py */
+    f->cfg.metrics_per_gpu = true;
     assert_int_equal(gv_sched_new(&f->cfg, f->kube, &f->s, &err), GV_OK);
     struct gv_httpd_options o = {.name = "extender", .address = "127.0.0.1"};
     assert_int_equal(gv_httpd_new(&o, &f->h, &err), GV_OK);
