@@ -20,6 +20,8 @@
 #                        every one must make its tests fail
 #   make images          OCI image archives of gpuvisor-node and
 #                        gpuvisor-scheduler in build/images/ (root, apt)
+#   make e2e             deploy/ on a real Kubernetes (the loopback 1.20 of
+#                        ../shared/k8s, or $KUBECONFIG's), real pods (root)
 
 CC      ?= cc
 SAN     ?=
@@ -116,7 +118,7 @@ ALL_TARGETS := $(foreach l,$(LIBS),$(BUILD)/lib/libgv$(l).a) \
                $(foreach t,$(TEST_PROGS),$(BUILD)/tests/$(t)) \
                $(EXTRA_ALL) $(FUZZ_REPLAYS)
 
-.PHONY: all test bench fuzz fuzz-run test-gpu clean format help
+.PHONY: all test bench fuzz fuzz-run test-gpu e2e clean format help
 .DEFAULT_GOAL := all
 
 all: $(ALL_TARGETS)
@@ -169,6 +171,13 @@ fuzz-run: fuzz
 
 test-gpu: all
 	$(Q)BUILD=$(BUILD) tests/gpu/run-gpu-tests.sh
+
+# End to end on a real Kubernetes (tests/e2e/run_e2e.py): the loopback
+# v1.20.2 cluster of ../shared/k8s (built on first use, ~4 min on 2 cores),
+# or the cluster $KUBECONFIG names; deploy/ installed as docs/install.md
+# says, with make images' archives.  Root.  Holds /var/tmp/gv-k8s.lock.
+e2e: all images
+	$(Q)BUILD=$(BUILD) python3 tests/e2e/run_e2e.py
 
 format:
 	$(Q)clang-format -i $$(git ls-files '*.c' '*.h' | grep -v '\.pb-c\.')

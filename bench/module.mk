@@ -84,3 +84,7 @@ BENCH_SCRIPTS += bench/bench_node_metrics.sh
 # Container images: size, what dominates it, build time and reproducibility
 # (two builds, same digest); needs root and the Debian archive.
 BENCH_SCRIPTS += bench/bench_images.sh
+
+# The real kube-scheduler 1.20 with the extender vs plain pods (bind rate) on
+# the loopback cluster of ../shared/k8s (root).
+BENCH_SCRIPTS += bench/bench_e2e_bind.sh

@@ -13,6 +13,7 @@
 #include "scheduler/quota.h"
 #include "scheduler/sched_internal.h"
 #include "scheduler/sched_observe.h"
+#include "scheduler/stale_hold.h"
 #include "scheduler/whole.h"
 #include "scheduler/handlers_internal.h"
 
@@ -288,6 +289,15 @@ static void filter_placed(struct filter_ctx *f, const char *node, const char *ho
     }
 }
 
+/* Is node among the filter's candidates? */
+static bool candidate(const struct filter_ctx *f, const char *node)
+{
+    for (size_t i = 0; i < f->args.n_names; i++)
+        if (strcmp(f->args.names[i], node) == 0)
+            return true;
+    return false;
+}
+
 /* The node a pod object says it is placed on: bound (spec.nodeName), or
  * carrying an assignment whose bind may still come (assigned-at within the
  * reservation TTL).  Lock held (reads the config only). */
@@ -398,7 +408,21 @@ void handle_filter(void *ctx, const struct gv_http_request *hreq,
      * or bound) gets the same answer every time and changes nothing:
      * kube-scheduler filters an assumed or bound pod again when something
      * about it changes, and freeing its GPUs then is how running pods
-     * ended up counted nowhere. */
+     * ended up counted nowhere.  Unless the API shows no such placement
+     * and kube-scheduler no longer offers its node (stale_hold.c). */
+    char bound_node[GV_ALLOC_NODE_MAX];
+    enum gv_hold_check hold = GV_HOLD_KEEP;
+    if (r != NULL && gv_sched_phase_placed(r->phase) && r->node != NULL &&
+        (r->phase == REC_RESERVED || r->phase == REC_UNBOUND) && !candidate(&f, r->node)) {
+        hold = gv_sched_hold_confirm(s, meta(f.args.pod, "namespace"), meta(f.args.pod, "name"),
+                                     uid, bound_node, sizeof(bound_node));
+        r = gv_sched_rec_find(s, uid);
+    }
+    if (hold == GV_HOLD_BOUND) {
+        filter_placed(&f, bound_node, "is bound");
+        pthread_mutex_unlock(&s->lock);
+        goto answer;
+    }
     if (r != NULL && gv_sched_phase_placed(r->phase) && r->node != NULL) {
         filter_placed(&f, r->node, r->phase == REC_BOUND ? "is bound" : "holds GPUs");
         pthread_mutex_unlock(&s->lock);
@@ -411,7 +435,19 @@ void handle_filter(void *ctx, const struct gv_http_request *hreq,
         goto out;
     }
     char known[GV_ALLOC_NODE_MAX];
-    if (pod_placement_node(s, f.args.pod, known, sizeof(known))) {
+    if (hold != GV_HOLD_RELEASED && pod_placement_node(s, f.args.pod, known, sizeof(known)) &&
+        !candidate(&f, known) && (r == NULL || !gv_sched_phase_placed(r->phase))) {
+        hold = gv_sched_hold_confirm(s, meta(f.args.pod, "namespace"), meta(f.args.pod, "name"),
+                                     uid, bound_node, sizeof(bound_node));
+        r = gv_sched_rec_find(s, uid);
+        if (hold == GV_HOLD_BOUND || (r != NULL && gv_sched_phase_placed(r->phase))) {
+            filter_placed(&f, hold == GV_HOLD_BOUND ? bound_node : r->node ? r->node : known,
+                          hold == GV_HOLD_BOUND ? "is bound" : "holds GPUs");
+            pthread_mutex_unlock(&s->lock);
+            goto answer;
+        }
+    }
+    if (hold != GV_HOLD_RELEASED && pod_placement_node(s, f.args.pod, known, sizeof(known))) {
         /* Placed per the pod itself, not (yet) per our records: after a
          * restart, or the pod informer behind.  Same answer, no accounting
          * (the informer brings the placement). */

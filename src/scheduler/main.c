@@ -66,6 +66,22 @@ static int split_listen(const char *text, char *addr, size_t cap, uint16_t *port
     return 0;
 }
 
+/* The extender's clients are kube-scheduler replicas (loopback in the
+ * deploy, or the cluster network), and they open far more connections than
+ * "a few at once": kube-scheduler filters one pod at a time but binds each
+ * pod in a goroutine of its own, and Go's HTTP client keeps only 2 idle
+ * connections per host, so every bind in flight beyond two dials a new
+ * connection.  A burst of N pods opens up to N + 1 connections at once (one
+ * filter, N binds), all from one address.  libmicrohttpd closes a
+ * connection over either cap as it accepts it, which kube-scheduler logs as
+ * "connection reset by peer" and counts as a scheduling error (the pod goes
+ * to backoff): with a per-address cap of 32 every 200-pod burst lost pods
+ * that way.  So one cap, per address and in all, sized for a 1,000-pod burst
+ * with every bind in flight at once (one thread each, mostly idle stack).
+ * The webhook and health listeners keep their per-address caps: tenants'
+ * pods can reach those. */
+#define EXTENDER_MAX_CONNECTIONS 1100
+
 /* The read-only dashboard on a listener of its own (GET routes only). */
 static gv_status start_dashboard(struct gv_sched *s, const char *listen, struct gv_httpd **out,
                                  struct gv_error *err)
@@ -298,8 +314,8 @@ int main(int argc, char **argv)
                                   .key_file = ext_tls ? key : NULL,
                                   /* 5,000 full Node objects (nodeCacheCapable: false) */
                                   .max_body = 64u << 20,
-                                  /* kube-scheduler alone calls it, a few at once */
-                                  .max_connections = 64,
+                                  .max_connections = EXTENDER_MAX_CONNECTIONS,
+                                  .max_per_ip = EXTENDER_MAX_CONNECTIONS,
                                   .max_buffered = 128u << 20};
     if (gv_httpd_new(&eo, &ext, &err) != GV_OK ||
         gv_sched_serve_extender(s, ext, ext_prefix, &err) != GV_OK ||

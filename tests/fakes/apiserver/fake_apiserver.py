@@ -1029,12 +1029,24 @@ class Handler(BaseHTTPRequestHandler):
             if want_uid and want_uid != cur["metadata"]["uid"]:
                 raise conflict("pods", name, "Precondition failed: UID in precondition: %s, "
                                "UID in object meta: %s" % (want_uid, cur["metadata"]["uid"]))
+            # resourceVersion precondition, as current servers check it (1.20's
+            # checks neither it nor the uid)
+            want_rv = (body.get("metadata") or {}).get("resourceVersion")
+            if want_rv and want_rv != cur["metadata"]["resourceVersion"]:
+                raise conflict("pods", name, "Precondition failed: ResourceVersion in "
+                               "precondition: %s, ResourceVersion in object meta: %s"
+                               % (want_rv, cur["metadata"]["resourceVersion"]))
             bound = (cur.get("spec") or {}).get("nodeName")
             if bound:
                 raise conflict("pods/binding", name, "pod %s is already assigned to node "
                                "\"%s\"" % (name, bound))
             new = copy.deepcopy(cur)
             new.setdefault("spec", {})["nodeName"] = node
+            # the Binding's annotations go onto the pod in the same update
+            # (BindingREST.setPodHostAndAnnotations, every release)
+            ann = (body.get("metadata") or {}).get("annotations") or {}
+            if ann:
+                new["metadata"].setdefault("annotations", {}).update(ann)
             conds = new.setdefault("status", {}).setdefault("conditions", [])
             conds.append({"type": "PodScheduled", "status": "True",
                           "lastTransitionTime": now_rfc3339()})
