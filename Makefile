@@ -16,8 +16,12 @@
 #   make test-repeat N=5 run the suite N times; names every case that failed
 #   make coverage        gcc --coverage build (build-cov/), suite, per-file
 #                        line and branch report in build-cov/coverage.txt
+#   make mutants         plant each tests/mutants/*.patch in a scratch copy;
+#                        every one must make its tests fail
 #   make images          OCI image archives of gpuvisor-node and
 #                        gpuvisor-scheduler in build/images/ (root, apt)
+#   make e2e             deploy/ on a real Kubernetes (the loopback 1.20 of
+#                        ../shared/k8s, or $KUBECONFIG's), real pods (root)
 
 CC      ?= cc
 SAN     ?=
@@ -114,7 +118,7 @@ ALL_TARGETS := $(foreach l,$(LIBS),$(BUILD)/lib/libgv$(l).a) \
                $(foreach t,$(TEST_PROGS),$(BUILD)/tests/$(t)) \
                $(EXTRA_ALL) $(FUZZ_REPLAYS)
 
-.PHONY: all test bench fuzz fuzz-run test-gpu clean format help
+.PHONY: all test bench fuzz fuzz-run test-gpu e2e clean format help
 .DEFAULT_GOAL := all
 
 all: $(ALL_TARGETS)
@@ -168,6 +172,13 @@ fuzz-run: fuzz
 test-gpu: all
 	$(Q)BUILD=$(BUILD) tests/gpu/run-gpu-tests.sh
 
+# End to end on a real Kubernetes (tests/e2e/run_e2e.py): the loopback
+# v1.20.2 cluster of ../shared/k8s (built on first use, ~4 min on 2 cores),
+# or the cluster $KUBECONFIG names; deploy/ installed as docs/install.md
+# says, with make images' archives.  Root.  Holds /var/tmp/gv-k8s.lock.
+e2e: all images
+	$(Q)BUILD=$(BUILD) python3 tests/e2e/run_e2e.py
+
 format:
 	$(Q)clang-format -i $$(git ls-files '*.c' '*.h' | grep -v '\.pb-c\.')
 
@@ -175,13 +186,13 @@ clean:
 	rm -rf build build-clang build-san build-clang-san build-fuzz build-cov
 
 help:
-	@sed -n '3,20p' Makefile
+	@sed -n '3,22p' Makefile
 
 # Flake hunting: the same suite N times (fresh scratch and logs per run,
 # build/test-logs/run-<i>/), then every case that failed at least once with
 # its count.  CI runs it after the README's command (.ci/run).
 N ?= 3
-.PHONY: test-repeat coverage
+.PHONY: test-repeat coverage coverage-build
 test-repeat: all
 	$(Q)BUILD=$(BUILD) SAN=$(SAN) tests/repeat-tests.sh $(N) \
 		$(foreach t,$(TEST_PROGS),$(BUILD)/tests/$(t)) $(FUZZ_REPLAYS) $(TEST_SCRIPTS)
@@ -201,6 +212,10 @@ LDFLAGS += --coverage
 $(BUILD)/obj/src/interposer/loader.o: CFLAGS := $(filter-out --coverage -fprofile-update=atomic,$(CFLAGS))
 $(BUILD)/obj/src/interposer/loader.o: CFLAGS_BASE := $(patsubst -O0,-O2,$(CFLAGS_BASE))
 endif
+# The coverage configuration built, not run (CI: it must not rot).
+coverage-build:
+	$(Q)$(MAKE) --no-print-directory BUILD=$(COV_BUILD) OPT='-O0 -g' CC=gcc SAN= GV_COVERAGE=1 all
+
 coverage:
 	$(Q)if [ -d $(COV_BUILD) ]; then find $(COV_BUILD) -name '*.gcda' -delete; fi
 	$(Q)rc=0; $(MAKE) --no-print-directory BUILD=$(COV_BUILD) OPT='-O0 -g' CC=gcc SAN= \

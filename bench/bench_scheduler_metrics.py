@@ -1,8 +1,10 @@
 #!/usr/bin/python3
-"""gpuvisor-scheduler's /metrics at 1,000 nodes x 8 GPUs on the kube-apiserver
-stand-in: bytes and time of a scrape with HAMi's names (default) and with
---hami-metrics off, and of the dashboard's /api/state.  Median of 5 scrapes,
-client side (urllib over loopback)."""
+"""gpuvisor-scheduler's /metrics at 1,000 nodes x 8 GPUs (GV_BENCH_NODES) on the
+kube-apiserver stand-in: bytes and time of a scrape by default (per-node and
+cluster aggregates), with --metrics-per-gpu (per-GPU and per-container series,
+HAMi's names on) and with --metrics-per-gpu --hami-metrics off, and of the
+dashboard's /api/state; the default's series count and its largest family.
+Median of 5 scrapes, client side (urllib over loopback)."""
 import os
 import statistics
 import sys
@@ -28,8 +30,23 @@ def nodes():
 def scrape(url):
     t0 = time.monotonic()
     with urllib.request.urlopen(url, timeout=120) as r:
-        n = len(r.read())
-    return n, time.monotonic() - t0
+        body = r.read()
+    return len(body), time.monotonic() - t0
+
+
+def series(url):
+    """Series in the exposition, and the largest family's (name, count)."""
+    with urllib.request.urlopen(url, timeout=120) as r:
+        lines = [ln for ln in r.read().decode().splitlines() if ln and not ln.startswith("#")]
+    fams = {}
+    for ln in lines:
+        name = ln.split("{", 1)[0].split(" ", 1)[0]
+        for suf in ("_bucket", "_sum", "_count"):  # a histogram's lines: one family
+            if name.endswith(suf) and name.startswith("gpuvisor_") and "duration" in name:
+                name = name[:-len(suf)]
+        fams[name] = fams.get(name, 0) + 1
+    big = max(fams.items(), key=lambda kv: kv[1])
+    return len(lines), big
 
 
 def measure(stand, url, what):
@@ -43,10 +60,15 @@ stand = obs_stand.Stand(gvtest.scratch("benchm"), extra_seed=nodes())
 try:
     print("cluster: %d nodes x 8 GPUs (+ the 5-node test fixture)" % NODES)
     stand.start_scheduler()
-    measure(stand, stand.ext + "/metrics", "/metrics (gpuvisor + HAMi names)")
+    measure(stand, stand.ext + "/metrics", "/metrics (default: per node)")
+    n, (fam, k) = series(stand.ext + "/metrics")
+    print("  default: %d series, largest family %s with %d" % (n, fam, k))
     measure(stand, stand.dash + "/api/state", "/api/state (dashboard)")
     stand.stop_scheduler()
-    stand.start_scheduler("--hami-metrics", "off")
-    measure(stand, stand.ext + "/metrics", "/metrics --hami-metrics off")
+    stand.start_scheduler("--metrics-per-gpu")
+    measure(stand, stand.ext + "/metrics", "/metrics --metrics-per-gpu (+ HAMi names)")
+    stand.stop_scheduler()
+    stand.start_scheduler("--metrics-per-gpu", "--hami-metrics", "off")
+    measure(stand, stand.ext + "/metrics", "/metrics --metrics-per-gpu --hami-metrics off")
 finally:
     stand.stop()

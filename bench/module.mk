@@ -62,6 +62,13 @@ bench_sched_burst_SRCS := bench/bench_sched_burst.c tests/scheduler/sched_testli
 bench_sched_burst_LIBS := kube alloc common
 bench_sched_burst_LDLIBS := $(kube_LDLIBS) $(FAKE_APISERVER_LDLIBS)
 bench_sched_burst_CFLAGS := -I.
+# Preempt verb (issue 26): 100 candidate nodes x 8 GPUs x 50 pods, p99.
+BENCH_PROGS += bench_preempt
+bench_preempt_SRCS := bench/bench_preempt.c tests/scheduler/sched_testlib.c \
+	tests/fakes/apiserver/fake_apiserver_proc.c
+bench_preempt_LIBS := $(SCHED_LIBS)
+bench_preempt_LDLIBS := $(scheduler_LDLIBS) $(contracts_LDLIBS) $(FAKE_APISERVER_LDLIBS)
+bench_preempt_CFLAGS := -I.
 endif
 
 # gpuvisor-node: Allocate p99 with 500 pods on the node, idle RSS and CPU.
@@ -77,3 +84,7 @@ BENCH_SCRIPTS += bench/bench_node_metrics.sh
 # Container images: size, what dominates it, build time and reproducibility
 # (two builds, same digest); needs root and the Debian archive.
 BENCH_SCRIPTS += bench/bench_images.sh
+
+# The real kube-scheduler 1.20 with the extender vs plain pods (bind rate) on
+# the loopback cluster of ../shared/k8s (root).
+BENCH_SCRIPTS += bench/bench_e2e_bind.sh

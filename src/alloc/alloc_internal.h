@@ -85,9 +85,11 @@ struct pod_dev {
 struct pod {
     char uid[GV_ALLOC_UID_MAX];
     uint32_t node;
+    int32_t priority; /* PriorityClass value (gv_alloc_pod_set_victim); in padding */
     int64_t cpu, mem;
     struct pod *prev, *next; /* node's pod list */
     uint32_t n_devs;
+    bool victim; /* may be evicted for a preemptor: bound where placed; in padding */
     struct pod_dev devs[];
 };
 
@@ -337,6 +339,10 @@ uint32_t alloc_pick_apply(const struct node *n, const struct pick *p, uint8_t *i
 void alloc_pick_assignment(const struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
                            uint32_t node, const struct pick *p, struct gv_alloc_assignment *a);
 void alloc_node_resign(struct node *n);
+/* cluster.c: adds (sign +1) or removes (-1) a placed pod's usage on its
+ * node's GPUs and host resources; nothing else (signature, index) moves.
+ * victims.c hides pods with it for a what-if and restores them exactly. */
+void alloc_pod_apply(struct node *n, const struct pod *p, int sign);
 bool alloc_gpu_allowed(const struct req_view *v, const struct gpu *g);
 bool alloc_list_match(const char *list, const char *s, bool substring);
 

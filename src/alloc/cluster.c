@@ -217,7 +217,7 @@ static gv_status check_spec(const struct gv_alloc_node_spec *s, struct gv_error 
     return GV_OK;
 }
 
-static void pod_apply(struct node *n, struct pod *p, int sign)
+void alloc_pod_apply(struct node *n, const struct pod *p, int sign)
 {
     n->cpu_used += sign * p->cpu;
     n->mem_used += sign * p->mem;
@@ -335,7 +335,7 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
         fgd_free_account(c, n, -1);
         /* Move placed pods onto the new GPU list by uuid. */
         for (struct pod *p = n->pods; p != NULL; p = p->next) {
-            pod_apply(n, p, -1);
+            alloc_pod_apply(n, p, -1);
             for (uint32_t i = 0; i < p->n_devs; i++) {
                 struct pod_dev *d = &p->devs[i];
                 if (d->gpu == UINT32_MAX)
@@ -359,7 +359,7 @@ gv_status gv_alloc_node_upsert(struct gv_alloc_cluster *c, const struct gv_alloc
     n->n_gpus = (uint32_t)s->n_gpus;
     fgd_supply_account(c, n, +1);
     for (struct pod *p = n->pods; p != NULL; p = p->next)
-        pod_apply(n, p, +1);
+        alloc_pod_apply(n, p, +1);
     fgd_free_account(c, n, +1);
     if (n->cpu_cap > c->max_cpu)
         c->max_cpu = n->cpu_cap;
@@ -621,7 +621,7 @@ gv_status gv_alloc_release(struct gv_alloc_cluster *c, const char *uid, struct g
     struct pod *p = c->pods[slot];
     struct node *n = &c->nodes[p->node];
     fgd_free_account(c, n, -1);
-    pod_apply(n, p, -1);
+    alloc_pod_apply(n, p, -1);
     fgd_free_account(c, n, +1);
     if (p->prev != NULL)
         p->prev->next = p->next;

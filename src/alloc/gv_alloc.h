@@ -410,6 +410,84 @@ struct gv_alloc_frag {
 void gv_alloc_cluster_fragmentation(struct gv_alloc_cluster *c, struct gv_alloc_frag *out);
 
 /* ------------------------------------------------------------------------ */
+/* What-if and preemption victims (src/alloc/victims.c).  Used by the       */
+/* extender's preempt verb; meant for any "remove these pods, does X fit    */
+/* on which GPUs" question (defragmentation, simulation).  The cluster is   */
+/* left exactly as it was: the pods are hidden for the question only.       */
+
+/*
+ * Would req fit on node once the pods without[0..n) are gone (uids not
+ * placed on that node are ignored)?  a (may be NULL) gets the GPUs it
+ * would get under its GPU policy; fit->reason says why not.  GV_ENOTFOUND
+ * for an unknown node.
+ */
+gv_status gv_alloc_fit_without(struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
+                               const char *node, const char *const *without, size_t n,
+                               struct gv_alloc_assignment *a, struct gv_alloc_fit *fit,
+                               struct gv_error *err);
+
+/* A pod that could be evicted to make room. */
+struct gv_alloc_victim {
+    const char *uid;    /* a pod placed on the node (others are ignored) */
+    int32_t priority;   /* its PriorityClass value (spec.priority, 0 when unset) */
+    bool pdb_violation; /* evicting it would violate a PodDisruptionBudget */
+    bool forced;        /* evicted anyway (kube-scheduler's own victims): always
+                         * chosen, whatever its priority */
+    const void *ref;    /* set by gv_alloc_node_victims (the placement itself,
+                         * valid until the cluster next changes): spares the
+                         * lookup by uid; NULL otherwise */
+};
+
+/* The eviction chosen on one node, and what it costs. */
+struct gv_alloc_victim_plan {
+    bool fits;               /* false: no set of eligible pods frees enough */
+    uint32_t n;              /* victims: chosen[0..n), indices into the candidates */
+    uint32_t pdb_violations; /* among them */
+    int32_t max_priority;    /* highest priority among them (INT32_MIN when none) */
+    int64_t priority_sum;
+    uint64_t milli;          /* GPU compute they held, milli-GPU, summed over GPUs */
+    uint64_t mem_mib;        /* GPU memory they held */
+    char reason[GV_ALLOC_REASON_MAX]; /* why not, when !fits */
+};
+
+/*
+ * The cheapest set of victims among cands[0..n) that lets req (a pod of
+ * priority `priority`) fit on node, and the GPUs it would then get (a, may
+ * be NULL).  A candidate is eligible when forced or of a priority strictly
+ * below `priority`; pods of equal or higher priority are never chosen.
+ * Cheapest is, in order: fewest PodDisruptionBudget violations, fewest
+ * victims, lowest highest priority, lowest priority sum, least GPU share
+ * (compute, then memory).  The search: the cheapest set of pods to remove
+ * from each GPU alone (exact, by size), the best GPUs' sets together, and
+ * kube-scheduler's own reprieve (evict every eligible pod, then give back
+ * as many as still fit); the cheaper valid answer wins and is minimal (no
+ * victim can be spared).  chosen must hold n entries.  GV_ENOTFOUND for an
+ * unknown node.
+ */
+gv_status gv_alloc_victims(struct gv_alloc_cluster *c, const struct gv_alloc_request *req,
+                           int32_t priority, const char *node, const struct gv_alloc_victim *cands,
+                           size_t n, uint32_t *chosen, struct gv_alloc_victim_plan *plan,
+                           struct gv_alloc_assignment *a, struct gv_error *err);
+/*
+ * The caller's marks on placed pods, kept with the placement (and lost with
+ * it: a pod placed again is no candidate until marked again): whether the
+ * pod may be a victim at all, because it is bound on the node it is placed
+ * on (bound_node, NULL = not evictable: reservations and binds in flight),
+ * and its priority.  GV_ENOTFOUND when uid is not placed.
+ */
+gv_status gv_alloc_pod_set_victim(struct gv_alloc_cluster *c, const char *uid,
+                                  const char *bound_node, int32_t priority, struct gv_error *err);
+/* The node's pods marked as possible victims, as candidates (uid the
+ * cluster's copy, valid until the next change; most recently placed
+ * first): the first cap go to out; returns how many there are. */
+size_t gv_alloc_node_victims(const struct gv_alloc_cluster *c, const char *node,
+                             struct gv_alloc_victim *out, size_t cap);
+/* Orders plans by the cost above: < 0 when x is cheaper than y (a plan
+ * that fits is cheaper than one that does not). */
+int gv_alloc_victim_plan_cmp(const struct gv_alloc_victim_plan *x,
+                             const struct gv_alloc_victim_plan *y);
+
+/* ------------------------------------------------------------------------ */
 /* Assignment encoding (pod annotation gpuvisor.io/assignment).             */
 
 #define GV_ALLOC_ASSIGNMENT_ANNOTATION "gpuvisor.io/assignment"

@@ -27,6 +27,7 @@ static void usage(FILE *out)
             "                         [--policy binpack|spread|bestfit|fgd|all]\n"
             "                         [--seed N | --seeds A-B | --seeds N] [--inflate X]\n"
             "                         [--topology nvlink=N,pcie=M] [--shuffle-nodes]\n"
+            "                         [--high-priority PCT]\n"
             "                         [--csv OUT.csv] [--plot OUT.svg]\n"
             "                         [--defrag-every N [--churn load=P,lifetimes=K,moves=M]]\n\n"
             "Replays a trace through the allocation engine with the openb protocol and\n"
@@ -38,6 +39,9 @@ static void usage(FILE *out)
             "                   when no trace is given\n"
             "  --policy         one policy or all (default all)\n"
             "  --seed/--seeds   replay seeds (default 42-51)\n"
+            "  --high-priority  this share of the pods (percent, fixed by position) is high\n"
+            "                   priority and preempts the rest when it does not fit; the\n"
+            "                   report adds what preemption cost each policy\n"
             "  --inflate        arrived GPU requests to replay, x capacity (default 1.3)\n"
             "  --topology       interconnect of nodes that publish none: NVLink islands of\n"
             "                   N GPUs, PCIe switches of M (e.g. nvlink=2,pcie=4); the report\n"
@@ -160,6 +164,7 @@ int gv_cmd_simulate(int argc, char **argv)
         {"from-cluster", required_argument, NULL, 'C'},
         {"topology", required_argument, NULL, 'T'},
         {"shuffle-nodes", no_argument, NULL, 'S'},
+        {"high-priority", required_argument, NULL, 'H'},
         {"defrag-every", required_argument, NULL, 'D'},
         {"churn", required_argument, NULL, 'K'},
         {NULL, 0, NULL, 0}};
@@ -170,7 +175,7 @@ int gv_cmd_simulate(int argc, char **argv)
     const char *policy = "all";
     uint64_t seed_lo = 42, seed_hi = 51;
     bool seed_given = false, shuffle = false;
-    double inflate = 1.3;
+    double inflate = 1.3, high_pct = 0;
     int ch;
     optind = 1;
     opterr = 0;
@@ -185,6 +190,14 @@ int gv_cmd_simulate(int argc, char **argv)
         case 'c': csv = optarg; break;
         case 'o': plot = optarg; break;
         case 'S': shuffle = true; break;
+        case 'H': {
+            char *end = NULL;
+            high_pct = strtod(optarg, &end);
+            if (end == optarg || *end != '\0' || !(high_pct >= 0 && high_pct <= 100))
+                return bad_usage("--high-priority wants a percentage in [0, 100] (got \"%s\")",
+                                 optarg);
+            break;
+        }
         case 'K': churn_spec = optarg; break;
         case 'D': {
             char *end = NULL;
@@ -291,6 +304,8 @@ int gv_cmd_simulate(int argc, char **argv)
                  synthetic, gv_sim_trace_nodes(t),
                  (unsigned long long)(gv_sim_trace_gpu_milli(t) / 1000), gv_sim_trace_pods(t));
     }
+    if (high_pct > 0 && gv_sim_set_high_priority(t, high_pct, &err) != GV_OK)
+        goto fail;
     if (topology != NULL && gv_sim_set_topology(t, topology, &err) != GV_OK) {
         status = 2;
         goto fail;

@@ -51,6 +51,35 @@ fail:
     return rc;
 }
 
+/*
+ * The rename is a change to the directory, and a directory entry reaches the
+ * disk only when the directory itself is synced (rename(2), fsync(2)): without
+ * it a power loss can bring back the old file, or no file, although the new
+ * content was synced.  Filesystems that cannot sync a directory say EINVAL;
+ * nothing more can be done there, so that is not an error.
+ */
+static gv_status sync_parent(const char *path, struct gv_error *err)
+{
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == path)
+        snprintf(dir, sizeof(dir), "/");
+    else
+        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return gv_error_set(err, GV_EIO, "%s: written, but its directory cannot be opened to "
+                            "sync the rename: %s", path, strerror(errno));
+    int rc = fsync(fd), e = errno;
+    close(fd);
+    if (rc != 0 && e != EINVAL)
+        return gv_error_set(err, GV_EIO, "%s: written, but syncing its directory failed (the "
+                            "rename may not survive a crash): %s", path, strerror(e));
+    return GV_OK;
+}
+
 gv_status gv_file_write_atomic(const char *path, const void *data, size_t len, unsigned mode,
                                struct gv_error *err)
 {
@@ -84,7 +113,7 @@ gv_status gv_file_write_atomic(const char *path, const void *data, size_t len, u
         unlink(tmp);
         return gv_error_set(err, GV_EIO, "%s: cannot rename into place: %s", path, strerror(e));
     }
-    return GV_OK;
+    return sync_parent(path, err);
 fail: {
     int e = errno;
     if (fd >= 0)

@@ -2,8 +2,9 @@
  * Small file helpers shared by the CLI and the daemons.
  *
  * Outputs are written atomically (temp file in the same directory, fsync,
- * rename) so a reader or a crash never sees half a file: "no partial
- * output" is a product rule, not a per-caller habit.
+ * rename, fsync of the directory) so a reader or a crash never sees half a
+ * file, and a write reported done survives a crash: "no partial output" is a
+ * product rule, not a per-caller habit.
  */
 #ifndef GV_FILE_H
 #define GV_FILE_H

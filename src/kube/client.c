@@ -737,6 +737,13 @@ gv_status gv_kube_delete(struct gv_kube_client *c, const char *path, json_t **ou
 gv_status gv_kube_bind_pod(struct gv_kube_client *c, const char *namespace_, const char *name,
                            const char *uid, const char *node, struct gv_error *err)
 {
+    return gv_kube_bind_pod_annotated(c, namespace_, name, uid, NULL, node, NULL, err);
+}
+
+gv_status gv_kube_bind_pod_annotated(struct gv_kube_client *c, const char *namespace_,
+                                     const char *name, const char *uid, const char *rv,
+                                     const char *node, json_t *annotations, struct gv_error *err)
+{
     if (namespace_ == NULL || name == NULL || node == NULL)
         return gv_error_set(err, GV_EINVAL, "bind: namespace, name and node are required");
     char path[1024];
@@ -747,6 +754,10 @@ gv_status gv_kube_bind_pod(struct gv_kube_client *c, const char *namespace_, con
     json_t *md = json_pack("{s:s, s:s}", "name", name, "namespace", namespace_);
     if (md != NULL && uid != NULL)
         json_object_set_new(md, "uid", json_string(uid));
+    if (md != NULL && rv != NULL)
+        json_object_set_new(md, "resourceVersion", json_string(rv));
+    if (md != NULL && annotations != NULL)
+        json_object_set(md, "annotations", annotations);
     json_t *b = md == NULL ? NULL
                            : json_pack("{s:s, s:s, s:o, s:{s:s, s:s, s:s}}", "apiVersion", "v1",
                                        "kind", "Binding", "metadata", md, "target",

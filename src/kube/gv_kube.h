@@ -211,6 +211,17 @@ gv_status gv_kube_delete(struct gv_kube_client *c, const char *path, json_t **ou
  */
 gv_status gv_kube_bind_pod(struct gv_kube_client *c, const char *namespace_, const char *name,
                            const char *uid, const char *node, struct gv_error *err);
+/*
+ * The same Binding carrying annotations (an object of strings), which the
+ * API server writes onto the pod in the same update that binds it (every
+ * release since 1.x: BindingREST copies the Binding's annotations), and rv
+ * (if non-NULL) as resourceVersion precondition.  Recent servers check
+ * the uid and resourceVersion preconditions (409 Conflict); 1.20's does
+ * neither (read in its source), so a caller must not rely on them for safety.
+ */
+gv_status gv_kube_bind_pod_annotated(struct gv_kube_client *c, const char *namespace_,
+                                     const char *name, const char *uid, const char *rv,
+                                     const char *node, json_t *annotations, struct gv_error *err);
 
 /* ------------------------------------------------------------------------
  * Watch

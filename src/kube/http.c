@@ -31,9 +31,19 @@
 #include "common/gv_version.h"
 #include "kube/kube_http.h"
 
-/* Idle keep-alive connections kept per client: the node agent and the
- * scheduler issue a handful of requests at a time. */
-#define POOL_MAX 4
+/* Connections for ordinary requests (watches have their own): at most
+ * CONN_MAX busy at once, and every one kept for the next request.  The
+ * scheduler's binds come in bursts (kube-scheduler binds each pod in a
+ * goroutine of its own: a burst of 200 pods is 200 binds at once, two API
+ * writes each).  With 4 connections kept, every write beyond the 4th
+ * opened a new TCP + TLS connection and closed it after one request: the
+ * API server spent its CPU on handshakes and the binds queued behind them
+ * (bench/results/e2e_bind.txt).  A request that finds CONN_MAX busy waits
+ * for one (the API server could not serve it sooner anyway), at most
+ * CONN_WAIT_MS, then opens its own: nothing can deadlock on the cap. */
+#define POOL_MAX 32
+#define CONN_MAX 32
+#define CONN_WAIT_MS 2000
 /* TCP keepalive: notice a dead peer on a quiet watch within ~1 min. */
 #define KEEPIDLE_S 30
 #define KEEPINTVL_S 10
@@ -56,8 +66,10 @@ struct gv_http {
     long connect_timeout_ms;
 
     pthread_mutex_t pool_mu;
+    pthread_cond_t pool_cond; /* a busy connection came back */
     struct conn *idle;
     int nidle;
+    int nbusy; /* ordinary requests holding a connection */
 };
 
 static int64_t now_ms(void)
@@ -147,6 +159,11 @@ gv_status gv_http_new(const struct gv_http_opts *o, struct gv_http **out, struct
     if (h == NULL)
         return gv_error_set(err, GV_ENOMEM, "out of memory");
     pthread_mutex_init(&h->pool_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&h->pool_cond, &ca);
+    pthread_condattr_destroy(&ca);
     h->connect_timeout_ms = o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 5000;
     bool https = false;
     gv_status st = parse_server(h, o->server != NULL ? o->server : "", &https, err);
@@ -191,6 +208,7 @@ void gv_http_free(struct gv_http *h)
     }
     gv_tls_free(h->tls);
     pthread_mutex_destroy(&h->pool_mu);
+    pthread_cond_destroy(&h->pool_cond);
     free(h->host);
     free(h->port);
     free(h->prefix);
@@ -390,6 +408,33 @@ static bool conn_idle_ok(struct conn *c)
         return false;
     struct pollfd p = {.fd = c->fd, .events = POLLIN};
     return poll(&p, 1, 0) == 0;
+}
+
+/* A slot among the CONN_MAX busy connections (waits up to CONN_WAIT_MS). */
+static void slot_take(struct gv_http *h)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += CONN_WAIT_MS / 1000;
+    until.tv_nsec += (CONN_WAIT_MS % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&h->pool_mu);
+    while (h->nbusy >= CONN_MAX &&
+           pthread_cond_timedwait(&h->pool_cond, &h->pool_mu, &until) != ETIMEDOUT)
+        ;
+    h->nbusy++;
+    pthread_mutex_unlock(&h->pool_mu);
+}
+
+static void slot_give(struct gv_http *h)
+{
+    pthread_mutex_lock(&h->pool_mu);
+    h->nbusy--;
+    pthread_cond_signal(&h->pool_cond);
+    pthread_mutex_unlock(&h->pool_mu);
 }
 
 static struct conn *pool_take(struct gv_http *h)
@@ -600,6 +645,8 @@ gv_status gv_http_exchange(struct gv_http *h, const struct gv_http_request *r, g
         gv_buf_free(&req);
         return gv_error_set(err, GV_ENOMEM, "out of memory");
     }
+    if (!r->dedicated)
+        slot_take(h);
     for (int attempt = 0;; attempt++) {
         struct conn *c = r->dedicated ? NULL : pool_take(h);
         bool reused = c != NULL;
@@ -623,6 +670,8 @@ gv_status gv_http_exchange(struct gv_http *h, const struct gv_http_request *r, g
         }
         break;
     }
+    if (!r->dedicated)
+        slot_give(h);
     free(p);
     gv_buf_free(&req);
     if (res->cancelled)

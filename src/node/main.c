@@ -135,6 +135,28 @@ static gv_status endpoint_serve(struct agent *ag, struct endpoint *ep, struct gv
 }
 
 /*
+ * Another spec of the same kind (nvidia-ctk's nvidia.com/gpu above all)
+ * makes consumers resolve neither: said at every write, since the other
+ * spec may appear after the agent started.
+ */
+static void warn_kind_claimed(const struct gv_node_config *cfg, const char *file)
+{
+    char own[600], others[1024];
+    snprintf(own, sizeof(own), "%s/%s", cfg->cdi_spec_dir, file);
+    const char *dirs[4] = {cfg->cdi_spec_dir, NULL, NULL, NULL};
+    size_t nd = 1;
+    static const char *const standard[] = {"/etc/cdi", "/var/run/cdi"};
+    for (size_t i = 0; i < 2; i++)
+        if (strcmp(standard[i], cfg->cdi_spec_dir) != 0)
+            dirs[nd++] = standard[i];
+    if (gv_cdi_kind_claimed(dirs, cfg->cdi_kind, own, others, sizeof(others)) > 0)
+        gv_error("CDI kind %s is also claimed by %s: container runtimes resolve no device of "
+                 "a kind two specs claim, so no GPU reaches a container; set cdiKind to a kind "
+                 "of gpuvisor's own (default gpuvisor.io/gpu)",
+                 cfg->cdi_kind, others);
+}
+
+/*
  * After each rebuild (loop thread): discovers the driver's files when the
  * config wants CDI or no NVIDIA runtime, writes the CDI spec (cdi: true)
  * and hands the files to the allocator (nvidiaRuntime: false).
@@ -171,6 +193,7 @@ static void gv_direct_sync(struct gv_allocator *a, const struct gv_node_config *
         for (char *p = file; *p; p++)
             if (*p == '/')
                 *p = '_';
+        warn_kind_claimed(cfg, file);
         json_t *spec = gv_cdi_spec(cfg->cdi_kind, h, gpus, n, &ip, &err);
         if (spec == NULL || gv_cdi_write(cfg->cdi_spec_dir, file, spec, &err) != GV_OK)
             gv_error("CDI spec not written: %s", err.msg);

@@ -256,6 +256,11 @@ gv_status gv_sched_config_parse(const char *text, size_t len, struct gv_sched_co
                                   "config: \"nonGpuVisibleDevicesNone\" must be true or false");
             else
                 cfg->hide_gpus_from_others = json_is_true(v);
+        } else if (strcmp(k, "metricsPerGpu") == 0) {
+            if (!json_is_boolean(v))
+                st = gv_error_set(err, GV_EINVAL, "config: \"%s\" must be true or false", k);
+            else
+                cfg->metrics_per_gpu = json_is_true(v);
         } else if (strcmp(k, "placementKeyFile") == 0) {
             st = set_string(v, k, &cfg->placement_key_file, err);
         } else if (strcmp(k, "insecureUnsignedPlacements") == 0) {

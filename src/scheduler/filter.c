@@ -9,9 +9,11 @@
 #include "scheduler/gv_extender.h"
 #include "scheduler/gv_webhook.h"
 #include "scheduler/placement_guard.h"
+#include "scheduler/preempt.h"
 #include "scheduler/quota.h"
 #include "scheduler/sched_internal.h"
 #include "scheduler/sched_observe.h"
+#include "scheduler/stale_hold.h"
 #include "scheduler/whole.h"
 #include "scheduler/handlers_internal.h"
 
@@ -194,19 +196,27 @@ static void filter_reserve(struct filter_ctx *f)
     bool whole = f->n_engine > 0 && f->n_engine == gv_alloc_node_count(s->cluster);
     const char **usable = NULL;
     gv_status st = GV_ENOFIT;
-    if (f->n_usable > 0 && whole) {
-        st = gv_alloc_pick(s->cluster, f->req, NULL, 0, a, &err);
-        struct snode *chosen = st == GV_OK ? gv_sched_node_find(s, a->node) : NULL;
-        whole = st != GV_OK || (chosen != NULL && chosen->filter_stamp == s->filter_stamp);
+    /* GPUs a preemption freed for this pod (preempt.c) come first; while
+     * they do not fit yet (victims still terminating) the usual pick runs. */
+    bool held = gv_sched_preempt_held(s, uid, a) &&
+                gv_alloc_place(s->cluster, f->req, a, NULL) == GV_OK;
+    if (held) {
+        st = GV_OK;
+    } else {
+        if (f->n_usable > 0 && whole) {
+            st = gv_alloc_pick(s->cluster, f->req, NULL, 0, a, &err);
+            struct snode *chosen = st == GV_OK ? gv_sched_node_find(s, a->node) : NULL;
+            whole = st != GV_OK || (chosen != NULL && chosen->filter_stamp == s->filter_stamp);
+        }
+        if (f->n_usable > 0 && !whole) {
+            usable = usable_names(f);
+            st = usable == NULL ? GV_ENOMEM
+                                : gv_alloc_pick(s->cluster, f->req, usable, f->n_usable, a, &err);
+            free(usable);
+        }
+        if (st == GV_OK)
+            st = gv_alloc_place(s->cluster, f->req, a, &err);
     }
-    if (f->n_usable > 0 && !whole) {
-        usable = usable_names(f);
-        st = usable == NULL ? GV_ENOMEM
-                            : gv_alloc_pick(s->cluster, f->req, usable, f->n_usable, a, &err);
-        free(usable);
-    }
-    if (st == GV_OK)
-        st = gv_alloc_place(s->cluster, f->req, a, &err);
     char qwhy[GV_ALLOC_REASON_MAX];
     if (st == GV_OK &&
         !gv_sched_quota_admit(s, uid, meta(f->args.pod, "namespace"), a, qwhy, sizeof(qwhy))) {
@@ -255,6 +265,7 @@ static void filter_reserve(struct filter_ctx *f)
             if (strcmp(f->args.names[f->repeats[k]], chosen->name) == 0)
                 f->verdicts[f->repeats[k]] = GV_EXT_FIT;
     }
+    gv_sched_preempt_release(s, uid); /* a hold becomes this reservation */
     gv_debug("filter: pod %s/%s reserved on %s: %s", meta(f->args.pod, "namespace"),
              meta(f->args.pod, "name"), a->node, enc);
     free(enc);
@@ -276,6 +287,15 @@ static void filter_placed(struct filter_ctx *f, const char *node, const char *ho
         if (!match && !listed)
             set_reason(f, i, why);
     }
+}
+
+/* Is node among the filter's candidates? */
+static bool candidate(const struct filter_ctx *f, const char *node)
+{
+    for (size_t i = 0; i < f->args.n_names; i++)
+        if (strcmp(f->args.names[i], node) == 0)
+            return true;
+    return false;
 }
 
 /* The node a pod object says it is placed on: bound (spec.nodeName), or
@@ -388,7 +408,21 @@ void handle_filter(void *ctx, const struct gv_http_request *hreq,
      * or bound) gets the same answer every time and changes nothing:
      * kube-scheduler filters an assumed or bound pod again when something
      * about it changes, and freeing its GPUs then is how running pods
-     * ended up counted nowhere. */
+     * ended up counted nowhere.  Unless the API shows no such placement
+     * and kube-scheduler no longer offers its node (stale_hold.c). */
+    char bound_node[GV_ALLOC_NODE_MAX];
+    enum gv_hold_check hold = GV_HOLD_KEEP;
+    if (r != NULL && gv_sched_phase_placed(r->phase) && r->node != NULL &&
+        (r->phase == REC_RESERVED || r->phase == REC_UNBOUND) && !candidate(&f, r->node)) {
+        hold = gv_sched_hold_confirm(s, meta(f.args.pod, "namespace"), meta(f.args.pod, "name"),
+                                     uid, bound_node, sizeof(bound_node));
+        r = gv_sched_rec_find(s, uid);
+    }
+    if (hold == GV_HOLD_BOUND) {
+        filter_placed(&f, bound_node, "is bound");
+        pthread_mutex_unlock(&s->lock);
+        goto answer;
+    }
     if (r != NULL && gv_sched_phase_placed(r->phase) && r->node != NULL) {
         filter_placed(&f, r->node, r->phase == REC_BOUND ? "is bound" : "holds GPUs");
         pthread_mutex_unlock(&s->lock);
@@ -401,7 +435,19 @@ void handle_filter(void *ctx, const struct gv_http_request *hreq,
         goto out;
     }
     char known[GV_ALLOC_NODE_MAX];
-    if (pod_placement_node(s, f.args.pod, known, sizeof(known))) {
+    if (hold != GV_HOLD_RELEASED && pod_placement_node(s, f.args.pod, known, sizeof(known)) &&
+        !candidate(&f, known) && (r == NULL || !gv_sched_phase_placed(r->phase))) {
+        hold = gv_sched_hold_confirm(s, meta(f.args.pod, "namespace"), meta(f.args.pod, "name"),
+                                     uid, bound_node, sizeof(bound_node));
+        r = gv_sched_rec_find(s, uid);
+        if (hold == GV_HOLD_BOUND || (r != NULL && gv_sched_phase_placed(r->phase))) {
+            filter_placed(&f, hold == GV_HOLD_BOUND ? bound_node : r->node ? r->node : known,
+                          hold == GV_HOLD_BOUND ? "is bound" : "holds GPUs");
+            pthread_mutex_unlock(&s->lock);
+            goto answer;
+        }
+    }
+    if (hold != GV_HOLD_RELEASED && pod_placement_node(s, f.args.pod, known, sizeof(known))) {
         /* Placed per the pod itself, not (yet) per our records: after a
          * restart, or the pod informer behind.  Same answer, no accounting
          * (the informer brings the placement). */
@@ -418,6 +464,11 @@ void handle_filter(void *ctx, const struct gv_http_request *hreq,
     bool first_seen = r == NULL;
     if (first_seen)
         gv_alloc_observe(s->cluster, f.req);
+    if (gv_sched_preempt_exclude(s, f.args.pod, f.req, &err) != GV_OK) {
+        set_all(&f, GV_EXT_FAILED, "scheduler out of memory");
+        pthread_mutex_unlock(&s->lock);
+        goto answer;
+    }
     classify_candidates(&f);
     if (f.oom) {
         pthread_mutex_unlock(&s->lock);

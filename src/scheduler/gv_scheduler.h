@@ -45,6 +45,12 @@ struct gv_sched_config {
      * containers asking for no GPU get NVIDIA_VISIBLE_DEVICES=none. */
     char runtime_class[254];
     bool hide_gpus_from_others;
+    /* /metrics: per-GPU and per-container series (gpuvisor_gpu_*, HAMi's
+     * hami_gpu_*, hami_node_gpu_*, hami_vgpu_*) as well as the per-node and
+     * cluster aggregates.  Off by default: at 5,000 nodes they are tens of
+     * MB per scrape, and the node agents export per-GPU series themselves
+     * (docs/observability.md).  metricsPerGpu / --metrics-per-gpu. */
+    bool metrics_per_gpu;
     /* Why keys of a HAMi device ConfigMap change nothing (also logged). */
     unsigned n_notes;
     char notes[24][200];
@@ -126,8 +132,9 @@ gv_status gv_sched_serve_health(struct gv_sched *s, struct gv_httpd *h, struct g
 /* Routes: the read-only web dashboard (/, its assets) and its JSON
  * (/api/state); see docs/observability.md, "Dashboard". */
 gv_status gv_sched_serve_dashboard(struct gv_sched *s, struct gv_httpd *h, struct gv_error *err);
-/* HAMi's series names on /metrics (default on; off saves ~80% of a scrape's
- * text: HAMi repeats every GPU in 7 families). */
+/* HAMi's series names on /metrics (default on): the quota series, and with
+ * metrics_per_gpu the per-GPU and per-container ones (off saves ~80% of
+ * such a scrape's text: HAMi repeats every GPU in 7 families). */
 void gv_sched_obs_set_hami(struct gv_sched *s, bool on);
 
 #endif

@@ -9,6 +9,7 @@
 #include "scheduler/gv_extender.h"
 #include "scheduler/gv_webhook.h"
 #include "scheduler/placement_guard.h"
+#include "scheduler/preempt.h"
 #include "scheduler/quota.h"
 #include "scheduler/sched_internal.h"
 #include "scheduler/sched_observe.h"
@@ -92,7 +93,11 @@ static gv_status bind_compute(struct gv_sched *s, struct gv_ext_bind_args *b, ch
         if (gv_alloc_is_placed(s->cluster, req->uid))
             gv_alloc_release(s->cluster, req->uid, NULL);
         const char *one[1] = {b->node};
-        st = gv_alloc_pick(s->cluster, req, one, 1, a, err);
+        /* GPUs held for a preemptor of higher priority stay out of reach
+         * here too (feasible mode, a reservation elsewhere, a 409 retry) */
+        st = gv_sched_preempt_exclude(s, pod, req, err);
+        if (st == GV_OK)
+            st = gv_alloc_pick(s->cluster, req, one, 1, a, err);
         if (st == GV_OK)
             st = gv_alloc_place(s->cluster, req, a, err);
         char qwhy[GV_ALLOC_REASON_MAX];
@@ -128,15 +133,22 @@ out:
     return st;
 }
 
-static gv_status bind_annotate(struct gv_sched *s, const struct gv_ext_bind_args *b,
-                               const char *enc, const char *rv, char **written,
-                               struct gv_error *err)
+/* Binds the pod with its placement in one write: the Binding carries our
+ * annotations, which the API server writes onto the pod in the same update
+ * that sets spec.nodeName.  Two writes (a PATCH of the annotations, then the
+ * Binding) made every GPU pod cost kube-apiserver and etcd twice what a
+ * plain pod costs, which capped a burst at half kube-scheduler's own bind
+ * rate (bench/results/e2e_bind.txt), and left a window in which the pod
+ * was annotated but unbound.  rv (the version the filter saw) is a
+ * precondition where the server checks it (not 1.20's): a pod changed since
+ * is recomputed. */
+static gv_status bind_post(struct gv_sched *s, const struct gv_ext_bind_args *b, const char *enc,
+                           const char *rv, struct gv_error *err)
 {
-    char path[1024], at[48];
+    char at[48];
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     gv_sched_format_time(&now, at, sizeof(at));
-    pod_path(b, path, sizeof(path));
     char sig[GV_PLACEMENT_SIG_MAX];
     gv_status sst = gv_sched_placement_sign(&s->cfg, b->pod_uid, b->node, at, enc, sig,
                                             sizeof(sig), err);
@@ -145,37 +157,22 @@ static gv_status bind_annotate(struct gv_sched *s, const struct gv_ext_bind_args
     /* Annotations only: kube-scheduler ignores annotation changes of an
      * assumed pod, while a label change (older versions added
      * gpuvisor.io/assigned=true here) made it filter the pod again. */
-    json_t *patch = json_pack("{s:{s:{s:s,s:s,s:s,s:s?}}}", "metadata", "annotations",
-                              ANN_ASSIGNMENT, enc, ANN_ASSIGNED_NODE, b->node, ANN_ASSIGNED_AT, at,
-                              GV_PLACEMENT_SIG_ANNOTATION, sig[0] ? sig : NULL);
-    json_t *out = NULL;
-    if (patch == NULL)
+    json_t *ann = json_pack("{s:s,s:s,s:s}", ANN_ASSIGNMENT, enc, ANN_ASSIGNED_NODE, b->node,
+                            ANN_ASSIGNED_AT, at);
+    /* Unsigned (no key): no signature annotation at all.  A merge patch's
+     * null removed it; in a Binding a null would be written as a value. */
+    if (ann != NULL && sig[0] &&
+        json_object_set_new(ann, GV_PLACEMENT_SIG_ANNOTATION, json_string(sig)) != 0) {
+        json_decref(ann);
+        ann = NULL;
+    }
+    if (ann == NULL)
         return gv_error_set(err, GV_ENOMEM, "out of memory");
-    if (rv != NULL)
-        json_object_set_new(json_object_get(patch, "metadata"), "resourceVersion", json_string(rv));
-    gv_status st = gv_kube_patch(s->kube, path, GV_KUBE_PATCH_MERGE, patch, &out, err);
-    const char *v = st == GV_OK ? meta(out, "resourceVersion") : NULL;
-    *written = v != NULL ? strdup(v) : NULL;
-    json_decref(out);
-    json_decref(patch);
+    gv_status st = gv_kube_bind_pod_annotated(s->kube, b->pod_namespace, b->pod_name,
+                                              b->pod_uid[0] ? b->pod_uid : NULL, rv, b->node, ann,
+                                              err);
+    json_decref(ann);
     return st;
-}
-
-/* Best effort: take our annotations off a pod whose bind failed, so no agent
- * ever acts on them. */
-static void bind_unannotate(struct gv_sched *s, const struct gv_ext_bind_args *b)
-{
-    char path[1024];
-    pod_path(b, path, sizeof(path));
-    json_t *patch = json_pack("{s:{s:{s:n,s:n,s:n,s:n}}}", "metadata", "annotations",
-                              ANN_ASSIGNMENT, ANN_ASSIGNED_NODE, ANN_ASSIGNED_AT,
-                              GV_PLACEMENT_SIG_ANNOTATION);
-    struct gv_error err = {0};
-    if (patch != NULL &&
-        gv_kube_patch(s->kube, path, GV_KUBE_PATCH_MERGE, patch, NULL, &err) != GV_OK &&
-        err.code != GV_ENOTFOUND)
-        gv_warn("bind cleanup of %s/%s: %s", b->pod_namespace, b->pod_name, err.msg);
-    json_decref(patch);
 }
 
 /* Did a Binding whose call failed take effect anyway (a timeout or a lost
@@ -279,9 +276,12 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
     for (int attempt = 0;; attempt++) {
         if (enc == NULL && (st = bind_compute(s, b, &enc, &rv, &no_gpu, &whole, err)) != GV_OK)
             break;
-        if (no_gpu)
+        if (no_gpu) {
+            st = gv_kube_bind_pod(s->kube, b->pod_namespace, b->pod_name,
+                                  b->pod_uid[0] ? b->pod_uid : NULL, b->node, err);
             break;
-        st = bind_annotate(s, b, enc, rv, &written, err);
+        }
+        st = bind_post(s, b, enc, rv, err);
         if (st != GV_ECONFLICT || attempt + 1 >= BIND_ATTEMPTS)
             break;
         /* The pod changed since we read it: read it again and recompute
@@ -294,15 +294,12 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
         free(rv);
         enc = rv = NULL;
     }
-    bool annotated = st == GV_OK && !no_gpu;
-    if (st == GV_OK) {
-        st = gv_kube_bind_pod(s->kube, b->pod_namespace, b->pod_name,
-                              b->pod_uid[0] ? b->pod_uid : NULL, b->node, err);
-        if (st != GV_OK && b->pod_uid[0] && binding_took(s, b)) {
-            gv_info("bind %s/%s: %s, but the pod is bound to %s: done", b->pod_namespace,
-                    b->pod_name, err->msg, b->node);
-            st = GV_OK;
-        }
+    if (st != GV_OK && enc != NULL && b->pod_uid[0] && binding_took(s, b)) {
+        /* A Binding whose answer was lost (timeout, reset) took effect. */
+        gv_info("bind %s/%s: %s, but the pod is bound to %s: done", b->pod_namespace,
+                b->pod_name, err->msg, b->node);
+        gv_error_clear(err);
+        st = GV_OK;
     }
     pthread_mutex_lock(&s->lock);
     if (whole)
@@ -337,8 +334,6 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
         }
     }
     pthread_mutex_unlock(&s->lock);
-    if (st != GV_OK && annotated)
-        bind_unannotate(s, b);
     if (st == GV_OK)
         gv_info("bound %s/%s to %s: %s", b->pod_namespace, b->pod_name, b->node,
                 enc ? enc : "(no GPU)");
@@ -436,7 +431,8 @@ gv_status gv_sched_serve_extender(struct gv_sched *s, struct gv_httpd *h, const 
         const char *verb;
         gv_httpd_handler fn;
     } verbs[] = {
-        {"filter", handle_filter}, {"prioritize", handle_prioritize}, {"bind", handle_bind}};
+        {"filter", handle_filter}, {"prioritize", handle_prioritize}, {"bind", handle_bind},
+        {"preempt", gv_sched_handle_preempt}};
     size_t plen = strlen(prefix);
     while (plen > 0 && prefix[plen - 1] == '/')
         plen--;

@@ -9,6 +9,7 @@
 #include "scheduler/gv_extender.h"
 #include "scheduler/gv_webhook.h"
 #include "scheduler/placement_guard.h"
+#include "scheduler/preempt.h"
 #include "scheduler/quota.h"
 #include "scheduler/sched_internal.h"
 #include "scheduler/sched_observe.h"
@@ -34,6 +35,8 @@ void handle_readyz(void *ctx, const struct gv_http_request *hreq,
     else
         gv_http_respond(resp, 503, "text/plain", "node/pod caches not synced yet\n");
 }
+
+static void write_cluster_sums(struct gv_sched *s, FILE *f); /* below, with the node sums */
 
 static void write_state_metrics(struct gv_sched *s, FILE *f)
 {
@@ -93,20 +96,57 @@ static void write_state_metrics(struct gv_sched *s, FILE *f)
             "gpuvisor_accounting_self_checks_total %" PRIu64 "\n",
             reserved, unbound, nodes_ok, nodes_stale, nodes_bad, s->binds_ok, s->binds_failed,
             s->bind_conflicts, s->drift_repairs, s->self_checks);
+    write_cluster_sums(s, f);
+    gv_sched_preempt_metrics(s, f);
     pthread_mutex_unlock(&s->lock);
     gv_sched_quota_metrics(s, f); /* hami_resource_quota_used / _limit */
 }
 
 /*
- * Per-GPU series are streamed: at 5,000 nodes x 8 GPUs they are megabytes of
- * text, which a single buffer would hold (and glibc keep) at every scrape.
- * Prometheus wants each family's samples together, so the node table is
- * walked once per family, a batch of nodes per read, resuming after the
- * last node name written (nodes may come and go between batches).
+ * Per-node (and, opted in, per-GPU) series are streamed: at 5,000 nodes they
+ * are megabytes of text, which a single buffer would hold (and glibc keep)
+ * at every scrape.  Prometheus wants each family's samples together, so the
+ * node table is walked once per family, a batch of nodes per read, resuming
+ * after the last node name written (nodes may come and go between batches).
+ *
+ * By default the families are per node (one series per node and family);
+ * the per-GPU ones (gpuvisor_gpu_* and HAMi's hami_gpu_*, hami_node_gpu_*)
+ * follow only with metrics_per_gpu: they made a 5,000-node scrape 53 MB,
+ * and each node agent exports its own GPUs already (docs/observability.md).
  */
+#define NODE_FAMILIES 6
 #define GPU_FAMILIES_OWN 3
-#define GPU_FAMILIES (GPU_FAMILIES_OWN + GV_SCHED_OBS_GPU_FAMILIES) /* + HAMi's */
+#define FIRST_GPU_FAMILY NODE_FAMILIES
+#define FIRST_HAMI_FAMILY (FIRST_GPU_FAMILY + GPU_FAMILIES_OWN)
+#define ALL_FAMILIES (FIRST_HAMI_FAMILY + GV_SCHED_OBS_GPU_FAMILIES)
 #define NODES_PER_BATCH 64
+
+/* gpuvisor_node_<x>{node} and gpuvisor_cluster_<x>: the same sums, per node
+ * and over all nodes (whole names: docs and dashboards grep for them) */
+static const char *const node_family_name[NODE_FAMILIES] = {
+    "gpuvisor_node_gpus",
+    "gpuvisor_node_gpu_memory_mib",
+    "gpuvisor_node_gpu_memory_allocated_mib",
+    "gpuvisor_node_gpu_cores_allocated_percent",
+    "gpuvisor_node_gpu_tasks",
+    "gpuvisor_node_gpus_shared",
+};
+static const char *const cluster_family_name[NODE_FAMILIES] = {
+    "gpuvisor_cluster_gpus",
+    "gpuvisor_cluster_gpu_memory_mib",
+    "gpuvisor_cluster_gpu_memory_allocated_mib",
+    "gpuvisor_cluster_gpu_cores_allocated_percent",
+    "gpuvisor_cluster_gpu_tasks",
+    "gpuvisor_cluster_gpus_shared",
+};
+static const char *const node_family_help[NODE_FAMILIES] = {
+    "GPUs in the scheduler's model (healthy or not)",
+    "Schedulable GPU memory of the healthy GPUs",
+    "GPU memory assigned to pods",
+    "GPU compute assigned to pods (100 = one whole GPU)",
+    "Containers served on the GPUs (one per container and GPU)",
+    "GPUs more than one container shares",
+};
 
 static const char *const gpu_family_head[GPU_FAMILIES_OWN] = {
     "# HELP gpuvisor_gpu_memory_allocated_mib GPU memory assigned to pods, per GPU.\n"
@@ -122,7 +162,8 @@ struct metrics_stream {
     struct gv_sched *s;
     char *text; /* pending bytes */
     size_t len, off;
-    int family; /* GPU_FAMILIES = finished */
+    int family; /* families: ALL_FAMILIES = finished */
+    int last;   /* NODE_FAMILIES, or ALL_FAMILIES with metrics_per_gpu */
     bool family_started;
     char after[GV_ALLOC_NODE_MAX]; /* last node written in this family */
 };
@@ -146,6 +187,74 @@ static void gpu_sample(FILE *f, int family, const char *node, const char *uuid,
     }
 }
 
+/* A node's sums, one per node family (s->lock held): capacity over healthy
+ * GPUs, what pods hold over all of them (an unhealthy GPU's pods still hold
+ * it).  Summed again for the cluster families, so the two always agree. */
+static void node_sums(struct gv_sched *s, const char *node, uint32_t n_gpus,
+                      uint64_t out[NODE_FAMILIES])
+{
+    memset(out, 0, NODE_FAMILIES * sizeof(out[0]));
+    for (uint32_t g = 0; g < n_gpus; g++) {
+        struct gv_alloc_gpu_info i;
+        if (gv_alloc_gpu_info_at(s->cluster, node, g, &i, NULL) != GV_OK)
+            continue;
+        out[0]++;
+        out[1] += i.healthy ? i.mem_mib : 0;
+        out[2] += i.used_mem_mib;
+        out[3] += i.used_milli;
+        out[4] += i.tasks;
+        out[5] += i.tasks > 1;
+    }
+}
+
+/* v of family fam, after its name and labels (milli-GPU shown in percent) */
+static void put_sum(FILE *f, int fam, uint64_t v)
+{
+    if (fam == 3)
+        fprintf(f, " %.1f\n", (double)v / 10.0);
+    else
+        fprintf(f, " %" PRIu64 "\n", v);
+}
+
+static void node_sample(struct gv_sched *s, FILE *f, int fam, const char *node, uint32_t n_gpus)
+{
+    uint64_t v[NODE_FAMILIES];
+    node_sums(s, node, n_gpus, v);
+    fprintf(f, "%s{node=\"%s\"}", node_family_name[fam], node);
+    put_sum(f, fam, v[fam]);
+}
+
+/* The cluster families: the node sums over every usable node (s->lock held). */
+static void write_cluster_sums(struct gv_sched *s, FILE *f)
+{
+    uint64_t sum[NODE_FAMILIES] = {0}, v[NODE_FAMILIES];
+    for (size_t k = 0; k < s->n_nodes; k++) {
+        const struct snode *n = s->nodes[k];
+        if (n->state != NODE_OK)
+            continue;
+        node_sums(s, n->name, n->n_gpus, v);
+        for (int fam = 0; fam < NODE_FAMILIES; fam++)
+            sum[fam] += v[fam];
+    }
+    for (int fam = 0; fam < NODE_FAMILIES; fam++) {
+        const char *name = cluster_family_name[fam];
+        fprintf(f, "# HELP %s %s, over all nodes.\n# TYPE %s gauge\n%s", name,
+                node_family_help[fam], name, name);
+        put_sum(f, fam, sum[fam]);
+    }
+}
+
+static void family_head(struct gv_sched *s, FILE *f, int fam)
+{
+    if (fam < NODE_FAMILIES)
+        fprintf(f, "# HELP %s %s, on a node.\n# TYPE %s gauge\n", node_family_name[fam],
+                node_family_help[fam], node_family_name[fam]);
+    else if (fam < FIRST_HAMI_FAMILY)
+        fputs(gpu_family_head[fam - FIRST_GPU_FAMILY], f);
+    else
+        fputs(gv_sched_obs_gpu_family_head(s, fam - FIRST_HAMI_FAMILY), f);
+}
+
 /* Formats the next batch into ms->text; false when everything is written. */
 static bool metrics_next_batch(struct metrics_stream *ms)
 {
@@ -153,15 +262,12 @@ static bool metrics_next_batch(struct metrics_stream *ms)
     free(ms->text);
     ms->text = NULL;
     ms->len = ms->off = 0;
-    while (ms->family < GPU_FAMILIES) {
+    while (ms->family < ms->last) {
         FILE *f = open_memstream(&ms->text, &ms->len);
         if (f == NULL)
             return false;
         if (!ms->family_started) {
-            fputs(ms->family < GPU_FAMILIES_OWN
-                      ? gpu_family_head[ms->family]
-                      : gv_sched_obs_gpu_family_head(s, ms->family - GPU_FAMILIES_OWN),
-                  f);
+            family_head(s, f, ms->family);
             ms->family_started = true;
         }
         size_t written = 0;
@@ -171,12 +277,16 @@ static bool metrics_next_batch(struct metrics_stream *ms)
              i < s->n_nodes && written < NODES_PER_BATCH;
              i++, written++) {
             const struct snode *n = s->nodes[i];
-            for (uint32_t g = 0; n->state == NODE_OK && g < n->n_gpus; g++) {
+            if (n->state == NODE_OK && ms->family < NODE_FAMILIES)
+                node_sample(s, f, ms->family, n->name, n->n_gpus);
+            for (uint32_t g = 0; n->state == NODE_OK && ms->family >= NODE_FAMILIES &&
+                                 g < n->n_gpus;
+                 g++) {
                 struct gv_alloc_gpu_usage u;
-                if (ms->family >= GPU_FAMILIES_OWN)
-                    gv_sched_obs_gpu_sample(s, f, ms->family - GPU_FAMILIES_OWN, n->name, g);
+                if (ms->family >= FIRST_HAMI_FAMILY)
+                    gv_sched_obs_gpu_sample(s, f, ms->family - FIRST_HAMI_FAMILY, n->name, g);
                 else if (gv_alloc_gpu_usage_at(s->cluster, n->name, g, &u, NULL) == GV_OK)
-                    gpu_sample(f, ms->family, n->name, u.uuid, &u);
+                    gpu_sample(f, ms->family - FIRST_GPU_FAMILY, n->name, u.uuid, &u);
             }
             snprintf(ms->after, sizeof(ms->after), "%s", n->name);
         }
@@ -227,6 +337,7 @@ void handle_metrics(void *ctx, const struct gv_http_request *hreq,
         return;
     }
     ms->s = s;
+    ms->last = s->cfg.metrics_per_gpu ? ALL_FAMILIES : NODE_FAMILIES;
     /* The small families first, in one piece. */
     gv_httpd_write_metrics_header(f);
     for (size_t i = 0; i < s->n_servers; i++)

@@ -23,6 +23,9 @@ static void usage(FILE *out)
             "  --extender-prefix PATH   URL prefix of the verbs (default /gpuvisor)\n"
             "  --dashboard-listen A:P   serve the read-only web dashboard here (off by default)\n"
             "  --hami-metrics on|off    HAMi's names on /metrics as well (default on)\n"
+            "  --metrics-per-gpu        per-GPU and per-container series on /metrics too\n"
+            "                           (or metricsPerGpu in the config; default: per-node\n"
+            "                           and cluster aggregates only)\n"
             "  --extender-tls           serve the extender over HTTPS too (same cert/key)\n"
             "  --webhook-listen A:P     serve the admission webhook (HTTPS) here\n"
             "  --health-listen A:P      serve /healthz, /readyz, /metrics here (plain HTTP),\n"
@@ -62,6 +65,22 @@ static int split_listen(const char *text, char *addr, size_t cap, uint16_t *port
     *port = (uint16_t)p;
     return 0;
 }
+
+/* The extender's clients are kube-scheduler replicas (loopback in the
+ * deploy, or the cluster network), and they open far more connections than
+ * "a few at once": kube-scheduler filters one pod at a time but binds each
+ * pod in a goroutine of its own, and Go's HTTP client keeps only 2 idle
+ * connections per host, so every bind in flight beyond two dials a new
+ * connection.  A burst of N pods opens up to N + 1 connections at once (one
+ * filter, N binds), all from one address.  libmicrohttpd closes a
+ * connection over either cap as it accepts it, which kube-scheduler logs as
+ * "connection reset by peer" and counts as a scheduling error (the pod goes
+ * to backoff): with a per-address cap of 32 every 200-pod burst lost pods
+ * that way.  So one cap, per address and in all, sized for a 1,000-pod burst
+ * with every bind in flight at once (one thread each, mostly idle stack).
+ * The webhook and health listeners keep their per-address caps: tenants'
+ * pods can reach those. */
+#define EXTENDER_MAX_CONNECTIONS 1100
 
 /* The read-only dashboard on a listener of its own (GET routes only). */
 static gv_status start_dashboard(struct gv_sched *s, const char *listen, struct gv_httpd **out,
@@ -107,12 +126,14 @@ int main(int argc, char **argv)
         OPT_HEALTH_LISTEN,
         OPT_KEY_FILE,
         OPT_INSECURE,
+        OPT_PER_GPU,
     };
     static const struct option opts[] = {
         {"config", required_argument, NULL, OPT_CONFIG},
         {"master", required_argument, NULL, OPT_MASTER},
         {"dashboard-listen", required_argument, NULL, OPT_DASH_LISTEN},
         {"hami-metrics", required_argument, NULL, OPT_HAMI_METRICS},
+        {"metrics-per-gpu", no_argument, NULL, OPT_PER_GPU},
         {"kubeconfig", required_argument, NULL, OPT_KUBECONFIG},
         {"extender-listen", required_argument, NULL, OPT_EXT_LISTEN},
         {"extender-prefix", required_argument, NULL, OPT_EXT_PREFIX},
@@ -135,7 +156,7 @@ int main(int argc, char **argv)
     const char *ext_listen = "127.0.0.1:8888", *ext_prefix = "/gpuvisor", *wh_listen = NULL;
     const char *cert = NULL, *key = NULL, *port_file = NULL;
     const char *health_listen = NULL, *key_file = NULL;
-    bool ext_tls = false, insecure = false;
+    bool ext_tls = false, insecure = false, per_gpu = false;
     gv_log_init("gpuvisor-scheduler", GV_LOG_INFO);
     /* Every HTTP connection has its own thread, and glibc spreads threads
      * over its arenas: each arena then keeps the high-water mark of a whole
@@ -201,6 +222,9 @@ int main(int argc, char **argv)
         case OPT_INSECURE:
             insecure = true;
             break;
+        case OPT_PER_GPU:
+            per_gpu = true;
+            break;
         case OPT_LOG_LEVEL: {
             int l = gv_log_parse_level(optarg);
             if (l < 0) {
@@ -256,6 +280,7 @@ int main(int argc, char **argv)
     if (gv_sched_config_load_key(&cfg, key_file, &err) != GV_OK)
         goto fail;
     cfg.insecure_unsigned |= insecure;
+    cfg.metrics_per_gpu |= per_gpu;
     if (cfg.placement_key == NULL && !cfg.insecure_unsigned) {
         /* Fail closed: without a key every placement annotation would be
          * trusted as written. */
@@ -289,8 +314,8 @@ int main(int argc, char **argv)
                                   .key_file = ext_tls ? key : NULL,
                                   /* 5,000 full Node objects (nodeCacheCapable: false) */
                                   .max_body = 64u << 20,
-                                  /* kube-scheduler alone calls it, a few at once */
-                                  .max_connections = 64,
+                                  .max_connections = EXTENDER_MAX_CONNECTIONS,
+                                  .max_per_ip = EXTENDER_MAX_CONNECTIONS,
                                   .max_buffered = 128u << 20};
     if (gv_httpd_new(&eo, &ext, &err) != GV_OK ||
         gv_sched_serve_extender(s, ext, ext_prefix, &err) != GV_OK ||

@@ -24,6 +24,7 @@ endif
 
 FUZZ_TARGETS += fuzz_extender
 fuzz_extender_SRCS := tests/scheduler/fuzz_extender.c src/scheduler/extender.c \
+	src/scheduler/preempt_wire.c \
 	src/scheduler/sched_state.c $(wildcard src/alloc/*.c) src/common/gv_error.c src/common/gv_jalloc.c
 fuzz_extender_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
 

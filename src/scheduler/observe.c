@@ -3,7 +3,8 @@
  *
  *  - HAMi's scheduler series (hami_gpu_*, hami_node_gpu_*, hami_vgpu_*), with
  *    HAMi's names, labels and units (bytes, 0-100 core ratios, zone="vGPU"),
- *    so existing HAMi dashboards and alerts keep working;
+ *    so existing HAMi dashboards and alerts keep working; per GPU and per
+ *    container, so only with metrics_per_gpu (--metrics-per-gpu);
  *  - filter latency histograms by outcome, pending pods with their top
  *    failure reason, cluster fragmentation (src/alloc's FGD measure);
  *  - the dashboard's JSON state (docs/observability.md, "Dashboard") and a
@@ -487,6 +488,11 @@ void gv_sched_obs_set_hami(struct gv_sched *s, bool on)
         s->obs->hami_off = !on;
 }
 
+bool gv_sched_obs_hami(struct gv_sched *s)
+{
+    return s->obs != NULL && !s->obs->hami_off;
+}
+
 const char *gv_sched_obs_gpu_family_head(struct gv_sched *s, int fam)
 {
     if (s->obs == NULL || s->obs->hami_off)
@@ -710,7 +716,9 @@ void gv_sched_obs_write_metrics(struct gv_sched *s, FILE *f)
             "# TYPE gpuvisor_cluster_idle_gpus gauge\n"
             "gpuvisor_cluster_idle_gpus %u\n",
             frag.ratio, frag.free_milli / 1000.0, frag.frag_milli / 1000.0, st.idle_gpus);
-    if (!o->hami_off) {
+    /* per container: finer than per GPU, so behind the same opt-in (the node
+     * agents export hami_vgpu_memory_limit_bytes per container) */
+    if (!o->hami_off && s->cfg.metrics_per_gpu) {
         fputs("# HELP hami_vgpu_memory_allocated_bytes vGPU memory allocated from a container "
               "(HAMi name).\n# TYPE hami_vgpu_memory_allocated_bytes gauge\n",
               f);

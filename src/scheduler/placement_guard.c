@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "common/gv_log.h"
+#include "scheduler/events.h"
 #include "scheduler/sched_internal.h"
 
 static atomic_ullong rejected;
@@ -51,52 +52,6 @@ bool gv_sched_placement_trusted(const struct gv_sched_config *cfg, const json_t 
     return trusted(cfg, pod, &err);
 }
 
-/* Token bucket for events: 5 a second, bursts of 20. */
-static bool event_allowed(void)
-{
-    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    static double tokens = 20, last;
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    double t = (double)now.tv_sec + (double)now.tv_nsec / 1e9;
-    pthread_mutex_lock(&mu);
-    tokens += (t - last) * 5;
-    if (tokens > 20)
-        tokens = 20;
-    last = t;
-    bool ok = tokens >= 1;
-    if (ok)
-        tokens -= 1;
-    pthread_mutex_unlock(&mu);
-    return ok;
-}
-
-static void post_event(struct gv_kube_client *kube, const json_t *pod, const char *why)
-{
-    const char *ns = meta(pod, "namespace"), *name = meta(pod, "name"), *uid = meta(pod, "uid");
-    if (kube == NULL || ns == NULL || name == NULL || uid == NULL || !event_allowed())
-        return;
-    char ev_name[300], path[512], now[48];
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    gv_sched_format_time(&ts, now, sizeof(now));
-    snprintf(ev_name, sizeof(ev_name), "%.200s.%.13s.placement-rejected", name, uid);
-    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/events", ns);
-    json_t *ev = json_pack(
-        "{s:s,s:s,s:{s:s,s:s},s:{s:s,s:s,s:s,s:s,s:s},s:s,s:s,s:s,s:{s:s},s:s,s:s,s:i}",
-        "apiVersion", "v1", "kind", "Event", "metadata", "name", ev_name, "namespace", ns,
-        "involvedObject", "apiVersion", "v1", "kind", "Pod", "namespace", ns, "name", name, "uid",
-        uid, "type", "Warning", "reason", "PlacementRejected", "message", why, "source",
-        "component", "gpuvisor-scheduler", "firstTimestamp", now, "lastTimestamp", now, "count",
-        1);
-    struct gv_error err = {0};
-    /* An existing event (409) means this pod was reported already. */
-    if (ev != NULL && gv_kube_create(kube, path, ev, NULL, &err) != GV_OK &&
-        err.code != GV_ECONFLICT && err.code != GV_EEXIST)
-        gv_debug("event on pod %s/%s: %s", ns, name, err.msg);
-    json_decref(ev);
-}
-
 bool gv_sched_placement_admit(struct gv_sched *s, const json_t *pod)
 {
     struct gv_error err = {0};
@@ -105,7 +60,8 @@ bool gv_sched_placement_admit(struct gv_sched *s, const json_t *pod)
     char why[GV_ERROR_MSG_MAX + 64];
     snprintf(why, sizeof(why), "gpuvisor placement ignored (not counted, no GPUs served): %s",
              err.msg);
-    post_event(s->kube, pod, why);
+    gv_sched_pod_event(s->kube, meta(pod, "namespace"), meta(pod, "name"), meta(pod, "uid"),
+                       "Warning", "PlacementRejected", why, "placement-rejected");
     return false;
 }
 

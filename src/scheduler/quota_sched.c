@@ -102,9 +102,8 @@ bool gv_sched_quota_webhook(void *sched, const char *ns, const struct gv_alloc_r
 
 void gv_sched_quota_metrics(struct gv_sched *s, FILE *out)
 {
-    /* HAMi's names are left out with --hami-metrics off (observe.c answers
-     * an empty family head then) */
-    if (s->quota == NULL || gv_sched_obs_gpu_family_head(s, 0)[0] == '\0')
+    /* HAMi's names are left out with --hami-metrics off */
+    if (s->quota == NULL || !gv_sched_obs_hami(s))
         return;
     pthread_mutex_lock(&s->lock);
     gv_quota_metrics(s->quota, out, placed_cb, s);

@@ -24,6 +24,7 @@
 #include "contracts/podspec.h"
 #include "scheduler/gv_extender.h"
 #include "scheduler/placement_guard.h"
+#include "scheduler/preempt.h"
 #include "scheduler/quota.h"
 #include "scheduler/sched_internal.h"
 #include "scheduler/sched_observe.h"
@@ -241,7 +242,8 @@ gv_status gv_sched_new(const struct gv_sched_config *cfg, struct gv_kube_client 
         }
         *res[i] = s->cfg.names_storage[i];
     }
-    if (s->cfg.scheduler_name == NULL || (s->truth = json_object()) == NULL) {
+    if (s->cfg.scheduler_name == NULL || (s->truth = json_object()) == NULL ||
+        (s->preempt = gv_sched_preempt_new()) == NULL) {
         st = gv_error_set(err, GV_ENOMEM, "out of memory");
         goto fail;
     }
@@ -345,6 +347,7 @@ void gv_sched_free(struct gv_sched *s)
     gv_sched_tables_free(s);
     json_decref(s->truth);
     gv_sched_whole_free(s->whole);
+    gv_sched_preempt_free(s->preempt);
     gv_alloc_cluster_free(s->cluster);
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->stop_lock);

@@ -118,6 +118,7 @@ struct gv_sched {
     struct gv_sched_whole *whole;      /* whole devices by count (whole.c) */
     struct gv_quota *quota;            /* ResourceQuota limits and charges (quota.c) */
     struct gv_informer *quota_inf;     /* ResourceQuota objects (NULL without kube) */
+    struct gv_sched_preempt *preempt;  /* priorities and nominated holds (preempt.c) */
 };
 
 /* sched_state.c */

@@ -17,7 +17,8 @@
 #include "scheduler/gv_extender.h"
 #include "scheduler/sched_internal.h"
 
-/* Per-GPU families appended to handlers.c's streamed ones (HAMi names). */
+/* Per-GPU families appended to health_metrics.c's streamed ones (HAMi names;
+ * only with metrics_per_gpu). */
 #define GV_SCHED_OBS_GPU_FAMILIES 7
 
 gv_status gv_sched_obs_new(struct gv_sched *s);
@@ -30,14 +31,16 @@ void gv_sched_obs_pod_delete(struct gv_sched *s, json_t *pod);
 void gv_sched_obs_filter(struct gv_sched *s, const struct gv_ext_args *args, int gpu_containers,
                          const enum gv_ext_verdict *verdicts, const char *const *reasons,
                          double seconds);
-/* Non-GPU families: filter histogram, pending pods, per-container HAMi
- * allocations, fragmentation (takes the locks itself; s->lock not held). */
+/* Non-GPU families: filter histogram, pending pods, fragmentation, and with
+ * metrics_per_gpu the per-container HAMi allocations (takes the locks itself; s->lock not held). */
 void gv_sched_obs_write_metrics(struct gv_sched *s, FILE *f);
 /* HAMi per-GPU family fam (0..GV_SCHED_OBS_GPU_FAMILIES-1): its header, and
  * one GPU's sample (s->lock held). */
 /* The dashboard's JSON state (heap text; NULL on OOM). */
 char *gv_sched_obs_state_json(struct gv_sched *s);
 const char *gv_sched_obs_gpu_family_head(struct gv_sched *s, int fam);
+/* Whether HAMi's names are on (--hami-metrics, default on). */
+bool gv_sched_obs_hami(struct gv_sched *s);
 void gv_sched_obs_gpu_sample(struct gv_sched *s, FILE *f, int fam, const char *node, uint32_t i);
 
 #endif

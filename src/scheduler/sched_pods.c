@@ -16,6 +16,7 @@
 #include "contracts/podspec.h"
 #include "scheduler/gv_extender.h"
 #include "scheduler/placement_guard.h"
+#include "scheduler/preempt.h"
 #include "scheduler/quota.h"
 #include "scheduler/sched_internal.h"
 #include "scheduler/sched_observe.h"
@@ -311,6 +312,7 @@ void gv_sched_pod_update(struct gv_sched *s, json_t *pod)
         gv_sched_apply_truth(s, uid, time(NULL));
     }
     gv_sched_whole_pod(s, pod, pod_finished(pod));
+    gv_sched_preempt_pod(s, pod, pod_finished(pod));
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -322,6 +324,7 @@ void gv_sched_pod_delete(struct gv_sched *s, json_t *pod)
     pthread_mutex_lock(&s->lock);
     pod_gone(s, uid);
     gv_sched_whole_pod_gone(s, uid);
+    gv_sched_preempt_pod_gone(s, uid);
     pthread_mutex_unlock(&s->lock);
 }
 

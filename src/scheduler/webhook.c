@@ -452,6 +452,40 @@ static bool asks_whole(const struct gv_webhook_env *env, const struct gv_podspec
     return any;
 }
 
+/*
+ * Does an init container ask for a GPU slice (gpumem, gpucores, a shared
+ * nvidia.com/gpu)?  The placement and the node agent's Allocate cover app
+ * containers only, so such a pod would start with an unplaced, unlimited
+ * slice: it is refused (the reason in why), and counts as a GPU pod for the
+ * security checks.  Read with the same parser as app containers (the init
+ * containers presented as a pod's containers), so the resource names and
+ * their rules cannot drift apart; an unreadable request counts as asking.
+ */
+static bool init_asks_slice(const struct gv_webhook_env *env, json_t *pod, char *why, size_t cap)
+{
+    json_t *inits = json_object_get(json_object_get(pod, "spec"), "initContainers");
+    if (json_array_size(inits) == 0)
+        return false;
+    json_t *as_pod = json_pack("{s:O,s:{s:O}}", "metadata", json_object_get(pod, "metadata"),
+                               "spec", "containers", inits);
+    struct gv_alloc_request *req = NULL;
+    struct gv_error perr = {0};
+    bool asks = true;
+    if (as_pod == NULL)
+        snprintf(why, cap, "out of memory reading the init containers");
+    else if (gv_podspec_request(env->alloc, as_pod, &req, &perr) != GV_OK)
+        snprintf(why, cap, "init containers: %.400s", perr.msg);
+    else if ((asks = req->n_containers > 0))
+        snprintf(why, cap,
+                 "init container %s asks for a GPU slice (gpumem, gpucores or a shared GPU): "
+                 "gpuvisor places and limits slices for app containers only; give the slice to "
+                 "an app container, or ask a whole device",
+                 req->containers[0].name);
+    gv_alloc_request_free(req);
+    json_decref(as_pod);
+    return asks;
+}
+
 static bool is_gpu_pod(const struct gv_webhook_env *env, json_t *pod)
 {
     struct gv_alloc_request *req = NULL;
@@ -461,7 +495,8 @@ static bool is_gpu_pod(const struct gv_webhook_env *env, json_t *pod)
     /* An unreadable request counts as GPU: the stricter checks apply. */
     bool gpu = gv_podspec_request(env->alloc, pod, &req, &err) != GV_OK || req->n_containers > 0;
     gv_alloc_request_free(req);
-    return gpu;
+    char why[GV_ERROR_MSG_MAX];
+    return gpu || init_asks_slice(env, pod, why, sizeof(why));
 }
 
 /*
@@ -586,6 +621,11 @@ gv_status gv_webhook_review(const struct gv_webhook_env *env, const char *body, 
             json_string_value(json_object_get(json_object_get(request, "userInfo"), "username"));
         gv_info("webhook: refused %s of pod %s/%s by %s: %s", op, rns ? rns : "-",
                 rname ? rname : "-", ruser ? ruser : "-", why);
+        *out = review_response(uid, false, why, NULL);
+        st = *out ? GV_OK : gv_error_set(err, GV_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if (create && init_asks_slice(env, pod, why, sizeof(why))) {
         *out = review_response(uid, false, why, NULL);
         st = *out ? GV_OK : gv_error_set(err, GV_ENOMEM, "out of memory");
         goto fail;

@@ -89,6 +89,14 @@ bool gv_sim_trace_has_topology(const struct gv_sim_trace *t);
 gv_status gv_sim_synthetic(struct gv_sim_trace *t, const char *spec, uint64_t seed,
                            struct gv_error *err);
 
+/*
+ * Priorities for a trace without any (openb lists carry none): a seeded-free,
+ * fixed share of the pods loaded so far is high priority (1000), the rest 0,
+ * by a hash of each pod's position, so every policy and seed sees the same
+ * pods as high.  pct in [0, 100]; 0 clears.  Call after loading the pods.
+ */
+gv_status gv_sim_set_high_priority(struct gv_sim_trace *t, double pct, struct gv_error *err);
+
 /* One replay's curve: allocated GPU share at arrived share 0,1,..,max %. */
 struct gv_sim_curve {
     uint32_t n;            /* points: index i = arrived i % */
@@ -105,6 +113,11 @@ struct gv_sim_curve {
      * islands and PCIe switches as the node's layout allows for that many
      * GPUs (docs/simulate.md, "Topology"). */
     uint64_t multi_gpu, multi_nvlink, multi_pcie, multi_spanning, multi_tight;
+    /* With priorities (gv_sim_set_high_priority): high-priority arrivals,
+     * placed as they arrived, placed by preempting, not placed; lower
+     * pods evicted and the GPU share (milli) they held. */
+    uint64_t high_arrivals, high_placed, high_preempted, high_failed;
+    uint64_t evicted, evicted_milli;
 };
 
 void gv_sim_curve_free(struct gv_sim_curve *c);

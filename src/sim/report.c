@@ -1,6 +1,7 @@
 /* Reports of a simulation: text table, CSV and an SVG chart. */
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,13 +80,22 @@ static uint32_t headline_policy(const struct gv_sim_report *r)
     return 0;
 }
 
+/* Does any replay have a nonzero counter at offset off of its curve? */
+static bool any_curve(const struct gv_sim_report *r, size_t off)
+{
+    for (uint32_t i = 0; i < r->n_policies * r->n_seeds; i++) {
+        uint64_t v;
+        memcpy(&v, (const char *)&r->curves[i] + off, sizeof(v));
+        if (v != 0)
+            return true;
+    }
+    return false;
+}
+
 /* Pods asking whole devices (MIG, passthrough, mdev), placed by count: per policy, mean over seeds. */
 static void report_whole(const struct gv_sim_report *r, struct gv_sim_buf *b)
 {
-    uint64_t any = 0;
-    for (uint32_t i = 0; i < r->n_policies * r->n_seeds; i++)
-        any += r->curves[i].whole_arrivals;
-    if (any == 0)
+    if (!any_curve(r, offsetof(struct gv_sim_curve, whole_arrivals)))
         return;
     gv_sim_buf_printf(b, "\nwhole devices (MIG, passthrough, mdev; placed by count, mean over "
                          "seeds)\n%-8s %9s %9s %9s\n", "policy", "arrivals", "placed", "failed");
@@ -98,6 +108,32 @@ static void report_whole(const struct gv_sim_report *r, struct gv_sim_buf *b)
         }
         gv_sim_buf_printf(b, "%-8s %9.1f %9.1f %9.1f\n", gv_alloc_policy_name(r->policies[p]),
                           arr, placed, failed);
+    }
+}
+
+/* With priorities: what preemption cost each policy (mean over seeds). */
+static void report_priority(const struct gv_sim_report *r, struct gv_sim_buf *b)
+{
+    if (!any_curve(r, offsetof(struct gv_sim_curve, high_arrivals)))
+        return;
+    gv_sim_buf_printf(b, "\npriorities (high-priority pods; preemption as the scheduler's "
+                         "preempt verb; mean over seeds)\n%-8s %9s %9s %9s %9s %9s %11s\n",
+                      "policy", "high", "at once", "preempt", "unplaced", "evicted",
+                      "evicted GPU");
+    for (uint32_t p = 0; p < r->n_policies; p++) {
+        double v[6] = {0};
+        for (uint32_t s = 0; s < r->n_seeds; s++) {
+            const struct gv_sim_curve *c = curve(r, p, s);
+            v[0] += (double)c->high_arrivals / r->n_seeds;
+            v[1] += (double)c->high_placed / r->n_seeds;
+            v[2] += (double)c->high_preempted / r->n_seeds;
+            v[3] += (double)c->high_failed / r->n_seeds;
+            v[4] += (double)c->evicted / r->n_seeds;
+            v[5] += (double)c->evicted_milli / 1000.0 / r->n_seeds;
+        }
+        gv_sim_buf_printf(b, "%-8s %9.1f %9.1f %9.1f %9.1f %9.1f %11.2f\n",
+                          gv_alloc_policy_name(r->policies[p]), v[0], v[1], v[2], v[3], v[4],
+                          v[5]);
     }
 }
 
@@ -129,6 +165,7 @@ void gv_sim_report_table(const struct gv_sim_report *r, const char *title, struc
                           secs / r->n_seeds);
     }
     report_whole(r, b);
+    report_priority(r, b);
     if (r->refs != NULL) {
         double om = 0, bm = 0, cm = 0, osq = 0, bsq = 0, csq = 0;
         for (uint32_t s = 0; s < r->n_seeds; s++) {

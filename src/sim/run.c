@@ -435,6 +435,21 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
     }
     if ((rc = sim_arrivals_init(&arr, t, seed, err)) != GV_OK)
         goto fail;
+    /* With priorities: each arrival's GPU share (evictions come off the
+     * allocated total) and the engine's node names (preemption samples). */
+    bool prio = t->prio != NULL;
+    uint64_t *amilli = NULL;
+    size_t amilli_cap = 0;
+    char **pnames = NULL;
+    if (prio) {
+        pnames = malloc((t->n_nodes + 1) * sizeof(*pnames));
+        if (pnames == NULL) {
+            rc = gv_error_set(err, GV_ENOMEM, "out of memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < t->n_nodes; i++)
+            pnames[i] = names != NULL ? names[i] : (char *)(uintptr_t)t->nodes[i].spec.name;
+    }
     double target = inflate * (double)cap;
     uint64_t arrived = 0, allocated = 0;
     uint32_t next = 0;
@@ -464,8 +479,37 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
             }
         } else {
             gv_alloc_observe(c, r);
-            if (gv_alloc_pick(c, r, NULL, 0, a, NULL) == GV_OK &&
-                gv_alloc_place(c, r, a, NULL) == GV_OK) {
+            int32_t pp = prio && pi < t->n_prio ? t->prio[pi] : 0;
+            bool ok = gv_alloc_pick(c, r, NULL, 0, a, NULL) == GV_OK &&
+                      gv_alloc_place(c, r, a, NULL) == GV_OK;
+            if (prio) {
+                if (k >= amilli_cap) {
+                    size_t ncap = amilli_cap ? amilli_cap * 2 : 4096;
+                    uint64_t *na = realloc(amilli, ncap * sizeof(*na));
+                    if (na == NULL) {
+                        rc = gv_error_set(err, GV_ENOMEM, "out of memory");
+                        free(amilli);
+                        free(pnames);
+                        goto fail;
+                    }
+                    amilli = na;
+                    amilli_cap = ncap;
+                }
+                amilli[k] = milli;
+                out->high_arrivals += pp > 0;
+                out->high_placed += pp > 0 && ok;
+                uint64_t gone = 0;
+                if (!ok && pp > 0 &&
+                    sim_preempt(c, r, pp, pnames, t->n_nodes, k, amilli, a, out, &gone)) {
+                    ok = true;
+                    out->high_preempted++;
+                }
+                allocated -= gone;
+                out->high_failed += pp > 0 && !ok;
+                if (ok)
+                    gv_alloc_pod_set_victim(c, r->uid, a->node, pp, NULL);
+            }
+            if (ok) {
                 out->placed++;
                 allocated += milli;
                 out->placement_hash = hash_decision(out->placement_hash, k, a);
@@ -485,6 +529,8 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
     while (next < out->n)
         out->allocated[next++] = cap ? (double)allocated * 100.0 / (double)cap : 0.0;
     out->seconds = now() - t0;
+    free(amilli);
+    free(pnames);
     gv_alloc_cluster_free(c);
     sim_arrivals_fini(&arr);
     whole_free(held, t->n_nodes);

@@ -24,7 +24,22 @@ struct gv_sim_trace {
     struct gv_podspec_whole_req **wreq;
     size_t n_pods, cap_pods;
     bool shuffle_names; /* gv_sim_trace_set_shuffle_names */
+    int32_t *prio;      /* PriorityClass values of pods[0..n_prio) (priority.c); NULL = none */
+    size_t n_prio;
 };
+
+/* priority.c: with priorities set, a pod that does not fit preempts lower
+ * ones as the scheduler's preempt verb would (docs/simulate.md,
+ * "Priorities and preemption").  The pods placed so far carry their
+ * priority as the engine's victim mark; amilli[k] is arrival k's GPU share
+ * (uids "a<k>"), so evictions can be taken off the allocated total.  True
+ * when r got placed (a filled); *evicted_milli gets what was evicted. */
+/* Pod i's priority (priority.c), growing t->prio to the pods loaded. */
+gv_status sim_set_priority(struct gv_sim_trace *t, size_t i, int32_t prio, struct gv_error *err);
+bool sim_preempt(struct gv_alloc_cluster *c, struct gv_alloc_request *r, int32_t prio,
+                 char *const *names, size_t n_nodes, uint64_t k, const uint64_t *amilli,
+                 struct gv_alloc_assignment *a, struct gv_sim_curve *out,
+                 uint64_t *evicted_milli);
 
 /* Deep copy of a node spec (labels dropped). */
 gv_status sim_add_node_spec(struct gv_sim_trace *t, const struct gv_alloc_node_spec *spec,

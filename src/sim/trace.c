@@ -43,6 +43,7 @@ void sim_trace_clear(struct gv_sim_trace *t)
     }
     free(t->pods);
     free(t->wreq);
+    free(t->prio);
     memset(t, 0, sizeof(*t));
 }
 
@@ -295,6 +296,19 @@ static gv_status trace_move(struct gv_sim_trace *dst, struct gv_sim_trace *src,
     }
     if (src->n_nodes > 0)
         memcpy(dst->nodes + dst->n_nodes, src->nodes, src->n_nodes * sizeof(*src->nodes));
+    if (src->prio != NULL || dst->prio != NULL) {
+        /* priorities (priority.c) follow their pods; pods without one are 0 */
+        int32_t *pr = calloc(np ? np : 1, sizeof(*pr));
+        if (pr == NULL)
+            return gv_error_set(err, GV_ENOMEM, "out of memory");
+        if (dst->prio != NULL)
+            memcpy(pr, dst->prio, dst->n_prio * sizeof(*pr));
+        if (src->prio != NULL)
+            memcpy(pr + dst->n_pods, src->prio, src->n_prio * sizeof(*pr));
+        free(dst->prio);
+        dst->prio = pr;
+        dst->n_prio = np;
+    }
     if (src->n_pods > 0) {
         memcpy(dst->pods + dst->n_pods, src->pods, src->n_pods * sizeof(*src->pods));
         memcpy(dst->wreq + dst->n_pods, src->wreq, src->n_pods * sizeof(*src->wreq));
@@ -593,8 +607,8 @@ static gv_status openb_spec(const struct gv_sim_trace *t, const struct csv *c, c
     return gv_alloc_request_set_constraint(r, GV_ALLOC_USE_TYPE, list, err);
 }
 
-static const char *const pod_cols[] = {"name",    "cpu_milli", "memory_mib",
-                                       "num_gpu", "gpu_milli", "gpu_spec"};
+static const char *const pod_cols[] = {"name",    "cpu_milli", "memory_mib", "num_gpu",
+                                       "gpu_milli", "gpu_spec", "priority"};
 
 static gv_status pod_row(const struct gv_sim_trace *t, struct gv_sim_trace *tmp,
                          const struct csv *c, const int *idx, struct gv_error *err)
@@ -634,14 +648,23 @@ static gv_status pod_row(const struct gv_sim_trace *t, struct gv_sim_trace *tmp,
         gv_alloc_request_free(r);
         return rc;
     }
-    return sim_add_pod(tmp, r, err);
+    /* optional: the pod's PriorityClass value (docs/simulate.md) */
+    uint64_t prio = 0;
+    if (idx[6] >= 0 && *c->f[idx[6]] != '\0' &&
+        (rc = csv_uint(c, idx[6], pod_cols[6], INT32_MAX, &prio, err)) != GV_OK) {
+        gv_alloc_request_free(r);
+        return rc;
+    }
+    if ((rc = sim_add_pod(tmp, r, err)) != GV_OK)
+        return rc;
+    return prio > 0 ? sim_set_priority(tmp, tmp->n_pods - 1, (int32_t)prio, err) : GV_OK;
 }
 
 gv_status gv_sim_parse_openb_pods(struct gv_sim_trace *t, const char *name, const char *buf,
                                   size_t len, struct gv_error *err)
 {
-    /* gpu_spec is optional: the first five columns are required */
-    return csv_parse(t, name, buf, len, pod_cols, 6, 5, pod_row, "pods", err);
+    /* gpu_spec and priority are optional: the first five columns are required */
+    return csv_parse(t, name, buf, len, pod_cols, 7, 5, pod_row, "pods", err);
 }
 
 /* --- Kubernetes JSON ----------------------------------------------------- */

@@ -2,12 +2,20 @@ TEST_PROGS += test_alloc
 test_alloc_SRCS := tests/alloc/test_alloc.c
 test_alloc_LIBS := alloc common
 test_alloc_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)
+test_alloc_CFLAGS := -I.
 
 # Node index: indexed search == exhaustive scoring on random clusters.
 TEST_PROGS += test_alloc_index
 test_alloc_index_SRCS := tests/alloc/test_alloc_index.c
 test_alloc_index_LIBS := alloc common
 test_alloc_index_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)
+
+# Preemption victims and what-if (src/alloc/victims.c).
+TEST_PROGS += test_victims
+test_victims_SRCS := tests/alloc/test_victims.c
+test_victims_LIBS := alloc common
+test_victims_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)
+test_victims_CFLAGS := -I.
 
 # Fuzz targets: parsers of untrusted input (quantities from pod specs, the
 # assignment annotation the node agent reads).

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "alloc/gv_alloc.h"
+#include "tests/alloc/alloc_testlib.h"
 
 /* --- helpers ------------------------------------------------------------- */
 
@@ -82,21 +83,6 @@ static void parse_fails(struct pod_builder *b, const char *want)
 }
 
 /* One-container request: n GPUs, mem MiB (0 = none), milli each. */
-static struct gv_alloc_request *simple_req(const char *uid, uint32_t n, uint64_t mem, uint32_t milli)
-{
-    struct gv_alloc_request *r;
-    assert_int_equal(gv_alloc_request_new(&r, NULL), GV_OK);
-    snprintf(r->uid, sizeof(r->uid), "%s", uid);
-    r->n_containers = 1;
-    snprintf(r->containers[0].name, sizeof(r->containers[0].name), "main");
-    r->containers[0].num_gpu = n;
-    r->containers[0].mem_kind = GV_ALLOC_MEM_MIB;
-    r->containers[0].mem = mem;
-    r->containers[0].milli = milli;
-    r->containers[0].priority = -1;
-    return r;
-}
-
 /* Adds node <name> with n GPUs of model, mem MiB each, uuids <name>-g<i>. */
 static void add_node(struct gv_alloc_cluster *c, const char *name, uint32_t n, const char *model,
                      uint64_t mem, int64_t cpu)

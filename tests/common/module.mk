@@ -14,3 +14,10 @@ TEST_PROGS += test_gv_file
 test_gv_file_SRCS := tests/common/test_gv_file.c
 test_gv_file_LIBS := common
 test_gv_file_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)
+
+# fsync before the rename, the directory's after (the calls, seen by
+# interposing fsync and rename in the test program itself).
+TEST_PROGS += test_gv_file_durability
+test_gv_file_durability_SRCS := tests/common/test_gv_file_durability.c
+test_gv_file_durability_LIBS := common
+test_gv_file_durability_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)

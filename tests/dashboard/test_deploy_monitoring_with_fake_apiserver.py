@@ -125,6 +125,9 @@ NODE_AGENT = {"gpuvisor_container_gpu_memory_used_bytes", "gpuvisor_container_gp
               "gpuvisor_container_gpu_compute_share_achieved_ratio",
               "gpuvisor_container_gpu_compute_share_limit_ratio", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED",
               "gpuvisor_container_gpu_throttled_seconds_total", "gpuvisor_container_gpu_oom_total"}
+# the scrape is the default, bounded exposition (per node and cluster, no
+# per-GPU series: --metrics-per-gpu is opt-in), so a dashboard query needing
+# per-GPU scheduler series fails here
 stand = obs_stand.Stand(gvtest.scratch("depmon-s"))
 try:
     stand.start_scheduler()

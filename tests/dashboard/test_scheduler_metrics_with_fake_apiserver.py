@@ -1,9 +1,14 @@
 #!/usr/bin/python3
 """gpuvisor-scheduler's /metrics parsed with a real Prometheus text parser
 (prometheus_client, Debian python3-prometheus-client), against a known
-cluster on the kube-apiserver stand-in (cluster_fixture.py): HAMi's
-allocation series with HAMi's labels and units, gpuvisor's own series,
-filter latency histograms and pending pods with their top reason."""
+cluster on the kube-apiserver stand-in (cluster_fixture.py).  By default
+the exposition is bounded: per-node and cluster aggregates, at most one
+series per node and family, no per-GPU or per-container series.  With
+--metrics-per-gpu: HAMi's allocation series with HAMi's labels and units,
+gpuvisor's own per-GPU series, and the per-node sums agree with them.
+Filter latency histograms and pending pods with their top reason.  (The
+size at 5,000 nodes is measured by bench/bench_scheduler_metrics.py, not
+here.)"""
 import os
 import sys
 
@@ -23,9 +28,55 @@ if not os.path.exists(obs_stand.SCHED_BIN):
     t.done()
 
 MIB = 1024 * 1024
+PER_GPU = ("gpuvisor_gpu_", "hami_gpu_", "hami_node_gpu_", "hami_vgpu_")
+NODE_FAMS = ("gpuvisor_node_gpus", "gpuvisor_node_gpu_memory_mib", "gpuvisor_node_gpu_memory_allocated_mib",
+             "gpuvisor_node_gpu_cores_allocated_percent", "gpuvisor_node_gpu_tasks", "gpuvisor_node_gpus_shared")
+
+
+def node_expected():
+    """The per-node sums the scheduler should export, from the fixture."""
+    exp = cluster_fixture.expected()
+    want = {f: {} for f in NODE_FAMS}
+    for node, model, n, age in cluster_fixture.NODES:
+        if model is None:
+            continue
+        us = [cluster_fixture.uuid(node, i) for i in range(n)]
+        want["gpuvisor_node_gpus"][node] = n
+        want["gpuvisor_node_gpu_memory_mib"][node] = n * model[1]
+        want["gpuvisor_node_gpu_memory_allocated_mib"][node] = sum(exp["gpu_mem"].get(u, 0) for u in us)
+        want["gpuvisor_node_gpu_cores_allocated_percent"][node] = sum(exp["gpu_cores"].get(u, 0) for u in us)
+        want["gpuvisor_node_gpu_tasks"][node] = sum(exp["gpu_tasks"].get(u, 0) for u in us)
+        want["gpuvisor_node_gpus_shared"][node] = sum(exp["gpu_tasks"].get(u, 0) > 1 for u in us)
+    return want
+
+
 stand = obs_stand.Stand(gvtest.scratch("obsm"))
 try:
+    # the default exposition: bounded by the number of nodes
     stand.start_scheduler()
+    fams = {f.name: f for f in text_string_to_metric_families(obs_stand.http("GET", stand.ext + "/metrics")[1])}
+    per_gpu = sorted(n for n in fams if n.startswith(PER_GPU))
+    t.ok(not per_gpu, "default /metrics: no per-GPU or per-container family", per_gpu)
+    gpu_nodes = [n for n, model, k, age in cluster_fixture.NODES if model is not None]
+    over = {n: len(f.samples) for n, f in fams.items() if len(f.samples) > len(gpu_nodes)
+            and n != "gpuvisor_scheduler_filter_duration_seconds"}  # histogram: fixed buckets
+    t.ok(not over, "default /metrics: no family has more series than the %d GPU nodes" % len(gpu_nodes), over)
+    labelled = sorted({k for f in fams.values() for smp in f.samples for k in smp.labels}
+                      & {"gpu", "device_uuid", "device_index", "container_index"})
+    t.ok(not labelled, "default /metrics: no series carries a GPU or container label", labelled)
+    want = node_expected()
+    for fam in NODE_FAMS:
+        got = {smp.labels["node"]: smp.value for smp in fams[fam].samples} if fam in fams else None
+        t.ok(got == want[fam], "%s: one series per GPU node, the fixture's sum" % fam, (got, want[fam]))
+    clus = {n: [smp.value for smp in fams[n.replace("_node_", "_cluster_")].samples]
+            for n in NODE_FAMS if n.replace("_node_", "_cluster_") in fams}
+    wclus = {n: [sum(want[n].values())] for n in NODE_FAMS}
+    t.ok(clus == wclus, "cluster aggregates: the sums over all nodes", (clus, wclus))
+    rc, log = stand.stop_scheduler()
+    t.ok(rc == 0, "scheduler (default metrics) exits cleanly", log[-3000:])
+
+    # opted in: the per-GPU and per-container series come back
+    stand.start_scheduler("--metrics-per-gpu")
     answers = obs_stand.drive_filters(stand, fitting=False)
     code, text = obs_stand.http("GET", stand.ext + "/metrics")
     t.ok(code == 200, "/metrics answers 200")
@@ -99,6 +150,13 @@ try:
     own = {s.labels["gpu"]: s.value for s in samples("gpuvisor_gpu_memory_allocated_mib")}
     t.ok(all(own.get(u) == exp["gpu_mem"].get(u, 0) for u in gpus),
          "gpuvisor_gpu_memory_allocated_mib kept and consistent")
+    # the per-node sums stay, and agree with the per-GPU series
+    sums = {}
+    for u, v in own.items():
+        sums[gpus[u][0]] = sums.get(gpus[u][0], 0) + v
+    node_mem = {s.labels["node"]: s.value for s in samples("gpuvisor_node_gpu_memory_allocated_mib")}
+    t.ok(node_mem == sums and len(node_mem) == 4,
+         "--metrics-per-gpu: gpuvisor_node_gpu_memory_allocated_mib is the sum of the node's GPUs", (node_mem, sums))
 
     # a fitting filter reserves a slice: exactly one GPU grows by it
     answers.update(obs_stand.drive_fitting(stand))
@@ -158,11 +216,12 @@ try:
     t.ok(rc == 0 and "Sanitizer" not in log and "runtime error" not in log,
          "scheduler exits cleanly on SIGTERM (no sanitizer report)", log[-3000:])
 
-    # HAMi's names can be switched off (they are most of a large scrape)
-    stand.start_scheduler("--hami-metrics", "off")
+    # HAMi's names can be switched off, also with the per-GPU series on
+    stand.start_scheduler("--hami-metrics", "off", "--metrics-per-gpu")
     text = obs_stand.http("GET", stand.ext + "/metrics")[1]
     names = {f.name for f in text_string_to_metric_families(text)}
-    t.ok(not any(n.startswith("hami_") for n in names) and "gpuvisor_gpu_memory_allocated_mib" in names,
+    t.ok(not any(n.startswith("hami_") for n in names) and "gpuvisor_gpu_memory_allocated_mib" in names
+         and "gpuvisor_node_gpu_memory_allocated_mib" in names,
          "--hami-metrics off: no hami_ family, gpuvisor's kept", sorted(names))
 finally:
     stand.stop()

@@ -35,7 +35,10 @@ Rules (documented in docs/contributing.md, "Docs that cannot drift"):
    or table row that quotes a measurement (a rate per second, or a figure
    next to p50/p90/p99/p999/median/RSS, or within 40 characters after
    "measured" in the same clause) must cite its
-   bench/results file.
+   bench/results file.  A paragraph, list item or table row that says
+   "latest" or "last" run (or round, lease, measurement) quotes the latest
+   block of F only: from the last comment header ("# " lines after data) to
+   the end, since results files keep every run and an old figure would pass.
 
 Usage: check_docs.py [--self-test-only] [ROOT]    (TAP on stdout; $BUILD/bin)
 """
@@ -346,18 +349,36 @@ FAMILY = {"ns": "t", "us": "t", "µs": "t", "ms": "t", "s": "t",
 FILE_NUM_RE = re.compile(r"(" + NUM + r")(?:\s?(ns|us|µs|ms|s|KiB|MiB|GiB)(?![\w/]))?")
 
 
-def numbers_in(path):
-    """Every number in a results file, with its unit when it has one."""
+LATEST_RE = re.compile(r"\b(latest|last|most recent)\s+(run|round|lease|measurement)s?\b",
+                       re.IGNORECASE)
+
+
+def latest_block(lines):
+    """The lines of a results file's latest run: from the last "# " header
+    that follows a data line (or the file's start) to the end."""
+    start = 0
+    for i, line in enumerate(lines):
+        if line.startswith("#") and i > 0 and not lines[i - 1].startswith("#"):
+            start = i
+    return lines[start:]
+
+
+def numbers_in(path, latest=False):
+    """Every number in a results file (its latest block only when latest),
+    with its unit when it has one."""
     out = []
     with open(path, errors="replace") as f:
-        for line in f:
-            # "idle_rss_kib_start 3764": a key naming its unit gives the line's
-            # bare numbers that unit
-            key = re.match(r"\s*([a-z0-9_]+)\s", line)
-            ku = re.search(r"_(ns|us|ms|s|kib|mib|gib)(?:_|$)", key.group(1)) if key else None
-            unit = {"kib": "KiB", "mib": "MiB", "gib": "GiB"}.get(ku.group(1), ku.group(1)) \
-                if ku else None
-            out += [(Decimal(n.replace(",", "")), u or unit) for n, u in FILE_NUM_RE.findall(line)]
+        lines = f.readlines()
+    if latest:
+        lines = latest_block(lines)
+    for line in lines:
+        # "idle_rss_kib_start 3764": a key naming its unit gives the line's
+        # bare numbers that unit
+        key = re.match(r"\s*([a-z0-9_]+)\s", line)
+        ku = re.search(r"_(ns|us|ms|s|kib|mib|gib)(?:_|$)", key.group(1)) if key else None
+        unit = {"kib": "KiB", "mib": "MiB", "gib": "GiB"}.get(ku.group(1), ku.group(1)) \
+            if ku else None
+        out += [(Decimal(n.replace(",", "")), u or unit) for n, u in FILE_NUM_RE.findall(line)]
     return out
 
 
@@ -396,7 +417,7 @@ def check_figures_in(doc, text, root, bad):
                 bad.append(("%s: missing %s" % (doc, c),
                             "%s:%d: cites bench/results/%s, which does not exist" % (doc, lineno, c)))
                 continue
-            nums += numbers_in(p)
+            nums += numbers_in(p, latest=bool(LATEST_RE.search(body)))
         if not nums:
             continue
         for m in figs:
@@ -465,10 +486,21 @@ def self_test(tap, root, build):
                      "- 982 binds/s, p99 1.56 ms (bench/results/scheduler.txt)\n"
                      "- 815 binds/s, p99 1.6 ms, target ≤ 5 ms (bench/results/scheduler.txt)\n",
                      fake_root, bad)
-    shutil.rmtree(fake_root, ignore_errors=True)
     msgs = [m for _, m in bad]
     tap.ok(len(msgs) == 2 and "names no bench/results" in msgs[0] and "815" in msgs[1],
            "self-test: an uncited rate and a figure missing from its file are caught", msgs)
+    # two runs kept in one file: "the latest run" may quote the second only
+    with open(os.path.join(fake_root, "bench", "results", "gpu.txt"), "w") as f:
+        f.write("# first run\nduel total 95.9%\n# second run\n# (same GPU)\nduel total 99.9%\n")
+    bad = []
+    check_figures_in("x.md", "The latest run (bench/results/gpu.txt): 95.9% in total.\n\n"
+                     "The latest run (bench/results/gpu.txt): 99.9% in total.\n\n"
+                     "An earlier run (bench/results/gpu.txt): 95.9% in total.\n",
+                     fake_root, bad)
+    shutil.rmtree(fake_root, ignore_errors=True)
+    msgs = [m for _, m in bad]
+    tap.ok(len(msgs) == 1 and "95.9%" in msgs[0] and ":1:" in msgs[0],
+           "self-test: a \"latest run\" figure from an older run of its file is caught", msgs)
 
 
 def main():

@@ -238,7 +238,7 @@ def tasks(s):
     """GPU tasks the scheduler counts, from its metrics."""
     code, text = s.get("/metrics")
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("gpuvisor_gpu_tasks{")) if code == 200 else -1
+               if line.startswith("gpuvisor_node_gpu_tasks{")) if code == 200 else -1
 
 
 def delete_pods(c, s, names):

@@ -2,7 +2,7 @@
 #
 # Helper programs the test scripts drive (not tests themselves) are built
 # into $(BUILD)/testbin/ with the same template as programs.
-NODE_TEST_HELPERS := grpc_harness mps_share
+NODE_TEST_HELPERS := grpc_harness mps_share cdi_spec_gen
 grpc_harness_SRCS := tests/node/grpc_harness.c
 grpc_harness_LIBS := node shm common
 grpc_harness_LDLIBS := $(NODE_LDLIBS)
@@ -14,6 +14,12 @@ mps_share_LIBS := node kube contracts alloc shm common
 mps_share_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS)
 mps_share_CFLAGS := $(NODE_CFLAGS)
 $(BUILD)/obj/tests/node/mps_share.o: $(NODE_PB_H)
+
+# the CDI spec for a real consumer (tests/node/test_node_cdi_podman.sh)
+cdi_spec_gen_SRCS := tests/node/cdi_spec_gen.c
+cdi_spec_gen_LIBS := node kube contracts alloc shm common
+cdi_spec_gen_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS)
+cdi_spec_gen_CFLAGS := $(NODE_CFLAGS)
 
 $(foreach h,$(NODE_TEST_HELPERS),$(eval $(call GV_EXE,$(h),testbin)))
 EXTRA_ALL += $(foreach h,$(NODE_TEST_HELPERS),$(BUILD)/testbin/$(h))
@@ -39,6 +45,14 @@ test_node_podcache_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG)
 test_node_podcache_CFLAGS := $(NODE_CFLAGS)
 $(BUILD)/obj/tests/node/test_node_podcache.o: $(NODE_PB_H)
 
+# Recovery removes the temporary files a killed agent left in live pods' directories.
+TEST_PROGS += test_node_recovery_tmp
+test_node_recovery_tmp_SRCS := tests/node/test_node_recovery_tmp.c
+test_node_recovery_tmp_LIBS := node kube contracts alloc shm common
+test_node_recovery_tmp_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
+test_node_recovery_tmp_CFLAGS := $(NODE_CFLAGS)
+$(BUILD)/obj/tests/node/test_node_recovery_tmp.o: $(NODE_PB_H)
+
 TEST_SCRIPTS += tests/node/test_grpc_transport.py tests/node/test_node_agent.py tests/node/test_node_crash.py
 # /metrics and the NVML backstop (docs/observability.md)
 TEST_SCRIPTS += tests/node/test_node_metrics.py
@@ -54,7 +68,8 @@ fuzz_node_grpc_server_LDLIBS := $(shell $(PKG_CONFIG) --libs libnghttp2)
 fuzz_node_inventory_SRCS := tests/node/fuzz_node_inventory.c src/contracts/inventory.c \
 	src/common/gv_error.c
 fuzz_node_inventory_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
-fuzz_node_config_SRCS := tests/node/fuzz_node_config.c src/node/config/config.c $(wildcard src/node/passthrough/*.c) \
+fuzz_node_config_SRCS := tests/node/fuzz_node_config.c src/node/config/config.c \
+	src/node/discovery/cdi_kind.c $(wildcard src/node/passthrough/*.c) \
 	src/contracts/inventory.c \
 	src/node/monitor/monitor_record.c src/common/gv_log.c src/common/gv_error.c \
 	src/common/gv_file.c
@@ -70,7 +85,7 @@ fuzz_node_allocate_SRCS := tests/node/fuzz_node_allocate.c $(wildcard src/node/a
 	src/node/config/config.c \
 	$(wildcard src/node/passthrough/*.c) \
 	$(wildcard src/node/modes/mode*.c) \
-	src/node/monitor/monitor_record.c src/node/discovery/cdi.c \
+	src/node/monitor/monitor_record.c src/node/discovery/cdi.c src/node/discovery/cdi_kind.c \
 	src/node/loop/loop.c src/contracts/inventory.c src/contracts/podspec.c src/contracts/placement.c \
 	src/contracts/gpushare.c $(wildcard src/shm/*.c) \
 	$(wildcard src/alloc/*.c) \
@@ -98,6 +113,16 @@ test_node_mig_CFLAGS := $(NODE_CFLAGS)
 $(BUILD)/tests/test_node_mig: | $(GV_FAKE_NVML)
 
 # CDI spec against a fake driver root (tests/fakes/make-driver-root.sh) and a CDI 0.5.0 reader.
+# A real CDI consumer (podman, Debian's) reads the spec; real device nodes (root).
+TEST_SCRIPTS += tests/node/test_node_cdi_podman.sh
+
+# CDI kinds: the name rules, the config's refusal, other specs of the same kind.
+TEST_PROGS += test_node_cdi_kind
+test_node_cdi_kind_SRCS := tests/node/test_node_cdi_kind.c
+test_node_cdi_kind_LIBS := node kube contracts alloc shm common
+test_node_cdi_kind_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
+test_node_cdi_kind_CFLAGS := $(NODE_CFLAGS)
+
 TEST_PROGS += test_node_cdi
 test_node_cdi_SRCS := tests/node/test_node_cdi.c
 test_node_cdi_LIBS := node kube contracts alloc shm common

@@ -417,7 +417,7 @@ def scenario_config_reload():
         t.ok(ev is not None, "SIGHUP reloads the config (5 x 2 devices)")
         env.api.create_pod("cdi", [("main", LIM1)], "v1;node=node1;main=%s:1000:0" % GPUS[1])
         a = k.cmd("allocate", ids=["%s::0" % GPUS[1]])
-        t.ok(a and a["ok"] and a["resp"]["cdi_devices"] == ["nvidia.com/gpu=%s" % GPUS[1]] and
+        t.ok(a and a["ok"] and a["resp"]["cdi_devices"] == ["gpuvisor.io/gpu=%s" % GPUS[1]] and
              "NVIDIA_VISIBLE_DEVICES" not in envs(a),
              "cdi: true answers CDI device names instead of NVIDIA_VISIBLE_DEVICES", a)
     finally:

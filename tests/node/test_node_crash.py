@@ -208,7 +208,8 @@ try:
           % (kills, interrupting, rounds, PODS, retries_max, replays, mismatch, SEED))
     t.ok(not failures and kills >= KILLS,
          "%d SIGKILLs during concurrent Allocates: every pod answered exactly once, on the GPU the kubelet "
-         "recorded, repeats get the same answer, annotations say success" % kills, "\n".join(failures))
+         "recorded, repeats get the same answer, annotations say success" % kills,
+         "\n".join(failures + ["reproduce with GV_CRASH_SEED=%d" % SEED] if failures else []))
     t.ok(mismatch == 0, "every admission used the preferred IDs of its assignment (no ID mismatch)", mismatch)
     san = [ln for ln in env.agent_log().splitlines() if "Sanitizer" in ln or "runtime error:" in ln]
     t.ok(not san, "no sanitizer report from any agent run", "\n".join(san[:10]))

@@ -82,7 +82,7 @@ def scenario_cdi_spec():
         env.start_agent()
         k = env.start_kubelet("py")
         k.event("devices", lambda e: len(e["devices"]) == 2, 20)
-        path = os.path.join(spec_dir, "gpuvisor-nvidia.com_gpu.json")
+        path = os.path.join(spec_dir, "gpuvisor-gpuvisor.io_gpu.json")
         t.ok(gvtest.wait_for(lambda: os.path.exists(path), 10), "cdi: the spec is written in cdiSpecDir", path)
         try:
             with open(path) as f:
@@ -90,12 +90,12 @@ def scenario_cdi_spec():
         except (OSError, ValueError):
             spec = {}
         names = {d["name"]: d for d in spec.get("devices", [])}
-        t.ok(spec.get("cdiVersion") == "0.5.0" and spec.get("kind") == "nvidia.com/gpu" and
+        t.ok(spec.get("cdiVersion") == "0.5.0" and spec.get("kind") == "gpuvisor.io/gpu" and
              all(u in names for u in GPUS[:2]) and "0" in names and "all" in names and "gpuvisor" in names,
              "cdi: devices by index and UUID, all, and gpuvisor's interposer device", sorted(names))
         a = k.cmd("allocate", ids=[GPUS[0]])
         cdi = a["resp"]["cdi_devices"] if a and a.get("ok") else []
-        t.ok(cdi == ["nvidia.com/gpu=" + GPUS[0]] and GPUS[0] in names and
+        t.ok(cdi == ["gpuvisor.io/gpu=" + GPUS[0]] and GPUS[0] in names and
              any(n["path"] == "/dev/nvidia0" for n in names[GPUS[0]]["containerEdits"]["deviceNodes"]),
              "cdi: Allocate names a CDI device that resolves in the written spec to its device node", (cdi, a))
     finally:

@@ -587,6 +587,51 @@ static void test_node_config_passthrough(void **state)
     }
 }
 
+/*
+ * An NVSwitch (class 0680, a bridge function that is not a PCI-to-PCI
+ * bridge) on nvidia in a GPU's group: the group is not viable (the kernel
+ * refuses /dev/vfio/<group> while it can DMA), and binding the GPU is
+ * refused without a write (moving the switch would take NVLink from GPUs
+ * outside the group).  Only class 0604 counts as plumbing (mutant
+ * passthrough-any-bridge-harmless).
+ */
+static const char NVSWITCH_NODE[] =
+    "{\"devices\": ["
+    "{\"bdf\":\"0000:61:00.0\",\"device\":\"2330\",\"driver\":\"vfio-pci\",\"group\":60},"
+    "{\"bdf\":\"0000:60:00.0\",\"device\":\"22a3\",\"class\":\"068000\",\"driver\":\"nvidia\","
+    "\"group\":60},"
+    "{\"bdf\":\"0000:71:00.0\",\"device\":\"2330\",\"driver\":\"nvidia\",\"group\":70},"
+    "{\"bdf\":\"0000:70:00.0\",\"device\":\"22a3\",\"class\":\"068000\",\"driver\":\"nvidia\","
+    "\"group\":70},"
+    "{\"bdf\":\"0000:72:00.0\",\"vendor\":\"8086\",\"device\":\"1901\",\"class\":\"060400\","
+    "\"driver\":\"pcieport\",\"group\":70}"
+    "]}";
+
+static int setup_nvswitch(void **state) { return setup_with(state, NVSWITCH_NODE); }
+
+static void test_nvswitch_in_group_is_not_harmless(void **state)
+{
+    struct fixture *f = *state;
+    struct gv_pt_scan *s = scan(f);
+    const struct gv_pt_gpu *g = gv_pt_scan_gpu(s, "0000:61:00.0");
+    assert_non_null(g);
+    assert_false(g->healthy);
+    assert_false(gv_pt_scan_group(s, "60")->viable);
+    assert_contains(g->reason, "0000:60:00.0");
+    assert_contains(g->reason, "nvidia");
+    gv_pt_scan_free(s);
+
+    struct fake_sysfs_kernel k = {.root = f->root, .vfio_loaded = true};
+    struct gv_pt_bind_ops ops = {fake_sysfs_kernel_write, busy_no, &k};
+    struct gv_error err = {0};
+    assert_int_equal(gv_pt_bind(f->root, "0000:71:00.0", &ops, &err), GV_ECONFLICT);
+    assert_contains(err.msg, "0000:70:00.0");
+    assert_contains(err.msg, "class 0680");
+    assert_int_equal(k.writes, 0);
+    driver_is(f, "0000:70:00.0", "nvidia");
+    driver_is(f, "0000:71:00.0", "nvidia");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -598,6 +643,8 @@ int main(void)
         cmocka_unit_test(test_scan_without_sysfs),
         cmocka_unit_test_setup_teardown(test_bind_helper_fake_kernel, setup_host, teardown),
         cmocka_unit_test_setup_teardown(test_bind_helper_refusals, setup_host, teardown),
+        cmocka_unit_test_setup_teardown(test_nvswitch_in_group_is_not_harmless, setup_nvswitch,
+                                        teardown),
         cmocka_unit_test(test_inventory_whole_devices),
         cmocka_unit_test(test_node_config_passthrough),
     };

@@ -1,4 +1,5 @@
-/* Fuzz target: the extender request parsers (ExtenderArgs, ExtenderBindingArgs)
+/* Fuzz target: the extender request parsers (ExtenderArgs, ExtenderBindingArgs,
+ * ExtenderPreemptionArgs)
  * and the encoders fed from whatever parsed, as the daemon would do; and the
  * RFC 3339 parser that reads the agents' heartbeat annotations. */
 #include <stdint.h>
@@ -6,6 +7,7 @@
 #include <string.h>
 
 #include "scheduler/gv_extender.h"
+#include "scheduler/preempt.h"
 #include "scheduler/sched_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -65,6 +67,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (is == GV_OK)
             gv_ext_args_clear(&in);
         free(mut);
+    }
+    /* Preempt: whatever parsed encodes back (the victims kube-scheduler
+     * sent, as the verb does for a pod asking no GPU slice). */
+    struct gv_ext_preempt_args pa;
+    if (gv_ext_preempt_args_parse((const char *)data, size, &pa, &err) == GV_OK) {
+        if (pa.pod == NULL)
+            abort();
+        char *text = gv_ext_preempt_result_encode(pa.nodes, pa.n_nodes);
+        json_t *back = text != NULL ? json_loads(text, 0, NULL) : NULL;
+        if (text != NULL && (back == NULL ||
+                             json_object_size(json_object_get(back, "NodeNameToMetaVictims")) >
+                                 pa.n_nodes))
+            abort();
+        json_decref(back);
+        free(text);
+        gv_ext_preempt_args_clear(&pa);
     }
     struct gv_ext_bind_args b;
     if (gv_ext_bind_args_parse((const char *)data, size, &b, &err) == GV_OK) {

@@ -66,6 +66,13 @@ test_sched_stress_with_fake_apiserver_LIBS := $(SCHED_LIBS)
 test_sched_stress_with_fake_apiserver_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
 test_sched_stress_with_fake_apiserver_CFLAGS := -I.
 
+# The preempt verb over HTTP, holds, restarts, random rounds (in-process).
+TEST_PROGS += test_preempt
+test_preempt_SRCS := tests/scheduler/test_preempt.c $(SCHED_TESTLIB_SRCS)
+test_preempt_LIBS := $(SCHED_LIBS)
+test_preempt_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
+test_preempt_CFLAGS := -I.
+
 # deploy/'s config files through the daemons' own parsers.
 TEST_PROGS += test_deploy_configs
 test_deploy_configs_SRCS := tests/scheduler/test_deploy_configs.c
@@ -86,3 +93,10 @@ TEST_SCRIPTS += tests/scheduler/test_sched_whole_with_fake_apiserver.py
 TEST_SCRIPTS += tests/scheduler/test_sched_mig_vgpu_with_fake_apiserver.py
 # MIG strategy single: the agent's GPU entries of mode mig placed as exclusive GPUs, admitted.
 TEST_SCRIPTS += tests/scheduler/test_sched_mig_single_with_fake_apiserver.py
+
+# The self-check compares memory, cores and tasks (drift planted in one alone).
+TEST_PROGS += test_self_check_fields
+test_self_check_fields_SRCS := tests/scheduler/test_self_check_fields.c $(SCHED_TESTLIB_SRCS)
+test_self_check_fields_LIBS := $(SCHED_LIBS)
+test_self_check_fields_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
+test_self_check_fields_CFLAGS := -I.

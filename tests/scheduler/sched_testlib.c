@@ -48,6 +48,25 @@ json_t *st_node(const char *name, const char *inventory, long heartbeat_age_s)
                      "kubernetes.io/hostname", name);
 }
 
+json_t *st_gpu_pod(const char *uid, int prio, unsigned long long mem, const char *node,
+                   const char *assign)
+{
+    char memtext[32];
+    snprintf(memtext, sizeof(memtext), "%llu", mem);
+    json_t *p = json_pack(
+        "{s:{s:s,s:s,s:s,s:s,s:{}},s:{s:s,s:i,s:[{s:s,s:{s:{s:s,s:s}}}]},s:{s:s}}", "metadata",
+        "uid", uid, "namespace", "default", "name", uid, "resourceVersion", "7", "annotations",
+        "spec", "schedulerName", "gpuvisor-scheduler", "priority", prio, "containers", "name",
+        "main", "resources", "limits", "nvidia.com/gpu", "1", "nvidia.com/gpumem", memtext,
+        "status", "phase", node ? "Running" : "Pending");
+    if (p != NULL && node != NULL) {
+        json_object_set_new(json_object_get(p, "spec"), "nodeName", json_string(node));
+        json_object_set_new(json_object_get(json_object_get(p, "metadata"), "annotations"),
+                            "gpuvisor.io/assignment", json_string(assign));
+    }
+    return p;
+}
+
 void st_put_node(struct gv_kube_client *c, json_t *node)
 {
     char path[512];

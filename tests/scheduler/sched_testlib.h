@@ -38,6 +38,12 @@ void st_put_node(struct gv_kube_client *c, json_t *node);
 json_t *st_create_pod(struct gv_kube_client *c, const char *name, const char *containers,
                       const char *annotations);
 
+/* A pod of the gpuvisor profile as the pod informer delivers it, asking one
+ * GPU of mem MiB at priority prio: bound to node with the assignment text
+ * assign when node is not NULL, pending otherwise. */
+json_t *st_gpu_pod(const char *uid, int prio, unsigned long long mem, const char *node,
+                   const char *assign);
+
 /* HTTP POST/GET; returns the status (0 on transport error), body in *out. */
 long st_http(const char *method, const char *url, const char *body, char **out);
 /* POSTs args (consumed) as JSON to base/verb; returns the parsed answer

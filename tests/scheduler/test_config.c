@@ -167,6 +167,14 @@ static void test_runtime_switches(void **state)
     text = "{\"nonGpuVisibleDevicesNone\":\"yes\"}";
     assert_int_not_equal(gv_sched_config_parse(text, strlen(text), &c, &err), GV_OK);
     assert_non_null(strstr(err.msg, "nonGpuVisibleDevicesNone"));
+    /* /metrics per GPU: opt-in (docs/observability.md) */
+    assert_false(c.metrics_per_gpu);
+    text = "{\"metricsPerGpu\":true}";
+    assert_int_equal(gv_sched_config_parse(text, strlen(text), &c, &err), GV_OK);
+    assert_true(c.metrics_per_gpu);
+    text = "{\"metricsPerGpu\":1}";
+    assert_int_not_equal(gv_sched_config_parse(text, strlen(text), &c, &err), GV_OK);
+    assert_non_null(strstr(err.msg, "metricsPerGpu"));
     gv_sched_config_clear(&c);
 }
 

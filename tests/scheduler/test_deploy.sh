@@ -202,6 +202,7 @@ if dep:
         check(listen.startswith("127.0.0.1:"), "extender (filter/bind) listens on loopback only")
         check(e.get("filterVerb") == "filter" and e.get("bindVerb") == "bind",
               "filterVerb and bindVerb registered")
+        check(e.get("preemptVerb") == "preempt", "preemptVerb registered (GPU-aware preemption)")
         check(e.get("nodeCacheCapable") is True, "nodeCacheCapable: true")
         if sched_cfg.get("filterReturns", "node") == "feasible":
             check(e.get("prioritizeVerb") == "prioritize", "prioritizeVerb set in feasible mode")

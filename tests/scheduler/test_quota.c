@@ -72,8 +72,40 @@ static void test_quota_table(void **state)
     gv_quota_free(q);
 }
 
+/* A gpumem quota of 0, or one that cannot be read (no quantity, a JSON
+ * number, a negative value), admits no memory at all: failing open would
+ * lift the limit (mutants quota-zero-unlimited, quota-unreadable-unlimited). */
+static void test_zero_and_unreadable_gpumem_admit_nothing(void **state)
+{
+    (void)state;
+    static const char *const hards[] = {
+        "{\"limits.nvidia.com/gpumem\":\"0\"}",
+        "{\"requests.nvidia.com/gpumem\":\"0\"}",
+        "{\"limits.nvidia.com/gpumem\":\"lots\"}",
+        "{\"limits.nvidia.com/gpumem\":8000}",
+        "{\"limits.nvidia.com/gpumem\":\"-5\"}",
+        "{\"limits.nvidia.com/gpumem\":\"8000\",\"requests.nvidia.com/gpumem\":\"x\"}",
+    };
+    for (size_t i = 0; i < sizeof(hards) / sizeof(hards[0]); i++) {
+        struct gv_quota *q = gv_quota_new("nvidia.com/gpumem", "nvidia.com/gpucores");
+        char why[256] = "";
+        json_t *o = rq("a", "q0", hards[i]);
+        gv_quota_object(q, o, false);
+        if (gv_quota_fits(q, "a", "p1", 1, 0, NULL, NULL, why, sizeof(why)))
+            fail_msg("quota %s admitted 1 MiB", hards[i]);
+        assert_non_null(strstr(why, "exceeded quota q0: nvidia.com/gpumem used 0 + asked 1 > "
+                                    "limit 0"));
+        /* no memory asked: nothing to refuse; another namespace: not limited */
+        assert_true(gv_quota_fits(q, "a", "p1", 0, 5, NULL, NULL, why, sizeof(why)));
+        assert_true(gv_quota_fits(q, "b", "p1", 1000, 0, NULL, NULL, why, sizeof(why)));
+        json_decref(o);
+        gv_quota_free(q);
+    }
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_quota_table)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_quota_table),
+                                       cmocka_unit_test(test_zero_and_unreadable_gpumem_admit_nothing)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

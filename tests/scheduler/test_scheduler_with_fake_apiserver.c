@@ -49,6 +49,10 @@ static void put_gpu_node(struct fx *f, const char *name, const struct gpu_desc *
 static void sched_up(struct fx *f)
 {
     struct gv_error err = {0};
+    /* these tests read one GPU's allocation from /metrics: the per-GPU
+     * series are opt-in (metricsPerGpu); the default, per-node exposition
+     * is tested in tests/dashboard/test_scheduler_metrics_with_fake_apiserver.py */
+    f->cfg.metrics_per_gpu = true;
     assert_int_equal(gv_sched_new(&f->cfg, f->kube, &f->s, &err), GV_OK);
     struct gv_httpd_options o = {.name = "extender", .address = "127.0.0.1"};
     assert_int_equal(gv_httpd_new(&o, &f->h, &err), GV_OK);
@@ -123,6 +127,11 @@ static json_t *get_pod(struct fx *f, const char *name)
     json_t *p = NULL;
     gv_kube_get(f->kube, path, &p, NULL);
     return p;
+}
+
+static const char *ann_uid(json_t *pod)
+{
+    return json_string_value(json_object_get(json_object_get(pod, "metadata"), "uid"));
 }
 
 static const char *ann(json_t *pod, const char *key)
@@ -776,6 +785,88 @@ static void test_refilter_of_placed_pod_keeps_its_gpus(void **state)
     json_decref(pod);
 }
 
+/* A bind cut off before it reached the extender leaves the pod reserved
+ * on gpu-t4, and kube-scheduler filters it again with a sample of nodes
+ * that leaves gpu-t4 out (at 5,000 nodes it passes about 500 per attempt).
+ * The API shows the pod unbound: the reservation goes and the pod is placed
+ * among the offered nodes in that same filter, not 60 s later.  A late bind
+ * to gpu-t4 still never over-commits it. */
+static void test_unbound_hold_off_the_sample_is_released(void **state)
+{
+    struct fx *f = *state;
+    sched_up(f);
+    const char *t4[] = {"gpu-t4"};
+    const char *others[] = {"gpu-a", "gpu-b"};
+    json_t *pod = gpumem_pod(f->kube, "cutoff", 10000, NULL);
+    json_t *r = st_filter(f->base, pod, t4, 1, NULL);
+    assert_string_equal(st_chosen(r), "gpu-t4");
+    json_decref(r);
+    assert_true(gpu_mem(f, "gpu-t4") == 10000);
+    r = st_filter(f->base, pod, others, 2, NULL);
+    const char *chosen = st_chosen(r);
+    assert_non_null(chosen);
+    char where[32];
+    snprintf(where, sizeof(where), "%s", chosen);
+    json_decref(r);
+    assert_string_not_equal(where, "gpu-t4");
+    assert_true(gpu_mem(f, "gpu-t4") == 0);
+    assert_true(gpu_mem(f, where) == 10000);
+    /* The T4 is free for another pod now... */
+    json_t *fill = gpumem_pod(f->kube, "fill", 15000, NULL);
+    r = st_filter(f->base, fill, t4, 1, NULL);
+    assert_string_equal(st_chosen(r), "gpu-t4");
+    json_decref(r);
+    char *e = st_bind(f->base, fill, "gpu-t4");
+    assert_string_equal(e, "");
+    free(e);
+    /* ...and the cut-off attempt's bind, arriving late, cannot over-commit it. */
+    e = st_bind(f->base, pod, "gpu-t4");
+    assert_true(strlen(e) > 0);
+    free(e);
+    assert_true(gpu_mem(f, "gpu-t4") == 15000);
+    /* The new attempt binds where its filter placed it. */
+    r = st_filter(f->base, pod, others, 2, NULL);
+    assert_non_null(st_chosen(r));
+    snprintf(where, sizeof(where), "%s", st_chosen(r));
+    json_decref(r);
+    e = st_bind(f->base, pod, where);
+    assert_string_equal(e, "");
+    free(e);
+    assert_true(gpu_mem(f, where) == 10000);
+    assert_true(gpu_mem(f, "gpu-t4") == 15000);
+    assert_int_equal(gv_sched_self_check(f->s), 0);
+    assert_true(drift(f) == 0);
+    /* Bound now: a filter without its node keeps it (nothing to confirm). */
+    r = st_filter(f->base, pod, t4, 1, NULL);
+    assert_null(st_chosen(r));
+    json_decref(r);
+    assert_true(gpu_mem(f, where) == 10000);
+    /* Reserved here but bound in the API (a bind whose answer was lost,
+     * or another replica's): the API's word keeps it, never a release. */
+    json_t *lost = gpumem_pod(f->kube, "lost", 4000, NULL);
+    r = st_filter(f->base, lost, t4, 1, NULL);
+    assert_null(st_chosen(r)); /* 360 MiB left on the T4 */
+    json_decref(r);
+    const char *ab[] = {"gpu-b"};
+    r = st_filter(f->base, lost, ab, 1, NULL);
+    assert_string_equal(st_chosen(r), "gpu-b");
+    json_decref(r);
+    double b_before = gpu_mem(f, "gpu-b");
+    struct gv_error err = {0};
+    assert_int_equal(gv_kube_bind_pod(f->kube, "default", "lost", ann_uid(lost), "gpu-b", &err),
+                     GV_OK);
+    r = st_filter(f->base, lost, others + 0, 1, NULL); /* gpu-a only */
+    assert_null(st_chosen(r));
+    assert_non_null(strstr(json_string_value(json_object_get(json_object_get(r, "FailedNodes"),
+                                                             "gpu-a")),
+                           "is bound on node gpu-b"));
+    json_decref(r);
+    assert_true(gpu_mem(f, "gpu-b") == b_before);
+    json_decref(lost);
+    json_decref(fill);
+    json_decref(pod);
+}
+
 /* Drift planted behind the scheduler's back (a bound pod's usage lost, a
  * placement nobody recorded) is found, repaired and counted. */
 static void test_self_check_repairs_planted_drift(void **state)
@@ -819,6 +910,53 @@ static void test_self_check_repairs_planted_drift(void **state)
     assert_int_equal(gv_sched_self_check(f->s), 0);
     assert_true(drift(f) == 2);
     json_decref(pod);
+}
+
+/* The Binding is applied but the extender is told it failed (every
+ * attempt answered 500 after the write, or the connection dropped before
+ * the answer): the bind must read the pod back, see it bound to its node
+ * and keep its GPUs and annotations; freeing them would hand a running
+ * pod's GPUs to the next pod (mutant bind-no-readback). */
+static void bind_lost_answer(struct fx *f, const char *name, const char *fault)
+{
+    sched_up(f);
+    const char *t4[] = {"gpu-t4"};
+    json_t *pod = gpumem_pod(f->kube, name, 6000, NULL);
+    json_t *r = st_filter(f->base, pod, t4, 1, NULL);
+    assert_string_equal(st_chosen(r), "gpu-t4");
+    json_decref(r);
+    assert_int_equal(fake_apiserver_ctl(&f->fa, fault, NULL), 200);
+    char *e = st_bind(f->base, pod, "gpu-t4");
+    assert_int_equal(fake_apiserver_ctl(&f->fa, "heal", NULL), 200);
+    json_t *cur = get_pod(f, name);
+    /* the stand-in did apply the Binding */
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(cur, "spec"), "nodeName")), "gpu-t4");
+    assert_string_equal(e, "");
+    free(e);
+    assert_non_null(ann(cur, "gpuvisor.io/assignment"));
+    assert_true(gpu_mem(f, "gpu-t4") == 6000);
+    assert_int_equal(gv_sched_self_check(f->s), 0);
+    assert_true(gpu_mem(f, "gpu-t4") == 6000);
+    /* and a second pod cannot take the same memory */
+    json_t *other = gpumem_pod(f->kube, "next", 10000, NULL);
+    r = st_filter(f->base, other, t4, 1, NULL);
+    assert_null(st_chosen(r));
+    json_decref(r);
+    json_decref(other);
+    json_decref(cur);
+    json_decref(pod);
+}
+
+static void test_bind_applied_then_500_keeps_gpus(void **state)
+{
+    /* count 5: the first attempt and every retry of the client */
+    bind_lost_answer(*state, "lost500", "fail-after?suffix=/binding&code=500&count=5");
+}
+
+static void test_bind_applied_then_dropped_keeps_gpus(void **state)
+{
+    bind_lost_answer(*state, "lostdrop", "fail-after?suffix=/binding&drop=1&count=5");
 }
 
 struct seen {
@@ -1212,7 +1350,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_full_node_objects_mode, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refilter_of_placed_pod_keeps_its_gpus, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_unbound_hold_off_the_sample_is_released, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_self_check_repairs_planted_drift, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bind_applied_then_500_keeps_gpus, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bind_applied_then_dropped_keeps_gpus, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stripped_annotation_keeps_gpus, setup, teardown),
         cmocka_unit_test(test_self_check_slices_cover_everything),
         cmocka_unit_test_setup_teardown(test_reasons_arrive_verbatim, setup, teardown),

@@ -517,6 +517,16 @@ static void test_security_refusals(void **state)
          GPU_POD(",\"annotations\":{\"gpuvisor.io/assignment\":\"v1;node=n;main=G:500:0\"}", "",
                  ""),
          "may not change or remove it"},
+        /* adding one where there was none is a change too (mutant webhook-add-placement) */
+        {"tenant adds an assignment to a pod that had none (UPDATE)", TENANT, "tenant",
+         GPU_POD(",\"annotations\":{\"gpuvisor.io/assignment\":\"v1;node=n;main=G:0:0\"}", "", ""),
+         GPU_POD("", "", ""), "gpuvisor.io/assignment is written only by gpuvisor"},
+        {"tenant adds assigned-node beside other annotations (UPDATE)", TENANT, "tenant",
+         GPU_POD(",\"annotations\":{\"x\":\"1\",\"gpuvisor.io/assigned-node\":\"n2\"}", "", ""),
+         GPU_POD(",\"annotations\":{\"x\":\"1\"}", "", ""), "gpuvisor.io/assigned-node"},
+        {"tenant adds the assigned label (UPDATE)", TENANT, "tenant",
+         GPU_POD(",\"labels\":{\"gpuvisor.io/assigned\":\"true\"}", "", ""), GPU_POD("", "", ""),
+         "label gpuvisor.io/assigned"},
         {"tenant removes the signature (UPDATE)", TENANT, "tenant", GPU_POD("", "", ""),
          GPU_POD(",\"annotations\":{\"gpuvisor.io/assignment-sig\":\"v1.x\"}", "", ""),
          "gpuvisor.io/assignment-sig"},
@@ -549,6 +559,26 @@ static void test_security_refusals(void **state)
          "\"securityContext\":{\"privileged\":true}}],\"containers\":[{\"name\":\"main\"," GPU_RES
          "}]}}",
          NULL, "init container i is privileged"},
+        /* the pod's only GPU request on an init container (issue 28) */
+        {"privileged init container holding the pod's only GPU slice", TENANT, "tenant",
+         "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"initContainers\":[{\"name\":\"i\","
+         "\"securityContext\":{\"privileged\":true}," GPU_RES "}],\"containers\":[{\"name\":"
+         "\"main\"}]}}",
+         NULL, "init container i is privileged"},
+        {"a GPU slice on an init container only", TENANT, "tenant",
+         "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"initContainers\":[{\"name\":\"warm\","
+         "\"resources\":{\"limits\":{\"nvidia.com/gpumem\":\"4000\"}}}],\"containers\":[{"
+         "\"name\":\"main\"}]}}",
+         NULL, "init container warm asks for a GPU slice"},
+        {"an impossible gpumem on an init container", TENANT, "tenant",
+         "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"initContainers\":[{\"name\":\"big\","
+         "\"resources\":{\"limits\":{\"nvidia.com/gpumem\":\"99999999\"}}}],\"containers\":[{"
+         "\"name\":\"main\"," GPU_RES "}]}}",
+         NULL, "init containers: "},
+        {"an init container without GPUs beside a GPU container", TENANT, "tenant",
+         "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"initContainers\":[{\"name\":\"i\"}],"
+         "\"containers\":[{\"name\":\"main\"," GPU_RES "}]}}",
+         NULL, NULL},
         {"SYS_ADMIN on the GPU container", TENANT, "tenant",
          GPU_POD("", ",\"securityContext\":{\"capabilities\":{\"add\":[\"CAP_SYS_ADMIN\"]}}", ""),
          NULL, "adds capability CAP_SYS_ADMIN"},

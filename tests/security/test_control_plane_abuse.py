@@ -137,6 +137,34 @@ def main():
             except Exception as e:
                 return repr(e)
 
+        # ---- kube-scheduler's burst on the extender --------------------------
+        # kube-scheduler binds every pod in its own goroutine and Go keeps 2
+        # idle connections per host: a burst of N pods opens up to N + 1
+        # connections to the extender from one address, all with a request
+        # in flight.  Every one must be answered (a closed one is a
+        # "connection reset by peer" scheduling error in kube-scheduler).
+        if not BASELINE:
+            eport = int(ports["extender"])
+            burst = []
+            try:
+                for _ in range(300):
+                    burst.append(connect_from("127.0.0.1", eport))
+                for s in burst:  # all 300 open before any request is sent
+                    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                answered = 0
+                for s in burst:
+                    try:
+                        answered += s.recv(64).startswith(b"HTTP/1.1 200")
+                    except OSError:
+                        pass
+            finally:
+                for s in burst:
+                    s.close()
+            print("# extender: %d connections from one address at once, %d answered 200"
+                  % (len(burst), answered))
+            ok(answered == 300, "extender: 300 concurrent connections from one address all answered",
+               "answered %d of %d" % (answered, len(burst)))
+
         # ---- slow loris from one address -----------------------------------
         # Each connection sends half a TLS record and stalls.
         opened = 0

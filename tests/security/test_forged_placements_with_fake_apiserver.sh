@@ -114,7 +114,7 @@ check "webhook down: the forged pod is stored by the API stand-in" '[ "$code" = 
 for _ in $(seq 50); do
     m=$(curl -s "$E/metrics")
     [[ "$m" == *"gpuvisor_placements_rejected_total 1"* ]] && break
-    [[ "$m" == *"gpuvisor_gpu_"* ]] && [ "$BASELINE" = 1 ] && sleep 1 && break
+    [[ "$m" == *"gpuvisor_node_gpus{"* ]] && [ "$BASELINE" = 1 ] && sleep 1 && break
     sleep 0.1
 done
 probe='{"Pod":{"metadata":{"name":"real","namespace":"tenant2","uid":"u-real"},"spec":{"schedulerName":"gpuvisor-scheduler","containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1"}}}]}},"NodeNames":["gpu-1"]}'

@@ -136,6 +136,47 @@ static void test_sign_verify_and_tamper(void **state)
     gv_placement_key_free(rotated);
 }
 
+/* Every hex digit of the MAC counts: each of the 64, changed alone (to
+ * each of the other 15 hex digits), is refused.  A compare that checks
+ * part of the MAC (mutants placement-sig-half, placement-sig-last-digit)
+ * lets a forger search the rest. */
+static void test_every_mac_digit_is_checked(void **state)
+{
+    (void)state;
+    struct gv_placement_key *a = key_of(KEY_A);
+    json_t *pod = pod_of("uid-1", "tenant", "v1;node=node1;main=" G0 ":500:100");
+    sign(a, pod);
+    const char *good = json_string_value(json_object_get(
+        json_object_get(json_object_get(pod, "metadata"), "annotations"),
+        GV_PLACEMENT_SIG_ANNOTATION));
+    char sig[GV_PLACEMENT_SIG_MAX];
+    snprintf(sig, sizeof(sig), "%s", good);
+    assert_int_equal(strlen(sig), 3 + 64);
+    static const char digits[] = "0123456789abcdef";
+    struct gv_error err = {0};
+    unsigned refused = 0, tried = 0;
+    for (size_t j = 3; j < 3 + 64; j++) {
+        for (const char *d = digits; *d; d++) {
+            if (*d == good[j])
+                continue;
+            json_t *t = json_deep_copy(pod);
+            sig[j] = *d;
+            set_ann(t, GV_PLACEMENT_SIG_ANNOTATION, sig);
+            tried++;
+            if (gv_placement_verify_pod(a, t, &err) == GV_EINVAL)
+                refused++;
+            else
+                print_message("# digit %zu changed to %c: accepted\n", j - 3, *d);
+            json_decref(t);
+        }
+        sig[j] = good[j];
+    }
+    assert_int_equal(tried, 64 * 15);
+    assert_int_equal(refused, tried);
+    json_decref(pod);
+    gv_placement_key_free(a);
+}
+
 /* ---- the node agent's Allocate ---------------------------------------------- */
 
 static char scratch[] = "/tmp/gv-test-sign-XXXXXX";
@@ -319,6 +360,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_key_file_rules),
         cmocka_unit_test(test_sign_verify_and_tamper),
+        cmocka_unit_test(test_every_mac_digit_is_checked),
         cmocka_unit_test(test_allocate_serves_signed_placement),
         cmocka_unit_test(test_allocate_refuses_forged_altered_moved),
         cmocka_unit_test(test_preload_opt_out_only_where_listed),

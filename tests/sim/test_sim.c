@@ -436,6 +436,44 @@ static void test_protocol_is_deterministic(void **state)
     gv_sim_trace_free(t);
 }
 
+/* Priorities: high pods preempt lower ones when they do not fit; every
+ * high arrival is accounted once; no priorities (or 0 %) = the same replay
+ * as before. */
+static void test_high_priority_preemption(void **state)
+{
+    (void)state;
+    struct gv_sim_trace *t;
+    struct gv_error err = {0};
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    assert_int_equal(gv_sim_synthetic(t, "nodes=40", 3, NULL), GV_OK);
+    struct gv_sim_curve base, zero, hi, hi2;
+    assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_FGD, 5, 1.3, &base, NULL), GV_OK);
+    assert_int_equal(gv_sim_set_high_priority(t, 0, NULL), GV_OK);
+    assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_FGD, 5, 1.3, &zero, NULL), GV_OK);
+    assert_true(base.placement_hash == zero.placement_hash);
+    assert_int_equal(zero.high_arrivals, 0);
+    assert_int_equal(gv_sim_set_high_priority(t, 101, &err), GV_EINVAL);
+    assert_int_equal(gv_sim_set_high_priority(t, 20, NULL), GV_OK);
+    assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_FGD, 5, 1.3, &hi, NULL), GV_OK);
+    assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_FGD, 5, 1.3, &hi2, NULL), GV_OK);
+    assert_true(hi.placement_hash == hi2.placement_hash); /* deterministic */
+    assert_true(hi.high_arrivals > hi.arrivals / 10 && hi.high_arrivals < hi.arrivals / 3);
+    assert_int_equal(hi.high_placed + hi.high_preempted + hi.high_failed, hi.high_arrivals);
+    /* past saturation high pods get in by preempting: each evicts someone */
+    assert_true(hi.high_preempted > 0);
+    assert_true(hi.evicted >= hi.high_preempted);
+    assert_true(hi.evicted_milli > 0);
+    /* and fail far less often than without priorities */
+    assert_true(hi.high_failed * 4 < hi.high_arrivals);
+    for (uint32_t i = 0; i < hi.n; i++)
+        assert_true(hi.allocated[i] >= 0.0 && hi.allocated[i] <= 100.0 + 1e-9);
+    gv_sim_curve_free(&base);
+    gv_sim_curve_free(&zero);
+    gv_sim_curve_free(&hi);
+    gv_sim_curve_free(&hi2);
+    gv_sim_trace_free(t);
+}
+
 static void test_rng(void **state)
 {
     (void)state;
@@ -690,6 +728,7 @@ int main(void)
         cmocka_unit_test(test_protocol_on_known_trace),
         cmocka_unit_test(test_shuffled_node_names),
         cmocka_unit_test(test_protocol_is_deterministic),
+        cmocka_unit_test(test_high_priority_preemption),
         cmocka_unit_test(test_rng),
         cmocka_unit_test(test_reports),
         cmocka_unit_test(test_topology_report),

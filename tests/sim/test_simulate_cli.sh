@@ -35,6 +35,25 @@ rc=$?
 check "--shuffle-nodes runs and repeats for the same seed" bash -c \
     "[ $rc -eq 0 ] && grep -q 'seeds=1$' '$tmp/s1.out' && diff <(grep -v s/seed '$tmp/s1.out' | cut -c1-100) <(grep -v s/seed '$tmp/s2.out' | cut -c1-100) >/dev/null"
 
+# Priorities: a high-priority share preempts the rest; bad shares are refused.
+"$bin" simulate --synthetic nodes=20 --seeds 1 --policy fgd --high-priority 25 >"$tmp/hp.out" 2>/dev/null
+check "--high-priority adds the preemption table" bash -c \
+    "[ $? -eq 0 ] && grep -q '^priorities (high-priority pods' '$tmp/hp.out' && grep -q '^fgd ' '$tmp/hp.out'"
+"$bin" simulate --synthetic nodes=10 --high-priority 150 >"$tmp/hpbad.out" 2>"$tmp/hpbad.err"
+check "--high-priority outside [0, 100] is refused" bash -c \
+    "[ $? -ne 0 ] && grep -q 'percentage in \\[0, 100\\]' '$tmp/hpbad.err' && [ ! -s '$tmp/hpbad.out' ]"
+
+printf 'sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,T4\n' >"$tmp/pn.csv"
+{ echo 'name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,priority'
+  for i in 0 1 2 3 4 5 6 7 8 9 10 11; do echo "p$i,1000,1024,1,1000,,$([ $((i % 3)) -eq 2 ] && echo 1000 || echo 0)"; done; } >"$tmp/pp.csv"
+"$bin" simulate --nodes "$tmp/pn.csv" --pods "$tmp/pp.csv" --seed 2 --policy fgd --inflate 3 >"$tmp/pp.out" 2>/dev/null
+check "a priority column preempts: the high pod evicts one of priority 0" bash -c \
+    "[ $? -eq 0 ] && awk '\$1 == \"fgd\" && NF == 7 && \$4 == \"1.0\" && \$6 == \"1.0\" { ok = 1 } END { exit !ok }' '$tmp/pp.out'"
+printf 'name,cpu_milli,memory_mib,num_gpu,gpu_milli,priority\np0,1,1,1,500,-5\n' >"$tmp/ppbad.csv"
+"$bin" simulate --nodes "$tmp/pn.csv" --pods "$tmp/ppbad.csv" --seed 1 >/dev/null 2>"$tmp/ppbad.err"
+check "a negative priority is refused with file, line and field" bash -c \
+    "[ $? -eq 2 ] && grep -q 'ppbad.csv:2: field priority' '$tmp/ppbad.err'"
+
 # Bad input: exit 2, message names file, line and field, nothing written.
 printf 'sn,cpu_milli,memory_mib,gpu,model\nn0,32000,131072,2,T4\n' >"$tmp/nodes.csv"
 printf 'name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,4000,oops,1,500\n' >"$tmp/bad.csv"

@@ -5,7 +5,9 @@
  * repeated Allocate get the same bytes back and let a restarted agent know
  * what it served.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,6 +178,57 @@ void gv_ctr_write_promise(const char *state_dir, const char *uid, const char *ns
     }
 }
 
+
+/* A temporary file of ours: "<record>.tmp" (the promise) or "<record>.tmp.<pid>"
+ * (gv_file_write_atomic), record being one this file writes. */
+static bool is_our_tmp(const char *name)
+{
+    static const char *const records[] = {"answer", "limits.env", "promise"};
+    for (size_t i = 0; i < sizeof(records) / sizeof(records[0]); i++) {
+        size_t l = strlen(records[i]);
+        if (strncmp(name, records[i], l) != 0 || strncmp(name + l, ".tmp", 4) != 0)
+            continue;
+        const char *p = name + l + 4;
+        if (*p == '\0')
+            return true;
+        if (*p++ != '.' || *p == '\0')
+            continue;
+        while (*p >= '0' && *p <= '9')
+            p++;
+        if (*p == '\0')
+            return true;
+    }
+    return false;
+}
+
+/*
+ * A writer killed between writing its temporary file and renaming it
+ * (SIGKILL, OOM, a node crash) leaves the file behind; nothing else ever
+ * removes it while the pod lives.  Called at start-up, before this process
+ * writes anything, so every temporary file found is a dead writer's.
+ */
+unsigned gv_ctr_sweep_tmp(const char *state_dir, const char *uid, const char *ctr)
+{
+    char path[4300];
+    snprintf(path, sizeof(path), "%s/limits/%s/%s", state_dir, uid, ctr);
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return 0;
+    unsigned n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!is_our_tmp(e->d_name))
+            continue;
+        if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+            n++;
+        else
+            gv_warn("cannot remove %s/%s: %s", path, e->d_name, strerror(errno));
+    }
+    closedir(d);
+    if (n > 0)
+        gv_info("removed %u temporary file(s) a killed writer left in %s", n, path);
+    return n;
+}
 
 bool gv_ctr_value_ok(const char *v, const char *extra)
 {

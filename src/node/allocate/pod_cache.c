@@ -304,6 +304,7 @@ void recover(struct gv_allocator *a)
         while ((ce = readdir(cd)) != NULL) {
             if (ce->d_name[0] == '.' || !safe_component(ce->d_name))
                 continue;
+            gv_ctr_sweep_tmp(a->state_dir, e->d_name, ce->d_name);
             char *text = NULL;
             struct gv_ctr_rec r;
             bool answered = gv_ctr_read_rec(a->state_dir, e->d_name, ce->d_name, "answer", &text, &r);

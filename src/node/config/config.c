@@ -11,6 +11,7 @@
 #include "common/gv_file.h"
 #include "common/gv_log.h"
 #include "node/config/gv_config.h"
+#include "node/discovery/gv_cdi.h"
 
 static int mode_parse(const char *s)
 {
@@ -57,7 +58,9 @@ gv_status gv_node_config_default(struct gv_node_config **out, struct gv_error *e
     if (c == NULL)
         return gv_error_set(err, GV_ENOMEM, "node config: out of memory");
     snprintf(c->resource_name, sizeof(c->resource_name), "nvidia.com/gpu");
-    snprintf(c->cdi_kind, sizeof(c->cdi_kind), "nvidia.com/gpu");
+    /* not nvidia.com/gpu: nvidia-ctk's spec on the same node claims that kind,
+     * and two specs of one kind resolve no device at all (cdi_kind.c) */
+    snprintf(c->cdi_kind, sizeof(c->cdi_kind), "gpuvisor.io/gpu");
     snprintf(c->mig_strategy, sizeof(c->mig_strategy), "none");
     snprintf(c->cdi_spec_dir, sizeof(c->cdi_spec_dir), "/var/run/cdi");
     snprintf(c->driver_root, sizeof(c->driver_root), "/");
@@ -581,6 +584,10 @@ static gv_status parse_level(struct gv_node_config *c, json_t *obj, const char *
         } else if (strcasecmp(k, "cdiKind") == 0) {
             if (want_string(v, where, sizeof(c->cdi_kind), err) != GV_OK)
                 return err->code;
+            if (gv_cdi_kind_check(json_string_value(v), err) != GV_OK) {
+                gv_error_prefix(err, "node config: %s: ", where);
+                return err->code;
+            }
             snprintf(c->cdi_kind, sizeof(c->cdi_kind), "%s", json_string_value(v));
         } else if (strcasecmp(k, "coreUtilizationPolicy") == 0) {
             if (want_string(v, where, sizeof(c->core_policy), err) != GV_OK)

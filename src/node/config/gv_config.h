@@ -84,7 +84,7 @@ struct gv_node_gpu_rule {
 struct gv_node_config {
     char resource_name[128];
     bool cdi;              /* answer CDI device names instead of NVIDIA_VISIBLE_DEVICES */
-    char cdi_kind[128];    /* "nvidia.com/gpu": CDI names are <kind>=<uuid> */
+    char cdi_kind[128];    /* "gpuvisor.io/gpu": CDI names are <kind>=<uuid> */
     char core_policy[16];  /* GPU_CORE_UTILIZATION_POLICY: "", default, force, disable */
     char mig_strategy[8];  /* migStrategy (HAMi: migstrategy): none (default), single, mixed */
     /*

@@ -94,4 +94,18 @@ json_t *gv_cdi_spec(const char *kind, const struct gv_cdi_host *h, const struct 
 gv_status gv_cdi_write(const char *dir, const char *file, const json_t *spec,
                        struct gv_error *err);
 
+/*
+ * Checks kind against CDI's name rules as its strictest consumers apply
+ * them (cdi_kind.c): <vendor>/<class>, each starting with a letter and
+ * ending with a letter or digit; '_', '-', '.' inside the vendor, '_', '-'
+ * inside the class.  A spec whose kind fails is dropped whole by consumers.
+ */
+gv_status gv_cdi_kind_check(const char *kind, struct gv_error *err);
+/*
+ * Other spec files (*.json, *.yaml) in the NULL-terminated dirs whose kind is
+ * kind, own (a path) excepted: how many, their paths listed into out.
+ */
+size_t gv_cdi_kind_claimed(const char *const *dirs, const char *kind, const char *own,
+                           char *out, size_t cap);
+
 #endif

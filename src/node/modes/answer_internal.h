@@ -60,6 +60,10 @@ gv_status gv_ctr_write_answer(const char *state_dir, const char *uid, const char
 void gv_ctr_write_promise(const char *state_dir, const char *uid, const char *ns,
                           const char *name, const char *ctr, const char *key);
 
+/* Removes the temporary files a killed writer left in <state>/limits/<uid>/<ctr>/
+ * (start-up only: any found is a dead writer's); returns how many. */
+unsigned gv_ctr_sweep_tmp(const char *state_dir, const char *uid, const char *ctr);
+
 /* A value a record may hold: non-empty, ASCII letters and digits and the bytes of extra. */
 bool gv_ctr_value_ok(const char *v, const char *extra);
 

@@ -101,6 +101,16 @@ void gv_mode_mig_inventory(const struct gv_mode_adv *adv, const struct gv_gpu *g
             const char *res = advertised(adv, m->uuid, &healthy);
             if (res == NULL)
                 continue; /* not served (strategy none, excluded GPU) or served as slices */
+            /* NVML's buffer is 96 bytes, the inventory's id 64; real MIG uuids
+             * ("MIG-<uuid>", 40 bytes; before driver 470 "MIG-GPU-<uuid>/<gi>/<ci>",
+             * at most 56) fit, and a longer one is left out rather than listed
+             * cut short, an id no device has. */
+            size_t id_len = strnlen(m->uuid, sizeof(m->uuid));
+            if (id_len >= sizeof(inv->whole.dev[0].id)) {
+                gv_warn("inventory: MIG device id %.*s is longer than %zu bytes; not listed",
+                        (int)id_len, m->uuid, sizeof(inv->whole.dev[0].id) - 1);
+                continue;
+            }
             if (inv->whole.n >= GV_INVENTORY_MAX_WHOLE) {
                 gv_warn("inventory: more than %d whole devices; MIG device %s not listed",
                         GV_INVENTORY_MAX_WHOLE, m->uuid);
@@ -110,7 +120,8 @@ void gv_mode_mig_inventory(const struct gv_mode_adv *adv, const struct gv_gpu *g
             memset(w, 0, sizeof(*w));
             w->kind = GV_INVENTORY_WHOLE_MIG;
             snprintf(w->resource, sizeof(w->resource), "%s", res);
-            snprintf(w->id, sizeof(w->id), "%s", m->uuid);
+            memcpy(w->id, m->uuid, id_len);
+            w->id[id_len] = '\0';
             snprintf(w->pci_bus_id, sizeof(w->pci_bus_id), "%s", g->pci_bus_id);
             snprintf(w->gpu_uuid, sizeof(w->gpu_uuid), "%s", g->uuid);
             snprintf(w->profile, sizeof(w->profile), "%s", m->profile);

@@ -271,7 +271,16 @@ static int pt_allocate(void *state, const struct gv_mode_alloc *a, char *msg, si
             ids[i] = u->gpu.uuid;
         } else {
             gpu = true;
-            snprintf(bdfs[i], sizeof(bdfs[i]), "%s", u->gpu.pci_bus_id);
+            /* a passthrough unit's address is the scan's sysfs BDF, which fits;
+             * anything longer is no such address, never one cut short */
+            size_t l = strnlen(u->gpu.pci_bus_id, sizeof(u->gpu.pci_bus_id));
+            if (l >= sizeof(bdfs[i])) {
+                pthread_mutex_unlock(&st->mu);
+                snprintf(msg, cap, "device %s has no PCI address (dddd:bb:dd.f)", u->gpu.uuid);
+                return GV_GRPC_FAILED_PRECONDITION;
+            }
+            memcpy(bdfs[i], u->gpu.pci_bus_id, l);
+            bdfs[i][l] = '\0';
             ids[i] = bdfs[i];
         }
     }

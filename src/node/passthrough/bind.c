@@ -156,6 +156,18 @@ gv_status gv_pt_bind(const char *sys_root, const char *bdf, const struct gv_pt_b
         char why[GV_PT_REASON_MAX] = "";
         if (is_bridge(f) || strcmp(f->driver, GV_PT_VFIO_DRIVER) == 0)
             continue;
+        /* Only PCI-to-PCI bridges are mere plumbing (is_bridge).  Another bridge
+         * function with a driver, an NVSwitch (class 0680) on nvidia above all,
+         * serves every GPU on its fabric: moving it to vfio-pci takes NVLink
+         * away from GPUs outside this group. */
+        if ((f->class_code >> 16) == PCI_BASE_CLASS_BRIDGE && f->driver[0]) {
+            st = gv_error_set(err, GV_ECONFLICT,
+                              "IOMMU group %s also holds %s (%04x:%04x, class %04x, driver %s), "
+                              "a bridge function other than a PCI bridge (an NVSwitch?): moving "
+                              "it off its driver can cut other GPUs off their fabric; not binding",
+                              g.id, f->bdf, f->vendor, f->device, f->class_code >> 8, f->driver);
+            goto out;
+        }
         if (f->vendor != GV_PT_VENDOR_NVIDIA) {
             st = gv_error_set(err, GV_ECONFLICT,
                               "IOMMU group %s also holds %s (%04x:%04x, driver %s), which is not "

@@ -14,6 +14,7 @@
 
 #define PCI_CLASS_BRIDGE_PCI 0x0604 /* class >> 8 */
 #define PCI_BASE_CLASS_DISPLAY 0x03 /* class >> 16 */
+#define PCI_BASE_CLASS_BRIDGE 0x06  /* class >> 16 */
 
 /* passthrough.c: sysfs reads and the scan */
 bool link_base(const char *path, char *out, size_t size);

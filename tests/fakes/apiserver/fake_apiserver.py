@@ -29,6 +29,12 @@ the daemons cannot tell the difference on that subset:
 Test controls (never part of the real API) live under /_fake/:
   POST /_fake/fail?code=503&count=N[&retry_after=S][&only=watch]  answer the
        next N API requests (only watches) with code (count=-1: until heal)
+  POST /_fake/fail-after?suffix=/binding&code=500|drop=1&count=N  serve the
+       next N requests whose path ends with suffix as usual (a write is
+       applied), then answer code instead of the result, or close the
+       connection without an answer (drop=1): a call that took effect
+       although its caller saw it fail (a lost answer, an error after the
+       write); count covers the client's retries
   POST /_fake/heal                     stop injecting failures
   POST /_fake/garbage?count=N          answer the next N API requests 200
        with a malformed JSON body
@@ -372,7 +378,19 @@ class Faults:
         self.garbage = 0
         self.watch_410_status = False
         self.forbidden = set()  # (verb or "*", resource) pairs answered 403
+        # fail-after: (path suffix, code or None to drop, remaining count)
+        self.after = None
         self.refuse_evictions = 0
+
+    def take_after(self, path):
+        """("drop", None) or ("code", c) when this request must be applied
+        and then answered with a failure, else None."""
+        with self.lock:
+            if self.after is None or not path.endswith(self.after[0]):
+                return None
+            suffix, code, count = self.after
+            self.after = (suffix, code, count - 1) if count > 1 else None
+            return ("drop", None) if code is None else ("code", code)
 
     def take(self, is_watch):
         with self.lock:
@@ -432,6 +450,17 @@ class Handler(BaseHTTPRequestHandler):
 
     # ---- plumbing
     def send_json(self, code, obj, extra=None):
+        after, self.after_fault = getattr(self, "after_fault", None), None
+        if after is not None:
+            # the request was served (applied, if it could be); its caller
+            # is told it failed; its caller is told otherwise
+            if after[0] == "drop":
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            code = after[1]
+            obj = ApiError(code, "InternalError",
+                           "injected failure after the write (fake_apiserver)").status()
         body = json.dumps(obj).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -514,6 +543,7 @@ class Handler(BaseHTTPRequestHandler):
                 err = ApiError(code, "ServiceUnavailable" if code == 503 else "InternalError",
                                "injected failure (fake_apiserver)")
                 return self.send_json(code, err.status(), extra)
+            self.after_fault = FAULTS.take_after(u.path)
             self.route(method, u.path, q)
         except ApiError as e:
             self.send_json(e.code, e.status())
@@ -547,9 +577,14 @@ class Handler(BaseHTTPRequestHandler):
                 ra = q.get("retry_after")
                 FAULTS.retry_after = int(ra) if ra is not None else None
                 FAULTS.only_watch = q.get("only") == "watch"
+        elif op == "fail-after":
+            with FAULTS.lock:
+                code = None if q.get("drop") == "1" else int(q.get("code", "500"))
+                FAULTS.after = (q.get("suffix", ""), code, int(q.get("count", "1")))
         elif op == "heal":
             with FAULTS.lock:
                 FAULTS.code, FAULTS.count, FAULTS.garbage = 0, 0, 0
+                FAULTS.after = None
         elif op == "garbage":
             with FAULTS.lock:
                 FAULTS.garbage = int(q.get("count", "1"))
@@ -994,12 +1029,24 @@ class Handler(BaseHTTPRequestHandler):
             if want_uid and want_uid != cur["metadata"]["uid"]:
                 raise conflict("pods", name, "Precondition failed: UID in precondition: %s, "
                                "UID in object meta: %s" % (want_uid, cur["metadata"]["uid"]))
+            # resourceVersion precondition, as current servers check it (1.20's
+            # checks neither it nor the uid)
+            want_rv = (body.get("metadata") or {}).get("resourceVersion")
+            if want_rv and want_rv != cur["metadata"]["resourceVersion"]:
+                raise conflict("pods", name, "Precondition failed: ResourceVersion in "
+                               "precondition: %s, ResourceVersion in object meta: %s"
+                               % (want_rv, cur["metadata"]["resourceVersion"]))
             bound = (cur.get("spec") or {}).get("nodeName")
             if bound:
                 raise conflict("pods/binding", name, "pod %s is already assigned to node "
                                "\"%s\"" % (name, bound))
             new = copy.deepcopy(cur)
             new.setdefault("spec", {})["nodeName"] = node
+            # the Binding's annotations go onto the pod in the same update
+            # (BindingREST.setPodHostAndAnnotations, every release)
+            ann = (body.get("metadata") or {}).get("annotations") or {}
+            if ann:
+                new["metadata"].setdefault("annotations", {}).update(ann)
             conds = new.setdefault("status", {}).setdefault("conditions", [])
             conds.append({"type": "PodScheduled", "status": "True",
                           "lastTransitionTime": now_rfc3339()})

@@ -1,0 +1,327 @@
+/*
+ * Victim choice and what-if (src/alloc/victims.c): tables of nodes with
+ * pods placed by assignment text, the preemptor's request, and the victims
+ * and GPUs expected; plus a randomized check of one-GPU requests against
+ * brute force (seed printed on failure, GV_VICTIMS_SEED to replay).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "alloc/gv_alloc.h"
+#include "tests/alloc/alloc_testlib.h"
+
+/* Node <name>: n GPUs of mem MiB, split 4, uuids <name>-g<i>. */
+static struct gv_alloc_cluster *cluster_with(const char *name, uint32_t n, uint64_t mem)
+{
+    struct gv_alloc_config cfg;
+    gv_alloc_config_default(&cfg);
+    cfg.workload_half_life = 0;
+    struct gv_alloc_cluster *c;
+    assert_int_equal(gv_alloc_cluster_new(&cfg, &c, NULL), GV_OK);
+    struct gv_alloc_gpu_spec g[8];
+    char uuids[8][64];
+    for (uint32_t i = 0; i < n; i++) {
+        snprintf(uuids[i], sizeof(uuids[i]), "%s-g%u", name, i);
+        g[i] = (struct gv_alloc_gpu_spec){uuids[i], i, "NVIDIA A100", mem, 4, 0, true,
+                                          GV_ALLOC_GPU_SHARED};
+    }
+    struct gv_alloc_node_spec s = {name, 0, 0, NULL, 0, g, n};
+    assert_int_equal(gv_alloc_node_upsert(c, &s, NULL), GV_OK);
+    return c;
+}
+
+/* Places pod uid with the assignment text "v1;node=...;main=...". */
+static void place(struct gv_alloc_cluster *c, const char *uid, const char *text)
+{
+    struct gv_alloc_assignment a;
+    struct gv_error err = {0};
+    if (gv_alloc_assignment_decode(text, strlen(text), &a, &err) != GV_OK)
+        fail_msg("decode %s: %s", text, err.msg);
+    struct gv_alloc_request *r = simple_req(uid, a.containers[0].n_devices, 0, 0);
+    if (gv_alloc_place(c, r, &a, &err) != GV_OK)
+        fail_msg("place %s: %s", uid, err.msg);
+    gv_alloc_request_free(r);
+}
+
+struct usage_snap {
+    uint64_t mem[8];
+    uint32_t milli[8], tasks[8];
+};
+
+static void snap(struct gv_alloc_cluster *c, const char *node, uint32_t n, struct usage_snap *u)
+{
+    memset(u, 0, sizeof(*u));
+    for (uint32_t i = 0; i < n; i++) {
+        struct gv_alloc_gpu_usage g;
+        assert_int_equal(gv_alloc_gpu_usage_at(c, node, i, &g, NULL), GV_OK);
+        u->mem[i] = g.mem_mib;
+        u->milli[i] = g.milli;
+        u->tasks[i] = g.tasks;
+    }
+}
+
+/* Runs the search; returns the chosen uids joined by ',' in candidate
+ * order ("" for none, "NOFIT" when no set works) and checks the cluster
+ * came back unchanged.  a (may be NULL) gets the GPUs. */
+static const char *victims(struct gv_alloc_cluster *c, const struct gv_alloc_request *r,
+                           int32_t prio, const struct gv_alloc_victim *v, size_t n,
+                           struct gv_alloc_assignment *a, struct gv_alloc_victim_plan *plan)
+{
+    static char out[512];
+    struct usage_snap before, after;
+    snap(c, "n1", gv_alloc_node_gpu_count(c, "n1"), &before);
+    uint32_t chosen[32];
+    struct gv_alloc_victim_plan p;
+    struct gv_error err = {0};
+    if (gv_alloc_victims(c, r, prio, "n1", v, n, chosen, &p, a, &err) != GV_OK)
+        fail_msg("victims: %s", err.msg);
+    snap(c, "n1", gv_alloc_node_gpu_count(c, "n1"), &after);
+    assert_memory_equal(&before, &after, sizeof(before));
+    if (plan != NULL)
+        *plan = p;
+    if (!p.fits)
+        return "NOFIT";
+    out[0] = '\0';
+    for (uint32_t i = 0; i < p.n; i++) {
+        assert_true(chosen[i] < n);
+        /* never a pod of equal or higher priority unless forced */
+        assert_true(v[chosen[i]].forced || v[chosen[i]].priority < prio);
+        snprintf(out + strlen(out), sizeof(out) - strlen(out), "%s%s", i ? "," : "",
+                 v[chosen[i]].uid);
+    }
+    return out;
+}
+
+/* One GPU: one big pod beats two small ones; lower priority beats higher. */
+static void test_single_gpu_fewest_then_lowest(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = cluster_with("n1", 1, 16000);
+    place(c, "a", "v1;node=n1;main=n1-g0:8000:0");
+    place(c, "b", "v1;node=n1;main=n1-g0:4000:0");
+    place(c, "c", "v1;node=n1;main=n1-g0:4000:0");
+    struct gv_alloc_request *r = simple_req("hi", 1, 8000, 0);
+    struct gv_alloc_victim v[] = {{"a", 1, false, false, NULL}, {"b", 1, false, false, NULL},
+                                  {"c", 1, false, false, NULL}};
+    struct gv_alloc_assignment a;
+    assert_string_equal(victims(c, r, 10, v, 3, &a, NULL), "a");
+    assert_string_equal(a.containers[0].devices[0].uuid, "n1-g0");
+    /* a is more important now: b and c (two victims) ... still fewer first */
+    v[0].priority = 5;
+    assert_string_equal(victims(c, r, 10, v, 3, NULL, NULL), "a");
+    /* two single victims: the lower priority one */
+    struct gv_alloc_cluster *c2 = cluster_with("n1", 1, 16000);
+    place(c2, "x", "v1;node=n1;main=n1-g0:8000:0");
+    place(c2, "y", "v1;node=n1;main=n1-g0:8000:0");
+    struct gv_alloc_victim w[] = {{"x", 5, false, false, NULL}, {"y", 1, false, false, NULL}};
+    assert_string_equal(victims(c2, r, 10, w, 2, NULL, NULL), "y");
+    /* equal priorities are never chosen */
+    w[1].priority = 10;
+    assert_string_equal(victims(c2, r, 10, w, 2, NULL, NULL), "x");
+    w[0].priority = 10;
+    struct gv_alloc_victim_plan p;
+    assert_string_equal(victims(c2, r, 10, w, 2, NULL, &p), "NOFIT");
+    assert_non_null(strstr(p.reason, "no eviction of lower-priority pods makes room"));
+    /* room already: nobody */
+    struct gv_alloc_request *small = simple_req("hi", 1, 0, 0);
+    w[0].priority = w[1].priority = 1;
+    assert_string_equal(victims(c, small, 10, v, 3, NULL, NULL), "");
+    gv_alloc_request_free(small);
+    gv_alloc_request_free(r);
+    gv_alloc_cluster_free(c);
+    gv_alloc_cluster_free(c2);
+}
+
+/* Whole GPUs and pods spanning GPUs: the GPU emptied by the fewest. */
+static void test_whole_gpus_and_multi_gpu_pods(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = cluster_with("n1", 4, 16000);
+    place(c, "m", "v1;node=n1;main=n1-g0:2000:100,n1-g1:2000:100");
+    place(c, "s0", "v1;node=n1;main=n1-g0:2000:100");
+    place(c, "s1", "v1;node=n1;main=n1-g1:2000:100");
+    place(c, "s2", "v1;node=n1;main=n1-g1:2000:100");
+    place(c, "t2", "v1;node=n1;main=n1-g2:2000:100");
+    place(c, "t3", "v1;node=n1;main=n1-g3:2000:100");
+    place(c, "u3", "v1;node=n1;main=n1-g3:2000:100");
+    place(c, "w3", "v1;node=n1;main=n1-g3:2000:100");
+    struct gv_alloc_victim v[] = {{"m", 1, false, false, NULL},  {"s0", 1, false, false, NULL},
+                                  {"s1", 1, false, false, NULL}, {"s2", 1, false, false, NULL},
+                                  {"t2", 1, false, false, NULL}, {"t3", 1, false, false, NULL},
+                                  {"u3", 1, false, false, NULL}, {"w3", 1, false, false, NULL}};
+    /* one whole GPU: g2 holds a single pod */
+    struct gv_alloc_request *r = simple_req("hi", 1, 16000, 1000);
+    struct gv_alloc_assignment a;
+    assert_string_equal(victims(c, r, 10, v, 8, &a, NULL), "t2");
+    assert_string_equal(a.containers[0].devices[0].uuid, "n1-g2");
+    /* two whole GPUs: g2 (t2) and g0 (m, s0) = 3; g1 would be m,s1,s2 */
+    r->containers[0].num_gpu = 2;
+    assert_string_equal(victims(c, r, 10, v, 8, &a, NULL), "m,s0,t2");
+    /* t2 protected by priority: g0 + g1 share m: m,s0,s1,s2 (4) vs g0+g3 (5) */
+    v[4].priority = 10;
+    assert_string_equal(victims(c, r, 10, v, 8, &a, NULL), "m,s0,s1,s2");
+    /* three whole GPUs with g2 protected: impossible without t2 ... g0,g1,g3 */
+    r->containers[0].num_gpu = 3;
+    assert_string_equal(victims(c, r, 10, v, 8, NULL, NULL), "m,s0,s1,s2,t3,u3,w3");
+    r->containers[0].num_gpu = 4;
+    assert_string_equal(victims(c, r, 10, v, 8, NULL, NULL), "NOFIT");
+    gv_alloc_request_free(r);
+    gv_alloc_cluster_free(c);
+}
+
+/* PodDisruptionBudgets: a violating victim only when nothing else works. */
+static void test_pdb_preferred_and_forced(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = cluster_with("n1", 1, 16000);
+    place(c, "x", "v1;node=n1;main=n1-g0:8000:0");
+    place(c, "y", "v1;node=n1;main=n1-g0:4000:0");
+    place(c, "z", "v1;node=n1;main=n1-g0:4000:0");
+    struct gv_alloc_request *r = simple_req("hi", 1, 8000, 0);
+    struct gv_alloc_victim v[] = {{"x", 1, true, false, NULL}, {"y", 5, false, false, NULL},
+                                  {"z", 5, false, false, NULL}};
+    struct gv_alloc_victim_plan p;
+    assert_string_equal(victims(c, r, 10, v, 3, NULL, &p), "y,z");
+    assert_int_equal(p.pdb_violations, 0);
+    v[1].pdb_violation = true;
+    assert_string_equal(victims(c, r, 10, v, 3, NULL, &p), "x");
+    assert_int_equal(p.pdb_violations, 1);
+    /* forced victims (kube-scheduler's own) always go and count, even of
+     * a priority the search itself would never pick */
+    struct gv_alloc_victim f[] = {{"x", 50, false, true, NULL}, {"y", 1, false, false, NULL},
+                                  {"z", 1, false, false, NULL}};
+    assert_string_equal(victims(c, r, 10, f, 3, NULL, &p), "x");
+    /* what-if: without x and y, a 12000 MiB pod fits on g0 */
+    const char *without[] = {"x", "y", "nobody"};
+    struct gv_alloc_fit fit;
+    struct gv_alloc_assignment a;
+    r->containers[0].mem = 12000;
+    assert_int_equal(gv_alloc_fit_without(c, r, "n1", without, 3, &a, &fit, NULL), GV_OK);
+    assert_true(fit.fits);
+    assert_string_equal(a.containers[0].devices[0].uuid, "n1-g0");
+    assert_int_equal(gv_alloc_fit_without(c, r, "n1", without, 1, &a, &fit, NULL), GV_OK);
+    assert_false(fit.fits);
+    assert_int_equal(gv_alloc_fit_without(c, r, "nope", without, 1, &a, &fit, NULL),
+                     GV_ENOTFOUND);
+    gv_alloc_request_free(r);
+    gv_alloc_cluster_free(c);
+}
+
+/* Constraints no eviction can satisfy: the node is dropped with why. */
+static void test_constraints_no_eviction_helps(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = cluster_with("n1", 2, 16000);
+    place(c, "a", "v1;node=n1;main=n1-g0:16000:0");
+    place(c, "b", "v1;node=n1;main=n1-g1:16000:0");
+    struct gv_alloc_victim v[] = {{"a", 1, false, false, NULL}, {"b", 1, false, false, NULL}};
+    struct gv_alloc_request *r = simple_req("hi", 1, 8000, 0);
+    struct gv_alloc_victim_plan p;
+    assert_int_equal(gv_alloc_request_set_constraint(r, GV_ALLOC_USE_TYPE, "H100", NULL), GV_OK);
+    assert_string_equal(victims(c, r, 10, v, 2, NULL, &p), "NOFIT");
+    assert_non_null(strstr(p.reason, "no GPU matches"));
+    assert_int_equal(gv_alloc_request_set_constraint(r, GV_ALLOC_USE_TYPE, NULL, NULL), GV_OK);
+    /* only g1 allowed: b, not the cheaper-named a */
+    assert_int_equal(gv_alloc_request_set_constraint(r, GV_ALLOC_USE_UUID, "n1-g1", NULL), GV_OK);
+    assert_string_equal(victims(c, r, 10, v, 2, NULL, NULL), "b");
+    /* larger than any GPU */
+    assert_int_equal(gv_alloc_request_set_constraint(r, GV_ALLOC_USE_UUID, NULL, NULL), GV_OK);
+    r->containers[0].mem = 20000;
+    assert_string_equal(victims(c, r, 10, v, 2, NULL, NULL), "NOFIT");
+    gv_alloc_request_free(r);
+    gv_alloc_cluster_free(c);
+}
+
+/* One-GPU requests: the plan's cost equals the brute-force optimum (the
+ * request lands on one GPU, whose cheapest set the search finds exactly). */
+static void test_random_single_gpu_optimal(void **state)
+{
+    (void)state;
+    const char *env = getenv("GV_VICTIMS_SEED");
+    unsigned seed = env ? (unsigned)strtoul(env, NULL, 10) : (unsigned)time(NULL);
+    srand(seed);
+    for (int round = 0; round < 300; round++) {
+        struct gv_alloc_cluster *c = cluster_with("n1", 3, 16000);
+        struct gv_alloc_victim v[10];
+        char uids[10][8];
+        size_t n = 0;
+        for (int i = 0; i < 10; i++) {
+            snprintf(uids[i], sizeof(uids[i]), "p%d", i);
+            char text[128];
+            snprintf(text, sizeof(text), "v1;node=n1;main=n1-g%d:%d:%d", rand() % 3,
+                     1000 * (1 + rand() % 6), 100 * (rand() % 4));
+            struct gv_alloc_assignment a;
+            gv_alloc_assignment_decode(text, strlen(text), &a, NULL);
+            struct gv_alloc_request *pr = simple_req(uids[i], 1, 0, 0);
+            if (gv_alloc_place(c, pr, &a, NULL) == GV_OK)
+            {
+                v[n] = (struct gv_alloc_victim){uids[i], rand() % 4, false, false, NULL};
+                n++;
+            }
+            gv_alloc_request_free(pr);
+        }
+        struct gv_alloc_request *r =
+            simple_req("hi", 1, 1000 * (uint64_t)(1 + rand() % 16), 100 * (uint32_t)(rand() % 11));
+        int32_t prio = 2 + rand() % 2;
+        struct gv_alloc_victim_plan p;
+        victims(c, r, prio, v, n, NULL, &p);
+        /* brute force over every subset of eligible pods */
+        struct gv_alloc_victim_plan best = {.fits = false};
+        for (unsigned mask = 0; mask < (1u << n); mask++) {
+            const char *without[10];
+            size_t k = 0;
+            bool ok = true;
+            struct gv_alloc_victim_plan q = {.fits = true, .max_priority = INT32_MIN};
+            for (size_t i = 0; i < n; i++)
+                if (mask & (1u << i)) {
+                    ok = ok && v[i].priority < prio;
+                    without[k++] = v[i].uid;
+                    q.n++;
+                    q.priority_sum += v[i].priority;
+                    if (v[i].priority > q.max_priority)
+                        q.max_priority = v[i].priority;
+                }
+            if (!ok)
+                continue;
+            struct gv_alloc_fit fit;
+            gv_alloc_fit_without(c, r, "n1", without, k, NULL, &fit, NULL);
+            if (!fit.fits)
+                continue;
+            /* compare on (count, max priority, priority sum) only: the
+             * slice tie-breaks need the pods' shares */
+            if (!best.fits || q.n < best.n ||
+                (q.n == best.n && (q.max_priority < best.max_priority ||
+                                   (q.max_priority == best.max_priority &&
+                                    q.priority_sum < best.priority_sum))))
+                best = q;
+        }
+        if (p.fits != best.fits || (p.fits && (p.n != best.n || p.max_priority != best.max_priority ||
+                                               p.priority_sum != best.priority_sum)))
+            fail_msg("seed %u round %d: plan fits=%d n=%u max=%d sum=%lld, brute fits=%d n=%u "
+                     "max=%d sum=%lld (GV_VICTIMS_SEED=%u to replay)",
+                     seed, round, p.fits, p.n, p.max_priority, (long long)p.priority_sum,
+                     best.fits, best.n, best.max_priority, (long long)best.priority_sum, seed);
+        gv_alloc_request_free(r);
+        gv_alloc_cluster_free(c);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_single_gpu_fewest_then_lowest),
+        cmocka_unit_test(test_whole_gpus_and_multi_gpu_pods),
+        cmocka_unit_test(test_pdb_preferred_and_forced),
+        cmocka_unit_test(test_constraints_no_eviction_helps),
+        cmocka_unit_test(test_random_single_gpu_optimal),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

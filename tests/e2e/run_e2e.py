@@ -1,0 +1,579 @@
+#!/usr/bin/env python3
+"""make e2e: gpuvisor installed from deploy/ on a real Kubernetes, checked with
+real pods, real images, the real kubelet and the real kube-scheduler.
+
+The cluster: ../shared/k8s's loopback Kubernetes v1.20.2 (started here and
+stopped at the end), or any cluster KUBECONFIG names (then nothing is started
+or stopped, and the cluster must already have a pod network and the images,
+and this machine must be its node GV_E2E_NODE: the fakes are mounted from
+here).  On the loopback cluster this adds what its
+README says it lacks: a pod network (Debian's CNI plugins: bridge +
+host-local + portmap on 10.244.0.0/16, the pod CIDR deploy/'s
+network-policy.yaml names), kube-proxy (iptables mode), the "kubernetes"
+Service's endpoint (the API server listens on 127.0.0.1 only: a socat relay
+on the bridge's address), and the images (make images' archives, plus the
+stand-ins tests/e2e/overlay/kustomization.yaml lists).
+
+The install is docs/install.md's, step by step, through the overlay
+tests/e2e/overlay (deploy/kubernetes/v1.20 plus the fake NVML; the only
+difference).  Each check prints one line: "PASS <name>: <figure>" or
+"FAIL <name>: <figure>"; the last line is "e2e: N passed, N failed".
+Everything is removed at the end, on failure too (the cluster's logs are
+copied to $GV_E2E_LOGS, default build/e2e-logs, first).
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import k8s  # noqa: E402
+
+ROOT = k8s.ROOT
+BUILD = os.path.join(ROOT, os.environ.get("BUILD", "build"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+OVERLAY = os.path.join(HERE, "overlay")
+WORK = "/var/tmp/gv-e2e"
+FAKES = os.path.join(WORK, "fakes")
+LOGDIR = os.environ.get("GV_E2E_LOGS", os.path.join(BUILD, "e2e-logs"))
+NS = "gpuvisor-system"
+POD_CIDR = "10.244.0.0/16"
+BRIDGE, GATEWAY = "gve2e0", "10.244.0.1"
+VERSION = "0.1.0"
+# the node the agent runs on (this machine): the harness's "vm", or
+# GV_E2E_NODE on a $KUBECONFIG cluster
+NODE = os.environ.get("GV_E2E_NODE", "vm")
+MIB = 1 << 20
+
+results = []
+
+
+def check(name, ok, figure):
+    results.append(bool(ok))
+    print("%s %s: %s" % ("PASS" if ok else "FAIL", name, figure), flush=True)
+    return ok
+
+
+def sh(cmd, check_rc=True):
+    r = subprocess.run(cmd, shell=True, capture_output=True, text=True)
+    if check_rc and r.returncode != 0:
+        raise RuntimeError("%s: %s" % (cmd, (r.stderr or r.stdout)[-800:]))
+    return r.stdout
+
+
+def kubectl(*a, **kw):
+    return k8s.kubectl(*a, **kw)
+
+
+def wait(what, fn, timeout, every=1.0):
+    """fn() until truthy; returns (value, seconds) or (None, timeout)."""
+    t = time.time()
+    while time.time() - t < timeout:
+        try:
+            v = fn()
+        except Exception:  # the API may be restarting a component
+            v = None
+        if v:
+            return v, time.time() - t
+        time.sleep(every)
+    k8s.log("timed out after %d s waiting for %s" % (timeout, what))
+    return None, timeout
+
+
+# ---------------------------------------------------------------- cluster setup
+
+CTR = "ctr -a %s -n k8s.io" % os.path.join(k8s.RUN, "containerd", "containerd.sock")
+
+
+def add_pod_network(api):
+    """Bridge CNI on POD_CIDR; the node turns Ready (and untainted)."""
+    sh("ip link show %s >/dev/null 2>&1 || ip link add %s type bridge" % (BRIDGE, BRIDGE))
+    sh("ip addr show %s | grep -q 'inet %s/' || ip addr add %s/16 dev %s"
+       % (BRIDGE, GATEWAY, GATEWAY, BRIDGE))
+    sh("ip link set %s up" % BRIDGE)
+    cni_bin = os.path.join(k8s.RUN, "cni", "bin")
+    os.makedirs(cni_bin, exist_ok=True)
+    for p in ("bridge", "host-local", "loopback", "portmap"):
+        shutil.copy2(os.path.join("/usr/lib/cni", p), os.path.join(cni_bin, p))
+    conf = {"cniVersion": "0.4.0", "name": "gv-e2e", "plugins": [
+        {"type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": True,
+         "hairpinMode": True,
+         "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_CIDR, "gateway": GATEWAY}]],
+                  "routes": [{"dst": "0.0.0.0/0"}]}},
+        {"type": "portmap", "capabilities": {"portMappings": True}}]}
+    netd = os.path.join(k8s.RUN, "cni", "net.d")
+    os.makedirs(netd, exist_ok=True)
+    with open(os.path.join(netd, "10-gv-e2e.conflist"), "w") as f:
+        json.dump(conf, f)
+    ready, _ = wait("node vm Ready", lambda: any(
+        c["type"] == "Ready" and c["status"] == "True"
+        for c in api.ok("GET", "/api/v1/nodes/" + NODE)["status"]["conditions"]), 90)
+    if not ready:
+        raise RuntimeError("node vm did not turn Ready with the pod network")
+    k8s.untaint(api, "vm")
+
+
+def add_kube_proxy(api):
+    """kube-proxy (iptables), and the kubernetes Service's endpoint: the API
+    server listens on 127.0.0.1 only, pods reach it through a relay on the
+    bridge's address."""
+    k8s.spawn("e2e-apiserver-relay", ["socat", "TCP-LISTEN:6443,bind=%s,fork,reuseaddr" % GATEWAY,
+                                      "TCP:127.0.0.1:6443"])
+    ep = {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "kubernetes",
+                                                                "namespace": "default"},
+          "subsets": [{"addresses": [{"ip": GATEWAY}],
+                       "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]}]}
+    st, _ = api.call("PUT", "/api/v1/namespaces/default/endpoints/kubernetes", ep)
+    if st >= 300:
+        api.ok("POST", "/api/v1/namespaces/default/endpoints", ep)
+    conf = os.path.join(WORK, "kube-proxy.yaml")
+    with open(conf, "w") as f:
+        f.write("""apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: %s}
+mode: iptables
+clusterCIDR: %s
+hostnameOverride: vm
+bindAddress: 127.0.0.1
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+conntrack: {maxPerCore: 0}
+""" % (k8s.ADMIN_CONF, POD_CIDR))
+    k8s.spawn("e2e-kube-proxy", [os.path.join(k8s.BIN, "kube-proxy"), "--config", conf, "--v=1"])
+    ok, _ = wait("kube-proxy rules", lambda: "KUBE-SERVICES" in sh("iptables-save -t nat"), 60)
+    if not ok:
+        raise RuntimeError("kube-proxy installed no rules (see %s)" % os.path.join(
+            k8s.LOGS, "e2e-kube-proxy.log"))
+
+
+def import_images():
+    """make images' archives (docs/install.md, "Images": ctr import) and the
+    two stand-ins."""
+    imgs = os.path.join(BUILD, "images")
+    for n in ("node", "scheduler"):
+        sh("%s images import %s/gpuvisor-%s-%s.oci.tar" % (CTR, imgs, n, VERSION))
+    os.makedirs(WORK, exist_ok=True)
+    ks = os.path.join(WORK, "kube-scheduler.oci.tar")
+    sh("%s/standin-image.sh harness.local/kube-scheduler:v1.20.2 /usr/local/bin/kube-scheduler %s "
+       "%s=/usr/local/bin/kube-scheduler" % (HERE, ks, os.path.join(k8s.BIN, "kube-scheduler")))
+    cg = os.path.join(WORK, "certgen.oci.tar")
+    sh("%s/standin-image.sh harness.local/kube-webhook-certgen:standin "
+       "/usr/local/bin/kube-webhook-certgen-standin %s "
+       "%s/certgen-standin.sh=/usr/local/bin/kube-webhook-certgen-standin "
+       "/bin/sh /usr/bin/openssl /usr/bin/curl /usr/bin/base64 /usr/bin/cat /usr/bin/sed "
+       "/usr/bin/tr /usr/bin/paste /usr/bin/mktemp /usr/bin/grep /usr/bin/wc /usr/bin/head "
+       "/usr/lib/ssl/openssl.cnf" % (HERE, cg, HERE))
+    for a in (ks, cg):
+        sh("%s images import %s" % (CTR, a))
+
+
+# ---------------------------------------------------------------- install (docs/install.md)
+
+def install():
+    """docs/install.md "Install", steps 1, 2, 4, 5 (step 3 is reading)."""
+    kubectl("label", "node", NODE, "gpuvisor.io/gpu-node=true", "--overwrite")  # step 1
+    kubectl("create", "namespace", NS)  # step 2
+    key = sh("openssl rand -hex 32").strip()
+    kubectl("-n", NS, "create", "secret", "generic", "gpuvisor-placement-key",
+            "--from-literal=key=" + key)
+    kubectl("label", "namespace", "kube-system", "kubernetes.io/metadata.name=kube-system",
+            "--overwrite")
+    kubectl("apply", "--dry-run=server", "-k", OVERLAY)  # step 4
+    return kubectl("apply", "-k", OVERLAY)
+
+
+def wait_running():
+    """Step 5's commands; returns seconds until the node's GPUs are published."""
+    t = time.time()
+    kubectl("-n", NS, "wait", "--for=condition=complete", "--timeout=180s",
+            "job/gpuvisor-webhook-certgen-create", "job/gpuvisor-webhook-certgen-patch")
+    kubectl("-n", NS, "rollout", "status", "deploy/gpuvisor-scheduler", "--timeout=240s")
+    kubectl("-n", NS, "rollout", "status", "ds/gpuvisor-node", "--timeout=240s")
+    return time.time() - t
+
+
+# ---------------------------------------------------------------- workloads
+
+def gpu_pod(name, ns, mib, cmd=None, node_selector=None, probe=False, sched=False):
+    """A HAMi-style pod: nvidia.com/gpu + nvidia.com/gpumem limits and no
+    schedulerName (the webhook sets it)."""
+    c = {"name": "c", "image": "harness.local/busybox:1",
+         "command": cmd or ["sleep", "3600"],
+         "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(mib)}}}
+    spec = {"containers": [c], "terminationGracePeriodSeconds": 0,
+            "automountServiceAccountToken": False}
+    if probe:
+        # gv_probe (tests/interposer) and the fake libcuda from the host;
+        # a glibc image (gpuvisor-node's) to run them in.
+        c["image"] = "gpuvisor-node:%s" % VERSION
+        c["command"] = ["/e2e/fakes/gv_probe", "--via", "dlopen", "init",
+                        "info:*:%d" % (mib * MIB), "nvml-mem:0:*:%d" % (mib * MIB)]
+        c["env"] = [{"name": "LD_LIBRARY_PATH", "value": "/e2e/fakes"},
+                    {"name": "GV_FAKE_GPU_COUNT", "value": "2"}]
+        c["volumeMounts"] = [{"name": "fakes", "mountPath": "/e2e/fakes", "readOnly": True}]
+        spec["volumes"] = [{"name": "fakes", "hostPath": {"path": FAKES, "type": "Directory"}}]
+        spec["restartPolicy"] = "Never"
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+        spec["tolerations"] = [{"key": "gpuvisor.io/fake", "operator": "Exists",
+                                "effect": "NoSchedule"}]
+    if sched:
+        spec["schedulerName"] = "gpuvisor-scheduler"
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+            "spec": spec}
+
+
+def assignment_usage(pods):
+    """(gpu uuid -> MiB assigned) over the bound pods' gpuvisor.io/assignment."""
+    use = {}
+    for p in pods:
+        if not p["spec"].get("nodeName"):
+            continue
+        a = (p["metadata"].get("annotations") or {}).get("gpuvisor.io/assignment", "")
+        # v1;node=N;c=<uuid>:<mib>:<cores>[,...] (docs/alloc.md)
+        for uuid, mib in re.findall(r"(GPU-[A-Za-z0-9._-]+):(\d+)", a):
+            use[uuid] = use.get(uuid, 0) + int(mib)
+    return use
+
+
+def scheduler_log(since_s=None):
+    args = ["-n", NS, "logs", "deploy/gpuvisor-scheduler", "-c", "kube-scheduler"]
+    if since_s:
+        args.append("--since=%ds" % since_s)
+    return kubectl(*args, check=False)
+
+
+def extender_errors(text):
+    """kube-scheduler's log lines for failed extender calls (its config echo
+    at start names the URL too, without an error)."""
+    return [l for l in text.splitlines() if "127.0.0.1:8888/gpuvisor" in l and
+            re.search(r"(?i)error|failed|reset by peer|refused|deadline exceeded|\btimeout|\bEOF", l)]
+
+
+class Heartbeats:
+    """Refreshes the fake nodes' heartbeat annotation, as their agents would."""
+
+    def __init__(self, api, names):
+        self.api, self.names, self.stop = api, names, threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self):
+        while not self.stop.wait(20):
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            for n in self.names:
+                try:
+                    self.api.call("PATCH", "/api/v1/nodes/" + n,
+                                  {"metadata": {"annotations": {"gpuvisor.io/node-heartbeat": now}}},
+                                  "application/merge-patch+json")
+                except Exception:
+                    pass
+
+
+def burst(api, ns, n, mib, prefix):
+    """n pods at once.  A create refused while the webhook is down (its pod
+    being recreated: failurePolicy Fail) is retried, as a controller would,
+    for up to 120 s."""
+    def one(i):
+        body = gpu_pod("%s-%03d" % (prefix, i), ns, mib, node_selector={"gpuvisor.io/fake": "true"})
+        t = time.time()
+        while True:
+            st, out = api.call("POST", "/api/v1/namespaces/%s/pods" % ns, body)
+            if st < 300 or st == 409 or time.time() - t > 120:
+                return st < 300 or st == 409
+            time.sleep(1)
+    return sum(api.parallel(one, range(n)))
+
+
+def ns_pods(api, ns, prefix=""):
+    return [p for p in api.ok("GET", "/api/v1/namespaces/%s/pods" % ns)["items"]
+            if p["metadata"]["name"].startswith(prefix)]
+
+
+# ---------------------------------------------------------------- the checks
+
+def run_checks(api):
+    out = install()
+    t_ready = wait_running()
+    # -- the DaemonSet registers and advertises
+    inv, t_inv = wait("node inventory", lambda: (api.ok("GET", "/api/v1/nodes/" + NODE)["metadata"]
+                                                 .get("annotations") or {}).get("gpuvisor.io/node-gpus"), 120)
+    alloc, t_alloc = wait("allocatable nvidia.com/gpu", lambda: api.ok("GET", "/api/v1/nodes/" + NODE)
+                          ["status"].get("allocatable", {}).get("nvidia.com/gpu"), 120)
+    t_inv += t_alloc
+    n_gpus = len(json.loads(inv)["gpus"]) if inv else 0
+    check("daemonset registers and advertises", inv and n_gpus == 2 and alloc == "20",
+          "%d GPUs in gpuvisor.io/node-gpus, allocatable nvidia.com/gpu=%s, %.0f s after apply"
+          % (n_gpus, alloc, t_ready + t_inv))
+    # -- the certificate Job creates the webhook secret
+    sec = api.call("GET", "/api/v1/namespaces/%s/secrets/gpuvisor-webhook-tls" % NS)[1]
+    keys = sorted((sec.get("data") or {}).keys()) if isinstance(sec, dict) else []
+    wh = api.ok("GET", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
+                "gpuvisor-webhook")
+    ca = wh["webhooks"][0]["clientConfig"].get("caBundle", "")
+    check("certificate Job creates the webhook secret", keys == ["ca", "cert", "key"] and ca,
+          "secret keys %s, caBundle %d bytes" % (",".join(keys), len(ca)))
+    # -- webhook through its Service; HAMi-style pod mutated, placed, allocated, sees its slice
+    api.ok("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                          "metadata": {"name": "e2e"}})
+    k8s.wait_sa(api, "e2e")
+    api.ok("POST", "/api/v1/namespaces/e2e/pods", gpu_pod("slice", "e2e", 3000, probe=True))
+    p = api.ok("GET", "/api/v1/namespaces/e2e/pods/slice")
+    check("webhook reached through its Service mutates a HAMi-style pod",
+          p["spec"].get("schedulerName") == "gpuvisor-scheduler",
+          "schedulerName=%s" % p["spec"].get("schedulerName"))
+    done, t = wait("pod slice to finish", lambda: api.ok("GET", "/api/v1/namespaces/e2e/pods/slice")
+                   ["status"].get("phase") in ("Succeeded", "Failed"), 180)
+    p = api.ok("GET", "/api/v1/namespaces/e2e/pods/slice")
+    logs = kubectl("-n", "e2e", "logs", "slice", check=False)
+    a = (p["metadata"].get("annotations") or {}).get("gpuvisor.io/assignment", "")
+    check("pod placed and allocated; its container sees its slice through the interposer",
+          p["status"].get("phase") == "Succeeded" and "not ok" not in logs and a,
+          "phase %s, node %s, assignment %s, probe: %s" % (
+              p["status"].get("phase"), p["spec"].get("nodeName"), a or "-",
+              " | ".join(l for l in logs.splitlines() if l.startswith(("ok", "not ok")))[:300]))
+    # a long-running GPU pod for the rolling update
+    api.ok("POST", "/api/v1/namespaces/e2e/pods", gpu_pod("keeper", "e2e", 2000))
+    wait("keeper running", lambda: api.ok("GET", "/api/v1/namespaces/e2e/pods/keeper")
+         ["status"].get("phase") == "Running", 120)
+
+    # -- a second install on top of the first is a no-op: nothing is written
+    # (every object keeps its resourceVersion; kubectl may still say
+    # "configured" for a field the server drops, e.g. 1.20's Jobs lose
+    # ttlSecondsAfterFinished, an alpha field there)
+    def versions():
+        objs = json.loads(kubectl("get", "-k", OVERLAY, "-o", "json"))["items"]
+        return {"%s/%s" % (o["kind"], o["metadata"]["name"]): o["metadata"]["resourceVersion"]
+                for o in objs}
+    v1 = versions()
+    pods1 = sorted(p["metadata"]["uid"] for p in ns_pods(api, NS))
+    again = kubectl("apply", "-k", OVERLAY)
+    time.sleep(3)
+    v2 = versions()
+    pods2 = sorted(p["metadata"]["uid"] for p in ns_pods(api, NS))
+    written = sorted(k for k in v1 if v2.get(k) != v1[k])
+    said = [l for l in again.splitlines() if l and not l.endswith(" unchanged")]
+    check("a second install on top of the first is a no-op", not written and pods1 == pods2,
+          "%d objects, %d rewritten %s, pods %s; kubectl said %s"
+          % (len(v1), len(written), written[:3], "kept" if pods1 == pods2 else "replaced",
+             said or "all unchanged"))
+
+    # -- a 200-pod burst over-commits nothing (fake nodes: 10 x 2 A100-80GB)
+    fake = k8s.create_fake_nodes(api, 10, prefix="e2e-fake-", n_gpus=2, taint=True)
+    hb = Heartbeats(api, fake)
+    try:
+        api.ok("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                              "metadata": {"name": "e2e-burst"}})
+        k8s.wait_sa(api, "e2e-burst")
+        time.sleep(3)  # the extender's informer has the fake nodes
+        log0 = len(scheduler_log().splitlines())
+        t0 = time.time()
+        burst(api, "e2e-burst", 200, 20000, "b")   # 4 fit a GPU: 80 of 200 fit
+        fits = 10 * 2 * (81559 // 20000)
+        bound, t_b = wait("burst bound", lambda: sum(1 for p in ns_pods(api, "e2e-burst")
+                                                     if p["spec"].get("nodeName")) >= fits, 180)
+        time.sleep(5)  # anything more would be an over-commit
+        pods = ns_pods(api, "e2e-burst")
+        nb = sum(1 for p in pods if p["spec"].get("nodeName"))
+        use = assignment_usage(pods)
+        worst = max(use.values()) if use else 0
+        errs = extender_errors("\n".join(scheduler_log().splitlines()[log0:]))
+        check("200-pod burst over-commits nothing", nb == fits and worst <= 81559,
+              "%d of 200 bound (%d fit), most on one GPU %d MiB of 81559, in %.1f s"
+              % (nb, fits, worst, time.time() - t0))
+        check("burst: zero extender errors in kube-scheduler's log", not errs,
+              "%d errors%s" % (len(errs), (": " + errs[0][:200]) if errs else ""))
+
+        # -- delete and recreate the scheduler Deployment and the DaemonSet mid-burst
+        for p in pods:
+            api.call("DELETE", "/api/v1/namespaces/e2e-burst/pods/%s?gracePeriodSeconds=0"
+                     % p["metadata"]["name"])
+        wait("burst pods gone", lambda: not ns_pods(api, "e2e-burst"), 120)
+        created = []
+        burst_thread = threading.Thread(target=lambda: created.append(
+            burst(api, "e2e-burst", 200, 20000, "r")))
+        burst_thread.start()
+        time.sleep(1)
+        kubectl("-n", NS, "delete", "deploy/gpuvisor-scheduler", "ds/gpuvisor-node", "--wait=false")
+        time.sleep(3)
+        kubectl("apply", "-k", OVERLAY)
+        t_apply = time.time()
+        burst_thread.join()
+        kubectl("-n", NS, "rollout", "status", "deploy/gpuvisor-scheduler", "--timeout=240s")
+        t_up = time.time() - t_apply
+        t_w = time.time()
+        bound, t_b = wait("restart burst bound", lambda: sum(
+            1 for p in ns_pods(api, "e2e-burst", "r-") if p["spec"].get("nodeName")) >= fits, 240)
+        t_b = t_w + t_b - t_apply  # from the re-apply to every fitting pod bound
+        time.sleep(5)
+        pods = ns_pods(api, "e2e-burst", "r-")
+        nb = sum(1 for p in pods if p["spec"].get("nodeName"))
+        use = assignment_usage(pods)
+        worst = max(use.values()) if use else 0
+        check("scheduler and DaemonSet recreated mid-burst: the cluster converges",
+              nb == fits and worst <= 81559,
+              "%d of %d created bound (%d fit) %.1f s after the re-apply (the scheduler "
+              "ready after %.1f s), most on one GPU %d MiB" % (nb, created[0] if created else 0,
+                                                                fits, t_b, t_up, worst))
+    finally:
+        hb.stop.set()
+
+    # -- rolling update of the DaemonSet (image change) keeps running pods and their limits
+    k0 = api.ok("GET", "/api/v1/namespaces/e2e/pods/keeper")
+    cid0 = (k0["status"].get("containerStatuses") or [{}])[0].get("containerID")
+    env0 = kubectl("-n", "e2e", "exec", "keeper", "--", "sh", "-c",
+                   "env | grep ^CUDA_DEVICE_ | sort", check=False)
+    sh("%s images tag --force docker.io/library/gpuvisor-node:%s docker.io/library/gpuvisor-node:%s-e2e"
+       % (CTR, VERSION, VERSION))
+    kubectl("-n", NS, "set", "image", "ds/gpuvisor-node",
+            "gpuvisor-node=gpuvisor-node:%s-e2e" % VERSION,
+            "install-interposer=gpuvisor-node:%s-e2e" % VERSION)
+    kubectl("-n", NS, "rollout", "status", "ds/gpuvisor-node", "--timeout=240s")
+    k1 = api.ok("GET", "/api/v1/namespaces/e2e/pods/keeper")
+    cid1 = (k1["status"].get("containerStatuses") or [{}])[0].get("containerID")
+    env1 = kubectl("-n", "e2e", "exec", "keeper", "--", "sh", "-c",
+                   "env | grep ^CUDA_DEVICE_ | sort", check=False)
+    check("DaemonSet rolling update (image change) keeps running pods and their limits",
+          cid0 and cid0 == cid1 and k1["status"].get("phase") == "Running" and env0 == env1 and env0,
+          "container %s kept: %s; limits %s" % ((cid0 or "-")[-12:], cid0 == cid1,
+                                                 env1.strip().replace("\n", " ") or "(none)"))
+    kubectl("apply", "-k", OVERLAY)  # back to the deploy's image
+
+    # -- kubectl delete -k leaves nothing of ours behind
+    for n in ("e2e", "e2e-burst"):
+        api.call("DELETE", "/api/v1/namespaces/" + n)
+    for n in fake:
+        api.call("DELETE", "/api/v1/nodes/" + n)
+    kubectl("delete", "-k", OVERLAY, "--wait=true", check=False)
+    gone, t_gone = wait("namespace gone", lambda: api.call("GET", "/api/v1/namespaces/" + NS)[0]
+                        == 404, 180)
+    left = []
+    for path in ("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+                 "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+                 "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+                 "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"):
+        for o in api.ok("GET", path)["items"]:
+            if "gpuvisor" in o["metadata"]["name"]:
+                left.append(o["metadata"]["name"])
+    pods_left = [p["metadata"]["name"] for p in api.ok("GET", "/api/v1/pods")["items"]
+                 if "gpuvisor" in p["metadata"]["name"]]
+    rules = [l for l in sh("iptables-save").splitlines() if "gpuvisor" in l]
+    check("kubectl delete -k leaves no pods, webhooks, RBAC, CRDs or iptables rules of ours",
+          gone and not left and not pods_left and not rules,
+          "namespace gone in %.0f s; objects left %s; pods left %s; iptables rules %d"
+          % (t_gone, left, pods_left, len(rules)))
+    # docs/install.md "Uninstall": node-cleanup removes the host files
+    cleanup = os.path.join(ROOT, "deploy", "node-cleanup")
+    host = ["/usr/local/gpuvisor", "/var/lib/gpuvisor",
+            "/var/lib/kubelet/device-plugins/gpuvisor.sock"]
+    if os.path.isdir(cleanup):
+        kubectl("apply", "-k", cleanup, check=False)
+        kubectl("-n", "gpuvisor-cleanup", "rollout", "status", "ds/gpuvisor-node-cleanup",
+                "--timeout=180s", check=False)
+        kubectl("delete", "-k", cleanup, check=False)
+    kubectl("label", "node", NODE, "gpuvisor.io/gpu-node-", check=False)
+    kubectl("annotate", "node", NODE, "gpuvisor.io/node-gpus-", "gpuvisor.io/node-heartbeat-",
+            check=False)
+    host_left = [h for h in host if os.path.exists(h)]
+    check("uninstall leaves no host files of ours", not host_left,
+          "left: %s" % (host_left or "none"))
+
+
+def prepare_fakes():
+    if os.path.exists(FAKES):
+        shutil.rmtree(FAKES)
+    os.makedirs(FAKES)
+    for f in ("libcuda.so.1", "libnvidia-ml.so.1"):
+        shutil.copy2(os.path.join(BUILD, "tests", "fakes", f), FAKES)
+    shutil.copy2(os.path.join(BUILD, "tests", "gv_probe"), FAKES)
+
+
+def save_logs():
+    try:
+        if os.path.exists(LOGDIR):
+            shutil.rmtree(LOGDIR)
+        shutil.copytree(k8s.LOGS, LOGDIR)
+        for what in ("pods -A -o wide", "events -A"):
+            with open(os.path.join(LOGDIR, what.split()[0] + ".txt"), "w") as f:
+                f.write(kubectl(*what.split(), check=False))
+        for c in ("kube-scheduler", "extender"):
+            with open(os.path.join(LOGDIR, "gpuvisor-scheduler-%s.log" % c), "w") as f:
+                f.write(kubectl("-n", NS, "logs", "deploy/gpuvisor-scheduler", "-c", c, check=False))
+        with open(os.path.join(LOGDIR, "gpuvisor-node.log"), "w") as f:
+            f.write(kubectl("-n", NS, "logs", "ds/gpuvisor-node", check=False))
+    except Exception as e:  # logs are a courtesy; the verdict stands
+        k8s.log("saving logs: %r" % e)
+
+
+def teardown_network():
+    subprocess.run([os.path.join(k8s.BIN, "kube-proxy"), "--cleanup"], capture_output=True)
+    subprocess.run("ip link del %s" % BRIDGE, shell=True, capture_output=True)
+    # what the bridge plugin's ipMasq added (stop-all.sh kills the
+    # containers without a CNI DEL): the jumps, then the chains
+    chains = set()
+    for l in sh("iptables-save -t nat", check_rc=False).splitlines():
+        if 'gv-e2e' not in l:
+            continue
+        if l.startswith("-A POSTROUTING"):
+            subprocess.run("iptables -t nat -D " + l[3:], shell=True, capture_output=True)
+        elif l.startswith("-A CNI-"):
+            chains.add(l.split()[1])
+    for c in chains:
+        subprocess.run("iptables -t nat -F %s && iptables -t nat -X %s" % (c, c), shell=True,
+                       capture_output=True)
+    shutil.rmtree("/var/lib/cni/networks/gv-e2e", ignore_errors=True)
+    for f in ("10-gv-e2e.conflist",):
+        try:
+            os.unlink(os.path.join(k8s.RUN, "cni", "net.d", f))
+        except OSError:
+            pass
+
+
+def main():
+    if os.geteuid() != 0:
+        print("FAIL e2e: needs root (the loopback cluster runs containerd and a kubelet)")
+        return 1
+    for need in (os.path.join(BUILD, "images", "gpuvisor-node-%s.oci.tar" % VERSION),
+                 os.path.join(BUILD, "tests", "gv_probe")):
+        if not os.path.exists(need):
+            print("FAIL e2e: %s missing (make e2e builds it)" % need)
+            return 1
+    own = not os.environ.get("KUBECONFIG")
+    t0 = time.time()
+    signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with k8s.Lock():
+        try:
+            if own:
+                if not os.path.exists(os.path.join(k8s.BIN, "kubelet")):
+                    subprocess.run([os.path.join(k8s.HARNESS, "build.sh")], check=True)
+                k8s.start_cluster()
+            api = k8s.Api()
+            prepare_fakes()
+            if own:
+                add_pod_network(api)
+                add_kube_proxy(api)
+                import_images()
+            run_checks(api)
+        except Exception as e:
+            check("e2e run", False, "aborted: %s" % str(e)[:600])
+        except KeyboardInterrupt:
+            check("e2e run", False, "interrupted")
+        finally:
+            save_logs()
+            if own:
+                k8s.stop_cluster()
+                teardown_network()
+            shutil.rmtree(WORK, ignore_errors=True)
+    npass = sum(results)
+    nfail = len(results) - npass
+    print("e2e: %d passed, %d failed (%.0f s)" % (npass, nfail, time.time() - t0))
+    return 0 if nfail == 0 and npass > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

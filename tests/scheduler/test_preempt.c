@@ -1,0 +1,570 @@
+/*
+ * The preempt verb end to end over HTTP (src/scheduler/preempt.c): the
+ * scheduler library in this process, its state fed as the informers would
+ * (gv_sched_node_update / gv_sched_pod_update), requests with the exact JSON
+ * kube-scheduler 1.20+ sends (both NodeNameToMetaVictims, nodeCacheCapable,
+ * and NodeNameToVictims with full Pods), the hold on the freed GPUs, a
+ * restart between preemption and binding, metrics, and a randomized run of
+ * preemptions, deletions and restarts (GV_PREEMPT_SEED, GV_PREEMPT_ROUNDS;
+ * seed printed on failure) checking capacity and that every eviction let
+ * its preemptor fit.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "scheduler/gv_scheduler.h"
+#include "tests/scheduler/sched_testlib.h"
+
+#define GPU_MIB 16000
+
+struct env {
+    struct gv_sched *s;
+    struct gv_httpd *h;
+    char base[128];
+    char metrics[128];
+};
+
+static void env_start_kube(struct env *e, const char *const *nodes, size_t n_nodes,
+                           unsigned gpus, struct gv_kube_client *kube)
+{
+    const char *cfg_text = "{\"reservationTimeoutSeconds\":600,\"insecureUnsignedPlacements\":true,"
+                           "\"nodePolicy\":\"binpack\"}";
+    struct gv_sched_config cfg;
+    struct gv_error err = {0};
+    assert_int_equal(gv_sched_config_default(&cfg, &err), GV_OK);
+    assert_int_equal(gv_sched_config_parse(cfg_text, strlen(cfg_text), &cfg, &err), GV_OK);
+    assert_int_equal(gv_sched_new(&cfg, kube, &e->s, &err), GV_OK);
+    gv_sched_config_clear(&cfg);
+    struct gpu_desc g[8];
+    for (unsigned i = 0; i < gpus; i++)
+        g[i] = (struct gpu_desc){"NVIDIA A100-SXM4-80GB", GPU_MIB, 4};
+    for (size_t i = 0; i < n_nodes; i++) {
+        char *inv = st_inventory(nodes[i], g, gpus, true);
+        json_t *node = st_node(nodes[i], inv, 0);
+        gv_sched_node_update(e->s, node);
+        json_decref(node);
+        free(inv);
+    }
+    struct gv_httpd_options o = {.name = "extender", .address = "127.0.0.1",
+                                 .max_body = 64u << 20, .max_connections = 16};
+    assert_int_equal(gv_httpd_new(&o, &e->h, &err), GV_OK);
+    assert_int_equal(gv_sched_serve_extender(e->s, e->h, "/gpuvisor", &err), GV_OK);
+    assert_int_equal(gv_sched_serve_health(e->s, e->h, &err), GV_OK);
+    assert_int_equal(gv_httpd_start(e->h, &err), GV_OK);
+    snprintf(e->base, sizeof(e->base), "http://127.0.0.1:%u/gpuvisor", gv_httpd_port(e->h));
+    snprintf(e->metrics, sizeof(e->metrics), "http://127.0.0.1:%u/metrics", gv_httpd_port(e->h));
+}
+
+static void env_start(struct env *e, const char *const *nodes, size_t n_nodes, unsigned gpus)
+{
+    env_start_kube(e, nodes, n_nodes, gpus, NULL);
+}
+
+static void env_stop(struct env *e)
+{
+    gv_httpd_free(e->h);
+    gv_sched_free(e->s);
+    memset(e, 0, sizeof(*e));
+}
+
+static void bound(struct gv_sched *s, const char *uid, int prio, const char *node, unsigned gpu,
+                  uint64_t mem)
+{
+    char assign[256];
+    snprintf(assign, sizeof(assign), "v1;node=%s;main=GPU-%s-%u:%llu:0", node, node, gpu,
+             (unsigned long long)mem);
+    json_t *p = st_gpu_pod(uid, prio, mem, node, assign);
+    gv_sched_pod_update(s, p);
+    json_decref(p);
+}
+
+static void deleted(struct gv_sched *s, const char *uid)
+{
+    json_t *p = st_gpu_pod(uid, 0, 0, NULL, NULL);
+    gv_sched_pod_delete(s, p);
+    json_decref(p);
+}
+
+/* POSTs body text to verb; returns the answer's text (heap) and status. */
+static char *post(const struct env *e, const char *verb, const char *body, long *status)
+{
+    char url[256], *out = NULL;
+    snprintf(url, sizeof(url), "%s/%s", e->base, verb);
+    *status = st_http("POST", url, body, &out);
+    return out;
+}
+
+static void assert_json_eq(const char *got, const char *want)
+{
+    json_t *g = json_loads(got ? got : "", 0, NULL), *w = json_loads(want, 0, NULL);
+    assert_non_null(w);
+    if (g == NULL || !json_equal(g, w))
+        fail_msg("got %s\nwant %s", got ? got : "(null)", want);
+    json_decref(g);
+    json_decref(w);
+}
+
+/* The preempt body kube-scheduler 1.20 sends a nodeCacheCapable extender:
+ * NodeNameToVictims is a nil map (null), victims as MetaPods. */
+static char *meta_body(json_t *pod, const char *const *nodes, size_t n)
+{
+    json_t *m = json_object();
+    for (size_t i = 0; i < n; i++)
+        json_object_set_new(m, nodes[i], json_pack("{s:[],s:i}", "Pods", "NumPDBViolations", 0));
+    json_t *args = json_pack("{s:O,s:n,s:o}", "Pod", pod, "NodeNameToVictims",
+                             "NodeNameToMetaVictims", m);
+    char *text = json_dumps(args, JSON_COMPACT);
+    json_decref(args);
+    return text;
+}
+
+/* n1: g0 a (16000), g1 b + c (8000 each); n2: g0 d, g1 e (priority 1000). */
+static void fill(struct gv_sched *s, bool with_a)
+{
+    if (with_a)
+        bound(s, "a", 1, "n1", 0, 16000);
+    bound(s, "b", 1, "n1", 1, 8000);
+    bound(s, "c", 1, "n1", 1, 8000);
+    bound(s, "d", 1000, "n2", 0, 16000);
+    bound(s, "e", 1000, "n2", 1, 16000);
+}
+
+static const char *const NODES[] = {"n1", "n2"};
+
+/* n1 and n2 of 2 GPUs filled as above (kube may be NULL); returns the
+ * preemptor "hi" (priority 100) asking mem MiB of one GPU. */
+static json_t *start_filled(struct env *e, struct gv_kube_client *kube, unsigned long long mem)
+{
+    env_start_kube(e, NODES, 2, 2, kube);
+    fill(e->s, true);
+    return st_gpu_pod("hi", 100, mem, NULL, NULL);
+}
+
+static void test_meta_round_trip_and_hold(void **state)
+{
+    (void)state;
+    struct env e;
+    json_t *hi = start_filled(&e, NULL, 16000);
+    long st;
+    char *body = meta_body(hi, NODES, 2);
+    char *out = post(&e, "preempt", body, &st);
+    assert_int_equal(st, 200);
+    /* one victim on one GPU of n1; n2's pods outrank the preemptor */
+    assert_json_eq(out, "{\"NodeNameToMetaVictims\":{\"n1\":{\"Pods\":[{\"UID\":\"a\"}],"
+                        "\"NumPDBViolations\":0}}}");
+    free(out);
+    /* the same call again (kube-scheduler repeats): the same answer */
+    out = post(&e, "preempt", body, &st);
+    assert_json_eq(out, "{\"NodeNameToMetaVictims\":{\"n1\":{\"Pods\":[{\"UID\":\"a\"}],"
+                        "\"NumPDBViolations\":0}}}");
+    free(out);
+    free(body);
+    /* victim still there: the preemptor does not fit yet (no over-commit) */
+    json_t *res = st_filter(e.base, hi, (const char *[]){"n1", "n2"}, 2, &st);
+    assert_int_equal(st, 200);
+    assert_null(st_chosen(res));
+    json_decref(res);
+    deleted(e.s, "a");
+    /* a lower-priority pod arriving now cannot take the freed GPU */
+    json_t *lo = st_gpu_pod("lo", 50, 8000, NULL, NULL);
+    res = st_filter(e.base, lo, (const char *[]){"n1", "n2"}, 2, &st);
+    assert_null(st_chosen(res));
+    json_decref(res);
+    /* a higher-priority one can (the hold protects against lower only) */
+    json_t *top = st_gpu_pod("top", 500, 8000, NULL, NULL);
+    res = st_filter(e.base, top, (const char *[]){"n1"}, 1, &st);
+    assert_non_null(st_chosen(res));
+    json_decref(res);
+    deleted(e.s, "top"); /* its reservation goes with it */
+    /* the preemptor lands on the GPU it was promised */
+    res = st_filter(e.base, hi, (const char *[]){"n2", "n1"}, 2, &st);
+    assert_string_equal(st_chosen(res), "n1");
+    json_decref(res);
+    /* the hold became the reservation: the low pod still finds no room */
+    res = st_filter(e.base, lo, (const char *[]){"n1", "n2"}, 2, &st);
+    assert_null(st_chosen(res));
+    json_decref(res);
+    assert_true(st_metric(e.metrics, "gpuvisor_scheduler_preemptions_total",
+                          "result=\"victims\"") == 2);
+    assert_true(st_metric(e.metrics, "gpuvisor_scheduler_preemption_victims_total",
+                          "priority=\"1\"") == 2);
+    assert_true(st_metric(e.metrics, "gpuvisor_scheduler_nominated_holds", "") == 0);
+    json_decref(hi);
+    json_decref(lo);
+    json_decref(top);
+    env_stop(&e);
+}
+
+static void test_full_pods_form_and_refusals(void **state)
+{
+    (void)state;
+    struct env e;
+    json_t *hi = start_filled(&e, NULL, 8000);
+    /* kube-scheduler's own victim (a CPU pod gpuvisor never placed) goes
+     * too, with its PDB count; the GPU victim is added beside it.  8000
+     * MiB: b or c alone frees enough on g1; of equals the one placed last
+     * goes (kube-scheduler too evicts the most recently started first). */
+    json_t *cpu = json_pack("{s:{s:s,s:s,s:s}}", "metadata", "uid", "cpuhog", "name", "cpuhog",
+                            "namespace", "default");
+    json_t *args = json_pack("{s:O,s:{s:{s:[o],s:i}},s:n}", "Pod", hi, "NodeNameToVictims", "n1",
+                             "Pods", cpu, "NumPDBViolations", 1, "NodeNameToMetaVictims");
+    char *body = json_dumps(args, JSON_COMPACT);
+    json_decref(args);
+    long st;
+    char *out = post(&e, "preempt", body, &st);
+    assert_int_equal(st, 200);
+    assert_json_eq(out, "{\"NodeNameToMetaVictims\":{\"n1\":{\"Pods\":[{\"UID\":\"cpuhog\"},"
+                        "{\"UID\":\"c\"}],\"NumPDBViolations\":1}}}");
+    free(out);
+    free(body);
+    /* preemptionPolicy: Never: no node */
+    json_object_set_new(json_object_get(hi, "spec"), "preemptionPolicy", json_string("Never"));
+    body = meta_body(hi, NODES, 2);
+    out = post(&e, "preempt", body, &st);
+    assert_json_eq(out, "{\"NodeNameToMetaVictims\":{}}");
+    free(out);
+    free(body);
+    /* equal priority: nobody on either node may go */
+    json_t *eq = st_gpu_pod("eq", 1, 16000, NULL, NULL);
+    body = meta_body(eq, NODES, 2);
+    out = post(&e, "preempt", body, &st);
+    assert_json_eq(out, "{\"NodeNameToMetaVictims\":{}}");
+    free(out);
+    free(body);
+    /* a pod asking no GPU: kube-scheduler's map comes back as it was */
+    json_t *plain = json_pack("{s:{s:s,s:s,s:s},s:{s:s,s:i,s:[{s:s}]}}", "metadata", "uid", "p",
+                              "name", "p", "namespace", "default", "spec", "schedulerName",
+                              "gpuvisor-scheduler", "priority", 5, "containers", "name", "c");
+    body = meta_body(plain, NODES, 1);
+    out = post(&e, "preempt", body, &st);
+    assert_json_eq(out, "{\"NodeNameToMetaVictims\":{\"n1\":{\"Pods\":[],\"NumPDBViolations\":0}}}");
+    free(out);
+    free(body);
+    /* malformed bodies: 400 with a reason, nothing held */
+    const char *bad[] = {"{", "[]", "{\"Pod\":1}", "{\"Pod\":{},\"NodeNameToMetaVictims\":[]}",
+                         "{\"Pod\":{},\"NodeNameToMetaVictims\":{\"n1\":{\"Pods\":[{}]}}}",
+                         "{\"Pod\":{},\"NodeNameToMetaVictims\":{\"n1\":{\"NumPDBViolations\":-1}}}"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        out = post(&e, "preempt", bad[i], &st);
+        if (st != 400)
+            fail_msg("%s: status %ld", bad[i], st);
+        free(out);
+    }
+    assert_true(st_metric(e.metrics, "gpuvisor_scheduler_nominated_holds", "") == 1);
+    json_decref(hi);
+    json_decref(eq);
+    json_decref(plain);
+    env_stop(&e);
+}
+
+/* Events (posted through the API stand-in; the informers are not started,
+ * the state is fed by hand): the preemptor hears which node, which GPU and
+ * how much is freed, the victim for whom and what it held. */
+struct ev_wait {
+    const char *url;
+    char *text;
+};
+
+static bool two_events(void *ud)
+{
+    struct ev_wait *w = ud;
+    free(w->text);
+    w->text = NULL;
+    char url[600];
+    snprintf(url, sizeof(url), "%s/api/v1/namespaces/default/events", w->url);
+    st_http("GET", url, NULL, &w->text);
+    return w->text != NULL && strstr(w->text, "GPUPreemption") != NULL &&
+           strstr(w->text, "GPUPreempted") != NULL;
+}
+
+static void test_events_with_fake_apiserver(void **state)
+{
+    (void)state;
+    struct fake_apiserver fa;
+    assert_int_equal(fake_apiserver_start(&fa, NULL), 0);
+    struct gv_kube_client *kube = st_kube(fa.url);
+    assert_non_null(kube);
+    struct env e;
+    json_t *hi = start_filled(&e, kube, 16000);
+    char *body = meta_body(hi, NODES, 2);
+    long st;
+    free(post(&e, "preempt", body, &st));
+    assert_int_equal(st, 200);
+    struct ev_wait w = {fa.url, NULL};
+    if (!st_wait(two_events, &w, 5000))
+        fail_msg("events: %s", w.text ? w.text : "(none)");
+    assert_non_null(strstr(w.text, "gpuvisor preemption on node n1: 1 victim(s) free 16000 MiB"));
+    assert_non_null(strstr(w.text, "promised GPU(s) GPU-n1-0"));
+    assert_non_null(strstr(w.text, "evicted by gpuvisor for default/hi (priority 100) on node n1"));
+    free(w.text);
+    free(body);
+    json_decref(hi);
+    env_stop(&e);
+    gv_kube_client_free(kube);
+    fake_apiserver_stop(&fa);
+}
+
+/* A reservation or a bind in flight is never a victim: kube-scheduler
+ * rejects the whole answer when a victim is not among the pods it has on
+ * the node, and evicting a pod it has not bound frees nothing. */
+static void test_only_bound_pods_are_victims(void **state)
+{
+    (void)state;
+    struct env e;
+    env_start(&e, (const char *[]){"n3"}, 1, 1);
+    json_t *lo = st_gpu_pod("lo", 1, 16000, NULL, NULL);
+    long st;
+    json_t *res = st_filter(e.base, lo, (const char *[]){"n3"}, 1, &st);
+    assert_string_equal(st_chosen(res), "n3"); /* reserved, not bound */
+    json_decref(res);
+    gv_sched_pod_update(e.s, lo); /* the informer sees it, still pending */
+    json_t *hi = st_gpu_pod("hi", 100, 16000, NULL, NULL);
+    char *body = meta_body(hi, (const char *[]){"n3"}, 1);
+    char *out = post(&e, "preempt", body, &st);
+    assert_json_eq(out, "{\"NodeNameToMetaVictims\":{}}");
+    free(out);
+    /* bound now (as the API shows after the bind): a victim */
+    bound(e.s, "lo", 1, "n3", 0, 16000);
+    out = post(&e, "preempt", body, &st);
+    assert_json_eq(out, "{\"NodeNameToMetaVictims\":{\"n3\":{\"Pods\":[{\"UID\":\"lo\"}],"
+                        "\"NumPDBViolations\":0}}}");
+    free(out);
+    free(body);
+    json_decref(lo);
+    json_decref(hi);
+    env_stop(&e);
+}
+
+/* The scheduler restarts between the preemption and the preemptor's
+ * filter: the hold is gone with it, nothing is over-committed, and the
+ * preemptor still gets the GPU its victim freed. */
+static void test_restart_between_preempt_and_bind(void **state)
+{
+    (void)state;
+    struct env e;
+    json_t *hi = start_filled(&e, NULL, 16000);
+    long st;
+    char *body = meta_body(hi, NODES, 2);
+    free(post(&e, "preempt", body, &st));
+    assert_int_equal(st, 200);
+    free(body);
+    env_stop(&e);
+    env_start(&e, NODES, 2, 2);
+    fill(e.s, false); /* the victim was deleted meanwhile */
+    json_t *res = st_filter(e.base, hi, (const char *[]){"n1", "n2"}, 2, &st);
+    assert_string_equal(st_chosen(res), "n1");
+    json_decref(res);
+    char *err = st_bind(e.base, hi, "n1");
+    /* no API here: the bind itself cannot complete, the GPUs stay held */
+    free(err);
+    json_t *lo = st_gpu_pod("lo", 50, 8000, NULL, NULL);
+    res = st_filter(e.base, lo, (const char *[]){"n1", "n2"}, 2, &st);
+    assert_null(st_chosen(res));
+    json_decref(res);
+    json_decref(hi);
+    json_decref(lo);
+    env_stop(&e);
+}
+
+/*
+ * Random rounds over 3 nodes x 2 GPUs: low pods fill, a preemptor of a
+ * random priority asks, the victims are deleted, the preemptor must then
+ * fit on the promised node; random deletions and restarts (state replayed
+ * from the model of the API).  After every round no GPU is over its memory
+ * by the bound pods alone.
+ */
+struct mpod {
+    char uid[16];
+    int prio;
+    char node[8];
+    unsigned gpu;
+    uint64_t mem;
+    bool live;
+};
+
+static void replay(struct env *e, const struct mpod *m, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (m[i].live)
+            bound(e->s, m[i].uid, m[i].prio, m[i].node, m[i].gpu, m[i].mem);
+}
+
+static void check_capacity(const struct mpod *m, size_t n, unsigned seed, int round)
+{
+    const char *nodes[] = {"n1", "n2", "n3"};
+    for (int ni = 0; ni < 3; ni++)
+        for (unsigned g = 0; g < 2; g++) {
+            uint64_t used = 0;
+            for (size_t i = 0; i < n; i++)
+                if (m[i].live && strcmp(m[i].node, nodes[ni]) == 0 && m[i].gpu == g)
+                    used += m[i].mem;
+            if (used > GPU_MIB)
+                fail_msg("seed %u round %d: %s GPU %u over capacity: %llu MiB "
+                         "(GV_PREEMPT_SEED=%u to replay)",
+                         seed, round, nodes[ni], g, (unsigned long long)used, seed);
+        }
+}
+
+static void test_random_preemptions_with_restarts(void **state)
+{
+    (void)state;
+    const char *env_seed = getenv("GV_PREEMPT_SEED");
+    const char *env_rounds = getenv("GV_PREEMPT_ROUNDS");
+    unsigned seed = env_seed ? (unsigned)strtoul(env_seed, NULL, 10) : (unsigned)time(NULL);
+    int rounds = env_rounds ? atoi(env_rounds) : 500;
+    srand(seed);
+    const char *const nodes[] = {"n1", "n2", "n3"};
+    struct env e;
+    env_start(&e, nodes, 3, 2);
+    static struct mpod m[4096];
+    size_t nm = 0;
+    unsigned evicted = 0, preemptions = 0;
+    for (int round = 0; round < rounds && nm + 8 < 4096; round++) {
+        /* fill with low pods where they fit (bound directly, as the API shows) */
+        for (int k = 0; k < 3; k++) {
+            struct mpod *p = &m[nm];
+            snprintf(p->uid, sizeof(p->uid), "r%d-%d", round, k);
+            p->prio = rand() % 3;
+            p->mem = 4000u * (uint64_t)(1 + rand() % 4);
+            snprintf(p->node, sizeof(p->node), "%s", nodes[rand() % 3]);
+            p->gpu = (unsigned)(rand() % 2);
+            uint64_t used = 0;
+            for (size_t i = 0; i < nm; i++)
+                if (m[i].live && strcmp(m[i].node, p->node) == 0 && m[i].gpu == p->gpu)
+                    used += m[i].mem;
+            if (used + p->mem > GPU_MIB)
+                continue;
+            p->live = true;
+            bound(e.s, p->uid, p->prio, p->node, p->gpu, p->mem);
+            nm++;
+        }
+        /* a preemptor */
+        char uid[16];
+        snprintf(uid, sizeof(uid), "hp%d", round);
+        int hprio = 1 + rand() % 4;
+        uint64_t hmem = 4000u * (uint64_t)(1 + rand() % 4);
+        json_t *hp = st_gpu_pod(uid, hprio, hmem, NULL, NULL);
+        char *body = meta_body(hp, nodes, 3);
+        long st;
+        char *out = post(&e, "preempt", body, &st);
+        free(body);
+        if (st != 200)
+            fail_msg("seed %u round %d: preempt status %ld", seed, round, st);
+        json_t *ans = json_loads(out, 0, NULL);
+        free(out);
+        json_t *map = json_object_get(ans, "NodeNameToMetaVictims");
+        assert_true(json_object_size(map) <= 1);
+        const char *node;
+        json_t *v;
+        char chosen_node[8] = "";
+        json_object_foreach(map, node, v)
+        {
+            snprintf(chosen_node, sizeof(chosen_node), "%s", node);
+            json_t *pods = json_object_get(v, "Pods");
+            for (size_t k = 0; k < json_array_size(pods); k++) {
+                const char *vu =
+                    json_string_value(json_object_get(json_array_get(pods, k), "UID"));
+                bool found = false;
+                for (size_t i = 0; i < nm; i++)
+                    if (m[i].live && strcmp(m[i].uid, vu) == 0) {
+                        if (m[i].prio >= hprio || strcmp(m[i].node, node) != 0)
+                            fail_msg("seed %u round %d: victim %s (priority %d on %s) for a "
+                                     "pod of priority %d on %s",
+                                     seed, round, vu, m[i].prio, m[i].node, hprio, node);
+                        m[i].live = false;
+                        deleted(e.s, vu);
+                        found = true;
+                        evicted++;
+                    }
+                if (!found)
+                    fail_msg("seed %u round %d: victim %s is no live pod", seed, round, vu);
+            }
+        }
+        json_decref(ans);
+        /* a pod of lower priority arrives between the preemption and the
+         * preemptor's filter: whatever it gets, not the promised GPUs */
+        json_t *sneak = st_gpu_pod("sneak", hprio - 1, 4000u * (uint64_t)(1 + rand() % 4), NULL, NULL);
+        json_decref(st_filter(e.base, sneak, nodes, 3, &st));
+        bool restarted = false;
+        if (rand() % 20 == 0) { /* restart between preemption and filter */
+            restarted = true;
+            env_stop(&e);
+            env_start(&e, nodes, 3, 2);
+            replay(&e, m, nm);
+        }
+        if (chosen_node[0] != '\0') {
+            preemptions++;
+            json_t *res = st_filter(e.base, hp, nodes, 3, &st);
+            const char *got = st_chosen(res);
+            if (got == NULL || (!restarted && strcmp(got, chosen_node) != 0))
+                fail_msg("seed %u round %d: pods evicted on %s but preemptor %s got %s "
+                         "(GV_PREEMPT_SEED=%u)",
+                         seed, round, chosen_node, uid, got ? got : "no node", seed);
+            /* it binds: read its GPU back from a fresh filter's reservation */
+            struct mpod *p = &m[nm];
+            snprintf(p->uid, sizeof(p->uid), "%s", uid);
+            p->prio = hprio;
+            p->mem = hmem;
+            snprintf(p->node, sizeof(p->node), "%s", got);
+            /* which GPU: the one with room for it on that node, as the
+             * reservation chose; the bound pod then holds it */
+            p->gpu = 2;
+            for (unsigned g = 0; g < 2 && p->gpu == 2; g++) {
+                uint64_t used = 0;
+                for (size_t i = 0; i < nm; i++)
+                    if (m[i].live && strcmp(m[i].node, p->node) == 0 && m[i].gpu == g)
+                        used += m[i].mem;
+                if (used + hmem <= GPU_MIB)
+                    p->gpu = g;
+            }
+            if (p->gpu >= 2)
+                fail_msg("seed %u round %d: %s placed on %s (%llu MiB), where the pods bound "
+                         "leave no GPU that much room", seed, round, uid, got,
+                         (unsigned long long)hmem);
+            json_decref(res);
+            deleted(e.s, "sneak"); /* it never binds */
+            deleted(e.s, uid); /* drop the reservation, then show it bound */
+            p->live = true;
+            bound(e.s, p->uid, p->prio, p->node, p->gpu, p->mem);
+            nm++;
+        } else {
+            deleted(e.s, uid);
+        }
+        json_decref(hp);
+        deleted(e.s, "sneak");
+        json_decref(sneak);
+        /* random deletions */
+        for (size_t i = 0; i < nm; i++)
+            if (m[i].live && rand() % 10 == 0) {
+                m[i].live = false;
+                deleted(e.s, m[i].uid);
+            }
+        check_capacity(m, nm, seed, round);
+    }
+    assert_true(st_metric(e.metrics, "gpuvisor_accounting_drift_repairs_total", "") == 0);
+    printf("random preemptions: seed %u, %d rounds, %u preemptions, %u victims\n", seed, rounds,
+           preemptions, evicted);
+    assert_true(preemptions > 0);
+    env_stop(&e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_meta_round_trip_and_hold),
+        cmocka_unit_test(test_full_pods_form_and_refusals),
+        cmocka_unit_test(test_only_bound_pods_are_victims),
+        cmocka_unit_test(test_events_with_fake_apiserver),
+        cmocka_unit_test(test_restart_between_preempt_and_bind),
+        cmocka_unit_test(test_random_preemptions_with_restarts),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
