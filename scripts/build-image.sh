@@ -49,6 +49,17 @@ image_config() {
     esac
 }
 
+# The commit the image is built from: GV_REVISION when set (a `docker build`
+# context has no .git: the Dockerfiles take it as a build argument), else
+# git's HEAD.
+revision() {
+    if [ -n "${GV_REVISION:-}" ]; then
+        echo "$GV_REVISION"
+    else
+        git -C "$repo" rev-parse HEAD 2>/dev/null || echo "$1"
+    fi
+}
+
 sde() {
     if [ -n "${SOURCE_DATE_EPOCH:-}" ]; then
         echo "$SOURCE_DATE_EPOCH"
@@ -138,7 +149,7 @@ cmd_install_files() {
     for f in "$repo"/LICENSE* "$repo"/COPYING* "$repo/README.md"; do
         [ -f "$f" ] && install -m 0644 "$f" "$root/usr/share/doc/gpuvisor/"
     done
-    printf '%s\n' "gpuvisor $(version), built from $(git -C "$repo" rev-parse HEAD 2>/dev/null || echo 'an unversioned tree')" \
+    printf '%s\n' "gpuvisor $(version), built from $(revision 'an unversioned tree')" \
         >"$root/usr/share/doc/gpuvisor/VERSION"
 }
 
@@ -152,7 +163,7 @@ cmd_oci() {
     ver=$(version)
     name=gpuvisor-$img
     when=$(date -u -d "@$(sde)" +%Y-%m-%dT%H:%M:%SZ)
-    rev=$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)
+    rev=$(revision unknown)
     work=$(mktemp -d "${TMPDIR:-/tmp}/gv-oci.XXXXXX")
     trap 'rm -rf "$work"' EXIT
     lay=$work/layout

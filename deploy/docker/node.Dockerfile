@@ -6,7 +6,8 @@
 # two give the same files (docs/install.md, "Images").  From the repository
 # root:
 #   docker build -f deploy/docker/node.Dockerfile \
-#     --build-arg SOURCE_DATE_EPOCH=$(git log -1 --format=%ct) -t gpuvisor-node:0.1.0 .
+#     --build-arg SOURCE_DATE_EPOCH=$(git log -1 --format=%ct) \
+#     --build-arg GV_REVISION=$(git rev-parse HEAD) -t gpuvisor-node:0.1.0 .
 #
 # The base only hosts the build: the image itself is FROM scratch.  It is
 # pinned by digest: debian:bookworm-slim as of Debian 12.4, the digest Docker
@@ -27,6 +28,9 @@ WORKDIR /src
 COPY . .
 # Fixes every timestamp in the image (reproducible builds).
 ARG SOURCE_DATE_EPOCH
+# The commit recorded in /usr/share/doc/gpuvisor/VERSION (.dockerignore
+# leaves .git out of the context).
+ARG GV_REVISION
 RUN make -j"$(nproc)" build/bin/gpuvisor-node build/lib/libgpuvisor.so \
  && scripts/build-image.sh rootfs node build /rootfs.tar \
  && mkdir /rootfs && tar -C /rootfs --numeric-owner -xpf /rootfs.tar

@@ -2,7 +2,8 @@
 # Docker; `make images` builds the same image without it: both run
 # scripts/build-image.sh (see node.Dockerfile).  From the repository root:
 #   docker build -f deploy/docker/scheduler.Dockerfile \
-#     --build-arg SOURCE_DATE_EPOCH=$(git log -1 --format=%ct) -t gpuvisor-scheduler:0.1.0 .
+#     --build-arg SOURCE_DATE_EPOCH=$(git log -1 --format=%ct) \
+#     --build-arg GV_REVISION=$(git rev-parse HEAD) -t gpuvisor-scheduler:0.1.0 .
 #
 # Base pinned by digest (build stage only); see node.Dockerfile for where the
 # digest comes from (not verified against the registry here) and how to
@@ -17,6 +18,9 @@ RUN apt-get update \
 WORKDIR /src
 COPY . .
 ARG SOURCE_DATE_EPOCH
+# The commit recorded in /usr/share/doc/gpuvisor/VERSION (.dockerignore
+# leaves .git out of the context).
+ARG GV_REVISION
 RUN make -j"$(nproc)" build/bin/gpuvisor-scheduler \
  && scripts/build-image.sh rootfs scheduler build /rootfs.tar \
  && mkdir /rootfs && tar -C /rootfs --numeric-owner -xpf /rootfs.tar

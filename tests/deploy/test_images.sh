@@ -166,6 +166,9 @@ pkgs = [l.split(":", 1)[1].strip() for l in status.splitlines() if l.startswith(
 nolic = [p for p in pkgs if resolve("usr/share/doc/%s/copyright" % p) is None]
 check(pkgs and not nolic, "a licence (usr/share/doc/<package>/copyright) for each of its %d packages" % len(pkgs), nolic)
 check(resolve("usr/share/doc/gpuvisor/VERSION") is not None, "gpuvisor's own notice in usr/share/doc/gpuvisor")
+lic = resolve("usr/share/doc/gpuvisor/LICENSE")
+check(lic is not None and lic.isfile() and tf.extractfile(lic).read() == open("LICENSE", "rb").read(),
+      "gpuvisor's licence: usr/share/doc/gpuvisor/LICENSE is the repository's LICENSE")
 docs = [p for p in members if p.startswith(("usr/share/man/", "usr/share/info/"))
         or (p.startswith("usr/share/locale/") and members[p].isfile() and not p.endswith("locale.alias"))
         or (p.startswith("usr/share/doc/") and members[p].isfile() and not p.endswith("/copyright")
