@@ -225,6 +225,20 @@ static void test_config_deploy_mps_snippet(void **state)
     gv_node_config_free(c);
 }
 
+/* deploy/cdi/node-config-cdi.json loads: CDI on, the spec and driver paths the component mounts. */
+static void test_config_deploy_cdi_snippet(void **state)
+{
+    (void)state;
+    struct gv_node_config *c = NULL;
+    struct gv_error err = {0};
+    assert_int_equal(gv_node_config_load("deploy/cdi/node-config-cdi.json", "node1", &c, &err), GV_OK);
+    assert_true(c->cdi);
+    assert_string_equal(c->cdi_spec_dir, "/var/run/cdi");
+    assert_string_equal(c->driver_root, "/");
+    assert_string_equal(c->container_driver_root, "/driver-root");
+    gv_node_config_free(c);
+}
+
 /* NVIDIA's sharing block, as NVIDIA's plugin reads it (docs/node-agent.md, "Configuration file"). */
 static void test_config_sharing(void **state)
 {
@@ -616,6 +630,7 @@ int main(void)
         cmocka_unit_test(test_config_sharing),
         cmocka_unit_test(test_config_mig_mode),
         cmocka_unit_test(test_config_deploy_mps_snippet),
+        cmocka_unit_test(test_config_deploy_cdi_snippet),
         cmocka_unit_test(test_mode_table),
         cmocka_unit_test(test_mps_thread_percentage),
         cmocka_unit_test(test_sm_count),
