@@ -71,9 +71,12 @@ sde() {
 }
 
 # The host's apt sources (deb822 or one-line), so the image comes from the
-# archive this machine already uses.
+# archive this machine already uses: Debian's own file names first (the
+# debian:bookworm images keep debian.sources), then any other .sources file
+# (mmdebstrap-made trees name theirs 0000debian.sources).
 apt_sources() {
-    for f in /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list; do
+    for f in /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list \
+        /etc/apt/sources.list.d/*.sources; do
         if [ -s "$f" ] && grep -qv '^[[:space:]]*\(#\|$\)' "$f"; then echo "$f"; return; fi
     done
     die "no apt sources in /etc/apt (mmdebstrap needs the Debian archive)"
@@ -102,6 +105,9 @@ cmd_rootfs() {
         fi
     done
     pkgs=$("$here/packages.sh" runtime | paste -sd, -)
+    # Here, not inside mmdebstrap's arguments: a failure there would not stop
+    # the script (set -e ignores command substitutions in arguments).
+    sources=$(apt_sources)
     SOURCE_DATE_EPOCH=$(sde)
     export SOURCE_DATE_EPOCH
     mkdir -p "$(dirname "$out")"
@@ -126,7 +132,7 @@ cmd_rootfs() {
         --customize-hook='rm -rf "$1"/var/cache/debconf/*-old "$1"/var/lib/dpkg/*-old "$1"/var/cache/ldconfig/aux-cache "$1"/usr/share/info' \
         --customize-hook='find "$1"/usr/share/doc -xtype l -delete' \
         --customize-hook="\"$here/build-image.sh\" install-files $img \"$build\" \"\$1\"" \
-        bookworm "$out" "$(apt_sources)"
+        bookworm "$out" "$sources"
 }
 
 # Called by the rootfs hook: gpuvisor's own files in the tree $3.
