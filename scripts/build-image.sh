@@ -7,7 +7,7 @@
 #                                    FROM scratch + COPY of the same tree
 #
 #   scripts/build-image.sh rootfs IMAGE BUILD OUT.tar
-#       the image's file system as a tar: Debian bookworm's Essential set plus
+#       the image's file system as a tar (an empty /dev): Debian bookworm's Essential set plus
 #       the "runtime" group of scripts/debian-packages.txt (mmdebstrap, from
 #       the host's apt sources), gpuvisor's binaries from BUILD (make's output
 #       tree), documentation stripped but every /usr/share/doc/*/copyright kept
@@ -132,7 +132,13 @@ cmd_rootfs() {
         --customize-hook='rm -rf "$1"/var/cache/debconf/*-old "$1"/var/lib/dpkg/*-old "$1"/var/cache/ldconfig/aux-cache "$1"/usr/share/info' \
         --customize-hook='find "$1"/usr/share/doc -xtype l -delete' \
         --customize-hook="\"$here/build-image.sh\" install-files $img \"$build\" \"\$1\"" \
-        bookworm "$out" "$sources"
+        bookworm "$out.full" "$sources"
+    # No device nodes in the image (runtimes give every container its own
+    # /dev; Docker's debian images ship an empty one too), so the tree also
+    # unpacks without CAP_MKNOD: in a Dockerfile's build stage under podman.
+    mmtarfilter --path-exclude='/dev/*' <"$out.full" >"$out.tmp"
+    rm -f "$out.full"
+    mv -f "$out.tmp" "$out"
 }
 
 # Called by the rootfs hook: gpuvisor's own files in the tree $3.

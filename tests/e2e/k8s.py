@@ -133,7 +133,12 @@ class Api:
 
 
 def kubectl(*args, check=True, capture=True, input=None):
-    r = subprocess.run([os.path.join(BIN, "kubectl"), "--kubeconfig", kubeconfig()] + list(args),
+    # the harness's kubectl (1.20), else the PATH's (a $KUBECONFIG cluster
+    # on a machine without the harness)
+    exe = os.path.join(BIN, "kubectl")
+    if not os.path.exists(exe):
+        exe = "kubectl"
+    r = subprocess.run([exe, "--kubeconfig", kubeconfig()] + list(args),
                        capture_output=capture, text=True, input=input)
     if check and r.returncode != 0:
         raise RuntimeError("kubectl %s: %s" % (" ".join(args), (r.stderr or "")[-600:]))

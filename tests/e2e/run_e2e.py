@@ -2,11 +2,19 @@
 """make e2e: gpuvisor installed from deploy/ on a real Kubernetes, checked with
 real pods, real images, the real kubelet and the real kube-scheduler.
 
-The cluster: ../shared/k8s's loopback Kubernetes v1.20.2 (started here and
-stopped at the end), or any cluster KUBECONFIG names (then nothing is started
-or stopped, and the cluster must already have a pod network and the images,
-and this machine must be its node GV_E2E_NODE: the fakes are mounted from
-here).  On the loopback cluster this adds what its
+The cluster: ../shared/k8s's loopback Kubernetes v1.20.2 (started here, under
+/var/tmp/gv-k8s.lock, and stopped at the end), or any cluster KUBECONFIG names.
+Then nothing is started or stopped and no lock is taken; the cluster must
+already have a pod network and the images (make images' and the overlay's
+stand-ins), this machine must be its node GV_E2E_NODE (the fakes are mounted
+from here; its containerd socket GV_E2E_CONTAINERD, default
+/run/containerd/containerd.sock, takes the upgrade check's image tag), and the
+run ends by checking that the cluster is left as it was found: gpuvisor
+installed and uninstalled, nothing else (last check).  `run_e2e.py --up` /
+`--down` bring the loopback cluster up with everything the suite needs, and
+take it down, for trying that path on this machine (the caller holds the
+lock: `flock /var/tmp/gv-k8s.lock sh -c 'run_e2e.py --up && KUBECONFIG=...
+make e2e; run_e2e.py --down'`).  On the loopback cluster this adds what its
 README says it lacks: a pod network (Debian's CNI plugins: bridge +
 host-local + portmap on 10.244.0.0/16, the pod CIDR deploy/'s
 network-policy.yaml names), kube-proxy (iptables mode), the "kubernetes"
@@ -21,6 +29,7 @@ difference).  Each check prints one line: "PASS <name>: <figure>" or
 Everything is removed at the end, on failure too (the cluster's logs are
 copied to $GV_E2E_LOGS, default build/e2e-logs, first).
 """
+import contextlib
 import json
 import os
 import re
@@ -87,7 +96,12 @@ def wait(what, fn, timeout, every=1.0):
 
 # ---------------------------------------------------------------- cluster setup
 
-CTR = "ctr -a %s -n k8s.io" % os.path.join(k8s.RUN, "containerd", "containerd.sock")
+# the node's containerd: the harness's, or GV_E2E_CONTAINERD on a
+# $KUBECONFIG cluster (this machine is its node)
+OWN = not os.environ.get("KUBECONFIG")
+CTR = "ctr -a %s -n k8s.io" % (os.path.join(k8s.RUN, "containerd", "containerd.sock") if OWN else
+                               os.environ.get("GV_E2E_CONTAINERD", "/run/containerd/containerd.sock"))
+UPGRADE_TAG = "docker.io/library/gpuvisor-node:%s-e2e" % VERSION
 
 
 def add_pod_network(api):
@@ -181,10 +195,17 @@ def install():
     key = sh("openssl rand -hex 32").strip()
     kubectl("-n", NS, "create", "secret", "generic", "gpuvisor-placement-key",
             "--from-literal=key=" + key)
+    ks = api_labels("/api/v1/namespaces/kube-system")
+    install.labelled_kube_system = "kubernetes.io/metadata.name" not in ks
     kubectl("label", "namespace", "kube-system", "kubernetes.io/metadata.name=kube-system",
             "--overwrite")
     kubectl("apply", "--dry-run=server", "-k", OVERLAY)  # step 4
     return kubectl("apply", "-k", OVERLAY)
+
+
+def api_labels(path):
+    out = json.loads(kubectl("get", "--raw", path))
+    return out["metadata"].get("labels") or {}
 
 
 def wait_running():
@@ -428,8 +449,7 @@ def run_checks(api):
     cid0 = (k0["status"].get("containerStatuses") or [{}])[0].get("containerID")
     env0 = kubectl("-n", "e2e", "exec", "keeper", "--", "sh", "-c",
                    "env | grep ^CUDA_DEVICE_ | sort", check=False)
-    sh("%s images tag --force docker.io/library/gpuvisor-node:%s docker.io/library/gpuvisor-node:%s-e2e"
-       % (CTR, VERSION, VERSION))
+    sh("%s images tag --force docker.io/library/gpuvisor-node:%s %s" % (CTR, VERSION, UPGRADE_TAG))
     kubectl("-n", NS, "set", "image", "ds/gpuvisor-node",
             "gpuvisor-node=gpuvisor-node:%s-e2e" % VERSION,
             "install-interposer=gpuvisor-node:%s-e2e" % VERSION)
@@ -443,6 +463,8 @@ def run_checks(api):
           "container %s kept: %s; limits %s" % ((cid0 or "-")[-12:], cid0 == cid1,
                                                  env1.strip().replace("\n", " ") or "(none)"))
     kubectl("apply", "-k", OVERLAY)  # back to the deploy's image
+    kubectl("-n", NS, "rollout", "status", "ds/gpuvisor-node", "--timeout=240s", check=False)
+    sh("%s images rm %s" % (CTR, UPGRADE_TAG), check_rc=False)
 
     # -- kubectl delete -k leaves nothing of ours behind
     for n in ("e2e", "e2e-burst"):
@@ -479,9 +501,87 @@ def run_checks(api):
     kubectl("label", "node", NODE, "gpuvisor.io/gpu-node-", check=False)
     kubectl("annotate", "node", NODE, "gpuvisor.io/node-gpus-", "gpuvisor.io/node-heartbeat-",
             check=False)
+    if getattr(install, "labelled_kube_system", False):  # docs/install.md, Uninstall (1.20)
+        kubectl("label", "namespace", "kube-system", "kubernetes.io/metadata.name-", check=False)
     host_left = [h for h in host if os.path.exists(h)]
     check("uninstall leaves no host files of ours", not host_left,
           "left: %s" % (host_left or "none"))
+
+
+def cluster_state(api):
+    """What a $KUBECONFIG run must leave as it found it: the nodes (names;
+    this node's labels, annotations and taints), namespaces and kube-system's
+    labels, cluster-wide objects (webhooks, RBAC, CRDs, priority classes),
+    the images on this node and the iptables rules (packet counters left
+    out).  The kubelet keeps a departed device plugin's resources at 0 in the
+    node's capacity until it restarts (docs/install.md, Uninstall): those
+    entries are left out too."""
+    st = {}
+    nodes = api.ok("GET", "/api/v1/nodes")["items"]
+    st["nodes"] = sorted(n["metadata"]["name"] for n in nodes)
+    for n in nodes:
+        if n["metadata"]["name"] == NODE:
+            md = n["metadata"]
+            st["node labels"] = md.get("labels") or {}
+            st["node annotations"] = md.get("annotations") or {}
+            st["node taints"] = n["spec"].get("taints") or []
+            st["node capacity"] = {k: v for k, v in n["status"].get("capacity", {}).items()
+                                   if v != "0"}
+    nss = api.ok("GET", "/api/v1/namespaces")["items"]
+    st["namespaces"] = sorted(n["metadata"]["name"] for n in nss)
+    st["kube-system labels"] = next((n["metadata"].get("labels") or {} for n in nss
+                                     if n["metadata"]["name"] == "kube-system"), {})
+    for path in ("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+                 "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+                 "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+                 "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+                 "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                 "/apis/scheduling.k8s.io/v1/priorityclasses",
+                 "/api/v1/persistentvolumes"):
+        st[path.rsplit("/", 1)[1]] = sorted(o["metadata"]["name"] for o in api.ok("GET", path)["items"])
+    st["images"] = sorted(sh("%s images ls -q" % CTR, check_rc=False).split())
+    st["iptables"] = sorted(re.sub(r"\[\d+:\d+\]", "", l) for l in sh("iptables-save", check_rc=False)
+                            .splitlines() if l and not l.startswith("#"))
+    return st
+
+
+def state_diff(before, after):
+    """[(what, removed, added)] for each part that differs."""
+    out = []
+    for k in before:
+        b, a = before[k], after.get(k)
+        if b == a:
+            continue
+        if isinstance(b, dict):
+            a = a or {}
+            out.append((k, sorted("%s=%s" % (x, b[x]) for x in b if a.get(x) != b[x]),
+                        sorted("%s=%s" % (x, a[x]) for x in a if b.get(x) != a[x])))
+        elif isinstance(b, list) and all(isinstance(x, str) for x in b + (a or [])):
+            out.append((k, sorted(set(b) - set(a or [])), sorted(set(a or []) - set(b))))
+        else:
+            out.append((k, [json.dumps(b)[:200]], [json.dumps(a)[:200]]))
+    return out
+
+
+def remove_leftovers(api, fake_prefix="e2e-fake-"):
+    """After a $KUBECONFIG run that stopped part-way: what the checks create
+    and their own uninstall would have removed (each step harmless when
+    already done)."""
+    for n in ("e2e", "e2e-burst"):
+        api.call("DELETE", "/api/v1/namespaces/" + n)
+    for n in api.ok("GET", "/api/v1/nodes")["items"]:
+        if n["metadata"]["name"].startswith(fake_prefix):
+            api.call("DELETE", "/api/v1/nodes/" + n["metadata"]["name"])
+    kubectl("delete", "-k", OVERLAY, "--ignore-not-found", "--wait=true", check=False)
+    kubectl("delete", "namespace", NS, "--ignore-not-found", check=False)
+    kubectl("label", "node", NODE, "gpuvisor.io/gpu-node-", check=False)
+    kubectl("annotate", "node", NODE, "gpuvisor.io/node-gpus-", "gpuvisor.io/node-heartbeat-",
+            check=False)
+    if getattr(install, "labelled_kube_system", False):
+        kubectl("label", "namespace", "kube-system", "kubernetes.io/metadata.name-", check=False)
+    sh("%s images rm %s" % (CTR, UPGRADE_TAG), check_rc=False)
+    for n in ("e2e", "e2e-burst", NS):
+        wait("namespace %s gone" % n, lambda: api.call("GET", "/api/v1/namespaces/" + n)[0] == 404, 120)
 
 
 def prepare_fakes():
@@ -534,6 +634,23 @@ def teardown_network():
             pass
 
 
+def loopback_up():
+    """--up: the loopback cluster with everything the suite needs (the
+    caller holds the lock)."""
+    k8s.start_cluster()
+    api = k8s.Api()
+    add_pod_network(api)
+    add_kube_proxy(api)
+    import_images()
+
+
+def loopback_down():
+    """--down: the loopback cluster and what --up added, gone."""
+    k8s.stop_cluster()
+    teardown_network()
+    shutil.rmtree(WORK, ignore_errors=True)
+
+
 def main():
     if os.geteuid() != 0:
         print("FAIL e2e: needs root (the loopback cluster runs containerd and a kubelet)")
@@ -543,18 +660,33 @@ def main():
         if not os.path.exists(need):
             print("FAIL e2e: %s missing (make e2e builds it)" % need)
             return 1
-    own = not os.environ.get("KUBECONFIG")
+    if sys.argv[1:] in (["--up"], ["--down"]):
+        if not OWN:
+            print("run_e2e.py %s: the loopback cluster only (unset KUBECONFIG)" % sys.argv[1])
+            return 2
+        try:
+            (loopback_up if sys.argv[1] == "--up" else loopback_down)()
+        except Exception as e:
+            print("run_e2e.py %s: %s" % (sys.argv[1], e))
+            return 1
+        return 0
     t0 = time.time()
     signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
-    with k8s.Lock():
+    # The lock guards the loopback cluster's fixed ports: taken when this
+    # run starts that cluster; on a $KUBECONFIG cluster whoever started it
+    # owns it (the loopback one too: its --up caller holds the lock).
+    with (k8s.Lock() if OWN else contextlib.nullcontext()):
+        found = None
         try:
-            if own:
+            if OWN:
                 if not os.path.exists(os.path.join(k8s.BIN, "kubelet")):
                     subprocess.run([os.path.join(k8s.HARNESS, "build.sh")], check=True)
                 k8s.start_cluster()
             api = k8s.Api()
+            if not OWN:
+                found = cluster_state(api)
             prepare_fakes()
-            if own:
+            if OWN:
                 add_pod_network(api)
                 add_kube_proxy(api)
                 import_images()
@@ -565,9 +697,19 @@ def main():
             check("e2e run", False, "interrupted")
         finally:
             save_logs()
-            if own:
+            if OWN:
                 k8s.stop_cluster()
                 teardown_network()
+            elif found is not None:
+                try:
+                    if not all(results):
+                        remove_leftovers(api)
+                    diff = state_diff(found, cluster_state(api))
+                    check("the $KUBECONFIG cluster is left as it was found", not diff,
+                          "; ".join("%s: -%s +%s" % (k, r[:4], a[:4]) for k, r, a in diff)[:800]
+                          or "nodes, namespaces, cluster objects, images, iptables rules as before")
+                except Exception as e:
+                    check("the $KUBECONFIG cluster is left as it was found", False, "aborted: %s" % e)
             shutil.rmtree(WORK, ignore_errors=True)
     npass = sum(results)
     nfail = len(results) - npass
