@@ -90,6 +90,13 @@ gv_status gv_file_write_atomic(const char *path, const void *data, size_t len, u
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, (mode_t)mode);
     if (fd < 0)
         return gv_error_set(err, GV_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+    /*
+     * Exactly the mode asked for, whatever the process umask: files other
+     * users must read (a container's limits file, a CDI spec the runtime
+     * reads) stay readable under a strict umask.
+     */
+    if (fchmod(fd, (mode_t)mode) != 0)
+        goto fail;
     const char *p = data;
     size_t left = len;
     while (left > 0) {

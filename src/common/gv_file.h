@@ -16,7 +16,8 @@
 /* Reads a whole file into a NUL-terminated heap buffer (*out, *len). */
 gv_status gv_file_read_all(const char *path, char **out, size_t *len, struct gv_error *err);
 
-/* Writes data to path atomically with the given mode (e.g. 0644). */
+/* Writes data to path atomically with exactly the given mode (e.g. 0644;
+ * the umask does not apply). */
 gv_status gv_file_write_atomic(const char *path, const void *data, size_t len, unsigned mode,
                                struct gv_error *err);
 

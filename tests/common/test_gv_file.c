@@ -154,6 +154,23 @@ static void test_failed_write_keeps_old_file(void **state)
     unlink(path);
 }
 
+/* The mode asked for, exactly: a strict umask does not take readers' bits away. */
+static void test_write_mode_ignores_umask(void **state)
+{
+    (void)state;
+    char path[600];
+    snprintf(path, sizeof(path), "%s/spec.json", dir);
+    struct gv_error err;
+    mode_t old = umask(077);
+    gv_status st = gv_file_write_atomic(path, "{}", 2, 0644, &err);
+    umask(old);
+    assert_int_equal(st, GV_OK);
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0644);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -162,6 +179,7 @@ int main(void)
         cmocka_unit_test(test_write_path_too_long),
         cmocka_unit_test(test_write_over_directory),
         cmocka_unit_test(test_failed_write_keeps_old_file),
+        cmocka_unit_test(test_write_mode_ignores_umask),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

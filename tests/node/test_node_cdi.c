@@ -328,7 +328,10 @@ static void test_cdi_write_atomic(void **state)
     snprintf(dir, sizeof(dir), "%s/var-run-cdi", root);
     json_t *spec = json_pack("{s:s}", "cdiVersion", GV_CDI_VERSION);
     struct gv_error err;
+    /* 0644 whatever the agent's umask: the runtime reads the spec as any user */
+    mode_t old_mask = umask(077);
     assert_int_equal(gv_cdi_write(dir, "gpuvisor-gpu.json", spec, &err), GV_OK);
+    umask(old_mask);
     snprintf(path, sizeof(path), "%s/gpuvisor-gpu.json", dir);
     struct stat st;
     assert_int_equal(stat(path, &st), 0);
