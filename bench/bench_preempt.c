@@ -65,18 +65,13 @@ int main(void)
     }
     gv_sched_config_clear(&cfg);
     srand(26);
-    struct gpu_desc g[GPUS];
-    for (int i = 0; i < GPUS; i++)
-        g[i] = (struct gpu_desc){"NVIDIA A100-SXM4-80GB", GPU_MIB, 10};
     json_t *names = json_array();
     for (int n = 0; n < NODES; n++) {
         char name[32];
         snprintf(name, sizeof(name), "node-%03d", n);
-        char *inv = st_inventory(name, g, GPUS, true);
-        json_t *node = st_node(name, inv, 0);
+        json_t *node = st_uniform_node(name, "NVIDIA A100-SXM4-80GB", GPU_MIB, 10, GPUS);
         gv_sched_node_update(s, node);
         json_decref(node);
-        free(inv);
         json_array_append_new(names, json_string(name));
         /* 50 pods over 8 GPUs (7 on two, 6 on the rest), 2200 MiB each,
          * priorities 0..9: every GPU is too full for the preemptors */

@@ -123,17 +123,12 @@ int main(void)
     gv_kube_config_free(kc);
     struct run *r = calloc(1, sizeof(*r));
     static char node_names[N_NODES][32];
-    struct gpu_desc g[GPUS];
-    for (int i = 0; i < GPUS; i++)
-        g[i] = (struct gpu_desc){"Tesla T4", GPU_MIB, SPLIT};
     for (int i = 0; i < N_NODES; i++) {
         snprintf(node_names[i], sizeof(node_names[i]), "burst-%02d", i);
         r->names[i] = node_names[i];
-        char *inv = st_inventory(node_names[i], g, GPUS, true);
-        json_t *n = st_node(node_names[i], inv, 0);
+        json_t *n = st_uniform_node(node_names[i], "Tesla T4", GPU_MIB, SPLIT, GPUS);
         st_put_node(kube, n);
         json_decref(n);
-        free(inv);
     }
     char dir[] = "/tmp/gv-bench-burst-XXXXXX";
     if (mkdtemp(dir) == NULL)

@@ -112,19 +112,14 @@ static void stop_daemon(struct daemon *d)
 
 static void make_nodes(struct gv_kube_client *c, int first, int count)
 {
-    struct gpu_desc g[GPUS_PER_NODE];
-    for (int i = 0; i < GPUS_PER_NODE; i++)
-        g[i] = (struct gpu_desc){"NVIDIA A100-SXM4-80GB", GPU_MIB, SPLIT};
     for (int i = first; i < first + count; i++) {
         char name[32];
         snprintf(name, sizeof(name), "node-%04d", i);
-        char *inv = st_inventory(name, g, GPUS_PER_NODE, true);
-        json_t *n = st_node(name, inv, 0);
+        json_t *n = st_uniform_node(name, "NVIDIA A100-SXM4-80GB", GPU_MIB, SPLIT, GPUS_PER_NODE);
         struct gv_error err = {0};
         if (gv_kube_create(c, "/api/v1/nodes", n, NULL, &err) != GV_OK)
             fprintf(stderr, "node %s: %s\n", name, err.msg);
         json_decref(n);
-        free(inv);
     }
 }
 
@@ -555,19 +550,14 @@ static int part_inproc(const char *policy, int n_nodes)
         fprintf(stderr, "gv_sched_new: %s\n", err.msg);
         _exit(1);
     }
-    struct gpu_desc g[GPUS_PER_NODE];
-    for (int i = 0; i < GPUS_PER_NODE; i++)
-        g[i] = (struct gpu_desc){"NVIDIA A100-SXM4-80GB", GPU_MIB, SPLIT};
     /* The inventory text is what the daemon parses; only this process's
      * copies of it are freed again before the heap is read. */
     for (int i = 0; i < n_nodes; i++) {
         char name[32];
         snprintf(name, sizeof(name), "node-%04d", i);
-        char *inv = st_inventory(name, g, GPUS_PER_NODE, true);
-        json_t *n = st_node(name, inv, 0);
+        json_t *n = st_uniform_node(name, "NVIDIA A100-SXM4-80GB", GPU_MIB, SPLIT, GPUS_PER_NODE);
         gv_sched_node_update(s, n);
         json_decref(n);
-        free(inv);
     }
     malloc_trim(0);
     size_t heap1 = heap_bytes();

@@ -30,3 +30,4 @@ TEST_PROGS += test_defrag
 test_defrag_SRCS := tests/alloc/test_defrag.c
 test_defrag_LIBS := alloc common
 test_defrag_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)
+test_defrag_CFLAGS := -I.

@@ -25,6 +25,7 @@
 
 #include "alloc/gv_alloc.h"
 #include "alloc/gv_defrag.h"
+#include "tests/alloc/alloc_testlib.h"
 
 static uint64_t seed, rng_state;
 
@@ -52,17 +53,10 @@ struct world {
     uint32_t gpus;
 };
 
+/* Fractional requests (milli of ngpu GPUs, no memory): alloc_testlib.h's simple_req. */
 static struct gv_alloc_request *frac_req(const char *uid, uint32_t milli, uint32_t ngpu)
 {
-    struct gv_alloc_request *r;
-    assert_int_equal(gv_alloc_request_new(&r, NULL), GV_OK);
-    snprintf(r->uid, sizeof(r->uid), "%s", uid);
-    r->n_containers = 1;
-    snprintf(r->containers[0].name, sizeof(r->containers[0].name), "main");
-    r->containers[0].num_gpu = ngpu;
-    r->containers[0].milli = milli;
-    r->containers[0].priority = -1;
-    return r;
+    return simple_req(uid, ngpu, 0, milli);
 }
 
 /* Random nodes; pods placed by a random fitting GPU (not the engine's

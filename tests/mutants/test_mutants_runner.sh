@@ -11,12 +11,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d "${GV_TEST_TMP:-/tmp}/mutants-runner.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 n=0
-check() { # description, command: ok when the command succeeds
-    local d=$1; shift
-    n=$((n + 1))
-    if "$@" >"$tmp/last" 2>&1; then echo "ok $n - $d"; else
-        echo "not ok $n - $d"; sed 's/^/# /' "$tmp/last" | head -30; fi
-}
+. "$here/../runner/tap_check.sh"
 
 repo="$tmp/repo"
 mkdir -p "$repo/src" "$repo/tests/mutants"

@@ -162,9 +162,15 @@ class StandIn(Proc):
 
     def restart(self, timeout=10):
         """Kubelet restart; returns (restarted, registered) events, in whichever
-        order they come (the plugin may re-register before the stand-in reports)."""
+        order they come (the plugin may re-register before the stand-in reports).
+        What the new registration brings before "restarted" is printed (the
+        new ListAndWatch's first device list: the Go stand-in's server is up,
+        and the plugin may register and be watched, before its command loop
+        says "restarted") stays for the next event() call instead of being
+        skipped: a caller waiting for that list would otherwise wait for a
+        second one that never comes (flaky under load)."""
         self.send(json.dumps({"cmd": "restart"}))
-        got = {}
+        got, after = {}, []
 
         def match(ln):
             try:
@@ -173,8 +179,11 @@ class StandIn(Proc):
                 return False
             if ev.get("event") in ("restarted", "registered") and ev["event"] not in got:
                 got[ev["event"]] = ev
+            elif "registered" in got:
+                after.append(ln)
             return len(got) == 2
         self.expect(match, timeout)
+        self.early.extend(after)
         return got.get("restarted"), got.get("registered")
 
     def cmd(self, name, timeout=15, **kw):

@@ -9,12 +9,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d "${GV_TEST_TMP:-/tmp}/runner.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 n=0
-check() { # description, command: ok when the command succeeds
-    local d=$1; shift
-    n=$((n + 1))
-    if "$@" >"$tmp/last" 2>&1; then echo "ok $n - $d"; else
-        echo "not ok $n - $d"; sed 's/^/# /' "$tmp/last" | head -20; fi
-}
+. "$here/runner/tap_check.sh"
 mk() { # name, body: an executable stand-in test
     printf '#!/bin/sh\n%s\n' "$2" >"$tmp/$1"; chmod +x "$tmp/$1"
 }

@@ -48,6 +48,21 @@ json_t *st_node(const char *name, const char *inventory, long heartbeat_age_s)
                      "kubernetes.io/hostname", name);
 }
 
+json_t *st_uniform_node(const char *name, const char *model, uint64_t mem_mib, unsigned split,
+                        unsigned n_gpus)
+{
+    struct gpu_desc *g = calloc(n_gpus ? n_gpus : 1, sizeof(*g));
+    if (g == NULL)
+        return NULL;
+    for (unsigned i = 0; i < n_gpus; i++)
+        g[i] = (struct gpu_desc){model, mem_mib, split};
+    char *inv = st_inventory(name, g, n_gpus, true);
+    json_t *node = st_node(name, inv, 0);
+    free(inv);
+    free(g);
+    return node;
+}
+
 json_t *st_gpu_pod(const char *uid, int prio, unsigned long long mem, const char *node,
                    const char *assign)
 {

@@ -26,6 +26,10 @@ char *st_inventory(const char *node, const struct gpu_desc *gpus, unsigned n, bo
 /* Node object with inventory (NULL = none) and a heartbeat age_s seconds old
  * (< 0 = no heartbeat). */
 json_t *st_node(const char *name, const char *inventory, long heartbeat_age_s);
+/* A node of n_gpus identical GPUs (model, mem_mib, split), all healthy, with
+ * a fresh heartbeat: st_inventory + st_node for the common uniform case. */
+json_t *st_uniform_node(const char *name, const char *model, uint64_t mem_mib, unsigned split,
+                        unsigned n_gpus);
 /* Creates (or replaces, keeping nothing) a node on the API server. */
 void st_put_node(struct gv_kube_client *c, json_t *node);
 

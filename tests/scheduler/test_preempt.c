@@ -43,15 +43,10 @@ static void env_start_kube(struct env *e, const char *const *nodes, size_t n_nod
     assert_int_equal(gv_sched_config_parse(cfg_text, strlen(cfg_text), &cfg, &err), GV_OK);
     assert_int_equal(gv_sched_new(&cfg, kube, &e->s, &err), GV_OK);
     gv_sched_config_clear(&cfg);
-    struct gpu_desc g[8];
-    for (unsigned i = 0; i < gpus; i++)
-        g[i] = (struct gpu_desc){"NVIDIA A100-SXM4-80GB", GPU_MIB, 4};
     for (size_t i = 0; i < n_nodes; i++) {
-        char *inv = st_inventory(nodes[i], g, gpus, true);
-        json_t *node = st_node(nodes[i], inv, 0);
+        json_t *node = st_uniform_node(nodes[i], "NVIDIA A100-SXM4-80GB", GPU_MIB, 4, gpus);
         gv_sched_node_update(e->s, node);
         json_decref(node);
-        free(inv);
     }
     struct gv_httpd_options o = {.name = "extender", .address = "127.0.0.1",
                                  .max_body = 64u << 20, .max_connections = 16};
