@@ -40,8 +40,12 @@ WARNINGS := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wstrict-prototypes \
             -Wmissing-prototypes -Wpointer-arith -Wvla -Wundef
 CSTD     := -std=c11 -D_GNU_SOURCE
 OPT      ?= -O2 -g
+# -fdebug-prefix-map: the debug info names the checkout as ".", so the
+# stripped binaries (whose build ID hashes that debug info) are the same
+# bytes whichever directory builds them: make images here and a
+# Dockerfile's build stage in /src give the same image.
 CFLAGS_BASE := $(CSTD) $(OPT) $(WARNINGS) -fPIC -Isrc -MMD -MP \
-               -fno-omit-frame-pointer
+               -fno-omit-frame-pointer -fdebug-prefix-map=$(CURDIR)=.
 LDFLAGS_BASE :=
 
 ifneq ($(SAN),)

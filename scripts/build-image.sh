@@ -108,6 +108,14 @@ cmd_rootfs() {
     # Here, not inside mmdebstrap's arguments: a failure there would not stop
     # the script (set -e ignores command substitutions in arguments).
     sources=$(apt_sources)
+    # Under one name whichever file it came from: mmdebstrap names the
+    # image's sources file after it (etc/apt/sources.list.d/0000<name>).
+    srcdir=$(mktemp -d "${TMPDIR:-/tmp}/gv-apt.XXXXXX")
+    trap 'rm -rf "$srcdir"' EXIT
+    case $sources in
+    *.sources) cp "$sources" "$srcdir/debian.sources"; sources=$srcdir/debian.sources ;;
+    *) cp "$sources" "$srcdir/sources.list"; sources=$srcdir/sources.list ;;
+    esac
     SOURCE_DATE_EPOCH=$(sde)
     export SOURCE_DATE_EPOCH
     mkdir -p "$(dirname "$out")"
@@ -130,6 +138,7 @@ cmd_rootfs() {
         --dpkgopt='path-include=/usr/share/locale/locale.alias' \
         --dpkgopt='path-exclude=/usr/share/lintian/*' \
         --customize-hook='rm -rf "$1"/var/cache/debconf/*-old "$1"/var/lib/dpkg/*-old "$1"/var/cache/ldconfig/aux-cache "$1"/usr/share/info' \
+        --customize-hook='echo localhost >"$1"/etc/hostname' \
         --customize-hook='find "$1"/usr/share/doc -xtype l -delete' \
         --customize-hook="\"$here/build-image.sh\" install-files $img \"$build\" \"\$1\"" \
         bookworm "$out.full" "$sources"
