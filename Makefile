@@ -20,6 +20,8 @@
 #                        every one must make its tests fail
 #   make images          OCI image archives of gpuvisor-node and
 #                        gpuvisor-scheduler in build/images/ (root, apt)
+#   make images-docker-check  build the Dockerfiles (podman), same files as
+#                        make images' (root, apt)
 #   make e2e             deploy/ on a real Kubernetes (the loopback 1.20 of
 #                        ../shared/k8s, or $KUBECONFIG's), real pods (root)
 
@@ -190,7 +192,7 @@ clean:
 	rm -rf build build-clang build-san build-clang-san build-fuzz build-cov
 
 help:
-	@sed -n '3,22p' Makefile
+	@sed -n '3,26p' Makefile
 
 # Flake hunting: the same suite N times (fresh scratch and logs per run,
 # build/test-logs/run-<i>/), then every case that failed at least once with
@@ -239,7 +241,7 @@ IMAGE_VERSION := $(shell sed -n 's/^\#define GV_VERSION "\(.*\)"$$/\1/p' src/com
 IMAGE_DIR     := $(BUILD)/images
 IMAGES        := $(IMAGE_DIR)/gpuvisor-node-$(IMAGE_VERSION).oci.tar \
                  $(IMAGE_DIR)/gpuvisor-scheduler-$(IMAGE_VERSION).oci.tar
-.PHONY: images
+.PHONY: images images-docker-check
 images: $(IMAGES)
 	$(Q)for f in $(IMAGES); do echo "  IMAGE   $$f"; done
 $(IMAGE_DIR)/node.rootfs.tar: $(BUILD)/bin/gpuvisor-node $(BUILD)/lib/libgpuvisor.so
@@ -251,5 +253,10 @@ $(IMAGE_DIR)/%.rootfs.tar: scripts/build-image.sh scripts/debian-packages.txt
 $(IMAGE_DIR)/gpuvisor-%-$(IMAGE_VERSION).oci.tar: $(IMAGE_DIR)/%.rootfs.tar
 	@echo "  OCI     $@"
 	$(Q)scripts/build-image.sh oci $* $< $@
+
+# Both Dockerfiles built for real (podman) and compared, file by file, with
+# make images' archives (scripts/check-dockerfiles.sh).  Root; CI runs it.
+images-docker-check: images
+	$(Q)scripts/check-dockerfiles.sh $(BUILD)
 
 -include $(ALL_OBJS:.o=.d)
