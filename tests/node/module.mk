@@ -53,6 +53,7 @@ test_node_recovery_tmp_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CON
 test_node_recovery_tmp_CFLAGS := $(NODE_CFLAGS)
 $(BUILD)/obj/tests/node/test_node_recovery_tmp.o: $(NODE_PB_H)
 
+TEST_SCRIPTS += tests/node/test_standin_order.py
 TEST_SCRIPTS += tests/node/test_grpc_transport.py tests/node/test_node_agent.py tests/node/test_node_crash.py
 # /metrics and the NVML backstop (docs/observability.md)
 TEST_SCRIPTS += tests/node/test_node_metrics.py
