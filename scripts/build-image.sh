@@ -123,7 +123,10 @@ cmd_rootfs() {
     # no /proc, /sys, /dev mounts, so the same command runs in an unprivileged
     # `docker build` stage; no package in the set needs them to install.
     # merged-usr hook: /bin -> usr/bin without the usrmerge package (and
-    # the Perl it pulls in).  The dpkg path filters keep docs, manuals and
+    # the Perl it pulls in).  mmdebstrap copies the build host's
+    # resolv.conf and hostname in: removed (the runtime mounts its own;
+    # they would name this machine's DNS server in the image and differ
+    # from host to host).  The dpkg path filters keep docs, manuals and
     # translations out, the copyright files (licences) in.
     # shellcheck disable=SC2016
     mmdebstrap --mode="$mode" --variant=essential --format=tar \
@@ -138,7 +141,7 @@ cmd_rootfs() {
         --dpkgopt='path-include=/usr/share/locale/locale.alias' \
         --dpkgopt='path-exclude=/usr/share/lintian/*' \
         --customize-hook='rm -rf "$1"/var/cache/debconf/*-old "$1"/var/lib/dpkg/*-old "$1"/var/cache/ldconfig/aux-cache "$1"/usr/share/info' \
-        --customize-hook='echo localhost >"$1"/etc/hostname' \
+        --customize-hook='rm -f "$1"/etc/resolv.conf "$1"/etc/hostname' \
         --customize-hook='find "$1"/usr/share/doc -xtype l -delete' \
         --customize-hook="\"$here/build-image.sh\" install-files $img \"$build\" \"\$1\"" \
         bookworm "$out.full" "$sources"

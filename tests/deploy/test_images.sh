@@ -174,6 +174,8 @@ docs = [p for p in members if p.startswith(("usr/share/man/", "usr/share/info/")
         or (p.startswith("usr/share/doc/") and members[p].isfile() and not p.endswith("/copyright")
             and not p.startswith("usr/share/doc/gpuvisor/"))]
 check(not docs, "no manuals, info pages, translations or other docs", docs[:5])
+hostf = [p for p in ("etc/resolv.conf", "etc/hostname") if p in members]
+check(not hostf, "nothing of the build host (its resolv.conf, hostname: the runtime mounts them)", hostf)
 devs = [p for p, t in members.items() if t.ischr() or t.isblk() or t.isfifo()]
 check(not devs, "no device nodes (the runtime provides /dev; a build stage needs no CAP_MKNOD)", devs[:5])
 check(total < 100 * 1024 * 1024, "uncompressed size %.1f MiB, under 100 MiB" % (total / 1048576.0))
