@@ -13,25 +13,7 @@ cd "$(git rev-parse --show-toplevel 2>/dev/null || pwd)"
 . tests/deploy/render-prereqs.sh
 tmp=$(mktemp -d "${GV_TEST_TMP:-/tmp}/deploy-mps.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/overlay"
-cat >"$tmp/overlay/kustomization.yaml" <<YAML
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - $(realpath --relative-to="$tmp/overlay" deploy/kubernetes/v1.34)
-components:
-  - $(realpath --relative-to="$tmp/overlay" deploy/mps)
-YAML
-for what in overlay base; do
-    src=$tmp/overlay
-    [ $what = base ] && src=deploy/kubernetes/v1.34
-    if ! kubectl kustomize "$src" >"$tmp/$what.yaml" 2>"$tmp/err"; then
-        echo "1..1"
-        echo "not ok 1 - kubectl kustomize with deploy/mps ($what) failed"
-        sed 's/^/# /' "$tmp/err"
-        exit 1
-    fi
-done
+render_components "$tmp" mps
 
 exec "$PY" - "$tmp/overlay.yaml" "$tmp/base.yaml" <<'PYEOF'
 import sys, yaml

@@ -23,26 +23,7 @@ export BUILD
 . tests/deploy/render-prereqs.sh
 tmp=$(mktemp -d "${GV_TEST_TMP:-/tmp}/deploy-ro.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/overlay"
-cat >"$tmp/overlay/kustomization.yaml" <<YAML
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - $(realpath --relative-to="$tmp/overlay" deploy/kubernetes/v1.34)
-components:
-  - $(realpath --relative-to="$tmp/overlay" deploy/mps)
-  - $(realpath --relative-to="$tmp/overlay" deploy/cdi)
-YAML
-for what in overlay base; do
-    src=$tmp/overlay
-    [ $what = base ] && src=deploy/kubernetes/v1.34
-    if ! kubectl kustomize "$src" >"$tmp/$what.yaml" 2>"$tmp/err"; then
-        echo "1..1"
-        echo "not ok 1 - kubectl kustomize ($what, with deploy/mps and deploy/cdi) failed"
-        sed 's/^/# /' "$tmp/err"
-        exit 1
-    fi
-done
+render_components "$tmp" mps cdi
 
 # The agent's own defaults, from its --help (not restated here).
 help=$("$BUILD/bin/gpuvisor-node" --help 2>&1)
