@@ -16,28 +16,14 @@ trap 'rm -rf "$tmp"' EXIT
 render_components "$tmp" mps
 
 exec "$PY" - "$tmp/overlay.yaml" "$tmp/base.yaml" <<'PYEOF'
-import sys, yaml
+import sys
 
-n = failed = 0
+sys.path.insert(0, "tests/deploy")
+from rendered import Tap, agent_spec  # noqa: E402
 
-
-def check(cond, name, detail=""):
-    global n, failed
-    n += 1
-    print(("ok %d - %s" if cond else "not ok %d - %s") % (n, name))
-    if not cond:
-        failed += 1
-        if detail:
-            print("# %s" % str(detail)[:2000])
-
-
-def agent(path):
-    for d in yaml.safe_load_all(open(path)):
-        if d and d.get("kind") == "DaemonSet" and d["metadata"]["name"] == "gpuvisor-node":
-            return d["spec"]["template"]["spec"]
-    return None
-
-
+tap = Tap()
+check = tap.check
+agent = agent_spec
 spec = agent(sys.argv[1])
 base = agent(sys.argv[2])
 check(spec is not None and base is not None, "the node agent's DaemonSet renders with and without deploy/mps")
@@ -84,6 +70,6 @@ b = base["containers"][0] if base else {}
 check(not any(a.startswith("--mps-control") for a in b.get("args", [])) and
       not any("mps" in v["name"] for v in (base or {}).get("volumes", [])),
       "the base DaemonSet has none of it (MPS is opt-in)")
-print("1..%d" % n)
-sys.exit(1 if failed else 0)
+print("1..%d" % tap.n)
+sys.exit(1 if tap.failed else 0)
 PYEOF

@@ -31,26 +31,18 @@ state=$(sed -n 's/.*--state-dir DIR .*(default \([^)]*\)).*/\1/p' <<<"$help")
 plugin=$(sed -n 's/.*--plugin-dir DIR .*(default \([^)]*\)).*/\1/p' <<<"$help")
 
 "$PY" - "$tmp/overlay.yaml" "$tmp/base.yaml" "$state" "$plugin" deploy/cdi/node-config-cdi.json >"$tmp/tap" <<'PYEOF'
-import json, sys, yaml
+import json, sys
 
-n = failed = 0
+sys.path.insert(0, "tests/deploy")
+from rendered import Tap, agent_spec  # noqa: E402
 
-
-def check(cond, name, detail=""):
-    global n, failed
-    n += 1
-    print(("ok %d - %s" if cond else "not ok %d - %s") % (n, name))
-    if not cond:
-        failed += 1
-        if detail:
-            print("# %s" % str(detail)[:2000])
+tap = Tap()
+check = tap.check
 
 
 def agent(path):
-    for d in yaml.safe_load_all(open(path)):
-        if d and d.get("kind") == "DaemonSet" and d["metadata"]["name"] == "gpuvisor-node":
-            return d["spec"]["template"]["spec"]["containers"][0]
-    return None
+    spec = agent_spec(path)
+    return spec["containers"][0] if spec else None
 
 
 c, base = agent(sys.argv[1]), agent(sys.argv[2])
@@ -95,8 +87,8 @@ check(cfg.get("cdi") is True and cfg.get("driverRoot") == "/" and
       "deploy/cdi's example config turns CDI on and looks for the driver where the host's / is mounted")
 check(not writable(base, cfg["cdiSpecDir"] + "/x") and mount_of(base, cfg["cdiSpecDir"]) is None,
       "without deploy/cdi the base mounts no %s (CDI needs the component)" % cfg["cdiSpecDir"])
-print("N %d" % n)
-sys.exit(1 if failed else 0)
+print("N %d" % tap.n)
+sys.exit(1 if tap.failed else 0)
 PYEOF
 static_rc=$?
 n=$(sed -n 's/^N //p' "$tmp/tap")
@@ -125,9 +117,12 @@ for t in "tests/node/test_node_modes.py MPS and sharing modes" "tests/node/test_
         echo "ok $n - $what with a read-only root # SKIP needs root and unshare (mount namespace)"
         continue
     fi
-    w=$(mktemp -d "$tmp/rw.XXXXXX")
+    # short: gvtest.scratch() falls back to /tmp (read-only here) when
+    # GV_TEST_TMP is too long for unix socket paths
+    w=$(mktemp -d /tmp/gvro.XXXXXX)
     out=$(ro "$w" env TMPDIR="$w" GV_TEST_TMP="$w" PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 "$script" 2>&1)
     rc=$?
+    rm -rf "$w"
     plan=$(grep -c '^ok ' <<<"$out")
     bad=$(grep -c '^not ok' <<<"$out")
     if [ $rc -eq 0 ] && [ "$bad" -eq 0 ] && [ "$plan" -gt 0 ] && ! grep -q '# SKIP' <<<"$out"; then
