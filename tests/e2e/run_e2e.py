@@ -637,6 +637,7 @@ def teardown_network():
 def loopback_up():
     """--up: the loopback cluster with everything the suite needs (the
     caller holds the lock)."""
+    os.makedirs(WORK, exist_ok=True)
     k8s.start_cluster()
     api = k8s.Api()
     add_pod_network(api)
