@@ -501,11 +501,42 @@ def run_checks(api):
     kubectl("label", "node", NODE, "gpuvisor.io/gpu-node-", check=False)
     kubectl("annotate", "node", NODE, "gpuvisor.io/node-gpus-", "gpuvisor.io/node-heartbeat-",
             check=False)
+    remove_agent_labels()
     if getattr(install, "labelled_kube_system", False):  # docs/install.md, Uninstall (1.20)
         kubectl("label", "namespace", "kube-system", "kubernetes.io/metadata.name-", check=False)
     host_left = [h for h in host if os.path.exists(h)]
     check("uninstall leaves no host files of ours", not host_left,
           "left: %s" % (host_left or "none"))
+    md = api.ok("GET", "/api/v1/nodes/" + NODE)["metadata"]
+    marks = [k for k in list((md.get("labels") or {})) + list(md.get("annotations") or {})
+             if OUR_MARK.match(k)]
+    check("uninstall leaves no labels or annotations of ours on the node", not marks,
+          "left on %s: %s" % (NODE, marks or "none"))
+
+
+# gpuvisor's node labels and annotations (the GFD-style ones included)
+OUR_MARK = re.compile(r"^(gpuvisor\.io/|nvidia\.com/(cuda\.|gfd\.|gpu\.|mig|mps\.))")
+
+
+def remove_agent_labels():
+    """docs/install.md, Uninstall: its command for the agent's labels, as
+    written there (the shell lines from `kubectl get nodes -o go-template`
+    to `done`), with the harness's kubectl and this run's kubeconfig."""
+    lines, on = [], False
+    with open(os.path.join(ROOT, "docs", "install.md")) as f:
+        for ln in f:
+            on = on or ln.startswith("kubectl get nodes -o go-template")
+            if on:
+                lines.append(ln)
+                if ln.rstrip().endswith("done"):
+                    break
+    if not lines:
+        raise RuntimeError("docs/install.md has no label-removal command (Uninstall)")
+    kbin = os.path.dirname(os.path.join(k8s.BIN, "kubectl")) if os.path.exists(
+        os.path.join(k8s.BIN, "kubectl")) else ""
+    env = dict(os.environ, KUBECONFIG=k8s.kubeconfig(),
+               PATH=(kbin + ":" if kbin else "") + os.environ.get("PATH", ""))
+    subprocess.run(["sh", "-c", "".join(lines)], env=env, capture_output=True, text=True)
 
 
 def cluster_state(api):
@@ -513,9 +544,10 @@ def cluster_state(api):
     this node's labels, annotations and taints), namespaces and kube-system's
     labels, cluster-wide objects (webhooks, RBAC, CRDs, priority classes),
     the images on this node and the iptables rules (packet counters left
-    out).  The kubelet keeps a departed device plugin's resources at 0 in the
-    node's capacity until it restarts (docs/install.md, Uninstall): those
-    entries are left out too."""
+    out).  Left out: gpuvisor's extended resources in the node's capacity,
+    which the kubelet keeps for 5 minutes after the device plugin left, then
+    at 0 until it restarts (docs/install.md, Uninstall): kubelet state, not
+    ours to remove."""
     st = {}
     nodes = api.ok("GET", "/api/v1/nodes")["items"]
     st["nodes"] = sorted(n["metadata"]["name"] for n in nodes)
@@ -526,7 +558,7 @@ def cluster_state(api):
             st["node annotations"] = md.get("annotations") or {}
             st["node taints"] = n["spec"].get("taints") or []
             st["node capacity"] = {k: v for k, v in n["status"].get("capacity", {}).items()
-                                   if v != "0"}
+                                   if v != "0" and not OUR_RESOURCE.match(k)}
     nss = api.ok("GET", "/api/v1/namespaces")["items"]
     st["namespaces"] = sorted(n["metadata"]["name"] for n in nss)
     st["kube-system labels"] = next((n["metadata"].get("labels") or {} for n in nss
@@ -543,6 +575,9 @@ def cluster_state(api):
     st["iptables"] = sorted(re.sub(r"\[\d+:\d+\]", "", l) for l in sh("iptables-save", check_rc=False)
                             .splitlines() if l and not l.startswith("#"))
     return st
+
+
+OUR_RESOURCE = re.compile(r"^(nvidia\.com/gpu|gpuvisor\.io/)")
 
 
 def state_diff(before, after):
