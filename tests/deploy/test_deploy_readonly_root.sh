@@ -20,9 +20,12 @@ set -u
 cd "$(git rev-parse --show-toplevel 2>/dev/null || pwd)"
 BUILD=${BUILD:-build}
 export BUILD
-. tests/deploy/render-prereqs.sh
 tmp=$(mktemp -d "${GV_TEST_TMP:-/tmp}/deploy-ro.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
+# Part 1 needs kubectl (not a Debian package) and python3-yaml; part 2 runs
+# without them.
+if command -v kubectl >/dev/null 2>&1 && /usr/bin/python3 -c 'import yaml' 2>/dev/null; then
+. tests/deploy/render-prereqs.sh
 render_components "$tmp" mps cdi
 
 # The agent's own defaults, from its --help (not restated here).
@@ -95,6 +98,11 @@ n=$(sed -n 's/^N //p' "$tmp/tap")
 grep -v '^N ' "$tmp/tap"
 [ -n "$n" ] || { n=1; echo "not ok 1 - the rendered checks ran"; static_rc=1; }
 failed=$static_rc
+else
+    PY=/usr/bin/python3
+    n=1 failed=0
+    echo "ok 1 - the rendered agent mounts what MPS and CDI write and read # SKIP kubectl not installed (not packaged in Debian); cannot render deploy/"
+fi
 
 # ---- 2. the agent itself with everything else read-only ----------------------
 ro() { # WRITABLE CMD...: CMD in a mount namespace where only WRITABLE, /proc, /sys, /dev are writable
