@@ -26,6 +26,7 @@
 #include "common/gv_log.h"
 #include "contracts/podspec.h"
 #include "scheduler/events.h"
+#include "scheduler/pdb_sched.h"
 #include "scheduler/preempt.h"
 #include "scheduler/sched_internal.h"
 
@@ -256,9 +257,11 @@ void gv_sched_preempt_pod(struct gv_sched *s, json_t *pod, bool finished)
     /* A victim must be bound where gpuvisor counts it: kube-scheduler
      * resolves victims among the pods it has on the node.  The mark lives
      * with the engine's placement (after this event's accounting). */
-    if (gv_alloc_is_placed(s->cluster, uid))
+    bool placed = gv_alloc_is_placed(s->cluster, uid);
+    if (placed)
         gv_alloc_pod_set_victim(s->cluster, uid, is_bound ? bound : NULL,
                                 gv_sched_pod_priority(pod), NULL);
+    gv_sched_pdb_pod(s, pod, placed && is_bound); /* labels, where a budget may need them */
     if (finished || is_bound)
         gv_sched_preempt_release(s, uid); /* placed or ended: nothing left to hold */
 }
@@ -267,6 +270,7 @@ void gv_sched_preempt_pod_gone(struct gv_sched *s, const char *uid)
 {
     if (s->preempt != NULL && uid != NULL)
         gv_sched_preempt_release(s, uid);
+    gv_sched_pdb_pod_gone(s, uid);
 }
 
 /* ---- events ------------------------------------------------------------ */
@@ -431,10 +435,102 @@ static gv_status node_candidates(struct gv_sched *s, const struct gv_ext_preempt
     return GV_OK;
 }
 
+/* Whether c[k] (k >= nf) is also one of kube-scheduler's own victims
+ * c[0..nf): such a pod is listed twice (node_candidates). */
+static bool also_forced(const struct gv_alloc_victim *c, size_t nf, size_t k)
+{
+    for (size_t j = 0; j < nf && k >= nf; j++)
+        if (strcmp(c[j].uid, c[k].uid) == 0)
+            return true;
+    return false;
+}
+
+/* The indices k of c[0..nc) with take[k], in kube-scheduler's order of
+ * importance (MoreImportantPod): highest priority first, then the oldest
+ * (the engine lists the most recently placed first).  A pod listed twice
+ * once (as forced, c[0..nf)).  Returns how many. */
+static size_t importance_order(const struct gv_alloc_victim *c, size_t nc, size_t nf,
+                               const bool *take, size_t *ord)
+{
+    size_t n = 0;
+    for (size_t k = nc; k-- > 0;) {
+        if (!take[k] || also_forced(c, nf, k))
+            continue;
+        size_t j = n++;
+        for (; j > 0 && c[ord[j - 1]].priority < c[k].priority; j--)
+            ord[j] = ord[j - 1];
+        ord[j] = k;
+    }
+    return n;
+}
+
+/* Which candidates violate a PodDisruptionBudget, as kube-scheduler marks
+ * its potential victims: every pod of lower priority (and its own victims),
+ * walked most important first.  The engine prefers sets without them. */
+static gv_status mark_pdb(struct gv_sched *s, struct gv_sched_pdb_walk *w,
+                          struct gv_alloc_victim *c, size_t nc, size_t nf, int32_t prio,
+                          struct gv_error *err)
+{
+    bool *take = calloc(nc + 1, sizeof(*take));
+    size_t *ord = calloc(nc + 1, sizeof(*ord));
+    if (take == NULL || ord == NULL) {
+        free(take);
+        free(ord);
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    }
+    for (size_t k = 0; k < nc; k++)
+        take[k] = c[k].forced || c[k].priority < prio;
+    size_t n = importance_order(c, nc, nf, take, ord);
+    gv_sched_pdb_walk_reset(w);
+    for (size_t j = 0; j < n; j++)
+        c[ord[j]].pdb_violation = gv_sched_pdb_walk_step(w, s, c[ord[j]].uid);
+    for (size_t k = nf; k < nc && nf > 0; k++) /* the second entry of a pod listed twice */
+        for (size_t j = 0; j < nf; j++)
+            if (strcmp(c[j].uid, c[k].uid) == 0)
+                c[k].pdb_violation = c[j].pdb_violation;
+    free(take);
+    free(ord);
+    return GV_OK;
+}
+
+/* NumPDBViolations of the answer: kube-scheduler's own count for its
+ * victims, plus the GPU victims added here that violate a budget, counted
+ * by its rule over the whole final set (its victims spend budgets too
+ * where gpuvisor knows their labels).  UINT32_MAX on no memory. */
+static uint32_t count_pdb(struct gv_sched *s, struct gv_sched_pdb_walk *w,
+                          const struct gv_alloc_victim *c, size_t nc, size_t nf,
+                          const uint32_t *chosen, uint32_t n_chosen, int64_t kube_count)
+{
+    uint32_t n = kube_count < 0 ? 0 : kube_count > UINT32_MAX / 2 ? UINT32_MAX / 2
+                                                                  : (uint32_t)kube_count;
+    if (w == NULL)
+        return n;
+    bool *take = calloc(nc + 1, sizeof(*take));
+    size_t *ord = calloc(nc + 1, sizeof(*ord));
+    if (take == NULL || ord == NULL) {
+        free(take);
+        free(ord);
+        return UINT32_MAX;
+    }
+    for (size_t k = 0; k < nc; k++)
+        take[k] = c[k].forced;
+    for (uint32_t k = 0; k < n_chosen; k++)
+        take[chosen[k]] = true;
+    size_t m = importance_order(c, nc, nf, take, ord);
+    gv_sched_pdb_walk_reset(w);
+    for (size_t j = 0; j < m; j++) {
+        bool v = gv_sched_pdb_walk_step(w, s, c[ord[j]].uid);
+        n += v && !c[ord[j]].forced; /* kube-scheduler counted its own */
+    }
+    free(take);
+    free(ord);
+    return n;
+}
+
 /* Evaluates one candidate node; keeps it in *b when cheaper. */
 static gv_status consider_node(struct gv_sched *s, const struct gv_ext_preempt_args *args, size_t i,
                                const struct gv_alloc_request *req, int32_t prio, const char *self,
-                               struct best *b, struct gv_error *err)
+                               struct gv_sched_pdb_walk *w, struct best *b, struct gv_error *err)
 {
     const struct gv_ext_preempt_node *nd = &args->nodes[i];
     const struct snode *sn = gv_sched_node_find(s, nd->name);
@@ -452,6 +548,8 @@ static gv_status consider_node(struct gv_sched *s, const struct gv_ext_preempt_a
         st = gv_error_set(err, GV_ENOMEM, "out of memory");
         goto out;
     }
+    if (w != NULL && (st = mark_pdb(s, w, c, nc, nd->n_victims, prio, err)) != GV_OK)
+        goto out;
     st = gv_alloc_victims(s->cluster, req, prio, nd->name, c, nc, chosen, &plan, a, err);
     if (st != GV_OK || !plan.fits) {
         gv_debug("preempt: pod %s: node %s dropped: %s", self, nd->name, plan.reason);
@@ -465,8 +563,11 @@ static gv_status consider_node(struct gv_sched *s, const struct gv_ext_preempt_a
         extra += !c[chosen[k]].forced;
     size_t nv = nd->n_victims + extra;
     plan.n = (uint32_t)nv;
-    plan.pdb_violations += (uint32_t)(nd->pdb_violations > UINT32_MAX / 2 ? UINT32_MAX / 2
-                                                                        : nd->pdb_violations);
+    plan.pdb_violations = count_pdb(s, w, c, nc, nd->n_victims, chosen, n_chosen, nd->pdb_violations);
+    if (plan.pdb_violations == UINT32_MAX) {
+        st = gv_error_set(err, GV_ENOMEM, "out of memory");
+        goto out;
+    }
     int cmp = b->node == SIZE_MAX ? -1 : gv_alloc_victim_plan_cmp(&plan, &b->plan);
     if (cmp > 0 || (cmp == 0 && strcmp(nd->name, args->nodes[b->node].name) >= 0))
         goto out;
@@ -566,8 +667,11 @@ void gv_sched_handle_preempt(void *ctx, const struct gv_http_request *hreq,
     gv_status st = GV_OK;
     if (!skip)
         st = exclude_for(s, uid, prio, req, &err);
+    /* the budgets as they are now, for every node of this call (NULL: none) */
+    struct gv_sched_pdb_walk *w = skip ? NULL : gv_sched_pdb_walk_new(s);
     for (size_t i = 0; !skip && st == GV_OK && i < args.n_nodes; i++)
-        st = consider_node(s, &args, i, req, prio, uid, &b, &err);
+        st = consider_node(s, &args, i, req, prio, uid, w, &b, &err);
+    gv_sched_pdb_walk_free(w);
     struct ev_batch *events = NULL;
     if (st == GV_OK && b.node != SIZE_MAX)
         st = hold_set(s, uid, prio, &b.a, &err);

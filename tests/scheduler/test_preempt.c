@@ -556,6 +556,163 @@ static void test_random_preemptions_with_restarts(void **state)
     env_stop(&e);
 }
 
+
+/* ---- PodDisruptionBudgets ---------------------------------------------- */
+
+/* A bound pod with labels ("k=v,k2=v2", "" none) in namespace ns. */
+static void bound_labeled(struct gv_sched *s, const char *uid, int prio, const char *node,
+                          unsigned gpu, uint64_t mem, const char *ns, const char *labels)
+{
+    char assign[256];
+    snprintf(assign, sizeof(assign), "v1;node=%s;main=GPU-%s-%u:%llu:0", node, node, gpu,
+             (unsigned long long)mem);
+    json_t *p = st_gpu_pod(uid, prio, mem, node, assign);
+    json_t *md = json_object_get(p, "metadata");
+    json_object_set_new(md, "namespace", json_string(ns));
+    json_t *l = json_object();
+    char buf[200];
+    snprintf(buf, sizeof(buf), "%s", labels);
+    for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kv, '=');
+        *eq = '\0';
+        json_object_set_new(l, kv, json_string(eq + 1));
+    }
+    json_object_set_new(md, "labels", l);
+    gv_sched_pod_update(s, p);
+    json_decref(p);
+}
+
+/* A budget: selector JSON text, disruptionsAllowed, disruptedPods (JSON). */
+static void budget(struct gv_sched *s, const char *name, const char *ns, const char *selector,
+                   int allowed, const char *disrupted)
+{
+    char text[1000];
+    snprintf(text, sizeof(text),
+             "{\"apiVersion\":\"policy/v1\",\"kind\":\"PodDisruptionBudget\",\"metadata\":"
+             "{\"name\":\"%s\",\"namespace\":\"%s\"},\"spec\":{\"selector\":%s},\"status\":"
+             "{\"disruptionsAllowed\":%d,\"disruptedPods\":%s}}",
+             name, ns, selector, allowed, disrupted);
+    json_t *b = json_loads(text, 0, NULL);
+    assert_non_null(b);
+    gv_sched_pdb_update(s, b);
+    json_decref(b);
+}
+
+/* One node, two GPUs: g0 "a" (app=x), g1 "b" (app=y), both whole GPUs of
+ * priority 1 in namespace "t" (without budgets a goes: equal costs, the
+ * engine's order). */
+struct pdb_case {
+    const char *what;
+    const char *bns, *selector; /* NULL: no budget */
+    int allowed;
+    const char *disrupted;
+    const char *want; /* the answer's NodeNameToMetaVictims */
+};
+
+static void test_pdb_tables(void **state)
+{
+    (void)state;
+    static const struct pdb_case cases[] = {
+        {"no budget", NULL, NULL, 0, "{}",
+         "{\"n1\":{\"Pods\":[{\"UID\":\"a\"}],\"NumPDBViolations\":0}}"},
+        {"a's budget allows 0: b goes instead", "t", "{\"matchLabels\":{\"app\":\"x\"}}", 0, "{}",
+         "{\"n1\":{\"Pods\":[{\"UID\":\"b\"}],\"NumPDBViolations\":0}}"},
+        {"a's budget allows 1: a goes, no violation", "t", "{\"matchLabels\":{\"app\":\"x\"}}", 1,
+         "{}", "{\"n1\":{\"Pods\":[{\"UID\":\"a\"}],\"NumPDBViolations\":0}}"},
+        {"both under a budget allowing 0: one violation", "t",
+         "{\"matchExpressions\":[{\"key\":\"app\",\"operator\":\"In\",\"values\":[\"x\",\"y\"]}]}",
+         0, "{}", "{\"n1\":{\"Pods\":[{\"UID\":\"a\"}],\"NumPDBViolations\":1}}"},
+        {"budget of another namespace: no effect", "u", "{\"matchLabels\":{\"app\":\"x\"}}", 0,
+         "{}", "{\"n1\":{\"Pods\":[{\"UID\":\"a\"}],\"NumPDBViolations\":0}}"},
+        {"empty selector matches nothing (as kube-scheduler)", "t", "{}", 0, "{}",
+         "{\"n1\":{\"Pods\":[{\"UID\":\"a\"}],\"NumPDBViolations\":0}}"},
+        {"NotIn y selects a: b goes", "t",
+         "{\"matchExpressions\":[{\"key\":\"app\",\"operator\":\"NotIn\",\"values\":[\"y\"]}]}", 0,
+         "{}", "{\"n1\":{\"Pods\":[{\"UID\":\"b\"}],\"NumPDBViolations\":0}}"},
+        {"a already disrupted: spends nothing", "t", "{\"matchLabels\":{\"app\":\"x\"}}", 0,
+         "{\"a\":\"2026-01-01T00:00:00Z\"}",
+         "{\"n1\":{\"Pods\":[{\"UID\":\"a\"}],\"NumPDBViolations\":0}}"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const struct pdb_case *k = &cases[i];
+        struct env e;
+        env_start(&e, (const char *[]){"n1"}, 1, 2);
+        if (k->bns != NULL) /* before the pods: their labels are kept as they arrive */
+            budget(e.s, "pdb", k->bns, k->selector, k->allowed, k->disrupted);
+        bound_labeled(e.s, "a", 1, "n1", 0, GPU_MIB, "t", "app=x");
+        bound_labeled(e.s, "b", 1, "n1", 1, GPU_MIB, "t", "app=y");
+        json_t *hi = st_gpu_pod("hi", 100, GPU_MIB, NULL, NULL);
+        char *body = meta_body(hi, (const char *[]){"n1"}, 1);
+        long st;
+        char *out = post(&e, "preempt", body, &st);
+        char want[600];
+        snprintf(want, sizeof(want), "{\"NodeNameToMetaVictims\":%s}", k->want);
+        json_t *g = json_loads(out ? out : "", 0, NULL), *w = json_loads(want, 0, NULL);
+        if (st != 200 || g == NULL || !json_equal(g, w))
+            fail_msg("%s: got %ld %s\nwant %s", k->what, st, out ? out : "(null)", want);
+        json_decref(g);
+        json_decref(w);
+        free(out);
+        free(body);
+        json_decref(hi);
+        env_stop(&e);
+    }
+}
+
+/* A budget allowing 1 over two pods: evicting both violates it once (the
+ * second, less important one), so a set outside the budget is preferred;
+ * when no such set exists the answer says 1.  Deleting the budget and a
+ * budget arriving after the pods are seen too. */
+static void test_pdb_budget_spent_by_the_set(void **state)
+{
+    (void)state;
+    for (int other_higher = 0; other_higher < 2; other_higher++) {
+        struct env e;
+        env_start(&e, (const char *[]){"n1"}, 1, 2);
+        budget(e.s, "web", "t", "{\"matchLabels\":{\"app\":\"web\"}}", 1, "{}");
+        /* g1: b1, b2 (no labels, priority 2: without the budget the cheaper
+         * set is g0's); g0: w1, w2 (app=web, priority 1) */
+        bound_labeled(e.s, "b1", other_higher ? 500 : 2, "n1", 1, GPU_MIB / 2, "t", "");
+        bound_labeled(e.s, "b2", other_higher ? 500 : 2, "n1", 1, GPU_MIB / 2, "t", "");
+        bound_labeled(e.s, "w1", 1, "n1", 0, GPU_MIB / 2, "t", "app=web");
+        bound_labeled(e.s, "w2", 1, "n1", 0, GPU_MIB / 2, "t", "app=web");
+        json_t *hi = st_gpu_pod("hi", 100, GPU_MIB, NULL, NULL);
+        char *body = meta_body(hi, (const char *[]){"n1"}, 1);
+        long st;
+        char *out = post(&e, "preempt", body, &st);
+        json_t *g = json_loads(out ? out : "", 0, NULL);
+        json_t *n1 = json_object_get(json_object_get(g, "NodeNameToMetaVictims"), "n1");
+        json_t *pods = json_object_get(n1, "Pods");
+        assert_int_equal(json_array_size(pods), 2);
+        const char *v0 = json_string_value(json_object_get(json_array_get(pods, 0), "UID"));
+        if (other_higher) { /* only the budget's pods can go: one violation */
+            assert_true(v0 != NULL && v0[0] == 'w');
+            assert_int_equal(json_integer_value(json_object_get(n1, "NumPDBViolations")), 1);
+        } else {
+            if (v0 == NULL || v0[0] != 'b')
+                fail_msg("budget ignored: %s", out);
+            assert_int_equal(json_integer_value(json_object_get(n1, "NumPDBViolations")), 0);
+        }
+        json_decref(g);
+        free(out);
+        /* the budget deleted: g0's pods are the cheaper set again, no violation */
+        json_t *del = json_pack("{s:{s:s,s:s}}", "metadata", "name", "web", "namespace", "t");
+        gv_sched_pdb_delete(e.s, del);
+        json_decref(del);
+        out = post(&e, "preempt", body, &st);
+        g = json_loads(out ? out : "", 0, NULL);
+        n1 = json_object_get(json_object_get(g, "NodeNameToMetaVictims"), "n1");
+        v0 = json_string_value(json_object_get(json_array_get(json_object_get(n1, "Pods"), 0), "UID"));
+        assert_true(v0 != NULL && v0[0] == 'w');
+        assert_int_equal(json_integer_value(json_object_get(n1, "NumPDBViolations")), 0);
+        json_decref(g);
+        free(out);
+        free(body);
+        json_decref(hi);
+        env_stop(&e);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -565,6 +722,8 @@ int main(void)
         cmocka_unit_test(test_events_with_fake_apiserver),
         cmocka_unit_test(test_restart_between_preempt_and_bind),
         cmocka_unit_test(test_random_preemptions_with_restarts),
+        cmocka_unit_test(test_pdb_tables),
+        cmocka_unit_test(test_pdb_budget_spent_by_the_set),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
