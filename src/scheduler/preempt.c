@@ -15,8 +15,11 @@
  * The hold: the GPUs promised to the preemptor stay unusable to pods of a
  * priority no higher than its own until its next filter reserves them (or
  * the reservation TTL passes).  It is an exclusion, never accounting: the
- * engine's usage is still exactly what the API says (the invariant), and a
- * hold lost in a restart costs a second preemption, never an over-commit.
+ * engine's usage is still exactly what the API says (the invariant).  Each
+ * hold is also written on the preemptor (hold_store.c, signed like a
+ * placement) before the answer goes out, so a restarted scheduler takes it
+ * back from the pod informer until it expires; a write that fails costs at
+ * worst a second preemption after a restart, never an over-commit.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -26,6 +29,7 @@
 #include "common/gv_log.h"
 #include "contracts/podspec.h"
 #include "scheduler/events.h"
+#include "scheduler/hold_store.h"
 #include "scheduler/pdb_sched.h"
 #include "scheduler/preempt.h"
 #include "scheduler/sched_internal.h"
@@ -36,7 +40,11 @@ struct hold {
     char *node;
     char *encoded; /* the GPUs promised: an assignment text */
     char *uuids;   /* the same GPUs, comma-separated (a nouse-gpuuuid list) */
-    double since;  /* monotonic seconds */
+    double deadline; /* monotonic seconds: it lapses then (reservation TTL) */
+    time_t until;    /* the same in wall time: what the pod's annotation says */
+    bool consumed;   /* became the pod's reservation: kept (not excluding,
+                      * not offered) only so the informer does not take the
+                      * annotation back while it lasts */
 };
 
 /* Holds at once, at most: each filter scans them and matches every GPU it
@@ -111,7 +119,7 @@ static void holds_expire(struct gv_sched *s)
     struct gv_sched_preempt *p = s->preempt;
     double now = gv_sched_now();
     for (size_t i = p->n_holds; i-- > 0;)
-        if (now - p->holds[i].since > (double)s->cfg.reservation_ttl_s)
+        if (now > p->holds[i].deadline)
             hold_drop_at(p, i);
 }
 
@@ -160,13 +168,15 @@ static char *assignment_uuids(const struct gv_alloc_assignment *a)
     return out;
 }
 
-static gv_status hold_set(struct gv_sched *s, const char *uid, int32_t prio,
-                          const struct gv_alloc_assignment *a, struct gv_error *err)
+/* Keeps a hold for uid (replacing any), lapsing at deadline / until. */
+static gv_status hold_add(struct gv_sched *s, const char *uid, int32_t prio,
+                          const struct gv_alloc_assignment *a, double deadline, time_t until,
+                          struct gv_error *err)
 {
     struct gv_sched_preempt *p = s->preempt;
     struct hold h = {.uid = strdup(uid), .prio = prio, .node = strdup(a->node),
                      .encoded = malloc(GV_ALLOC_ASSIGNMENT_MAX), .uuids = assignment_uuids(a),
-                     .since = gv_sched_now()};
+                     .deadline = deadline, .until = until};
     if (h.uid == NULL || h.node == NULL || h.encoded == NULL || h.uuids == NULL ||
         gv_alloc_assignment_encode(a, h.encoded, GV_ALLOC_ASSIGNMENT_MAX, NULL, err) != GV_OK) {
         hold_clear(&h);
@@ -192,6 +202,66 @@ static gv_status hold_set(struct gv_sched *s, const char *uid, int32_t prio,
     return GV_OK;
 }
 
+/* A new hold from a preemption, for the reservation TTL; *annotation gets
+ * what to write on the pod (heap; NULL when no hold was kept). */
+static gv_status hold_set(struct gv_sched *s, const char *uid, int32_t prio,
+                          const struct gv_alloc_assignment *a, char **annotation,
+                          struct gv_error *err)
+{
+    *annotation = NULL;
+    time_t until = time(NULL) + (time_t)s->cfg.reservation_ttl_s;
+    gv_status st = hold_add(s, uid, prio, a, gv_sched_now() + (double)s->cfg.reservation_ttl_s,
+                            until, err);
+    struct hold *h = st == GV_OK ? hold_find(s->preempt, uid) : NULL;
+    if (h != NULL &&
+        (*annotation = gv_sched_hold_encode(&s->cfg, uid, h->node, until, h->encoded)) == NULL)
+        gv_warn("preempt: pod %s: hold not written on the pod (out of memory)", uid);
+    return st;
+}
+
+/* After a restart: the hold the pod carries, when gpuvisor wrote it for
+ * this pod and it has not lapsed (lock held). */
+static void hold_restore(struct gv_sched *s, const json_t *pod, const char *uid)
+{
+    char *node = NULL, *encoded = NULL;
+    time_t until = 0;
+    struct gv_error err = {0};
+    gv_status st = gv_sched_hold_decode(&s->cfg, pod, &node, &until, &encoded, &err);
+    if (st == GV_ENOTFOUND)
+        return;
+    time_t now = time(NULL);
+    struct gv_alloc_assignment *a = st == GV_OK ? malloc(sizeof(*a)) : NULL;
+    if (st != GV_OK)
+        gv_warn("preempt: pod %s: hold ignored: %s", uid, err.msg);
+    else if (until <= now)
+        gv_debug("preempt: pod %s: hold lapsed at %lld", uid, (long long)until);
+    else if (a == NULL ||
+             gv_alloc_assignment_decode(encoded, strlen(encoded), a, &err) != GV_OK ||
+             strcmp(a->node, node) != 0)
+        gv_warn("preempt: pod %s: hold ignored: assignment %s", uid,
+                a == NULL ? "out of memory" : "unreadable or on another node");
+    else {
+        /* never longer than a fresh hold would last */
+        double left = (double)(until - now);
+        if (left > (double)s->cfg.reservation_ttl_s)
+            left = (double)s->cfg.reservation_ttl_s;
+        if (hold_add(s, uid, gv_sched_pod_priority(pod), a, gv_sched_now() + left, until, &err) ==
+            GV_OK)
+            gv_info("preempt: pod %s: hold on %s taken back from the pod (%.0f s left)", uid,
+                    node, left);
+    }
+    free(a);
+    free(node);
+    free(encoded);
+}
+
+/* Whether hold h keeps its GPUs from pod uid of priority prio: another
+ * pod's live hold, of a priority at least prio. */
+static bool excludes(const struct hold *h, const char *uid, int32_t prio)
+{
+    return !h->consumed && h->prio >= prio && (uid == NULL || strcmp(h->uid, uid) != 0);
+}
+
 /* The GPUs held for preemptors other than uid whose priority is at least
  * prio, appended to req's nouse-gpuuuid list. */
 static gv_status exclude_for(struct gv_sched *s, const char *uid, int32_t prio,
@@ -202,7 +272,7 @@ static gv_status exclude_for(struct gv_sched *s, const char *uid, int32_t prio,
     size_t len = 0;
     const char *own = req->constraint[GV_ALLOC_NOUSE_UUID];
     for (size_t i = 0; i < p->n_holds; i++)
-        if (p->holds[i].prio >= prio && (uid == NULL || strcmp(p->holds[i].uid, uid) != 0))
+        if (excludes(&p->holds[i], uid, prio))
             len += strlen(p->holds[i].uuids) + 1;
     if (len == 0)
         return GV_OK;
@@ -214,7 +284,7 @@ static gv_status exclude_for(struct gv_sched *s, const char *uid, int32_t prio,
     if (own != NULL && *own != '\0')
         o += (size_t)snprintf(list, len + 1, "%s", own);
     for (size_t i = 0; i < p->n_holds; i++)
-        if (p->holds[i].prio >= prio && (uid == NULL || strcmp(p->holds[i].uid, uid) != 0))
+        if (excludes(&p->holds[i], uid, prio))
             o += (size_t)snprintf(list + o, len + 1 - o, "%s%s", o ? "," : "",
                                   p->holds[i].uuids);
     gv_status st = gv_alloc_request_set_constraint(req, GV_ALLOC_NOUSE_UUID, list, err);
@@ -236,7 +306,7 @@ bool gv_sched_preempt_held(struct gv_sched *s, const char *uid, struct gv_alloc_
         return false;
     holds_expire(s);
     struct hold *h = hold_find(s->preempt, uid);
-    if (h == NULL)
+    if (h == NULL || h->consumed)
         return false;
     /* only on a node this filter found usable among its candidates */
     const struct snode *sn = gv_sched_node_find(s, h->node);
@@ -264,6 +334,15 @@ void gv_sched_preempt_pod(struct gv_sched *s, json_t *pod, bool finished)
     gv_sched_pdb_pod(s, pod, placed && is_bound); /* labels, where a budget may need them */
     if (finished || is_bound)
         gv_sched_preempt_release(s, uid); /* placed or ended: nothing left to hold */
+    else if (hold_find(s->preempt, uid) == NULL)
+        hold_restore(s, pod, uid); /* a hold written before a restart */
+}
+
+void gv_sched_preempt_consume(struct gv_sched *s, const char *uid)
+{
+    struct hold *h = s->preempt != NULL && uid != NULL ? hold_find(s->preempt, uid) : NULL;
+    if (h != NULL)
+        h->consumed = true;
 }
 
 void gv_sched_preempt_pod_gone(struct gv_sched *s, const char *uid)
@@ -673,8 +752,9 @@ void gv_sched_handle_preempt(void *ctx, const struct gv_http_request *hreq,
         st = consider_node(s, &args, i, req, prio, uid, w, &b, &err);
     gv_sched_pdb_walk_free(w);
     struct ev_batch *events = NULL;
+    char *annotation = NULL;
     if (st == GV_OK && b.node != SIZE_MAX)
-        st = hold_set(s, uid, prio, &b.a, &err);
+        st = hold_set(s, uid, prio, &b.a, &annotation, &err);
     if (st == GV_OK && b.node != SIZE_MAX)
         events = events_of(s, args.pod, args.nodes[b.node].name, hold_find(s->preempt, uid),
                            &b.plan, b.victims, b.n_victims, prio);
@@ -690,6 +770,18 @@ void gv_sched_handle_preempt(void *ctx, const struct gv_http_request *hreq,
     }
     pthread_mutex_unlock(&s->lock);
     events_post(events);
+    if (annotation != NULL && s->kube != NULL) {
+        /* on the pod before kube-scheduler evicts anyone: a restart from
+         * here on finds the hold (outside the lock: an API round trip) */
+        const json_t *md = json_object_get(args.pod, "metadata");
+        struct gv_error werr = {0};
+        if (gv_sched_hold_write(s->kube, json_string_value(json_object_get(md, "namespace")),
+                                json_string_value(json_object_get(md, "name")), uid, annotation,
+                                &werr) != GV_OK)
+            gv_warn("preempt: pod %s: hold not written on the pod (%s): a restart before its "
+                    "next filter loses it", uid, werr.msg);
+    }
+    free(annotation);
     if (st != GV_OK) {
         gv_http_respond_error(resp, 500, err.msg);
         goto out;
@@ -718,6 +810,9 @@ void gv_sched_preempt_metrics(struct gv_sched *s, FILE *f)
     if (p == NULL)
         return;
     holds_expire(s);
+    size_t live = 0;
+    for (size_t i = 0; i < p->n_holds; i++)
+        live += !p->holds[i].consumed;
     fprintf(f,
             "# HELP gpuvisor_scheduler_preemptions_total Preempt calls by outcome: victims (a "
             "node and its victims returned), none (no candidate can make room), skipped (not a "
@@ -739,5 +834,5 @@ void gv_sched_preempt_metrics(struct gv_sched *s, FILE *f)
             "# HELP gpuvisor_scheduler_nominated_holds GPUs held for preemptors until their "
             "next filter.\n# TYPE gpuvisor_scheduler_nominated_holds gauge\n"
             "gpuvisor_scheduler_nominated_holds %zu\n",
-            p->n_holds);
+            live);
 }

@@ -20,7 +20,9 @@
 
 #include <cmocka.h>
 
+#include "contracts/placement.h"
 #include "scheduler/gv_scheduler.h"
+#include "scheduler/hold_store.h"
 #include "tests/scheduler/sched_testlib.h"
 
 #define GPU_MIB 16000
@@ -32,6 +34,11 @@ struct env {
     char metrics[128];
 };
 
+/* When set, the scheduler signs and verifies with it (the test owns it),
+ * and unsigned placements of pods created before now count (the upgrade
+ * window: the bound pods fed here are unsigned, created in 2020). */
+static struct gv_placement_key *test_key;
+
 static void env_start_kube(struct env *e, const char *const *nodes, size_t n_nodes,
                            unsigned gpus, struct gv_kube_client *kube)
 {
@@ -41,7 +48,13 @@ static void env_start_kube(struct env *e, const char *const *nodes, size_t n_nod
     struct gv_error err = {0};
     assert_int_equal(gv_sched_config_default(&cfg, &err), GV_OK);
     assert_int_equal(gv_sched_config_parse(cfg_text, strlen(cfg_text), &cfg, &err), GV_OK);
+    if (test_key != NULL) {
+        cfg.placement_key = test_key;
+        cfg.insecure_unsigned = false;
+        cfg.unsigned_before = time(NULL) + 3600;
+    }
     assert_int_equal(gv_sched_new(&cfg, kube, &e->s, &err), GV_OK);
+    cfg.placement_key = NULL; /* borrowed by the scheduler, owned by the test */
     gv_sched_config_clear(&cfg);
     struct gpu_desc g[8];
     for (unsigned i = 0; i < gpus; i++)
@@ -82,6 +95,8 @@ static void bound(struct gv_sched *s, const char *uid, int prio, const char *nod
     snprintf(assign, sizeof(assign), "v1;node=%s;main=GPU-%s-%u:%llu:0", node, node, gpu,
              (unsigned long long)mem);
     json_t *p = st_gpu_pod(uid, prio, mem, node, assign);
+    json_object_set_new(json_object_get(p, "metadata"), "creationTimestamp",
+                        json_string("2020-01-01T00:00:00Z"));
     gv_sched_pod_update(s, p);
     json_decref(p);
 }
@@ -713,6 +728,222 @@ static void test_pdb_budget_spent_by_the_set(void **state)
     }
 }
 
+/* ---- holds kept on the pod ----------------------------------------------- */
+
+static const char KEY_TEXT[] = "0123456789abcdef0123456789abcdef-test-key\n";
+
+/* A pending GPU pod of priority prio created in the API stand-in (its uid
+ * is the API server's); annotations a JSON object text or NULL. */
+static json_t *api_pod(struct gv_kube_client *kube, const char *name, int prio,
+                       unsigned long long mem, const char *annotations)
+{
+    json_t *p = st_gpu_pod(name, prio, mem, NULL, NULL);
+    json_t *md = json_object_get(p, "metadata");
+    json_object_del(md, "uid");
+    json_object_del(md, "resourceVersion");
+    if (annotations != NULL)
+        json_object_set_new(md, "annotations", json_loads(annotations, 0, NULL));
+    json_t *out = NULL;
+    struct gv_error err = {0};
+    if (gv_kube_create(kube, "/api/v1/namespaces/default/pods", p, &out, &err) != GV_OK)
+        fail_msg("create %s: %s", name, err.msg);
+    json_decref(p);
+    return out;
+}
+
+static json_t *api_get(struct gv_kube_client *kube, const char *name)
+{
+    char path[200];
+    snprintf(path, sizeof(path), "/api/v1/namespaces/default/pods/%s", name);
+    json_t *out = NULL;
+    assert_int_equal(gv_kube_get(kube, path, &out, NULL), GV_OK);
+    return out;
+}
+
+static const char *hold_of(const json_t *pod)
+{
+    return json_string_value(json_object_get(json_object_get(json_object_get(pod, "metadata"),
+                                                             "annotations"),
+                                             GV_HOLD_ANNOTATION));
+}
+
+/* The signature's checks on their own: a hold verifies only for the pod,
+ * node, expiry and GPUs it was written for, and never as a placement. */
+static void test_hold_signature(void **state)
+{
+    (void)state;
+    struct gv_sched_config cfg;
+    struct gv_error err = {0};
+    assert_int_equal(gv_sched_config_default(&cfg, &err), GV_OK);
+    assert_int_equal(gv_placement_key_parse(KEY_TEXT, strlen(KEY_TEXT), &cfg.placement_key, &err),
+                     GV_OK);
+    const char *asg = "v1;node=n1;main=GPU-n1-0:16000:0";
+    char *v = gv_sched_hold_encode(&cfg, "uid-1", "n1", 2000000000, asg);
+    assert_non_null(v);
+    json_t *pod = json_pack("{s:{s:s,s:{s:s}}}", "metadata", "uid", "uid-1", "annotations",
+                            GV_HOLD_ANNOTATION, v);
+    char *node = NULL, *a = NULL;
+    time_t until = 0;
+    assert_int_equal(gv_sched_hold_decode(&cfg, pod, &node, &until, &a, &err), GV_OK);
+    assert_string_equal(node, "n1");
+    assert_string_equal(a, asg);
+    assert_true(until == 2000000000);
+    free(node);
+    free(a);
+    /* copied to another pod: its uid is not the one signed */
+    json_object_set_new(json_object_get(pod, "metadata"), "uid", json_string("uid-2"));
+    assert_int_equal(gv_sched_hold_decode(&cfg, pod, &node, &until, &a, &err), GV_EINVAL);
+    json_object_set_new(json_object_get(pod, "metadata"), "uid", json_string("uid-1"));
+    /* each field altered: refused */
+    static const char *const fields[] = {"node", "until", "assignment", "sig"};
+    static const char *const forged[] = {"n2", "2100-01-01T00:00:00.000000Z",
+                                         "v1;node=n1;main=GPU-n1-1:16000:0",
+                                         "v1.00000000000000000000000000000000000000000000000000"
+                                         "00000000000000"};
+    for (size_t i = 0; i < 4; i++) {
+        json_t *h = json_loads(v, 0, NULL);
+        json_object_set_new(h, fields[i], json_string(forged[i]));
+        char *t = json_dumps(h, JSON_COMPACT);
+        json_t *p2 = json_pack("{s:{s:s,s:{s:s}}}", "metadata", "uid", "uid-1", "annotations",
+                               GV_HOLD_ANNOTATION, t);
+        if (gv_sched_hold_decode(&cfg, p2, &node, &until, &a, &err) != GV_EINVAL)
+            fail_msg("%s altered: accepted", fields[i]);
+        json_decref(p2);
+        free(t);
+        json_decref(h);
+    }
+    /* a placement's signature over the same values is no hold signature */
+    json_t *h = json_loads(v, 0, NULL);
+    char psig[GV_PLACEMENT_SIG_MAX];
+    assert_int_equal(gv_placement_sign(cfg.placement_key, "uid-1", "n1",
+                                       json_string_value(json_object_get(h, "until")), asg, psig,
+                                       sizeof(psig), &err),
+                     GV_OK);
+    json_object_set_new(h, "sig", json_string(psig));
+    char *t = json_dumps(h, JSON_COMPACT);
+    json_t *p3 = json_pack("{s:{s:s,s:{s:s}}}", "metadata", "uid", "uid-1", "annotations",
+                           GV_HOLD_ANNOTATION, t);
+    assert_int_equal(gv_sched_hold_decode(&cfg, p3, &node, &until, &a, &err), GV_EINVAL);
+    /* and the reverse: the hold's signature is no placement signature */
+    json_t *p4 = json_pack("{s:{s:s,s:{s:s,s:s,s:s,s:s}}}", "metadata", "uid", "uid-1",
+                           "annotations", "gpuvisor.io/assignment", asg,
+                           GV_PLACEMENT_NODE_ANNOTATION, "n1", GV_PLACEMENT_AT_ANNOTATION,
+                           json_string_value(json_object_get(h, "until")),
+                           GV_PLACEMENT_SIG_ANNOTATION,
+                           json_string_value(json_object_get(json_loads(v, 0, NULL), "sig")));
+    assert_int_equal(gv_placement_verify_pod(cfg.placement_key, p4, &err), GV_EINVAL);
+    json_decref(p4);
+    json_decref(p3);
+    free(t);
+    json_decref(h);
+    json_decref(pod);
+    free(v);
+    gv_sched_config_clear(&cfg);
+}
+
+/* The hold survives a restart between preemption and bind: written on the
+ * preemptor (signed) before the answer, taken back by the restarted
+ * scheduler from the pod as the informer delivers it, so a lower-priority
+ * pod arriving after the restart still cannot take the promised GPU.
+ * Tenant attacks on the annotation (copied to another pod, forged,
+ * expired) give no hold.  The API is the stand-in; the informers are fed
+ * by hand from what it stores. */
+static void test_hold_survives_restart_with_fake_apiserver(void **state)
+{
+    (void)state;
+    struct fake_apiserver fa;
+    assert_int_equal(fake_apiserver_start(&fa, NULL), 0);
+    struct gv_kube_client *kube = st_kube(fa.url);
+    assert_non_null(kube);
+    struct gv_error err = {0};
+    assert_int_equal(gv_placement_key_parse(KEY_TEXT, strlen(KEY_TEXT), &test_key, &err), GV_OK);
+    struct env e;
+    env_start_kube(&e, NODES, 2, 2, kube);
+    fill(e.s, true);
+    json_t *hi = api_pod(kube, "hi", 100, 16000, NULL);
+    const char *hi_uid = json_string_value(json_object_get(json_object_get(hi, "metadata"), "uid"));
+    char *body = meta_body(hi, NODES, 2);
+    long st;
+    char *out = post(&e, "preempt", body, &st);
+    assert_int_equal(st, 200);
+    assert_non_null(strstr(out, "\"UID\":\"a\""));
+    free(out);
+    free(body);
+    /* on the pod before the answer came back */
+    json_t *stored = api_get(kube, "hi");
+    const char *hv = hold_of(stored);
+    assert_non_null(hv);
+    assert_non_null(strstr(hv, "GPU-n1-0"));
+    assert_non_null(strstr(hv, "\"sig\":\"v1."));
+    /* the tenant copies it onto a pod of its own, and forges a second */
+    char ann[2000];
+    json_t *hvj = json_string(hv);
+    char *hvq = json_dumps(hvj, JSON_ENCODE_ANY);
+    snprintf(ann, sizeof(ann), "{\"%s\":%s}", GV_HOLD_ANNOTATION, hvq);
+    json_t *thief = api_pod(kube, "thief", 100, 16000, ann);
+    json_t *hobj = json_loads(hv, 0, NULL);
+    json_object_set_new(hobj, "node", json_string("n2"));
+    json_object_set_new(hobj, "assignment", json_string("v1;node=n2;main=GPU-n2-0:16000:0"));
+    char *forged = json_dumps(hobj, JSON_COMPACT);
+    json_t *fj = json_string(forged);
+    char *fq = json_dumps(fj, JSON_ENCODE_ANY);
+    snprintf(ann, sizeof(ann), "{\"%s\":%s}", GV_HOLD_ANNOTATION, fq);
+    json_t *forger = api_pod(kube, "forger", 100, 16000, ann);
+    /* and one validly signed for its own pod, but lapsed */
+    json_t *old = api_pod(kube, "old", 100, 16000, NULL);
+    struct gv_sched_config kc = {.placement_key = test_key};
+    char *lapsed = gv_sched_hold_encode(
+        &kc, json_string_value(json_object_get(json_object_get(old, "metadata"), "uid")), "n2",
+        time(NULL) - 1, "v1;node=n2;main=GPU-n2-1:16000:0");
+    json_object_set_new(json_object_get(json_object_get(old, "metadata"), "annotations"),
+                        GV_HOLD_ANNOTATION, json_string(lapsed));
+    /* the scheduler is killed; the victim goes meanwhile */
+    env_stop(&e);
+    env_start_kube(&e, NODES, 2, 2, kube);
+    fill(e.s, false);
+    gv_sched_pod_update(e.s, thief);
+    gv_sched_pod_update(e.s, forger);
+    gv_sched_pod_update(e.s, old);
+    assert_true(st_metric(e.metrics, "gpuvisor_scheduler_nominated_holds", "") == 0);
+    gv_sched_pod_update(e.s, stored);
+    assert_true(st_metric(e.metrics, "gpuvisor_scheduler_nominated_holds", "") == 1);
+    /* a lower-priority pod arriving now cannot take the freed GPU */
+    json_t *lo = st_gpu_pod("lo", 50, 8000, NULL, NULL);
+    json_t *res = st_filter(e.base, lo, (const char *[]){"n1", "n2"}, 2, &st);
+    assert_null(st_chosen(res));
+    json_decref(res);
+    /* neither can the thief (its copy gave it nothing; equal priority) */
+    res = st_filter(e.base, thief, (const char *[]){"n1", "n2"}, 2, &st);
+    assert_null(st_chosen(res));
+    json_decref(res);
+    /* the preemptor lands on the GPU it was promised */
+    res = st_filter(e.base, stored, (const char *[]){"n2", "n1"}, 2, &st);
+    assert_string_equal(st_chosen(res), "n1");
+    json_decref(res);
+    (void)hi_uid;
+    /* its informer event after the reservation does not bring the hold back */
+    gv_sched_pod_update(e.s, stored);
+    assert_true(st_metric(e.metrics, "gpuvisor_scheduler_nominated_holds", "") == 0);
+    free(lapsed);
+    free(fq);
+    json_decref(fj);
+    free(forged);
+    json_decref(hobj);
+    free(hvq);
+    json_decref(hvj);
+    json_decref(lo);
+    json_decref(old);
+    json_decref(forger);
+    json_decref(thief);
+    json_decref(stored);
+    json_decref(hi);
+    env_stop(&e);
+    gv_placement_key_free(test_key);
+    test_key = NULL;
+    gv_kube_client_free(kube);
+    fake_apiserver_stop(&fa);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -724,6 +955,8 @@ int main(void)
         cmocka_unit_test(test_random_preemptions_with_restarts),
         cmocka_unit_test(test_pdb_tables),
         cmocka_unit_test(test_pdb_budget_spent_by_the_set),
+        cmocka_unit_test(test_hold_signature),
+        cmocka_unit_test(test_hold_survives_restart_with_fake_apiserver),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
