@@ -895,8 +895,29 @@ static void test_hold_survives_restart_with_fake_apiserver(void **state)
     char *lapsed = gv_sched_hold_encode(
         &kc, json_string_value(json_object_get(json_object_get(old, "metadata"), "uid")), "n2",
         time(NULL) - 1, "v1;node=n2;main=GPU-n2-1:16000:0");
-    json_object_set_new(json_object_get(json_object_get(old, "metadata"), "annotations"),
-                        GV_HOLD_ANNOTATION, json_string(lapsed));
+    json_t *old_md = json_object_get(old, "metadata");
+    if (json_object_get(old_md, "annotations") == NULL)
+        json_object_set_new(old_md, "annotations", json_object());
+    json_object_set_new(json_object_get(old_md, "annotations"), GV_HOLD_ANNOTATION,
+                        json_string(lapsed));
+    /* the same hold, not lapsed, would be taken: the expiry alone refuses it */
+    {
+        char *fresh = gv_sched_hold_encode(&kc, json_string_value(json_object_get(old_md, "uid")),
+                                           "n2", time(NULL) + 60,
+                                           "v1;node=n2;main=GPU-n2-1:16000:0");
+        json_t *probe = json_deep_copy(old);
+        json_object_set_new(json_object_get(json_object_get(probe, "metadata"), "annotations"),
+                            GV_HOLD_ANNOTATION, json_string(fresh));
+        char *nn = NULL, *aa = NULL;
+        time_t uu;
+        assert_int_equal(gv_sched_hold_decode(&kc, probe, &nn, &uu, &aa, &err), GV_OK);
+        assert_int_equal(gv_sched_hold_decode(&kc, old, &nn, &uu, &aa, &err), GV_OK);
+        assert_true(uu < time(NULL));
+        free(nn);
+        free(aa);
+        json_decref(probe);
+        free(fresh);
+    }
     /* the scheduler is killed; the victim goes meanwhile */
     env_stop(&e);
     env_start_kube(&e, NODES, 2, 2, kube);
