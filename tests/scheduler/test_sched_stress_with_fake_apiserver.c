@@ -683,6 +683,7 @@ static void test_stress_rounds_with_kills_and_agent_restarts(void **state)
  */
 struct pstats {
     unsigned long preemptions, direct, none, victims, stale_victims, sneaks, sneaks_placed, kills;
+    unsigned long elsewhere;
 };
 
 /* A pod of priority prio asking one GPU of mib MiB (index, or MAX_PODS). */
@@ -754,6 +755,47 @@ static bool preemptor_fits(void *ud)
         snprintf(w->node, sizeof(w->node), "%s", st_chosen(r));
     json_decref(r);
     return ok;
+}
+
+/* The GPUs of an assignment text, as ",uuid1,uuid2," in out. */
+static void gpus_of(const char *text, char *out, size_t cap)
+{
+    snprintf(out, cap, ",");
+    struct gv_alloc_assignment *a = malloc(sizeof(*a));
+    if (a != NULL && text != NULL && gv_alloc_assignment_decode(text, strlen(text), a, NULL) == GV_OK)
+        for (uint32_t c = 0; c < a->n_containers; c++)
+            for (uint32_t d = 0; d < a->containers[c].n_devices; d++)
+                snprintf(out + strlen(out), cap - strlen(out), "%s,",
+                         a->containers[c].devices[d].uuid);
+    free(a);
+}
+
+/* Whether pod `name` was placed on a GPU that pod `holder`'s hold (its
+ * gpuvisor.io/nominated-hold, read from the API) promises. */
+static bool shares_gpu(struct stress *t, const char *name, const char *holder)
+{
+    json_t *p = get_pod(t, name), *h = get_pod(t, holder);
+    const char *placed = json_string_value(json_object_get(
+        json_object_get(json_object_get(p, "metadata"), "annotations"), "gpuvisor.io/assignment"));
+    const char *hold = json_string_value(json_object_get(
+        json_object_get(json_object_get(h, "metadata"), "annotations"),
+        "gpuvisor.io/nominated-hold"));
+    json_t *hv = hold ? json_loads(hold, 0, NULL) : NULL;
+    char mine[512], held[512];
+    gpus_of(placed, mine, sizeof(mine));
+    gpus_of(json_string_value(json_object_get(hv, "assignment")), held, sizeof(held));
+    bool shared = false;
+    char *save = NULL;
+    for (char *u = strtok_r(mine, ",", &save); u != NULL && !shared;
+         u = strtok_r(NULL, ",", &save)) {
+        char one[GV_ALLOC_UUID_MAX + 2];
+        snprintf(one, sizeof(one), ",%s,", u);
+        shared = strstr(held, one) != NULL;
+    }
+    json_decref(hv);
+    json_decref(p);
+    json_decref(h);
+    return shared;
 }
 
 static void preempt_round(struct stress *t, unsigned *rs, unsigned round, struct pstats *ps)
@@ -863,6 +905,10 @@ static void preempt_round(struct stress *t, unsigned *rs, unsigned round, struct
             ps->sneaks++;
             place(t, rs, sn, node, sizeof(node));
             ps->sneaks_placed += node[0] != '\0';
+            if (node[0] && shares_gpu(t, t->pods[sn].name, t->pods[hi].name))
+                fail_msg("seed %u round %u: %s (priority below %d) placed on a GPU held for "
+                         "preemptor %s (GV_PREEMPT_STRESS_SEED=%u)",
+                         t->seed, round, t->pods[sn].name, hp, t->pods[hi].name, t->seed);
         }
     }
     maybe_kill(t, rs, ps); /* right before the preemptor's filter */
@@ -871,10 +917,10 @@ static void preempt_round(struct stress *t, unsigned *rs, unsigned round, struct
         fail_msg("seed %u round %u: pods evicted on %s, but preemptor %s (priority %d, %u MiB) "
                  "does not fit (GV_PREEMPT_STRESS_SEED=%u)",
                  t->seed, round, chosen, t->pods[hi].name, hp, hmib, t->seed);
-    if (strcmp(w.node, chosen) != 0)
-        fail_msg("seed %u round %u: pods evicted on %s, preemptor %s placed on %s "
-                 "(GV_PREEMPT_STRESS_SEED=%u)",
-                 t->seed, round, chosen, t->pods[hi].name, w.node, t->seed);
+    /* Elsewhere only when room appeared there meanwhile (pods deleted at
+     * the end of the last round that the informer brought in late): the
+     * filter places a preemptor wherever it fits, as kube-scheduler does. */
+    ps->elsewhere += strcmp(w.node, chosen) != 0;
     if (!do_bind(t, t->pods[hi].created, w.node))
         fail_msg("seed %u round %u: preemptor %s not bound on %s", t->seed, round,
                  t->pods[hi].name, w.node);
@@ -901,9 +947,9 @@ static void test_preemption_rounds_with_kills(void **state)
     printf("# preemption stress: seed=%u rounds=%u preemptions=%lu (victims %lu, already "
            "deleted %lu) placed "
            "without=%lu no-room=%lu lower-priority arrivals in between=%lu (placed %lu) "
-           "scheduler kills=%lu\n",
+           "scheduler kills=%lu preemptors placed on another node=%lu\n",
            t->seed, rounds, ps.preemptions, ps.victims, ps.stale_victims, ps.direct, ps.none, ps.sneaks,
-           ps.sneaks_placed, ps.kills);
+           ps.sneaks_placed, ps.kills, ps.elsewhere);
     assert_true(ps.preemptions > rounds / 4);
     assert_true(ps.kills > 0 || rounds < 50);
     stress_free(t);
