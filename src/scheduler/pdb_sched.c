@@ -26,7 +26,13 @@ struct gv_sched_pdb {
     struct gv_informer *inf; /* NULL without API or permission */
     json_t *budgets;         /* "ns/name" -> the budget object */
     json_t *ns_count;        /* namespace -> budgets there */
-    json_t *labels;          /* pod uid -> its labels (pods in those namespaces) */
+    /* pod uid -> [labels, gen, [budget positions]] (pods in those
+     * namespaces): which budgets select the pod, as positions in `budgets`,
+     * worked out once per `gen` (bumped when a budget is added, removed,
+     * or its selector or disruptedPods change; a status update of
+     * disruptionsAllowed alone keeps positions and memberships). */
+    json_t *labels;
+    json_int_t gen;
 };
 
 struct gv_sched_pdb *gv_sched_pdb_new(void)
@@ -65,8 +71,12 @@ static const char *meta(const json_t *o, const char *k)
 static void store_labels(struct gv_sched_pdb *p, const json_t *pod, const char *uid)
 {
     const json_t *l = json_object_get(json_object_get(pod, "metadata"), "labels");
+    json_t *cur = json_object_get(p->labels, uid);
+    if (cur != NULL && json_equal(json_array_get(cur, 0), l))
+        return; /* same labels: the memberships stand */
     json_t *copy = json_is_object(l) ? json_deep_copy(l) : json_object();
-    if (copy == NULL || json_object_set_new(p->labels, uid, copy) != 0)
+    json_t *e = copy != NULL ? json_pack("[o,I,[]]", copy, (json_int_t)-1) : NULL;
+    if (e == NULL || json_object_set_new(p->labels, uid, e) != 0)
         gv_warn("pdb: out of memory keeping the labels of pod %s", uid);
 }
 
@@ -127,18 +137,35 @@ static bool apply(struct gv_sched_pdb *p, const json_t *pdb, bool deleted)
         return false;
     char key[600];
     snprintf(key, sizeof(key), "%s/%s", ns, name);
-    bool had = json_object_get(p->budgets, key) != NULL;
+    json_t *old = json_object_get(p->budgets, key);
+    bool had = old != NULL;
     json_int_t n = json_integer_value(json_object_get(p->ns_count, ns));
     if (deleted) {
         if (!had)
             return false;
         json_object_del(p->budgets, key);
+        p->gen++;
         if (n <= 1)
             json_object_del(p->ns_count, ns); /* its pods' labels go with their next event */
         else
             json_object_set_new(p->ns_count, ns, json_integer(n - 1));
         return false;
     }
+    const json_t *sel = json_object_get(json_object_get(pdb, "spec"), "selector");
+    const json_t *status = json_object_get(pdb, "status");
+    const json_t *allowed = json_object_get(status, "disruptionsAllowed");
+    const json_t *disrupted = json_object_get(status, "disruptedPods");
+    json_t *old_status = json_object_get(old, "status");
+    if (had && json_equal(json_object_get(json_object_get(old, "spec"), "selector"), sel) &&
+        json_equal(json_object_get(old_status, "disruptedPods"), disrupted)) {
+        /* the budget's count moved (the usual status update): in place */
+        if (allowed != NULL)
+            json_object_set(old_status, "disruptionsAllowed", (json_t *)allowed);
+        else
+            json_object_del(old_status, "disruptionsAllowed");
+        return false;
+    }
+    p->gen++;
     /* only what the rule reads: namespace, selector, budget, disrupted pods */
     json_t *keep = json_pack("{s:{s:s,s:s},s:{s:O*},s:{s:O*,s:O*}}", "metadata", "namespace", ns,
                              "name", name, "spec", "selector",
@@ -233,6 +260,7 @@ struct budget {
 };
 
 struct gv_sched_pdb_walk {
+    json_int_t gen; /* of the positions below */
     size_t n;
     struct budget b[];
 };
@@ -247,6 +275,7 @@ struct gv_sched_pdb_walk *gv_sched_pdb_walk_new(struct gv_sched *s)
     if (w == NULL)
         return NULL; /* no memory: counted as violating none, as before budgets were read */
     w->n = 0;
+    w->gen = p->gen;
     const char *key;
     json_t *b;
     json_object_foreach(p->budgets, key, b)
@@ -265,18 +294,33 @@ bool gv_sched_pdb_walk_step(struct gv_sched_pdb_walk *w, struct gv_sched *s, con
 {
     if (w == NULL)
         return false;
-    const json_t *labels = json_object_get(s->pdb->labels, uid);
-    const struct srec *r = gv_sched_rec_find(s, uid);
-    if (json_object_size(labels) == 0 || r == NULL || r->ns == NULL)
+    json_t *e = json_object_get(s->pdb->labels, uid);
+    const json_t *labels = json_array_get(e, 0);
+    if (json_object_size(labels) == 0)
         return false;
+    json_t *members = json_array_get(e, 2);
+    if (json_integer_value(json_array_get(e, 1)) != w->gen) {
+        /* the budgets that select it, worked out once per generation */
+        const struct srec *r = gv_sched_rec_find(s, uid);
+        json_t *m = json_array();
+        for (size_t i = 0; m != NULL && r != NULL && r->ns != NULL && i < w->n; i++)
+            /* kube-scheduler: a nil or empty selector matches nothing here;
+             * a pod already in disruptedPods spends nothing */
+            if (gv_kube_pdb_selects(w->b[i].pdb, r->ns, labels, false) &&
+                !gv_kube_pdb_disrupted(w->b[i].pdb, r->name))
+                json_array_append_new(m, json_integer((json_int_t)i));
+        if (m == NULL || json_array_set_new(e, 2, m) != 0)
+            return false;
+        json_array_set_new(e, 1, json_integer(w->gen));
+        members = m;
+    }
     bool violates = false;
-    for (size_t i = 0; i < w->n; i++) {
-        struct budget *b = &w->b[i];
-        /* kube-scheduler: a nil or empty selector matches nothing here */
-        if (!gv_kube_pdb_selects(b->pdb, r->ns, labels, false) ||
-            gv_kube_pdb_disrupted(b->pdb, r->name))
-            continue;
-        if (--b->left < 0)
+    size_t k;
+    json_t *v;
+    json_array_foreach(members, k, v)
+    {
+        json_int_t i = json_integer_value(v);
+        if (i >= 0 && (size_t)i < w->n && --w->b[i].left < 0)
             violates = true;
     }
     return violates;
