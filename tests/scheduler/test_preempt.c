@@ -798,8 +798,8 @@ static void test_hold_signature(void **state)
     static const char *const fields[] = {"node", "until", "assignment", "sig"};
     static const char *const forged[] = {"n2", "2100-01-01T00:00:00.000000Z",
                                          "v1;node=n1;main=GPU-n1-1:16000:0",
-                                         "v1.00000000000000000000000000000000000000000000000000"
-                                         "00000000000000"};
+                                         ("v1.00000000000000000000000000000000000000000000000000"
+                                          "00000000000000")};
     for (size_t i = 0; i < 4; i++) {
         json_t *h = json_loads(v, 0, NULL);
         json_object_set_new(h, fields[i], json_string(forged[i]));
