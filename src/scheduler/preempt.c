@@ -202,19 +202,19 @@ static gv_status hold_add(struct gv_sched *s, const char *uid, int32_t prio,
     return GV_OK;
 }
 
-/* A new hold from a preemption, for the reservation TTL; *annotation gets
+/* A new hold from a preemption, for the reservation TTL; *hold_text gets the annotation
  * what to write on the pod (heap; NULL when no hold was kept). */
 static gv_status hold_set(struct gv_sched *s, const char *uid, int32_t prio,
-                          const struct gv_alloc_assignment *a, char **annotation,
+                          const struct gv_alloc_assignment *a, char **hold_text,
                           struct gv_error *err)
 {
-    *annotation = NULL;
+    *hold_text = NULL;
     time_t until = time(NULL) + (time_t)s->cfg.reservation_ttl_s;
     gv_status st = hold_add(s, uid, prio, a, gv_sched_now() + (double)s->cfg.reservation_ttl_s,
                             until, err);
     struct hold *h = st == GV_OK ? hold_find(s->preempt, uid) : NULL;
     if (h != NULL &&
-        (*annotation = gv_sched_hold_encode(&s->cfg, uid, h->node, until, h->encoded)) == NULL)
+        (*hold_text = gv_sched_hold_encode(&s->cfg, uid, h->node, until, h->encoded)) == NULL)
         gv_warn("preempt: pod %s: hold not written on the pod (out of memory)", uid);
     return st;
 }
@@ -752,9 +752,9 @@ void gv_sched_handle_preempt(void *ctx, const struct gv_http_request *hreq,
         st = consider_node(s, &args, i, req, prio, uid, w, &b, &err);
     gv_sched_pdb_walk_free(w);
     struct ev_batch *events = NULL;
-    char *annotation = NULL;
+    char *hold_text = NULL;
     if (st == GV_OK && b.node != SIZE_MAX)
-        st = hold_set(s, uid, prio, &b.a, &annotation, &err);
+        st = hold_set(s, uid, prio, &b.a, &hold_text, &err);
     if (st == GV_OK && b.node != SIZE_MAX)
         events = events_of(s, args.pod, args.nodes[b.node].name, hold_find(s->preempt, uid),
                            &b.plan, b.victims, b.n_victims, prio);
@@ -770,18 +770,18 @@ void gv_sched_handle_preempt(void *ctx, const struct gv_http_request *hreq,
     }
     pthread_mutex_unlock(&s->lock);
     events_post(events);
-    if (annotation != NULL && s->kube != NULL) {
+    if (hold_text != NULL && s->kube != NULL) {
         /* on the pod before kube-scheduler evicts anyone: a restart from
          * here on finds the hold (outside the lock: an API round trip) */
         const json_t *md = json_object_get(args.pod, "metadata");
         struct gv_error werr = {0};
         if (gv_sched_hold_write(s->kube, json_string_value(json_object_get(md, "namespace")),
-                                json_string_value(json_object_get(md, "name")), uid, annotation,
+                                json_string_value(json_object_get(md, "name")), uid, hold_text,
                                 &werr) != GV_OK)
             gv_warn("preempt: pod %s: hold not written on the pod (%s): a restart before its "
                     "next filter loses it", uid, werr.msg);
     }
-    free(annotation);
+    free(hold_text);
     if (st != GV_OK) {
         gv_http_respond_error(resp, 500, err.msg);
         goto out;
