@@ -202,7 +202,7 @@ static gv_status hold_add(struct gv_sched *s, const char *uid, int32_t prio,
     return GV_OK;
 }
 
-/* A new hold from a preemption, for the reservation TTL; *hold_text gets the annotation
+/* A new hold from a preemption, for the reservation TTL; *hold_text gets
  * what to write on the pod (heap; NULL when no hold was kept). */
 static gv_status hold_set(struct gv_sched *s, const char *uid, int32_t prio,
                           const struct gv_alloc_assignment *a, char **hold_text,
