@@ -814,6 +814,7 @@ static void test_hold_signature(void **state)
     }
     /* a placement's signature over the same values is no hold signature */
     json_t *h = json_loads(v, 0, NULL);
+    json_t *hold_sig = json_incref(json_object_get(h, "sig"));
     char psig[GV_PLACEMENT_SIG_MAX];
     assert_int_equal(gv_placement_sign(cfg.placement_key, "uid-1", "n1",
                                        json_string_value(json_object_get(h, "until")), asg, psig,
@@ -829,10 +830,10 @@ static void test_hold_signature(void **state)
                            "annotations", "gpuvisor.io/assignment", asg,
                            GV_PLACEMENT_NODE_ANNOTATION, "n1", GV_PLACEMENT_AT_ANNOTATION,
                            json_string_value(json_object_get(h, "until")),
-                           GV_PLACEMENT_SIG_ANNOTATION,
-                           json_string_value(json_object_get(json_loads(v, 0, NULL), "sig")));
+                           GV_PLACEMENT_SIG_ANNOTATION, json_string_value(hold_sig));
     assert_int_equal(gv_placement_verify_pod(cfg.placement_key, p4, &err), GV_EINVAL);
     json_decref(p4);
+    json_decref(hold_sig);
     json_decref(p3);
     free(t);
     json_decref(h);
@@ -911,6 +912,8 @@ static void test_hold_survives_restart_with_fake_apiserver(void **state)
         char *nn = NULL, *aa = NULL;
         time_t uu;
         assert_int_equal(gv_sched_hold_decode(&kc, probe, &nn, &uu, &aa, &err), GV_OK);
+        free(nn);
+        free(aa);
         assert_int_equal(gv_sched_hold_decode(&kc, old, &nn, &uu, &aa, &err), GV_OK);
         assert_true(uu < time(NULL));
         free(nn);
