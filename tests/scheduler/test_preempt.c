@@ -968,6 +968,56 @@ static void test_hold_survives_restart_with_fake_apiserver(void **state)
     fake_apiserver_stop(&fa);
 }
 
+/* The budgets reach the daemon's code path through its informer, on a 1.20
+ * API server that serves only policy/v1beta1 (the stand-in told so), and the
+ * answer in the full-Pods form adds the GPU victims' violations to
+ * kube-scheduler's own count. */
+static void test_pdb_informer_v1beta1_with_fake_apiserver(void **state)
+{
+    (void)state;
+    struct fake_apiserver fa;
+    assert_int_equal(fake_apiserver_start(&fa, NULL), 0);
+    char url[700];
+    snprintf(url, sizeof(url), "%s/_fake/policy-versions?v=v1beta1", fa.url);
+    assert_int_equal(st_http("POST", url, "", NULL), 200);
+    struct gv_kube_client *kube = st_kube(fa.url);
+    assert_non_null(kube);
+    json_t *pdb = json_loads(
+        "{\"apiVersion\":\"policy/v1beta1\",\"kind\":\"PodDisruptionBudget\",\"metadata\":"
+        "{\"name\":\"web\",\"namespace\":\"t\"},\"spec\":{\"selector\":{\"matchExpressions\":"
+        "[{\"key\":\"app\",\"operator\":\"Exists\"}]}},\"status\":{\"disruptionsAllowed\":0}}",
+        0, NULL);
+    struct gv_error err = {0};
+    assert_int_equal(gv_kube_create(kube, "/apis/policy/v1beta1/namespaces/t/poddisruptionbudgets",
+                                    pdb, NULL, &err),
+                     GV_OK);
+    json_decref(pdb);
+    struct env e;
+    env_start_kube(&e, (const char *[]){"n1"}, 1, 2, kube);
+    assert_int_equal(gv_sched_start(e.s, &err), GV_OK); /* the informers, budgets among them */
+    bound_labeled(e.s, "a", 1, "n1", 0, GPU_MIB, "t", "app=x");
+    bound_labeled(e.s, "b", 1, "n1", 1, GPU_MIB, "t", "app=y");
+    json_t *hi = st_gpu_pod("hi", 100, GPU_MIB, NULL, NULL);
+    json_t *cpu = json_pack("{s:{s:s,s:s,s:s}}", "metadata", "uid", "cpuhog", "name", "cpuhog",
+                            "namespace", "default");
+    json_t *args = json_pack("{s:O,s:{s:{s:[o],s:i}},s:n}", "Pod", hi, "NodeNameToVictims", "n1",
+                             "Pods", cpu, "NumPDBViolations", 1, "NodeNameToMetaVictims");
+    char *body = json_dumps(args, JSON_COMPACT);
+    json_decref(args);
+    long st;
+    char *out = post(&e, "preempt", body, &st);
+    assert_int_equal(st, 200);
+    /* both GPU pods are under the budget allowing none: one goes, violating it */
+    assert_json_eq(out, "{\"NodeNameToMetaVictims\":{\"n1\":{\"Pods\":[{\"UID\":\"cpuhog\"},"
+                        "{\"UID\":\"a\"}],\"NumPDBViolations\":2}}}");
+    free(out);
+    free(body);
+    json_decref(hi);
+    env_stop(&e);
+    gv_kube_client_free(kube);
+    fake_apiserver_stop(&fa);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -979,6 +1029,7 @@ int main(void)
         cmocka_unit_test(test_random_preemptions_with_restarts),
         cmocka_unit_test(test_pdb_tables),
         cmocka_unit_test(test_pdb_budget_spent_by_the_set),
+        cmocka_unit_test(test_pdb_informer_v1beta1_with_fake_apiserver),
         cmocka_unit_test(test_hold_signature),
         cmocka_unit_test(test_hold_survives_restart_with_fake_apiserver),
     };
