@@ -58,6 +58,11 @@ struct gv_sched_preempt {
     size_t n_holds, cap_holds;
     uint64_t calls_victims, calls_none, calls_skipped;
     json_t *victims_by_prio; /* "priority" -> victims returned */
+    /* Event threads still posting (they use the API client, which the
+     * caller frees after gv_sched_free): gv_sched_preempt_free waits. */
+    pthread_mutex_t ev_mu;
+    pthread_cond_t ev_cv;
+    unsigned ev_threads;
 };
 
 struct gv_sched_preempt *gv_sched_preempt_new(void)
@@ -65,6 +70,8 @@ struct gv_sched_preempt *gv_sched_preempt_new(void)
     struct gv_sched_preempt *p = calloc(1, sizeof(*p));
     if (p == NULL)
         return NULL;
+    pthread_mutex_init(&p->ev_mu, NULL);
+    pthread_cond_init(&p->ev_cv, NULL);
     p->victims_by_prio = json_object();
     if (p->victims_by_prio == NULL) {
         gv_sched_preempt_free(p);
@@ -86,6 +93,12 @@ void gv_sched_preempt_free(struct gv_sched_preempt *p)
 {
     if (p == NULL)
         return;
+    pthread_mutex_lock(&p->ev_mu);
+    while (p->ev_threads > 0)
+        pthread_cond_wait(&p->ev_cv, &p->ev_mu);
+    pthread_mutex_unlock(&p->ev_mu);
+    pthread_mutex_destroy(&p->ev_mu);
+    pthread_cond_destroy(&p->ev_cv);
     for (size_t i = 0; i < p->n_holds; i++)
         hold_clear(&p->holds[i]);
     free(p->holds);
@@ -361,6 +374,7 @@ struct ev {
 };
 struct ev_batch {
     struct gv_kube_client *kube;
+    struct gv_sched_preempt *owner; /* counts the thread (gv_sched_preempt_free waits) */
     size_t n;
     struct ev ev[];
 };
@@ -379,7 +393,12 @@ static void *ev_post_all(void *arg)
         free(e->message);
         free(e->suffix);
     }
+    struct gv_sched_preempt *owner = b->owner;
     free(b);
+    pthread_mutex_lock(&owner->ev_mu);
+    owner->ev_threads--;
+    pthread_cond_broadcast(&owner->ev_cv);
+    pthread_mutex_unlock(&owner->ev_mu);
     return NULL;
 }
 
@@ -408,6 +427,7 @@ static struct ev_batch *events_of(struct gv_sched *s, const json_t *pod, const c
     if (b == NULL)
         return NULL;
     b->kube = s->kube;
+    b->owner = s->preempt;
     const json_t *md = json_object_get(pod, "metadata");
     const char *pns = json_string_value(json_object_get(md, "namespace"));
     const char *pname = json_string_value(json_object_get(md, "name"));
@@ -440,6 +460,9 @@ static void events_post(struct ev_batch *b)
 {
     if (b == NULL)
         return;
+    pthread_mutex_lock(&b->owner->ev_mu);
+    b->owner->ev_threads++; /* ev_post_all counts it down, on either path */
+    pthread_mutex_unlock(&b->owner->ev_mu);
     pthread_t t;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
