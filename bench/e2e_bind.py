@@ -27,9 +27,11 @@ filter and bind latency (its /metrics), the API server's own time per
 Binding (its /metrics), the TCP connections the extender opened to the API
 server and the most open at once (sampled from /proc every 0.2 s), and the
 CPU seconds each process used in the round.  Packing (gpu rounds): nodes and
-GPUs used (from the pods' assignments), idle GPUs stranded on used nodes,
-the extender's fragmentation ratio.  GV_BENCH_NODES / GV_BENCH_PODS override
-N / M (5000 / 1000).
+GPUs used (from the pods' assignments), idle GPUs stranded on used nodes.
+GV_BENCH_NODES / GV_BENCH_PODS override N / M (5000 / 1000).  GV_BENCH_EXT_B
+names a second gpuvisor-scheduler binary: each pair of rounds then runs gpu
+rounds with both (plain, gpu A, gpu B), the extender restarted between them,
+for an alternated comparison of two builds.
 """
 import json
 import math
@@ -303,8 +305,12 @@ def run_round(api, ext_pid, kind, conf, pct):
             if c1 > c0:
                 res["ext_%s_ms" % verb] = 1000 * (s1 - s0) / (c1 - c0)
                 res["ext_%s_n" % verb] = int(c1 - c0)
+        for k in ("connections_opened_total", "requests_queued_total", "queue_wait_seconds_total"):
+            v0 = metric_value(em0, "gpuvisor_kube_" + k)
+            v1 = metric_value(em1, "gpuvisor_kube_" + k)
+            if v0 is not None and v1 is not None:
+                res["kube_" + k] = v1 - v0
         res.update(packing(list_pods(api, ns)))
-        res["fragmentation"] = metric_value(em1, "gpuvisor_cluster_fragmentation_ratio")
     force_delete_pods(api, ns)
     return res
 
@@ -320,17 +326,22 @@ def fmt_round(r):
            % (r["evaluated"], r.get("ks_algorithm_ms", 0), r.get("ks_filter_ms", 0), r.get("ks_score_ms", 0),
               r.get("ks_e2e_ms", 0), r.get("api_binding_ms", 0), r.get("api_binding_n", 0)),
            "      CPU s in the round: " + cpu]
-    if r["kind"] == "gpu":
+    if r["kind"].startswith("gpu") and "kube_requests_queued_total" in r:
+        q = r["kube_requests_queued_total"]
+        out.append("      extender's API client: connections opened %d, requests that waited for "
+                   "one of its 32 %d, mean wait %.1f ms"
+                   % (r["kube_connections_opened_total"], q,
+                      1000 * r["kube_queue_wait_seconds_total"] / q if q else 0))
+    if r["kind"].startswith("gpu"):
         out.append("      extender: filter %.2f ms (n=%d), bind %.1f ms (n=%d); connections to "
                    "the API server seen %d, most at once %d"
                    % (r.get("ext_filter_ms", 0), r.get("ext_filter_n", 0), r.get("ext_bind_ms", 0),
                       r.get("ext_bind_n", 0), r["conns_opened"], r["conns_most"]))
         out.append("      packing: nodes used %d (fewest %d), GPUs used %d (fewest %d), "
-                   "GPUs partly used %d, idle GPUs on used nodes %d, fragmentation %s"
+                   "GPUs partly used %d, idle GPUs on used nodes %d"
                    % (r["nodes_used"], math.ceil(N_PODS / (GPUS_PER_NODE * PODS_PER_GPU)),
                       r["gpus_used"], math.ceil(N_PODS / PODS_PER_GPU), r["gpus_partial"],
-                      r["gpus_idle_on_used_nodes"],
-                      "%.3f" % r["fragmentation"] if r["fragmentation"] is not None else "n/a"))
+                      r["gpus_idle_on_used_nodes"]))
     return "\n".join(out)
 
 
@@ -360,31 +371,47 @@ def main():
             cfg["heartbeatTimeoutSeconds"] = 86400  # fake nodes: no agent refreshes it
             with open(sconf, "w") as f:
                 json.dump(cfg, f)
-            ext = k8s.spawn("gpuvisor-scheduler-bench",
-                            [os.path.join(k8s.ROOT, BUILD, "bin", "gpuvisor-scheduler"),
-                             "--config", sconf, "--kubeconfig", k8s.ADMIN_CONF,
-                             "--extender-listen", EXT, "--insecure-unsigned-placements",
-                             "--log-level", "warn"])
-            for _ in range(600):
-                if get_text("http://%s/readyz" % EXT):
-                    break
-                time.sleep(0.5)
+            bins = {"A": os.path.join(k8s.ROOT, BUILD, "bin", "gpuvisor-scheduler")}
+            if os.environ.get("GV_BENCH_EXT_B"):
+                bins["B"] = os.environ["GV_BENCH_EXT_B"]
+
+            def start_ext(which):
+                p = k8s.spawn("gpuvisor-scheduler-bench",
+                              [bins[which], "--config", sconf, "--kubeconfig", k8s.ADMIN_CONF,
+                               "--extender-listen", EXT, "--insecure-unsigned-placements",
+                               "--log-level", "warn"])
+                for _ in range(600):
+                    if get_text("http://%s/readyz" % EXT):
+                        break
+                    time.sleep(0.5)
+                return p
+            ext, ext_which = start_ext("A"), "A"
             for kind in ("plain", "gpu"):
                 ns = "bench-" + kind
                 api.ok("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                       "metadata": {"name": ns}})
                 k8s.wait_sa(api, ns)
             conf = os.path.join(tmp, "kube-scheduler.yaml")
-            deploy_pct = scheduler_config(conf)
-            plan = [(k, None) for _ in range(ROUNDS) for k in ("plain", "gpu")]
+            # GV_BENCH_MAIN_PCT: the main rounds at another sampling than the deploy's
+            main_pct = os.environ.get("GV_BENCH_MAIN_PCT")
+            deploy_pct = scheduler_config(conf, int(main_pct) if main_pct else None)
+            kinds = ("plain", "gpu") if len(bins) == 1 else ("plain", "gpu:A", "gpu:B")
+            plan = [(k, None) for _ in range(ROUNDS) for k in kinds]
             plan += [(k, p) for p in PCTS for k in ("gpu", "plain")]
             for kind, pct in plan:
+                kind, _, which = kind.partition(":")
+                which = which or "A"
+                if kind == "gpu" and which != ext_which:
+                    k8s.stop(ext, "gpuvisor-scheduler-bench")
+                    ext, ext_which = start_ext(which), which
                 c = conf
                 if pct is not None:
                     c = os.path.join(tmp, "kube-scheduler-pct%d.yaml" % pct)
                     scheduler_config(c, pct)
                 r = run_round(api, ext.pid, kind, c, pct if pct is not None else deploy_pct)
                 r["sweep"] = pct is not None
+                if len(bins) > 1 and kind == "gpu":
+                    r["kind"] = "gpu" + which
                 results.append(r)
                 print(fmt_round(r), flush=True)
         finally:
@@ -397,7 +424,14 @@ def main():
     for r in main_rounds:
         print(fmt_round(r))
     rate = {k: [r.get("pods_per_s", 0) for r in main_rounds if r["kind"] == k]
-            for k in ("plain", "gpu")}
+            for k in ("plain", "gpu", "gpuA", "gpuB")}
+    for k in ("gpuA", "gpuB"):
+        if rate[k]:
+            (m, sd) = mean_sd(rate[k])
+            print("%s (%s) pods_per_s mean %.1f sd %.1f (n=%d: %s)"
+                  % (k, bins[k[-1]], m, sd, len(rate[k]), " ".join("%.1f" % x for x in rate[k])))
+    if rate["gpuA"]:
+        rate["gpu"] = rate["gpuA"]
     (pm, ps), (gm, gs) = mean_sd(rate["plain"]), mean_sd(rate["gpu"])
     print("plain_pods_per_s mean %.1f sd %.1f (n=%d: %s)" % (pm, ps, len(rate["plain"]),
           " ".join("%.1f" % x for x in rate["plain"])))

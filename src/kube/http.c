@@ -45,8 +45,11 @@
  * bind's time goes").  No request waits for a slot while holding one (a
  * response body callback never calls the client), so the cap cannot
  * deadlock. */
-#define POOL_MAX 32
-#define CONN_MAX 32
+#ifndef GV_KUBE_CONN_MAX /* -D for a measurement against other caps */
+#define GV_KUBE_CONN_MAX 32
+#endif
+#define POOL_MAX GV_KUBE_CONN_MAX
+#define CONN_MAX GV_KUBE_CONN_MAX
 /* TCP keepalive: notice a dead peer on a quiet watch within ~1 min. */
 #define KEEPIDLE_S 30
 #define KEEPINTVL_S 10
