@@ -351,8 +351,8 @@ def mean_sd(xs):
 
 def main():
     if os.geteuid() != 0 or not os.path.exists(os.path.join(k8s.BIN, "kubelet")):
-        print("bench_e2e_bind: SKIP: needs root and the loopback Kubernetes built "
-              "(../shared/k8s/build.sh)", file=sys.stderr)
+        print("SKIPPED: needs root and the loopback Kubernetes of ../shared/k8s built "
+              "(../shared/k8s/build.sh)", flush=True)
         return 0
     tmp = os.path.join(k8s.K8S_ROOT, "bench-e2e")
     os.makedirs(tmp, exist_ok=True)
