@@ -51,7 +51,7 @@ import yaml  # noqa: E402
 N_NODES = int(os.environ.get("GV_BENCH_NODES", "5000"))
 N_PODS = int(os.environ.get("GV_BENCH_PODS", "1000"))
 ROUNDS = int(os.environ.get("GV_BENCH_ROUNDS", "3"))
-PCTS = [int(x) for x in os.environ.get("GV_BENCH_PCTS", "0,50,100").split(",") if x.strip()]
+PCTS = [int(x) for x in os.environ.get("GV_BENCH_PCTS", "100").split(",") if x.strip()]
 BUILD = os.environ.get("BUILD", "build")
 EXT = "127.0.0.1:8888"
 KS_METRICS = "127.0.0.1:10261"
@@ -64,7 +64,8 @@ EXT_ERROR = re.compile(r"(?i)error|failed|reset by peer|refused|deadline exceede
 
 def scheduler_config(path, pct=None):
     """deploy's v1.20 config as the bench runs it; pct overrides
-    percentageOfNodesToScore (0: kube-scheduler's adaptive default)."""
+    percentageOfNodesToScore (0: unset, kube-scheduler's adaptive default).
+    Returns the value used (0 for unset)."""
     with open(os.path.join(k8s.ROOT, "deploy", "kubernetes", "config-v1beta1",
                            "kube-scheduler-config.yaml")) as f:
         cfg = yaml.safe_load(f)
@@ -76,7 +77,9 @@ def scheduler_config(path, pct=None):
     cfg["clientConnection"] = {"kubeconfig": os.path.join(k8s.RUN, "kubeconfig", "scheduler.conf"),
                                "qps": 5000, "burst": 5000}
     if pct is not None:
-        cfg["percentageOfNodesToScore"] = pct
+        cfg.pop("percentageOfNodesToScore", None)
+        if pct:
+            cfg["percentageOfNodesToScore"] = pct
     with open(path, "w") as f:
         yaml.safe_dump(cfg, f)
     return cfg.get("percentageOfNodesToScore", 0)
@@ -329,7 +332,7 @@ def fmt_round(r):
     if r["kind"].startswith("gpu") and "kube_requests_queued_total" in r:
         q = r["kube_requests_queued_total"]
         out.append("      extender's API client: connections opened %d, requests that waited for "
-                   "one of its 32 %d, mean wait %.1f ms"
+                   "one of its kept connections %d, mean wait %.1f ms"
                    % (r["kube_connections_opened_total"], q,
                       1000 * r["kube_queue_wait_seconds_total"] / q if q else 0))
     if r["kind"].startswith("gpu"):
@@ -391,25 +394,24 @@ def main():
                 api.ok("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                       "metadata": {"name": ns}})
                 k8s.wait_sa(api, ns)
-            conf = os.path.join(tmp, "kube-scheduler.yaml")
-            # GV_BENCH_MAIN_PCT: the main rounds at another sampling than the deploy's
-            main_pct = os.environ.get("GV_BENCH_MAIN_PCT")
-            deploy_pct = scheduler_config(conf, int(main_pct) if main_pct else None)
-            kinds = ("plain", "gpu") if len(bins) == 1 else ("plain", "gpu:A", "gpu:B")
-            plan = [(k, None) for _ in range(ROUNDS) for k in kinds]
-            plan += [(k, p) for p in PCTS for k in ("gpu", "plain")]
-            for kind, pct in plan:
-                kind, _, which = kind.partition(":")
-                which = which or "A"
+            # pct 0 = kube-scheduler's adaptive default (percentageOfNodesToScore unset)
+            deploy_pct = scheduler_config(os.path.join(tmp, "kube-scheduler-deploy.yaml"))
+            if len(bins) == 1:
+                triple = [("plain", 0, "A"), ("gpu", 0, "A")] + \
+                    ([("gpu", deploy_pct, "A")] if deploy_pct else [])
+            else:
+                triple = [("plain", 0, "A"), ("gpu", 0, "A"), ("gpu", 0, "B")]
+            plan = [t for _ in range(ROUNDS) for t in triple]
+            if deploy_pct and len(bins) == 1:
+                plan.append(("plain", deploy_pct, "A"))
+            plan += [(k, p, "A") for p in PCTS for k in ("gpu", "plain")]
+            for kind, pct, which in plan:
                 if kind == "gpu" and which != ext_which:
                     k8s.stop(ext, "gpuvisor-scheduler-bench")
                     ext, ext_which = start_ext(which), which
-                c = conf
-                if pct is not None:
-                    c = os.path.join(tmp, "kube-scheduler-pct%d.yaml" % pct)
-                    scheduler_config(c, pct)
-                r = run_round(api, ext.pid, kind, c, pct if pct is not None else deploy_pct)
-                r["sweep"] = pct is not None
+                c = os.path.join(tmp, "kube-scheduler-pct%d.yaml" % pct)
+                scheduler_config(c, pct)
+                r = run_round(api, ext.pid, kind, c, pct)
                 if len(bins) > 1 and kind == "gpu":
                     r["kind"] = "gpu" + which
                 results.append(r)
@@ -418,41 +420,47 @@ def main():
             k8s.stop(ext, "gpuvisor-scheduler-bench")
             k8s.stop_cluster()
     print("kube-scheduler v1.20.2, %d fake nodes x %d GPUs, %d pods per round, one burst each; "
-          "deploy's percentageOfNodesToScore %s" % (N_NODES, GPUS_PER_NODE, N_PODS,
-                                                    deploy_pct or "unset (adaptive)"))
-    main_rounds = [r for r in results if not r["sweep"]]
-    for r in main_rounds:
-        print(fmt_round(r))
-    rate = {k: [r.get("pods_per_s", 0) for r in main_rounds if r["kind"] == k]
-            for k in ("plain", "gpu", "gpuA", "gpuB")}
-    for k in ("gpuA", "gpuB"):
-        if rate[k]:
-            (m, sd) = mean_sd(rate[k])
-            print("%s (%s) pods_per_s mean %.1f sd %.1f (n=%d: %s)"
-                  % (k, bins[k[-1]], m, sd, len(rate[k]), " ".join("%.1f" % x for x in rate[k])))
-    if rate["gpuA"]:
-        rate["gpu"] = rate["gpuA"]
-    (pm, ps), (gm, gs) = mean_sd(rate["plain"]), mean_sd(rate["gpu"])
-    print("plain_pods_per_s mean %.1f sd %.1f (n=%d: %s)" % (pm, ps, len(rate["plain"]),
-          " ".join("%.1f" % x for x in rate["plain"])))
-    print("gpu_pods_per_s mean %.1f sd %.1f (n=%d: %s)" % (gm, gs, len(rate["gpu"]),
-          " ".join("%.1f" % x for x in rate["gpu"])))
-    pairs = [g / p for p, g in zip(rate["plain"], rate["gpu"]) if p > 0]
-    print("gpu_vs_plain_bind_rate %.2f (ratio of means; per pair %s)"
-          % (gm / pm if pm else 0, " ".join("%.2f" % x for x in pairs)))
-    print("# packing under kube-scheduler's node sampling (one gpu + one plain round per value)")
+          "rounds alternate as listed; deploy's percentageOfNodesToScore %s"
+          % (N_NODES, GPUS_PER_NODE, N_PODS, deploy_pct or "unset (adaptive)"))
     for r in results:
-        if r["sweep"]:
-            print(fmt_round(r))
-    for p in PCTS:
-        g = next((r for r in results if r["sweep"] and r["pct"] == p and r["kind"] == "gpu"), None)
-        pl = next((r for r in results if r["sweep"] and r["pct"] == p and r["kind"] == "plain"),
-                  None)
-        if g and pl:
-            print("sampling pct %-3s gpu nodes_used %d gpus_used %d idle_gpus_on_used_nodes %d "
-                  "gpu_pods_per_s %.1f plain_pods_per_s %.1f"
-                  % (p or "dflt", g["nodes_used"], g["gpus_used"], g["gpus_idle_on_used_nodes"],
-                     g.get("pods_per_s", 0), pl.get("pods_per_s", 0)))
+        print(fmt_round(r))
+    groups = {}
+    for r in results:
+        groups.setdefault((r["kind"], r["pct"]), []).append(r)
+    print("# by kind and sampling (pct dflt: kube-scheduler's adaptive default, about 10 %% of "
+          "%d nodes)" % N_NODES)
+    for (kind, pct), rs in groups.items():
+        rates = [r.get("pods_per_s", 0) for r in rs]
+        m, sd = mean_sd(rates)
+        line = "%-5s pct %-4s n=%d pods/s mean %.1f sd %.1f (%s); kube-scheduler filter plugins " \
+            "%.2f ms, score %.2f ms per pod" % (
+                kind, pct or "dflt", len(rs), m, sd, " ".join("%.1f" % x for x in rates),
+                statistics.mean(r.get("ks_filter_ms", 0) for r in rs),
+                statistics.mean(r.get("ks_score_ms", 0) for r in rs))
+        if kind.startswith("gpu"):
+            line += "; nodes used %s, GPUs used %s, idle GPUs on used nodes %s" % tuple(
+                "/".join(str(r[k]) for r in rs)
+                for k in ("nodes_used", "gpus_used", "gpus_idle_on_used_nodes"))
+        print(line)
+
+    def rates(kind, pct):
+        return [r.get("pods_per_s", 0) for r in groups.get((kind, pct), [])]
+    gpu_kind = "gpuA" if len(bins) > 1 else "gpu"
+    plain, gpu = rates("plain", 0), rates(gpu_kind, 0)
+    pm, gm = mean_sd(plain)[0], mean_sd(gpu)[0]
+    print("gpu_vs_plain_bind_rate %.2f (both at kube-scheduler's default sampling; ratio of means "
+          "%.1f / %.1f; per pair %s)" % (gm / pm if pm else 0, gm, pm,
+                                         " ".join("%.2f" % (g / p) for p, g in zip(plain, gpu) if p)))
+    if len(bins) > 1:
+        b = rates("gpuB", 0)
+        print("gpuB_vs_gpuA %.2f (%s vs %s)" % (mean_sd(b)[0] / gm if gm else 0, bins["B"],
+                                                bins["A"]))
+    elif deploy_pct:
+        d = rates("gpu", deploy_pct)
+        dm = mean_sd(d)[0]
+        print("gpu_as_deployed_vs_plain %.2f (gpu pods at the deploy's percentageOfNodesToScore %d, "
+              "%.1f pods/s, vs plain pods at kube-scheduler's default, %.1f pods/s)"
+              % (dm / pm if pm else 0, deploy_pct, dm, pm))
     ok = all(r["unbound"] == 0 for r in results)
     return 0 if ok else 1
 
