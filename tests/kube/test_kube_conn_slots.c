@@ -39,6 +39,14 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* *most = max(*most, v), lock-free */
+static void atomic_max(atomic_int *most, int v)
+{
+    int m = atomic_load(most);
+    while (v > m && !atomic_compare_exchange_weak(most, &m, v))
+        ;
+}
+
 static void wait_waiting(struct gv_slots *q, int n)
 {
     for (int i = 0; i < 5000; i++) {
@@ -72,10 +80,7 @@ static void *bound_worker(void *ud)
     for (int i = 0; i < 20; i++) {
         if (!gv_slots_take(c->q, 0))
             return NULL;
-        int h = atomic_fetch_add(&c->holders, 1) + 1;
-        int m = atomic_load(&c->most);
-        while (h > m && !atomic_compare_exchange_weak(&c->most, &m, h))
-            ;
+        atomic_max(&c->most, atomic_fetch_add(&c->holders, 1) + 1);
         usleep((useconds_t)(rand_r(&r) % 300));
         atomic_fetch_sub(&c->holders, 1);
         gv_slots_give(c->q);
@@ -226,10 +231,7 @@ static void *serve_conn(void *ud)
     struct server *s = a->s;
     int fd = a->fd;
     free(a);
-    int o = atomic_fetch_add(&s->open, 1) + 1;
-    int m = atomic_load(&s->most_open);
-    while (o > m && !atomic_compare_exchange_weak(&s->most_open, &m, o))
-        ;
+    atomic_max(&s->most_open, atomic_fetch_add(&s->open, 1) + 1);
     char buf[2048];
     size_t len = 0;
     for (;;) {
