@@ -3,10 +3,11 @@
  * socket, with a small keep-alive pool.  Internal to src/kube; the design
  * and the reason it is not libcurl are in docs/kube-client.md ("Transport").
  *
- * Three layers, one file each:
+ * Three layers, one file each, and the line for a connection:
  *   http_response.c  incremental response parser (pure, fuzzed)
  *   tls.c            mbedTLS configuration and sessions
  *   http.c           connections, the pool, one request/response exchange
+ *   conn_slots.c     at most 32 requests on connections, the rest in line
  */
 #ifndef GV_KUBE_HTTP_H
 #define GV_KUBE_HTTP_H
