@@ -50,6 +50,22 @@ struct gv_kube_cancel {
     int fd; /* eventfd, readable once fired: wakes a watch's poll() */
 };
 
+void gv_kube_transport_stats(struct gv_kube_client *c, struct gv_kube_transport_stats *out)
+{
+    struct gv_http_stats hs;
+    gv_http_get_stats(c->http, &hs);
+    *out = (struct gv_kube_transport_stats){
+        .connections_opened = hs.connections_opened,
+        .requests = hs.slots.taken,
+        .requests_queued = hs.slots.queued,
+        .queue_timeouts = hs.slots.timed_out,
+        .queue_wait_seconds = (double)hs.slots.wait_us / 1e6,
+        .most_queued = hs.slots.most_waiting,
+        .connections_busy = hs.busy,
+        .requests_waiting = hs.waiting,
+    };
+}
+
 /* ------------------------------------------------------------------------
  * Small helpers
  */

@@ -127,6 +127,22 @@ gv_status gv_kube_client_new(const struct gv_kube_config *cfg, struct gv_kube_cl
                              struct gv_error *err);
 void gv_kube_client_free(struct gv_kube_client *c);
 
+/* What the client's connections have done so far: how many it opened (each
+ * a TCP + TLS handshake for the API server), how many requests waited for
+ * one of its kept connections and for how long.  Shown on the scheduler's
+ * /metrics (docs/scheduler.md, "Where a bind's time goes"). */
+struct gv_kube_transport_stats {
+    uint64_t connections_opened;
+    uint64_t requests;        /* ordinary requests (watches have their own connections) */
+    uint64_t requests_queued; /* ... that waited for a connection */
+    uint64_t queue_timeouts;  /* ... that reached their deadline waiting */
+    double queue_wait_seconds; /* all waits together */
+    uint64_t most_queued;     /* the longest line seen */
+    int connections_busy;     /* now */
+    int requests_waiting;     /* now */
+};
+void gv_kube_transport_stats(struct gv_kube_client *c, struct gv_kube_transport_stats *out);
+
 /* Selectors and paging for LIST and WATCH.  NULL fields are omitted. */
 struct gv_kube_list_opts {
     const char *label_selector; /* "app=x,tier!=db" */

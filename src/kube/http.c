@@ -34,16 +34,22 @@
 /* Connections for ordinary requests (watches have their own): at most
  * CONN_MAX busy at once, and every one kept for the next request.  The
  * scheduler's binds come in bursts (kube-scheduler binds each pod in a
- * goroutine of its own: a burst of 200 pods is 200 binds at once, two API
- * writes each).  With 4 connections kept, every write beyond the 4th
- * opened a new TCP + TLS connection and closed it after one request: the
- * API server spent its CPU on handshakes and the binds queued behind them
- * (bench/results/e2e_bind.txt).  A request that finds CONN_MAX busy waits
- * for one (the API server could not serve it sooner anyway), at most
- * CONN_WAIT_MS, then opens its own: nothing can deadlock on the cap. */
-#define POOL_MAX 32
-#define CONN_MAX 32
-#define CONN_WAIT_MS 2000
+ * goroutine of its own: a burst of 1,000 pods is 1,000 Bindings at once).
+ * With 4 connections kept, every write beyond the 4th opened a new TCP +
+ * TLS connection and closed it after one request: the API server spent its
+ * CPU on handshakes and the binds queued behind them.  A request that finds
+ * CONN_MAX busy waits in line (conn_slots.c: first come, first served) until
+ * its own deadline, and never opens a connection beyond the cap: the API
+ * server could not serve it sooner, and each extra connection would cost
+ * it a handshake (bench/results/e2e_bind.txt, docs/scheduler.md "Where a
+ * bind's time goes").  No request waits for a slot while holding one (a
+ * response body callback never calls the client), so the cap cannot
+ * deadlock. */
+#ifndef GV_KUBE_CONN_MAX /* -D for a measurement against other caps */
+#define GV_KUBE_CONN_MAX 32
+#endif
+#define POOL_MAX GV_KUBE_CONN_MAX
+#define CONN_MAX GV_KUBE_CONN_MAX
 /* TCP keepalive: notice a dead peer on a quiet watch within ~1 min. */
 #define KEEPIDLE_S 30
 #define KEEPINTVL_S 10
@@ -66,10 +72,10 @@ struct gv_http {
     long connect_timeout_ms;
 
     pthread_mutex_t pool_mu;
-    pthread_cond_t pool_cond; /* a busy connection came back */
     struct conn *idle;
     int nidle;
-    int nbusy; /* ordinary requests holding a connection */
+    uint64_t opened; /* connections opened (under pool_mu) */
+    struct gv_slots slots; /* ordinary requests holding a connection */
 };
 
 static int64_t now_ms(void)
@@ -159,11 +165,7 @@ gv_status gv_http_new(const struct gv_http_opts *o, struct gv_http **out, struct
     if (h == NULL)
         return gv_error_set(err, GV_ENOMEM, "out of memory");
     pthread_mutex_init(&h->pool_mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&h->pool_cond, &ca);
-    pthread_condattr_destroy(&ca);
+    gv_slots_init(&h->slots, CONN_MAX);
     h->connect_timeout_ms = o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 5000;
     bool https = false;
     gv_status st = parse_server(h, o->server != NULL ? o->server : "", &https, err);
@@ -208,7 +210,7 @@ void gv_http_free(struct gv_http *h)
     }
     gv_tls_free(h->tls);
     pthread_mutex_destroy(&h->pool_mu);
-    pthread_cond_destroy(&h->pool_cond);
+    gv_slots_destroy(&h->slots);
     free(h->host);
     free(h->port);
     free(h->prefix);
@@ -396,6 +398,9 @@ static gv_status conn_open(struct gv_http *h, struct conn **out, int64_t deadlin
             return st;
         }
     }
+    pthread_mutex_lock(&h->pool_mu);
+    h->opened++;
+    pthread_mutex_unlock(&h->pool_mu);
     *out = c;
     return GV_OK;
 }
@@ -410,31 +415,12 @@ static bool conn_idle_ok(struct conn *c)
     return poll(&p, 1, 0) == 0;
 }
 
-/* A slot among the CONN_MAX busy connections (waits up to CONN_WAIT_MS). */
-static void slot_take(struct gv_http *h)
-{
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += CONN_WAIT_MS / 1000;
-    until.tv_nsec += (CONN_WAIT_MS % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&h->pool_mu);
-    while (h->nbusy >= CONN_MAX &&
-           pthread_cond_timedwait(&h->pool_cond, &h->pool_mu, &until) != ETIMEDOUT)
-        ;
-    h->nbusy++;
-    pthread_mutex_unlock(&h->pool_mu);
-}
-
-static void slot_give(struct gv_http *h)
+void gv_http_get_stats(struct gv_http *h, struct gv_http_stats *out)
 {
     pthread_mutex_lock(&h->pool_mu);
-    h->nbusy--;
-    pthread_cond_signal(&h->pool_cond);
+    out->connections_opened = h->opened;
     pthread_mutex_unlock(&h->pool_mu);
+    gv_slots_get_stats(&h->slots, &out->slots, &out->busy, &out->waiting);
 }
 
 static struct conn *pool_take(struct gv_http *h)
@@ -645,8 +631,14 @@ gv_status gv_http_exchange(struct gv_http *h, const struct gv_http_request *r, g
         gv_buf_free(&req);
         return gv_error_set(err, GV_ENOMEM, "out of memory");
     }
-    if (!r->dedicated)
-        slot_take(h);
+    if (!r->dedicated && !gv_slots_take(&h->slots, deadline)) {
+        free(p);
+        gv_buf_free(&req);
+        res->retryable = true;
+        return gv_error_set(err, GV_ETIMEOUT,
+                            "timed out after %ld ms waiting for one of the %d connections",
+                            r->timeout_ms, CONN_MAX);
+    }
     for (int attempt = 0;; attempt++) {
         struct conn *c = r->dedicated ? NULL : pool_take(h);
         bool reused = c != NULL;
@@ -671,7 +663,7 @@ gv_status gv_http_exchange(struct gv_http *h, const struct gv_http_request *r, g
         break;
     }
     if (!r->dedicated)
-        slot_give(h);
+        gv_slots_give(&h->slots);
     free(p);
     gv_buf_free(&req);
     if (res->cancelled)

@@ -3,14 +3,16 @@
  * socket, with a small keep-alive pool.  Internal to src/kube; the design
  * and the reason it is not libcurl are in docs/kube-client.md ("Transport").
  *
- * Three layers, one file each:
+ * Three layers, one file each, and the line for a connection:
  *   http_response.c  incremental response parser (pure, fuzzed)
  *   tls.c            mbedTLS configuration and sessions
  *   http.c           connections, the pool, one request/response exchange
+ *   conn_slots.c     at most 32 requests on connections, the rest in line
  */
 #ifndef GV_KUBE_HTTP_H
 #define GV_KUBE_HTTP_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -119,7 +121,53 @@ struct gv_http_opts {
     long connect_timeout_ms; /* TCP connect + TLS handshake */
 };
 
+/* ------------------------------------------------------------------------
+ * Connection slots (conn_slots.c): at most max ordinary requests hold a
+ * connection at once; the others wait in arrival order, each handed the
+ * slot the oldest holder gives back, until their own deadline.
+ */
+
+struct gv_slots_stats {
+    uint64_t taken;        /* requests that asked for a slot */
+    uint64_t queued;       /* ... of which had to wait */
+    uint64_t timed_out;    /* ... of which reached their deadline waiting */
+    uint64_t wait_us;      /* time spent waiting, all requests together */
+    uint64_t most_waiting; /* the longest queue seen */
+};
+
+struct gv_slot_waiter;
+
+struct gv_slots {
+    pthread_mutex_t mu;
+    int max, busy, waiting;
+    struct gv_slot_waiter *head, *tail; /* FIFO of waiters */
+    struct gv_slots_stats stats;
+};
+
+void gv_slots_init(struct gv_slots *q, int max);
+void gv_slots_destroy(struct gv_slots *q);
+/* A slot, waiting in line for it until deadline_ms (CLOCK_MONOTONIC
+ * milliseconds; 0: no limit).  false: the deadline came first (the request
+ * is not in the queue any more). */
+bool gv_slots_take(struct gv_slots *q, int64_t deadline_ms);
+/* Gives a slot back: to the oldest waiter if there is one. */
+void gv_slots_give(struct gv_slots *q);
+void gv_slots_get_stats(struct gv_slots *q, struct gv_slots_stats *out, int *busy, int *waiting);
+
+/* ------------------------------------------------------------------------
+ * Transport statistics (the scheduler's /metrics shows them: where a bind's
+ * time goes, docs/scheduler.md)
+ */
+
+struct gv_http_stats {
+    uint64_t connections_opened; /* TCP (+ TLS) connections, watches included */
+    struct gv_slots_stats slots;
+    int busy, waiting; /* now */
+};
+
 struct gv_http;
+
+void gv_http_get_stats(struct gv_http *h, struct gv_http_stats *out);
 
 gv_status gv_http_new(const struct gv_http_opts *o, struct gv_http **out, struct gv_error *err);
 void gv_http_free(struct gv_http *h);

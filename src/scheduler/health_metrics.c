@@ -38,6 +38,47 @@ void handle_readyz(void *ctx, const struct gv_http_request *hreq,
 
 static void write_cluster_sums(struct gv_sched *s, FILE *f); /* below, with the node sums */
 
+
+/* The API client's connections (src/kube, "Connection slots"): binds that
+ * waited for one of its kept connections, and connections opened (each a
+ * TLS handshake for the API server).  Says where a bind's time goes
+ * (docs/scheduler.md). */
+static void write_kube_transport(struct gv_sched *s, FILE *f)
+{
+    if (s->kube == NULL)
+        return;
+    struct gv_kube_transport_stats t;
+    gv_kube_transport_stats(s->kube, &t);
+    fprintf(f,
+            "# HELP gpuvisor_kube_connections_opened_total Connections opened to the API server "
+            "(TCP + TLS), watches included.\n"
+            "# TYPE gpuvisor_kube_connections_opened_total counter\n"
+            "gpuvisor_kube_connections_opened_total %" PRIu64 "\n"
+            "# HELP gpuvisor_kube_requests_total API requests other than watches.\n"
+            "# TYPE gpuvisor_kube_requests_total counter\n"
+            "gpuvisor_kube_requests_total %" PRIu64 "\n"
+            "# HELP gpuvisor_kube_requests_queued_total API requests that waited for one of the "
+            "client's kept connections.\n"
+            "# TYPE gpuvisor_kube_requests_queued_total counter\n"
+            "gpuvisor_kube_requests_queued_total %" PRIu64 "\n"
+            "# HELP gpuvisor_kube_queue_timeouts_total API requests whose deadline came while "
+            "they waited for a connection.\n"
+            "# TYPE gpuvisor_kube_queue_timeouts_total counter\n"
+            "gpuvisor_kube_queue_timeouts_total %" PRIu64 "\n"
+            "# HELP gpuvisor_kube_queue_wait_seconds_total Time API requests waited for a "
+            "connection, all together.\n"
+            "# TYPE gpuvisor_kube_queue_wait_seconds_total counter\n"
+            "gpuvisor_kube_queue_wait_seconds_total %.6f\n"
+            "# HELP gpuvisor_kube_requests_waiting API requests waiting for a connection now.\n"
+            "# TYPE gpuvisor_kube_requests_waiting gauge\n"
+            "gpuvisor_kube_requests_waiting %d\n"
+            "# HELP gpuvisor_kube_connections_busy Kept connections carrying a request now.\n"
+            "# TYPE gpuvisor_kube_connections_busy gauge\n"
+            "gpuvisor_kube_connections_busy %d\n",
+            t.connections_opened, t.requests, t.requests_queued, t.queue_timeouts,
+            t.queue_wait_seconds, t.requests_waiting, t.connections_busy);
+}
+
 static void write_state_metrics(struct gv_sched *s, FILE *f)
 {
     gv_sched_placement_metrics(&s->cfg, f);
@@ -97,6 +138,7 @@ static void write_state_metrics(struct gv_sched *s, FILE *f)
             reserved, unbound, nodes_ok, nodes_stale, nodes_bad, s->binds_ok, s->binds_failed,
             s->bind_conflicts, s->drift_repairs, s->self_checks);
     write_cluster_sums(s, f);
+    write_kube_transport(s, f);
     gv_sched_preempt_metrics(s, f);
     pthread_mutex_unlock(&s->lock);
     gv_sched_quota_metrics(s, f); /* hami_resource_quota_used / _limit */

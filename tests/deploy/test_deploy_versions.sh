@@ -14,7 +14,10 @@
 #    and there it is on;
 #  - gpuvisor's images are the ones `make images` names (gpuvisor-node:VERSION),
 #    and nothing names the unpublished ghcr.io/gpuvisor images;
-#  - deploy/node-cleanup renders too (kubectl 1.20 included).
+#  - deploy/node-cleanup renders too (kubectl 1.20 included);
+#  - kube-scheduler's node sampling is set for the gpuvisor profile: the
+#    template's percentageOfNodesToScore at top level up to 1.26, in the
+#    profile from 1.27.
 # And the real kube-scheduler 1.20 (GV_KUBE_SCHEDULER_1_20, else the loopback
 # build) parses the v1.20 overlay's configuration with its strict decoder.
 set -u
@@ -150,6 +153,12 @@ def norm(docs):
     return res
 
 
+# The sampling setting every overlay carries: the template's top-level one.
+PCT = yaml.safe_load(open("deploy/base/config/kube-scheduler-config.yaml")).get("percentageOfNodesToScore")
+check(isinstance(PCT, int) and 0 < PCT <= 100,
+      "deploy/base/config/kube-scheduler-config.yaml sets percentageOfNodesToScore (1-100)", PCT)
+open(os.path.join(tmp, "pct"), "w").write(str(PCT))
+
 renders = sorted(glob.glob(os.path.join(tmp, "*-v1.*.yaml")))
 for path in renders:
     rn, o = os.path.basename(path)[:-5].split("-", 1)
@@ -184,9 +193,20 @@ for path in renders:
     extra = set(cfg) - TOP.get(api, set())
     ext_extra = {k for e in cfg.get("extenders", []) for k in e} - EXTENDER
     le_extra = set(cfg.get("leaderElection", {})) - LEADER
+    # KubeSchedulerProfile has percentageOfNodesToScore from 1.27 (v1)
+    prof_fields = {"schedulerName", "plugins", "pluginConfig"} | \
+        ({"percentageOfNodesToScore"} if api == "v1" and minor >= 27 else set())
     check(not extra and not ext_extra and not le_extra and
-          all(set(p) <= {"schedulerName", "plugins", "pluginConfig"} for p in cfg.get("profiles", [])),
+          all(set(p) <= prof_fields for p in cfg.get("profiles", [])),
           "%s: only fields %s has" % (what, api), (extra, ext_extra, le_extra))
+    # kube-scheduler's node sampling off for the gpuvisor profile (docs/
+    # scheduler.md, "Node sampling"): top level up to 1.26, in the profile
+    # from 1.27 (and then only there, so another profile keeps its own).
+    prof = next((p for p in cfg.get("profiles", []) if p.get("schedulerName") == "gpuvisor-scheduler"), {})
+    where = (prof.get("percentageOfNodesToScore"), cfg.get("percentageOfNodesToScore"))
+    check(where == ((PCT, None) if minor >= 27 else (None, PCT)),
+          "%s: percentageOfNodesToScore %s %s" % (what, PCT, "in the gpuvisor profile" if minor >= 27
+                                                  else "at top level"), where)
     ns = next((d for d in docs if d["kind"] == "Namespace"), {})
     check(ns.get("metadata", {}).get("labels", {}).get("kubernetes.io/metadata.name") == "gpuvisor-system",
           "%s: the namespace carries kubernetes.io/metadata.name (the webhook skips it on 1.20 too)" % what)
@@ -231,9 +251,10 @@ KC
       printf 'clientConnection:\n  kubeconfig: %s\n' "$tmp/kubeconfig"
     } >"$tmp/ks-test.yaml"
     if timeout 60 "$ks" --secure-port=0 --config="$tmp/ks-test.yaml" --write-config-to="$tmp/ks-out.yaml" \
-        >"$tmp/ks.log" 2>&1 && "$PY" - "$tmp/ks-out.yaml" <<'PYEOF' 2>>"$tmp/ks.log"
+        >"$tmp/ks.log" 2>&1 && "$PY" - "$tmp/ks-out.yaml" "$(cat "$tmp/pct")" <<'PYEOF' 2>>"$tmp/ks.log"
 import sys, yaml
 c = yaml.safe_load(open(sys.argv[1]))
+assert c["percentageOfNodesToScore"] == int(sys.argv[2]), c.get("percentageOfNodesToScore")
 e = c["extenders"][0]
 assert e["urlPrefix"].startswith("http://127.0.0.1:") and e["filterVerb"] == "filter" and e["bindVerb"] == "bind"
 assert e["nodeCacheCapable"] and not e.get("ignorable") and len(e["managedResources"]) >= 5
@@ -241,7 +262,7 @@ assert [p["schedulerName"] for p in c["profiles"]] == ["gpuvisor-scheduler"]
 assert c["leaderElection"]["resourceName"] == "gpuvisor-scheduler"
 PYEOF
     then
-        ok "kube-scheduler 1.20 reads the v1.20 configuration: profile, extender, managed resources, lease"
+        ok "kube-scheduler 1.20 reads the v1.20 configuration: profile, extender, managed resources, lease, percentageOfNodesToScore"
     else
         nok "kube-scheduler 1.20 reads the v1.20 configuration" "$(tail -5 "$tmp/ks.log")"
     fi

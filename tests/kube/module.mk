@@ -66,6 +66,13 @@ test_kube_http_transport_SRCS := tests/kube/test_kube_http_transport.c
 test_kube_http_transport_LIBS := $(KUBE_TEST_LIBS)
 test_kube_http_transport_LDLIBS := $(KUBE_TEST_LDLIBS)
 
+# The connection slots (first come, first served, deadline) and the cap on
+# connections they give the transport under 200 concurrent requests.
+TEST_PROGS += test_kube_conn_slots
+test_kube_conn_slots_SRCS := tests/kube/test_kube_conn_slots.c
+test_kube_conn_slots_LIBS := $(KUBE_TEST_LIBS)
+test_kube_conn_slots_LDLIBS := $(KUBE_TEST_LDLIBS)
+
 # TLS end to end: certificates made at run time by
 # tests/fakes/apiserver/gen_test_certs.sh (openssl CLI); libcrypto for base64.
 TEST_PROGS += test_kube_tls_with_fake_apiserver
