@@ -47,6 +47,9 @@ if ! podman image exists "$base"; then
     rm -f "$work/base.tar"
 fi
 
+# The build stages' intermediate images this run leaves (about 1 GiB each):
+# removed at the end; those from earlier runs stay (the apt layer is reused).
+podman images -q --filter dangling=true | sort -u >"$work/before"
 for img in node scheduler; do
     t0=$(date +%s)
     if ! podman build --isolation=chroot --network=host -f "deploy/docker/$img.Dockerfile" \
@@ -107,5 +110,10 @@ print("%s %s.Dockerfile runs as make images' config: user %s, entrypoint %s (Doc
          b_cfg.get("User"), b_cfg.get("Entrypoint")))
 sys.exit(0 if same and ok else 1)
 EOF
+done
+podman images -q --filter dangling=true | sort -u >"$work/after"
+comm -13 "$work/before" "$work/after" | while read -r id; do
+    # kept when a later stage still uses it (the shared apt layer)
+    podman rmi "$id" >/dev/null 2>&1 || true
 done
 exit $fail
