@@ -27,6 +27,8 @@ bench_defrag_LIBS := alloc common
 BENCH_SCRIPTS += bench/bench_simulate.sh
 # gpuvisor simulate --defrag-every: churn replay with and without defragmentation.
 BENCH_SCRIPTS += bench/bench_simulate_defrag.sh
+# ... with a high-priority share: how long high-priority pods wait, per policy.
+BENCH_SCRIPTS += bench/bench_simulate_priority.sh
 # Packing across workload families (openb, held-out seeds, resampled mixes,
 # synthetic sweep, heterogeneous clusters) against the previous release.
 BENCH_SCRIPTS += bench/bench_packing.sh
