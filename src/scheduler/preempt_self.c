@@ -16,8 +16,12 @@
  * same victims, hold, events and metrics as a call from kube-scheduler)
  * and deletes the victims, as kube-scheduler would have.
  *
- * Once kube-scheduler calls the verb (a fixed version), this never runs
- * again in the process.  As kube-scheduler does (PodEligibleToPreemptOthers),
+ * The same check runs when the extender's filter finds no room for a pod
+ * that is nominated already: kube-scheduler retries a pending pod on
+ * cluster events, so a preemption that found nothing to evict (the GPUs
+ * promised to other preemptors) is tried again as they are placed.  One
+ * run per pod at a time.  Once kube-scheduler calls the verb (a fixed
+ * version), this never runs again in the process.  As kube-scheduler does (PodEligibleToPreemptOthers),
  * nothing is evicted while a lower-priority pod on the node is still
  * terminating: its GPUs are about to be freed.
  */
@@ -32,21 +36,58 @@
 #include "scheduler/preempt_self.h"
 #include "scheduler/sched_internal.h"
 
-/* Pods a preemption was started for, per nomination (uid + node): one run
- * each, whatever the informer repeats. */
-#define RECENT 64
+/* Preemptions running at once, at most (one per pod). */
+#define INFLIGHT 64
 
 struct gv_sched_preempt_self {
     atomic_bool verb_seen;
     atomic_uint_fast64_t started, evicted;
     atomic_int running; /* threads still using the scheduler */
-    char *recent[RECENT]; /* "uid/node", lock: the scheduler's */
-    size_t next;
+    pthread_mutex_t mu; /* guards inflight */
+    char *inflight[INFLIGHT]; /* uids of the pods a preemption runs for */
 };
 
 struct gv_sched_preempt_self *gv_sched_preempt_self_new(void)
 {
-    return calloc(1, sizeof(struct gv_sched_preempt_self));
+    struct gv_sched_preempt_self *p = calloc(1, sizeof(*p));
+    if (p != NULL && pthread_mutex_init(&p->mu, NULL) != 0) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* Claims uid's slot; false when a preemption for it runs already or
+ * INFLIGHT run. */
+static bool claim(struct gv_sched_preempt_self *p, const char *uid)
+{
+    bool ok = false;
+    pthread_mutex_lock(&p->mu);
+    size_t free_at = INFLIGHT;
+    for (size_t i = 0; i < INFLIGHT; i++) {
+        if (p->inflight[i] == NULL) {
+            free_at = free_at < i ? free_at : i;
+        } else if (strcmp(p->inflight[i], uid) == 0) {
+            free_at = INFLIGHT;
+            break;
+        }
+    }
+    if (free_at < INFLIGHT && (p->inflight[free_at] = strdup(uid)) != NULL)
+        ok = true;
+    pthread_mutex_unlock(&p->mu);
+    return ok;
+}
+
+static void unclaim(struct gv_sched_preempt_self *p, const char *uid)
+{
+    pthread_mutex_lock(&p->mu);
+    for (size_t i = 0; i < INFLIGHT; i++)
+        if (p->inflight[i] != NULL && strcmp(p->inflight[i], uid) == 0) {
+            free(p->inflight[i]);
+            p->inflight[i] = NULL;
+            break;
+        }
+    pthread_mutex_unlock(&p->mu);
 }
 
 void gv_sched_preempt_self_free(struct gv_sched_preempt_self *p)
@@ -57,8 +98,9 @@ void gv_sched_preempt_self_free(struct gv_sched_preempt_self *p)
      * timeouts */
     for (int i = 0; i < 3000 && atomic_load(&p->running) > 0; i++)
         nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
-    for (size_t i = 0; i < RECENT; i++)
-        free(p->recent[i]);
+    for (size_t i = 0; i < INFLIGHT; i++)
+        free(p->inflight[i]);
+    pthread_mutex_destroy(&p->mu);
     free(p);
 }
 
@@ -167,6 +209,7 @@ out:
     json_decref(args);
     json_decref(answer);
     json_decref(list);
+    unclaim(s->preempt_self, str_at(j->pod, "metadata", "uid"));
     json_decref(j->pod);
     free(j->node);
     free(j);
@@ -189,23 +232,13 @@ void gv_sched_preempt_self_pod(struct gv_sched *s, json_t *pod, bool finished)
     const struct srec *r = gv_sched_rec_find(s, uid);
     if (r != NULL && gv_sched_phase_placed(r->phase))
         return; /* it has GPUs already */
-    char key[512];
-    snprintf(key, sizeof(key), "%s/%s", uid, nominated);
-    for (size_t i = 0; i < RECENT; i++)
-        if (p->recent[i] != NULL && strcmp(p->recent[i], key) == 0)
-            return;
     struct job *j = calloc(1, sizeof(*j));
-    char *k = strdup(key);
-    if (j == NULL || k == NULL || (j->node = strdup(nominated)) == NULL) {
-        free(k);
+    if (j == NULL || (j->node = strdup(nominated)) == NULL || !claim(p, uid)) {
         if (j != NULL)
             free(j->node);
         free(j);
         return;
     }
-    free(p->recent[p->next]);
-    p->recent[p->next] = k;
-    p->next = (p->next + 1) % RECENT;
     j->s = s;
     j->pod = json_deep_copy(pod);
     pthread_t t;
@@ -215,6 +248,7 @@ void gv_sched_preempt_self_pod(struct gv_sched *s, json_t *pod, bool finished)
     atomic_fetch_add(&p->running, 1);
     if (j->pod == NULL || pthread_create(&t, &attr, run, j) != 0) {
         atomic_fetch_sub(&p->running, 1);
+        unclaim(p, uid);
         json_decref(j->pod);
         free(j->node);
         free(j);

@@ -21,9 +21,10 @@ void gv_sched_preempt_self_free(struct gv_sched_preempt_self *p);
  * answers as gv_sched_handle_preempt. */
 void gv_sched_preempt_self_verb(void *ctx, const struct gv_http_request *hreq,
                                 struct gv_http_response *resp);
-/* Pod informer, lock held: a GPU-slice pod nominated by kube-scheduler
- * while the verb was never called starts the extender's own preemption of
- * that node (a detached thread). */
+/* Pod informer, and a filter that found no room; lock held: a GPU-slice
+ * pod nominated by kube-scheduler (status.nominatedNodeName) with no
+ * promise of GPUs, while the verb was never called, starts the extender's
+ * own preemption of that node (a detached thread, one per pod at a time). */
 void gv_sched_preempt_self_pod(struct gv_sched *s, json_t *pod, bool finished);
 /* Metrics (no lock needed). */
 void gv_sched_preempt_self_metrics(struct gv_sched *s, FILE *f);
