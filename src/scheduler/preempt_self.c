@@ -217,6 +217,19 @@ out:
     return NULL;
 }
 
+/* Does node hold a pod gpuvisor placed with a priority below prio?  (Pods
+ * of equal priority are never victims: kube-scheduler nominates pods of
+ * priority 0 beside others of 0 all the time, and those need no run.) */
+static bool lower_on(struct gv_sched *s, const char *node, int32_t prio)
+{
+    struct gv_alloc_victim c[256];
+    size_t n = gv_alloc_node_victims(s->cluster, node, c, 256);
+    for (size_t i = 0; i < n && i < 256; i++)
+        if (c[i].priority < prio)
+            return true;
+    return n > 256; /* more than looked at: let the verb decide */
+}
+
 void gv_sched_preempt_self_pod(struct gv_sched *s, json_t *pod, bool finished)
 {
     struct gv_sched_preempt_self *p = s->preempt_self;
@@ -232,6 +245,8 @@ void gv_sched_preempt_self_pod(struct gv_sched *s, json_t *pod, bool finished)
     const struct srec *r = gv_sched_rec_find(s, uid);
     if (r != NULL && gv_sched_phase_placed(r->phase))
         return; /* it has GPUs already */
+    if (!lower_on(s, nominated, gv_sched_pod_priority(pod)))
+        return; /* nobody it may evict there: no API call, no thread */
     struct job *j = calloc(1, sizeof(*j));
     if (j == NULL || (j->node = strdup(nominated)) == NULL || !claim(p, uid)) {
         if (j != NULL)
