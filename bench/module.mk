@@ -29,6 +29,8 @@ BENCH_SCRIPTS += bench/bench_simulate.sh
 BENCH_SCRIPTS += bench/bench_simulate_defrag.sh
 # ... with a high-priority share: how long high-priority pods wait, per policy.
 BENCH_SCRIPTS += bench/bench_simulate_priority.sh
+# gpuvisor simulate's cost on openb x10 against x1 (goal <= 15x), per --reference.
+BENCH_SCRIPTS += bench/bench_simulate_scale.sh
 # Packing across workload families (openb, held-out seeds, resampled mixes,
 # synthetic sweep, heterogeneous clusters) against the previous release.
 BENCH_SCRIPTS += bench/bench_packing.sh

@@ -350,8 +350,16 @@ static void visit_class(struct gv_alloc_cluster *c, const struct req_view *v, ui
         return;
     struct pick p;
     double sc;
-    if (!eval_node(c, v, idx, &p, &sc, NULL, 0))
+    if (cpu_only_fgd && c->nodes[idx].free_share == 0.0) {
+        /* No free GPU share (or no GPUs): every fragment is 0 before and
+         * after, so the score is exactly 1000 (eval_node) and only the
+         * name can decide; the CPU and memory checks of the fit are
+         * index_may_fit's.  On a large cluster most nodes such a pod goes
+         * to are of this kind, each in a state of its own. */
+        sc = 1000.0;
+    } else if (!eval_node(c, v, idx, &p, &sc, NULL, 0)) {
         return;
+    }
     if (*best == UINT32_MAX || better(sc, c->nodes[idx].name, *best_score, c->nodes[*best].name)) {
         *best = idx;
         *best_score = sc;

@@ -27,7 +27,7 @@ static void usage(FILE *out)
             "                         [--policy binpack|spread|bestfit|fgd|all]\n"
             "                         [--seed N | --seeds A-B | --seeds N] [--inflate X]\n"
             "                         [--topology nvlink=N,pcie=M] [--shuffle-nodes]\n"
-            "                         [--high-priority PCT]\n"
+            "                         [--high-priority PCT] [--reference full|bounds|none]\n"
             "                         [--csv OUT.csv] [--plot OUT.svg]\n"
             "                         [--defrag-every N [--churn load=P,lifetimes=K,moves=M]]\n\n"
             "Replays a trace through the allocation engine with the openb protocol and\n"
@@ -49,13 +49,16 @@ static void usage(FILE *out)
             "                   then shows how multi-GPU containers' GPUs are joined\n"
             "  --shuffle-nodes  prefix node names with a per-seed random permutation, as the\n"
             "                   FGD paper's artifact does (ties go to the smallest name)\n"
+            "  --reference      the offline reference at the end: full (default: oracle and\n"
+            "                   bounds; the oracle costs three replays a seed), bounds (the LP\n"
+            "                   and capacity bounds only), none\n"
             "  --csv, --plot    also write per-seed curves (CSV) / a chart (SVG)\n"
             "  --defrag-every   churn replay instead: pods depart, and every N arrivals the\n"
             "                   defrag planner moves pods; compared with no defragmentation\n"
             "  --churn          its offered load in %% of capacity (90), lifetimes replayed\n"
             "                   after the warm-up (10) and moves a pass (10)\n"
-            "Every report ends with an offline reference: an oracle that sees the whole\n"
-            "workload in advance and a lower bound on unallocated GPUs.\n");
+            "Every report ends with an offline reference (--reference): an oracle that sees\n"
+            "the whole workload in advance and lower bounds on unallocated GPUs.\n");
 }
 
 __attribute__((format(printf, 1, 2))) static int bad_usage(const char *fmt, ...)
@@ -168,6 +171,7 @@ int gv_cmd_simulate(int argc, char **argv)
         {"high-priority", required_argument, NULL, 'H'},
         {"defrag-every", required_argument, NULL, 'D'},
         {"churn", required_argument, NULL, 'K'},
+        {"reference", required_argument, NULL, 'R'},
         {NULL, 0, NULL, 0}};
     struct gv_sim_churn_opts churn = {.load = 0.9, .lifetimes = 10, .max_moves = 10};
     const char *churn_spec = NULL;
@@ -176,6 +180,7 @@ int gv_cmd_simulate(int argc, char **argv)
     const char *policy = "all";
     uint64_t seed_lo = 42, seed_hi = 51;
     bool seed_given = false, shuffle = false;
+    enum { REF_FULL, REF_BOUNDS, REF_NONE } reference = REF_FULL;
     double inflate = 1.3, high_pct = 0;
     int ch;
     optind = 1;
@@ -200,6 +205,16 @@ int gv_cmd_simulate(int argc, char **argv)
             break;
         }
         case 'K': churn_spec = optarg; break;
+        case 'R':
+            if (strcmp(optarg, "full") == 0)
+                reference = REF_FULL;
+            else if (strcmp(optarg, "bounds") == 0)
+                reference = REF_BOUNDS;
+            else if (strcmp(optarg, "none") == 0)
+                reference = REF_NONE;
+            else
+                return bad_usage("--reference wants full, bounds or none (got \"%s\")", optarg);
+            break;
         case 'D': {
             char *end = NULL;
             unsigned long long v = strtoull(optarg, &end, 10);
@@ -342,16 +357,20 @@ int gv_cmd_simulate(int argc, char **argv)
         }
     }
     /* no GPU-share workload (whole devices only): no share curve to compare with */
-    /* GV_SIMULATE_NO_REFERENCE=1: no offline reference (benchmarks that
-     * compare policies only; the oracle costs three replays a seed) */
+    /* --reference none, or GV_SIMULATE_NO_REFERENCE=1 (the same, for scripts
+     * that also run older builds): no offline reference */
     const char *noref = getenv("GV_SIMULATE_NO_REFERENCE");
+    if (noref != NULL && strcmp(noref, "1") == 0)
+        reference = REF_NONE;
     if (gv_sim_trace_request_milli(t) == 0 || gv_sim_trace_gpu_milli(t) == 0 ||
-        (noref != NULL && strcmp(noref, "1") == 0)) {
+        reference == REF_NONE) {
         free(rep.refs);
         rep.refs = NULL;
     }
     for (uint32_t s = 0; rep.refs != NULL && s < rep.n_seeds; s++) {
-        if (gv_sim_reference(t, rep.seeds[s], &rep.refs[s], &err) != GV_OK)
+        if ((reference == REF_BOUNDS
+                 ? gv_sim_reference_bounds(t, rep.seeds[s], &rep.refs[s], &err)
+                 : gv_sim_reference(t, rep.seeds[s], &rep.refs[s], &err)) != GV_OK)
             goto fail;
         progress(tty, now() - t0, ++done, runs, "oracle", rep.seeds[s]);
     }

@@ -150,6 +150,10 @@ struct gv_sim_reference {
 };
 gv_status gv_sim_reference(const struct gv_sim_trace *t, uint64_t seed,
                            struct gv_sim_reference *out, struct gv_error *err);
+/* The bounds alone (LP and capacity), without the oracle's three replays:
+ * oracle_unalloc_pct is NAN (`gpuvisor simulate --reference bounds`). */
+gv_status gv_sim_reference_bounds(const struct gv_sim_trace *t, uint64_t seed,
+                                  struct gv_sim_reference *out, struct gv_error *err);
 
 /*
  * Churn replay with periodic defragmentation (docs/simulate.md, "Pods

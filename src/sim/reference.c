@@ -252,7 +252,7 @@ static gv_status lp_of(const struct gv_sim_trace *t, const struct arrival *arr, 
     return GV_OK;
 }
 
-gv_status gv_sim_reference(const struct gv_sim_trace *t, uint64_t seed,
+static gv_status reference(const struct gv_sim_trace *t, uint64_t seed, bool oracle,
                            struct gv_sim_reference *out, struct gv_error *err)
 {
     memset(out, 0, sizeof(*out));
@@ -322,6 +322,11 @@ gv_status gv_sim_reference(const struct gv_sim_trace *t, uint64_t seed,
     /* The LP relaxation (lpbound.c) holds every constraint above and more. */
     if ((rc = lp_of(t, arr, n, cap, out, err)) != GV_OK)
         goto done;
+    if (!oracle) {
+        out->oracle_unalloc_pct = NAN;
+        out->seconds = now() - t0;
+        goto done;
+    }
     /* restore arrival order for the oracle */
     qsort(arr, n, sizeof(*arr), by_seq);
     /* Oracle. */
@@ -346,4 +351,16 @@ done:
     free(mask);
     free(node_model);
     return rc;
+}
+
+gv_status gv_sim_reference(const struct gv_sim_trace *t, uint64_t seed,
+                           struct gv_sim_reference *out, struct gv_error *err)
+{
+    return reference(t, seed, true, out, err);
+}
+
+gv_status gv_sim_reference_bounds(const struct gv_sim_trace *t, uint64_t seed,
+                                  struct gv_sim_reference *out, struct gv_error *err)
+{
+    return reference(t, seed, false, out, err);
 }

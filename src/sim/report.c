@@ -181,9 +181,13 @@ void gv_sim_report_table(const struct gv_sim_report *r, const char *title, struc
         double div = r->n_seeds > 1 ? r->n_seeds - 1 : 1;
         gv_sim_buf_printf(b, "\noffline reference (not a scheduler: sees every pod arrived by 100 %% "
                              "at once)\n");
-        gv_sim_buf_printf(b, "%-8s %-60s %7.2f +- %4.2f\n", "oracle",
-                          "best of fgd knowing all pods, largest-first binpack/fgd",
-                          om, sqrt(osq / div));
+        if (isnan(om)) /* --reference bounds */
+            gv_sim_buf_printf(b, "%-8s %s\n", "oracle",
+                              "not computed (--reference bounds; full computes it)");
+        else
+            gv_sim_buf_printf(b, "%-8s %-60s %7.2f +- %4.2f\n", "oracle",
+                              "best of fgd knowing all pods, largest-first binpack/fgd", om,
+                              sqrt(osq / div));
         double lps = 0;
         for (uint32_t s = 0; s < r->n_seeds; s++)
             lps += r->refs[s].lp_seconds / r->n_seeds;

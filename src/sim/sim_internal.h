@@ -26,6 +26,10 @@ struct gv_sim_trace {
     bool shuffle_names; /* gv_sim_trace_set_shuffle_names */
     int32_t *prio;      /* PriorityClass values of pods[0..n_prio) (priority.c); NULL = none */
     size_t n_prio;
+    /* the CSV reader's scratch set of node names (trace.c, node_seen):
+     * open addressing, a slot holds 1 + the node's index, 0 = empty */
+    uint32_t *name_set;
+    size_t name_set_cap;
 };
 
 /* priority.c: with priorities set, a pod that does not fit preempts lower

@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "common/gv_file.h"
+#include "common/gv_hash.h"
 #include "contracts/podspec.h"
 #include "sim/sim_internal.h"
 
@@ -44,6 +45,7 @@ void sim_trace_clear(struct gv_sim_trace *t)
     free(t->pods);
     free(t->wreq);
     free(t->prio);
+    free(t->name_set);
     memset(t, 0, sizeof(*t));
 }
 
@@ -530,6 +532,9 @@ static gv_status csv_parse(struct gv_sim_trace *t, const char *name, const char 
     while (rc == GV_OK && (rc = csv_next(c, &more, err)) == GV_OK && more)
         if ((rc = csv_fields(c, ncols, err)) == GV_OK)
             rc = row(t, &tmp, c, idx, err);
+    free(tmp.name_set); /* the rows' duplicate check is done */
+    tmp.name_set = NULL;
+    tmp.name_set_cap = 0;
     if (rc == GV_OK && tmp.n_nodes == 0 && tmp.n_pods == 0)
         rc = gv_error_set(err, GV_EPARSE, "%s: no %s (only a header)", name, what);
     if (rc == GV_OK)
@@ -540,6 +545,52 @@ static gv_status csv_parse(struct gv_sim_trace *t, const char *name, const char 
 }
 
 static const char *const node_cols[] = {"sn", "cpu_milli", "memory_mib", "gpu", "model"};
+
+/* Node i of t's nodes followed by tmp's. */
+static const char *node_name_at(const struct gv_sim_trace *t, const struct gv_sim_trace *tmp,
+                                size_t i)
+{
+    return i < t->n_nodes ? t->nodes[i].spec.name : tmp->nodes[i - t->n_nodes].spec.name;
+}
+
+/* Whether a node named sn was loaded before (t) or read earlier (tmp); with
+ * add, files the name of tmp's last node instead.  A hash set in tmp: a scan
+ * of every earlier name per row made reading n nodes O(n^2) (74 million
+ * comparisons for openb x10).  False with *oom when the set cannot grow. */
+static bool node_seen(const struct gv_sim_trace *t, struct gv_sim_trace *tmp, const char *sn,
+                      bool add, bool *oom)
+{
+    size_t n = t->n_nodes + tmp->n_nodes;
+    *oom = false;
+    if (2 * (n + 1) > tmp->name_set_cap) {
+        size_t cap = 64;
+        while (cap < 4 * (n + 1))
+            cap *= 2;
+        uint32_t *set = calloc(cap, sizeof(*set));
+        if (set == NULL || n >= UINT32_MAX) {
+            free(set);
+            *oom = true;
+            return false;
+        }
+        free(tmp->name_set);
+        tmp->name_set = set;
+        tmp->name_set_cap = cap;
+        for (size_t i = 0; i + (add ? 1 : 0) < n; i++) { /* refile; add files the last below */
+            size_t j = (size_t)gv_hash_str(node_name_at(t, tmp, i)) & (cap - 1);
+            while (set[j] != 0)
+                j = (j + 1) & (cap - 1);
+            set[j] = (uint32_t)(i + 1);
+        }
+    }
+    const char *key = add ? node_name_at(t, tmp, n - 1) : sn;
+    size_t mask = tmp->name_set_cap - 1, j = (size_t)gv_hash_str(key) & mask;
+    for (; tmp->name_set[j] != 0; j = (j + 1) & mask)
+        if (!add && strcmp(node_name_at(t, tmp, tmp->name_set[j] - 1), key) == 0)
+            return true;
+    if (add)
+        tmp->name_set[j] = (uint32_t)n;
+    return false;
+}
 
 static gv_status node_row(const struct gv_sim_trace *t, struct gv_sim_trace *tmp,
                           const struct csv *c, const int *idx, struct gv_error *err)
@@ -557,15 +608,17 @@ static gv_status node_row(const struct gv_sim_trace *t, struct gv_sim_trace *tmp
     if (gpus > 0 && (*model == '\0' || strlen(model) >= GV_ALLOC_MODEL_MAX))
         return gv_error_set(err, GV_EPARSE, "%s:%zu: field model: %s for a GPU node", c->name,
                             c->line, *model ? "too long" : "empty");
-    for (size_t i = 0; i < t->n_nodes + tmp->n_nodes; i++) {
-        const struct sim_node *o = i < t->n_nodes ? &t->nodes[i] : &tmp->nodes[i - t->n_nodes];
-        if (strcmp(o->spec.name, sn) == 0) {
-            char e[ESC_MAX];
-            return gv_error_set(err, GV_EPARSE, "%s:%zu: field sn: duplicate node \"%s\"",
-                                c->name, c->line, esc(sn, 200, e, sizeof(e)));
-        }
+    bool oom;
+    if (node_seen(t, tmp, sn, false, &oom)) {
+        char e[ESC_MAX];
+        return gv_error_set(err, GV_EPARSE, "%s:%zu: field sn: duplicate node \"%s\"", c->name,
+                            c->line, esc(sn, 200, e, sizeof(e)));
     }
-    return sim_add_node(tmp, sn, (int64_t)cpu, (int64_t)mem, (uint32_t)gpus, model, 0, err);
+    if (oom || (rc = sim_add_node(tmp, sn, (int64_t)cpu, (int64_t)mem, (uint32_t)gpus, model, 0,
+                                  err)) != GV_OK)
+        return oom ? gv_error_set(err, GV_ENOMEM, "out of memory") : rc;
+    node_seen(t, tmp, NULL, true, &oom); /* room was made by the lookup above */
+    return GV_OK;
 }
 
 gv_status gv_sim_parse_openb_nodes(struct gv_sim_trace *t, const char *name, const char *buf,

@@ -102,6 +102,25 @@ static void test_openb_broken_files(void **state)
     const char *dup = "sn,cpu_milli,memory_mib,gpu,model\na,1,1,1,T4\na,1,1,1,T4\n";
     assert_int_not_equal(gv_sim_parse_openb_nodes(t, "n.csv", dup, strlen(dup), &err), GV_OK);
     assert_non_null(strstr(err.msg, "n.csv:3: field sn: duplicate node"));
+    /* the check spans a long list (its name set grows while rows are read)
+     * and the nodes of files loaded before */
+    {
+        static char big[300 * 32 + 128];
+        size_t o = (size_t)snprintf(big, sizeof(big), "sn,cpu_milli,memory_mib,gpu,model\n");
+        for (int i = 0; i < 300; i++)
+            o += (size_t)snprintf(big + o, sizeof(big) - o, "node-%d,1,1,1,T4\n", i);
+        snprintf(big + o, sizeof(big) - o, "node-207,1,1,1,T4\n");
+        assert_int_not_equal(gv_sim_parse_openb_nodes(t, "n.csv", big, strlen(big), &err), GV_OK);
+        assert_non_null(strstr(err.msg, "n.csv:302: field sn: duplicate node \"node-207\""));
+        big[o] = '\0'; /* without the repeat: all 300 load */
+        assert_int_equal(gv_sim_parse_openb_nodes(t, "n.csv", big, strlen(big), &err), GV_OK);
+        const char *again = "sn,cpu_milli,memory_mib,gpu,model\nother,1,1,1,T4\nnode-3,1,1,1,T4\n";
+        assert_int_not_equal(gv_sim_parse_openb_nodes(t, "m.csv", again, strlen(again), &err),
+                             GV_OK);
+        assert_non_null(strstr(err.msg, "m.csv:3: field sn: duplicate node \"node-3\""));
+        gv_sim_trace_free(t);
+        assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    }
     const char *nomodel = "sn,cpu_milli,memory_mib,gpu,model\na,1,1,1,\n";
     assert_int_not_equal(gv_sim_parse_openb_nodes(t, "n.csv", nomodel, strlen(nomodel), &err),
                          GV_OK);

@@ -80,6 +80,15 @@ check "missing file exits 2" bash -c "[ $? -eq 2 ] && grep -q 'missing.csv: cann
 check "--seeds with a single seed is accepted" bash -c "[ $? -eq 0 ] && grep -q 'seeds=1$' '$tmp/one.out'"
 check "every report shows the offline oracle and the lower bound" bash -c \
     "grep -q '^oracle ' '$tmp/one.out' && grep -q '^bound ' '$tmp/one.out' && grep -q 'offline reference' '$tmp/one.out'"
+"$bin" simulate --synthetic nodes=20 --policy fgd --seeds 42 --reference bounds >"$tmp/rb.out" 2>/dev/null
+check "--reference bounds: the same bounds, no oracle, same placements" bash -c \
+    "[ $? -eq 0 ] && grep -q '^oracle   not computed' '$tmp/rb.out' && diff <(grep -E '^(bound|capacity) ' '$tmp/one.out' | cut -c1-80) <(grep -E '^(bound|capacity) ' '$tmp/rb.out' | cut -c1-80) >/dev/null && diff <(grep '^fgd ' '$tmp/one.out' | cut -c1-100) <(grep '^fgd ' '$tmp/rb.out' | cut -c1-100) >/dev/null && [ \"\$(tail -1 '$tmp/one.out')\" = \"\$(tail -1 '$tmp/rb.out')\" ]"
+"$bin" simulate --synthetic nodes=20 --policy fgd --seeds 42 --reference none >"$tmp/rn.out" 2>/dev/null
+check "--reference none: no offline reference, same summary line" bash -c \
+    "[ $? -eq 0 ] && ! grep -Eq 'offline reference|^oracle |^bound ' '$tmp/rn.out' && [ \"\$(tail -1 '$tmp/one.out')\" = \"\$(tail -1 '$tmp/rn.out')\" ]"
+"$bin" simulate --synthetic nodes=20 --reference some >"$tmp/rx.out" 2>"$tmp/rx.err"
+check "--reference with another word is a usage error" bash -c \
+    "[ $? -eq 2 ] && grep -q 'full, bounds or none' '$tmp/rx.err' && [ ! -s '$tmp/rx.out' ]"
 "$bin" simulate --synthetic nodes=20 --policy fgd --seed 1 --csv "$tmp/no/such/dir/x.csv" >"$tmp/unw.out" 2>"$tmp/unw.err"
 rc=$?
 check "unwritable --csv fails before the replay (exit 1, names the path, no report)" bash -c \
