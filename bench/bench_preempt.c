@@ -8,6 +8,11 @@
  * figures include HTTP and JSON both ways).  Three preemptor shapes in turn:
  * a 9000 MiB slice, a whole GPU, two whole GPUs.  Each call's hold is
  * dropped (the preemptor deleted) so every call sees the same cluster.
+ * Run twice: without PodDisruptionBudgets, and with 10 budgets covering
+ * every pod (app=job-0..9, half allowing no disruption, half one), so each
+ * call walks kube-scheduler's PDB rule over every candidate of every node.
+ * No API server: the hold's write on the pod (one PATCH per answer with
+ * victims, outside the lock) is not in these figures.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,7 +55,7 @@ static void report(const char *what, double *ms, int n)
            ms[(n * 99 + 99) / 100 - 1], ms[n - 1]);
 }
 
-int main(void)
+static int run(bool budgets)
 {
     const char *cfg_text = "{\"reservationTimeoutSeconds\":600,\"insecureUnsignedPlacements\":true}";
     struct gv_sched_config cfg;
@@ -65,6 +70,18 @@ int main(void)
     }
     gv_sched_config_clear(&cfg);
     srand(26);
+    for (int j = 0; budgets && j < 10; j++) {
+        /* before the pods: their labels are kept as they arrive */
+        char text[300];
+        snprintf(text, sizeof(text),
+                 "{\"metadata\":{\"name\":\"job-%d\",\"namespace\":\"default\"},\"spec\":"
+                 "{\"selector\":{\"matchLabels\":{\"app\":\"job-%d\"}}},\"status\":"
+                 "{\"disruptionsAllowed\":%d}}",
+                 j, j, j % 2);
+        json_t *b = json_loads(text, 0, NULL);
+        gv_sched_pdb_update(s, b);
+        json_decref(b);
+    }
     struct gpu_desc g[GPUS];
     for (int i = 0; i < GPUS; i++)
         g[i] = (struct gpu_desc){"NVIDIA A100-SXM4-80GB", GPU_MIB, 10};
@@ -86,6 +103,10 @@ int main(void)
             snprintf(uid, sizeof(uid), "%s-p%02d", name, k);
             snprintf(assign, sizeof(assign), "v1;node=%s;main=GPU-%s-%d:2200:100", name, name, gpu);
             json_t *p = st_gpu_pod(uid, rand() % 10, 2200, name, assign);
+            char app[16];
+            snprintf(app, sizeof(app), "job-%d", k % 10);
+            json_object_set_new(json_object_get(p, "metadata"), "labels",
+                                json_pack("{s:s}", "app", app));
             gv_sched_pod_update(s, p);
             json_decref(p);
         }
@@ -108,7 +129,7 @@ int main(void)
                   {"1 whole GPU", 16000, "1"},
                   {"2 whole GPUs", 16000, "2"}};
     static double ms[3][CALLS / 3], all[CALLS], cpu[CALLS];
-    unsigned long victims = 0, answered = 0;
+    unsigned long victims = 0, answered = 0, violations = 0;
     for (int i = 0; i < CALLS; i++) {
         int k = i % 3;
         char uid[32];
@@ -148,6 +169,7 @@ int main(void)
         {
             answered++;
             victims += json_array_size(json_object_get(v, "Pods"));
+            violations += (unsigned long)json_integer_value(json_object_get(v, "NumPDBViolations"));
         }
         json_decref(ans);
         gv_sched_pod_delete(s, pod); /* drops the hold: the next call sees the same cluster */
@@ -155,6 +177,9 @@ int main(void)
         ms[k][i / 3] = dt;
         all[i] = dt;
     }
+    printf("\n%s\n", budgets ? "with 10 PodDisruptionBudgets covering every pod (app=job-0..9; "
+                                "disruptionsAllowed 0 for half, 1 for the others)"
+                              : "without PodDisruptionBudgets");
     printf("preempt verb, in-process scheduler over loopback HTTP, client-side time per call\n");
     printf("cluster: %d nodes x %d GPUs (%d MiB, split 10), %d bound pods per node "
            "(2200 MiB, priority 0-9); preemptor priority 100; %d candidate nodes per call\n",
@@ -163,8 +188,10 @@ int main(void)
         report(shapes[k].what, ms[k], CALLS / 3);
     report("all", all, CALLS);
     report("all, CPU of the process", cpu, CALLS);
-    printf("answers with a node: %lu of %d; victims per answer: %.2f\n", answered, CALLS,
-           answered ? (double)victims / (double)answered : 0.0);
+    printf("answers with a node: %lu of %d; victims per answer: %.2f; PDB violations per "
+           "answer: %.2f\n",
+           answered, CALLS, answered ? (double)victims / (double)answered : 0.0,
+           answered ? (double)violations / (double)answered : 0.0);
     double load[3] = {0};
     if (getloadavg(load, 3) < 0)
         load[0] = -1;
@@ -178,4 +205,9 @@ int main(void)
     gv_httpd_free(h);
     gv_sched_free(s);
     return 0;
+}
+
+int main(void)
+{
+    return run(false) != 0 || run(true) != 0;
 }

@@ -14,6 +14,9 @@
 /* Domain separation: a MAC made for something else under the same key can
  * never pass for a placement. */
 static const char sig_domain[] = "gpuvisor.io/placement/v1";
+/* Nominated holds: the same key and MAC, a domain of their own, so a hold
+ * signature never verifies as a placement nor the reverse. */
+static const char hold_domain[] = "gpuvisor.io/nominated-hold/v1";
 
 struct gv_placement_key {
     size_t n;
@@ -104,8 +107,8 @@ gv_status gv_placement_key_load(const char *path, struct gv_placement_key **out,
 
 /* HMAC over the NUL-separated fields: no field can hold a NUL, so no two
  * different tuples give the same message. */
-static int mac(const unsigned char *key, size_t key_len, const char *const fields[4],
-               unsigned char out[32])
+static int mac(const char *domain, const unsigned char *key, size_t key_len,
+               const char *const fields[4], unsigned char out[32])
 {
     const mbedtls_md_info_t *md = mbedtls_md_info_from_type(MBEDTLS_MD_SHA256);
     mbedtls_md_context_t ctx;
@@ -114,7 +117,7 @@ static int mac(const unsigned char *key, size_t key_len, const char *const field
     if (rc == 0)
         rc = mbedtls_md_hmac_starts(&ctx, key, key_len);
     if (rc == 0)
-        rc = mbedtls_md_hmac_update(&ctx, (const unsigned char *)sig_domain, sizeof(sig_domain));
+        rc = mbedtls_md_hmac_update(&ctx, (const unsigned char *)domain, strlen(domain) + 1);
     for (size_t i = 0; rc == 0 && i < 4; i++)
         rc = mbedtls_md_hmac_update(&ctx, (const unsigned char *)fields[i], strlen(fields[i]) + 1);
     if (rc == 0)
@@ -133,12 +136,12 @@ static void to_hex(const unsigned char *in, size_t n, char *out)
     out[2 * n] = '\0';
 }
 
-gv_status gv_placement_sign(const struct gv_placement_key *k, const char *uid, const char *node,
-                            const char *assigned_at, const char *assignment, char *out,
-                            size_t cap, struct gv_error *err)
+/* Signs the four fields under domain with the first key. */
+static gv_status sign_fields(const struct gv_placement_key *k, const char *domain,
+                             const char *const fields[4], char *out, size_t cap,
+                             struct gv_error *err)
 {
     unsigned char m[32];
-    const char *fields[4] = {uid, node, assigned_at, assignment};
     if (k == NULL || k->n == 0)
         return gv_error_set(err, GV_EINVAL, "no placement key loaded");
     for (size_t i = 0; i < 4; i++)
@@ -146,11 +149,67 @@ gv_status gv_placement_sign(const struct gv_placement_key *k, const char *uid, c
             return gv_error_set(err, GV_EINVAL, "placement signature: empty field %zu", i);
     if (cap < GV_PLACEMENT_SIG_MAX)
         return gv_error_set(err, GV_ERANGE, "placement signature buffer too small");
-    if (mac(k->key[0], k->len[0], fields, m) != 0)
+    if (mac(domain, k->key[0], k->len[0], fields, m) != 0)
         return gv_error_set(err, GV_EINTERNAL, "HMAC-SHA256 failed");
     memcpy(out, "v1.", 3);
     to_hex(m, sizeof(m), out + 3);
     return GV_OK;
+}
+
+/* GV_OK when some key signed the four fields under domain as sig; what
+ * names the signature in errors.  Constant time in the signature. */
+static gv_status verify_fields(const struct gv_placement_key *k, const char *domain,
+                               const char *const fields[4], const char *sig, const char *what,
+                               struct gv_error *err)
+{
+    if (strncmp(sig, "v1.", 3) != 0 || strlen(sig) != 3 + 64)
+        return gv_error_set(err, GV_EINVAL, "%s has an unknown format", what);
+    for (size_t i = 0; i < k->n; i++) {
+        unsigned char m[32];
+        char hex[65];
+        if (mac(domain, k->key[i], k->len[i], fields, m) != 0)
+            return gv_error_set(err, GV_EINTERNAL, "HMAC-SHA256 failed");
+        to_hex(m, sizeof(m), hex);
+        unsigned char diff = 0;
+        for (size_t j = 0; j < 64; j++)
+            diff |= (unsigned char)(hex[j] ^ sig[3 + j]);
+        if (diff == 0)
+            return GV_OK;
+    }
+    return gv_error_set(err, GV_EINVAL, "%s does not match (not written by gpuvisor, or uid, "
+                                        "node, time or assignment altered since)", what);
+}
+
+gv_status gv_placement_sign(const struct gv_placement_key *k, const char *uid, const char *node,
+                            const char *assigned_at, const char *assignment, char *out,
+                            size_t cap, struct gv_error *err)
+{
+    const char *fields[4] = {uid, node, assigned_at, assignment};
+    return sign_fields(k, sig_domain, fields, out, cap, err);
+}
+
+gv_status gv_hold_sign(const struct gv_placement_key *k, const char *uid, const char *node,
+                       const char *until, const char *assignment, char *out, size_t cap,
+                       struct gv_error *err)
+{
+    const char *fields[4] = {uid, node, until, assignment};
+    return sign_fields(k, hold_domain, fields, out, cap, err);
+}
+
+gv_status gv_hold_verify(const struct gv_placement_key *k, const char *uid, const char *node,
+                         const char *until, const char *assignment, const char *sig,
+                         struct gv_error *err)
+{
+    if (k == NULL || k->n == 0)
+        return gv_error_set(err, GV_EINVAL, "no placement key loaded");
+    const char *fields[4] = {uid, node, until, assignment};
+    for (size_t i = 0; i < 4; i++)
+        if (fields[i] == NULL || fields[i][0] == '\0')
+            return gv_error_set(err, GV_EINVAL, "hold incomplete: uid, node, until and "
+                                                "assignment are all signed");
+    if (sig == NULL)
+        return gv_error_set(err, GV_EINVAL, "hold is not signed");
+    return verify_fields(k, hold_domain, fields, sig, GV_HOLD_ANNOTATION " signature", err);
 }
 
 static const char *meta_str(const json_t *pod, const char *key)
@@ -183,26 +242,8 @@ gv_status gv_placement_verify_pod(const struct gv_placement_key *k, const json_t
                             "placement incomplete: uid, %s, %s and %s are all signed",
                             GV_ALLOC_ASSIGNMENT_ANNOTATION, GV_PLACEMENT_NODE_ANNOTATION,
                             GV_PLACEMENT_AT_ANNOTATION);
-    if (strncmp(sig, "v1.", 3) != 0 || strlen(sig) != 3 + 64)
-        return gv_error_set(err, GV_EINVAL, "%s has an unknown format",
-                            GV_PLACEMENT_SIG_ANNOTATION);
     const char *fields[4] = {uid, node, at, assignment};
-    for (size_t i = 0; i < k->n; i++) {
-        unsigned char m[32];
-        char hex[65];
-        if (mac(k->key[i], k->len[i], fields, m) != 0)
-            return gv_error_set(err, GV_EINTERNAL, "HMAC-SHA256 failed");
-        to_hex(m, sizeof(m), hex);
-        unsigned char diff = 0;
-        for (size_t j = 0; j < 64; j++)
-            diff |= (unsigned char)(hex[j] ^ sig[3 + j]);
-        if (diff == 0)
-            return GV_OK;
-    }
-    return gv_error_set(err, GV_EINVAL,
-                        "%s does not match (not written by gpuvisor, or uid, node, time or "
-                        "assignment altered since)",
-                        GV_PLACEMENT_SIG_ANNOTATION);
+    return verify_fields(k, sig_domain, fields, sig, GV_PLACEMENT_SIG_ANNOTATION, err);
 }
 
 gv_status gv_placement_admit(const struct gv_placement_policy *pol, const json_t *pod,

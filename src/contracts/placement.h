@@ -74,4 +74,22 @@ struct gv_placement_policy {
 gv_status gv_placement_admit(const struct gv_placement_policy *pol, const json_t *pod,
                              struct gv_error *err);
 
+/*
+ * Nominated holds (docs/scheduler.md, "Preemption"): the GPUs a preemption
+ * promised a pod, kept on the pod itself so they survive a scheduler
+ * restart.  The annotation's value is JSON {"node","until","assignment",
+ * "sig"}; sig is the same HMAC as a placement's over (pod uid, node, until,
+ * assignment) under a domain of its own: a tenant can neither forge a hold,
+ * nor copy one to another pod (the uid is signed), nor extend one (until
+ * is signed), nor pass a hold off as a placement or the reverse.
+ */
+#define GV_HOLD_ANNOTATION "gpuvisor.io/nominated-hold"
+gv_status gv_hold_sign(const struct gv_placement_key *k, const char *uid, const char *node,
+                       const char *until, const char *assignment, char *out, size_t cap,
+                       struct gv_error *err);
+/* GV_OK when a key signed exactly these values; GV_EINVAL with why not. */
+gv_status gv_hold_verify(const struct gv_placement_key *k, const char *uid, const char *node,
+                         const char *until, const char *assignment, const char *sig,
+                         struct gv_error *err);
+
 #endif

@@ -28,7 +28,7 @@ static const char *str_at(const json_t *o, const char *a, const char *b)
     return json_string_value(json_object_get(json_object_get(o, a), b));
 }
 
-static int parse_time(const char *s, time_t *out)
+int kc_parse_time(const char *s, time_t *out)
 {
     struct tm tm = {0};
     const char *end = s ? strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
@@ -111,7 +111,7 @@ static void add_node(const struct kc_opts *o, struct kc_cluster *c, json_t *node
     n->in_engine = true;
     time_t hb = 0;
     const char *hbs = gv_podspec_annotation(node, GV_INVENTORY_HEARTBEAT_ANNOTATION);
-    if (hbs == NULL || parse_time(hbs, &hb) != 0 || now - hb > o->heartbeat_timeout_s) {
+    if (hbs == NULL || kc_parse_time(hbs, &hb) != 0 || now - hb > o->heartbeat_timeout_s) {
         n->state = "stale";
         char why[96];
         if (hbs == NULL || hb == 0)
@@ -150,7 +150,7 @@ static bool add_pod(struct kc_cluster *c, const struct gv_alloc_config *cfg, jso
         goto skip;
     p->bound = bound != NULL && *bound != '\0';
     time_t at = 0;
-    if (!p->bound && (parse_time(gv_podspec_annotation(pod, "gpuvisor.io/assigned-at"), &at) != 0 ||
+    if (!p->bound && (kc_parse_time(gv_podspec_annotation(pod, "gpuvisor.io/assigned-at"), &at) != 0 ||
                       now - at > UNBOUND_TTL_S))
         goto skip;
     if (gv_podspec_request(cfg, pod, &req, NULL) != GV_OK)

@@ -13,6 +13,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "alloc/gv_alloc.h"
 #include "common/gv_error.h"
@@ -71,6 +72,10 @@ struct kc_cluster {
     size_t n_inventories;
     json_t *pending; /* Pods of gpuvisor's scheduler not yet placed (array) */
 };
+
+/* An RFC 3339 time as the API writes it (UTC; a fraction is ignored): 0, or
+ * -1 when unreadable. */
+int kc_parse_time(const char *s, time_t *out);
 
 /* Reads nodes and assigned pods.  Returns a KC_* code; msg says why. */
 int kc_cluster_load(struct gv_kube_client *kube, const struct kc_opts *o, struct kc_cluster *c,

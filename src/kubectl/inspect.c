@@ -8,7 +8,9 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "contracts/placement.h"
 #include "kubectl/gv_kubectl.h"
 
 static bool ns_selected(const struct kc_opts *o, const char *ns)
@@ -35,6 +37,59 @@ static json_t *gpu_pods(const struct kc_cluster *c, const struct kc_opts *o, con
                                                          (json_int_t)dv->mem_mib, "cores",
                                                          dv->milli / 10.0, "bound", p->bound));
             }
+    }
+    return arr;
+}
+
+/*
+ * Nominated holds: GPUs a preemption promised a pending pod, as the
+ * scheduler wrote them on the pod (gpuvisor.io/nominated-hold) and honours
+ * them until they lapse.  Read from the pods, not from the scheduler: the
+ * plugin has no key to check the signature, so a pod carrying a forged one
+ * is listed as it claims ("signed" says only whether a signature is there;
+ * the scheduler ignores holds whose signature does not verify).
+ */
+static json_t *nominated(const struct kc_cluster *c, const struct kc_opts *o, const char *only)
+{
+    json_t *arr = json_array();
+    time_t now = time(NULL);
+    size_t i;
+    json_t *pod;
+    json_array_foreach(c->pending, i, pod)
+    {
+        const json_t *md = json_object_get(pod, "metadata");
+        const char *ns = json_string_value(json_object_get(md, "namespace"));
+        const char *name = json_string_value(json_object_get(md, "name"));
+        const char *text = json_string_value(
+            json_object_get(json_object_get(md, "annotations"), GV_HOLD_ANNOTATION));
+        json_t *h = text != NULL ? json_loads(text, 0, NULL) : NULL;
+        const char *node = json_string_value(json_object_get(h, "node"));
+        const char *until = json_string_value(json_object_get(h, "until"));
+        const char *asg = json_string_value(json_object_get(h, "assignment"));
+        const char *sig = json_string_value(json_object_get(h, "sig"));
+        time_t t = 0;
+        if (kc_parse_time(until, &t) != 0)
+            t = 0;
+        struct gv_alloc_assignment *a = malloc(sizeof(*a));
+        if (ns != NULL && name != NULL && ns_selected(o, ns) && node != NULL && asg != NULL &&
+            t > now && (only == NULL || strcmp(only, node) == 0) && a != NULL &&
+            gv_alloc_assignment_decode(asg, strlen(asg), a, NULL) == GV_OK) {
+            json_t *gpus = json_array();
+            for (uint32_t k = 0; k < a->n_containers; k++)
+                for (uint32_t d = 0; d < a->containers[k].n_devices; d++)
+                    json_array_append_new(
+                        gpus, json_pack("{s:s,s:s,s:I,s:f}", "container", a->containers[k].name,
+                                        "uuid", a->containers[k].devices[d].uuid, "memMiB",
+                                        (json_int_t)a->containers[k].devices[d].mem_mib, "cores",
+                                        a->containers[k].devices[d].milli / 10.0));
+            json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:o,s:s,s:I,s:b}", "namespace", ns,
+                                                 "pod", name, "node", node, "gpus", gpus, "until",
+                                                 until, "expiresInSeconds",
+                                                 (json_int_t)(t - now), "signed",
+                                                 sig != NULL && *sig != '\0'));
+        }
+        free(a);
+        json_decref(h);
     }
     return arr;
 }
@@ -86,7 +141,8 @@ static json_t *build(struct kc_cluster *c, const struct kc_opts *o, const char *
     size_t pods = 0;
     for (size_t i = 0; i < c->n_pods; i++)
         pods += only == NULL || strcmp(c->pods[i].node, only) == 0;
-    return json_pack("{s:o,s:{s:I,s:I,s:I,s:I,s:f,s:f,s:I},s:{s:f,s:f,s:f}}", "nodes", nodes,
+    return json_pack("{s:o,s:o,s:{s:I,s:I,s:I,s:I,s:f,s:f,s:I},s:{s:f,s:f,s:f}}", "nodes", nodes,
+                     "nominated", nominated(c, o, only),
                      "totals", "nodes", (json_int_t)json_array_size(nodes), "gpus",
                      (json_int_t)gpus, "memMiB", (json_int_t)mem, "usedMemMiB",
                      (json_int_t)mem_used, "cores", cores, "usedCores", cores_used, "pods",
@@ -140,6 +196,43 @@ static void print_whole_resources(json_t *doc, const struct kc_opts *o)
         fprintf(o->out, "\nWhole devices (MIG, passthrough, mdev; placed by count):\n");
         kc_table_print(&t, o->out);
     }
+    kc_table_free(&t);
+}
+
+/* Holds: which pod, node, GPUs and until when (only when there are some). */
+static void print_nominated(json_t *doc, const struct kc_opts *o)
+{
+    json_t *arr = json_object_get(doc, "nominated");
+    if (json_array_size(arr) == 0)
+        return;
+    struct kc_table t;
+    kc_table_init(&t, 5);
+    kc_table_row(&t, "POD", "NODE", "GPUS (MiB, cores %)", "EXPIRES", "SIGNED");
+    size_t i, k;
+    json_t *h, *g;
+    json_array_foreach(arr, i, h)
+    {
+        char who[600], gpus[1024] = "", exp[96];
+        size_t len = 0;
+        snprintf(who, sizeof(who), "%s/%s", json_string_value(json_object_get(h, "namespace")),
+                 json_string_value(json_object_get(h, "pod")));
+        json_array_foreach(json_object_get(h, "gpus"), k, g)
+        {
+            int w = snprintf(gpus + len, sizeof(gpus) - len, "%s%s (%.0f, %g)", k ? ", " : "",
+                             json_string_value(json_object_get(g, "uuid")), num(g, "memMiB"),
+                             num(g, "cores"));
+            if (w < 0 || (size_t)w >= sizeof(gpus) - len)
+                break;
+            len += (size_t)w;
+        }
+        snprintf(exp, sizeof(exp), "%s (in %.0fs)", json_string_value(json_object_get(h, "until")),
+                 num(h, "expiresInSeconds"));
+        kc_table_row(&t, who, json_string_value(json_object_get(h, "node")), gpus, exp,
+                     json_is_true(json_object_get(h, "signed")) ? "yes" : "no");
+    }
+    fprintf(o->out, "\nNominated (GPUs a preemption holds for a pending pod until its next "
+                    "filter; the scheduler honours only holds whose signature verifies):\n");
+    kc_table_print(&t, o->out);
     kc_table_free(&t);
 }
 
@@ -218,6 +311,7 @@ static void print_table(json_t *doc, const struct kc_opts *o)
     kc_table_print(&t, o->out);
     kc_table_free(&t);
     print_whole_resources(doc, o);
+    print_nominated(doc, o);
     json_t *tot = json_object_get(doc, "totals"), *fr = json_object_get(doc, "fragmentation");
     double m = num(tot, "memMiB"), c = num(tot, "cores");
     fprintf(o->out, "--------------------------------------------------------------\n");

@@ -23,8 +23,5 @@ uint32_t kc_pdb_allowed(const struct kc_pdbs *p, size_t i);
 size_t kc_pdb_count(const struct kc_pdbs *p);
 const char *kc_pdb_name(const struct kc_pdbs *p, size_t i);
 void kc_pdb_free(struct kc_pdbs *p);
-/* A LabelSelector against labels; an empty one selects all or nothing as
- * told (policy/v1 vs v1beta1), a missing one nothing. */
-bool kc_selector_match(const json_t *sel, const json_t *labels, bool empty_selects_all);
 
 #endif

@@ -267,7 +267,7 @@ static void filter_reserve(struct filter_ctx *f)
             if (strcmp(f->args.names[f->repeats[k]], chosen->name) == 0)
                 f->verdicts[f->repeats[k]] = GV_EXT_FIT;
     }
-    gv_sched_preempt_release(s, uid); /* a hold becomes this reservation */
+    gv_sched_preempt_consume(s, uid); /* a hold becomes this reservation */
     gv_debug("filter: pod %s/%s reserved on %s: %s", meta(f->args.pod, "namespace"),
              meta(f->args.pod, "name"), a->node, enc);
     free(enc);

@@ -107,6 +107,9 @@ void gv_sched_node_update(struct gv_sched *s, json_t *node);
 void gv_sched_node_delete(struct gv_sched *s, json_t *node);
 void gv_sched_pod_update(struct gv_sched *s, json_t *pod);
 void gv_sched_pod_delete(struct gv_sched *s, json_t *pod);
+/* PodDisruptionBudgets (policy/v1 or v1beta1 objects), for preemption. */
+void gv_sched_pdb_update(struct gv_sched *s, json_t *pdb);
+void gv_sched_pdb_delete(struct gv_sched *s, json_t *pdb);
 /* Releases reservations older than the TTL now (the sweeper does it every second). */
 void gv_sched_expire(struct gv_sched *s);
 /*

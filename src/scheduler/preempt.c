@@ -15,8 +15,11 @@
  * The hold: the GPUs promised to the preemptor stay unusable to pods of a
  * priority no higher than its own until its next filter reserves them (or
  * the reservation TTL passes).  It is an exclusion, never accounting: the
- * engine's usage is still exactly what the API says (the invariant), and a
- * hold lost in a restart costs a second preemption, never an over-commit.
+ * engine's usage is still exactly what the API says (the invariant).  Each
+ * hold is also written on the preemptor (hold_store.c, signed like a
+ * placement) before the answer goes out, so a restarted scheduler takes it
+ * back from the pod informer until it expires; a write that fails costs at
+ * worst a second preemption after a restart, never an over-commit.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -26,6 +29,8 @@
 #include "common/gv_log.h"
 #include "contracts/podspec.h"
 #include "scheduler/events.h"
+#include "scheduler/hold_store.h"
+#include "scheduler/pdb_sched.h"
 #include "scheduler/preempt.h"
 #include "scheduler/sched_internal.h"
 
@@ -35,7 +40,11 @@ struct hold {
     char *node;
     char *encoded; /* the GPUs promised: an assignment text */
     char *uuids;   /* the same GPUs, comma-separated (a nouse-gpuuuid list) */
-    double since;  /* monotonic seconds */
+    double deadline; /* monotonic seconds: it lapses then (reservation TTL) */
+    time_t until;    /* the same in wall time: what the pod's annotation says */
+    bool consumed;   /* became the pod's reservation: kept (not excluding,
+                      * not offered) only so the informer does not take the
+                      * annotation back while it lasts */
 };
 
 /* Holds at once, at most: each filter scans them and matches every GPU it
@@ -49,6 +58,11 @@ struct gv_sched_preempt {
     size_t n_holds, cap_holds;
     uint64_t calls_victims, calls_none, calls_skipped;
     json_t *victims_by_prio; /* "priority" -> victims returned */
+    /* Event threads still posting (they use the API client, which the
+     * caller frees after gv_sched_free): gv_sched_preempt_free waits. */
+    pthread_mutex_t ev_mu;
+    pthread_cond_t ev_cv;
+    unsigned ev_threads;
 };
 
 struct gv_sched_preempt *gv_sched_preempt_new(void)
@@ -56,6 +70,8 @@ struct gv_sched_preempt *gv_sched_preempt_new(void)
     struct gv_sched_preempt *p = calloc(1, sizeof(*p));
     if (p == NULL)
         return NULL;
+    pthread_mutex_init(&p->ev_mu, NULL);
+    pthread_cond_init(&p->ev_cv, NULL);
     p->victims_by_prio = json_object();
     if (p->victims_by_prio == NULL) {
         gv_sched_preempt_free(p);
@@ -77,6 +93,12 @@ void gv_sched_preempt_free(struct gv_sched_preempt *p)
 {
     if (p == NULL)
         return;
+    pthread_mutex_lock(&p->ev_mu);
+    while (p->ev_threads > 0)
+        pthread_cond_wait(&p->ev_cv, &p->ev_mu);
+    pthread_mutex_unlock(&p->ev_mu);
+    pthread_mutex_destroy(&p->ev_mu);
+    pthread_cond_destroy(&p->ev_cv);
     for (size_t i = 0; i < p->n_holds; i++)
         hold_clear(&p->holds[i]);
     free(p->holds);
@@ -110,7 +132,7 @@ static void holds_expire(struct gv_sched *s)
     struct gv_sched_preempt *p = s->preempt;
     double now = gv_sched_now();
     for (size_t i = p->n_holds; i-- > 0;)
-        if (now - p->holds[i].since > (double)s->cfg.reservation_ttl_s)
+        if (now > p->holds[i].deadline)
             hold_drop_at(p, i);
 }
 
@@ -167,13 +189,15 @@ static char *assignment_uuids(const struct gv_alloc_assignment *a)
     return out;
 }
 
-static gv_status hold_set(struct gv_sched *s, const char *uid, int32_t prio,
-                          const struct gv_alloc_assignment *a, struct gv_error *err)
+/* Keeps a hold for uid (replacing any), lapsing at deadline / until. */
+static gv_status hold_add(struct gv_sched *s, const char *uid, int32_t prio,
+                          const struct gv_alloc_assignment *a, double deadline, time_t until,
+                          struct gv_error *err)
 {
     struct gv_sched_preempt *p = s->preempt;
     struct hold h = {.uid = strdup(uid), .prio = prio, .node = strdup(a->node),
                      .encoded = malloc(GV_ALLOC_ASSIGNMENT_MAX), .uuids = assignment_uuids(a),
-                     .since = gv_sched_now()};
+                     .deadline = deadline, .until = until};
     if (h.uid == NULL || h.node == NULL || h.encoded == NULL || h.uuids == NULL ||
         gv_alloc_assignment_encode(a, h.encoded, GV_ALLOC_ASSIGNMENT_MAX, NULL, err) != GV_OK) {
         hold_clear(&h);
@@ -199,6 +223,66 @@ static gv_status hold_set(struct gv_sched *s, const char *uid, int32_t prio,
     return GV_OK;
 }
 
+/* A new hold from a preemption, for the reservation TTL; *hold_text gets
+ * what to write on the pod (heap; NULL when no hold was kept). */
+static gv_status hold_set(struct gv_sched *s, const char *uid, int32_t prio,
+                          const struct gv_alloc_assignment *a, char **hold_text,
+                          struct gv_error *err)
+{
+    *hold_text = NULL;
+    time_t until = time(NULL) + (time_t)s->cfg.reservation_ttl_s;
+    gv_status st = hold_add(s, uid, prio, a, gv_sched_now() + (double)s->cfg.reservation_ttl_s,
+                            until, err);
+    struct hold *h = st == GV_OK ? hold_find(s->preempt, uid) : NULL;
+    if (h != NULL &&
+        (*hold_text = gv_sched_hold_encode(&s->cfg, uid, h->node, until, h->encoded)) == NULL)
+        gv_warn("preempt: pod %s: hold not written on the pod (out of memory)", uid);
+    return st;
+}
+
+/* After a restart: the hold the pod carries, when gpuvisor wrote it for
+ * this pod and it has not lapsed (lock held). */
+static void hold_restore(struct gv_sched *s, const json_t *pod, const char *uid)
+{
+    char *node = NULL, *encoded = NULL;
+    time_t until = 0;
+    struct gv_error err = {0};
+    gv_status st = gv_sched_hold_decode(&s->cfg, pod, &node, &until, &encoded, &err);
+    if (st == GV_ENOTFOUND)
+        return;
+    time_t now = time(NULL);
+    struct gv_alloc_assignment *a = st == GV_OK ? malloc(sizeof(*a)) : NULL;
+    if (st != GV_OK)
+        gv_warn("preempt: pod %s: hold ignored: %s", uid, err.msg);
+    else if (until <= now)
+        gv_debug("preempt: pod %s: hold lapsed at %lld", uid, (long long)until);
+    else if (a == NULL ||
+             gv_alloc_assignment_decode(encoded, strlen(encoded), a, &err) != GV_OK ||
+             strcmp(a->node, node) != 0)
+        gv_warn("preempt: pod %s: hold ignored: assignment %s", uid,
+                a == NULL ? "out of memory" : "unreadable or on another node");
+    else {
+        /* never longer than a fresh hold would last */
+        double left = (double)(until - now);
+        if (left > (double)s->cfg.reservation_ttl_s)
+            left = (double)s->cfg.reservation_ttl_s;
+        if (hold_add(s, uid, gv_sched_pod_priority(pod), a, gv_sched_now() + left, until, &err) ==
+            GV_OK)
+            gv_info("preempt: pod %s: hold on %s taken back from the pod (%.0f s left)", uid,
+                    node, left);
+    }
+    free(a);
+    free(node);
+    free(encoded);
+}
+
+/* Whether hold h keeps its GPUs from pod uid of priority prio: another
+ * pod's live hold, of a priority at least prio. */
+static bool excludes(const struct hold *h, const char *uid, int32_t prio)
+{
+    return !h->consumed && h->prio >= prio && (uid == NULL || strcmp(h->uid, uid) != 0);
+}
+
 /* The GPUs held for preemptors other than uid whose priority is at least
  * prio, appended to req's nouse-gpuuuid list. */
 static gv_status exclude_for(struct gv_sched *s, const char *uid, int32_t prio,
@@ -209,7 +293,7 @@ static gv_status exclude_for(struct gv_sched *s, const char *uid, int32_t prio,
     size_t len = 0;
     const char *own = req->constraint[GV_ALLOC_NOUSE_UUID];
     for (size_t i = 0; i < p->n_holds; i++)
-        if (p->holds[i].prio >= prio && (uid == NULL || strcmp(p->holds[i].uid, uid) != 0))
+        if (excludes(&p->holds[i], uid, prio))
             len += strlen(p->holds[i].uuids) + 1;
     if (len == 0)
         return GV_OK;
@@ -221,7 +305,7 @@ static gv_status exclude_for(struct gv_sched *s, const char *uid, int32_t prio,
     if (own != NULL && *own != '\0')
         o += (size_t)snprintf(list, len + 1, "%s", own);
     for (size_t i = 0; i < p->n_holds; i++)
-        if (p->holds[i].prio >= prio && (uid == NULL || strcmp(p->holds[i].uid, uid) != 0))
+        if (excludes(&p->holds[i], uid, prio))
             o += (size_t)snprintf(list + o, len + 1 - o, "%s%s", o ? "," : "",
                                   p->holds[i].uuids);
     gv_status st = gv_alloc_request_set_constraint(req, GV_ALLOC_NOUSE_UUID, list, err);
@@ -243,7 +327,7 @@ bool gv_sched_preempt_held(struct gv_sched *s, const char *uid, struct gv_alloc_
         return false;
     holds_expire(s);
     struct hold *h = hold_find(s->preempt, uid);
-    if (h == NULL)
+    if (h == NULL || h->consumed)
         return false;
     /* only on a node this filter found usable among its candidates */
     const struct snode *sn = gv_sched_node_find(s, h->node);
@@ -264,17 +348,29 @@ void gv_sched_preempt_pod(struct gv_sched *s, json_t *pod, bool finished)
     /* A victim must be bound where gpuvisor counts it: kube-scheduler
      * resolves victims among the pods it has on the node.  The mark lives
      * with the engine's placement (after this event's accounting). */
-    if (gv_alloc_is_placed(s->cluster, uid))
+    bool placed = gv_alloc_is_placed(s->cluster, uid);
+    if (placed)
         gv_alloc_pod_set_victim(s->cluster, uid, is_bound ? bound : NULL,
                                 gv_sched_pod_priority(pod), NULL);
+    gv_sched_pdb_pod(s, pod, placed && is_bound); /* labels, where a budget may need them */
     if (finished || is_bound)
         gv_sched_preempt_release(s, uid); /* placed or ended: nothing left to hold */
+    else if (hold_find(s->preempt, uid) == NULL)
+        hold_restore(s, pod, uid); /* a hold written before a restart */
+}
+
+void gv_sched_preempt_consume(struct gv_sched *s, const char *uid)
+{
+    struct hold *h = s->preempt != NULL && uid != NULL ? hold_find(s->preempt, uid) : NULL;
+    if (h != NULL)
+        h->consumed = true;
 }
 
 void gv_sched_preempt_pod_gone(struct gv_sched *s, const char *uid)
 {
     if (s->preempt != NULL && uid != NULL)
         gv_sched_preempt_release(s, uid);
+    gv_sched_pdb_pod_gone(s, uid);
 }
 
 /* ---- events ------------------------------------------------------------ */
@@ -286,6 +382,7 @@ struct ev {
 };
 struct ev_batch {
     struct gv_kube_client *kube;
+    struct gv_sched_preempt *owner; /* counts the thread (gv_sched_preempt_free waits) */
     size_t n;
     struct ev ev[];
 };
@@ -304,7 +401,12 @@ static void *ev_post_all(void *arg)
         free(e->message);
         free(e->suffix);
     }
+    struct gv_sched_preempt *owner = b->owner;
     free(b);
+    pthread_mutex_lock(&owner->ev_mu);
+    owner->ev_threads--;
+    pthread_cond_broadcast(&owner->ev_cv);
+    pthread_mutex_unlock(&owner->ev_mu);
     return NULL;
 }
 
@@ -333,6 +435,7 @@ static struct ev_batch *events_of(struct gv_sched *s, const json_t *pod, const c
     if (b == NULL)
         return NULL;
     b->kube = s->kube;
+    b->owner = s->preempt;
     const json_t *md = json_object_get(pod, "metadata");
     const char *pns = json_string_value(json_object_get(md, "namespace"));
     const char *pname = json_string_value(json_object_get(md, "name"));
@@ -365,6 +468,9 @@ static void events_post(struct ev_batch *b)
 {
     if (b == NULL)
         return;
+    pthread_mutex_lock(&b->owner->ev_mu);
+    b->owner->ev_threads++; /* ev_post_all counts it down, on either path */
+    pthread_mutex_unlock(&b->owner->ev_mu);
     pthread_t t;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -439,10 +545,102 @@ static gv_status node_candidates(struct gv_sched *s, const struct gv_ext_preempt
     return GV_OK;
 }
 
+/* Whether c[k] (k >= nf) is also one of kube-scheduler's own victims
+ * c[0..nf): such a pod is listed twice (node_candidates). */
+static bool also_forced(const struct gv_alloc_victim *c, size_t nf, size_t k)
+{
+    for (size_t j = 0; j < nf && k >= nf; j++)
+        if (strcmp(c[j].uid, c[k].uid) == 0)
+            return true;
+    return false;
+}
+
+/* The indices k of c[0..nc) with take[k], in kube-scheduler's order of
+ * importance (MoreImportantPod): highest priority first, then the oldest
+ * (the engine lists the most recently placed first).  A pod listed twice
+ * once (as forced, c[0..nf)).  Returns how many. */
+static size_t importance_order(const struct gv_alloc_victim *c, size_t nc, size_t nf,
+                               const bool *take, size_t *ord)
+{
+    size_t n = 0;
+    for (size_t k = nc; k-- > 0;) {
+        if (!take[k] || also_forced(c, nf, k))
+            continue;
+        size_t j = n++;
+        for (; j > 0 && c[ord[j - 1]].priority < c[k].priority; j--)
+            ord[j] = ord[j - 1];
+        ord[j] = k;
+    }
+    return n;
+}
+
+/* Which candidates violate a PodDisruptionBudget, as kube-scheduler marks
+ * its potential victims: every pod of lower priority (and its own victims),
+ * walked most important first.  The engine prefers sets without them. */
+static gv_status mark_pdb(struct gv_sched *s, struct gv_sched_pdb_walk *w,
+                          struct gv_alloc_victim *c, size_t nc, size_t nf, int32_t prio,
+                          struct gv_error *err)
+{
+    bool *take = calloc(nc + 1, sizeof(*take));
+    size_t *ord = calloc(nc + 1, sizeof(*ord));
+    if (take == NULL || ord == NULL) {
+        free(take);
+        free(ord);
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    }
+    for (size_t k = 0; k < nc; k++)
+        take[k] = c[k].forced || c[k].priority < prio;
+    size_t n = importance_order(c, nc, nf, take, ord);
+    gv_sched_pdb_walk_reset(w);
+    for (size_t j = 0; j < n; j++)
+        c[ord[j]].pdb_violation = gv_sched_pdb_walk_step(w, s, c[ord[j]].uid);
+    for (size_t k = nf; k < nc && nf > 0; k++) /* the second entry of a pod listed twice */
+        for (size_t j = 0; j < nf; j++)
+            if (strcmp(c[j].uid, c[k].uid) == 0)
+                c[k].pdb_violation = c[j].pdb_violation;
+    free(take);
+    free(ord);
+    return GV_OK;
+}
+
+/* NumPDBViolations of the answer: kube-scheduler's own count for its
+ * victims, plus the GPU victims added here that violate a budget, counted
+ * by its rule over the whole final set (its victims spend budgets too
+ * where gpuvisor knows their labels).  UINT32_MAX on no memory. */
+static uint32_t count_pdb(struct gv_sched *s, struct gv_sched_pdb_walk *w,
+                          const struct gv_alloc_victim *c, size_t nc, size_t nf,
+                          const uint32_t *chosen, uint32_t n_chosen, int64_t kube_count)
+{
+    uint32_t n = kube_count < 0 ? 0 : kube_count > UINT32_MAX / 2 ? UINT32_MAX / 2
+                                                                  : (uint32_t)kube_count;
+    if (w == NULL)
+        return n;
+    bool *take = calloc(nc + 1, sizeof(*take));
+    size_t *ord = calloc(nc + 1, sizeof(*ord));
+    if (take == NULL || ord == NULL) {
+        free(take);
+        free(ord);
+        return UINT32_MAX;
+    }
+    for (size_t k = 0; k < nc; k++)
+        take[k] = c[k].forced;
+    for (uint32_t k = 0; k < n_chosen; k++)
+        take[chosen[k]] = true;
+    size_t m = importance_order(c, nc, nf, take, ord);
+    gv_sched_pdb_walk_reset(w);
+    for (size_t j = 0; j < m; j++) {
+        bool v = gv_sched_pdb_walk_step(w, s, c[ord[j]].uid);
+        n += v && !c[ord[j]].forced; /* kube-scheduler counted its own */
+    }
+    free(take);
+    free(ord);
+    return n;
+}
+
 /* Evaluates one candidate node; keeps it in *b when cheaper. */
 static gv_status consider_node(struct gv_sched *s, const struct gv_ext_preempt_args *args, size_t i,
                                const struct gv_alloc_request *req, int32_t prio, const char *self,
-                               struct best *b, struct gv_error *err)
+                               struct gv_sched_pdb_walk *w, struct best *b, struct gv_error *err)
 {
     const struct gv_ext_preempt_node *nd = &args->nodes[i];
     const struct snode *sn = gv_sched_node_find(s, nd->name);
@@ -460,6 +658,8 @@ static gv_status consider_node(struct gv_sched *s, const struct gv_ext_preempt_a
         st = gv_error_set(err, GV_ENOMEM, "out of memory");
         goto out;
     }
+    if (w != NULL && (st = mark_pdb(s, w, c, nc, nd->n_victims, prio, err)) != GV_OK)
+        goto out;
     st = gv_alloc_victims(s->cluster, req, prio, nd->name, c, nc, chosen, &plan, a, err);
     if (st != GV_OK || !plan.fits) {
         gv_debug("preempt: pod %s: node %s dropped: %s", self, nd->name, plan.reason);
@@ -473,8 +673,11 @@ static gv_status consider_node(struct gv_sched *s, const struct gv_ext_preempt_a
         extra += !c[chosen[k]].forced;
     size_t nv = nd->n_victims + extra;
     plan.n = (uint32_t)nv;
-    plan.pdb_violations += (uint32_t)(nd->pdb_violations > UINT32_MAX / 2 ? UINT32_MAX / 2
-                                                                        : nd->pdb_violations);
+    plan.pdb_violations = count_pdb(s, w, c, nc, nd->n_victims, chosen, n_chosen, nd->pdb_violations);
+    if (plan.pdb_violations == UINT32_MAX) {
+        st = gv_error_set(err, GV_ENOMEM, "out of memory");
+        goto out;
+    }
     int cmp = b->node == SIZE_MAX ? -1 : gv_alloc_victim_plan_cmp(&plan, &b->plan);
     if (cmp > 0 || (cmp == 0 && strcmp(nd->name, args->nodes[b->node].name) >= 0))
         goto out;
@@ -574,11 +777,15 @@ void gv_sched_handle_preempt(void *ctx, const struct gv_http_request *hreq,
     gv_status st = GV_OK;
     if (!skip)
         st = exclude_for(s, uid, prio, req, &err);
+    /* the budgets as they are now, for every node of this call (NULL: none) */
+    struct gv_sched_pdb_walk *w = skip ? NULL : gv_sched_pdb_walk_new(s);
     for (size_t i = 0; !skip && st == GV_OK && i < args.n_nodes; i++)
-        st = consider_node(s, &args, i, req, prio, uid, &b, &err);
+        st = consider_node(s, &args, i, req, prio, uid, w, &b, &err);
+    gv_sched_pdb_walk_free(w);
     struct ev_batch *events = NULL;
+    char *hold_text = NULL;
     if (st == GV_OK && b.node != SIZE_MAX)
-        st = hold_set(s, uid, prio, &b.a, &err);
+        st = hold_set(s, uid, prio, &b.a, &hold_text, &err);
     if (st == GV_OK && b.node != SIZE_MAX)
         events = events_of(s, args.pod, args.nodes[b.node].name, hold_find(s->preempt, uid),
                            &b.plan, b.victims, b.n_victims, prio);
@@ -594,6 +801,18 @@ void gv_sched_handle_preempt(void *ctx, const struct gv_http_request *hreq,
     }
     pthread_mutex_unlock(&s->lock);
     events_post(events);
+    if (hold_text != NULL && s->kube != NULL) {
+        /* on the pod before kube-scheduler evicts anyone: a restart from
+         * here on finds the hold (outside the lock: an API round trip) */
+        const json_t *md = json_object_get(args.pod, "metadata");
+        struct gv_error werr = {0};
+        if (gv_sched_hold_write(s->kube, json_string_value(json_object_get(md, "namespace")),
+                                json_string_value(json_object_get(md, "name")), uid, hold_text,
+                                &werr) != GV_OK)
+            gv_warn("preempt: pod %s: hold not written on the pod (%s): a restart before its "
+                    "next filter loses it", uid, werr.msg);
+    }
+    free(hold_text);
     if (st != GV_OK) {
         gv_http_respond_error(resp, 500, err.msg);
         goto out;
@@ -622,6 +841,9 @@ void gv_sched_preempt_metrics(struct gv_sched *s, FILE *f)
     if (p == NULL)
         return;
     holds_expire(s);
+    size_t live = 0;
+    for (size_t i = 0; i < p->n_holds; i++)
+        live += !p->holds[i].consumed;
     fprintf(f,
             "# HELP gpuvisor_scheduler_preemptions_total Preempt calls by outcome: victims (a "
             "node and its victims returned), none (no candidate can make room), skipped (not a "
@@ -643,5 +865,5 @@ void gv_sched_preempt_metrics(struct gv_sched *s, FILE *f)
             "# HELP gpuvisor_scheduler_nominated_holds GPUs held for preemptors until their "
             "next filter.\n# TYPE gpuvisor_scheduler_nominated_holds gauge\n"
             "gpuvisor_scheduler_nominated_holds %zu\n",
-            p->n_holds);
+            live);
 }

@@ -67,8 +67,12 @@ gv_status gv_sched_preempt_exclude(struct gv_sched *s, json_t *pod, struct gv_al
 bool gv_sched_preempt_held(struct gv_sched *s, const char *uid, struct gv_alloc_assignment *a);
 /* Does uid hold GPUs promised by a preemption?  Lock held. */
 bool gv_sched_preempt_has_hold(struct gv_sched *s, const char *uid);
-/* The pod's hold ends (it is reserved now, or gone).  Lock held. */
+/* The pod's hold ends (it is bound, finished or gone).  Lock held. */
 void gv_sched_preempt_release(struct gv_sched *s, const char *uid);
+/* The pod's hold became its reservation: it no longer excludes or places
+ * anything, and is kept until it lapses only so that the pod's annotation
+ * is not taken back as a new hold.  Lock held. */
+void gv_sched_preempt_consume(struct gv_sched *s, const char *uid);
 /* Metrics (lock held). */
 void gv_sched_preempt_metrics(struct gv_sched *s, FILE *f);
 /* A pod's spec.priority (0 when unset, as kube-scheduler reads it). */

@@ -23,6 +23,7 @@
 #include "contracts/inventory.h"
 #include "contracts/podspec.h"
 #include "scheduler/gv_extender.h"
+#include "scheduler/pdb_sched.h"
 #include "scheduler/placement_guard.h"
 #include "scheduler/preempt.h"
 #include "scheduler/preempt_self.h"
@@ -244,7 +245,7 @@ gv_status gv_sched_new(const struct gv_sched_config *cfg, struct gv_kube_client 
         *res[i] = s->cfg.names_storage[i];
     }
     if (s->cfg.scheduler_name == NULL || (s->truth = json_object()) == NULL ||
-        (s->preempt = gv_sched_preempt_new()) == NULL ||
+        (s->preempt = gv_sched_preempt_new()) == NULL || (s->pdb = gv_sched_pdb_new()) == NULL ||
         (s->preempt_self = gv_sched_preempt_self_new()) == NULL) {
         st = gv_error_set(err, GV_ENOMEM, "out of memory");
         goto fail;
@@ -316,6 +317,8 @@ gv_status gv_sched_start(struct gv_sched *s, struct gv_error *err)
     gv_status st;
     if ((st = gv_sched_quota_start(s, err)) != GV_OK) /* limits before the first filter */
         return st;
+    if ((st = gv_sched_pdb_start(s, err)) != GV_OK) /* budgets before the first preemption */
+        return st;
     if (s->node_inf != NULL) {
         /* Nodes first, so pods replayed at start find their node. */
         if ((st = gv_informer_start(s->node_inf, err)) != GV_OK)
@@ -343,6 +346,7 @@ void gv_sched_free(struct gv_sched *s)
         pthread_join(s->sweeper, NULL);
     }
     gv_sched_quota_fini(s);
+    gv_sched_pdb_stop(s); /* its callbacks take the lock: before the tables go */
     gv_informer_free(s->pod_inf);
     /* after the pod informer (which starts them): waits for the
      * preemptions the extender runs itself */
@@ -353,6 +357,7 @@ void gv_sched_free(struct gv_sched *s)
     json_decref(s->truth);
     gv_sched_whole_free(s->whole);
     gv_sched_preempt_free(s->preempt);
+    gv_sched_pdb_free(s->pdb);
     gv_alloc_cluster_free(s->cluster);
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->stop_lock);

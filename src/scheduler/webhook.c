@@ -11,6 +11,7 @@
 #include <gnutls/gnutls.h>
 
 #include "common/gv_log.h"
+#include "contracts/placement.h"
 #include "contracts/podspec.h"
 #include "scheduler/webhook_hami.h"
 
@@ -178,7 +179,7 @@ const char *const gv_webhook_default_writers[] = {
 static const char *const placement_annotations[] = {
     GV_ALLOC_ASSIGNMENT_ANNOTATION, "gpuvisor.io/assignment-sig", "gpuvisor.io/assigned-node",
     "gpuvisor.io/assigned-at",      "gpuvisor.io/allocation",     "gpuvisor.io/allocation-message",
-    "gpuvisor.io/allocated-containers"};
+    "gpuvisor.io/allocated-containers", GV_HOLD_ANNOTATION};
 #define PLACEMENT_LABEL "gpuvisor.io/assigned"
 #define PRELOAD_ANNOTATION "gpuvisor.io/preload"
 

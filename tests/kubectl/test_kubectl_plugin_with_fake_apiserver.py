@@ -230,6 +230,45 @@ contexts:
     rc, out, err = run("inspect")
     t.ok(rc == 1 and "no kubeconfig found" in err, "no kubeconfig, not in a cluster: clear error", err)
 
+    # ---- nominated holds (issue #26): pending pods' gpuvisor.io/nominated-hold
+    import time as _time
+
+    def hold_pod(name, node, uuid, mem, until):
+        hold = {"node": node, "until": until, "sig": "v1." + "0" * 64,
+                "assignment": "v1;node=%s;main=%s:%d:0" % (node, uuid, mem)}
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": "ml-train",
+                            "annotations": {"gpuvisor.io/nominated-hold": json.dumps(hold)}},
+               "spec": {"schedulerName": "gpuvisor-scheduler", "priority": 1000,
+                        "containers": [{"name": "main", "image": "x",
+                                        "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+               "status": {"phase": "Pending"}}
+        return obs_stand.http("POST", stand.api_url + "/api/v1/namespaces/ml-train/pods", pod)[0]
+
+    fmt = lambda t: _time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", _time.gmtime(t))  # noqa: E731
+    now = int(_time.time())
+    t.ok(hold_pod("prod-infer", "gpu-a100-1", "GPU-held-0", 20480, fmt(now + 300)) in (200, 201) and
+         hold_pod("lapsed", "gpu-a100-1", "GPU-held-1", 1024, fmt(now - 5)) in (200, 201),
+         "pending pods with a hold and a lapsed hold created")
+    rc, out, err = run(*S, "inspect", "-o", "json", *HB)
+    nom = json.loads(out).get("nominated") if rc == 0 else None
+    t.ok(nom is not None and len(nom) == 1 and nom[0]["namespace"] == "ml-train" and
+         nom[0]["pod"] == "prod-infer" and nom[0]["node"] == "gpu-a100-1" and
+         nom[0]["gpus"] == [{"container": "main", "uuid": "GPU-held-0", "memMiB": 20480, "cores": 0}] and
+         nom[0]["until"] == fmt(now + 300) and 250 <= nom[0]["expiresInSeconds"] <= 300 and nom[0]["signed"],
+         "inspect -o json: nominated holds (pod, node, GPUs, expiry), the lapsed one left out", out + err)
+    rc, out, err = run(*S, "inspect", *HB)
+    rows = [ln for ln in out.splitlines() if ln.startswith("ml-train/prod-infer")]
+    t.ok(rc == 0 and "Nominated" in out and len(rows) == 1 and "gpu-a100-1" in rows[0] and
+         "GPU-held-0 (20480, 0)" in rows[0] and fmt(now + 300) in rows[0] and "lapsed" not in out,
+         "inspect: a Nominated table with pod, node, GPUs and expiry", out + err)
+    rc, out, err = run(*S, "inspect", "gpu-a100-2", "-o", "json", *HB)
+    t.ok(rc == 0 and json.loads(out)["nominated"] == [], "inspect NODE: only that node's holds", out + err)
+    rc, out, err = run(*S, "inspect", "-n", "inference", "-o", "json", *HB)
+    t.ok(rc == 0 and json.loads(out)["nominated"] == [], "inspect -n NS: only that namespace's holds", out + err)
+    for name in ("prod-infer", "lapsed"):
+        obs_stand.http("DELETE", stand.api_url + "/api/v1/namespaces/ml-train/pods/" + name)
+
     # ---- RBAC and "not installed" -----------------------------------------
     ctl = lambda op: obs_stand.http("POST", stand.api_url + "/_fake/" + op)[0]  # noqa: E731
     ctl("forbid?resource=nodes&verb=list")

@@ -102,6 +102,12 @@ void st_put_node(struct gv_kube_client *c, json_t *node)
 json_t *st_create_pod(struct gv_kube_client *c, const char *name, const char *containers,
                       const char *annotations)
 {
+    return st_create_pod_prio(c, name, containers, annotations, -1);
+}
+
+json_t *st_create_pod_prio(struct gv_kube_client *c, const char *name, const char *containers,
+                           const char *annotations, int prio)
+{
     json_t *spec_c = json_loads(containers, 0, NULL);
     json_t *ann = annotations ? json_loads(annotations, 0, NULL) : json_object();
     json_t *list = json_array();
@@ -119,6 +125,8 @@ json_t *st_create_pod(struct gv_kube_client *c, const char *name, const char *co
                             "annotations", ann, "spec", "schedulerName", "gpuvisor-scheduler",
                             "containers", list, "status", "phase", "Pending");
     json_decref(spec_c);
+    if (prio >= 0)
+        json_object_set_new(json_object_get(pod, "spec"), "priority", json_integer(prio));
     json_t *out = NULL;
     struct gv_error err = {0};
     if (gv_kube_create(c, "/api/v1/namespaces/default/pods", pod, &out, &err) != GV_OK)

@@ -37,6 +37,10 @@ void st_put_node(struct gv_kube_client *c, json_t *node);
  */
 json_t *st_create_pod(struct gv_kube_client *c, const char *name, const char *containers,
                       const char *annotations);
+/* The same with spec.priority (as admission sets it from a PriorityClass;
+ * prio < 0: none). */
+json_t *st_create_pod_prio(struct gv_kube_client *c, const char *name, const char *containers,
+                           const char *annotations, int prio);
 
 /* A pod of the gpuvisor profile as the pod informer delivers it, asking one
  * GPU of mem MiB at priority prio: bound to node with the assignment text

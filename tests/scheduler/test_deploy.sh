@@ -90,6 +90,13 @@ sp = perms(sched_role) if sched_role else set()
 npm = perms(node_role) if node_role else set()
 check({("pods/binding", "create"), ("pods", "patch"), ("pods", "watch"), ("nodes", "watch")} <= sp,
       "scheduler role can watch nodes/pods, annotate pods and bind", str(sorted(sp)))
+pdb_rules = [r for r in (sched_role or {}).get("rules", [])
+             if "poddisruptionbudgets" in r["resources"]]
+check(len(pdb_rules) == 1 and pdb_rules[0]["apiGroups"] == ["policy"] and
+      {"list", "watch"} <= set(pdb_rules[0]["verbs"]) and
+      not {"create", "update", "patch", "delete"} & set(pdb_rules[0]["verbs"]),
+      "scheduler role lists and watches PodDisruptionBudgets (policy group: v1 and v1beta1), "
+      "read-only", str(pdb_rules))
 check(not any(v in ("delete", "create", "update") for r, v in sp if r in ("pods", "nodes")),
       "scheduler role cannot create/update/delete pods or nodes")
 check(("nodes", "patch") in npm and ("pods", "patch") in npm and

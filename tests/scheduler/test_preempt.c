@@ -20,7 +20,9 @@
 
 #include <cmocka.h>
 
+#include "contracts/placement.h"
 #include "scheduler/gv_scheduler.h"
+#include "scheduler/hold_store.h"
 #include "tests/scheduler/sched_testlib.h"
 
 #define GPU_MIB 16000
@@ -32,6 +34,11 @@ struct env {
     char metrics[128];
 };
 
+/* When set, the scheduler signs and verifies with it (the test owns it),
+ * and unsigned placements of pods created before now count (the upgrade
+ * window: the bound pods fed here are unsigned, created in 2020). */
+static struct gv_placement_key *test_key;
+
 static void env_start_kube(struct env *e, const char *const *nodes, size_t n_nodes,
                            unsigned gpus, struct gv_kube_client *kube)
 {
@@ -41,7 +48,13 @@ static void env_start_kube(struct env *e, const char *const *nodes, size_t n_nod
     struct gv_error err = {0};
     assert_int_equal(gv_sched_config_default(&cfg, &err), GV_OK);
     assert_int_equal(gv_sched_config_parse(cfg_text, strlen(cfg_text), &cfg, &err), GV_OK);
+    if (test_key != NULL) {
+        cfg.placement_key = test_key;
+        cfg.insecure_unsigned = false;
+        cfg.unsigned_before = time(NULL) + 3600;
+    }
     assert_int_equal(gv_sched_new(&cfg, kube, &e->s, &err), GV_OK);
+    cfg.placement_key = NULL; /* borrowed by the scheduler, owned by the test */
     gv_sched_config_clear(&cfg);
     struct gpu_desc g[8];
     for (unsigned i = 0; i < gpus; i++)
@@ -82,6 +95,8 @@ static void bound(struct gv_sched *s, const char *uid, int prio, const char *nod
     snprintf(assign, sizeof(assign), "v1;node=%s;main=GPU-%s-%u:%llu:0", node, node, gpu,
              (unsigned long long)mem);
     json_t *p = st_gpu_pod(uid, prio, mem, node, assign);
+    json_object_set_new(json_object_get(p, "metadata"), "creationTimestamp",
+                        json_string("2020-01-01T00:00:00Z"));
     gv_sched_pod_update(s, p);
     json_decref(p);
 }
@@ -556,6 +571,453 @@ static void test_random_preemptions_with_restarts(void **state)
     env_stop(&e);
 }
 
+
+/* ---- PodDisruptionBudgets ---------------------------------------------- */
+
+/* A bound pod with labels ("k=v,k2=v2", "" none) in namespace ns. */
+static void bound_labeled(struct gv_sched *s, const char *uid, int prio, const char *node,
+                          unsigned gpu, uint64_t mem, const char *ns, const char *labels)
+{
+    char assign[256];
+    snprintf(assign, sizeof(assign), "v1;node=%s;main=GPU-%s-%u:%llu:0", node, node, gpu,
+             (unsigned long long)mem);
+    json_t *p = st_gpu_pod(uid, prio, mem, node, assign);
+    json_t *md = json_object_get(p, "metadata");
+    json_object_set_new(md, "namespace", json_string(ns));
+    json_t *l = json_object();
+    char buf[200];
+    snprintf(buf, sizeof(buf), "%s", labels);
+    for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kv, '=');
+        *eq = '\0';
+        json_object_set_new(l, kv, json_string(eq + 1));
+    }
+    json_object_set_new(md, "labels", l);
+    gv_sched_pod_update(s, p);
+    json_decref(p);
+}
+
+/* A budget: selector JSON text, disruptionsAllowed, disruptedPods (JSON). */
+static void budget(struct gv_sched *s, const char *name, const char *ns, const char *selector,
+                   int allowed, const char *disrupted)
+{
+    char text[1000];
+    snprintf(text, sizeof(text),
+             "{\"apiVersion\":\"policy/v1\",\"kind\":\"PodDisruptionBudget\",\"metadata\":"
+             "{\"name\":\"%s\",\"namespace\":\"%s\"},\"spec\":{\"selector\":%s},\"status\":"
+             "{\"disruptionsAllowed\":%d,\"disruptedPods\":%s}}",
+             name, ns, selector, allowed, disrupted);
+    json_t *b = json_loads(text, 0, NULL);
+    assert_non_null(b);
+    gv_sched_pdb_update(s, b);
+    json_decref(b);
+}
+
+/* One node, two GPUs: g0 "a" (app=x), g1 "b" (app=y), both whole GPUs of
+ * priority 1 in namespace "t" (without budgets a goes: equal costs, the
+ * engine's order). */
+struct pdb_case {
+    const char *what;
+    const char *bns, *selector; /* NULL: no budget */
+    int allowed;
+    const char *disrupted;
+    const char *want; /* the answer's NodeNameToMetaVictims */
+};
+
+static void test_pdb_tables(void **state)
+{
+    (void)state;
+    static const struct pdb_case cases[] = {
+        {"no budget", NULL, NULL, 0, "{}",
+         "{\"n1\":{\"Pods\":[{\"UID\":\"a\"}],\"NumPDBViolations\":0}}"},
+        {"a's budget allows 0: b goes instead", "t", "{\"matchLabels\":{\"app\":\"x\"}}", 0, "{}",
+         "{\"n1\":{\"Pods\":[{\"UID\":\"b\"}],\"NumPDBViolations\":0}}"},
+        {"a's budget allows 1: a goes, no violation", "t", "{\"matchLabels\":{\"app\":\"x\"}}", 1,
+         "{}", "{\"n1\":{\"Pods\":[{\"UID\":\"a\"}],\"NumPDBViolations\":0}}"},
+        {"both under a budget allowing 0: one violation", "t",
+         "{\"matchExpressions\":[{\"key\":\"app\",\"operator\":\"In\",\"values\":[\"x\",\"y\"]}]}",
+         0, "{}", "{\"n1\":{\"Pods\":[{\"UID\":\"a\"}],\"NumPDBViolations\":1}}"},
+        {"budget of another namespace: no effect", "u", "{\"matchLabels\":{\"app\":\"x\"}}", 0,
+         "{}", "{\"n1\":{\"Pods\":[{\"UID\":\"a\"}],\"NumPDBViolations\":0}}"},
+        {"empty selector matches nothing (as kube-scheduler)", "t", "{}", 0, "{}",
+         "{\"n1\":{\"Pods\":[{\"UID\":\"a\"}],\"NumPDBViolations\":0}}"},
+        {"NotIn y selects a: b goes", "t",
+         "{\"matchExpressions\":[{\"key\":\"app\",\"operator\":\"NotIn\",\"values\":[\"y\"]}]}", 0,
+         "{}", "{\"n1\":{\"Pods\":[{\"UID\":\"b\"}],\"NumPDBViolations\":0}}"},
+        {"a already disrupted: spends nothing", "t", "{\"matchLabels\":{\"app\":\"x\"}}", 0,
+         "{\"a\":\"2026-01-01T00:00:00Z\"}",
+         "{\"n1\":{\"Pods\":[{\"UID\":\"a\"}],\"NumPDBViolations\":0}}"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const struct pdb_case *k = &cases[i];
+        struct env e;
+        env_start(&e, (const char *[]){"n1"}, 1, 2);
+        if (k->bns != NULL) /* before the pods: their labels are kept as they arrive */
+            budget(e.s, "pdb", k->bns, k->selector, k->allowed, k->disrupted);
+        bound_labeled(e.s, "a", 1, "n1", 0, GPU_MIB, "t", "app=x");
+        bound_labeled(e.s, "b", 1, "n1", 1, GPU_MIB, "t", "app=y");
+        json_t *hi = st_gpu_pod("hi", 100, GPU_MIB, NULL, NULL);
+        char *body = meta_body(hi, (const char *[]){"n1"}, 1);
+        long st;
+        char *out = post(&e, "preempt", body, &st);
+        char want[600];
+        snprintf(want, sizeof(want), "{\"NodeNameToMetaVictims\":%s}", k->want);
+        json_t *g = json_loads(out ? out : "", 0, NULL), *w = json_loads(want, 0, NULL);
+        if (st != 200 || g == NULL || !json_equal(g, w))
+            fail_msg("%s: got %ld %s\nwant %s", k->what, st, out ? out : "(null)", want);
+        json_decref(g);
+        json_decref(w);
+        free(out);
+        free(body);
+        json_decref(hi);
+        env_stop(&e);
+    }
+}
+
+/* A budget allowing 1 over two pods: evicting both violates it once (the
+ * second, less important one), so a set outside the budget is preferred;
+ * when no such set exists the answer says 1.  Deleting the budget and a
+ * budget arriving after the pods are seen too. */
+static void test_pdb_budget_spent_by_the_set(void **state)
+{
+    (void)state;
+    for (int other_higher = 0; other_higher < 2; other_higher++) {
+        struct env e;
+        env_start(&e, (const char *[]){"n1"}, 1, 2);
+        budget(e.s, "web", "t", "{\"matchLabels\":{\"app\":\"web\"}}", 1, "{}");
+        /* g1: b1, b2 (no labels, priority 2: without the budget the cheaper
+         * set is g0's); g0: w1, w2 (app=web, priority 1) */
+        bound_labeled(e.s, "b1", other_higher ? 500 : 2, "n1", 1, GPU_MIB / 2, "t", "");
+        bound_labeled(e.s, "b2", other_higher ? 500 : 2, "n1", 1, GPU_MIB / 2, "t", "");
+        bound_labeled(e.s, "w1", 1, "n1", 0, GPU_MIB / 2, "t", "app=web");
+        bound_labeled(e.s, "w2", 1, "n1", 0, GPU_MIB / 2, "t", "app=web");
+        json_t *hi = st_gpu_pod("hi", 100, GPU_MIB, NULL, NULL);
+        char *body = meta_body(hi, (const char *[]){"n1"}, 1);
+        long st;
+        char *out = post(&e, "preempt", body, &st);
+        json_t *g = json_loads(out ? out : "", 0, NULL);
+        json_t *n1 = json_object_get(json_object_get(g, "NodeNameToMetaVictims"), "n1");
+        json_t *pods = json_object_get(n1, "Pods");
+        assert_int_equal(json_array_size(pods), 2);
+        const char *v0 = json_string_value(json_object_get(json_array_get(pods, 0), "UID"));
+        if (other_higher) { /* only the budget's pods can go: one violation */
+            assert_true(v0 != NULL && v0[0] == 'w');
+            assert_int_equal(json_integer_value(json_object_get(n1, "NumPDBViolations")), 1);
+        } else {
+            if (v0 == NULL || v0[0] != 'b')
+                fail_msg("budget ignored: %s", out);
+            assert_int_equal(json_integer_value(json_object_get(n1, "NumPDBViolations")), 0);
+        }
+        json_decref(g);
+        free(out);
+        /* the budget deleted: g0's pods are the cheaper set again, no violation */
+        json_t *del = json_pack("{s:{s:s,s:s}}", "metadata", "name", "web", "namespace", "t");
+        gv_sched_pdb_delete(e.s, del);
+        json_decref(del);
+        out = post(&e, "preempt", body, &st);
+        g = json_loads(out ? out : "", 0, NULL);
+        n1 = json_object_get(json_object_get(g, "NodeNameToMetaVictims"), "n1");
+        v0 = json_string_value(json_object_get(json_array_get(json_object_get(n1, "Pods"), 0), "UID"));
+        assert_true(v0 != NULL && v0[0] == 'w');
+        assert_int_equal(json_integer_value(json_object_get(n1, "NumPDBViolations")), 0);
+        json_decref(g);
+        free(out);
+        free(body);
+        json_decref(hi);
+        env_stop(&e);
+    }
+}
+
+/* ---- holds kept on the pod ----------------------------------------------- */
+
+static const char KEY_TEXT[] = "0123456789abcdef0123456789abcdef-test-key\n";
+
+/* A pending GPU pod of priority prio created in the API stand-in (its uid
+ * is the API server's); annotations a JSON object text or NULL. */
+static json_t *api_pod(struct gv_kube_client *kube, const char *name, int prio,
+                       unsigned long long mem, const char *annotations)
+{
+    json_t *p = st_gpu_pod(name, prio, mem, NULL, NULL);
+    json_t *md = json_object_get(p, "metadata");
+    json_object_del(md, "uid");
+    json_object_del(md, "resourceVersion");
+    if (annotations != NULL)
+        json_object_set_new(md, "annotations", json_loads(annotations, 0, NULL));
+    json_t *out = NULL;
+    struct gv_error err = {0};
+    if (gv_kube_create(kube, "/api/v1/namespaces/default/pods", p, &out, &err) != GV_OK)
+        fail_msg("create %s: %s", name, err.msg);
+    json_decref(p);
+    return out;
+}
+
+static json_t *api_get(struct gv_kube_client *kube, const char *name)
+{
+    char path[200];
+    snprintf(path, sizeof(path), "/api/v1/namespaces/default/pods/%s", name);
+    json_t *out = NULL;
+    assert_int_equal(gv_kube_get(kube, path, &out, NULL), GV_OK);
+    return out;
+}
+
+static const char *hold_of(const json_t *pod)
+{
+    return json_string_value(json_object_get(json_object_get(json_object_get(pod, "metadata"),
+                                                             "annotations"),
+                                             GV_HOLD_ANNOTATION));
+}
+
+/* The signature's checks on their own: a hold verifies only for the pod,
+ * node, expiry and GPUs it was written for, and never as a placement. */
+static void test_hold_signature(void **state)
+{
+    (void)state;
+    struct gv_sched_config cfg;
+    struct gv_error err = {0};
+    assert_int_equal(gv_sched_config_default(&cfg, &err), GV_OK);
+    assert_int_equal(gv_placement_key_parse(KEY_TEXT, strlen(KEY_TEXT), &cfg.placement_key, &err),
+                     GV_OK);
+    const char *asg = "v1;node=n1;main=GPU-n1-0:16000:0";
+    char *v = gv_sched_hold_encode(&cfg, "uid-1", "n1", 2000000000, asg);
+    assert_non_null(v);
+    json_t *pod = json_pack("{s:{s:s,s:{s:s}}}", "metadata", "uid", "uid-1", "annotations",
+                            GV_HOLD_ANNOTATION, v);
+    char *node = NULL, *a = NULL;
+    time_t until = 0;
+    assert_int_equal(gv_sched_hold_decode(&cfg, pod, &node, &until, &a, &err), GV_OK);
+    assert_string_equal(node, "n1");
+    assert_string_equal(a, asg);
+    assert_true(until == 2000000000);
+    free(node);
+    free(a);
+    /* copied to another pod: its uid is not the one signed */
+    json_object_set_new(json_object_get(pod, "metadata"), "uid", json_string("uid-2"));
+    assert_int_equal(gv_sched_hold_decode(&cfg, pod, &node, &until, &a, &err), GV_EINVAL);
+    json_object_set_new(json_object_get(pod, "metadata"), "uid", json_string("uid-1"));
+    /* each field altered: refused */
+    static const char *const fields[] = {"node", "until", "assignment", "sig"};
+    static const char *const forged[] = {"n2", "2100-01-01T00:00:00.000000Z",
+                                         "v1;node=n1;main=GPU-n1-1:16000:0",
+                                         ("v1.00000000000000000000000000000000000000000000000000"
+                                          "00000000000000")};
+    for (size_t i = 0; i < 4; i++) {
+        json_t *h = json_loads(v, 0, NULL);
+        json_object_set_new(h, fields[i], json_string(forged[i]));
+        char *t = json_dumps(h, JSON_COMPACT);
+        json_t *p2 = json_pack("{s:{s:s,s:{s:s}}}", "metadata", "uid", "uid-1", "annotations",
+                               GV_HOLD_ANNOTATION, t);
+        if (gv_sched_hold_decode(&cfg, p2, &node, &until, &a, &err) != GV_EINVAL)
+            fail_msg("%s altered: accepted", fields[i]);
+        json_decref(p2);
+        free(t);
+        json_decref(h);
+    }
+    /* a placement's signature over the same values is no hold signature */
+    json_t *h = json_loads(v, 0, NULL);
+    json_t *hold_sig = json_incref(json_object_get(h, "sig"));
+    char psig[GV_PLACEMENT_SIG_MAX];
+    assert_int_equal(gv_placement_sign(cfg.placement_key, "uid-1", "n1",
+                                       json_string_value(json_object_get(h, "until")), asg, psig,
+                                       sizeof(psig), &err),
+                     GV_OK);
+    json_object_set_new(h, "sig", json_string(psig));
+    char *t = json_dumps(h, JSON_COMPACT);
+    json_t *p3 = json_pack("{s:{s:s,s:{s:s}}}", "metadata", "uid", "uid-1", "annotations",
+                           GV_HOLD_ANNOTATION, t);
+    assert_int_equal(gv_sched_hold_decode(&cfg, p3, &node, &until, &a, &err), GV_EINVAL);
+    /* and the reverse: the hold's signature is no placement signature */
+    json_t *p4 = json_pack("{s:{s:s,s:{s:s,s:s,s:s,s:s}}}", "metadata", "uid", "uid-1",
+                           "annotations", "gpuvisor.io/assignment", asg,
+                           GV_PLACEMENT_NODE_ANNOTATION, "n1", GV_PLACEMENT_AT_ANNOTATION,
+                           json_string_value(json_object_get(h, "until")),
+                           GV_PLACEMENT_SIG_ANNOTATION, json_string_value(hold_sig));
+    assert_int_equal(gv_placement_verify_pod(cfg.placement_key, p4, &err), GV_EINVAL);
+    json_decref(p4);
+    json_decref(hold_sig);
+    json_decref(p3);
+    free(t);
+    json_decref(h);
+    json_decref(pod);
+    free(v);
+    gv_sched_config_clear(&cfg);
+}
+
+/* The hold survives a restart between preemption and bind: written on the
+ * preemptor (signed) before the answer, taken back by the restarted
+ * scheduler from the pod as the informer delivers it, so a lower-priority
+ * pod arriving after the restart still cannot take the promised GPU.
+ * Tenant attacks on the annotation (copied to another pod, forged,
+ * expired) give no hold.  The API is the stand-in; the informers are fed
+ * by hand from what it stores. */
+static void test_hold_survives_restart_with_fake_apiserver(void **state)
+{
+    (void)state;
+    struct fake_apiserver fa;
+    assert_int_equal(fake_apiserver_start(&fa, NULL), 0);
+    struct gv_kube_client *kube = st_kube(fa.url);
+    assert_non_null(kube);
+    struct gv_error err = {0};
+    assert_int_equal(gv_placement_key_parse(KEY_TEXT, strlen(KEY_TEXT), &test_key, &err), GV_OK);
+    struct env e;
+    env_start_kube(&e, NODES, 2, 2, kube);
+    fill(e.s, true);
+    json_t *hi = api_pod(kube, "hi", 100, 16000, NULL);
+    const char *hi_uid = json_string_value(json_object_get(json_object_get(hi, "metadata"), "uid"));
+    char *body = meta_body(hi, NODES, 2);
+    long st;
+    char *out = post(&e, "preempt", body, &st);
+    assert_int_equal(st, 200);
+    assert_non_null(strstr(out, "\"UID\":\"a\""));
+    free(out);
+    free(body);
+    /* on the pod before the answer came back */
+    json_t *stored = api_get(kube, "hi");
+    const char *hv = hold_of(stored);
+    assert_non_null(hv);
+    assert_non_null(strstr(hv, "GPU-n1-0"));
+    assert_non_null(strstr(hv, "\"sig\":\"v1."));
+    /* the tenant copies it onto a pod of its own, and forges a second */
+    char ann[2000];
+    json_t *hvj = json_string(hv);
+    char *hvq = json_dumps(hvj, JSON_ENCODE_ANY);
+    snprintf(ann, sizeof(ann), "{\"%s\":%s}", GV_HOLD_ANNOTATION, hvq);
+    json_t *thief = api_pod(kube, "thief", 100, 16000, ann);
+    json_t *hobj = json_loads(hv, 0, NULL);
+    json_object_set_new(hobj, "node", json_string("n2"));
+    json_object_set_new(hobj, "assignment", json_string("v1;node=n2;main=GPU-n2-0:16000:0"));
+    char *forged = json_dumps(hobj, JSON_COMPACT);
+    json_t *fj = json_string(forged);
+    char *fq = json_dumps(fj, JSON_ENCODE_ANY);
+    snprintf(ann, sizeof(ann), "{\"%s\":%s}", GV_HOLD_ANNOTATION, fq);
+    json_t *forger = api_pod(kube, "forger", 100, 16000, ann);
+    /* and one validly signed for its own pod, but lapsed */
+    json_t *old = api_pod(kube, "old", 100, 16000, NULL);
+    struct gv_sched_config kc = {.placement_key = test_key};
+    char *lapsed = gv_sched_hold_encode(
+        &kc, json_string_value(json_object_get(json_object_get(old, "metadata"), "uid")), "n2",
+        time(NULL) - 1, "v1;node=n2;main=GPU-n2-1:16000:0");
+    json_t *old_md = json_object_get(old, "metadata");
+    if (json_object_get(old_md, "annotations") == NULL)
+        json_object_set_new(old_md, "annotations", json_object());
+    json_object_set_new(json_object_get(old_md, "annotations"), GV_HOLD_ANNOTATION,
+                        json_string(lapsed));
+    /* the same hold, not lapsed, would be taken: the expiry alone refuses it */
+    {
+        char *fresh = gv_sched_hold_encode(&kc, json_string_value(json_object_get(old_md, "uid")),
+                                           "n2", time(NULL) + 60,
+                                           "v1;node=n2;main=GPU-n2-1:16000:0");
+        json_t *probe = json_deep_copy(old);
+        json_object_set_new(json_object_get(json_object_get(probe, "metadata"), "annotations"),
+                            GV_HOLD_ANNOTATION, json_string(fresh));
+        char *nn = NULL, *aa = NULL;
+        time_t uu;
+        assert_int_equal(gv_sched_hold_decode(&kc, probe, &nn, &uu, &aa, &err), GV_OK);
+        free(nn);
+        free(aa);
+        assert_int_equal(gv_sched_hold_decode(&kc, old, &nn, &uu, &aa, &err), GV_OK);
+        assert_true(uu < time(NULL));
+        free(nn);
+        free(aa);
+        json_decref(probe);
+        free(fresh);
+    }
+    /* the scheduler is killed; the victim goes meanwhile */
+    env_stop(&e);
+    env_start_kube(&e, NODES, 2, 2, kube);
+    fill(e.s, false);
+    gv_sched_pod_update(e.s, thief);
+    gv_sched_pod_update(e.s, forger);
+    gv_sched_pod_update(e.s, old);
+    assert_true(st_metric(e.metrics, "gpuvisor_scheduler_nominated_holds", "") == 0);
+    gv_sched_pod_update(e.s, stored);
+    assert_true(st_metric(e.metrics, "gpuvisor_scheduler_nominated_holds", "") == 1);
+    /* a lower-priority pod arriving now cannot take the freed GPU */
+    json_t *lo = st_gpu_pod("lo", 50, 8000, NULL, NULL);
+    json_t *res = st_filter(e.base, lo, (const char *[]){"n1", "n2"}, 2, &st);
+    assert_null(st_chosen(res));
+    json_decref(res);
+    /* neither can the thief (its copy gave it nothing; equal priority) */
+    res = st_filter(e.base, thief, (const char *[]){"n1", "n2"}, 2, &st);
+    assert_null(st_chosen(res));
+    json_decref(res);
+    /* the preemptor lands on the GPU it was promised */
+    res = st_filter(e.base, stored, (const char *[]){"n2", "n1"}, 2, &st);
+    assert_string_equal(st_chosen(res), "n1");
+    json_decref(res);
+    (void)hi_uid;
+    /* its informer event after the reservation does not bring the hold back */
+    gv_sched_pod_update(e.s, stored);
+    assert_true(st_metric(e.metrics, "gpuvisor_scheduler_nominated_holds", "") == 0);
+    free(lapsed);
+    free(fq);
+    json_decref(fj);
+    free(forged);
+    json_decref(hobj);
+    free(hvq);
+    json_decref(hvj);
+    json_decref(lo);
+    json_decref(old);
+    json_decref(forger);
+    json_decref(thief);
+    json_decref(stored);
+    json_decref(hi);
+    env_stop(&e);
+    gv_placement_key_free(test_key);
+    test_key = NULL;
+    gv_kube_client_free(kube);
+    fake_apiserver_stop(&fa);
+}
+
+/* The budgets reach the daemon's code path through its informer, on a 1.20
+ * API server that serves only policy/v1beta1 (the stand-in told so), and the
+ * answer in the full-Pods form adds the GPU victims' violations to
+ * kube-scheduler's own count. */
+static void test_pdb_informer_v1beta1_with_fake_apiserver(void **state)
+{
+    (void)state;
+    struct fake_apiserver fa;
+    assert_int_equal(fake_apiserver_start(&fa, NULL), 0);
+    char url[700];
+    snprintf(url, sizeof(url), "%s/_fake/policy-versions?v=v1beta1", fa.url);
+    assert_int_equal(st_http("POST", url, "", NULL), 200);
+    struct gv_kube_client *kube = st_kube(fa.url);
+    assert_non_null(kube);
+    json_t *pdb = json_loads(
+        "{\"apiVersion\":\"policy/v1beta1\",\"kind\":\"PodDisruptionBudget\",\"metadata\":"
+        "{\"name\":\"web\",\"namespace\":\"t\"},\"spec\":{\"selector\":{\"matchExpressions\":"
+        "[{\"key\":\"app\",\"operator\":\"Exists\"}]}},\"status\":{\"disruptionsAllowed\":0}}",
+        0, NULL);
+    struct gv_error err = {0};
+    assert_int_equal(gv_kube_create(kube, "/apis/policy/v1beta1/namespaces/t/poddisruptionbudgets",
+                                    pdb, NULL, &err),
+                     GV_OK);
+    json_decref(pdb);
+    struct env e;
+    env_start_kube(&e, (const char *[]){"n1"}, 1, 2, kube);
+    assert_int_equal(gv_sched_start(e.s, &err), GV_OK); /* the informers, budgets among them */
+    bound_labeled(e.s, "a", 1, "n1", 0, GPU_MIB, "t", "app=x");
+    bound_labeled(e.s, "b", 1, "n1", 1, GPU_MIB, "t", "app=y");
+    json_t *hi = st_gpu_pod("hi", 100, GPU_MIB, NULL, NULL);
+    json_t *cpu = json_pack("{s:{s:s,s:s,s:s}}", "metadata", "uid", "cpuhog", "name", "cpuhog",
+                            "namespace", "default");
+    json_t *args = json_pack("{s:O,s:{s:{s:[o],s:i}},s:n}", "Pod", hi, "NodeNameToVictims", "n1",
+                             "Pods", cpu, "NumPDBViolations", 1, "NodeNameToMetaVictims");
+    char *body = json_dumps(args, JSON_COMPACT);
+    json_decref(args);
+    long st;
+    char *out = post(&e, "preempt", body, &st);
+    assert_int_equal(st, 200);
+    /* both GPU pods are under the budget allowing none: one goes, violating it */
+    assert_json_eq(out, "{\"NodeNameToMetaVictims\":{\"n1\":{\"Pods\":[{\"UID\":\"cpuhog\"},"
+                        "{\"UID\":\"a\"}],\"NumPDBViolations\":2}}}");
+    free(out);
+    free(body);
+    json_decref(hi);
+    env_stop(&e);
+    gv_kube_client_free(kube);
+    fake_apiserver_stop(&fa);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -565,6 +1027,11 @@ int main(void)
         cmocka_unit_test(test_events_with_fake_apiserver),
         cmocka_unit_test(test_restart_between_preempt_and_bind),
         cmocka_unit_test(test_random_preemptions_with_restarts),
+        cmocka_unit_test(test_pdb_tables),
+        cmocka_unit_test(test_pdb_budget_spent_by_the_set),
+        cmocka_unit_test(test_pdb_informer_v1beta1_with_fake_apiserver),
+        cmocka_unit_test(test_hold_signature),
+        cmocka_unit_test(test_hold_survives_restart_with_fake_apiserver),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

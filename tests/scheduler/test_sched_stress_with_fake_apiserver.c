@@ -67,7 +67,7 @@ struct stress {
     struct gv_kube_client *kube;
     char dir[256];
     char cfg_path[300], port_path[300], log_path[300];
-    const char *bin;
+    char bin[512];
     pid_t sched;
     char base[128], metrics[128];
     pthread_mutex_t mu; /* pods, base, rng of the main thread */
@@ -511,22 +511,45 @@ static bool self_checked_twice(void *ud)
 
 /* ---- the test ---------------------------------------------------------- */
 
-static void test_stress_rounds_with_kills_and_agent_restarts(void **state)
+static void stress_free(struct stress *t)
 {
-    (void)state;
+    sched_kill(t);
+    gv_kube_client_free(t->kube);
+    fake_apiserver_stop(&t->fa);
+    for (size_t i = 0; i < t->n_pods; i++)
+        json_decref(t->pods[i].created);
+    unlink(t->cfg_path);
+    char key_unlink[320];
+    snprintf(key_unlink, sizeof(key_unlink), "%s/placement.key", t->dir);
+    unlink(key_unlink);
+    unlink(t->port_path);
+    if (getenv("GV_STRESS_KEEP_LOG") == NULL) { /* else: the scheduler's log stays for reading */
+        unlink(t->log_path);
+        rmdir(t->dir);
+    }
+    free(t);
+}
+
+
+/* The stand-in, the key, the config (reservation TTL ttl_s) and the
+ * scheduler process; seed and rounds from seed_env / rounds_env. */
+static struct stress *stress_new(const char *seed_env, const char *rounds_env,
+                                 unsigned default_rounds, int ttl_s, unsigned *rounds)
+{
     struct stress *t = calloc(1, sizeof(*t));
     G = t;
     pthread_mutex_init(&t->mu, NULL);
-    const char *env = getenv("GV_STRESS_SEED");
+    const char *env = getenv(seed_env);
     t->seed = env ? (unsigned)strtoul(env, NULL, 10) : (unsigned)time(NULL);
-    unsigned rounds = getenv("GV_STRESS_ROUNDS") ? (unsigned)atoi(getenv("GV_STRESS_ROUNDS")) : 1000;
+    *rounds = getenv(rounds_env) ? (unsigned)atoi(getenv(rounds_env)) : default_rounds;
     t->check_drift = getenv("GV_STRESS_NO_DRIFT") == NULL;
-    char bin[512];
-    snprintf(bin, sizeof(bin), "%s/bin/gpuvisor-scheduler",
-             getenv("BUILD") ? getenv("BUILD") : "build");
-    t->bin = getenv("GV_SCHED_BIN") ? getenv("GV_SCHED_BIN") : bin;
-    printf("# stress: seed=%u rounds=%u clients=%d scheduler=%s\n", t->seed, rounds, N_CLIENTS,
-           t->bin);
+    if (getenv("GV_SCHED_BIN") != NULL)
+        snprintf(t->bin, sizeof(t->bin), "%s", getenv("GV_SCHED_BIN"));
+    else
+        snprintf(t->bin, sizeof(t->bin), "%s/bin/gpuvisor-scheduler",
+                 getenv("BUILD") ? getenv("BUILD") : "build");
+    printf("# stress: seed=%u rounds=%u clients=%d scheduler=%s (%s=%u to repeat)\n", t->seed,
+           *rounds, N_CLIENTS, t->bin, seed_env, t->seed);
     fflush(stdout);
 
     const char *tmp = getenv("GV_TEST_TMP") ? getenv("GV_TEST_TMP") : "/tmp";
@@ -547,7 +570,7 @@ static void test_stress_rounds_with_kills_and_agent_restarts(void **state)
     fprintf(cf,
             "{\"nodePolicy\":\"binpack\",\"reservationTimeoutSeconds\":%d,"
             "\"heartbeatTimeoutSeconds\":86400,\"placementKeyFile\":\"%s\"%s}\n",
-            TTL_S, key_path, t->check_drift ? ",\"selfCheckSeconds\":1" : "");
+            ttl_s, key_path, t->check_drift ? ",\"selfCheckSeconds\":1" : "");
     fclose(cf);
 
     assert_int_equal(fake_apiserver_start(&t->fa, NULL), 0);
@@ -561,6 +584,14 @@ static void test_stress_rounds_with_kills_and_agent_restarts(void **state)
     for (unsigned i = 0; i < N_NODES; i++)
         put_node(t, i, GPUS_PER_NODE, true);
     sched_start(t);
+    return t;
+}
+
+static void test_stress_rounds_with_kills_and_agent_restarts(void **state)
+{
+    (void)state;
+    unsigned rounds;
+    struct stress *t = stress_new("GV_STRESS_SEED", "GV_STRESS_ROUNDS", 1000, TTL_S, &rounds);
 
     unsigned rs = t->seed ? t->seed : 1;
     int missing_gpu_node = -1; /* node whose agent restarted: inventory back next round */
@@ -630,21 +661,298 @@ static void test_stress_rounds_with_kills_and_agent_restarts(void **state)
         fail_msg("seed %u: %lu filters of bound pods answered another node", t->seed,
                  t->refilter_inconsistent);
     assert_true(t->binds_ok > rounds / 10); /* it did place pods */
+    stress_free(t);
+}
+
+
+/* ---- preemption rounds (issue #26) -------------------------------------- */
+
+/*
+ * Preemption against the daemon, with SIGKILLs at every step of it:
+ * low-priority pods (0..9) fill the GPUs, a preemptor (10..99) that does
+ * not fit asks the preempt verb (kube-scheduler's nodeCacheCapable body,
+ * every node a candidate), its victims are deleted through the API, a
+ * lower-priority pod sometimes filters in between, and the preemptor's
+ * filters follow until it is placed.  The scheduler is SIGKILLed and
+ * restarted (everything rebuilt from the API, the hold from the pod) after
+ * the answer, after the evictions or before the preemptor's filter, each
+ * about one round in 12.  Checked every round: every victim was bound on
+ * the answered node with a lower priority; once victims were evicted the
+ * preemptor fits, on that node (the hold survives the kill); no GPU over
+ * its capacity from the API's bound pods.
+ */
+struct pstats {
+    unsigned long preemptions, direct, none, victims, stale_victims, sneaks, sneaks_placed, kills;
+    unsigned long elsewhere;
+};
+
+/* A pod of priority prio asking one GPU of mib MiB (index, or MAX_PODS). */
+static size_t prio_pod(struct stress *t, const char *name, int prio, unsigned mib)
+{
+    char containers[160];
+    snprintf(containers, sizeof(containers),
+             "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpumem\":\"%u\"}}]",
+             mib);
+    if (t->n_pods >= MAX_PODS)
+        return MAX_PODS;
+    json_t *pod = st_create_pod_prio(t->kube, name, containers, NULL, prio);
+    if (pod == NULL)
+        return MAX_PODS;
+    size_t idx = t->n_pods++;
+    snprintf(t->pods[idx].name, sizeof(t->pods[idx].name), "%s", name);
+    t->pods[idx].created = pod;
+    return idx;
+}
+
+static void delete_pod(struct stress *t, size_t idx)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/api/v1/namespaces/default/pods/%s", t->pods[idx].name);
+    gv_kube_delete(t->kube, path, NULL, NULL);
+    t->pods[idx].deleted = true;
+}
+
+/* Filter on every node and bind where it fits; the node or "". */
+static void place(struct stress *t, unsigned *rs, size_t idx, char *node, size_t cap)
+{
+    node[0] = '\0';
+    json_t *r = do_filter(t, rs, t->pods[idx].created);
+    if (st_chosen(r) != NULL)
+        snprintf(node, cap, "%s", st_chosen(r));
+    json_decref(r);
+    if (node[0] && !do_bind(t, t->pods[idx].created, node))
+        node[0] = '\0';
+}
+
+static int pod_prio(const json_t *pod)
+{
+    return (int)json_integer_value(json_object_get(json_object_get(pod, "spec"), "priority"));
+}
+
+static void maybe_kill(struct stress *t, unsigned *rs, struct pstats *ps)
+{
+    if (rnd(rs) % 12 != 0)
+        return;
     sched_kill(t);
-    gv_kube_client_free(t->kube);
-    fake_apiserver_stop(&t->fa);
-    for (size_t i = 0; i < t->n_pods; i++)
-        json_decref(t->pods[i].created);
-    unlink(t->cfg_path);
-    char key_unlink[320];
-    snprintf(key_unlink, sizeof(key_unlink), "%s/placement.key", t->dir);
-    unlink(key_unlink);
-    unlink(t->port_path);
-    if (getenv("GV_STRESS_KEEP_LOG") == NULL) { /* else: the scheduler's log stays for reading */
-        unlink(t->log_path);
-        rmdir(t->dir);
+    sched_start(t);
+    ps->kills++;
+}
+
+struct fit_wait {
+    struct stress *t;
+    json_t *pod;
+    char node[32];
+};
+
+static bool preemptor_fits(void *ud)
+{
+    struct fit_wait *w = ud;
+    char base[128];
+    base_of(w->t, base, sizeof(base));
+    json_t *r = st_filter(base, w->pod, all_nodes, N_NODES, NULL);
+    bool ok = st_chosen(r) != NULL;
+    if (ok)
+        snprintf(w->node, sizeof(w->node), "%s", st_chosen(r));
+    json_decref(r);
+    return ok;
+}
+
+/* The GPUs of an assignment text, as ",uuid1,uuid2," in out. */
+static void gpus_of(const char *text, char *out, size_t cap)
+{
+    snprintf(out, cap, ",");
+    struct gv_alloc_assignment *a = malloc(sizeof(*a));
+    if (a != NULL && text != NULL && gv_alloc_assignment_decode(text, strlen(text), a, NULL) == GV_OK)
+        for (uint32_t c = 0; c < a->n_containers; c++)
+            for (uint32_t d = 0; d < a->containers[c].n_devices; d++)
+                snprintf(out + strlen(out), cap - strlen(out), "%s,",
+                         a->containers[c].devices[d].uuid);
+    free(a);
+}
+
+/* Whether pod `name` was placed on a GPU that pod `holder`'s hold (its
+ * gpuvisor.io/nominated-hold, read from the API) promises. */
+static bool shares_gpu(struct stress *t, const char *name, const char *holder)
+{
+    json_t *p = get_pod(t, name), *h = get_pod(t, holder);
+    const char *placed = json_string_value(json_object_get(
+        json_object_get(json_object_get(p, "metadata"), "annotations"), "gpuvisor.io/assignment"));
+    const char *hold = json_string_value(json_object_get(
+        json_object_get(json_object_get(h, "metadata"), "annotations"),
+        "gpuvisor.io/nominated-hold"));
+    json_t *hv = hold ? json_loads(hold, 0, NULL) : NULL;
+    char mine[512], held[512];
+    gpus_of(placed, mine, sizeof(mine));
+    gpus_of(json_string_value(json_object_get(hv, "assignment")), held, sizeof(held));
+    bool shared = false;
+    char *save = NULL;
+    for (char *u = strtok_r(mine, ",", &save); u != NULL && !shared;
+         u = strtok_r(NULL, ",", &save)) {
+        char one[GV_ALLOC_UUID_MAX + 2];
+        snprintf(one, sizeof(one), ",%s,", u);
+        shared = strstr(held, one) != NULL;
     }
-    free(t);
+    json_decref(hv);
+    json_decref(p);
+    json_decref(h);
+    return shared;
+}
+
+static void preempt_round(struct stress *t, unsigned *rs, unsigned round, struct pstats *ps)
+{
+    char name[48], node[32];
+    /* low-priority work arrives and takes what is free */
+    for (unsigned k = 0, n = 1 + rnd(rs) % 2; k < n; k++) {
+        snprintf(name, sizeof(name), "lo-%u-%u", round, k);
+        size_t idx = prio_pod(t, name, (int)(rnd(rs) % 10), 4000u * (1 + rnd(rs) % 4));
+        if (idx == MAX_PODS)
+            continue;
+        place(t, rs, idx, node, sizeof(node));
+        if (!node[0])
+            delete_pod(t, idx); /* kube-scheduler would keep it pending; not needed here */
+    }
+    int hp = 10 + (int)(rnd(rs) % 90);
+    unsigned hmib = rnd(rs) % 2 ? 16000 : 8000;
+    snprintf(name, sizeof(name), "hi-%u", round);
+    size_t hi = prio_pod(t, name, hp, hmib);
+    if (hi == MAX_PODS)
+        return;
+    place(t, rs, hi, node, sizeof(node));
+    if (node[0]) {
+        ps->direct++;
+        return;
+    }
+    /* PostFilter: kube-scheduler's dry run found every node fits (GPUs are
+     * ignored by it) with no victims of its own */
+    json_t *m = json_object();
+    for (unsigned i = 0; i < N_NODES; i++)
+        json_object_set_new(m, all_nodes[i], json_pack("{s:[],s:i}", "Pods", "NumPDBViolations", 0));
+    json_t *args = json_pack("{s:O,s:n,s:o}", "Pod", t->pods[hi].created, "NodeNameToVictims",
+                             "NodeNameToMetaVictims", m);
+    char base[128];
+    base_of(t, base, sizeof(base));
+    long status = 0;
+    json_t *ans = st_post(base, "preempt", args, &status);
+    if (ans == NULL)
+        fail_msg("seed %u round %u: preempt answered HTTP %ld (GV_PREEMPT_STRESS_SEED=%u)",
+                 t->seed, round, status, t->seed);
+    json_t *map = json_object_get(ans, "NodeNameToMetaVictims");
+    if (json_object_size(map) == 0) {
+        ps->none++;
+        json_decref(ans);
+        delete_pod(t, hi);
+        return;
+    }
+    if (json_object_size(map) != 1)
+        fail_msg("seed %u round %u: %zu nodes answered, want 1", t->seed, round,
+                 json_object_size(map));
+    const char *key;
+    json_t *v;
+    char chosen[32] = "";
+    json_object_foreach(map, key, v)
+        snprintf(chosen, sizeof(chosen), "%s", key);
+    json_t *victims = json_incref(json_object_get(json_object_get(map, chosen), "Pods"));
+    json_decref(ans);
+    ps->preemptions++;
+    maybe_kill(t, rs, ps); /* after the answer, before anyone is evicted */
+    /* kube-scheduler evicts them: each must be a lower-priority pod bound there */
+    size_t i;
+    json_t *vp;
+    json_array_foreach(victims, i, vp)
+    {
+        const char *uid = json_string_value(json_object_get(vp, "UID"));
+        size_t found = MAX_PODS;
+        for (size_t k = 0; k < t->n_pods && found == MAX_PODS; k++)
+            if (t->pods[k].created != NULL &&
+                strcmp(json_string_value(json_object_get(json_object_get(t->pods[k].created,
+                                                                         "metadata"),
+                                                         "uid")),
+                       uid ? uid : "") == 0)
+                found = k;
+        if (found == MAX_PODS)
+            fail_msg("seed %u round %u: victim %s is no pod of this test", t->seed, round, uid);
+        if (t->pods[found].deleted) {
+            /* deleted at the end of the last round, the informer not there
+             * yet: kube-scheduler, whose cache lags alike, would refuse the
+             * answer or find it gone.  Still never one of higher priority. */
+            if (pod_prio(t->pods[found].created) >= hp)
+                fail_msg("seed %u round %u: victim %s of priority %d for a preemptor of %d",
+                         t->seed, round, t->pods[found].name,
+                         pod_prio(t->pods[found].created), hp);
+            ps->stale_victims++;
+            continue;
+        }
+        json_t *cur = get_pod(t, t->pods[found].name);
+        const char *bound = cur ? pod_node(cur) : NULL;
+        if (bound == NULL || strcmp(bound, chosen) != 0 || pod_prio(cur) >= hp)
+            fail_msg("seed %u round %u: victim %s (priority %d, on %s) for a preemptor of "
+                     "priority %d on %s (GV_PREEMPT_STRESS_SEED=%u)",
+                     t->seed, round, t->pods[found].name, cur ? pod_prio(cur) : -1,
+                     bound ? bound : "no node", hp, chosen, t->seed);
+        json_decref(cur);
+        delete_pod(t, found);
+        ps->victims++;
+    }
+    json_decref(victims);
+    maybe_kill(t, rs, ps); /* victims gone, the preemptor not yet placed */
+    if (rnd(rs) % 3 == 0) {
+        /* a lower-priority pod arrives first: whatever it gets, not the
+         * promised GPUs (checked below: the preemptor still fits there) */
+        snprintf(name, sizeof(name), "sneak-%u", round);
+        size_t sn = prio_pod(t, name, hp - 1 - (int)(rnd(rs) % 5 == 0 ? 0 : rnd(rs) % 5),
+                             4000u * (1 + rnd(rs) % 4));
+        if (sn != MAX_PODS) {
+            ps->sneaks++;
+            place(t, rs, sn, node, sizeof(node));
+            ps->sneaks_placed += node[0] != '\0';
+            if (node[0] && shares_gpu(t, t->pods[sn].name, t->pods[hi].name))
+                fail_msg("seed %u round %u: %s (priority below %d) placed on a GPU held for "
+                         "preemptor %s (GV_PREEMPT_STRESS_SEED=%u)",
+                         t->seed, round, t->pods[sn].name, hp, t->pods[hi].name, t->seed);
+        }
+    }
+    maybe_kill(t, rs, ps); /* right before the preemptor's filter */
+    struct fit_wait w = {.t = t, .pod = t->pods[hi].created};
+    if (!st_wait(preemptor_fits, &w, 10000))
+        fail_msg("seed %u round %u: pods evicted on %s, but preemptor %s (priority %d, %u MiB) "
+                 "does not fit (GV_PREEMPT_STRESS_SEED=%u)",
+                 t->seed, round, chosen, t->pods[hi].name, hp, hmib, t->seed);
+    /* Elsewhere only when room appeared there meanwhile (pods deleted at
+     * the end of the last round that the informer brought in late): the
+     * filter places a preemptor wherever it fits, as kube-scheduler does. */
+    ps->elsewhere += strcmp(w.node, chosen) != 0;
+    if (!do_bind(t, t->pods[hi].created, w.node))
+        fail_msg("seed %u round %u: preemptor %s not bound on %s", t->seed, round,
+                 t->pods[hi].name, w.node);
+}
+
+static void test_preemption_rounds_with_kills(void **state)
+{
+    (void)state;
+    unsigned rounds;
+    /* holds last the reservation TTL: long enough for a kill and a restart */
+    struct stress *t =
+        stress_new("GV_PREEMPT_STRESS_SEED", "GV_PREEMPT_STRESS_ROUNDS", 500, 30, &rounds);
+    unsigned rs = t->seed ? t->seed : 1;
+    struct pstats ps = {0};
+    for (unsigned round = 0; round < rounds; round++) {
+        preempt_round(t, &rs, round, &ps);
+        /* some work ends */
+        for (size_t i = 0; i < t->n_pods; i++)
+            if (!t->pods[i].deleted && rnd(&rs) % 12 == 0)
+                delete_pod(t, i);
+        check_capacity(t, round);
+        check_drift(t, round);
+    }
+    printf("# preemption stress: seed=%u rounds=%u preemptions=%lu (victims %lu, already "
+           "deleted %lu) placed "
+           "without=%lu no-room=%lu lower-priority arrivals in between=%lu (placed %lu) "
+           "scheduler kills=%lu preemptors placed on another node=%lu\n",
+           t->seed, rounds, ps.preemptions, ps.victims, ps.stale_victims, ps.direct, ps.none, ps.sneaks,
+           ps.sneaks_placed, ps.kills, ps.elsewhere);
+    assert_true(ps.preemptions > rounds / 4);
+    assert_true(ps.kills > 0 || rounds < 50);
+    stress_free(t);
 }
 
 int main(void)
@@ -653,6 +961,7 @@ int main(void)
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stress_rounds_with_kills_and_agent_restarts),
+        cmocka_unit_test(test_preemption_rounds_with_kills),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();
