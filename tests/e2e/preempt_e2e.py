@@ -220,7 +220,7 @@ def checks(api, e):
     create(api, [pod(e, "whole", HIGH, {"nvidia.com/gpumem-percentage": "100",
                                         "nvidia.com/gpucores": "100"})])
     hp, t_run = e.wait("whole-GPU pod running", lambda: [
-        p for p in pods(api, "whole") if running(p)], 120, 0.5)
+        p for p in pods(api, "whole") if running(p)], 180, 0.5)
     hp = hp[0] if hp else api.ok("GET", "/api/v1/namespaces/%s/pods/whole" % NSP)
     time.sleep(GRACE + 1)  # anything more evicted would show now
     after = {p["metadata"]["name"]: p for p in pods(api, "low-")}
@@ -280,7 +280,7 @@ def checks(api, e):
     t_burst = time.time()
     create(api, burst)
     done, t_b = e.wait("every high pod running", lambda: len(pods(api, "hi-")) == len(highs) and all(
-        running(p) for p in pods(api, "hi-")), 180, 0.5)
+        running(p) for p in pods(api, "hi-")), 300, 0.5)
     time.sleep(GRACE + 2)  # anything more evicted or scheduled would show now
     worst, worst_gpu = sampler.done()
     final = pods(api)
