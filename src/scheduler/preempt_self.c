@@ -193,7 +193,9 @@ static void *run(void *arg)
             const char *vns = str_at(p, "metadata", "namespace"),
                        *vname = str_at(p, "metadata", "name");
             snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", vns, vname);
-            if (gv_kube_delete(s->kube, path, NULL, &err) == GV_OK ||
+            /* uid precondition: a pod recreated under the victim's name
+             * since the LIST (a StatefulSet's) is not the victim */
+            if (gv_kube_delete_uid(s->kube, path, uid, NULL, &err) == GV_OK ||
                 err.code == GV_ENOTFOUND) {
                 atomic_fetch_add(&s->preempt_self->evicted, 1);
                 gv_info("preempt: %s/%s evicted for %s/%s on %s (kube-scheduler did not call "
