@@ -27,6 +27,8 @@ bench_defrag_LIBS := alloc common
 BENCH_SCRIPTS += bench/bench_simulate.sh
 # gpuvisor simulate --defrag-every: churn replay with and without defragmentation.
 BENCH_SCRIPTS += bench/bench_simulate_defrag.sh
+# ... with a high-priority share: how long high-priority pods wait, per policy.
+BENCH_SCRIPTS += bench/bench_simulate_priority.sh
 # gpuvisor simulate's cost on openb x10 against x1 (goal <= 15x), per --reference.
 BENCH_SCRIPTS += bench/bench_simulate_scale.sh
 # Packing across workload families (openb, held-out seeds, resampled mixes,

@@ -20,6 +20,37 @@ static void mean_sd(const double *v, uint32_t n, double *mean, double *sd)
     *sd = n > 1 ? sqrt(q / (n - 1)) : 0;
 }
 
+/* With priorities: how the high-priority pods fared, summed over the
+ * seeds (waits: the mean over seeds of each seed's mean and p95). */
+static void print_high(const struct gv_sim_churn_result *r, uint32_t n_seeds, const char *policy,
+                       const char *defrag)
+{
+    double arr = 0, once = 0, pre = 0, waited = 0, unplaced = 0, evicted = 0, mean = 0, p95 = 0,
+           p99 = 0, life = 0;
+    for (uint32_t s = 0; s < n_seeds; s++) {
+        arr += (double)r[s].high_arrivals;
+        once += (double)r[s].high_at_once;
+        pre += (double)r[s].high_preempted;
+        waited += (double)r[s].high_waited;
+        unplaced += (double)r[s].high_unplaced;
+        evicted += (double)r[s].low_evicted;
+        mean += r[s].wait_mean / n_seeds;
+        p95 += r[s].wait_p95 / n_seeds;
+        p99 += r[s].wait_p99 / n_seeds;
+        life += (double)r[s].lifetime_mean / n_seeds;
+    }
+    if (arr == 0)
+        return;
+    printf("  high priority: %.0f arrived; %.1f %% at once, %.1f %% by preemption, %.1f %% after "
+           "waiting, %.1f %% not placed; wait mean %.1f, p95 %.1f, p99 %.1f arrivals (a mean "
+           "lifetime is %.0f); %.0f low-priority pods evicted\n",
+           arr, 100 * once / arr, 100 * pre / arr, 100 * waited / arr, 100 * unplaced / arr, mean,
+           p95, p99, life, evicted);
+    printf("high_wait policy=%s defrag=%s mean=%.2f p95=%.2f p99=%.2f not_placed_pct=%.2f "
+           "evicted=%.0f\n",
+           policy, defrag, mean, p95, p99, 100 * unplaced / arr, evicted);
+}
+
 int gv_simulate_churn(const struct gv_sim_trace *t, const char *title,
                       const gv_alloc_policy *policies, uint32_t n_policies, uint64_t seed_lo,
                       uint64_t seed_hi, const struct gv_sim_churn_opts *o)
@@ -86,6 +117,7 @@ int gv_simulate_churn(const struct gv_sim_trace *t, const char *title,
                    gv_alloc_policy_name(policies[p]), ds, fs, as, gs, idle,
                    passes ? moves / passes : 0, passes ? rec / passes : 0,
                    passes ? plan / passes : 0);
+            print_high(r, n_seeds, gv_alloc_policy_name(policies[p]), ds);
             fail[d] = m[0];
             frag[d] = m[2];
         }

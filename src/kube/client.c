@@ -750,6 +750,28 @@ gv_status gv_kube_delete(struct gv_kube_client *c, const char *path, json_t **ou
     return request_json(c, &r, out, err);
 }
 
+gv_status gv_kube_delete_uid(struct gv_kube_client *c, const char *path, const char *uid,
+                             json_t **out, struct gv_error *err)
+{
+    if (uid == NULL || uid[0] == '\0')
+        return gv_error_set(err, GV_EINVAL, "DELETE %s: a uid precondition is required",
+                            path ? path : "(null)");
+    gv_status st = check_path("DELETE", path, err);
+    if (st != GV_OK)
+        return st;
+    json_t *opts = json_pack("{s:s, s:s, s:{s:s}}", "kind", "DeleteOptions", "apiVersion", "v1",
+                             "preconditions", "uid", uid);
+    char *body = opts ? json_dumps(opts, JSON_COMPACT) : NULL;
+    json_decref(opts);
+    if (body == NULL)
+        return gv_error_set(err, GV_ENOMEM, "DELETE %s: out of memory", path);
+    struct request r = {.method = "DELETE", .path = path, .content_type = "application/json",
+                        .body = body, .body_len = strlen(body)};
+    st = request_json(c, &r, out, err);
+    free(body);
+    return st;
+}
+
 gv_status gv_kube_bind_pod(struct gv_kube_client *c, const char *namespace_, const char *name,
                            const char *uid, const char *node, struct gv_error *err)
 {

@@ -219,6 +219,12 @@ gv_status gv_kube_patch_annotations(struct gv_kube_client *c, const char *path,
 gv_status gv_kube_delete(struct gv_kube_client *c, const char *path, json_t **out,
                          struct gv_error *err);
 
+/* DELETE path only if the object there still has this uid (DeleteOptions
+ * preconditions): a pod deleted and recreated under the same name since it
+ * was read answers GV_ECONFLICT and is left alone. */
+gv_status gv_kube_delete_uid(struct gv_kube_client *c, const char *path, const char *uid,
+                             json_t **out, struct gv_error *err);
+
 /*
  * POST a Binding of pod namespace/name to node (the scheduler's bind), with
  * uid (if non-NULL) as precondition.  Idempotent: a pod already bound to

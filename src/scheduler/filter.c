@@ -10,6 +10,7 @@
 #include "scheduler/gv_webhook.h"
 #include "scheduler/placement_guard.h"
 #include "scheduler/preempt.h"
+#include "scheduler/preempt_self.h"
 #include "scheduler/quota.h"
 #include "scheduler/sched_internal.h"
 #include "scheduler/sched_observe.h"
@@ -234,6 +235,7 @@ static void filter_reserve(struct filter_ctx *f)
         engine_reasons(f, false);
         note_pending(s, f->args.pod,
                      f->n_usable == 0 ? PENDING_NO_GPU_NODE : PENDING_INSUFFICIENT_GPU);
+        gv_sched_preempt_self_pod(s, f->args.pod, false); /* nominated: preempt_self.c */
         free(a);
         return;
     }
@@ -479,9 +481,11 @@ void handle_filter(void *ctx, const struct gv_http_request *hreq,
         bool any = false;
         for (size_t i = 0; i < f.args.n_names && !any; i++)
             any = f.verdicts[i] == GV_EXT_FIT;
-        if (!any)
+        if (!any) {
             note_pending(s, f.args.pod,
                          f.n_usable == 0 ? PENDING_NO_GPU_NODE : PENDING_INSUFFICIENT_GPU);
+            gv_sched_preempt_self_pod(s, f.args.pod, false); /* nominated: preempt_self.c */
+        }
         else if (r != NULL)
             gv_sched_rec_drop(s, uid); /* a PENDING record: nothing placed */
     } else {

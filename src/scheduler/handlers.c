@@ -10,6 +10,7 @@
 #include "scheduler/gv_webhook.h"
 #include "scheduler/placement_guard.h"
 #include "scheduler/preempt.h"
+#include "scheduler/preempt_self.h"
 #include "scheduler/quota.h"
 #include "scheduler/sched_internal.h"
 #include "scheduler/sched_observe.h"
@@ -432,7 +433,7 @@ gv_status gv_sched_serve_extender(struct gv_sched *s, struct gv_httpd *h, const 
         gv_httpd_handler fn;
     } verbs[] = {
         {"filter", handle_filter}, {"prioritize", handle_prioritize}, {"bind", handle_bind},
-        {"preempt", gv_sched_handle_preempt}};
+        {"preempt", gv_sched_preempt_self_verb}};
     size_t plen = strlen(prefix);
     while (plen > 0 && prefix[plen - 1] == '/')
         plen--;

@@ -10,6 +10,7 @@
 #include "scheduler/gv_webhook.h"
 #include "scheduler/placement_guard.h"
 #include "scheduler/preempt.h"
+#include "scheduler/preempt_self.h"
 #include "scheduler/quota.h"
 #include "scheduler/sched_internal.h"
 #include "scheduler/sched_observe.h"
@@ -140,6 +141,7 @@ static void write_state_metrics(struct gv_sched *s, FILE *f)
     write_cluster_sums(s, f);
     write_kube_transport(s, f);
     gv_sched_preempt_metrics(s, f);
+    gv_sched_preempt_self_metrics(s, f);
     pthread_mutex_unlock(&s->lock);
     gv_sched_quota_metrics(s, f); /* hami_resource_quota_used / _limit */
 }

@@ -144,6 +144,14 @@ static struct hold *hold_find(struct gv_sched_preempt *p, const char *uid)
     return NULL;
 }
 
+bool gv_sched_preempt_has_hold(struct gv_sched *s, const char *uid)
+{
+    if (s->preempt == NULL || s->preempt->n_holds == 0)
+        return false;
+    holds_expire(s);
+    return hold_find(s->preempt, uid) != NULL;
+}
+
 void gv_sched_preempt_release(struct gv_sched *s, const char *uid)
 {
     struct gv_sched_preempt *p = s->preempt;

@@ -65,6 +65,8 @@ gv_status gv_sched_preempt_exclude(struct gv_sched *s, json_t *pod, struct gv_al
 /* Filter, lock held: the GPUs held for uid on a node this filter found
  * usable, into a; false when it holds none there. */
 bool gv_sched_preempt_held(struct gv_sched *s, const char *uid, struct gv_alloc_assignment *a);
+/* Does uid hold GPUs promised by a preemption?  Lock held. */
+bool gv_sched_preempt_has_hold(struct gv_sched *s, const char *uid);
 /* The pod's hold ends (it is bound, finished or gone).  Lock held. */
 void gv_sched_preempt_release(struct gv_sched *s, const char *uid);
 /* The pod's hold became its reservation: it no longer excludes or places

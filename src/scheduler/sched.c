@@ -26,6 +26,7 @@
 #include "scheduler/pdb_sched.h"
 #include "scheduler/placement_guard.h"
 #include "scheduler/preempt.h"
+#include "scheduler/preempt_self.h"
 #include "scheduler/quota.h"
 #include "scheduler/sched_internal.h"
 #include "scheduler/sched_observe.h"
@@ -244,7 +245,8 @@ gv_status gv_sched_new(const struct gv_sched_config *cfg, struct gv_kube_client 
         *res[i] = s->cfg.names_storage[i];
     }
     if (s->cfg.scheduler_name == NULL || (s->truth = json_object()) == NULL ||
-        (s->preempt = gv_sched_preempt_new()) == NULL || (s->pdb = gv_sched_pdb_new()) == NULL) {
+        (s->preempt = gv_sched_preempt_new()) == NULL || (s->pdb = gv_sched_pdb_new()) == NULL ||
+        (s->preempt_self = gv_sched_preempt_self_new()) == NULL) {
         st = gv_error_set(err, GV_ENOMEM, "out of memory");
         goto fail;
     }
@@ -346,6 +348,9 @@ void gv_sched_free(struct gv_sched *s)
     gv_sched_quota_fini(s);
     gv_sched_pdb_stop(s); /* its callbacks take the lock: before the tables go */
     gv_informer_free(s->pod_inf);
+    /* after the pod informer (which starts them): waits for the
+     * preemptions the extender runs itself */
+    gv_sched_preempt_self_free(s->preempt_self);
     gv_informer_free(s->node_inf);
     gv_sched_obs_free(s); /* joins its sampler before the tables go */
     gv_sched_tables_free(s);

@@ -120,6 +120,7 @@ struct gv_sched {
     struct gv_informer *quota_inf;     /* ResourceQuota objects (NULL without kube) */
     struct gv_sched_preempt *preempt;  /* priorities and nominated holds (preempt.c) */
     struct gv_sched_pdb *pdb;          /* PodDisruptionBudgets for preemption (pdb_sched.c) */
+    struct gv_sched_preempt_self *preempt_self; /* without the verb (preempt_self.c) */
 };
 
 /* sched_state.c */

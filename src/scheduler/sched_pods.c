@@ -17,6 +17,7 @@
 #include "scheduler/gv_extender.h"
 #include "scheduler/placement_guard.h"
 #include "scheduler/preempt.h"
+#include "scheduler/preempt_self.h"
 #include "scheduler/quota.h"
 #include "scheduler/sched_internal.h"
 #include "scheduler/sched_observe.h"
@@ -313,6 +314,7 @@ void gv_sched_pod_update(struct gv_sched *s, json_t *pod)
     }
     gv_sched_whole_pod(s, pod, pod_finished(pod));
     gv_sched_preempt_pod(s, pod, pod_finished(pod));
+    gv_sched_preempt_self_pod(s, pod, pod_finished(pod));
     pthread_mutex_unlock(&s->lock);
 }
 

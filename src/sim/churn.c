@@ -6,7 +6,16 @@
  * a live cluster, and the defrag planner (src/alloc/gv_defrag.h) can undo
  * some of it.  The same seed gives the same arrivals and lifetimes with and
  * without defragmentation, so the two runs differ only by the moves.
+ *
+ * With priorities (gv_sim_set_high_priority or the CSV column) a
+ * high-priority pod that does not fit preempts lower ones as the
+ * scheduler's preempt verb does (sim_preempt), and when no eviction makes
+ * room it waits: retried, oldest first, a few a step as departures free
+ * GPUs, until placed or it gives up after 2L arrivals.  How long it waited
+ * (in arrivals, the replay's clock) is what a policy costs high-priority
+ * work.  Low-priority pods keep the one attempt; victims are not re-queued.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -17,8 +26,11 @@
 struct live {
     struct gv_alloc_request req; /* the template, shallow copy, with this arrival's uid */
     struct gv_alloc_assignment at;
-    uint64_t depart;            /* arrival index at which it leaves */
+    uint64_t depart;            /* arrival index at which it leaves; waiting: its lifetime */
+    uint64_t arrived;           /* arrival index (waiting high-priority pods) */
     uint32_t next;              /* next live pod leaving in the same slot, UINT32_MAX: none */
+    int32_t prio;
+    bool waiting;               /* a high-priority pod not placed yet (holds nothing) */
 };
 
 struct churn {
@@ -27,7 +39,21 @@ struct churn {
     uint32_t n, cap, *free_slots, n_free;
     uint32_t *dep;              /* per arrival index mod ring: first leaving slot */
     uint64_t ring;
+    /* with priorities */
+    char **names;               /* the engine's node names, for preemption samples */
+    uint32_t *queue;            /* waiting high-priority pods' slots, a ring, oldest first */
+    size_t q_head, q_len, q_cap;
+    uint32_t *waits;            /* arrivals waited by each placed high pod after the warm-up */
+    size_t n_waits, cap_waits;
+    uint64_t warm, patience;
+    size_t n_nodes;
+    struct gv_sim_churn_result *out;
+    uint64_t k;                 /* the step being replayed (for the victims' count) */
 };
+
+/* Retries of waiting pods per arrival: a scheduler retries its queue as
+ * GPUs free up, not all of it on every event (and the replay stays fast). */
+#define RETRIES_PER_STEP 4
 
 static double cpu_now(void)
 {
@@ -69,7 +95,7 @@ static gv_status defrag_pass(struct churn *ch, const struct gv_sim_churn_opts *o
         return gv_error_set(err, GV_ENOMEM, "out of memory");
     }
     for (uint32_t s = 0; s < ch->n; s++) {
-        if (ch->pods[s].req.uid[0] == '\0')
+        if (ch->pods[s].req.uid[0] == '\0' || ch->pods[s].waiting)
             continue;
         slot_of[n_live] = s;
         pods[n_live++] = (struct gv_defrag_pod){&ch->pods[s].req, &ch->pods[s].at, true, -1};
@@ -82,8 +108,11 @@ static gv_status defrag_pass(struct churn *ch, const struct gv_sim_churn_opts *o
     for (size_t m = 0; rc == GV_OK && m < plan.n_moves; m++) {
         struct live *l = &ch->pods[slot_of[plan.moves[m].pod]];
         if ((rc = gv_alloc_release(ch->c, l->req.uid, err)) == GV_OK &&
-            (rc = gv_alloc_place(ch->c, &l->req, &plan.moves[m].to, err)) == GV_OK)
+            (rc = gv_alloc_place(ch->c, &l->req, &plan.moves[m].to, err)) == GV_OK) {
             l->at = plan.moves[m].to;
+            if (ch->names != NULL) /* moved: a possible victim again where it landed */
+                gv_alloc_pod_set_victim(ch->c, l->req.uid, l->at.node, l->prio, NULL);
+        }
     }
     if (rc == GV_OK && measure) {
         out->passes++;
@@ -95,6 +124,138 @@ static gv_status defrag_pass(struct churn *ch, const struct gv_sim_churn_opts *o
     free(pods);
     free(slot_of);
     return rc;
+}
+
+/* ---- priorities ---------------------------------------------------------- */
+
+/* A victim of a preemption: gone from the engine already; its slot holds
+ * nothing until its departure comes round (the slot stays linked there). */
+static void churn_evicted(void *ud, const char *uid)
+{
+    struct churn *ch = ud;
+    const char *dash = strrchr(uid, '-'); /* "c-<k>-<slot>" */
+    uint32_t s = dash != NULL ? (uint32_t)strtoul(dash + 1, NULL, 10) : UINT32_MAX;
+    if (s < ch->n && strcmp(ch->pods[s].req.uid, uid) == 0) {
+        ch->pods[s].req.uid[0] = '\0';
+        ch->out->low_evicted += ch->k >= ch->warm;
+    }
+}
+
+/* Places slot s's pod at step k: as it is, else by preemption (high
+ * priority only).  Links its departure; records a high pod's wait. */
+static gv_status churn_place(struct churn *ch, uint32_t s, uint64_t k, bool *placed,
+                             struct gv_sim_churn_result *out, struct gv_error *err)
+{
+    struct live *l = &ch->pods[s];
+    bool at_once = gv_alloc_pick(ch->c, &l->req, NULL, 0, &l->at, NULL) == GV_OK &&
+                   gv_alloc_place(ch->c, &l->req, &l->at, NULL) == GV_OK;
+    ch->k = k;
+    bool by_preemption = !at_once && l->prio > 0 &&
+                         sim_preempt(ch->c, &l->req, l->prio, ch->names, ch->n_nodes, k, &l->at,
+                                     churn_evicted, ch);
+    *placed = at_once || by_preemption;
+    if (!*placed)
+        return GV_OK;
+    gv_alloc_pod_set_victim(ch->c, l->req.uid, l->at.node, l->prio, NULL);
+    l->waiting = false;
+    l->depart = k + l->depart; /* lifetime from now */
+    l->next = ch->dep[l->depart % ch->ring];
+    ch->dep[l->depart % ch->ring] = s;
+    if (l->prio <= 0 || l->arrived < ch->warm)
+        return GV_OK;
+    if (k == l->arrived) {
+        if (at_once)
+            out->high_at_once++;
+        else
+            out->high_preempted++;
+    } else {
+        out->high_waited++;
+    }
+    if (ch->n_waits == ch->cap_waits) {
+        size_t ncap = ch->cap_waits ? ch->cap_waits * 2 : 1024;
+        uint32_t *nw = realloc(ch->waits, ncap * sizeof(*nw));
+        if (nw == NULL)
+            return gv_error_set(err, GV_ENOMEM, "out of memory");
+        ch->waits = nw;
+        ch->cap_waits = ncap;
+    }
+    uint64_t w = k - l->arrived;
+    ch->waits[ch->n_waits++] = w > UINT32_MAX ? UINT32_MAX : (uint32_t)w;
+    return GV_OK;
+}
+
+static gv_status queue_push(struct churn *ch, uint32_t s, struct gv_error *err)
+{
+    if (ch->q_len == ch->q_cap) {
+        size_t ncap = ch->q_cap ? ch->q_cap * 2 : 256;
+        uint32_t *nq = malloc(ncap * sizeof(*nq));
+        if (nq == NULL)
+            return gv_error_set(err, GV_ENOMEM, "out of memory");
+        for (size_t i = 0; i < ch->q_len; i++)
+            nq[i] = ch->queue[(ch->q_head + i) % ch->q_cap];
+        free(ch->queue);
+        ch->queue = nq;
+        ch->q_head = 0;
+        ch->q_cap = ncap;
+    }
+    ch->queue[(ch->q_head + ch->q_len++) % ch->q_cap] = s;
+    return GV_OK;
+}
+
+static void slot_free(struct churn *ch, uint32_t s)
+{
+    ch->pods[s].req.uid[0] = '\0';
+    ch->pods[s].waiting = false;
+    ch->free_slots[ch->n_free++] = s;
+}
+
+/* Up to RETRIES_PER_STEP waiting pods, oldest first: placed, given up
+ * (waited past the patience), or back to the end of the queue. */
+static gv_status queue_retry(struct churn *ch, uint64_t k, struct gv_sim_churn_result *out,
+                             struct gv_error *err)
+{
+    size_t n = ch->q_len < RETRIES_PER_STEP ? ch->q_len : RETRIES_PER_STEP;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t s = ch->queue[ch->q_head];
+        ch->q_head = (ch->q_head + 1) % ch->q_cap;
+        ch->q_len--;
+        bool placed = false;
+        gv_status rc = churn_place(ch, s, k, &placed, out, err);
+        if (rc != GV_OK)
+            return rc;
+        if (placed)
+            continue;
+        if (k - ch->pods[s].arrived > ch->patience) {
+            out->high_unplaced += ch->pods[s].arrived >= ch->warm;
+            slot_free(ch, s);
+            continue;
+        }
+        if ((rc = queue_push(ch, s, err)) != GV_OK)
+            return rc;
+    }
+    return GV_OK;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Mean, 95th and 99th percentiles (nearest rank) of the waits. */
+static void wait_figures(struct churn *ch, struct gv_sim_churn_result *out)
+{
+    if (ch->n_waits == 0)
+        return;
+    qsort(ch->waits, ch->n_waits, sizeof(*ch->waits), cmp_u32);
+    double sum = 0;
+    for (size_t i = 0; i < ch->n_waits; i++)
+        sum += ch->waits[i];
+    out->wait_mean = sum / (double)ch->n_waits;
+    size_t r95 = (size_t)ceil((double)ch->n_waits * 0.95);
+    size_t r99 = (size_t)ceil((double)ch->n_waits * 0.99);
+    out->wait_p95 = ch->waits[(r95 ? r95 : 1) - 1];
+    out->wait_p99 = ch->waits[(r99 ? r99 : 1) - 1];
 }
 
 gv_status gv_sim_churn(const struct gv_sim_trace *t, gv_alloc_policy policy, uint64_t seed,
@@ -121,7 +282,9 @@ gv_status gv_sim_churn(const struct gv_sim_trace *t, gv_alloc_policy policy, uin
     gv_alloc_config_default(&cfg);
     cfg.node_policy = policy;
     cfg.gpu_policy = policy == GV_ALLOC_POLICY_SPREAD ? GV_ALLOC_GPU_SPREAD : GV_ALLOC_GPU_BINPACK;
-    struct churn ch = {.ring = 2 * L + 1};
+    struct churn ch = {.ring = 2 * L + 1, .warm = warm, .patience = 2 * L, .out = out,
+                       .n_nodes = t->n_nodes};
+    bool prio = t->prio != NULL;
     struct sim_arrivals arr = {0};
     struct gv_sim_rng life;
     gv_sim_rng_seed(&life, seed ^ UINT64_C(0x6c69666574696d65)); /* its own stream */
@@ -136,6 +299,14 @@ gv_status gv_sim_churn(const struct gv_sim_trace *t, gv_alloc_policy policy, uin
         (rc = sim_engine_nodes(t, NULL, ch.c, err)) != GV_OK ||
         (rc = sim_arrivals_init(&arr, t, seed, err)) != GV_OK)
         goto out;
+    if (prio) {
+        if ((ch.names = malloc((t->n_nodes + 1) * sizeof(*ch.names))) == NULL) {
+            rc = gv_error_set(err, GV_ENOMEM, "out of memory");
+            goto out;
+        }
+        for (size_t i = 0; i < t->n_nodes; i++)
+            ch.names[i] = (char *)(uintptr_t)t->nodes[i].spec.name;
+    }
     uint64_t arrived_milli = 0, failed_milli = 0, samples = 0;
     double alloc_sum = 0, frag_sum = 0, idle_sum = 0;
     for (uint64_t k = 0; k < total; k++) {
@@ -155,7 +326,10 @@ gv_status gv_sim_churn(const struct gv_sim_trace *t, gv_alloc_policy policy, uin
         if (o->defrag_every > 0 && k > 0 && k % o->defrag_every == 0 &&
             (rc = defrag_pass(&ch, o, out, k >= warm, err)) != GV_OK)
             goto out;
-        const struct gv_alloc_request *tp = t->pods[sim_arrivals_next(&arr)];
+        if (ch.q_len > 0 && (rc = queue_retry(&ch, k, out, err)) != GV_OK)
+            goto out;
+        size_t pi = sim_arrivals_next(&arr);
+        const struct gv_alloc_request *tp = t->pods[pi];
         uint64_t milli = sim_pod_milli(tp);
         uint64_t lifetime = 1 + gv_sim_rng_below(&life, 2 * L);
         uint32_t slot = 0;
@@ -163,22 +337,40 @@ gv_status gv_sim_churn(const struct gv_sim_trace *t, gv_alloc_policy policy, uin
             goto out;
         struct live *l = &ch.pods[slot];
         l->req = *tp;
-        snprintf(l->req.uid, sizeof(l->req.uid), "c-%llu", (unsigned long long)k);
+        l->prio = prio && pi < t->n_prio ? t->prio[pi] : 0;
+        l->arrived = k;
+        l->waiting = false;
+        if (prio) /* the slot in the uid: a victim's slot is found at once */
+            snprintf(l->req.uid, sizeof(l->req.uid), "c-%llu-%u", (unsigned long long)k, slot);
+        else
+            snprintf(l->req.uid, sizeof(l->req.uid), "c-%llu", (unsigned long long)k);
         gv_alloc_observe(ch.c, &l->req);
-        bool placed = milli > 0 && gv_alloc_pick(ch.c, &l->req, NULL, 0, &l->at, NULL) == GV_OK &&
-                      gv_alloc_place(ch.c, &l->req, &l->at, NULL) == GV_OK;
+        bool placed = false;
+        if (milli > 0 && prio) {
+            l->depart = lifetime;
+            if ((rc = churn_place(&ch, slot, k, &placed, out, err)) != GV_OK)
+                goto out;
+        } else {
+            placed = milli > 0 && gv_alloc_pick(ch.c, &l->req, NULL, 0, &l->at, NULL) == GV_OK &&
+                     gv_alloc_place(ch.c, &l->req, &l->at, NULL) == GV_OK;
+        }
+        bool wait = !placed && milli > 0 && l->prio > 0;
         if (k >= warm) {
             out->arrivals++;
             arrived_milli += milli;
-            if (!placed && milli > 0) {
+            out->high_arrivals += milli > 0 && l->prio > 0;
+            if (!placed && milli > 0 && !wait) {
                 out->failed++;
                 failed_milli += milli;
             }
         }
-        if (!placed) { /* CPU-only pods and failures hold nothing */
-            l->req.uid[0] = '\0';
-            ch.free_slots[ch.n_free++] = slot;
-        } else {
+        if (wait) { /* a high-priority pod no eviction made room for waits */
+            l->waiting = true;
+            if ((rc = queue_push(&ch, slot, err)) != GV_OK)
+                goto out;
+        } else if (!placed) { /* CPU-only pods and failures hold nothing */
+            slot_free(&ch, slot);
+        } else if (!prio) {
             l->depart = k + lifetime;
             l->next = ch.dep[l->depart % ch.ring];
             ch.dep[l->depart % ch.ring] = slot;
@@ -203,6 +395,11 @@ gv_status gv_sim_churn(const struct gv_sim_trace *t, gv_alloc_policy policy, uin
     out->idle_gpus = samples ? idle_sum / (double)samples : 0;
     if (out->passes > 0)
         out->frag_recovered_pct /= (double)out->passes;
+    /* still waiting at the end: not placed (yet) */
+    for (size_t i = 0; i < ch.q_len; i++)
+        out->high_unplaced += ch.pods[ch.queue[(ch.q_head + i) % ch.q_cap]].arrived >= warm;
+    wait_figures(&ch, out);
+    out->lifetime_mean = L;
     rc = GV_OK;
 out:
     out->seconds = cpu_now() - t0;
@@ -211,6 +408,9 @@ out:
     free(ch.pods);
     free(ch.free_slots);
     free(ch.dep);
+    free(ch.names);
+    free(ch.queue);
+    free(ch.waits);
     return rc;
 }
 

@@ -162,7 +162,10 @@ gv_status gv_sim_reference_bounds(const struct gv_sim_trace *t, uint64_t seed,
  * that the offered GPU demand averages `load` x capacity.  Every
  * defrag_every arrivals the engine's defragmentation planner
  * (src/alloc/gv_defrag.h) moves up to max_moves pods (every pod movable).
- * Figures are taken after a warm-up of 2L arrivals.
+ * Figures are taken after a warm-up of 2L arrivals.  With priorities a
+ * high-priority pod that does not fit preempts, and if nothing can be
+ * evicted it waits (retried, oldest first, 4 a step; gives
+ * up after 2L arrivals); its wait is counted in arrivals.
  */
 struct gv_sim_churn_opts {
     double load;           /* offered GPU demand, share of capacity (0 < load <= 3) */
@@ -181,6 +184,16 @@ struct gv_sim_churn_result {
     uint32_t idle_recovered;   /* GPUs freed by the passes, in all */
     double plan_seconds;   /* CPU time in the planner, in all */
     double seconds;
+    /* With priorities (gv_sim_set_high_priority or the CSV column), after
+     * the warm-up: high-priority arrivals placed at once, by preemption,
+     * after waiting, or not (gave up after 2L arrivals, or still waiting
+     * at the end); low-priority pods evicted; the waits of the placed high
+     * pods in arrivals (the replay's clock: L arrivals = one mean
+     * lifetime), 0 for those placed on arrival. */
+    uint64_t high_arrivals, high_at_once, high_preempted, high_waited, high_unplaced;
+    uint64_t low_evicted;
+    double wait_mean, wait_p95, wait_p99;
+    uint64_t lifetime_mean; /* L */
 };
 /* "load=90,lifetimes=10,moves=10" (load in percent) over the values in *o;
  * GV_EINVAL naming the item on a bad spec, *o unchanged then. */

@@ -56,11 +56,9 @@ gv_status sim_set_priority(struct gv_sim_trace *t, size_t i, int32_t prio, struc
 }
 
 bool sim_preempt(struct gv_alloc_cluster *c, struct gv_alloc_request *r, int32_t prio,
-                 char *const *names, size_t n_nodes, uint64_t k, const uint64_t *amilli,
-                 struct gv_alloc_assignment *a, struct gv_sim_curve *out,
-                 uint64_t *evicted_milli)
+                 char *const *names, size_t n_nodes, uint64_t k, struct gv_alloc_assignment *a,
+                 void (*evicted)(void *ud, const char *uid), void *ud)
 {
-    *evicted_milli = 0;
     if (n_nodes == 0)
         return false;
     /* kube-scheduler's sample: 10 % of the nodes, at least 100, from an
@@ -112,14 +110,9 @@ bool sim_preempt(struct gv_alloc_cluster *c, struct gv_alloc_request *r, int32_t
     }
     if (best_node == SIZE_MAX)
         goto out;
-    for (size_t v = 0; v < best_n; v++) {
-        uint64_t vk = strtoull(best_uids[v] + 1, NULL, 10); /* "a<k>" */
-        if (gv_alloc_release(c, best_uids[v], NULL) == GV_OK) {
-            out->evicted++;
-            *evicted_milli += amilli[vk];
-        }
-    }
-    out->evicted_milli += *evicted_milli;
+    for (size_t v = 0; v < best_n; v++)
+        if (gv_alloc_release(c, best_uids[v], NULL) == GV_OK)
+            evicted(ud, best_uids[v]);
     placed = gv_alloc_place(c, r, a, NULL) == GV_OK;
 out:
     for (size_t v = 0; v < best_n; v++)

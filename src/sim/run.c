@@ -132,6 +132,23 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
                      double inflate, bool exhaustive, struct gv_sim_curve *out,
                      struct gv_error *err);
 
+/* A preemption's victims, counted off the replay's totals: amilli[k] is
+ * arrival k's GPU share (uids "a<k>"). */
+struct evictions {
+    const uint64_t *amilli;
+    struct gv_sim_curve *out;
+    uint64_t milli;
+};
+
+static void count_eviction(void *ud, const char *uid)
+{
+    struct evictions *e = ud;
+    uint64_t m = e->amilli[strtoull(uid + 1, NULL, 10)];
+    e->out->evicted++;
+    e->out->evicted_milli += m;
+    e->milli += m;
+}
+
 static bool whole_known(void *ud, const char *name)
 {
     return sim_whole_known(ud, name);
@@ -498,13 +515,13 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
                 amilli[k] = milli;
                 out->high_arrivals += pp > 0;
                 out->high_placed += pp > 0 && ok;
-                uint64_t gone = 0;
+                struct evictions ev = {amilli, out, 0};
                 if (!ok && pp > 0 &&
-                    sim_preempt(c, r, pp, pnames, t->n_nodes, k, amilli, a, out, &gone)) {
+                    sim_preempt(c, r, pp, pnames, t->n_nodes, k, a, count_eviction, &ev)) {
                     ok = true;
                     out->high_preempted++;
                 }
-                allocated -= gone;
+                allocated -= ev.milli;
                 out->high_failed += pp > 0 && !ok;
                 if (ok)
                     gv_alloc_pod_set_victim(c, r->uid, a->node, pp, NULL);

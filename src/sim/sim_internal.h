@@ -35,15 +35,15 @@ struct gv_sim_trace {
 /* priority.c: with priorities set, a pod that does not fit preempts lower
  * ones as the scheduler's preempt verb would (docs/simulate.md,
  * "Priorities and preemption").  The pods placed so far carry their
- * priority as the engine's victim mark; amilli[k] is arrival k's GPU share
- * (uids "a<k>"), so evictions can be taken off the allocated total.  True
- * when r got placed (a filled); *evicted_milli gets what was evicted. */
+ * priority as the engine's victim mark; k moves kube-scheduler's sample
+ * of nodes from attempt to attempt.  Each victim is released from the
+ * engine, then passed to evicted(ud, uid) (the replay's bookkeeping).  True
+ * when r got placed (a filled). */
+bool sim_preempt(struct gv_alloc_cluster *c, struct gv_alloc_request *r, int32_t prio,
+                 char *const *names, size_t n_nodes, uint64_t k, struct gv_alloc_assignment *a,
+                 void (*evicted)(void *ud, const char *uid), void *ud);
 /* Pod i's priority (priority.c), growing t->prio to the pods loaded. */
 gv_status sim_set_priority(struct gv_sim_trace *t, size_t i, int32_t prio, struct gv_error *err);
-bool sim_preempt(struct gv_alloc_cluster *c, struct gv_alloc_request *r, int32_t prio,
-                 char *const *names, size_t n_nodes, uint64_t k, const uint64_t *amilli,
-                 struct gv_alloc_assignment *a, struct gv_sim_curve *out,
-                 uint64_t *evicted_milli);
 
 /* Deep copy of a node spec (labels dropped). */
 gv_status sim_add_node_spec(struct gv_sim_trace *t, const struct gv_alloc_node_spec *spec,

@@ -42,6 +42,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import k8s  # noqa: E402
+import preempt_e2e  # noqa: E402
 
 ROOT = k8s.ROOT
 BUILD = os.path.join(ROOT, os.environ.get("BUILD", "build"))
@@ -58,6 +59,10 @@ VERSION = "0.1.0"
 # GV_E2E_NODE on a $KUBECONFIG cluster
 NODE = os.environ.get("GV_E2E_NODE", "vm")
 MIB = 1 << 20
+# --only preempt: install, the registration checks and the preemption
+# checks only (a shorter loop while working on them; the default run has
+# them all)
+ONLY = None
 
 results = []
 
@@ -339,6 +344,11 @@ def run_checks(api):
     ca = wh["webhooks"][0]["clientConfig"].get("caBundle", "")
     check("certificate Job creates the webhook secret", keys == ["ca", "cert", "key"] and ca,
           "secret keys %s, caBundle %d bytes" % (",".join(keys), len(ca)))
+    # -- GPU-aware preemption on the real kube-scheduler and kubelet (node
+    # vm's two GPUs, before anything else holds them)
+    preempt_e2e.run(api, sys.modules[__name__])
+    if ONLY == "preempt":
+        return
     # -- webhook through its Service; HAMi-style pod mutated, placed, allocated, sees its slice
     api.ok("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                           "metadata": {"name": "e2e"}})
@@ -688,6 +698,12 @@ def loopback_down():
 
 
 def main():
+    global ONLY
+    if sys.argv[1:2] == ["--only"] and sys.argv[2:3] == ["preempt"]:
+        ONLY = "preempt"
+    elif sys.argv[1:]:
+        print("usage: run_e2e.py [--only preempt]", file=sys.stderr)
+        return 2
     if os.geteuid() != 0:
         print("FAIL e2e: needs root (the loopback cluster runs containerd and a kubelet)")
         return 1

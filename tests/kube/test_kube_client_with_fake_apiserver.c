@@ -271,6 +271,33 @@ static void test_bind(void **state)
     json_decref(pod);
 }
 
+/* A delete with a uid precondition removes only the pod it read: one
+ * recreated under the same name answers 409 and stays. */
+static void test_delete_uid_precondition(void **state)
+{
+    json_t *old = kube_create_pod(FX->client, "ns1", "victim", NULL, NULL, NULL);
+    char *old_uid = strdup(
+        json_string_value(json_object_get(json_object_get(old, "metadata"), "uid")));
+    json_decref(old);
+    struct gv_error err;
+    const char *path = "/api/v1/namespaces/ns1/pods/victim";
+    assert_int_equal(gv_kube_delete(FX->client, path, NULL, &err), GV_OK);
+    json_t *now = kube_create_pod(FX->client, "ns1", "victim", NULL, NULL, NULL);
+    const char *new_uid =
+        json_string_value(json_object_get(json_object_get(now, "metadata"), "uid"));
+    assert_string_not_equal(old_uid, new_uid);
+    assert_int_equal(gv_kube_delete_uid(FX->client, path, old_uid, NULL, &err), GV_ECONFLICT);
+    assert_non_null(strstr(err.msg, "UID in precondition"));
+    json_t *got = NULL;
+    assert_int_equal(gv_kube_get(FX->client, path, &got, &err), GV_OK);
+    json_decref(got);
+    assert_int_equal(gv_kube_delete_uid(FX->client, path, "", NULL, &err), GV_EINVAL);
+    assert_int_equal(gv_kube_delete_uid(FX->client, path, new_uid, NULL, &err), GV_OK);
+    assert_int_equal(gv_kube_get(FX->client, path, &got, &err), GV_ENOTFOUND);
+    json_decref(now);
+    free(old_uid);
+}
+
 static void test_retry_on_503_then_success(void **state)
 {
     json_decref(kube_create_node(FX->client, "r1", NULL, NULL));
@@ -517,6 +544,7 @@ int main(void)
         T(test_json_patch_precondition),
         T(test_replace_and_delete),
         T(test_bind),
+        T(test_delete_uid_precondition),
         T(test_retry_on_503_then_success),
         T(test_retry_429_and_give_up),
         T(test_malformed_json),

@@ -73,6 +73,15 @@ test_preempt_LIBS := $(SCHED_LIBS)
 test_preempt_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
 test_preempt_CFLAGS := -I.
 
+# The extender's own preemption when kube-scheduler never calls the verb
+# (1.20.0-1.20.9, 1.21.0-1.21.3), against the kube-apiserver stand-in.
+TEST_PROGS += test_preempt_self_with_fake_apiserver
+test_preempt_self_with_fake_apiserver_SRCS := tests/scheduler/test_preempt_self_with_fake_apiserver.c \
+	$(SCHED_TESTLIB_SRCS)
+test_preempt_self_with_fake_apiserver_LIBS := $(SCHED_LIBS)
+test_preempt_self_with_fake_apiserver_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
+test_preempt_self_with_fake_apiserver_CFLAGS := -I.
+
 # deploy/'s config files through the daemons' own parsers.
 TEST_PROGS += test_deploy_configs
 test_deploy_configs_SRCS := tests/scheduler/test_deploy_configs.c

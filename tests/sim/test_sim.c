@@ -610,6 +610,49 @@ static void test_churn_defrag(void **state)
     gv_sim_trace_free(t);
 }
 
+/* Churn replay with priorities: every high-priority arrival ends in one
+ * bucket (at once, by preemption, after waiting, not placed); the waits
+ * respond to the inputs: more of the load high priority means fewer low
+ * pods to evict and longer waits; no priorities means no waits and the
+ * replay without them. */
+static void test_churn_high_priority_waits(void **state)
+{
+    (void)state;
+    struct gv_sim_trace *t;
+    struct gv_error err = {0};
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    assert_int_equal(gv_sim_synthetic(t, "nodes=30", 2023, &err), GV_OK);
+    struct gv_sim_churn_opts o = {.load = 1.5, .lifetimes = 3, .max_moves = 10};
+    struct gv_sim_churn_result plain, none, few, many, again;
+    assert_int_equal(gv_sim_churn(t, GV_ALLOC_POLICY_FGD, 42, &o, &plain, &err), GV_OK);
+    assert_int_equal(gv_sim_set_high_priority(t, 0, NULL), GV_OK);
+    assert_int_equal(gv_sim_churn(t, GV_ALLOC_POLICY_FGD, 42, &o, &none, &err), GV_OK);
+    assert_true(none.high_arrivals == 0 && none.wait_mean == 0 && none.low_evicted == 0);
+    assert_true(none.failed == plain.failed && none.alloc_pct == plain.alloc_pct);
+    assert_int_equal(gv_sim_set_high_priority(t, 5, NULL), GV_OK);
+    assert_int_equal(gv_sim_churn(t, GV_ALLOC_POLICY_FGD, 42, &o, &few, &err), GV_OK);
+    assert_int_equal(gv_sim_churn(t, GV_ALLOC_POLICY_FGD, 42, &o, &again, &err), GV_OK);
+    assert_true(few.wait_mean == again.wait_mean && few.low_evicted == again.low_evicted);
+    assert_int_equal(gv_sim_set_high_priority(t, 70, NULL), GV_OK);
+    assert_int_equal(gv_sim_churn(t, GV_ALLOC_POLICY_FGD, 42, &o, &many, &err), GV_OK);
+    const struct gv_sim_churn_result *rs[] = {&few, &many};
+    for (int i = 0; i < 2; i++) {
+        const struct gv_sim_churn_result *r = rs[i];
+        assert_true(r->high_arrivals > 0);
+        assert_int_equal(r->high_at_once + r->high_preempted + r->high_waited + r->high_unplaced,
+                         r->high_arrivals);
+        assert_true(r->wait_p95 >= r->wait_mean && r->lifetime_mean > 0);
+    }
+    /* at 150 % load a few high pods find low ones to evict ... */
+    assert_true(few.high_preempted > 0 && few.low_evicted > 0);
+    /* ... while with most of the load high, many wait, and longer */
+    assert_true(many.high_waited > 0);
+    assert_true(many.wait_mean > few.wait_mean);
+    assert_true((double)many.high_waited / (double)many.high_arrivals >
+                (double)few.high_waited / (double)few.high_arrivals);
+    gv_sim_trace_free(t);
+}
+
 static void test_topology_report(void **state)
 {
     (void)state;
@@ -752,6 +795,7 @@ int main(void)
         cmocka_unit_test(test_reports),
         cmocka_unit_test(test_topology_report),
         cmocka_unit_test(test_churn_defrag),
+        cmocka_unit_test(test_churn_high_priority_waits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

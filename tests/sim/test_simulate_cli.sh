@@ -39,6 +39,10 @@ check "--shuffle-nodes runs and repeats for the same seed" bash -c \
 "$bin" simulate --synthetic nodes=20 --seeds 1 --policy fgd --high-priority 25 >"$tmp/hp.out" 2>/dev/null
 check "--high-priority adds the preemption table" bash -c \
     "[ $? -eq 0 ] && grep -q '^priorities (high-priority pods' '$tmp/hp.out' && grep -q '^fgd ' '$tmp/hp.out'"
+"$bin" simulate --synthetic nodes=20 --seeds 1 --policy fgd --defrag-every 100 --churn load=150,lifetimes=2 \
+    --high-priority 50 >"$tmp/hpc.out" 2>/dev/null; rc=$?
+check "--high-priority with --defrag-every reports how long high-priority pods wait" bash -c \
+    "[ $rc -eq 0 ] && [ \$(grep -c '^high_wait policy=fgd defrag=\(none\|periodic\) mean=[0-9.]* p95=[0-9.]* p99=[0-9.]* ' '$tmp/hpc.out') -eq 2 ] && grep -q '^  high priority: [0-9]* arrived' '$tmp/hpc.out'"
 "$bin" simulate --synthetic nodes=10 --high-priority 150 >"$tmp/hpbad.out" 2>"$tmp/hpbad.err"
 check "--high-priority outside [0, 100] is refused" bash -c \
     "[ $? -ne 0 ] && grep -q 'percentage in \\[0, 100\\]' '$tmp/hpbad.err' && [ ! -s '$tmp/hpbad.out' ]"
