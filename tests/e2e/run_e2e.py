@@ -625,7 +625,7 @@ def remove_leftovers(api, fake_prefix="e2e-fake-"):
     if getattr(install, "labelled_kube_system", False):
         kubectl("label", "namespace", "kube-system", "kubernetes.io/metadata.name-", check=False)
     sh("%s images rm %s" % (CTR, UPGRADE_TAG), check_rc=False)
-    for n in ("e2e", "e2e-burst", NS):
+    for n in ("e2e", "e2e-burst", NS, preempt_e2e.NSP):
         wait("namespace %s gone" % n, lambda: api.call("GET", "/api/v1/namespaces/" + n)[0] == 404, 120)
 
 
@@ -701,8 +701,8 @@ def main():
     global ONLY
     if sys.argv[1:2] == ["--only"] and sys.argv[2:3] == ["preempt"]:
         ONLY = "preempt"
-    elif sys.argv[1:]:
-        print("usage: run_e2e.py [--only preempt]", file=sys.stderr)
+    elif sys.argv[1:] and sys.argv[1:] not in (["--up"], ["--down"]):
+        print("usage: run_e2e.py [--only preempt | --up | --down]", file=sys.stderr)
         return 2
     if os.geteuid() != 0:
         print("FAIL e2e: needs root (the loopback cluster runs containerd and a kubelet)")
@@ -754,7 +754,8 @@ def main():
                 teardown_network()
             elif found is not None:
                 try:
-                    if not all(results):
+                    # --only stops before the suite's own uninstall
+                    if not all(results) or ONLY:
                         remove_leftovers(api)
                     diff = state_diff(found, cluster_state(api))
                     check("the $KUBECONFIG cluster is left as it was found", not diff,
