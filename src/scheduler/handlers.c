@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "common/gv_log.h"
 #include "contracts/podspec.h"
@@ -177,22 +179,43 @@ static gv_status bind_post(struct gv_sched *s, const struct gv_ext_bind_args *b,
 }
 
 /* Did a Binding whose call failed take effect anyway (a timeout or a lost
- * answer)?  Only "no" lets the bind release the pod's GPUs. */
-static bool binding_took(struct gv_sched *s, const struct gv_ext_bind_args *b)
+ * answer)?  Asked with a GET, tried again if the API does not answer: only
+ * BIND_NOT_TAKEN lets the bind release the pod's GPUs.  A GET that fails is
+ * BIND_UNKNOWN, never "not taken": under load a read can time out (waiting
+ * for a connection, or on a slow API server) while the Binding stands, and
+ * freeing its GPUs then hands a running pod's share to the next pod. */
+enum bind_truth { BIND_TOOK, BIND_NOT_TAKEN, BIND_UNKNOWN };
+
+#define BIND_READBACK_ATTEMPTS 3
+
+static enum bind_truth binding_state(struct gv_sched *s, const struct gv_ext_bind_args *b)
 {
     char path[1024];
-    json_t *pod = NULL;
-    struct gv_error err = {0};
     pod_path(b, path, sizeof(path));
-    if (gv_kube_get(s->kube, path, &pod, &err) != GV_OK)
-        return false;
-    const char *uid = meta(pod, "uid");
-    const char *bound =
-        json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
-    bool took = uid != NULL && strcmp(uid, b->pod_uid) == 0 && bound != NULL &&
-                strcmp(bound, b->node) == 0;
-    json_decref(pod);
-    return took;
+    for (int attempt = 0; attempt < BIND_READBACK_ATTEMPTS; attempt++) {
+        json_t *pod = NULL;
+        struct gv_error err = {0};
+        gv_status st = gv_kube_get(s->kube, path, &pod, &err);
+        if (st == GV_ENOTFOUND)
+            return BIND_NOT_TAKEN; /* gone: nothing of it to count */
+        if (st == GV_OK) {
+            const char *uid = meta(pod, "uid");
+            const char *bound =
+                json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
+            bool took = uid != NULL && strcmp(uid, b->pod_uid) == 0 && bound != NULL &&
+                        strcmp(bound, b->node) == 0;
+            json_decref(pod);
+            return took ? BIND_TOOK : BIND_NOT_TAKEN;
+        }
+        gv_debug("bind %s/%s: reading it back: %s", b->pod_namespace, b->pod_name, err.msg);
+        usleep(100000u * (unsigned)(attempt + 1));
+    }
+    return BIND_UNKNOWN;
+}
+
+static bool binding_took(struct gv_sched *s, const struct gv_ext_bind_args *b)
+{
+    return binding_state(s, b) == BIND_TOOK;
 }
 
 /* The bind of a pod whose whole devices its filter reserved on b->node:
@@ -295,7 +318,10 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
         free(rv);
         enc = rv = NULL;
     }
-    if (st != GV_OK && enc != NULL && b->pod_uid[0] && binding_took(s, b)) {
+    enum bind_truth truth = BIND_NOT_TAKEN;
+    if (st != GV_OK && enc != NULL && b->pod_uid[0])
+        truth = binding_state(s, b);
+    if (truth == BIND_TOOK) {
         /* A Binding whose answer was lost (timeout, reset) took effect. */
         gv_info("bind %s/%s: %s, but the pod is bound to %s: done", b->pod_namespace,
                 b->pod_name, err->msg, b->node);
@@ -317,6 +343,18 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
             fr->rv = written;
             written = NULL;
         }
+    } else if (truth == BIND_UNKNOWN && fr != NULL && !fr->gone && fr->encoded != NULL &&
+               gv_alloc_is_placed(s->cluster, b->pod_uid)) {
+        /* The API did not say whether the Binding took: keep the placement
+         * as an assignment not yet seen bound.  The informer settles it
+         * (bound: counted; the pod changed without it: released), else it
+         * lapses after the reservation timeout like any unbound one. */
+        s->binds_failed++;
+        fr->phase = REC_UNBOUND;
+        fr->assigned_at = time(NULL);
+        gv_warn("bind %s/%s to %s: %s, and the API did not answer whether it took: its GPUs "
+                "stay held until the pod shows it (at most %lds)",
+                b->pod_namespace, b->pod_name, b->node, err->msg, s->cfg.reservation_ttl_s);
     } else {
         s->binds_failed++;
         if (b->pod_uid[0]) {

@@ -35,7 +35,11 @@ Test controls (never part of the real API) live under /_fake/:
        connection without an answer (drop=1): a call that took effect
        although its caller saw it fail (a lost answer, an error after the
        write); count covers the client's retries
-  POST /_fake/heal                     stop injecting failures
+       [&then_fail=N]: once it fired, answer the next N API requests 503
+       (-1: until heal): the caller cannot read back what its write did
+  POST /_fake/watch-lag?on=1|0         watches deliver nothing while on (the
+       events wait, in order): an informer that has not seen a write yet
+  POST /_fake/heal                     stop injecting failures (and lag)
   POST /_fake/garbage?count=N          answer the next N API requests 200
        with a malformed JSON body
   POST /_fake/drop-watches             cut every open watch connection
@@ -353,6 +357,7 @@ class Store:
         self.drop_generation = 0
         self.garbage_generation = 0
         self.bookmark_generation = 0
+        self.watch_lag = False  # /_fake/watch-lag: watches hold their events
 
     def next_rv(self):
         self.rv += 1
@@ -380,6 +385,7 @@ class Faults:
         self.forbidden = set()  # (verb or "*", resource) pairs answered 403
         # fail-after: (path suffix, code or None to drop, remaining count)
         self.after = None
+        self.then_fail = 0  # fail-after's then_fail: 503s armed once it fires
         self.refuse_evictions = 0
 
     def take_after(self, path):
@@ -390,6 +396,9 @@ class Faults:
                 return None
             suffix, code, count = self.after
             self.after = (suffix, code, count - 1) if count > 1 else None
+            if self.then_fail:
+                self.code, self.count, self.retry_after = 503, self.then_fail, None
+                self.only_watch, self.then_fail = False, 0
             return ("drop", None) if code is None else ("code", code)
 
     def take(self, is_watch):
@@ -581,10 +590,19 @@ class Handler(BaseHTTPRequestHandler):
             with FAULTS.lock:
                 code = None if q.get("drop") == "1" else int(q.get("code", "500"))
                 FAULTS.after = (q.get("suffix", ""), code, int(q.get("count", "1")))
+                FAULTS.then_fail = int(q.get("then_fail", "0"))
+        elif op == "watch-lag":
+            with STORE.cond:
+                STORE.watch_lag = q.get("on") == "1"
+                STORE.cond.notify_all()
         elif op == "heal":
             with FAULTS.lock:
                 FAULTS.code, FAULTS.count, FAULTS.garbage = 0, 0, 0
                 FAULTS.after = None
+                FAULTS.then_fail = 0
+            with STORE.cond:
+                STORE.watch_lag = False
+                STORE.cond.notify_all()
         elif op == "garbage":
             with FAULTS.lock:
                 FAULTS.garbage = int(q.get("count", "1"))
@@ -1125,6 +1143,9 @@ class Handler(BaseHTTPRequestHandler):
                             self.close_connection = True
                             self.connection.shutdown(socket.SHUT_RDWR)
                             return
+                        if STORE.watch_lag and time.monotonic() < deadline:
+                            STORE.cond.wait(0.05)  # the events wait, in order
+                            continue
                         if STORE.garbage_generation != garbage_gen:
                             garbage_gen = STORE.garbage_generation
                             evs.append(b'{"type":"MODIFIED","object":{"metadata":\n')
