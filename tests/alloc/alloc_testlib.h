@@ -1,10 +1,21 @@
-/* Small request builder shared by the engine's tests. */
+/* Small request builder and random stream shared by the engine's tests. */
 #ifndef GV_ALLOC_TESTLIB_H
 #define GV_ALLOC_TESTLIB_H
 
 #include <stdio.h>
 
 #include "alloc/gv_alloc.h"
+
+/* xorshift64: the seeded, reproducible random stream of the engine's
+ * property tests (the seed is printed and taken from the environment). */
+static inline uint64_t at_xorshift(uint64_t *state)
+{
+    uint64_t x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *state = x;
+}
 
 /* One container "main" asking n GPUs of mem MiB and milli compute each. */
 static inline struct gv_alloc_request *simple_req(const char *uid, uint32_t n, uint64_t mem,

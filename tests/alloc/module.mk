@@ -9,6 +9,7 @@ TEST_PROGS += test_alloc_index
 test_alloc_index_SRCS := tests/alloc/test_alloc_index.c
 test_alloc_index_LIBS := alloc common
 test_alloc_index_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)
+test_alloc_index_CFLAGS := -I.
 
 # Preemption victims and what-if (src/alloc/victims.c).
 TEST_PROGS += test_victims

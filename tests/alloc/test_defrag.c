@@ -29,14 +29,7 @@
 
 static uint64_t seed, rng_state;
 
-static uint64_t rnd(void)
-{
-    uint64_t x = rng_state;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return rng_state = x;
-}
+static uint64_t rnd(void) { return at_xorshift(&rng_state); }
 
 static uint32_t below(uint32_t n) { return (uint32_t)(rnd() % n); }
 
