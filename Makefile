@@ -8,6 +8,7 @@
 #   make                 build everything (libraries, programs, test binaries)
 #   make test            run the whole test suite; ends with "N passed, N failed"
 #   make bench           run benchmarks; results land in bench/results/*.txt
+#   make bench-build     build the benchmark programs without running them (CI)
 #   make fuzz            build libFuzzer targets with clang into build-fuzz/
 #   make fuzz-run        run each fuzz target for FUZZ_SECONDS (default 30)
 #   make SAN=address,undefined test   sanitizer build + test (build-san/)
@@ -124,7 +125,7 @@ ALL_TARGETS := $(foreach l,$(LIBS),$(BUILD)/lib/libgv$(l).a) \
                $(foreach t,$(TEST_PROGS),$(BUILD)/tests/$(t)) \
                $(EXTRA_ALL) $(FUZZ_REPLAYS)
 
-.PHONY: all test bench fuzz fuzz-run test-gpu e2e clean format help
+.PHONY: all test bench bench-build fuzz fuzz-run test-gpu e2e clean format help
 .DEFAULT_GOAL := all
 
 all: $(ALL_TARGETS)
@@ -135,7 +136,11 @@ test: all
 	$(Q)BUILD=$(BUILD) SAN=$(SAN) tests/run-tests.sh \
 		$(foreach t,$(TEST_PROGS),$(BUILD)/tests/$(t)) $(FUZZ_REPLAYS) $(TEST_SCRIPTS)
 
-bench: all $(foreach b,$(BENCH_PROGS),$(BUILD)/bench/$(b))
+# The benchmark programs alone, built but not run: CI builds them so that
+# none rots between `make bench` runs.
+bench-build: all $(foreach b,$(BENCH_PROGS),$(BUILD)/bench/$(b))
+
+bench: bench-build
 	$(Q)mkdir -p bench/results
 	$(Q)BUILD=$(BUILD) bench/run-bench.sh \
 		$(foreach b,$(BENCH_PROGS),$(BUILD)/bench/$(b)) $(BENCH_SCRIPTS)
@@ -192,7 +197,7 @@ clean:
 	rm -rf build build-clang build-san build-clang-san build-fuzz build-cov
 
 help:
-	@sed -n '3,26p' Makefile
+	@sed -n '3,27p' Makefile
 
 # Flake hunting: the same suite N times (fresh scratch and logs per run,
 # build/test-logs/run-<i>/), then every case that failed at least once with
