@@ -78,9 +78,49 @@ struct stress {
     /* figures for the summary */
     unsigned long filters, binds, binds_ok, refilters, deletes, kills, agent_restarts;
     unsigned long refilter_inconsistent;
+    /* The last rounds' kills and agent restarts, with wall-clock times,
+     * printed when a check fails (CI shows only the test's output). */
+    char events[64][96];
+    unsigned n_events;
 };
 
 static struct stress *G;
+
+static void note_event(struct stress *t, const char *fmt, ...)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    char *slot = t->events[t->n_events++ % 64];
+    int n = snprintf(slot, 96, "%ld.%06ld ", (long)now.tv_sec, now.tv_nsec / 1000);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(slot + n, (size_t)(96 - n), fmt, ap);
+    va_end(ap);
+}
+
+/* On a failed check: the recent events, and every line of the scheduler's
+ * log that names one of the pods involved (pods: names, n of them). */
+static void dump_diagnosis(struct stress *t, char names[][48], size_t n)
+{
+    unsigned first = t->n_events > 64 ? t->n_events - 64 : 0;
+    for (unsigned i = first; i < t->n_events; i++)
+        printf("# event %s\n", t->events[i % 64]);
+    FILE *f = fopen(t->log_path, "r");
+    char line[1024];
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+        for (size_t k = 0; k < n; k++) {
+            char key[56];
+            snprintf(key, sizeof(key), "/%s ", names[k]);
+            if (strstr(line, key) != NULL || strstr(line, "ready:") != NULL ||
+                strstr(line, "drift") != NULL) {
+                printf("# log: %s", line);
+                break;
+            }
+        }
+    if (f != NULL)
+        fclose(f);
+    fflush(stdout);
+}
 
 static unsigned rnd(unsigned *state)
 {
@@ -445,6 +485,10 @@ static void check_capacity(struct stress *t, unsigned round)
     struct use use[N_NODES][GPUS_PER_NODE];
     memset(use, 0, sizeof(use));
     struct gv_alloc_assignment *a = malloc(sizeof(*a));
+    /* per GPU, the pods counted there (for the diagnosis) */
+    static char on[N_NODES][GPUS_PER_NODE][16][48];
+    unsigned n_on[N_NODES][GPUS_PER_NODE];
+    memset(n_on, 0, sizeof(n_on));
     size_t i;
     json_t *pod;
     json_array_foreach(json_object_get(list, "items"), i, pod)
@@ -474,6 +518,11 @@ static void check_capacity(struct stress *t, unsigned round)
                 use[ni][gi].mem += dv->mem_mib;
                 use[ni][gi].milli += dv->milli;
                 use[ni][gi].tasks++;
+                if (n_on[ni][gi] < 16) {
+                    const char *pn = json_string_value(
+                        json_object_get(json_object_get(pod, "metadata"), "name"));
+                    snprintf(on[ni][gi][n_on[ni][gi]++], 48, "%s", pn ? pn : "?");
+                }
             }
     }
     free(a);
@@ -481,11 +530,27 @@ static void check_capacity(struct stress *t, unsigned round)
     for (unsigned n = 0; n < N_NODES; n++)
         for (unsigned g = 0; g < GPUS_PER_NODE; g++) {
             const struct use *u = &use[n][g];
-            if (u->mem > gpus[g].mem_mib || u->milli > 1000 || u->tasks > gpus[g].split)
+            if (u->mem > gpus[g].mem_mib || u->milli > 1000 || u->tasks > gpus[g].split) {
+                json_t *l2 = NULL;
+                gv_kube_get(t->kube, "/api/v1/namespaces/default/pods", &l2, NULL);
+                json_array_foreach(json_object_get(l2, "items"), i, pod)
+                {
+                    const char *pn = json_string_value(
+                        json_object_get(json_object_get(pod, "metadata"), "name"));
+                    for (unsigned k = 0; pn != NULL && k < n_on[n][g]; k++)
+                        if (strcmp(pn, on[n][g][k]) == 0) {
+                            char *d = json_dumps(json_object_get(pod, "metadata"), JSON_COMPACT);
+                            printf("# on GPU-%s-%u: %s\n", node_name(n), g, d ? d : "?");
+                            free(d);
+                        }
+                }
+                json_decref(l2);
+                dump_diagnosis(t, on[n][g], n_on[n][g]);
                 fail_msg("seed %u round %u: GPU-%s-%u over capacity: %llu/%llu MiB, %u/1000 "
                          "milli, %u/%u tasks (bound pods' assignments in the API)",
                          t->seed, round, node_name(n), g, (unsigned long long)u->mem,
                          (unsigned long long)gpus[g].mem_mib, u->milli, u->tasks, gpus[g].split);
+            }
         }
 }
 
@@ -609,24 +674,32 @@ static void test_stress_rounds_with_kills_and_agent_restarts(void **state)
              * its bind, between annotate and Binding, ... */
             usleep(rnd(&rs) % 15000);
             sched_kill(t);
+            note_event(t, "round %u: scheduler killed", round);
         }
         if (missing_gpu_node >= 0) {
             put_node(t, (unsigned)missing_gpu_node, GPUS_PER_NODE, true); /* GPU back */
+            note_event(t, "round %u: node %s whole and healthy again", round,
+                       node_name((unsigned)missing_gpu_node));
             missing_gpu_node = -1;
         } else if (rnd(&rs) % 40 == 0) {
             /* Agent restart: the inventory rewritten while pods run. */
             unsigned n = rnd(&rs) % N_NODES;
             t->agent_restarts++;
-            if (rnd(&rs) % 2)
+            bool sick = rnd(&rs) % 2;
+            if (sick)
                 put_node(t, n, GPUS_PER_NODE, false); /* GPUs unhealthy for a round */
             else
                 put_node(t, n, GPUS_PER_NODE - 1, true); /* a GPU missing for a round */
+            note_event(t, "round %u: node %s %s", round, node_name(n),
+                       sick ? "GPUs unhealthy" : "last GPU missing");
             missing_gpu_node = (int)n;
         }
         for (unsigned c = 0; c < N_CLIENTS; c++)
             pthread_join(th[c], NULL);
-        if (kill_now)
+        if (kill_now) {
             sched_start(t);
+            note_event(t, "round %u: scheduler ready again", round);
+        }
         check_capacity(t, round);
         check_drift(t, round);
         /* Crowded: delete some so new pods keep competing. */
