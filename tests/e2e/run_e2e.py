@@ -451,6 +451,52 @@ def run_checks(api):
               "%d of %d created bound (%d fit) %.1f s after the re-apply (the scheduler "
               "ready after %.1f s), most on one GPU %d MiB" % (nb, created[0] if created else 0,
                                                                 fits, t_b, t_up, worst))
+
+        # -- the extender SIGKILLed mid-burst, twice: kubelet restarts it in the
+        # same pod, where its Binding journal (an emptyDir) survives; Bindings
+        # it had in kube-apiserver must not be handed out again (bind_inflight.h)
+        for p in pods:
+            api.call("DELETE", "/api/v1/namespaces/e2e-burst/pods/%s?gracePeriodSeconds=0"
+                     % p["metadata"]["name"])
+        wait("restart-burst pods gone", lambda: not ns_pods(api, "e2e-burst"), 120)
+
+        def extender_container():
+            for sp in ns_pods(api, NS):
+                if not sp["metadata"]["name"].startswith("gpuvisor-scheduler-"):
+                    continue
+                for cs in sp["status"].get("containerStatuses") or []:
+                    if cs["name"] == "extender" and cs.get("containerID") and \
+                            cs.get("state", {}).get("running"):
+                        return sp["metadata"]["name"], cs["containerID"].split("//")[-1], \
+                            cs.get("restartCount", 0)
+            return None, None, 0
+        created = []
+        burst_thread = threading.Thread(target=lambda: created.append(
+            burst(api, "e2e-burst", 200, 20000, "k")))
+        burst_thread.start()
+        kills = 0
+        for delay in (1.0, 4.0):
+            time.sleep(delay)
+            _, cid, _ = extender_container()
+            if cid and subprocess.run("%s tasks kill --signal SIGKILL %s" % (CTR, cid),
+                                      shell=True, capture_output=True).returncode == 0:
+                kills += 1
+            wait("extender running again", lambda: extender_container()[1] not in (None, cid),
+                 120)
+        burst_thread.join()
+        bound, t_b = wait("kill burst bound", lambda: sum(
+            1 for p in ns_pods(api, "e2e-burst", "k-") if p["spec"].get("nodeName")) >= fits, 240)
+        time.sleep(5)
+        pods = ns_pods(api, "e2e-burst", "k-")
+        nb = sum(1 for p in pods if p["spec"].get("nodeName"))
+        use = assignment_usage(pods)
+        worst = max(use.values()) if use else 0
+        pod_name, _, restarts = extender_container()
+        check("extender SIGKILLed twice mid-burst, restarted in place: over-commits nothing",
+              nb == fits and worst <= 81559 and restarts >= 2,
+              "%d of %d created bound (%d fit), most on one GPU %d MiB; %d kills, extender "
+              "restarts %d (%s)" % (nb, created[0] if created else 0, fits, worst, kills,
+                                    restarts, pod_name))
     finally:
         hb.stop.set()
 
