@@ -87,6 +87,8 @@ struct stress {
 
 static struct stress *G;
 
+static void note_event(struct stress *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 static void note_event(struct stress *t, const char *fmt, ...)
 {
     struct timespec now;
