@@ -332,7 +332,7 @@ static uint32_t class_first_candidate(const struct gv_alloc_cluster *c, const st
  */
 static void visit_class(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t ki,
                         const struct idx_need *need, uint64_t allowed, bool cpu_only_fgd,
-                        uint32_t *best, double *best_score)
+                        bool group, uint32_t *best, double *best_score)
 {
     const struct sclass *k = &c->cls[ki];
     if (c->cand_pass && k->memo_stamp != c->cls_stamp)
@@ -357,8 +357,24 @@ static void visit_class(struct gv_alloc_cluster *c, const struct req_view *v, ui
          * index_may_fit's.  On a large cluster most nodes such a pod goes
          * to are of this kind, each in a state of its own. */
         sc = 1000.0;
-    } else if (!eval_node(c, v, idx, &p, &sc, NULL, 0)) {
-        return;
+    } else {
+        /* Under fgd, classes that differ only where the score does not
+         * look share one evaluation (score_group.c). */
+        bool hit = false;
+        struct group_slot *g = group ? group_get(c, k, c->nodes[idx].gsig, v->req->cpu_milli, &hit) : NULL;
+        if (hit) {
+            if (!g->fits)
+                return;
+            sc = g->score;
+        } else {
+            bool fits = eval_node(c, v, idx, &p, &sc, NULL, 0);
+            if (g != NULL) {
+                g->fits = fits;
+                g->score = fits ? sc : 0;
+            }
+            if (!fits)
+                return;
+        }
     }
     if (*best == UINT32_MAX || better(sc, c->nodes[idx].name, *best_score, c->nodes[*best].name)) {
         *best = idx;
@@ -385,7 +401,7 @@ static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, u
             if (*best != UINT32_MAX && pm + 999.0 * 1e-4 < *best_score - 1e-9 * fmax(1.0, fabs(*best_score)))
                 break;
             for (uint32_t ki = c->pm_head[pm]; ki != UINT32_MAX; ki = c->cls[ki].pm_next)
-                visit_class(c, v, ki, &need, allowed, true, best, best_score);
+                visit_class(c, v, ki, &need, allowed, true, false, best, best_score);
         }
         return;
     }
@@ -393,13 +409,14 @@ static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, u
      * buckets first; the others fullest first.  The order changes nothing
      * but the work (ties go by name). */
     bool rev = v->policy == GV_ALLOC_POLICY_SPREAD;
+    bool group = v->policy == GV_ALLOC_POLICY_FGD && group_begin(c);
     for (uint32_t wi = wmin; wi <= IDX_WHOLE_MAX; wi++) {
         uint32_t w = rev ? IDX_WHOLE_MAX - (wi - wmin) : wi;
         for (uint32_t fi = fmin; fi < IDX_FRAC_BUCKETS; fi++) {
             uint32_t f = rev ? IDX_FRAC_BUCKETS - 1 - (fi - fmin) : fi;
             for (uint32_t ki = c->bucket_head[w * IDX_FRAC_BUCKETS + f]; ki != UINT32_MAX;
                  ki = c->cls[ki].next)
-                visit_class(c, v, ki, &need, allowed, false, best, best_score);
+                visit_class(c, v, ki, &need, allowed, false, group, best, best_score);
         }
     }
 }
