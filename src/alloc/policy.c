@@ -361,7 +361,8 @@ static void visit_class(struct gv_alloc_cluster *c, const struct req_view *v, ui
         /* Under fgd, classes that differ only where the score does not
          * look share one evaluation (score_group.c). */
         bool hit = false;
-        struct group_slot *g = group ? group_get(c, k, c->nodes[idx].gsig, v->req->cpu_milli, &hit) : NULL;
+        struct group_slot *g =
+            group ? group_get(c, k, c->nodes[idx].gsig, v->req->cpu_milli, &hit) : NULL;
         if (hit) {
             if (!g->fits)
                 return;

@@ -10,14 +10,16 @@
  * are index_may_fit's, done for every class on its own.  On a large
  * cluster free CPU and memory differ on nearly every busy node while the
  * GPU states repeat, so classes that passed index_may_fit and agree on
- *   (GPU signature, levels covered by free CPU, levels covered by free CPU
- *    minus the pod's CPU)
+ *   (GPU states in order, levels covered by free CPU, levels covered by
+ *    free CPU minus the pod's CPU)
  * get the same fit and bit for bit the same score: the decision scores
- * the first and copies the result to the others.  The node still chosen
+ * the first and copies the result to the others.  In order, because the
+ * fit breaks ties between GPUs by index: a class is keyed by the multiset
+ * of its GPU states, and is scored on its smallest name's order, so the
+ * key is that node's (alloc_node_resign, gsig).  The node still chosen
  * is the one the exhaustive search chooses (tests/alloc/test_alloc_index).
  *
- * The GPU signature is a 64-bit hash of the GPU states, trusted as the
- * class signature is (alloc_node_resign).
+ * The GPU signature is a 64-bit hash, trusted as the class signature is.
  */
 #include <stdlib.h>
 #include <string.h>

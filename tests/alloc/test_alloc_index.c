@@ -137,7 +137,8 @@ static void run_trials(uint64_t seed, int trials, uint64_t *decisions_out, uint6
     for (int trial = 0; trial < trials; trial++) {
         struct gv_alloc_config cfg;
         gv_alloc_config_default(&cfg);
-        cfg.node_policy = cpu_mix ? GV_ALLOC_POLICY_FGD : (gv_alloc_policy)(trial % GV_ALLOC_POLICY_COUNT);
+        cfg.node_policy =
+            cpu_mix ? GV_ALLOC_POLICY_FGD : (gv_alloc_policy)(trial % GV_ALLOC_POLICY_COUNT);
         cfg.gpu_policy = (gv_alloc_gpu_policy)below(GV_ALLOC_GPU_POLICY_COUNT);
         if (cpu_mix ? trial % 2 == 1 : trial % 7 == 3)
             cfg.fgd_score_step = 0; /* exact FGD scores: more distinct values */
