@@ -396,13 +396,14 @@ static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, u
     uint32_t wmin = index_first_bucket(&need, &fmin);
     bool cpu_only_fgd = v->policy == GV_ALLOC_POLICY_FGD && v->req->n_containers == 0;
     if (cpu_only_fgd) {
+        bool group = group_begin(c);
         /* Fullest GPUs first: once a level's best possible score loses,
          * every emptier level does too. */
         for (int pm = 1000; pm >= 0; pm--) {
             if (*best != UINT32_MAX && pm + 999.0 * 1e-4 < *best_score - 1e-9 * fmax(1.0, fabs(*best_score)))
                 break;
             for (uint32_t ki = c->pm_head[pm]; ki != UINT32_MAX; ki = c->cls[ki].pm_next)
-                visit_class(c, v, ki, &need, allowed, true, false, best, best_score);
+                visit_class(c, v, ki, &need, allowed, true, group, best, best_score);
         }
         return;
     }
