@@ -190,8 +190,8 @@ struct memo_slot {
     double score;
 };
 
-/* One FGD score shared by the classes of a decision that agree on what
- * the score reads (score_group.c). */
+/* One score shared by the classes of a decision that agree on what the
+ * score reads (score_group.c). */
 struct group_slot {
     uint64_t gsig;
     uint32_t before, after; /* CPU levels covered without and with the pod */
@@ -367,10 +367,11 @@ bool alloc_list_match(const char *list, const char *s, bool substring);
 /* score_group.c: false when out of memory (then every class is scored) */
 bool group_begin(struct gv_alloc_cluster *c);
 /* The slot of the score of class k, evaluated on a node of GPU signature
- * gsig, for a pod asking cpu; *hit when a class of this decision filled
- * it.  NULL when the table is full. */
+ * gsig, for a pod asking cpu (by_cpu: the score reads the CPU levels the
+ * node covers, fgd); *hit when a class of this decision filled it.  NULL
+ * when the table is full. */
 struct group_slot *group_get(struct gv_alloc_cluster *c, const struct sclass *k, uint64_t gsig,
-                             int64_t cpu, bool *hit);
+                             bool by_cpu, int64_t cpu, bool *hit);
 void group_free(struct gv_alloc_cluster *c);
 
 /* index.c */

@@ -358,11 +358,13 @@ static void visit_class(struct gv_alloc_cluster *c, const struct req_view *v, ui
          * to are of this kind, each in a state of its own. */
         sc = 1000.0;
     } else {
-        /* Under fgd, classes that differ only where the score does not
-         * look share one evaluation (score_group.c). */
+        /* Classes that differ only where the score does not look share
+         * one evaluation (score_group.c). */
         bool hit = false;
         struct group_slot *g =
-            group ? group_get(c, k, c->nodes[idx].gsig, v->req->cpu_milli, &hit) : NULL;
+            group ? group_get(c, k, c->nodes[idx].gsig, v->policy == GV_ALLOC_POLICY_FGD,
+                              v->req->cpu_milli, &hit)
+                  : NULL;
         if (hit) {
             if (!g->fits)
                 return;
@@ -411,7 +413,7 @@ static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, u
      * buckets first; the others fullest first.  The order changes nothing
      * but the work (ties go by name). */
     bool rev = v->policy == GV_ALLOC_POLICY_SPREAD;
-    bool group = v->policy == GV_ALLOC_POLICY_FGD && group_begin(c);
+    bool group = v->policy != GV_ALLOC_POLICY_BESTFIT && group_begin(c);
     for (uint32_t wi = wmin; wi <= IDX_WHOLE_MAX; wi++) {
         uint32_t w = rev ? IDX_WHOLE_MAX - (wi - wmin) : wi;
         for (uint32_t fi = fmin; fi < IDX_FRAC_BUCKETS; fi++) {

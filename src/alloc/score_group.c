@@ -1,5 +1,5 @@
 /*
- * FGD scores shared between state classes within one decision
+ * Scores shared between state classes within one decision
  * (docs/alloc.md, "Cost of a decision").
  *
  * A state class is keyed by everything a node's fit reads, free memory
@@ -18,6 +18,10 @@
  * of its GPU states, and is scored on its smallest name's order, so the
  * key is that node's (alloc_node_resign, gsig).  The node still chosen
  * is the one the exhaustive search chooses (tests/alloc/test_alloc_index).
+ *
+ * Binpack's and spread's scores read the GPUs alone (GPU use after the
+ * pod), so under them the key is the GPU states in order; bestfit's reads
+ * free CPU exactly and shares nothing.
  *
  * The GPU signature is a 64-bit hash, trusted as the class signature is.
  */
@@ -106,13 +110,15 @@ bool group_begin(struct gv_alloc_cluster *c)
 }
 
 struct group_slot *group_get(struct gv_alloc_cluster *c, const struct sclass *k, uint64_t gsig,
-                             int64_t cpu, bool *hit)
+                             bool by_cpu, int64_t cpu, bool *hit)
 {
     /* at most one slot per class of the decision: never full */
     if (2 * (c->grp_used + 1) > c->grp_cap)
         return NULL;
     uint32_t before, after;
-    if (k->cpu_free == INT64_MAX) {
+    if (!by_cpu) {
+        before = after = 0; /* binpack, spread: a score of the GPUs alone */
+    } else if (k->cpu_free == INT64_MAX) {
         before = after = c->n_thr; /* CPU not checked: every level fits */
     } else {
         before = covered(c, k->cpu_free);
