@@ -1,5 +1,6 @@
 #include "common/gv_log.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -71,4 +72,31 @@ void gv_log_write(gv_log_level level, const char *file, int line, const char *fm
     buf[used++] = '\n';
     ssize_t w = write(atomic_load(&log_fd), buf, used);
     (void)w; /* nowhere to report a failed log write */
+}
+
+/* One lock for every limiter: they are taken only on the rare paths that
+ * log a client's doing. */
+static pthread_mutex_t limit_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int gv_log_limit_pass(struct gv_log_limit *l, long now, unsigned burst, long window_s,
+                      unsigned *dropped)
+{
+    int pass;
+    pthread_mutex_lock(&limit_lock);
+    if (window_s < 1)
+        window_s = 1;
+    if (l->window == 0 || now < l->window || now - l->window >= window_s) {
+        l->window = now > 0 ? now : 1;
+        l->sent = 0;
+    }
+    pass = l->sent < burst;
+    if (pass) {
+        l->sent++;
+        *dropped = l->dropped;
+        l->dropped = 0;
+    } else {
+        l->dropped++;
+    }
+    pthread_mutex_unlock(&limit_lock);
+    return pass;
 }

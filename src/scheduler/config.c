@@ -28,6 +28,7 @@ void gv_sched_config_clear(struct gv_sched_config *cfg)
     free(cfg->scheduler_name);
     free(cfg->node_label_selector);
     free(cfg->placement_key_file);
+    free(cfg->bind_journal_dir);
     gv_placement_key_free(cfg->placement_key);
     for (char **p = cfg->writers_storage; p && *p; p++)
         free(*p);
@@ -263,6 +264,8 @@ gv_status gv_sched_config_parse(const char *text, size_t len, struct gv_sched_co
                 cfg->metrics_per_gpu = json_is_true(v);
         } else if (strcmp(k, "placementKeyFile") == 0) {
             st = set_string(v, k, &cfg->placement_key_file, err);
+        } else if (strcmp(k, "bindJournalDir") == 0) {
+            st = set_string(v, k, &cfg->bind_journal_dir, err);
         } else if (strcmp(k, "insecureUnsignedPlacements") == 0) {
             if (!json_is_boolean(v))
                 st = gv_error_set(err, GV_EINVAL, "config: \"%s\" must be true or false", k);

@@ -62,6 +62,10 @@ struct gv_sched_config {
      * refuses to start otherwise). */
     char *placement_key_file;
     struct gv_placement_key *placement_key;
+    /* Bindings in flight are journaled here (one file each) so that a
+     * restarted scheduler holds the GPUs of those its predecessor sent
+     * (bind_inflight.h).  NULL: no journal. */
+    char *bind_journal_dir;
     bool insecure_unsigned;
     /* Upgrade window: unsigned placements of pods the API server created
      * before this time still count (0 = none). */

@@ -8,6 +8,7 @@
 
 #include "common/gv_log.h"
 #include "contracts/podspec.h"
+#include "scheduler/bind_inflight.h"
 #include "scheduler/gv_extender.h"
 #include "scheduler/gv_webhook.h"
 #include "scheduler/placement_guard.h"
@@ -188,7 +189,8 @@ enum bind_truth { BIND_TOOK, BIND_NOT_TAKEN, BIND_UNKNOWN };
 
 #define BIND_READBACK_ATTEMPTS 3
 
-static enum bind_truth binding_state(struct gv_sched *s, const struct gv_ext_bind_args *b)
+static enum bind_truth binding_state(struct gv_sched *s, const struct gv_ext_bind_args *b,
+                                     const char *enc)
 {
     char path[1024];
     pod_path(b, path, sizeof(path));
@@ -202,8 +204,14 @@ static enum bind_truth binding_state(struct gv_sched *s, const struct gv_ext_bin
             const char *uid = meta(pod, "uid");
             const char *bound =
                 json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
+            /* ours only if bound with our assignment: another Binding to
+             * the same node (a predecessor's, landed late) is not ours */
+            const char *ann = json_string_value(json_object_get(
+                json_object_get(json_object_get(pod, "metadata"), "annotations"),
+                ANN_ASSIGNMENT));
             bool took = uid != NULL && strcmp(uid, b->pod_uid) == 0 && bound != NULL &&
-                        strcmp(bound, b->node) == 0;
+                        strcmp(bound, b->node) == 0 &&
+                        (enc == NULL || (ann != NULL && strcmp(ann, enc) == 0));
             json_decref(pod);
             return took ? BIND_TOOK : BIND_NOT_TAKEN;
         }
@@ -215,7 +223,7 @@ static enum bind_truth binding_state(struct gv_sched *s, const struct gv_ext_bin
 
 static bool binding_took(struct gv_sched *s, const struct gv_ext_bind_args *b)
 {
-    return binding_state(s, b) == BIND_TOOK;
+    return binding_state(s, b, NULL) == BIND_TOOK;
 }
 
 /* The bind of a pod whose whole devices its filter reserved on b->node:
@@ -296,7 +304,7 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
     }
     pthread_mutex_unlock(&s->lock);
 
-    bool no_gpu = false, whole = false;
+    bool no_gpu = false, whole = false, journaled = false;
     for (int attempt = 0;; attempt++) {
         if (enc == NULL && (st = bind_compute(s, b, &enc, &rv, &no_gpu, &whole, err)) != GV_OK)
             break;
@@ -305,6 +313,11 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
                                   b->pod_uid[0] ? b->pod_uid : NULL, b->node, err);
             break;
         }
+        /* Journaled first: if this process dies with the Binding sent, its
+         * successor holds the GPUs until it lands or cannot any more. */
+        journaled = b->pod_uid[0] &&
+                    gv_sched_inflight_journal(s, b->pod_uid, b->pod_namespace, b->pod_name,
+                                              b->node, enc);
         st = bind_post(s, b, enc, rv, err);
         if (st != GV_ECONFLICT || attempt + 1 >= BIND_ATTEMPTS)
             break;
@@ -320,7 +333,11 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
     }
     enum bind_truth truth = BIND_NOT_TAKEN;
     if (st != GV_OK && enc != NULL && b->pod_uid[0])
-        truth = binding_state(s, b);
+        truth = binding_state(s, b, enc);
+    /* A failure without a definite answer (timeout, reset, 5xx) may still
+     * be applied by the server after the read-back showed the pod unbound. */
+    bool may_land = st != GV_OK && enc != NULL && truth == BIND_NOT_TAKEN &&
+                    gv_sched_inflight_ambiguous(st);
     if (truth == BIND_TOOK) {
         /* A Binding whose answer was lost (timeout, reset) took effect. */
         gv_info("bind %s/%s: %s, but the pod is bound to %s: done", b->pod_namespace,
@@ -334,6 +351,8 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
     struct srec *fr = b->pod_uid[0] ? gv_sched_rec_find(s, b->pod_uid) : NULL;
     if (st == GV_OK) {
         s->binds_ok++;
+        /* bound now: no other Binding of the pod can land any more */
+        gv_sched_inflight_pod(s, b->pod_uid, b->pod_uid[0] != '\0');
         if (fr != NULL && (no_gpu || fr->gone)) {
             gv_sched_forget_pod(s, b->pod_uid); /* no GPUs, or deleted meanwhile */
         } else if (fr != NULL) {
@@ -362,6 +381,12 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
              * whatever the API still shows (an annotation whose removal we
              * have not seen yet stays counted until we do). */
             gv_sched_forget_pod(s, b->pod_uid);
+            /* Bound by another Binding (a predecessor's that landed): its
+             * hold goes before the placement the pod is bound with counts. */
+            gv_sched_inflight_pod(s, b->pod_uid, gv_sched_truth_bound(s, b->pod_uid));
+            if (may_land) /* its GPUs stay counted, as a hold */
+                gv_sched_inflight_hold(s, b->pod_uid, b->pod_namespace, b->pod_name, enc,
+                                       time(NULL) + GV_INFLIGHT_S);
             gv_sched_apply_truth(s, b->pod_uid, time(NULL));
             if (!gv_alloc_is_placed(s->cluster, b->pod_uid)) {
                 struct srec *pr = gv_sched_rec_get(s, b->pod_uid, b->pod_namespace, b->pod_name);
@@ -373,6 +398,12 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
         }
     }
     pthread_mutex_unlock(&s->lock);
+    /* Outcome known (bound, or refused for good): the journal entry goes.
+     * Unknown (kept as an unbound assignment, or held): it stays, for a
+     * successor, until the hold settles or its deadline passes (the
+     * sweeper prunes what no hold owns). */
+    if (journaled && !may_land && truth != BIND_UNKNOWN)
+        gv_sched_inflight_unjournal(s, b->pod_uid);
     if (st == GV_OK)
         gv_info("bound %s/%s to %s: %s", b->pod_namespace, b->pod_name, b->node,
                 enc ? enc : "(no GPU)");

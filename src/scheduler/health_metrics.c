@@ -84,7 +84,7 @@ static void write_state_metrics(struct gv_sched *s, FILE *f)
 {
     gv_sched_placement_metrics(&s->cfg, f);
     size_t pending[PENDING_COUNT] = {0};
-    size_t reserved = 0, unbound = 0, nodes_ok = 0, nodes_bad = 0, nodes_stale = 0;
+    size_t reserved = 0, unbound = 0, inflight = 0, nodes_ok = 0, nodes_bad = 0, nodes_stale = 0;
     pthread_mutex_lock(&s->lock);
     for (size_t i = 0; i < s->n_recs; i++) {
         const struct srec *r = s->recs[i];
@@ -94,6 +94,8 @@ static void write_state_metrics(struct gv_sched *s, FILE *f)
             unbound++;
         else if (r->phase == REC_RESERVED || r->phase == REC_BINDING)
             reserved++;
+        else if (r->phase == REC_INFLIGHT)
+            inflight++;
     }
     time_t now = time(NULL);
     for (size_t i = 0; i < s->n_nodes; i++) {
@@ -116,6 +118,7 @@ static void write_state_metrics(struct gv_sched *s, FILE *f)
             "# TYPE gpuvisor_scheduler_reservations gauge\n"
             "gpuvisor_scheduler_reservations{state=\"reserved\"} %zu\n"
             "gpuvisor_scheduler_reservations{state=\"annotated_unbound\"} %zu\n"
+            "gpuvisor_scheduler_reservations{state=\"binding_may_land\"} %zu\n"
             "# HELP gpuvisor_scheduler_nodes Nodes by gpuvisor agent state.\n"
             "# TYPE gpuvisor_scheduler_nodes gauge\n"
             "gpuvisor_scheduler_nodes{state=\"ready\"} %zu\n"
@@ -136,7 +139,7 @@ static void write_state_metrics(struct gv_sched *s, FILE *f)
             "# HELP gpuvisor_accounting_self_checks_total Accounting self-checks run.\n"
             "# TYPE gpuvisor_accounting_self_checks_total counter\n"
             "gpuvisor_accounting_self_checks_total %" PRIu64 "\n",
-            reserved, unbound, nodes_ok, nodes_stale, nodes_bad, s->binds_ok, s->binds_failed,
+            reserved, unbound, inflight, nodes_ok, nodes_stale, nodes_bad, s->binds_ok, s->binds_failed,
             s->bind_conflicts, s->drift_repairs, s->self_checks);
     write_cluster_sums(s, f);
     write_kube_transport(s, f);

@@ -32,6 +32,7 @@ static void usage(FILE *out)
             "                           apart from the webhook so abuse of one cannot\n"
             "                           fail the other's probes\n"
             "  --placement-key-file F   HMAC key signing and authenticating placements\n"
+            "  --bind-journal-dir D     journal of Bindings in flight, read after a restart\n"
             "                           (or placementKeyFile in the config)\n"
             "  --insecure-unsigned-placements  run without a placement key: any tenant\n"
             "                           that can patch its pod can forge a placement\n"
@@ -125,6 +126,7 @@ int main(int argc, char **argv)
         OPT_VERSION,
         OPT_HEALTH_LISTEN,
         OPT_KEY_FILE,
+        OPT_JOURNAL,
         OPT_INSECURE,
         OPT_PER_GPU,
     };
@@ -146,6 +148,7 @@ int main(int argc, char **argv)
         {"version", no_argument, NULL, OPT_VERSION},
         {"health-listen", required_argument, NULL, OPT_HEALTH_LISTEN},
         {"placement-key-file", required_argument, NULL, OPT_KEY_FILE},
+        {"bind-journal-dir", required_argument, NULL, OPT_JOURNAL},
         {"insecure-unsigned-placements", no_argument, NULL, OPT_INSECURE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -155,7 +158,7 @@ int main(int argc, char **argv)
     bool hami_metrics = true;
     const char *ext_listen = "127.0.0.1:8888", *ext_prefix = "/gpuvisor", *wh_listen = NULL;
     const char *cert = NULL, *key = NULL, *port_file = NULL;
-    const char *health_listen = NULL, *key_file = NULL;
+    const char *health_listen = NULL, *key_file = NULL, *journal = NULL;
     bool ext_tls = false, insecure = false, per_gpu = false;
     gv_log_init("gpuvisor-scheduler", GV_LOG_INFO);
     /* Every HTTP connection has its own thread, and glibc spreads threads
@@ -219,6 +222,9 @@ int main(int argc, char **argv)
         case OPT_KEY_FILE:
             key_file = optarg;
             break;
+        case OPT_JOURNAL:
+            journal = optarg;
+            break;
         case OPT_INSECURE:
             insecure = true;
             break;
@@ -280,6 +286,13 @@ int main(int argc, char **argv)
     if (gv_sched_config_load_key(&cfg, key_file, &err) != GV_OK)
         goto fail;
     cfg.insecure_unsigned |= insecure;
+    if (journal != NULL) {
+        free(cfg.bind_journal_dir);
+        if ((cfg.bind_journal_dir = strdup(journal)) == NULL) {
+            gv_error_set(&err, GV_ENOMEM, "out of memory");
+            goto fail;
+        }
+    }
     cfg.metrics_per_gpu |= per_gpu;
     if (cfg.placement_key == NULL && !cfg.insecure_unsigned) {
         /* Fail closed: without a key every placement annotation would be

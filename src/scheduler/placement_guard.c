@@ -79,8 +79,8 @@ static bool trusted(const struct gv_sched_config *cfg, const json_t *pod, struct
         return true;
     atomic_fetch_add(&rejected, 1);
     const char *ns = meta(pod, "namespace"), *name = meta(pod, "name");
-    gv_warn("pod %s/%s: placement ignored, not counted: %s", ns ? ns : "-", name ? name : "-",
-            err.msg);
+    gv_warn_limited("pod %s/%s: placement ignored, not counted: %s", ns ? ns : "-",
+                    name ? name : "-", err.msg);
     return false;
 }
 

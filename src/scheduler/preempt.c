@@ -253,14 +253,14 @@ static void hold_restore(struct gv_sched *s, const json_t *pod, const char *uid)
     time_t now = time(NULL);
     struct gv_alloc_assignment *a = st == GV_OK ? malloc(sizeof(*a)) : NULL;
     if (st != GV_OK)
-        gv_warn("preempt: pod %s: hold ignored: %s", uid, err.msg);
+        gv_warn_limited("preempt: pod %s: hold ignored: %s", uid, err.msg); /* tenant-written */
     else if (until <= now)
         gv_debug("preempt: pod %s: hold lapsed at %lld", uid, (long long)until);
     else if (a == NULL ||
              gv_alloc_assignment_decode(encoded, strlen(encoded), a, &err) != GV_OK ||
              strcmp(a->node, node) != 0)
-        gv_warn("preempt: pod %s: hold ignored: assignment %s", uid,
-                a == NULL ? "out of memory" : "unreadable or on another node");
+        gv_warn_limited("preempt: pod %s: hold ignored: assignment %s", uid,
+                        a == NULL ? "out of memory" : "unreadable or on another node");
     else {
         /* never longer than a fresh hold would last */
         double left = (double)(until - now);

@@ -22,6 +22,7 @@
 #include "common/gv_log.h"
 #include "contracts/inventory.h"
 #include "contracts/podspec.h"
+#include "scheduler/bind_inflight.h"
 #include "scheduler/gv_extender.h"
 #include "scheduler/pdb_sched.h"
 #include "scheduler/placement_guard.h"
@@ -300,6 +301,8 @@ static void *sweeper_main(void *arg)
             gv_sched_self_check(s);
             s->last_self_check = gv_sched_now();
         }
+        if (gv_sched_ready(s))
+            gv_sched_inflight_settle(s); /* holds of pods deleted unseen */
         if (!trimmed && gv_sched_ready(s)) {
             /* The initial LISTs (every node, every GPU pod) were parsed and
              * dropped; hand those pages back to the system once. */
@@ -325,6 +328,11 @@ gv_status gv_sched_start(struct gv_sched *s, struct gv_error *err)
             return st;
         if (!gv_informer_wait_synced(s->node_inf, 30000))
             gv_warn("node cache not synced after 30 s; continuing (readyz stays false)");
+        /* Before any pod is counted or served: the GPUs of Bindings a
+         * predecessor sent and may not have seen applied (bind_inflight.h). */
+        pthread_mutex_lock(&s->lock);
+        gv_sched_inflight_restore(s);
+        pthread_mutex_unlock(&s->lock);
         if ((st = gv_informer_start(s->pod_inf, err)) != GV_OK)
             return st;
     }

@@ -61,6 +61,8 @@ enum rec_phase {
     REC_BINDING,  /* bind in progress (owns the placement) */
     REC_UNBOUND,  /* assignment annotation written, pod not bound yet */
     REC_BOUND,    /* bound with its assignment: counted until it ends */
+    REC_INFLIGHT, /* a hold, not a pod: GPUs a Binding may still claim
+                   * (bind_inflight.h); assigned_at is its deadline */
 };
 
 struct srec {
@@ -101,6 +103,7 @@ struct gv_sched {
     size_t n_recs, cap_recs;
     json_t *truth;   /* uid -> the API's assignment of a pod (sched.c, truth_note) */
     uint64_t binds_ok, binds_failed, bind_conflicts, filters_nofit;
+    time_t inflight_pruned; /* last prune of the bind journal (bind_inflight.c) */
     uint64_t drift_repairs;  /* self-check repairs (pods or GPUs corrected) */
     uint64_t self_checks;    /* self-check runs completed */
     double last_self_check;  /* monotonic seconds */
@@ -160,6 +163,8 @@ gv_status gv_sched_place_encoded(struct gv_sched *s, const char *uid, const char
 /* Settles uid's accounting with what the API says of it (the truth table),
  * unless a reservation or bind of ours owns it.  Lock held. */
 void gv_sched_apply_truth(struct gv_sched *s, const char *uid, time_t wall);
+/* Does the truth table show uid bound (with a verified assignment)?  Lock held. */
+bool gv_sched_truth_bound(struct gv_sched *s, const char *uid);
 
 /* time helpers */
 int gv_sched_parse_time(const char *text, time_t *out);

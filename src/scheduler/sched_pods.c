@@ -14,6 +14,7 @@
 #include "common/gv_log.h"
 #include "contracts/inventory.h"
 #include "contracts/podspec.h"
+#include "scheduler/bind_inflight.h"
 #include "scheduler/gv_extender.h"
 #include "scheduler/placement_guard.h"
 #include "scheduler/preempt.h"
@@ -56,43 +57,6 @@ static bool pod_finished(json_t *pod)
 {
     const char *phase = str_at(pod, "status", "phase");
     return phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
-}
-
-gv_status gv_sched_place_encoded(struct gv_sched *s, const char *uid, const char *ns,
-                                 const char *name, const char *encoded, enum rec_phase phase,
-                                 struct gv_error *err)
-{
-    struct gv_alloc_assignment *a = malloc(sizeof(*a));
-    struct gv_alloc_request *req = NULL;
-    gv_status st;
-    if (a == NULL)
-        return gv_error_set(err, GV_ENOMEM, "out of memory");
-    if ((st = gv_alloc_assignment_decode(encoded, strlen(encoded), a, err)) != GV_OK ||
-        (st = gv_alloc_request_new(&req, err)) != GV_OK)
-        goto out;
-    /* The engine accounts GPUs by the assignment's devices; the request
-     * only has to name the same containers with the same GPU counts. */
-    snprintf(req->uid, sizeof(req->uid), "%s", uid);
-    snprintf(req->ns, sizeof(req->ns), "%s", ns ? ns : "");
-    snprintf(req->name, sizeof(req->name), "%s", name ? name : "");
-    req->n_containers = a->n_containers;
-    for (uint32_t i = 0; i < a->n_containers; i++) {
-        memcpy(req->containers[i].name, a->containers[i].name, sizeof(req->containers[i].name));
-        req->containers[i].num_gpu = a->containers[i].n_devices;
-    }
-    if ((st = gv_alloc_place(s->cluster, req, a, err)) != GV_OK)
-        goto out;
-    struct srec *r = gv_sched_rec_get(s, uid, ns, name);
-    if (r == NULL || gv_sched_rec_set(r, phase, a->node, encoded, NULL) != GV_OK) {
-        gv_alloc_release(s->cluster, uid, NULL);
-        st = gv_error_set(err, GV_ENOMEM, "out of memory");
-    }
-    if (st == GV_OK) /* charged to its namespace's quota */
-        gv_sched_quota_placed(s, uid, ns, a);
-out:
-    gv_alloc_request_free(req);
-    free(a);
-    return st;
 }
 
 /* Node of an assignment text, into buf; false when unreadable. */
@@ -258,12 +222,20 @@ static void account(struct gv_sched *s, const char *uid, const char *ns, const c
 void gv_sched_apply_truth(struct gv_sched *s, const char *uid, time_t wall)
 {
     struct srec *r = gv_sched_rec_find(s, uid);
-    if (r != NULL && (r->phase == REC_RESERVED || r->phase == REC_BINDING))
-        return;
     json_t *t = json_object_get(s->truth, uid);
-    const char *text = truth_live(s, t, wall);
     struct truth o;
     bool bound = truth_get(t, &o) && o.bound;
+    /* A reservation of ours for a pod the API shows bound (a Binding that
+     * was not this filter's: a predecessor's that landed late) is moot:
+     * the pod's GPUs are the ones it is bound with.  A bind of ours in
+     * progress settles it itself when it ends. */
+    if (r != NULL && r->phase == REC_RESERVED && bound) {
+        gv_sched_forget_pod(s, uid);
+        r = NULL;
+    }
+    if (r != NULL && (r->phase == REC_RESERVED || r->phase == REC_BINDING))
+        return;
+    const char *text = truth_live(s, t, wall);
     if (text == NULL) {
         if (r != NULL && r->phase == REC_UNBOUND)
             gv_sched_forget_pod(s, uid); /* bind failed elsewhere, or lapsed */
@@ -288,6 +260,12 @@ void gv_sched_apply_truth(struct gv_sched *s, const char *uid, time_t wall)
     }
 }
 
+bool gv_sched_truth_bound(struct gv_sched *s, const char *uid)
+{
+    struct truth o;
+    return truth_get(json_object_get(s->truth, uid), &o) && o.bound;
+}
+
 /* A pod ended or left (lock held): free it, unless our bind owns the
  * placement, which then frees it when it ends. */
 static void pod_gone(struct gv_sched *s, const char *uid)
@@ -306,6 +284,16 @@ void gv_sched_pod_update(struct gv_sched *s, json_t *pod)
     if (uid == NULL)
         return;
     pthread_mutex_lock(&s->lock);
+    /* A Binding of ours that may still land settles once the pod is bound
+     * (it refuses any other Binding) or over; dropped before the pod's own
+     * placement is counted, so the two never compete for its GPUs. */
+    const char *on = str_at(pod, "spec", "nodeName");
+    struct srec *own = gv_sched_rec_find(s, uid);
+    if (own == NULL || own->phase != REC_BINDING || pod_finished(pod))
+        gv_sched_inflight_pod(s, uid, pod_finished(pod) || (on != NULL && *on != '\0'));
+    /* else our own bind of it is in progress: it settles the hold when it
+     * ends, after it knows which placement the pod is bound with (dropping
+     * it now would leave the GPUs of a landed Binding counted nowhere). */
     if (pod_finished(pod)) {
         pod_gone(s, uid);
     } else {
@@ -324,6 +312,7 @@ void gv_sched_pod_delete(struct gv_sched *s, json_t *pod)
     if (uid == NULL)
         return;
     pthread_mutex_lock(&s->lock);
+    gv_sched_inflight_pod(s, uid, true);
     pod_gone(s, uid);
     gv_sched_whole_pod_gone(s, uid);
     gv_sched_preempt_pod_gone(s, uid);
@@ -337,6 +326,10 @@ void expire_locked(struct gv_sched *s, double now, time_t wall)
     for (size_t i = s->n_recs; i-- > 0;) {
         struct srec *r = s->recs[i];
         bool expired = false;
+        if (gv_sched_inflight_expire(s, r, wall))
+            continue; /* a hold past its deadline, dropped */
+        if (r->phase == REC_INFLIGHT)
+            continue;
         if (r->phase == REC_RESERVED)
             expired = now - r->since > (double)s->cfg.reservation_ttl_s;
         else if (r->phase == REC_UNBOUND)

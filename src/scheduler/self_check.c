@@ -39,8 +39,9 @@ static bool truth_lags(const struct srec *r, json_t *t)
 static const char *expected_text(struct gv_sched *s, const struct srec *r, const char *uid,
                                  time_t wall)
 {
-    if (r != NULL && (r->phase == REC_RESERVED || r->phase == REC_BINDING))
-        return r->encoded;
+    if (r != NULL &&
+        (r->phase == REC_RESERVED || r->phase == REC_BINDING || r->phase == REC_INFLIGHT))
+        return r->encoded; /* ours: a reservation, a bind, or a hold for a Binding in flight */
     json_t *t = json_object_get(s->truth, uid);
     const char *text = truth_live(s, t, wall);
     if (text == NULL && r != NULL && truth_lags(r, t))

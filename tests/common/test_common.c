@@ -79,6 +79,49 @@ static void test_log_goes_to_fd_not_stdout(void **state)
     unlink(path);
 }
 
+/* A client-caused message floods no log: 10 a minute per call site, then
+ * one line saying how many were dropped when the next window opens. */
+static void test_log_limit_per_window(void **state)
+{
+    (void)state;
+    struct gv_log_limit l = {0};
+    unsigned dropped = 99, passed = 0;
+    for (int i = 0; i < 1000; i++)
+        passed += (unsigned)gv_log_limit_pass(&l, 1000, 10, 60, &dropped);
+    assert_int_equal(passed, 10);
+    assert_int_equal(dropped, 0); /* the first ones dropped nothing before them */
+    assert_false(gv_log_limit_pass(&l, 1059, 10, 60, &dropped)); /* same window */
+    assert_true(gv_log_limit_pass(&l, 1060, 10, 60, &dropped));
+    assert_int_equal(dropped, 991);
+    assert_true(gv_log_limit_pass(&l, 1061, 10, 60, &dropped));
+    assert_int_equal(dropped, 0);
+    /* a clock stepped back opens a new window, never a stuck one */
+    for (int i = 0; i < 20; i++)
+        gv_log_limit_pass(&l, 1062, 10, 60, &dropped);
+    assert_true(gv_log_limit_pass(&l, 500, 10, 60, &dropped));
+    assert_int_equal(dropped, 12);
+
+    /* through the macro: 10 lines of 50 reach the log */
+    char path[] = "/tmp/gv-log-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    gv_log_set_fd(fd);
+    gv_log_set_level(GV_LOG_INFO);
+    for (int i = 0; i < 50; i++)
+        gv_warn_limited("forged %d", i);
+    gv_log_set_fd(2);
+    char *text = NULL;
+    assert_int_equal(gv_file_read_all(path, &text, NULL, NULL), GV_OK);
+    unsigned lines = 0;
+    for (const char *p = text; (p = strstr(p, "forged ")) != NULL; p++)
+        lines++;
+    assert_int_equal(lines, 10);
+    assert_null(strstr(text, "forged 10"));
+    free(text);
+    close(fd);
+    unlink(path);
+}
+
 static void test_atomic_write_roundtrip(void **state)
 {
     (void)state;
@@ -119,6 +162,7 @@ int main(void)
         cmocka_unit_test(test_error_set_and_prefix),
         cmocka_unit_test(test_log_levels),
         cmocka_unit_test(test_log_goes_to_fd_not_stdout),
+        cmocka_unit_test(test_log_limit_per_window),
         cmocka_unit_test(test_atomic_write_roundtrip),
         cmocka_unit_test(test_atomic_write_missing_dir_leaves_nothing),
     };

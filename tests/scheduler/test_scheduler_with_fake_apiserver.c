@@ -642,6 +642,49 @@ static void test_api_outage_during_bind(void **state)
     json_decref(pod);
 }
 
+static bool hold_gone(void *ud)
+{
+    struct fx *f = ud;
+    return st_metric(f->metrics, "gpuvisor_scheduler_reservations", "binding_may_land") == 0;
+}
+
+/* A Binding that failed without a definite answer (every try a 503) may
+ * still be applied by the server after the read-back showed the pod
+ * unbound: its GPUs stay held (bind_inflight.h) until the pod shows the
+ * outcome, here its deletion; never handed at once to the next pod. */
+static void test_ambiguous_bind_failure_holds_gpus(void **state)
+{
+    struct fx *f = *state;
+    sched_up(f);
+    const char *t4[] = {"gpu-t4"};
+    json_t *pod = gpumem_pod(f->kube, "maybe", 10000, NULL);
+    json_t *next = gpumem_pod(f->kube, "after-maybe", 10000, NULL);
+    json_t *r = st_filter(f->base, pod, t4, 1, NULL);
+    assert_string_equal(st_chosen(r), "gpu-t4");
+    json_decref(r);
+    /* the Binding and its 2 retries answered 503; the read-back works */
+    assert_int_equal(fake_apiserver_ctl(&f->fa, "fail?code=503&count=3", NULL), 200);
+    char *e = st_bind(f->base, pod, "gpu-t4");
+    assert_true(strlen(e) > 0);
+    free(e);
+    assert_true(st_metric(f->metrics, "gpuvisor_scheduler_reservations", "binding_may_land") ==
+                1);
+    assert_true(st_metric(f->metrics, "gpuvisor_gpu_memory_allocated_mib", "gpu-t4") == 10000);
+    r = st_filter(f->base, next, t4, 1, NULL);
+    assert_null(st_chosen(r));
+    json_decref(r);
+    /* the pod is deleted: nothing can land any more */
+    assert_int_equal(gv_kube_delete(f->kube, "/api/v1/namespaces/default/pods/maybe", NULL, NULL),
+                     GV_OK);
+    assert_true(st_wait(hold_gone, f, 10000));
+    assert_true(st_metric(f->metrics, "gpuvisor_gpu_memory_allocated_mib", "gpu-t4") == 0);
+    r = st_filter(f->base, next, t4, 1, NULL);
+    assert_string_equal(st_chosen(r), "gpu-t4");
+    json_decref(r);
+    json_decref(pod);
+    json_decref(next);
+}
+
 static void test_feasible_mode_and_prioritize(void **state)
 {
     struct fx *f = *state;
@@ -1399,6 +1442,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bind_applied_then_500_keeps_gpus, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bind_applied_then_dropped_keeps_gpus, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bind_unknown_outcome_keeps_gpus, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ambiguous_bind_failure_holds_gpus, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stripped_annotation_keeps_gpus, setup, teardown),
         cmocka_unit_test(test_self_check_slices_cover_everything),
         cmocka_unit_test_setup_teardown(test_reasons_arrive_verbatim, setup, teardown),

@@ -134,5 +134,22 @@ for e in json.load(sys.stdin).get("items", []):
 check "webhook down: a Warning event PlacementRejected on the pod says why" \
     '[[ "$ev" == "Warning: gpuvisor placement ignored"*"assignment-sig does not match"* ]]' "$ev"
 
+# ---- a tenant patching its forged pod in a loop fills no log ----------------
+for i in $(seq 40); do
+    curl -s -o /dev/null -X PATCH -H 'Content-Type: application/merge-patch+json' \
+        -d "{\"metadata\":{\"labels\":{\"loop\":\"$i\"}}}" \
+        "$url/api/v1/namespaces/tenant/pods/forged"
+done
+for _ in $(seq 100); do
+    [[ "$(curl -s "$E/metrics")" == *"gpuvisor_placements_rejected_total 41"* ]] && break
+    sleep 0.1
+done
+check "forged pod patched 40 times: every update is still rejected and counted" \
+    '[[ "$(curl -s "$E/metrics")" == *"gpuvisor_placements_rejected_total 41"* ]]' \
+    "$(curl -s "$E/metrics" | grep rejected_total)"
+lines=$(grep -c "pod tenant/forged: placement ignored" "$tmp/sched.log")
+check "forged pod patched 40 times: the warning is rate-limited (at most 10 a minute)" \
+    '[ "$lines" -le 10 ] && [ "$lines" -ge 1 ]' "$lines lines"
+
 echo "1..$n"
 [ "$fails" -eq 0 ]

@@ -39,6 +39,10 @@ Test controls (never part of the real API) live under /_fake/:
        (-1: until heal): the caller cannot read back what its write did
   POST /_fake/watch-lag?on=1|0         watches deliver nothing while on (the
        events wait, in order): an informer that has not seen a write yet
+  POST /_fake/bind-delay?ms=N[&fixed=1]  apply each Binding after a random delay
+       of 0..N ms (fixed=1: exactly N; 0: none), caller connected or not: a
+       write the server has read lands even when the client died (a killed
+       scheduler's Binding applied after its successor listed the pods)
   POST /_fake/heal                     stop injecting failures (and lag)
   POST /_fake/garbage?count=N          answer the next N API requests 200
        with a malformed JSON body
@@ -87,6 +91,7 @@ import bisect
 import copy
 import json
 import os
+import random
 import socket
 import socketserver
 import ssl
@@ -387,6 +392,8 @@ class Faults:
         self.after = None
         self.then_fail = 0  # fail-after's then_fail: 503s armed once it fires
         self.refuse_evictions = 0
+        self.bind_delay_ms = 0  # /_fake/bind-delay
+        self.bind_delay_fixed = False
 
     def take_after(self, path):
         """("drop", None) or ("code", c) when this request must be applied
@@ -591,6 +598,10 @@ class Handler(BaseHTTPRequestHandler):
                 code = None if q.get("drop") == "1" else int(q.get("code", "500"))
                 FAULTS.after = (q.get("suffix", ""), code, int(q.get("count", "1")))
                 FAULTS.then_fail = int(q.get("then_fail", "0"))
+        elif op == "bind-delay":
+            with FAULTS.lock:
+                FAULTS.bind_delay_ms = max(0, int(q.get("ms", "0")))
+                FAULTS.bind_delay_fixed = q.get("fixed") == "1"
         elif op == "watch-lag":
             with STORE.cond:
                 STORE.watch_lag = q.get("on") == "1"
@@ -600,6 +611,7 @@ class Handler(BaseHTTPRequestHandler):
                 FAULTS.code, FAULTS.count, FAULTS.garbage = 0, 0, 0
                 FAULTS.after = None
                 FAULTS.then_fail = 0
+                FAULTS.bind_delay_ms = 0
             with STORE.cond:
                 STORE.watch_lag = False
                 STORE.cond.notify_all()
@@ -1039,6 +1051,10 @@ class Handler(BaseHTTPRequestHandler):
         if not node or target.get("kind", "Node") != "Node":
             raise ApiError(422, "Invalid", "Binding \"%s\" is invalid: target.name: Required "
                            "value" % name)
+        with FAULTS.lock:
+            delay, fixed = FAULTS.bind_delay_ms, FAULTS.bind_delay_fixed
+        if delay:
+            time.sleep((1.0 if fixed else random.random()) * delay / 1000.0)
         with STORE.cond:
             cur = STORE.objects["pods"].get((ns, name))
             if cur is None:
