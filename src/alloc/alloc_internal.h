@@ -364,7 +364,12 @@ void alloc_pod_apply(struct node *n, const struct pod *p, int sign);
 bool alloc_gpu_allowed(const struct req_view *v, const struct gpu *g);
 bool alloc_list_match(const char *list, const char *s, bool substring);
 
-/* score_group.c: false when out of memory (then every class is scored) */
+/* score_group.c */
+/* A table of at least 2 x entries slots (a power of two, 64 at least) whose
+ * slots of earlier passes are told apart by *stamp, which it bumps (clearing
+ * the table when it wraps); false, the table unchanged, when out of memory. */
+bool alloc_stamp_table(void **tab, uint32_t *cap, uint32_t *stamp, size_t size, uint32_t entries);
+/* false when out of memory (then every class is scored) */
 bool group_begin(struct gv_alloc_cluster *c);
 /* The slot of the score of class k, evaluated on a node of GPU signature
  * gsig, for a pod asking cpu (by_cpu: the score reads the CPU levels the

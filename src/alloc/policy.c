@@ -166,23 +166,11 @@ static bool better(double s, const char *name, double best, const char *best_nam
 
 static gv_status memo_prepare(struct gv_alloc_cluster *c)
 {
-    uint32_t want = 64;
-    while (want < 2 * c->live_nodes)
-        want *= 2;
-    if (c->memo_cap < want) {
-        struct memo_slot *m = calloc(want, sizeof(*m));
-        if (m == NULL)
-            return GV_ENOMEM;
-        free(c->memo);
-        c->memo = m;
-        c->memo_cap = want;
-        c->memo_stamp = 0;
-    }
-    if (++c->memo_stamp == 0) {
-        memset(c->memo, 0, c->memo_cap * sizeof(*c->memo));
-        c->memo_stamp = 1;
-    }
-    return GV_OK;
+    void *tab = c->memo;
+    bool ok = alloc_stamp_table(&tab, &c->memo_cap, &c->memo_stamp, sizeof(*c->memo),
+                                c->live_nodes);
+    c->memo = tab;
+    return ok ? GV_OK : GV_ENOMEM;
 }
 
 static struct memo_slot *memo_slot(struct gv_alloc_cluster *c, uint64_t sig, bool *hit)

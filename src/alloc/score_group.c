@@ -85,28 +85,35 @@ static uint32_t covered(const struct gv_alloc_cluster *c, int64_t cpu)
     return lo;
 }
 
+bool alloc_stamp_table(void **tab, uint32_t *cap, uint32_t *stamp, size_t size, uint32_t entries)
+{
+    uint32_t want = 64;
+    while (want < 2 * entries)
+        want *= 2;
+    if (*cap < want) {
+        void *t = calloc(want, size);
+        if (t == NULL)
+            return false;
+        free(*tab);
+        *tab = t;
+        *cap = want;
+        *stamp = 0;
+    }
+    if (++*stamp == 0) {
+        memset(*tab, 0, *cap * size);
+        *stamp = 1;
+    }
+    return true;
+}
+
 bool group_begin(struct gv_alloc_cluster *c)
 {
-    if (!thresholds(c))
-        return false;
-    uint32_t want = 64;
-    while (want < 2 * c->live_cls)
-        want *= 2;
-    if (c->grp_cap < want) {
-        struct group_slot *g = calloc(want, sizeof(*g));
-        if (g == NULL)
-            return false;
-        free(c->grp);
-        c->grp = g;
-        c->grp_cap = want;
-        c->grp_stamp = 0;
-    }
-    if (++c->grp_stamp == 0) {
-        memset(c->grp, 0, c->grp_cap * sizeof(*c->grp));
-        c->grp_stamp = 1;
-    }
+    void *tab = c->grp;
+    bool ok = thresholds(c) &&
+              alloc_stamp_table(&tab, &c->grp_cap, &c->grp_stamp, sizeof(*c->grp), c->live_cls);
+    c->grp = tab;
     c->grp_used = 0;
-    return true;
+    return ok;
 }
 
 struct group_slot *group_get(struct gv_alloc_cluster *c, const struct sclass *k, uint64_t gsig,
