@@ -110,6 +110,7 @@ struct node {
     uint32_t prof_cap;
     uint32_t cand_stamp;   /* candidate-list pass that named it (policy.c) */
     double prof_total;     /* free share of healthy GPUs */
+    uint64_t gsig;         /* the GPUs' states in order, GPU count, CPU checked (score_group.c) */
     uint32_t cls;          /* state class (index.c), UINT32_MAX when none */
     uint32_t hpos;         /* position in the class's heap */
 };
@@ -189,6 +190,16 @@ struct memo_slot {
     double score;
 };
 
+/* One score shared by the classes of a decision that agree on what the
+ * score reads (score_group.c). */
+struct group_slot {
+    uint64_t gsig;
+    uint32_t before, after; /* CPU levels covered without and with the pod */
+    uint32_t stamp;
+    bool fits;
+    double score;
+};
+
 struct gv_alloc_cluster {
     struct gv_alloc_config cfg;
     struct node *nodes;
@@ -209,6 +220,7 @@ struct gv_alloc_cluster {
     struct wl_shape shapes[WL_MAX_SHAPES];
     uint32_t n_shapes;
     uint32_t shapes_gen;   /* bumps whenever the shape set changes */
+    uint32_t levels_gen;   /* bumps whenever a shape gains a CPU level */
     double wl_scale;       /* weight of the next observation (decay) */
     double wl_total;       /* sum of the shapes' w x supply, when wl_total_valid (fgd.c) */
     bool wl_total_valid;
@@ -240,6 +252,12 @@ struct gv_alloc_cluster {
     bool index_broken; /* an allocation failed: score exhaustively */
     uint32_t cls_stamp; /* current candidate-list pass */
     bool cand_pass;     /* pick_indexed looks only at stamped nodes */
+    /* FGD scores shared within a decision (score_group.c) */
+    struct group_slot *grp;
+    uint32_t grp_cap, grp_stamp, grp_used;
+    int64_t *thr;          /* the shapes' distinct CPU levels, ascending */
+    uint32_t n_thr, thr_cap, thr_levels_gen, thr_shapes_gen;
+    bool thr_valid;
 
 };
 
@@ -345,6 +363,21 @@ void alloc_node_resign(struct node *n);
 void alloc_pod_apply(struct node *n, const struct pod *p, int sign);
 bool alloc_gpu_allowed(const struct req_view *v, const struct gpu *g);
 bool alloc_list_match(const char *list, const char *s, bool substring);
+
+/* score_group.c */
+/* A table of at least 2 x entries slots (a power of two, 64 at least) whose
+ * slots of earlier passes are told apart by *stamp, which it bumps (clearing
+ * the table when it wraps); false, the table unchanged, when out of memory. */
+bool alloc_stamp_table(void **tab, uint32_t *cap, uint32_t *stamp, size_t size, uint32_t entries);
+/* false when out of memory (then every class is scored) */
+bool group_begin(struct gv_alloc_cluster *c);
+/* The slot of the score of class k, evaluated on a node of GPU signature
+ * gsig, for a pod asking cpu (by_cpu: the score reads the CPU levels the
+ * node covers, fgd); *hit when a class of this decision filled it.  NULL
+ * when the table is full. */
+struct group_slot *group_get(struct gv_alloc_cluster *c, const struct sclass *k, uint64_t gsig,
+                             bool by_cpu, int64_t cpu, bool *hit);
+void group_free(struct gv_alloc_cluster *c);
 
 /* index.c */
 void index_init(struct gv_alloc_cluster *c);

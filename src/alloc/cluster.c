@@ -88,6 +88,7 @@ void gv_alloc_cluster_free(struct gv_alloc_cluster *c)
     free(c->model_gpus);
     free(c->model_free);
     free(c->memo);
+    group_free(c);
     index_free(c);
     free(c);
 }
@@ -164,7 +165,7 @@ void alloc_node_resign(struct node *n)
                        ((uint64_t)(n->cpu_cap > 0) << 63));
     h ^= mix64((uint64_t)(n->mem_cap - n->mem_used) + 0x9e3779b97f4a7c15u +
                ((uint64_t)(n->mem_cap > 0) << 62));
-    uint64_t sum = 0;
+    uint64_t sum = 0, seq = mix64(((uint64_t)n->n_gpus << 56) ^ ((uint64_t)(n->cpu_cap > 0) << 63));
     n->free_share = 0;
     for (uint32_t i = 0; i < n->n_gpus; i++) {
         const struct gpu *g = &n->gpus[i];
@@ -175,8 +176,12 @@ void alloc_node_resign(struct node *n)
         x = mix64(x ^ g->used_mem ^ (g->mem_mib << 32) ^ ((uint64_t)g->split << 52) ^
                   ((uint64_t)(uint32_t)g->numa << 24));
         sum += x;
+        seq = mix64(seq + x);
     }
     n->sig = mix64(h ^ sum);
+    /* The same GPU states in order (the fit's GPU choice breaks ties by
+     * index): what an FGD score reads of the node but its free CPU. */
+    n->gsig = seq;
     fgd_node_invalidate(n);
 }
 

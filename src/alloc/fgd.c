@@ -155,7 +155,7 @@ static inline bool shape_host(struct gv_alloc_cluster *c, struct wl_shape *s, co
            alloc_gpu_can_host(g, s->r, alloc_gpu_mem_need(g, s->mem_kind, s->mem));
 }
 
-static void shape_add_level(struct wl_shape *s, int64_t cpu, double w)
+static void shape_add_level(struct gv_alloc_cluster *c, struct wl_shape *s, int64_t cpu, double w)
 {
     uint32_t i = 0;
     while (i < s->n_levels && s->levels[i].cpu < cpu)
@@ -166,6 +166,7 @@ static void shape_add_level(struct wl_shape *s, int64_t cpu, double w)
         memmove(&s->levels[i + 1], &s->levels[i], (s->n_levels - i) * sizeof(s->levels[0]));
         s->levels[i] = (struct wl_level){cpu, w, 0};
         s->n_levels++;
+        c->levels_gen++;
     } else {
         /* Full: fold into the next larger level (or the largest), which
          * only ever overstates the CPU a class needs. */
@@ -223,7 +224,7 @@ void gv_alloc_observe(struct gv_alloc_cluster *c, const struct gv_alloc_request 
     int64_t cpu = req->cpu_milli / (int64_t)req->n_containers;
     c->wl_total_valid = false; /* every weight change below comes through here */
     for (uint32_t i = 0; i < req->n_containers; i++)
-        shape_add_level(shape_find(c, req, &req->containers[i]), cpu, c->wl_scale);
+        shape_add_level(c, shape_find(c, req, &req->containers[i]), cpu, c->wl_scale);
     c->wl_scale *= c->wl_growth;
     if (c->wl_scale > 1e100) {
         for (uint32_t i = 0; i < c->n_shapes; i++) {

@@ -166,23 +166,11 @@ static bool better(double s, const char *name, double best, const char *best_nam
 
 static gv_status memo_prepare(struct gv_alloc_cluster *c)
 {
-    uint32_t want = 64;
-    while (want < 2 * c->live_nodes)
-        want *= 2;
-    if (c->memo_cap < want) {
-        struct memo_slot *m = calloc(want, sizeof(*m));
-        if (m == NULL)
-            return GV_ENOMEM;
-        free(c->memo);
-        c->memo = m;
-        c->memo_cap = want;
-        c->memo_stamp = 0;
-    }
-    if (++c->memo_stamp == 0) {
-        memset(c->memo, 0, c->memo_cap * sizeof(*c->memo));
-        c->memo_stamp = 1;
-    }
-    return GV_OK;
+    void *tab = c->memo;
+    bool ok = alloc_stamp_table(&tab, &c->memo_cap, &c->memo_stamp, sizeof(*c->memo),
+                                c->live_nodes);
+    c->memo = tab;
+    return ok ? GV_OK : GV_ENOMEM;
 }
 
 static struct memo_slot *memo_slot(struct gv_alloc_cluster *c, uint64_t sig, bool *hit)
@@ -332,7 +320,7 @@ static uint32_t class_first_candidate(const struct gv_alloc_cluster *c, const st
  */
 static void visit_class(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t ki,
                         const struct idx_need *need, uint64_t allowed, bool cpu_only_fgd,
-                        uint32_t *best, double *best_score)
+                        bool group, uint32_t *best, double *best_score)
 {
     const struct sclass *k = &c->cls[ki];
     if (c->cand_pass && k->memo_stamp != c->cls_stamp)
@@ -357,8 +345,27 @@ static void visit_class(struct gv_alloc_cluster *c, const struct req_view *v, ui
          * index_may_fit's.  On a large cluster most nodes such a pod goes
          * to are of this kind, each in a state of its own. */
         sc = 1000.0;
-    } else if (!eval_node(c, v, idx, &p, &sc, NULL, 0)) {
-        return;
+    } else {
+        /* Classes that differ only where the score does not look share
+         * one evaluation (score_group.c). */
+        bool hit = false;
+        struct group_slot *g =
+            group ? group_get(c, k, c->nodes[idx].gsig, v->policy == GV_ALLOC_POLICY_FGD,
+                              v->req->cpu_milli, &hit)
+                  : NULL;
+        if (hit) {
+            if (!g->fits)
+                return;
+            sc = g->score;
+        } else {
+            bool fits = eval_node(c, v, idx, &p, &sc, NULL, 0);
+            if (g != NULL) {
+                g->fits = fits;
+                g->score = fits ? sc : 0;
+            }
+            if (!fits)
+                return;
+        }
     }
     if (*best == UINT32_MAX || better(sc, c->nodes[idx].name, *best_score, c->nodes[*best].name)) {
         *best = idx;
@@ -379,13 +386,14 @@ static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, u
     uint32_t wmin = index_first_bucket(&need, &fmin);
     bool cpu_only_fgd = v->policy == GV_ALLOC_POLICY_FGD && v->req->n_containers == 0;
     if (cpu_only_fgd) {
+        bool group = group_begin(c);
         /* Fullest GPUs first: once a level's best possible score loses,
          * every emptier level does too. */
         for (int pm = 1000; pm >= 0; pm--) {
             if (*best != UINT32_MAX && pm + 999.0 * 1e-4 < *best_score - 1e-9 * fmax(1.0, fabs(*best_score)))
                 break;
             for (uint32_t ki = c->pm_head[pm]; ki != UINT32_MAX; ki = c->cls[ki].pm_next)
-                visit_class(c, v, ki, &need, allowed, true, best, best_score);
+                visit_class(c, v, ki, &need, allowed, true, group, best, best_score);
         }
         return;
     }
@@ -393,13 +401,14 @@ static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, u
      * buckets first; the others fullest first.  The order changes nothing
      * but the work (ties go by name). */
     bool rev = v->policy == GV_ALLOC_POLICY_SPREAD;
+    bool group = v->policy != GV_ALLOC_POLICY_BESTFIT && group_begin(c);
     for (uint32_t wi = wmin; wi <= IDX_WHOLE_MAX; wi++) {
         uint32_t w = rev ? IDX_WHOLE_MAX - (wi - wmin) : wi;
         for (uint32_t fi = fmin; fi < IDX_FRAC_BUCKETS; fi++) {
             uint32_t f = rev ? IDX_FRAC_BUCKETS - 1 - (fi - fmin) : fi;
             for (uint32_t ki = c->bucket_head[w * IDX_FRAC_BUCKETS + f]; ki != UINT32_MAX;
                  ki = c->cls[ki].next)
-                visit_class(c, v, ki, &need, allowed, false, best, best_score);
+                visit_class(c, v, ki, &need, allowed, false, group, best, best_score);
         }
     }
 }

@@ -36,17 +36,23 @@ struct pair {
  * shared, as in a real fleet, so candidate lists take the index. */
 static bool uniform_nodes;
 
+/* Nodes with the same GPUs but CPU and memory of their own, under fgd:
+ * classes that differ only in free CPU and memory, which share one score
+ * within a decision when the CPU levels they cover agree (score_group.c).
+ * Requests' CPU straddles node sizes so that the levels do matter. */
+static bool cpu_mix;
+
 static void both_upsert(struct pair *p, uint32_t id, bool variant)
 {
     char name[32], uuids[8][48];
     snprintf(name, sizeof(name), "node-%03u", id);
     struct gv_alloc_gpu_spec g[8];
-    uint32_t n = uniform_nodes ? 8 : below(9);
-    uint32_t m = uniform_nodes ? 0 : below(4);
+    uint32_t n = uniform_nodes ? 8 : cpu_mix ? 4 : below(9);
+    uint32_t m = uniform_nodes || cpu_mix ? 0 : below(4);
     for (uint32_t i = 0; i < n; i++) {
         snprintf(uuids[i], sizeof(uuids[i]), "GPU-%03u-%u", id, i);
         /* mostly uniform nodes, now and then a mixed one */
-        uint32_t mi = uniform_nodes ? m : below(10) == 0 ? below(4) : m;
+        uint32_t mi = uniform_nodes || cpu_mix ? m : below(10) == 0 ? below(4) : m;
         g[i] = (struct gv_alloc_gpu_spec){uuids[i], i, models[mi], model_mem[mi],
                                           uniform_nodes ? 0 : below(4) == 0 ? 1 + below(10) : 0,
                                           (int32_t)(i * 2 / (n ? n : 1)),
@@ -56,8 +62,16 @@ static void both_upsert(struct pair *p, uint32_t id, bool variant)
                                                            : GV_ALLOC_GPU_SHARED};
     }
     struct gv_alloc_node_spec s = {
-        name, uniform_nodes ? 96000 : below(3) == 0 ? 0 : 16000 + 8000 * below(12),
-        uniform_nodes ? 65536 * 8 : below(3) == 0 ? 0 : 65536 * (1 + below(8)), NULL, 0, g, n};
+        name,
+        cpu_mix         ? 4000 * (1 + below(12))
+        : uniform_nodes ? 96000
+        : below(3) == 0 ? 0
+                        : 16000 + 8000 * below(12),
+        cpu_mix         ? 16384 * (1 + below(6))
+        : uniform_nodes ? 65536 * 8
+        : below(3) == 0 ? 0
+                        : 65536 * (1 + below(8)),
+        NULL, 0, g, n};
     struct gv_error err = {0};
     if (gv_alloc_node_upsert(p->idx, &s, &err) != GV_OK ||
         gv_alloc_node_upsert(p->all, &s, &err) != GV_OK)
@@ -69,8 +83,8 @@ static struct gv_alloc_request *random_req(uint64_t k)
     struct gv_alloc_request *r;
     assert_int_equal(gv_alloc_request_new(&r, NULL), GV_OK);
     snprintf(r->uid, sizeof(r->uid), "pod-%llu", (unsigned long long)k);
-    r->cpu_milli = below(4) == 0 ? 0 : 1000 * (1 + below(24));
-    r->mem_mib = below(4) == 0 ? 0 : 4096 * (1 + below(32));
+    r->cpu_milli = below(4) == 0 ? 0 : cpu_mix ? 500 * (1 + below(24)) : 1000 * (1 + below(24));
+    r->mem_mib = below(4) == 0 ? 0 : cpu_mix ? 2048 * (1 + below(8)) : 4096 * (1 + below(32));
     uint32_t nc = below(8) == 0 ? 0 : below(6) == 0 ? 2 : 1;
     static const uint32_t shares[] = {0, 100, 250, 300, 470, 500, 650, 810, 1000, 1000, 1000};
     for (uint32_t i = 0; i < nc; i++) {
@@ -84,6 +98,8 @@ static struct gv_alloc_request *random_req(uint64_t k)
         c->priority = -1;
     }
     r->n_containers = nc;
+    if (cpu_mix)
+        return r; /* one model, no constraints: the GPUs never tell nodes apart */
     if (below(6) == 0)
         gv_alloc_request_set_constraint(r, GV_ALLOC_USE_TYPE, below(2) ? "a100" : "t4,v100", NULL);
     if (below(20) == 0)
@@ -110,24 +126,27 @@ static bool same_assignment(const struct gv_alloc_assignment *a, const struct gv
     return true;
 }
 
-static void test_indexed_equals_exhaustive(void **state)
+/* trials random clusters of step decisions each, indexed == exhaustive;
+ * the counts of decisions, placements and misfits out. */
+static void run_trials(uint64_t seed, int trials, uint64_t *decisions_out, uint64_t *placed_out,
+                       uint64_t *nofit_out)
 {
-    (void)state;
-    rng_state = 0x9e3779b97f4a7c15u;
+    rng_state = seed;
     uint64_t decisions = 0, placed = 0, nofit = 0;
     static struct gv_alloc_assignment a, b;
-    for (int trial = 0; trial < 48; trial++) {
+    for (int trial = 0; trial < trials; trial++) {
         struct gv_alloc_config cfg;
         gv_alloc_config_default(&cfg);
-        cfg.node_policy = (gv_alloc_policy)(trial % GV_ALLOC_POLICY_COUNT);
+        cfg.node_policy =
+            cpu_mix ? GV_ALLOC_POLICY_FGD : (gv_alloc_policy)(trial % GV_ALLOC_POLICY_COUNT);
         cfg.gpu_policy = (gv_alloc_gpu_policy)below(GV_ALLOC_GPU_POLICY_COUNT);
-        if (trial % 7 == 3)
+        if (cpu_mix ? trial % 2 == 1 : trial % 7 == 3)
             cfg.fgd_score_step = 0; /* exact FGD scores: more distinct values */
         struct pair p;
         assert_int_equal(gv_alloc_cluster_new(&cfg, &p.idx, NULL), GV_OK);
         cfg.exhaustive = true;
         assert_int_equal(gv_alloc_cluster_new(&cfg, &p.all, NULL), GV_OK);
-        uniform_nodes = trial % 3 == 1;
+        uniform_nodes = !cpu_mix && trial % 3 == 1;
         uint32_t n_nodes = 10 + below(150);
         for (uint32_t i = 0; i < n_nodes; i++)
             both_upsert(&p, below(n_nodes * 2), false); /* repeats replace a node */
@@ -215,14 +234,39 @@ static void test_indexed_equals_exhaustive(void **state)
     print_message("%llu decisions (%llu placed, %llu no fit): indexed == exhaustive\n",
                   (unsigned long long)decisions, (unsigned long long)placed,
                   (unsigned long long)nofit);
+    *decisions_out = decisions;
+    *placed_out = placed;
+    *nofit_out = nofit;
+}
+
+static void test_indexed_equals_exhaustive(void **state)
+{
+    (void)state;
+    uint64_t decisions, placed, nofit;
+    cpu_mix = false;
+    run_trials(0x9e3779b97f4a7c15u, 48, &decisions, &placed, &nofit);
     assert_true(decisions >= 10000);
     assert_true(placed > 3000 && nofit > 300); /* both outcomes exercised */
+}
+
+/* fgd on nodes told apart only by CPU and memory: the scores shared
+ * between their classes (score_group.c) pick what scoring each node does. */
+static void test_fgd_shared_scores_exact(void **state)
+{
+    (void)state;
+    uint64_t decisions, placed, nofit;
+    cpu_mix = true;
+    run_trials(0x2545f4914f6cdd1du, 24, &decisions, &placed, &nofit);
+    cpu_mix = false;
+    assert_true(decisions >= 5000);
+    assert_true(placed > 2000 && nofit > 100);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_indexed_equals_exhaustive),
+        cmocka_unit_test(test_fgd_shared_scores_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
