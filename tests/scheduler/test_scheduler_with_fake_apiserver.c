@@ -1031,6 +1031,13 @@ static void test_bind_unknown_outcome_keeps_gpus(void **state)
     free(e);
     /* ... but the GPUs stay held: nobody else gets them meanwhile */
     assert_true(gpu_mem(f, "gpu-t4") == 6000);
+    /* as the pod's own placement, not yet seen bound (its retry reuses it),
+     * not as a hold for a Binding that failed: the read-back never said
+     * "unbound" */
+    assert_true(st_metric(f->metrics, "gpuvisor_scheduler_reservations", "annotated_unbound") ==
+                1);
+    assert_true(st_metric(f->metrics, "gpuvisor_scheduler_reservations", "binding_may_land") ==
+                0);
     assert_int_equal(fake_apiserver_ctl(&f->fa, "heal", NULL), 200);
     r = st_filter(f->base, other, t4, 1, NULL);
     assert_null(st_chosen(r));
