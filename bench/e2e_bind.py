@@ -31,7 +31,9 @@ GPUs used (from the pods' assignments), idle GPUs stranded on used nodes.
 GV_BENCH_NODES / GV_BENCH_PODS override N / M (5000 / 1000).  GV_BENCH_EXT_B
 names a second gpuvisor-scheduler binary: each pair of rounds then runs gpu
 rounds with both (plain, gpu A, gpu B), the extender restarted between them,
-for an alternated comparison of two builds.
+for an alternated comparison of two builds.  The extender journals its
+Bindings (--bind-journal-dir, as deployed; docs/scheduler.md); with
+GV_BENCH_B_NO_JOURNAL=1 binary B runs without the journal (its cost, A/B).
 """
 import json
 import math
@@ -378,11 +380,15 @@ def main():
             if os.environ.get("GV_BENCH_EXT_B"):
                 bins["B"] = os.environ["GV_BENCH_EXT_B"]
 
+            journal = os.path.join(tmp, "binds")
+
             def start_ext(which):
-                p = k8s.spawn("gpuvisor-scheduler-bench",
-                              [bins[which], "--config", sconf, "--kubeconfig", k8s.ADMIN_CONF,
-                               "--extender-listen", EXT, "--insecure-unsigned-placements",
-                               "--log-level", "warn"])
+                args = [bins[which], "--config", sconf, "--kubeconfig", k8s.ADMIN_CONF,
+                        "--extender-listen", EXT, "--insecure-unsigned-placements",
+                        "--log-level", "warn"]
+                if not (which == "B" and os.environ.get("GV_BENCH_B_NO_JOURNAL") == "1"):
+                    args += ["--bind-journal-dir", journal]
+                p = k8s.spawn("gpuvisor-scheduler-bench", args)
                 for _ in range(600):
                     if get_text("http://%s/readyz" % EXT):
                         break

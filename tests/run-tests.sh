@@ -119,9 +119,13 @@ for t in "$@"; do
         "$(awk -v a="$start" -v b="$end" 'BEGIN{print b-a}')"
     if [ "$f" -ne 0 ]; then
         failed_names+=("$name")
-        # each failure with the diagnostics printed right after it
+        # each failure with the diagnostics printed right after it, and the
+        # message cmocka prints before it ("ERROR: ..." from fail_msg: CI's
+        # excerpt showed only "error: Failure!" without it)
         awk -v skip="$skip_re" '
-            /^not ok/ && $0 !~ skip { print; k = 8; next }
+            /^not ok/ && $0 !~ skip { if (e != "") print e; e = ""; print; k = 8; next }
+            /^not ok/ || /^ok / { e = "" }
+            /^ERROR: / { e = substr($0, 1, 400) }
             /^# / && k > 0 { print; k--; next }
             { k = 0 }' "$log" | head -40 | sed 's/^/    /'
         echo "    (full log: $log)"

@@ -15,7 +15,7 @@ mk() { # name, body: an executable stand-in test
 }
 mk cm 'echo "1..3"; echo "# openssl CLI not found"; echo "not ok 1 # SKIP test_tls"; echo "ok 2 - test_b"; echo "ok 3 - test_c"'
 mk py 'echo "ok 1 - a"; echo "ok 2 - kube # SKIP kubectl not installed"; echo "1..2"'
-mk bad 'echo "ok 1 - fine"; echo "not ok 2 - broken"; echo "# got 3, want 4"; exit 1'
+mk bad 'echo "ok 1 - fine"; echo "ERROR: seed 7 round 9: GPU over capacity"; echo "not ok 2 - broken"; echo "# got 3, want 4"; exit 1'
 mk crash 'echo "ok 1 - fine"; kill -SEGV $$'
 mk mute 'exit 0'
 # fails on the first call in this scratch dir, passes afterwards
@@ -50,6 +50,8 @@ run "$here/run-tests.sh" "$tmp/bad" "$tmp/crash" "$tmp/mute"
 check "a failure, a crash without 'not ok' and a test with no results all fail" \
     bash -c "grep -qx '2 passed, 3 failed, 0 skipped' '$tmp/out' && [ \$(cat '$tmp/rc') = 1 ]"
 check "a failure is shown with the diagnostics after it" has "# got 3, want 4"
+check "a failure is shown with cmocka's message before it (fail_msg's ERROR line)" \
+    has "ERROR: seed 7 round 9: GPU over capacity"
 
 run "$here/repeat-tests.sh" 3 "$tmp/flaky" "$tmp/py"
 check "test-repeat: fails when a case failed in any run" rc_is 1
