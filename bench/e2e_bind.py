@@ -32,8 +32,9 @@ GV_BENCH_NODES / GV_BENCH_PODS override N / M (5000 / 1000).  GV_BENCH_EXT_B
 names a second gpuvisor-scheduler binary: each pair of rounds then runs gpu
 rounds with both (plain, gpu A, gpu B), the extender restarted between them,
 for an alternated comparison of two builds.  The extender journals its
-Bindings (--bind-journal-dir, as deployed; docs/scheduler.md); with
-GV_BENCH_B_NO_JOURNAL=1 binary B runs without the journal (its cost, A/B).
+Bindings (--bind-journal-dir, in memory as deployed; docs/scheduler.md);
+GV_BENCH_NO_JOURNAL=A or B runs that one without it (the journal's cost, A/B
+with the same binary, both orders).
 """
 import json
 import math
@@ -380,13 +381,14 @@ def main():
             if os.environ.get("GV_BENCH_EXT_B"):
                 bins["B"] = os.environ["GV_BENCH_EXT_B"]
 
-            journal = os.path.join(tmp, "binds")
+            # in memory, as the deploy's emptyDir (medium: Memory)
+            journal = "/dev/shm/gv-bench-binds"
 
             def start_ext(which):
                 args = [bins[which], "--config", sconf, "--kubeconfig", k8s.ADMIN_CONF,
                         "--extender-listen", EXT, "--insecure-unsigned-placements",
                         "--log-level", "warn"]
-                if not (which == "B" and os.environ.get("GV_BENCH_B_NO_JOURNAL") == "1"):
+                if os.environ.get("GV_BENCH_NO_JOURNAL") != which:
                     args += ["--bind-journal-dir", journal]
                 p = k8s.spawn("gpuvisor-scheduler-bench", args)
                 for _ in range(600):

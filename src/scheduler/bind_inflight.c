@@ -62,8 +62,8 @@ static bool entry_path(const struct gv_sched *s, const char *uid, const char *su
 bool gv_sched_inflight_journal(struct gv_sched *s, const char *uid, const char *ns,
                                const char *name, const char *node, const char *encoded)
 {
-    char tmp[1024], path[1024];
-    if (!entry_path(s, uid, ".tmp", tmp, sizeof(tmp)) || !entry_path(s, uid, "", path, sizeof(path)))
+    char path[1024];
+    if (!entry_path(s, uid, "", path, sizeof(path)))
         return false;
     json_t *e = json_pack("{s:s,s:s,s:s,s:s,s:s,s:I}", "uid", uid, "namespace", ns ? ns : "",
                           "name", name ? name : "", "node", node, "assignment", encoded,
@@ -72,20 +72,21 @@ bool gv_sched_inflight_journal(struct gv_sched *s, const char *uid, const char *
     json_decref(e);
     bool ok = false;
     if (text != NULL) {
-        /* Written whole, then renamed into place: a successor never reads
-         * half an entry (a crash before the rename: the Binding was not
-         * sent yet). */
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        /* One write, in place: no rename (a metadata operation per bind
+         * that cost measurably on a disk).  An entry cut short (the process
+         * died while writing it) does not parse and is dropped at restore,
+         * rightly: its Binding was not sent yet; only a 409, a definite
+         * refusal, makes a bind write its entry again. */
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         size_t len = strlen(text);
         ok = fd >= 0 && write(fd, text, len) == (ssize_t)len;
         if (fd >= 0 && close(fd) != 0)
             ok = false;
-        ok = ok && rename(tmp, path) == 0;
         if (!ok) {
             gv_warn_limited("bind journal %s: %s (a restart meanwhile would not know this "
                             "Binding)",
                             path, strerror(errno));
-            unlink(tmp);
+            unlink(path);
         }
     }
     free(text);
@@ -164,12 +165,8 @@ static void restore_one(struct gv_sched *s, const char *dir, const char *file, t
     char path[1024];
     if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, file) >= sizeof(path))
         return;
-    size_t n = strlen(file);
-    if (n > 4 && strcmp(file + n - 4, ".tmp") == 0) {
-        unlink(path); /* never renamed: its Binding was not sent */
-        return;
-    }
     json_error_t jerr;
+    memset(&jerr, 0, sizeof(jerr));
     json_t *e = json_load_file(path, 0, &jerr);
     const char *uid = json_string_value(json_object_get(e, "uid"));
     const char *ns = json_string_value(json_object_get(e, "namespace"));
@@ -177,7 +174,8 @@ static void restore_one(struct gv_sched *s, const char *dir, const char *file, t
     const char *enc = json_string_value(json_object_get(e, "assignment"));
     json_int_t deadline = json_integer_value(json_object_get(e, "deadline"));
     if (uid == NULL || ns == NULL || name == NULL || enc == NULL || strcmp(uid, file) != 0) {
-        gv_warn("bind journal %s: unreadable entry removed", path);
+        /* cut short by a crash while it was written: never sent */
+        gv_warn("bind journal %s: unreadable entry removed (%s)", path, jerr.text);
         unlink(path);
     } else if (deadline <= now) {
         unlink(path);
