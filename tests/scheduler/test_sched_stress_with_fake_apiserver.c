@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -165,9 +166,16 @@ static bool sched_ready(void *ud)
 static void sched_start(struct stress *t)
 {
     unlink(t->port_path);
+    pid_t parent = getpid();
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        /* A failed assertion leaves the test without its clean-up: the
+         * scheduler must not outlive it (make mutants fails tests by design,
+         * and orphans retried a gone API server for hours). */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
         int fd = open(t->log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0) {
             dup2(fd, 1);
