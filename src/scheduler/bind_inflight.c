@@ -100,12 +100,18 @@ void gv_sched_inflight_unjournal(struct gv_sched *s, const char *uid)
         unlink(path);
 }
 
+/* The record key of pod uid's hold, into key; false when it does not fit. */
+static bool hold_key(const char *uid, char key[GV_ALLOC_UID_MAX])
+{
+    return uid != NULL &&
+           (size_t)snprintf(key, GV_ALLOC_UID_MAX, GV_INFLIGHT_PREFIX "%s", uid) < GV_ALLOC_UID_MAX;
+}
+
 void gv_sched_inflight_hold(struct gv_sched *s, const char *uid, const char *ns,
                             const char *name, const char *encoded, time_t deadline)
 {
     char key[GV_ALLOC_UID_MAX];
-    if (uid == NULL || encoded == NULL ||
-        (size_t)snprintf(key, sizeof(key), GV_INFLIGHT_PREFIX "%s", uid) >= sizeof(key))
+    if (encoded == NULL || !hold_key(uid, key))
         return;
     if (gv_alloc_is_placed(s->cluster, key))
         gv_alloc_release(s->cluster, key, NULL);
@@ -142,21 +148,17 @@ static void hold_drop(struct gv_sched *s, const char *key, const char *why)
 void gv_sched_inflight_pod(struct gv_sched *s, const char *uid, bool settled)
 {
     char key[GV_ALLOC_UID_MAX];
-    if (!settled || uid == NULL ||
-        (size_t)snprintf(key, sizeof(key), GV_INFLIGHT_PREFIX "%s", uid) >= sizeof(key))
-        return;
-    hold_drop(s, key, "the pod is bound, finished or gone");
+    if (settled && hold_key(uid, key))
+        hold_drop(s, key, "the pod is bound, finished or gone");
 }
 
-bool gv_sched_inflight_expire(struct gv_sched *s, struct srec *r, time_t wall)
+void gv_sched_inflight_expire(struct gv_sched *s, struct srec *r, time_t wall)
 {
     if (r->phase != REC_INFLIGHT || wall <= r->assigned_at)
-        return false;
-    char *key = strdup(r->uid);
-    if (key != NULL)
-        hold_drop(s, key, "past the API server's request timeout");
-    free(key);
-    return true;
+        return;
+    char key[GV_ALLOC_UID_MAX]; /* r goes with the drop */
+    snprintf(key, sizeof(key), "%s", r->uid);
+    hold_drop(s, key, "past the API server's request timeout");
 }
 
 /* One journal entry (file name is uid) into a hold, or removed. */
@@ -250,10 +252,28 @@ void gv_sched_inflight_settle(struct gv_sched *s)
     struct held *h = NULL;
     size_t n = 0, cap = 0;
     pthread_mutex_lock(&s->lock);
-    for (size_t i = 0; i < s->n_recs; i++) {
+    /* Records are sorted by key: the holds are the run of keys with the
+     * prefix, found by one search (not a walk of every pod's record each
+     * second).  A hold whose pod the informer has meanwhile shown bound
+     * (its event came before the hold was taken) settles here too, unless
+     * a bind of ours for the pod is running: that bind settles it when it
+     * knows which placement the pod is bound with (gv_sched_pod_update). */
+    for (size_t i = gv_sched_rec_after(s, GV_INFLIGHT_PREFIX);
+         i < s->n_recs && gv_sched_inflight_key(s->recs[i]->uid);) {
         const struct srec *r = s->recs[i];
-        if (r->phase != REC_INFLIGHT)
+        if (r->phase != REC_INFLIGHT) {
+            i++;
             continue;
+        }
+        const struct srec *own = gv_sched_rec_find(s, r->uid + PREFIX_LEN);
+        if (gv_sched_truth_bound(s, r->uid + PREFIX_LEN) &&
+            (own == NULL || own->phase != REC_BINDING)) {
+            char key[GV_ALLOC_UID_MAX]; /* r goes with the drop */
+            snprintf(key, sizeof(key), "%s", r->uid);
+            hold_drop(s, key, "the pod is bound");
+            continue; /* the next record is at i now */
+        }
+        i++;
         if (n == cap) {
             size_t nc = cap ? cap * 2 : 8;
             struct held *nh = realloc(h, nc * sizeof(*nh));

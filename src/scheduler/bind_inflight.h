@@ -69,8 +69,8 @@ void gv_sched_inflight_hold(struct gv_sched *s, const char *uid, const char *ns,
  * placement never competes with it for the same GPUs). */
 void gv_sched_inflight_pod(struct gv_sched *s, const char *uid, bool settled);
 
-/* Drops hold record r if it is past its deadline (lock held); true if so. */
-bool gv_sched_inflight_expire(struct gv_sched *s, struct srec *r, time_t wall);
+/* Drops hold record r if it is past its deadline (lock held; r may be freed). */
+void gv_sched_inflight_expire(struct gv_sched *s, struct srec *r, time_t wall);
 
 /* Start-up, after the node cache synced and before anything is served:
  * the predecessor's journaled Bindings become holds.  Lock held. */

@@ -19,7 +19,6 @@
 #include "scheduler/placement_guard.h"
 #include "scheduler/preempt.h"
 #include "scheduler/preempt_self.h"
-#include "scheduler/quota.h"
 #include "scheduler/sched_internal.h"
 #include "scheduler/sched_observe.h"
 #include "scheduler/whole.h"
@@ -68,48 +67,6 @@ static bool encoded_node(const char *text, char *buf, size_t cap)
         return false;
     memcpy(buf, p, n);
     buf[n] = '\0';
-    return true;
-}
-
-static json_t *truth_make(bool bound, time_t at, const char *rv, const char *ns, const char *name,
-                          const char *text)
-{
-    char *buf = NULL;
-    if (asprintf(&buf, "%d\t%lld\t%s\t%s\t%s\t%s", bound ? 1 : 0, (long long)at, rv ? rv : "",
-                 ns ? ns : "", name ? name : "", text) < 0)
-        return NULL;
-    json_t *j = json_string(buf);
-    free(buf);
-    return j;
-}
-
-/* Copies the field at *p (up to a tab) into buf; false when absent or long. */
-static bool truth_field(const char **p, char *buf, size_t cap)
-{
-    const char *tab = strchr(*p, '\t');
-    size_t n = tab ? (size_t)(tab - *p) : 0;
-    if (tab == NULL || n >= cap)
-        return false;
-    memcpy(buf, *p, n);
-    buf[n] = '\0';
-    *p = tab + 1;
-    return true;
-}
-
-bool truth_get(json_t *t, struct truth *o)
-{
-    const char *p = json_string_value(t);
-    char num[32];
-    if (p == NULL || !truth_field(&p, num, sizeof(num)))
-        return false;
-    o->bound = num[0] == '1';
-    if (!truth_field(&p, num, sizeof(num)))
-        return false;
-    o->at = (time_t)strtoll(num, NULL, 10);
-    if (!truth_field(&p, o->rv, sizeof(o->rv)) || !truth_field(&p, o->ns, sizeof(o->ns)) ||
-        !truth_field(&p, o->name, sizeof(o->name)))
-        return false;
-    o->text = p;
     return true;
 }
 
@@ -260,12 +217,6 @@ void gv_sched_apply_truth(struct gv_sched *s, const char *uid, time_t wall)
     }
 }
 
-bool gv_sched_truth_bound(struct gv_sched *s, const char *uid)
-{
-    struct truth o;
-    return truth_get(json_object_get(s->truth, uid), &o) && o.bound;
-}
-
 /* A pod ended or left (lock held): free it, unless our bind owns the
  * placement, which then frees it when it ends. */
 static void pod_gone(struct gv_sched *s, const char *uid)
@@ -326,10 +277,10 @@ void expire_locked(struct gv_sched *s, double now, time_t wall)
     for (size_t i = s->n_recs; i-- > 0;) {
         struct srec *r = s->recs[i];
         bool expired = false;
-        if (gv_sched_inflight_expire(s, r, wall))
-            continue; /* a hold past its deadline, dropped */
-        if (r->phase == REC_INFLIGHT)
+        if (r->phase == REC_INFLIGHT) { /* a hold: its own deadline */
+            gv_sched_inflight_expire(s, r, wall);
             continue;
+        }
         if (r->phase == REC_RESERVED)
             expired = now - r->since > (double)s->cfg.reservation_ttl_s;
         else if (r->phase == REC_UNBOUND)

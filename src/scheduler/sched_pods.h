@@ -28,8 +28,12 @@ struct truth {
     const char *text; /* into the entry */
 };
 
-/* sched_pods.c */
+/* truth.c */
+json_t *truth_make(bool bound, time_t at, const char *rv, const char *ns, const char *name,
+                   const char *text);
 bool truth_get(json_t *t, struct truth *o);
+
+/* sched_pods.c */
 const char *truth_live(struct gv_sched *s, json_t *t, time_t wall);
 bool encoded_placeable(struct gv_sched *s, const char *text);
 void expire_locked(struct gv_sched *s, double now, time_t wall);

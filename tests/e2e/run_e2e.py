@@ -492,11 +492,16 @@ def run_checks(api):
         use = assignment_usage(pods)
         worst = max(use.values()) if use else 0
         pod_name, _, restarts = extender_container()
+        # how many Bindings the restarted extenders found in the journal (a
+        # figure: whether one was in flight at a kill is up to timing)
+        held = sum(kubectl("-n", NS, "logs", pod_name or "-", "-c", "extender", *prev,
+                           check=False).count("may still land")
+                   for prev in ([], ["--previous"]))
         check("extender SIGKILLed twice mid-burst, restarted in place: over-commits nothing",
               nb == fits and worst <= 81559 and restarts >= 2,
               "%d of %d created bound (%d fit), most on one GPU %d MiB; %d kills, extender "
-              "restarts %d (%s)" % (nb, created[0] if created else 0, fits, worst, kills,
-                                    restarts, pod_name))
+              "restarts %d (%s); journaled Bindings held after a restart: %d"
+              % (nb, created[0] if created else 0, fits, worst, kills, restarts, pod_name, held))
     finally:
         hb.stop.set()
 

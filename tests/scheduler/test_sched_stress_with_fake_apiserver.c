@@ -113,9 +113,11 @@ static void dump_diagnosis(struct stress *t, char names[][48], size_t n)
     char line[1024];
     while (f != NULL && fgets(line, sizeof(line), f) != NULL)
         for (size_t k = 0; k < n; k++) {
-            char key[56];
+            char key[56], key2[56]; /* "ns/name to ..." and "ns/name: ..." */
             snprintf(key, sizeof(key), "/%s ", names[k]);
-            if (strstr(line, key) != NULL || strstr(line, "ready:") != NULL ||
+            snprintf(key2, sizeof(key2), "/%s:", names[k]);
+            if (strstr(line, key) != NULL || strstr(line, key2) != NULL ||
+                strstr(line, "ready:") != NULL ||
                 strstr(line, "drift") != NULL) {
                 printf("# log: %s", line);
                 break;
