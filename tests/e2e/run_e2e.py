@@ -468,16 +468,27 @@ def run_checks(api):
                     if cs["name"] == "extender" and cs.get("containerID") and \
                             cs.get("state", {}).get("running"):
                         return sp["metadata"]["name"], cs["containerID"].split("//")[-1], \
-                            cs.get("restartCount", 0)
-            return None, None, 0
+                            cs.get("restartCount", 0), sp["metadata"]["uid"]
+            return None, None, 0, None
         created = []
         burst_thread = threading.Thread(target=lambda: created.append(
             burst(api, "e2e-burst", 200, 20000, "k")))
         burst_thread.start()
         kills = 0
-        for delay in (1.0, 4.0):
+        for delay in (1.0, 2.0):
             time.sleep(delay)
-            _, cid, _ = extender_container()
+            _, cid, _, puid = extender_container()
+            # kill while a Binding is in flight: its journal entry (the
+            # emptyDir, seen from the node) is there; up to 5 s, then anyway
+            jdir = "/var/lib/kubelet/pods/%s/volumes/kubernetes.io~empty-dir/binds" % puid
+            t_poll = time.time()
+            while time.time() - t_poll < 5:
+                try:
+                    if os.listdir(jdir):
+                        break
+                except OSError:
+                    pass
+                time.sleep(0.002)
             if cid and subprocess.run("%s tasks kill --signal SIGKILL %s" % (CTR, cid),
                                       shell=True, capture_output=True).returncode == 0:
                 kills += 1
@@ -491,9 +502,9 @@ def run_checks(api):
         nb = sum(1 for p in pods if p["spec"].get("nodeName"))
         use = assignment_usage(pods)
         worst = max(use.values()) if use else 0
-        pod_name, _, restarts = extender_container()
+        pod_name, _, restarts, _ = extender_container()
         # how many Bindings the restarted extenders found in the journal (a
-        # figure: whether one was in flight at a kill is up to timing)
+        # figure: the kills wait for an entry, but it may be gone by then)
         held = sum(kubectl("-n", NS, "logs", pod_name or "-", "-c", "extender", *prev,
                            check=False).count("may still land")
                    for prev in ([], ["--previous"]))
