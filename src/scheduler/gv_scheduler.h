@@ -105,6 +105,14 @@ gv_status gv_sched_start(struct gv_sched *s, struct gv_error *err);
 void gv_sched_free(struct gv_sched *s);
 /* True once the node and pod caches are synced (always true without kube). */
 bool gv_sched_ready(struct gv_sched *s);
+/* Waits up to timeout_ms for gv_sched_ready; returns it.  The extender's
+ * verbs wait for it: kube-scheduler calls a restarted extender at once. */
+bool gv_sched_wait_ready(struct gv_sched *s, long timeout_ms);
+/* For a caller that feeds the state by hand (gv_sched_node_update and
+ * gv_sched_pod_update) and gives kube for writes only (Bindings, events,
+ * evictions): gv_sched_start is never called, so the caches count as
+ * synced at once.  Before anything is served. */
+void gv_sched_feed_by_hand(struct gv_sched *s);
 
 /* State inputs (what the informers call); objects are borrowed. */
 void gv_sched_node_update(struct gv_sched *s, json_t *node);

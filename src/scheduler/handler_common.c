@@ -25,6 +25,20 @@ const char *const pending_labels[PENDING_COUNT] = {
 #undef X_LABEL
 };
 
+bool verb_ready(struct gv_sched *s, const char *verb, struct gv_http_response *resp)
+{
+    if (gv_sched_ready(s) || gv_sched_wait_ready(s, VERB_SYNC_WAIT_MS))
+        return true;
+    /* kube-scheduler takes an error as "try the pod again later"; placing
+     * from a cache without the bound pods would hand out their GPUs. */
+    gv_warn_limited("%s: node/pod caches not synced after %d s; answered 503", verb,
+                    VERB_SYNC_WAIT_MS / 1000);
+    gv_http_respond_error(resp, 503,
+                          "gpuvisor-scheduler is starting: its node and pod caches are not "
+                          "synced yet; try again");
+    return false;
+}
+
 void respond_json(struct gv_http_response *resp, char *text)
 {
     if (text == NULL) {

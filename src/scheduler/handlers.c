@@ -483,6 +483,25 @@ static void handle_mutate(void *ctx, const struct gv_http_request *hreq,
 
 /* ---- registration ------------------------------------------------------ */
 
+/* Every extender verb, each behind verb_ready: a restarted extender is
+ * called before its informers have listed (kube-scheduler does not wait for
+ * readiness), and an answer then would count none of the pods' GPUs. */
+#define EXTENDER_VERBS(X)                                                                     \
+    X(filter, handle_filter)                                                                  \
+    X(prioritize, handle_prioritize)                                                          \
+    X(bind, handle_bind)                                                                      \
+    X(preempt, gv_sched_preempt_self_verb)
+
+#define X_GATED(verb, fn)                                                                     \
+    static void gated_##verb(void *ctx, const struct gv_http_request *hreq,                   \
+                             struct gv_http_response *resp)                                  \
+    {                                                                                         \
+        if (verb_ready(ctx, #verb, resp))                                                     \
+            fn(ctx, hreq, resp);                                                              \
+    }
+EXTENDER_VERBS(X_GATED)
+#undef X_GATED
+
 static gv_status remember_server(struct gv_sched *s, struct gv_httpd *h)
 {
     for (size_t i = 0; i < s->n_servers; i++)
@@ -501,8 +520,10 @@ gv_status gv_sched_serve_extender(struct gv_sched *s, struct gv_httpd *h, const 
         const char *verb;
         gv_httpd_handler fn;
     } verbs[] = {
-        {"filter", handle_filter}, {"prioritize", handle_prioritize}, {"bind", handle_bind},
-        {"preempt", gv_sched_preempt_self_verb}};
+#define X_ROUTE(verb, fn) {#verb, gated_##verb},
+        EXTENDER_VERBS(X_ROUTE)
+#undef X_ROUTE
+    };
     size_t plen = strlen(prefix);
     while (plen > 0 && prefix[plen - 1] == '/')
         plen--;

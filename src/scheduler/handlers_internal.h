@@ -22,6 +22,12 @@ void handle_prioritize(void *ctx, const struct gv_http_request *hreq,
                        struct gv_http_response *resp);
 
 /* handler_common.c */
+/* How long a verb waits for the first lists of nodes and pods (a restarted
+ * extender: kube-scheduler calls it at once, readiness or not). */
+#define VERB_SYNC_WAIT_MS 10000
+/* False (and resp answered 503) when the caches are not synced within
+ * VERB_SYNC_WAIT_MS: an answer from them would count no pod's GPUs. */
+bool verb_ready(struct gv_sched *s, const char *verb, struct gv_http_response *resp);
 const char *meta(json_t *obj, const char *key);
 void note_pending(struct gv_sched *s, json_t *pod, enum pending_reason why);
 void respond_json(struct gv_http_response *resp, char *text);

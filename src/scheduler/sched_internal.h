@@ -89,6 +89,7 @@ struct gv_sched {
     struct gv_sched_config cfg;
     struct gv_kube_client *kube;
     struct gv_informer *node_inf, *pod_inf;
+    bool hand_fed; /* gv_sched_feed_by_hand: the informers never start */
 
     pthread_mutex_t lock; /* guards everything below (but servers and the sweeper) */
     struct gv_alloc_cluster *cluster;
@@ -153,12 +154,17 @@ void gv_sched_forget_pod(struct gv_sched *s, const char *uid);
 gv_status gv_sched_rec_set(struct srec *r, enum rec_phase phase, const char *node,
                            const char *encoded, const char *rv);
 
-/* sched.c: places an assignment text for uid (phase must be a placed one)
- * and records it; the request is rebuilt from the assignment, so only what
- * the engine accounts is needed.  Lock held.  GV_EEXIST when placed. */
+/* place.c: places an assignment text for uid (phase must be a placed one)
+ * and records it (the whole text); the request is rebuilt from the
+ * assignment, so only what the engine accounts is needed.  Devices on GPUs
+ * the node does not list now are left out of the engine (counted when the
+ * GPU is back: node_replace); GV_ENOTFOUND when it lists none of them.
+ * Lock held.  GV_EEXIST when placed. */
 gv_status gv_sched_place_encoded(struct gv_sched *s, const char *uid, const char *ns,
                                  const char *name, const char *encoded, enum rec_phase phase,
                                  struct gv_error *err);
+/* place.c: its node known and at least one of its GPUs listed.  Lock held. */
+bool encoded_placeable(struct gv_sched *s, const char *text);
 
 /* Settles uid's accounting with what the API says of it (the truth table),
  * unless a reservation or bind of ours owns it.  Lock held. */

@@ -133,23 +133,6 @@ const char *truth_live(struct gv_sched *s, json_t *t, time_t wall)
     return o.text;
 }
 
-/* Have all GPUs of an assignment a model in the engine (its node and each
- * uuid)?  A placement on a GPU the inventory does not list waits. */
-bool encoded_placeable(struct gv_sched *s, const char *text)
-{
-    struct gv_alloc_assignment *a = malloc(sizeof(*a));
-    bool ok = a != NULL && gv_alloc_assignment_decode(text, strlen(text), a, NULL) == GV_OK &&
-              gv_alloc_node_exists(s->cluster, a->node);
-    for (uint32_t i = 0; ok && i < a->n_containers; i++)
-        for (uint32_t d = 0; ok && d < a->containers[i].n_devices; d++) {
-            struct gv_alloc_gpu_usage u;
-            ok = gv_alloc_gpu_usage_get(s->cluster, a->node, a->containers[i].devices[d].uuid, &u,
-                                        NULL) == GV_OK;
-        }
-    free(a);
-    return ok;
-}
-
 /* Records (and places, when its GPUs are known) text as uid's placement in
  * phase; replaces a different earlier one.  Lock held. */
 static void account(struct gv_sched *s, const char *uid, const char *ns, const char *name,

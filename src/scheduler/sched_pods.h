@@ -35,7 +35,6 @@ bool truth_get(json_t *t, struct truth *o);
 
 /* sched_pods.c */
 const char *truth_live(struct gv_sched *s, json_t *t, time_t wall);
-bool encoded_placeable(struct gv_sched *s, const char *text);
 void expire_locked(struct gv_sched *s, double now, time_t wall);
 const char *str_at(json_t *obj, const char *a, const char *b);
 const char *annotation(json_t *obj, const char *key);

@@ -54,6 +54,7 @@ static void env_start_kube(struct env *e, const char *const *nodes, size_t n_nod
         cfg.unsigned_before = time(NULL) + 3600;
     }
     assert_int_equal(gv_sched_new(&cfg, kube, &e->s, &err), GV_OK);
+    gv_sched_feed_by_hand(e->s); /* the informers are fed by hand */
     cfg.placement_key = NULL; /* borrowed by the scheduler, owned by the test */
     gv_sched_config_clear(&cfg);
     for (size_t i = 0; i < n_nodes; i++) {

@@ -165,7 +165,9 @@ static bool sched_ready(void *ud)
     return st_http("GET", url, NULL, NULL) == 200;
 }
 
-static void sched_start(struct stress *t)
+/* Starts the scheduler and waits for its port; wait_ready: and for /readyz
+ * (kube-scheduler itself never waits for it: sched_start_unready). */
+static void sched_start_opt(struct stress *t, bool wait_ready)
 {
     unlink(t->port_path);
     pid_t parent = getpid();
@@ -207,7 +209,13 @@ static void sched_start(struct stress *t)
     snprintf(t->base, sizeof(t->base), "http://127.0.0.1:%u/gpuvisor", port);
     snprintf(t->metrics, sizeof(t->metrics), "http://127.0.0.1:%u/metrics", port);
     pthread_mutex_unlock(&t->mu);
-    assert_true(st_wait(sched_ready, t, 20000));
+    if (wait_ready)
+        assert_true(st_wait(sched_ready, t, 20000));
+}
+
+static void sched_start(struct stress *t)
+{
+    sched_start_opt(t, true);
 }
 
 static void sched_kill(struct stress *t)
@@ -1206,6 +1214,136 @@ static void test_killed_schedulers_binding_lands_after_restart(void **state)
     stress_free(t);
 }
 
+/*
+ * What CI's real cluster found (the extender SIGKILLed mid-burst: 7 pods of
+ * 20 GB on one 80 GB GPU): kube-scheduler calls a restarted extender the
+ * moment it listens, readiness or not, and a filter or bind answered before
+ * the pod list arrived counted none of the bound pods' GPUs.  Here the API
+ * stand-in answers the successor's pod LIST 3 s late; filter and bind sent
+ * at once must wait for it (or fail), never place on the full GPUs.
+ */
+static void test_restarted_scheduler_called_before_its_pod_list(void **state)
+{
+    (void)state;
+    unsigned rounds;
+    struct stress *t = stress_new("GV_STRESS_SEED", "GV_STRESS_ROUNDS", 1, 30, &rounds);
+    const char *n0[] = {"s-n0"};
+    json_t *a = st_create_pod(t->kube, "full-a",
+                              "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpu\":\"2\","
+                              "\"nvidia.com/gpumem\":\"12000\"}}]",
+                              NULL);
+    json_t *b = st_create_pod(t->kube, "early-b",
+                              "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpu\":\"1\","
+                              "\"nvidia.com/gpumem\":\"8000\"}}]",
+                              NULL);
+    json_t *c = st_create_pod(t->kube, "early-c",
+                              "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpu\":\"1\","
+                              "\"nvidia.com/gpumem\":\"8000\"}}]",
+                              NULL);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(c);
+    char base[128];
+    base_of(t, base, sizeof(base));
+    json_t *r = st_filter(base, a, n0, 1, NULL);
+    assert_string_equal(st_chosen(r), "s-n0");
+    json_decref(r);
+    char *e = st_bind(base, a, "s-n0");
+    assert_string_equal(e, "");
+    free(e);
+    json_t *cur = get_pod(t, "full-a");
+    assert_non_null(cur);
+    assert_string_equal(pod_node(cur), "s-n0");
+    json_decref(cur);
+
+    sched_kill(t);
+    assert_int_equal(fake_apiserver_ctl(&t->fa, "list-delay?resource=pods&ms=3000", NULL), 200);
+    sched_start_opt(t, false); /* called as soon as it listens */
+    base_of(t, base, sizeof(base));
+    /* the bind first (as if B's filter had gone to the predecessor), then a
+     * filter: both while the pod list is still on its way */
+    e = st_bind(base, b, "s-n0");
+    assert_string_not_equal(e, "");
+    free(e);
+    long code = 0;
+    r = st_filter(base, c, n0, 1, &code);
+    assert_null(st_chosen(r)); /* s-n0's GPUs are A's: 4000 MiB left on each */
+    json_decref(r);
+    assert_int_equal(fake_apiserver_ctl(&t->fa, "list-delay?resource=pods&ms=0", NULL), 200);
+    cur = get_pod(t, "early-b");
+    assert_non_null(cur);
+    assert_null(pod_node(cur));
+    json_decref(cur);
+    assert_true(st_wait(sched_ready, t, 20000));
+    check_capacity(t, 0);
+    json_decref(a);
+    json_decref(b);
+    json_decref(c);
+    stress_free(t);
+}
+
+/*
+ * What the stress rounds found (seed 1795888926): the scheduler restarted
+ * while node s-n0's agent reported its last GPU missing; pod A, bound on
+ * both GPUs, was counted on neither (its placement waited for the missing
+ * one), and the next pod went onto A's share of the GPU that was there.  A
+ * running scheduler keeps the other devices counted when a GPU vanishes; a
+ * restarted one must count the same, and all of A once the GPU is back.
+ */
+static void test_gpu_missing_at_restart_keeps_the_others_counted(void **state)
+{
+    (void)state;
+    unsigned rounds;
+    struct stress *t = stress_new("GV_STRESS_SEED", "GV_STRESS_ROUNDS", 1, 30, &rounds);
+    const char *n0[] = {"s-n0"};
+    json_t *a = st_create_pod(t->kube, "span-a",
+                              "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpu\":\"2\","
+                              "\"nvidia.com/gpumem\":\"6000\"}}]",
+                              NULL);
+    json_t *b = st_create_pod(t->kube, "after-b",
+                              "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpu\":\"1\","
+                              "\"nvidia.com/gpumem\":\"12000\"}}]",
+                              NULL);
+    assert_non_null(a);
+    assert_non_null(b);
+    char base[128];
+    base_of(t, base, sizeof(base));
+    json_t *r = st_filter(base, a, n0, 1, NULL);
+    assert_string_equal(st_chosen(r), "s-n0");
+    json_decref(r);
+    char *e = st_bind(base, a, "s-n0");
+    assert_string_equal(e, "");
+    free(e);
+
+    sched_kill(t);
+    put_node(t, 0, GPUS_PER_NODE - 1, true); /* GPU-s-n0-1 missing */
+    sched_start(t);
+    base_of(t, base, sizeof(base));
+    /* A holds 6000 of GPU-s-n0-0's 16000: B's 12000 does not fit there */
+    r = st_filter(base, b, n0, 1, NULL);
+    assert_null(st_chosen(r));
+    json_decref(r);
+    assert_true(st_metric(t->metrics, "gpuvisor_node_gpu_memory_allocated_mib", "s-n0") == 6000);
+
+    put_node(t, 0, GPUS_PER_NODE, true); /* back: A counted on both again */
+    for (int i = 0; i < 500; i++) {
+        if (st_metric(t->metrics, "gpuvisor_node_gpu_memory_allocated_mib", "s-n0") == 12000)
+            break;
+        usleep(10000);
+    }
+    assert_true(st_metric(t->metrics, "gpuvisor_node_gpu_memory_allocated_mib", "s-n0") == 12000);
+    r = st_filter(base, b, n0, 1, NULL);
+    assert_null(st_chosen(r));
+    json_decref(r);
+    check_capacity(t, 0);
+    checks_seen = st_metric(t->metrics, "gpuvisor_accounting_self_checks_total", NULL);
+    assert_true(st_wait(two_more_self_checks, t, 20000));
+    check_drift(t, 0);
+    json_decref(a);
+    json_decref(b);
+    stress_free(t);
+}
+
 int main(void)
 {
     gv_log_set_level(GV_LOG_ERROR);
@@ -1216,6 +1354,8 @@ int main(void)
         cmocka_unit_test(test_stress_rounds_with_kills_and_agent_restarts),
         cmocka_unit_test(test_preemption_rounds_with_kills),
         cmocka_unit_test(test_killed_schedulers_binding_lands_after_restart),
+        cmocka_unit_test(test_restarted_scheduler_called_before_its_pod_list),
+        cmocka_unit_test(test_gpu_missing_at_restart_keeps_the_others_counted),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();

@@ -43,6 +43,9 @@ Test controls (never part of the real API) live under /_fake/:
        of 0..N ms (fixed=1: exactly N; 0: none), caller connected or not: a
        write the server has read lands even when the client died (a killed
        scheduler's Binding applied after its successor listed the pods)
+  POST /_fake/list-delay?resource=pods&ms=N  answer each LIST of that resource
+       N ms late (0: at once): a large cluster's first list, during which a
+       restarted client is already being called
   POST /_fake/heal                     stop injecting failures (and lag)
   POST /_fake/garbage?count=N          answer the next N API requests 200
        with a malformed JSON body
@@ -394,6 +397,7 @@ class Faults:
         self.refuse_evictions = 0
         self.bind_delay_ms = 0  # /_fake/bind-delay
         self.bind_delay_fixed = False
+        self.list_delay_ms = {}  # /_fake/list-delay: resource -> ms
 
     def take_after(self, path):
         """("drop", None) or ("code", c) when this request must be applied
@@ -602,6 +606,9 @@ class Handler(BaseHTTPRequestHandler):
             with FAULTS.lock:
                 FAULTS.bind_delay_ms = max(0, int(q.get("ms", "0")))
                 FAULTS.bind_delay_fixed = q.get("fixed") == "1"
+        elif op == "list-delay":
+            with FAULTS.lock:
+                FAULTS.list_delay_ms[q.get("resource", "pods")] = max(0, int(q.get("ms", "0")))
         elif op == "watch-lag":
             with STORE.cond:
                 STORE.watch_lag = q.get("on") == "1"
@@ -612,6 +619,7 @@ class Handler(BaseHTTPRequestHandler):
                 FAULTS.after = None
                 FAULTS.then_fail = 0
                 FAULTS.bind_delay_ms = 0
+                FAULTS.list_delay_ms = {}
             with STORE.cond:
                 STORE.watch_lag = False
                 STORE.cond.notify_all()
@@ -825,6 +833,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def list(self, res, ns, q):
         kind, _ = RESOURCES[res]
+        with FAULTS.lock:
+            delay = FAULTS.list_delay_ms.get(res, 0)
+        if delay:
+            time.sleep(delay / 1000.0)
         lsel = parse_label_selector(q.get("labelSelector"))
         fsel = parse_field_selector(q.get("fieldSelector"))
         limit = int(q.get("limit") or 0)
