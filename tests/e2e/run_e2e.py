@@ -59,9 +59,9 @@ VERSION = "0.1.0"
 # GV_E2E_NODE on a $KUBECONFIG cluster
 NODE = os.environ.get("GV_E2E_NODE", "vm")
 MIB = 1 << 20
-# --only preempt: install, the registration checks and the preemption
-# checks only (a shorter loop while working on them; the default run has
-# them all)
+# --only preempt / --only burst: install, the registration checks and the
+# preemption checks (or the 200-pod bursts) only (a shorter loop while
+# working on them; the default run has them all)
 ONLY = None
 
 results = []
@@ -323,77 +323,9 @@ def ns_pods(api, ns, prefix=""):
 
 # ---------------------------------------------------------------- the checks
 
-def run_checks(api):
-    out = install()
-    t_ready = wait_running()
-    # -- the DaemonSet registers and advertises
-    inv, t_inv = wait("node inventory", lambda: (api.ok("GET", "/api/v1/nodes/" + NODE)["metadata"]
-                                                 .get("annotations") or {}).get("gpuvisor.io/node-gpus"), 120)
-    alloc, t_alloc = wait("allocatable nvidia.com/gpu", lambda: api.ok("GET", "/api/v1/nodes/" + NODE)
-                          ["status"].get("allocatable", {}).get("nvidia.com/gpu"), 120)
-    t_inv += t_alloc
-    n_gpus = len(json.loads(inv)["gpus"]) if inv else 0
-    check("daemonset registers and advertises", inv and n_gpus == 2 and alloc == "20",
-          "%d GPUs in gpuvisor.io/node-gpus, allocatable nvidia.com/gpu=%s, %.0f s after apply"
-          % (n_gpus, alloc, t_ready + t_inv))
-    # -- the certificate Job creates the webhook secret
-    sec = api.call("GET", "/api/v1/namespaces/%s/secrets/gpuvisor-webhook-tls" % NS)[1]
-    keys = sorted((sec.get("data") or {}).keys()) if isinstance(sec, dict) else []
-    wh = api.ok("GET", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
-                "gpuvisor-webhook")
-    ca = wh["webhooks"][0]["clientConfig"].get("caBundle", "")
-    check("certificate Job creates the webhook secret", keys == ["ca", "cert", "key"] and ca,
-          "secret keys %s, caBundle %d bytes" % (",".join(keys), len(ca)))
-    # -- GPU-aware preemption on the real kube-scheduler and kubelet (node
-    # vm's two GPUs, before anything else holds them)
-    preempt_e2e.run(api, sys.modules[__name__])
-    if ONLY == "preempt":
-        return
-    # -- webhook through its Service; HAMi-style pod mutated, placed, allocated, sees its slice
-    api.ok("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                          "metadata": {"name": "e2e"}})
-    k8s.wait_sa(api, "e2e")
-    api.ok("POST", "/api/v1/namespaces/e2e/pods", gpu_pod("slice", "e2e", 3000, probe=True))
-    p = api.ok("GET", "/api/v1/namespaces/e2e/pods/slice")
-    check("webhook reached through its Service mutates a HAMi-style pod",
-          p["spec"].get("schedulerName") == "gpuvisor-scheduler",
-          "schedulerName=%s" % p["spec"].get("schedulerName"))
-    done, t = wait("pod slice to finish", lambda: api.ok("GET", "/api/v1/namespaces/e2e/pods/slice")
-                   ["status"].get("phase") in ("Succeeded", "Failed"), 180)
-    p = api.ok("GET", "/api/v1/namespaces/e2e/pods/slice")
-    logs = kubectl("-n", "e2e", "logs", "slice", check=False)
-    a = (p["metadata"].get("annotations") or {}).get("gpuvisor.io/assignment", "")
-    check("pod placed and allocated; its container sees its slice through the interposer",
-          p["status"].get("phase") == "Succeeded" and "not ok" not in logs and a,
-          "phase %s, node %s, assignment %s, probe: %s" % (
-              p["status"].get("phase"), p["spec"].get("nodeName"), a or "-",
-              " | ".join(l for l in logs.splitlines() if l.startswith(("ok", "not ok")))[:300]))
-    # a long-running GPU pod for the rolling update
-    api.ok("POST", "/api/v1/namespaces/e2e/pods", gpu_pod("keeper", "e2e", 2000))
-    wait("keeper running", lambda: api.ok("GET", "/api/v1/namespaces/e2e/pods/keeper")
-         ["status"].get("phase") == "Running", 120)
-
-    # -- a second install on top of the first is a no-op: nothing is written
-    # (every object keeps its resourceVersion; kubectl may still say
-    # "configured" for a field the server drops, e.g. 1.20's Jobs lose
-    # ttlSecondsAfterFinished, an alpha field there)
-    def versions():
-        objs = json.loads(kubectl("get", "-k", OVERLAY, "-o", "json"))["items"]
-        return {"%s/%s" % (o["kind"], o["metadata"]["name"]): o["metadata"]["resourceVersion"]
-                for o in objs}
-    v1 = versions()
-    pods1 = sorted(p["metadata"]["uid"] for p in ns_pods(api, NS))
-    again = kubectl("apply", "-k", OVERLAY)
-    time.sleep(3)
-    v2 = versions()
-    pods2 = sorted(p["metadata"]["uid"] for p in ns_pods(api, NS))
-    written = sorted(k for k in v1 if v2.get(k) != v1[k])
-    said = [l for l in again.splitlines() if l and not l.endswith(" unchanged")]
-    check("a second install on top of the first is a no-op", not written and pods1 == pods2,
-          "%d objects, %d rewritten %s, pods %s; kubectl said %s"
-          % (len(v1), len(written), written[:3], "kept" if pods1 == pods2 else "replaced",
-             said or "all unchanged"))
-
+def burst_checks(api):
+    """The 200-pod bursts on 10 fake nodes: plain, with the scheduler and
+    DaemonSet recreated, with the extender SIGKILLed twice."""
     # -- a 200-pod burst over-commits nothing (fake nodes: 10 x 2 A100-80GB)
     fake = k8s.create_fake_nodes(api, 10, prefix="e2e-fake-", n_gpus=2, taint=True)
     hb = Heartbeats(api, fake)
@@ -474,21 +406,27 @@ def run_checks(api):
         burst_thread = threading.Thread(target=lambda: created.append(
             burst(api, "e2e-burst", 200, 20000, "k")))
         burst_thread.start()
-        kills = 0
-        for delay in (1.0, 2.0):
-            time.sleep(delay)
+        kills, kill_at, seen = 0, [], 0
+
+        def k_bound():
+            return sum(1 for p in ns_pods(api, "e2e-burst", "k-") if p["spec"].get("nodeName"))
+        for step in (5, 10):
+            # kill while Bindings flow: once `step` more pods are bound than
+            # when the extender (re)started; then kube-scheduler calls its
+            # successor at once, before that one has listed the pods
             _, cid, _, puid = extender_container()
-            # kill while a Binding is in flight: its journal entry (the
-            # emptyDir, seen from the node) is there; up to 5 s, then anyway
-            jdir = "/var/lib/kubelet/pods/%s/volumes/kubernetes.io~empty-dir/binds" % puid
+            b0 = k_bound()
             t_poll = time.time()
-            while time.time() - t_poll < 5:
-                try:
-                    if os.listdir(jdir):
-                        break
-                except OSError:
-                    pass
-                time.sleep(0.002)
+            while time.time() - t_poll < 30 and k_bound() < min(b0 + step, fits):
+                time.sleep(0.05)
+            # a Binding in flight has its journal entry (the emptyDir, seen
+            # from the node): a figure, the kill does not wait for one
+            jdir = "/var/lib/kubelet/pods/%s/volumes/kubernetes.io~empty-dir/binds" % puid
+            try:
+                seen += bool(os.listdir(jdir))
+            except OSError:
+                pass
+            kill_at.append(k_bound())
             if cid and subprocess.run("%s tasks kill --signal SIGKILL %s" % (CTR, cid),
                                       shell=True, capture_output=True).returncode == 0:
                 kills += 1
@@ -510,11 +448,91 @@ def run_checks(api):
                    for prev in ([], ["--previous"]))
         check("extender SIGKILLed twice mid-burst, restarted in place: over-commits nothing",
               nb == fits and worst <= 81559 and restarts >= 2,
-              "%d of %d created bound (%d fit), most on one GPU %d MiB; %d kills, extender "
-              "restarts %d (%s); journaled Bindings held after a restart: %d"
-              % (nb, created[0] if created else 0, fits, worst, kills, restarts, pod_name, held))
+              "%d of %d created bound (%d fit), most on one GPU %d MiB; %d kills (with %s "
+              "pods bound), extender restarts %d (%s); a journal entry seen at %d of the "
+              "kills; journaled Bindings held after a restart: %d"
+              % (nb, created[0] if created else 0, fits, worst, kills,
+                 " and ".join(map(str, kill_at)), restarts, pod_name, seen, held))
     finally:
         hb.stop.set()
+
+
+def run_checks(api):
+    out = install()
+    t_ready = wait_running()
+    # -- the DaemonSet registers and advertises
+    inv, t_inv = wait("node inventory", lambda: (api.ok("GET", "/api/v1/nodes/" + NODE)["metadata"]
+                                                 .get("annotations") or {}).get("gpuvisor.io/node-gpus"), 120)
+    alloc, t_alloc = wait("allocatable nvidia.com/gpu", lambda: api.ok("GET", "/api/v1/nodes/" + NODE)
+                          ["status"].get("allocatable", {}).get("nvidia.com/gpu"), 120)
+    t_inv += t_alloc
+    n_gpus = len(json.loads(inv)["gpus"]) if inv else 0
+    check("daemonset registers and advertises", inv and n_gpus == 2 and alloc == "20",
+          "%d GPUs in gpuvisor.io/node-gpus, allocatable nvidia.com/gpu=%s, %.0f s after apply"
+          % (n_gpus, alloc, t_ready + t_inv))
+    # -- the certificate Job creates the webhook secret
+    sec = api.call("GET", "/api/v1/namespaces/%s/secrets/gpuvisor-webhook-tls" % NS)[1]
+    keys = sorted((sec.get("data") or {}).keys()) if isinstance(sec, dict) else []
+    wh = api.ok("GET", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
+                "gpuvisor-webhook")
+    ca = wh["webhooks"][0]["clientConfig"].get("caBundle", "")
+    check("certificate Job creates the webhook secret", keys == ["ca", "cert", "key"] and ca,
+          "secret keys %s, caBundle %d bytes" % (",".join(keys), len(ca)))
+    # -- GPU-aware preemption on the real kube-scheduler and kubelet (node
+    # vm's two GPUs, before anything else holds them)
+    if ONLY == "burst":
+        burst_checks(api)
+        return
+    preempt_e2e.run(api, sys.modules[__name__])
+    if ONLY == "preempt":
+        return
+    # -- webhook through its Service; HAMi-style pod mutated, placed, allocated, sees its slice
+    api.ok("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                          "metadata": {"name": "e2e"}})
+    k8s.wait_sa(api, "e2e")
+    api.ok("POST", "/api/v1/namespaces/e2e/pods", gpu_pod("slice", "e2e", 3000, probe=True))
+    p = api.ok("GET", "/api/v1/namespaces/e2e/pods/slice")
+    check("webhook reached through its Service mutates a HAMi-style pod",
+          p["spec"].get("schedulerName") == "gpuvisor-scheduler",
+          "schedulerName=%s" % p["spec"].get("schedulerName"))
+    done, t = wait("pod slice to finish", lambda: api.ok("GET", "/api/v1/namespaces/e2e/pods/slice")
+                   ["status"].get("phase") in ("Succeeded", "Failed"), 180)
+    p = api.ok("GET", "/api/v1/namespaces/e2e/pods/slice")
+    logs = kubectl("-n", "e2e", "logs", "slice", check=False)
+    a = (p["metadata"].get("annotations") or {}).get("gpuvisor.io/assignment", "")
+    check("pod placed and allocated; its container sees its slice through the interposer",
+          p["status"].get("phase") == "Succeeded" and "not ok" not in logs and a,
+          "phase %s, node %s, assignment %s, probe: %s" % (
+              p["status"].get("phase"), p["spec"].get("nodeName"), a or "-",
+              " | ".join(l for l in logs.splitlines() if l.startswith(("ok", "not ok")))[:300]))
+    # a long-running GPU pod for the rolling update
+    api.ok("POST", "/api/v1/namespaces/e2e/pods", gpu_pod("keeper", "e2e", 2000))
+    wait("keeper running", lambda: api.ok("GET", "/api/v1/namespaces/e2e/pods/keeper")
+         ["status"].get("phase") == "Running", 120)
+
+    # -- a second install on top of the first is a no-op: nothing is written
+    # (every object keeps its resourceVersion; kubectl may still say
+    # "configured" for a field the server drops, e.g. 1.20's Jobs lose
+    # ttlSecondsAfterFinished, an alpha field there)
+    def versions():
+        objs = json.loads(kubectl("get", "-k", OVERLAY, "-o", "json"))["items"]
+        return {"%s/%s" % (o["kind"], o["metadata"]["name"]): o["metadata"]["resourceVersion"]
+                for o in objs}
+    v1 = versions()
+    pods1 = sorted(p["metadata"]["uid"] for p in ns_pods(api, NS))
+    again = kubectl("apply", "-k", OVERLAY)
+    time.sleep(3)
+    v2 = versions()
+    pods2 = sorted(p["metadata"]["uid"] for p in ns_pods(api, NS))
+    written = sorted(k for k in v1 if v2.get(k) != v1[k])
+    said = [l for l in again.splitlines() if l and not l.endswith(" unchanged")]
+    check("a second install on top of the first is a no-op", not written and pods1 == pods2,
+          "%d objects, %d rewritten %s, pods %s; kubectl said %s"
+          % (len(v1), len(written), written[:3], "kept" if pods1 == pods2 else "replaced",
+             said or "all unchanged"))
+
+    burst_checks(api)
+
 
     # -- rolling update of the DaemonSet (image change) keeps running pods and their limits
     k0 = api.ok("GET", "/api/v1/namespaces/e2e/pods/keeper")
@@ -761,10 +779,10 @@ def loopback_down():
 
 def main():
     global ONLY
-    if sys.argv[1:2] == ["--only"] and sys.argv[2:3] == ["preempt"]:
-        ONLY = "preempt"
+    if sys.argv[1:2] == ["--only"] and sys.argv[2:3] in (["preempt"], ["burst"]):
+        ONLY = sys.argv[2]
     elif sys.argv[1:] and sys.argv[1:] not in (["--up"], ["--down"]):
-        print("usage: run_e2e.py [--only preempt | --up | --down]", file=sys.stderr)
+        print("usage: run_e2e.py [--only preempt|burst | --up | --down]", file=sys.stderr)
         return 2
     if os.geteuid() != 0:
         print("FAIL e2e: needs root (the loopback cluster runs containerd and a kubelet)")
