@@ -325,7 +325,8 @@ def ns_pods(api, ns, prefix=""):
 
 def burst_checks(api):
     """The 200-pod bursts on 10 fake nodes: plain, with the scheduler and
-    DaemonSet recreated, with the extender SIGKILLed twice."""
+    DaemonSet recreated, with the extender SIGKILLed twice.  Returns the
+    fake nodes' names."""
     # -- a 200-pod burst over-commits nothing (fake nodes: 10 x 2 A100-80GB)
     fake = k8s.create_fake_nodes(api, 10, prefix="e2e-fake-", n_gpus=2, taint=True)
     hb = Heartbeats(api, fake)
@@ -455,6 +456,7 @@ def burst_checks(api):
                  " and ".join(map(str, kill_at)), restarts, pod_name, seen, held))
     finally:
         hb.stop.set()
+    return fake
 
 
 def run_checks(api):
@@ -531,7 +533,7 @@ def run_checks(api):
           % (len(v1), len(written), written[:3], "kept" if pods1 == pods2 else "replaced",
              said or "all unchanged"))
 
-    burst_checks(api)
+    fake = burst_checks(api)  # the fake nodes: removed with the uninstall below
 
 
     # -- rolling update of the DaemonSet (image change) keeps running pods and their limits
