@@ -1229,6 +1229,21 @@ class ControlHandler(Handler):
     control_only = True
 
 
+def quiet_handle_error(self, request, client_address):
+    """A client gone mid-answer (a SIGKILLed scheduler, a test's timeout)
+    is what real API servers see all the time: no traceback for it.  Those
+    tracebacks went to the test's log, where one split a TAP "ok" line and
+    the runner counted one case less.  Other errors still print."""
+    if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError,
+                                       ConnectionAbortedError)):
+        return
+    socketserver.BaseServer.handle_error(self, request, client_address)
+
+
+ThreadingHTTPServer.handle_error = quiet_handle_error
+socketserver.UnixStreamServer.handle_error = quiet_handle_error
+
+
 class TLSHTTPServer(ThreadingHTTPServer):
     """HTTPS.  The handshake runs on the connection's own thread (not in
     accept, as wrapping the listening socket would do), so a client that
