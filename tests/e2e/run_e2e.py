@@ -411,26 +411,39 @@ def burst_checks(api):
 
         def k_bound():
             return sum(1 for p in ns_pods(api, "e2e-burst", "k-") if p["spec"].get("nodeName"))
-        for step in (5, 10):
-            # kill while Bindings flow: once `step` more pods are bound than
-            # when the extender (re)started; then kube-scheduler calls its
-            # successor at once, before that one has listed the pods
+        for target in (25, 50):
+            # kill once `target` pods are bound (many GPUs full: an answer
+            # that counts no bound pod lands on one) and while a Binding is
+            # in flight: its journal entry is in the emptyDir (seen from the
+            # node; cheap to poll every 2 ms, unlike the pod list); then
+            # kube-scheduler calls the successor at once, before it has
+            # listed the pods.  No entry within 2 s of the target: killed
+            # anyway (a figure says how often an entry was seen).
             _, cid, _, puid = extender_container()
-            b0 = k_bound()
-            t_poll = time.time()
-            while time.time() - t_poll < 30 and k_bound() < min(b0 + step, fits):
-                time.sleep(0.05)
-            # a Binding in flight has its journal entry (the emptyDir, seen
-            # from the node): a figure, the kill does not wait for one
             jdir = "/var/lib/kubelet/pods/%s/volumes/kubernetes.io~empty-dir/binds" % puid
-            try:
-                seen += bool(os.listdir(jdir))
+            try:  # entries a predecessor left (holds not settled yet) do not count
+                old = set(os.listdir(jdir))
             except OSError:
-                pass
-            kill_at.append(k_bound())
+                old = set()
+            t_poll, found, t_target, n = time.time(), False, None, 0
+            while not found and time.time() - t_poll < 60:
+                if t_target is None and n % 25 == 0 and k_bound() >= min(target, fits - 1):
+                    t_target = time.time()
+                n += 1
+                if t_target is not None:
+                    try:
+                        found = bool(set(os.listdir(jdir)) - old)
+                    except OSError:
+                        pass
+                    if time.time() - t_target > 2:
+                        break
+                if not found:
+                    time.sleep(0.002)
+            seen += found
             if cid and subprocess.run("%s tasks kill --signal SIGKILL %s" % (CTR, cid),
                                       shell=True, capture_output=True).returncode == 0:
                 kills += 1
+            kill_at.append(k_bound())
             wait("extender running again", lambda: extender_container()[1] not in (None, cid),
                  120)
         burst_thread.join()
@@ -449,9 +462,9 @@ def burst_checks(api):
                    for prev in ([], ["--previous"]))
         check("extender SIGKILLed twice mid-burst, restarted in place: over-commits nothing",
               nb == fits and worst <= 81559 and restarts >= 2,
-              "%d of %d created bound (%d fit), most on one GPU %d MiB; %d kills (with %s "
-              "pods bound), extender restarts %d (%s); a journal entry seen at %d of the "
-              "kills; journaled Bindings held after a restart: %d"
+              "%d of %d created bound (%d fit), most on one GPU %d MiB; %d kills (%s pods "
+              "bound just after), extender restarts %d (%s); a journal entry (a Binding in "
+              "flight) seen at %d of the kills; journaled Bindings held after a restart: %d"
               % (nb, created[0] if created else 0, fits, worst, kills,
                  " and ".join(map(str, kill_at)), restarts, pod_name, seen, held))
     finally:
