@@ -27,7 +27,7 @@ const char *const pending_labels[PENDING_COUNT] = {
 
 bool verb_ready(struct gv_sched *s, const char *verb, struct gv_http_response *resp)
 {
-    if (gv_sched_ready(s) || gv_sched_wait_ready(s, VERB_SYNC_WAIT_MS))
+    if (gv_sched_wait_ready(s, VERB_SYNC_WAIT_MS))
         return true;
     /* kube-scheduler takes an error as "try the pod again later"; placing
      * from a cache without the bound pods would hand out their GPUs. */

@@ -967,9 +967,7 @@ gv_status gv_sched_serve_dashboard(struct gv_sched *s, struct gv_httpd *h, struc
  * sched.c, because the metrics loop and the dashboard ask it too. */
 bool gv_sched_ready(struct gv_sched *s)
 {
-    if (s->node_inf == NULL || s->hand_fed)
-        return true;
-    return gv_informer_has_synced(s->node_inf) && gv_informer_has_synced(s->pod_inf);
+    return gv_sched_wait_ready(s, 0);
 }
 
 void gv_sched_feed_by_hand(struct gv_sched *s)

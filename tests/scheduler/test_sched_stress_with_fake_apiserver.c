@@ -1091,6 +1091,38 @@ static void *bg_bind_main(void *p)
     return NULL;
 }
 
+/* A pod of one container asking n GPUs with mib MiB each (the API's copy). */
+static json_t *slice_pod(struct stress *t, const char *name, unsigned n, unsigned mib)
+{
+    char containers[160];
+    snprintf(containers, sizeof(containers),
+             "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpu\":\"%u\","
+             "\"nvidia.com/gpumem\":\"%u\"}}]",
+             n, mib);
+    json_t *pod = st_create_pod(t->kube, name, containers, NULL);
+    assert_non_null(pod);
+    return pod;
+}
+
+/* Filters pod with node as the only candidate and binds it there: both
+ * must succeed, and the API must show it bound to node. */
+static void place_on(struct stress *t, json_t *pod, const char *node)
+{
+    char base[128];
+    base_of(t, base, sizeof(base));
+    json_t *r = st_filter(base, pod, &node, 1, NULL);
+    assert_string_equal(st_chosen(r), node);
+    json_decref(r);
+    char *e = st_bind(base, pod, node);
+    assert_string_equal(e, "");
+    free(e);
+    json_t *cur = get_pod(t, json_string_value(json_object_get(json_object_get(pod, "metadata"),
+                                                               "name")));
+    assert_non_null(cur);
+    assert_string_equal(pod_node(cur), node);
+    json_decref(cur);
+}
+
 static size_t journal_entries(const struct stress *t)
 {
     size_t n = 0;
@@ -1143,16 +1175,7 @@ static void test_killed_schedulers_binding_lands_after_restart(void **state)
     /* reservations live 30 s: A's own, on s-n1, is still there when A lands */
     struct stress *t = stress_new("GV_STRESS_SEED", "GV_STRESS_ROUNDS", 1, 30, &rounds);
     const char *n0[] = {"s-n0"}, *n1[] = {"s-n1"};
-    json_t *a = st_create_pod(t->kube, "late-a",
-                              "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpu\":\"2\","
-                              "\"nvidia.com/gpumem\":\"12000\"}}]",
-                              NULL);
-    json_t *b = st_create_pod(t->kube, "late-b",
-                              "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpu\":\"1\","
-                              "\"nvidia.com/gpumem\":\"8000\"}}]",
-                              NULL);
-    assert_non_null(a);
-    assert_non_null(b);
+    json_t *a = slice_pod(t, "late-a", 2, 12000), *b = slice_pod(t, "late-b", 1, 8000);
     char base[128];
     base_of(t, base, sizeof(base));
     json_t *r = st_filter(base, a, n0, 1, NULL);
@@ -1231,49 +1254,25 @@ static void test_restarted_scheduler_called_before_its_pod_list(void **state)
     unsigned rounds;
     struct stress *t = stress_new("GV_STRESS_SEED", "GV_STRESS_ROUNDS", 1, 30, &rounds);
     const char *n0[] = {"s-n0"};
-    json_t *a = st_create_pod(t->kube, "full-a",
-                              "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpu\":\"2\","
-                              "\"nvidia.com/gpumem\":\"12000\"}}]",
-                              NULL);
-    json_t *b = st_create_pod(t->kube, "early-b",
-                              "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpu\":\"1\","
-                              "\"nvidia.com/gpumem\":\"8000\"}}]",
-                              NULL);
-    json_t *c = st_create_pod(t->kube, "early-c",
-                              "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpu\":\"1\","
-                              "\"nvidia.com/gpumem\":\"8000\"}}]",
-                              NULL);
-    assert_non_null(a);
-    assert_non_null(b);
-    assert_non_null(c);
-    char base[128];
-    base_of(t, base, sizeof(base));
-    json_t *r = st_filter(base, a, n0, 1, NULL);
-    assert_string_equal(st_chosen(r), "s-n0");
-    json_decref(r);
-    char *e = st_bind(base, a, "s-n0");
-    assert_string_equal(e, "");
-    free(e);
-    json_t *cur = get_pod(t, "full-a");
-    assert_non_null(cur);
-    assert_string_equal(pod_node(cur), "s-n0");
-    json_decref(cur);
+    json_t *a = slice_pod(t, "full-a", 2, 12000), *b = slice_pod(t, "early-b", 1, 8000),
+           *c = slice_pod(t, "early-c", 1, 8000);
+    place_on(t, a, "s-n0");
 
     sched_kill(t);
     assert_int_equal(fake_apiserver_ctl(&t->fa, "list-delay?resource=pods&ms=3000", NULL), 200);
     sched_start_opt(t, false); /* called as soon as it listens */
+    char base[128];
     base_of(t, base, sizeof(base));
     /* the bind first (as if B's filter had gone to the predecessor), then a
      * filter: both while the pod list is still on its way */
-    e = st_bind(base, b, "s-n0");
+    char *e = st_bind(base, b, "s-n0");
     assert_string_not_equal(e, "");
     free(e);
-    long code = 0;
-    r = st_filter(base, c, n0, 1, &code);
+    json_t *r = st_filter(base, c, n0, 1, NULL);
     assert_null(st_chosen(r)); /* s-n0's GPUs are A's: 4000 MiB left on each */
     json_decref(r);
     assert_int_equal(fake_apiserver_ctl(&t->fa, "list-delay?resource=pods&ms=0", NULL), 200);
-    cur = get_pod(t, "early-b");
+    json_t *cur = get_pod(t, "early-b");
     assert_non_null(cur);
     assert_null(pod_node(cur));
     json_decref(cur);
@@ -1299,29 +1298,15 @@ static void test_gpu_missing_at_restart_keeps_the_others_counted(void **state)
     unsigned rounds;
     struct stress *t = stress_new("GV_STRESS_SEED", "GV_STRESS_ROUNDS", 1, 30, &rounds);
     const char *n0[] = {"s-n0"};
-    json_t *a = st_create_pod(t->kube, "span-a",
-                              "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpu\":\"2\","
-                              "\"nvidia.com/gpumem\":\"6000\"}}]",
-                              NULL);
-    json_t *b = st_create_pod(t->kube, "after-b",
-                              "[{\"name\":\"c\",\"limits\":{\"nvidia.com/gpu\":\"1\","
-                              "\"nvidia.com/gpumem\":\"12000\"}}]",
-                              NULL);
-    assert_non_null(a);
-    assert_non_null(b);
-    char base[128];
-    base_of(t, base, sizeof(base));
-    json_t *r = st_filter(base, a, n0, 1, NULL);
-    assert_string_equal(st_chosen(r), "s-n0");
-    json_decref(r);
-    char *e = st_bind(base, a, "s-n0");
-    assert_string_equal(e, "");
-    free(e);
+    json_t *a = slice_pod(t, "span-a", 2, 6000), *b = slice_pod(t, "after-b", 1, 12000);
+    place_on(t, a, "s-n0");
 
     sched_kill(t);
     put_node(t, 0, GPUS_PER_NODE - 1, true); /* GPU-s-n0-1 missing */
     sched_start(t);
+    char base[128];
     base_of(t, base, sizeof(base));
+    json_t *r;
     /* A holds 6000 of GPU-s-n0-0's 16000: B's 12000 does not fit there */
     r = st_filter(base, b, n0, 1, NULL);
     assert_null(st_chosen(r));
