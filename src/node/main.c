@@ -697,12 +697,16 @@ static int start(struct agent *ag, struct gv_error *err)
     }
     ag->placement = (struct gv_placement_policy){.key = ag->placement_key,
                                                  .opt_out_namespaces = ag->opt_out};
+    /* the kubelet's device manager writes it next to the plugin sockets */
+    char checkpoint[4200];
+    snprintf(checkpoint, sizeof(checkpoint), "%s/kubelet_internal_checkpoint", o->plugin_dir);
     struct gv_allocator_config ac = {.node = o->node ? o->node : "",
                                      .state_dir = o->state_dir,
                                      .host_state_dir = o->host_state_dir,
                                      .install_dir = o->install_dir,
                                      .wait_ms = o->allocate_wait_ms,
                                      .gc_grace_ms = o->gc_grace_ms,
+                                     .kubelet_checkpoint = checkpoint,
                                      .placement = &ag->placement};
     struct gv_mode_env env = {.state_dir = o->state_dir, .host_state_dir = o->host_state_dir,
                               .install_dir = o->install_dir, .changed = health_changed,

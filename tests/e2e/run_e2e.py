@@ -59,9 +59,10 @@ VERSION = "0.1.0"
 # GV_E2E_NODE on a $KUBECONFIG cluster
 NODE = os.environ.get("GV_E2E_NODE", "vm")
 MIB = 1 << 20
-# --only preempt / --only burst: install, the registration checks and the
-# preemption checks (or the 200-pod bursts) only (a shorter loop while
-# working on them; the default run has them all)
+# --only preempt / burst / pods: install, the registration checks and the
+# preemption checks (or the 200-pod bursts only; or the preemption checks,
+# then the webhook/slice/long-running pod checks GV_E2E_ROUNDS times): a
+# shorter loop while working on them; the default run has them all once
 ONLY = None
 
 results = []
@@ -97,6 +98,59 @@ def wait(what, fn, timeout, every=1.0):
         time.sleep(every)
     k8s.log("timed out after %d s waiting for %s" % (timeout, what))
     return None, timeout
+
+
+def pod_story(api, ns, name):
+    """One line on why a pod is where it is: phase, node, conditions,
+    container states, our annotation, its Events and the lines of
+    kube-scheduler's and the extender's logs that name it (what a timed-out
+    wait prints, so that CI's tail says why)."""
+    try:
+        st, p = api.call("GET", "/api/v1/namespaces/%s/pods/%s" % (ns, name))
+        if st != 200:
+            return "%s/%s: GET %d" % (ns, name, st)
+        status = p.get("status", {})
+        conds = ["%s=%s%s" % (c.get("type"), c.get("status"),
+                              "(%s: %s)" % (c.get("reason"), c.get("message", "")[:160])
+                              if c.get("reason") else "")
+                 for c in status.get("conditions") or []]
+        cs = []
+        for c in status.get("containerStatuses") or []:
+            for k, v in (c.get("state") or {}).items():
+                cs.append("%s %s %s" % (k, v.get("reason", ""), v.get("message", "")[:160]))
+        evs = api.call("GET", "/api/v1/namespaces/%s/events?fieldSelector=involvedObject.name=%s"
+                       % (ns, name))[1]
+        evs = ["%s %s x%s: %s" % (e.get("source", {}).get("component", "?"), e.get("reason"),
+                                  e.get("count", 1), (e.get("message") or "")[:200])
+               for e in (evs.get("items") or [] if isinstance(evs, dict) else [])][-6:]
+        logs = []
+        for c in ("kube-scheduler", "gpuvisor-scheduler"):
+            text = kubectl("-n", NS, "logs", "deploy/gpuvisor-scheduler", "-c", c,
+                           "--tail=2000", check=False)
+            logs += ["%s: %s" % (c, l[:240]) for l in text.splitlines() if name in l][-4:]
+        return "%s/%s: phase %s node %s; conditions %s; containers %s; assignment %s; events %s; logs %s" % (
+            ns, name, status.get("phase"), p["spec"].get("nodeName") or "-", conds or "-",
+            cs or "-", (p["metadata"].get("annotations") or {}).get("gpuvisor.io/assignment", "-"),
+            evs or "-", logs or "-")
+    except Exception as ex:  # a diagnostic must not end the run
+        return "%s/%s: no story (%s)" % (ns, name, ex)
+
+
+def wait_pod(api, ns, name, what, pred, timeout):
+    """wait() on one pod's object until pred holds or the pod failed (a
+    terminal phase pred does not accept ends the wait); otherwise its story
+    goes to the log."""
+    def get():
+        return api.ok("GET", "/api/v1/namespaces/%s/pods/%s" % (ns, name))
+    v, t = wait(what, lambda: (lambda p: pred(p) or p["status"].get("phase") == "Failed")(get()),
+                timeout)
+    ok = False
+    with contextlib.suppress(Exception):
+        ok = bool(pred(get()))
+    if not ok:
+        k8s.log(pod_story(api, ns, name))
+        return None, t
+    return v, t
 
 
 # ---------------------------------------------------------------- cluster setup
@@ -472,6 +526,39 @@ def burst_checks(api):
     return fake
 
 
+def pod_checks(api, sfx=""):
+    """A HAMi-style pod through the webhook's Service, placed, allocated,
+    seeing its slice; then a long-running GPU pod (the rolling update's
+    keeper<sfx>).  Namespace e2e exists."""
+    slice_, keeper = "slice" + sfx, "keeper" + sfx
+    api.ok("POST", "/api/v1/namespaces/e2e/pods", gpu_pod(slice_, "e2e", 3000, probe=True))
+    p = api.ok("GET", "/api/v1/namespaces/e2e/pods/" + slice_)
+    check("webhook reached through its Service mutates a HAMi-style pod",
+          p["spec"].get("schedulerName") == "gpuvisor-scheduler",
+          "schedulerName=%s" % p["spec"].get("schedulerName"))
+    done, t = wait_pod(api, "e2e", slice_, "pod slice to finish",
+                       lambda p: p["status"].get("phase") in ("Succeeded", "Failed"), 180)
+    p = api.ok("GET", "/api/v1/namespaces/e2e/pods/" + slice_)
+    logs = kubectl("-n", "e2e", "logs", slice_, check=False)
+    a = (p["metadata"].get("annotations") or {}).get("gpuvisor.io/assignment", "")
+    check("pod placed and allocated; its container sees its slice through the interposer",
+          p["status"].get("phase") == "Succeeded" and "not ok" not in logs and a,
+          "phase %s, node %s, assignment %s, probe: %s" % (
+              p["status"].get("phase"), p["spec"].get("nodeName"), a or "-",
+              " | ".join(l for l in logs.splitlines() if l.startswith(("ok", "not ok")))[:300]))
+    # a long-running GPU pod (the rolling update keeps it), created as the
+    # previous one ends
+    t0 = time.time()
+    api.ok("POST", "/api/v1/namespaces/e2e/pods", gpu_pod(keeper, "e2e", 2000))
+    up, t = wait_pod(api, "e2e", keeper, "keeper running",
+                     lambda p: p["status"].get("phase") == "Running", 120)
+    p = api.ok("GET", "/api/v1/namespaces/e2e/pods/" + keeper)
+    check("a long-running GPU pod created as the last one ends runs", up,
+          "phase %s %.1f s after its creation, assignment %s" % (
+              p["status"].get("phase"), time.time() - t0,
+              (p["metadata"].get("annotations") or {}).get("gpuvisor.io/assignment", "-")))
+
+
 def run_checks(api):
     out = install()
     t_ready = wait_running()
@@ -501,29 +588,16 @@ def run_checks(api):
     preempt_e2e.run(api, sys.modules[__name__])
     if ONLY == "preempt":
         return
-    # -- webhook through its Service; HAMi-style pod mutated, placed, allocated, sees its slice
     api.ok("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                           "metadata": {"name": "e2e"}})
     k8s.wait_sa(api, "e2e")
-    api.ok("POST", "/api/v1/namespaces/e2e/pods", gpu_pod("slice", "e2e", 3000, probe=True))
-    p = api.ok("GET", "/api/v1/namespaces/e2e/pods/slice")
-    check("webhook reached through its Service mutates a HAMi-style pod",
-          p["spec"].get("schedulerName") == "gpuvisor-scheduler",
-          "schedulerName=%s" % p["spec"].get("schedulerName"))
-    done, t = wait("pod slice to finish", lambda: api.ok("GET", "/api/v1/namespaces/e2e/pods/slice")
-                   ["status"].get("phase") in ("Succeeded", "Failed"), 180)
-    p = api.ok("GET", "/api/v1/namespaces/e2e/pods/slice")
-    logs = kubectl("-n", "e2e", "logs", "slice", check=False)
-    a = (p["metadata"].get("annotations") or {}).get("gpuvisor.io/assignment", "")
-    check("pod placed and allocated; its container sees its slice through the interposer",
-          p["status"].get("phase") == "Succeeded" and "not ok" not in logs and a,
-          "phase %s, node %s, assignment %s, probe: %s" % (
-              p["status"].get("phase"), p["spec"].get("nodeName"), a or "-",
-              " | ".join(l for l in logs.splitlines() if l.startswith(("ok", "not ok")))[:300]))
-    # a long-running GPU pod for the rolling update
-    api.ok("POST", "/api/v1/namespaces/e2e/pods", gpu_pod("keeper", "e2e", 2000))
-    wait("keeper running", lambda: api.ok("GET", "/api/v1/namespaces/e2e/pods/keeper")
-         ["status"].get("phase") == "Running", 120)
+    if ONLY == "pods":  # the pod checks again and again (GV_E2E_ROUNDS, default 5)
+        for i in range(int(os.environ.get("GV_E2E_ROUNDS", "5"))):
+            pod_checks(api, "-%d" % i)
+            for n in ("slice", "keeper"):
+                api.call("DELETE", "/api/v1/namespaces/e2e/pods/%s-%d?gracePeriodSeconds=0" % (n, i))
+        return
+    pod_checks(api)
 
     # -- a second install on top of the first is a no-op: nothing is written
     # (every object keeps its resourceVersion; kubectl may still say
@@ -571,7 +645,11 @@ def run_checks(api):
     kubectl("-n", NS, "rollout", "status", "ds/gpuvisor-node", "--timeout=240s", check=False)
     sh("%s images rm %s" % (CTR, UPGRADE_TAG), check_rc=False)
 
-    # -- kubectl delete -k leaves nothing of ours behind
+    # -- kubectl delete -k leaves nothing of ours behind (our logs kept first)
+    try:
+        keep_component_logs(k8s.LOGS if OWN else WORK)
+    except Exception as ex:
+        k8s.log("keeping our logs: %r" % ex)
     for n in ("e2e", "e2e-burst"):
         api.call("DELETE", "/api/v1/namespaces/" + n)
     for n in fake:
@@ -733,19 +811,27 @@ def prepare_fakes():
     shutil.copy2(os.path.join(BUILD, "tests", "gv_probe"), FAKES)
 
 
+def keep_component_logs(into):
+    """Our components' logs, and the pods and Events, into the directory
+    (before the uninstall takes them away; save_logs copies them along).
+    A file is only replaced by a non-empty log."""
+    outs = [("gpuvisor-scheduler-%s.log" % c, ("-n", NS, "logs", "deploy/gpuvisor-scheduler",
+                                               "-c", c)) for c in ("kube-scheduler", "extender")]
+    outs += [("gpuvisor-node.log", ("-n", NS, "logs", "ds/gpuvisor-node")),
+             ("pods.txt", ("get", "pods", "-A", "-o", "wide")), ("events.txt", ("get", "events", "-A"))]
+    for name, args in outs:
+        text = kubectl(*args, check=False)
+        if text.strip():
+            with open(os.path.join(into, name), "w") as f:
+                f.write(text)
+
+
 def save_logs():
     try:
         if os.path.exists(LOGDIR):
             shutil.rmtree(LOGDIR)
         shutil.copytree(k8s.LOGS, LOGDIR)
-        for what in ("pods -A -o wide", "events -A"):
-            with open(os.path.join(LOGDIR, what.split()[0] + ".txt"), "w") as f:
-                f.write(kubectl(*what.split(), check=False))
-        for c in ("kube-scheduler", "extender"):
-            with open(os.path.join(LOGDIR, "gpuvisor-scheduler-%s.log" % c), "w") as f:
-                f.write(kubectl("-n", NS, "logs", "deploy/gpuvisor-scheduler", "-c", c, check=False))
-        with open(os.path.join(LOGDIR, "gpuvisor-node.log"), "w") as f:
-            f.write(kubectl("-n", NS, "logs", "ds/gpuvisor-node", check=False))
+        keep_component_logs(LOGDIR)
     except Exception as e:  # logs are a courtesy; the verdict stands
         k8s.log("saving logs: %r" % e)
 
@@ -794,10 +880,10 @@ def loopback_down():
 
 def main():
     global ONLY
-    if sys.argv[1:2] == ["--only"] and sys.argv[2:3] in (["preempt"], ["burst"]):
+    if sys.argv[1:2] == ["--only"] and sys.argv[2:3] in (["preempt"], ["burst"], ["pods"]):
         ONLY = sys.argv[2]
     elif sys.argv[1:] and sys.argv[1:] not in (["--up"], ["--down"]):
-        print("usage: run_e2e.py [--only preempt|burst | --up | --down]", file=sys.stderr)
+        print("usage: run_e2e.py [--only preempt|burst|pods | --up | --down]", file=sys.stderr)
         return 2
     if os.geteuid() != 0:
         print("FAIL e2e: needs root (the loopback cluster runs containerd and a kubelet)")

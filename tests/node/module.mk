@@ -75,6 +75,13 @@ fuzz_node_config_SRCS := tests/node/fuzz_node_config.c src/node/config/config.c 
 	src/node/monitor/monitor_record.c src/common/gv_log.c src/common/gv_error.c \
 	src/common/gv_file.c
 fuzz_node_config_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson) -ldl
+# The kubelet's device manager checkpoint, as Allocate reads it.
+FUZZ_TARGETS += fuzz_node_checkpoint
+fuzz_node_checkpoint_SRCS := tests/node/fuzz_node_checkpoint.c src/node/allocate/kubelet_checkpoint.c \
+	src/common/gv_file.c src/common/gv_error.c
+fuzz_node_checkpoint_CFLAGS := $(NODE_CFLAGS)
+fuzz_node_checkpoint_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
+$(FUZZ_BUILD)/fuzz_node_checkpoint $(BUILD)/tests/fuzzreplay_fuzz_node_checkpoint: | $(NODE_PB_H)
 # What the monitor parses: /proc/<pid>/cgroup text, container records, HTTP request heads.
 FUZZ_TARGETS += fuzz_node_metrics
 fuzz_node_metrics_SRCS := tests/node/fuzz_node_metrics.c $(wildcard src/node/monitor/*.c) \

@@ -551,9 +551,81 @@ def scenario_concurrency():
         env.close()
 
 
+def scenario_readmission(kind, go_bin):
+    """kubelet 1.20's device manager race, seen on the real kubelet (make e2e,
+    --only pods): a pod being torn down is re-allocated from its pod worker
+    while a new pod is admitted; Allocate names no pod, so the torn-down
+    pod's call takes the new pod's answer, and the new pod's own admission
+    then asks with other IDs (the real kubelet failed it:
+    UnexpectedAdmissionError).  It gets its answer again -- when it is the
+    one container answered and not created, and the kubelet's checkpoint
+    holds no devices for it; otherwise the call is refused."""
+    env = agent.Env()
+    try:
+        env.start_agent()
+        k = env.start_kubelet(kind, go_bin)
+        k.event("registered", timeout=10)
+        ev = devices_event(k, timeout=10)
+        ids = [d["id"] for d in ev["devices"]] if ev else []
+        ckpt = os.path.join(env.plugin_dir, "kubelet_internal_checkpoint")
+
+        def checkpoint(entries):
+            write_atomic(ckpt, json.dumps({"Data": {"PodDeviceEntries": entries,
+                                                    "RegisteredDevices": {"nvidia.com/gpu": ids}},
+                                           "Checksum": 1}))
+        checkpoint(None)  # Go writes an empty list as null
+        env.api.create_pod("fresh", [("main", LIM1)], "v1;node=node1;main=%s:1000:300" % GPUS[1])
+        stolen = k.cmd("allocate", ids=[ids[12]])  # the torn-down pod's call
+        own = k.cmd("allocate", ids=[ids[13]])  # the pod's own admission, other IDs
+        t.ok(stolen and stolen["ok"] and own and own["ok"] and own["resp"] == stolen["resp"] and
+             envs(own).get("NVIDIA_VISIBLE_DEVICES") == GPUS[1] and
+             envs(own).get("CUDA_DEVICE_MEMORY_LIMIT_0") == "1000m",
+             "[%s] a pod whose answer another call took, admitted again with other IDs: its own "
+             "answer again (the kubelet's checkpoint holds nothing for it)" % kind, (stolen, own))
+        uid = env.api.pod("fresh")["metadata"]["uid"]
+        checkpoint([{"PodUID": uid, "ContainerName": "main", "ResourceName": "nvidia.com/gpu",
+                     "DeviceIDs": {"-1": [ids[13]]}, "AllocResp": ""}])
+        held = k.cmd("allocate", ids=[ids[14]])
+        t.ok(held and not held["ok"] and held["code"] == 9,
+             "[%s] the kubelet's checkpoint holds the container's devices: a call with other IDs is "
+             "refused, not given its answer (a pod nobody assigned must not share its slice)" % kind, held)
+        os.unlink(ckpt)
+        none = k.cmd("allocate", ids=[ids[14]])
+        t.ok(none and not none["ok"] and none["code"] == 9,
+             "[%s] no checkpoint to read: refused, not guessed" % kind, none)
+        checkpoint([])
+        # once its container is created, it is no candidate: the next pod's admission again
+        code, _ = env.api.req("PATCH", "/api/v1/namespaces/default/pods/fresh/status",
+                              {"status": {"containerStatuses": [{"name": "main",
+                                                                 "containerID": "containerd://1"}]}},
+                              "application/merge-patch+json")
+        env.api.create_pod("next", [("main", LIM1)], "v1;node=node1;main=%s:700:0" % GPUS[0])
+        first = k.cmd("allocate", ids=[ids[1]])
+        again = {}
+
+        def readmitted():
+            again["a"] = k.cmd("allocate", ids=[ids[2]])
+            return again["a"] and again["a"]["ok"]
+        t.ok(code == 200 and first and first["ok"] and
+             envs(first).get("CUDA_DEVICE_MEMORY_LIMIT_0") == "700m" and
+             gvtest.wait_for(readmitted, 10) and again["a"]["resp"] == first["resp"],
+             "[%s] a created container is no candidate: the one not created is admitted again" % kind,
+             (code, first, again))
+        env.api.create_pod("third", [("main", LIM1)], "v1;node=node1;main=%s:500:0" % GPUS[0])
+        third = k.cmd("allocate", ids=[ids[3]])
+        two = k.cmd("allocate", ids=[ids[4]])
+        t.ok(third and third["ok"] and envs(third).get("CUDA_DEVICE_MEMORY_LIMIT_0") == "500m" and
+             two and not two["ok"] and two["code"] == 9 and "could be the one" in two.get("message", ""),
+             "[%s] two containers answered and not created: a call with other IDs is refused as "
+             "ambiguous" % kind, (third, two))
+    finally:
+        env.close()
+
+
 go_bin = gvtest.build_go_standin().report(t, "[go] core scenarios")
 scenario_core("py", None)
 scenario_preferred("py", None)
+scenario_readmission("py", None)
 if go_bin:
     scenario_core("go", go_bin)
     scenario_preferred("go", go_bin)

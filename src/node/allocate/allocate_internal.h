@@ -91,6 +91,7 @@ struct gv_allocator {
     char core_policy[16];
     char libcuda_log_level[8];
     char resource_name[128];
+    char *checkpoint; /* the kubelet's device manager checkpoint; NULL: none */
     struct gv_modes *modes;     /* the modes' states (borrowed from cfg, or own_modes) */
     struct gv_modes *own_modes; /* made here when the caller gave none (tests) */
     /* the writer thread: progress annotations, retried through API outages */
@@ -163,5 +164,14 @@ struct ctr_rec *find_rec(const struct pod_state *p, const char *ctr);
 struct pod_state *find_pod(struct gv_allocator *a, const char *uid);
 const char *cached_uid(json_t *form);
 bool pod_set_name(struct pod_state *p, const char *ns, const char *name);
+
+/* kubelet_checkpoint.c: the kubelet's device manager checkpoint.  _parse
+ * and _load give its PodDeviceEntries (new reference; an empty array for
+ * none), NULL when unknown (no file, too big, not the kubelet's shape);
+ * _holds: does an entry give devices of resource to this container? */
+json_t *kubelet_checkpoint_parse(const char *text, size_t len);
+json_t *kubelet_checkpoint_load(const char *path);
+bool kubelet_checkpoint_holds(json_t *entries, const char *uid, const char *ctr,
+                              const char *resource);
 
 #endif

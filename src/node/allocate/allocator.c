@@ -70,6 +70,46 @@ static bool find_replay(struct gv_allocator *a, json_t *pods, const char *key, c
     return false;
 }
 
+/* How many device IDs a comma-joined key names. */
+static size_t key_count(const char *key)
+{
+    size_t n = key[0] != '\0';
+    for (const char *c = key; *c; c++)
+        n += *c == ',';
+    return n;
+}
+
+/*
+ * The kubelet admitting again, with other IDs, a container it was already
+ * answered for: kubelet 1.20 drops a pod's devices when it races with
+ * another pod's admission (its device manager forgets the allocation of a
+ * pod it tears down, re-allocates it from the pod worker, and the two
+ * Allocate calls cross; docs/node-agent.md "Allocate state machine").
+ * Allocate names no pod, so the torn-down pod's call may take the answer
+ * of the pod being admitted, whose own admission then has nothing to find.
+ * Once the cache wait found no pod with an unanswered assignment, the
+ * candidates are the containers answered but not created, of live pods,
+ * asking as many GPUs, that the kubelet's checkpoint holds no devices for
+ * (one it holds devices for was admitted: this call is some other pod's,
+ * one nobody assigned, say, which must not share its slice).  No
+ * checkpoint to read: no candidates.  Caller holds a->mu; returns how many
+ * there are and copies the first one's uid and container out.
+ */
+static size_t find_readmission(struct gv_allocator *a, json_t *pods, json_t *held, size_t n_ids,
+                               char *uid, size_t ucap, char *ctr, size_t ccap)
+{
+    size_t n = 0;
+    for (struct pod_state *p = a->pods; held && p; p = p->next)
+        for (struct ctr_rec *r = p->recs; r; r = r->next)
+            if (r->answered && !r->started && !p->ended && p->gone_since == 0 &&
+                key_count(r->ids) == n_ids && cached(pods, p->uid) &&
+                !kubelet_checkpoint_holds(held, p->uid, r->ctr, a->resource_name) && n++ == 0) {
+                snprintf(uid, ucap, "%s", p->uid);
+                snprintf(ctr, ccap, "%s", r->ctr);
+            }
+    return n;
+}
+
 static int replay(struct gv_allocator *a, const char *uid, const char *ctr,
                   V1beta1__ContainerAllocateResponse *resp, char *msg, size_t cap)
 {
@@ -222,6 +262,33 @@ static int allocate(struct gv_allocator *a, const char *const *ids, size_t n_ids
     }
     if (again)
         return replay(a, r_uid, r_ctr, resp, msg, cap);
+    if (!ch->found && !all_plain && ch->n_bad == 0) {
+        json_t *pods = snapshot(a);
+        json_t *held = kubelet_checkpoint_load(a->checkpoint);
+        pthread_mutex_lock(&a->mu);
+        size_t n_re = pods ? find_readmission(a, pods, held, n_ids, r_uid, sizeof(r_uid), r_ctr,
+                                              sizeof(r_ctr))
+                           : 0;
+        pthread_mutex_unlock(&a->mu);
+        json_decref(held);
+        json_decref(pods);
+        if (n_re == 1) {
+            gv_info("Allocate: IDs %s asked again for pod %s container %s, answered before, not "
+                    "created, no devices in the kubelet's checkpoint (the kubelet admits it "
+                    "again): its answer",
+                    key, r_uid, r_ctr);
+            choice_release(ch);
+            return replay(a, r_uid, r_ctr, resp, msg, cap);
+        }
+        if (n_re > 1) {
+            choice_release(ch);
+            return fail(msg, cap, GV_GRPC_FAILED_PRECONDITION,
+                        "no pending pod on node %s has an unallocated gpuvisor.io/assignment for "
+                        "%zu GPU(s), and %zu containers answered but not created could be the one "
+                        "admitted again: refused rather than guessed",
+                        a->node, n_ids, n_re);
+        }
+    }
     if (!ch->found) {
         if (all_plain && ch->n_bad == 0)
             return build(a, NULL, NULL, uuids, n_ids, resp, msg, cap);
@@ -552,9 +619,11 @@ gv_status gv_allocator_new(const struct gv_allocator_config *cfg, struct gv_kube
     a->state_dir = strdup(cfg->state_dir);
     a->host_state_dir = strdup(cfg->host_state_dir ? cfg->host_state_dir : cfg->state_dir);
     a->install_dir = strdup(cfg->install_dir);
+    a->checkpoint = cfg->kubelet_checkpoint ? strdup(cfg->kubelet_checkpoint) : NULL;
     a->kube = kube;
     a->writer = writer ? writer : kube;
-    if (!a->node || !a->state_dir || !a->host_state_dir || !a->install_dir) {
+    if (!a->node || !a->state_dir || !a->host_state_dir || !a->install_dir ||
+        (cfg->kubelet_checkpoint && !a->checkpoint)) {
         gv_error_set(err, GV_ENOMEM, "allocator: out of memory");
         goto fail;
     }
@@ -629,6 +698,7 @@ void gv_allocator_free(struct gv_allocator *a)
     free(a->node);
     free(a->state_dir);
     free(a->host_state_dir);
+    free(a->checkpoint);
     free(a->install_dir);
     pthread_cond_destroy(&a->changed);
     pthread_mutex_destroy(&a->mu);

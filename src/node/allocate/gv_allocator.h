@@ -41,6 +41,11 @@ struct gv_allocator_config {
     const char *install_dir;    /* host: <install_dir>/lib/libgpuvisor.so, <install_dir>/ld.so.preload */
     int64_t wait_ms;            /* how long to wait for the cache to show the pod (0: 5000) */
     int64_t gc_grace_ms;        /* keep a vanished pod's directory this long (0: 60000) */
+    /* The kubelet's device manager checkpoint (<device-plugins dir>/
+     * kubelet_internal_checkpoint): read only to tell a container the
+     * kubelet admits again from one it holds devices for; NULL: none (an
+     * answer is then never handed out again under other IDs). */
+    const char *kubelet_checkpoint;
     /* Placement signature and opt-out checks before a pod is served
      * (contracts/placement.h); borrowed, NULL = none (tests). */
     const struct gv_placement_policy *placement;
