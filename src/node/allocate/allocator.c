@@ -50,6 +50,14 @@ static bool id_wellformed(const char *id)
                              memchr(id, ':', (size_t)(sep - id)) == NULL;
 }
 
+/* An answer the kubelet may still be asking for: the container answered,
+ * not created yet, its pod alive (in the cache, not ended).  Caller holds
+ * a->mu. */
+static bool answer_pending(const struct pod_state *p, const struct ctr_rec *r, json_t *pods)
+{
+    return r->answered && !r->started && !p->ended && p->gone_since == 0 && cached(pods, p->uid);
+}
+
 /*
  * A repeat of a request already answered (the kubelet, or a kubelet
  * restarted with the agent, asks again after the reply was lost): the same
@@ -61,8 +69,7 @@ static bool find_replay(struct gv_allocator *a, json_t *pods, const char *key, c
 {
     for (struct pod_state *p = a->pods; p; p = p->next)
         for (struct ctr_rec *r = p->recs; r; r = r->next)
-            if (r->answered && !r->started && !p->ended && p->gone_since == 0 &&
-                strcmp(r->ids, key) == 0 && cached(pods, p->uid)) {
+            if (strcmp(r->ids, key) == 0 && answer_pending(p, r, pods)) {
                 snprintf(uid, ucap, "%s", p->uid);
                 snprintf(ctr, ccap, "%s", r->ctr);
                 return true;
@@ -101,8 +108,7 @@ static size_t find_readmission(struct gv_allocator *a, json_t *pods, json_t *hel
     size_t n = 0;
     for (struct pod_state *p = a->pods; held && p; p = p->next)
         for (struct ctr_rec *r = p->recs; r; r = r->next)
-            if (r->answered && !r->started && !p->ended && p->gone_since == 0 &&
-                key_count(r->ids) == n_ids && cached(pods, p->uid) &&
+            if (key_count(r->ids) == n_ids && answer_pending(p, r, pods) &&
                 !kubelet_checkpoint_holds(held, p->uid, r->ctr, a->resource_name) && n++ == 0) {
                 snprintf(uid, ucap, "%s", p->uid);
                 snprintf(ctr, ccap, "%s", r->ctr);
