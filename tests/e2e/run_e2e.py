@@ -50,6 +50,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 OVERLAY = os.path.join(HERE, "overlay")
 WORK = "/var/tmp/gv-e2e"
 FAKES = os.path.join(WORK, "fakes")
+KEPT_LOGS = os.path.join(WORK, "kept-logs")  # ours, kept before the uninstall
 LOGDIR = os.environ.get("GV_E2E_LOGS", os.path.join(BUILD, "e2e-logs"))
 NS = "gpuvisor-system"
 POD_CIDR = "10.244.0.0/16"
@@ -124,7 +125,7 @@ def pod_story(api, ns, name):
                                   e.get("count", 1), (e.get("message") or "")[:200])
                for e in (evs.get("items") or [] if isinstance(evs, dict) else [])][-6:]
         logs = []
-        for c in ("kube-scheduler", "gpuvisor-scheduler"):
+        for c in ("kube-scheduler", "extender"):
             text = kubectl("-n", NS, "logs", "deploy/gpuvisor-scheduler", "-c", c,
                            "--tail=2000", check=False)
             logs += ["%s: %s" % (c, l[:240]) for l in text.splitlines() if name in l][-4:]
@@ -142,8 +143,11 @@ def wait_pod(api, ns, name, what, pred, timeout):
     goes to the log."""
     def get():
         return api.ok("GET", "/api/v1/namespaces/%s/pods/%s" % (ns, name))
-    v, t = wait(what, lambda: (lambda p: pred(p) or p["status"].get("phase") == "Failed")(get()),
-                timeout)
+
+    def settled():
+        p = get()
+        return pred(p) or p["status"].get("phase") == "Failed"
+    v, t = wait(what, settled, timeout)
     ok = False
     with contextlib.suppress(Exception):
         ok = bool(pred(get()))
@@ -536,8 +540,8 @@ def pod_checks(api, sfx=""):
     check("webhook reached through its Service mutates a HAMi-style pod",
           p["spec"].get("schedulerName") == "gpuvisor-scheduler",
           "schedulerName=%s" % p["spec"].get("schedulerName"))
-    done, t = wait_pod(api, "e2e", slice_, "pod slice to finish",
-                       lambda p: p["status"].get("phase") in ("Succeeded", "Failed"), 180)
+    wait_pod(api, "e2e", slice_, "pod slice to finish",
+             lambda p: p["status"].get("phase") in ("Succeeded", "Failed"), 180)
     p = api.ok("GET", "/api/v1/namespaces/e2e/pods/" + slice_)
     logs = kubectl("-n", "e2e", "logs", slice_, check=False)
     a = (p["metadata"].get("annotations") or {}).get("gpuvisor.io/assignment", "")
@@ -550,7 +554,7 @@ def pod_checks(api, sfx=""):
     # previous one ends
     t0 = time.time()
     api.ok("POST", "/api/v1/namespaces/e2e/pods", gpu_pod(keeper, "e2e", 2000))
-    up, t = wait_pod(api, "e2e", keeper, "keeper running",
+    up, _ = wait_pod(api, "e2e", keeper, "keeper running",
                      lambda p: p["status"].get("phase") == "Running", 120)
     p = api.ok("GET", "/api/v1/namespaces/e2e/pods/" + keeper)
     check("a long-running GPU pod created as the last one ends runs", up,
@@ -647,7 +651,8 @@ def run_checks(api):
 
     # -- kubectl delete -k leaves nothing of ours behind (our logs kept first)
     try:
-        keep_component_logs(k8s.LOGS if OWN else WORK)
+        os.makedirs(KEPT_LOGS, exist_ok=True)
+        keep_component_logs(KEPT_LOGS)
     except Exception as ex:
         k8s.log("keeping our logs: %r" % ex)
     for n in ("e2e", "e2e-burst"):
@@ -803,23 +808,26 @@ def remove_leftovers(api, fake_prefix="e2e-fake-"):
 
 
 def prepare_fakes():
-    if os.path.exists(FAKES):
-        shutil.rmtree(FAKES)
+    for d in (FAKES, KEPT_LOGS):  # nothing from an earlier run
+        if os.path.exists(d):
+            shutil.rmtree(d)
     os.makedirs(FAKES)
     for f in ("libcuda.so.1", "libnvidia-ml.so.1"):
         shutil.copy2(os.path.join(BUILD, "tests", "fakes", f), FAKES)
     shutil.copy2(os.path.join(BUILD, "tests", "gv_probe"), FAKES)
 
 
-def keep_component_logs(into):
+def keep_component_logs(into, skip=()):
     """Our components' logs, and the pods and Events, into the directory
     (before the uninstall takes them away; save_logs copies them along).
-    A file is only replaced by a non-empty log."""
+    A file is only replaced by a non-empty log; names in skip are left."""
     outs = [("gpuvisor-scheduler-%s.log" % c, ("-n", NS, "logs", "deploy/gpuvisor-scheduler",
                                                "-c", c)) for c in ("kube-scheduler", "extender")]
     outs += [("gpuvisor-node.log", ("-n", NS, "logs", "ds/gpuvisor-node")),
              ("pods.txt", ("get", "pods", "-A", "-o", "wide")), ("events.txt", ("get", "events", "-A"))]
     for name, args in outs:
+        if name in skip:
+            continue
         text = kubectl(*args, check=False)
         if text.strip():
             with open(os.path.join(into, name), "w") as f:
@@ -827,11 +835,18 @@ def keep_component_logs(into):
 
 
 def save_logs():
+    """The cluster's logs (the loopback one's), what keep_component_logs kept
+    before the uninstall, else our components' logs as they are now."""
     try:
         if os.path.exists(LOGDIR):
             shutil.rmtree(LOGDIR)
-        shutil.copytree(k8s.LOGS, LOGDIR)
-        keep_component_logs(LOGDIR)
+        if os.path.isdir(k8s.LOGS):
+            shutil.copytree(k8s.LOGS, LOGDIR)
+        os.makedirs(LOGDIR, exist_ok=True)
+        kept = os.listdir(KEPT_LOGS) if os.path.isdir(KEPT_LOGS) else []
+        for f in kept:
+            shutil.copy2(os.path.join(KEPT_LOGS, f), LOGDIR)
+        keep_component_logs(LOGDIR, skip=kept)
     except Exception as e:  # logs are a courtesy; the verdict stands
         k8s.log("saving logs: %r" % e)
 
