@@ -129,7 +129,37 @@ static void test_limit_and_conflict(void **state)
     assert_int_equal(idx2, idx);
     assert_non_null(strstr(err.msg, "limits already fixed"));
     assert_int_equal(gv_shm_region(a)->devices[idx].mem_limit, 1000);
+    /* A uuid that is missing, empty or too long to store whole is refused:
+     * cut short, it could name another device's entry. */
+    char longid[GV_SHM_UUID_LEN + 1];
+    memset(longid, 'G', GV_SHM_UUID_LEN);
+    longid[GV_SHM_UUID_LEN] = '\0';
+    const char *bad[] = {NULL, "", longid};
+    for (size_t i = 0; i < 3; i++) {
+        idx2 = -7;
+        assert_int_equal(gv_shm_device_attach(a, bad[i], &(struct gv_shm_limits){1000, 5000, 0, 0, 0}, &idx2, &err), GV_EINVAL);
+        assert_non_null(strstr(err.msg, "invalid device uuid"));
+        assert_int_equal(idx2, -7);
+    }
+    assert_int_equal(gv_shm_region(a)->ndevices, 1);
+    /* The region holds GV_SHM_MAX_DEVICES devices; one more is refused,
+     * not written past the table. */
+    for (int d = 1; d < GV_SHM_MAX_DEVICES; d++) {
+        char id[32];
+        snprintf(id, sizeof(id), "GPU-%d", d);
+        assert_int_equal(gv_shm_device_attach(a, id, &(struct gv_shm_limits){1000, 5000, 0, 0, 0}, &idx2, NULL), GV_OK);
+        assert_int_equal(idx2, d);
+    }
+    assert_int_equal(gv_shm_device_attach(a, "GPU-more", &(struct gv_shm_limits){1000, 5000, 0, 0, 0}, &idx2, &err), GV_ENOFIT);
+    assert_int_equal(gv_shm_region(a)->ndevices, GV_SHM_MAX_DEVICES);
+    assert_int_equal(gv_shm_device_find(a, "GPU-more"), -1);
     gv_shm_close(a);
+    /* A read-only opener attaches nothing (its mapping cannot be written). */
+    struct gv_shm *ro = NULL;
+    assert_int_equal(gv_shm_open(path, GV_SHM_READONLY, &ro, NULL), GV_OK);
+    assert_int_equal(gv_shm_device_attach(ro, "GPU-ro", &(struct gv_shm_limits){1000, 5000, 0, 0, 0}, &idx2, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "read-only"));
+    gv_shm_close(ro);
 }
 
 /* The refused-allocation counter: counted by writers, ignored from a
@@ -612,6 +642,12 @@ static void test_stuck_lock_holder_fails_closed(void **state)
     /* A live holder that never lets go: a clear error, in bounded time. */
     assert_int_equal(gv_shm_mem_reserve(a, idx, 100, GV_SHM_DEVICE, NULL), GV_EIO);
     assert_non_null(strstr(gv_shm_lock_error(a), "held by live thread"));
+    /* So does attaching another device: nothing written without the lock. */
+    int idx2 = -1;
+    struct gv_error err;
+    assert_int_equal(gv_shm_device_attach(a, "GPU-b", &lim1000, &idx2, &err), GV_EIO);
+    assert_non_null(strstr(err.msg, "cannot lock"));
+    assert_int_equal(gv_shm_device_find(a, "GPU-b"), -1);
     /* Killed, it hands the lock over (EOWNERDEAD). */
     kill(holder, SIGKILL);
     waitpid(holder, NULL, 0);
@@ -622,8 +658,9 @@ static void test_stuck_lock_holder_fails_closed(void **state)
 
 /* --- dead-process reclaim and pid reuse ------------------------------------ */
 
-/* A child that attaches, charges bytes, reports, and stays alive. */
-static pid_t live_child_charging(uint64_t bytes)
+/* A child that attaches, charges bytes, reports, and then stays alive
+ * (stay) or exits without being reaped (a zombie until the test ends). */
+static pid_t charging_child(uint64_t bytes, bool stay)
 {
     int p[2];
     assert_int_equal(pipe(p), 0);
@@ -636,7 +673,8 @@ static pid_t live_child_charging(uint64_t bytes)
                       gv_shm_mem_reserve(c, idx, bytes, GV_SHM_DEVICE, NULL) == GV_OK;
         if (write(p[1], &ok, sizeof(ok)) != sizeof(ok))
             _exit(1);
-        pause();
+        if (stay)
+            pause();
         _exit(0);
     }
     int ok = 0;
@@ -657,6 +695,47 @@ static struct gv_shm_proc *slot_of_pid(struct gv_shm *shm, pid_t pid)
 }
 
 /*
+ * A process that exited but was not reaped yet (a zombie: its parent, the
+ * container's shell, waits later or never) holds nothing: its charges come
+ * back although its pid still answers kill(0).  Only a writer reclaims, and
+ * a read-only opener changes nothing.
+ */
+static void test_zombie_usage_reclaimed(void **state)
+{
+    (void)state;
+    int idx;
+    struct gv_shm *a = attached(&idx, 0);
+    pid_t pid = charging_child(700, false);
+    /* exited, not reaped: wait until /proc shows it a zombie */
+    char st = 0;
+    for (int i = 0; i < 2000 && st != 'Z'; i++) {
+        char f[64], buf[512];
+        snprintf(f, sizeof(f), "/proc/%d/stat", (int)pid);
+        FILE *fp = fopen(f, "r");
+        if (fp != NULL) {
+            if (fgets(buf, sizeof(buf), fp) != NULL && strrchr(buf, ')') != NULL)
+                st = strrchr(buf, ')')[2];
+            fclose(fp);
+        }
+        if (st != 'Z')
+            usleep(1000);
+    }
+    assert_int_equal(st, 'Z');
+    assert_int_equal(kill(pid, 0), 0);
+    assert_int_equal(gv_shm_mem_used(a, idx), 700);
+    struct gv_shm *ro = NULL;
+    assert_int_equal(gv_shm_open(path, GV_SHM_READONLY, &ro, NULL), GV_OK);
+    assert_int_equal(gv_shm_reclaim(ro), 0);
+    assert_int_equal(gv_shm_reclaim(NULL), 0);
+    gv_shm_close(ro);
+    assert_int_equal(gv_shm_mem_used(a, idx), 700);
+    assert_int_equal(gv_shm_reclaim(a), 1);
+    assert_int_equal(gv_shm_mem_used(a, idx), 0);
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 1000, GV_SHM_DEVICE, NULL), GV_OK);
+    gv_shm_close(a);
+}
+
+/*
  * A slot whose pid is alive but belongs to a process with another start
  * time (the pid was reused after the slot's owner died) is reclaimed; the
  * same pid with its own start time is not.
@@ -666,7 +745,7 @@ static void test_pid_reuse_detected_by_start_time(void **state)
     (void)state;
     int idx;
     struct gv_shm *a = attached(&idx, 0);
-    pid_t live = live_child_charging(700);
+    pid_t live = charging_child(700, true);
     /* Alive, its own start time: its charge stands. */
     assert_int_equal(gv_shm_mem_reserve(a, idx, 900, GV_SHM_DEVICE, NULL), GV_ENOFIT);
     assert_int_equal(gv_shm_reclaim(a), 0);
@@ -707,6 +786,43 @@ static void test_region_limit_edit_never_raises_limit(void **state)
 }
 
 /*
+ * A process of the container started without a limit (its configuration
+ * edited, a variable unset) attaches after the first one fixed the device's
+ * limit: refused as a conflict, and it is held to the region's limit all
+ * the same, for the whole limit and for the device-resident share.  0 means
+ * "no limit" in both places, so the smaller of the two must never be 0.
+ */
+static void test_unlimited_process_gets_region_limit(void **state)
+{
+    (void)state;
+    int idx, idx2;
+    struct gv_shm *a = open_rw();
+    assert_int_equal(gv_shm_proc_attach(a, getpid(), 0, NULL), GV_OK);
+    assert_int_equal(gv_shm_device_attach(a, "GPU-u",
+                                          &(struct gv_shm_limits){1000, 5000, 400, 0,
+                                                                  GV_SHM_DEV_OVERSUBSCRIBE},
+                                          &idx, NULL),
+                     GV_OK);
+    gv_shm_close(a);
+    struct gv_shm *b = open_rw();
+    assert_int_equal(gv_shm_proc_attach(b, getpid(), 0, NULL), GV_OK);
+    assert_int_equal(gv_shm_device_attach(b, "GPU-u",
+                                          &(struct gv_shm_limits){0, 5000, 0, 0,
+                                                                  GV_SHM_DEV_OVERSUBSCRIBE},
+                                          &idx2, NULL),
+                     GV_ECONFLICT);
+    assert_int_equal(idx2, idx);
+    uint64_t limit = 0, share = 0;
+    assert_true(gv_shm_limit(b, idx2, &limit, &share, NULL));
+    assert_int_equal(limit, 1000);
+    assert_int_equal(share, 400);
+    assert_int_equal(gv_shm_mem_reserve(b, idx2, 401, GV_SHM_DEVICE, NULL), GV_ENOFIT);
+    assert_int_equal(gv_shm_mem_reserve(b, idx2, 1001, GV_SHM_ANY, NULL), GV_ENOFIT);
+    assert_int_equal(gv_shm_mem_used(b, idx2), 0);
+    gv_shm_close(b);
+}
+
+/*
  * Our slot freed behind our back and taken by another process: our charges
  * still count (we take a new slot and rewrite it from our own record).
  */
@@ -716,7 +832,7 @@ static void test_slot_stolen_keeps_our_charges(void **state)
     int idx;
     struct gv_shm *a = attached(&idx, 600);
     atomic_store(&gv_shm_self(a)->pid, 0);
-    live_child_charging(300); /* takes the freed slot, clearing it */
+    charging_child(300, true); /* takes the freed slot, clearing it */
     assert_int_equal(gv_shm_mem_reserve(a, idx, 200, GV_SHM_DEVICE, NULL), GV_ENOFIT);
     assert_int_equal(gv_shm_mem_reserve(a, idx, 100, GV_SHM_DEVICE, NULL), GV_OK);
     assert_int_equal(gv_shm_mem_used(a, idx), 1000);
@@ -753,6 +869,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_oom_counter, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rejects_foreign_and_corrupt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dead_process_usage_reclaimed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_zombie_usage_reclaimed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_owner_dead_holding_lock, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_reservations_never_exceed, setup, teardown),
         cmocka_unit_test(test_private_region),
@@ -765,6 +882,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stuck_lock_holder_fails_closed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pid_reuse_detected_by_start_time, setup, teardown),
         cmocka_unit_test_setup_teardown(test_region_limit_edit_never_raises_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unlimited_process_gets_region_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slot_stolen_keeps_our_charges, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deleted_region_stops_reservations, setup, teardown),
     };

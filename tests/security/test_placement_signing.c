@@ -82,7 +82,7 @@ static void test_key_file_rules(void **state)
     assert_int_equal(gv_placement_key_parse("# only a comment\n\n", 18, &k, &err), GV_EINVAL);
     assert_non_null(strstr(err.msg, "empty"));
     assert_null(k);
-    const char two[] = "  " KEY_A "  \r\n# old one, verify only\n" KEY_B "\n";
+    const char two[] = "  " KEY_A "  \r\n \t \r\n# old one, verify only\n" KEY_B "\n";
     assert_int_equal(gv_placement_key_parse(two, strlen(two), &k, &err), GV_OK);
     gv_placement_key_free(k);
     assert_int_equal(gv_placement_key_load("/nonexistent/gpuvisor.key", &k, &err), GV_EIO);
@@ -174,6 +174,107 @@ static void test_every_mac_digit_is_checked(void **state)
     assert_int_equal(tried, 64 * 15);
     assert_int_equal(refused, tried);
     json_decref(pod);
+    gv_placement_key_free(a);
+}
+
+/* The codec's refusals, each on its own: a key of fewer than 32 bytes, a
+ * file's errors naming the file, signing without a key or with an empty
+ * field, a signature with anything after its 64 digits or one digit short,
+ * and hold signatures (their own domain: never a placement, nor the
+ * reverse), refused when unsigned, incomplete or altered. */
+static void test_codec_refusals(void **state)
+{
+    (void)state;
+    struct gv_placement_key *k = NULL;
+    struct gv_error err = {0};
+    char key32[33], key31[32];
+    memset(key32, 'k', 32);
+    key32[32] = '\0';
+    memset(key31, 'k', 31);
+    key31[31] = '\0';
+    assert_int_equal(gv_placement_key_parse(key32, 32, &k, &err), GV_OK);
+    gv_placement_key_free(k);
+    k = NULL;
+    assert_int_equal(gv_placement_key_parse(key31, 31, &k, &err), GV_EINVAL);
+    assert_null(k);
+    gv_placement_key_free(NULL);
+
+    char path[] = "/tmp/gv-test-key-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "short\n", 6), 6);
+    close(fd);
+    assert_int_equal(gv_placement_key_load(path, &k, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, path));
+    assert_non_null(strstr(err.msg, "at least 32"));
+    unlink(path);
+
+    struct gv_placement_key *a = key_of(KEY_A);
+    char sig[GV_PLACEMENT_SIG_MAX], hold[GV_PLACEMENT_SIG_MAX];
+    const char *asg = "v1;node=node1;main=" G0 ":500:100";
+    assert_int_equal(gv_placement_sign(NULL, "uid-1", "node1", AT, asg, sig, sizeof(sig), &err),
+                     GV_EINVAL);
+    assert_non_null(strstr(err.msg, "no placement key"));
+    static const char *const four[4] = {"uid-1", "node1", AT, "v1;node=node1;main=" G0 ":500:100"};
+    for (int i = 0; i < 4; i++) {
+        const char *f[4] = {four[0], four[1], four[2], four[3]};
+        f[i] = "";
+        assert_int_equal(gv_placement_sign(a, f[0], f[1], f[2], f[3], sig, sizeof(sig), &err),
+                         GV_EINVAL);
+        assert_non_null(strstr(err.msg, "empty field"));
+        assert_int_equal(gv_hold_sign(a, f[0], f[1], f[2], f[3], hold, sizeof(hold), &err),
+                         GV_EINVAL);
+    }
+    assert_int_equal(gv_placement_sign(a, "uid-1", "node1", AT, asg, sig, 8, &err), GV_ERANGE);
+
+    json_t *pod = pod_of("uid-1", "tenant", asg);
+    sign(a, pod);
+    assert_int_equal(gv_placement_verify_pod(NULL, pod, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "no placement key"));
+    snprintf(sig, sizeof(sig), "%s",
+             json_string_value(json_object_get(json_object_get(json_object_get(pod, "metadata"),
+                                                               "annotations"),
+                                               GV_PLACEMENT_SIG_ANNOTATION)));
+    char longer[GV_PLACEMENT_SIG_MAX + 2];
+    snprintf(longer, sizeof(longer), "%s0", sig);
+    set_ann(pod, GV_PLACEMENT_SIG_ANNOTATION, longer);
+    assert_int_equal(gv_placement_verify_pod(a, pod, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "unknown format"));
+    sig[strlen(sig) - 1] = '\0';
+    set_ann(pod, GV_PLACEMENT_SIG_ANNOTATION, sig);
+    assert_int_equal(gv_placement_verify_pod(a, pod, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "unknown format"));
+    json_decref(pod);
+
+    const char *until = "2026-11-26T06:05:00.000000Z";
+    assert_int_equal(gv_hold_sign(a, "uid-1", "node1", until, asg, hold, sizeof(hold), &err), GV_OK);
+    assert_int_equal(gv_hold_verify(a, "uid-1", "node1", until, asg, hold, &err), GV_OK);
+    assert_int_equal(gv_hold_verify(NULL, "uid-1", "node1", until, asg, hold, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "no placement key"));
+    assert_int_equal(gv_hold_verify(a, "uid-1", "node1", until, asg, NULL, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "not signed"));
+    for (int i = 0; i < 4; i++) {
+        const char *f[4] = {"uid-1", "node1", until, asg};
+        f[i] = i % 2 ? "" : NULL;
+        assert_int_equal(gv_hold_verify(a, f[0], f[1], f[2], f[3], hold, &err), GV_EINVAL);
+        assert_non_null(strstr(err.msg, "incomplete"));
+    }
+    assert_int_equal(gv_hold_verify(a, "uid-1", "node1", "2099-01-01T00:00:00.000000Z", asg, hold,
+                                    &err),
+                     GV_EINVAL);
+    assert_non_null(strstr(err.msg, "does not match"));
+    /* Domain separation: the same four fields signed as a placement never
+     * pass as a hold, nor the reverse. */
+    assert_int_equal(gv_placement_sign(a, "uid-1", "node1", until, asg, sig, sizeof(sig), &err),
+                     GV_OK);
+    assert_int_equal(gv_hold_verify(a, "uid-1", "node1", until, asg, sig, &err), GV_EINVAL);
+    json_t *p2 = pod_of("uid-1", "tenant", asg);
+    set_ann(p2, "gpuvisor.io/assigned-at", until);
+    set_ann(p2, GV_PLACEMENT_SIG_ANNOTATION, hold);
+    assert_int_equal(gv_placement_verify_pod(a, p2, &err), GV_EINVAL);
+    set_ann(p2, GV_PLACEMENT_SIG_ANNOTATION, sig);
+    assert_int_equal(gv_placement_verify_pod(a, p2, &err), GV_OK);
+    json_decref(p2);
     gv_placement_key_free(a);
 }
 
@@ -361,6 +462,7 @@ int main(void)
         cmocka_unit_test(test_key_file_rules),
         cmocka_unit_test(test_sign_verify_and_tamper),
         cmocka_unit_test(test_every_mac_digit_is_checked),
+        cmocka_unit_test(test_codec_refusals),
         cmocka_unit_test(test_allocate_serves_signed_placement),
         cmocka_unit_test(test_allocate_refuses_forged_altered_moved),
         cmocka_unit_test(test_preload_opt_out_only_where_listed),
