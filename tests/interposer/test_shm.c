@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -736,6 +737,55 @@ static void test_zombie_usage_reclaimed(void **state)
 }
 
 /*
+ * A live process of another user: kill(pid, 0) answers EPERM, not ESRCH,
+ * and that is alive.  A container may run its processes as several users
+ * (root and an application user); one of them taking the region's reclaim
+ * for a death would free the other's charges and over-commit the GPU.
+ * Needs root to run the second process as nobody.
+ */
+static void test_other_users_live_process_kept(void **state)
+{
+    (void)state;
+    if (geteuid() != 0) {
+        print_message("# needs root (a process of another user)\n");
+        skip();
+    }
+    /* a directory nobody can reach: the suite's scratch space is 0700 */
+    assert_int_equal(rmdir(dir), 0);
+    snprintf(dir, sizeof(dir), "/tmp/gv-shm-users.XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/region.cache", dir);
+    assert_int_equal(chmod(dir, 0755), 0);
+    int idx;
+    struct gv_shm *a = attached(&idx, 700);
+    assert_int_equal(chmod(path, 0666), 0);
+    pid_t pid = spawn();
+    if (pid == 0) {
+        struct gv_shm *c = NULL;
+        int ci;
+        if (setgid(65534) != 0 || setuid(65534) != 0)
+            _exit(10);
+        if (kill(getppid(), 0) == 0 || errno != EPERM)
+            _exit(11); /* the case this test is about */
+        if (gv_shm_open(path, 0, &c, NULL) != GV_OK ||
+            gv_shm_proc_attach(c, getpid(), 0, NULL) != GV_OK ||
+            gv_shm_device_attach(c, "GPU-a", &lim1000, &ci, NULL) != GV_OK)
+            _exit(12);
+        if (gv_shm_reclaim(c) != 0)
+            _exit(13);
+        if (gv_shm_mem_reserve(c, ci, 400, GV_SHM_DEVICE, NULL) != GV_ENOFIT)
+            _exit(14);
+        _exit(gv_shm_mem_reserve(c, ci, 300, GV_SHM_DEVICE, NULL) == GV_OK ? 0 : 15);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_int_equal(gv_shm_mem_held(a, idx), 700);
+    gv_shm_close(a);
+}
+
+/*
  * A slot whose pid is alive but belongs to a process with another start
  * time (the pid was reused after the slot's owner died) is reclaimed; the
  * same pid with its own start time is not.
@@ -880,6 +930,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_half_made_file_replaced, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_lock_word_recovered, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stuck_lock_holder_fails_closed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_other_users_live_process_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pid_reuse_detected_by_start_time, setup, teardown),
         cmocka_unit_test_setup_teardown(test_region_limit_edit_never_raises_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unlimited_process_gets_region_limit, setup, teardown),
