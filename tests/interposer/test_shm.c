@@ -154,6 +154,10 @@ static void test_limit_and_conflict(void **state)
     assert_int_equal(gv_shm_device_attach(a, "GPU-more", &(struct gv_shm_limits){1000, 5000, 0, 0, 0}, &idx2, &err), GV_ENOFIT);
     assert_int_equal(gv_shm_region(a)->ndevices, GV_SHM_MAX_DEVICES);
     assert_int_equal(gv_shm_device_find(a, "GPU-more"), -1);
+    uint64_t lim = 7;
+    assert_false(gv_shm_limit(a, GV_SHM_MAX_DEVICES, &lim, NULL, NULL));
+    assert_false(gv_shm_limit(a, -1, &lim, NULL, NULL));
+    assert_int_equal(lim, 7);
     gv_shm_close(a);
     /* A read-only opener attaches nothing (its mapping cannot be written). */
     struct gv_shm *ro = NULL;
