@@ -108,6 +108,13 @@ static void test_create_and_reopen(void **state)
     assert_int_equal(gv_shm_device_find(ro, "GPU-a"), 0);
     assert_int_equal(gv_shm_region(ro)->devices[0].mem_limit, 1000);
     assert_int_equal(gv_shm_region(ro)->devices[0].sm_limit, 30);
+    /* A reader goes by the region: device 0 is known, the next one is not. */
+    uint64_t lim = 0;
+    assert_true(gv_shm_limit(ro, 0, &lim, NULL, NULL));
+    assert_int_equal(lim, 1000);
+    assert_false(gv_shm_limit(ro, 1, &lim, NULL, NULL));
+    /* and registers nothing */
+    assert_int_equal(gv_shm_proc_attach(ro, getpid(), 0, NULL), GV_EINVAL);
     gv_shm_close(ro);
 }
 
@@ -893,6 +900,34 @@ static void test_slot_stolen_keeps_our_charges(void **state)
     gv_shm_close(a);
 }
 
+/*
+ * Every slot taken by a hostile write (ours included) with live pids that
+ * are not ours: no slot to charge to, so a reservation is refused, a
+ * release and a conversion change nothing, and nothing crashes.
+ */
+static void test_all_slots_taken_fails_closed(void **state)
+{
+    (void)state;
+    int idx;
+    struct gv_shm *a = attached(&idx, 600);
+    struct gv_shm_region *r = (struct gv_shm_region *)gv_shm_region(a);
+    for (int i = 0; i < GV_SHM_MAX_PROCS; i++) {
+        r->procs[i].start_time = 0;
+        atomic_store(&r->procs[i].mem_used[idx], 0);
+        atomic_store(&r->procs[i].pid, (int32_t)getppid());
+    }
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 1, GV_SHM_DEVICE, NULL), GV_ENOFIT);
+    gv_shm_mem_release(a, idx, 100, false);
+    assert_int_equal(gv_shm_mem_held(a, idx), 500);
+    assert_int_equal(gv_shm_mem_to_managed(a, idx, 100), GV_OK);
+    /* One slot free again: ours is rewritten from our record. */
+    atomic_store(&r->procs[7].pid, 0);
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 500, GV_SHM_DEVICE, NULL), GV_OK);
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 1, GV_SHM_DEVICE, NULL), GV_ENOFIT);
+    assert_int_equal(atomic_load(&r->procs[7].mem_used[idx]), 1000);
+    gv_shm_close(a);
+}
+
 /* A region deleted (or replaced) under a process: it reserves nothing more. */
 static void test_deleted_region_stops_reservations(void **state)
 {
@@ -939,6 +974,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_region_limit_edit_never_raises_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unlimited_process_gets_region_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slot_stolen_keeps_our_charges, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_all_slots_taken_fails_closed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deleted_region_stops_reservations, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
