@@ -7,4 +7,4 @@ mutants:
 	$(Q)tests/mutants/run.sh $(MUTANTS)
 
 # The runner itself, on a stand-in repository (seconds).
-TEST_SCRIPTS += tests/mutants/test_mutants_runner.sh
+TEST_SCRIPTS += tests/mutants/test_mutants_runner.sh tests/mutants/test_sweep.sh
