@@ -258,7 +258,7 @@ static const char *overlapping(const char *path, const char *const *prot, size_t
 {
     char clean[4096];
     if (!clean_path(path, clean, sizeof(clean)))
-        return "a path that is relative or uses ..";
+        return "a path that is relative, uses .. or is too long";
     for (size_t i = 0; i < n_prot; i++)
         if (overlaps(clean, prot[i]))
             return prot[i];
@@ -347,7 +347,7 @@ static bool host_mounts(json_t *pod, char *why, size_t cap)
         const char *path = json_string_value(json_object_get(hp, "path"));
         const char *hit = overlapping(path, protected_host_paths, N_OF(protected_host_paths));
         if (hit != NULL)
-            return DENY("volume %s: hostPath %s overlaps %s, gpuvisor's node state (every "
+            return DENY("volume %s: hostPath %.256s overlaps %s, gpuvisor's node state (every "
                         "tenant's limits); not allowed",
                         json_string_value(json_object_get(v, "name")), path ? path : "?", hit);
     }
@@ -389,7 +389,7 @@ static bool container_escapes(json_t *pod, char *why, size_t cap)
                 const char *hit = overlapping(mp, protected_container_paths,
                                               N_OF(protected_container_paths));
                 if (hit != NULL)
-                    return DENY("%s %s mounts a volume at %s, over %s where gpuvisor puts the "
+                    return DENY("%s %s mounts a volume at %.256s, over %s where gpuvisor puts the "
                                 "container's limits; not allowed in a pod with GPU slices",
                                 container_kinds[l], cname ? cname : "?", mp ? mp : "?", hit);
             }

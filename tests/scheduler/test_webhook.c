@@ -454,6 +454,8 @@ static void test_malformed_reviews(void **state)
         assert_int_equal(gv_webhook_review(&env, bad[i], strlen(bad[i]), &out, &err), GV_EINVAL);
         assert_null(out);
         assert_true(strlen(err.msg) > 0);
+        if (i < 2)
+            assert_non_null(strstr(err.msg, "invalid JSON"));
     }
     /* A pod object that is not an object: allowed untouched (not ours to judge). */
     json_t *resp = run("\"x\"", "CREATE");
@@ -600,7 +602,7 @@ static void test_security_refusals(void **state)
          NULL, "over /run/gpuvisor"},
         {"a mount path with ..", TENANT, "tenant",
          GPU_POD("", ",\"volumeMounts\":[{\"name\":\"v\",\"mountPath\":\"/data/../etc\"}]", ""),
-         NULL, "relative or uses .."},
+         NULL, "relative, uses .."},
         {"a volume elsewhere is fine", TENANT, "tenant",
          GPU_POD("", ",\"volumeMounts\":[{\"name\":\"v\",\"mountPath\":\"/etc/gpuvisor-data\"}]",
                  ""),
@@ -614,6 +616,37 @@ static void test_security_refusals(void **state)
          "}],\"ephemeralContainers\":[{\"name\":\"dbg\",\"securityContext\":{\"capabilities\":{"
          "\"add\":[\"SYS_ADMIN\"]}}}]}}",
          GPU_POD("", "", ""), "ephemeral container dbg adds capability SYS_ADMIN"},
+        {"exactly the most GPUs on any node is fine", TENANT, "tenant",
+         "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":\"main\","
+         "\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"8\"}}}]}}",
+         NULL, NULL},
+        {"hostPath / (the whole host)", TENANT, "tenant",
+         "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"volumes\":[{\"name\":\"h\",\"hostPath\":{"
+         "\"path\":\"/\"}}],\"containers\":[{\"name\":\"c\"}]}}",
+         NULL, "hostPath / overlaps"},
+        {"a volume at / (hides the image)", TENANT, "tenant",
+         GPU_POD("", ",\"volumeMounts\":[{\"name\":\"v\",\"mountPath\":\"///\"}]", ""), NULL,
+         "mounts a volume at ///"},
+        {"a volume at a one-letter path is fine", TENANT, "tenant",
+         GPU_POD("", ",\"volumeMounts\":[{\"name\":\"v\",\"mountPath\":\"/d\"}]", ""), NULL, NULL},
+        {"a volume mount without a path", TENANT, "tenant",
+         GPU_POD("", ",\"volumeMounts\":[{\"name\":\"v\"}]", ""), NULL, "relative"},
+        {"a capability that grants nothing over the GPU is fine", TENANT, "tenant",
+         GPU_POD("", ",\"securityContext\":{\"capabilities\":{\"add\":[\"NET_BIND_SERVICE\"]}}",
+                 ""),
+         NULL, NULL},
+        {"resources added by UPDATE to a container that had none", TENANT, "tenant",
+         "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":\"main\"," GPU_RES
+         "},{\"name\":\"side\"," GPU_RES "}]}}",
+         "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":\"main\"," GPU_RES
+         "},{\"name\":\"side\"}]}}",
+         "container side: the resources"},
+        {"resources removed by UPDATE", TENANT, "tenant",
+         "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":\"main\"," GPU_RES
+         "},{\"name\":\"side\"}]}}",
+         "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":\"main\"," GPU_RES
+         "},{\"name\":\"side\"," GPU_RES "}]}}",
+         "container side: the resources"},
         {"GPU resources changed by UPDATE (resize)", TENANT, "tenant",
          "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":\"main\","
          "\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpumem\":\"80000\"}}}]}}",
@@ -636,12 +669,76 @@ static void test_security_refusals(void **state)
                      allowed ? "allowed" : msg, cases[i].needle);
         json_decref(resp);
     }
+    /* A mount path longer than any path the check can hold (4 KiB): refused
+     * cleanly, never written past the buffer. */
+    char *long_pod = malloc(12000);
+    assert_non_null(long_pod);
+    int off = snprintf(long_pod, 12000, "%s",
+                       "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"containers\":[{\"name\":"
+                       "\"main\"," GPU_RES ",\"volumeMounts\":[{\"name\":\"v\",\"mountPath\":\"");
+    for (int i = 0; i < 1500; i++)
+        off += snprintf(long_pod + off, 12000 - (size_t)off, "/abcdef");
+    snprintf(long_pod + off, 12000 - (size_t)off, "\"}]}]}}");
+    json_t *lr = run_as(&e, TENANT, "tenant", long_pod, NULL);
+    assert_false(json_is_true(json_object_get(lr, "allowed")));
+    assert_non_null(strstr(denial(lr), "too long"));
+    json_decref(lr);
+    free(long_pod);
     /* Default policy (none configured): no opt-out namespace at all. */
     json_t *resp = run_as(&env, TENANT, "ml-admin",
                           GPU_POD(",\"annotations\":{\"gpuvisor.io/preload\":\"false\"}", "", ""),
                           NULL);
     assert_false(json_is_true(json_object_get(resp, "allowed")));
     json_decref(resp);
+}
+
+/* The quota callback records the namespace it is asked about. */
+static char quota_ns[64];
+static bool quota_rec(void *ud, const char *ns, const struct gv_alloc_request *req, char *why,
+                      size_t cap)
+{
+    (void)ud;
+    (void)req;
+    snprintf(quota_ns, sizeof(quota_ns), "%s", ns);
+    if (strcmp(ns, "tenant") == 0) {
+        snprintf(why, cap, "namespace tenant is over its GPU quota");
+        return false;
+    }
+    return true;
+}
+
+/* The namespace charged is the review's (the API server's), not the one the
+ * object names (the tenant's to write, and empty on many CREATEs): a tenant
+ * naming another namespace, or none, in its pod is still charged its own;
+ * the object's only when the review has none. */
+static void test_quota_charges_the_reviews_namespace(void **state)
+{
+    (void)state;
+    struct gv_webhook_env e = env;
+    e.quota = quota_rec;
+    static const char *const objs[] = {
+        GPU_POD("", "", ""),
+        GPU_POD(",\"namespace\":\"rich\"", "", ""),
+    };
+    for (size_t i = 0; i < 2; i++) {
+        quota_ns[0] = '\0';
+        json_t *resp = run_as(&e, TENANT, "tenant", objs[i], NULL);
+        assert_string_equal(quota_ns, "tenant");
+        assert_false(json_is_true(json_object_get(resp, "allowed")));
+        assert_non_null(strstr(denial(resp), "over its GPU quota"));
+        json_decref(resp);
+    }
+    /* no namespace in the review: the object's, else "default" */
+    const char *review =
+        "{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\",\"request\":{"
+        "\"uid\":\"rev-2\",\"kind\":{\"group\":\"\",\"version\":\"v1\",\"kind\":\"Pod\"},"
+        "\"operation\":\"CREATE\",\"object\":" GPU_POD(",\"namespace\":\"rich\"", "", "") "}}";
+    char *out = NULL;
+    struct gv_error err = {0};
+    assert_int_equal(gv_webhook_review(&e, review, strlen(review), &out, &err), GV_OK);
+    assert_string_equal(quota_ns, "rich");
+    assert_non_null(strstr(out, "\"allowed\":true"));
+    free(out);
 }
 
 int main(void)
@@ -658,6 +755,7 @@ int main(void)
         cmocka_unit_test(test_whole_device_pods),
         cmocka_unit_test(test_hami_opt_outs),
         cmocka_unit_test(test_security_refusals),
+        cmocka_unit_test(test_quota_charges_the_reviews_namespace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
