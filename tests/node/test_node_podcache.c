@@ -24,6 +24,7 @@
 #include "common/gv_log.h"
 #include "deviceplugin.pb-c.h"
 #include "node/allocate/gv_allocator.h"
+#include "node/kubelet/gv_grpc.h"
 
 #define G0 "GPU-11111111-2222-4333-8444-000000000000"
 #define G1 "GPU-11111111-2222-4333-8444-000000000001"
@@ -346,6 +347,39 @@ static V1beta1__ContainerAllocateResponse *alloc_raw(struct gv_allocator *a, con
     return r;
 }
 
+/* The kubelet passes on what the pod asked: a pod asking nvidia.com/gpu: 17
+ * on a node advertising slices (8 GPUs x 10 slices: 80 IDs) makes one
+ * Allocate of 17 IDs.  More than a container may hold, or none, or an ID we
+ * never advertised (odd characters, a second "::", a bare ':', too long), is
+ * refused before anything is looked up or written. */
+static void test_allocate_refuses_bad_id_lists(void **state)
+{
+    struct gv_allocator *a = *state;
+    const char *many[GV_ALLOC_MAX_DEVICES + 1];
+    char slice[GV_ALLOC_MAX_DEVICES + 1][96];
+    for (int i = 0; i <= GV_ALLOC_MAX_DEVICES; i++) {
+        snprintf(slice[i], sizeof(slice[i]), "%s::%d", G0, i);
+        many[i] = slice[i];
+    }
+    int code = 0;
+    V1beta1__ContainerAllocateResponse *r = alloc_raw(a, many, GV_ALLOC_MAX_DEVICES + 1, &code);
+    assert_int_equal(code, GV_GRPC_INVALID_ARGUMENT);
+    assert_int_equal(r->n_envs, 0);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    r = alloc_raw(a, many, 0, &code);
+    assert_int_equal(code, GV_GRPC_INVALID_ARGUMENT);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    char longid[96];
+    snprintf(longid, sizeof(longid), "%s%s", G0, "-0123456789abcdef0123456789");
+    const char *bad[] = {G0 "::1::2", G0 "::x", G0 ":1", G0 "::", G0 "\n", "../" G0, longid};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        r = alloc_raw(a, &bad[i], 1, &code);
+        if (code != GV_GRPC_INVALID_ARGUMENT)
+            fail_msg("ID '%s': code %d, expected INVALID_ARGUMENT", bad[i], code);
+        protobuf_c_message_free_unpacked(&r->base, NULL);
+    }
+}
+
 static const char *env_of(const V1beta1__ContainerAllocateResponse *r, const char *key)
 {
     for (size_t i = 0; i < r->n_envs; i++)
@@ -601,6 +635,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_limits_file_not_writable, setup_alloc, teardown_alloc),
         cmocka_unit_test_setup_teardown(test_repeat_gets_same_answer, setup_alloc, teardown_alloc),
         cmocka_unit_test_setup_teardown(test_prefer_then_allocate, setup_alloc, teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_allocate_refuses_bad_id_lists, setup_alloc, teardown_alloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
