@@ -6,6 +6,9 @@
  * kubectl's last-applied-configuration, HAMi annotations, volumes, env,
  * status conditions).
  */
+/* before cmocka.h: cmocka defines a macro named fail, the allocator a function */
+#include "node/allocate/allocate_internal.h"
+
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -380,6 +383,31 @@ static void test_allocate_refuses_bad_id_lists(void **state)
     }
 }
 
+/* uids and container names become file names in the agent's state
+ * directory: only what Kubernetes allows in them passes, every letter and
+ * digit at the ends of its range included; nothing that climbs or nests. */
+static void test_state_file_components(void **state)
+{
+    (void)state;
+    static const char *const ok[] = {"a", "z", "A", "Z", "0", "9", "_", "-", "a.b",
+                                     "0e8f4c1a-5b6d-4e2f-9a7b-3c2d1e0f9a8b", "main-ctr_2.x"};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+        if (!safe_component(ok[i]))
+            fail_msg("'%s' refused", ok[i]);
+    char longest[129];
+    memset(longest, 'a', 128);
+    longest[128] = '\0';
+    static const char *const bad[] = {"", ".", "..", "../x", "a/b", "/", "a b", "a\nb",
+                                      "a\\b", "{", "`", "@", "[", "~", "a:b", "a*"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (safe_component(bad[i]))
+            fail_msg("'%s' accepted", bad[i]);
+    assert_false(safe_component(NULL));
+    assert_false(safe_component(longest));
+    longest[127] = '\0';
+    assert_true(safe_component(longest));
+}
+
 static const char *env_of(const V1beta1__ContainerAllocateResponse *r, const char *key)
 {
     for (size_t i = 0; i < r->n_envs; i++)
@@ -627,6 +655,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pending_pod_keeps_what_allocate_reads),
         cmocka_unit_test(test_order_key_fallback),
+        cmocka_unit_test(test_state_file_components),
         cmocka_unit_test(test_other_pods_keep_identity),
         cmocka_unit_test_setup_teardown(test_allocate_from_trimmed_pods, setup_alloc, teardown_alloc),
         cmocka_unit_test_setup_teardown(test_allocate_multi_gpu_priority_resource, setup_alloc,
