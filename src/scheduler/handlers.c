@@ -289,11 +289,13 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
         enc = strdup(r->encoded);
         rv = r->phase == REC_RESERVED && r->rv ? strdup(r->rv) : NULL;
         r->phase = REC_BINDING;
+        r->bind_unknown = false;
         r->gone = false;
     } else if (r != NULL && gv_sched_phase_placed(r->phase)) {
         /* Held elsewhere (kube-scheduler chose another node): kept until
          * bind_compute replaces it under the lock. */
         r->phase = REC_BINDING;
+        r->bind_unknown = false;
         r->gone = false;
     } else if (b->pod_uid[0]) {
         struct srec *nr = gv_sched_rec_get(s, b->pod_uid, b->pod_namespace, b->pod_name);
@@ -358,6 +360,7 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
         } else if (fr != NULL) {
             fr->phase = REC_BOUND;
             fr->bound_here = true;
+            fr->bind_unknown = false;
             free(fr->rv);
             fr->rv = written;
             written = NULL;
@@ -365,11 +368,14 @@ static gv_status do_bind(struct gv_sched *s, struct gv_ext_bind_args *b, struct 
     } else if (truth == BIND_UNKNOWN && fr != NULL && !fr->gone && fr->encoded != NULL &&
                gv_alloc_is_placed(s->cluster, b->pod_uid)) {
         /* The API did not say whether the Binding took: keep the placement
-         * as an assignment not yet seen bound.  The informer settles it
-         * (bound: counted; the pod changed without it: released), else it
-         * lapses after the reservation timeout like any unbound one. */
+         * as an assignment not yet seen bound.  The informer settles it when
+         * it shows the pod bound (counted), deleted or ended (released),
+         * else it lapses after the reservation timeout like any unbound
+         * one.  A version without our annotation settles nothing: it may be
+         * one from before our write, delivered late (bind_unknown). */
         s->binds_failed++;
         fr->phase = REC_UNBOUND;
+        fr->bind_unknown = true;
         fr->assigned_at = time(NULL);
         gv_warn("bind %s/%s to %s: %s, and the API did not answer whether it took: its GPUs "
                 "stay held until the pod shows it (at most %lds)",

@@ -78,6 +78,8 @@ struct srec {
     time_t assigned_at; /* UNBOUND: wall time from gpuvisor.io/assigned-at */
     bool gone;          /* BINDING: the pod was deleted or ended meanwhile */
     bool bound_here;    /* BOUND by this process's bind (the informer may lag) */
+    bool bind_unknown;  /* UNBOUND because this process's bind could not learn whether its
+                         * Binding took: the informer may not show our annotation yet */
 };
 
 static inline bool gv_sched_phase_placed(enum rec_phase p)

@@ -177,15 +177,20 @@ void gv_sched_apply_truth(struct gv_sched *s, const char *uid, time_t wall)
         return;
     const char *text = truth_live(s, t, wall);
     if (text == NULL) {
-        if (r != NULL && r->phase == REC_UNBOUND)
-            gv_sched_forget_pod(s, uid); /* bind failed elsewhere, or lapsed */
+        /* bind failed elsewhere, or lapsed; an unknown bind of ours stays
+         * until the pod shows bound, ends, or the timeout (the event may
+         * be one from before our annotation, delivered late) */
+        if (r != NULL && r->phase == REC_UNBOUND && !r->bind_unknown)
+            gv_sched_forget_pod(s, uid);
         return;
     }
     enum rec_phase want = bound ? REC_BOUND : REC_UNBOUND;
     if (r != NULL && gv_sched_phase_placed(r->phase) && r->encoded != NULL &&
         strcmp(r->encoded, text) == 0) {
-        if (r->phase == REC_UNBOUND && bound)
+        if (r->phase == REC_UNBOUND && bound) {
             r->phase = REC_BOUND;
+            r->bind_unknown = false;
+        }
         return;
     }
     const char *ns = o.ns, *name = o.name;

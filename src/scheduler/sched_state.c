@@ -305,6 +305,7 @@ gv_status gv_sched_rec_set(struct srec *r, enum rec_phase phase, const char *nod
         replace_str(&r->rv, rv) != 0)
         return GV_ENOMEM;
     r->phase = phase;
+    r->bind_unknown = false;
     r->since = gv_sched_now();
     return GV_OK;
 }

@@ -23,15 +23,21 @@
 
 /* ---- self-check ------------------------------------------------------ */
 
-/* Is the truth behind a BOUND record of our own bind not delivered yet?
- * Our bind created the Binding; until the pod informer shows the pod bound
- * (it may still be at a version before our annotation, or before the
- * Binding), the record stands: only deletion or termination, which the
- * informer does deliver, frees a pod we bound. */
+/* Is the truth behind a record of our own bind not delivered yet?  Our
+ * bind wrote the annotation and created the Binding (BOUND), or could not
+ * learn whether the Binding took (UNBOUND, bind_unknown); until the pod
+ * informer shows the pod bound (it may still be at a version before our
+ * annotation, or before the Binding), the record stands: deletion or
+ * termination, which the informer does deliver, frees it, and an unknown
+ * bind's record lapses after the reservation timeout (stale_hold.c).  A
+ * self-check in that window must not take the lag for a drift and free
+ * GPUs a running pod may hold. */
 static bool truth_lags(const struct srec *r, json_t *t)
 {
     struct truth o;
-    return r->phase == REC_BOUND && r->bound_here && !(truth_get(t, &o) && o.bound);
+    bool ours = (r->phase == REC_BOUND && r->bound_here) ||
+                (r->phase == REC_UNBOUND && r->bind_unknown);
+    return ours && !(truth_get(t, &o) && o.bound);
 }
 
 /* What uid's placement should be per the API (or our own live reservation
@@ -208,7 +214,7 @@ static gv_status rec_place_again(struct gv_sched *s, struct srec *r, struct gv_e
          *uid = strdup(r->uid), *rv = r->rv ? strdup(r->rv) : NULL;
     enum rec_phase ph = r->phase;
     time_t at = r->assigned_at;
-    bool here = r->bound_here;
+    bool here = r->bound_here, unknown = r->bind_unknown;
     gv_status st = gv_error_set(err, GV_ENOMEM, "out of memory");
     if (text != NULL && ns != NULL && name != NULL && uid != NULL) {
         if (gv_alloc_is_placed(s->cluster, uid))
@@ -218,6 +224,7 @@ static gv_status rec_place_again(struct gv_sched *s, struct srec *r, struct gv_e
         if (nr != NULL) {
             nr->assigned_at = at;
             nr->bound_here = here;
+            nr->bind_unknown = unknown;
             free(nr->rv);
             nr->rv = rv;
             rv = NULL;
