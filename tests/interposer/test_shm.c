@@ -928,6 +928,53 @@ static void test_all_slots_taken_fails_closed(void **state)
     gv_shm_close(a);
 }
 
+/* A device index at or past the table, or negative, is refused by every
+ * call that takes one, and reads as nothing: the interposer derives it
+ * from a CUDA ordinal, and a wrong one must not reach past the arrays. */
+static void test_device_index_bounds(void **state)
+{
+    (void)state;
+    int idx;
+    struct gv_shm *a = attached(&idx, 300); /* our peak and held are 300 */
+    const int bad[] = {-1, GV_SHM_MAX_DEVICES, GV_SHM_MAX_DEVICES + 1};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int d = bad[i];
+        assert_int_not_equal(gv_shm_mem_reserve(a, d, 1, GV_SHM_DEVICE, NULL), GV_OK);
+        assert_int_equal(gv_shm_mem_to_managed(a, d, 1), GV_EINVAL);
+        gv_shm_mem_release(a, d, 1, false);
+        assert_int_equal(gv_shm_mem_used(a, d), 0);
+        assert_int_equal(gv_shm_mem_held(a, d), 0);
+    }
+    assert_int_equal(gv_shm_mem_held(a, idx), 300);
+    assert_int_equal(gv_shm_mem_used(a, idx), 300);
+    gv_shm_close(a);
+}
+
+/* Context creation is serialized per region (gv_shm_ctx_serialize): a
+ * second opener waits, and gives up with an error in bounded time while
+ * the first holds it; once released, it gets it.  Read-only openers never
+ * take it. */
+static void test_ctx_serialize_excludes(void **state)
+{
+    (void)state;
+    struct gv_shm *a = open_rw(), *b = open_rw(), *ro = NULL;
+    assert_int_equal(gv_shm_ctx_serialize(a), GV_OK);
+    gv_shm_set_lock_timeout(b, 50);
+    assert_int_equal(gv_shm_ctx_serialize(b), GV_EIO);
+    assert_int_equal(gv_shm_open(path, GV_SHM_READONLY, &ro, NULL), GV_OK);
+    assert_int_equal(gv_shm_ctx_serialize(ro), GV_OK);
+    gv_shm_ctx_unserialize(ro);
+    assert_int_equal(gv_shm_ctx_serialize(b), GV_EIO);
+    gv_shm_ctx_unserialize(a);
+    assert_int_equal(gv_shm_ctx_serialize(b), GV_OK);
+    gv_shm_set_lock_timeout(a, 50);
+    assert_int_equal(gv_shm_ctx_serialize(a), GV_EIO);
+    gv_shm_ctx_unserialize(b);
+    gv_shm_close(ro);
+    gv_shm_close(b);
+    gv_shm_close(a);
+}
+
 /* A region deleted (or replaced) under a process: it reserves nothing more. */
 static void test_deleted_region_stops_reservations(void **state)
 {
@@ -975,6 +1022,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unlimited_process_gets_region_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slot_stolen_keeps_our_charges, setup, teardown),
         cmocka_unit_test_setup_teardown(test_all_slots_taken_fails_closed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_device_index_bounds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ctx_serialize_excludes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deleted_region_stops_reservations, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
