@@ -398,6 +398,20 @@ check "fake MIG instance by uuid in CUDA_VISIBLE_DEVICES: ordinal 1's limit appl
     passed "$TMP/mig.order"
 grep -v '^ok' "$TMP/mig.order" | sed 's/^/# /'
 
+# --- a pitched allocation is charged the pitch the driver chose ---------------
+# The interposer charges its guess (rows of 512 bytes) before the call and
+# settles to pitch x height after: a driver choosing wider rows is charged
+# the difference (or refused when it does not fit), narrower rows give it back.
+fresh
+probe GV_FAKE_PITCH_ALIGN=2048 CUDA_DEVICE_MEMORY_LIMIT=1g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init \
+    pitch:1000:262144:OK:2048 info:512m:1g alloc:513m:OOM pitch:1000:131072:OK:2048 info:256m:1g \
+    pitch:1000:262144:OOM info:256m:1g freeall info:1g:1g
+fresh
+probe GV_FAKE_PITCH_ALIGN=256 CUDA_DEVICE_MEMORY_LIMIT=1g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init \
+    pitch:200:1048576:OK:256 info:768m:1g alloc:768m:OK alloc:1:OOM freeall info:1g:1g
+
 # --- oversubscription: beyond the share, managed memory capped by the card ---
 fresh
 probe CUDA_OVERSUBSCRIBE=true CUDA_DEVICE_MEMORY_LIMIT=8g GPUVISOR_DEVICE_MEMORY_SHARE=4g \

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define PITCH_ALIGN 512u
+#define PITCH_ALIGN 512u /* GV_FAKE_PITCH_ALIGN overrides */
 #define VMM_GRANULARITY (2u << 20)
 #define MAX_CTX_STACK 16
 
@@ -690,7 +690,11 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInByt
     CUresult rc = current_phys(&phys, NULL);
     if (rc != CUDA_SUCCESS)
         return rc;
-    size_t pitch = (WidthInBytes + PITCH_ALIGN - 1) / PITCH_ALIGN * PITCH_ALIGN;
+    /* The driver chooses the pitch (its alignment differs by GPU and may
+     * grow for wide rows): the interposer can only guess it up front. */
+    const char *pa = getenv("GV_FAKE_PITCH_ALIGN");
+    size_t align = pa != NULL && atoi(pa) > 0 ? (size_t)atoi(pa) : PITCH_ALIGN;
+    size_t pitch = (WidthInBytes + align - 1) / align * align;
     if (Height > SIZE_MAX / pitch)
         return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&lock);
