@@ -13,7 +13,8 @@
  *   init                         cuInit + primary context of device 0
  *   ctx:D                        make device D's primary context current
  *   release:D:1|2:EXP  reset:D:1|2:EXP   cuDevicePrimaryCtxRelease / Reset, v1 or _v2
- *   alloc:SIZE:EXP  pitch:W:H:EXP[:PITCH[:ELEMSIZE]]  managed:SIZE:EXP  vmm:SIZE:EXP
+ *   alloc:SIZE:EXP  pitch:W:H:EXP[:PITCH[:ELEMSIZE]]  managed:SIZE:EXP  vmm:SIZE:EXP[:DEV]
+ *   vmm-noprop:SIZE:EXP           cuMemCreate with no allocation properties (NULL)
  *   async:SIZE:EXP  async-pt:SIZE:EXP  pool:SIZE:EXP
  *   array:W:H:EXP  array3d:W:H:D:EXP  mipmap:W:H:LEVELS:EXP
  *   free-last:EXP   freeall       free-bogus:EXP (an address never allocated)
@@ -363,6 +364,12 @@ static void run_op(char *op)
         prop.location.id = n > 3 ? atoi(a[3]) : 0;
         CUmemGenericAllocationHandle h = 0;
         rc = api.mem_create(&h, parse_size(a[1]), &prop, 0);
+        if (check_rc(orig, rc, a[2]))
+            push(K_VMM, h);
+    } else if (strcmp(name, "vmm-noprop") == 0) {
+        NEED(3);
+        CUmemGenericAllocationHandle h = 0;
+        rc = api.mem_create(&h, parse_size(a[1]), NULL, 0);
         if (check_rc(orig, rc, a[2]))
             push(K_VMM, h);
     } else if (strcmp(name, "async") == 0 || strcmp(name, "async-pt") == 0) {
