@@ -6,9 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 
+#include "scheduler/bind_inflight.h"
 #include "scheduler/sched_internal.h"
 
 static void test_parse_time(void **state)
@@ -138,6 +141,53 @@ static void test_node_table_churn(void **state)
     gv_sched_tables_free(&s);
 }
 
+/* The bind journal names its entries by pod uid, which reaches the
+ * extender in kube-scheduler's bind request: only what the API server
+ * issues (letters, digits, '-', at most 64) becomes a file name; nothing
+ * that climbs, nests or hides is written, and unjournal removes nothing
+ * for it either. */
+static void test_journal_names_only_uids(void **state)
+{
+    (void)state;
+    static struct gv_sched s;
+    memset(&s, 0, sizeof(s));
+    char dir[] = "/tmp/gv-journal-XXXXXX", sub[64], path[128];
+    assert_non_null(mkdtemp(dir));
+    snprintf(sub, sizeof(sub), "%s/j", dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    s.cfg.bind_journal_dir = sub;
+    static const char *const ok[] = {"0e8f4c1a-5b6d-4e2f-9a7b-3c2d1e0f9a8b", "0", "9", "a", "z",
+                                     "A", "Z", "-"};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        if (!gv_sched_inflight_journal(&s, ok[i], "ns", "p", "node-1", "v1;node=node-1"))
+            fail_msg("uid '%s' not journaled", ok[i]);
+        snprintf(path, sizeof(path), "%s/%s", sub, ok[i]);
+        assert_int_equal(access(path, F_OK), 0);
+        gv_sched_inflight_unjournal(&s, ok[i]);
+        assert_int_not_equal(access(path, F_OK), 0);
+    }
+    char longest[66];
+    memset(longest, 'a', 65);
+    longest[65] = '\0';
+    static const char *const bad[] = {"", ".", "..", "../x", "a/b", "a b", "a.b", "a_b", ".x",
+                                      "x\n", "@", "[", "`", "{", "/"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (gv_sched_inflight_journal(&s, bad[i], "ns", "p", "node-1", "v1;node=node-1"))
+            fail_msg("uid '%s' journaled", bad[i]);
+    assert_false(gv_sched_inflight_journal(&s, longest, "ns", "p", "node-1", "v1;node=node-1"));
+    longest[64] = '\0'; /* 64 is still a name */
+    assert_true(gv_sched_inflight_journal(&s, longest, "ns", "p", "node-1", "v1;node=node-1"));
+    gv_sched_inflight_unjournal(&s, longest);
+    assert_false(gv_sched_inflight_journal(&s, NULL, "ns", "p", "node-1", "v1;node=node-1"));
+    snprintf(path, sizeof(path), "%s/x", dir);
+    assert_int_not_equal(access(path, F_OK), 0); /* "../x" wrote nothing beside the journal */
+    assert_int_equal(rmdir(sub), 0);               /* empty: nothing written in it either */
+    assert_int_equal(rmdir(dir), 0);
+    /* no journal directory configured: nothing journaled */
+    s.cfg.bind_journal_dir = NULL;
+    assert_false(gv_sched_inflight_journal(&s, ok[0], "ns", "p", "node-1", "v1;node=node-1"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -145,6 +195,7 @@ int main(void)
         cmocka_unit_test(test_node_table_lookup),
         cmocka_unit_test(test_node_table_churn),
         cmocka_unit_test(test_format_roundtrip),
+        cmocka_unit_test(test_journal_names_only_uids),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
