@@ -151,7 +151,9 @@ static void test_journal_names_only_uids(void **state)
     (void)state;
     static struct gv_sched s;
     memset(&s, 0, sizeof(s));
-    char dir[] = "/tmp/gv-journal-XXXXXX", sub[64], path[128];
+    char dir[256], sub[300], path[400];
+    const char *base = getenv("GV_TEST_TMP");
+    snprintf(dir, sizeof(dir), "%s/gv-journal-XXXXXX", base != NULL ? base : "/tmp");
     assert_non_null(mkdtemp(dir));
     snprintf(sub, sizeof(sub), "%s/j", dir);
     assert_int_equal(mkdir(sub, 0700), 0);
