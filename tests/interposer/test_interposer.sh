@@ -32,7 +32,7 @@ exec 3>&1
 probe() {
     env LD_PRELOAD="$PRELOAD" "$@"
     local st=$?
-    [ $st -ge 128 ] && echo "not ok 1 - a probe died of signal $((st - 128)); its later checks never ran: ${*: -2}" >&3
+    [ $st -ge 128 ] && nok "a probe died of signal $((st - 128)); its later checks never ran: ${*: -2}" >&3
     return $st
 }
 # probe_bg: the same for `probe_bg ... &`, so $! is the probe itself (kill -9 reaches it).

@@ -853,25 +853,24 @@ static void test_region_limit_edit_never_raises_limit(void **state)
  * the same, for the whole limit and for the device-resident share.  0 means
  * "no limit" in both places, so the smaller of the two must never be 0.
  */
+/* Opens the region as a new process of the container and attaches GPU-u
+ * with the given memory limit and share (oversubscribed). */
+static gv_status open_with_limit(struct gv_shm **s, uint64_t limit, uint64_t share, int *idx)
+{
+    *s = open_rw();
+    assert_int_equal(gv_shm_proc_attach(*s, getpid(), 0, NULL), GV_OK);
+    struct gv_shm_limits l = {limit, 5000, share, 0, GV_SHM_DEV_OVERSUBSCRIBE};
+    return gv_shm_device_attach(*s, "GPU-u", &l, idx, NULL);
+}
+
 static void test_unlimited_process_gets_region_limit(void **state)
 {
     (void)state;
     int idx, idx2;
-    struct gv_shm *a = open_rw();
-    assert_int_equal(gv_shm_proc_attach(a, getpid(), 0, NULL), GV_OK);
-    assert_int_equal(gv_shm_device_attach(a, "GPU-u",
-                                          &(struct gv_shm_limits){1000, 5000, 400, 0,
-                                                                  GV_SHM_DEV_OVERSUBSCRIBE},
-                                          &idx, NULL),
-                     GV_OK);
+    struct gv_shm *a, *b;
+    assert_int_equal(open_with_limit(&a, 1000, 400, &idx), GV_OK);
     gv_shm_close(a);
-    struct gv_shm *b = open_rw();
-    assert_int_equal(gv_shm_proc_attach(b, getpid(), 0, NULL), GV_OK);
-    assert_int_equal(gv_shm_device_attach(b, "GPU-u",
-                                          &(struct gv_shm_limits){0, 5000, 0, 0,
-                                                                  GV_SHM_DEV_OVERSUBSCRIBE},
-                                          &idx2, NULL),
-                     GV_ECONFLICT);
+    assert_int_equal(open_with_limit(&b, 0, 0, &idx2), GV_ECONFLICT);
     assert_int_equal(idx2, idx);
     uint64_t limit = 0, share = 0;
     assert_true(gv_shm_limit(b, idx2, &limit, &share, NULL));

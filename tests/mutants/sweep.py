@@ -58,9 +58,8 @@ def mutants_of_line(lines, i):
     out = []
     if COND.match(line) or 'return ' in line or re.search(r'=[^=].*[<>]', line):
         for pat, rep in REL:
+            # the look-behinds keep '->', '<<' and '>>' whole
             for m in re.finditer(pat, line):
-                if line[m.start():m.start() + 2] == '->':
-                    continue
                 out.append(line[:m.start()] + rep + line[m.end():])
     balanced = line.count('(') == line.count(')')
     m = GUARD.match(line)
