@@ -12,7 +12,6 @@
 #include "contracts/podspec.h"
 
 #define PS_MAX_CONTAINERS 64
-#define PS_MAX_KV 64
 
 /* Quantity text of a JSON string or number (numbers formatted into buf). */
 static const char *qty_text(const json_t *v, char *buf, size_t cap)
@@ -30,25 +29,44 @@ static const char *qty_text(const json_t *v, char *buf, size_t cap)
     return NULL;
 }
 
+/* One map's entries (labels, annotations, a container's limits or
+ * requests), as many as the object has: real nodes carry hundreds of labels
+ * (node-feature-discovery alone adds dozens) and pods as many annotations;
+ * the API server's object size limit bounds them.  A fixed table refused
+ * such a node or pod outright. */
 struct kv_store {
-    struct gv_alloc_kv kv[PS_MAX_KV];
-    char num[PS_MAX_KV][40];
+    struct gv_alloc_kv *kv;
+    char (*num)[40]; /* a JSON number's text (quantities) */
     size_t n;
 };
+
+static void kv_free(struct kv_store *st)
+{
+    free(st->kv);
+    free(st->num);
+    memset(st, 0, sizeof(*st));
+}
 
 static gv_status collect(const json_t *obj, const char *path, struct kv_store *st,
                          bool quantities, struct gv_error *err)
 {
-    st->n = 0;
+    kv_free(st);
     if (obj == NULL || json_is_null(obj))
         return GV_OK;
     if (!json_is_object(obj))
         return gv_error_set(err, GV_EPARSE, "%s: expected an object", path);
+    size_t cap = json_object_size(obj);
+    st->kv = calloc(cap ? cap : 1, sizeof(*st->kv));
+    st->num = quantities ? calloc(cap ? cap : 1, sizeof(*st->num)) : NULL;
+    if (st->kv == NULL || (quantities && st->num == NULL)) {
+        kv_free(st);
+        return gv_error_set(err, GV_ENOMEM, "out of memory");
+    }
     const char *key;
     json_t *val;
     json_object_foreach((json_t *)obj, key, val) {
-        if (st->n == PS_MAX_KV)
-            return gv_error_set(err, GV_EPARSE, "%s: more than %d entries", path, PS_MAX_KV);
+        if (st->n == cap) /* never: the object's own count */
+            return gv_error_set(err, GV_EINTERNAL, "%s: more entries than counted", path);
         const char *text = quantities ? qty_text(val, st->num[st->n], sizeof(st->num[0]))
                                       : json_string_value(val);
         if (text == NULL)
@@ -74,7 +92,7 @@ gv_status gv_podspec_request(const struct gv_alloc_config *cfg, const json_t *po
                              struct gv_alloc_request **out, struct gv_error *err)
 {
     gv_status rc = GV_OK;
-    struct kv_store *lim = NULL, *req = NULL, ann;
+    struct kv_store *lim = NULL, *req = NULL, ann = {0};
     struct gv_alloc_container_in cin[PS_MAX_CONTAINERS];
     if (!json_is_object(pod))
         return gv_error_set(err, GV_EPARSE, "pod: expected a JSON object");
@@ -133,6 +151,11 @@ gv_status gv_podspec_request(const struct gv_alloc_config *cfg, const json_t *po
     if (rc != GV_OK)
         gv_error_prefix(err, "pod %s/%s", in.ns ? in.ns : "", in.name ? in.name : "");
 done:
+    for (size_t i = 0; lim != NULL && req != NULL && i < nc; i++) {
+        kv_free(&lim[i]);
+        kv_free(&req[i]);
+    }
+    kv_free(&ann);
     free(lim);
     free(req);
     return rc;
@@ -348,7 +371,7 @@ gv_status gv_podspec_node(const json_t *node, struct gv_podspec_node **out, stru
     const char *name = str_at(meta, "name");
     if (name == NULL || name[0] == '\0')
         return gv_error_set(err, GV_EPARSE, "node: metadata.name: expected a string");
-    struct kv_store *labels = malloc(sizeof(*labels));
+    struct kv_store *labels = calloc(1, sizeof(*labels));
     struct gv_podspec_node *n = calloc(1, sizeof(*n));
     gv_status rc = GV_OK;
     if (labels == NULL || n == NULL) {
@@ -381,10 +404,13 @@ gv_status gv_podspec_node(const json_t *node, struct gv_podspec_node **out, stru
     memcpy(n->labels, labels->kv, labels->n * sizeof(*n->labels));
     n->spec = (struct gv_alloc_node_spec){name, cpu, mem, n->labels, labels->n, n->gpus,
                                           (size_t)gpus};
+    kv_free(labels);
     free(labels);
     *out = n;
     return GV_OK;
 fail:
+    if (labels != NULL)
+        kv_free(labels);
     free(labels);
     gv_podspec_node_free(n);
     return rc;

@@ -214,6 +214,164 @@ static void test_node_from_agent_inventory(void **state)
     json_decref(node);
 }
 
+/* Real objects carry many entries: node-feature-discovery puts dozens of labels on a node,
+ * meshes and operators as many annotations on a pod.  Every entry is read, however many. */
+static void test_many_labels_and_annotations(void **state)
+{
+    (void)state;
+    struct gv_alloc_config cfg;
+    gv_alloc_config_default(&cfg);
+    json_t *ann = json_object(), *lim = json_object();
+    for (int i = 0; i < 150; i++) {
+        char k[64];
+        snprintf(k, sizeof(k), "feature.node.kubernetes.io/x-%d", i);
+        json_object_set_new(ann, k, json_string("true"));
+        snprintf(k, sizeof(k), "example.com/r%d", i);
+        json_object_set_new(lim, k, json_string("1"));
+    }
+    json_object_set_new(ann, "nvidia.com/use-gputype", json_string("H100"));
+    json_object_set_new(lim, "nvidia.com/gpu", json_string("1"));
+    json_object_set_new(lim, "nvidia.com/gpumem", json_string("3000"));
+    json_t *pod = json_pack("{s:{s:s,s:s,s:s,s:O},s:{s:[{s:s,s:{s:O}}]}}", "metadata", "uid", "u",
+                            "name", "p", "namespace", "n", "annotations", ann, "spec",
+                            "containers", "name", "a", "resources", "limits", lim);
+    assert_non_null(pod);
+    struct gv_alloc_request *r = NULL;
+    struct gv_error err = {0};
+    if (gv_podspec_request(&cfg, pod, &r, &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(r->n_containers, 1);
+    assert_int_equal(r->containers[0].mem, 3000);
+    assert_string_equal(r->constraint[GV_ALLOC_USE_TYPE], "h100");
+    gv_alloc_request_free(r);
+    json_decref(pod);
+
+    json_t *labels = json_object();
+    for (int i = 0; i < 150; i++) {
+        char k[64];
+        snprintf(k, sizeof(k), "feature.node.kubernetes.io/cpu-%d", i);
+        json_object_set_new(labels, k, json_string("true"));
+    }
+    json_object_set_new(labels, "nvidia.com/gpu.product", json_string("NVIDIA-H100"));
+    json_t *node = json_pack("{s:{s:s,s:O},s:{s:{s:s}}}", "metadata", "name", "nfd-1", "labels",
+                             labels, "status", "capacity", "nvidia.com/gpu", "4");
+    struct gv_podspec_node *n = NULL;
+    if (gv_podspec_node(node, &n, &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(n->spec.n_labels, 151);
+    assert_int_equal(n->spec.n_gpus, 4);
+    assert_string_equal(n->spec.gpus[3].model, "NVIDIA-H100");
+    gv_podspec_node_free(n);
+    json_decref(node);
+    json_decref(labels);
+    json_decref(ann);
+    json_decref(lim);
+}
+
+/* The JSON's shape: each wrong type is an error naming its field, never an empty map or
+ * a table written past its end. */
+static void test_pod_shape_errors(void **state)
+{
+    (void)state;
+    expect_error("{\"metadata\":\"m\",\"spec\":{\"containers\":[]}}", "pod: metadata: expected an object");
+    expect_error("{\"metadata\":{},\"spec\":[]}", "pod: spec: expected an object");
+    expect_error("{\"metadata\":{},\"spec\":{\"containers\":[\"a\"]}}",
+                 "spec.containers[0]: expected an object");
+    expect_error("{\"metadata\":{},\"spec\":{\"containers\":[{\"name\":\"a\",\"resources\":[]}]}}",
+                 "spec.containers[0].resources: expected an object");
+    expect_error("{\"metadata\":{},\"spec\":{\"containers\":[{\"name\":\"a\",\"resources\":"
+                 "{\"limits\":[\"nvidia.com/gpu\"]}}]}}",
+                 "spec.containers[0].resources.limits: expected an object");
+    expect_error("{\"metadata\":{\"annotations\":[]},\"spec\":{\"containers\":[]}}",
+                 "metadata.annotations: expected an object");
+    /* at most 64 containers: the 65th is refused before any table is filled */
+    static char text[8192];
+    for (int n = 64; n <= 65; n++) {
+        size_t o = (size_t)snprintf(text, sizeof(text), "{\"metadata\":{},\"spec\":{\"containers\":[");
+        for (int i = 0; i < n; i++)
+            o += (size_t)snprintf(text + o, sizeof(text) - o,
+                                  "%s{\"name\":\"c%d\",\"resources\":{\"requests\":{\"cpu\":\"1\"}}}",
+                                  i ? "," : "", i);
+        o += (size_t)snprintf(text + o, sizeof(text) - o, "]}}");
+        assert_true(o < sizeof(text));
+        struct gv_alloc_config cfg;
+        gv_alloc_config_default(&cfg);
+        struct gv_alloc_request *r = NULL;
+        struct gv_error err = {0};
+        gv_status rc = gv_podspec_request_text(&cfg, text, o, &r, &err);
+        if (n == 64) {
+            if (rc != GV_OK)
+                fail_msg("64 containers: %s", err.msg);
+            assert_int_equal(r->cpu_milli, 64000);
+            gv_alloc_request_free(r);
+        } else {
+            assert_int_not_equal(rc, GV_OK);
+            assert_null(r);
+            assert_non_null(strstr(err.msg, "more than 64 containers"));
+        }
+    }
+}
+
+static void expect_node_error(json_t *node, const char *needle)
+{
+    struct gv_podspec_node *n = NULL;
+    struct gv_error err = {0};
+    if (gv_podspec_node(node, &n, &err) == GV_OK)
+        fail_msg("accepted a node (wanted \"%s\")", needle);
+    if (strstr(err.msg, needle) == NULL)
+        fail_msg("error \"%s\" lacks \"%s\"", err.msg, needle);
+    json_decref(node);
+}
+
+static void test_node_edges(void **state)
+{
+    (void)state;
+    gv_podspec_node_free(NULL);
+    expect_node_error(json_string("n"), "node: expected a JSON object");
+    expect_node_error(json_pack("{s:{s:s}}", "metadata", "name", ""), "metadata.name");
+    expect_node_error(json_pack("{s:{}}", "metadata"), "metadata.name");
+    expect_node_error(json_pack("{s:{s:s},s:{s:{s:{}}}}", "metadata", "name", "x", "status",
+                                "capacity", "cpu"),
+                      "node x: status resource cpu: expected a quantity");
+    expect_node_error(json_pack("{s:{s:s,s:[]}}", "metadata", "name", "x", "labels"),
+                      "node x: metadata.labels: expected an object");
+    /* the engine's table holds GV_ALLOC_MAX_NODE_GPUS a node: as many are taken, one
+     * more refused */
+    char most[16], over[16], last[32], why[64];
+    snprintf(most, sizeof(most), "%d", GV_ALLOC_MAX_NODE_GPUS);
+    snprintf(over, sizeof(over), "%d", GV_ALLOC_MAX_NODE_GPUS + 1);
+    snprintf(last, sizeof(last), "big-gpu%d", GV_ALLOC_MAX_NODE_GPUS - 1);
+    snprintf(why, sizeof(why), "node big: %d GPUs (at most %d)", GV_ALLOC_MAX_NODE_GPUS + 1,
+             GV_ALLOC_MAX_NODE_GPUS);
+    json_t *node = json_pack("{s:{s:s},s:{s:{s:s}}}", "metadata", "name", "big", "status",
+                             "capacity", "nvidia.com/gpu", most);
+    struct gv_podspec_node *n = NULL;
+    assert_int_equal(gv_podspec_node(node, &n, NULL), GV_OK);
+    assert_int_equal(n->spec.n_gpus, GV_ALLOC_MAX_NODE_GPUS);
+    assert_string_equal(n->spec.gpus[GV_ALLOC_MAX_NODE_GPUS - 1].uuid, last);
+    gv_podspec_node_free(n);
+    json_decref(node);
+    expect_node_error(json_pack("{s:{s:s},s:{s:{s:s}}}", "metadata", "name", "big", "status",
+                                "capacity", "nvidia.com/gpu", over),
+                      why);
+    /* a memory scaling the agent left unset (0) or nonsensical is no scaling */
+    struct gv_inventory_gpu g;
+    memset(&g, 0, sizeof(g));
+    g.memory_mib = 1000;
+    g.split = 1;
+    g.healthy = true;
+    struct gv_alloc_gpu_spec out;
+    for (int i = 0; i < 3; i++) {
+        g.memory_scaling = i == 0 ? 0.0 : i == 1 ? -2.0 : 2.0;
+        gv_podspec_gpu_from_inventory(&g, &out);
+        assert_int_equal(out.mem_mib, i == 2 ? 2000 : 1000);
+        assert_true(out.healthy);
+    }
+    snprintf(g.resource, sizeof(g.resource), "nvidia.com/gpu.shared");
+    gv_podspec_gpu_from_inventory(&g, &out);
+    assert_false(out.healthy); /* advertised under another name: not ours to place */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -222,6 +380,9 @@ int main(void)
         cmocka_unit_test(test_pod_without_gpus),
         cmocka_unit_test(test_node_from_gfd_labels),
         cmocka_unit_test(test_node_from_agent_inventory),
+        cmocka_unit_test(test_many_labels_and_annotations),
+        cmocka_unit_test(test_pod_shape_errors),
+        cmocka_unit_test(test_node_edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -219,6 +219,80 @@ static void test_pod_whole_request(void **state)
     assert_false(gv_podspec_whole_by_name("nvidia.com/gpu"));
 }
 
+/* whole_request on the shapes a tenant can write: more names than the table holds, a
+ * count of 0, *kubernetes.io names at the domain's edge, and wrong JSON types */
+static void test_pod_whole_request_edges(void **state)
+{
+    (void)state;
+    struct gv_alloc_config cfg;
+    gv_alloc_config_default(&cfg);
+    struct gv_podspec_whole_req r;
+    struct gv_error err = {0};
+    char limits[1600];
+    size_t o = 0;
+    /* more foreign names than the table holds: the rest are kube-scheduler's, no error */
+    for (int i = 0; i < GV_PODSPEC_WHOLE_REQ_MAX + 4; i++)
+        o += (size_t)snprintf(limits + o, sizeof(limits) - o, "%s\"example.com/r%d\":\"1\"",
+                              i ? "," : "", i);
+    char buf[2000];
+    snprintf(buf, sizeof(buf), "[{\"name\":\"a\",\"resources\":{\"limits\":{%s}}}]", limits);
+    json_t *p = pod(buf, NULL);
+    if (gv_podspec_whole_request(&cfg, p, &r, &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(r.n, GV_PODSPEC_WHOLE_REQ_MAX);
+    json_decref(p);
+    /* more whole-device names (MIG) than it holds: refused, never written past the table */
+    o = 0;
+    for (int i = 0; i < GV_PODSPEC_WHOLE_REQ_MAX + 1; i++)
+        o += (size_t)snprintf(limits + o, sizeof(limits) - o,
+                              "%s\"nvidia.com/mig-%dg.%dgb\":\"1\"", i ? "," : "", i + 1, i);
+    snprintf(buf, sizeof(buf), "[{\"name\":\"a\",\"resources\":{\"limits\":{%s}}}]", limits);
+    p = pod(buf, NULL);
+    assert_int_not_equal(gv_podspec_whole_request(&cfg, p, &r, &err), GV_OK);
+    assert_non_null(strstr(err.msg, "more than 16 extended resources"));
+    assert_int_equal(r.n, 0);
+    json_decref(p);
+    /* a MIG name asked as 0 asks nothing; *kubernetes.io names are never devices, however
+     * short the domain; a long foreign domain is counted */
+    p = pod("[{\"name\":\"a\",\"resources\":{\"limits\":{\"nvidia.com/mig-1g.10gb\":\"0\","
+            "\"kubernetes.io/batch\":\"2\",\"storage.kubernetes.io/scratch\":\"3\","
+            "\"accelerators.example.com/fpga\":\"2\"}}}]",
+            NULL);
+    if (gv_podspec_whole_request(&cfg, p, &r, &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(r.n, 1);
+    assert_string_equal(r.r[0].resource, "accelerators.example.com/fpga");
+    assert_int_equal(r.r[0].count, 2);
+    json_decref(p);
+    /* wrong types are errors naming the field, not an empty request */
+    static const struct {
+        const char *containers, *needle;
+    } bad[] = {
+        {"[{\"name\":\"a\",\"resources\":\"x\"}]", "spec.containers[0].resources: expected an object"},
+        {"[{\"name\":\"a\",\"resources\":{\"limits\":[1]}}]",
+         "spec.containers[0].resources.limits: expected an object"},
+        {"[{\"name\":\"a\",\"resources\":{\"requests\":\"1\"}}]",
+         "spec.containers[0].resources.requests: expected an object"},
+        {"[7]", "spec.containers[0]: expected an object"},
+        {"{}", "spec.containers: expected an array"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        p = pod(bad[i].containers, NULL);
+        assert_int_not_equal(gv_podspec_whole_request(&cfg, p, &r, &err), GV_OK);
+        if (strstr(err.msg, bad[i].needle) == NULL)
+            fail_msg("%s: error \"%s\" lacks \"%s\"", bad[i].containers, err.msg, bad[i].needle);
+        json_decref(p);
+    }
+    p = pod("[{\"name\":\"a\"}]", "[{\"name\":\"i\",\"resources\":{\"limits\":7}}]");
+    assert_int_not_equal(gv_podspec_whole_request(&cfg, p, &r, &err), GV_OK);
+    assert_non_null(strstr(err.msg, "spec.initContainers[0].resources.limits"));
+    json_decref(p);
+    p = json_pack("{s:{s:s},s:[]}", "metadata", "uid", "u", "spec");
+    assert_int_not_equal(gv_podspec_whole_request(&cfg, p, &r, &err), GV_OK);
+    assert_non_null(strstr(err.msg, "pod: spec: expected an object"));
+    json_decref(p);
+}
+
 static bool known(void *ud, const char *name)
 {
     return strcmp(name, (const char *)ud) == 0;
@@ -263,6 +337,7 @@ int main(void)
         cmocka_unit_test(test_mig_kind_strict),
         cmocka_unit_test(test_node_whole_summary),
         cmocka_unit_test(test_pod_whole_request),
+        cmocka_unit_test(test_pod_whole_request_edges),
         cmocka_unit_test(test_whole_fits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
