@@ -712,6 +712,170 @@ static void test_place_validates_assignment(void **state)
     gv_alloc_cluster_free(c);
 }
 
+/* gv_alloc_place is the last check before usage is committed (a recovered or replayed
+ * placement, a bind): it holds the node's CPU and memory and the GPUs' rules on its own,
+ * whatever assignment it is handed. */
+static void test_place_refuses_what_the_node_cannot_hold(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_BINPACK);
+    struct gv_alloc_gpu_spec g[2] = {{"n1-g0", 0, "T4", 16384, 0, 0, true, GV_ALLOC_GPU_SHARED},
+                                     {"n1-g1", 1, "T4", 16384, 0, 0, true, GV_ALLOC_GPU_SHARED}};
+    struct gv_alloc_node_spec s = {"n1", 4000, 8192, NULL, 0, g, 2};
+    assert_int_equal(gv_alloc_node_upsert(c, &s, NULL), GV_OK);
+    struct gv_alloc_request *r1 = simple_req("p1", 1, 1000, 100);
+    r1->cpu_milli = 3000;
+    r1->mem_mib = 6000;
+    struct gv_alloc_assignment a;
+    pick_place(c, r1, &a);
+    /* a second pod on the other GPU: the GPU has room, the node's CPU does not */
+    struct gv_alloc_request *r2 = simple_req("p2", 1, 1000, 100);
+    r2->cpu_milli = 2000;
+    r2->mem_mib = 1000;
+    struct gv_alloc_assignment a2 = a;
+    snprintf(a2.containers[0].devices[0].uuid, GV_ALLOC_UUID_MAX, "%s",
+             strcmp(a.containers[0].devices[0].uuid, "n1-g0") == 0 ? "n1-g1" : "n1-g0");
+    struct gv_error err = {0};
+    assert_int_equal(gv_alloc_place(c, r2, &a2, &err), GV_ENOFIT);
+    assert_non_null(strstr(err.msg, "insufficient cpu"));
+    r2->cpu_milli = 1000;
+    r2->mem_mib = 3000; /* 6000 + 3000 > 8192 */
+    assert_int_equal(gv_alloc_place(c, r2, &a2, &err), GV_ENOFIT);
+    assert_non_null(strstr(err.msg, "insufficient memory"));
+    struct gv_alloc_gpu_usage u;
+    assert_int_equal(gv_alloc_gpu_usage_get(c, "n1", a2.containers[0].devices[0].uuid, &u, NULL),
+                     GV_OK);
+    assert_int_equal(u.tasks, 0); /* refused places left nothing */
+    r2->mem_mib = 2192;           /* exactly the rest */
+    assert_int_equal(gv_alloc_place(c, r2, &a2, &err), GV_OK);
+    /* a pod without a uid could never be released */
+    struct gv_alloc_request *r0 = simple_req("", 1, 1, 1);
+    assert_int_equal(gv_alloc_place(c, r0, &a2, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "no uid"));
+    gv_alloc_request_free(r0);
+    gv_alloc_request_free(r1);
+    gv_alloc_request_free(r2);
+    gv_alloc_cluster_free(c);
+
+    /* a task of exactly one whole GPU holds it whole: not even a slice asking no compute
+     * shares it (the milli sum alone would let one in) */
+    c = new_cluster(GV_ALLOC_POLICY_BINPACK);
+    add_node(c, "w", 1, "A100", 40960, 0);
+    struct gv_alloc_request *whole = simple_req("whole", 1, 1000, GV_ALLOC_MILLI);
+    pick_place(c, whole, &a);
+    struct gv_alloc_request *slice = simple_req("slice", 1, 100, 0);
+    struct gv_alloc_fit fit;
+    assert_int_equal(gv_alloc_filter(c, slice, "w", &fit, NULL), GV_OK);
+    assert_false(fit.fits);
+    snprintf(a.containers[0].name, GV_ALLOC_CNAME_MAX, "main");
+    assert_int_equal(gv_alloc_place(c, slice, &a, &err), GV_ENOFIT);
+    assert_int_equal(gv_alloc_release(c, "whole", NULL), GV_OK);
+    assert_int_equal(gv_alloc_filter(c, slice, "w", &fit, NULL), GV_OK);
+    assert_true(fit.fits);
+    gv_alloc_request_free(whole);
+    gv_alloc_request_free(slice);
+    gv_alloc_cluster_free(c);
+}
+
+/* What a node spec and a config may say: a GPU record keeps its uuid and model in fixed
+ * room and its mode in a byte, so each is checked before anything is stored. */
+static void test_specs_and_config_bounds(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = new_cluster(GV_ALLOC_POLICY_FGD);
+    struct gv_error err = {0};
+    char long_uuid[GV_ALLOC_UUID_MAX + 1], most_uuid[GV_ALLOC_UUID_MAX];
+    char long_model[GV_ALLOC_MODEL_MAX + 1];
+    memset(long_uuid, 'u', GV_ALLOC_UUID_MAX);
+    long_uuid[GV_ALLOC_UUID_MAX] = '\0';
+    memset(most_uuid, 'm', GV_ALLOC_UUID_MAX - 1);
+    most_uuid[GV_ALLOC_UUID_MAX - 1] = '\0';
+    memset(long_model, 'A', GV_ALLOC_MODEL_MAX);
+    long_model[GV_ALLOC_MODEL_MAX] = '\0';
+    static const char *const why[] = {"uuid empty or too long", "uuid empty or too long",
+                                      "uuid empty or too long", "model name too long",
+                                      "bad mode"};
+    for (int k = 0; k < 5; k++) {
+        struct gv_alloc_gpu_spec g = {"GPU-ok", 0, "A100", 1000, 0, 0, true, GV_ALLOC_GPU_SHARED};
+        if (k == 0)
+            g.uuid = NULL;
+        else if (k == 1)
+            g.uuid = "";
+        else if (k == 2)
+            g.uuid = long_uuid;
+        else if (k == 3)
+            g.model = long_model;
+        else
+            g.mode = (gv_alloc_gpu_mode)(GV_ALLOC_GPU_MPS + 1);
+        struct gv_alloc_node_spec s = {"bad", 0, 0, NULL, 0, &g, 1};
+        assert_int_equal(gv_alloc_node_upsert(c, &s, &err), GV_EINVAL);
+        if (strstr(err.msg, why[k]) == NULL)
+            fail_msg("case %d: \"%s\" lacks \"%s\"", k, err.msg, why[k]);
+        assert_false(gv_alloc_node_exists(c, "bad"));
+    }
+    /* the longest uuid that fits is kept whole */
+    struct gv_alloc_gpu_spec g = {most_uuid, 0, "A100", 1000, 0, 0, true, GV_ALLOC_GPU_MPS};
+    struct gv_alloc_node_spec s = {"ok", 0, 0, NULL, 0, &g, 1};
+    assert_int_equal(gv_alloc_node_upsert(c, &s, &err), GV_OK);
+    struct gv_alloc_gpu_usage u;
+    assert_int_equal(gv_alloc_gpu_usage_get(c, "ok", most_uuid, &u, NULL), GV_OK);
+    gv_alloc_cluster_free(c);
+
+    struct gv_alloc_config cfg;
+    for (int k = 0; k < 2; k++) {
+        gv_alloc_config_default(&cfg);
+        if (k == 0)
+            cfg.node_policy = GV_ALLOC_POLICY_COUNT;
+        else
+            cfg.gpu_policy = GV_ALLOC_GPU_POLICY_COUNT;
+        c = NULL;
+        assert_int_equal(gv_alloc_cluster_new(&cfg, &c, &err), GV_EINVAL);
+        assert_null(c);
+    }
+    /* an MPS GPU serves a container asking one GPU, never one asking two */
+    c = new_cluster(GV_ALLOC_POLICY_BINPACK);
+    struct gv_alloc_gpu_spec m[2] = {{"m0", 0, "A100", 40960, 0, 0, true, GV_ALLOC_GPU_MPS},
+                                     {"m1", 1, "A100", 40960, 0, 0, true, GV_ALLOC_GPU_MPS}};
+    struct gv_alloc_node_spec ms = {"mps", 0, 0, NULL, 0, m, 2};
+    assert_int_equal(gv_alloc_node_upsert(c, &ms, NULL), GV_OK);
+    struct gv_alloc_request *one = simple_req("one", 1, 1000, 300);
+    struct gv_alloc_request *two = simple_req("two", 2, 1000, 300);
+    struct gv_alloc_fit fit;
+    assert_int_equal(gv_alloc_filter(c, one, "mps", &fit, NULL), GV_OK);
+    assert_true(fit.fits);
+    assert_int_equal(gv_alloc_filter(c, two, "mps", &fit, NULL), GV_OK);
+    assert_false(fit.fits);
+    assert_non_null(strstr(fit.reason, "MPS GPUs serve containers asking one GPU only"));
+    gv_alloc_request_free(one);
+    gv_alloc_request_free(two);
+    gv_alloc_cluster_free(c);
+
+    /* names the placement text could not carry back are refused when written */
+    struct gv_alloc_assignment a;
+    memset(&a, 0, sizeof(a));
+    char buf[512];
+    snprintf(a.node, sizeof(a.node), "Node-Z.1_a");
+    a.n_containers = 1;
+    a.containers[0].n_devices = 1;
+    snprintf(a.containers[0].devices[0].uuid, GV_ALLOC_UUID_MAX, "GPU-Z/1");
+    a.containers[0].devices[0].milli = 1000;
+    snprintf(a.containers[0].name, GV_ALLOC_CNAME_MAX, "Zed");
+    assert_int_equal(gv_alloc_assignment_encode(&a, buf, sizeof(buf), NULL, &err), GV_OK);
+    assert_string_equal(buf, "v1;node=Node-Z.1_a;Zed=GPU-Z/1:0:1000");
+    a.containers[0].name[0] = '\0';
+    assert_int_equal(gv_alloc_assignment_encode(&a, buf, sizeof(buf), NULL, &err), GV_EINVAL);
+    snprintf(a.containers[0].name, GV_ALLOC_CNAME_MAX, "a b");
+    assert_int_equal(gv_alloc_assignment_encode(&a, buf, sizeof(buf), NULL, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "bad container name"));
+    /* a buffer one byte short of the text is refused, not cut */
+    snprintf(a.containers[0].name, GV_ALLOC_CNAME_MAX, "Zed");
+    size_t len = 0;
+    assert_int_equal(gv_alloc_assignment_encode(&a, buf, sizeof(buf), &len, &err), GV_OK);
+    for (size_t cap = 1; cap <= len; cap++)
+        assert_int_equal(gv_alloc_assignment_encode(&a, buf, cap, NULL, &err), GV_ERANGE);
+    assert_int_equal(gv_alloc_assignment_encode(&a, buf, len + 1, NULL, &err), GV_OK);
+}
+
 /* GPU modes, task limits, percentage memory, vanished GPUs. */
 static void test_gpu_modes_split_and_vanishing(void **state)
 {
@@ -1515,6 +1679,8 @@ int main(void)
         cmocka_unit_test(test_place_release_restores_usage),
         cmocka_unit_test(test_node_update_and_remove),
         cmocka_unit_test(test_place_validates_assignment),
+        cmocka_unit_test(test_place_refuses_what_the_node_cannot_hold),
+        cmocka_unit_test(test_specs_and_config_bounds),
         cmocka_unit_test(test_gpu_modes_split_and_vanishing),
         cmocka_unit_test(test_bad_specs_and_lists),
         cmocka_unit_test(test_node_policies),
