@@ -876,6 +876,106 @@ static void test_specs_and_config_bounds(void **state)
     assert_int_equal(gv_alloc_assignment_encode(&a, buf, len + 1, NULL, &err), GV_OK);
 }
 
+/* What a tenant writes into its pod is bounded before it is stored: container counts and
+ * names, ids, policy words and constraint lists each have fixed room in the request, and
+ * host totals must not wrap. */
+static void test_request_bounds_tenant_input(void **state)
+{
+    (void)state;
+    struct gv_alloc_config cfg;
+    gv_alloc_config_default(&cfg);
+    struct gv_error err = {0};
+    struct gv_alloc_request *r = NULL;
+    /* GPU containers: GV_ALLOC_MAX_CONTAINERS fit, one more is refused */
+    struct gv_alloc_container_in cin[GV_ALLOC_MAX_CONTAINERS + 1];
+    struct gv_alloc_kv one_gpu = {"nvidia.com/gpu", "1"};
+    char names[GV_ALLOC_MAX_CONTAINERS + 1][16];
+    for (int i = 0; i <= GV_ALLOC_MAX_CONTAINERS; i++) {
+        snprintf(names[i], sizeof(names[i]), "c%d", i);
+        cin[i] = (struct gv_alloc_container_in){names[i], &one_gpu, 1, NULL, 0};
+    }
+    struct gv_alloc_pod_in in = {"u", "ns", "p", cin, GV_ALLOC_MAX_CONTAINERS, NULL, 0};
+    assert_int_equal(gv_alloc_request_parse(&cfg, &in, &r, &err), GV_OK);
+    assert_int_equal(r->n_containers, GV_ALLOC_MAX_CONTAINERS);
+    gv_alloc_request_free(r);
+    r = NULL;
+    in.n_containers = GV_ALLOC_MAX_CONTAINERS + 1;
+    assert_int_not_equal(gv_alloc_request_parse(&cfg, &in, &r, &err), GV_OK);
+    assert_null(r);
+    assert_non_null(strstr(err.msg, "containers ask for GPUs"));
+    /* a container name with no room left for its NUL */
+    char long_name[GV_ALLOC_CNAME_MAX + 1];
+    memset(long_name, 'n', GV_ALLOC_CNAME_MAX);
+    long_name[GV_ALLOC_CNAME_MAX] = '\0';
+    cin[0].name = long_name;
+    in.n_containers = 1;
+    assert_int_not_equal(gv_alloc_request_parse(&cfg, &in, &r, &err), GV_OK);
+    assert_non_null(strstr(err.msg, "empty or too long"));
+    long_name[GV_ALLOC_CNAME_MAX - 1] = '\0'; /* the longest that fits */
+    assert_int_equal(gv_alloc_request_parse(&cfg, &in, &r, &err), GV_OK);
+    assert_string_equal(r->containers[0].name, long_name);
+    gv_alloc_request_free(r);
+    r = NULL;
+    cin[0].name = names[0];
+    /* a uid exactly as long as its room is refused (no room for the NUL) */
+    char uid[GV_ALLOC_UID_MAX + 1];
+    memset(uid, 'x', GV_ALLOC_UID_MAX);
+    uid[GV_ALLOC_UID_MAX] = '\0';
+    in.uid = uid;
+    assert_int_not_equal(gv_alloc_request_parse(&cfg, &in, &r, &err), GV_OK);
+    assert_non_null(strstr(err.msg, "too long"));
+    uid[GV_ALLOC_UID_MAX - 1] = '\0';
+    assert_int_equal(gv_alloc_request_parse(&cfg, &in, &r, &err), GV_OK);
+    assert_string_equal(r->uid, uid);
+    gv_alloc_request_free(r);
+    r = NULL;
+    in.uid = "u";
+    /* host totals over containers that would wrap past INT64_MAX */
+    static const char *const host[2] = {"cpu", "memory"};
+    static const char *const huge[2] = {"4611686018427387904m", "4611686018427387904Mi"};
+    for (int k = 0; k < 2; k++) {
+        struct gv_alloc_kv req = {host[k], huge[k]};
+        struct gv_alloc_container_in two[2] = {{"a", &one_gpu, 1, &req, 1},
+                                               {"b", NULL, 0, &req, 1}};
+        struct gv_alloc_pod_in hin = {"u", "ns", "p", two, 2, NULL, 0};
+        assert_int_not_equal(gv_alloc_request_parse(&cfg, &hin, &r, &err), GV_OK);
+        assert_null(r);
+        if (strstr(err.msg, "total too large") == NULL)
+            fail_msg("%s: \"%s\"", host[k], err.msg);
+    }
+    /* policy words: one longer than the parser's token room is refused, not copied */
+    struct pod_builder b;
+    pb_init(&b, "pol");
+    pb_limit(&b, pb_container(&b, "main"), "nvidia.com/gpu", "1");
+    pb_ann(&b, "hami.io/gpu-scheduler-policy", "binpack,aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+    parse_fails(&b, "hami.io/gpu-scheduler-policy");
+    /* the first sort key decides, whichever it is */
+    pb_init(&b, "pol2");
+    pb_limit(&b, pb_container(&b, "main"), "nvidia.com/gpu", "1");
+    pb_ann(&b, "hami.io/gpu-scheduler-policy", "binpack,spread");
+    pb_ann(&b, "gpuvisor.io/node-policy", "binpack");
+    r = parse_ok(&b);
+    assert_int_equal(r->gpu_policy, GV_ALLOC_GPU_BINPACK);
+    assert_int_equal(r->node_policy, GV_ALLOC_POLICY_BINPACK);
+    gv_alloc_request_free(r);
+    /* gpushare's GiB beside HAMi's MiB is a conflict, not a choice */
+    pb_init(&b, "gib");
+    size_t c0 = pb_container(&b, "main");
+    pb_limit(&b, c0, "aliyun.com/gpu-mem", "4");
+    pb_limit(&b, c0, "nvidia.com/gpumem", "4096");
+    parse_fails(&b, "cannot be combined");
+    /* a constraint list past its room */
+    r = simple_req("c", 1, 1, 1);
+    char *list = malloc(4098);
+    memset(list, 'a', 4097);
+    list[4097] = '\0';
+    assert_int_equal(gv_alloc_request_set_constraint(r, GV_ALLOC_USE_TYPE, list, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "longer than"));
+    assert_null(r->constraint[GV_ALLOC_USE_TYPE]);
+    free(list);
+    gv_alloc_request_free(r);
+}
+
 /* GPU modes, task limits, percentage memory, vanished GPUs. */
 static void test_gpu_modes_split_and_vanishing(void **state)
 {
@@ -1681,6 +1781,7 @@ int main(void)
         cmocka_unit_test(test_place_validates_assignment),
         cmocka_unit_test(test_place_refuses_what_the_node_cannot_hold),
         cmocka_unit_test(test_specs_and_config_bounds),
+        cmocka_unit_test(test_request_bounds_tenant_input),
         cmocka_unit_test(test_gpu_modes_split_and_vanishing),
         cmocka_unit_test(test_bad_specs_and_lists),
         cmocka_unit_test(test_node_policies),
