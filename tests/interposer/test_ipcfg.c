@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,6 +142,199 @@ static void test_precedence(void **state)
     assert_non_null(strstr(err.msg, file));
 }
 
+/* Whether any limit is set decides whether a device the region cannot track fails closed
+ * (devices.c): every way of setting one must count, and only real limits. */
+static void test_has_limits_counts_every_form(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *key, *value;
+        bool limited;
+    } cases[] = {
+        {"CUDA_DEVICE_MEMORY_LIMIT", "1g", true},
+        {"CUDA_DEVICE_MEMORY_LIMIT_0", "1g", true},
+        {"CUDA_DEVICE_MEMORY_LIMIT_15", "1", true},
+        {"GPUVISOR_DEVICE_MEMORY_PERCENT", "99", true},
+        {"GPUVISOR_DEVICE_MEMORY_PERCENT_3", "1", true},
+        {"GPUVISOR_DEVICE_MEMORY_PERCENT", "100", false}, /* the whole GPU */
+        {"CUDA_DEVICE_SM_LIMIT", "99", true},
+        {"CUDA_DEVICE_SM_LIMIT_2", "1", true},
+        {"CUDA_DEVICE_SM_LIMIT", "100", false},
+        {"CUDA_DEVICE_MEMORY_LIMIT", "0", false},   /* 0 = none */
+        {"CUDA_DEVICE_MEMORY_LIMIT_4", "0", false},
+        {"CUDA_DEVICE_SM_LIMIT_1", "0", false},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct gv_ipcfg c;
+        struct gv_error err = {0};
+        gv_ipcfg_init(&c);
+        assert_int_equal(gv_ipcfg_set(&c, cases[i].key, cases[i].value, &err), GV_OK);
+        if (gv_ipcfg_has_limits(&c) != cases[i].limited)
+            fail_msg("%s=%s: has_limits %d", cases[i].key, cases[i].value, !cases[i].limited);
+    }
+}
+
+/* Device indices at and past the table's ends read the all-devices value, never beside
+ * the table; device 0 has its own values like any other. */
+static void test_device_index_edges(void **state)
+{
+    (void)state;
+    struct gv_ipcfg c;
+    struct gv_error err = {0};
+    gv_ipcfg_init(&c);
+    assert_int_equal(gv_ipcfg_set(&c, "CUDA_DEVICE_SM_LIMIT", "50", &err), GV_OK);
+    assert_int_equal(gv_ipcfg_set(&c, "CUDA_DEVICE_SM_LIMIT_0", "30", &err), GV_OK);
+    assert_int_equal(gv_ipcfg_set(&c, "CUDA_DEVICE_MEMORY_LIMIT", "3g", &err), GV_OK);
+    assert_int_equal(gv_ipcfg_set(&c, "CUDA_DEVICE_MEMORY_LIMIT_0", "1g", &err), GV_OK);
+    assert_int_equal(gv_ipcfg_set(&c, "CUDA_DEVICE_MEMORY_LIMIT_15", "2g", &err), GV_OK);
+    assert_int_equal(gv_ipcfg_sm_limit(&c, 0), 30);
+    assert_int_equal(gv_ipcfg_sm_limit(&c, 1), 50);
+    assert_int_equal(gv_ipcfg_sm_limit(&c, GV_IPCFG_MAX_DEVICES), 50);
+    assert_int_equal(gv_ipcfg_sm_limit(&c, -1), 50);
+    assert_int_equal(gv_ipcfg_mem_limit(&c, 0, 0), 1ull << 30);
+    assert_int_equal(gv_ipcfg_mem_limit(&c, 15, 0), 2ull << 30);
+    assert_int_equal(gv_ipcfg_mem_limit(&c, GV_IPCFG_MAX_DEVICES, 0), 3ull << 30);
+    assert_int_equal(gv_ipcfg_mem_limit(&c, -1, 0), 3ull << 30);
+    /* percent: 100 is the whole GPU, i.e. no limit */
+    gv_ipcfg_init(&c);
+    assert_int_equal(gv_ipcfg_set(&c, "GPUVISOR_DEVICE_MEMORY_PERCENT", "100", &err), GV_OK);
+    assert_int_equal(gv_ipcfg_mem_limit(&c, 0, 16ull << 30), 0);
+    assert_int_equal(gv_ipcfg_set(&c, "GPUVISOR_DEVICE_MEMORY_PERCENT", "50", &err), GV_OK);
+    assert_int_equal(gv_ipcfg_mem_limit(&c, 0, 16ull << 30), 8ull << 30);
+    /* names that only start like a key are other variables */
+    gv_ipcfg_init(&c);
+    assert_int_equal(gv_ipcfg_set(&c, "CUDA_DEVICE_SM_LIMITED", "5", &err), GV_ENOTFOUND);
+    assert_int_equal(gv_ipcfg_set(&c, "CUDA_DEVICE_MEMORY_LIMITX_1", "5", &err), GV_ENOTFOUND);
+    assert_false(gv_ipcfg_has_limits(&c));
+    assert_int_equal(gv_ipcfg_set(&c, NULL, "1", &err), GV_EINVAL);
+    assert_int_equal(gv_ipcfg_set(&c, "CUDA_DEVICE_SM_LIMIT", NULL, &err), GV_EINVAL);
+}
+
+/* Numbers at their edges: the largest values parse, one more does not, and 0 is a number. */
+static void test_number_edges(void **state)
+{
+    (void)state;
+    uint64_t v = 1;
+    assert_int_equal(gv_ipcfg_parse_bytes("0", &v), GV_OK);
+    assert_int_equal(v, 0);
+    assert_int_equal(gv_ipcfg_parse_bytes("18446744073709551615", &v), GV_OK);
+    assert_true(v == UINT64_MAX);
+    assert_int_equal(gv_ipcfg_parse_bytes("18446744073709551616", &v), GV_ERANGE);
+    assert_int_equal(gv_ipcfg_parse_bytes("16777215t", &v), GV_OK);
+    assert_true(v == UINT64_C(16777215) << 40);
+    assert_int_equal(gv_ipcfg_parse_bytes("16777216t", &v), GV_ERANGE);
+    struct gv_ipcfg c;
+    struct gv_error err = {0};
+    gv_ipcfg_init(&c);
+    assert_int_equal(gv_ipcfg_set(&c, "CUDA_TASK_PRIORITY", "9", &err), GV_OK);
+    assert_int_equal(c.priority, 9);
+    assert_int_equal(gv_ipcfg_set(&c, "CUDA_TASK_PRIORITY", "000000015", &err), GV_OK);
+    assert_int_equal(c.priority, 15);
+    assert_int_not_equal(gv_ipcfg_set(&c, "CUDA_TASK_PRIORITY", "0000000015", &err), GV_OK);
+}
+
+/* The text form: quotes of either kind, a line exactly one byte too long for the line
+ * buffer, NUL bytes, and a length that ends before the text's NUL. */
+static void test_text_edges(void **state)
+{
+    (void)state;
+    struct gv_ipcfg c;
+    struct gv_error err = {0};
+    gv_ipcfg_init(&c);
+    const char *q = "CUDA_DEVICE_MEMORY_LIMIT_0='2g'\nCUDA_DEVICE_MEMORY_LIMIT_1=\"3g\"\n";
+    assert_int_equal(gv_ipcfg_parse_text(&c, q, strlen(q), "f", &err), GV_OK);
+    assert_int_equal(gv_ipcfg_mem_limit(&c, 0, 0), 2ull << 30);
+    assert_int_equal(gv_ipcfg_mem_limit(&c, 1, 0), 3ull << 30);
+    /* only the bytes given are read */
+    const char *cut = "CUDA_DEVICE_SM_LIMIT=30";
+    gv_ipcfg_init(&c);
+    assert_int_equal(gv_ipcfg_parse_text(&c, cut, strlen(cut) - 1, "f", &err), GV_OK);
+    assert_int_equal(gv_ipcfg_sm_limit(&c, 0), 3);
+    /* NUL inside a line */
+    const char nul[] = "CUDA_DEVICE_SM_LIMIT=3\0000\n";
+    gv_ipcfg_init(&c);
+    assert_int_equal(gv_ipcfg_parse_text(&c, nul, sizeof(nul) - 1, "f", &err), GV_EPARSE);
+    assert_non_null(strstr(err.msg, "NUL"));
+    /* a comment line as long as the line buffer: refused whole (no room for its NUL);
+     * one byte shorter is a comment */
+    size_t room = PATH_MAX + 128;
+    char *big = malloc(room + 2);
+    assert_non_null(big);
+    memset(big, 'x', room);
+    big[0] = '#';
+    assert_int_equal(gv_ipcfg_parse_text(&c, big, room, "f", &err), GV_EPARSE);
+    assert_non_null(strstr(err.msg, "line too long"));
+    assert_int_equal(gv_ipcfg_parse_text(&c, big, room - 1, "f", &err), GV_OK);
+    free(big);
+    /* a path with no room for its NUL */
+    char *path = malloc(PATH_MAX + 1);
+    assert_non_null(path);
+    memset(path, 'p', PATH_MAX);
+    path[0] = '/';
+    path[PATH_MAX] = '\0';
+    assert_int_equal(gv_ipcfg_set(&c, "GPUVISOR_NODE_DIR", path, &err), GV_EPARSE);
+    path[PATH_MAX - 1] = '\0';
+    assert_int_equal(gv_ipcfg_set(&c, "GPUVISOR_NODE_DIR", path, &err), GV_OK);
+    assert_string_equal(c.node_dir, path);
+    free(path);
+    /* the environment: other variables pass by, every limit is read */
+    char *env[] = {"PATH=/bin", "=odd", "noequals", "CUDA_DEVICE_MEMORY_LIMIT=1g",
+                   "HOME=/root", "CUDA_DEVICE_SM_LIMIT_1=40", NULL};
+    gv_ipcfg_init(&c);
+    assert_int_equal(gv_ipcfg_parse_env(&c, env, &err), GV_OK);
+    assert_int_equal(gv_ipcfg_mem_limit(&c, 0, 0), 1ull << 30);
+    assert_int_equal(gv_ipcfg_sm_limit(&c, 1), 40);
+}
+
+/* A limits file of exactly the largest size is read; one byte more is refused. */
+static void test_limits_file_size(void **state)
+{
+    (void)state;
+    struct stat st;
+    if (stat(GV_IPCFG_DEFAULT_LIMITS_FILE, &st) == 0)
+        skip();
+    char file[256];
+    const char *tmp = getenv("GV_TEST_TMP");
+    snprintf(file, sizeof(file), "%s/limits.XXXXXX", tmp ? tmp : "/tmp");
+    const size_t max = 64 * 1024;
+    char *text = malloc(max + 1);
+    assert_non_null(text);
+    const char *head = "CUDA_DEVICE_MEMORY_LIMIT=1g\n";
+    size_t o = strlen(head);
+    memcpy(text, head, o);
+    while (o < max) { /* comment lines fill the rest */
+        size_t line = max - o < 100 ? max - o : 100;
+        memset(text + o, '#', line - 1);
+        text[o + line - 1] = '\n';
+        o += line;
+    }
+    for (size_t size = max; size <= max + 1; size++) {
+        int fd = mkstemp(file);
+        assert_true(fd >= 0);
+        if (size > max)
+            text[max] = '\n';
+        assert_int_equal(write(fd, text, size), (ssize_t)size);
+        close(fd);
+        char env[300];
+        snprintf(env, sizeof(env), "GPUVISOR_LIMITS_FILE=%s", file);
+        char *envp[] = {env, NULL};
+        struct gv_ipcfg c;
+        struct gv_error err = {0};
+        gv_status rc = gv_ipcfg_load(&c, envp, &err);
+        unlink(file);
+        snprintf(file, sizeof(file), "%s/limits.XXXXXX", tmp ? tmp : "/tmp");
+        if (size == max) {
+            if (rc != GV_OK)
+                fail_msg("%zu bytes: %s", size, err.msg);
+            assert_int_equal(gv_ipcfg_mem_limit(&c, 0, 0), 1ull << 30);
+        } else {
+            assert_int_equal(rc, GV_ERANGE);
+            assert_non_null(strstr(err.msg, "larger than"));
+        }
+    }
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -149,6 +343,11 @@ int main(void)
         cmocka_unit_test(test_bad_values_name_key_and_keep_state),
         cmocka_unit_test(test_text),
         cmocka_unit_test(test_precedence),
+        cmocka_unit_test(test_has_limits_counts_every_form),
+        cmocka_unit_test(test_device_index_edges),
+        cmocka_unit_test(test_number_edges),
+        cmocka_unit_test(test_text_edges),
+        cmocka_unit_test(test_limits_file_size),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
