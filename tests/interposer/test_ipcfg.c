@@ -157,6 +157,7 @@ static void test_has_limits_counts_every_form(void **state)
         {"GPUVISOR_DEVICE_MEMORY_PERCENT", "99", true},
         {"GPUVISOR_DEVICE_MEMORY_PERCENT_3", "1", true},
         {"GPUVISOR_DEVICE_MEMORY_PERCENT", "100", false}, /* the whole GPU */
+        {"GPUVISOR_DEVICE_MEMORY_PERCENT_3", "100", false},
         {"CUDA_DEVICE_SM_LIMIT", "99", true},
         {"CUDA_DEVICE_SM_LIMIT_2", "1", true},
         {"CUDA_DEVICE_SM_LIMIT", "100", false},
