@@ -191,6 +191,36 @@ static void test_non_gpu_and_other_ops_pass_untouched(void **state)
     }
 }
 
+/* A pod with as many annotations as meshes and operators put on real pods (over 64) is
+ * an ordinary pod: admitted untouched without GPUs, routed and defaulted with them. */
+static void test_many_annotations_admitted(void **state)
+{
+    (void)state;
+    for (int gpu = 0; gpu < 2; gpu++) {
+        char *pod = malloc(16384);
+        size_t o = (size_t)snprintf(pod, 16384, "{\"metadata\":{\"name\":\"p\",\"annotations\":{");
+        for (int i = 0; i < 100; i++)
+            o += (size_t)snprintf(pod + o, 16384 - o, "%s\"sidecar.example.com/opt-%d\":\"on\"",
+                                  i ? "," : "", i);
+        snprintf(pod + o, 16384 - o,
+                 "}},\"spec\":{\"containers\":[{\"name\":\"a\",\"resources\":{\"limits\":"
+                 "{%s}}}]}}",
+                 gpu ? "\"nvidia.com/gpu\":\"1\",\"nvidia.com/gpumem\":\"1000\"" : "\"cpu\":\"1\"");
+        json_t *resp = run(pod, "CREATE");
+        free(pod);
+        if (!json_is_true(json_object_get(resp, "allowed")))
+            fail_msg("gpu=%d denied: %s", gpu, denial(resp));
+        if (gpu) {
+            json_t *patch = patch_of(resp);
+            expect_op(patch, "/spec/schedulerName", "gpuvisor-scheduler");
+            json_decref(patch);
+        } else {
+            assert_null(json_object_get(resp, "patch"));
+        }
+        json_decref(resp);
+    }
+}
+
 #define GPU_C(name, extra) \
     "{\"name\":\"" name "\",\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"1\"}}" extra "}"
 #define CPU_C(name, extra) "{\"name\":\"" name "\"" extra "}"
@@ -748,6 +778,7 @@ int main(void)
         cmocka_unit_test(test_gpu_pod_is_routed_and_defaulted),
         cmocka_unit_test(test_configured_defaults_are_written),
         cmocka_unit_test(test_non_gpu_and_other_ops_pass_untouched),
+        cmocka_unit_test(test_many_annotations_admitted),
         cmocka_unit_test(test_impossible_requests_denied),
         cmocka_unit_test(test_unknown_cluster_skips_size_checks),
         cmocka_unit_test(test_malformed_reviews),
