@@ -103,9 +103,59 @@ static void test_zero_and_unreadable_gpumem_admit_nothing(void **state)
     }
 }
 
+/* limits.* and requests.* together: the smaller holds, in either order, 0 included; an
+ * object naming nothing of ours, or no namespace, changes nothing and breaks nothing. */
+static void test_smaller_of_two_keys_and_odd_objects(void **state)
+{
+    (void)state;
+    static const char *const hards[] = {
+        "{\"limits.nvidia.com/gpumem\":\"0\",\"requests.nvidia.com/gpumem\":\"8000\"}",
+        "{\"limits.nvidia.com/gpumem\":\"8000\",\"requests.nvidia.com/gpumem\":\"0\"}",
+        "{\"limits.nvidia.com/gpumem\":\"3000\",\"requests.nvidia.com/gpumem\":\"5000\"}",
+        "{\"limits.nvidia.com/gpumem\":\"5000\",\"requests.nvidia.com/gpumem\":\"3000\"}",
+    };
+    static const uint64_t most[] = {0, 0, 3000, 3000};
+    char why[256];
+    for (size_t i = 0; i < sizeof(hards) / sizeof(hards[0]); i++) {
+        struct gv_quota *q = gv_quota_new("nvidia.com/gpumem", "nvidia.com/gpucores");
+        json_t *o = rq("a", "q", hards[i]);
+        gv_quota_object(q, o, false);
+        if (most[i] > 0)
+            assert_true(gv_quota_fits(q, "a", "p", most[i], 0, NULL, NULL, why, sizeof(why)));
+        if (gv_quota_fits(q, "a", "p", most[i] + 1, 0, NULL, NULL, why, sizeof(why)))
+            fail_msg("%s: %llu MiB admitted", hards[i], (unsigned long long)most[i] + 1);
+        json_decref(o);
+        gv_quota_free(q);
+    }
+    struct gv_quota *q = gv_quota_new("nvidia.com/gpumem", "nvidia.com/gpucores");
+    /* nothing of ours, on an empty table and beside a real one */
+    json_t *other = rq("a", "pods", "{\"pods\":\"10\"}");
+    gv_quota_object(q, other, false);
+    gv_quota_object(q, other, true);
+    json_t *o = rq("a", "q", "{\"limits.nvidia.com/gpumem\":\"100\"}");
+    gv_quota_object(q, o, false);
+    gv_quota_object(q, other, false);
+    assert_false(gv_quota_fits(q, "a", "p", 101, 0, NULL, NULL, why, sizeof(why)));
+    /* no namespace or name: not a quota anyone can be held to */
+    json_t *anon = json_pack("{s:{s:s},s:{s:{s:s}}}", "metadata", "name", "x", "spec", "hard",
+                             "limits.nvidia.com/gpumem", "1");
+    gv_quota_object(q, anon, false);
+    assert_true(gv_quota_fits(q, "b", "p", 5000, 0, NULL, NULL, why, sizeof(why)));
+    json_decref(anon);
+    anon = json_pack("{s:{s:s},s:{s:{s:s}}}", "metadata", "namespace", "b", "spec", "hard",
+                     "limits.nvidia.com/gpumem", "1");
+    gv_quota_object(q, anon, false);
+    assert_true(gv_quota_fits(q, "b", "p", 5000, 0, NULL, NULL, why, sizeof(why)));
+    json_decref(anon);
+    json_decref(other);
+    json_decref(o);
+    gv_quota_free(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_quota_table),
-                                       cmocka_unit_test(test_zero_and_unreadable_gpumem_admit_nothing)};
+                                       cmocka_unit_test(test_zero_and_unreadable_gpumem_admit_nothing),
+                                       cmocka_unit_test(test_smaller_of_two_keys_and_odd_objects)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
