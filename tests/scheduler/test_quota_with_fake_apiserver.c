@@ -61,6 +61,27 @@ static void put_quota(struct fx *f, const char *name, const char *mem, const cha
     json_decref(rq);
 }
 
+/* Starts a scheduler (extender, webhook, health) on the fake API server. */
+static bool start_sched(struct fx *f)
+{
+    struct gv_error err = {0};
+    assert_int_equal(gv_sched_new(&f->cfg, f->kube, &f->s, &err), GV_OK);
+    struct gv_httpd_options o = {.name = "extender", .address = "127.0.0.1"};
+    assert_int_equal(gv_httpd_new(&o, &f->h, &err), GV_OK);
+    assert_int_equal(gv_sched_serve_extender(f->s, f->h, "/gpuvisor", &err), GV_OK);
+    assert_int_equal(gv_sched_serve_webhook(f->s, f->h, &err), GV_OK);
+    assert_int_equal(gv_sched_serve_health(f->s, f->h, &err), GV_OK);
+    assert_int_equal(gv_httpd_start(f->h, &err), GV_OK);
+    assert_int_equal(gv_sched_start(f->s, &err), GV_OK);
+    unsigned port = gv_httpd_port(f->h);
+    snprintf(f->base, sizeof(f->base), "http://127.0.0.1:%u/gpuvisor", port);
+    snprintf(f->metrics, sizeof(f->metrics), "http://127.0.0.1:%u/metrics", port);
+    snprintf(f->mutate, sizeof(f->mutate), "http://127.0.0.1:%u/mutate", port);
+    for (int i = 0; i < 500 && !gv_sched_ready(f->s); i++)
+        usleep(10000);
+    return gv_sched_ready(f->s);
+}
+
 static int setup(void **state)
 {
     struct fx *f = calloc(1, sizeof(*f));
@@ -76,22 +97,10 @@ static int setup(void **state)
     free(inv);
     /* 100000 MiB and 60% of a GPU for the namespace */
     put_quota(f, "gpu-quota", "100000", "60");
-    assert_int_equal(gv_sched_new(&f->cfg, f->kube, &f->s, &err), GV_OK);
-    struct gv_httpd_options o = {.name = "extender", .address = "127.0.0.1"};
-    assert_int_equal(gv_httpd_new(&o, &f->h, &err), GV_OK);
-    assert_int_equal(gv_sched_serve_extender(f->s, f->h, "/gpuvisor", &err), GV_OK);
-    assert_int_equal(gv_sched_serve_webhook(f->s, f->h, &err), GV_OK);
-    assert_int_equal(gv_sched_serve_health(f->s, f->h, &err), GV_OK);
-    assert_int_equal(gv_httpd_start(f->h, &err), GV_OK);
-    assert_int_equal(gv_sched_start(f->s, &err), GV_OK);
-    unsigned port = gv_httpd_port(f->h);
-    snprintf(f->base, sizeof(f->base), "http://127.0.0.1:%u/gpuvisor", port);
-    snprintf(f->metrics, sizeof(f->metrics), "http://127.0.0.1:%u/metrics", port);
-    snprintf(f->mutate, sizeof(f->mutate), "http://127.0.0.1:%u/mutate", port);
-    for (int i = 0; i < 500 && !gv_sched_ready(f->s); i++)
-        usleep(10000);
+    if (!start_sched(f))
+        return -1;
     *state = f;
-    return gv_sched_ready(f->s) ? 0 : -1;
+    return 0;
 }
 
 static int teardown(void **state)
@@ -259,6 +268,21 @@ static void test_concurrent_pods_never_overrun(void **state)
             usleep(20000);
     }
     assert_true(placed);
+    json_decref(pod);
+
+    /* a restarted scheduler charges the pods it finds placed: 90000 of 130000 stay used */
+    gv_httpd_free(f->h);
+    gv_sched_free(f->s);
+    f->h = NULL;
+    f->s = NULL;
+    assert_true(start_sched(f));
+    w.want = 90000;
+    assert_true(st_wait(used_is, &w, 5000));
+    pod = mem_pod(f, "after-restart", 40001, 0);
+    r = st_filter(f->base, pod, one, 1, NULL);
+    if (st_chosen(r) != NULL)
+        fail_msg("40001 MiB more placed over a 130000 MiB quota with 90000 used");
+    json_decref(r);
     json_decref(pod);
 }
 
