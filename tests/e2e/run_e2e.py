@@ -535,17 +535,28 @@ def pod_checks(api, sfx=""):
     seeing its slice; then a long-running GPU pod (the rolling update's
     keeper<sfx>).  Namespace e2e exists."""
     slice_, keeper = "slice" + sfx, "keeper" + sfx
-    api.ok("POST", "/api/v1/namespaces/e2e/pods", gpu_pod(slice_, "e2e", 3000, probe=True))
-    p = api.ok("GET", "/api/v1/namespaces/e2e/pods/" + slice_)
-    check("webhook reached through its Service mutates a HAMi-style pod",
-          p["spec"].get("schedulerName") == "gpuvisor-scheduler",
-          "schedulerName=%s" % p["spec"].get("schedulerName"))
-    wait_pod(api, "e2e", slice_, "pod slice to finish",
-             lambda p: p["status"].get("phase") in ("Succeeded", "Failed"), 180)
+    # Real objects carry many entries: node-feature-discovery labels a node
+    # by the dozen, meshes annotate pods as much.  The node gets 80 such
+    # labels and the pod 80 annotations (more than 64 were refused once).
+    feats = ["feature.node.kubernetes.io/e2e-%d" % i for i in range(80)]
+    kubectl("label", "node", NODE, "--overwrite", *("%s=true" % k for k in feats))
+    try:
+        pod = gpu_pod(slice_, "e2e", 3000, probe=True)
+        pod["metadata"]["annotations"] = {"sidecar.example.com/e2e-%d" % i: "on" for i in range(80)}
+        api.ok("POST", "/api/v1/namespaces/e2e/pods", pod)
+        p = api.ok("GET", "/api/v1/namespaces/e2e/pods/" + slice_)
+        check("webhook reached through its Service mutates a HAMi-style pod (80 annotations)",
+              p["spec"].get("schedulerName") == "gpuvisor-scheduler",
+              "schedulerName=%s" % p["spec"].get("schedulerName"))
+        wait_pod(api, "e2e", slice_, "pod slice to finish",
+                 lambda p: p["status"].get("phase") in ("Succeeded", "Failed"), 180)
+    finally:
+        kubectl("label", "node", NODE, *("%s-" % k for k in feats), check=False)
     p = api.ok("GET", "/api/v1/namespaces/e2e/pods/" + slice_)
     logs = kubectl("-n", "e2e", "logs", slice_, check=False)
     a = (p["metadata"].get("annotations") or {}).get("gpuvisor.io/assignment", "")
-    check("pod placed and allocated; its container sees its slice through the interposer",
+    check("pod placed (on a node with 80 more labels) and allocated; its container sees its "
+          "slice through the interposer",
           p["status"].get("phase") == "Succeeded" and "not ok" not in logs and a,
           "phase %s, node %s, assignment %s, probe: %s" % (
               p["status"].get("phase"), p["spec"].get("nodeName"), a or "-",
