@@ -797,6 +797,85 @@ static void test_other_users_live_process_kept(void **state)
 }
 
 /*
+ * The same for the region lock: a live holder of another user (kill(tid, 0)
+ * answers EPERM to the waiter) is alive, and a waiter that took EPERM for a
+ * death would take the lock over and update the totals beside it.  The
+ * waiter fails closed instead.  Needs root for the second user.
+ */
+static void test_other_users_lock_holder_kept(void **state)
+{
+    (void)state;
+    if (geteuid() != 0) {
+        print_message("# needs root (a process of another user)\n");
+        skip();
+    }
+    assert_int_equal(rmdir(dir), 0);
+    snprintf(dir, sizeof(dir), "/tmp/gv-shm-lock.XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/region.cache", dir);
+    assert_int_equal(chmod(dir, 0755), 0);
+    int idx;
+    struct gv_shm *a = attached(&idx, 0);
+    assert_int_equal(chmod(path, 0666), 0);
+    int ready[2], go[2];
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(go), 0);
+    pid_t waiter = spawn();
+    if (waiter == 0) {
+        struct gv_shm *c = NULL;
+        char b = 0;
+        if (setgid(65534) != 0 || setuid(65534) != 0)
+            _exit(10);
+        if (gv_shm_open(path, 0, &c, NULL) != GV_OK)
+            _exit(12);
+        gv_shm_set_lock_timeout(c, 300);
+        if (write(ready[1], &b, 1) != 1 || read(go[0], &b, 1) != 1)
+            _exit(13);
+        pid_t hp; /* the holder's pid follows the go byte */
+        if (read(go[0], &hp, sizeof(hp)) != (ssize_t)sizeof(hp))
+            _exit(13);
+        if (kill(hp, 0) == 0 || errno != EPERM)
+            _exit(11); /* the case this test is about */
+        int ci = -1;
+        struct gv_error err = {0};
+        gv_status rc = gv_shm_device_attach(c, "GPU-b", &lim1000, &ci, &err);
+        if (rc == GV_OK)
+            _exit(14); /* took the lock of a live holder */
+        _exit(strstr(gv_shm_lock_error(c), "held by live thread") != NULL ? 0 : 15);
+    }
+    char b;
+    assert_int_equal(read(ready[0], &b, 1), 1);
+    pid_t holder = spawn();
+    if (holder == 0) {
+        struct gv_shm *c = NULL;
+        if (gv_shm_open(path, 0, &c, NULL) != GV_OK)
+            _exit(1);
+        gv_shm_with_lock(c, stop_inside, NULL);
+        _exit(0);
+    }
+    int st;
+    assert_int_equal(waitpid(holder, &st, WUNTRACED), holder);
+    assert_true(WIFSTOPPED(st));
+    b = 1;
+    assert_int_equal(write(go[1], &b, 1), 1);
+    assert_int_equal(write(go[1], &holder, sizeof(holder)), (ssize_t)sizeof(holder));
+    assert_int_equal(waitpid(waiter, &st, 0), waiter);
+    assert_true(WIFEXITED(st));
+    if (WEXITSTATUS(st) != 0)
+        fail_msg("waiter of another user: exit %d", WEXITSTATUS(st));
+    assert_int_equal(gv_shm_device_find(a, "GPU-b"), -1); /* nothing written beside it */
+    kill(holder, SIGKILL);
+    waitpid(holder, NULL, 0);
+    nkids = 0;
+    for (int k = 0; k < 2; k++) {
+        close(ready[k]);
+        close(go[k]);
+    }
+    assert_int_equal(gv_shm_mem_reserve(a, idx, 100, GV_SHM_DEVICE, NULL), GV_OK);
+    gv_shm_close(a);
+}
+
+/*
  * A slot whose pid is alive but belongs to a process with another start
  * time (the pid was reused after the slot's owner died) is reclaimed; the
  * same pid with its own start time is not.
@@ -1016,6 +1095,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_corrupt_lock_word_recovered, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stuck_lock_holder_fails_closed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_other_users_live_process_kept, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_other_users_lock_holder_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pid_reuse_detected_by_start_time, setup, teardown),
         cmocka_unit_test_setup_teardown(test_region_limit_edit_never_raises_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unlimited_process_gets_region_limit, setup, teardown),
