@@ -212,6 +212,50 @@ static void test_deadline_leaves_the_line(void **state)
     gv_slots_destroy(&q);
 }
 
+/* The last in line leaves at its deadline: the line's end moves back to the one before it,
+ * so the next to come is linked behind a live waiter and served (not behind the one that
+ * left, whose stack frame is gone).  A cap of 0 or less is one slot. */
+static void test_tail_leaves_the_line(void **state)
+{
+    (void)state;
+    struct gv_slots q;
+    gv_slots_init(&q, 1);
+    assert_true(gv_slots_take(&q, 0));
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    int order[3], norder = 0;
+    pthread_t t[3];
+    struct fifo_ctx c[3];
+    for (int i = 0; i < 2; i++) {
+        c[i] = (struct fifo_ctx){.q = &q, .id = i, .mu = &mu, .order = order, .norder = &norder,
+                                 .deadline = i == 1 ? mono_ms() + 60 : 0};
+        assert_int_equal(pthread_create(&t[i], NULL, fifo_worker, &c[i]), 0);
+        wait_waiting(&q, i + 1);
+    }
+    pthread_join(t[1], NULL); /* the tail gives up */
+    assert_false(c[1].got);
+    wait_waiting(&q, 1);
+    c[2] = (struct fifo_ctx){.q = &q, .id = 2, .mu = &mu, .order = order, .norder = &norder,
+                             .deadline = mono_ms() + 5000};
+    assert_int_equal(pthread_create(&t[2], NULL, fifo_worker, &c[2]), 0);
+    wait_waiting(&q, 2);
+    gv_slots_give(&q);
+    pthread_join(t[0], NULL);
+    pthread_join(t[2], NULL);
+    assert_true(c[2].got); /* served, not left to its deadline */
+    assert_int_equal(norder, 2);
+    assert_int_equal(order[0], 0);
+    assert_int_equal(order[1], 2);
+    gv_slots_destroy(&q);
+
+    for (int max = -1; max <= 0; max++) {
+        gv_slots_init(&q, max);
+        assert_true(gv_slots_take(&q, mono_ms() + 1000));
+        assert_false(gv_slots_take(&q, mono_ms() + 1));
+        gv_slots_give(&q);
+        gv_slots_destroy(&q);
+    }
+}
+
 /* -------------------------------------------- the transport's connection cap */
 
 struct server {
@@ -361,6 +405,7 @@ int main(void)
         cmocka_unit_test(test_never_more_holders_than_slots),
         cmocka_unit_test(test_waiters_served_in_arrival_order),
         cmocka_unit_test(test_deadline_leaves_the_line),
+        cmocka_unit_test(test_tail_leaves_the_line),
         cmocka_unit_test(test_burst_of_requests_opens_at_most_32_connections),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
