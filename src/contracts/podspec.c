@@ -401,7 +401,8 @@ gv_status gv_podspec_node(const json_t *node, struct gv_podspec_node **out, stru
         goto fail;
     }
     /* Label keys/values point into the JSON, which the caller keeps. */
-    memcpy(n->labels, labels->kv, labels->n * sizeof(*n->labels));
+    if (labels->n > 0) /* no labels: no table at all (memcpy from NULL is undefined) */
+        memcpy(n->labels, labels->kv, labels->n * sizeof(*n->labels));
     n->spec = (struct gv_alloc_node_spec){name, cpu, mem, n->labels, labels->n, n->gpus,
                                           (size_t)gpus};
     kv_free(labels);
