@@ -95,6 +95,13 @@ for via in link dlopen procaddr:12000 procaddr:12080:pt procaddr:13000; do
         alloc:1021m:OOM freeall info:1g:1g nvml-mem:0:0:1g free-bogus:INVAL
 done
 
+# --- thousands of live allocations: the tracking table grows (1024 slots at
+# first, doubled at three quarters) and loses none; every free is credited ----
+fresh
+probe CUDA_DEVICE_MEMORY_LIMIT=8m CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init fill:4k info:0:8m free-last:OK free-last:OK info:8k:8m alloc:8k:OK \
+    info:0:8m freeall info:8m:8m alloc:8m:OK info:0:8m freeall info:8m:8m
+
 # --- memory cached by stream-ordered pools is charged until trimmed ---------
 fresh
 probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
