@@ -518,11 +518,28 @@ static void test_malformed_requests_get_400(void **state)
     struct fx *f = *state;
     sched_up(f);
     assert_true(bad_requests_answered(f));
-    /* Still alive and serving. */
+    /* A GPU pod without a uid (absent, then empty) cannot be held for: refused, not a crash. */
     char url[256];
+    snprintf(url, sizeof(url), "%s/filter", f->base);
+    static const char *const meta[2] = {"{\"name\":\"x\",\"namespace\":\"default\"}",
+                                        "{\"name\":\"x\",\"namespace\":\"default\",\"uid\":\"\"}"};
+    for (int k = 0; k < 2; k++) {
+        char body[512];
+        snprintf(body, sizeof(body),
+                 "{\"Pod\":{\"metadata\":%s,\"spec\":{\"schedulerName\":\"gpuvisor-scheduler\","
+                 "\"containers\":[{\"name\":\"c\",\"resources\":{\"limits\":{\"nvidia.com/gpu\":"
+                 "\"1\",\"nvidia.com/gpumem\":\"1000\"}}}]}},\"NodeNames\":[\"gpu-a\"]}",
+                 meta[k]);
+        char *out = NULL;
+        assert_int_equal(st_http("POST", url, body, &out), 400);
+        assert_non_null(out);
+        assert_non_null(strstr(out, "no metadata.uid"));
+        free(out);
+    }
+    /* Still alive and serving. */
     snprintf(url, sizeof(url), "%s", f->metrics);
     assert_int_equal(st_http("GET", url, NULL, NULL), 200);
-    assert_true(st_metric(f->metrics, "gpuvisor_http_requests_total", "code=\"400\"") == 18);
+    assert_true(st_metric(f->metrics, "gpuvisor_http_requests_total", "code=\"400\"") == 20);
 }
 
 static void test_invalid_gpu_request_is_unresolvable(void **state)
