@@ -161,6 +161,119 @@ static void test_node_whole_summary(void **state)
     free(inv);
 }
 
+/* Decodes the inventory root (a JSON object) edited by the caller; returns the status. */
+static gv_status decode_json(json_t *root, struct gv_inventory *out, struct gv_error *err)
+{
+    char *text = json_dumps(root, JSON_COMPACT);
+    assert_non_null(text);
+    gv_status st = gv_inventory_decode(text, strlen(text), out, err);
+    free(text);
+    return st;
+}
+
+/* What the decoder holds at its edges: strings as long as their fields (one more is
+ * refused, never copied past them), the most GPUs and whole devices a node lists (one more
+ * is refused), memory scaling in (0, 100]; and which GPUs are taken from slicing. */
+static void test_inventory_bounds_and_taken(void **state)
+{
+    (void)state;
+    struct gv_inventory *inv = malloc(sizeof(*inv)), *out = malloc(sizeof(*out));
+    assert_non_null(inv);
+    assert_non_null(out);
+    fill(inv);
+    /* taken: MIG enabled (GPU 0); set aside for passthrough; a whole device on its PCI address */
+    assert_true(gv_inventory_gpu_taken(inv, &inv->gpus[0]));
+    assert_false(gv_inventory_gpu_taken(inv, &inv->gpus[1]));
+    inv->gpus[1].mode = GV_INVENTORY_MODE_PASSTHROUGH;
+    assert_true(gv_inventory_gpu_taken(inv, &inv->gpus[1]));
+    inv->gpus[1].mode = GV_INVENTORY_MODE_VGPU;
+    char *text = NULL;
+    struct gv_error err = {0};
+    assert_int_equal(gv_inventory_encode(inv, &text, &err), GV_OK);
+    json_t *root = json_loads(text, 0, NULL);
+    free(text);
+    assert_non_null(root);
+    json_t *g1 = json_array_get(json_object_get(root, "gpus"), 1);
+    /* a uuid exactly as long as its field allows, then one longer */
+    char uuid[GV_INVENTORY_UUID_MAX + 1];
+    memset(uuid, 'u', GV_INVENTORY_UUID_MAX);
+    uuid[GV_INVENTORY_UUID_MAX - 1] = '\0';
+    json_object_set_new(g1, "uuid", json_string(uuid));
+    if (decode_json(root, out, &err) != GV_OK)
+        fail_msg("uuid of %d: %s", GV_INVENTORY_UUID_MAX - 1, err.msg);
+    assert_string_equal(out->gpus[1].uuid, uuid);
+    uuid[GV_INVENTORY_UUID_MAX - 1] = 'u';
+    uuid[GV_INVENTORY_UUID_MAX] = '\0';
+    json_object_set_new(g1, "uuid", json_string(uuid));
+    assert_int_equal(decode_json(root, out, &err), GV_ERANGE);
+    assert_non_null(strstr(err.msg, "longer than"));
+    json_object_set_new(g1, "uuid", json_string("GPU-1"));
+    /* memory scaling */
+    static const struct {
+        double v;
+        bool ok;
+    } sc[] = {{0.0, false}, {-1.0, false}, {100.0, true}, {100.5, false}, {0.5, true}};
+    for (size_t k = 0; k < sizeof(sc) / sizeof(sc[0]); k++) {
+        json_object_set_new(g1, "memoryScaling", json_real(sc[k].v));
+        gv_status st = decode_json(root, out, &err);
+        if ((st == GV_OK) != sc[k].ok)
+            fail_msg("memoryScaling %g: %s", sc[k].v, st == GV_OK ? "accepted" : err.msg);
+    }
+    json_object_set_new(g1, "memoryScaling", json_real(1.0));
+    /* the most whole devices, then one more */
+    json_t *whole = json_object_get(root, "wholeDevices");
+    json_t *proto = json_deep_copy(json_array_get(whole, 1));
+    json_array_clear(whole);
+    for (int k = 0; k <= GV_INVENTORY_MAX_WHOLE; k++) {
+        json_t *w = json_deep_copy(proto);
+        char id[64];
+        snprintf(id, sizeof(id), "MIG-%04d", k);
+        json_object_set_new(w, "id", json_string(id));
+        json_array_append_new(whole, w);
+        if (k < GV_INVENTORY_MAX_WHOLE - 1)
+            continue;
+        gv_status st = decode_json(root, out, &err);
+        if (k == GV_INVENTORY_MAX_WHOLE - 1) {
+            if (st != GV_OK)
+                fail_msg("%d whole devices: %s", k + 1, err.msg);
+            assert_int_equal(out->whole.n, GV_INVENTORY_MAX_WHOLE);
+        } else {
+            assert_int_equal(st, GV_ERANGE);
+            assert_non_null(strstr(err.msg, "whole devices, more than"));
+        }
+    }
+    json_decref(proto);
+    json_object_del(root, "wholeDevices");
+    /* the most GPUs, then one more */
+    json_t *gpus = json_object_get(root, "gpus");
+    proto = json_deep_copy(json_array_get(gpus, 1));
+    json_array_clear(gpus);
+    for (int k = 0; k <= GV_INVENTORY_MAX_GPUS; k++) {
+        json_t *g = json_deep_copy(proto);
+        char id[32], pci[32];
+        snprintf(id, sizeof(id), "GPU-%d", k);
+        snprintf(pci, sizeof(pci), "00000000:%02X:00.0", k);
+        json_object_set_new(g, "uuid", json_string(id));
+        json_object_set_new(g, "index", json_integer(k));
+        json_object_set_new(g, "pciBusId", json_string(pci));
+        json_array_append_new(gpus, g);
+        if (k < GV_INVENTORY_MAX_GPUS - 1)
+            continue;
+        gv_status st = decode_json(root, out, &err);
+        if (k == GV_INVENTORY_MAX_GPUS - 1) {
+            if (st != GV_OK)
+                fail_msg("%d GPUs: %s", k + 1, err.msg);
+            assert_int_equal(out->n_gpus, GV_INVENTORY_MAX_GPUS);
+        } else {
+            assert_int_equal(st, GV_ERANGE);
+        }
+    }
+    json_decref(proto);
+    json_decref(root);
+    free(inv);
+    free(out);
+}
+
 static json_t *pod(const char *containers, const char *init)
 {
     char buf[2048];
@@ -336,6 +449,7 @@ int main(void)
         cmocka_unit_test(test_mig_kind_round_trip),
         cmocka_unit_test(test_mig_kind_strict),
         cmocka_unit_test(test_node_whole_summary),
+        cmocka_unit_test(test_inventory_bounds_and_taken),
         cmocka_unit_test(test_pod_whole_request),
         cmocka_unit_test(test_pod_whole_request_edges),
         cmocka_unit_test(test_whole_fits),
