@@ -748,6 +748,28 @@ static void test_zombie_usage_reclaimed(void **state)
 }
 
 /*
+ * A region a second user can open: moved out of the suite's scratch space
+ * (0700) into a fresh /tmp directory (tmpl, "...XXXXXX") both can reach,
+ * created with the given limit and left 0666.  Skips the test without root
+ * (running a process as nobody needs it).
+ */
+static struct gv_shm *attached_for_two_users(const char *tmpl, int *idx, uint64_t limit)
+{
+    if (geteuid() != 0) {
+        print_message("# needs root (a process of another user)\n");
+        skip();
+    }
+    assert_int_equal(rmdir(dir), 0);
+    snprintf(dir, sizeof(dir), "%s", tmpl);
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/region.cache", dir);
+    assert_int_equal(chmod(dir, 0755), 0);
+    struct gv_shm *a = attached(idx, limit);
+    assert_int_equal(chmod(path, 0666), 0);
+    return a;
+}
+
+/*
  * A live process of another user: kill(pid, 0) answers EPERM, not ESRCH,
  * and that is alive.  A container may run its processes as several users
  * (root and an application user); one of them taking the region's reclaim
@@ -757,19 +779,8 @@ static void test_zombie_usage_reclaimed(void **state)
 static void test_other_users_live_process_kept(void **state)
 {
     (void)state;
-    if (geteuid() != 0) {
-        print_message("# needs root (a process of another user)\n");
-        skip();
-    }
-    /* a directory nobody can reach: the suite's scratch space is 0700 */
-    assert_int_equal(rmdir(dir), 0);
-    snprintf(dir, sizeof(dir), "/tmp/gv-shm-users.XXXXXX");
-    assert_non_null(mkdtemp(dir));
-    snprintf(path, sizeof(path), "%s/region.cache", dir);
-    assert_int_equal(chmod(dir, 0755), 0);
     int idx;
-    struct gv_shm *a = attached(&idx, 700);
-    assert_int_equal(chmod(path, 0666), 0);
+    struct gv_shm *a = attached_for_two_users("/tmp/gv-shm-users.XXXXXX", &idx, 700);
     pid_t pid = spawn();
     if (pid == 0) {
         struct gv_shm *c = NULL;
@@ -805,18 +816,8 @@ static void test_other_users_live_process_kept(void **state)
 static void test_other_users_lock_holder_kept(void **state)
 {
     (void)state;
-    if (geteuid() != 0) {
-        print_message("# needs root (a process of another user)\n");
-        skip();
-    }
-    assert_int_equal(rmdir(dir), 0);
-    snprintf(dir, sizeof(dir), "/tmp/gv-shm-lock.XXXXXX");
-    assert_non_null(mkdtemp(dir));
-    snprintf(path, sizeof(path), "%s/region.cache", dir);
-    assert_int_equal(chmod(dir, 0755), 0);
     int idx;
-    struct gv_shm *a = attached(&idx, 0);
-    assert_int_equal(chmod(path, 0666), 0);
+    struct gv_shm *a = attached_for_two_users("/tmp/gv-shm-lock.XXXXXX", &idx, 0);
     int ready[2], go[2];
     assert_int_equal(pipe(ready), 0);
     assert_int_equal(pipe(go), 0);
@@ -829,10 +830,8 @@ static void test_other_users_lock_holder_kept(void **state)
         if (gv_shm_open(path, 0, &c, NULL) != GV_OK)
             _exit(12);
         gv_shm_set_lock_timeout(c, 300);
-        if (write(ready[1], &b, 1) != 1 || read(go[0], &b, 1) != 1)
-            _exit(13);
-        pid_t hp; /* the holder's pid follows the go byte */
-        if (read(go[0], &hp, sizeof(hp)) != (ssize_t)sizeof(hp))
+        pid_t hp; /* the go: the holder's pid, once it holds the lock */
+        if (write(ready[1], &b, 1) != 1 || read(go[0], &hp, sizeof(hp)) != (ssize_t)sizeof(hp))
             _exit(13);
         if (kill(hp, 0) == 0 || errno != EPERM)
             _exit(11); /* the case this test is about */
@@ -856,8 +855,6 @@ static void test_other_users_lock_holder_kept(void **state)
     int st;
     assert_int_equal(waitpid(holder, &st, WUNTRACED), holder);
     assert_true(WIFSTOPPED(st));
-    b = 1;
-    assert_int_equal(write(go[1], &b, 1), 1);
     assert_int_equal(write(go[1], &holder, sizeof(holder)), (ssize_t)sizeof(holder));
     assert_int_equal(waitpid(waiter, &st, 0), waiter);
     assert_true(WIFEXITED(st));

@@ -141,34 +141,53 @@ static void *fifo_worker(void *ud)
     return NULL;
 }
 
+/* A line of waiters: one slot, held by the test while they queue. */
+struct line {
+    struct gv_slots q;
+    pthread_mutex_t mu;
+    int order[8], norder;
+    pthread_t t[8];
+    struct fifo_ctx c[8];
+};
+
+static void line_open(struct line *l)
+{
+    memset(l, 0, sizeof(*l));
+    gv_slots_init(&l->q, 1);
+    assert_true(gv_slots_take(&l->q, 0)); /* held: everyone queues */
+    pthread_mutex_init(&l->mu, NULL);
+}
+
+/* Waiter id joins the line (deadline 0: none); returns once waiting
+ * waiters are in line, so arrival order is the order of the calls. */
+static void line_join(struct line *l, int id, int64_t deadline, int waiting)
+{
+    l->c[id] = (struct fifo_ctx){.q = &l->q, .id = id, .deadline = deadline, .mu = &l->mu,
+                                 .order = l->order, .norder = &l->norder};
+    assert_int_equal(pthread_create(&l->t[id], NULL, fifo_worker, &l->c[id]), 0);
+    wait_waiting(&l->q, waiting);
+}
+
 static void test_waiters_served_in_arrival_order(void **state)
 {
     (void)state;
-    struct gv_slots q;
-    gv_slots_init(&q, 1);
-    assert_true(gv_slots_take(&q, 0)); /* held: everyone queues */
-    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    int order[8], norder = 0;
-    pthread_t t[8];
-    struct fifo_ctx c[8];
-    for (int i = 0; i < 8; i++) {
-        c[i] = (struct fifo_ctx){.q = &q, .id = i, .mu = &mu, .order = order, .norder = &norder};
-        assert_int_equal(pthread_create(&t[i], NULL, fifo_worker, &c[i]), 0);
-        wait_waiting(&q, i + 1); /* i is in line before i + 1 comes */
-    }
-    gv_slots_give(&q);
+    struct line l;
+    line_open(&l);
     for (int i = 0; i < 8; i++)
-        pthread_join(t[i], NULL);
-    assert_int_equal(norder, 8);
+        line_join(&l, i, 0, i + 1); /* i is in line before i + 1 comes */
+    gv_slots_give(&l.q);
     for (int i = 0; i < 8; i++)
-        assert_int_equal(order[i], i);
+        pthread_join(l.t[i], NULL);
+    assert_int_equal(l.norder, 8);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(l.order[i], i);
     struct gv_slots_stats st;
     int busy = -1;
-    gv_slots_get_stats(&q, &st, &busy, NULL);
+    gv_slots_get_stats(&l.q, &st, &busy, NULL);
     assert_int_equal(busy, 0);
     assert_int_equal(st.queued, 8);
     assert_int_equal(st.most_waiting, 8);
-    gv_slots_destroy(&q);
+    gv_slots_destroy(&l.q);
 }
 
 /* A waiter whose deadline comes leaves the line; the one behind it is
@@ -176,40 +195,31 @@ static void test_waiters_served_in_arrival_order(void **state)
 static void test_deadline_leaves_the_line(void **state)
 {
     (void)state;
-    struct gv_slots q;
-    gv_slots_init(&q, 1);
-    assert_true(gv_slots_take(&q, 0));
-    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    int order[3], norder = 0;
-    pthread_t t[3];
-    struct fifo_ctx c[3];
-    for (int i = 0; i < 3; i++) {
-        c[i] = (struct fifo_ctx){.q = &q, .id = i, .mu = &mu, .order = order, .norder = &norder,
-                                 .deadline = i == 1 ? mono_ms() + 80 : 0};
-        assert_int_equal(pthread_create(&t[i], NULL, fifo_worker, &c[i]), 0);
-        wait_waiting(&q, i + 1);
-    }
+    struct line l;
+    line_open(&l);
+    for (int i = 0; i < 3; i++)
+        line_join(&l, i, i == 1 ? mono_ms() + 80 : 0, i + 1);
     int64_t t0 = mono_ms();
-    pthread_join(t[1], NULL); /* gives up at its deadline */
-    assert_false(c[1].got);
+    pthread_join(l.t[1], NULL); /* gives up at its deadline */
+    assert_false(l.c[1].got);
     assert_true(mono_ms() - t0 >= 40);
-    wait_waiting(&q, 2);
-    gv_slots_give(&q);
-    pthread_join(t[0], NULL);
-    pthread_join(t[2], NULL);
-    assert_int_equal(norder, 2);
-    assert_int_equal(order[0], 0);
-    assert_int_equal(order[1], 2);
+    wait_waiting(&l.q, 2);
+    gv_slots_give(&l.q);
+    pthread_join(l.t[0], NULL);
+    pthread_join(l.t[2], NULL);
+    assert_int_equal(l.norder, 2);
+    assert_int_equal(l.order[0], 0);
+    assert_int_equal(l.order[1], 2);
     struct gv_slots_stats st;
     int busy = -1, waiting = -1;
-    gv_slots_get_stats(&q, &st, &busy, &waiting);
+    gv_slots_get_stats(&l.q, &st, &busy, &waiting);
     assert_int_equal(st.timed_out, 1);
     assert_int_equal(busy, 0);
     assert_int_equal(waiting, 0);
     /* the slot is free again: a take does not wait */
-    assert_true(gv_slots_take(&q, mono_ms() + 1));
-    gv_slots_give(&q);
-    gv_slots_destroy(&q);
+    assert_true(gv_slots_take(&l.q, mono_ms() + 1));
+    gv_slots_give(&l.q);
+    gv_slots_destroy(&l.q);
 }
 
 /* The last in line leaves at its deadline: the line's end moves back to the one before it,
@@ -218,35 +228,24 @@ static void test_deadline_leaves_the_line(void **state)
 static void test_tail_leaves_the_line(void **state)
 {
     (void)state;
-    struct gv_slots q;
-    gv_slots_init(&q, 1);
-    assert_true(gv_slots_take(&q, 0));
-    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    int order[3], norder = 0;
-    pthread_t t[3];
-    struct fifo_ctx c[3];
-    for (int i = 0; i < 2; i++) {
-        c[i] = (struct fifo_ctx){.q = &q, .id = i, .mu = &mu, .order = order, .norder = &norder,
-                                 .deadline = i == 1 ? mono_ms() + 60 : 0};
-        assert_int_equal(pthread_create(&t[i], NULL, fifo_worker, &c[i]), 0);
-        wait_waiting(&q, i + 1);
-    }
-    pthread_join(t[1], NULL); /* the tail gives up */
-    assert_false(c[1].got);
-    wait_waiting(&q, 1);
-    c[2] = (struct fifo_ctx){.q = &q, .id = 2, .mu = &mu, .order = order, .norder = &norder,
-                             .deadline = mono_ms() + 5000};
-    assert_int_equal(pthread_create(&t[2], NULL, fifo_worker, &c[2]), 0);
-    wait_waiting(&q, 2);
-    gv_slots_give(&q);
-    pthread_join(t[0], NULL);
-    pthread_join(t[2], NULL);
-    assert_true(c[2].got); /* served, not left to its deadline */
-    assert_int_equal(norder, 2);
-    assert_int_equal(order[0], 0);
-    assert_int_equal(order[1], 2);
-    gv_slots_destroy(&q);
+    struct line l;
+    line_open(&l);
+    line_join(&l, 0, 0, 1);
+    line_join(&l, 1, mono_ms() + 60, 2);
+    pthread_join(l.t[1], NULL); /* the tail gives up */
+    assert_false(l.c[1].got);
+    wait_waiting(&l.q, 1);
+    line_join(&l, 2, mono_ms() + 5000, 2);
+    gv_slots_give(&l.q);
+    pthread_join(l.t[0], NULL);
+    pthread_join(l.t[2], NULL);
+    assert_true(l.c[2].got); /* served, not left to its deadline */
+    assert_int_equal(l.norder, 2);
+    assert_int_equal(l.order[0], 0);
+    assert_int_equal(l.order[1], 2);
+    gv_slots_destroy(&l.q);
 
+    struct gv_slots q;
     for (int max = -1; max <= 0; max++) {
         gv_slots_init(&q, max);
         assert_true(gv_slots_take(&q, mono_ms() + 1000));
