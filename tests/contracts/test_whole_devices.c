@@ -171,6 +171,50 @@ static gv_status decode_json(json_t *root, struct gv_inventory *out, struct gv_e
     return st;
 }
 
+/* Distinct copies of a list's entry: a whole device by its id, a GPU by uuid, index, PCI address. */
+static void vary_whole(json_t *o, int k)
+{
+    char id[64];
+    snprintf(id, sizeof(id), "MIG-%04d", k);
+    json_object_set_new(o, "id", json_string(id));
+}
+
+static void vary_gpu(json_t *o, int k)
+{
+    char id[32], pci[32];
+    snprintf(id, sizeof(id), "GPU-%d", k);
+    snprintf(pci, sizeof(pci), "00000000:%02X:00.0", k);
+    json_object_set_new(o, "uuid", json_string(id));
+    json_object_set_new(o, "index", json_integer(k));
+    json_object_set_new(o, "pciBusId", json_string(pci));
+}
+
+/* root's list key refilled with most distinct copies of its second entry decodes whole;
+ * with one more it is refused (ERANGE, "more than"), never decoded past the table. */
+static void list_edge(json_t *root, const char *key, int most, void (*vary)(json_t *, int))
+{
+    json_t *arr = json_object_get(root, key);
+    json_t *proto = json_deep_copy(json_array_get(arr, 1));
+    struct gv_inventory *out = malloc(sizeof(*out));
+    struct gv_error err = {0};
+    assert_non_null(proto);
+    assert_non_null(out);
+    json_array_clear(arr);
+    for (int k = 0; k <= most; k++) {
+        json_t *o = json_deep_copy(proto);
+        vary(o, k);
+        json_array_append_new(arr, o);
+    }
+    assert_int_equal(decode_json(root, out, &err), GV_ERANGE);
+    assert_non_null(strstr(err.msg, "more than"));
+    json_array_remove(arr, (size_t)most);
+    if (decode_json(root, out, &err) != GV_OK)
+        fail_msg("%d %s: %s", most, key, err.msg);
+    assert_int_equal(strcmp(key, "gpus") == 0 ? out->n_gpus : out->whole.n, (uint32_t)most);
+    json_decref(proto);
+    free(out);
+}
+
 /* What the decoder holds at its edges: strings as long as their fields (one more is
  * refused, never copied past them), the most GPUs and whole devices a node lists (one more
  * is refused), memory scaling in (0, 100]; and which GPUs are taken from slicing. */
@@ -220,55 +264,10 @@ static void test_inventory_bounds_and_taken(void **state)
             fail_msg("memoryScaling %g: %s", sc[k].v, st == GV_OK ? "accepted" : err.msg);
     }
     json_object_set_new(g1, "memoryScaling", json_real(1.0));
-    /* the most whole devices, then one more */
-    json_t *whole = json_object_get(root, "wholeDevices");
-    json_t *proto = json_deep_copy(json_array_get(whole, 1));
-    json_array_clear(whole);
-    for (int k = 0; k <= GV_INVENTORY_MAX_WHOLE; k++) {
-        json_t *w = json_deep_copy(proto);
-        char id[64];
-        snprintf(id, sizeof(id), "MIG-%04d", k);
-        json_object_set_new(w, "id", json_string(id));
-        json_array_append_new(whole, w);
-        if (k < GV_INVENTORY_MAX_WHOLE - 1)
-            continue;
-        gv_status st = decode_json(root, out, &err);
-        if (k == GV_INVENTORY_MAX_WHOLE - 1) {
-            if (st != GV_OK)
-                fail_msg("%d whole devices: %s", k + 1, err.msg);
-            assert_int_equal(out->whole.n, GV_INVENTORY_MAX_WHOLE);
-        } else {
-            assert_int_equal(st, GV_ERANGE);
-            assert_non_null(strstr(err.msg, "whole devices, more than"));
-        }
-    }
-    json_decref(proto);
+    /* the most whole devices and GPUs a node lists, then one more */
+    list_edge(root, "wholeDevices", GV_INVENTORY_MAX_WHOLE, vary_whole);
     json_object_del(root, "wholeDevices");
-    /* the most GPUs, then one more */
-    json_t *gpus = json_object_get(root, "gpus");
-    proto = json_deep_copy(json_array_get(gpus, 1));
-    json_array_clear(gpus);
-    for (int k = 0; k <= GV_INVENTORY_MAX_GPUS; k++) {
-        json_t *g = json_deep_copy(proto);
-        char id[32], pci[32];
-        snprintf(id, sizeof(id), "GPU-%d", k);
-        snprintf(pci, sizeof(pci), "00000000:%02X:00.0", k);
-        json_object_set_new(g, "uuid", json_string(id));
-        json_object_set_new(g, "index", json_integer(k));
-        json_object_set_new(g, "pciBusId", json_string(pci));
-        json_array_append_new(gpus, g);
-        if (k < GV_INVENTORY_MAX_GPUS - 1)
-            continue;
-        gv_status st = decode_json(root, out, &err);
-        if (k == GV_INVENTORY_MAX_GPUS - 1) {
-            if (st != GV_OK)
-                fail_msg("%d GPUs: %s", k + 1, err.msg);
-            assert_int_equal(out->n_gpus, GV_INVENTORY_MAX_GPUS);
-        } else {
-            assert_int_equal(st, GV_ERANGE);
-        }
-    }
-    json_decref(proto);
+    list_edge(root, "gpus", GV_INVENTORY_MAX_GPUS, vary_gpu);
     json_decref(root);
     free(inv);
     free(out);
