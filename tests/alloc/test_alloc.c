@@ -767,7 +767,6 @@ static void test_place_refuses_what_the_node_cannot_hold(void **state)
     struct gv_alloc_fit fit;
     assert_int_equal(gv_alloc_filter(c, slice, "w", &fit, NULL), GV_OK);
     assert_false(fit.fits);
-    snprintf(a.containers[0].name, GV_ALLOC_CNAME_MAX, "main");
     assert_int_equal(gv_alloc_place(c, slice, &a, &err), GV_ENOFIT);
     assert_int_equal(gv_alloc_release(c, "whole", NULL), GV_OK);
     assert_int_equal(gv_alloc_filter(c, slice, "w", &fit, NULL), GV_OK);
