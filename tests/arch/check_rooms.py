@@ -26,6 +26,7 @@ Usage: check_rooms.py [--self-test-only] [ROOT]      (TAP on stdout)
 """
 import os
 import re
+import shutil
 import sys
 import tempfile
 
@@ -354,7 +355,11 @@ def plant(files):
 
 
 def failing(files):
-    return [name for name, ok, _ in check(plant(files)) if not ok]
+    root = plant(files)
+    try:
+        return [name for name, ok, _ in check(root) if not ok]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def self_test(tap):

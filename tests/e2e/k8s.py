@@ -91,6 +91,10 @@ class Api:
             self.ctx.load_cert_chain(crt, key)
         self.token = us.get("token")
         self.local = threading.local()
+        # The context holds the CA and client key now: their files are not
+        # read again, so they do not outlive the client.
+        import shutil
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def _conn(self):
         c = getattr(self.local, "c", None)

@@ -14,9 +14,15 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+static char dir[64];
+
+static void remove_dir(void)
+{
+    rmdir(dir);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static char dir[64];
     char path[128];
     struct gv_prio_board *b = NULL;
     struct gv_error err;
@@ -26,6 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         snprintf(dir, sizeof(dir), "/tmp/gv-fuzz-prio-XXXXXX");
         if (mkdtemp(dir) == NULL)
             abort();
+        atexit(remove_dir); /* every input's file is unlinked; the folder goes last */
     }
     snprintf(path, sizeof(path), "%s/gpu-GPU-fuzz.prio", dir);
     FILE *f = fopen(path, "wb");

@@ -30,6 +30,7 @@ allocate/preferred/options/prestart replies, restarted, error.
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -59,8 +60,14 @@ def load_proto():
     subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc", "-I", gen,
                            "--python_out", gen, "--grpc_python_out", gen, src])
     sys.path.insert(0, gen)
-    import deviceplugin_pb2 as pb
-    import deviceplugin_pb2_grpc as pbg
+    try:
+        import deviceplugin_pb2 as pb
+        import deviceplugin_pb2_grpc as pbg
+    finally:
+        # The modules are loaded: the generated tree is not read again, so it
+        # does not outlive the run (one per stand-in start, thousands a suite).
+        sys.path.remove(gen)
+        shutil.rmtree(gen, ignore_errors=True)
     return pb, pbg
 
 
