@@ -127,7 +127,7 @@ struct sclass {
     uint32_t *heap;        /* node indices, min-heap by name */
     uint32_t n, cap;
     uint32_t hnext;        /* signature hash chain */
-    uint32_t bucket, prev, next;
+    uint32_t bucket, prev, next; /* bucket: list in bucket_head (what it can host, CPU band) */
     int64_t cpu_free, mem_free; /* INT64_MAX when not checked */
     uint64_t model_mask;   /* bit per model id < 64; all bits for later ones */
     uint32_t n_gpus;
@@ -135,7 +135,8 @@ struct sclass {
     uint32_t open;         /* GPUs that can take one more task */
     uint32_t max_free;     /* largest free share of one open GPU, milli */
     uint32_t used_pm;      /* GPU share in use, permille (floor), as eval_node counts it */
-    uint32_t pm_prev, pm_next; /* list of classes with this used_pm */
+    uint32_t pm_prev, pm_next; /* list of classes with this used_pm and CPU band */
+    uint32_t cpu_band;     /* index_cpu_band(cpu_free) */
     /* score memo of the current pass over a candidate list (policy.c) */
     uint32_t memo_stamp;   /* also marks a class holding candidates (policy.c) */
     bool memo_fits;
@@ -148,6 +149,8 @@ struct sclass {
 #define IDX_WHOLE_MAX 8
 #define IDX_FRAC_BUCKETS 11 /* max_free / 100: 0..10 */
 #define IDX_BUCKETS ((IDX_WHOLE_MAX + 1) * IDX_FRAC_BUCKETS)
+#define IDX_CPU_BANDS 32 /* free CPU, half-octaves of 500 milli (index_cpu_band) */
+#define IDX_PM_LEVELS 1001 /* used_pm 0..1000 */
 
 struct idx_need {
     uint32_t whole;  /* whole GPUs over all containers */
@@ -247,8 +250,13 @@ struct gv_alloc_cluster {
     uint32_t n_free_cls;
     uint32_t *chash;
     uint32_t chash_cap;
-    uint32_t bucket_head[IDX_BUCKETS];
-    uint32_t pm_head[1001]; /* classes by used_pm (pods without GPUs, fgd) */
+    /* Each list holds one CPU band; the masks say which bands of a bucket
+     * or level hold classes, so a search skips CPU that cannot serve the
+     * request without visiting its classes. */
+    uint32_t bucket_head[IDX_BUCKETS * IDX_CPU_BANDS];
+    uint32_t bucket_bands[IDX_BUCKETS];
+    uint32_t pm_head[IDX_PM_LEVELS * IDX_CPU_BANDS]; /* by used_pm (pods without GPUs, fgd) */
+    uint32_t pm_bands[IDX_PM_LEVELS];
     bool index_broken; /* an allocation failed: score exhaustively */
     uint32_t cls_stamp; /* current candidate-list pass */
     bool cand_pass;     /* pick_indexed looks only at stamped nodes */
@@ -389,6 +397,9 @@ void index_need(const struct gv_alloc_request *r, struct idx_need *need);
 /* false only when no node of the class can fit r (a necessary condition). */
 bool index_may_fit(const struct sclass *k, const struct gv_alloc_request *r,
                    const struct idx_need *need, uint64_t allowed_models);
+/* The band of free CPU (milli; INT64_MAX = unchecked), monotone: a class in
+ * a lower band than a request's CPU cannot serve it. */
+uint32_t index_cpu_band(int64_t cpu_milli);
 /* Smallest whole-GPU bucket row and fraction bucket column worth visiting. */
 uint32_t index_first_bucket(const struct idx_need *need, uint32_t *min_frac_bucket);
 

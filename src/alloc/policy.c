@@ -373,6 +373,16 @@ static void visit_class(struct gv_alloc_cluster *c, const struct req_view *v, ui
     }
 }
 
+static uint32_t lowest_bit(uint32_t m)
+{
+    uint32_t i = 0;
+    while ((m & 1u) == 0) {
+        m >>= 1;
+        i++;
+    }
+    return i;
+}
+
 static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t *best,
                          double *best_score)
 {
@@ -385,6 +395,8 @@ static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, u
     uint32_t fmin;
     uint32_t wmin = index_first_bucket(&need, &fmin);
     bool cpu_only_fgd = v->policy == GV_ALLOC_POLICY_FGD && v->req->n_containers == 0;
+    /* Bands below the request's cannot serve its CPU (index_cpu_band). */
+    uint32_t bands = ~UINT32_C(0) << index_cpu_band(v->req->cpu_milli);
     if (cpu_only_fgd) {
         bool group = group_begin(c);
         /* Fullest GPUs first: once a level's best possible score loses,
@@ -392,8 +404,10 @@ static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, u
         for (int pm = 1000; pm >= 0; pm--) {
             if (*best != UINT32_MAX && pm + 999.0 * 1e-4 < *best_score - 1e-9 * fmax(1.0, fabs(*best_score)))
                 break;
-            for (uint32_t ki = c->pm_head[pm]; ki != UINT32_MAX; ki = c->cls[ki].pm_next)
-                visit_class(c, v, ki, &need, allowed, true, group, best, best_score);
+            for (uint32_t m = c->pm_bands[pm] & bands; m != 0; m &= m - 1)
+                for (uint32_t ki = c->pm_head[(uint32_t)pm * IDX_CPU_BANDS + lowest_bit(m)];
+                     ki != UINT32_MAX; ki = c->cls[ki].pm_next)
+                    visit_class(c, v, ki, &need, allowed, true, group, best, best_score);
         }
         return;
     }
@@ -406,9 +420,11 @@ static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, u
         uint32_t w = rev ? IDX_WHOLE_MAX - (wi - wmin) : wi;
         for (uint32_t fi = fmin; fi < IDX_FRAC_BUCKETS; fi++) {
             uint32_t f = rev ? IDX_FRAC_BUCKETS - 1 - (fi - fmin) : fi;
-            for (uint32_t ki = c->bucket_head[w * IDX_FRAC_BUCKETS + f]; ki != UINT32_MAX;
-                 ki = c->cls[ki].next)
-                visit_class(c, v, ki, &need, allowed, false, group, best, best_score);
+            uint32_t b = w * IDX_FRAC_BUCKETS + f;
+            for (uint32_t m = c->bucket_bands[b] & bands; m != 0; m &= m - 1)
+                for (uint32_t ki = c->bucket_head[b * IDX_CPU_BANDS + lowest_bit(m)];
+                     ki != UINT32_MAX; ki = c->cls[ki].next)
+                    visit_class(c, v, ki, &need, allowed, false, group, best, best_score);
         }
     }
 }

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc/alloc_internal.h"
 #include "alloc/gv_alloc.h"
 #include "tests/alloc/alloc_testlib.h"
 
@@ -262,11 +263,38 @@ static void test_fgd_shared_scores_exact(void **state)
     assert_true(placed > 2000 && nofit > 100);
 }
 
+/* The search skips the CPU bands below a request's: sound only while the
+ * band never falls as free CPU grows, and while every band is a list. */
+static void test_cpu_band_monotone(void **state)
+{
+    (void)state;
+    uint32_t prev = index_cpu_band(INT64_MIN);
+    assert_int_equal(prev, 0);
+    assert_int_equal(index_cpu_band(-1), 0);
+    assert_int_equal(index_cpu_band(499), 0);
+    assert_int_equal(index_cpu_band(500), 1);
+    uint32_t seen = 0;
+    for (int64_t x = 0; x < INT64_MAX / 4; x = x < 4096 ? x + 1 : x + x / 1024) {
+        uint32_t b = index_cpu_band(x);
+        assert_true(b >= prev);
+        assert_true(b < IDX_CPU_BANDS);
+        seen |= UINT32_C(1) << b;
+        prev = b;
+    }
+    assert_int_equal(index_cpu_band(INT64_MAX), IDX_CPU_BANDS - 1); /* CPU not checked */
+    /* Half-octaves: 32 and 48 cores start bands of their own. */
+    assert_true(index_cpu_band(31999) < index_cpu_band(32000));
+    assert_true(index_cpu_band(47999) < index_cpu_band(48000));
+    assert_int_equal(index_cpu_band(48000), index_cpu_band(63999));
+    assert_true(__builtin_popcount(seen) >= 30);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_indexed_equals_exhaustive),
         cmocka_unit_test(test_fgd_shared_scores_exact),
+        cmocka_unit_test(test_cpu_band_monotone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
