@@ -185,6 +185,80 @@ def backstop_off_then_report():
         s.close()
 
 
+def zombie(proc):
+    """Killed and not yet reaped: NVML still lists such a process with its memory,
+    as the real driver does until the process's context is torn down."""
+    try:
+        with open("/proc/%d/stat" % proc.p.pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
+def backstop_kill_choice():
+    """Kill mode, several processes of one container on one GPU: the one holding memory
+    its region does not account for goes, not the biggest; a killed process NVML still
+    lists while it goes away is neither killed again nor a reason to kill another; a
+    second bypass while the first is still going away goes too."""
+    cfg = {"metrics": {"backstop": "kill", "backstopGraceMs": 0, "backstopPeriodMs": 100,
+                       "backstopMarginMiB": 0}}
+    s = Setup(cfg)
+    try:
+        port = s.start()
+        k = s.env.start_kubelet("py")
+        ev = k.event("devices", timeout=10)
+        ids = [d["id"] for d in ev["devices"]] if ev else []
+        s.env.api.create_pod("heavy", [("a", {"nvidia.com/gpu": "1"})],
+                             "v1;node=node1;a=%s:1000:100" % GPUS[0], ns="team")
+        a = k.cmd("allocate", ids=[ids[0]]) if ids else None
+        uid = s.env.api.pod("heavy", ns="team")["metadata"]["uid"]
+        ca = dict(namespace="team", pod="heavy", container="a", uuid=GPUS[0])
+        region = os.path.join(s.env.state, "containers", uid, "a", "shared.cache")
+
+        def kills():
+            return find(parse(scrape(port)[2]), "gpuvisor_backstop_actions_total", action="kill", **ca) or 0
+
+        # Every context takes 64 MiB, as on a real GPU: how the interposer learns its
+        # host pid (the process new on NVML's list after its first context), which is
+        # how the region tells which NVML process is whose.
+        ctx = {"GV_FAKE_CTX_MEMORY": "64m"}
+        # the honest process: interposed, 64 + 900 of its 1000 MiB, the most memory of any
+        inside = s.probe(["init", "alloc:900m:OK", "sleep:60000"], name="honest", extra=ctx,
+                         limits={"CUDA_DEVICE_MEMORY_LIMIT_0": "1000m",
+                                 "CUDA_DEVICE_MEMORY_SHARED_CACHE": region})
+        s.cgroup(inside.p.pid, uid, "a" * 64)
+        got = inside.expect(lambda ln: ln.startswith("ok 2") or ln.startswith("not ok"), 20)
+        # a bypass of 64 + 200 MiB takes the container to 1228 MiB on NVML
+        small = s.probe(["init", "alloc:200m:OK", "sleep:60000"], name="bypass-small", extra=ctx)
+        s.cgroup(small.p.pid, uid, "a" * 64)
+        dead = gvtest.wait_for(lambda: zombie(small), 10)
+        t.ok(a and a["ok"] and got and got.startswith("ok 2") and dead and inside.p.poll() is None,
+             "kill mode, 964 MiB interposed + 264 MiB bypass in one container: the bypass is killed, "
+             "not the bigger process the region accounts for", (got, dead, inside.p.poll()))
+        # the killed process is still listed (a zombie here) with its 264 MiB for several passes
+        passes = find(parse(scrape(port)[2]), "gpuvisor_backstop_passes_total")
+        gvtest.wait_for(lambda: find(parse(scrape(port)[2]), "gpuvisor_backstop_passes_total") >= passes + 5, 10)
+        t.ok(zombie(small) and kills() == 1 and inside.p.poll() is None,
+             "a killed process still listed while it goes away: not killed again, nobody else killed",
+             (zombie(small), kills()))
+        # while it lingers, a second bypass takes the container over again: it goes too
+        more = s.probe(["init", "alloc:300m:OK", "sleep:60000"], name="bypass-more", extra=ctx)
+        s.cgroup(more.p.pid, uid, "a" * 64)
+        dead2 = gvtest.wait_for(lambda: zombie(more), 10)
+        t.ok(dead2 and zombie(small) and kills() == 2 and inside.p.poll() is None,
+             "a second bypass while the first is still going away is killed as well",
+             (dead2, zombie(small), kills()))
+        small.p.poll()
+        more.p.poll()
+        m = gvtest.wait_for(lambda: (lambda x: x if find(x, "gpuvisor_backstop_over_limit", **ca) == 0 and
+                                     find(x, "gpuvisor_container_gpu_memory_nvml_bytes", **ca) == 964 * MiB
+                                     else None)(parse(scrape(port)[2])), 10)
+        t.ok(m is not None and inside.p.poll() is None,
+             "both reaped: 964 MiB left, within the limit, the honest process runs on")
+    finally:
+        s.close()
+
+
 def main():
     cfg = {"metrics": {"backstop": "report", "backstopGraceMs": 0, "backstopPeriodMs": 100}}
     s = Setup(cfg)
@@ -459,6 +533,7 @@ def main():
         s.close()
 
     backstop_off_then_report()
+    backstop_kill_choice()
 
     # configuration errors name the key
     bad = agent.Env(config={"metrics": {"backstop": "explode"}})
