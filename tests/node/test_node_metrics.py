@@ -124,6 +124,13 @@ class Setup:
                      "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod%s.slice/"
                      "cri-containerd-%s.scope\n" % (uid.replace("-", "_"), cid))
 
+    def nspid(self, pid):
+        """/proc/<pid>/status with its NSpid line (no pid namespace of its own here:
+        the pid it has inside is the host's)."""
+        d = os.path.join(self.proc, str(pid))
+        os.makedirs(d, exist_ok=True)
+        write_atomic(os.path.join(d, "status"), "Name:\tprobe\nTgid:\t%d\nNSpid:\t%d\n" % (pid, pid))
+
     def close(self):
         for p in self.probes:
             p.stop(signal.SIGKILL)
@@ -195,11 +202,13 @@ def zombie(proc):
         return False
 
 
-def backstop_kill_choice():
+def backstop_kill_choice(learned):
     """Kill mode, several processes of one container on one GPU: the one holding memory
     its region does not account for goes, not the biggest; a killed process NVML still
     lists while it goes away is neither killed again nor a reason to kill another; a
-    second bypass while the first is still going away goes too."""
+    second bypass while the first is still going away goes too.  learned: the honest
+    process learned its host pid (its context took memory, as on a GPU); otherwise its
+    region slot names it only by its pid in the container, which /proc's NSpid maps."""
     cfg = {"metrics": {"backstop": "kill", "backstopGraceMs": 0, "backstopPeriodMs": 100,
                        "backstopMarginMiB": 0}}
     s = Setup(cfg)
@@ -221,40 +230,51 @@ def backstop_kill_choice():
         # Every context takes 64 MiB, as on a real GPU: how the interposer learns its
         # host pid (the process new on NVML's list after its first context), which is
         # how the region tells which NVML process is whose.
-        ctx = {"GV_FAKE_CTX_MEMORY": "64m"}
+        ctx = {"GV_FAKE_CTX_MEMORY": "64m" if learned else "0"}
+        base = 64 if learned else 0
+        how = "host pid learned" if learned else "host pid unknown, NSpid"
         # the honest process: interposed, 64 + 900 of its 1000 MiB, the most memory of any
         inside = s.probe(["init", "alloc:900m:OK", "sleep:60000"], name="honest", extra=ctx,
                          limits={"CUDA_DEVICE_MEMORY_LIMIT_0": "1000m",
                                  "CUDA_DEVICE_MEMORY_SHARED_CACHE": region})
         s.cgroup(inside.p.pid, uid, "a" * 64)
+        s.nspid(inside.p.pid)
         got = inside.expect(lambda ln: ln.startswith("ok 2") or ln.startswith("not ok"), 20)
+        with open(region, "rb") as f:
+            f.seek(4096 + 4)
+            hostpid = struct.unpack("<i", f.read(4))[0]
+        t.ok(hostpid == (inside.p.pid if learned else 0),
+             "%s: the honest process's region slot names host pid %s" % (how, hostpid))
         # a bypass of 64 + 200 MiB takes the container to 1228 MiB on NVML
         small = s.probe(["init", "alloc:200m:OK", "sleep:60000"], name="bypass-small", extra=ctx)
         s.cgroup(small.p.pid, uid, "a" * 64)
+        s.nspid(small.p.pid)
         dead = gvtest.wait_for(lambda: zombie(small), 10)
         t.ok(a and a["ok"] and got and got.startswith("ok 2") and dead and inside.p.poll() is None,
-             "kill mode, 964 MiB interposed + 264 MiB bypass in one container: the bypass is killed, "
-             "not the bigger process the region accounts for", (got, dead, inside.p.poll()))
+             "%s: kill mode, %d MiB interposed + %d MiB bypass in one container: the bypass is killed, "
+             "not the bigger process the region accounts for" % (how, base + 900, base + 200),
+             (got, dead, inside.p.poll()))
         # the killed process is still listed (a zombie here) with its 264 MiB for several passes
         passes = find(parse(scrape(port)[2]), "gpuvisor_backstop_passes_total")
         gvtest.wait_for(lambda: find(parse(scrape(port)[2]), "gpuvisor_backstop_passes_total") >= passes + 5, 10)
         t.ok(zombie(small) and kills() == 1 and inside.p.poll() is None,
-             "a killed process still listed while it goes away: not killed again, nobody else killed",
+             "%s: a killed process still listed while it goes away: not killed again, nobody else killed" % how,
              (zombie(small), kills()))
         # while it lingers, a second bypass takes the container over again: it goes too
         more = s.probe(["init", "alloc:300m:OK", "sleep:60000"], name="bypass-more", extra=ctx)
         s.cgroup(more.p.pid, uid, "a" * 64)
+        s.nspid(more.p.pid)
         dead2 = gvtest.wait_for(lambda: zombie(more), 10)
         t.ok(dead2 and zombie(small) and kills() == 2 and inside.p.poll() is None,
-             "a second bypass while the first is still going away is killed as well",
+             "%s: a second bypass while the first is still going away is killed as well" % how,
              (dead2, zombie(small), kills()))
         small.p.poll()
         more.p.poll()
         m = gvtest.wait_for(lambda: (lambda x: x if find(x, "gpuvisor_backstop_over_limit", **ca) == 0 and
-                                     find(x, "gpuvisor_container_gpu_memory_nvml_bytes", **ca) == 964 * MiB
+                                     find(x, "gpuvisor_container_gpu_memory_nvml_bytes", **ca) == (base + 900) * MiB
                                      else None)(parse(scrape(port)[2])), 10)
         t.ok(m is not None and inside.p.poll() is None,
-             "both reaped: 964 MiB left, within the limit, the honest process runs on")
+             "%s: both reaped: %d MiB left, within the limit, the honest process runs on" % (how, base + 900))
     finally:
         s.close()
 
@@ -533,7 +553,8 @@ def main():
         s.close()
 
     backstop_off_then_report()
-    backstop_kill_choice()
+    backstop_kill_choice(True)
+    backstop_kill_choice(False)
 
     # configuration errors name the key
     bad = agent.Env(config={"metrics": {"backstop": "explode"}})

@@ -126,9 +126,23 @@ static size_t backstop_decide(struct gv_monitor *m, struct action **out)
                     if (gp->procs[p].ctr != (int)k || gp->procs[p].bytes == 0)
                         continue;
                     uint64_t charged = 0;
+                    bool known = false;
                     for (unsigned h = 0; h < c->n_hostpids; h++)
-                        if ((unsigned)c->hostpids[h] == gp->procs[p].pid)
+                        if ((unsigned)c->hostpids[h] == gp->procs[p].pid) {
                             charged = c->hostpid_bytes[h][i];
+                            known = true;
+                        }
+                    /* A process that never learned its host pid (its first
+                     * context took no memory, or others appeared with it):
+                     * its slot names it by its pid in the container, which
+                     * the host's /proc tells for NVML's pid.  The slot is
+                     * the tenant's word, but only its own container's
+                     * processes are candidates here (the cgroup decided). */
+                    int32_t ns;
+                    if (!known && c->n_nspids > 0 && pid_nspid(m, gp->procs[p].pid, &ns))
+                        for (unsigned h = 0; h < c->n_nspids; h++)
+                            if (c->nspids[h] == ns)
+                                charged = c->nspid_bytes[h][i];
                     uint64_t un = gp->procs[p].bytes > charged ? gp->procs[p].bytes - charged : 0;
                     if (best < 0 || un > best_un ||
                         (un == best_un && gp->procs[p].bytes > gp->procs[best].bytes)) {

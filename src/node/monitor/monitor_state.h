@@ -102,6 +102,11 @@ struct ctr {
     int32_t hostpids[MAX_HOSTPIDS];
     uint64_t hostpid_bytes[MAX_HOSTPIDS][GV_MONITOR_MAX_GPUS];
     unsigned n_hostpids;
+    /* slots whose process never learned its host pid: the pid it has in its
+     * own namespace (the slot's pid), matched through /proc/<pid>/status */
+    int32_t nspids[MAX_HOSTPIDS];
+    uint64_t nspid_bytes[MAX_HOSTPIDS][GV_MONITOR_MAX_GPUS];
+    unsigned n_nspids;
     struct cdev d[GV_MONITOR_MAX_GPUS];
 };
 
@@ -171,6 +176,8 @@ int gpu_by_uuid(const struct gv_monitor *m, const char *uuid);
 uint64_t now_ns(clockid_t c);
 void *grow(void *p, size_t *cap, size_t need, size_t size);
 bool pid_cgroup(const struct gv_monitor *m, unsigned pid, char *uid, char *cid);
+/* The pid host process pid has in its innermost pid namespace (NSpid). */
+bool pid_nspid(const struct gv_monitor *m, unsigned pid, int32_t *nspid);
 void ensure_region(struct gv_monitor *m, struct ctr *c);
 void sample_release(struct gv_monitor *m);
 void sample(struct gv_monitor *m, bool regions);

@@ -131,6 +131,38 @@ bool pid_cgroup(const struct gv_monitor *m, unsigned pid, char *uid, char *cid)
     return ok;
 }
 
+bool pid_nspid(const struct gv_monitor *m, unsigned pid, int32_t *nspid)
+{
+    char path[4200], *text = NULL;
+    size_t len;
+    snprintf(path, sizeof(path), "%s/%u/status", m->proc_root, pid);
+    if (gv_file_read_all(path, &text, &len, NULL) != GV_OK)
+        return false;
+    /* "NSpid:\t<host>\t...\t<innermost>": the last number of the line */
+    bool ok = false;
+    const char *l = strstr(text, "\nNSpid:");
+    if (l != NULL || strncmp(text, "NSpid:", 6) == 0) {
+        const char *p = l != NULL ? l + 7 : text + 6;
+        long last = -1;
+        while (*p != '\0' && *p != '\n') {
+            while (*p == ' ' || *p == '\t')
+                p++;
+            char *end;
+            long v = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            last = v;
+            p = end;
+        }
+        if (last > 0 && last <= INT32_MAX && (*p == '\n' || *p == '\0')) {
+            *nspid = (int32_t)last;
+            ok = true;
+        }
+    }
+    free(text);
+    return ok;
+}
+
 static void learn_cid(struct gv_monitor *m, const char *cid, const struct ctr *c)
 {
     if (cid[0] == '\0')
@@ -195,6 +227,12 @@ static void read_region(struct gv_monitor *m, struct ctr *c)
             c->hostpids[k] = p->hostpid;
             for (unsigned i = 0; i < c->rec.n_dev; i++)
                 c->hostpid_bytes[k][i] =
+                    c->d[i].rdev >= 0 ? atomic_load(&p->mem_used[c->d[i].rdev]) : 0;
+        } else if (p->hostpid <= 0 && c->n_nspids < MAX_HOSTPIDS) {
+            unsigned k = c->n_nspids++;
+            c->nspids[k] = atomic_load(&p->pid);
+            for (unsigned i = 0; i < c->rec.n_dev; i++)
+                c->nspid_bytes[k][i] =
                     c->d[i].rdev >= 0 ? atomic_load(&p->mem_used[c->d[i].rdev]) : 0;
         }
         for (unsigned i = 0; i < c->rec.n_dev; i++)
