@@ -279,6 +279,51 @@ def backstop_kill_choice(learned):
         s.close()
 
 
+def backstop_kill_spares_sibling():
+    """Kill mode, two containers of one pod on one GPU: only the container over its limit
+    loses a process, even when its sibling holds far more memory (a kill of the sibling's
+    process would pass the pod check: same pod)."""
+    cfg = {"metrics": {"backstop": "kill", "backstopGraceMs": 0, "backstopPeriodMs": 100,
+                       "backstopMarginMiB": 0}}
+    s = Setup(cfg)
+    try:
+        port = s.start()
+        k = s.env.start_kubelet("py")
+        ev = k.event("devices", timeout=10)
+        ids = [d["id"] for d in ev["devices"]] if ev else []
+        s.env.api.create_pod("sibs", [("x", {"nvidia.com/gpu": "1"}), ("y", {"nvidia.com/gpu": "1"})],
+                             "v1;node=node1;x=%s:300:0;y=%s:2000:0" % (GPUS[0], GPUS[0]), ns="team")
+        d1 = k.cmd("allocate", ids=[ids[0]]) if ids else None
+        d2 = k.cmd("allocate", ids=[ids[1]]) if ids else None
+        uid = s.env.api.pod("sibs", ns="team")["metadata"]["uid"]
+        cx = dict(namespace="team", pod="sibs", container="x", uuid=GPUS[0])
+        cy = dict(namespace="team", pod="sibs", container="y", uuid=GPUS[0])
+        ctx = {"GV_FAKE_CTX_MEMORY": "64m"}
+
+        def interposed(ctr, size, limit):
+            reg = os.path.join(s.env.state, "containers", uid, ctr, "shared.cache")
+            p = s.probe(["init", "alloc:%s:OK" % size, "sleep:60000"], name="sib-" + ctr, extra=ctx,
+                        limits={"CUDA_DEVICE_MEMORY_LIMIT_0": limit, "CUDA_DEVICE_MEMORY_SHARED_CACHE": reg})
+            s.cgroup(p.p.pid, uid, {"x": "a", "y": "b"}[ctr] * 64)
+            return p, p.expect(lambda ln: ln.startswith("ok 2") or ln.startswith("not ok"), 20)
+        big, ok_y = interposed("y", "800m", "2000m")
+        small, ok_x = interposed("x", "10m", "300m")
+        m = gvtest.wait_for(lambda: (lambda x: x if find(x, "gpuvisor_container_gpu_memory_nvml_bytes", **cx) == 74 * MiB
+                                     and find(x, "gpuvisor_container_gpu_memory_nvml_bytes", **cy) == 864 * MiB
+                                     else None)(parse(scrape(port)[2])), 10)
+        # x goes around the interposer: 74 + 364 MiB against its 300
+        bypass = s.probe(["init", "alloc:300m:OK", "sleep:60000"], name="sib-x-bypass", extra=ctx)
+        s.cgroup(bypass.p.pid, uid, "a" * 64)
+        dead = gvtest.wait_for(lambda: zombie(bypass), 10)
+        kills_x = find(parse(scrape(port)[2]), "gpuvisor_backstop_actions_total", action="kill", **cx)
+        t.ok(d1 and d1["ok"] and d2 and d2["ok"] and ok_x and ok_y and m is not None and dead and
+             kills_x == 1 and big.p.poll() is None and small.p.poll() is None,
+             "two containers of a pod on one GPU, x over its limit: x's bypass is killed; y's 864 MiB "
+             "process and x's interposed one run on", (m is not None, dead, kills_x, big.p.poll(), small.p.poll()))
+    finally:
+        s.close()
+
+
 def main():
     cfg = {"metrics": {"backstop": "report", "backstopGraceMs": 0, "backstopPeriodMs": 100}}
     s = Setup(cfg)
@@ -555,6 +600,7 @@ def main():
     backstop_off_then_report()
     backstop_kill_choice(True)
     backstop_kill_choice(False)
+    backstop_kill_spares_sibling()
 
     # configuration errors name the key
     bad = agent.Env(config={"metrics": {"backstop": "explode"}})
