@@ -18,6 +18,7 @@ import signal
 import socket
 import struct
 import subprocess
+import time
 import sys
 import urllib.error
 import urllib.request
@@ -233,8 +234,9 @@ def backstop_kill_choice(learned):
         ctx = {"GV_FAKE_CTX_MEMORY": "64m" if learned else "0"}
         base = 64 if learned else 0
         how = "host pid learned" if learned else "host pid unknown, NSpid"
-        # the honest process: interposed, 64 + 900 of its 1000 MiB, the most memory of any
-        inside = s.probe(["init", "alloc:900m:OK", "sleep:60000"], name="honest", extra=ctx,
+        # the honest process: interposed, exactly its 1000 MiB (context included), the most
+        # memory of any
+        inside = s.probe(["init", "alloc:%dm:OK" % (1000 - base), "sleep:60000"], name="honest", extra=ctx,
                          limits={"CUDA_DEVICE_MEMORY_LIMIT_0": "1000m",
                                  "CUDA_DEVICE_MEMORY_SHARED_CACHE": region})
         s.cgroup(inside.p.pid, uid, "a" * 64)
@@ -245,14 +247,20 @@ def backstop_kill_choice(learned):
             hostpid = struct.unpack("<i", f.read(4))[0]
         t.ok(hostpid == (inside.p.pid if learned else 0),
              "%s: the honest process's region slot names host pid %s" % (how, hostpid))
+        passes = find(parse(scrape(port)[2]), "gpuvisor_backstop_passes_total")
+        gvtest.wait_for(lambda: find(parse(scrape(port)[2]), "gpuvisor_backstop_passes_total") >= passes + 3, 10)
+        m = parse(scrape(port)[2])
+        t.ok(find(m, "gpuvisor_container_gpu_memory_nvml_bytes", **ca) == 1000 * MiB and
+             find(m, "gpuvisor_backstop_over_limit", **ca) == 0 and kills() == 0 and inside.p.poll() is None,
+             "%s: a container at exactly its limit (1000 MiB on NVML) is within it: nothing done" % how)
         # a bypass of 64 + 200 MiB takes the container to 1228 MiB on NVML
         small = s.probe(["init", "alloc:200m:OK", "sleep:60000"], name="bypass-small", extra=ctx)
         s.cgroup(small.p.pid, uid, "a" * 64)
         s.nspid(small.p.pid)
         dead = gvtest.wait_for(lambda: zombie(small), 10)
         t.ok(a and a["ok"] and got and got.startswith("ok 2") and dead and inside.p.poll() is None,
-             "%s: kill mode, %d MiB interposed + %d MiB bypass in one container: the bypass is killed, "
-             "not the bigger process the region accounts for" % (how, base + 900, base + 200),
+             "%s: kill mode, 1000 MiB interposed + %d MiB bypass in one container: the bypass is killed, "
+             "not the bigger process the region accounts for" % (how, base + 200),
              (got, dead, inside.p.poll()))
         # the killed process is still listed (a zombie here) with its 264 MiB for several passes
         passes = find(parse(scrape(port)[2]), "gpuvisor_backstop_passes_total")
@@ -271,10 +279,45 @@ def backstop_kill_choice(learned):
         small.p.poll()
         more.p.poll()
         m = gvtest.wait_for(lambda: (lambda x: x if find(x, "gpuvisor_backstop_over_limit", **ca) == 0 and
-                                     find(x, "gpuvisor_container_gpu_memory_nvml_bytes", **ca) == (base + 900) * MiB
+                                     find(x, "gpuvisor_container_gpu_memory_nvml_bytes", **ca) == 1000 * MiB
                                      else None)(parse(scrape(port)[2])), 10)
         t.ok(m is not None and inside.p.poll() is None,
-             "%s: both reaped: %d MiB left, within the limit, the honest process runs on" % (how, base + 900))
+             "%s: both reaped: 1000 MiB left, at the limit, the honest process runs on" % how)
+    finally:
+        s.close()
+
+
+def backstop_grace():
+    """An episode is acted on once it has lasted backstopGraceMs, not before: a
+    container over its limit for less than that gets no event."""
+    cfg = {"metrics": {"backstop": "report", "backstopGraceMs": 5000, "backstopPeriodMs": 100}}
+    s = Setup(cfg)
+    try:
+        port = s.start()
+        k = s.env.start_kubelet("py")
+        ev = k.event("devices", timeout=10)
+        ids = [d["id"] for d in ev["devices"]] if ev else []
+        s.env.api.create_pod("patient", [("main", {"nvidia.com/gpu": "1"})],
+                             "v1;node=node1;main=%s:1000:100" % GPUS[0], ns="team")
+        a = k.cmd("allocate", ids=[ids[0]]) if ids else None
+        uid = s.env.api.pod("patient", ns="team")["metadata"]["uid"]
+        cm = dict(namespace="team", pod="patient", container="main", uuid=GPUS[0])
+        p = s.probe(["init", "alloc:2g:OK", "sleep:60000"], name="over-briefly")
+        s.cgroup(p.p.pid, uid, "d" * 64)
+        got = p.expect(lambda ln: ln.startswith("ok 2") or ln.startswith("not ok"), 20)
+        start = time.time()
+        seen = gvtest.wait_for(lambda: (lambda x: x if find(x, "gpuvisor_backstop_over_limit", **cm) == 1
+                                        else None)(parse(scrape(port)[2])), 3)
+        early = find(parse(scrape(port)[2]), "gpuvisor_backstop_actions_total", action="report", **cm)
+        # The 5 s grace cannot have run out yet; on a machine so loaded that 4 s went by,
+        # a report now would be right, so only the later half is asserted then.
+        quick = time.time() - start < 4
+        late = gvtest.wait_for(lambda: find(parse(scrape(port)[2]), "gpuvisor_backstop_actions_total",
+                                            action="report", **cm) == 1, 15)
+        t.ok(a and a["ok"] and got and got.startswith("ok 2") and seen is not None and
+             (early == 0 or not quick) and late,
+             "grace 5 s: over the limit shows at once, the report comes only once the episode has lasted the grace",
+             (seen is not None, quick, early, late))
     finally:
         s.close()
 
@@ -604,6 +647,7 @@ def main():
     backstop_kill_choice(True)
     backstop_kill_choice(False)
     backstop_kill_spares_sibling()
+    backstop_grace()
 
     # configuration errors name the key
     bad = agent.Env(config={"metrics": {"backstop": "explode"}})
