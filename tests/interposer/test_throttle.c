@@ -723,6 +723,56 @@ static void test_untimeable_launches_pass(void **state)
     gv_throttle_free(t);
 }
 
+/* The board's 64 slots are shared by every tenant of the GPU, which may fill
+ * them: a slot whose owner stopped publishing 60 s ago is free again, not a
+ * nanosecond before; a slot stamped more than 1 s past now (from before a
+ * clock restart) is free, one exactly 1 s ahead is not. */
+static void fill_board(const char *dir, const char *key, uint64_t at, struct gv_prio_board **obs,
+                       struct gv_prio_board **fill, struct gv_prio_board **hi)
+{
+    struct gv_error err = {0};
+    assert_int_equal(gv_prio_open(dir, key, 1, at, obs, &err), GV_OK);
+    for (int i = 0; i < 63; i++)
+        assert_int_equal(gv_prio_open(dir, key, 2, at, &fill[i], &err), GV_OK);
+    /* every slot taken: a 65th tenant, of the highest level, gets none yet */
+    assert_int_equal(gv_prio_open(dir, key, 0, at, hi, &err), GV_OK);
+}
+
+static void close_board(struct gv_prio_board *obs, struct gv_prio_board **fill,
+                        struct gv_prio_board *hi)
+{
+    gv_prio_close(obs);
+    for (int i = 0; i < 63; i++)
+        gv_prio_close(fill[i]);
+    gv_prio_close(hi);
+}
+
+static void test_board_slots_stale_and_ahead(void **state)
+{
+    (void)state;
+    const uint64_t S = 1000000000ull, T = 1000 * S, STALE = 60 * S, AHEAD = S;
+    struct gv_prio_board *obs = NULL, *hi = NULL, *fill[63];
+
+    fill_board(g_dir, "GPU-stale", T, &obs, fill, &hi);
+    gv_prio_publish(obs, T + STALE - 1, 0); /* the observer keeps its own slot */
+    gv_prio_publish(hi, T + STALE - 1, T + STALE + S / 2);
+    assert_false(gv_prio_higher_present(obs, T + STALE - 1));
+    gv_prio_publish(obs, T + STALE, 0);
+    gv_prio_publish(hi, T + STALE, T + STALE + S / 2); /* the fillers' slots are stale now */
+    assert_true(gv_prio_higher_present(obs, T + STALE));
+    assert_true(gv_prio_wait_ns(obs, T + STALE) > 0);
+    close_board(obs, fill, hi);
+
+    fill_board(g_dir, "GPU-ahead", T, &obs, fill, &hi);
+    gv_prio_publish(obs, T - AHEAD, 0);
+    gv_prio_publish(hi, T - AHEAD, T - AHEAD + S / 2); /* stamps exactly 1 s ahead: fresh */
+    assert_false(gv_prio_higher_present(obs, T - AHEAD));
+    gv_prio_publish(obs, T - AHEAD - 1, 0);
+    gv_prio_publish(hi, T - AHEAD - 1, T - AHEAD - 1 + S / 2); /* more: a clock restart */
+    assert_true(gv_prio_higher_present(obs, T - AHEAD - 1));
+    close_board(obs, fill, hi);
+}
+
 static void test_config_and_board_errors(void **state)
 {
     (void)state;
@@ -750,6 +800,9 @@ static void test_config_and_board_errors(void **state)
     assert_non_null(strstr(err.msg, "CUDA_TASK_PRIORITY"));
 
     assert_int_equal(gv_prio_open(g_dir, "../etc", 1, 0, &b, &err), GV_EINVAL);
+    assert_int_equal(gv_prio_open("", "GPU-x", 1, 0, &b, &err), GV_EINVAL); /* not "/gpu-..." */
+    assert_null(b);
+    assert_int_equal(gv_prio_open(NULL, "GPU-x", 1, 0, &b, &err), GV_EINVAL);
     assert_int_equal(gv_prio_open(g_dir, "GPU-x", GV_PRIO_LEVELS, 0, &b, &err), GV_ERANGE);
     assert_int_equal(gv_prio_open("/nonexistent/gpuvisor", "GPU-x", 1, 0, &b, &err), GV_EIO);
     /* A foreign file is reported, never trusted. */
@@ -807,6 +860,7 @@ int main(void)
     }
     g_dl = dlsym;
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_board_slots_stale_and_ahead),
         cmocka_unit_test(test_config_and_board_errors),
         cmocka_unit_test(test_untimeable_launches_pass),
         cmocka_unit_test(test_share_alone),
