@@ -773,6 +773,44 @@ static void test_board_slots_stale_and_ahead(void **state)
     close_board(obs, fill, hi);
 }
 
+/* Who waits for whom on the board: only a lower level for a higher one; a
+ * tenant that closes while busy frees its slot and stops delaying others at
+ * once; a stamp exactly 1 s ahead of the reader's clock still counts. */
+static void test_board_waits(void **state)
+{
+    (void)state;
+    const uint64_t MSN = 1000000ull, T = 5000 * 1000 * MSN, AHEAD = 1000 * MSN;
+    struct gv_prio_board *a = NULL, *b = NULL, *low = NULL, *obs = NULL, *hi = NULL, *fill[63];
+    struct gv_error err = {0};
+
+    /* the same level never waits for itself */
+    assert_int_equal(gv_prio_open(g_dir, "GPU-waits", 1, T, &a, &err), GV_OK);
+    assert_int_equal(gv_prio_open(g_dir, "GPU-waits", 1, T, &b, &err), GV_OK);
+    assert_int_equal(gv_prio_open(g_dir, "GPU-waits", 2, T, &low, &err), GV_OK);
+    gv_prio_publish(a, T, T + MSN);
+    assert_int_equal(gv_prio_wait_ns(b, T), 0);
+    assert_false(gv_prio_higher_present(b, T));
+    assert_int_equal(gv_prio_wait_ns(low, T), 3 * MSN); /* 1 ms of work + 2 ms of grace */
+    /* closing while busy: nobody waits for it any more */
+    gv_prio_close(a);
+    assert_int_equal(gv_prio_wait_ns(low, T), 0);
+    /* a stamp exactly 1 s ahead of the reader (its clock a little behind) counts */
+    gv_prio_publish(b, T + AHEAD, T + AHEAD + MSN);
+    assert_true(gv_prio_wait_ns(low, T) > 0);
+    gv_prio_close(b);
+    gv_prio_close(low);
+
+    /* a closed tenant's slot is free for the next at once, not after 60 s */
+    fill_board(g_dir, "GPU-reuse", T, &obs, fill, &hi);
+    gv_prio_publish(hi, T, T + MSN);
+    assert_false(gv_prio_higher_present(obs, T));
+    gv_prio_close(fill[17]);
+    fill[17] = NULL;
+    gv_prio_publish(hi, T + 1, T + MSN);
+    assert_true(gv_prio_higher_present(obs, T + 1));
+    close_board(obs, fill, hi);
+}
+
 static void test_config_and_board_errors(void **state)
 {
     (void)state;
@@ -861,6 +899,7 @@ int main(void)
     g_dl = dlsym;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_board_slots_stale_and_ahead),
+        cmocka_unit_test(test_board_waits),
         cmocka_unit_test(test_config_and_board_errors),
         cmocka_unit_test(test_untimeable_launches_pass),
         cmocka_unit_test(test_share_alone),
