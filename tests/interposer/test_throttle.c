@@ -791,6 +791,11 @@ static void test_board_waits(void **state)
     assert_int_equal(gv_prio_wait_ns(b, T), 0);
     assert_false(gv_prio_higher_present(b, T));
     assert_int_equal(gv_prio_wait_ns(low, T), 3 * MSN); /* 1 ms of work + 2 ms of grace */
+    /* present for 1 s after its last publication, and while stamped at most 1 s ahead */
+    assert_true(gv_prio_higher_present(low, T + 1000 * MSN - 1));
+    assert_false(gv_prio_higher_present(low, T + 1000 * MSN));
+    assert_true(gv_prio_higher_present(low, T - AHEAD));
+    assert_false(gv_prio_higher_present(low, T - AHEAD - 1));
     /* closing while busy: nobody waits for it any more */
     gv_prio_close(a);
     assert_int_equal(gv_prio_wait_ns(low, T), 0);
