@@ -846,6 +846,17 @@ static void test_config_and_board_errors(void **state)
     assert_int_equal(gv_prio_open("", "GPU-x", 1, 0, &b, &err), GV_EINVAL); /* not "/gpu-..." */
     assert_null(b);
     assert_int_equal(gv_prio_open(NULL, "GPU-x", 1, 0, &b, &err), GV_EINVAL);
+    /* a path of exactly 4096 bytes has no room for its NUL: refused, never truncated */
+    char *longdir = malloc(4096);
+    assert_non_null(longdir);
+    memset(longdir, 'd', 4081);
+    longdir[0] = '/';
+    longdir[4081] = '\0'; /* + "/gpu-GPU-x.prio" = 4096 */
+    assert_int_equal(gv_prio_open(longdir, "GPU-x", 1, 0, &b, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "too long"));
+    longdir[4080] = '\0';
+    assert_int_equal(gv_prio_open(longdir, "GPU-x", 1, 0, &b, &err), GV_EIO); /* fits: opened, absent */
+    free(longdir);
     assert_int_equal(gv_prio_open(g_dir, "GPU-x", GV_PRIO_LEVELS, 0, &b, &err), GV_ERANGE);
     assert_int_equal(gv_prio_open("/nonexistent/gpuvisor", "GPU-x", 1, 0, &b, &err), GV_EIO);
     /* A foreign file is reported, never trusted. */
