@@ -805,6 +805,20 @@ static void test_board_waits(void **state)
     gv_prio_close(b);
     gv_prio_close(low);
 
+    /* a tenant silent for 60 s loses its slot to a newcomer; publishing again it takes
+     * another slot and never writes into the newcomer's */
+    struct gv_prio_board *quiet = NULL, *thief = NULL, *lower = NULL;
+    const uint64_t STALE = 60000 * MSN;
+    assert_int_equal(gv_prio_open(g_dir, "GPU-thief", 0, T, &quiet, &err), GV_OK);
+    assert_int_equal(gv_prio_open(g_dir, "GPU-thief", 0, T + STALE, &thief, &err), GV_OK);
+    assert_int_equal(gv_prio_open(g_dir, "GPU-thief", 2, T + STALE, &lower, &err), GV_OK);
+    gv_prio_publish(thief, T + STALE, T + STALE + MSN);
+    gv_prio_publish(quiet, T + STALE, 0);
+    assert_int_equal(gv_prio_wait_ns(lower, T + STALE), 3 * MSN);
+    gv_prio_close(quiet);
+    gv_prio_close(thief);
+    gv_prio_close(lower);
+
     /* a closed tenant's slot is free for the next at once, not after 60 s */
     fill_board(g_dir, "GPU-reuse", T, &obs, fill, &hi);
     gv_prio_publish(hi, T, T + MSN);
@@ -843,6 +857,20 @@ static void test_config_and_board_errors(void **state)
     assert_non_null(strstr(err.msg, "CUDA_TASK_PRIORITY"));
 
     assert_int_equal(gv_prio_open(g_dir, "../etc", 1, 0, &b, &err), GV_EINVAL);
+    /* device keys: letters, digits and '-', at most 96 of them */
+    char key[100];
+    memset(key, 'k', 97);
+    key[97] = '\0';
+    assert_int_equal(gv_prio_open(g_dir, key, 1, 0, &b, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "bad device key"));
+    key[96] = '\0';
+    assert_int_equal(gv_prio_open(g_dir, key, 1, 0, &b, &err), GV_OK);
+    gv_prio_close(b);
+    b = NULL;
+    assert_int_equal(gv_prio_open(g_dir, "GPU-azAZ09-", 1, 0, &b, &err), GV_OK);
+    gv_prio_close(b);
+    b = NULL;
+    assert_int_equal(gv_prio_open(g_dir, "GPU_x", 1, 0, &b, &err), GV_EINVAL);
     assert_int_equal(gv_prio_open("", "GPU-x", 1, 0, &b, &err), GV_EINVAL); /* not "/gpu-..." */
     assert_null(b);
     assert_int_equal(gv_prio_open(NULL, "GPU-x", 1, 0, &b, &err), GV_EINVAL);
