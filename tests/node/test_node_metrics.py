@@ -623,6 +623,36 @@ def main():
         t.ok(all(closed), "every stalled connection is closed by the agent (4 per peer, 2 s for a head)",
              closed.count(False))
 
+        # a head over 8 KiB: 431, then closed
+        so = socket.create_connection(("127.0.0.1", port), timeout=10)
+        try:
+            so.sendall(b"GET /metrics HTTP/1.1\r\n" + b"X-Pad: " + b"p" * 9000 + b"\r\n")
+            got = b""
+            while True:
+                d = so.recv(4096)
+                if not d:
+                    break
+                got += d
+        except OSError as e:
+            got = repr(e).encode()
+        finally:
+            so.close()
+        t.ok(got.startswith(b"HTTP/1.1 431"), "a request head over 8 KiB: 431, then the connection is closed",
+             got[:80])
+        # a client that leaves after half a head: closed, and the listener goes on answering
+        so = socket.create_connection(("127.0.0.1", port), timeout=10)
+        try:
+            so.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            so.shutdown(socket.SHUT_WR)
+            rest = so.recv(100)
+        except OSError as e:
+            rest = repr(e).encode()
+        finally:
+            so.close()
+        code, _, _ = scrape(port, "/healthz")
+        t.ok(rest == b"" and code == 200, "half a head, then the client's end closed: closed without an "
+             "answer, and the next probe is answered", (rest, code))
+
         # HAMi names switched off; bad input
         code, _, _ = scrape(port, "/nope")
         t.ok(code == 404, "unknown path: 404")

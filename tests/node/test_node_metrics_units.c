@@ -131,6 +131,13 @@ static void http_heads(void **state)
     assert_int_equal(gv_metrics_http_parse_head(get, strlen(get), &h), 0);
     assert_string_equal(h.path, "/metrics");
     assert_false(h.head_only);
+    /* a request line of 511 bytes is read; one of 512 has no room for its NUL: 400 */
+    char line512[600];
+    int n = snprintf(line512, sizeof(line512), "GET /metrics HTTP/1.1%*s\r\n\r\n", 511 - 21, "");
+    assert_int_equal(n, 515);
+    assert_int_equal(gv_metrics_http_parse_head(line512, (size_t)n, &h), 0);
+    n = snprintf(line512, sizeof(line512), "GET /metrics HTTP/1.1%*s\r\n\r\n", 512 - 21, "");
+    assert_int_equal(gv_metrics_http_parse_head(line512, (size_t)n, &h), 400);
     const char *head = "HEAD /healthz HTTP/1.0\r\nContent-Length: 0\r\n\r\n";
     assert_int_equal(gv_metrics_http_parse_head(head, strlen(head), &h), 0);
     assert_true(h.head_only);

@@ -199,6 +199,16 @@ static void handle(struct gv_metrics_http *h, struct conn *c, size_t head_len)
 static void conn_close(struct gv_metrics_http *h, size_t i)
 {
     struct conn *c = h->conns[i];
+    if (c->out != NULL && c->out_off == c->out_len) {
+        /* Answered.  What the peer sent past the head (the rest of a head
+         * over 8 KiB, answered 431) is read away first: closing with unread
+         * data resets the connection, and the reset can reach the peer
+         * before it has read the answer.  Only what is already here. */
+        char sink[4096];
+        (void)shutdown(c->fd, SHUT_WR);
+        for (int k = 0; k < 16 && read(c->fd, sink, sizeof(sink)) > 0; k++)
+            ;
+    }
     close(c->fd);
     free(c->out);
     free(c);
