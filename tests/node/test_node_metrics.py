@@ -665,6 +665,42 @@ def main():
         t.ok(all(closed), "every stalled connection is closed by the agent (4 per peer, 2 s for a head)",
              closed.count(False))
 
+        # a head that arrives in two pieces is answered
+        so = socket.create_connection(("127.0.0.1", port), timeout=10)
+        try:
+            so.sendall(b"GET /healthz HTTP/1.1\r\nHo")
+            time.sleep(0.3)
+            so.sendall(b"st: x\r\n\r\n")
+            got = so.recv(100)
+        except OSError as e:
+            got = repr(e).encode()
+        finally:
+            so.close()
+        t.ok(got.startswith(b"HTTP/1.1 200"), "a request head in two pieces 0.3 s apart: answered", got[:60])
+        # exactly 4 connections from one address: the 5th and 6th are closed at once, the first 4
+        # stay until their 2 s for a head run out
+        six = []
+        for _ in range(6):
+            so = socket.socket()
+            so.bind(("127.0.0.3", 0))
+            so.connect(("127.0.0.1", port))
+            six.append(so)
+
+        def closed_now(so, wait):
+            so.settimeout(wait)
+            try:
+                return so.recv(100) == b""
+            except socket.timeout:
+                return False
+            except OSError:
+                return True
+        extra = [closed_now(so, 1.5) for so in six[4:]]
+        kept = [not closed_now(so, 0.01) for so in six[:4]]
+        for so in six:
+            so.close()
+        t.ok(all(extra) and all(kept), "4 connections per address: a 5th and 6th from it are closed at once, "
+             "the first 4 kept", (extra, kept))
+
         # a head over 8 KiB: 431, then closed
         so = socket.create_connection(("127.0.0.1", port), timeout=10)
         try:
