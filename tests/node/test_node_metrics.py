@@ -701,6 +701,39 @@ def main():
         t.ok(all(extra) and all(kept), "4 connections per address: a 5th and 6th from it are closed at once, "
              "the first 4 kept", (extra, kept))
 
+        # all 32 slots held by stalled clients (8 addresses x 4): the next client waits in the
+        # kernel's backlog until one of them runs out of time (2 s), then is answered
+        held = []
+        for a in range(8):
+            for _ in range(4):
+                so = socket.socket()
+                so.bind(("127.0.0.%d" % (11 + a), 0))
+                so.connect(("127.0.0.1", port))
+                so.sendall(b"GET /metrics HTTP/1.1\r\n")
+                held.append(so)
+        time.sleep(0.2)  # accepted, and their 2 s for a head started
+        late = socket.socket()
+        late.bind(("127.0.0.19", 0))
+        late.connect(("127.0.0.1", port))
+        late.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        late.settimeout(1.0)
+        try:
+            early = late.recv(100)
+        except socket.timeout:
+            early = None
+        except OSError as e:
+            early = repr(e).encode()
+        late.settimeout(10)
+        try:
+            later = late.recv(100) if early is None else early
+        except OSError as e:
+            later = repr(e).encode()
+        for so in held + [late]:
+            so.close()
+        t.ok(early is None and later.startswith(b"HTTP/1.1 200"),
+             "32 connections held: the 33rd is not taken in (no answer within 1 s) and is answered once "
+             "a slot frees", (early, later[:40] if later else later))
+
         # a head over 8 KiB: 431, then closed
         so = socket.create_connection(("127.0.0.1", port), timeout=10)
         try:
