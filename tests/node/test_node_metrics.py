@@ -680,6 +680,7 @@ def main():
         # exactly 4 connections from one address: the 5th and 6th are closed at once, the first 4
         # stay until their 2 s for a head run out
         six = []
+        t0 = time.time()
         for _ in range(6):
             so = socket.socket()
             so.bind(("127.0.0.3", 0))
@@ -695,15 +696,19 @@ def main():
             except OSError:
                 return True
         extra = [closed_now(so, 1.5) for so in six[4:]]
+        # the first 4 have 2 s for a head; on a machine so loaded that most of it went by,
+        # their being closed would be right, so only the first half is asserted then
+        in_time = time.time() - t0 < 1.8
         kept = [not closed_now(so, 0.01) for so in six[:4]]
         for so in six:
             so.close()
-        t.ok(all(extra) and all(kept), "4 connections per address: a 5th and 6th from it are closed at once, "
-             "the first 4 kept", (extra, kept))
+        t.ok(all(extra) and (all(kept) or not in_time), "4 connections per address: a 5th and 6th from it "
+             "are closed at once, the first 4 kept", (extra, kept, in_time))
 
         # all 32 slots held by stalled clients (8 addresses x 4): the next client waits in the
         # kernel's backlog until one of them runs out of time (2 s), then is answered
         held = []
+        t0 = time.time()
         for a in range(8):
             for _ in range(4):
                 so = socket.socket()
@@ -723,6 +728,9 @@ def main():
             early = None
         except OSError as e:
             early = repr(e).encode()
+        # no slot can free before the first held connection's 2 s run out; if the machine was
+        # so slow that they had, an early answer would be right
+        in_time = time.time() - t0 < 1.9
         late.settimeout(10)
         try:
             later = late.recv(100) if early is None else early
@@ -730,9 +738,9 @@ def main():
             later = repr(e).encode()
         for so in held + [late]:
             so.close()
-        t.ok(early is None and later.startswith(b"HTTP/1.1 200"),
+        t.ok((early is None or not in_time) and later is not None and later.startswith(b"HTTP/1.1 200"),
              "32 connections held: the 33rd is not taken in (no answer within 1 s) and is answered once "
-             "a slot frees", (early, later[:40] if later else later))
+             "a slot frees", (early, later[:40] if later else later, in_time))
 
         # a head over 8 KiB: 431, then closed
         so = socket.create_connection(("127.0.0.1", port), timeout=10)
