@@ -429,6 +429,15 @@ static void test_bind_helper_refusals(void **state)
     assert_int_equal(gv_pt_bind(f->root, "../../etc", &ops, &err), GV_EINVAL);
     assert_int_equal(gv_pt_bind(f->root, "0000:99:00.0", &ops, &err), GV_ENOTFOUND);
     assert_int_equal(k.writes, 0);
+    /* unbinding what the host drivers hold: nothing to hand back, nothing written (the
+     * GPU and its audio function stay on their drivers); bad addresses as for bind */
+    assert_int_equal(gv_pt_unbind(f->root, "0000:41:00.0", &ops, &err), GV_OK);
+    assert_int_equal(k.writes, 0);
+    driver_is(f, "0000:41:00.0", "nvidia");
+    assert_int_equal(gv_pt_unbind(f->root, "../../etc", &ops, &err), GV_EINVAL);
+    assert_int_equal(gv_pt_unbind(f->root, "0000:99:00.0", &ops, &err), GV_ENOTFOUND);
+    assert_contains(err.msg, "no PCI device 0000:99:00.0");
+    assert_int_equal(k.writes, 0);
 
     /* vfio-pci not loaded: the probe leaves the GPU unbound; rolled back to nvidia */
     k.vfio_loaded = false;
