@@ -74,6 +74,32 @@ static bool kill_checked(const struct gv_monitor *m, unsigned pid, const char *u
     return ok;
 }
 
+/*
+ * What container c's region accounts for NVML process pid on its device i: by
+ * the host pid the process learned (its first context's NVML entry), else, for
+ * a process that never learned it (its first context took no memory, or others
+ * appeared with it), by the pid its slot names inside the container, which the
+ * host's /proc tells for NVML's pid (NSpid).  The slot is the tenant's word, but
+ * only its own container's processes are ever looked up (the cgroup decided).
+ */
+static uint64_t region_charge(const struct gv_monitor *m, const struct ctr *c, unsigned i,
+                              unsigned pid)
+{
+    uint64_t charged = 0;
+    bool known = false;
+    for (unsigned h = 0; h < c->n_hostpids; h++)
+        if ((unsigned)c->hostpids[h] == pid) {
+            charged = c->hostpid_bytes[h][i];
+            known = true;
+        }
+    int32_t ns;
+    if (!known && c->n_nspids > 0 && pid_nspid(m, pid, &ns))
+        for (unsigned h = 0; h < c->n_nspids; h++)
+            if (c->nspids[h] == ns)
+                charged = c->nspid_bytes[h][i];
+    return charged;
+}
+
 /* Decides under the lock; returns actions to finish (events) outside it. */
 static size_t backstop_decide(struct gv_monitor *m, struct action **out)
 {
@@ -117,37 +143,27 @@ static size_t backstop_decide(struct gv_monitor *m, struct action **out)
             if (any && real <= limit + m->s.margin_bytes)
                 continue;
             any = false;
-            if (m->s.backstop == GV_BACKSTOP_KILL)
-                ensure_region(m, c); /* what each process has charged there */
+            /* what each candidate holds that the region does not account for,
+             * looked up once (the lookup may read /proc) */
+            uint64_t un[MAX_PROCS_PER_GPU] = {0};
+            if (m->s.backstop == GV_BACKSTOP_KILL) {
+                ensure_region(m, c);
+                for (unsigned p = 0; p < gp->n_procs && p < MAX_PROCS_PER_GPU; p++)
+                    if (gp->procs[p].ctr == (int)k && gp->procs[p].bytes != 0) {
+                        uint64_t ch = region_charge(m, c, i, gp->procs[p].pid);
+                        un[p] = gp->procs[p].bytes > ch ? gp->procs[p].bytes - ch : 0;
+                    }
+            }
             while (m->s.backstop == GV_BACKSTOP_KILL && real > limit + m->s.margin_bytes) {
                 int best = -1;
                 uint64_t best_un = 0;
-                for (unsigned p = 0; p < gp->n_procs; p++) {
+                for (unsigned p = 0; p < gp->n_procs && p < MAX_PROCS_PER_GPU; p++) {
                     if (gp->procs[p].ctr != (int)k || gp->procs[p].bytes == 0)
                         continue;
-                    uint64_t charged = 0;
-                    bool known = false;
-                    for (unsigned h = 0; h < c->n_hostpids; h++)
-                        if ((unsigned)c->hostpids[h] == gp->procs[p].pid) {
-                            charged = c->hostpid_bytes[h][i];
-                            known = true;
-                        }
-                    /* A process that never learned its host pid (its first
-                     * context took no memory, or others appeared with it):
-                     * its slot names it by its pid in the container, which
-                     * the host's /proc tells for NVML's pid.  The slot is
-                     * the tenant's word, but only its own container's
-                     * processes are candidates here (the cgroup decided). */
-                    int32_t ns;
-                    if (!known && c->n_nspids > 0 && pid_nspid(m, gp->procs[p].pid, &ns))
-                        for (unsigned h = 0; h < c->n_nspids; h++)
-                            if (c->nspids[h] == ns)
-                                charged = c->nspid_bytes[h][i];
-                    uint64_t un = gp->procs[p].bytes > charged ? gp->procs[p].bytes - charged : 0;
-                    if (best < 0 || un > best_un ||
-                        (un == best_un && gp->procs[p].bytes > gp->procs[best].bytes)) {
+                    if (best < 0 || un[p] > best_un ||
+                        (un[p] == best_un && gp->procs[p].bytes > gp->procs[best].bytes)) {
                         best = (int)p;
-                        best_un = un;
+                        best_un = un[p];
                     }
                 }
                 if (best < 0)
