@@ -42,9 +42,7 @@ uint32_t index_cpu_band(int64_t cpu_milli)
     if (cpu_milli < 500)
         return 0;
     uint64_t u = (uint64_t)cpu_milli / 500;
-    uint32_t lb = 0;
-    while ((u >> lb) > 1)
-        lb++;
+    uint32_t lb = 63u - (uint32_t)__builtin_clzll(u); /* u >= 1 */
     uint32_t half = lb > 0 ? (uint32_t)(u >> (lb - 1)) & 1u : 0;
     uint32_t b = 1 + 2 * lb + half;
     return b < IDX_CPU_BANDS ? b : IDX_CPU_BANDS - 1;

@@ -373,16 +373,6 @@ static void visit_class(struct gv_alloc_cluster *c, const struct req_view *v, ui
     }
 }
 
-static uint32_t lowest_bit(uint32_t m)
-{
-    uint32_t i = 0;
-    while ((m & 1u) == 0) {
-        m >>= 1;
-        i++;
-    }
-    return i;
-}
-
 static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t *best,
                          double *best_score)
 {
@@ -405,7 +395,7 @@ static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, u
             if (*best != UINT32_MAX && pm + 999.0 * 1e-4 < *best_score - 1e-9 * fmax(1.0, fabs(*best_score)))
                 break;
             for (uint32_t m = c->pm_bands[pm] & bands; m != 0; m &= m - 1)
-                for (uint32_t ki = c->pm_head[(uint32_t)pm * IDX_CPU_BANDS + lowest_bit(m)];
+                for (uint32_t ki = c->pm_head[(uint32_t)pm * IDX_CPU_BANDS + (uint32_t)__builtin_ctz(m)];
                      ki != UINT32_MAX; ki = c->cls[ki].pm_next)
                     visit_class(c, v, ki, &need, allowed, true, group, best, best_score);
         }
@@ -422,7 +412,7 @@ static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, u
             uint32_t f = rev ? IDX_FRAC_BUCKETS - 1 - (fi - fmin) : fi;
             uint32_t b = w * IDX_FRAC_BUCKETS + f;
             for (uint32_t m = c->bucket_bands[b] & bands; m != 0; m &= m - 1)
-                for (uint32_t ki = c->bucket_head[b * IDX_CPU_BANDS + lowest_bit(m)];
+                for (uint32_t ki = c->bucket_head[b * IDX_CPU_BANDS + (uint32_t)__builtin_ctz(m)];
                      ki != UINT32_MAX; ki = c->cls[ki].next)
                     visit_class(c, v, ki, &need, allowed, false, group, best, best_score);
         }
