@@ -132,42 +132,71 @@ class Setup:
         os.makedirs(d, exist_ok=True)
         write_atomic(os.path.join(d, "status"), "Name:\tprobe\nTgid:\t%d\nNSpid:\t%d\n" % (pid, pid))
 
+    def with_pod(self, name, containers, annotation):
+        """The agent and the grpcio kubelet up, then pod `name` in namespace team (one GPU
+        per container) created and its containers allocated in order: (port, all
+        allocated, pod uid)."""
+        port = self.start()
+        k = self.env.start_kubelet("py")
+        ev = k.event("devices", timeout=10)
+        ids = [d["id"] for d in ev["devices"]] if ev else []
+        self.env.api.create_pod(name, [(c, {"nvidia.com/gpu": "1"}) for c in containers], annotation, ns="team")
+        res = [k.cmd("allocate", ids=[ids[i]]) if i < len(ids) else None for i in range(len(containers))]
+        return port, all(r and r["ok"] for r in res), self.env.api.pod(name, ns="team")["metadata"]["uid"]
+
+    def region(self, uid, ctr):
+        return os.path.join(self.env.state, "containers", uid, ctr, "shared.cache")
+
+    def holder(self, name, size, uid, cid, extra=None, limits=None, wait=True):
+        """A probe holding size on GPU 0, in container cid of pod uid (its cgroup and NSpid
+        written at once); with wait, (probe, allocated) once it reported the allocation."""
+        p = self.probe(["init", "alloc:%s:OK" % size, "sleep:60000"], name=name, extra=extra, limits=limits)
+        self.cgroup(p.p.pid, uid, cid)
+        self.nspid(p.p.pid)
+        if not wait:
+            return p, None
+        got = p.expect(lambda ln: ln.startswith("ok 2") or ln.startswith("not ok"), 20)
+        return p, bool(got and got.startswith("ok 2"))
+
+    def passes(self, n, timeout=10):
+        """Waits for n more backstop passes."""
+        first = find(parse(scrape(self.port)[2]), "gpuvisor_backstop_passes_total")
+        return gvtest.wait_for(lambda: find(parse(scrape(self.port)[2]), "gpuvisor_backstop_passes_total")
+                               >= first + n, timeout)
+
+    def actions(self, action, **labels):
+        """gpuvisor_backstop_actions_total of that action for those labels (0 when absent)."""
+        return find(parse(scrape(self.port)[2]), "gpuvisor_backstop_actions_total", action=action, **labels) or 0
+
     def close(self):
         for p in self.probes:
             p.stop(signal.SIGKILL)
         self.env.close()
 
 
+def backstop_cfg(mode, grace_ms=0):
+    return {"metrics": {"backstop": mode, "backstopGraceMs": grace_ms, "backstopPeriodMs": 100,
+                        "backstopMarginMiB": 0}}
+
+
 def backstop_off_then_report():
     """The backstop thread sleeps while off and wakes on a reload; an episode
     ends when no GPU runs any process (the pass that stops after NVML)."""
-    cfg = {"metrics": {"backstop": "off", "backstopGraceMs": 0, "backstopPeriodMs": 100}}
+    cfg = backstop_cfg("off")
     s = Setup(cfg)
     try:
-        port = s.start()
-        k = s.env.start_kubelet("py")
-        ev = k.event("devices", timeout=10)
-        ids = [d["id"] for d in ev["devices"]] if ev else []
-        s.env.api.create_pod("solo", [("main", {"nvidia.com/gpu": "1"})],
-                             "v1;node=node1;main=%s:1000:100" % GPUS[0], ns="team")
-        a = k.cmd("allocate", ids=[ids[0]]) if ids else None
-        uid = s.env.api.pod("solo", ns="team")["metadata"]["uid"]
+        port, a, uid = s.with_pod("solo", ["main"], "v1;node=node1;main=%s:1000:100" % GPUS[0])
         cm = dict(namespace="team", pod="solo", container="main", uuid=GPUS[0])
 
         def events():
             code, body = s.env.api.req("GET", "/api/v1/namespaces/team/events")
             return [e for e in (body or {}).get("items", []) if e.get("reason") == "GPUMemoryOverLimit"]
 
-        def over(name):
-            p = s.probe(["init", "alloc:2g:OK", "sleep:60000"], name=name)
-            s.cgroup(p.p.pid, uid, "d" * 64)
-            got = p.expect(lambda ln: ln.startswith("ok 2") or ln.startswith("not ok"), 20)
-            return p, bool(got and got.startswith("ok 2"))
-        p1, ok1 = over("bypass1")
+        p1, ok1 = s.holder("bypass1", "2g", uid, "d" * 64)
         m = gvtest.wait_for(lambda: (lambda x: x if find(x, "gpuvisor_backstop_over_limit", **cm) == 1 else None)(
             parse(scrape(port)[2])), 10)
-        t.ok(a and a["ok"] and ok1 and m is not None and find(m, "gpuvisor_backstop_actions_total",
-                                                              action="report", **cm) == 0 and not events() and
+        t.ok(a and ok1 and m is not None and find(m, "gpuvisor_backstop_actions_total",
+                                                  action="report", **cm) == 0 and not events() and
              find(m, "gpuvisor_backstop_passes_total") == 0,
              "backstop off: a container over its limit shows on /metrics, no pass runs, nothing reported",
              m and events())
@@ -181,10 +210,8 @@ def backstop_off_then_report():
                                             **cm) == 0, 10)
         # two more passes: the second one started after the GPU was seen empty,
         # so it found no process at all (the pass that stops after NVML)
-        passes = find(parse(scrape(port)[2]), "gpuvisor_backstop_passes_total")
-        later = gvtest.wait_for(lambda: find(parse(scrape(port)[2]), "gpuvisor_backstop_passes_total")
-                                >= passes + 2, 10)
-        p2, ok2 = over("bypass2")
+        later = s.passes(2)
+        p2, ok2 = s.holder("bypass2", "2g", uid, "d" * 64)
         ev = gvtest.wait_for(lambda: (lambda e: e if len(e) >= 2 else None)(events()), 10)
         t.ok(gone and later and ok2 and ev is not None,
              "the process gone (no GPU process left), the episode ends: the next bypass is reported again",
@@ -210,24 +237,11 @@ def backstop_kill_choice(learned):
     second bypass while the first is still going away goes too.  learned: the honest
     process learned its host pid (its context took memory, as on a GPU); otherwise its
     region slot names it only by its pid in the container, which /proc's NSpid maps."""
-    cfg = {"metrics": {"backstop": "kill", "backstopGraceMs": 0, "backstopPeriodMs": 100,
-                       "backstopMarginMiB": 0}}
-    s = Setup(cfg)
+    s = Setup(backstop_cfg("kill"))
     try:
-        port = s.start()
-        k = s.env.start_kubelet("py")
-        ev = k.event("devices", timeout=10)
-        ids = [d["id"] for d in ev["devices"]] if ev else []
-        s.env.api.create_pod("heavy", [("a", {"nvidia.com/gpu": "1"})],
-                             "v1;node=node1;a=%s:1000:100" % GPUS[0], ns="team")
-        a = k.cmd("allocate", ids=[ids[0]]) if ids else None
-        uid = s.env.api.pod("heavy", ns="team")["metadata"]["uid"]
+        port, a, uid = s.with_pod("heavy", ["a"], "v1;node=node1;a=%s:1000:100" % GPUS[0])
         ca = dict(namespace="team", pod="heavy", container="a", uuid=GPUS[0])
-        region = os.path.join(s.env.state, "containers", uid, "a", "shared.cache")
-
-        def kills():
-            return find(parse(scrape(port)[2]), "gpuvisor_backstop_actions_total", action="kill", **ca) or 0
-
+        region = s.region(uid, "a")
         # Every context takes 64 MiB, as on a real GPU: how the interposer learns its
         # host pid (the process new on NVML's list after its first context), which is
         # how the region tells which NVML process is whose.
@@ -236,48 +250,38 @@ def backstop_kill_choice(learned):
         how = "host pid learned" if learned else "host pid unknown, NSpid"
         # the honest process: interposed, exactly its 1000 MiB (context included), the most
         # memory of any
-        inside = s.probe(["init", "alloc:%dm:OK" % (1000 - base), "sleep:60000"], name="honest", extra=ctx,
-                         limits={"CUDA_DEVICE_MEMORY_LIMIT_0": "1000m",
-                                 "CUDA_DEVICE_MEMORY_SHARED_CACHE": region})
-        s.cgroup(inside.p.pid, uid, "a" * 64)
-        s.nspid(inside.p.pid)
-        got = inside.expect(lambda ln: ln.startswith("ok 2") or ln.startswith("not ok"), 20)
+        inside, got = s.holder("honest", "%dm" % (1000 - base), uid, "a" * 64, extra=ctx,
+                               limits={"CUDA_DEVICE_MEMORY_LIMIT_0": "1000m",
+                                       "CUDA_DEVICE_MEMORY_SHARED_CACHE": region})
         with open(region, "rb") as f:
             f.seek(4096 + 4)
             hostpid = struct.unpack("<i", f.read(4))[0]
         t.ok(hostpid == (inside.p.pid if learned else 0),
              "%s: the honest process's region slot names host pid %s" % (how, hostpid))
-        passes = find(parse(scrape(port)[2]), "gpuvisor_backstop_passes_total")
-        gvtest.wait_for(lambda: find(parse(scrape(port)[2]), "gpuvisor_backstop_passes_total") >= passes + 3, 10)
+        s.passes(3)
         m = parse(scrape(port)[2])
         t.ok(find(m, "gpuvisor_container_gpu_memory_nvml_bytes", **ca) == 1000 * MiB and
-             find(m, "gpuvisor_backstop_over_limit", **ca) == 0 and kills() == 0 and
-             (find(m, "gpuvisor_backstop_actions_total", action="report", **ca) or 0) == 0 and
-             inside.p.poll() is None,
+             find(m, "gpuvisor_backstop_over_limit", **ca) == 0 and s.actions("kill", **ca) == 0 and
+             s.actions("report", **ca) == 0 and inside.p.poll() is None,
              "%s: a container at exactly its limit (1000 MiB on NVML) is within it: nothing done" % how)
         # a bypass of 64 + 200 MiB takes the container to 1228 MiB on NVML
-        small = s.probe(["init", "alloc:200m:OK", "sleep:60000"], name="bypass-small", extra=ctx)
-        s.cgroup(small.p.pid, uid, "a" * 64)
-        s.nspid(small.p.pid)
+        small, _ = s.holder("bypass-small", "200m", uid, "a" * 64, extra=ctx, wait=False)
         dead = gvtest.wait_for(lambda: zombie(small), 10)
-        t.ok(a and a["ok"] and got and got.startswith("ok 2") and dead and inside.p.poll() is None,
+        t.ok(a and got and dead and inside.p.poll() is None,
              "%s: kill mode, 1000 MiB interposed + %d MiB bypass in one container: the bypass is killed, "
              "not the bigger process the region accounts for" % (how, base + 200),
              (got, dead, inside.p.poll()))
         # the killed process is still listed (a zombie here) with its 264 MiB for several passes
-        passes = find(parse(scrape(port)[2]), "gpuvisor_backstop_passes_total")
-        gvtest.wait_for(lambda: find(parse(scrape(port)[2]), "gpuvisor_backstop_passes_total") >= passes + 5, 10)
-        t.ok(zombie(small) and kills() == 1 and inside.p.poll() is None,
+        s.passes(5)
+        t.ok(zombie(small) and s.actions("kill", **ca) == 1 and inside.p.poll() is None,
              "%s: a killed process still listed while it goes away: not killed again, nobody else killed" % how,
-             (zombie(small), kills()))
+             (zombie(small), s.actions("kill", **ca)))
         # while it lingers, a second bypass takes the container over again: it goes too
-        more = s.probe(["init", "alloc:300m:OK", "sleep:60000"], name="bypass-more", extra=ctx)
-        s.cgroup(more.p.pid, uid, "a" * 64)
-        s.nspid(more.p.pid)
+        more, _ = s.holder("bypass-more", "300m", uid, "a" * 64, extra=ctx, wait=False)
         dead2 = gvtest.wait_for(lambda: zombie(more), 10)
-        t.ok(dead2 and zombie(small) and kills() == 2 and inside.p.poll() is None,
+        t.ok(dead2 and zombie(small) and s.actions("kill", **ca) == 2 and inside.p.poll() is None,
              "%s: a second bypass while the first is still going away is killed as well" % how,
-             (dead2, zombie(small), kills()))
+             (dead2, zombie(small), s.actions("kill", **ca)))
         small.p.poll()
         more.p.poll()
         m = gvtest.wait_for(lambda: (lambda x: x if find(x, "gpuvisor_backstop_over_limit", **ca) == 0 and
@@ -293,40 +297,25 @@ def backstop_kill_fewest():
     """Kill mode with two bypasses: the one holding more unaccounted memory goes first,
     whatever NVML's order, and the backstop stops as soon as the container fits (the
     first process NVML lists included)."""
-    cfg = {"metrics": {"backstop": "kill", "backstopGraceMs": 0, "backstopPeriodMs": 100,
-                       "backstopMarginMiB": 0}}
-    s = Setup(cfg)
+    s = Setup(backstop_cfg("kill"))
     try:
-        port = s.start()
-        k = s.env.start_kubelet("py")
-        ev = k.event("devices", timeout=10)
-        ids = [d["id"] for d in ev["devices"]] if ev else []
-        s.env.api.create_pod("two", [("a", {"nvidia.com/gpu": "1"})],
-                             "v1;node=node1;a=%s:1000:100" % GPUS[0], ns="team")
-        a = k.cmd("allocate", ids=[ids[0]]) if ids else None
-        uid = s.env.api.pod("two", ns="team")["metadata"]["uid"]
+        _, a, uid = s.with_pod("two", ["a"], "v1;node=node1;a=%s:1000:100" % GPUS[0])
         ca = dict(namespace="team", pod="two", container="a", uuid=GPUS[0])
-        region = os.path.join(s.env.state, "containers", uid, "a", "shared.cache")
         ctx = {"GV_FAKE_CTX_MEMORY": "64m"}
-        procs = []
-        for name, size, limits in (("bypass-big", "300m", None), ("bypass-small", "100m", None),
-                                   ("honest", "700m", {"CUDA_DEVICE_MEMORY_LIMIT_0": "1000m",
-                                                       "CUDA_DEVICE_MEMORY_SHARED_CACHE": region})):
-            p = s.probe(["init", "alloc:%s:OK" % size, "sleep:60000"], name="two-" + name, extra=ctx,
-                        limits=limits)
-            s.cgroup(p.p.pid, uid, "a" * 64)
-            p.expect(lambda ln: ln.startswith("ok 2") or ln.startswith("not ok"), 20)
-            procs.append(p)
-        big, small, honest = procs
+        big, _ = s.holder("two-bypass-big", "300m", uid, "a" * 64, extra=ctx)
+        small, _ = s.holder("two-bypass-small", "100m", uid, "a" * 64, extra=ctx)
+        honest, _ = s.holder("two-honest", "700m", uid, "a" * 64, extra=ctx,
+                             limits={"CUDA_DEVICE_MEMORY_LIMIT_0": "1000m",
+                                     "CUDA_DEVICE_MEMORY_SHARED_CACHE": s.region(uid, "a")})
         # 364 + 164 MiB of bypass and 764 interposed (the most memory, all accounted for): 1292
         # against 1000; killing the 364 suffices
         dead = gvtest.wait_for(lambda: zombie(big), 10)
-        passes = find(parse(scrape(port)[2]), "gpuvisor_backstop_passes_total")
-        gvtest.wait_for(lambda: find(parse(scrape(port)[2]), "gpuvisor_backstop_passes_total") >= passes + 3, 10)
-        kills = find(parse(scrape(port)[2]), "gpuvisor_backstop_actions_total", action="kill", **ca)
-        t.ok(a and a["ok"] and dead and kills == 1 and small.p.poll() is None and honest.p.poll() is None,
+        s.passes(3)
+        kills = s.actions("kill", **ca)
+        t.ok(a and dead and kills == 1 and small.p.poll() is None and honest.p.poll() is None,
              "two bypasses over the limit: only the bigger one (the first on NVML's list) is killed, "
-             "which is enough; the interposed process, though bigger than either, stays", (dead, kills, small.p.poll(), honest.p.poll()))
+             "which is enough; the interposed process, though bigger than either, stays",
+             (dead, kills, small.p.poll(), honest.p.poll()))
     finally:
         s.close()
 
@@ -334,35 +323,22 @@ def backstop_kill_fewest():
 def backstop_grace():
     """An episode is acted on once it has lasted backstopGraceMs, not before: a
     container over its limit for less than that gets no event."""
-    cfg = {"metrics": {"backstop": "report", "backstopGraceMs": 5000, "backstopPeriodMs": 100}}
-    s = Setup(cfg)
+    s = Setup(backstop_cfg("report", 5000))
     try:
-        port = s.start()
-        k = s.env.start_kubelet("py")
-        ev = k.event("devices", timeout=10)
-        ids = [d["id"] for d in ev["devices"]] if ev else []
-        s.env.api.create_pod("patient", [("main", {"nvidia.com/gpu": "1"})],
-                             "v1;node=node1;main=%s:1000:100" % GPUS[0], ns="team")
-        a = k.cmd("allocate", ids=[ids[0]]) if ids else None
-        uid = s.env.api.pod("patient", ns="team")["metadata"]["uid"]
+        port, a, uid = s.with_pod("patient", ["main"], "v1;node=node1;main=%s:1000:100" % GPUS[0])
         cm = dict(namespace="team", pod="patient", container="main", uuid=GPUS[0])
-        p = s.probe(["init", "alloc:2g:OK", "sleep:60000"], name="over-briefly")
-        s.cgroup(p.p.pid, uid, "d" * 64)
-        got = p.expect(lambda ln: ln.startswith("ok 2") or ln.startswith("not ok"), 20)
+        p, got = s.holder("over-briefly", "2g", uid, "d" * 64)
         start = time.time()
         seen = gvtest.wait_for(lambda: (lambda x: x if find(x, "gpuvisor_backstop_over_limit", **cm) == 1
                                         else None)(parse(scrape(port)[2])), 3)
         # several backstop passes see it over the limit
-        passes = find(parse(scrape(port)[2]), "gpuvisor_backstop_passes_total")
-        gvtest.wait_for(lambda: find(parse(scrape(port)[2]), "gpuvisor_backstop_passes_total") >= passes + 3, 3)
-        early = find(parse(scrape(port)[2]), "gpuvisor_backstop_actions_total", action="report", **cm)
+        s.passes(3, 3)
+        early = s.actions("report", **cm)
         # The 5 s grace cannot have run out yet; on a machine so loaded that 4 s went by,
         # a report now would be right, so only the later half is asserted then.
         quick = time.time() - start < 4
-        late = gvtest.wait_for(lambda: find(parse(scrape(port)[2]), "gpuvisor_backstop_actions_total",
-                                            action="report", **cm) == 1, 15)
-        t.ok(a and a["ok"] and got and got.startswith("ok 2") and seen is not None and
-             (early == 0 or not quick) and late,
+        late = gvtest.wait_for(lambda: s.actions("report", **cm) == 1, 15)
+        t.ok(a and got and seen is not None and (early == 0 or not quick) and late,
              "grace 5 s: over the limit shows at once, the report comes only once the episode has lasted the grace",
              (seen is not None, quick, early, late))
     finally:
@@ -373,43 +349,30 @@ def backstop_kill_spares_sibling():
     """Kill mode, two containers of one pod on one GPU: only the container over its limit
     loses a process, even when its sibling holds far more memory (a kill of the sibling's
     process would pass the pod check: same pod)."""
-    cfg = {"metrics": {"backstop": "kill", "backstopGraceMs": 0, "backstopPeriodMs": 100,
-                       "backstopMarginMiB": 0}}
-    s = Setup(cfg)
+    s = Setup(backstop_cfg("kill"))
     try:
-        port = s.start()
-        k = s.env.start_kubelet("py")
-        ev = k.event("devices", timeout=10)
-        ids = [d["id"] for d in ev["devices"]] if ev else []
-        s.env.api.create_pod("sibs", [("x", {"nvidia.com/gpu": "1"}), ("y", {"nvidia.com/gpu": "1"})],
-                             "v1;node=node1;x=%s:300:0;y=%s:2000:0" % (GPUS[0], GPUS[0]), ns="team")
-        d1 = k.cmd("allocate", ids=[ids[0]]) if ids else None
-        d2 = k.cmd("allocate", ids=[ids[1]]) if ids else None
-        uid = s.env.api.pod("sibs", ns="team")["metadata"]["uid"]
+        port, a, uid = s.with_pod("sibs", ["x", "y"], "v1;node=node1;x=%s:300:0;y=%s:2000:0" % (GPUS[0], GPUS[0]))
         cx = dict(namespace="team", pod="sibs", container="x", uuid=GPUS[0])
         cy = dict(namespace="team", pod="sibs", container="y", uuid=GPUS[0])
         ctx = {"GV_FAKE_CTX_MEMORY": "64m"}
 
-        def interposed(ctr, size, limit):
-            reg = os.path.join(s.env.state, "containers", uid, ctr, "shared.cache")
-            p = s.probe(["init", "alloc:%s:OK" % size, "sleep:60000"], name="sib-" + ctr, extra=ctx,
-                        limits={"CUDA_DEVICE_MEMORY_LIMIT_0": limit, "CUDA_DEVICE_MEMORY_SHARED_CACHE": reg})
-            s.cgroup(p.p.pid, uid, {"x": "a", "y": "b"}[ctr] * 64)
-            return p, p.expect(lambda ln: ln.startswith("ok 2") or ln.startswith("not ok"), 20)
-        big, ok_y = interposed("y", "800m", "2000m")
-        small, ok_x = interposed("x", "10m", "300m")
+        def interposed(ctr, cid, size, limit):
+            return s.holder("sib-" + ctr, size, uid, cid * 64, extra=ctx,
+                            limits={"CUDA_DEVICE_MEMORY_LIMIT_0": limit,
+                                    "CUDA_DEVICE_MEMORY_SHARED_CACHE": s.region(uid, ctr)})
+        big, ok_y = interposed("y", "b", "800m", "2000m")
+        small, ok_x = interposed("x", "a", "10m", "300m")
         m = gvtest.wait_for(lambda: (lambda x: x if find(x, "gpuvisor_container_gpu_memory_nvml_bytes", **cx) == 74 * MiB
                                      and find(x, "gpuvisor_container_gpu_memory_nvml_bytes", **cy) == 864 * MiB
                                      else None)(parse(scrape(port)[2])), 10)
         # x goes around the interposer: 74 + 364 MiB against its 300
-        bypass = s.probe(["init", "alloc:300m:OK", "sleep:60000"], name="sib-x-bypass", extra=ctx)
-        s.cgroup(bypass.p.pid, uid, "a" * 64)
+        bypass, _ = s.holder("sib-x-bypass", "300m", uid, "a" * 64, extra=ctx, wait=False)
         dead = gvtest.wait_for(lambda: zombie(bypass), 10)
         try:
-            kills_x = find(parse(scrape(port)[2]), "gpuvisor_backstop_actions_total", action="kill", **cx)
+            kills_x = s.actions("kill", **cx)
         except OSError as e:  # an agent wedged in its backstop answers no scrape
             kills_x = e
-        t.ok(d1 and d1["ok"] and d2 and d2["ok"] and ok_x and ok_y and m is not None and dead and
+        t.ok(a and ok_x and ok_y and m is not None and dead and
              kills_x == 1 and big.p.poll() is None and small.p.poll() is None,
              "two containers of a pod on one GPU, x over its limit: x's bypass is killed; y's 864 MiB "
              "process and x's interposed one run on", (m is not None, dead, kills_x, big.p.poll(), small.p.poll()))
