@@ -21,6 +21,7 @@
 #include "node/monitor/gv_metrics.h"
 #include "node/monitor/gv_monitor.h"
 #include "node/monitor/monitor_internal.h"
+#include "node/monitor/monitor_state.h"
 #include "shm/gv_shm.h"
 
 #define UID "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0"
@@ -281,6 +282,38 @@ static void render_from_region(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* The backstop's NSpid lookup against the kernel's own /proc: the last NSpid
+ * field is the pid in the innermost namespace, which is getpid() for this
+ * process whatever namespace the suite runs in (a CI container included). */
+static void nspid_of_real_proc(void **state)
+{
+    (void)state;
+    struct gv_monitor m;
+    memset(&m, 0, sizeof(m));
+    m.proc_root = (char *)"/proc";
+    int32_t ns = 0;
+    assert_true(pid_nspid(&m, (unsigned)getpid(), &ns));
+    assert_int_equal(ns, getpid());
+    assert_false(pid_nspid(&m, 0, &ns)); /* no /proc/0 */
+    /* a process in a container: host pid first, the container's last */
+    char root[] = "/tmp/gv-nspid-XXXXXX", dir[64], path[96];
+    assert_non_null(mkdtemp(root));
+    snprintf(dir, sizeof(dir), "%s/4242", root);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof(path), "%s/status", dir);
+    const char *text = "Name:\tpython3\nTgid:\t4242\nNSpid:\t4242\t17\nNSpgid:\t4242\t17\n";
+    assert_int_equal(gv_file_write_atomic(path, text, strlen(text), 0644, NULL), GV_OK);
+    m.proc_root = root;
+    assert_true(pid_nspid(&m, 4242, &ns));
+    assert_int_equal(ns, 17);
+    const char *bad = "Name:\tx\nNSpid:\t4242\tx17\n"; /* not a number: no answer */
+    assert_int_equal(gv_file_write_atomic(path, bad, strlen(bad), 0644, NULL), GV_OK);
+    assert_false(pid_nspid(&m, 4242, &ns));
+    unlink(path);
+    rmdir(dir);
+    rmdir(root);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -291,6 +324,7 @@ int main(void)
         cmocka_unit_test(http_heads),
         cmocka_unit_test(config_layering),
         cmocka_unit_test(render_from_region),
+        cmocka_unit_test(nspid_of_real_proc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
