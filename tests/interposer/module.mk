@@ -35,6 +35,15 @@ test_throttle_LIBS := common
 test_throttle_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka) -ldl
 $(BUILD)/tests/test_throttle: $(GV_FAKE_CUDA)
 
+# The throttle's driver operations and the launches it leaves alone, with
+# stand-in entry points beside the fake driver's.
+TEST_PROGS += test_throttle_ops
+test_throttle_ops_SRCS := tests/interposer/test_throttle_ops.c src/interposer/throttle.c \
+                          src/interposer/priority.c
+test_throttle_ops_LIBS := common
+test_throttle_ops_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka) -ldl
+$(BUILD)/tests/test_throttle_ops: $(GV_FAKE_CUDA)
+
 # A compute-bound application for the compute-share script and benchmark.
 GV_THROTTLE_TENANT := $(BUILD)/tests/test_throttle_tenant
 test_throttle_tenant_SRCS := tests/interposer/test_throttle_tenant.c
