@@ -351,6 +351,14 @@ static void test_capturing_launch_untouched(void **state)
     assert_int_equal(g_records, 2);
     gv_throttle_get_stats(t, 0, &st);
     assert_int_equal(st.launches, 1);
+    /* Seconds later: a throttle given no utilisation field (no shared
+     * region) has nowhere to publish and must not try. */
+    g_now += 3000000000ull;
+    gv_throttle_before(t, &l);
+    assert_true(l.slot >= 0);
+    gv_throttle_after(t, &l, true);
+    gv_throttle_get_stats(t, 0, &st);
+    assert_int_equal(st.launches, 2);
     gv_throttle_free(t);
 }
 
