@@ -284,6 +284,23 @@ static void test_concurrent_pods_never_overrun(void **state)
         fail_msg("40001 MiB more placed over a 130000 MiB quota with 90000 used");
     json_decref(r);
     json_decref(pod);
+
+    /* A Binding with no filter before it in this process (kube-scheduler
+     * filtered on the scheduler that was restarted) is held to the quota
+     * as well: the bind's own check is the only one it meets. */
+    pod = mem_pod(f, "bind-only-over", 40001, 0);
+    char *e = st_bind(f->base, pod, "gpu-a");
+    if (e[0] == '\0' || strstr(e, "exceeded quota gpu-quota") == NULL)
+        fail_msg("a Binding of 40001 MiB over the quota (90000 of 130000 used): '%s'", e);
+    free(e);
+    json_decref(pod);
+    assert_int_equal(assigned_mib(f), 90000);
+    pod = mem_pod(f, "bind-only-fits", 30000, 0);
+    e = st_bind(f->base, pod, "gpu-a");
+    assert_string_equal(e, "");
+    free(e);
+    json_decref(pod);
+    assert_int_equal(assigned_mib(f), 120000);
 }
 
 int main(void)
