@@ -8,6 +8,7 @@ API server (tests/fakes/apiserver) and the kubelet stand-ins
 """
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -238,6 +239,17 @@ def scenario_preferred(kind, go_bin):
         again = k.cmd("allocate", ids=a["ids"]) if a and a["ok"] else None
         t.ok(again and again["ok"] and again["resp"] == a["resp"],
              "[%s] a repeated Allocate gets the same answer" % kind, again)
+        # ... also after the container's runtime directory was removed: the answer mounts
+        # the directory and its region (a file of its own), and the runtime fails a
+        # container whose mount source is missing
+        rt = os.path.join(env.state, "containers", env.api.pod("ignored")["metadata"]["uid"], "main")
+        shutil.rmtree(rt, ignore_errors=True)
+        again = k.cmd("allocate", ids=a["ids"]) if a and a["ok"] else None
+        t.ok(again and again["ok"] and again["resp"] == a["resp"] and
+             os.path.isfile(os.path.join(rt, "shared.cache")) and
+             os.stat(os.path.join(rt, "shared.cache")).st_size > 0,
+             "[%s] repeated after its runtime directory was removed: the same answer, the "
+             "directory and its region made again" % kind, (again, os.path.exists(rt)))
         t.ok(wait_ann(env, "ignored", "gpuvisor.io/allocation", "success") and
              wait_ann(env, "mixed", "gpuvisor.io/allocation", "success"),
              "[%s] pods annotated success" % kind)

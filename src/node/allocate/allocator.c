@@ -126,10 +126,11 @@ static int replay(struct gv_allocator *a, const char *uid, const char *ctr,
         return fail(msg, cap, GV_GRPC_INTERNAL, "pod %s container %s: the answer record is gone",
                     uid, ctr);
     gv_status st = gv_ctr_load_answer(&r, resp, &err);
-    char path[4200];
-    /* the mount sources must exist again (someone may have removed them) */
+    /* the mount sources must exist again (someone may have removed them):
+     * the runtime directory, the region in it (a mount of its own) and the
+     * node's priority directory */
     if (st == GV_OK && resp->n_mounts)
-        st = gv_ctr_dir(a->state_dir, "containers", uid, ctr, path, sizeof(path), &err);
+        st = gv_ctr_runtime(a->state_dir, uid, ctr, &err);
     if (st == GV_OK && resp->n_mounts)
         st = gv_ctr_shared_dir(a->node_dir, &err);
     if (st != GV_OK) {

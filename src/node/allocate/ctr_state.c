@@ -79,6 +79,22 @@ static gv_status make_region(const char *dir, struct gv_error *err)
     return GV_OK;
 }
 
+gv_status gv_ctr_runtime(const char *state_dir, const char *uid, const char *ctr,
+                         struct gv_error *err)
+{
+    char path[4200], region[4300];
+    struct stat st;
+    gv_status rc = gv_ctr_dir(state_dir, "containers", uid, ctr, path, sizeof(path), err);
+    if (rc != GV_OK)
+        return rc;
+    /* an existing region holds live charges: kept as it is, never
+     * reopened (lstat: a name there of any kind is not replaced) */
+    snprintf(region, sizeof(region), "%s/shared.cache", path);
+    if (lstat(region, &st) == 0)
+        return GV_OK;
+    return make_region(path, err);
+}
+
 /*
  * Creates the runtime directory and the limits file.  With limits (the
  * interposer is injected) also makes sure the node-wide priority directory

@@ -44,6 +44,15 @@ gv_status gv_ctr_shared_dir(const char *path, struct gv_error *err);
 gv_status gv_ctr_dir(const char *state_dir, const char *top, const char *uid, const char *ctr,
                      char *path, size_t cap, struct gv_error *err);
 /*
+ * The runtime directory <state_dir>/containers/<uid>/<ctr>/ and its shared
+ * region, as an answer mounts them: a region already there is left as it is
+ * (its charges are live), a missing one is made (a replayed answer mounts it
+ * as a file of its own, and the runtime fails a container whose mount
+ * source is missing).
+ */
+gv_status gv_ctr_runtime(const char *state_dir, const char *uid, const char *ctr,
+                         struct gv_error *err);
+/*
  * With limits (the interposer is injected): the runtime directory with its
  * shared region, the node-wide priority directory node_dir, and the limits
  * file holding limits.  Nothing without.
