@@ -169,6 +169,21 @@ def scenario_core(kind, go_bin):
         t.ok(a and a["ok"] and "/etc/ld.so.preload" not in m and "/usr/local/gpuvisor/lib/libgpuvisor.so" in m,
              "[%s] gpuvisor.io/preload=false drops only the ld.so.preload mount" % kind, m)
 
+        # two pods pending at once, no promise: Allocate names no pod, so the agent serves the
+        # oldest assignment first (the kubelet admits pods in the order they were bound);
+        # names sort the other way, so an order by name would swap the two pods' limits
+        env.api.create_pod("zz-older", [("main", LIM1)], "v1;node=node1;main=%s:600:0" % GPUS[0])
+        time.sleep(0.01)
+        env.api.create_pod("aa-newer", [("main", LIM1)], "v1;node=node1;main=%s:800:0" % GPUS[0])
+        first = k.cmd("allocate", ids=[ids[13]])  # IDs no other container of this test uses
+        second = k.cmd("allocate", ids=[ids[16]])
+        t.ok(first and first["ok"] and envs(first).get("CUDA_DEVICE_MEMORY_LIMIT_0") == "600m" and
+             second and second["ok"] and envs(second).get("CUDA_DEVICE_MEMORY_LIMIT_0") == "800m" and
+             wait_ann(env, "zz-older", "gpuvisor.io/allocation", "success") and
+             wait_ann(env, "aa-newer", "gpuvisor.io/allocation", "success"),
+             "[%s] two pods pending: the older assignment is served first, whatever the names" % kind,
+             (first, second))
+
         # no assignment: clear error
         env.api.create_pod("plain", [("main", {"nvidia.com/gpu": "1"})])
         a = k.cmd("allocate", ids=[ids[4]])
