@@ -257,7 +257,16 @@ def scenario_preferred(kind, go_bin):
         # ... also after the container's runtime directory was removed: the answer mounts
         # the directory and its region (a file of its own), and the runtime fails a
         # container whose mount source is missing
-        rt = os.path.join(env.state, "containers", env.api.pod("ignored")["metadata"]["uid"], "main")
+        uid = env.api.pod("ignored")["metadata"]["uid"]
+        rt = os.path.join(env.state, "containers", uid, "main")
+        rec = os.path.join(env.state, "limits", uid, "main")
+        t.ok(os.path.isfile(os.path.join(rec, "answer")) and
+             not os.path.exists(os.path.join(rec, "promise")) and
+             os.stat(rt).st_mode & 0o7777 == 0o1777 and
+             os.stat(os.path.join(rt, "shared.cache")).st_mode & 0o777 == 0o666,
+             "[%s] answered: the answer record replaces the promise; the runtime directory is "
+             "sticky and world-writable (1777) and its region 0666, for a container of any user"
+             % kind, (os.listdir(rec), oct(os.stat(rt).st_mode)))
         shutil.rmtree(rt, ignore_errors=True)
         again = k.cmd("allocate", ids=a["ids"]) if a and a["ok"] else None
         t.ok(again and again["ok"] and again["resp"] == a["resp"] and
