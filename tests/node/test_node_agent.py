@@ -259,7 +259,8 @@ def scenario_preferred(kind, go_bin):
         # container whose mount source is missing
         uid = env.api.pod("ignored")["metadata"]["uid"]
         rt = os.path.join(env.state, "containers", uid, "main")
-        rec = os.path.join(env.state, "limits", uid, "main")
+        # "pref" was promised its IDs by GetPreferredAllocation, then answered
+        rec = os.path.join(env.state, "limits", env.api.pod("pref")["metadata"]["uid"], "main")
         t.ok(os.path.isfile(os.path.join(rec, "answer")) and
              not os.path.exists(os.path.join(rec, "promise")) and
              os.stat(rt).st_mode & 0o7777 == 0o1777 and
