@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -460,6 +461,42 @@ static void test_pod_seen_before_its_node(void **state)
     assert_false(late_has_usage(f));
     put_gpu_node(f, "late", t4x1, 1, 0);
     assert_true(st_wait(late_has_usage, f, 5000));
+}
+
+/*
+ * A pod a predecessor annotated whose Binding has not landed (unbound, its
+ * assignment minutes old at most): a restarted scheduler counts its GPUs
+ * from the assignment's time until the reservation TTL, not only until its
+ * first sweep (once a second); placing on them meanwhile would over-commit
+ * the GPUs when the Binding lands.
+ */
+static void test_restart_counts_unbound_assignment_until_ttl(void **state)
+{
+    struct fx *f = *state;
+    json_t *pod = gpumem_pod(f->kube, "annotated", 6000, NULL);
+    char at[64];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+    json_t *patch = json_pack("{s:{s:{s:s,s:s,s:s},s:{s:s}}}", "metadata", "annotations",
+                              "gpuvisor.io/assignment", "v1;node=gpu-t4;c=GPU-gpu-t4-0:6000:0",
+                              "gpuvisor.io/assigned-node", "gpu-t4", "gpuvisor.io/assigned-at", at,
+                              "labels", GV_SCHED_ASSIGNED_LABEL, "true");
+    assert_int_equal(gv_kube_patch(f->kube, "/api/v1/namespaces/default/pods/annotated",
+                                   GV_KUBE_PATCH_MERGE, patch, NULL, NULL),
+                     GV_OK);
+    json_decref(patch);
+    json_decref(pod);
+    sched_up(f);
+    assert_true(st_wait(t4_has_6000, f, 5000));
+    usleep(2500000); /* two sweeps or more */
+    assert_true(t4_has_6000(f));
+    const char *t4[] = {"gpu-t4"};
+    pod = gpumem_pod(f->kube, "big", 10000, NULL);
+    json_t *r = st_filter(f->base, pod, t4, 1, NULL);
+    assert_null(st_chosen(r));
+    json_decref(r);
+    json_decref(pod);
 }
 
 static void test_stale_and_malformed_agents(void **state)
@@ -1456,6 +1493,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_delete_and_finish_release, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_rebuilds_from_api, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pod_seen_before_its_node, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_restart_counts_unbound_assignment_until_ttl, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_stale_and_malformed_agents, setup, teardown),
         cmocka_unit_test_setup_teardown(test_malformed_requests_get_400, setup, teardown),
         cmocka_unit_test_setup_teardown(test_invalid_gpu_request_is_unresolvable, setup, teardown),
