@@ -535,8 +535,21 @@ def scenario_restart_and_gc():
         uid = env.api.pod("half")["metadata"]["uid"]
         d = os.path.join(env.state, "containers", uid)
         t.ok(os.path.isdir(d), "per-container directory exists while the pod does")
+        # the runtime directory is the tenant's (mounted writable, 1777): links it plants there
+        # must go with it, never what they point at (the agent removes as root)
+        outside = os.path.join(env.dir, "not-the-pods")
+        os.makedirs(os.path.join(outside, "sub"))
+        for f in ("keep", os.path.join("sub", "keep")):
+            with open(os.path.join(outside, f), "w") as fh:
+                fh.write("host data\n")
+        os.symlink(outside, os.path.join(d, "a", "escape"))
+        os.symlink(os.path.join(outside, "keep"), os.path.join(d, "a", "escape-file"))
         env.api.delete_pod("half")
         t.ok(gvtest.wait_for(lambda: not os.path.exists(d), 6), "directory GC'd after the pod is deleted")
+        t.ok(os.path.isfile(os.path.join(outside, "keep")) and
+             os.path.isfile(os.path.join(outside, "sub", "keep")),
+             "links the tenant planted in its runtime directory are removed, not followed: "
+             "the directory and file they name are untouched", os.listdir(outside))
         uid2 = env.api.pod("outage")["metadata"]["uid"]
         t.ok(os.path.isdir(os.path.join(env.state, "containers", uid2)), "other pods' directories kept")
         rc = env.stop_agent()

@@ -5,6 +5,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -188,25 +189,38 @@ json_t *trim_pod(void *ud, json_t *pod)
     return out;
 }
 
+/*
+ * Removes name under dirfd, a directory with everything in it.  The runtime
+ * directory is the tenant's (mounted writable): the agent, root, removes
+ * what the tenant left there by handle, never by a path a link can
+ * redirect: a link (to a directory or not) is unlinked as a link
+ * (O_NOFOLLOW), and no entry is looked up by a path built from names.
+ * Depth is bounded (each level holds a descriptor); what lies deeper stays
+ * and the removal of the top reports it.
+ */
+#define RM_MAX_DEPTH 128
+
+static int rm_at(int dirfd, const char *name, unsigned depth)
+{
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) /* not a directory: a file, a link, a socket */
+        return unlinkat(dirfd, name, 0);
+    DIR *d = fdopendir(fd);
+    if (d == NULL) {
+        close(fd);
+        return -1;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 && depth < RM_MAX_DEPTH)
+            rm_at(fd, e->d_name, depth + 1);
+    closedir(d);
+    return unlinkat(dirfd, name, AT_REMOVEDIR);
+}
+
 static int rm_tree(const char *path)
 {
-    DIR *d = opendir(path);
-    if (d == NULL)
-        return unlink(path);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        char sub[4096];
-        snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name);
-        struct stat st;
-        if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
-            rm_tree(sub);
-        else
-            unlink(sub);
-    }
-    closedir(d);
-    return rmdir(path);
+    return rm_at(AT_FDCWD, path, 0);
 }
 
 size_t gv_allocator_gc(struct gv_allocator *a)
