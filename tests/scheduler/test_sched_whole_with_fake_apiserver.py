@@ -231,6 +231,36 @@ try:
     code, _ = obs_stand.http("DELETE", "%s/api/v1/namespaces/ml/pods/mig3g" % api)
     a9 = wait_for("freed", lambda: (lambda a: a if names(a) else None)(filt(p8, ["mig-a"])))
     t.ok(a9 is not None and names(a9) == ["mig-a"], "and deleting it frees the device", a9)
+
+    # ---- another scheduler's Binding lands while ours is in flight ----------------
+    # (a second replica, or a predecessor's late Binding): the devices count where the API
+    # says the pod is, not where our bind aimed; our Binding is then refused
+    code, _ = obs_stand.http("DELETE", "%s/api/v1/namespaces/ml/pods/mig1g-more" % api)
+    time.sleep(1.0)  # the informer's delete event: both 1g nodes have 2 free again
+    r = make_pod("ml", "mig1g-raced", [dev_container("c", MIG_1G, 2)])
+    import threading
+    obs_stand.http("POST", "%s/_fake/bind-delay?ms=1500&fixed=1" % api)
+    theirs, ours = {}, {}
+    body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "mig1g-raced", "namespace": "ml"},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": "mig-b"}}
+    th1 = threading.Thread(target=lambda: theirs.update(code=obs_stand.http(
+        "POST", "%s/api/v1/namespaces/ml/pods/mig1g-raced/binding" % api, body)[0]))
+    th1.start()
+    time.sleep(0.3)
+    th2 = threading.Thread(target=lambda: ours.update(b=bind(r, "mig-a")))
+    th2.start()
+    th1.join()
+    th2.join()
+    obs_stand.http("POST", "%s/_fake/bind-delay?ms=0" % api)
+    landed = json.loads(obs_stand.http("GET", "%s/api/v1/namespaces/ml/pods/mig1g-raced" % api)[1])
+    q = make_pod("ml", "mig1g-after-race", [dev_container("c", MIG_1G, 1)])
+    aq = wait_for("settled", lambda: (lambda a: a if names(a) else None)(filt(q, ["mig-a", "mig-b"])))
+    t.ok(code == 200 and theirs.get("code") == 201 and landed["spec"].get("nodeName") == "mig-b" and
+         (ours.get("b") or {}).get("Error") and aq is not None and names(aq) == ["mig-a"] and
+         "0 free of 2" in failed(aq).get("mig-b", ""),
+         "another scheduler's Binding lands while ours is in flight: the pod's devices count on the "
+         "node it landed on, and the node our bind aimed at keeps its devices free",
+         (theirs, landed["spec"].get("nodeName"), ours, aq))
     rc, log = stand.stop_scheduler()
     t.ok(rc == 0, "the restarted scheduler stops cleanly", log[-1500:])
 finally:
