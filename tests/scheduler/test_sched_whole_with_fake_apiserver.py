@@ -239,14 +239,14 @@ try:
     time.sleep(1.0)  # the informer's delete event: both 1g nodes have 2 free again
     r = make_pod("ml", "mig1g-raced", [dev_container("c", MIG_1G, 2)])
     import threading
-    obs_stand.http("POST", "%s/_fake/bind-delay?ms=1500&fixed=1" % api)
+    obs_stand.http("POST", "%s/_fake/bind-delay?ms=2000&fixed=1" % api)
     theirs, ours = {}, {}
     body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "mig1g-raced", "namespace": "ml"},
             "target": {"apiVersion": "v1", "kind": "Node", "name": "mig-b"}}
     th1 = threading.Thread(target=lambda: theirs.update(code=obs_stand.http(
         "POST", "%s/api/v1/namespaces/ml/pods/mig1g-raced/binding" % api, body)[0]))
     th1.start()
-    time.sleep(0.3)
+    time.sleep(0.5)
     th2 = threading.Thread(target=lambda: ours.update(b=bind(r, "mig-a")))
     th2.start()
     th1.join()
