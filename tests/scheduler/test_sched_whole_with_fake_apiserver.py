@@ -263,6 +263,28 @@ try:
          (theirs, landed["spec"].get("nodeName"), ours, aq))
     rc, log = stand.stop_scheduler()
     t.ok(rc == 0, "the restarted scheduler stops cleanly", log[-1500:])
+
+    # ---- reservations lapse, bound pods never ------------------------------------
+    # with a 1 s reservation TTL: a filtered pod that never binds gives its devices back, a
+    # bound one (mig1g-raced, 2 on mig-b) keeps them however long it runs
+    cfg = os.path.join(stand.dir, "short-ttl.json")
+    with open(cfg, "w") as f:
+        json.dump({"reservationTimeoutSeconds": 1}, f)
+    stand.start_scheduler("--config", cfg)
+    held = make_pod("ml", "mig1g-unbound", [dev_container("c", MIG_1G, 2)])
+    ah = filt(held, ["mig-a"])
+    probe2 = make_pod("ml", "mig1g-ttl-probe", [dev_container("c", MIG_1G, 1)])
+    blocked = filt(probe2, ["mig-a"])
+    time.sleep(3.0)  # the TTL and a sweep or two past it
+    lapsed = filt(probe2, ["mig-a"])
+    probe3 = make_pod("ml", "mig1g-ttl-probe-b", [dev_container("c", MIG_1G, 1)])
+    still = filt(probe3, ["mig-b"])
+    t.ok(names(ah) == ["mig-a"] and names(blocked) == [] and names(lapsed) == ["mig-a"] and
+         names(still) == [] and "0 free of 2" in failed(still).get("mig-b", ""),
+         "a 1 s reservation TTL: an unbound reservation lapses and frees its devices, a bound pod's "
+         "devices stay held past it", (ah, blocked, lapsed, still))
+    rc, log = stand.stop_scheduler()
+    t.ok(rc == 0, "the scheduler with a short TTL stops cleanly", log[-1500:])
 finally:
     stand.stop()
 t.done()
