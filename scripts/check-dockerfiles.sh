@@ -47,24 +47,49 @@ if ! podman image exists "$base"; then
     rm -f "$work/base.tar"
 fi
 
-# The build stages' intermediate images this run leaves (about 1 GiB each):
-# removed at the end; those from earlier runs stay (the apt layer is reused).
+# The build stages' intermediate images this run leaves (about 1 GiB each)
+# are removed at the end.  The first build takes no layer from the cache: its
+# apt layer is then the archive's of today, as a Docker user's build gets (a
+# cached one from an earlier run can be older than this machine's packages);
+# the second reuses it.
 podman images -q --filter dangling=true | sort -u >"$work/before"
+# This machine's package versions, for the build stage's to be compared with:
+# make images compiles with this machine's compiler and headers, the
+# Dockerfile with the stage's (scripts/install-deps.sh, as root, keeps this
+# machine's current).
+# Only the build group's closure counts (the compiler, libc's and the -dev
+# packages' headers); the rest of the stage is its own business.
+scripts/packages.sh --closure build >"$work/closure" || :
+dpkg-query -W -f='${db:Status-Abbrev} ${Package} ${Version}\n' 2>/dev/null | awk '$1 == "ii" { print $2, $3 }' |
+    sort | join - "$work/closure" >"$work/host.versions" || :
+cache=--no-cache
 for img in node scheduler; do
     t0=$(date +%s)
-    if ! podman build --isolation=chroot --network=host -f "deploy/docker/$img.Dockerfile" \
-        --build-arg BASE="$base" --build-arg SOURCE_DATE_EPOCH="$sde" --build-arg GV_REVISION="$rev" \
-        -t "localhost/gpuvisor-$img:dockerfile-check" . >"$work/$img.log" 2>&1; then
+    set -- --isolation=chroot --network=host -f "deploy/docker/$img.Dockerfile" \
+        --build-arg BASE="$base" --build-arg SOURCE_DATE_EPOCH="$sde" --build-arg GV_REVISION="$rev"
+    if ! podman build $cache "$@" -t "localhost/gpuvisor-$img:dockerfile-check" . >"$work/$img.log" 2>&1; then
         echo "FAIL $img.Dockerfile builds: $(grep -v '^ *$' "$work/$img.log" | tail -5 | tr '\n' ' ')"
         fail=1
         continue
     fi
+    cache=
     podman save --format oci-dir -o "$work/$img" "localhost/gpuvisor-$img:dockerfile-check" >/dev/null 2>&1
     podman rmi "localhost/gpuvisor-$img:dockerfile-check" >/dev/null 2>&1 || true
-    python3 - "$build/images/gpuvisor-$img-$ver.oci.tar" "$work/$img" "$img" "$(( $(date +%s) - t0 ))" <<'EOF' || fail=1
+    # The build stage's installed packages (its layers are cached: seconds).
+    : >"$work/$img.status"
+    if podman build "$@" --target build -t "localhost/gpuvisor-$img-build:dockerfile-check" . \
+        >/dev/null 2>&1; then
+        if c=$(podman create "localhost/gpuvisor-$img-build:dockerfile-check" /bin/true 2>/dev/null); then
+            podman cp "$c:/var/lib/dpkg/status" "$work/$img.status" >/dev/null 2>&1 || :
+            podman rm "$c" >/dev/null 2>&1 || :
+        fi
+        podman rmi "localhost/gpuvisor-$img-build:dockerfile-check" >/dev/null 2>&1 || :
+    fi
+    python3 - "$build/images/gpuvisor-$img-$ver.oci.tar" "$work/$img" "$img" "$(( $(date +%s) - t0 ))" \
+        "$work/host.versions" "$work/$img.status" <<'EOF' || fail=1
 import gzip, hashlib, io, json, sys, tarfile
 
-made, docker, img, secs = sys.argv[1:]
+made, docker, img, secs, host_versions, stage_status = sys.argv[1:]
 
 
 def open_layout(get):
@@ -95,14 +120,48 @@ def files(layers):
     return out
 
 
+FIELDS = ("type", "mode", "uid", "gid", "size", "content", "link", "mtime")
+
+
+def skew():
+    """Packages installed both here and in the build stage, at other versions."""
+    here = dict(l.split(" ", 1) for l in open(host_versions).read().splitlines() if " " in l)
+    out, pkg, ver, ok = [], None, None, False
+    for line in open(stage_status).read().splitlines() + [""]:
+        if line.startswith("Package: "):
+            pkg = line[9:]
+        elif line.startswith("Version: "):
+            ver = line[9:]
+        elif line.startswith("Status: "):
+            ok = line.endswith(" installed")
+        elif not line:
+            if ok and pkg in here and here[pkg] != ver:
+                out.append("%s %s here, %s in the stage" % (pkg, here[pkg], ver))
+            pkg, ver, ok = None, None, False
+    return out
+
+
 A, B = files(a_layers), files(b_layers)
 only_a, only_b = sorted(set(A) - set(B)), sorted(set(B) - set(A))
 diff = sorted(p for p in set(A) & set(B) if A[p] != B[p])
 same = not only_a and not only_b and not diff
+what = ["%s: %s" % (p, ", ".join("%s %s vs %s" % (f, str(x)[:12], str(y)[:12])
+                                 for f, x, y in zip(FIELDS, A[p], B[p]) if x != y)) for p in diff[:3]]
 print("%s %s.Dockerfile gives make images' files: %d paths, %d only in make images %s, "
       "%d only in the Dockerfile's %s, %d differ %s (podman build %s s)"
       % ("PASS" if same else "FAIL", img, len(A), len(only_a), only_a[:3], len(only_b), only_b[:3],
-         len(diff), [(p, A[p][:5], B[p][:5]) for p in diff[:3]], secs))
+         len(diff), what, secs))
+try:
+    sk = skew()
+except OSError:
+    sk = None
+if sk is None or not open(stage_status).read():
+    print("NOTE %s.Dockerfile: the build stage's package versions could not be read" % img)
+elif sk:
+    # make images' binaries come from this machine's compiler and headers
+    print("%s %s.Dockerfile: %d packages here differ from the build stage's (%s%s)%s"
+          % ("FAIL" if not same else "NOTE", img, len(sk), "; ".join(sk[:6]), "; ..." if len(sk) > 6 else "",
+             ": as root, scripts/install-deps.sh brings this machine's to the archive's" if not same else ""))
 keys = ("User", "Entrypoint")
 ok = all(a_cfg.get(k) == b_cfg.get(k) for k in keys)
 print("%s %s.Dockerfile runs as make images' config: user %s, entrypoint %s (Dockerfile: %s, %s)"

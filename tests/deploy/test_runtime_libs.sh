@@ -51,4 +51,38 @@ if "$pk" nosuchgroup >/dev/null 2>&1; then
 else
     ok "packages.sh refuses an unknown group"
 fi
+if "$pk" --closure nosuchgroup >/dev/null 2>&1; then
+    nok "packages.sh --closure refuses an unknown group"
+else
+    ok "packages.sh --closure refuses an unknown group"
+fi
+
+# The build group's dependency closure is what scripts/install-deps.sh keeps at
+# the archive's versions and scripts/check-dockerfiles.sh compares with the
+# Dockerfiles' build stage.  It must hold every header the sources compile
+# against (one moved line in gnutls.h changed the scheduler's bytes), or a
+# stale one here would go unnoticed.  gcc, as the images are built.
+closure=" $("$pk" --closure build | tr '\n' ' ') "
+mapfile -t srcs < <(git -C "$here" ls-files 'src/*.c')
+cflags=$(pkg-config --cflags jansson yaml-0.1 libnghttp2 libprotobuf-c libmicrohttpd gnutls 2>/dev/null)
+# shellcheck disable=SC2086
+deps=$(cd "$here" && gcc -M -std=c11 -D_GNU_SOURCE -Isrc $(find "$BUILD/gen" -type d -printf '-I%p ' 2>/dev/null) \
+    $cflags "${srcs[@]}" 2>&1)
+if [ ${#srcs[@]} -lt 50 ] || [[ $closure == "  " ]] || grep -q 'error:' <<<"$deps"; then
+    nok "every system header the sources include comes from the build group's closure" \
+        "sources: ${#srcs[@]}; closure: $(wc -w <<<"$closure") packages; $(grep -m3 'error:' <<<"$deps")"
+else
+    mapfile -t hdrs < <(tr ' \\' '\n\n' <<<"$deps" | grep '^/usr' | sort -u)
+    outside=()
+    while read -r owner; do
+        [[ $closure == *" $owner "* ]] || outside+=("$owner")
+    done < <(dpkg -S "${hdrs[@]}" 2>/dev/null | cut -d: -f1 | tr ',' '\n' | sed 's/^ *//' | sort -u)
+    owners=$(dpkg -S "${hdrs[@]}" 2>/dev/null | wc -l)
+    if [ ${#outside[@]} -eq 0 ] && [ "$owners" -eq ${#hdrs[@]} ]; then
+        ok "every system header the sources include comes from the build group's closure (${#hdrs[@]} headers)"
+    else
+        nok "every system header the sources include comes from the build group's closure" \
+            "${#hdrs[@]} headers, $owners with an owner; owners outside the closure: ${outside[*]}"
+    fi
+fi
 echo "1..$n"
