@@ -132,7 +132,7 @@ static void scan_node(void)
             if (ce->d_name[0] == '.')
                 continue;
             char path[PATH_MAX + 600], name[600];
-            snprintf(path, sizeof(path), "%s/%s/shared.cache", pdir, ce->d_name);
+            snprintf(path, sizeof(path), "%s/%s/" GV_SHM_REGION_FILE, pdir, ce->d_name);
             snprintf(name, sizeof(name), "%s/%s", pe->d_name, ce->d_name);
             FILE *f = fopen(path, "rb");
             if (f == NULL)

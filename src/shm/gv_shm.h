@@ -252,6 +252,9 @@ bool gv_shm_proc_alive(const struct gv_shm_proc *p);
 void gv_shm_local_dir(char *buf, size_t n);
 /* Where the node agent keeps containers' regions: <dir>/<pod-uid>/<container>/shared.cache. */
 #define GV_SHM_NODE_DIR "/var/lib/gpuvisor/containers"
+/* The region's file name in a container's runtime directory (the agent makes
+ * it, the answer mounts it, the monitor and `gpuvisor ps` read it). */
+#define GV_SHM_REGION_FILE "shared.cache"
 
 /* Runs fn(arg) with the region lock held (for throttle/priority state). */
 gv_status gv_shm_with_lock(struct gv_shm *shm, void (*fn)(struct gv_shm_region *r, void *arg),

@@ -28,6 +28,7 @@
 #include "node/monitor/gv_monitor.h"
 #include "node/kubelet/gv_grpc.h"
 #include "node/loop/gv_loop.h"
+#include "shm/gv_shm.h" /* the region's file name */
 #include "node/allocate/allocate_internal.h"
 
 /* ---- the answer's visible devices (answer.c builds the rest) ---------------- */
@@ -207,7 +208,7 @@ static void add_interposer(struct gv_allocator *a, struct gv_mode_answer *b, jso
                            const char *uid, const char *ctr)
 {
     char val[64];
-    gv_answer_env(b, "CUDA_DEVICE_MEMORY_SHARED_CACHE", GV_NODE_CONTAINER_PATH "/shared.cache", true);
+    gv_answer_env(b, "CUDA_DEVICE_MEMORY_SHARED_CACHE", GV_NODE_CONTAINER_PATH "/" GV_SHM_REGION_FILE, true);
     int prio = container_priority(a, pod, ctr);
     if (prio >= 0) {
         snprintf(val, sizeof(val), "%d", prio);
@@ -236,8 +237,8 @@ static void add_interposer(struct gv_allocator *a, struct gv_mode_answer *b, jso
     /* the region as a mount of its own: writable, but it cannot be unlinked
      * or renamed inside the container (make_region) */
     char region[4300];
-    snprintf(region, sizeof(region), "%s/shared.cache", host);
-    gv_answer_mount(b, region, GV_NODE_CONTAINER_PATH "/shared.cache", false);
+    snprintf(region, sizeof(region), "%s/" GV_SHM_REGION_FILE, host);
+    gv_answer_mount(b, region, GV_NODE_CONTAINER_PATH "/" GV_SHM_REGION_FILE, false);
     gv_answer_mount(b, host_file, GV_NODE_LIMITS_PATH, true);
     gv_answer_mount(b, a->host_node_dir, GV_PRIO_DEFAULT_DIR, false);
 }

@@ -67,7 +67,7 @@ gv_status gv_ctr_dir(const char *state_dir, const char *top, const char *uid, co
 static gv_status make_region(const char *dir, struct gv_error *err)
 {
     char path[4300];
-    snprintf(path, sizeof(path), "%s/shared.cache", dir);
+    snprintf(path, sizeof(path), "%s/" GV_SHM_REGION_FILE, dir);
     struct gv_shm *shm = NULL;
     gv_status st = gv_shm_open(path, GV_SHM_CREATE, &shm, err);
     if (st != GV_OK)
@@ -89,7 +89,7 @@ gv_status gv_ctr_runtime(const char *state_dir, const char *uid, const char *ctr
         return rc;
     /* an existing region holds live charges: kept as it is, never
      * reopened (lstat: a name there of any kind is not replaced) */
-    snprintf(region, sizeof(region), "%s/shared.cache", path);
+    snprintf(region, sizeof(region), "%s/" GV_SHM_REGION_FILE, path);
     if (lstat(region, &st) == 0)
         return GV_OK;
     return make_region(path, err);

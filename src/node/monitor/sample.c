@@ -188,7 +188,7 @@ static void learn_cid(struct gv_monitor *m, const char *cid, const struct ctr *c
 static void read_region(struct gv_monitor *m, struct ctr *c)
 {
     char path[4400];
-    snprintf(path, sizeof(path), "%s/containers/%s/%s/shared.cache", m->state_dir, c->rec.uid,
+    snprintf(path, sizeof(path), "%s/containers/%s/%s/" GV_SHM_REGION_FILE, m->state_dir, c->rec.uid,
              c->rec.ctr);
     struct gv_shm *shm = NULL;
     struct gv_error err;
