@@ -29,8 +29,8 @@ fuzz_ipcfg_SRCS := tests/interposer/fuzz_ipcfg.c src/interposer/config.c src/com
 # Compute share and priority on the fake driver's virtual clock
 # (docs/compute-share.md).  The test dlopens the fake libcuda.so.1.
 TEST_PROGS += test_throttle
-test_throttle_SRCS := tests/interposer/test_throttle.c src/interposer/throttle.c \
-                      src/interposer/priority.c
+test_throttle_SRCS := tests/interposer/test_throttle.c tests/interposer/throttle_stub.c \
+                      src/interposer/throttle.c src/interposer/priority.c
 test_throttle_LIBS := common
 test_throttle_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka) -ldl
 $(BUILD)/tests/test_throttle: $(GV_FAKE_CUDA)
@@ -38,8 +38,8 @@ $(BUILD)/tests/test_throttle: $(GV_FAKE_CUDA)
 # The throttle's driver operations and the launches it leaves alone, with
 # stand-in entry points beside the fake driver's.
 TEST_PROGS += test_throttle_ops
-test_throttle_ops_SRCS := tests/interposer/test_throttle_ops.c src/interposer/throttle.c \
-                          src/interposer/priority.c
+test_throttle_ops_SRCS := tests/interposer/test_throttle_ops.c tests/interposer/throttle_stub.c \
+                          src/interposer/throttle.c src/interposer/priority.c
 test_throttle_ops_LIBS := common
 test_throttle_ops_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka) -ldl
 $(BUILD)/tests/test_throttle_ops: $(GV_FAKE_CUDA)

@@ -28,6 +28,7 @@
 #include "common/gv_cuda.h"
 #include "interposer/priority.h"
 #include "interposer/throttle.h"
+#include "throttle_stub.h"
 
 #define MS 1000000ull
 #define HORIZON (2000 * MS)
@@ -631,73 +632,11 @@ static void test_three_levels(void **state)
 
 /* A driver whose events cannot be created: launches still go through, are
  * charged their (unknown, so zero) estimate, and nothing crashes or blocks. */
-static uint64_t g_now;
-static uint64_t t_clock(void *ctx)
-{
-    (void)ctx;
-    return g_now;
-}
-static void t_sleep(void *ctx, uint64_t ns)
-{
-    (void)ctx;
-    g_now += ns;
-}
-static int t_fail(void *ctx, void **ev)
-{
-    (void)ctx;
-    (void)ev;
-    return -1;
-}
-static int t_record(void *ctx, void *ev, void *stream)
-{
-    (void)ctx;
-    (void)ev;
-    (void)stream;
-    return -1;
-}
-static int t_query(void *ctx, void *ev)
-{
-    (void)ctx;
-    (void)ev;
-    return -1;
-}
-static int t_elapsed(void *ctx, void *a, void *b, uint64_t *ns)
-{
-    (void)ctx;
-    (void)a;
-    (void)b;
-    (void)ns;
-    return -1;
-}
-static void t_destroy(void *ctx, void *ev)
-{
-    (void)ctx;
-    (void)ev;
-}
-static int t_capturing(void *ctx, void *stream)
-{
-    (void)ctx;
-    (void)stream;
-    return 0;
-}
-static int t_key(void *ctx, int dev, char *buf, unsigned len)
-{
-    (void)ctx;
-    return snprintf(buf, len, "GPU-unit-%d", dev) > 0 ? 0 : -1;
-}
-
 static void test_untimeable_launches_pass(void **state)
 {
     (void)state;
-    struct gv_throttle_ops ops = {.clock_ns = t_clock,
-                                  .sleep_ns = t_sleep,
-                                  .event_create = t_fail,
-                                  .event_record = t_record,
-                                  .event_query = t_query,
-                                  .event_elapsed_ns = t_elapsed,
-                                  .event_destroy = t_destroy,
-                                  .stream_capturing = t_capturing,
-                                  .device_key = t_key};
+    g_stub = (struct throttle_stub){.events_fail = true, .key_prefix = "GPU-unit"};
+    struct gv_throttle_ops ops = throttle_stub_ops();
     struct gv_throttle_config cfg = {.priority = -1};
     struct gv_throttle *t = NULL;
     struct gv_error err = {0};
@@ -719,7 +658,7 @@ static void test_untimeable_launches_pass(void **state)
     gv_throttle_get_stats(t, 1, &st);
     assert_int_equal(st.launches, 90);
     assert_int_equal(st.measured, 0);
-    assert_true(g_now < 1000000); /* no debt built up from nothing */
+    assert_true(g_stub.now < 1000000); /* no debt built up from nothing */
     gv_throttle_free(t);
 }
 
@@ -925,21 +864,9 @@ static void test_config_and_board_errors(void **state)
 
 int main(void)
 {
-    const char *tmp = getenv("GV_TEST_TMP");
-    snprintf(g_dir, sizeof(g_dir), "%s/throttle-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (mkdtemp(g_dir) == NULL) {
-        perror("mkdtemp");
-        return 1;
-    }
     /* The fake driver, loaded as the interposer loads a driver. */
-    const char *build = getenv("BUILD");
-    char lib[512];
-    snprintf(lib, sizeof(lib), "%s/tests/fakes/libcuda.so.1", build && *build ? build : "build");
-    g_handle = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-    if (g_handle == NULL) {
-        fprintf(stderr, "cannot load the fake driver %s: %s\n", lib, dlerror());
+    if (throttle_stub_setup("throttle", g_dir, sizeof(g_dir), &g_handle) != 0)
         return 1;
-    }
     g_dl = dlsym;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_board_slots_stale_and_ahead),
@@ -960,9 +887,6 @@ int main(void)
         cmocka_unit_test(test_three_levels),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    char cmd[600];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", g_dir);
+    throttle_stub_teardown(g_dir, NULL); /* the driver stays loaded, as before */
     return rc;
 }

@@ -25,6 +25,7 @@
 #include "common/gv_cuda.h"
 #include "interposer/priority.h"
 #include "interposer/throttle.h"
+#include "throttle_stub.h"
 
 static void *g_handle;
 static char g_dir[256];
@@ -240,77 +241,9 @@ static void test_stream_capturing_answers(void **state)
 
 /* ---- launches the throttle leaves alone ----------------------------------- */
 
-static uint64_t g_now = 1000;
-static int g_records, g_capturing;
-
-static uint64_t o_clock(void *ctx)
-{
-    (void)ctx;
-    return g_now;
-}
-static void o_sleep(void *ctx, uint64_t ns)
-{
-    (void)ctx;
-    g_now += ns;
-}
-static int o_create(void *ctx, void **ev)
-{
-    (void)ctx;
-    static int events[64];
-    static unsigned next;
-    *ev = &events[next++ % 64];
-    return 0;
-}
-static int o_record(void *ctx, void *ev, void *stream)
-{
-    (void)ctx;
-    (void)ev;
-    (void)stream;
-    g_records++;
-    return 0;
-}
-static int o_query(void *ctx, void *ev)
-{
-    (void)ctx;
-    (void)ev;
-    return 1;
-}
-static int o_elapsed(void *ctx, void *a, void *b, uint64_t *ns)
-{
-    (void)ctx;
-    (void)a;
-    (void)b;
-    *ns = 1000;
-    return 0;
-}
-static void o_destroy(void *ctx, void *ev)
-{
-    (void)ctx;
-    (void)ev;
-}
-static int o_capturing(void *ctx, void *stream)
-{
-    (void)ctx;
-    (void)stream;
-    return g_capturing;
-}
-static int o_key(void *ctx, int dev, char *buf, unsigned len)
-{
-    (void)ctx;
-    return snprintf(buf, len, "GPU-ops-%d", dev) > 0 ? 0 : -1;
-}
-
 static struct gv_throttle *ops_throttle(int priority, unsigned pct0, struct gv_throttle_pool *pool)
 {
-    struct gv_throttle_ops ops = {.clock_ns = o_clock,
-                                  .sleep_ns = o_sleep,
-                                  .event_create = o_create,
-                                  .event_record = o_record,
-                                  .event_query = o_query,
-                                  .event_elapsed_ns = o_elapsed,
-                                  .event_destroy = o_destroy,
-                                  .stream_capturing = o_capturing,
-                                  .device_key = o_key};
+    struct gv_throttle_ops ops = throttle_stub_ops();
     struct gv_throttle_config cfg = {.priority = priority, .node_dir = g_dir};
     cfg.sm_limit[0] = pct0;
     cfg.pool[0] = pool;
@@ -331,29 +264,29 @@ static void test_capturing_launch_untouched(void **state)
     struct gv_throttle *t = ops_throttle(-1, 30, &pool);
     struct gv_throttle_stats st;
     int key;
-    g_records = 0;
-    g_capturing = 1;
+    g_stub.records = 0;
+    g_stub.capturing = 1;
     for (int i = 0; i < 10; i++) {
         struct gv_throttle_launch l = {.dev = 0, .key = &key};
         gv_throttle_before(t, &l);
         assert_int_equal(l.slot, -1);
         gv_throttle_after(t, &l, true);
     }
-    assert_int_equal(g_records, 0);
+    assert_int_equal(g_stub.records, 0);
     gv_throttle_get_stats(t, 0, &st);
     assert_int_equal(st.launches, 0);
     /* the same launches outside a capture are governed */
-    g_capturing = 0;
+    g_stub.capturing = 0;
     struct gv_throttle_launch l = {.dev = 0, .key = &key};
     gv_throttle_before(t, &l);
     assert_true(l.slot >= 0);
     gv_throttle_after(t, &l, true);
-    assert_int_equal(g_records, 2);
+    assert_int_equal(g_stub.records, 2);
     gv_throttle_get_stats(t, 0, &st);
     assert_int_equal(st.launches, 1);
     /* Seconds later: a throttle given no utilisation field (no shared
      * region) has nowhere to publish and must not try. */
-    g_now += 3000000000ull;
+    g_stub.now += 3000000000ull;
     gv_throttle_before(t, &l);
     assert_true(l.slot >= 0);
     gv_throttle_after(t, &l, true);
@@ -372,8 +305,8 @@ static void test_ungoverned_devices(void **state)
     struct gv_throttle_stats st;
     int key;
     const int devs[] = {1, GV_THROTTLE_MAX_DEVICES - 1, GV_THROTTLE_MAX_DEVICES, -1, 1 << 20};
-    g_capturing = 0;
-    g_records = 0;
+    g_stub.capturing = 0;
+    g_stub.records = 0;
     for (size_t i = 0; i < sizeof(devs) / sizeof(devs[0]); i++) {
         struct gv_throttle_launch l = {.dev = devs[i], .key = &key};
         gv_throttle_before(t, &l);
@@ -383,7 +316,7 @@ static void test_ungoverned_devices(void **state)
         assert_int_equal(st.launches, 0);
         assert_int_equal(st.busy_ns, 0);
     }
-    assert_int_equal(g_records, 0);
+    assert_int_equal(g_stub.records, 0);
     for (int d = 0; d < GV_THROTTLE_MAX_DEVICES; d++) {
         gv_throttle_get_stats(t, d, &st);
         assert_int_equal(st.launches, 0);
@@ -429,20 +362,9 @@ static void test_board_only_with_priority(void **state)
 
 int main(void)
 {
-    const char *tmp = getenv("GV_TEST_TMP");
-    snprintf(g_dir, sizeof(g_dir), "%s/throttle-ops-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (mkdtemp(g_dir) == NULL) {
-        perror("mkdtemp");
+    if (throttle_stub_setup("throttle-ops", g_dir, sizeof(g_dir), &g_handle) != 0)
         return 1;
-    }
-    const char *build = getenv("BUILD");
-    char lib[512];
-    snprintf(lib, sizeof(lib), "%s/tests/fakes/libcuda.so.1", build && *build ? build : "build");
-    g_handle = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-    if (g_handle == NULL) {
-        fprintf(stderr, "cannot load the fake driver %s: %s\n", lib, dlerror());
-        return 1;
-    }
+    g_stub = (struct throttle_stub){.now = 1000, .key_prefix = "GPU-ops"};
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_driver_ops_refuse_missing_entry_points),
         cmocka_unit_test(test_event_calls_relax_and_restore_capture_mode),
@@ -453,10 +375,6 @@ int main(void)
         cmocka_unit_test(test_board_only_with_priority),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    char cmd[600];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", g_dir);
-    dlclose(g_handle);
+    throttle_stub_teardown(g_dir, g_handle);
     return rc;
 }
