@@ -257,9 +257,22 @@ const struct fake_gpu *fake_gpu_get(int i)
     return i >= 0 && i < fake_gpu_count() ? &gpus[i] : NULL;
 }
 
+/*
+ * Entries are named by host pids, as the real NVML names processes whatever
+ * the caller's pid namespace.  A caller in a nested namespace cannot signal
+ * a host pid (ESRCH), but the host's /proc, which such a test keeps, still
+ * lists it: without that, two processes of one namespaced container took
+ * each other's entries for dead ones and reused them.
+ */
 static bool pid_alive(int32_t pid)
 {
-    return pid > 0 && (pid == my_pid() || !(kill(pid, 0) != 0 && errno == ESRCH));
+    if (pid <= 0)
+        return false;
+    if (pid == my_pid() || !(kill(pid, 0) != 0 && errno == ESRCH))
+        return true;
+    char path[32];
+    snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+    return access(path, F_OK) == 0;
 }
 
 uint64_t fake_gpu_mem_used(int i)

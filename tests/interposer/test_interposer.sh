@@ -275,9 +275,108 @@ if unshare -p -f true 2>/dev/null; then
     cat "$TMP/ns.out"
     check "NVML lists the namespaced process with its charged bytes (context + 100 MiB)" \
         grep -q '^# pid [0-9]* used 171966464$' "$TMP/ns.out"
+    # Two processes of one container (one pid namespace, one region): A
+    # measures the card's context (64 MiB) at its first context. B's first
+    # context is created while a process of another container appears on the
+    # card with 100 MiB, so two entries are new and neither carries B's pid:
+    # B cannot tell which is its own and charges the size A measured, never
+    # nothing (a context outside the slice) and never the neighbour's figure.
+    fresh
+    gate=$(syncdir gate); up=$(syncdir up); done_=$(syncdir done); nb=$(syncdir nb)
+    export PRELOAD PROBE TMP gate up done_
+    unshare -p -f bash -c '
+        env LD_PRELOAD="$PRELOAD" GV_FAKE_CTX_MEMORY=64m CUDA_DEVICE_MEMORY_LIMIT=1g \
+            CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init info:960m:1g \
+            barrier:"$up":2 barrier:"$done_":3 >"$TMP/ns.a" 2>&1 &
+        "$PROBE" barrier:"$up":2 >/dev/null
+        env LD_PRELOAD="$PRELOAD" GV_FAKE_CTX_MEMORY=64m GV_FAKE_CTX_GATE="$gate" \
+            CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" \
+            init info:896m:1g barrier:"$done_":3 >"$TMP/ns.b" 2>&1 &
+        wait' &
+    inner=$!
+    if wait_for "$gate/ctx.*.1"; then
+        "$PROBE" init alloc:100m:OK barrier:"$nb":2 barrier:"$done_":3 >"$TMP/ns.n" 2>&1 &
+        "$PROBE" barrier:"$nb":2 >/dev/null
+    fi
+    touch "$gate/go.1"
+    wait $inner
+    wait
+    cat "$TMP/ns.a" "$TMP/ns.b"
+    check "a process that cannot tell its NVML entry charges the context size its container measured (fake driver)" \
+        passed "$TMP/ns.b"
+    check "the measuring process passed" passed "$TMP/ns.a"
+    check "the other container's process passed" passed "$TMP/ns.n"
+
+    # A process of the container that never learned its host pid (its
+    # context takes no memory here) allocates 32 MiB while B creates its
+    # first context: that new entry is the sibling's (its charges cover it,
+    # exactly), so B's own is the other one and B learns its host pid; its
+    # later context is then measured on its own entry.  Both are charged
+    # 64 MiB.  (Were the sibling's charges above B's context, both entries
+    # could be the sibling's and B would charge what its container measured
+    # before: the first test above.)
+    fresh
+    gate=$(syncdir gate); up=$(syncdir up); s1=$(syncdir s1); s2=$(syncdir s2); done_=$(syncdir done)
+    export gate up s1 s2 done_
+    unshare -p -f bash -c '
+        env LD_PRELOAD="$PRELOAD" CUDA_DEVICE_MEMORY_LIMIT=1g \
+            CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init barrier:"$up":2 \
+            barrier:"$s1":2 alloc:32m:OK barrier:"$s2":2 barrier:"$done_":2 >"$TMP/ns.s" 2>&1 &
+        "$PROBE" barrier:"$up":2 >/dev/null
+        env LD_PRELOAD="$PRELOAD" GV_FAKE_CTX_MEMORY=64m GV_FAKE_CTX_GATE="$gate" \
+            CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" \
+            init ctx-create:0:OK info:864m:1g barrier:"$done_":2 >"$TMP/ns.b" 2>&1 &
+        wait' &
+    inner=$!
+    touch "$gate/go.2"
+    if wait_for "$gate/ctx.*.1"; then
+        "$PROBE" barrier:"$s1":2 >/dev/null
+        "$PROBE" barrier:"$s2":2 >/dev/null
+    fi
+    touch "$gate/go.1"
+    wait $inner
+    cat "$TMP/ns.s" "$TMP/ns.b"
+    check "a sibling's new entry during our first context is told apart from ours (fake driver)" \
+        passed "$TMP/ns.b"
+    check "the sibling passed" passed "$TMP/ns.s"
 else
-    echo "ok $((n += 1)) # SKIP cannot create a pid namespace here (unshare -p)"
+    for _ in 1 2 3 4 5 6; do echo "ok $((n += 1)) # SKIP cannot create a pid namespace here (unshare -p)"; done
 fi
+
+# A process that knows its host pid measures each later context on its own
+# entry: a process of another container appearing on the card meanwhile is
+# not taken for it (which would bill the neighbour's 100 MiB now and nothing
+# for every context after).  Three contexts, 3 x 64 MiB.
+fresh
+gate=$(syncdir gate); nb=$(syncdir nb); done_=$(syncdir done)
+touch "$gate/go.1" "$gate/go.3"
+probe_bg GV_FAKE_CTX_MEMORY=64m GV_FAKE_CTX_GATE="$gate" CUDA_DEVICE_MEMORY_LIMIT=1g \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init ctx-create:0:OK ctx-create:0:OK \
+    info:832m:1g barrier:"$done_":2 >"$TMP/billed" 2>&1 &
+tenant=$!
+if wait_for "$gate/ctx.*.2"; then
+    "$PROBE" init alloc:100m:OK barrier:"$nb":2 barrier:"$done_":2 >"$TMP/neighbour" 2>&1 &
+    "$PROBE" barrier:"$nb":2 >/dev/null
+fi
+touch "$gate/go.2"
+wait $tenant
+wait
+cat "$TMP/billed"
+check "a neighbour appearing during a later context is not taken for us (fake driver)" \
+    passed "$TMP/billed"
+
+# A primary context that does not fit the slice is released again: the
+# driver must not keep its memory for a process that was told OOM.
+fresh
+up=$(syncdir up); done_=$(syncdir done)
+probe_bg GV_FAKE_CTX_MEMORY=64m CUDA_DEVICE_MEMORY_LIMIT=32m CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init:0:OOM barrier:"$up":2 barrier:"$done_":2 >"$TMP/refused" 2>&1 &
+tenant=$!
+"$PROBE" barrier:"$up":2 nvml-procs:0:0 barrier:"$done_":2 >"$TMP/seen" 2>&1
+wait $tenant
+cat "$TMP/refused" "$TMP/seen"
+check "a primary context that does not fit is refused" passed "$TMP/refused"
+check "a refused primary context is released (nothing of it left on the card)" passed "$TMP/seen"
 
 # --- imported IPC memory is charged once, to its owner ----------------------
 fresh
