@@ -38,4 +38,27 @@ out=$(env -i PATH=/usr/bin:/bin LD_PRELOAD="$PRELOAD" ASAN_OPTIONS="$ASAN_OPTION
     GPUVISOR_LIMITS_FILE="$TMP/plain.env" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 /usr/bin/env 2>&1)
 check 'grep -qx "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50" <<<"$out"' \
     "no MPS keys in the limits file (not an MPS GPU): the environment is left alone"
+# The node agent's way: the limits file at its default path (here in a
+# private mount namespace, a tmpfs over /etc).  It is the file, whatever the
+# tenant names in GPUVISOR_LIMITS_FILE; and lines indented, or with a value in
+# single quotes, are read as the agent's other lines.
+if unshare -m true 2>/dev/null; then
+    printf 'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100\nCUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=80G\n' >"$TMP/tenant.env"
+    printf '  CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30\n\texport CUDA_MPS_PINNED_DEVICE_MEM_LIMIT='"'"'0=2000M'"'"'\n' \
+        >"$TMP/etc.env"
+    cp /etc/ld.so.cache "$TMP/ld.so.cache" 2>/dev/null || true
+    out=$(unshare -m sh -c '
+        mount -t tmpfs gpuvisor-test /etc || exit 2
+        cp "$1/ld.so.cache" /etc/ 2>/dev/null
+        mkdir /etc/gpuvisor && cp "$1/etc.env" /etc/gpuvisor/limits.env
+        exec env -i PATH=/usr/bin:/bin LD_PRELOAD="$2" ASAN_OPTIONS="$3" GPUVISOR_LIMITS_FILE="$1/tenant.env" \
+            CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100 CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=80G /usr/bin/env' \
+        sh "$TMP" "$PRELOAD" "$ASAN_OPTIONS" 2>&1)
+    check 'grep -qx "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30" <<<"$out"' \
+        "with /etc/gpuvisor/limits.env present, the tenant's GPUVISOR_LIMITS_FILE is not read (30, not its 100)"
+    check 'grep -qx "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2000M" <<<"$out"' \
+        "an indented line and a value in single quotes are read (0=2000M)"
+else
+    for _ in 1 2; do n=$((n + 1)); echo "ok $n # SKIP cannot create a mount namespace here (unshare -m)"; done
+fi
 echo "1..$n"
