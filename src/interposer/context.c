@@ -15,7 +15,11 @@
  * cannot tell (another container's process appeared in the same window),
  * the card's context size measured earlier (the region's ctx_bytes, or this
  * process's own earlier measurement) is charged instead, never a delta that
- * includes a neighbour.
+ * includes a neighbour; with none measured yet, the smallest of the entries
+ * that appeared (ours is one of them, so never more than our context took;
+ * and never nothing: a process left unsure at its first context never
+ * learns later, and charging nothing let every context it made stay
+ * outside the slice).
  * A context that does not fit the slice is destroyed again and the call
  * returns CUDA_ERROR_OUT_OF_MEMORY.
  */
@@ -140,6 +144,38 @@ static bool claimed_by_sibling(unsigned pid)
     return false;
 }
 
+/* Whether after's entry i may be ours: new in this window (our first
+ * context is what brings us into NVML's list) and not a sibling's. */
+static bool candidate(const struct card_view *before, const struct card_view *after, unsigned i,
+                      const struct sibling_view *sib)
+{
+    return after->used[i] != 0 && used_by(before, after->pids[i]) == 0 &&
+           !maybe_sibling(after->pids[i], after->used[i], sib);
+}
+
+/*
+ * When we cannot tell which new entry is ours and no context size is known:
+ * the smallest candidate (or, if a sibling's charges could explain every
+ * new entry, the smallest new entry).  Ours is among them, so this never
+ * bills a neighbour's memory beyond what our context took, and a new entry
+ * is at least a context of this card: an undercharge by the difference
+ * between two contexts at most, where charging nothing was a whole one.
+ */
+static uint64_t smallest_new(const struct card_view *before, const struct card_view *after,
+                             const struct sibling_view *sib)
+{
+    uint64_t best = 0, any = 0;
+    for (unsigned i = 0; i < after->npids; i++) {
+        if (after->used[i] == 0 || used_by(before, after->pids[i]) != 0)
+            continue;
+        if (any == 0 || after->used[i] < any)
+            any = after->used[i];
+        if (candidate(before, after, i, sib) && (best == 0 || after->used[i] < best))
+            best = after->used[i];
+    }
+    return best != 0 ? best : any;
+}
+
 /*
  * NVML names processes by their pid on the host, which a process in a
  * container cannot see.  A process enters NVML's list with its first
@@ -158,8 +194,7 @@ static void learn_host_pid(const struct card_view *before, const struct card_vie
     unsigned found = 0, count = 0, self = (unsigned)getpid();
     bool self_new = false;
     for (unsigned i = 0; i < after->npids; i++) {
-        if (after->used[i] == 0 || used_by(before, after->pids[i]) != 0 ||
-            maybe_sibling(after->pids[i], after->used[i], sib))
+        if (!candidate(before, after, i, sib))
             continue;
         found = after->pids[i];
         count++;
@@ -186,14 +221,21 @@ static void learn_host_pid(const struct card_view *before, const struct card_vie
 /*
  * What creating a context on rdev took for this process: its own NVML
  * figure's growth, less what its other threads charged meanwhile (held_*),
- * or the card's context size known from earlier when we cannot tell.
+ * or, when we cannot tell, the card's context size known from earlier, else
+ * the smallest new entry (kept as this process's own size for its later
+ * contexts, which cannot tell either).
  */
 static uint64_t measured_bytes(int rdev, const struct card_view *before,
-                               const struct card_view *after, uint64_t held_before)
+                               const struct card_view *after, const struct sibling_view *sib,
+                               uint64_t held_before)
 {
     _Atomic uint64_t *known = &((struct gv_shm_device *)gv_ip_dev_info(rdev))->ctx_bytes;
     if (my_host_pid == 0) {
         uint64_t k = my_ctx_bytes[rdev] != 0 ? my_ctx_bytes[rdev] : atomic_load(known);
+        if (k == 0) {
+            k = smallest_new(before, after, sib);
+            my_ctx_bytes[rdev] = k < CTX_MEASURE_MAX ? k : CTX_MEASURE_MAX;
+        }
         gv_debug("context on region device %d: own NVML entry unknown, charging the card's "
                  "context size %llu",
                  rdev, (unsigned long long)k);
@@ -258,7 +300,8 @@ static CUresult charged_create(CUdevice dev, create_fn create, void *arg, uint64
     sibling_view(rdev, &sib_after);
     if (viewed_after && serial)
         learn_host_pid(&before, &after, &sib_after);
-    uint64_t bytes = viewed_after ? measured_bytes(rdev, &before, &after, held_before) : 0;
+    uint64_t bytes =
+        viewed_after ? measured_bytes(rdev, &before, &after, &sib_after, held_before) : 0;
     if (serial)
         gv_shm_ctx_unserialize(gv_ip.shm);
     if (rc != CUDA_SUCCESS || bytes == 0)

@@ -339,8 +339,36 @@ if unshare -p -f true 2>/dev/null; then
     check "a sibling's new entry during our first context is told apart from ours (fake driver)" \
         passed "$TMP/ns.b"
     check "the sibling passed" passed "$TMP/ns.s"
+
+    # The first process of a container creates its first context while a
+    # process of another container appears (100 MiB): it cannot tell its
+    # entry and nobody measured a context here before.  It charges the
+    # smallest new entry (its own 64 MiB), and so does every later context
+    # of it (it never learns its host pid afterwards): charging nothing let
+    # a tenant that staged one such start keep every context it then made
+    # outside its slice.
+    fresh
+    gate=$(syncdir gate); nb=$(syncdir nb); done_=$(syncdir done)
+    export gate nb done_
+    unshare -p -f bash -c '
+        exec env LD_PRELOAD="$PRELOAD" GV_FAKE_CTX_MEMORY=64m GV_FAKE_CTX_GATE="$gate" \
+            CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" \
+            init info:960m:1g ctx-create:0:OK info:896m:1g ctx-destroy:OK info:960m:1g \
+            barrier:"$done_":2 >"$TMP/ns.b" 2>&1' &
+    inner=$!
+    touch "$gate/go.2"
+    if wait_for "$gate/ctx.*.1"; then
+        "$PROBE" init alloc:100m:OK barrier:"$nb":2 barrier:"$done_":2 >"$TMP/ns.n" 2>&1 &
+        "$PROBE" barrier:"$nb":2 >/dev/null
+    fi
+    touch "$gate/go.1"
+    wait $inner
+    wait
+    cat "$TMP/ns.b"
+    check "a process unsure of its entry with no size measured charges its contexts, not nothing (fake driver)" \
+        passed "$TMP/ns.b"
 else
-    for _ in 1 2 3 4 5 6; do echo "ok $((n += 1)) # SKIP cannot create a pid namespace here (unshare -p)"; done
+    for _ in 1 2 3 4 5 6 7; do echo "ok $((n += 1)) # SKIP cannot create a pid namespace here (unshare -p)"; done
 fi
 
 # A process that knows its host pid measures each later context on its own
