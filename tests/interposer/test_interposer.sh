@@ -132,10 +132,12 @@ probe GV_FAKE_CTX_MEMORY=64m GPUVISOR_CONTEXT_RESERVE=100m CUDA_DEVICE_MEMORY_LI
 # measures the context (the fake driver holds the creation at a gate), and
 # the context is still charged exactly its 64 MiB.  First the primary
 # context (host pid not known yet), then a created one (host pid known).
-ctx_neighbour() { # ctx_neighbour GATE N: open gate N while a neighbour holds 25 MiB more
+# ctx_neighbour GATE N [MIB [PROBES]]: open gate N while a neighbour holds MIB
+# (25) MiB more; it then waits at $done_ with PROBES (2) probes in all.
+ctx_neighbour() {
     local nb; nb=$(syncdir "nb$2")
     wait_for "$1/ctx.*.$2" || return 1
-    "$PROBE" init alloc:25m:OK barrier:"$nb":1 barrier:"$done_":2 >"$TMP/neighbour.$2" 2>&1 &
+    "$PROBE" init alloc:"${3:-25}"m:OK barrier:"$nb":1 barrier:"$done_":"${4:-2}" >"$TMP/neighbour.$2" 2>&1 &
     wait_for "$nb/*" && touch "$1/go.$2"
 }
 fresh
@@ -282,7 +284,7 @@ if unshare -p -f true 2>/dev/null; then
     # B cannot tell which is its own and charges the size A measured, never
     # nothing (a context outside the slice) and never the neighbour's figure.
     fresh
-    gate=$(syncdir gate); up=$(syncdir up); done_=$(syncdir done); nb=$(syncdir nb)
+    gate=$(syncdir gate); up=$(syncdir up); done_=$(syncdir done)
     export PRELOAD PROBE TMP gate up done_
     unshare -p -f bash -c '
         env LD_PRELOAD="$PRELOAD" GV_FAKE_CTX_MEMORY=64m CUDA_DEVICE_MEMORY_LIMIT=1g \
@@ -294,18 +296,14 @@ if unshare -p -f true 2>/dev/null; then
             init info:896m:1g barrier:"$done_":3 >"$TMP/ns.b" 2>&1 &
         wait' &
     inner=$!
-    if wait_for "$gate/ctx.*.1"; then
-        "$PROBE" init alloc:100m:OK barrier:"$nb":2 barrier:"$done_":3 >"$TMP/ns.n" 2>&1 &
-        "$PROBE" barrier:"$nb":2 >/dev/null
-    fi
-    touch "$gate/go.1"
+    ctx_neighbour "$gate" 1 100 3
     wait $inner
     wait
     cat "$TMP/ns.a" "$TMP/ns.b"
     check "a process that cannot tell its NVML entry charges the context size its container measured (fake driver)" \
         passed "$TMP/ns.b"
     check "the measuring process passed" passed "$TMP/ns.a"
-    check "the other container's process passed" passed "$TMP/ns.n"
+    check "the other container's process passed" passed "$TMP/neighbour.1"
 
     # A process of the container that never learned its host pid (its
     # context takes no memory here) allocates 32 MiB while B creates its
@@ -348,8 +346,8 @@ if unshare -p -f true 2>/dev/null; then
     # a tenant that staged one such start keep every context it then made
     # outside its slice.
     fresh
-    gate=$(syncdir gate); nb=$(syncdir nb); done_=$(syncdir done)
-    export gate nb done_
+    gate=$(syncdir gate); done_=$(syncdir done)
+    export gate done_
     unshare -p -f bash -c '
         exec env LD_PRELOAD="$PRELOAD" GV_FAKE_CTX_MEMORY=64m GV_FAKE_CTX_GATE="$gate" \
             CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" \
@@ -357,11 +355,7 @@ if unshare -p -f true 2>/dev/null; then
             barrier:"$done_":2 >"$TMP/ns.b" 2>&1' &
     inner=$!
     touch "$gate/go.2"
-    if wait_for "$gate/ctx.*.1"; then
-        "$PROBE" init alloc:100m:OK barrier:"$nb":2 barrier:"$done_":2 >"$TMP/ns.n" 2>&1 &
-        "$PROBE" barrier:"$nb":2 >/dev/null
-    fi
-    touch "$gate/go.1"
+    ctx_neighbour "$gate" 1 100
     wait $inner
     wait
     cat "$TMP/ns.b"
@@ -376,17 +370,13 @@ fi
 # not taken for it (which would bill the neighbour's 100 MiB now and nothing
 # for every context after).  Three contexts, 3 x 64 MiB.
 fresh
-gate=$(syncdir gate); nb=$(syncdir nb); done_=$(syncdir done)
+gate=$(syncdir gate); done_=$(syncdir done)
 touch "$gate/go.1" "$gate/go.3"
 probe_bg GV_FAKE_CTX_MEMORY=64m GV_FAKE_CTX_GATE="$gate" CUDA_DEVICE_MEMORY_LIMIT=1g \
     CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" "$PROBE" init ctx-create:0:OK ctx-create:0:OK \
     info:832m:1g barrier:"$done_":2 >"$TMP/billed" 2>&1 &
 tenant=$!
-if wait_for "$gate/ctx.*.2"; then
-    "$PROBE" init alloc:100m:OK barrier:"$nb":2 barrier:"$done_":2 >"$TMP/neighbour" 2>&1 &
-    "$PROBE" barrier:"$nb":2 >/dev/null
-fi
-touch "$gate/go.2"
+ctx_neighbour "$gate" 2 100
 wait $tenant
 wait
 cat "$TMP/billed"
