@@ -280,9 +280,9 @@ if unshare -p -f true 2>/dev/null; then
     # Two processes of one container (one pid namespace, one region): A
     # measures the card's context (64 MiB) at its first context. B's first
     # context is created while a process of another container appears on the
-    # card with 100 MiB, so two entries are new and neither carries B's pid:
-    # B cannot tell which is its own and charges the size A measured, never
-    # nothing (a context outside the slice) and never the neighbour's figure.
+    # card with 32 MiB, so two entries are new and neither carries B's pid:
+    # B cannot tell which is its own and charges the size A measured (not
+    # the smaller new entry, which it charges only when nothing was measured).
     fresh
     gate=$(syncdir gate); up=$(syncdir up); done_=$(syncdir done)
     export PRELOAD PROBE TMP gate up done_
@@ -296,7 +296,7 @@ if unshare -p -f true 2>/dev/null; then
             init info:896m:1g barrier:"$done_":3 >"$TMP/ns.b" 2>&1 &
         wait' &
     inner=$!
-    ctx_neighbour "$gate" 1 100 3
+    ctx_neighbour "$gate" 1 32 3
     wait $inner
     wait
     cat "$TMP/ns.a" "$TMP/ns.b"
