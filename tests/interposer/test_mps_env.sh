@@ -21,12 +21,12 @@ if [ -e /etc/gpuvisor/limits.env ]; then
     echo "ok 1 - MPS env from the limits file # SKIP /etc/gpuvisor/limits.env exists on this machine"
     echo "1..1"; exit 0
 fi
-printf 'CUDA_DEVICE_MEMORY_LIMIT_0=2000m\nCUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30\nexport CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="0=2000M"\nCUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps\n' >"$TMP/limits.env"
+printf 'CUDA_DEVICE_MEMORY_LIMIT_0=2000m\nCUDA_MPS_LINE_WITHOUT_A_VALUE\nCUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30\nexport CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="0=2000M"\nCUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps\n' >"$TMP/limits.env"
 out=$(env -i PATH=/usr/bin:/bin LD_PRELOAD="$PRELOAD" ASAN_OPTIONS="$ASAN_OPTIONS" \
     GPUVISOR_LIMITS_FILE="$TMP/limits.env" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100 \
     CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=80G CUDA_MPS_PIPE_DIRECTORY=/tenant/own /usr/bin/env 2>&1)
 check 'grep -qx "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30" <<<"$out"' \
-    "the tenant's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100 is replaced by the limits file's 30"
+    "the tenant's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100 is replaced by the limits file's 30 (a line without '=' before it skipped)"
 check 'grep -qx "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2000M" <<<"$out"' \
     "the tenant's pinned memory limit 0=80G is replaced by 0=2000M (quotes and export stripped)"
 check 'grep -qx "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps" <<<"$out"' \
