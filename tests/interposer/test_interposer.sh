@@ -266,6 +266,31 @@ probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache"
 wait $holder $other
 check "holder process passed" passed "$TMP/holder"
 check "other tenant passed" passed "$TMP/other"
+# The other tenant first in NVML's list, and the holder knowing its host pid
+# (its context takes memory, so it learns it): the container's view keeps the
+# holder alone, moved to the front with its charged bytes (64 MiB context +
+# 100 MiB), and no slot of ours stands for another pid.  A process without a
+# shared region configured sees the driver's list as it is.
+fresh
+up=$(syncdir up); done_=$(syncdir done); first=$(syncdir first)
+"$PROBE" init alloc:50m:OK barrier:"$first":1 barrier:"$up":3 barrier:"$done_":3 >"$TMP/other" 2>&1 &
+other=$!
+wait_for "$first/*"
+probe_bg GV_FAKE_CTX_MEMORY=64m CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init alloc:100m:OK barrier:"$up":3 barrier:"$done_":3 >"$TMP/holder" 2>&1 &
+holder=$!
+"$PROBE" barrier:"$up":3 >/dev/null
+probe CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" nvml-procs:0:1 >"$TMP/view" 2>&1
+probe CUDA_DEVICE_MEMORY_LIMIT=1g "$PROBE" nvml-procs:0:2 >"$TMP/view.plain" 2>&1
+"$PROBE" barrier:"$done_":3 >/dev/null
+wait $holder $other
+cat "$TMP/view" "$TMP/view.plain"
+check "the view lists the container's one process, not the tenant listed before it" passed "$TMP/view"
+check "the listed process is the holder, with its charged 164 MiB" grep -qx "# pid $holder used 171966464" "$TMP/view"
+check "without a shared region the driver's list is left as it is (both tenants)" passed "$TMP/view.plain"
+check "the holder passed" passed "$TMP/holder"
+check "the other tenant passed" passed "$TMP/other"
 
 # In a pid namespace (a container) NVML's pids are host pids: the interposer
 # learns its own while creating its first context.
