@@ -193,6 +193,14 @@ probe GV_FAKE_CTX_MEMORY=64m CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHAR
     pa:cuDevicePrimaryCtxReset:10000:0:cuDevicePrimaryCtxReset
 
 # --- cuGetProcAddress honours cudaVersion and flags ------------------------
+# A driver whose table hands out internal entry points for the allocation
+# functions, not its exported symbols (the fake's GV_FAKE_PROC_INTERNAL): the
+# interposer knows them by the name asked for, so the limit and the slice's
+# view hold on that path too, for either stream flavour.
+fresh
+probe GV_FAKE_PROC_INTERNAL=1 CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" --via procaddr:12000 init info:1g:1g alloc:768m:OK info:256m:1g alloc:512m:OOM \
+    async:512m:OOM async-pt:512m:OOM async:200m:OK info:56m:1g
 fresh
 probe "$PROBE" --via dlopen init \
     pa:cuMemAlloc:12000:0:cuMemAlloc_v2 pa:cuMemGetInfo:13000:0:cuMemGetInfo_v2 \

@@ -3,6 +3,7 @@
  * base name for a CUDA version and stream flavour from FAKE_CUDA_PROCS, as
  * the real driver does from its internal table.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "fake_cuda.h"
@@ -24,6 +25,43 @@ static const struct proc procs[] = {
     FAKE_CUDA_PROCS(X)
 #undef X
 };
+
+/*
+ * GV_FAKE_PROC_INTERNAL=1: the table hands out internal entry points for the
+ * allocation functions instead of the exported symbols (a driver need not
+ * give out its exported addresses), so an interposer must know them by the
+ * name asked for.  The library is linked -Bsymbolic: these call the fake's
+ * own functions, never a preloaded hook of the same name.
+ */
+static CUresult internal_alloc(CUdeviceptr *p, size_t n) { return cuMemAlloc_v2(p, n); }
+static CUresult internal_info(size_t *free_bytes, size_t *total)
+{
+    return cuMemGetInfo_v2(free_bytes, total);
+}
+static CUresult internal_alloc_async(CUdeviceptr *p, size_t n, CUstream s)
+{
+    return cuMemAllocAsync(p, n, s);
+}
+static CUresult internal_alloc_async_ptsz(CUdeviceptr *p, size_t n, CUstream s)
+{
+    return cuMemAllocAsync_ptsz(p, n, s);
+}
+
+static void *entry_point(void *fn)
+{
+    const char *v = getenv("GV_FAKE_PROC_INTERNAL");
+    if (v == NULL || strcmp(v, "1") != 0)
+        return fn;
+    if (fn == (void *)cuMemAlloc_v2)
+        return (void *)internal_alloc;
+    if (fn == (void *)cuMemGetInfo_v2)
+        return (void *)internal_info;
+    if (fn == (void *)cuMemAllocAsync)
+        return (void *)internal_alloc_async;
+    if (fn == (void *)cuMemAllocAsync_ptsz)
+        return (void *)internal_alloc_async_ptsz;
+    return fn;
+}
 
 static CUresult lookup(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                        CUdriverProcAddressQueryResult *status)
@@ -52,7 +90,7 @@ static CUresult lookup(const char *symbol, void **pfn, int cudaVersion, cuuint64
                                                  : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
         return CUDA_ERROR_NOT_FOUND;
     }
-    *pfn = best->fn;
+    *pfn = entry_point(best->fn);
     if (status != NULL)
         *status = CU_GET_PROC_ADDRESS_SUCCESS;
     return CUDA_SUCCESS;
