@@ -37,6 +37,9 @@
  *   ext-import:SIZE:EXP           cuImportExternalMemory (an opaque fd from a graphics API)
  *   ext-map:SIZE:EXP              a buffer mapped from the last import (freed with cuMemFree)
  *   sleep:MS
+ *   fork                          the remaining ops run in a child; the parent exits at
+ *                                 once (a worker a fork server leaves behind)
+ *   parent-gone                   waits until the process that forked us has exited
  *   barrier:DIR:N                 waits until N probes reached it: each adds DIR/<pid>,
  *                                 DIR must exist (ops that read shared state only after
  *                                 every tenant is done changing it).  The 120 s bound
@@ -49,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -301,6 +305,9 @@ static int count_entries(const char *dir)
     closedir(d);
     return n;
 }
+
+/* The probe's pid before its fork op (0: none). */
+static pid_t forked_from;
 
 static void run_op(char *op)
 {
@@ -616,6 +623,26 @@ static void run_op(char *op)
             nanosleep(&ts, NULL);
         }
         tap(f != NULL && seen >= want, orig, "%d of %d probes arrived", seen, want);
+    } else if (strcmp(name, "fork") == 0) {
+        fflush(stdout);
+        fflush(stderr);
+        forked_from = getpid();
+        pid_t c = fork();
+        if (c < 0) {
+            tap(0, orig, "fork failed");
+        } else if (c > 0) {
+            printf("# forked %d\n", (int)c);
+            fflush(stdout);
+            _exit(failures ? 1 : 0);
+        }
+    } else if (strcmp(name, "parent-gone") == 0) {
+        int tries = 0;
+        for (; forked_from != 0 && getppid() == forked_from && tries < 6000; tries++) {
+            struct timespec ts = {0, 10 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        tap(forked_from != 0 && getppid() != forked_from, orig, "parent %d gone",
+            (int)forked_from);
     } else if (strcmp(name, "sleep") == 0) {
         NEED(2);
         struct timespec ts = {atoi(a[1]) / 1000, (atoi(a[1]) % 1000) * 1000000L};

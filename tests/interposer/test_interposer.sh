@@ -429,6 +429,25 @@ cat "$TMP/refused" "$TMP/seen"
 check "a primary context that does not fit is refused" passed "$TMP/refused"
 check "a refused primary context is released (nothing of it left on the card)" passed "$TMP/seen"
 
+# --- a forked child is a process of its own ---------------------------------
+# A worker forked by a process that then exits (a fork server, Python's
+# multiprocessing): the child takes a slot of its own, so its 50 MiB stay
+# charged after the parent is gone and the parent's 100 MiB are released; the
+# container's view lists the child.
+fresh
+reaped=$(syncdir reaped); done_=$(syncdir done)
+probe_bg CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/r.cache" \
+    "$PROBE" init alloc:100m:OK fork init alloc:50m:OK barrier:"$reaped":2 alloc:900m:OK \
+    info:74m:1g alloc:100m:OOM nvml-procs:0:1 barrier:"$done_":2 >"$TMP/forked" 2>&1 &
+parent=$!
+wait $parent
+"$PROBE" barrier:"$reaped":2 >/dev/null
+"$PROBE" barrier:"$done_":2 >/dev/null
+cat "$TMP/forked"
+check "a forked worker keeps its own charges when its parent exits, the parent's are released" \
+    passed "$TMP/forked"
+check "the worker ran its ops to the end" grep -q "nvml-procs:0:1: rc 0 count 1" "$TMP/forked"
+
 # --- imported IPC memory is charged once, to its owner ----------------------
 fresh
 up=$(syncdir up); done_=$(syncdir done)
