@@ -443,6 +443,8 @@ parent=$!
 wait $parent
 "$PROBE" barrier:"$reaped":2 >/dev/null
 "$PROBE" barrier:"$done_":2 >/dev/null
+worker=$(sed -n 's/^# forked \([0-9]*\)$/\1/p' "$TMP/forked")
+for _ in $(seq 12000); do [ -n "$worker" ] && kill -0 "$worker" 2>/dev/null || break; sleep 0.01; done
 cat "$TMP/forked"
 check "a forked worker keeps its own charges when its parent exits, the parent's are released" \
     passed "$TMP/forked"
