@@ -314,6 +314,98 @@ static void test_random_single_gpu_optimal(void **state)
     }
 }
 
+/* Node n1 of cpu milli (checked) with n GPUs of 16000 MiB. */
+static struct gv_alloc_cluster *cluster_cpu(uint32_t n, int64_t cpu)
+{
+    struct gv_alloc_config cfg;
+    gv_alloc_config_default(&cfg);
+    cfg.workload_half_life = 0;
+    struct gv_alloc_cluster *c;
+    assert_int_equal(gv_alloc_cluster_new(&cfg, &c, NULL), GV_OK);
+    struct gv_alloc_gpu_spec g[8];
+    char uuids[8][64];
+    for (uint32_t i = 0; i < n; i++) {
+        snprintf(uuids[i], sizeof(uuids[i]), "n1-g%u", i);
+        g[i] = (struct gv_alloc_gpu_spec){uuids[i], i, "NVIDIA A100", 16000, 4, 0, true,
+                                          GV_ALLOC_GPU_SHARED};
+    }
+    struct gv_alloc_node_spec s = {"n1", cpu, 0, NULL, 0, g, n};
+    assert_int_equal(gv_alloc_node_upsert(c, &s, NULL), GV_OK);
+    return c;
+}
+
+/* Places uid with the assignment text, holding cpu milli of the host. */
+static void place_cpu(struct gv_alloc_cluster *c, const char *uid, const char *text, int64_t cpu)
+{
+    struct gv_alloc_assignment a;
+    struct gv_error err = {0};
+    if (gv_alloc_assignment_decode(text, strlen(text), &a, &err) != GV_OK)
+        fail_msg("decode %s: %s", text, err.msg);
+    struct gv_alloc_request *r = simple_req(uid, a.containers[0].n_devices, 0, 0);
+    r->cpu_milli = cpu;
+    if (gv_alloc_place(c, r, &a, &err) != GV_OK)
+        fail_msg("place %s: %s", uid, err.msg);
+    gv_alloc_request_free(r);
+}
+
+/*
+ * When the GPU-by-GPU search does not apply (here: a request for host CPU
+ * alone), every eligible pod goes out and they are given back in
+ * kube-scheduler's reprieve order while the request still fits: a pod
+ * whose eviction would violate a PodDisruptionBudget first, then the most
+ * important, then the smallest GPU share (so that more pods stay).  Two pods
+ * of 4000 milli CPU on 8000, a request for 4000: one is reprieved, the other
+ * is the victim.  The candidate lists put the pod to reprieve last, so that
+ * list order alone would pick the wrong one.
+ */
+static void test_reprieve_order(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = cluster_cpu(1, 8000);
+    place_cpu(c, "big", "v1;node=n1;main=n1-g0:4000:600", 4000);
+    place_cpu(c, "small", "v1;node=n1;main=n1-g0:2000:200", 4000);
+    struct gv_alloc_request *r = simple_req("hi", 0, 0, 0);
+    r->cpu_milli = 4000;
+    struct gv_alloc_victim_plan p;
+    /* priority: the more important one stays */
+    struct gv_alloc_victim v1[] = {{"small", 1, false, false, NULL}, {"big", 5, false, false, NULL}};
+    assert_string_equal(victims(c, r, 10, v1, 2, NULL, &p), "small");
+    assert_int_equal(p.max_priority, 1);
+    /* a PDB-protected pod stays, even over a more important one */
+    struct gv_alloc_victim v2[] = {{"big", 5, false, false, NULL}, {"small", 1, true, false, NULL}};
+    assert_string_equal(victims(c, r, 10, v2, 2, NULL, &p), "big");
+    assert_int_equal(p.pdb_violations, 0);
+    /* equals: the smaller GPU share stays */
+    struct gv_alloc_victim v3[] = {{"big", 1, false, false, NULL}, {"small", 1, false, false, NULL}};
+    assert_string_equal(victims(c, r, 10, v3, 2, NULL, &p), "big");
+    gv_alloc_request_free(r);
+    gv_alloc_cluster_free(c);
+}
+
+/* Plans compare on fitting first: a plan that does not fit loses to any
+ * that does, however cheap it looks; then PDB violations, count, the
+ * highest priority, the priority sum, GPU compute, GPU memory. */
+static void test_plan_order(void **state)
+{
+    (void)state;
+    struct gv_alloc_victim_plan fit3 = {.fits = true, .n = 3, .max_priority = 1},
+                                nofit = {.fits = false, .n = 0, .max_priority = INT32_MIN};
+    assert_true(gv_alloc_victim_plan_cmp(&fit3, &nofit) < 0);
+    assert_true(gv_alloc_victim_plan_cmp(&nofit, &fit3) > 0);
+    assert_int_equal(gv_alloc_victim_plan_cmp(&fit3, &fit3), 0);
+    struct gv_alloc_victim_plan a = fit3, b = fit3;
+    b.pdb_violations = 1;
+    b.n = 1;
+    assert_true(gv_alloc_victim_plan_cmp(&a, &b) < 0);
+    b = fit3;
+    b.max_priority = 2;
+    b.n = 2;
+    assert_true(gv_alloc_victim_plan_cmp(&b, &a) < 0);
+    b = fit3;
+    b.mem_mib = 1;
+    assert_true(gv_alloc_victim_plan_cmp(&a, &b) < 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -322,6 +414,8 @@ int main(void)
         cmocka_unit_test(test_pdb_preferred_and_forced),
         cmocka_unit_test(test_constraints_no_eviction_helps),
         cmocka_unit_test(test_random_single_gpu_optimal),
+        cmocka_unit_test(test_reprieve_order),
+        cmocka_unit_test(test_plan_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
