@@ -378,6 +378,21 @@ static void test_reprieve_order(void **state)
     /* equals: the smaller GPU share stays */
     struct gv_alloc_victim v3[] = {{"big", 1, false, false, NULL}, {"small", 1, false, false, NULL}};
     assert_string_equal(victims(c, r, 10, v3, 2, NULL, &p), "big");
+    /* a pod named twice is one pod: its first entry counts, once */
+    struct gv_alloc_victim v4[] = {{"small", 1, false, false, NULL},
+                                   {"big", 5, false, false, NULL},
+                                   {"small", 1, false, false, NULL}};
+    assert_string_equal(victims(c, r, 10, v4, 3, NULL, &p), "small");
+    assert_int_equal(p.n, 1);
+    assert_int_equal(p.priority_sum, 1);
+    r->cpu_milli = 8000; /* both must go: each counted once */
+    assert_string_equal(victims(c, r, 10, v4, 3, NULL, &p), "small,big");
+    assert_int_equal(p.priority_sum, 6);
+    r->cpu_milli = 4000;
+    struct gv_alloc_request *g = simple_req("hg", 1, 14000, 0); /* GPU by GPU: the same */
+    assert_string_equal(victims(c, g, 10, v4, 3, NULL, &p), "big");
+    assert_int_equal(p.n, 1);
+    gv_alloc_request_free(g);
     gv_alloc_request_free(r);
     gv_alloc_cluster_free(c);
 }
