@@ -397,6 +397,109 @@ static void test_reprieve_order(void **state)
     gv_alloc_cluster_free(c);
 }
 
+/* Node n1 with one GPU of 16000 MiB that takes up to split tasks. */
+static struct gv_alloc_cluster *cluster_split(uint32_t split)
+{
+    struct gv_alloc_config cfg;
+    gv_alloc_config_default(&cfg);
+    cfg.workload_half_life = 0;
+    struct gv_alloc_cluster *c;
+    assert_int_equal(gv_alloc_cluster_new(&cfg, &c, NULL), GV_OK);
+    struct gv_alloc_gpu_spec g = {"n1-g0", 0, "NVIDIA A100", 16000, split, 0, true,
+                                  GV_ALLOC_GPU_SHARED};
+    struct gv_alloc_node_spec s = {"n1", 0, 0, NULL, 0, &g, 1};
+    assert_int_equal(gv_alloc_node_upsert(c, &s, NULL), GV_OK);
+    return c;
+}
+
+/*
+ * Up to 12 pods on a GPU the cheapest set is searched exactly; above, all
+ * go and the most important, then the smallest, are given back while the
+ * request still fits (a bounded greedy).  One GPU at 950 milli: a 400-milli
+ * pod of priority 5 and small pods of priority 0; a 400-milli request.
+ * Exact: the one big pod (fewest victims).  Greedy: the big one is given
+ * back first and seven small ones go.  12 pods search exactly, 13 do not.
+ */
+static void test_exact_up_to_twelve_then_greedy(void **state)
+{
+    (void)state;
+    for (uint32_t m = 12; m <= 13; m++) {
+        struct gv_alloc_cluster *c = cluster_split(32);
+        struct gv_alloc_victim v[13];
+        char uids[13][8];
+        place(c, "big", "v1;node=n1;main=n1-g0:1000:400");
+        v[0] = (struct gv_alloc_victim){"big", 5, false, false, NULL};
+        uint32_t small_milli = m == 12 ? 50 : 45; /* 11 x 50 or 12 x 45: 550 or 540 */
+        for (uint32_t i = 1; i < m; i++) {
+            snprintf(uids[i], sizeof(uids[i]), "s%02u", i);
+            char text[96];
+            snprintf(text, sizeof(text), "v1;node=n1;main=n1-g0:100:%u", small_milli);
+            place(c, uids[i], text);
+            v[i] = (struct gv_alloc_victim){uids[i], 0, false, false, NULL};
+        }
+        struct gv_alloc_request *r = simple_req("hi", 1, 1000, 400);
+        struct gv_alloc_victim_plan p;
+        const char *got = victims(c, r, 10, v, m, NULL, &p);
+        if (m == 12) {
+            assert_string_equal(got, "big");
+        } else {
+            /* 400 given back, then the smalls while 400 milli stay free:
+             * 4 of 45 back (580 used), 8 victims */
+            assert_int_equal(p.n, 8);
+            assert_null(strstr(got, "big"));
+        }
+        gv_alloc_request_free(r);
+        gv_alloc_cluster_free(c);
+    }
+}
+
+/* The greedy's order among equals: the smallest is given back first, so
+ * more pods stay (the list puts the large ones first). */
+static void test_greedy_gives_back_smallest_first(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = cluster_split(32);
+    struct gv_alloc_victim v[14];
+    char uids[14][8];
+    for (uint32_t i = 0; i < 14; i++) {
+        snprintf(uids[i], sizeof(uids[i]), "p%02u", i);
+        char text[96];
+        snprintf(text, sizeof(text), "v1;node=n1;main=n1-g0:100:%u", i < 7 ? 100 : 40);
+        place(c, uids[i], text);
+        v[i] = (struct gv_alloc_victim){uids[i], 1, false, false, NULL};
+    }
+    /* 980 used; a 300-milli request: the seven 40s back (280), then four
+     * 100s (680): three 100s go */
+    struct gv_alloc_request *r = simple_req("hi", 1, 1000, 300);
+    struct gv_alloc_victim_plan p;
+    victims(c, r, 10, v, 14, NULL, &p);
+    assert_int_equal(p.n, 3);
+    assert_int_equal(p.milli, 300);
+    gv_alloc_request_free(r);
+    gv_alloc_cluster_free(c);
+}
+
+/* A request for a GPU no task uses ("mutex") empties one GPU: every pod on
+ * the cheapest GPU goes, however little it holds. */
+static void test_mutex_request_empties_a_gpu(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = cluster_with("n1", 2, 16000);
+    place(c, "a", "v1;node=n1;main=n1-g0:1000:100");
+    place(c, "b", "v1;node=n1;main=n1-g0:1000:100");
+    place(c, "d", "v1;node=n1;main=n1-g1:4000:200");
+    struct gv_alloc_victim v[] = {{"a", 1, false, false, NULL}, {"b", 1, false, false, NULL},
+                                  {"d", 1, false, false, NULL}};
+    struct gv_alloc_request *r = simple_req("hi", 1, 1000, 100);
+    struct gv_alloc_assignment a;
+    assert_string_equal(victims(c, r, 10, v, 3, &a, NULL), ""); /* room already */
+    r->gpu_mutex = true;
+    assert_string_equal(victims(c, r, 10, v, 3, &a, NULL), "d"); /* g1: one pod */
+    assert_string_equal(a.containers[0].devices[0].uuid, "n1-g1");
+    gv_alloc_request_free(r);
+    gv_alloc_cluster_free(c);
+}
+
 /* Plans compare on fitting first: a plan that does not fit loses to any
  * that does, however cheap it looks; then PDB violations, count, the
  * highest priority, the priority sum, GPU compute, GPU memory. */
@@ -431,6 +534,9 @@ int main(void)
         cmocka_unit_test(test_random_single_gpu_optimal),
         cmocka_unit_test(test_reprieve_order),
         cmocka_unit_test(test_plan_order),
+        cmocka_unit_test(test_exact_up_to_twelve_then_greedy),
+        cmocka_unit_test(test_greedy_gives_back_smallest_first),
+        cmocka_unit_test(test_mutex_request_empties_a_gpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
