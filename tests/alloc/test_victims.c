@@ -500,6 +500,32 @@ static void test_mutex_request_empties_a_gpu(void **state)
     gv_alloc_cluster_free(c);
 }
 
+/* A pod whose GPU left the node (the node was updated without it) holds
+ * nothing there: it is no victim, and the search over the other GPUs is
+ * not disturbed by its device. */
+static void test_vanished_gpu_pod(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = cluster_with("n1", 2, 16000);
+    place(c, "gone", "v1;node=n1;main=n1-g1:8000:300");
+    place(c, "a", "v1;node=n1;main=n1-g0:12000:300");
+    place(c, "b", "v1;node=n1;main=n1-g0:2000:100");
+    struct gv_alloc_gpu_spec g = {"n1-g0", 0, "NVIDIA A100", 16000, 4, 0, true,
+                                  GV_ALLOC_GPU_SHARED};
+    struct gv_alloc_node_spec s = {"n1", 0, 0, NULL, 0, &g, 1};
+    assert_int_equal(gv_alloc_node_upsert(c, &s, NULL), GV_OK);
+    struct gv_alloc_victim v[] = {{"gone", 1, false, false, NULL}, {"a", 1, false, false, NULL},
+                                  {"b", 1, false, false, NULL}};
+    struct gv_alloc_request *r = simple_req("hi", 1, 4000, 0);
+    struct gv_alloc_victim_plan p;
+    assert_string_equal(victims(c, r, 10, v, 3, NULL, &p), "b");
+    r->containers[0].mem = 10000;
+    assert_string_equal(victims(c, r, 10, v, 3, NULL, &p), "a");
+    assert_int_equal(p.mem_mib, 12000);
+    gv_alloc_request_free(r);
+    gv_alloc_cluster_free(c);
+}
+
 /* Plans compare on fitting first: a plan that does not fit loses to any
  * that does, however cheap it looks; then PDB violations, count, the
  * highest priority, the priority sum, GPU compute, GPU memory. */
@@ -537,6 +563,7 @@ int main(void)
         cmocka_unit_test(test_exact_up_to_twelve_then_greedy),
         cmocka_unit_test(test_greedy_gives_back_smallest_first),
         cmocka_unit_test(test_mutex_request_empties_a_gpu),
+        cmocka_unit_test(test_vanished_gpu_pod),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
