@@ -276,6 +276,118 @@ static void test_full_pods_form_and_refusals(void **state)
     env_stop(&e);
 }
 
+/* The victims' node of a preempt answer ("" for none; heap). */
+static char *answered_node(const char *out)
+{
+    json_t *j = json_loads(out != NULL ? out : "", 0, NULL);
+    json_t *m = json_object_get(j, "NodeNameToMetaVictims");
+    assert_true(json_is_object(m));
+    assert_true(json_object_size(m) <= 1);
+    const char *k = "";
+    json_t *v;
+    json_object_foreach(m, k, v)
+        break;
+    char *name = strdup(json_object_size(m) ? k : "");
+    json_decref(j);
+    return name;
+}
+
+/*
+ * The answer is the one node where the eviction costs least, whatever order
+ * kube-scheduler lists the candidates in (a Go map: any order), and of
+ * equal costs the smallest name.  n1 frees a GPU with two victims, n2 with
+ * one of priority 1, n3 with one of priority 2; n0 is n2's twin.
+ */
+static void test_cheapest_node_any_order(void **state)
+{
+    (void)state;
+    static const char *const nodes[] = {"n0", "n1", "n2", "n3"};
+    struct env e;
+    env_start(&e, nodes, 4, 2);
+    for (unsigned g = 0; g < 2; g++) {
+        char u[16];
+        snprintf(u, sizeof(u), "a%ux", g);
+        bound(e.s, u, 1, "n1", g, 8000);
+        snprintf(u, sizeof(u), "a%uy", g);
+        bound(e.s, u, 1, "n1", g, 8000);
+        snprintf(u, sizeof(u), "b%u", g);
+        bound(e.s, u, 1, "n2", g, 16000);
+        snprintf(u, sizeof(u), "c%u", g);
+        bound(e.s, u, 2, "n3", g, 16000);
+        snprintf(u, sizeof(u), "z%u", g);
+        bound(e.s, u, 1, "n0", g, 16000);
+    }
+    json_t *hi = st_gpu_pod("hi", 100, 16000, NULL, NULL);
+    static const char *const orders[][3] = {
+        {"n1", "n2", "n3"}, {"n3", "n2", "n1"}, {"n2", "n3", "n1"}, {"n1", "n3", "n2"}};
+    long st;
+    for (size_t o = 0; o < sizeof(orders) / sizeof(orders[0]); o++) {
+        char *body = meta_body(hi, orders[o], 3);
+        char *out = post(&e, "preempt", body, &st);
+        assert_int_equal(st, 200);
+        char *node = answered_node(out);
+        if (strcmp(node, "n2") != 0)
+            fail_msg("candidates %s,%s,%s: answered %s (%s)", orders[o][0], orders[o][1],
+                     orders[o][2], node, out);
+        assert_json_eq(out, "{\"NodeNameToMetaVictims\":{\"n2\":{\"Pods\":[{\"UID\":\"b0\"}],"
+                            "\"NumPDBViolations\":0}}}");
+        free(node);
+        free(out);
+        free(body);
+    }
+    /* equal costs: the smallest name, listed first or last */
+    static const char *const twins[][2] = {{"n2", "n0"}, {"n0", "n2"}};
+    for (size_t o = 0; o < 2; o++) {
+        char *body = meta_body(hi, twins[o], 2);
+        char *out = post(&e, "preempt", body, &st);
+        char *node = answered_node(out);
+        if (strcmp(node, "n0") != 0)
+            fail_msg("candidates %s,%s: answered %s", twins[o][0], twins[o][1], node);
+        free(node);
+        free(out);
+        free(body);
+    }
+    /* the hold is on n0; its victim gone, a filter that does not list n0
+     * among its candidates never answers n0 */
+    deleted(e.s, "z0");
+    json_t *res = st_filter(e.base, hi, (const char *[]){"n1", "n3"}, 2, &st);
+    assert_int_equal(st, 200);
+    assert_null(st_chosen(res));
+    json_decref(res);
+    res = st_filter(e.base, hi, (const char *[]){"n1", "n0"}, 2, &st);
+    assert_string_equal(st_chosen(res), "n0");
+    json_decref(res);
+    json_decref(hi);
+    env_stop(&e);
+}
+
+/* A GPU pod without a uid (kube-scheduler never sends one; a malformed or
+ * hostile body may): no victims anywhere, and the scheduler stays up. */
+static void test_preemptor_without_uid(void **state)
+{
+    (void)state;
+    struct env e;
+    json_t *hi = start_filled(&e, NULL, 16000);
+    json_object_del(json_object_get(hi, "metadata"), "uid");
+    long st;
+    char *body = meta_body(hi, NODES, 2);
+    char *out = post(&e, "preempt", body, &st);
+    assert_int_equal(st, 200);
+    assert_json_eq(out, "{\"NodeNameToMetaVictims\":{}}");
+    free(out);
+    free(body);
+    json_object_set_new(json_object_get(hi, "metadata"), "uid", json_string(""));
+    body = meta_body(hi, NODES, 2);
+    out = post(&e, "preempt", body, &st);
+    assert_int_equal(st, 200);
+    assert_json_eq(out, "{\"NodeNameToMetaVictims\":{}}");
+    free(out);
+    free(body);
+    assert_true(st_metric(e.metrics, "gpuvisor_scheduler_nominated_holds", "") == 0);
+    json_decref(hi);
+    env_stop(&e);
+}
+
 /* Events (posted through the API stand-in; the informers are not started,
  * the state is fed by hand): the preemptor hears which node, which GPU and
  * how much is freed, the victim for whom and what it held. */
@@ -1019,6 +1131,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_meta_round_trip_and_hold),
         cmocka_unit_test(test_full_pods_form_and_refusals),
+        cmocka_unit_test(test_cheapest_node_any_order),
+        cmocka_unit_test(test_preemptor_without_uid),
         cmocka_unit_test(test_only_bound_pods_are_victims),
         cmocka_unit_test(test_events_with_fake_apiserver),
         cmocka_unit_test(test_restart_between_preempt_and_bind),
