@@ -354,6 +354,13 @@ static void test_cheapest_node_any_order(void **state)
     assert_int_equal(st, 200);
     assert_null(st_chosen(res));
     json_decref(res);
+    /* nor reserved it there: a more important pod may still take n0 */
+    json_t *top = st_gpu_pod("top", 500, 16000, NULL, NULL);
+    res = st_filter(e.base, top, (const char *[]){"n0"}, 1, &st);
+    assert_string_equal(st_chosen(res), "n0");
+    json_decref(res);
+    json_decref(top);
+    deleted(e.s, "top");
     res = st_filter(e.base, hi, (const char *[]){"n1", "n0"}, 2, &st);
     assert_string_equal(st_chosen(res), "n0");
     json_decref(res);
