@@ -84,10 +84,10 @@ def seed_objects(pdbs=()):
 
 
 class Api:
-    def __init__(self, tag, pdbs=(), versions=None, graceful=False):
+    def __init__(self, tag, pdbs=(), versions=None, graceful=False, extra=()):
         seed = os.path.join(work, tag + ".json")
         with open(seed, "w") as f:
-            json.dump({"kind": "List", "items": seed_objects(pdbs)}, f)
+            json.dump({"kind": "List", "items": seed_objects(pdbs) + list(extra)}, f)
         self.p = gvtest.Proc([gvtest.PY, FAKE_API, "--port", "0", "--seed", seed]
                              + (["--graceful-pod-deletion"] if graceful else []), stdin=False,
                              log=os.path.join(work, tag + ".api.log"))
@@ -243,8 +243,8 @@ finally:
 
 
 # ---- --apply ---------------------------------------------------------------
-def apply_scenario(tag, place, *args, on_evict=None, pdbs=(), before=None, graceful=False):
-    api = Api(tag, pdbs=pdbs, graceful=graceful)
+def apply_scenario(tag, place, *args, on_evict=None, pdbs=(), before=None, graceful=False, extra=()):
+    api = Api(tag, pdbs=pdbs, graceful=graceful, extra=extra)
     try:
         rc, doc, err = plan_of(api, *args)
         planned = {m["pod"]: m["to"]["node"] for m in doc.get("moves", [])}
@@ -327,6 +327,42 @@ evs = [k for k in st if k.endswith("/eviction")]
 t.ok(rc == 5 and "was placed on %s" % dict((p[0], p[1]) for p in PODS).get(planned["_first"], "?") in out
      and "stopped after 0 of 2 moves" in out and len(evs) == 1,
      "replacement placed elsewhere than planned: stop before the next eviction", out + err)
+
+# a stranger takes the GPU the first move freed (another scheduler, a pod
+# bound by hand): the replacement lands as planned but the GPU is not idle
+def stranger(api, name):
+    home = dict((p[0], p[1]) for p in PODS)[name]
+    http("POST", api.url + "/api/v1/namespaces/default/pods",
+         pod_obj("stranger", home, None, {"app": "stranger"}, uid="uid-stranger"))
+
+
+rc, out, err, pods, st, planned, _ = apply_scenario("apply-stranger", lambda n, pl: pl.get(n), on_evict=stranger)
+evs = [k for k in st if k.endswith("/eviction")]
+t.ok(rc == 5 and "0 GPUs are idle, the plan said 1" in out and len(evs) == 1,
+     "the freed GPU taken by another pod: the gain is not there, stop before the next eviction", out + err)
+
+
+# a pending pod asking a whole GPU: the first move lets it fit, and --apply checks
+# that it does (it stays pending here: nothing schedules it)
+def whole_gpu_pod(name):
+    p = pod_obj(name, None, None, {"app": name}, uid="uid-" + name)
+    p["spec"]["containers"][0]["resources"]["limits"].update(
+        {"nvidia.com/gpumem": str(T4[1]), "nvidia.com/gpucores": "100"})
+    return p
+
+
+api = Api("plan-pending", extra=[whole_gpu_pod("big")])
+try:
+    rc, doc, err = plan_of(api)
+    t.ok(rc == 0 and doc["before"]["pending"] == 1 and doc["before"]["pendingFit"] == 0
+         and doc["after"]["pendingFit"] == 1 and doc["moves"][0]["pendingFitAfter"] == 1,
+         "plan with a pending whole-GPU pod: the first move lets it fit", doc)
+finally:
+    api.stop()
+rc, out, err, pods, st, planned, _ = apply_scenario("apply-pending", lambda n, pl: pl.get(n),
+                                                     extra=[whole_gpu_pod("big")])
+t.ok(rc == 0 and "applied 2 moves" in out and "big" in pods and not pods["big"]["spec"].get("nodeName"),
+     "--apply with a pending pod: the move is made and the pod fits as planned (no surprise)", out + err)
 
 # never placed: stop after the timeout
 rc, out, err, pods, st, planned, _ = apply_scenario("apply-timeout", lambda n, pl: None)
