@@ -351,12 +351,28 @@ def whole_gpu_pod(name):
     return p
 
 
-api = Api("plan-pending", extra=[whole_gpu_pod("big")])
+# a pending pod asking no GPU and one whose GPU request is not valid are not
+# the plan's pending pods (the scheduler extender never places them)
+cpu_pod = pod_obj("cpu-only", None, None, {"app": "cpu"}, uid="uid-cpu-only")
+cpu_pod["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
+bad_pod = pod_obj("bad-gpu", None, None, {"app": "bad"}, uid="uid-bad-gpu")
+bad_pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "lots"
+api = Api("plan-pending", extra=[whole_gpu_pod("big"), cpu_pod, bad_pod])
 try:
     rc, doc, err = plan_of(api)
     t.ok(rc == 0 and doc["before"]["pending"] == 1 and doc["before"]["pendingFit"] == 0
          and doc["after"]["pendingFit"] == 1 and doc["moves"][0]["pendingFitAfter"] == 1,
          "plan with a pending whole-GPU pod: the first move lets it fit", doc)
+finally:
+    api.stop()
+# budgets that cannot be read (RBAC without poddisruptionbudgets): no plan,
+# never one that ignores them
+api = Api("plan-pdb-forbidden", pdbs=[("web", {"matchLabels": {"app": "web"}}, 0)])
+try:
+    http("POST", api.url + "/_fake/forbid?resource=poddisruptionbudgets&verb=list")
+    rc, out, err = run(api)
+    t.ok(rc != 0 and "moves:" not in out and "poddisruptionbudgets" in err.lower(),
+         "PDBs forbidden: defrag fails with the reason, plans nothing", (rc, out, err))
 finally:
     api.stop()
 rc, out, err, pods, st, planned, _ = apply_scenario("apply-pending", lambda n, pl: pl.get(n),
