@@ -18,37 +18,59 @@
 #include "alloc/gv_alloc.h"
 #include "tests/alloc/alloc_testlib.h"
 
-/* Node <name>: n GPUs of mem MiB, split 4, uuids <name>-g<i>. */
-static struct gv_alloc_cluster *cluster_with(const char *name, uint32_t n, uint64_t mem)
+/* Puts node <name> (again): n GPUs of mem MiB taking up to split tasks,
+ * uuids <name>-g<i>, cpu milli of the host (0: not checked). */
+static void node_put(struct gv_alloc_cluster *c, const char *name, uint32_t n, uint64_t mem,
+                     uint32_t split, int64_t cpu)
+{
+    struct gv_alloc_gpu_spec g[8];
+    char uuids[8][64];
+    for (uint32_t i = 0; i < n; i++) {
+        snprintf(uuids[i], sizeof(uuids[i]), "%s-g%u", name, i);
+        g[i] = (struct gv_alloc_gpu_spec){uuids[i], i, "NVIDIA A100", mem, split, 0, true,
+                                          GV_ALLOC_GPU_SHARED};
+    }
+    struct gv_alloc_node_spec s = {name, cpu, 0, NULL, 0, g, n};
+    assert_int_equal(gv_alloc_node_upsert(c, &s, NULL), GV_OK);
+}
+
+/* A cluster of that one node. */
+static struct gv_alloc_cluster *cluster_of(const char *name, uint32_t n, uint64_t mem,
+                                           uint32_t split, int64_t cpu)
 {
     struct gv_alloc_config cfg;
     gv_alloc_config_default(&cfg);
     cfg.workload_half_life = 0;
     struct gv_alloc_cluster *c;
     assert_int_equal(gv_alloc_cluster_new(&cfg, &c, NULL), GV_OK);
-    struct gv_alloc_gpu_spec g[8];
-    char uuids[8][64];
-    for (uint32_t i = 0; i < n; i++) {
-        snprintf(uuids[i], sizeof(uuids[i]), "%s-g%u", name, i);
-        g[i] = (struct gv_alloc_gpu_spec){uuids[i], i, "NVIDIA A100", mem, 4, 0, true,
-                                          GV_ALLOC_GPU_SHARED};
-    }
-    struct gv_alloc_node_spec s = {name, 0, 0, NULL, 0, g, n};
-    assert_int_equal(gv_alloc_node_upsert(c, &s, NULL), GV_OK);
+    node_put(c, name, n, mem, split, cpu);
     return c;
 }
 
-/* Places pod uid with the assignment text "v1;node=...;main=...". */
-static void place(struct gv_alloc_cluster *c, const char *uid, const char *text)
+/* Node <name>: n GPUs of mem MiB, split 4. */
+static struct gv_alloc_cluster *cluster_with(const char *name, uint32_t n, uint64_t mem)
+{
+    return cluster_of(name, n, mem, 4, 0);
+}
+
+/* Places uid with the assignment text "v1;node=...;main=...", holding cpu
+ * milli of the host. */
+static void place_cpu(struct gv_alloc_cluster *c, const char *uid, const char *text, int64_t cpu)
 {
     struct gv_alloc_assignment a;
     struct gv_error err = {0};
     if (gv_alloc_assignment_decode(text, strlen(text), &a, &err) != GV_OK)
         fail_msg("decode %s: %s", text, err.msg);
     struct gv_alloc_request *r = simple_req(uid, a.containers[0].n_devices, 0, 0);
+    r->cpu_milli = cpu;
     if (gv_alloc_place(c, r, &a, &err) != GV_OK)
         fail_msg("place %s: %s", uid, err.msg);
     gv_alloc_request_free(r);
+}
+
+static void place(struct gv_alloc_cluster *c, const char *uid, const char *text)
+{
+    place_cpu(c, uid, text, 0);
 }
 
 struct usage_snap {
@@ -314,40 +336,6 @@ static void test_random_single_gpu_optimal(void **state)
     }
 }
 
-/* Node n1 of cpu milli (checked) with n GPUs of 16000 MiB. */
-static struct gv_alloc_cluster *cluster_cpu(uint32_t n, int64_t cpu)
-{
-    struct gv_alloc_config cfg;
-    gv_alloc_config_default(&cfg);
-    cfg.workload_half_life = 0;
-    struct gv_alloc_cluster *c;
-    assert_int_equal(gv_alloc_cluster_new(&cfg, &c, NULL), GV_OK);
-    struct gv_alloc_gpu_spec g[8];
-    char uuids[8][64];
-    for (uint32_t i = 0; i < n; i++) {
-        snprintf(uuids[i], sizeof(uuids[i]), "n1-g%u", i);
-        g[i] = (struct gv_alloc_gpu_spec){uuids[i], i, "NVIDIA A100", 16000, 4, 0, true,
-                                          GV_ALLOC_GPU_SHARED};
-    }
-    struct gv_alloc_node_spec s = {"n1", cpu, 0, NULL, 0, g, n};
-    assert_int_equal(gv_alloc_node_upsert(c, &s, NULL), GV_OK);
-    return c;
-}
-
-/* Places uid with the assignment text, holding cpu milli of the host. */
-static void place_cpu(struct gv_alloc_cluster *c, const char *uid, const char *text, int64_t cpu)
-{
-    struct gv_alloc_assignment a;
-    struct gv_error err = {0};
-    if (gv_alloc_assignment_decode(text, strlen(text), &a, &err) != GV_OK)
-        fail_msg("decode %s: %s", text, err.msg);
-    struct gv_alloc_request *r = simple_req(uid, a.containers[0].n_devices, 0, 0);
-    r->cpu_milli = cpu;
-    if (gv_alloc_place(c, r, &a, &err) != GV_OK)
-        fail_msg("place %s: %s", uid, err.msg);
-    gv_alloc_request_free(r);
-}
-
 /*
  * When the GPU-by-GPU search does not apply (here: a request for host CPU
  * alone), every eligible pod goes out and they are given back in
@@ -361,7 +349,7 @@ static void place_cpu(struct gv_alloc_cluster *c, const char *uid, const char *t
 static void test_reprieve_order(void **state)
 {
     (void)state;
-    struct gv_alloc_cluster *c = cluster_cpu(1, 8000);
+    struct gv_alloc_cluster *c = cluster_of("n1", 1, 16000, 4, 8000);
     place_cpu(c, "big", "v1;node=n1;main=n1-g0:4000:600", 4000);
     place_cpu(c, "small", "v1;node=n1;main=n1-g0:2000:200", 4000);
     struct gv_alloc_request *r = simple_req("hi", 0, 0, 0);
@@ -397,21 +385,6 @@ static void test_reprieve_order(void **state)
     gv_alloc_cluster_free(c);
 }
 
-/* Node n1 with one GPU of 16000 MiB that takes up to split tasks. */
-static struct gv_alloc_cluster *cluster_split(uint32_t split)
-{
-    struct gv_alloc_config cfg;
-    gv_alloc_config_default(&cfg);
-    cfg.workload_half_life = 0;
-    struct gv_alloc_cluster *c;
-    assert_int_equal(gv_alloc_cluster_new(&cfg, &c, NULL), GV_OK);
-    struct gv_alloc_gpu_spec g = {"n1-g0", 0, "NVIDIA A100", 16000, split, 0, true,
-                                  GV_ALLOC_GPU_SHARED};
-    struct gv_alloc_node_spec s = {"n1", 0, 0, NULL, 0, &g, 1};
-    assert_int_equal(gv_alloc_node_upsert(c, &s, NULL), GV_OK);
-    return c;
-}
-
 /*
  * Up to 12 pods on a GPU the cheapest set is searched exactly; above, all
  * go and the most important, then the smallest, are given back while the
@@ -424,7 +397,7 @@ static void test_exact_up_to_twelve_then_greedy(void **state)
 {
     (void)state;
     for (uint32_t m = 12; m <= 13; m++) {
-        struct gv_alloc_cluster *c = cluster_split(32);
+        struct gv_alloc_cluster *c = cluster_of("n1", 1, 16000, 32, 0);
         struct gv_alloc_victim v[13];
         char uids[13][8];
         place(c, "big", "v1;node=n1;main=n1-g0:1000:400");
@@ -458,7 +431,7 @@ static void test_exact_up_to_twelve_then_greedy(void **state)
 static void test_greedy_gives_back_smallest_first(void **state)
 {
     (void)state;
-    struct gv_alloc_cluster *c = cluster_split(32);
+    struct gv_alloc_cluster *c = cluster_of("n1", 1, 16000, 32, 0);
     struct gv_alloc_victim v[14];
     char uids[14][8];
     for (uint32_t i = 0; i < 14; i++) {
@@ -510,10 +483,7 @@ static void test_vanished_gpu_pod(void **state)
     place(c, "gone", "v1;node=n1;main=n1-g1:8000:300");
     place(c, "a", "v1;node=n1;main=n1-g0:12000:300");
     place(c, "b", "v1;node=n1;main=n1-g0:2000:100");
-    struct gv_alloc_gpu_spec g = {"n1-g0", 0, "NVIDIA A100", 16000, 4, 0, true,
-                                  GV_ALLOC_GPU_SHARED};
-    struct gv_alloc_node_spec s = {"n1", 0, 0, NULL, 0, &g, 1};
-    assert_int_equal(gv_alloc_node_upsert(c, &s, NULL), GV_OK);
+    node_put(c, "n1", 1, 16000, 4, 0); /* g1 is gone */
     struct gv_alloc_victim v[] = {{"gone", 1, false, false, NULL}, {"a", 1, false, false, NULL},
                                   {"b", 1, false, false, NULL}};
     struct gv_alloc_request *r = simple_req("hi", 1, 4000, 0);

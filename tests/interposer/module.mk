@@ -13,6 +13,7 @@ TEST_PROGS += test_shm
 test_shm_SRCS := tests/interposer/test_shm.c
 test_shm_LIBS := shm common
 test_shm_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)
+test_shm_CFLAGS := -I.
 
 # Opening a region at its edges (src/shm/open.c): no create, no directory,
 # files left aside by dead creators, a refused open's mapping.
@@ -20,6 +21,7 @@ TEST_PROGS += test_shm_open
 test_shm_open_SRCS := tests/interposer/test_shm_open.c
 test_shm_open_LIBS := shm common
 test_shm_open_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)
+test_shm_open_CFLAGS := -I.
 
 TEST_PROGS += test_ipcfg
 test_ipcfg_SRCS := tests/interposer/test_ipcfg.c src/interposer/config.c

@@ -17,9 +17,8 @@
 #include <unistd.h>
 
 #include "shm/gv_shm.h"
+#include "tests/interposer/shm_testdir.h"
 
-static char dir[256];
-static char path[300];
 
 /*
  * Every child a test forks is registered here and killed by teardown, which
@@ -48,35 +47,17 @@ static void reap_all(void)
     nkids = 0;
 }
 
-/* Removes everything in dir (regions and files built aside). */
-static void empty_dir(void)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    while (d != NULL && (e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            unlinkat(dirfd(d), e->d_name, 0);
-    if (d != NULL)
-        closedir(d);
-}
-
 static int setup(void **state)
 {
     (void)state;
-    const char *base = getenv("GV_TEST_TMP");
-    snprintf(dir, sizeof(dir), "%s/shm.XXXXXX", base ? base : "/tmp");
-    if (mkdtemp(dir) == NULL)
-        return -1;
-    snprintf(path, sizeof(path), "%s/region.cache", dir);
-    return 0;
+    return shm_testdir_make();
 }
 
 static int teardown(void **state)
 {
     (void)state;
     reap_all();
-    empty_dir();
-    rmdir(dir);
+    shm_testdir_remove();
     return 0;
 }
 

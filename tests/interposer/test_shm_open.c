@@ -20,32 +20,18 @@
 #include <unistd.h>
 
 #include "shm/gv_shm.h"
-
-static char dir[256];
-static char path[300];
+#include "tests/interposer/shm_testdir.h"
 
 static int setup(void **state)
 {
     (void)state;
-    const char *base = getenv("GV_TEST_TMP");
-    snprintf(dir, sizeof(dir), "%s/shm-open.XXXXXX", base ? base : "/tmp");
-    if (mkdtemp(dir) == NULL)
-        return -1;
-    snprintf(path, sizeof(path), "%s/region.cache", dir);
-    return 0;
+    return shm_testdir_make();
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    while (d != NULL && (e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-            unlinkat(dirfd(d), e->d_name, 0);
-    if (d != NULL)
-        closedir(d);
-    rmdir(dir);
+    shm_testdir_remove();
     return 0;
 }
 

@@ -34,6 +34,7 @@ PODS = [("solo", "gpu-a", None, {"app": "solo"}),
         ("agent", "gpu-b", "DaemonSet", {"app": "agent"}),
         ("web-1", "gpu-c", "ReplicaSet", {"app": "web"}),
         ("web-2", "gpu-d", "ReplicaSet", {"app": "web"})]
+NODE_OF = {name: node for name, node, _, _ in PODS}  # each pod's node before any move
 
 
 def uuid(node):
@@ -290,7 +291,7 @@ t.ok(sum(evs.values()) == 1, "429 is not retried (one eviction request in all)",
 # a pod that changes under the plan: web-2 is replaced (new uid) when web-1 goes
 def swap_other(api, name):
     other = {"web-1": "web-2", "web-2": "web-1"}[name]
-    node = dict((p[0], p[1]) for p in PODS)[other]
+    node = NODE_OF[other]
     http("DELETE", api.url + "/api/v1/namespaces/default/pods/" + other)
     http("POST", api.url + "/api/v1/namespaces/default/pods", pod_obj(other, node, None, {"app": "web"}))
 
@@ -318,20 +319,20 @@ t.ok(rc == 0 and "applied 2 moves" in out, "scheduler restart mid-plan: apply wa
 def elsewhere(name, pl):
     if name != pl["_first"]:
         return pl.get(name)
-    home = dict((p[0], p[1]) for p in PODS)[name]
+    home = NODE_OF[name]
     return home  # back where it was: the plan never says that (it would gain nothing)
 
 
 rc, out, err, pods, st, planned, _ = apply_scenario("apply-surprise", elsewhere)
 evs = [k for k in st if k.endswith("/eviction")]
-t.ok(rc == 5 and "was placed on %s" % dict((p[0], p[1]) for p in PODS).get(planned["_first"], "?") in out
+t.ok(rc == 5 and "was placed on %s" % NODE_OF.get(planned["_first"], "?") in out
      and "stopped after 0 of 2 moves" in out and len(evs) == 1,
      "replacement placed elsewhere than planned: stop before the next eviction", out + err)
 
 # a stranger takes the GPU the first move freed (another scheduler, a pod
 # bound by hand): the replacement lands as planned but the GPU is not idle
 def stranger(api, name):
-    home = dict((p[0], p[1]) for p in PODS)[name]
+    home = NODE_OF[name]
     http("POST", api.url + "/api/v1/namespaces/default/pods",
          pod_obj("stranger", home, None, {"app": "stranger"}, uid="uid-stranger"))
 
@@ -340,6 +341,18 @@ rc, out, err, pods, st, planned, _ = apply_scenario("apply-stranger", lambda n, 
 evs = [k for k in st if k.endswith("/eviction")]
 t.ok(rc == 5 and "0 GPUs are idle, the plan said 1" in out and len(evs) == 1,
      "the freed GPU taken by another pod: the gain is not there, stop before the next eviction", out + err)
+
+
+# budgets that cannot be read (RBAC without poddisruptionbudgets): no plan,
+# never one that ignores them
+api = Api("plan-pdb-forbidden", pdbs=[("web", {"matchLabels": {"app": "web"}}, 0)])
+try:
+    http("POST", api.url + "/_fake/forbid?resource=poddisruptionbudgets&verb=list")
+    rc, out, err = run(api)
+    t.ok(rc != 0 and "moves:" not in out and "poddisruptionbudgets" in err.lower(),
+         "PDBs forbidden: defrag fails with the reason, plans nothing", (rc, out, err))
+finally:
+    api.stop()
 
 
 # a pending pod asking a whole GPU: the first move lets it fit, and --apply checks
@@ -363,16 +376,6 @@ try:
     t.ok(rc == 0 and doc["before"]["pending"] == 1 and doc["before"]["pendingFit"] == 0
          and doc["after"]["pendingFit"] == 1 and doc["moves"][0]["pendingFitAfter"] == 1,
          "plan with a pending whole-GPU pod: the first move lets it fit", doc)
-finally:
-    api.stop()
-# budgets that cannot be read (RBAC without poddisruptionbudgets): no plan,
-# never one that ignores them
-api = Api("plan-pdb-forbidden", pdbs=[("web", {"matchLabels": {"app": "web"}}, 0)])
-try:
-    http("POST", api.url + "/_fake/forbid?resource=poddisruptionbudgets&verb=list")
-    rc, out, err = run(api)
-    t.ok(rc != 0 and "moves:" not in out and "poddisruptionbudgets" in err.lower(),
-         "PDBs forbidden: defrag fails with the reason, plans nothing", (rc, out, err))
 finally:
     api.stop()
 rc, out, err, pods, st, planned, _ = apply_scenario("apply-pending", lambda n, pl: pl.get(n),

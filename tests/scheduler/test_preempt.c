@@ -325,13 +325,8 @@ static void test_cheapest_node_any_order(void **state)
         char *body = meta_body(hi, orders[o], 3);
         char *out = post(&e, "preempt", body, &st);
         assert_int_equal(st, 200);
-        char *node = answered_node(out);
-        if (strcmp(node, "n2") != 0)
-            fail_msg("candidates %s,%s,%s: answered %s (%s)", orders[o][0], orders[o][1],
-                     orders[o][2], node, out);
         assert_json_eq(out, "{\"NodeNameToMetaVictims\":{\"n2\":{\"Pods\":[{\"UID\":\"b0\"}],"
                             "\"NumPDBViolations\":0}}}");
-        free(node);
         free(out);
         free(body);
     }
