@@ -7,7 +7,9 @@
  * fed by hand: a high-priority pod nominated to a full node with no promise
  * gets the victims the verb would name deleted from the API and a hold;
  * once kube-scheduler has called the verb, nothing is evicted by the
- * extender; a pod with preemptionPolicy Never evicts nothing.
+ * extender; a pod with preemptionPolicy Never evicts nothing; a pod holding
+ * its promise is not preempted for twice, and a second preemptor beside it
+ * still is.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -86,14 +88,19 @@ static void env_stop(struct env *e)
 
 /* The high-priority pod as the informer shows it after kube-scheduler's
  * preemption nominated n1 (evicting nobody: GPUs are ignored there). */
-static void nominated(struct env *e, const char *policy)
+static void nominated_as(struct env *e, const char *name, const char *policy)
 {
-    json_t *hi = st_gpu_pod("hi", 100, GPU_MIB, NULL, NULL);
+    json_t *hi = st_gpu_pod(name, 100, GPU_MIB, NULL, NULL);
     json_object_set_new(json_object_get(hi, "status"), "nominatedNodeName", json_string("n1"));
     if (policy != NULL)
         json_object_set_new(json_object_get(hi, "spec"), "preemptionPolicy", json_string(policy));
     gv_sched_pod_update(e->s, hi);
     json_decref(hi);
+}
+
+static void nominated(struct env *e, const char *policy)
+{
+    nominated_as(e, "hi", policy);
 }
 
 static int pods_left(struct env *e)
@@ -113,6 +120,23 @@ static bool one_left(void *ud)
     return pods_left(ud) == 1;
 }
 
+static bool none_left(void *ud)
+{
+    return pods_left(ud) == 0;
+}
+
+/* The scheduler's preemption metrics, as one string (heap). */
+static char *metrics(struct env *e)
+{
+    char *m = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&m, &len);
+    gv_sched_preempt_metrics(e->s, f);
+    gv_sched_preempt_self_metrics(e->s, f);
+    fclose(f);
+    return m;
+}
+
 static void test_nominated_without_verb_evicts_one_gpu(void **state)
 {
     (void)state;
@@ -124,16 +148,42 @@ static void test_nominated_without_verb_evicts_one_gpu(void **state)
     /* exactly one victim: the other stays, and a hold keeps its GPU */
     usleep(300 * 1000);
     assert_int_equal(pods_left(&e), 1);
-    char *m = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&m, &len);
-    gv_sched_preempt_metrics(e.s, f); /* the thread is done: it deletes last */
-    gv_sched_preempt_self_metrics(e.s, f);
-    fclose(f);
+    char *m = metrics(&e); /* the thread is done: it deletes last */
     assert_non_null(strstr(m, "gpuvisor_scheduler_preempt_verb_called 0"));
     assert_non_null(strstr(m, "gpuvisor_scheduler_preemptions_without_verb_total 1"));
     assert_non_null(strstr(m, "gpuvisor_scheduler_preemption_evictions_total 1"));
     assert_non_null(strstr(m, "gpuvisor_scheduler_nominated_holds 1"));
+    free(m);
+    env_stop(&e);
+}
+
+/* A pod that holds its promise already is not preempted for again when the
+ * informer repeats it; a second preemptor, without a hold of its own while
+ * the first holds one, still gets its victim (the other GPU). */
+static void test_second_preemptor_beside_a_hold(void **state)
+{
+    (void)state;
+    struct env e;
+    env_start(&e);
+    nominated(&e, NULL);
+    if (!st_wait(one_left, &e, 5000))
+        fail_msg("pods left in the API: %d (want 1: one victim evicted)", pods_left(&e));
+    usleep(300 * 1000);
+    nominated(&e, NULL); /* the informer again: a resync, a status write */
+    usleep(500 * 1000);
+    assert_int_equal(pods_left(&e), 1);
+    char *m = metrics(&e);
+    assert_non_null(strstr(m, "gpuvisor_scheduler_preemptions_without_verb_total 1\n"));
+    assert_non_null(strstr(m, "gpuvisor_scheduler_nominated_holds 1\n"));
+    free(m);
+    nominated_as(&e, "hi2", NULL);
+    if (!st_wait(none_left, &e, 5000))
+        fail_msg("pods left in the API: %d (want 0: hi2's victim evicted too)", pods_left(&e));
+    usleep(300 * 1000);
+    m = metrics(&e);
+    assert_non_null(strstr(m, "gpuvisor_scheduler_preemptions_without_verb_total 2\n"));
+    assert_non_null(strstr(m, "gpuvisor_scheduler_preemption_evictions_total 2\n"));
+    assert_non_null(strstr(m, "gpuvisor_scheduler_nominated_holds 2\n"));
     free(m);
     env_stop(&e);
 }
@@ -166,6 +216,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nominated_without_verb_evicts_one_gpu),
+        cmocka_unit_test(test_second_preemptor_beside_a_hold),
         cmocka_unit_test(test_verb_called_or_never_policy_evicts_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
