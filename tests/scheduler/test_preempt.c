@@ -365,6 +365,43 @@ static void test_cheapest_node_any_order(void **state)
 
 /* A GPU pod without a uid (kube-scheduler never sends one; a malformed or
  * hostile body may): no victims anywhere, and the scheduler stays up. */
+/* kube-scheduler names victims of its own on every node (pods it preempts
+ * for CPU or memory); when gpuvisor placed them, their priorities are the
+ * marks', and they decide between nodes as they do in kube-scheduler's own
+ * choice: the node whose most important victim matters least. */
+static void test_own_victims_keep_their_priority(void **state)
+{
+    (void)state;
+    static const char *const nodes[] = {"n0", "n1"};
+    struct env e;
+    env_start(&e, nodes, 2, 1);
+    bound(e.s, "k0", 50, "n0", 0, 16000);
+    bound(e.s, "k1", 10, "n1", 0, 16000);
+    json_t *hi = st_gpu_pod("hi", 100, 16000, NULL, NULL);
+    static const char *const orders[][2] = {{"n0", "n1"}, {"n1", "n0"}};
+    for (size_t o = 0; o < 2; o++) {
+        json_t *m = json_object();
+        for (size_t i = 0; i < 2; i++)
+            json_object_set_new(m, orders[o][i],
+                                json_pack("{s:[{s:s}],s:i}", "Pods", "UID",
+                                          strcmp(orders[o][i], "n0") == 0 ? "k0" : "k1",
+                                          "NumPDBViolations", 0));
+        json_t *args = json_pack("{s:O,s:n,s:o}", "Pod", hi, "NodeNameToVictims",
+                                 "NodeNameToMetaVictims", m);
+        char *body = json_dumps(args, JSON_COMPACT);
+        json_decref(args);
+        long st;
+        char *out = post(&e, "preempt", body, &st);
+        assert_int_equal(st, 200);
+        assert_json_eq(out, "{\"NodeNameToMetaVictims\":{\"n1\":{\"Pods\":[{\"UID\":\"k1\"}],"
+                            "\"NumPDBViolations\":0}}}");
+        free(out);
+        free(body);
+    }
+    json_decref(hi);
+    env_stop(&e);
+}
+
 static void test_preemptor_without_uid(void **state)
 {
     (void)state;
@@ -1134,6 +1171,7 @@ int main(void)
         cmocka_unit_test(test_meta_round_trip_and_hold),
         cmocka_unit_test(test_full_pods_form_and_refusals),
         cmocka_unit_test(test_cheapest_node_any_order),
+        cmocka_unit_test(test_own_victims_keep_their_priority),
         cmocka_unit_test(test_preemptor_without_uid),
         cmocka_unit_test(test_only_bound_pods_are_victims),
         cmocka_unit_test(test_events_with_fake_apiserver),
