@@ -214,6 +214,24 @@ try:
 finally:
     api.stop()
 
+# Why pods may not move, counted apart: a mirror pod (owned by its Node) comes
+# back where it was, as a DaemonSet's does; an owner that is not the
+# controller, or none at all, gives no replacement.
+mirror = pod_obj("static-1", "gpu-b", "Node", {"app": "static"}, uid="uid-static-1")
+helper = pod_obj("helper", "gpu-a", "ReplicaSet", {"app": "helper"}, uid="uid-helper")
+helper["metadata"]["ownerReferences"][0]["controller"] = False
+batch = pod_obj("batch", "gpu-a", None, {"app": "batch"}, uid="uid-batch")
+api = Api("plan-owners", extra=[mirror, helper, batch])
+try:
+    rc, doc, err = plan_of(api)
+    t.ok(rc == 0 and doc.get("pods") == {"total": 7, "movable": 2, "noController": 3, "daemonSet": 2,
+                                         "severalBudgets": 0},
+         "plan counts mirror pods with DaemonSets, non-controller owners with the unowned", (rc, doc.get("pods"), err))
+    t.ok(rc == 0 and {m["pod"] for m in doc.get("moves", [])} <= {"web-1", "web-2"},
+         "plan moves none of them", doc.get("moves"))
+finally:
+    api.stop()
+
 # ---- disruption budgets ----------------------------------------------------
 for versions in ("v1,v1beta1", "v1beta1"):
     api = Api("pdb-" + versions.replace(",", "-"), pdbs=[("web", {"matchLabels": {"app": "web"}}, 1)],
