@@ -23,6 +23,7 @@
 #include "contracts/placement.h"
 #include "scheduler/gv_scheduler.h"
 #include "scheduler/hold_store.h"
+#include "scheduler/preempt.h"
 #include "tests/scheduler/sched_testlib.h"
 
 #define GPU_MIB 16000
@@ -157,6 +158,81 @@ static json_t *start_filled(struct env *e, struct gv_kube_client *kube, unsigned
     env_start_kube(e, NODES, 2, 2, kube);
     fill(e->s, true);
     return st_gpu_pod("hi", 100, mem, NULL, NULL);
+}
+
+/* ExtenderPreemptionArgs as kube-scheduler's Go encoder writes them (nil
+ * maps and slices as null, a zero count omitted by nobody but allowed to
+ * be), and what is not one: a clear error, nothing half-parsed. */
+static void test_preempt_args_wire(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *body;
+        size_t n_nodes, n_victims; /* of the one node, when n_nodes is 1 */
+        int64_t pdb;
+        bool meta;
+    } ok[] = {
+        {"{\"Pod\":{},\"NodeNameToVictims\":null,\"NodeNameToMetaVictims\":null}", 0, 0, 0, false},
+        {"{\"Pod\":{},\"NodeNameToMetaVictims\":{\"n1\":null}}", 1, 0, 0, true},
+        {"{\"Pod\":{},\"NodeNameToMetaVictims\":{\"n1\":{\"Pods\":null,\"NumPDBViolations\":2}}}", 1,
+         0, 2, true},
+        {"{\"Pod\":{},\"NodeNameToMetaVictims\":{\"n1\":{\"Pods\":[{\"UID\":\"u\"}]}}}", 1, 1, 0,
+         true},
+        {"{\"Pod\":{},\"NodeNameToMetaVictims\":{\"n1\":{\"Pods\":[],\"NumPDBViolations\":null}}}",
+         1, 0, 0, true},
+        {"{\"Pod\":{},\"NodeNameToVictims\":{\"n1\":{\"Pods\":[{\"metadata\":{\"uid\":\"u\"}},"
+         "{\"metadata\":{\"uid\":\"w\"}}],\"NumPDBViolations\":1}},\"NodeNameToMetaVictims\":{}}",
+         1, 2, 1, false},
+        /* the meta form wins when kube-scheduler fills it */
+        {"{\"Pod\":{},\"NodeNameToVictims\":{\"a\":null,\"b\":null},"
+         "\"NodeNameToMetaVictims\":{\"n1\":{\"Pods\":[{\"UID\":\"u\"}]}}}",
+         1, 1, 0, true},
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        struct gv_ext_preempt_args a;
+        struct gv_error err = {0};
+        if (gv_ext_preempt_args_parse(ok[i].body, strlen(ok[i].body), &a, &err) != GV_OK)
+            fail_msg("%s: %s", ok[i].body, err.msg);
+        assert_int_equal(a.n_nodes, ok[i].n_nodes);
+        assert_int_equal(a.meta, ok[i].meta);
+        if (a.n_nodes == 1) {
+            assert_string_equal(a.nodes[0].name, "n1");
+            assert_int_equal(a.nodes[0].n_victims, ok[i].n_victims);
+            assert_int_equal(a.nodes[0].pdb_violations, ok[i].pdb);
+            if (ok[i].n_victims > 0)
+                assert_string_equal(a.nodes[0].victims[0], "u");
+        }
+        gv_ext_preempt_args_clear(&a);
+    }
+    static const struct {
+        const char *body, *says;
+    } bad[] = {
+        {"{\"Pod\":", "invalid JSON"},
+        {"[]", "not an object"},
+        {"{\"NodeNameToMetaVictims\":{}}", "Pod missing"},
+        {"{\"Pod\":{},\"NodeNameToMetaVictims\":[]}", "is not an object"},
+        {"{\"Pod\":{},\"NodeNameToMetaVictims\":{\"n1\":7}}", "victims of node n1: not an object"},
+        {"{\"Pod\":{},\"NodeNameToMetaVictims\":{\"n1\":[]}}", "victims of node n1: not an object"},
+        {"{\"Pod\":{},\"NodeNameToMetaVictims\":{\"n1\":{\"NumPDBViolations\":-1}}}", "not a count"},
+        {"{\"Pod\":{},\"NodeNameToMetaVictims\":{\"n1\":{\"NumPDBViolations\":\"1\"}}}",
+         "not a count"},
+        {"{\"Pod\":{},\"NodeNameToMetaVictims\":{\"n1\":{\"Pods\":{}}}}", "Pods is not an array"},
+        {"{\"Pod\":{},\"NodeNameToMetaVictims\":{\"n1\":{\"Pods\":[{\"UID\":\"\"}]}}}", "has no UID"},
+        {"{\"Pod\":{},\"NodeNameToVictims\":{\"n1\":{\"Pods\":[{\"UID\":\"u\"}]}}}",
+         "has no metadata.uid"},
+        {"{\"Pod\":{},\"NodeNameToMetaVictims\":{\"\":null}}", "empty node name"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct gv_ext_preempt_args a;
+        struct gv_error err = {0};
+        if (gv_ext_preempt_args_parse(bad[i].body, strlen(bad[i].body), &a, &err) == GV_OK)
+            fail_msg("%s: accepted", bad[i].body);
+        if (strstr(err.msg, bad[i].says) == NULL)
+            fail_msg("%s: error '%s' does not say '%s'", bad[i].body, err.msg, bad[i].says);
+        assert_null(a.root);
+        assert_null(a.nodes);
+        assert_int_equal(a.n_nodes, 0);
+    }
 }
 
 static void test_meta_round_trip_and_hold(void **state)
@@ -875,6 +951,134 @@ static void test_pdb_budget_spent_by_the_set(void **state)
     }
 }
 
+/* The one node's victims in a preempt answer for "hi" (one whole GPU):
+ * the first victim's uid (heap) and NumPDBViolations. */
+static char *first_victim(struct env *e, int64_t *pdb)
+{
+    json_t *hi = st_gpu_pod("hi", 100, GPU_MIB, NULL, NULL);
+    char *body = meta_body(hi, (const char *[]){"n1"}, 1);
+    long st;
+    char *out = post(e, "preempt", body, &st);
+    assert_int_equal(st, 200);
+    json_t *g = json_loads(out ? out : "", 0, NULL);
+    json_t *n1 = json_object_get(json_object_get(g, "NodeNameToMetaVictims"), "n1");
+    const char *v = json_string_value(
+        json_object_get(json_array_get(json_object_get(n1, "Pods"), 0), "UID"));
+    char *uid = strdup(v != NULL ? v : "(none)");
+    *pdb = json_integer_value(json_object_get(n1, "NumPDBViolations"));
+    json_decref(g);
+    free(out);
+    free(body);
+    json_decref(hi);
+    return uid;
+}
+
+static void expect_victim(struct env *e, const char *what, const char *uid, int64_t pdb)
+{
+    int64_t got_pdb = -1;
+    char *got = first_victim(e, &got_pdb);
+    if (strcmp(got, uid) != 0 || got_pdb != pdb)
+        fail_msg("%s: victim %s with %lld violations (want %s with %lld)", what, got,
+                 (long long)got_pdb, uid, (long long)pdb);
+    free(got);
+}
+
+static void pdb_object(struct gv_sched *s, const char *text, bool deleted)
+{
+    json_t *b = json_loads(text, 0, NULL);
+    assert_non_null(b);
+    if (deleted)
+        gv_sched_pdb_delete(s, b);
+    else
+        gv_sched_pdb_update(s, b);
+    json_decref(b);
+}
+
+/* Budgets as the informer delivers them over time: a delete of a budget
+ * never seen (a relist's) leaves the namespace's others in force; a status
+ * update of disruptionsAllowed alone, both ways; a budget without a name is
+ * no budget.  And kube-scheduler's rule that a pod without labels is under
+ * no budget, not even one whose selector an empty label set matches. */
+static void test_pdb_budget_changes(void **state)
+{
+    (void)state;
+    struct env e;
+    env_start(&e, (const char *[]){"n1"}, 1, 2);
+    budget(e.s, "web", "t", "{\"matchLabels\":{\"app\":\"x\"}}", 0, "{}");
+    pdb_object(e.s, "{\"metadata\":{\"name\":\"ghost\",\"namespace\":\"t\"}}", true);
+    bound_labeled(e.s, "a", 1, "n1", 0, GPU_MIB, "t", "app=x");
+    bound_labeled(e.s, "b", 1, "n1", 1, GPU_MIB, "t", "app=y");
+    expect_victim(&e, "a protected after an unknown budget's delete", "b", 0);
+    budget(e.s, "web", "t", "{\"matchLabels\":{\"app\":\"x\"}}", 1, "{}");
+    expect_victim(&e, "the budget now allows 1", "a", 0);
+    budget(e.s, "web", "t", "{\"matchLabels\":{\"app\":\"x\"}}", 0, "{}");
+    expect_victim(&e, "the budget allows 0 again", "b", 0);
+    env_stop(&e);
+
+    env_start(&e, (const char *[]){"n1"}, 1, 2);
+    pdb_object(e.s,
+               "{\"metadata\":{\"namespace\":\"t\"},\"spec\":{\"selector\":{\"matchLabels\":"
+               "{\"app\":\"x\"}}},\"status\":{\"disruptionsAllowed\":0}}",
+               false);
+    bound_labeled(e.s, "a", 1, "n1", 0, GPU_MIB, "t", "app=x");
+    bound_labeled(e.s, "b", 1, "n1", 1, GPU_MIB, "t", "app=y");
+    expect_victim(&e, "a budget without a name is none", "a", 0);
+    env_stop(&e);
+
+    env_start(&e, (const char *[]){"n1"}, 1, 2);
+    budget(e.s, "noty", "t",
+           "{\"matchExpressions\":[{\"key\":\"app\",\"operator\":\"NotIn\",\"values\":[\"y\"]}]}",
+           0, "{}");
+    bound_labeled(e.s, "a", 1, "n1", 0, GPU_MIB, "t", "");
+    bound_labeled(e.s, "b", 1, "n1", 1, GPU_MIB, "t", "app=y");
+    expect_victim(&e, "a pod without labels is under no budget", "a", 0);
+    env_stop(&e);
+}
+
+/* A namespace's first budget arrives after its pods were placed: their
+ * labels are read from the API server then (one LIST), not only at each
+ * pod's next update. */
+static void test_pdb_budget_after_pods_with_fake_apiserver(void **state)
+{
+    (void)state;
+    struct fake_apiserver fa;
+    assert_int_equal(fake_apiserver_start(&fa, NULL), 0);
+    struct gv_kube_client *kube = st_kube(fa.url);
+    assert_non_null(kube);
+    struct env e;
+    env_start_kube(&e, (const char *[]){"n1"}, 1, 2, kube);
+    static const char *const pods[][2] = {{"a", "app=x"}, {"b", "app=y"}};
+    char *uid[2];
+    for (unsigned i = 0; i < 2; i++) {
+        char assign[128], url[sizeof(fa.url) + 64];
+        snprintf(assign, sizeof(assign), "v1;node=n1;main=GPU-n1-%u:%u:0", i, GPU_MIB);
+        json_t *p = st_gpu_pod(pods[i][0], 1, GPU_MIB, "n1", assign);
+        json_t *md = json_object_get(p, "metadata");
+        json_object_del(md, "uid");
+        json_object_del(md, "resourceVersion");
+        json_object_set_new(md, "namespace", json_string("t"));
+        json_object_set_new(md, "labels", json_pack("{s:s}", "app", pods[i][1] + 4));
+        char *body = json_dumps(p, JSON_COMPACT), *out = NULL;
+        snprintf(url, sizeof(url), "%s/api/v1/namespaces/t/pods", fa.url);
+        assert_int_equal(st_http("POST", url, body, &out), 201);
+        json_t *created = json_loads(out, 0, NULL);
+        assert_non_null(created);
+        uid[i] = strdup(json_string_value(json_object_get(json_object_get(created, "metadata"), "uid")));
+        gv_sched_pod_update(e.s, created); /* as the pod informer, before any budget */
+        json_decref(created);
+        json_decref(p);
+        free(body);
+        free(out);
+    }
+    budget(e.s, "web", "t", "{\"matchLabels\":{\"app\":\"x\"}}", 0, "{}");
+    expect_victim(&e, "a's budget came after a was placed", uid[1], 0);
+    free(uid[0]);
+    free(uid[1]);
+    env_stop(&e);
+    gv_kube_client_free(kube);
+    fake_apiserver_stop(&fa);
+}
+
 /* ---- holds kept on the pod ----------------------------------------------- */
 
 static const char KEY_TEXT[] = "0123456789abcdef0123456789abcdef-test-key\n";
@@ -1168,6 +1372,7 @@ static void test_pdb_informer_v1beta1_with_fake_apiserver(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_preempt_args_wire),
         cmocka_unit_test(test_meta_round_trip_and_hold),
         cmocka_unit_test(test_full_pods_form_and_refusals),
         cmocka_unit_test(test_cheapest_node_any_order),
@@ -1179,6 +1384,8 @@ int main(void)
         cmocka_unit_test(test_random_preemptions_with_restarts),
         cmocka_unit_test(test_pdb_tables),
         cmocka_unit_test(test_pdb_budget_spent_by_the_set),
+        cmocka_unit_test(test_pdb_budget_changes),
+        cmocka_unit_test(test_pdb_budget_after_pods_with_fake_apiserver),
         cmocka_unit_test(test_pdb_informer_v1beta1_with_fake_apiserver),
         cmocka_unit_test(test_hold_signature),
         cmocka_unit_test(test_hold_survives_restart_with_fake_apiserver),

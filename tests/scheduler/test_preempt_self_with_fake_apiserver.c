@@ -88,14 +88,22 @@ static void env_stop(struct env *e)
 
 /* The high-priority pod as the informer shows it after kube-scheduler's
  * preemption nominated n1 (evicting nobody: GPUs are ignored there). */
-static void nominated_as(struct env *e, const char *name, const char *policy)
+static void nominated_pod(struct env *e, const char *name, int prio, const char *bound,
+                          const char *policy)
 {
-    json_t *hi = st_gpu_pod(name, 100, GPU_MIB, NULL, NULL);
+    json_t *hi = st_gpu_pod(name, prio, GPU_MIB, NULL, NULL);
+    if (bound != NULL) /* bound by someone else: no gpuvisor assignment */
+        json_object_set_new(json_object_get(hi, "spec"), "nodeName", json_string(bound));
     json_object_set_new(json_object_get(hi, "status"), "nominatedNodeName", json_string("n1"));
     if (policy != NULL)
         json_object_set_new(json_object_get(hi, "spec"), "preemptionPolicy", json_string(policy));
     gv_sched_pod_update(e->s, hi);
     json_decref(hi);
+}
+
+static void nominated_as(struct env *e, const char *name, const char *policy)
+{
+    nominated_pod(e, name, 100, NULL, policy);
 }
 
 static void nominated(struct env *e, const char *policy)
@@ -212,12 +220,32 @@ static void test_verb_called_or_never_policy_evicts_nothing(void **state)
     env_stop(&e);
 }
 
+/* No run at all (no thread, no API call) for a nominated pod of the same
+ * priority as every pod on the node (kube-scheduler nominates those beside
+ * each other all the time), nor for one already bound to a node, however
+ * its status still reads. */
+static void test_no_run_without_lower_pods_or_when_bound(void **state)
+{
+    (void)state;
+    struct env e;
+    env_start(&e);
+    nominated_pod(&e, "peer", 1, NULL, NULL);
+    nominated_pod(&e, "elsewhere", 100, "n1", NULL);
+    usleep(1000 * 1000);
+    assert_int_equal(pods_left(&e), 2);
+    char *m = metrics(&e);
+    assert_non_null(strstr(m, "gpuvisor_scheduler_preemptions_without_verb_total 0\n"));
+    free(m);
+    env_stop(&e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nominated_without_verb_evicts_one_gpu),
         cmocka_unit_test(test_second_preemptor_beside_a_hold),
         cmocka_unit_test(test_verb_called_or_never_policy_evicts_nothing),
+        cmocka_unit_test(test_no_run_without_lower_pods_or_when_bound),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
