@@ -196,6 +196,8 @@ static void test_names_scan_agrees_with_jansson(void **state)
         "\"NodeNames\":[\"a\",1]}",
         "\"NodeNames\":[\"a\"],\"Nodes\":{\"items\":[]}}",
         "\"NodeNames\":[\"a\\u0000b\"]}",
+        "\"NodeNames\":[xa\",\"b\"]}",                 /* a name without its opening quote */
+        "\"NodeNames\":[\"a\",xb\"]}",
     };
     char body[512];
     for (size_t i = 0; i < sizeof(tails) / sizeof(tails[0]); i++) {
@@ -226,6 +228,33 @@ static void test_names_scan_every_byte_at_every_offset(void **state)
                      "{\"Pod\":{\"metadata\":{\"uid\":\"u1\"}},\"NodeNames\":[\"b\",\"%s\"]}", name);
             bool plain = v >= 0x20 && v <= 0x7e && v != '\\';
             assert_true(expect_same_as_jansson(body) == plain);
+        }
+    }
+}
+
+/* The keys of the members the scan skips are checked too: every byte value
+ * at every offset of such a key (raw control bytes and invalid UTF-8, which
+ * jansson refuses; escapes and UTF-8, which it decodes) is taken or left to
+ * jansson exactly as jansson reads the body. */
+static void test_ignored_key_every_byte(void **state)
+{
+    (void)state;
+    char body[256];
+    for (int off = 0; off < 10; off++) {
+        for (int v = 1; v < 256; v++) {
+            if (v == '"')
+                continue;
+            char key[11];
+            memset(key, 'k', 10);
+            key[10] = '\0';
+            key[off] = (char)v;
+            snprintf(body, sizeof(body),
+                     "{\"Pod\":{\"metadata\":{\"uid\":\"u1\"}},\"%s\":1,\"NodeNames\":[\"b\"]}",
+                     key);
+            bool plain = v >= 0x20 && v <= 0x7e && v != '\\';
+            if (expect_same_as_jansson(body) != plain)
+                fail_msg("byte 0x%02x at %d of an ignored key: %s", v, off,
+                         plain ? "not scanned" : "scanned");
         }
     }
 }
@@ -348,6 +377,7 @@ int main(void)
         cmocka_unit_test(test_names_scan_agrees_with_jansson),
         cmocka_unit_test(test_names_scan_every_byte_at_every_offset),
         cmocka_unit_test(test_names_scan_at_body_end),
+        cmocka_unit_test(test_ignored_key_every_byte),
         cmocka_unit_test(test_malformed_args),
         cmocka_unit_test(test_priorities_clamped),
         cmocka_unit_test(test_bind_args),

@@ -196,6 +196,28 @@ static void test_second_preemptor_beside_a_hold(void **state)
     env_stop(&e);
 }
 
+/* At most 64 of these preemptions run at once (one per pod): with the API
+ * server slow to answer their LISTs, the 65th nominated pod and later ones
+ * start none until a slot is free. */
+static void test_inflight_bounded(void **state)
+{
+    (void)state;
+    struct env e;
+    env_start(&e);
+    char url[sizeof(e.fa.url) + 64];
+    snprintf(url, sizeof(url), "%s/_fake/list-delay?resource=pods&ms=1500", e.fa.url);
+    assert_int_equal(st_http("POST", url, "", NULL), 200);
+    for (int i = 0; i < 70; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "hi%d", i);
+        nominated_as(&e, name, NULL);
+    }
+    char *m = metrics(&e);
+    assert_non_null(strstr(m, "gpuvisor_scheduler_preemptions_without_verb_total 64\n"));
+    free(m);
+    env_stop(&e); /* waits for the 64 */
+}
+
 static void test_verb_called_or_never_policy_evicts_nothing(void **state)
 {
     (void)state;
@@ -246,6 +268,7 @@ int main(void)
         cmocka_unit_test(test_second_preemptor_beside_a_hold),
         cmocka_unit_test(test_verb_called_or_never_policy_evicts_nothing),
         cmocka_unit_test(test_no_run_without_lower_pods_or_when_bound),
+        cmocka_unit_test(test_inflight_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
