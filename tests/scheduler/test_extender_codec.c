@@ -198,6 +198,7 @@ static void test_names_scan_agrees_with_jansson(void **state)
         "\"NodeNames\":[\"a\\u0000b\"]}",
         "\"NodeNames\":[xa\",\"b\"]}",                 /* a name without its opening quote */
         "\"NodeNames\":[\"a\",xb\"]}",
+        "\"NodeNames\":[\"a\"x\"b\"]}",                 /* no comma between names */
     };
     char body[512];
     for (size_t i = 0; i < sizeof(tails) / sizeof(tails[0]); i++) {
@@ -207,6 +208,17 @@ static void test_names_scan_agrees_with_jansson(void **state)
          * errors */
         assert_true(expect_same_as_jansson(body) == (i < 3 || i == 7));
     }
+    /* one structural character missing or replaced: refused, as jansson does */
+    static const char *whole[] = {
+        "x\"Pod\":{\"metadata\":{\"uid\":\"u1\"}},\"NodeNames\":[\"a\"]}",
+        "{xPod\":{\"metadata\":{\"uid\":\"u1\"}},\"NodeNames\":[\"a\"]}",
+        "{\"Pod\"x{\"metadata\":{\"uid\":\"u1\"}},\"NodeNames\":[\"a\"]}",
+        "{\"Pod\":{\"metadata\":{\"uid\":\"u1\"}}x\"NodeNames\":[\"a\"]}",
+        "{\"Pod\":{\"metadata\":{\"uid\":\"u1\"}},\"NodeNames\":[\"a\"]x",
+    };
+    for (size_t i = 0; i < sizeof(whole) / sizeof(whole[0]); i++)
+        if (expect_same_as_jansson(whole[i]))
+            fail_msg("%s: scanned", whole[i]);
 }
 
 /* The fast scan checks names eight bytes at a time: every byte value at
@@ -306,6 +318,41 @@ static void expect_parse_error(const char *req, const char *needle)
     assert_null(a.names);
 }
 
+/* Every cut of a body the scan takes whole (whitespace, an ignored member,
+ * the names): each prefix ends at another place of the scan, and none may
+ * be read past its end (the copy has no terminator: the sanitizer's) or
+ * taken where jansson refuses it. */
+static void test_every_prefix_of_a_body(void **state)
+{
+    (void)state;
+    static const char full[] =
+        " { \"Pod\" : {\"metadata\":{\"uid\":\"u1\"}} , \"extra\" : [1, {\"k\":\"v\"}] ,"
+        " \"NodeNames\" : [ \"a\" , \"bb\" ] , \"Nodes\" : null } ";
+    char buf[sizeof(full)];
+    assert_true(expect_same_as_jansson(full));
+    for (size_t cut = 0; cut < sizeof(full) - 1; cut++) {
+        memcpy(buf, full, cut);
+        buf[cut] = '\0';
+        bool whole = strspn(full + cut, " ") == strlen(full + cut);
+        if (expect_same_as_jansson(buf) != whole)
+            fail_msg("prefix of %zu bytes: %s", cut, whole ? "not scanned" : "scanned");
+    }
+}
+
+/* Go encodes a NodeList without items as "items":null: no nodes, not an
+ * error. */
+static void test_nodes_items_null(void **state)
+{
+    (void)state;
+    const char *req = "{\"Pod\":{\"metadata\":{}},\"Nodes\":{\"items\":null}}";
+    struct gv_ext_args a;
+    struct gv_error err = {0};
+    if (gv_ext_args_parse(req, strlen(req), &a, &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(a.n_names, 0);
+    gv_ext_args_clear(&a);
+}
+
 static void test_malformed_args(void **state)
 {
     (void)state;
@@ -378,6 +425,8 @@ int main(void)
         cmocka_unit_test(test_names_scan_every_byte_at_every_offset),
         cmocka_unit_test(test_names_scan_at_body_end),
         cmocka_unit_test(test_ignored_key_every_byte),
+        cmocka_unit_test(test_every_prefix_of_a_body),
+        cmocka_unit_test(test_nodes_items_null),
         cmocka_unit_test(test_malformed_args),
         cmocka_unit_test(test_priorities_clamped),
         cmocka_unit_test(test_bind_args),
