@@ -24,6 +24,7 @@
 #include "node/config/gv_config.h"
 #include "fake_sysfs.h"
 #include "node/passthrough/gv_passthrough.h"
+#include "node/passthrough/passthrough_internal.h"
 
 #define PCI_IDS "tests/fakes/sysfs/pci.ids"
 #define H100 "nvidia.com/GH100_H100_PCIE"
@@ -315,6 +316,86 @@ static void test_hot_removal_unhealthy(void **state)
     gv_pt_scan_free(later);
     gv_pt_scan_free(now);
     gv_pt_scan_free(before);
+}
+
+/* Only mediated devices go (their GPU stays): they are carried as removed
+ * and unhealthy all the same, as the kubelet must see them go unhealthy,
+ * not vanish. */
+static void test_mdev_only_removal_carried(void **state)
+{
+    struct fixture *f = *state;
+    struct gv_pt_scan *before = scan(f);
+    struct gv_error err = {0};
+    assert_int_equal(fake_sysfs_remove_mdev(f->root, MDEV1), 0);
+    assert_int_equal(fake_sysfs_remove_mdev(f->root, MDEV2), 0);
+    struct gv_pt_scan *now = scan(f);
+    assert_int_equal(now->n_mdevs, 0);
+    assert_int_equal(gv_pt_scan_carry(now, before, &err), GV_OK);
+    assert_int_equal(now->n_mdevs, 2);
+    assert_int_equal(now->n_gpus, before->n_gpus);
+    static const char *const gone[] = {MDEV1, MDEV2};
+    for (size_t i = 0; i < 2; i++) {
+        const struct gv_pt_mdev *m = gv_pt_scan_mdev(now, gone[i]);
+        assert_non_null(m);
+        assert_false(m->healthy);
+        assert_contains(m->reason, "removed");
+    }
+    gv_pt_scan_free(now);
+    gv_pt_scan_free(before);
+}
+
+/* An IOMMU group whose device list is empty (the kernel in the middle of
+ * a change, or a tree not as it should be) is no group to hand out: the
+ * GPU in it is unhealthy, with the reason. */
+static void test_empty_iommu_group_not_viable(void **state)
+{
+    struct fixture *f = *state;
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/sys/kernel/iommu_groups/17/devices/0000:41:00.0", f->root);
+    assert_int_equal(unlink(p), 0);
+    struct gv_pt_scan *s = scan(f);
+    const struct gv_pt_gpu *g = gv_pt_scan_gpu(s, "0000:41:00.0");
+    assert_non_null(g);
+    assert_false(g->healthy);
+    assert_contains(g->reason, "IOMMU group 17 has no device list");
+    assert_true(gv_pt_scan_gpu(s, "0000:42:00.0")->healthy);
+    gv_pt_scan_free(s);
+}
+
+/* Names read from sysfs become paths: only the kernel's PCI address form
+ * passes, and a mediated device name longer than a UUID is not one. */
+static void test_odd_names_ignored(void **state)
+{
+    (void)state;
+    assert_true(valid_bdf("0000:41:00.0"));
+    assert_true(valid_bdf("abcd:ef:1f.7"));
+    static const char *const bad[] = {"",
+                                      "0000:41:00.0/../../../etc",
+                                      "0000:41:00.00",
+                                      "0000:41:00.",
+                                      "0000-41:00.0",
+                                      "0000:41:00:0",
+                                      "000g:41:00.0",
+                                      "0000:41:00.0 "};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (valid_bdf(bad[i]))
+            fail_msg("'%s' taken for a PCI address", bad[i]);
+    struct fixture *f = NULL;
+    assert_int_equal(
+        setup_with((void **)&f,
+                   "{\"devices\":[{\"bdf\":\"0000:81:00.4\",\"device\":\"2236\",\"driver\":"
+                   "\"nvidia\",\"group\":30}],\"mdev_types\":[{\"parent\":\"0000:81:00.4\",\"id\":"
+                   "\"nvidia-592\",\"name\":\"NVIDIA A10-4Q\",\"available\":4}],\"mdevs\":["
+                   "{\"uuid\":\"" MDEV1 "\",\"parent\":\"0000:81:00.4\",\"type\":\"nvidia-592\","
+                   "\"group\":90},{\"uuid\":\"" MDEV2 "-and-then-some-more\",\"parent\":"
+                   "\"0000:81:00.4\",\"type\":\"nvidia-592\",\"group\":91}]}"),
+        0);
+    struct gv_pt_scan *s = scan(f);
+    assert_int_equal(s->n_mdevs, 1);
+    assert_non_null(gv_pt_scan_mdev(s, MDEV1));
+    gv_pt_scan_free(s);
+    void *st = f;
+    assert_int_equal(teardown(&st), 0);
 }
 
 static void test_scan_without_sysfs(void **state)
@@ -649,6 +730,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_allocate_specs_and_env, setup, teardown),
         cmocka_unit_test_setup_teardown(test_preferred_whole_groups, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hot_removal_unhealthy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mdev_only_removal_carried, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_empty_iommu_group_not_viable, setup, teardown),
+        cmocka_unit_test(test_odd_names_ignored),
         cmocka_unit_test(test_scan_without_sysfs),
         cmocka_unit_test_setup_teardown(test_bind_helper_fake_kernel, setup_host, teardown),
         cmocka_unit_test_setup_teardown(test_bind_helper_refusals, setup_host, teardown),
