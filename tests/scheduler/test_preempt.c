@@ -85,6 +85,21 @@ static void env_stop(struct env *e)
     memset(e, 0, sizeof(*e));
 }
 
+/* The API server stand-in and a client of it. */
+static struct gv_kube_client *api_start(struct fake_apiserver *fa)
+{
+    assert_int_equal(fake_apiserver_start(fa, NULL), 0);
+    struct gv_kube_client *kube = st_kube(fa->url);
+    assert_non_null(kube);
+    return kube;
+}
+
+static void api_stop(struct fake_apiserver *fa, struct gv_kube_client *kube)
+{
+    gv_kube_client_free(kube);
+    fake_apiserver_stop(fa);
+}
+
 static void bound(struct gv_sched *s, const char *uid, int prio, const char *node, unsigned gpu,
                   uint64_t mem)
 {
@@ -527,9 +542,7 @@ static void test_events_with_fake_apiserver(void **state)
 {
     (void)state;
     struct fake_apiserver fa;
-    assert_int_equal(fake_apiserver_start(&fa, NULL), 0);
-    struct gv_kube_client *kube = st_kube(fa.url);
-    assert_non_null(kube);
+    struct gv_kube_client *kube = api_start(&fa);
     struct env e;
     json_t *hi = start_filled(&e, kube, 16000);
     char *body = meta_body(hi, NODES, 2);
@@ -546,8 +559,7 @@ static void test_events_with_fake_apiserver(void **state)
     free(body);
     json_decref(hi);
     env_stop(&e);
-    gv_kube_client_free(kube);
-    fake_apiserver_stop(&fa);
+    api_stop(&fa, kube);
 }
 
 /* A reservation or a bind in flight is never a victim: kube-scheduler
@@ -1042,9 +1054,7 @@ static void test_pdb_budget_after_pods_with_fake_apiserver(void **state)
 {
     (void)state;
     struct fake_apiserver fa;
-    assert_int_equal(fake_apiserver_start(&fa, NULL), 0);
-    struct gv_kube_client *kube = st_kube(fa.url);
-    assert_non_null(kube);
+    struct gv_kube_client *kube = api_start(&fa);
     struct env e;
     env_start_kube(&e, (const char *[]){"n1"}, 1, 2, kube);
     static const char *const pods[][2] = {{"a", "app=x"}, {"b", "app=y"}};
@@ -1075,8 +1085,7 @@ static void test_pdb_budget_after_pods_with_fake_apiserver(void **state)
     free(uid[0]);
     free(uid[1]);
     env_stop(&e);
-    gv_kube_client_free(kube);
-    fake_apiserver_stop(&fa);
+    api_stop(&fa, kube);
 }
 
 /* ---- holds kept on the pod ----------------------------------------------- */
@@ -1204,9 +1213,7 @@ static void test_hold_survives_restart_with_fake_apiserver(void **state)
 {
     (void)state;
     struct fake_apiserver fa;
-    assert_int_equal(fake_apiserver_start(&fa, NULL), 0);
-    struct gv_kube_client *kube = st_kube(fa.url);
-    assert_non_null(kube);
+    struct gv_kube_client *kube = api_start(&fa);
     struct gv_error err = {0};
     assert_int_equal(gv_placement_key_parse(KEY_TEXT, strlen(KEY_TEXT), &test_key, &err), GV_OK);
     struct env e;
@@ -1315,8 +1322,7 @@ static void test_hold_survives_restart_with_fake_apiserver(void **state)
     env_stop(&e);
     gv_placement_key_free(test_key);
     test_key = NULL;
-    gv_kube_client_free(kube);
-    fake_apiserver_stop(&fa);
+    api_stop(&fa, kube);
 }
 
 /* The budgets reach the daemon's code path through its informer, on a 1.20
@@ -1327,12 +1333,10 @@ static void test_pdb_informer_v1beta1_with_fake_apiserver(void **state)
 {
     (void)state;
     struct fake_apiserver fa;
-    assert_int_equal(fake_apiserver_start(&fa, NULL), 0);
+    struct gv_kube_client *kube = api_start(&fa);
     char url[700];
     snprintf(url, sizeof(url), "%s/_fake/policy-versions?v=v1beta1", fa.url);
     assert_int_equal(st_http("POST", url, "", NULL), 200);
-    struct gv_kube_client *kube = st_kube(fa.url);
-    assert_non_null(kube);
     json_t *pdb = json_loads(
         "{\"apiVersion\":\"policy/v1beta1\",\"kind\":\"PodDisruptionBudget\",\"metadata\":"
         "{\"name\":\"web\",\"namespace\":\"t\"},\"spec\":{\"selector\":{\"matchExpressions\":"
@@ -1365,8 +1369,7 @@ static void test_pdb_informer_v1beta1_with_fake_apiserver(void **state)
     free(body);
     json_decref(hi);
     env_stop(&e);
-    gv_kube_client_free(kube);
-    fake_apiserver_stop(&fa);
+    api_stop(&fa, kube);
 }
 
 int main(void)

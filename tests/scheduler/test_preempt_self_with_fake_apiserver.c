@@ -145,17 +145,23 @@ static char *metrics(struct env *e)
     return m;
 }
 
+/* "hi" nominated to n1: exactly one victim goes, the other stays (a hold
+ * keeps its GPU for hi). */
+static void first_preemption(struct env *e)
+{
+    nominated(e, NULL);
+    if (!st_wait(one_left, e, 5000))
+        fail_msg("pods left in the API: %d (want 1: one victim evicted)", pods_left(e));
+    usleep(300 * 1000);
+    assert_int_equal(pods_left(e), 1);
+}
+
 static void test_nominated_without_verb_evicts_one_gpu(void **state)
 {
     (void)state;
     struct env e;
     env_start(&e);
-    nominated(&e, NULL);
-    if (!st_wait(one_left, &e, 5000))
-        fail_msg("pods left in the API: %d (want 1: one victim evicted)", pods_left(&e));
-    /* exactly one victim: the other stays, and a hold keeps its GPU */
-    usleep(300 * 1000);
-    assert_int_equal(pods_left(&e), 1);
+    first_preemption(&e);
     char *m = metrics(&e); /* the thread is done: it deletes last */
     assert_non_null(strstr(m, "gpuvisor_scheduler_preempt_verb_called 0"));
     assert_non_null(strstr(m, "gpuvisor_scheduler_preemptions_without_verb_total 1"));
@@ -173,10 +179,7 @@ static void test_second_preemptor_beside_a_hold(void **state)
     (void)state;
     struct env e;
     env_start(&e);
-    nominated(&e, NULL);
-    if (!st_wait(one_left, &e, 5000))
-        fail_msg("pods left in the API: %d (want 1: one victim evicted)", pods_left(&e));
-    usleep(300 * 1000);
+    first_preemption(&e);
     nominated(&e, NULL); /* the informer again: a resync, a status write */
     usleep(500 * 1000);
     assert_int_equal(pods_left(&e), 1);
