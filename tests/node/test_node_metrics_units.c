@@ -52,6 +52,22 @@ static void cgroup_layouts(void **state)
     /* the pod's own cgroup (no container): the pod, no container id */
     assert_true(gv_monitor_parse_cgroup("0::/kubepods/burstable/pod" UID "\n", uid, sizeof(uid), cid,
                                         sizeof(cid)));
+    assert_string_equal(cid, "");    /* a last component that is no container id (not hex, too short, longer
+     * than the caller's buffer): the pod, no container id */
+    static const char *const not_ids[] = {"cri-containerd-" CID "zz.scope",
+                                          "cri-containerd-0123456789a.scope",
+                                          "cri-containerd-" CID CID ".scope", "crio-" CID "X"};
+    for (size_t i = 0; i < sizeof(not_ids) / sizeof(not_ids[0]); i++) {
+        char text[400];
+        snprintf(text, sizeof(text), "0::/kubepods/burstable/pod" UID "/%s\n", not_ids[i]);
+        assert_true(gv_monitor_parse_cgroup(text, uid, sizeof(uid), cid, 70));
+        assert_string_equal(uid, UID);
+        if (cid[0] != '\0')
+            fail_msg("%s: container id '%s'", not_ids[i], cid);
+    }
+    /* an id exactly as long as the buffer has no room for its end: none, not a cut one */
+    assert_true(gv_monitor_parse_cgroup("0::/kubepods/burstable/pod" UID "/" CID "\n", uid,
+                                        sizeof(uid), cid, sizeof(CID) - 1));
     assert_string_equal(cid, "");
 }
 
