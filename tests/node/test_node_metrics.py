@@ -293,6 +293,31 @@ def backstop_kill_choice(learned):
         s.close()
 
 
+def no_pod_cgroup_claimed_by_region():
+    """A process whose cgroup names no pod (no Kubernetes: `gpuvisor run`, tests) is
+    the container's whose region names its host pid, on any of the container's GPUs,
+    its first included."""
+    s = Setup(backstop_cfg("report"))
+    try:
+        port, a, uid = s.with_pod("plain", ["a"], "v1;node=node1;a=%s:1000:100" % GPUS[0])
+        ca = dict(namespace="team", pod="plain", container="a", uuid=GPUS[0])
+        # no /proc/<pid>/cgroup for it; its first context (64 MiB) teaches it its host pid
+        p = s.probe(["init", "alloc:136m:OK", "sleep:60000"], name="nocgroup",
+                    extra={"GV_FAKE_CTX_MEMORY": "64m"},
+                    limits={"CUDA_DEVICE_MEMORY_LIMIT_0": "1000m",
+                            "CUDA_DEVICE_MEMORY_SHARED_CACHE": s.region(uid, "a")})
+        got = p.expect(lambda ln: ln.startswith("ok 2") or ln.startswith("not ok"), 20)
+        m = gvtest.wait_for(lambda: (lambda x: x if find(x, "gpuvisor_container_gpu_memory_nvml_bytes", **ca)
+                                     == 200 * MiB else None)(parse(scrape(port)[2])), 10)
+        t.ok(a and got and got.startswith("ok 2") and m is not None and
+             not find(m, "gpuvisor_gpu_unattributed_memory_bytes", uuid=GPUS[0]),
+             "a process without a pod cgroup, named by its container's region: its 200 MiB are the "
+             "container's (its GPU is the container's first), none unattributed",
+             m and [x for x in m if "nvml" in x[0] or "unattributed" in x[0]])
+    finally:
+        s.close()
+
+
 def backstop_kill_fewest():
     """Kill mode with two bypasses: the one holding more unaccounted memory goes first,
     whatever NVML's order, and the backstop stops as soon as the container fits (the
@@ -768,6 +793,7 @@ def main():
     backstop_kill_choice(False)
     backstop_kill_spares_sibling()
     backstop_kill_fewest()
+    no_pod_cgroup_claimed_by_region()
     backstop_grace()
 
     # configuration errors name the key
