@@ -81,6 +81,18 @@ static void cgroup_not_a_pod(void **state)
                                          cid, sizeof(cid))); /* not under kubepods */
     assert_false(gv_monitor_parse_cgroup("0::/kubepods/burstable/podnot-a-uid/x\n", uid,
                                          sizeof(uid), cid, sizeof(cid)));
+    assert_false(gv_monitor_parse_cgroup("0::/kubepods/burstable/podzzzzzzzz-zzzz-zzzz-zzzz-"
+                                         "zzzzzzzzzzzz/x\n",
+                                         uid, sizeof(uid), cid, sizeof(cid))); /* not hex */
+    struct {
+        char uid[36]; /* no room for a uid's terminator */
+        char after[8];
+    } small;
+    memset(&small, 'x', sizeof(small));
+    assert_false(gv_monitor_parse_cgroup("0::/kubepods/burstable/pod" UID "\n", small.uid,
+                                         sizeof(small.uid), cid, sizeof(cid)));
+    for (size_t i = 0; i < sizeof(small.after); i++)
+        assert_int_equal(small.after[i], 'x');
     assert_false(gv_monitor_parse_cgroup("", uid, sizeof(uid), cid, sizeof(cid)));
     assert_false(gv_monitor_parse_cgroup("kubepods pod" UID, uid, sizeof(uid), cid, sizeof(cid)));
     char big[8192];
