@@ -86,8 +86,9 @@ static void env_stop(struct env *e)
     free(e->low[1]);
 }
 
-/* The high-priority pod as the informer shows it after kube-scheduler's
- * preemption nominated n1 (evicting nobody: GPUs are ignored there). */
+/* A pod as the informer shows it after kube-scheduler's preemption
+ * nominated n1 (evicting nobody: GPUs are ignored there); "hi" and the
+ * others of priority 100 outrank the two pods on n1. */
 static void nominated_pod(struct env *e, const char *name, int prio, const char *bound,
                           const char *policy)
 {
