@@ -176,8 +176,8 @@ static json_t *start_filled(struct env *e, struct gv_kube_client *kube, unsigned
 }
 
 /* ExtenderPreemptionArgs as kube-scheduler's Go encoder writes them (nil
- * maps and slices as null, a zero count omitted by nobody but allowed to
- * be), and what is not one: a clear error, nothing half-parsed. */
+ * maps and slices as null; a NumPDBViolations left out or null counts 0),
+ * and what is not one: a clear error, nothing half-parsed. */
 static void test_preempt_args_wire(void **state)
 {
     (void)state;
