@@ -129,6 +129,17 @@ static char *post(const struct env *e, const char *verb, const char *body, long 
     return out;
 }
 
+/* POSTs the preempt verb the JSON args (taken); returns the answer's text. */
+static char *post_args(const struct env *e, json_t *args, long *status)
+{
+    char *body = json_dumps(args, JSON_COMPACT);
+    json_decref(args);
+    assert_non_null(body);
+    char *out = post(e, "preempt", body, status);
+    free(body);
+    return out;
+}
+
 static void assert_json_eq(const char *got, const char *want)
 {
     json_t *g = json_loads(got ? got : "", 0, NULL), *w = json_loads(want, 0, NULL);
@@ -318,18 +329,15 @@ static void test_full_pods_form_and_refusals(void **state)
                             "namespace", "default");
     json_t *args = json_pack("{s:O,s:{s:{s:[o],s:i}},s:n}", "Pod", hi, "NodeNameToVictims", "n1",
                              "Pods", cpu, "NumPDBViolations", 1, "NodeNameToMetaVictims");
-    char *body = json_dumps(args, JSON_COMPACT);
-    json_decref(args);
     long st;
-    char *out = post(&e, "preempt", body, &st);
+    char *out = post_args(&e, args, &st);
     assert_int_equal(st, 200);
     assert_json_eq(out, "{\"NodeNameToMetaVictims\":{\"n1\":{\"Pods\":[{\"UID\":\"cpuhog\"},"
                         "{\"UID\":\"c\"}],\"NumPDBViolations\":1}}}");
     free(out);
-    free(body);
     /* preemptionPolicy: Never: no node */
     json_object_set_new(json_object_get(hi, "spec"), "preemptionPolicy", json_string("Never"));
-    body = meta_body(hi, NODES, 2);
+    char *body = meta_body(hi, NODES, 2);
     out = post(&e, "preempt", body, &st);
     assert_json_eq(out, "{\"NodeNameToMetaVictims\":{}}");
     free(out);
@@ -479,15 +487,12 @@ static void test_own_victims_keep_their_priority(void **state)
                                           "NumPDBViolations", 0));
         json_t *args = json_pack("{s:O,s:n,s:o}", "Pod", hi, "NodeNameToVictims",
                                  "NodeNameToMetaVictims", m);
-        char *body = json_dumps(args, JSON_COMPACT);
-        json_decref(args);
         long st;
-        char *out = post(&e, "preempt", body, &st);
+        char *out = post_args(&e, args, &st);
         assert_int_equal(st, 200);
         assert_json_eq(out, "{\"NodeNameToMetaVictims\":{\"n1\":{\"Pods\":[{\"UID\":\"k1\"}],"
                             "\"NumPDBViolations\":0}}}");
         free(out);
-        free(body);
     }
     json_decref(hi);
     env_stop(&e);
@@ -1357,16 +1362,13 @@ static void test_pdb_informer_v1beta1_with_fake_apiserver(void **state)
                             "namespace", "default");
     json_t *args = json_pack("{s:O,s:{s:{s:[o],s:i}},s:n}", "Pod", hi, "NodeNameToVictims", "n1",
                              "Pods", cpu, "NumPDBViolations", 1, "NodeNameToMetaVictims");
-    char *body = json_dumps(args, JSON_COMPACT);
-    json_decref(args);
     long st;
-    char *out = post(&e, "preempt", body, &st);
+    char *out = post_args(&e, args, &st);
     assert_int_equal(st, 200);
     /* both GPU pods are under the budget allowing none: one goes, violating it */
     assert_json_eq(out, "{\"NodeNameToMetaVictims\":{\"n1\":{\"Pods\":[{\"UID\":\"cpuhog\"},"
                         "{\"UID\":\"a\"}],\"NumPDBViolations\":2}}}");
     free(out);
-    free(body);
     json_decref(hi);
     env_stop(&e);
     api_stop(&fa, kube);
