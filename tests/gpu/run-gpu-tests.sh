@@ -185,11 +185,14 @@ if [ "$have_nvcc" = 1 ]; then
     wait $low
     keep=$(ratio "$(field rate "$high")" "$(field rate "$hsolo")")
     lowrate=$(ratio "$(field rate "$(cat "$TMP/low")")" "$base")
-    note "priority: high keeps ${keep}% of solo beside a low hog; hog averaged ${lowrate}% over its run"
-    if atleast "$keep" 90; then
-        ok "priority 0 keeps $keep% of its solo throughput beside a priority-2 hog"
+    lostms=$(awk -v k="$keep" -v t="$(field seconds "$high")" 'BEGIN { printf "%.0f", 10 * t * (100 - k) }')
+    note "priority: high keeps ${keep}% of solo beside a low hog (${lostms} ms lost); hog averaged ${lowrate}% over its run"
+    # The hog ran alone for a second before the high tenant arrived: what it
+    # had queued then is the whole loss (tests/gpu/prio_probe.sh takes it apart).
+    if atleast "$keep" 99; then
+        ok "priority 0 keeps $keep% of its solo throughput beside a priority-2 hog (target >= 99%)"
     else
-        nok "priority 0 keeps only $keep% of its solo throughput beside a priority-2 hog"
+        nok "priority 0 keeps only $keep% of its solo throughput beside a priority-2 hog (target >= 99%)"
     fi
     # The hog ran alone ~SECS+2 s of its 2*SECS+2 s: it must have resumed.
     if atleast "$lowrate" "$(awk -v s="$SECS" 'BEGIN { print 100 * (s + 1) / (2 * s + 2) * 0.8 }')"; then

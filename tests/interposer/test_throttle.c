@@ -44,6 +44,7 @@ struct tenant {
     uint64_t horizon; /* stop launching at this virtual time */
     uint64_t mark;    /* count launches made at or after this time too */
     uint64_t idle;    /* after the first launch, sleep this long (virtual) */
+    uint64_t start;   /* before the first launch, sleep this long (arrive late) */
     bool steps;       /* a training-like loop: 20 x 50 us kernels, sync, 2 ms on the CPU */
 };
 
@@ -219,6 +220,8 @@ static struct result tenant_main(const struct tenant *tn)
     } else if (F.get_fn(&f, m, tn->steps ? "step_50us" : "spin_1000us")) {
         return r;
     }
+    if (tn->start)
+        F.sleep(tn->start);
     uint64_t now;
     while ((now = F.clock()) < tn->horizon) {
         struct gv_throttle_launch l = {
@@ -603,6 +606,42 @@ static void test_priority(void **state)
     assert_true(resume[1].kernels - resume[1].kernels_after_mark <= 2);
 }
 
+/*
+ * A high-priority tenant that arrives while a low-priority hog has been
+ * running alone: it must not wait behind a deep queue the hog built while
+ * nobody was above it (measured on an H200: ~115 ms lost per arrival).  The
+ * fake GPU runs commands in submission order, so any backlog is lost in full.
+ */
+static void test_priority_arrival_behind_a_hog(void **state)
+{
+    (void)state;
+    struct result solo, pair[2], lone;
+    const uint64_t arrive = 300 * MS;
+    struct tenant high = {
+        .pct = 0, .prio = 0, .horizon = HORIZON, .mark = UINT64_MAX, .start = arrive};
+    struct tenant low = {.pct = 0, .prio = 2, .horizon = HORIZON, .mark = arrive};
+
+    run_tenants(&high, 1, &solo);
+    struct tenant both[2] = {high, low};
+    run_tenants(both, 2, pair);
+    double keep = (double)pair[0].kernels / (double)solo.kernels;
+    double before = (double)((pair[1].kernels - pair[1].kernels_after_mark) * KERNEL_NS) /
+                    (double)arrive;
+    printf("# high arrives at %.0f ms beside a level-2 hog: %llu kernels vs %llu solo (%.1f%%); "
+           "the hog ran %.1f%% of the GPU before it\n",
+           (double)arrive / 1e6, (unsigned long long)pair[0].kernels,
+           (unsigned long long)solo.kernels, 100 * keep, 100 * before);
+    assert_true(keep >= 0.99);
+    /* The hog's bounded queue did not starve it while it was alone ... */
+    assert_true(before >= 0.98);
+    /* ... and a level-2 tenant alone keeps the whole GPU. */
+    struct tenant alone = low;
+    alone.mark = UINT64_MAX;
+    run_tenants(&alone, 1, &lone);
+    printf("# level-2 tenant alone: %.1f%% of the GPU\n", share(&lone));
+    assert_true(share(&lone) >= 99.0);
+}
+
 static void test_three_levels(void **state)
 {
     (void)state;
@@ -884,6 +923,7 @@ int main(void)
         cmocka_unit_test(test_unlimited_and_disabled_run_free),
         cmocka_unit_test(test_force_has_no_burst_credit),
         cmocka_unit_test(test_priority),
+        cmocka_unit_test(test_priority_arrival_behind_a_hog),
         cmocka_unit_test(test_three_levels),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
