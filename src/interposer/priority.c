@@ -42,6 +42,7 @@
 #define GV_PRIO_MAX_AHEAD_NS (1000ull * 1000000ull)
 /* Idle time a higher-priority tenant must show before lower ones resume. */
 #define PRIO_GRACE_NS (2ull * 1000000ull)
+#define PRIO_PACED 1u
 /* Longest single wait, so waiters notice a tenant that went idle early. */
 #define PRIO_RECHECK_NS (5ull * 1000000ull)
 
@@ -50,7 +51,10 @@ struct prio_slot {
     _Atomic uint64_t heartbeat_ns;
     _Atomic uint64_t busy_until_ns;
     _Atomic uint32_t level;
-    uint32_t reserved;
+    /* PRIO_PACED: busy_until is where the publisher's own share limit stops
+     * it, not a pause between kernels: no grace after it.  Was reserved (0)
+     * before, so older publishers read as unpaced and older readers ignore it. */
+    _Atomic uint32_t flags;
 };
 
 struct prio_file {
@@ -112,6 +116,7 @@ static struct prio_slot *claim(struct gv_prio_board *b, uint64_t now)
          * stale busy time under our token. */
         if (atomic_compare_exchange_strong(&s->owner, &owner, b->token)) {
             atomic_store(&s->busy_until_ns, 0);
+            atomic_store(&s->flags, 0);
             atomic_store(&s->level, b->level);
             atomic_store(&s->heartbeat_ns, now);
             return s;
@@ -242,7 +247,8 @@ uint64_t gv_prio_wait_ns(struct gv_prio_board *b, uint64_t now_ns)
             until = hb + GV_PRIO_MAX_AHEAD_NS;
         if (until > now_ns + GV_PRIO_MAX_AHEAD_NS)
             until = now_ns + GV_PRIO_MAX_AHEAD_NS;
-        until += PRIO_GRACE_NS;
+        if (!(atomic_load_explicit(&s->flags, memory_order_relaxed) & PRIO_PACED))
+            until += PRIO_GRACE_NS;
         if (until > now_ns && until - now_ns > wait)
             wait = until - now_ns;
     }
@@ -264,7 +270,8 @@ bool gv_prio_higher_present(struct gv_prio_board *b, uint64_t now_ns)
     return false;
 }
 
-void gv_prio_publish(struct gv_prio_board *b, uint64_t now_ns, uint64_t busy_until_ns)
+static void publish(struct gv_prio_board *b, uint64_t now_ns, uint64_t busy_until_ns,
+                    uint32_t flags)
 {
     if (b->mine == NULL ||
         atomic_load_explicit(&b->mine->owner, memory_order_relaxed) != b->token) {
@@ -273,6 +280,19 @@ void gv_prio_publish(struct gv_prio_board *b, uint64_t now_ns, uint64_t busy_unt
         if (b->mine == NULL)
             return;
     }
+    /* Flags first: a reader pairing new flags with the old busy time at worst
+     * adds or drops one grace, never waits on a time we did not publish. */
+    atomic_store_explicit(&b->mine->flags, flags, memory_order_relaxed);
     atomic_store_explicit(&b->mine->busy_until_ns, busy_until_ns, memory_order_release);
     atomic_store_explicit(&b->mine->heartbeat_ns, now_ns, memory_order_relaxed);
+}
+
+void gv_prio_publish(struct gv_prio_board *b, uint64_t now_ns, uint64_t busy_until_ns)
+{
+    publish(b, now_ns, busy_until_ns, 0);
+}
+
+void gv_prio_publish_paced(struct gv_prio_board *b, uint64_t now_ns, uint64_t busy_until_ns)
+{
+    publish(b, now_ns, busy_until_ns, PRIO_PACED);
 }

@@ -46,7 +46,13 @@ uint64_t gv_prio_wait_ns(struct gv_prio_board *b, uint64_t now_ns);
 /* Whether a higher-priority tenant was active recently (for in-flight caps). */
 bool gv_prio_higher_present(struct gv_prio_board *b, uint64_t now_ns);
 
-/* Publishes that this tenant has work in flight until busy_until_ns. */
+/* Publishes that this tenant has work in flight until busy_until_ns; lower
+ * tenants wait a short grace past it (a pause between kernels keeps the GPU). */
 void gv_prio_publish(struct gv_prio_board *b, uint64_t now_ns, uint64_t busy_until_ns);
+
+/* The same while this tenant waits for its own share limit: it will launch
+ * nothing before that wait ends, so lower tenants may use the GPU from
+ * busy_until_ns on, with no grace (they keep little queued meanwhile). */
+void gv_prio_publish_paced(struct gv_prio_board *b, uint64_t now_ns, uint64_t busy_until_ns);
 
 #endif

@@ -354,9 +354,11 @@ void gv_throttle_before(struct gv_throttle *t, struct gv_throttle_launch *l)
         uint64_t yield = d->prio ? gv_prio_wait_ns(d->prio, now) : 0;
         uint64_t wait = yield;
         int64_t tokens = atomic_load(&d->pool->tokens);
+        bool paced = false;
         if (d->pct && tokens < 0) {
             uint64_t w = ((uint64_t)-tokens * 100 + d->pct - 1) / d->pct;
             wait = w > wait ? w : wait;
+            paced = yield == 0;
         }
         /* A kernel never measured is let through alone, so a burst of unknown
          * work cannot queue up ahead of the first measurement. */
@@ -374,8 +376,12 @@ void gv_throttle_before(struct gv_throttle *t, struct gv_throttle_launch *l)
         }
         if (wait == 0)
             break;
-        /* A waiting tenant is present: lower ones keep little queued. */
-        if (d->prio)
+        /* A waiting tenant is present: lower ones keep little queued.  One
+         * waiting for its own share will launch nothing before the wait
+         * ends, so lower ones may fill the gap (no grace). */
+        if (d->prio && paced)
+            gv_prio_publish_paced(d->prio, now, d->busy_until);
+        else if (d->prio)
             gv_prio_publish(d->prio, now, d->busy_until);
         pthread_mutex_unlock(&d->mu);
         t->ops.sleep_ns(t->ops.ctx, wait > MAX_SLEEP_NS ? MAX_SLEEP_NS : wait);

@@ -72,7 +72,7 @@ for spec in $LIBS; do
         smi_on
         burn "$lib" --priority 2 -- --seconds $((secs + 5)) >"$TMP/low" &
         low=$!
-        sleep 1
+        sleep ${GV_PRIO_SLEEP:-1}
         high=$(burn "$lib" --priority 0 -- --seconds "$secs" --trace-ms 100)
         wait $low
         clk=$(smi_off)
@@ -82,7 +82,7 @@ for spec in $LIBS; do
     smi_on
     burn "$lib" --priority 0 -- --seconds $((SECS + 2)) >"$TMP/high" &
     high=$!
-    sleep 1
+    sleep ${GV_PRIO_SLEEP:-1}
     burn "$lib" --priority 2 -- --seconds "$SECS" >"$TMP/low"
     wait $high
     clk=$(smi_off)

@@ -642,6 +642,30 @@ static void test_priority_arrival_behind_a_hog(void **state)
     assert_true(share(&lone) >= 99.0);
 }
 
+/*
+ * A high-priority tenant held to half the GPU by its own share limit leaves
+ * the other half: a lower one fills it (its waits for its own budget are
+ * announced as such, with no grace), and the high one still gets its share.
+ */
+static void test_priority_throttled_high_leaves_its_gaps(void **state)
+{
+    (void)state;
+    struct result solo, pair[2];
+    struct tenant high = {.pct = 50, .prio = 0, .horizon = HORIZON, .mark = UINT64_MAX};
+    struct tenant low = {.pct = 0, .prio = 2, .horizon = HORIZON, .mark = UINT64_MAX};
+
+    run_tenants(&high, 1, &solo);
+    struct tenant both[2] = {high, low};
+    run_tenants(both, 2, pair);
+    double keep = (double)pair[0].kernels / (double)solo.kernels;
+    double left = 100.0 - share(&pair[0]);
+    printf("# level 0 at gpucores 50 beside a level-2 hog: %.1f%% of the GPU (%.1f%% of its solo); "
+           "the hog %.1f%% = %.1f%% of the %.1f%% left\n",
+           share(&pair[0]), 100 * keep, share(&pair[1]), 100 * share(&pair[1]) / left, left);
+    assert_true(keep >= 0.97);
+    assert_true(share(&pair[1]) >= 0.9 * left);
+}
+
 static void test_three_levels(void **state)
 {
     (void)state;
@@ -769,6 +793,14 @@ static void test_board_waits(void **state)
     assert_int_equal(gv_prio_wait_ns(b, T), 0);
     assert_false(gv_prio_higher_present(b, T));
     assert_int_equal(gv_prio_wait_ns(low, T), 3 * MSN); /* 1 ms of work + 2 ms of grace */
+    /* waiting for its own share: its work is all that counts, no grace; and
+     * the next plain publication brings the grace back */
+    gv_prio_publish_paced(a, T, T + MSN);
+    assert_int_equal(gv_prio_wait_ns(low, T), MSN);
+    assert_int_equal(gv_prio_wait_ns(low, T + MSN), 0);
+    assert_true(gv_prio_higher_present(low, T + MSN)); /* still keeps little queued */
+    gv_prio_publish(a, T, T + MSN);
+    assert_int_equal(gv_prio_wait_ns(low, T), 3 * MSN);
     /* present for 1 s after its last publication, and while stamped at most 1 s ahead */
     assert_true(gv_prio_higher_present(low, T + 1000 * MSN - 1));
     assert_false(gv_prio_higher_present(low, T + 1000 * MSN));
@@ -924,6 +956,7 @@ int main(void)
         cmocka_unit_test(test_force_has_no_burst_credit),
         cmocka_unit_test(test_priority),
         cmocka_unit_test(test_priority_arrival_behind_a_hog),
+        cmocka_unit_test(test_priority_throttled_high_leaves_its_gaps),
         cmocka_unit_test(test_three_levels),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
