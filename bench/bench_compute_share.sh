@@ -77,5 +77,5 @@ awk -v a="$s1" -v b="$s2" 'BEGIN { printf "two processes of one container, CUDA_
 # asserts the bounds, and prints what it saw; its priority lines go here.
 echo
 echo "priority, from build/tests/test_throttle (its '# ' diagnostics; the test asserts the bounds):"
-"$PWD/$BUILD/tests/test_throttle" 2>&1 | sed -n 's/^# \(high \|levels \)/\1/p'
+"$PWD/$BUILD/tests/test_throttle" 2>&1 | sed -n 's/^# \(high \|levels \|level 0 at \)/\1/p'
 awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "wall time for the table: %.1f s\n", e - s }'
