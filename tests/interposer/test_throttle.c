@@ -572,6 +572,17 @@ static void test_force_has_no_burst_credit(void **state)
     assert_true(r[0].kernels_after_mark <= r[1].kernels_after_mark + 30);
 }
 
+/* Runs high alone, then high beside low; returns high's kernels beside low
+ * over its kernels alone. */
+static double beside(struct tenant high, struct tenant low, struct result *solo,
+                     struct result pair[2])
+{
+    struct tenant both[2] = {high, low};
+    run_tenants(&high, 1, solo);
+    run_tenants(both, 2, pair);
+    return (double)pair[0].kernels / (double)solo->kernels;
+}
+
 static void test_priority(void **state)
 {
     (void)state;
@@ -579,10 +590,7 @@ static void test_priority(void **state)
     struct tenant high = {.pct = 0, .prio = 0, .horizon = HORIZON, .mark = UINT64_MAX};
     struct tenant low = {.pct = 0, .prio = 2, .horizon = HORIZON, .mark = UINT64_MAX};
 
-    run_tenants(&high, 1, &solo);
-    struct tenant both[2] = {high, low};
-    run_tenants(both, 2, pair);
-    double keep = (double)pair[0].kernels / (double)solo.kernels;
+    double keep = beside(high, low, &solo, pair);
     printf("# high priority: solo %llu kernels, beside a low-priority hog %llu (%.1f%%); "
            "hog got %llu\n",
            (unsigned long long)solo.kernels, (unsigned long long)pair[0].kernels, 100 * keep,
@@ -621,10 +629,7 @@ static void test_priority_arrival_behind_a_hog(void **state)
         .pct = 0, .prio = 0, .horizon = HORIZON, .mark = UINT64_MAX, .start = arrive};
     struct tenant low = {.pct = 0, .prio = 2, .horizon = HORIZON, .mark = arrive};
 
-    run_tenants(&high, 1, &solo);
-    struct tenant both[2] = {high, low};
-    run_tenants(both, 2, pair);
-    double keep = (double)pair[0].kernels / (double)solo.kernels;
+    double keep = beside(high, low, &solo, pair);
     double before = (double)((pair[1].kernels - pair[1].kernels_after_mark) * KERNEL_NS) /
                     (double)arrive;
     printf("# high arrives at %.0f ms beside a level-2 hog: %llu kernels vs %llu solo (%.1f%%); "
@@ -654,10 +659,7 @@ static void test_priority_throttled_high_leaves_its_gaps(void **state)
     struct tenant high = {.pct = 50, .prio = 0, .horizon = HORIZON, .mark = UINT64_MAX};
     struct tenant low = {.pct = 0, .prio = 2, .horizon = HORIZON, .mark = UINT64_MAX};
 
-    run_tenants(&high, 1, &solo);
-    struct tenant both[2] = {high, low};
-    run_tenants(both, 2, pair);
-    double keep = (double)pair[0].kernels / (double)solo.kernels;
+    double keep = beside(high, low, &solo, pair);
     double left = 100.0 - share(&pair[0]);
     printf("# level 0 at gpucores 50 beside a level-2 hog: %.1f%% of the GPU (%.1f%% of its solo); "
            "the hog %.1f%% = %.1f%% of the %.1f%% left\n",
