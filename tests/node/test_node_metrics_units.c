@@ -4,6 +4,7 @@
  * record, the "metrics" settings, and an exposition rendered from a real
  * shared region (made with the shm API) without NVML.
  */
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -301,6 +302,27 @@ static void render_from_region(void **state)
     /* no NVML: no per-GPU counters, no NVML-derived container series */
     assert_null(line_of(b.data, "DCGM_FI_DEV_GPU_UTIL{"));
     assert_null(line_of(b.data, "gpuvisor_container_gpu_memory_nvml_bytes{"));
+    /* The region is the tenant's: one that fills every process slot, half of
+     * them with host pids, costs the monitor its per-container tables' room
+     * (16 of each), never more; every slot still counts as a process. */
+    struct gv_shm_region *r = (struct gv_shm_region *)gv_shm_region(shm); /* as a tenant writes it */
+    for (int s = 0; s < GV_SHM_MAX_PROCS; s++) {
+        if (atomic_load(&r->procs[s].pid) != 0)
+            continue;
+        r->procs[s].hostpid = s % 2 ? 100000 + s : 0;
+        atomic_store(&r->procs[s].mem_used[idx], 1ull << 20);
+        atomic_store(&r->procs[s].pid, 2 + s);
+    }
+    gv_buf_free(&b);
+    gv_buf_init(&b, 0);
+    assert_int_equal(gv_monitor_render(m, &b, &err), GV_OK);
+    snprintf(want, sizeof(want), "gpuvisor_container_gpu_memory_used_bytes%s 314572800\n", lab);
+    assert_non_null(line_of(b.data, want));
+    snprintf(want, sizeof(want),
+             "gpuvisor_container_processes{node=\"n1\",namespace=\"ns1\",pod=\"web \\\"1\\\"\","
+             "container=\"main\"} %d\n",
+             GV_SHM_MAX_PROCS);
+    assert_non_null(line_of(b.data, want));
     /* a record in another pod's directory is not believed */
     gv_buf_free(&b);
     gv_shm_close(shm);
