@@ -357,6 +357,11 @@ void gv_throttle_before(struct gv_throttle *t, struct gv_throttle_launch *l)
         bool paced = false;
         if (d->pct && tokens < 0) {
             uint64_t w = ((uint64_t)-tokens * 100 + d->pct - 1) / d->pct;
+            /* A debt of a few ns (refills round down) would ask for sleeps
+             * of a few ns: on a virtual clock shared by two processes of one
+             * budget they crawled forward 3 ns per turn.  Sleeping at least
+             * POLL_NS costs no share: the bucket keeps the credit. */
+            w = w < POLL_NS ? POLL_NS : w;
             wait = w > wait ? w : wait;
             paced = yield == 0;
         }

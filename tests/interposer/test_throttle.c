@@ -727,6 +727,34 @@ static void test_untimeable_launches_pass(void **state)
     gv_throttle_free(t);
 }
 
+/* A container's budget a few ns in debt (refills round down, and another
+ * process of the container may take the refill): the wait is at least the
+ * poll period, never a few ns.  On the virtual clock two such processes once
+ * crawled forward 3 ns per turn for 10 minutes. */
+static void test_tiny_debt_waits_a_poll_period(void **state)
+{
+    (void)state;
+    g_stub = (struct throttle_stub){.now = 1000000, .key_prefix = "GPU-unit"};
+    struct gv_throttle_ops ops = throttle_stub_ops();
+    struct gv_throttle_pool pool;
+    memset(&pool, 0, sizeof(pool));
+    struct gv_throttle_config cfg = {.priority = -1};
+    struct gv_throttle *t = NULL;
+    struct gv_error err = {0};
+    cfg.sm_limit[0] = 40;
+    cfg.pool[0] = &pool;
+    assert_int_equal(gv_throttle_new(&cfg, &ops, &t, &err), GV_OK);
+    atomic_store(&pool.tokens, -1);
+    atomic_store(&pool.last_ns, g_stub.now + 1); /* refilled just now */
+    struct gv_throttle_launch l = {.dev = 0, .stream = NULL, .key = &cfg};
+    uint64_t t0 = g_stub.now;
+    gv_throttle_before(t, &l);
+    gv_throttle_after(t, &l, true);
+    assert_true(g_stub.now - t0 >= 50000);
+    assert_true(g_stub.now - t0 <= 100000);
+    gv_throttle_free(t);
+}
+
 /* The board's 64 slots are shared by every tenant of the GPU, which may fill
  * them: a slot whose owner stopped publishing 60 s ago is free again, not a
  * nanosecond before; a slot stamped more than 1 s past now (from before a
@@ -946,6 +974,7 @@ int main(void)
         cmocka_unit_test(test_board_waits),
         cmocka_unit_test(test_config_and_board_errors),
         cmocka_unit_test(test_untimeable_launches_pass),
+        cmocka_unit_test(test_tiny_debt_waits_a_poll_period),
         cmocka_unit_test(test_share_alone),
         cmocka_unit_test(test_share_beside_second_tenant),
         cmocka_unit_test_teardown(test_share_pooled_per_container, drop_pool),
