@@ -194,6 +194,26 @@ if [ "$have_nvcc" = 1 ]; then
     else
         nok "priority 0 keeps only $keep% of its solo throughput beside a priority-2 hog (target >= 99%)"
     fi
+    # A level-0 tenant held to half the GPU by its own share, beside the hog,
+    # both measured over the same interval: what it keeps of its solo at 50, and
+    # the hog's share of the time it leaves (reported; tests/gpu/prio_probe.sh
+    # has more cases).
+    h50=$(field rate "$(run --priority 0 --gpucores 50 -- "$BURN" --seconds "$SECS")")
+    t=$(($(date +%s) + 6))
+    run --priority 0 --gpucores 50 -- "$BURN" --seconds "$SECS" --start-at "$t" >"$TMP/high" &
+    hp=$!
+    run --priority 2 -- "$BURN" --seconds "$SECS" --start-at "$t" >"$TMP/low2"
+    wait $hp
+    dkeep=$(ratio "$(field rate "$(cat "$TMP/high")")" "$h50")
+    dh=$(ratio "$(field rate "$(cat "$TMP/high")")" "$base")
+    dl=$(ratio "$(field rate "$(cat "$TMP/low2")")" "$base")
+    dleft=$(awk -v h="$dh" -v l="$dl" 'BEGIN { if (100 - h >= 1) printf "%.1f", 100 * l / (100 - h); else print "nan" }')
+    note "priority with a share: level 0 at gpucores 50 keeps ${dkeep}% of its solo at 50 beside a level-2 hog; the hog gets ${dl}% of unlimited, ${dleft}% of the time level 0 leaves"
+    if isnum "$dkeep" && isnum "$dl"; then
+        ok "level 0 at gpucores 50 keeps $dkeep% of its solo at 50; a level-2 hog fills $dleft% of what it leaves"
+    else
+        nok "priority with a share: no measurement ($(cat "$TMP/high" "$TMP/low2" | head -c 300))"
+    fi
     # The hog ran alone ~SECS+2 s of its 2*SECS+2 s: it must have resumed.
     if atleast "$lowrate" "$(awk -v s="$SECS" 'BEGIN { print 100 * (s + 1) / (2 * s + 2) * 0.8 }')"; then
         ok "priority 2 resumes when priority 0 idles ($lowrate% over its run)"
