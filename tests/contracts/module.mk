@@ -13,3 +13,10 @@ TEST_PROGS += test_whole_devices
 test_whole_devices_SRCS := tests/contracts/test_whole_devices.c
 test_whole_devices_LIBS := contracts alloc common
 test_whole_devices_LDLIBS := $(contracts_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
+
+# The agents' /metrics reader (untrusted text): every line shape, malformed
+# lines counted, bodies cut at every byte (SAN sees reads past the end).
+TEST_PROGS += test_expfmt
+test_expfmt_SRCS := tests/contracts/test_expfmt.c
+test_expfmt_LIBS := contracts common
+test_expfmt_LDLIBS := $(contracts_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
