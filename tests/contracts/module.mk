@@ -15,8 +15,9 @@ test_whole_devices_LIBS := contracts alloc common
 test_whole_devices_LDLIBS := $(contracts_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
 
 # The agents' /metrics reader (untrusted text): every line shape, malformed
-# lines counted, bodies cut at every byte (SAN sees reads past the end).
-TEST_PROGS += test_expfmt
-test_expfmt_SRCS := tests/contracts/test_expfmt.c
-test_expfmt_LIBS := contracts common
-test_expfmt_LDLIBS := $(contracts_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
+# lines counted, bodies cut at every byte (SAN sees reads past the end); the
+# usage model read from it, and the agent's port.
+TEST_PROGS += test_agent_usage
+test_agent_usage_SRCS := tests/contracts/test_agent_usage.c
+test_agent_usage_LIBS := contracts common
+test_agent_usage_LDLIBS := $(contracts_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka jansson)

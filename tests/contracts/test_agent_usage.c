@@ -1,6 +1,7 @@
 /*
  * The reader of the node agents' /metrics (src/contracts/agent_usage.c,
- * gv_expfmt_parse): text another process sends, so every line shape the
+ * gv_expfmt_parse), and the usage model built from it: text another process
+ * sends, so every line shape the
  * Prometheus text format 0.0.4 allows is read, and every other one is counted
  * as malformed and skipped without hiding the lines around it.  Bodies are
  * parsed from heap copies of exactly their length, so under
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "contracts/agent_usage.h"
 
@@ -120,6 +122,9 @@ static void malformed_lines(void **state)
         "a{x=\"1\\\"} 1",              /* the quote is escaped: never closed */
         "a{x=\"1\"}} 1",
         "a{x=\"1\"};1",
+        "a{x!!\"} 1",                  /* no '=' before the quote */
+        "a-1",                          /* a value glued to the name */
+        "a.5 1",
         "a{a=\"1\",b=\"2\",c=\"3\",d=\"4\",e=\"5\",f=\"6\",g=\"7\",h=\"8\",i=\"9\",j=\"10\","
         "k=\"11\",l=\"12\",m=\"13\",n=\"14\",o=\"15\",p=\"16\",q=\"17\"} 1", /* 17 labels */
     };
@@ -188,6 +193,59 @@ static void every_prefix_of_a_body(void **state)
                                 "pod=p} 3.14573e+08;b{} 2;");
 }
 
+/* The usage model keeps what it reads, and only that. */
+static void usage_from_an_agent(void **state)
+{
+    (void)state;
+    struct gv_usage u;
+    memset(&u, 0, sizeof(u));
+    char text[] =
+        /* a GPU series nobody reads: the GPU is known, nothing else about it */
+        "DCGM_FI_DEV_SM_CLOCK{gpu=\"0\",UUID=\"GPU-a\",modelName=\"H100\","
+        "device_type=\"NVIDIA-A100\",Hostname=\"n1\"} 1980\n"
+        /* HAMi's host memory alone: memory, no utilisation */
+        "hami_host_gpu_memory_used_bytes{device_uuid=\"GPU-b\",device_index=\"9\","
+        "device_type=\"NVIDIA-A100\"} 1048576\n"
+        /* other series of the exposition are not GPUs */
+        "process_cpu_seconds_total 12\n"
+        "gpuvisor_node_info{node=\"n1\"} 1\n";
+    assert_int_equal(gv_usage_add_text(&u, text, strlen(text), "n1"), 0);
+    assert_int_equal(u.gpus.n, 2);
+    assert_int_equal(u.ctrs.n, 0);
+    struct gv_usage_row *a = gv_usage_row_find(&u.gpus, "", "", "", "GPU-a");
+    assert_non_null(a);
+    assert_false(a->have_util);
+    assert_false(a->have_fb);
+    assert_int_equal(a->index, 0);
+    assert_string_equal(a->model, "H100"); /* modelName wins over device_type */
+    assert_string_equal(a->node, "n1");
+    struct gv_usage_row *b = gv_usage_row_find(&u.gpus, "", "", "", "GPU-b");
+    assert_non_null(b);
+    assert_true(b->have_fb);
+    assert_true(b->fb_used == 1.0);
+    assert_false(b->have_util);
+    assert_int_equal(b->index, 9);
+    assert_string_equal(b->model, "A100");
+    gv_usage_free(&u);
+}
+
+/* An agent's metrics port: a number as given, else the port of that name. */
+static void agent_port(void **state)
+{
+    (void)state;
+    json_t *pod = json_loads("{\"spec\":{\"containers\":[{\"ports\":["
+                             "{\"name\":\"grpc\",\"containerPort\":1},"
+                             "{\"name\":\"metrics\",\"containerPort\":9400}]}]}}",
+                             0, NULL);
+    assert_non_null(pod);
+    assert_int_equal(gv_usage_agent_port(pod, "9401"), 9401);
+    assert_int_equal(gv_usage_agent_port(pod, "0"), 0);
+    assert_int_equal(gv_usage_agent_port(pod, NULL), 9400);
+    assert_int_equal(gv_usage_agent_port(pod, "grpc"), 1);
+    assert_int_equal(gv_usage_agent_port(pod, "web"), -1);
+    json_decref(pod);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -195,6 +253,8 @@ int main(void)
         cmocka_unit_test(malformed_lines),
         cmocka_unit_test(a_body),
         cmocka_unit_test(every_prefix_of_a_body),
+        cmocka_unit_test(usage_from_an_agent),
+        cmocka_unit_test(agent_port),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
