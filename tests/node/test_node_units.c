@@ -596,6 +596,35 @@ static void test_framer(void **state)
     assert_int_equal(gv_grpc_framer_feed(&f, half, 6, collect, out, NULL), GV_OK);
     assert_false(gv_grpc_framer_idle(&f));
     gv_grpc_framer_clear(&f);
+    /* a message of exactly the limit is one message */
+    uint8_t full[5 + 16] = {0, 0, 0, 0, 16};
+    memset(full + 5, 'z', 16);
+    out[0] = '\0';
+    assert_int_equal(gv_grpc_framer_feed(&f, full, sizeof(full), collect, out, NULL), GV_OK);
+    assert_string_equal(out, "zzzzzzzzzzzzzzzz|");
+    gv_grpc_framer_clear(&f);
+}
+
+/* A message the handler refuses ends the feed with its status: what follows
+ * it in the same bytes is never handed on. */
+static gv_status refuse_b(const uint8_t *msg, size_t len, void *ud, struct gv_error *err)
+{
+    if (len == 1 && msg[0] == 'b')
+        return gv_error_set(err, GV_EPARSE, "refused");
+    return collect(msg, len, ud, err);
+}
+
+static void test_framer_stops_at_a_refused_message(void **state)
+{
+    (void)state;
+    const uint8_t in[] = {0, 0, 0, 0, 1, 'a', 0, 0, 0, 0, 1, 'b', 0, 0, 0, 0, 1, 'c'};
+    struct gv_grpc_framer f;
+    struct gv_error err;
+    char out[16] = "";
+    gv_grpc_framer_init(&f, 16);
+    assert_int_equal(gv_grpc_framer_feed(&f, in, sizeof(in), refuse_b, out, &err), GV_EPARSE);
+    assert_string_equal(out, "a|");
+    gv_grpc_framer_clear(&f);
 }
 
 static void test_timeout(void **state)
@@ -612,7 +641,13 @@ static void test_timeout(void **state)
     assert_int_equal(ms, 2);
     assert_int_equal(gv_grpc_parse_timeout("1n", 2, &ms, NULL), GV_OK);
     assert_int_equal(ms, 1);
+    assert_int_equal(gv_grpc_parse_timeout("99999999m", 9, &ms, NULL), GV_OK); /* 8 digits */
+    assert_int_equal(ms, 99999999);
+    assert_int_equal(gv_grpc_parse_timeout("9S", 2, &ms, NULL), GV_OK);
+    assert_int_equal(ms, 9000);
     assert_int_equal(gv_grpc_parse_timeout("123456789S", 10, &ms, NULL), GV_EPARSE);
+    assert_int_equal(gv_grpc_parse_timeout("/S", 2, &ms, NULL), GV_EPARSE);
+    assert_int_equal(gv_grpc_parse_timeout(":S", 2, &ms, NULL), GV_EPARSE);
     assert_int_equal(gv_grpc_parse_timeout("10x", 3, &ms, NULL), GV_EPARSE);
     assert_int_equal(gv_grpc_parse_timeout("m", 1, &ms, NULL), GV_EPARSE);
     assert_int_equal(gv_grpc_parse_timeout("1-m", 3, &ms, NULL), GV_EPARSE);
@@ -640,6 +675,7 @@ int main(void)
         cmocka_unit_test(test_labels),
         cmocka_unit_test(test_numa_from_sysfs),
         cmocka_unit_test(test_framer),
+        cmocka_unit_test(test_framer_stops_at_a_refused_message),
         cmocka_unit_test(test_timeout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
