@@ -121,15 +121,17 @@ t.ok(e is not None and e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED,
 
 # raw HTTP/2: curl speaks h2c over the unix socket with no gRPC library at all
 if shutil.which("curl"):
-    def curl(path, body, grpc_ct=True):
+    def curl(path, body, grpc_ct=True, extra=()):
         f = os.path.join(h.dir, "body.bin")
         with open(f, "wb") as g:
             g.write(body)
         hdrs = ["-H", "content-type: application/grpc", "-H", "te: trailers"] if grpc_ct else []
-        return subprocess.run(["curl", "-sS", "-i", "--http2-prior-knowledge", "--unix-socket", h.sock]
+        hdrs += [a for x in extra for a in ("-H", x)]
+        return subprocess.run(["curl", "-sS", "-i", "--max-time", "8", "--http2-prior-knowledge",
+                               "--unix-socket", h.sock]
                               + hdrs + ["--data-binary", "@" + f, "http://localhost" + path],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              timeout=10).stdout.decode()
+                              timeout=10).stdout.decode(errors="replace")
 
     out = curl("/v1beta1.Foo/Bar", b"\0" * 5)
     t.ok("HTTP/2 200" in out and "grpc-status: 12" in out and "unknown method /v1beta1.Foo/Bar" in out,
@@ -142,6 +144,12 @@ if shutil.which("curl"):
     t.ok("grpc-status: 12" in out, "curl (raw HTTP/2): compressed message without negotiation: UNIMPLEMENTED", out)
     out = curl("/v1beta1.DevicePlugin/GetDevicePluginOptions", b"\0\0\0")
     t.ok("grpc-status: 13" in out, "curl (raw HTTP/2): truncated message: INTERNAL", out)
+    # A deadline of zero has passed already: ListAndWatch, which never ends by
+    # itself, ends at once with DEADLINE_EXCEEDED (not when curl gives up).
+    t0 = time.monotonic()
+    out = curl("/v1beta1.DevicePlugin/ListAndWatch", b"\0" * 5, extra=["grpc-timeout: 0m"])
+    t.ok("grpc-status: 4" in out and time.monotonic() - t0 < 5,
+         "curl (raw HTTP/2): grpc-timeout 0m ends a stream with DEADLINE_EXCEEDED at once", out)
 
     # The body streamed from a pipe well after the request headers: the order a
     # loaded machine produces by chance (curl 7.88 hung when the answer came
