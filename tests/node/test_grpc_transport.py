@@ -261,6 +261,14 @@ r.s.sendall(frame(r.DATA, 0, 3, b"\0" * 1000) + frame(r.DATA, 1, 3, b"\0" * 10) 
 seen = r.frames_until(ends(5))
 t.ok(seen[-1] == (r.HEADERS, 5, 5), "raw HTTP/2: late DATA on the reset stream is ignored, "
      "the connection keeps serving", seen)
+# A request may end with trailing HEADERS instead of an END_STREAM DATA
+# (RFC 9113 section 8.1): they belong to the request, they do not start one.
+trailer = b"\0" + bytes([9]) + b"x-trailer" + bytes([1]) + b"1"
+r.s.sendall(frame(r.HEADERS, 4, 7, request_headers("/v1beta1.DevicePlugin/GetDevicePluginOptions")) +
+            frame(r.DATA, 0, 7, b"\0" * 5) + frame(r.HEADERS, 5, 7, trailer))
+seen = r.frames_until(ends(7))
+t.ok((r.DATA, 0, 7) in seen and seen[-1] == (r.HEADERS, 5, 7),
+     "raw HTTP/2: a request ending with trailing HEADERS is answered with its response", seen)
 r.s.close()
 
 # cancellation: the server drops the stream when the client cancels it
