@@ -11,7 +11,7 @@
  *   watchers            -> "watchers N"
  *   connections         -> "connections N"
  *   inflight_max        -> "inflight_max N": most Allocates ever inside the handler at once
- *   shutdown            graceful stop; exits once drained
+ *   shutdown [MS]       graceful stop (grace MS, default 1000); exits once drained
  * Allocate answers env GV_TEST_IDS=<comma list of the requested IDs>.
  */
 #include <stdatomic.h>
@@ -118,9 +118,10 @@ static void on_stdin(struct gv_loop *loop, int fd, uint32_t events, void *ud)
             printf("inflight_max %d\n", atomic_load(&inflight_max));
         } else if (strcmp(l, "watchers") == 0) {
             printf("watchers %zu\n", gv_plugin_watchers(plugin));
-        } else if (strcmp(l, "shutdown") == 0 && !stopping) {
+        } else if (strncmp(l, "shutdown", 8) == 0 && (l[8] == '\0' || l[8] == ' ') &&
+                   !stopping) {
             stopping = true;
-            gv_plugin_shutdown(plugin, 1000);
+            gv_plugin_shutdown(plugin, l[8] ? strtol(l + 9, NULL, 10) : 1000);
             drained_check(loop, NULL);
             printf("ok\n");
         } else {
