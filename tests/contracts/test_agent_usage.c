@@ -125,8 +125,8 @@ static void malformed_lines(void **state)
         "a{x!!\"} 1",                  /* no '=' before the quote */
         "a-1",                          /* a value glued to the name */
         "a.5 1",
-        "a{a=\"1\",b=\"2\",c=\"3\",d=\"4\",e=\"5\",f=\"6\",g=\"7\",h=\"8\",i=\"9\",j=\"10\","
-        "k=\"11\",l=\"12\",m=\"13\",n=\"14\",o=\"15\",p=\"16\",q=\"17\"} 1", /* 17 labels */
+        ("a{a=\"1\",b=\"2\",c=\"3\",d=\"4\",e=\"5\",f=\"6\",g=\"7\",h=\"8\",i=\"9\",j=\"10\","
+         "k=\"11\",l=\"12\",m=\"13\",n=\"14\",o=\"15\",p=\"16\",q=\"17\"} 1"), /* 17 labels */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct seen x;
