@@ -269,6 +269,36 @@ static void test_bind(void **state)
     assert_int_equal(gv_kube_bind_pod(FX->client, "ns1", "ghost", NULL, "node-8", &err),
                      GV_ENOTFOUND);
     json_decref(pod);
+
+    /* A Binding that carries the resourceVersion the caller read binds only
+     * the pod as it was read: one changed since is refused, unbound, and its
+     * annotations are not applied. */
+    pod = kube_create_pod(FX->client, "ns1", "rv", NULL, NULL, NULL);
+    uid = json_string_value(json_object_get(json_object_get(pod, "metadata"), "uid"));
+    const char *rv =
+        json_string_value(json_object_get(json_object_get(pod, "metadata"), "resourceVersion"));
+    json_t *ann = json_pack("{s:s}", "gpuvisor.io/test", "1");
+    char stale[64];
+    snprintf(stale, sizeof(stale), "%s0", rv);
+    assert_int_equal(
+        gv_kube_bind_pod_annotated(FX->client, "ns1", "rv", uid, stale, "node-7", ann, &err),
+        GV_ECONFLICT);
+    assert_int_equal(gv_kube_get(FX->client, "/api/v1/namespaces/ns1/pods/rv", &got, &err), GV_OK);
+    assert_null(json_object_get(json_object_get(got, "spec"), "nodeName"));
+    assert_null(json_object_get(json_object_get(got, "metadata"), "annotations"));
+    json_decref(got);
+    assert_int_equal(
+        gv_kube_bind_pod_annotated(FX->client, "ns1", "rv", uid, rv, "node-7", ann, &err), GV_OK);
+    assert_int_equal(gv_kube_get(FX->client, "/api/v1/namespaces/ns1/pods/rv", &got, &err), GV_OK);
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(got, "spec"), "nodeName")), "node-7");
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(json_object_get(got, "metadata"), "annotations"),
+                            "gpuvisor.io/test")),
+                        "1");
+    json_decref(got);
+    json_decref(ann);
+    json_decref(pod);
 }
 
 /* A delete with a uid precondition removes only the pod it read: one
