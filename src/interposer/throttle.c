@@ -38,8 +38,9 @@
 /* A tenant below level 0 keeps at most this much queued even alone: a
  * higher-priority tenant arriving unannounced then waits behind no more than
  * this, not behind a ring of RING kernels (on an H200 that backlog cost a
- * newly started level-0 tenant about 115 ms: 94-96% of its solo throughput
- * over 2-3 s).  Small kernels still queue hundreds deep under it. */
+ * newly started level-0 tenant 127 ms, whatever its run's length: 96.1% of
+ * its solo throughput over 3 s; bench/results/gpu_h200.txt).  Small kernels
+ * still queue hundreds deep under it. */
 #define LOW_ALONE_INFLIGHT_NS 5000000ull
 /* While held by that cap, sleep a quarter of what is queued (at most 1 ms):
  * the queue never runs dry, even when concurrent streams drain it faster

@@ -35,9 +35,8 @@ mkdir -p "$GPUVISOR_NODE_DIR" "$GPUVISOR_RUN_DIR"
 
 BURN=$TMP/gpu_burn
 "$NVCC" -O2 -std=c++17 -o "$BURN" tests/gpu/gpu_burn.cu || { echo "nvcc failed"; exit 1; }
-field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2" | head -1; }
+. tests/gpu/gpu_lib.sh # field, ratio, isnum
 trace() { sed -n 's/.*trace=\([0-9,]*\).*/\1/p' <<<"$1" | cut -d, -f1-12; }
-pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1f", 100 * a / b; else print "nan" }'; }
 # lost ms: what the run would have done at the solo rate, minus what it did
 lost() { awk -v r="$1" -v s="$2" -v t="$3" 'BEGIN { if (s > 0) printf "%.0f", 1000 * t * (1 - r / s); else print "nan" }'; }
 smi_on() {
@@ -77,7 +76,7 @@ for spec in $LIBS; do
         wait $low
         clk=$(smi_off)
         r=$(field rate "$high")
-        echo "[$name] arrival, ${secs}s: level 0 keeps $(pct "$r" "$srate")% of solo, lost $(lost "$r" "$srate" "$(field seconds "$high")") ms (SM clock $clk MHz), trace/100ms $(trace "$high")"
+        echo "[$name] arrival, ${secs}s: level 0 keeps $(ratio "$r" "$srate")% of solo, lost $(lost "$r" "$srate" "$(field seconds "$high")") ms (SM clock $clk MHz), trace/100ms $(trace "$high")"
     done
     smi_on
     burn "$lib" --priority 0 -- --seconds $((SECS + 2)) >"$TMP/high" &
@@ -87,7 +86,7 @@ for spec in $LIBS; do
     wait $high
     clk=$(smi_off)
     r=$(field rate "$(cat "$TMP/high")")
-    echo "[$name] steady (hog arrives 1 s later): level 0 keeps $(pct "$r" "$srate")% of solo; hog $(pct "$(field rate "$(cat "$TMP/low")")" "$base")% of unlimited (SM clock $clk MHz)"
+    echo "[$name] steady (hog arrives 1 s later): level 0 keeps $(ratio "$r" "$srate")% of solo; hog $(ratio "$(field rate "$(cat "$TMP/low")")" "$base")% of unlimited (SM clock $clk MHz)"
     for k in 1000 10000; do
         s50=$(field rate "$(burn "$lib" --priority 0 --gpucores 50 -- --seconds "$SECS" --kernel-us "$k")")
         kb=$(awk -v b="$base" -v k="$k" 'BEGIN { print b * 1000 / k }')
@@ -96,9 +95,9 @@ for spec in $LIBS; do
         high=$!
         burn "$lib" --priority 2 -- --seconds "$SECS" --kernel-us "$k" --start-at "$t" >"$TMP/low"
         wait $high
-        h=$(pct "$(field rate "$(cat "$TMP/high")")" "$kb")
-        l=$(pct "$(field rate "$(cat "$TMP/low")")" "$kb")
+        h=$(ratio "$(field rate "$(cat "$TMP/high")")" "$kb")
+        l=$(ratio "$(field rate "$(cat "$TMP/low")")" "$kb")
         left=$(awk -v h="$h" 'BEGIN { printf "%.1f", 100 - h }')
-        echo "[$name] duty, ${k}us kernels: level 0 at gpucores 50 keeps $(pct "$(field rate "$(cat "$TMP/high")")" "$s50")% of its solo at 50 ($h% of unlimited); the hog gets $l% of unlimited = $(pct "$l" "$left")% of the $left% left"
+        echo "[$name] duty, ${k}us kernels: level 0 at gpucores 50 keeps $(ratio "$(field rate "$(cat "$TMP/high")")" "$s50")% of its solo at 50 ($h% of unlimited); the hog gets $l% of unlimited = $(ratio "$l" "$left")% of the $left% left"
     done
 done

@@ -48,9 +48,8 @@ note "GPU $DEV: $(nvidia-smi -i "$DEV" --query-gpu=name,driver_version,memory.to
 
 # run [gpuvisor run options...] -- command...: in a slice on the test GPU.
 run() { "$GV" run --device "$DEV" "$@"; }
-field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2" | tail -1; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1f", 100 * a / b; else print "nan" }'; }
-isnum() { [[ $1 =~ ^[0-9]+(\.[0-9]+)?$ ]]; }
+# field, ratio, isnum
+. tests/gpu/gpu_lib.sh
 within() { isnum "$1" && awk -v v="$1" -v t="$2" -v d="$3" 'BEGIN { exit !(v >= t - d && v <= t + d) }'; }
 atleast() { isnum "$1" && awk -v v="$1" -v t="$2" 'BEGIN { exit !(v >= t) }'; }
 # PASS/FAIL lines of a checker program become TAP lines.

@@ -617,7 +617,7 @@ static void test_priority(void **state)
 /*
  * A high-priority tenant that arrives while a low-priority hog has been
  * running alone: it must not wait behind a deep queue the hog built while
- * nobody was above it (measured on an H200: ~115 ms lost per arrival).  The
+ * nobody was above it (measured on an H200: 127 ms lost per arrival).  The
  * fake GPU runs commands in submission order, so any backlog is lost in full.
  */
 static void test_priority_arrival_behind_a_hog(void **state)

@@ -4,9 +4,9 @@
  * record, the "metrics" settings, and an exposition rendered from a real
  * shared region (made with the shm API) without NVML.
  */
-#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
