@@ -194,6 +194,57 @@ static void test_quantity_rejects_bad_input(void **state)
     assert_non_null(strstr(err.msg, "whole number"));
 }
 
+/*
+ * The scanner's corners (a sweep of quantity.c left these unheld): what
+ * follows a suffix or an exponent, digits past the 19 a mantissa keeps,
+ * values that wrap 128 bits before the range check, and arguments.
+ */
+static void test_quantity_scan_corners(void **state)
+{
+    (void)state;
+    int64_t v = 77;
+    struct gv_error err = {0};
+    /* an exponent of 0 is a digit like any other */
+    assert_int_equal(gv_quantity_value("2e0", &v, &err), GV_OK);
+    assert_int_equal(v, 2);
+    assert_int_equal(gv_quantity_value("3e-0", &v, &err), GV_OK);
+    assert_int_equal(v, 3);
+    /* nothing may follow a suffix or an exponent */
+    const char *junk[] = {"1e3x", "1e3 ", "5Gb", "1mx", "2kk", "1Ei0", "1Zi", "1zi"};
+    for (size_t i = 0; i < sizeof(junk) / sizeof(junk[0]); i++) {
+        v = 77;
+        if (gv_quantity_value(junk[i], &v, &err) != GV_EPARSE)
+            fail_msg("\"%s\" not refused as malformed", junk[i]);
+        assert_int_equal(v, 77);
+    }
+    /* 20 significant digits: the 20th must not wrap the mantissa */
+    assert_int_equal(gv_quantity_value("99999999999999999999", &v, &err), GV_ERANGE);
+    assert_int_equal(gv_quantity_value("18446744073709551617", &v, &err), GV_ERANGE);
+    /* a nonzero digit past the 19th makes the value inexact: rounded up */
+    assert_int_equal(gv_quantity_integer("1.0000000000000000001", &v, &err), GV_EINVAL);
+    assert_int_equal(gv_quantity_value("1.0000000000000000001", &v, &err), GV_OK);
+    assert_int_equal(v, 2);
+    assert_int_equal(gv_quantity_integer("1.0000000000000000000", &v, &err), GV_OK);
+    assert_int_equal(v, 1);
+    /* exactly one unit written with a fraction digit is exact */
+    assert_int_equal(gv_quantity_integer("1.0", &v, &err), GV_OK);
+    assert_int_equal(v, 1);
+    assert_int_equal(gv_quantity_integer("1000m", &v, &err), GV_OK);
+    assert_int_equal(v, 1);
+    /* mant * mul * 2^60 is 0 modulo 2^128: refused, not read as 0 */
+    v = 77;
+    assert_int_equal(gv_quantity_parse("281474976710656Ei", 1 << 20, 1, &v, NULL, &err), GV_ERANGE);
+    assert_int_equal(v, 77);
+    assert_int_equal(gv_quantity_milli("9999999999999999999Ei", &v, &err), GV_ERANGE);
+    /* the scale must be positive */
+    assert_int_equal(gv_quantity_parse("1", 0, 1, &v, NULL, &err), GV_EINVAL);
+    assert_int_equal(gv_quantity_parse("1", -1000, 1, &v, NULL, &err), GV_EINVAL);
+    assert_int_equal(gv_quantity_parse("1", 1, 0, &v, NULL, &err), GV_EINVAL);
+    assert_int_equal(gv_quantity_parse("1", 1, -1, &v, NULL, &err), GV_EINVAL);
+    assert_int_equal(gv_quantity_parse(NULL, 1, 1, &v, NULL, &err), GV_EINVAL);
+    assert_int_equal(v, 77);
+}
+
 /* --- requests ------------------------------------------------------------ */
 
 static void test_request_hami_resources(void **state)
@@ -1766,6 +1817,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quantity_canonical_forms),
         cmocka_unit_test(test_quantity_rejects_bad_input),
+        cmocka_unit_test(test_quantity_scan_corners),
         cmocka_unit_test(test_request_hami_resources),
         cmocka_unit_test(test_request_defaults_and_alias),
         cmocka_unit_test(test_request_requests_used_when_no_limits),
