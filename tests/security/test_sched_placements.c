@@ -39,6 +39,11 @@ static void test_trust_rules(void **state)
     gv_log_set_level(GV_LOG_ERROR);
     struct gv_sched_config cfg;
     assert_int_equal(gv_sched_config_default(&cfg, NULL), GV_OK);
+    /* Keyless, a bind carries no signature (and signing is no error). */
+    char none[GV_PLACEMENT_SIG_MAX] = "stale";
+    assert_int_equal(gv_sched_placement_sign(&cfg, "s-1", "gpu-1", AT, ASG, none, sizeof(none), NULL),
+                     GV_OK);
+    assert_string_equal(none, "");
     json_t *unsigned_old = pod_of("u-old", "2026-01-01T00:00:00Z", NULL);
     json_t *unsigned_new = pod_of("u-new", "2026-12-01T00:00:00Z", NULL);
     /* No key (library use, or --insecure-unsigned-placements): taken as written. */
@@ -68,6 +73,24 @@ static void test_trust_rules(void **state)
     json_t *no_ts = json_deep_copy(unsigned_old);
     json_object_del(json_object_get(no_ts, "metadata"), "creationTimestamp");
     assert_false(gv_sched_placement_trusted(&cfg, no_ts));
+    /* Strictly before the cutoff, in the API server's own form (UTC, "Z" or
+     * fractional seconds): anything else about the clock is not trusted. */
+    struct {
+        const char *created;
+        bool trusted;
+    } clock[] = {
+        {"2026-11-25T23:59:59Z", true},     {"2026-11-25T23:59:59.999999Z", true},
+        {"2026-11-26T00:00:00Z", false},    {"2026-11-26T00:00:00.000001Z", false},
+        {"2026-01-01T00:00:00", false},     {"2026-01-01T00:00:00+05:00", false},
+        {"2026-01-01T00:00:00 Z", false},   {"2026-01-01", false},
+        {"not a time", false},
+    };
+    for (size_t i = 0; i < sizeof(clock) / sizeof(clock[0]); i++) {
+        json_t *p = pod_of("u-clock", clock[i].created, NULL);
+        if (gv_sched_placement_trusted(&cfg, p) != clock[i].trusted)
+            fail_msg("created %s: trusted should be %d", clock[i].created, clock[i].trusted);
+        json_decref(p);
+    }
 
     /* The bind's signature is what the node agent verifies. */
     struct gv_placement_policy pol = {.key = cfg.placement_key};
