@@ -223,7 +223,9 @@ gv_status gv_http_parser_feed(struct gv_http_parser *p, const char *data, size_t
                 st = bad(err, "line too long");
                 break;
             }
-            if (in_head && (p->head_bytes += take + 1) > GV_HTTP_MAX_HEAD) {
+            /* the LF counts once, when it arrives: the limit must not
+             * depend on how the bytes were split */
+            if (in_head && (p->head_bytes += take + (nlp != NULL)) > GV_HTTP_MAX_HEAD) {
                 st = bad(err, "headers too large");
                 break;
             }

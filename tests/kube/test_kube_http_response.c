@@ -201,6 +201,145 @@ static void test_limits(void **state)
     gv_buf_free(&b);
 }
 
+/* A head of exactly `total` bytes: status line, filler headers, blank line. */
+static void head_of(struct gv_buf *b, size_t total, size_t line_max)
+{
+    gv_buf_reset(b);
+    const char *status = "HTTP/1.1 200 OK\r\n", *end = "Content-Length: 0\r\n\r\n";
+    assert_int_equal(gv_buf_append(b, status, strlen(status)), GV_OK);
+    size_t left = total - strlen(status) - strlen(end);
+    while (left > 0) {
+        /* "X: " + n bytes + CRLF, n >= 1 */
+        size_t line = left < line_max ? left : line_max;
+        if (left - line != 0 && left - line < 6)
+            line = left - 6; /* leave room for one more whole line */
+        assert_true(line >= 6);
+        assert_int_equal(gv_buf_append(b, "X: ", 3), GV_OK);
+        for (size_t i = 0; i < line - 5; i++)
+            assert_int_equal(gv_buf_append(b, "a", 1), GV_OK);
+        assert_int_equal(gv_buf_append(b, "\r\n", 2), GV_OK);
+        left -= line;
+    }
+    assert_int_equal(gv_buf_append(b, end, strlen(end)), GV_OK);
+    assert_int_equal(b->len, total);
+}
+
+static void test_limit_boundaries(void **state)
+{
+    (void)state;
+    struct gv_buf b = {0};
+    /* A line of GV_HTTP_MAX_LINE - 1 bytes before its LF fits; one more does not. */
+    head_of(&b, 17 + (GV_HTTP_MAX_LINE - 1 + 1) + 21, GV_HTTP_MAX_LINE);
+    assert_int_equal(parse(b.data, 4096, false).st, GV_OK);
+    head_of(&b, 17 + (GV_HTTP_MAX_LINE + 1) + 21, GV_HTTP_MAX_LINE + 1);
+    assert_int_equal(parse(b.data, 4096, false).st, GV_EPROTO);
+    /* A head of GV_HTTP_MAX_HEAD bytes in all fits; one more does not,
+     * however the bytes arrive (each LF counted once, not once a read). */
+    static const size_t reads[] = {1, 7, 4096, GV_HTTP_MAX_HEAD + 1};
+    for (size_t k = 0; k < sizeof(reads) / sizeof(reads[0]); k++) {
+        head_of(&b, GV_HTTP_MAX_HEAD, 4000);
+        struct parsed r = parse(b.data, reads[k], false);
+        if (r.st != GV_OK || !r.done)
+            fail_msg("a head of exactly the limit refused in reads of %zu bytes", reads[k]);
+        head_of(&b, GV_HTTP_MAX_HEAD + 1, 4000);
+        if (parse(b.data, reads[k], false).st != GV_EPROTO)
+            fail_msg("a head one byte past the limit accepted in reads of %zu bytes", reads[k]);
+    }
+    /* The head's limit is the head's: a watch's chunk-size lines are body
+     * framing, however many (here 40,000 of them, ~200 KB of framing). */
+    gv_buf_reset(&b);
+    const char *h = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+    assert_int_equal(gv_buf_append(&b, h, strlen(h)), GV_OK);
+    for (int i = 0; i < 40000; i++)
+        assert_int_equal(gv_buf_append(&b, "1;e=1\r\nx\r\n", 10), GV_OK);
+    assert_int_equal(gv_buf_append(&b, "0\r\n\r\n", 5), GV_OK);
+    struct gv_http_parser *p = malloc(sizeof(*p));
+    assert_non_null(p);
+    gv_http_parser_init(p);
+    struct gv_error err;
+    size_t used = 0;
+    assert_int_equal(gv_http_parser_feed(p, b.data, b.len, &used, NULL, NULL, &err), GV_OK);
+    assert_int_equal(p->state, GV_HTTP_DONE);
+    assert_int_equal(used, b.len);
+    free(p);
+    gv_buf_free(&b);
+}
+
+/* Only the headers named: others of the same length are not read as them. */
+static void test_header_names_exact(void **state)
+{
+    (void)state;
+    const char *m = "HTTP/1.1 200 OK\r\nTransfer-Encodinx: chunked\r\nConnectiox: close\r\n"
+                    "Retry-Aftex: 7\r\nContent-Length: 2\r\n\r\nok";
+    expect(m, false, 200, "ok", true, strlen(m));
+    assert_int_equal(parse(m, 1000, false).retry_after, -1);
+    /* names are case-insensitive */
+    m = "HTTP/1.1 200 OK\r\ntransfer-encoding: CHUNKED\r\nCONNECTION: Close\r\n\r\n"
+        "2\r\nok\r\n0\r\n\r\n";
+    expect(m, false, 200, "ok", false, strlen(m));
+}
+
+static void test_retry_after_delta_seconds_only(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *value;
+        long want;
+    } cases[] = {{"0", 0}, {"120", 120}, {"5x", -1}, {"", -1}, {"x5", -1}, {"-5", -1}, {"5 5", -1}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char m[200];
+        snprintf(m, sizeof(m), "HTTP/1.1 503 x\r\nRetry-After: %s\r\nContent-Length: 0\r\n\r\n",
+                 cases[i].value);
+        struct parsed r = parse(m, 1000, false);
+        assert_int_equal(r.st, GV_OK);
+        if (r.retry_after != cases[i].want)
+            fail_msg("Retry-After \"%s\": %ld, want %ld", cases[i].value, r.retry_after,
+                     cases[i].want);
+    }
+}
+
+/* Bodiless answers: 204 and 304 keep the connection, 101 ends it. */
+static void test_bodiless_statuses(void **state)
+{
+    (void)state;
+    expect("HTTP/1.1 204 No Content\r\n\r\n", false, 204, "", true, 27);
+    expect("HTTP/1.1 304 Not Modified\r\n\r\n", false, 304, "", true, 29);
+    expect("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n", false, 101, "",
+           false, 56);
+}
+
+/* Chunk-size lines: hex digits, optional whitespace, optional extensions,
+ * nothing else; at most 15 digits. */
+static void test_chunk_size_lines(void **state)
+{
+    (void)state;
+    static const char *const ok[] = {"2", "2 ", "2\t", "2 \t ;a=b", "2;a", "02", "0002"};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        char m[200];
+        snprintf(m, sizeof(m),
+                 "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%s\r\nok\r\n0\r\n\r\n",
+                 ok[i]);
+        expect(m, false, 200, "ok", true, strlen(m));
+    }
+    static const char *const bad[] = {"", ";a=b", " 2", "2x", "2 x", "2\tx", "x2",
+                                      "1000000000000000", "ffffffffffffffff"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char m[200];
+        snprintf(m, sizeof(m),
+                 "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%s\r\nok\r\n0\r\n\r\n",
+                 bad[i]);
+        struct parsed r = parse(m, 1000, true);
+        if (r.st != GV_EPROTO)
+            fail_msg("chunk-size line \"%s\" accepted", bad[i]);
+    }
+    /* 15 digits are allowed (a size too large for any body we read, but framing) */
+    struct parsed r = parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                            "100000000000000\r\nok",
+                            1000, false);
+    assert_int_equal(r.st, GV_OK);
+    assert_false(r.done);
+}
+
 static bool stop_after_first(void *ud, const char *data, size_t len)
 {
     (void)data;
@@ -243,6 +382,11 @@ int main(void)
         cmocka_unit_test(test_malformed_refused),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_callback_stops),
+        cmocka_unit_test(test_limit_boundaries),
+        cmocka_unit_test(test_header_names_exact),
+        cmocka_unit_test(test_retry_after_delta_seconds_only),
+        cmocka_unit_test(test_bodiless_statuses),
+        cmocka_unit_test(test_chunk_size_lines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
