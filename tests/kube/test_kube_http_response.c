@@ -85,6 +85,11 @@ static void test_content_length(void **state)
     const char *m = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                     "Content-Length: 7\r\n\r\n{\"a\":1}";
     expect(m, false, 200, "{\"a\":1}", true, strlen(m));
+    /* the connection closing after a complete response is no error */
+    expect(m, true, 200, "{\"a\":1}", true, strlen(m));
+    /* no reason phrase; a value's surrounding whitespace; 18 digits */
+    m = "HTTP/1.1 200\r\nContent-Length: \t 000000000000000002 \t\r\n\r\nok";
+    expect(m, false, 200, "ok", true, strlen(m));
 }
 
 static void test_chunked_with_extensions_and_trailers(void **state)
@@ -172,6 +177,11 @@ static void test_malformed_refused(void **state)
         "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffff\r\n",
         "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n",
         "HTTP/1.1 200 OK\r\nX: a\rb\r\n\r\n",
+        "HTTP/1.1 099 Early\r\n\r\n",
+        "HTTP/1.1 000\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nnocolon\r\n\r\n",
+        "HTTP/1.1 200 OK\r\n: empty name\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: 0000000000000000002\r\n\r\n",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct parsed r = parse(bad[i], 1000, true);
@@ -270,12 +280,15 @@ static void test_header_names_exact(void **state)
 {
     (void)state;
     const char *m = "HTTP/1.1 200 OK\r\nTransfer-Encodinx: chunked\r\nConnectiox: close\r\n"
-                    "Retry-Aftex: 7\r\nContent-Length: 2\r\n\r\nok";
+                    "Retry-Aftex: 7\r\nContent-Lengtx: zz\r\nContent-Length: 2\r\n\r\nok";
     expect(m, false, 200, "ok", true, strlen(m));
     assert_int_equal(parse(m, 1000, false).retry_after, -1);
     /* names are case-insensitive */
     m = "HTTP/1.1 200 OK\r\ntransfer-encoding: CHUNKED\r\nCONNECTION: Close\r\n\r\n"
         "2\r\nok\r\n0\r\n\r\n";
+    expect(m, false, 200, "ok", false, strlen(m));
+    /* a list's tokens are trimmed: "close " is close */
+    m = "HTTP/1.1 200 OK\r\nConnection: foo ,close \t, bar\r\nContent-Length: 2\r\n\r\nok";
     expect(m, false, 200, "ok", false, strlen(m));
 }
 
