@@ -116,6 +116,48 @@ static void test_errors(void **state)
     assert_int_equal(s.n, 1);
 }
 
+/* An error is an error however the event arrives: an ERROR event (410:
+ * relist) or bad JSON split over reads must end the stream just the same. */
+static void test_errors_across_reads(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        gv_status want;
+    } cases[] = {
+        {"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\"}}}\n"
+         "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"code\":410,\"reason\":\"Expired\"}}\n",
+         GV_ERANGE},
+        {"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\"}}}\n{\"type\":\"ADDED\",nope}\n",
+         GV_EPROTO},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        size_t len = strlen(cases[c].text);
+        for (size_t cut = 1; cut < len; cut++) {
+            struct seen s = {0};
+            struct gv_kube_stream st;
+            gv_kube_stream_init(&st, record, &s);
+            struct gv_error err;
+            gv_status rc = gv_kube_stream_feed(&st, cases[c].text, cut, &err);
+            if (rc == GV_OK)
+                rc = gv_kube_stream_feed(&st, cases[c].text + cut, len - cut, &err);
+            if (rc == GV_OK)
+                rc = gv_kube_stream_finish(&st, &err);
+            if (rc != cases[c].want)
+                fail_msg("case %zu cut at %zu: %s, want %s", c, cut, gv_status_name(rc),
+                         gv_status_name(cases[c].want));
+            assert_int_equal(s.n, 1);
+            gv_kube_stream_release(&st);
+        }
+    }
+    /* keep-alive padding: blank lines, with CR or spaces, between events */
+    struct seen s = {0};
+    struct gv_error err;
+    assert_int_equal(feed_all("\r\n \r\n{\"type\":\"ADDED\",\"object\":{}}  \r\n  \n\r\n", &s, &err),
+                     GV_OK);
+    assert_int_equal(s.n, 1);
+}
+
 static void test_line_limit_and_stop(void **state)
 {
     (void)state;
@@ -130,6 +172,18 @@ static void test_line_limit_and_stop(void **state)
     assert_int_equal(gv_kube_stream_feed(&st, big, 40, &err), GV_EPROTO);
     assert_non_null(strstr(err.msg, "exceeds 64 bytes"));
     gv_kube_stream_release(&st);
+    /* exactly the limit fits, whole or in pieces */
+    const char *ev64 = "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"abcdefghijklmn\"}}}\n";
+    assert_int_equal(strlen(ev64), 65);
+    for (size_t cut = 0; cut <= 64; cut += 16) {
+        memset(&s, 0, sizeof(s));
+        gv_kube_stream_init(&st, record, &s);
+        st.max_line = 64;
+        assert_int_equal(gv_kube_stream_feed(&st, ev64, cut, &err), GV_OK);
+        assert_int_equal(gv_kube_stream_feed(&st, ev64 + cut, 65 - cut, &err), GV_OK);
+        assert_int_equal(s.n, 1);
+        gv_kube_stream_release(&st);
+    }
 
     /* The callback's "stop" ends delivery at once. */
     memset(&s, 0, sizeof(s));
@@ -157,6 +211,16 @@ static void test_http_error_messages(void **state)
     assert_string_equal(err.msg, "GET /y: HTTP 502 Bad Gateway: <html>  bad gateway</html>");
     assert_int_equal(gv_kube_http_error(404, NULL, 0, "GET /z", &err), GV_ENOTFOUND);
     assert_string_equal(err.msg, "GET /z: HTTP 404 Not Found");
+    /* what retrying is for: throttling and server errors, not refusals */
+    assert_int_equal(gv_kube_status_code(429, NULL), GV_EUNAVAILABLE);
+    assert_int_equal(gv_kube_status_code(503, NULL), GV_EUNAVAILABLE);
+    assert_int_equal(gv_kube_status_code(500, NULL), GV_EUNAVAILABLE);
+    assert_int_equal(gv_kube_status_code(401, NULL), GV_EIO);
+    assert_int_equal(gv_kube_status_code(403, NULL), GV_EIO);
+    assert_int_equal(gv_kube_status_code(418, NULL), GV_EIO);
+    assert_int_equal(gv_kube_status_code(410, NULL), GV_ERANGE);
+    assert_int_equal(gv_kube_status_code(409, "AlreadyExists"), GV_EEXIST);
+    assert_int_equal(gv_kube_status_code(409, "Conflict"), GV_ECONFLICT);
 }
 
 static void test_backoff_bounds(void **state)
@@ -185,6 +249,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_any_chunking_same_events),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_errors_across_reads),
         cmocka_unit_test(test_line_limit_and_stop),
         cmocka_unit_test(test_http_error_messages),
         cmocka_unit_test(test_backoff_bounds),
