@@ -710,6 +710,96 @@ static json_t *trim(void *ud, json_t *obj)
     return out;
 }
 
+/* After the first LIST the informer watches from the list's version (not
+ * from "now": events between the two would be lost), and list items carry
+ * the kind and apiVersion that watch objects carry. */
+static void test_informer_list_version_and_kinds(void **state)
+{
+    json_decref(kube_create_pod(FX->client, "default", "p1", NULL, NULL, NULL));
+    struct rec r;
+    rec_init(&r);
+    struct gv_informer *inf = start_informer(FX, "/api/v1/pods", NULL, &r);
+    assert_true(gv_informer_wait_synced(inf, WAIT_MS));
+    char *want = list_rv(FX, "/api/v1/pods");
+    char *rv = gv_informer_resource_version(inf);
+    assert_string_equal(rv, want);
+    free(rv);
+    free(want);
+    /* a watch from "" would replay every object as a synthetic ADDED:
+     * nothing but the new pod is reported */
+    wait_watches(FX, 1);
+    json_decref(kube_create_pod(FX->client, "default", "p2", NULL, NULL, NULL));
+    assert_true(rec_wait(&r, has_line, "add p2"));
+    assert_int_equal(r.updates, 0);
+    assert_int_equal(r.adds, 2);
+    json_t *p1 = gv_informer_get(inf, "default", "p1");
+    assert_non_null(p1);
+    assert_string_equal(json_string_value(json_object_get(p1, "kind")), "Pod");
+    assert_string_equal(json_string_value(json_object_get(p1, "apiVersion")), "v1");
+    json_decref(p1);
+    /* a second start is refused; freeing nothing is nothing; a path must
+     * be an absolute API path */
+    struct gv_error err;
+    struct gv_informer *bad = (struct gv_informer *)&err;
+    assert_int_equal(gv_informer_new(FX->client, "api/v1/pods", NULL, NULL, &bad, &err), GV_EINVAL);
+    assert_null(bad);
+    assert_int_equal(gv_informer_new(FX->client, NULL, NULL, NULL, &bad, &err), GV_EINVAL);
+    assert_int_equal(gv_informer_new(NULL, "/api/v1/pods", NULL, NULL, &bad, &err), GV_EINVAL);
+    assert_int_equal(gv_informer_start(inf, &err), GV_EINVAL);
+    gv_informer_free(inf);
+    gv_informer_free(NULL);
+    rec_free(&r);
+}
+
+/* An object the cache never held (its transform left it out) is not
+ * reported deleted when it goes. */
+static void test_informer_unknown_delete_unreported(void **state)
+{
+    json_decref(kube_create_pod(FX->client, "default", "kept", NULL, NULL, NULL));
+    struct rec r;
+    rec_init(&r);
+    struct gv_informer *inf = start_informer_t(FX, "/api/v1/pods", NULL, &r, trim);
+    assert_true(gv_informer_wait_synced(inf, WAIT_MS));
+    json_decref(kube_create_pod(FX->client, "default", "skipped", "skip", "1", NULL));
+    struct gv_error err;
+    assert_int_equal(gv_kube_delete(FX->client, "/api/v1/namespaces/default/pods/skipped", NULL,
+                                    &err),
+                     GV_OK);
+    assert_int_equal(gv_kube_delete(FX->client, "/api/v1/namespaces/default/pods/kept", NULL,
+                                    &err),
+                     GV_OK);
+    assert_true(rec_wait(&r, has_line, "delete kept"));
+    assert_false(rec_has(&r, "delete skipped"));
+    assert_int_equal(r.deletes, 1);
+    gv_informer_free(inf);
+    rec_free(&r);
+}
+
+/* A watch the server ends on time (timeoutSeconds) is healthy: the next
+ * one starts at once, not after a failure's backoff (here 3-6 s). */
+static void test_informer_rewatch_after_timeout_without_backoff(void **state)
+{
+    struct rec r;
+    rec_init(&r);
+    struct gv_informer_callbacks cb = {inf_add, inf_update, inf_delete, &r};
+    struct gv_informer_opts o = {.watch_timeout_seconds = 1,
+                                 .backoff_initial_ms = 6000,
+                                 .backoff_max_ms = 6000};
+    struct gv_informer *inf = NULL;
+    struct gv_error err;
+    assert_int_equal(gv_informer_new(FX->client, "/api/v1/nodes", &o, &cb, &inf, &err), GV_OK);
+    assert_int_equal(gv_informer_start(inf, &err), GV_OK);
+    assert_true(gv_informer_wait_synced(inf, WAIT_MS));
+    wait_watches(FX, 1);
+    long first = kube_fake_count(FX, "GET /api/v1/nodes");
+    /* three 1-second watches end within ~3.5 s; one backoff alone is >= 3 s */
+    for (int i = 0; i < 60 && kube_fake_count(FX, "GET /api/v1/nodes") < first + 3; i++)
+        gv_kube_cancel_sleep(NULL, 100);
+    assert_true(kube_fake_count(FX, "GET /api/v1/nodes") >= first + 3);
+    gv_informer_free(inf);
+    rec_free(&r);
+}
+
 /* Keeps name, namespace and annotations: no resourceVersion (a cache of
  * the few fields a daemon reads, as the scheduler's). */
 static json_t *trim_versionless(void *ud, json_t *obj)
@@ -945,6 +1035,9 @@ int main(void)
         TB(test_informer_bookmarks_advance_version),
         T(test_informer_transform_and_managed_fields),
         T(test_informer_relist_without_versions),
+        T(test_informer_list_version_and_kinds),
+        T(test_informer_unknown_delete_unreported),
+        T(test_informer_rewatch_after_timeout_without_backoff),
         T(test_informer_delete_by_key),
         T(test_informer_stop_from_callback),
         T(test_informer_stop_while_down),
