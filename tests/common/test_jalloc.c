@@ -303,6 +303,89 @@ static void test_scratch_region(void **state)
     gv_jscratch_close(&none);
 }
 
+/*
+ * The hook itself, through jansson's own pointer to it: exact sizes at a
+ * page's or a region's end, what a zone covers, what closing a region
+ * gives back.
+ */
+static void test_hook_edges(void **state)
+{
+    (void)state;
+    json_malloc_t hmalloc = NULL;
+    json_free_t hfree = NULL;
+    json_get_alloc_funcs(&hmalloc, &hfree);
+    assert_non_null(hmalloc);
+    assert_non_null(hfree);
+    size_t ps = page_size();
+    enum { PAGES = 64 };
+    struct gv_jzone *z = NULL;
+    struct gv_error err;
+    assert_int_equal(gv_jzone_new(PAGES * ps, &z, &err), GV_OK);
+    gv_jzone_enter(z);
+    char *a = hmalloc(16);
+    assert_true(gv_jzone_owns(z, a));
+    uintptr_t page = page_of(a);
+    /* the rest of the page, exactly: it fits there, not on a new page */
+    size_t rest = page + ps - ((uintptr_t)a + 16);
+    char *b = hmalloc(rest);
+    assert_ptr_equal(b, a + 16);
+    assert_int_equal(gv_jzone_pages_in_use(z), 1);
+    /* more than a page's room never takes a page: malloc */
+    char *big = hmalloc(ps);
+    assert_false(gv_jzone_owns(z, big));
+    assert_int_equal(gv_jzone_pages_in_use(z), 1);
+    char *c = hmalloc(16); /* the page is full: the next one */
+    assert_true(gv_jzone_owns(z, c));
+    assert_int_equal(page_of(c), page + ps);
+    /* an object as large as a page's whole room takes a page of its own */
+    size_t room = ps - ((uintptr_t)a - page);
+    char *whole = hmalloc(room);
+    assert_true(gv_jzone_owns(z, whole));
+    assert_int_equal((uintptr_t)whole, page + 2 * ps + ((uintptr_t)a - page));
+    gv_jalloc_leave();
+    hfree(whole);
+    /* the zone's object pages are its own, its page stack and beyond are not */
+    uintptr_t pages = page; /* the first object page */
+    size_t stack_pages = (PAGES * sizeof(uint32_t) + ps - 1) / ps;
+    uintptr_t end = pages + (PAGES - stack_pages) * ps;
+    assert_true(gv_jzone_owns(z, (void *)pages));
+    assert_false(gv_jzone_owns(z, (void *)(pages - 1)));
+    assert_true(gv_jzone_owns(z, (void *)(end - 1)));
+    assert_false(gv_jzone_owns(z, (void *)end));
+    hfree(big);
+    hfree(a);
+    hfree(b);
+    hfree(c);
+    gv_jzone_free(z);
+
+    /* the smallest zone: one stack page, one object page; sizes past what
+     * the page stack can number are refused before anything is mapped */
+    assert_int_equal(gv_jzone_new(2 * ps, &z, &err), GV_OK);
+    gv_jzone_free(z);
+    z = NULL;
+    assert_int_equal(gv_jzone_new(((size_t)UINT32_MAX + 1) * ps, &z, &err), GV_EINVAL);
+    assert_null(z);
+
+    /* a region: its last bytes, exactly, are its own */
+    struct gv_jscratch s;
+    gv_jscratch_open(&s, 4 * ps);
+    assert_true(s.base != 0);
+    gv_jscratch_enter(&s);
+    char *x = hmalloc(ps);
+    char *y = hmalloc(3 * ps);
+    char *spill = hmalloc(16);
+    gv_jalloc_leave();
+    assert_ptr_equal(x, (char *)s.base);
+    assert_ptr_equal(y, (char *)s.base + ps);
+    assert_false((uintptr_t)spill >= s.base && (uintptr_t)spill < s.end);
+    hfree(spill);
+    /* closing unmaps it: the kernel no longer knows the range */
+    uintptr_t was = s.base;
+    gv_jscratch_close(&s);
+    unsigned char v = 0;
+    assert_int_equal(mincore((void *)was, ps, &v), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -315,6 +398,7 @@ int main(void)
 #endif
         cmocka_unit_test(test_zone_limits),
         cmocka_unit_test(test_scratch_region),
+        cmocka_unit_test(test_hook_edges),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
