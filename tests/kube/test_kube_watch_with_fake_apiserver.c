@@ -590,6 +590,34 @@ static void test_informer_field_selector_node_agent(void **state)
     rec_free(&r);
 }
 
+/* Cuts every watch and keeps new ones failing (503): what the informer
+ * sees of an API server outage. */
+static void watches_cut_off(struct kube_fixture *fx)
+{
+    assert_int_equal(fake_apiserver_ctl(&fx->fa, "fail?code=503&count=-1&only=watch", NULL), 200);
+    assert_int_equal(fake_apiserver_ctl(&fx->fa, "drop-watches", NULL), 200);
+}
+
+/* Ends the outage with the history compacted: the informer's version is
+ * too old (410) and it must relist. */
+static void expire_and_heal(struct kube_fixture *fx)
+{
+    assert_int_equal(fake_apiserver_ctl(&fx->fa, "compact", NULL), 200);
+    assert_int_equal(fake_apiserver_ctl(&fx->fa, "heal", NULL), 200);
+}
+
+/* Annotates default/changed (k=v): a change the informer must catch up on. */
+static void annotate_changed(struct kube_fixture *fx)
+{
+    struct gv_error err;
+    const char *keys[] = {"k"};
+    const char *vals[] = {"v"};
+    assert_int_equal(gv_kube_patch_annotations(fx->client,
+                                               "/api/v1/namespaces/default/pods/changed", NULL,
+                                               keys, vals, 1, NULL, &err),
+                     GV_OK);
+}
+
 static void test_informer_relist_after_410(void **state)
 {
     json_decref(kube_create_pod(FX->client, "default", "keep", NULL, NULL, NULL));
@@ -604,22 +632,14 @@ static void test_informer_relist_after_410(void **state)
 
     /* Cut the informer off from watches, change things it cannot see, and
      * compact so its version is too old when it comes back. */
-    assert_int_equal(fake_apiserver_ctl(&FX->fa, "fail?code=503&count=-1&only=watch", NULL),
-                     200);
-    assert_int_equal(fake_apiserver_ctl(&FX->fa, "drop-watches", NULL), 200);
+    watches_cut_off(FX);
     struct gv_error err;
     assert_int_equal(gv_kube_delete(FX->client, "/api/v1/namespaces/default/pods/gone", NULL,
                                     &err),
                      GV_OK);
-    const char *keys[] = {"k"};
-    const char *vals[] = {"v"};
-    assert_int_equal(gv_kube_patch_annotations(FX->client,
-                                               "/api/v1/namespaces/default/pods/changed", NULL,
-                                               keys, vals, 1, NULL, &err),
-                     GV_OK);
+    annotate_changed(FX);
     json_decref(kube_create_pod(FX->client, "default", "new", NULL, NULL, NULL));
-    assert_int_equal(fake_apiserver_ctl(&FX->fa, "compact", NULL), 200);
-    assert_int_equal(fake_apiserver_ctl(&FX->fa, "heal", NULL), 200);
+    expire_and_heal(FX);
 
     /* Watch → 410 → relist → the differences as callbacks. */
     assert_true(rec_wait(&r, has_line, "delete gone"));
@@ -650,9 +670,7 @@ static void test_informer_outage_recovery(void **state)
 
     /* Outage while watching: it comes back and sees later changes. */
     wait_watches(FX, 1);
-    assert_int_equal(fake_apiserver_ctl(&FX->fa, "fail?code=503&count=-1&only=watch", NULL),
-                     200);
-    assert_int_equal(fake_apiserver_ctl(&FX->fa, "drop-watches", NULL), 200);
+    watches_cut_off(FX);
     json_decref(kube_create_node(FX->client, "late", NULL, NULL));
     gv_kube_cancel_sleep(NULL, 100);
     assert_int_equal(fake_apiserver_ctl(&FX->fa, "heal", NULL), 200);
@@ -827,18 +845,9 @@ static void test_informer_relist_without_versions(void **state)
     struct gv_informer *inf = start_informer_t(FX, "/api/v1/pods", NULL, &r, trim_versionless);
     assert_true(gv_informer_wait_synced(inf, WAIT_MS));
     wait_watches(FX, 1);
-    assert_int_equal(fake_apiserver_ctl(&FX->fa, "fail?code=503&count=-1&only=watch", NULL),
-                     200);
-    assert_int_equal(fake_apiserver_ctl(&FX->fa, "drop-watches", NULL), 200);
-    struct gv_error err;
-    const char *keys[] = {"k"};
-    const char *vals[] = {"v"};
-    assert_int_equal(gv_kube_patch_annotations(FX->client,
-                                               "/api/v1/namespaces/default/pods/changed", NULL,
-                                               keys, vals, 1, NULL, &err),
-                     GV_OK);
-    assert_int_equal(fake_apiserver_ctl(&FX->fa, "compact", NULL), 200);
-    assert_int_equal(fake_apiserver_ctl(&FX->fa, "heal", NULL), 200);
+    watches_cut_off(FX);
+    annotate_changed(FX);
+    expire_and_heal(FX);
     /* both versions are empty: the update is known by its content */
     assert_true(rec_wait(&r, has_line, "update-same-rv changed"));
     assert_false(rec_has(&r, "update-same-rv keep"));
@@ -946,13 +955,10 @@ static void test_informer_delete_by_key(void **state)
                      GV_OK);
     assert_true(rec_wait(&r, has_line, "delete-key default/a true"));
     /* relist: gone while the watch was down */
-    assert_int_equal(fake_apiserver_ctl(&FX->fa, "fail?code=503&count=-1&only=watch", NULL),
-                     200);
-    assert_int_equal(fake_apiserver_ctl(&FX->fa, "drop-watches", NULL), 200);
+    watches_cut_off(FX);
     assert_int_equal(gv_kube_delete(FX->client, "/api/v1/namespaces/default/pods/b", NULL, &err),
                      GV_OK);
-    assert_int_equal(fake_apiserver_ctl(&FX->fa, "compact", NULL), 200);
-    assert_int_equal(fake_apiserver_ctl(&FX->fa, "heal", NULL), 200);
+    expire_and_heal(FX);
     assert_true(rec_wait(&r, has_line, "delete-key default/b true"));
     assert_false(rec_has(&r, "delete-key default/c true"));
     assert_false(rec_has(&r, "delete -"));
