@@ -402,6 +402,39 @@ static void test_bad_arguments(void **state)
     assert_null(bad);
 }
 
+/* Zero means what the config says: no retries; default timeout and cap
+ * (not a request that times out at once); no server is no client. */
+static void test_zero_options(void **state)
+{
+    struct gv_error err;
+    struct gv_kube_config *cfg = NULL;
+    assert_int_equal(gv_kube_config_from_url(FX->fa.url, &cfg, &err), GV_OK);
+    cfg->max_retries = 0;
+    cfg->timeout_ms = 0;
+    cfg->backoff_max_ms = 0;
+    struct gv_kube_client *c = NULL;
+    assert_int_equal(gv_kube_client_new(cfg, &c, &err), GV_OK);
+    json_decref(kube_create_node(FX->client, "z1", NULL, NULL));
+    assert_int_equal(fake_apiserver_ctl(&FX->fa, "fail?code=503&count=1", NULL), 200);
+    json_t *got = NULL;
+    assert_int_equal(gv_kube_get(c, "/api/v1/nodes/z1", &got, &err), GV_EUNAVAILABLE);
+    assert_int_equal(kube_fake_count(FX, "GET /api/v1/nodes/z1"), 1);
+    assert_int_equal(gv_kube_get(c, "/api/v1/nodes/z1", &got, &err), GV_OK);
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(got, "metadata"), "name")), "z1");
+    json_decref(got);
+    gv_kube_client_free(c);
+    gv_kube_config_free(cfg);
+
+    struct gv_kube_config none = {.server = NULL};
+    c = (struct gv_kube_client *)&err;
+    assert_int_equal(gv_kube_client_new(&none, &c, &err), GV_EINVAL);
+    assert_null(c);
+    struct gv_kube_config empty = {.server = ""};
+    assert_int_equal(gv_kube_client_new(&empty, &c, &err), GV_EINVAL);
+    assert_int_equal(gv_kube_client_new(NULL, &c, &err), GV_EINVAL);
+}
+
 static void test_status_code_mapping(void **state)
 {
     (void)state;
@@ -580,6 +613,8 @@ int main(void)
         T(test_malformed_json),
         T(test_connection_refused),
         T(test_bad_arguments),
+        T(test_zero_options),
+    T(test_zero_options),
         cmocka_unit_test(test_status_code_mapping),
         T(test_concurrent_patches_one_winner),
         cmocka_unit_test(test_unix_socket_and_token_file),
