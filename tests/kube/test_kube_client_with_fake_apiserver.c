@@ -105,6 +105,18 @@ static void test_list_selectors(void **state)
     assert_int_equal(json_array_size(json_object_get(list, "items")), 2);
     json_decref(list);
 
+    /* A selector reaches the server as one value, escaped: its '&' and '='
+     * add no parameters, its spaces break no request line. */
+    struct gv_kube_list_opts inj = {.field_selector = "spec.nodeName=n1&labelSelector=app=b"};
+    assert_int_equal(gv_kube_list(FX->client, "/api/v1/pods", &inj, &list, &err), GV_OK);
+    assert_int_equal(json_array_size(json_object_get(list, "items")), 0);
+    json_decref(list);
+    struct gv_kube_list_opts sp = {.label_selector = " app = a ", .field_selector =
+                                                                      "spec.nodeName=n1"};
+    assert_int_equal(gv_kube_list(FX->client, "/api/v1/pods", &sp, &list, &err), GV_OK);
+    assert_int_equal(json_array_size(json_object_get(list, "items")), 1);
+    json_decref(list);
+
     /* An unsupported field selector is the API's 400 with its message. */
     struct gv_kube_list_opts bad = {.field_selector = "spec.bogus=1"};
     assert_int_equal(gv_kube_list(FX->client, "/api/v1/pods", &bad, &list, &err), GV_EINVAL);
