@@ -47,6 +47,28 @@ static void test_get_and_not_found(void **state)
     assert_non_null(strstr(err.msg, "pods \"nope\" not found"));
     /* 404 is not retried. */
     assert_int_equal(kube_fake_count(FX, "GET /api/v1/namespaces/default/pods/nope"), 1);
+
+    /* A body of many reads (a 200 KB annotation) arrives whole. */
+    size_t n = 200 << 10;
+    char *big = malloc(n + 1);
+    assert_non_null(big);
+    for (size_t i = 0; i < n; i++)
+        big[i] = (char)('a' + i % 26);
+    big[n] = '\0';
+    const char *keys[] = {"big"};
+    const char *vals[] = {big};
+    assert_int_equal(gv_kube_patch_annotations(FX->client, "/api/v1/namespaces/default/pods/p1",
+                                               NULL, keys, vals, 1, NULL, &err),
+                     GV_OK);
+    assert_int_equal(gv_kube_get(FX->client, "/api/v1/namespaces/default/pods/p1", &got, &err),
+                     GV_OK);
+    const char *back = json_string_value(json_object_get(
+        json_object_get(json_object_get(got, "metadata"), "annotations"), "big"));
+    assert_non_null(back);
+    assert_int_equal(strlen(back), n);
+    assert_memory_equal(back, big, n);
+    json_decref(got);
+    free(big);
 }
 
 static void test_create_already_exists(void **state)
