@@ -45,8 +45,9 @@ static void test_get_and_not_found(void **state)
     assert_non_null(strstr(err.msg, "GET /api/v1/namespaces/default/pods/nope"));
     assert_non_null(strstr(err.msg, "HTTP 404"));
     assert_non_null(strstr(err.msg, "pods \"nope\" not found"));
-    /* 404 is not retried. */
+    /* 404 is not retried (and not reported as if it had been). */
     assert_int_equal(kube_fake_count(FX, "GET /api/v1/namespaces/default/pods/nope"), 1);
+    assert_null(strstr(err.msg, "attempts"));
 
     /* A body of many reads (a 200 KB annotation) arrives whole. */
     size_t n = 200 << 10;
@@ -372,6 +373,11 @@ static void test_retry_on_503_then_success(void **state)
     json_decref(got);
     /* Two injected failures, then the answer: three attempts. */
     assert_int_equal(kube_fake_count(FX, "GET /api/v1/nodes/r1"), 3);
+    /* 500 (an etcd error behind the API server) is retried too */
+    assert_int_equal(fake_apiserver_ctl(&FX->fa, "fail?code=500&count=1", NULL), 200);
+    assert_int_equal(gv_kube_get(FX->client, "/api/v1/nodes/r1", &got, &err), GV_OK);
+    json_decref(got);
+    assert_int_equal(kube_fake_count(FX, "GET /api/v1/nodes/r1"), 5);
 }
 
 static void test_retry_429_and_give_up(void **state)
