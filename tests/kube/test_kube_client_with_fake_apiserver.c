@@ -442,6 +442,36 @@ static void test_bad_arguments(void **state)
     assert_null(bad);
 }
 
+/* The raw-text GET (agents' /metrics, kubectl gpuvisor top): the body as
+ * sent, its length optional, nothing on a refusal. */
+static void test_get_text(void **state)
+{
+    json_decref(kube_create_node(FX->client, "t1", NULL, NULL));
+    struct gv_error err;
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(gv_kube_get_text(FX->client, "/api/v1/nodes/t1", &text, &len, &err), GV_OK);
+    assert_non_null(text);
+    assert_int_equal(len, strlen(text));
+    json_t *j = json_loads(text, 0, NULL);
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(j, "metadata"), "name")), "t1");
+    json_decref(j);
+    free(text);
+    assert_int_equal(gv_kube_get_text(FX->client, "/api/v1/nodes/t1", &text, NULL, &err), GV_OK);
+    assert_non_null(text);
+    free(text);
+    text = (char *)1;
+    assert_int_equal(gv_kube_get_text(FX->client, "api/v1/nodes/t1", &text, &len, &err), GV_EINVAL);
+    assert_null(text);
+    text = (char *)1;
+    assert_int_equal(gv_kube_get_text(FX->client, "/api/v1/nodes/none", &text, &len, &err),
+                     GV_ENOTFOUND);
+    assert_null(text);
+    json_t *list = (json_t *)1;
+    assert_int_equal(gv_kube_list(FX->client, "api/v1/pods", NULL, &list, &err), GV_EINVAL);
+}
+
 /* Zero means what the config says: no retries; default timeout and cap
  * (not a request that times out at once); no server is no client. */
 static void test_zero_options(void **state)
@@ -654,6 +684,7 @@ int main(void)
         T(test_connection_refused),
         T(test_bad_arguments),
         T(test_zero_options),
+        T(test_get_text),
     T(test_zero_options),
         cmocka_unit_test(test_status_code_mapping),
         T(test_concurrent_patches_one_winner),
