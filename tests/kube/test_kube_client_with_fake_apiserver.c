@@ -428,6 +428,12 @@ static void test_bad_arguments(void **state)
     struct gv_error err;
     assert_int_equal(gv_kube_get(FX->client, "api/v1/nodes", &out, &err), GV_EINVAL);
     assert_int_equal(gv_kube_create(FX->client, "/api/v1/nodes", NULL, &out, &err), GV_EINVAL);
+    json_t *node = json_pack("{s:{s:s}}", "metadata", "name", "rel");
+    assert_int_equal(gv_kube_create(FX->client, "api/v1/nodes", node, &out, &err), GV_EINVAL);
+    assert_int_equal(gv_kube_replace(FX->client, "api/v1/nodes/rel", node, &out, &err), GV_EINVAL);
+    assert_null(out);
+    json_decref(node);
+    assert_int_equal(kube_fake_count(FX, "POST /api/v1/nodes"), 0);
     json_t *empty = json_object();
     assert_int_equal(gv_kube_patch(FX->client, "/api/v1/nodes/x", (gv_kube_patch_type)42, empty,
                                    &out, &err),
