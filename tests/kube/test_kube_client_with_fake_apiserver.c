@@ -434,6 +434,20 @@ static void test_bad_arguments(void **state)
     assert_null(out);
     json_decref(node);
     assert_int_equal(kube_fake_count(FX, "POST /api/v1/nodes"), 0);
+    assert_int_equal(gv_kube_delete(FX->client, "api/v1/nodes/rel", &out, &err), GV_EINVAL);
+    assert_int_equal(gv_kube_delete_uid(FX->client, "api/v1/nodes/rel", "u-1", &out, &err),
+                     GV_EINVAL);
+    assert_int_equal(gv_kube_delete_uid(FX->client, "/api/v1/nodes/rel", "", &out, &err),
+                     GV_EINVAL);
+    /* a Binding needs its pod and node; a name past the path's room is refused, not cut */
+    assert_int_equal(gv_kube_bind_pod(FX->client, NULL, "p", "u", "n1", &err), GV_EINVAL);
+    assert_int_equal(gv_kube_bind_pod(FX->client, "default", NULL, "u", "n1", &err), GV_EINVAL);
+    assert_int_equal(gv_kube_bind_pod(FX->client, "default", "p", "u", NULL, &err), GV_EINVAL);
+    char longname[1100];
+    memset(longname, 'a', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    assert_int_equal(gv_kube_bind_pod(FX->client, "default", longname, "u", "n1", &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "too long"));
     json_t *empty = json_object();
     assert_int_equal(gv_kube_patch(FX->client, "/api/v1/nodes/x", (gv_kube_patch_type)42, empty,
                                    &out, &err),
