@@ -448,6 +448,8 @@ static void test_bad_arguments(void **state)
     longname[sizeof(longname) - 1] = '\0';
     assert_int_equal(gv_kube_bind_pod(FX->client, "default", longname, "u", "n1", &err), GV_EINVAL);
     assert_non_null(strstr(err.msg, "too long"));
+    assert_int_equal(gv_kube_watch(FX->client, "api/v1/pods", NULL, NULL, NULL, NULL, &err),
+                     GV_EINVAL);
     json_t *empty = json_object();
     assert_int_equal(gv_kube_patch(FX->client, "/api/v1/nodes/x", (gv_kube_patch_type)42, empty,
                                    &out, &err),
