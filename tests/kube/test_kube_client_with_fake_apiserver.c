@@ -630,6 +630,29 @@ static void test_unix_socket_and_token_file(void **state)
     json_decref(list);
     gv_kube_client_free(c);
 
+    /* A watch's 401 re-reads the token file too (watches are most of a
+     * daemon's calls): the next watch uses the rotated token. */
+    assert_int_equal(gv_file_write_atomic(tok, "old-token\n", 10, 0600, &err), GV_OK);
+    assert_int_equal(gv_kube_client_new(cfg, &c, &err), GV_OK);
+    struct gv_kube_watch_opts wo = {.timeout_seconds = 1};
+    assert_int_equal(gv_kube_watch(c, "/api/v1/nodes", &wo, NULL, NULL, NULL, &err), GV_EIO);
+    assert_non_null(strstr(err.msg, "HTTP 401"));
+    assert_int_equal(gv_file_write_atomic(tok, "tok-123\n", 8, 0600, &err), GV_OK);
+    assert_int_equal(gv_kube_watch(c, "/api/v1/nodes", &wo, NULL, NULL, NULL, &err), GV_EIO);
+    assert_int_equal(gv_kube_watch(c, "/api/v1/nodes", &wo, NULL, NULL, NULL, &err), GV_OK);
+    gv_kube_client_free(c);
+    /* a token file never readable: the calls go without a token (a file
+     * briefly unreadable during rotation keeps the old one) and the
+     * server's 401 is the answer */
+    free(cfg->token_file);
+    cfg->token_file = strdup("/nonexistent/gpuvisor-token");
+    assert_int_equal(gv_kube_client_new(cfg, &c, &err), GV_OK);
+    assert_int_equal(gv_kube_watch(c, "/api/v1/nodes", &wo, NULL, NULL, NULL, &err), GV_EIO);
+    assert_non_null(strstr(err.msg, "HTTP 401"));
+    assert_int_equal(gv_kube_list(c, "/api/v1/nodes", NULL, &list, &err), GV_EIO);
+    assert_non_null(strstr(err.msg, "HTTP 401"));
+    gv_kube_client_free(c);
+
     /* Without the token the stand-in answers 401 like the real server. */
     free(cfg->token_file);
     cfg->token_file = NULL;
