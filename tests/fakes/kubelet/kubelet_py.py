@@ -20,6 +20,9 @@ shared with the grpc-go stand-in, kubelet_go, so one test drives both):
   {"cmd":"preferred","available":[...],"must":[...],"size":N}
   {"cmd":"options"} {"cmd":"prestart","ids":[...]}
   {"cmd":"restart"}   kubelet restart: sockets deleted, kubelet.sock recreated
+  {"cmd":"refuse","count":N}  the next N Register calls fail (INVALID_ARGUMENT,
+      as a kubelet refuses a registration it rejects), each reported as
+      {"event":"register_refused"}; answers {"event":"refuse"} (py stand-in only)
   {"cmd":"quit"}
 Every command may name "resource": the plugin registered for that resource
 (a plugin may register several, one socket each, as the kubelet allows);
@@ -98,6 +101,7 @@ class Kubelet(pbg.RegistrationServicer):
         # per resource name: (channel, stub) and its healthy devices, as the kubelet keeps them
         self.plugins = {}
         self.healthy_by = {}
+        self.refuse = 0     # Register calls still to refuse
 
     def start(self):
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -118,6 +122,14 @@ class Kubelet(pbg.RegistrationServicer):
             self.channel = self.stub = None
 
     def Register(self, request, context):
+        with self.lock:
+            refuse = self.refuse > 0
+            if refuse:
+                self.refuse -= 1
+        if refuse:
+            emit({"event": "register_refused", "resource_name": request.resource_name})
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          "registration refused by the test")
         if request.version != "v1beta1":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           "unsupported version %r" % request.version)
@@ -250,6 +262,10 @@ def main():
                 pb.PreStartContainerRequest(devices_ids=c["ids"]), timeout=10), {})[1])
         elif cmd == "restart":
             k.restart()
+        elif cmd == "refuse":
+            with k.lock:
+                k.refuse = int(c["count"])
+            emit({"event": "refuse"})
         else:
             emit({"event": "error", "message": "unknown command %r" % cmd})
     k.stop()
