@@ -810,8 +810,10 @@ static void test_informer_rewatch_after_timeout_without_backoff(void **state)
     assert_true(gv_informer_wait_synced(inf, WAIT_MS));
     wait_watches(FX, 1);
     long first = kube_fake_count(FX, "GET /api/v1/nodes");
-    /* three 1-second watches end within ~3.5 s; one backoff alone is >= 3 s */
-    for (int i = 0; i < 60 && kube_fake_count(FX, "GET /api/v1/nodes") < first + 3; i++)
+    /* three 1-second watches end within ~3.5 s; waiting up to 10 s leaves a
+     * loaded machine room, while with a 3-6 s backoff after each watch the
+     * third new one could not start before 12 s */
+    for (int i = 0; i < 100 && kube_fake_count(FX, "GET /api/v1/nodes") < first + 3; i++)
         gv_kube_cancel_sleep(NULL, 100);
     assert_true(kube_fake_count(FX, "GET /api/v1/nodes") >= first + 3);
     gv_informer_free(inf);
