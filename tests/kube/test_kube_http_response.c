@@ -211,13 +211,19 @@ static void test_limits(void **state)
     gv_buf_free(&b);
 }
 
-/* A head of exactly `total` bytes: status line, filler headers, blank line. */
+/* What head_of() puts around its filler lines. */
+#define HEAD_STATUS "HTTP/1.1 200 OK\r\n"
+#define HEAD_END "Content-Length: 0\r\n\r\n"
+#define HEAD_FIXED (sizeof(HEAD_STATUS) - 1 + sizeof(HEAD_END) - 1)
+
+/* A head of exactly `total` bytes: status line, filler header lines of at
+ * most line_max bytes each (CR LF included), Content-Length and blank line. */
 static void head_of(struct gv_buf *b, size_t total, size_t line_max)
 {
     gv_buf_reset(b);
-    const char *status = "HTTP/1.1 200 OK\r\n", *end = "Content-Length: 0\r\n\r\n";
+    const char *status = HEAD_STATUS, *end = HEAD_END;
     assert_int_equal(gv_buf_append(b, status, strlen(status)), GV_OK);
-    size_t left = total - strlen(status) - strlen(end);
+    size_t left = total - HEAD_FIXED;
     while (left > 0) {
         /* "X: " + n bytes + CRLF, n >= 1 */
         size_t line = left < line_max ? left : line_max;
@@ -239,9 +245,9 @@ static void test_limit_boundaries(void **state)
     (void)state;
     struct gv_buf b = {0};
     /* A line of GV_HTTP_MAX_LINE - 1 bytes before its LF fits; one more does not. */
-    head_of(&b, 17 + (GV_HTTP_MAX_LINE - 1 + 1) + 21, GV_HTTP_MAX_LINE);
+    head_of(&b, HEAD_FIXED + GV_HTTP_MAX_LINE, GV_HTTP_MAX_LINE);
     assert_int_equal(parse(b.data, 4096, false).st, GV_OK);
-    head_of(&b, 17 + (GV_HTTP_MAX_LINE + 1) + 21, GV_HTTP_MAX_LINE + 1);
+    head_of(&b, HEAD_FIXED + GV_HTTP_MAX_LINE + 1, GV_HTTP_MAX_LINE + 1);
     assert_int_equal(parse(b.data, 4096, false).st, GV_EPROTO);
     /* A head of GV_HTTP_MAX_HEAD bytes in all fits; one more does not,
      * however the bytes arrive (each LF counted once, not once a read). */
