@@ -16,6 +16,8 @@
 #                            "<test file>: <name>: <reason>" matches one of the
 #                            extended regexes in file (one a line, # comments)
 # GV_TEST_LOGDIR: where logs go (default $BUILD/test-logs).
+# GV_FAIL_FAST=1: stop after the first test that fails (tests/mutants/run.sh
+# sets it: any failure kills a mutant); tests/node/gvtest.py honours it too.
 # GV_TEST_FAILURES: if set, one line per failed case is appended to this file
 # ("<test file>: <case name>"); `make test-repeat` totals them across runs.
 #
@@ -132,6 +134,7 @@ for t in "$@"; do
         if [ -n "${GV_TEST_FAILURES:-}" ]; then
             failed_cases "$log" | sed "s|^|$t: |" >>"$GV_TEST_FAILURES"
         fi
+        [ "${GV_FAIL_FAST:-}" = 1 ] && break
     fi
 done
 if [ "$own_tmp" = 1 ]; then

@@ -5,6 +5,12 @@ tests drive: the kubelet stand-ins (Python grpcio and grpc-go, speaking the
 same JSON-lines protocol), the gRPC harness and gpuvisor-node.  Every
 process started here is killed at exit, so a failing test leaves nothing
 running.
+
+GV_FAIL_FAST=1 (set by tests/mutants/run.sh for every kill command) makes
+the first failed check end the script with status 1: a mutant is killed by
+any failure, and the checks after it (often waiting out timeouts the mutant
+caused) would only cost time.  From a thread other than the main one the
+exit only ends that thread; the failure still counts, so done() fails.
 """
 import atexit
 import json
@@ -49,6 +55,10 @@ class Tap:
             if diag is not None:
                 for line in str(diag).splitlines()[:30]:
                     print("# " + line)
+            if os.environ.get("GV_FAIL_FAST") == "1":
+                print("# GV_FAIL_FAST=1: stopping at the first failure")
+                sys.stdout.flush()
+                raise SystemExit(1)
         sys.stdout.flush()
         return cond
 

@@ -53,6 +53,19 @@ check "a failure is shown with the diagnostics after it" has "# got 3, want 4"
 check "a failure is shown with cmocka's message before it (fail_msg's ERROR line)" \
     has "ERROR: seed 7 round 9: GPU over capacity"
 
+run env GV_FAIL_FAST=1 "$here/run-tests.sh" "$tmp/bad" "$tmp/crash" "$tmp/py"
+check "GV_FAIL_FAST=1: the run stops after the first failing test" \
+    bash -c "grep -qx '1 passed, 1 failed, 0 skipped' '$tmp/out' && ! grep -q '^crash' '$tmp/out' && [ \$(cat '$tmp/rc') = 1 ]"
+# tests/node/gvtest.py's Tap: the first failed check ends the script (status 1)
+printf 'import sys\nsys.path.insert(0, "%s/node")\nimport gvtest\nt = gvtest.Tap()\nt.ok(True, "a")\nt.ok(False, "b")\nt.ok(False, "c")\nt.done()\n' \
+    "$here" >"$tmp/tap.py"
+run env GV_FAIL_FAST=1 python3 "$tmp/tap.py"
+check "gvtest.Tap under GV_FAIL_FAST=1: stops at the first failed check, status 1" \
+    bash -c "grep -q '^not ok 2 - b' '$tmp/out' && ! grep -q ' - c' '$tmp/out' && [ \$(cat '$tmp/rc') = 1 ]"
+run python3 "$tmp/tap.py"
+check "gvtest.Tap without it: every check runs, status 1" \
+    bash -c "grep -q '^not ok 3 - c' '$tmp/out' && [ \$(cat '$tmp/rc') = 1 ]"
+
 run "$here/repeat-tests.sh" 3 "$tmp/flaky" "$tmp/py"
 check "test-repeat: fails when a case failed in any run" rc_is 1
 check "test-repeat: names the case with runs failed / runs" has "1/3 $tmp/flaky: coin"
