@@ -20,6 +20,7 @@
 #include "node/modes/gv_mode.h"
 #include "node/discovery/gv_gpus.h"
 #include "node/kubelet/gv_grpc.h"
+#include "node/kubelet/gv_plugin.h"
 #include "node/discovery/gv_publisher.h"
 
 #define U0 "GPU-11111111-2222-4333-8444-000000000000"
@@ -327,6 +328,51 @@ static void test_mode_table(void **state)
     assert_null(gv_mode_get(GV_INVENTORY_MODE_COUNT));
     assert_true(gv_inventory_mode_whole(GV_INVENTORY_MODE_EXCLUSIVE));
     assert_false(gv_inventory_mode_whole(GV_INVENTORY_MODE_MPS));
+}
+
+/* What a rebuild advertises (modes_common.c): a device ID is refused, never
+ * cut, when it does not fit the kubelet-facing 63 characters (a cut ID would
+ * name another device, or none), and so is a resource name longer than 127
+ * (its devices would go out under a name nobody asked for). */
+static void test_mode_adv_limits(void **state)
+{
+    (void)state;
+    gv_mode_adv_free(NULL); /* like free(NULL): error paths call it unconditionally */
+    struct gv_mode_adv *adv = gv_mode_adv_new();
+    assert_non_null(adv);
+    struct gv_gpu g = {.healthy = true, .numa = 1, .index = 3};
+    snprintf(g.uuid, sizeof(g.uuid), "%s", U0);
+    char id[80], id63[64], res[160];
+    memset(id, 'a', 64);
+    id[63] = '\0';
+    memcpy(id63, id, sizeof(id63));
+    assert_true(gv_mode_adv_add(adv, "nvidia.com/gpu", id, &g));
+    id[63] = 'b';
+    id[64] = '\0';
+    assert_false(gv_mode_adv_add(adv, "nvidia.com/gpu", id, &g));
+    memset(res, 'r', 128);
+    res[127] = '\0';
+    assert_true(gv_mode_adv_add(adv, res, "x", &g));
+    res[127] = 'r';
+    res[128] = '\0';
+    assert_false(gv_mode_adv_add(adv, res, "y", &g));
+    assert_int_equal(gv_mode_adv_resources(adv), 2);
+    size_t n = 9;
+    const struct gv_plugin_device *d = gv_mode_adv_devices(adv, 0, &n);
+    assert_int_equal(n, 1);
+    assert_string_equal(d[0].id, id63);
+    assert_true(d[0].healthy);
+    assert_int_equal(d[0].numa, 1);
+    assert_int_equal(d[0].gpu, 3);
+    assert_string_equal(gv_mode_adv_resource(adv, 0), "nvidia.com/gpu");
+    d = gv_mode_adv_devices(adv, 1, &n);
+    assert_int_equal(n, 1);
+    assert_string_equal(d[0].id, "x");
+    assert_int_equal(strlen(gv_mode_adv_resource(adv, 1)), 127);
+    assert_null(gv_mode_adv_resource(adv, 2));
+    assert_null(gv_mode_adv_devices(adv, 2, &n));
+    assert_int_equal(n, 0);
+    gv_mode_adv_free(adv);
 }
 
 /* What the driver grants for an active-thread percentage q, as measured on an
@@ -667,6 +713,7 @@ int main(void)
         cmocka_unit_test(test_config_deploy_mps_snippet),
         cmocka_unit_test(test_config_deploy_cdi_snippet),
         cmocka_unit_test(test_mode_table),
+        cmocka_unit_test(test_mode_adv_limits),
         cmocka_unit_test(test_mps_thread_percentage),
         cmocka_unit_test(test_sm_count),
         cmocka_unit_test(test_config_missing_file_is_default),
