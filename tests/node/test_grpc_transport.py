@@ -380,15 +380,14 @@ for kind in ("py", "go"):
     # 20 ms: a success taken for a failure would register again within 1 s).
     t.ok(k.event("registered", timeout=1.5) is None,
          "[%s] an accepted registration is not repeated" % kind)
-    if kind == "py":
-        # A kubelet that refuses registration (twice, after a restart): the
-        # plugin retries until it is accepted, not taking a refusal for done.
-        t.ok(k.cmd("refuse", count=2) is not None, "[py] stand-in set to refuse twice")
-        k.send(json.dumps({"cmd": "restart"}))
-        refused = [k.event("register_refused", timeout=10) for _ in range(2)]
-        reg = k.event("registered", timeout=10)
-        t.ok(all(r is not None for r in refused) and reg is not None,
-             "[py] refused registrations are retried until accepted", (refused, reg))
+    # A kubelet that refuses registration (twice, after a restart): the
+    # plugin retries until it is accepted, not taking a refusal for done.
+    t.ok(k.cmd("refuse", count=2) is not None, "[%s] stand-in set to refuse twice" % kind)
+    k.send(json.dumps({"cmd": "restart"}))
+    refused = [k.event("register_refused", timeout=10) for _ in range(2)]
+    reg = k.event("registered", timeout=10)
+    t.ok(all(r is not None for r in refused) and reg is not None,
+         "[%s] refused registrations are retried until accepted" % kind, (refused, reg))
     k.send(json.dumps({"cmd": "quit"}))
     k.p.wait(10)
     h.send("shutdown")

@@ -22,7 +22,7 @@ shared with the grpc-go stand-in, kubelet_go, so one test drives both):
   {"cmd":"restart"}   kubelet restart: sockets deleted, kubelet.sock recreated
   {"cmd":"refuse","count":N}  the next N Register calls fail (INVALID_ARGUMENT,
       as a kubelet refuses a registration it rejects), each reported as
-      {"event":"register_refused"}; answers {"event":"refuse"} (py stand-in only)
+      {"event":"register_refused"}; answers {"event":"refuse"}
   {"cmd":"quit"}
 Every command may name "resource": the plugin registered for that resource
 (a plugin may register several, one socket each, as the kubelet allows);

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	pb "gvkubelet/v1beta1"
@@ -56,6 +57,7 @@ type kubelet struct {
 	plugins map[string]*plugin // by resource name
 	last    string             // the resource registered last (commands without "resource")
 	inUse   map[string]bool    // IDs handed to containers
+	refuse  int                // Register calls still to refuse
 }
 
 // plugin for a command: the named resource, or the one registered last. Caller holds mu.
@@ -94,6 +96,16 @@ func (k *kubelet) stop() {
 }
 
 func (k *kubelet) Register(ctx context.Context, r *pb.RegisterRequest) (*pb.Empty, error) {
+	k.mu.Lock()
+	refuse := k.refuse > 0
+	if refuse {
+		k.refuse--
+	}
+	k.mu.Unlock()
+	if refuse {
+		emit(map[string]interface{}{"event": "register_refused", "resource_name": r.ResourceName})
+		return nil, status.Error(codes.InvalidArgument, "registration refused by the test")
+	}
 	if r.Version != "v1beta1" {
 		return nil, fmt.Errorf("unsupported version %q", r.Version)
 	}
@@ -277,6 +289,7 @@ type command struct {
 	Available []string `json:"available"`
 	Must      []string `json:"must"`
 	Size      int32    `json:"size"`
+	Count     int      `json:"count"`
 	Resource  *string  `json:"resource"`
 }
 
@@ -342,6 +355,11 @@ func main() {
 				_, err := cl.PreStartContainer(ctx, &pb.PreStartContainerRequest{DevicesIds: c.IDs})
 				return map[string]interface{}{}, err
 			})
+		case "refuse":
+			k.mu.Lock()
+			k.refuse = c.Count
+			k.mu.Unlock()
+			emit(map[string]interface{}{"event": "refuse"})
 		case "restart":
 			k.stop()
 			matches, _ := filepath.Glob(filepath.Join(k.dir, "*"))
