@@ -29,7 +29,8 @@
  *   nvml-util:IDX:COUNT           processes with utilisation samples (size query, then fill)
  *   fill:CHUNK                    allocate until out of memory; prints "# filled N"
  *   hooked:NAME:yes|no            whether NAME, reached via --via, is the interposer's
- *   pa:BASE:VER:FLAGS:SYMBOL      cuGetProcAddress_v2(BASE) is what dlsym gives for SYMBOL
+ *   pa:BASE:VER:FLAGS:SYMBOL[:ST] cuGetProcAddress_v2(BASE) is what dlsym gives for SYMBOL
+ *                                 ("-": nothing); ST: the query status it must report too
  *   ctx-create:DEV:EXP  ctx-destroy:EXP   a created context (made current, then popped)
  *   pool-keep:BYTES   release threshold of the probe's pool ("default": the device's current pool)
  *   pool-trim:BYTES   cuMemPoolTrimTo on the probe's pool   pool-destroy:EXP
@@ -565,8 +566,9 @@ static void run_op(char *op)
         CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
         rc = gpa ? gpa(a[1], &fn, atoi(a[2]), strtoull(a[3], NULL, 0), &st) : CUDA_ERROR_NOT_FOUND;
         void *want = strcmp(a[4], "-") == 0 ? NULL : dlsym(RTLD_DEFAULT, a[4]);
-        tap(fn == want && (want != NULL) == (rc == CUDA_SUCCESS), orig, "rc %d status %d got %p want %p",
-            (int)rc, (int)st, fn, want);
+        int st_ok = n < 6 || (int)st == atoi(a[5]);
+        tap(fn == want && (want != NULL) == (rc == CUDA_SUCCESS) && st_ok, orig,
+            "rc %d status %d got %p want %p", (int)rc, (int)st, fn, want);
     } else if (strcmp(name, "ipc-export") == 0) {
         NEED(2);
         CUipcMemHandle h;

@@ -205,7 +205,8 @@ fresh
 probe "$PROBE" --via dlopen init \
     pa:cuMemAlloc:12000:0:cuMemAlloc_v2 pa:cuMemGetInfo:13000:0:cuMemGetInfo_v2 \
     pa:cuMemAllocAsync:12000:0:cuMemAllocAsync pa:cuMemAllocAsync:12000:2:cuMemAllocAsync_ptsz \
-    pa:cuMemFreeAsync:13000:2:cuMemFreeAsync_ptsz pa:cuMemAllocAsync:11000:0:- \
+    pa:cuMemFreeAsync:13000:2:cuMemFreeAsync_ptsz pa:cuMemAllocAsync:11000:0:-:2 \
+    pa:cuNoSuchFunction:12000:0:-:1 pa:cuMemAlloc:12000:0:cuMemAlloc_v2:0 \
     pa:cuGetProcAddress:11030:0:cuGetProcAddress pa:cuGetProcAddress:12000:0:cuGetProcAddress_v2 \
     pa:cuCtxCreate:12000:0:cuCtxCreate_v3 pa:cuCtxCreate:13000:0:cuCtxCreate_v4 \
     pa:cuCtxCreate:3020:0:cuCtxCreate_v2 pa:cuMemAlloc:13000:2:cuMemAlloc_v2 \
