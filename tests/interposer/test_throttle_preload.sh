@@ -115,6 +115,36 @@ else
     nok "two processes of one container at 40%: $s1% + $s2% = $sum%"
 fi
 
+# --- a later process cannot raise its container's SM limit ------------------------
+# The container's first process fixes the limit in the shared region; a tenant
+# is root in its container and sets its own processes' environment, so a later
+# process asking more, or nothing, is held to the region's limit; one asking
+# less keeps its own (throttle_gate.c: the region may lower, never raise).
+# One fake GPU, one process after another: the fake's clock runs on, so each
+# later process spins from where the last stopped, measured over its last
+# 500 ms (launches after MARK_MS: 1 ms kernels, 150 at 30%).
+fresh
+fixed="$TMP/fixed.$run.cache"
+in_fixed() { # horizon_ms [VAR=value...]
+    local h=$1; shift
+    env LD_PRELOAD="$PRELOAD" CUDA_DEVICE_MEMORY_SHARED_CACHE="$fixed" "$@" "$TENANT" kernel spin_1000us \
+        "$h" $((h - 500)) 2>/dev/null
+}
+expect_after() { # name output target tolerance: launches after the mark
+    local got
+    got=$(field after_mark "$2")
+    if [ -n "$got" ] && within "$got" "$3" "$4"; then ok "$1: $got ms of 500"; else
+        nok "$1: got '${got:-nothing}' ms of 500 (target $3 +- $4); output: $2"; fi
+}
+expect_after "the container's first process at CUDA_DEVICE_SM_LIMIT=30" \
+    "$(in_fixed 600 CUDA_DEVICE_SM_LIMIT=30)" 150 25
+expect_after "a later process asking CUDA_DEVICE_SM_LIMIT=90: held to the region's 30" \
+    "$(in_fixed 1200 CUDA_DEVICE_SM_LIMIT=90)" 150 25
+expect_after "a later process with no SM limit of its own: held to the region's 30" \
+    "$(in_fixed 1800)" 150 25
+expect_after "a later process asking CUDA_DEVICE_SM_LIMIT=15: keeps its lower 15" \
+    "$(in_fixed 2400 CUDA_DEVICE_SM_LIMIT=15)" 75 20
+
 # --- what is not limited runs free ------------------------------------------------
 fresh
 expect_share "no limit: not throttled" "$(tenant -- kernel spin_1000us 500)" 100 1
