@@ -145,6 +145,25 @@ expect_after "a later process with no SM limit of its own: held to the region's 
 expect_after "a later process asking CUDA_DEVICE_SM_LIMIT=15: keeps its lower 15" \
     "$(in_fixed 2400 CUDA_DEVICE_SM_LIMIT=15)" 75 20
 
+# --- the achieved share is published in the region --------------------------------
+# Once a virtual second the gate writes the process's utilisation into its slot
+# of the shared region, where `gpuvisor ps` and the node agent's monitor read it.
+fresh
+hold="$TMP/hold.$run"
+env LD_PRELOAD="$PRELOAD" CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/util.$run.cache" CUDA_DEVICE_SM_LIMIT=30 \
+    GV_TENANT_HOLD="$hold" "$TENANT" kernel spin_1000us 3000 >"$TMP/util.out" 2>&1 &
+holder=$!
+for _ in $(seq 300); do [ -e "$hold.ready" ] && break; sleep 0.1; done
+ps_out=$("$PWD/$BUILD/bin/gpuvisor" ps "$TMP/util.$run.cache" 2>&1)
+touch "$hold"
+wait "$holder"
+util=$(awk 'NR > 1 && $1 != "" {print $NF}' <<<"$ps_out" | head -1)
+if [ -n "$util" ] && within "$util" 30 5; then
+    ok "a process at CUDA_DEVICE_SM_LIMIT=30 publishes its achieved share in the region: gpuvisor ps says $util%"
+else
+    nok "achieved share in the region: gpuvisor ps says '${util:-nothing}' (want 30 +- 5): $ps_out"
+fi
+
 # --- what is not limited runs free ------------------------------------------------
 fresh
 expect_share "no limit: not throttled" "$(tenant -- kernel spin_1000us 500)" 100 1

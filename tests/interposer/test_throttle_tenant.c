@@ -12,10 +12,16 @@
  * were let through at or after MARK_MS, the first of them at R; P is the
  * kernel time the fake driver ran for this process over the run's virtual
  * time, in percent.
+ *
+ * GV_TENANT_HOLD=PATH: after printing, create PATH.ready and stay alive (real
+ * time, at most 30 s) until PATH exists, so a test can read what the process
+ * published in its shared region (gpuvisor ps) while it is still there.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "common/gv_cuda.h"
 #include "fake_cuda.h"
@@ -109,5 +115,17 @@ int main(int argc, char **argv)
            (unsigned long long)n, (unsigned long long)after, (unsigned long long)resume,
            (unsigned long long)end,
            end ? 100.0 * (double)gvfake_process_busy_ns() / (double)end : 0.0);
+    fflush(stdout);
+    const char *hold = getenv("GV_TENANT_HOLD");
+    if (hold != NULL && hold[0] != '\0') {
+        char ready[4096];
+        snprintf(ready, sizeof(ready), "%s.ready", hold);
+        FILE *mark_file = fopen(ready, "w");
+        if (mark_file != NULL)
+            fclose(mark_file);
+        struct timespec tick = {0, 10 * 1000 * 1000};
+        for (int i = 0; i < 3000 && access(hold, F_OK) != 0; i++)
+            nanosleep(&tick, NULL);
+    }
     return 0;
 }
