@@ -363,6 +363,18 @@ for kind in ("py", "go"):
     a = k.cmd("allocate", ids=[ev["devices"][0]["id"]])
     t.ok(a and a["ok"] and a["resp"]["envs"]["GV_TEST_IDS"] == ev["devices"][0]["id"],
          "[%s] Allocate round trip" % kind, a)
+    # Without an assignment to follow (the harness has none), the preference
+    # spreads a container's slices over distinct GPUs, the one with most free
+    # slices first, then in list order: GPU 0 (3 free) before GPU 1 (1 free),
+    # and never a second slice of GPU 0 while GPU 1 has one.
+    g0, g1 = ("GPU-%08d-0000-0000-0000-000000000000::%%d" % g for g in (0, 1))
+    p = k.cmd("preferred", available=[g1 % 0, g0 % 0, g0 % 1, g0 % 2], size=2)
+    t.ok(p and p["ok"] and p["ids"] == [g0 % 0, g1 % 0],
+         "[%s] GetPreferredAllocation without an assignment: 2 slices on distinct GPUs, the "
+         "fuller GPU's first in list order" % kind, p)
+    p = k.cmd("preferred", available=[g0 % 1, g0 % 2, g1 % 1, g1 % 2, g1 % 3], must=[g0 % 0], size=2)
+    t.ok(p and p["ok"] and p["ids"] == [g0 % 0, g1 % 1],
+         "[%s] GetPreferredAllocation: the must-include slice first, then one of another GPU" % kind, p)
     ask(h, "health 0 0")
     ev = k.event("devices", timeout=5)
     t.ok(ev is not None and sum(d["health"] == "Unhealthy" for d in ev["devices"]) == 4,
