@@ -379,6 +379,11 @@ for kind in ("py", "go"):
     ev = k.event("devices", timeout=5)
     t.ok(ev is not None and sum(d["health"] == "Unhealthy" for d in ev["devices"]) == 4,
          "[%s] health change reaches the kubelet stream" % kind, ev)
+    # The same list again (a rescan that found nothing new) is not sent: the
+    # kubelet would re-check every device of the resource for nothing.
+    ask(h, "health 0 0")
+    t.ok(k.event("devices", timeout=1) is None,
+         "[%s] an unchanged device list is not sent again" % kind)
     # Promptness (inotify, not the 10 s rescan) is a timing goal: measured in
     # make bench, not asserted here.  Here: the restart is noticed and the
     # plugin registers again with the new kubelet.
