@@ -22,7 +22,7 @@ mk mute 'exit 0'
 mk flaky "if [ -e '$tmp/flaky.seen' ]; then echo 'ok 1 - coin'; else : >'$tmp/flaky.seen'; echo 'not ok 1 - coin'; exit 1; fi"
 
 run() { # runner arguments...: output in $tmp/out, status in $tmp/rc
-    env -u GV_NO_SKIPS -u GV_EXPECTED_SKIPS -u GV_TEST_FAILURES -u GV_REPEAT_PREVIOUS_RUNS BUILD="$tmp/b" \
+    env -u GV_NO_SKIPS -u GV_EXPECTED_SKIPS -u GV_TEST_FAILURES -u GV_REPEAT_PREVIOUS_RUNS -u GV_FAIL_FAST BUILD="$tmp/b" \
         GV_TEST_LOGDIR="$tmp/logs" "$@" >"$tmp/out" 2>&1
     echo $? >"$tmp/rc"
 }
