@@ -52,15 +52,16 @@ tenant() {
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 # within VALUE TARGET TOL
 within() { awk -v v="$1" -v t="$2" -v d="$3" 'BEGIN { exit !(v >= t - d && v <= t + d) }'; }
-expect_share() { # name output target tolerance
+expect_field() { # field unit name output target tolerance: the tenant's FIELD=value
     local got
-    got=$(field share "$2")
-    if [ -n "$got" ] && within "$got" "$3" "$4"; then
-        ok "$1: ${got}% (target $3 +- $4)"
+    got=$(field "$1" "$4")
+    if [ -n "$got" ] && within "$got" "$5" "$6"; then
+        ok "$3: ${got}$2 (target $5 +- $6)"
     else
-        nok "$1: got '${got:-nothing}' (target $3 +- $4); output: $2"
+        nok "$3: got '${got:-nothing}'$2 (target $5 +- $6); output: $4"
     fi
 }
+expect_share() { expect_field share % "$@"; } # name output target tolerance
 
 # --- one tenant, every launch API -------------------------------------------------
 for api in kernel kernel_ptsz ex coop multi graph; do
@@ -130,12 +131,7 @@ in_fixed() { # horizon_ms [VAR=value...]
     env LD_PRELOAD="$PRELOAD" CUDA_DEVICE_MEMORY_SHARED_CACHE="$fixed" "$@" "$TENANT" kernel spin_1000us \
         "$h" $((h - 500)) 2>/dev/null
 }
-expect_after() { # name output target tolerance: launches after the mark
-    local got
-    got=$(field after_mark "$2")
-    if [ -n "$got" ] && within "$got" "$3" "$4"; then ok "$1: $got ms of 500"; else
-        nok "$1: got '${got:-nothing}' ms of 500 (target $3 +- $4); output: $2"; fi
-}
+expect_after() { expect_field after_mark " ms of 500" "$@"; } # launches after the mark
 expect_after "the container's first process at CUDA_DEVICE_SM_LIMIT=30" \
     "$(in_fixed 600 CUDA_DEVICE_SM_LIMIT=30)" 150 25
 expect_after "a later process asking CUDA_DEVICE_SM_LIMIT=90: held to the region's 30" \
