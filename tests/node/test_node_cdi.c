@@ -273,6 +273,53 @@ static void test_cdi_discovery_fake_driver_root(void **state)
     assert_int_equal(gv_cdi_discover(root, NULL, "999.1", &h, &err), GV_ENOTFOUND);
     assert_null(h);
     assert_non_null(strstr(err.msg, "libcuda.so.999.1"));
+    /* an older driver's leftover libcuda alone: no NVML beside it, refused as well */
+    assert_int_equal(gv_cdi_discover(root, NULL, "470.00.01", &h, &err), GV_ENOTFOUND);
+    assert_null(h);
+    assert_non_null(strstr(err.msg, "libnvidia-ml.so.470.00.01"));
+}
+
+/* The version (NVML's driver version) becomes part of every library path: none, an empty
+ * one or one with a '/' ("550.54.15/../../x" would look outside the library directories)
+ * is refused before any lookup; a driver root that cannot fit its buffer is refused whole,
+ * not cut (a cut root names other files), as the agent's or the host's. */
+static void test_cdi_discovery_refuses_bad_input(void **state)
+{
+    (void)state;
+    struct gv_cdi_host *h = NULL;
+    struct gv_error err;
+    static const char *const versions[] = {"", "550.54.15/../../../x", "/550.54.15"};
+    assert_int_equal(gv_cdi_discover(root, NULL, NULL, &h, &err), GV_EINVAL);
+    for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]); i++) {
+        assert_int_equal(gv_cdi_discover(root, NULL, versions[i], &h, &err), GV_EINVAL);
+        assert_null(h);
+        assert_non_null(strstr(err.msg, "driver version"));
+    }
+    char lng[sizeof(h->root) + 2];
+    memset(lng, 'r', sizeof(lng) - 1);
+    lng[0] = '/';
+    lng[sizeof(lng) - 1] = '\0';
+    for (size_t len = sizeof(h->root); len <= sizeof(h->root) + 1; len++) {
+        lng[len] = '\0';
+        assert_int_equal(gv_cdi_discover(lng, NULL, "550.54.15", &h, &err), GV_EINVAL);
+        assert_null(h);
+        assert_non_null(strstr(err.msg, "longer than 255"));
+        assert_int_equal(gv_cdi_discover(root, lng, "550.54.15", &h, &err), GV_EINVAL);
+        assert_null(h);
+        assert_non_null(strstr(err.msg, "longer than 255"));
+        assert_int_equal(gv_cdi_discover(lng, root, "550.54.15", &h, &err), GV_EINVAL);
+        assert_null(h);
+        assert_non_null(strstr(err.msg, "longer than 255"));
+        lng[len] = 'r';
+    }
+    /* the longest that fits is taken (and, naming nothing, finds no driver) */
+    lng[sizeof(h->root) - 1] = '\0';
+    assert_int_equal(gv_cdi_discover(root, lng, "550.54.15", &h, &err), GV_OK);
+    assert_string_equal(h->host_root, lng);
+    gv_cdi_host_free(h);
+    h = NULL;
+    assert_int_equal(gv_cdi_discover(lng, NULL, "550.54.15", &h, &err), GV_ENOTFOUND);
+    assert_null(h);
 }
 
 static void test_cdi_spec_valid_and_resolves(void **state)
@@ -314,6 +361,16 @@ static void test_cdi_spec_valid_and_resolves(void **state)
     assert_true(has_mount(c, "/libcuda.so.1") && has_mount(c, "/libcuda.so.550.54.15") &&
                 has_mount(c, "/libnvidia-ml.so.1") &&
                 has_mount(c, "/libnvidia-ptxjitcompiler.so.1") && has_mount(c, "/nvidia-smi"));
+    /* without the interposer (none given, or no library): no "gpuvisor" device */
+    struct gv_cdi_interposer none = {.lib = NULL, .preload = preload};
+    for (int k = 0; k < 2; k++) {
+        json_t *bare = gv_cdi_spec("nvidia.com/gpu", h, g, 2, k ? &none : NULL, &err);
+        assert_non_null(bare);
+        assert_true(cdi_valid(bare));
+        assert_null(resolve(bare, "nvidia.com/gpu=gpuvisor"));
+        assert_non_null(resolve(bare, "nvidia.com/gpu=0:0"));
+        json_decref(bare);
+    }
     /* the reader is strict: a field from a later CDI version is refused */
     json_object_set_new(spec, "annotations", json_object());
     assert_false(cdi_valid(spec));
@@ -351,6 +408,25 @@ static void test_cdi_write_atomic(void **state)
         assert_true(json_equal(back, spec));
         json_decref(back);
     }
+    /* the directory exists (the runtime's /var/run/cdi, a restarted agent's own): written
+     * over, as any user */
+    json_t *next = json_pack("{s:s,s:s}", "cdiVersion", GV_CDI_VERSION, "kind", "a/b");
+    assert_int_equal(gv_cdi_write(dir, "gpuvisor-gpu.json", next, &err), GV_OK);
+    back = json_load_file(path, 0, NULL);
+    assert_true(json_equal(back, next));
+    json_decref(back);
+    /* a failed write says it was the CDI spec (root too: a directory where the file goes) */
+    char sub[900];
+    snprintf(sub, sizeof(sub), "%s/taken.json", dir);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    assert_int_not_equal(gv_cdi_write(dir, "taken.json", next, &err), GV_OK);
+    assert_true(strncmp(err.msg, "CDI", 3) == 0);
+    assert_int_equal(rmdir(sub), 0);
+    /* a directory that cannot be made: EIO, naming it */
+    snprintf(sub, sizeof(sub), "%s/gpuvisor-gpu.json/cdi", dir);
+    assert_int_equal(gv_cdi_write(sub, "x.json", next, &err), GV_EIO);
+    assert_non_null(strstr(err.msg, "cannot create"));
+    json_decref(next);
     json_decref(spec);
 }
 
@@ -358,6 +434,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cdi_discovery_fake_driver_root),
+        cmocka_unit_test(test_cdi_discovery_refuses_bad_input),
         cmocka_unit_test(test_cdi_spec_valid_and_resolves),
         cmocka_unit_test(test_cdi_write_atomic),
     };

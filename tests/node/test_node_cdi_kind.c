@@ -24,7 +24,9 @@ static void test_kind_rules(void **state)
 {
     (void)state;
     static const char *const good[] = {"gpuvisor.io/gpu", "nvidia.com/gpu", "a/b",
-                                       "vendor-1.example_x/class_2-b", "X9/Y9"};
+                                       "vendor-1.example_x/class_2-b", "X9/Y9",
+                                       /* the ends of each character range */
+                                       "A/Z", "Z/A", "z/a0", "a9/z", "Az-0/zA_9"};
     /* the kinds issue 28 found written as given, and the rules' edges */
     static const char *const bad[] = {"gpu",  "gpuvisor.io/gpu.shared", "/gpu", "gpuvisor.io/",
                                        "1vendor/gpu", "vendor-/gpu", "vendor/-gpu", "vendor/gpu_",
@@ -40,6 +42,10 @@ static void test_kind_rules(void **state)
     }
     assert_int_equal(gv_cdi_kind_check("gpuvisor.io/gpu.shared", &err), GV_EINVAL);
     assert_non_null(strstr(err.msg, "the class"));
+    assert_int_equal(gv_cdi_kind_check("/gpu", &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "the vendor is empty"));
+    assert_int_equal(gv_cdi_kind_check("vendor/", &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "the class is empty"));
 }
 
 static void test_config_refuses_bad_kind_and_default_is_own(void **state)
@@ -96,6 +102,22 @@ static void test_claimed_kind_found(void **state)
     assert_null(strstr(out, "gpuvisor-nvidia.com_gpu.json")); /* our own file */
     snprintf(own, sizeof(own), "%s/mine.json", b);
     assert_int_equal(gv_cdi_kind_claimed(dirs, "gpuvisor.io/gpu", own, out, sizeof(out)), 0);
+    /* Other specs' kinds are read into a 256-byte buffer: one of 256 characters or more,
+     * JSON or YAML, is no kind of ours and is not copied past the buffer (under the
+     * sanitizer an overflow aborts; without it the copy would match). */
+    char lk[300], text[700];
+    memset(lk, 'k', sizeof(lk) - 1);
+    lk[0] = 'v';
+    lk[1] = '/';
+    for (size_t len = 255; len <= 257; len++) {
+        lk[len] = '\0';
+        snprintf(text, sizeof(text), "{\"cdiVersion\":\"0.5.0\",\"kind\":\"%s\"}", lk);
+        put(b, "long.json", text);
+        snprintf(text, sizeof(text), "cdiVersion: 0.5.0\nkind: %s\n", lk);
+        put(a, "long.yaml", text);
+        assert_int_equal(gv_cdi_kind_claimed(dirs, lk, own, out, sizeof(out)), len < 256 ? 2 : 0);
+        lk[len] = 'k';
+    }
     char cmd[1100];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", a, b);
     assert_int_equal(system(cmd), 0);
