@@ -44,7 +44,9 @@ SPEC = {
 }
 PCI_IDS = os.path.join(gvtest.ROOT, "tests", "fakes", "sysfs", "pci.ids")
 
-env = agent.Env(gpus=1, config={"passthrough": {"enabled": True, "pciIds": PCI_IDS}})
+# a bind list without bindAtStart: the addresses are for the one-off helper, never bound at start
+env = agent.Env(gpus=1, config={"passthrough": {"enabled": True, "pciIds": PCI_IDS,
+                                                "bind": ["0000:46:00.0"]}})
 root = os.path.join(env.dir, "sys")
 spec_file = os.path.join(env.dir, "sysfs.json")
 with open(spec_file, "w") as f:
@@ -67,6 +69,12 @@ try:
     w.until(lambda e: want <= w.registered, 30)
     t.ok(want == w.registered, "one registration per resource: nvidia.com/gpu and the KubeVirt names from pci.ids",
          sorted(w.registered))
+    t.ok("passthrough: 0000:46:00.0" not in env.agent_log(),
+         "bind list without bindAtStart: nothing bound at start", env.agent_log()[-1500:])
+
+    def threads():
+        return len(os.listdir("/proc/%d/task" % env.agent.p.pid))
+    threads_at_start = threads()
 
     ev = w.devices(H100)
     t.ok(health(ev) == {"0000_41_00.0": "Healthy"}, "H100 on vfio-pci advertised Healthy (ID: address, ':' as '_')",
@@ -124,6 +132,9 @@ try:
     subprocess.run([FAKE_SYSFS, "remove", root, "0000:41:00.0"], check=True)
     ev = w.devices(H100, lambda e: health(e).get("0000_41_00.0") == "Unhealthy", timeout=30)
     t.ok(ev is not None, "hot removal: the removed GPU turns Unhealthy (not dropped)", ev)
+    # each rescan (this one included) reuses the one /dev/vfio watcher: no thread per rescan
+    t.ok(gvtest.wait_for(lambda: threads() <= threads_at_start, 3),
+         "rescans start no more watcher threads", (threads_at_start, threads()))
     a = w.cmd("allocate", ids=["0000_41_00.0"], resource=H100)
     t.ok(a and not a["ok"] and "removed" in a["message"], "a removed GPU is refused", a)
     ok = gvtest.wait_for(lambda: not {w["id"]: w for w in inventory().get("wholeDevices", [])}
@@ -188,6 +199,10 @@ try:
     ok = gvtest.wait_for(lambda: (json.loads(ann(env.api.node("node1"), "gpuvisor.io/node-gpus") or "{}")
                                   .get("gpus") or [{}])[0].get("mode") == "passthrough", 10)
     t.ok(ok, "inventory: the GPU's mode is passthrough (the scheduler keeps slices off it)")
+    # the watcher rescans every 5 s (RESCAN_MS): the GPU is discovered again, not bound again
+    import time  # noqa: E402
+    time.sleep(5.5)
+    log = env.agent_log()
     t.ok(log.count("not bound") == 1, "the helper runs once, not at every rebuild", log.count("not bound"))
 finally:
     env.close()
