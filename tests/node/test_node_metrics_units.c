@@ -128,6 +128,53 @@ static void record_roundtrip_and_bad(void **state)
         assert_int_equal(gv_monitor_record_parse(bad[i], strlen(bad[i]), &r, &err), GV_EPARSE);
 }
 
+/* The record's path is <state>/containers/<uid>/.ctr-<container>.json: a uid or a container
+ * name that is empty, starts with '.', holds a '/' or a control character is never joined
+ * into it (a uid "../escape" would write beside containers/, ".." into the state directory);
+ * a plain one is written. */
+static void record_path_names_checked(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/gvmonXXXXXX", path[512];
+    assert_non_null(mkdtemp(dir));
+    static const char *const made[] = {"containers", "containers/" UID, "escape",
+                                       "containers/ctl\x01id", "containers/.hidden"};
+    for (size_t i = 0; i < sizeof(made) / sizeof(made[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, made[i]);
+        assert_int_equal(mkdir(path, 0755), 0);
+    }
+    struct gv_alloc_container_assign c = {.name = "main", .n_devices = 0};
+    static const char *const uids[] = {"../escape", "..", "ctl\x01id", ".hidden", "", UID};
+    for (size_t i = 0; i < sizeof(uids) / sizeof(uids[0]); i++) {
+        json_t *pod = json_pack("{s:{s:s, s:s, s:s}}", "metadata", "uid", uids[i], "namespace",
+                                "ns1", "name", "p");
+        gv_monitor_note_allocate(dir, pod, &c, true, "", 0);
+        json_decref(pod);
+    }
+    struct gv_alloc_container_assign dot = {.name = "..", .n_devices = 0};
+    json_t *pod = json_pack("{s:{s:s, s:s, s:s}}", "metadata", "uid", UID, "namespace", "ns1",
+                            "name", "p");
+    gv_monitor_note_allocate(dir, pod, &dot, true, "", 0);
+    json_decref(pod);
+    static const char *const never[] = {"escape/" GV_MONITOR_RECORD_PREFIX "main.json",
+                                        GV_MONITOR_RECORD_PREFIX "main.json",
+                                        "containers/ctl\x01id/" GV_MONITOR_RECORD_PREFIX "main.json",
+                                        "containers/.hidden/" GV_MONITOR_RECORD_PREFIX "main.json",
+                                        "containers/" GV_MONITOR_RECORD_PREFIX "main.json",
+                                        "containers/" UID "/" GV_MONITOR_RECORD_PREFIX "...json"};
+    struct stat st;
+    for (size_t i = 0; i < sizeof(never) / sizeof(never[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, never[i]);
+        if (stat(path, &st) == 0)
+            fail_msg("a record was written at %s", never[i]);
+    }
+    snprintf(path, sizeof(path), "%s/containers/" UID "/" GV_MONITOR_RECORD_PREFIX "main.json", dir);
+    assert_int_equal(stat(path, &st), 0);
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* The node config's "metrics": top level, then the node's entry key by key. */
 static void config_layering(void **state)
 {
@@ -370,6 +417,7 @@ int main(void)
         cmocka_unit_test(cgroup_layouts),
         cmocka_unit_test(cgroup_not_a_pod),
         cmocka_unit_test(record_roundtrip_and_bad),
+        cmocka_unit_test(record_path_names_checked),
         cmocka_unit_test(settings),
         cmocka_unit_test(http_heads),
         cmocka_unit_test(config_layering),
