@@ -130,21 +130,23 @@ static void record_roundtrip_and_bad(void **state)
 
 /* The record's path is <state>/containers/<uid>/.ctr-<container>.json: a uid or a container
  * name that is empty, starts with '.', holds a '/' or a control character is never joined
- * into it (a uid "../escape" would write beside containers/, ".." into the state directory);
+ * into it (a uid "x/../../escape" would write beside containers/, ".." into the state
+ * directory);
  * a plain one is written. */
 static void record_path_names_checked(void **state)
 {
     (void)state;
     char dir[] = "/tmp/gvmonXXXXXX", path[512];
     assert_non_null(mkdtemp(dir));
-    static const char *const made[] = {"containers", "containers/" UID, "escape",
+    static const char *const made[] = {"containers", "containers/" UID, "containers/x", "escape",
                                        "containers/ctl\x01id", "containers/.hidden"};
     for (size_t i = 0; i < sizeof(made) / sizeof(made[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s", dir, made[i]);
         assert_int_equal(mkdir(path, 0755), 0);
     }
     struct gv_alloc_container_assign c = {.name = "main", .n_devices = 0};
-    static const char *const uids[] = {"../escape", "..", "ctl\x01id", ".hidden", "", UID};
+    static const char *const uids[] = {"../escape", "x/../../escape", "..", "ctl\x01id", ".hidden",
+                                       "", UID};
     for (size_t i = 0; i < sizeof(uids) / sizeof(uids[0]); i++) {
         json_t *pod = json_pack("{s:{s:s, s:s, s:s}}", "metadata", "uid", uids[i], "namespace",
                                 "ns1", "name", "p");
