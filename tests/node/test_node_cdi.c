@@ -252,6 +252,18 @@ static bool has_node(json_t *edits, const char *path)
     return false;
 }
 
+/* discovery refused with code and a message holding text, nothing handed back */
+static void refused(const char *r, const char *host, const char *version, gv_status code,
+                    const char *text)
+{
+    struct gv_cdi_host *h = NULL;
+    struct gv_error err = {0};
+    assert_int_equal(gv_cdi_discover(r, host, version, &h, &err), code);
+    assert_null(h);
+    if (text != NULL && strstr(err.msg, text) == NULL)
+        fail_msg("\"%s\" not in \"%s\"", text, err.msg);
+}
+
 static void test_cdi_discovery_fake_driver_root(void **state)
 {
     (void)state;
@@ -269,14 +281,9 @@ static void test_cdi_discovery_fake_driver_root(void **state)
     assert_int_equal(h->n_ctl, 4);
     gv_cdi_host_free(h);
     /* a version with no libcuda: refused with the reason, nothing returned */
-    h = NULL;
-    assert_int_equal(gv_cdi_discover(root, NULL, "999.1", &h, &err), GV_ENOTFOUND);
-    assert_null(h);
-    assert_non_null(strstr(err.msg, "libcuda.so.999.1"));
+    refused(root, NULL, "999.1", GV_ENOTFOUND, "libcuda.so.999.1");
     /* an older driver's leftover libcuda alone: no NVML beside it, refused as well */
-    assert_int_equal(gv_cdi_discover(root, NULL, "470.00.01", &h, &err), GV_ENOTFOUND);
-    assert_null(h);
-    assert_non_null(strstr(err.msg, "libnvidia-ml.so.470.00.01"));
+    refused(root, NULL, "470.00.01", GV_ENOTFOUND, "libnvidia-ml.so.470.00.01");
 }
 
 /* The version (NVML's driver version) becomes part of every library path: none, an empty
@@ -289,27 +296,18 @@ static void test_cdi_discovery_refuses_bad_input(void **state)
     struct gv_cdi_host *h = NULL;
     struct gv_error err;
     static const char *const versions[] = {"", "550.54.15/../../../x", "/550.54.15"};
-    assert_int_equal(gv_cdi_discover(root, NULL, NULL, &h, &err), GV_EINVAL);
-    for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]); i++) {
-        assert_int_equal(gv_cdi_discover(root, NULL, versions[i], &h, &err), GV_EINVAL);
-        assert_null(h);
-        assert_non_null(strstr(err.msg, "driver version"));
-    }
+    refused(root, NULL, NULL, GV_EINVAL, "driver version");
+    for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]); i++)
+        refused(root, NULL, versions[i], GV_EINVAL, "driver version");
     char lng[sizeof(h->root) + 2];
     memset(lng, 'r', sizeof(lng) - 1);
     lng[0] = '/';
     lng[sizeof(lng) - 1] = '\0';
     for (size_t len = sizeof(h->root); len <= sizeof(h->root) + 1; len++) {
         lng[len] = '\0';
-        assert_int_equal(gv_cdi_discover(lng, NULL, "550.54.15", &h, &err), GV_EINVAL);
-        assert_null(h);
-        assert_non_null(strstr(err.msg, "longer than 255"));
-        assert_int_equal(gv_cdi_discover(root, lng, "550.54.15", &h, &err), GV_EINVAL);
-        assert_null(h);
-        assert_non_null(strstr(err.msg, "longer than 255"));
-        assert_int_equal(gv_cdi_discover(lng, root, "550.54.15", &h, &err), GV_EINVAL);
-        assert_null(h);
-        assert_non_null(strstr(err.msg, "longer than 255"));
+        refused(lng, NULL, "550.54.15", GV_EINVAL, "longer than 255");
+        refused(root, lng, "550.54.15", GV_EINVAL, "longer than 255");
+        refused(lng, root, "550.54.15", GV_EINVAL, "longer than 255");
         lng[len] = 'r';
     }
     /* the longest that fits is taken (and, naming nothing, finds no driver) */
@@ -317,9 +315,7 @@ static void test_cdi_discovery_refuses_bad_input(void **state)
     assert_int_equal(gv_cdi_discover(root, lng, "550.54.15", &h, &err), GV_OK);
     assert_string_equal(h->host_root, lng);
     gv_cdi_host_free(h);
-    h = NULL;
-    assert_int_equal(gv_cdi_discover(lng, NULL, "550.54.15", &h, &err), GV_ENOTFOUND);
-    assert_null(h);
+    refused(lng, NULL, "550.54.15", GV_ENOTFOUND, NULL);
 }
 
 static void test_cdi_spec_valid_and_resolves(void **state)
