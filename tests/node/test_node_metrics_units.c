@@ -138,7 +138,7 @@ static void record_path_names_checked(void **state)
     (void)state;
     char dir[] = "/tmp/gvmonXXXXXX", path[512];
     assert_non_null(mkdtemp(dir));
-    static const char *const made[] = {"containers", "containers/" UID, "containers/x", "escape",
+    static const char *const made[] = {"containers", ("containers/" UID), "containers/x", "escape",
                                        "containers/ctl\x01id", "containers/.hidden"};
     for (size_t i = 0; i < sizeof(made) / sizeof(made[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s", dir, made[i]);
@@ -158,12 +158,13 @@ static void record_path_names_checked(void **state)
                             "name", "p");
     gv_monitor_note_allocate(dir, pod, &dot, true, "", 0);
     json_decref(pod);
-    static const char *const never[] = {"escape/" GV_MONITOR_RECORD_PREFIX "main.json",
-                                        GV_MONITOR_RECORD_PREFIX "main.json",
-                                        "containers/ctl\x01id/" GV_MONITOR_RECORD_PREFIX "main.json",
-                                        "containers/.hidden/" GV_MONITOR_RECORD_PREFIX "main.json",
-                                        "containers/" GV_MONITOR_RECORD_PREFIX "main.json",
-                                        "containers/" UID "/" GV_MONITOR_RECORD_PREFIX "...json"};
+    static const char *const never[] = {
+        ("escape/" GV_MONITOR_RECORD_PREFIX "main.json"),
+        (GV_MONITOR_RECORD_PREFIX "main.json"),
+        ("containers/ctl\x01id/" GV_MONITOR_RECORD_PREFIX "main.json"),
+        ("containers/.hidden/" GV_MONITOR_RECORD_PREFIX "main.json"),
+        ("containers/" GV_MONITOR_RECORD_PREFIX "main.json"),
+        ("containers/" UID "/" GV_MONITOR_RECORD_PREFIX "...json")};
     struct stat st;
     for (size_t i = 0; i < sizeof(never) / sizeof(never[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s", dir, never[i]);
