@@ -131,8 +131,7 @@ static void record_roundtrip_and_bad(void **state)
 /* The record's path is <state>/containers/<uid>/.ctr-<container>.json: a uid or a container
  * name that is empty, starts with '.', holds a '/' or a control character is never joined
  * into it (a uid "x/../../escape" would write beside containers/, ".." into the state
- * directory);
- * a plain one is written. */
+ * directory); a plain one is written. */
 static void record_path_names_checked(void **state)
 {
     (void)state;

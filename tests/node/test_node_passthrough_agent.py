@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agent  # noqa: E402
@@ -200,7 +201,6 @@ try:
                                   .get("gpus") or [{}])[0].get("mode") == "passthrough", 10)
     t.ok(ok, "inventory: the GPU's mode is passthrough (the scheduler keeps slices off it)")
     # the watcher rescans every 5 s (RESCAN_MS): the GPU is discovered again, not bound again
-    import time  # noqa: E402
     time.sleep(5.5)
     log = env.agent_log()
     t.ok(log.count("not bound") == 1, "the helper runs once, not at every rebuild", log.count("not bound"))
