@@ -87,9 +87,21 @@ gv_status gv_file_write_atomic(const char *path, const void *data, size_t len, u
     if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
         /* the reason first: the path alone may fill the message */
         return gv_error_set(err, GV_EINVAL, "path too long (%zu bytes): %s", strlen(path), path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, (mode_t)mode);
-    if (fd < 0)
-        return gv_error_set(err, GV_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+    /*
+     * Made afresh, never opened through what is already there: with
+     * O_TRUNC alone a link planted at the temporary name (by whoever can
+     * write the directory) had the writer, root for the node agent, empty
+     * and fill the file it names, and the rename then put the link itself
+     * in place.  A name left by an earlier writer (a crash, the same pid
+     * again after a restart) is removed and the file made once more; only
+     * a name that comes back at once is an error.
+     */
+    int fd = -1;
+    for (int attempt = 0; fd < 0 && attempt < 2; attempt++) {
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, (mode_t)mode);
+        if (fd < 0 && (errno != EEXIST || attempt > 0 || unlink(tmp) != 0))
+            return gv_error_set(err, GV_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+    }
     /*
      * Exactly the mode asked for, whatever the process umask: files other
      * users must read (a container's limits file, a CDI spec the runtime

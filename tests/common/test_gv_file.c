@@ -171,6 +171,66 @@ static void test_write_mode_ignores_umask(void **state)
     unlink(path);
 }
 
+/*
+ * A link planted at the temporary name (path.tmp.<pid>) by whoever can write
+ * the directory is never written through: the file it names keeps its
+ * content, a dangling one creates nothing, and the path ends up a regular
+ * file of its own with the new content, no temporary left.
+ */
+static void test_write_through_planted_link_refused(void **state)
+{
+    (void)state;
+    char path[600], tmp[700], victim[600], absent[600];
+    snprintf(path, sizeof(path), "%s/limits.env", dir);
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+    snprintf(victim, sizeof(victim), "%s/victim", dir);
+    snprintf(absent, sizeof(absent), "%s/absent", dir);
+    struct gv_error err;
+    assert_int_equal(gv_file_write_atomic(victim, "precious\n", 9, 0600, &err), GV_OK);
+
+    const char *targets[] = {victim, absent};
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(symlink(targets[i], tmp), 0);
+        assert_int_equal(gv_file_write_atomic(path, "LIMIT=1\n", 8, 0644, &err), GV_OK);
+        struct stat sb;
+        assert_int_equal(lstat(path, &sb), 0);
+        assert_true(S_ISREG(sb.st_mode));
+        char *text = NULL;
+        assert_int_equal(gv_file_read_all(path, &text, NULL, &err), GV_OK);
+        assert_string_equal(text, "LIMIT=1\n");
+        free(text);
+        assert_int_equal(gv_file_read_all(victim, &text, NULL, &err), GV_OK);
+        assert_string_equal(text, "precious\n");
+        free(text);
+        assert_int_equal(lstat(absent, &sb), -1);
+        assert_int_equal(lstat(tmp, &sb), -1);
+        assert_int_equal(unlink(path), 0);
+    }
+    unlink(victim);
+}
+
+/* A temporary left by an earlier writer of the same pid (a crash) is replaced. */
+static void test_write_over_stale_temporary(void **state)
+{
+    (void)state;
+    char path[600], tmp[700];
+    snprintf(path, sizeof(path), "%s/answer", dir);
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    assert_non_null(f);
+    fputs("half an old answer that is longer than the new one", f);
+    fclose(f);
+    struct gv_error err;
+    assert_int_equal(gv_file_write_atomic(path, "new", 3, 0600, &err), GV_OK);
+    char *text = NULL;
+    assert_int_equal(gv_file_read_all(path, &text, NULL, &err), GV_OK);
+    assert_string_equal(text, "new");
+    free(text);
+    struct stat sb;
+    assert_int_equal(lstat(tmp, &sb), -1);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -180,6 +240,8 @@ int main(void)
         cmocka_unit_test(test_write_over_directory),
         cmocka_unit_test(test_failed_write_keeps_old_file),
         cmocka_unit_test(test_write_mode_ignores_umask),
+        cmocka_unit_test(test_write_through_planted_link_refused),
+        cmocka_unit_test(test_write_over_stale_temporary),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
