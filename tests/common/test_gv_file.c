@@ -101,6 +101,20 @@ static void test_write_path_too_long(void **state)
     struct gv_error err;
     assert_int_equal(gv_file_write_atomic(path, "a", 1, 0644, &err), GV_EINVAL);
     assert_non_null(strstr(err.msg, "path too long"));
+
+    /* At the edge: a temporary name (path.tmp.<pid>) of exactly PATH_MAX
+     * bytes has no room for its NUL and would be cut, one byte less fits
+     * (and fails later: no such directory). */
+    char suffix[32];
+    size_t sl = (size_t)snprintf(suffix, sizeof(suffix), ".tmp.%d", (int)getpid());
+    memset(path, 'x', sizeof(path));
+    path[0] = '/';
+    path[PATH_MAX - sl] = '\0';
+    assert_int_equal(gv_file_write_atomic(path, "a", 1, 0644, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "path too long"));
+    path[PATH_MAX - sl - 1] = '\0';
+    assert_int_equal(gv_file_write_atomic(path, "a", 1, 0644, &err), GV_EIO);
+    assert_null(strstr(err.msg, "path too long"));
 }
 
 /* Renaming over a directory fails: the directory stays, no temp file left. */
