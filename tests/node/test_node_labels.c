@@ -15,6 +15,8 @@
 
 #include <cmocka.h>
 
+#include <regex.h>
+
 #include "node/discovery/gv_gpus.h"
 #include "node/discovery/gv_publisher.h"
 
@@ -257,6 +259,43 @@ static void test_gfd_labels_golden_fake_nodes(void **state)
 }
 
 /* The node is labelled by one model, whichever order the GPUs come in. */
+/*
+ * Every value is a valid Kubernetes label value whatever NVML calls the GPU
+ * (at most 63 characters of [A-Za-z0-9-_.], alphanumeric at both ends): the
+ * API server refuses the whole node update for one bad value, and the node
+ * would then carry none of the labels.
+ */
+static void test_gfd_label_values_valid_for_odd_names(void **state)
+{
+    (void)state;
+    static const char *const models[] = {
+        " (Tesla) V100-PCIE ", "-leading-dash", "_x_", "....", "",
+        "NVIDIA Graphics Device with a very long product name that goes on past sixty-three chars",
+        "Ärger GPU", "NVIDIA H100.", "[MIG] A100"};
+    regex_t re;
+    assert_int_equal(regcomp(&re, "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", REG_EXTENDED),
+                     0);
+    for (size_t m = 0; m < sizeof(models) / sizeof(models[0]); m++) {
+        struct fake_node n = nodes[1]; /* two H100, vgpu: the product gets -SHARED */
+        n.gpus[0].model = n.gpus[1].model = models[m];
+        struct gv_inventory inv;
+        build(&n, &inv);
+        json_t *got = gv_labels_gfd(&inv, 1700000000);
+        assert_non_null(got);
+        assert_non_null(json_object_get(got, "nvidia.com/gpu.product"));
+        const char *k;
+        json_t *v;
+        json_object_foreach(got, k, v) {
+            const char *s = json_string_value(v);
+            assert_non_null(s);
+            if (strlen(s) > 63 || regexec(&re, s, 0, NULL, 0) != 0)
+                fail_msg("model '%s': %s = '%s' is no label value", models[m], k, s);
+        }
+        json_decref(got);
+    }
+    regfree(&re);
+}
+
 static void test_gfd_labels_independent_of_gpu_order(void **state)
 {
     (void)state;
@@ -317,6 +356,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gfd_labels_golden_fake_nodes),
+        cmocka_unit_test(test_gfd_label_values_valid_for_odd_names),
         cmocka_unit_test(test_gfd_labels_independent_of_gpu_order),
         cmocka_unit_test(test_gfd_labels_single_strategy_gpu_entries),
     };

@@ -10,18 +10,24 @@
 #include "node/discovery/gv_publisher.h"
 
 /* Label values: at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends. */
+static bool alnum(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+/* The API server refuses a whole node update for one bad value, so a name
+ * NVML gives with a space or bracket first ("(Tesla) ...") loses its
+ * leading non-alphanumerics rather than the node all its labels. */
 static void label_value(char *out, size_t cap, const char *in)
 {
     size_t n = 0;
+    while (*in && !alnum(*in))
+        in++;
     for (const char *p = in; *p && n + 1 < cap && n < 63; p++) {
         char c = *p;
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '-' || c == '_' || c == '.';
-        out[n++] = ok ? c : '-';
+        out[n++] = alnum(c) || c == '-' || c == '_' || c == '.' ? c : '-';
     }
-    while (n > 0 && !((out[n - 1] >= 'a' && out[n - 1] <= 'z') ||
-                      (out[n - 1] >= 'A' && out[n - 1] <= 'Z') ||
-                      (out[n - 1] >= '0' && out[n - 1] <= '9')))
+    while (n > 0 && !alnum(out[n - 1]))
         n--;
     out[n] = '\0';
 }
