@@ -296,6 +296,110 @@ static void test_gfd_label_values_valid_for_odd_names(void **state)
     regfree(&re);
 }
 
+static char *label_of(const struct fake_node *n, const char *key, bool swap01)
+{
+    struct gv_inventory inv;
+    build(n, &inv);
+    if (swap01) { /* the same GPUs listed in another order (indices kept) */
+        struct gv_inventory_gpu t = inv.gpus[0];
+        inv.gpus[0] = inv.gpus[1];
+        inv.gpus[1] = t;
+    }
+    json_t *got = gv_labels_gfd(&inv, 1);
+    assert_non_null(got);
+    const char *v = json_string_value(json_object_get(got, key));
+    char *r = strdup(v != NULL ? v : "(absent)");
+    json_decref(got);
+    return r;
+}
+
+static void expect_label(const struct fake_node *n, const char *key, const char *want,
+                         bool swap01)
+{
+    char *v = label_of(n, key, swap01);
+    if (strcmp(v, want) != 0)
+        fail_msg("node '%s'%s: %s = '%s', want '%s'", n->name, swap01 ? " (listed swapped)" : "",
+                 key, v, want);
+    free(v);
+}
+
+/*
+ * Edges the golden nodes do not reach: letters and digits at the ends of a
+ * value are kept; two models with as many GPUs each: the one of the lowest
+ * GPU index labels the node, in whatever order they are listed; migStrategy
+ * single over MIG GPUs of two models names the first MIG model invalid;
+ * migStrategy none never labels MIG devices; MPS with one replica is no MPS
+ * sharing.
+ */
+static void test_gfd_labels_edges(void **state)
+{
+    (void)state;
+    struct fake_node n = {"one exclusive GPU", "550.54.15", "12.4", "none",
+                          {{A10, false, GV_INVENTORY_MODE_EXCLUSIVE, 1, 0x030200, false}},
+                          1, NULL, NULL};
+    static const char *const names[][2] = {
+        {"a GPU z", "a-GPU-z"}, {"Z 9", "Z-9"}, {"9a", "9a"}, {"zZ", "zZ"}, {"A0", "A0"}};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        n.gpus[0].model = names[i][0];
+        expect_label(&n, "nvidia.com/gpu.product", names[i][1], false);
+    }
+
+    struct fake_node two = {"A10 and A100, one each", "550.54.15", "12.4", "none",
+                            {{A10, false, GV_INVENTORY_MODE_EXCLUSIVE, 1, 0x030200, false},
+                             {A100, false, GV_INVENTORY_MODE_EXCLUSIVE, 1, 0x030200, false}},
+                            2, NULL, NULL};
+    expect_label(&two, "nvidia.com/gpu.product", "NVIDIA-A10", false);
+    expect_label(&two, "nvidia.com/gpu.product", "NVIDIA-A10", true);
+
+    struct fake_node migs = {"single, MIG GPUs of two models", "550.54.15", "12.4", "single",
+                             {{A100, true, GV_INVENTORY_MODE_EXCLUSIVE, 1, 0x030200, false},
+                              {H100, true, GV_INVENTORY_MODE_EXCLUSIVE, 1, 0x030200, false}},
+                             2, NULL, "1g.5gb"};
+    expect_label(&migs, "nvidia.com/gpu.product", "NVIDIA-A100-SXM4-40GB-MIG-INVALID", false);
+    migs.mig_strategy = "none";
+    migs.n = 1;
+    expect_label(&migs, "nvidia.com/gpu.product", "NVIDIA-A100-SXM4-40GB", false);
+    expect_label(&migs, "nvidia.com/gpu.count", "1", false);
+
+    struct fake_node mps = {"MPS", "550.54.15", "12.4", "none",
+                            {{A10, false, GV_INVENTORY_MODE_MPS, 1, 0x030200, false}},
+                            1, NULL, NULL};
+    expect_label(&mps, "nvidia.com/mps.capable", "false", false);
+    expect_label(&mps, "nvidia.com/gpu.sharing-strategy", "none", false);
+    mps.gpus[0].split = 2;
+    expect_label(&mps, "nvidia.com/mps.capable", "true", false);
+    expect_label(&mps, "nvidia.com/gpu.sharing-strategy", "mps", false);
+    mps.gpus[0].mode = GV_INVENTORY_MODE_TIMESLICING;
+    expect_label(&mps, "nvidia.com/gpu.sharing-strategy", "time-slicing", false);
+    mps.gpus[0].split = 1;
+    expect_label(&mps, "nvidia.com/gpu.sharing-strategy", "none", false);
+
+    /* Turing is compute capability 7.5, Volta 7.0 and 7.2 */
+    n.gpus[0].cc_major = 7;
+    n.gpus[0].cc_minor = 5;
+    expect_label(&n, "nvidia.com/gpu.family", "turing", false);
+    n.gpus[0].cc_minor = 2;
+    expect_label(&n, "nvidia.com/gpu.family", "volta", false);
+
+    /* Driver versions: X.Y[.Z] with parts of at most 31 characters, else no version labels */
+    char p31[32], p32[33], v[80];
+    memset(p31, '7', 31);
+    p31[31] = '\0';
+    memset(p32, '7', 32);
+    p32[32] = '\0';
+    snprintf(v, sizeof(v), "550.%s", p31);
+    n.driver = v;
+    expect_label(&n, "nvidia.com/cuda.driver-version.minor", p31, false);
+    const char *const bad[] = {"550.54.15.1", "550..15", ".54", "550", "550.54.", p32};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (bad[i] == p32)
+            snprintf(v, sizeof(v), "550.%s", p32);
+        n.driver = bad[i] == p32 ? v : bad[i];
+        expect_label(&n, "nvidia.com/cuda.driver-version.full", "(absent)", false);
+        expect_label(&n, "nvidia.com/cuda.driver.major", "(absent)", false);
+    }
+}
+
 static void test_gfd_labels_independent_of_gpu_order(void **state)
 {
     (void)state;
@@ -357,6 +461,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gfd_labels_golden_fake_nodes),
         cmocka_unit_test(test_gfd_label_values_valid_for_odd_names),
+        cmocka_unit_test(test_gfd_labels_edges),
         cmocka_unit_test(test_gfd_labels_independent_of_gpu_order),
         cmocka_unit_test(test_gfd_labels_single_strategy_gpu_entries),
     };
