@@ -13,6 +13,32 @@ void kc_table_init(struct kc_table *t, size_t ncol)
     t->ncol = ncol;
 }
 
+/*
+ * A cell prints no control characters: C0 (escape, bell, carriage return,
+ * newline...), DEL and C1 (U+0080 to U+009F, two bytes in UTF-8) each
+ * become one '?'.  Some cells carry text a tenant wrote (a pending pod's
+ * hold annotation names any node it likes), and an escape sequence there
+ * would act on the terminal of whoever runs the plugin (clear the screen,
+ * hide rows, set the clipboard through OSC 52).  -o json and -o yaml
+ * escape such characters themselves (jansson, libyaml).
+ */
+static void printable(char *s)
+{
+    unsigned char *r = (unsigned char *)s, *w = r;
+    while (*r) {
+        if (*r < 0x20 || *r == 0x7f) {
+            *w++ = '?';
+            r++;
+        } else if (r[0] == 0xc2 && r[1] >= 0x80 && r[1] <= 0x9f) {
+            *w++ = '?';
+            r += 2;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = '\0';
+}
+
 void kc_table_row(struct kc_table *t, ...)
 {
     if (t->nrow == t->cap) {
@@ -27,7 +53,10 @@ void kc_table_row(struct kc_table *t, ...)
     va_start(ap, t);
     for (size_t i = 0; i < t->ncol; i++) {
         const char *s = va_arg(ap, const char *);
-        t->cells[t->nrow * t->ncol + i] = strdup(s ? s : "");
+        char *cell = strdup(s ? s : "");
+        if (cell != NULL)
+            printable(cell);
+        t->cells[t->nrow * t->ncol + i] = cell;
     }
     va_end(ap);
     t->nrow++;

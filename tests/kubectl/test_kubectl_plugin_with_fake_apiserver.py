@@ -233,9 +233,9 @@ contexts:
     # ---- nominated holds (issue #26): pending pods' gpuvisor.io/nominated-hold
     import time as _time
 
-    def hold_pod(name, node, uuid, mem, until):
+    def hold_pod(name, node, uuid, mem, until, asg_node=None):
         hold = {"node": node, "until": until, "sig": "v1." + "0" * 64,
-                "assignment": "v1;node=%s;main=%s:%d:0" % (node, uuid, mem)}
+                "assignment": "v1;node=%s;main=%s:%d:0" % (asg_node or node, uuid, mem)}
         pod = {"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": name, "namespace": "ml-train",
                             "annotations": {"gpuvisor.io/nominated-hold": json.dumps(hold)}},
@@ -264,6 +264,21 @@ contexts:
          "inspect: a Nominated table with pod, node, GPUs and expiry", out + err)
     rc, out, err = run(*S, "inspect", "gpu-a100-2", "-o", "json", *HB)
     t.ok(rc == 0 and json.loads(out)["nominated"] == [], "inspect NODE: only that node's holds", out + err)
+    # a tenant writes its own pod's hold: terminal escapes in it (OSC 52 sets
+    # the clipboard, CSI 2J clears the screen, a C1 CSI, a carriage return)
+    # reach the admin's table as '?', and -o json keeps the text exact
+    evil = "gpu-a100-1\x1b]52;c;ZXZpbA==\x07\x1b[2J\u009b1A\rok"
+    t.ok(hold_pod("forged", evil, "GPU-held-2", 512, fmt(now + 300), "gpu-a100-1") in (200, 201), "a pod with a forged hold created")
+    rc, out, err = run(*S, "inspect", *HB)
+    row = [ln for ln in out.splitlines() if ln.startswith("ml-train/forged")]
+    t.ok(rc == 0 and len(row) == 1 and "gpu-a100-1?]52;c;ZXZpbA==??[2J?1A?ok" in row[0] and
+         not any(ord(ch) < 0x20 and ch != "\n" or 0x7f <= ord(ch) <= 0x9f for ch in out),
+         "inspect: control characters a tenant wrote print as '?' (no escape reaches the terminal)",
+         repr(out))
+    rc, out, err = run(*S, "inspect", "-o", "json", *HB)
+    t.ok(rc == 0 and [h["node"] for h in json.loads(out)["nominated"] if h["pod"] == "forged"] == [evil],
+         "inspect -o json: the same text exact (JSON escapes it)", out + err)
+    obs_stand.http("DELETE", stand.api_url + "/api/v1/namespaces/ml-train/pods/forged")
     rc, out, err = run(*S, "inspect", "-n", "inference", "-o", "json", *HB)
     t.ok(rc == 0 and json.loads(out)["nominated"] == [], "inspect -n NS: only that namespace's holds", out + err)
     for name in ("prod-infer", "lapsed"):
