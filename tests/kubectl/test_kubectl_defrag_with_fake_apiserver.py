@@ -242,13 +242,15 @@ for versions in ("v1,v1beta1", "v1beta1"):
              "PDB allowing 1 disruption (read through policy/%s): one move" % versions.split(",")[0], (doc, err))
     finally:
         api.stop()
-# an empty selector: every pod of the namespace in policy/v1, none in v1beta1
-for versions, want in (("v1", 0), ("v1beta1", 2)):
-    api = Api("pdb-empty-" + versions, pdbs=[("all", {}, 0)], versions=versions)
+# an empty selector: every pod of the namespace in policy/v1, none in v1beta1;
+# no selector at all (null): none in either (LabelSelectorAsSelector(nil))
+for versions, sel, want in (("v1", {}, 0), ("v1beta1", {}, 2), ("v1", None, 2)):
+    api = Api("pdb-empty-%s-%s" % (versions, sel is None), pdbs=[("all", sel, 0)], versions=versions)
     try:
         rc, doc, err = plan_of(api)
         t.ok(rc == 0 and len(doc["moves"]) == want,
-             "empty PDB selector under policy/%s: %d moves" % (versions, want), (doc, err))
+             "%s PDB selector under policy/%s: %d moves" % ("empty" if sel is not None else "null",
+                                                            versions, want), (doc, err))
     finally:
         api.stop()
 api = Api("pdb-two", pdbs=[("a", {"matchLabels": {"app": "web"}}, 5),
