@@ -182,6 +182,89 @@ static void test_config_errors(void **state)
     parse_fails("[1]", "must be a JSON object");
 }
 
+/*
+ * A value of the wrong type is refused with the key's name, never read as a
+ * NULL string (a crash of the agent at start) or taken as a default.
+ */
+static void test_config_wrong_types_refused(void **state)
+{
+    (void)state;
+    static const char *const cases[][2] = {
+        {"{\"mode\": 5}", "mode must be a string"},
+        {"{\"gpus\": [{\"index\": 0, \"sharingMode\": true}]}", "sharingMode must be a string"},
+        {"{\"filterDevices\": {\"uuid\": \"GPU-x\"}}", "filterDevices.uuid must be a list"},
+        {"{\"filterDevices\": {\"uuid\": [7]}}", "filterDevices.uuid[0] must be a string"},
+        {"{\"sharing\": 5}", "sharing must be an object"},
+        {"{\"sharing\": {\"timeSlicing\": {\"renameByDefault\": \"yes\", \"resources\": "
+         "[{\"name\": \"nvidia.com/gpu\", \"replicas\": 2}]}}}",
+         "renameByDefault must be true or false"},
+        {"{\"sharing\": {\"timeSlicing\": {\"resources\": [{\"name\": 5, \"replicas\": 2}]}}}",
+         "name must be a string"},
+        {"{\"cdi\": \"yes\"}", "cdi must be true or false"},
+        {"{\"cdiKind\": 5}", "cdiKind must be a string"},
+        {"{\"coreUtilizationPolicy\": 5}", "coreUtilizationPolicy must be a string"},
+        {"{\"migStrategy\": [\"mixed\"]}", "migStrategy must be a string"},
+        {"{\"metrics\": 5}", "metrics must be an object"},
+        {"{\"passthrough\": 5}", "passthrough must be an object"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        parse_fails(cases[i][0], cases[i][1]);
+}
+
+/* Keys after these are still read: each one's check passes on a good value and goes on. */
+static void test_config_keys_after_each_applied(void **state)
+{
+    (void)state;
+    static const char *const first[] = {
+        "\"coreUtilizationPolicy\": \"force\"", "\"migStrategy\": \"mixed\"",
+        "\"metrics\": {}", "\"passthrough\": {}", "\"cdiKind\": \"example.com/gpu\"",
+        "\"cdi\": true", "\"mode\": \"vgpu\"", "\"mode\": \"HAMi-core\"",
+        "\"mode\": \"time-slicing\""};
+    for (size_t i = 0; i < sizeof(first) / sizeof(first[0]); i++) {
+        char text[256];
+        snprintf(text, sizeof(text), "{%s, \"deviceSplitCount\": 7}", first[i]);
+        struct gv_node_config *c = parse_ok(text, "node1");
+        struct gv_node_gpu_settings s;
+        assert_true(gv_node_config_gpu(c, U0, 0, &s));
+        if (s.split != 7)
+            fail_msg("%s: deviceSplitCount after it not applied (split %u)", text, s.split);
+        if (i == 0)
+            assert_string_equal(c->core_policy, "force");
+        if (i == 1)
+            assert_string_equal(c->mig_strategy, "mixed");
+        if (i == 4)
+            assert_string_equal(c->cdi_kind, "example.com/gpu");
+        if (i >= 6) /* HAMi's and NVIDIA's spellings of the modes */
+            assert_int_equal(s.mode, i == 8 ? GV_NODE_MODE_TIMESLICING : GV_NODE_MODE_VGPU);
+        gv_node_config_free(c);
+    }
+    /* a sharing resource's device count: 1..1024 */
+#define DEVICES(n)                                                                                 \
+    "{\"sharing\": {\"timeSlicing\": {\"resources\": [{\"name\": \"nvidia.com/gpu\", "                   \
+    "\"replicas\": 2, \"devices\": " n "}]}}}"
+    gv_node_config_free(parse_ok(DEVICES("1024"), "node1"));
+    parse_fails(DEVICES("1025"), "a count of devices must be 1..1024");
+#undef DEVICES
+}
+
+/* A file that does not parse: the error names the file. */
+static void test_config_load_error_names_file(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/gv-node-config.XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "{\"deviceSplitCount\": 0}", 23), 23);
+    close(fd);
+    struct gv_node_config *c = NULL;
+    struct gv_error err = {0};
+    assert_int_not_equal(gv_node_config_load(path, "node1", &c, &err), GV_OK);
+    unlink(path);
+    assert_null(c);
+    if (strstr(err.msg, path) == NULL || strstr(err.msg, "deviceSplitCount") == NULL)
+        fail_msg("error '%s' names neither the file nor the key", err.msg);
+}
+
 /* migMode (docs/mig-cdi.md, "vGPU slices inside MIG instances"): default whole, per node and per GPU. */
 static void test_config_mig_mode(void **state)
 {
@@ -708,6 +791,9 @@ int main(void)
         cmocka_unit_test(test_config_hami_chart_default),
         cmocka_unit_test(test_config_hami_node_keys),
         cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_config_wrong_types_refused),
+        cmocka_unit_test(test_config_keys_after_each_applied),
+        cmocka_unit_test(test_config_load_error_names_file),
         cmocka_unit_test(test_config_sharing),
         cmocka_unit_test(test_config_mig_mode),
         cmocka_unit_test(test_config_deploy_mps_snippet),

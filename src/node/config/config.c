@@ -348,7 +348,7 @@ static gv_status hami_node_key(struct gv_node_config *c, const char *key, json_t
             return gv_error_set(err, GV_EINVAL, "node config: %s must be true or false", where);
         c->hide_numa = !json_is_true(v);
     } else if (strcasecmp(key, "migstrategy") == 0) {
-        /* HAMi's key, NVIDIA's values: the same as migStrategy (docs/mig-cdi.md) */
+        /* HAMi's key, NVIDIA's values; any case, so also migStrategy (docs/mig-cdi.md) */
         if (want_string(v, where, sizeof(c->mig_strategy), err) != GV_OK)
             return err->code;
         const char *p = json_string_value(v);
@@ -599,15 +599,6 @@ static gv_status parse_level(struct gv_node_config *c, json_t *obj, const char *
                                     "node config: %s = '%s' is not default, force or disable",
                                     where, p);
             snprintf(c->core_policy, sizeof(c->core_policy), "%s", p);
-        } else if (strcasecmp(k, "migStrategy") == 0) { /* HAMi's migstrategy: same key, any case */
-            if (want_string(v, where, sizeof(c->mig_strategy), err) != GV_OK)
-                return err->code;
-            const char *p = json_string_value(v);
-            if (strcmp(p, "none") != 0 && strcmp(p, "single") != 0 && strcmp(p, "mixed") != 0)
-                return gv_error_set(err, GV_EINVAL,
-                                    "node config: %s = '%s' is not none, single or mixed", where,
-                                    p);
-            snprintf(c->mig_strategy, sizeof(c->mig_strategy), "%s", p);
         } else if (strcasecmp(k, "cdiSpecDir") == 0 || strcasecmp(k, "driverRoot") == 0 ||
                    strcasecmp(k, "containerDriverRoot") == 0) {
             char *dst = strcasecmp(k, "cdiSpecDir") == 0   ? c->cdi_spec_dir
