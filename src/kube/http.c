@@ -617,11 +617,31 @@ static gv_status exchange_on(struct conn *c, const char *req, size_t req_len,
     return st;
 }
 
+/*
+ * A request line holds no space or control character except its two
+ * separators: a target built from text someone else wrote (a name from an
+ * object, a request a caller relayed) with "\r\n" in it would otherwise
+ * end the line and add headers, or a whole request, of that text's choosing
+ * to what this client sends with its credentials.  Names the API validates
+ * never have them, so this refuses only what was never a name.
+ */
+static bool request_line_clean(const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p <= 0x20 || *p == 0x7f)
+            return false;
+    return true;
+}
+
 gv_status gv_http_exchange(struct gv_http *h, const struct gv_http_request *r, gv_http_body_fn fn,
                            void *ud, struct gv_http_result *res, struct gv_error *err)
 {
     memset(res, 0, sizeof(*res));
     res->retry_after_s = -1;
+    if (!request_line_clean(r->method) || !request_line_clean(r->target))
+        return gv_error_set(err, GV_EINVAL,
+                            "request not sent: its method or target holds a space or control "
+                            "character");
     int64_t deadline = r->timeout_ms > 0 ? now_ms() + r->timeout_ms : 0;
     struct gv_buf req = {0};
     struct gv_http_parser *p = malloc(sizeof(*p));

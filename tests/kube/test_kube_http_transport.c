@@ -164,6 +164,44 @@ static void test_keep_alive_reuses_one_connection(void **state)
     gv_buf_free(&body);
 }
 
+/*
+ * A target with a line break, a space or another control character (a name
+ * someone else wrote, relayed into a path) is refused before anything is
+ * sent: it would end the request line and add headers of its choosing.
+ */
+static void test_target_with_control_characters_refused(void **state)
+{
+    (void)state;
+    struct server s;
+    server_start(&s, KEEP_ALIVE, 1);
+    struct gv_http *h = client(&s, "");
+    static const char *const bad[] = {
+        "/api/v1/namespaces/a/pods/x HTTP/1.1\r\nX-Injected: 1\r\n\r\nGET /y",
+        "/api/v1/nodes/a\nb", "/api/v1/nodes/a b", "/api/v1/nodes/a\tb", "/api/v1/nodes/a\x7f"};
+    struct gv_buf body = {0};
+    struct gv_http_result res;
+    struct gv_error err;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct gv_http_request r = {.method = "GET", .target = bad[i], .timeout_ms = 2000,
+                                    .cancel_fd = -1};
+        assert_int_equal(gv_http_exchange(h, &r, collect, &body, &res, &err), GV_EINVAL);
+        assert_non_null(strstr(err.msg, "not sent"));
+        assert_int_equal(res.status, 0);
+    }
+    struct gv_http_request m = {.method = "GET /x HTTP/1.1\r\n", .target = "/api/v1/nodes",
+                                .timeout_ms = 2000, .cancel_fd = -1};
+    assert_int_equal(gv_http_exchange(h, &m, collect, &body, &res, &err), GV_EINVAL);
+    /* a clean one still goes, and is the only request the server saw */
+    assert_int_equal(get(h, 5000, -1, &body, &res, &err), GV_OK);
+    assert_int_equal(res.status, 200);
+    gv_http_free(h);
+    server_stop(&s);
+    assert_int_equal(s.accepted, 1);
+    assert_int_equal(s.served, 1);
+    assert_null(strstr(s.last_request, "X-Injected"));
+    gv_buf_free(&body);
+}
+
 static void test_dropped_request_on_reused_connection_is_resent(void **state)
 {
     (void)state;
@@ -260,6 +298,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keep_alive_reuses_one_connection),
+        cmocka_unit_test(test_target_with_control_characters_refused),
         cmocka_unit_test(test_dropped_request_on_reused_connection_is_resent),
         cmocka_unit_test(test_server_that_never_answers_times_out),
         cmocka_unit_test(test_cancel_wakes_a_waiting_exchange),
