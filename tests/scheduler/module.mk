@@ -109,3 +109,11 @@ test_self_check_fields_SRCS := tests/scheduler/test_self_check_fields.c $(SCHED_
 test_self_check_fields_LIBS := $(SCHED_LIBS)
 test_self_check_fields_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
 test_self_check_fields_CFLAGS := -I.
+
+# The self-check against the API: multi-device pods, a record the API
+# contradicts, a placement with no record, pods seen before their node.
+TEST_PROGS += test_self_check_records
+test_self_check_records_SRCS := tests/scheduler/test_self_check_records.c $(SCHED_TESTLIB_SRCS)
+test_self_check_records_LIBS := $(SCHED_LIBS)
+test_self_check_records_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
+test_self_check_records_CFLAGS := -I.
