@@ -510,6 +510,16 @@ def main():
              find(m, "gpuvisor_container_gpu_oom_total", **cb) is None,
              "allocations refused at the limit counted by the interposer in the region (2), nothing throttled yet;"
              " no region for b, no sample", [x for x in m if "oom" in x[0] or "throttled" in x[0]])
+        region_fams = ("gpuvisor_container_gpu_memory_managed_bytes",
+                       "gpuvisor_container_gpu_region_utilization_ratio",
+                       "gpuvisor_container_gpu_throttle_debt_seconds",
+                       "gpuvisor_container_gpu_busy_seconds_total")
+        t.ok(find(m, region_fams[0], **ca) == 0 and find(m, region_fams[2], **ca) == 0 and
+             all(isinstance(find(m, f, **ca), float) for f in region_fams) and
+             all(find(m, f, **cb) is None for f in region_fams),
+             "the region's series for a's first device (region slot 0): managed memory 0, no debt, utilisation "
+             "and busy time present; none for b, which has no region",
+             [x for x in m if any(x[0] == f for f in region_fams)])
         # the throttle pool's throttled_ns (region sched bytes at 112, 64 per device, field at 32):
         # written here as the throttle would, to check the reader's offsets and unit
         with open(region, "r+b") as f:
