@@ -959,6 +959,61 @@ static void test_unbound_hold_off_the_sample_is_released(void **state)
     json_decref(pod);
 }
 
+static bool t4_holds_10000(void *ud)
+{
+    return gpu_mem(ud, "gpu-t4") == 10000;
+}
+
+/* A pod annotated for gpu-t4 whose Binding never came (the extender
+ * restarted between the two, or kube-scheduler gave up).  Seen by the
+ * informer, it is held there as an unbound assignment, from the annotation
+ * alone; not seen yet (the informer behind), nothing holds it but the
+ * annotation kube-scheduler's copy carries.  Either way kube-scheduler
+ * filters it again with a sample that leaves gpu-t4 out: the API shows the
+ * pod unbound, so any hold goes, our annotation is removed from the pod (at
+ * the version read), and the pod is placed among the offered nodes. */
+static void unbound_annotation_released(struct fx *f, const char *name, bool lag)
+{
+    char annotations[512], at[32];
+    time_t now = time(NULL);
+    strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    snprintf(annotations, sizeof(annotations),
+             "{\"gpuvisor.io/assignment\":\"v1;node=gpu-t4;c=GPU-gpu-t4-0:10000:0\","
+             "\"gpuvisor.io/assigned-node\":\"gpu-t4\",\"gpuvisor.io/assigned-at\":\"%s\"}",
+             at);
+    if (lag)
+        assert_int_equal(fake_apiserver_ctl(&f->fa, "watch-lag?on=1", NULL), 200);
+    json_t *pod = gpumem_pod(f->kube, name, 10000, annotations);
+    if (!lag)
+        assert_true(st_wait(t4_holds_10000, f, 5000)); /* held from the annotation */
+    const char *others[] = {"gpu-a", "gpu-b"};
+    double before[2] = {gpu_mem(f, "gpu-a"), gpu_mem(f, "gpu-b")};
+    json_t *r = st_filter(f->base, pod, others, 2, NULL);
+    assert_non_null(st_chosen(r));
+    int k = strcmp(st_chosen(r), "gpu-b") == 0;
+    json_decref(r);
+    json_t *cur = get_pod(f, name);
+    assert_non_null(cur);
+    assert_null(ann(cur, "gpuvisor.io/assignment"));
+    assert_null(ann(cur, "gpuvisor.io/assigned-node"));
+    json_decref(cur);
+    if (lag) { /* the informer catches up: the annotation it brings is gone already */
+        assert_int_equal(fake_apiserver_ctl(&f->fa, "watch-lag?on=0", NULL), 200);
+        usleep(300000);
+    }
+    assert_true(gpu_mem(f, "gpu-t4") == 0);
+    assert_true(gpu_mem(f, others[k]) == before[k] + 10000);
+    json_decref(pod);
+}
+
+static void test_unbound_annotation_off_the_sample_is_released(void **state)
+{
+    struct fx *f = *state;
+    sched_up(f);
+    unbound_annotation_released(f, "annotated-seen", false);
+    unbound_annotation_released(f, "annotated-unseen", true);
+}
+
 /* Drift planted behind the scheduler's back (a bound pod's usage lost, a
  * placement nobody recorded) is found, repaired and counted. */
 static void test_self_check_repairs_planted_drift(void **state)
@@ -1496,6 +1551,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_restart_counts_unbound_assignment_until_ttl, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_stale_and_malformed_agents, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unbound_annotation_off_the_sample_is_released, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_malformed_requests_get_400, setup, teardown),
         cmocka_unit_test_setup_teardown(test_invalid_gpu_request_is_unresolvable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bind_recomputes_on_conflict, setup, teardown),
