@@ -124,6 +124,35 @@ static void test_write_cb_counts_and_refuses(void **state)
     assert_int_equal(gv_buf_write_cb(abc, SIZE_MAX / 2, 4, &b), 0);
     assert_int_equal(b.len, 0);
     gv_buf_free(&b);
+    /* Without a cap too: a product that wraps to 2 appends nothing. */
+    gv_buf_init(&b, 0);
+    assert_int_equal(gv_buf_write_cb(abc, SIZE_MAX / 2 + 2, 2, &b), 0);
+    assert_int_equal(b.len, 0);
+    gv_buf_free(&b);
+}
+
+/* Sizes at the end of size_t: refused, nothing written, the content kept
+ * (without the checks len + n + 1 wrapped to a tiny size that "fit"). */
+static void test_sizes_that_wrap_refused(void **state)
+{
+    (void)state;
+    struct gv_buf b;
+    gv_buf_init(&b, 0);
+    assert_int_equal(gv_buf_append(&b, "abc", 3), GV_OK);
+    assert_int_equal(gv_buf_reserve(&b, SIZE_MAX - b.len), GV_ENOMEM);
+    assert_int_equal(gv_buf_reserve(&b, SIZE_MAX), GV_ENOMEM);
+    assert_int_equal(gv_buf_append(&b, "x", SIZE_MAX), GV_ENOMEM);
+    assert_int_equal(gv_buf_append(&b, "x", SIZE_MAX - 3), GV_ENOMEM);
+    assert_int_equal(b.len, 3);
+    assert_string_equal(b.data, "abc");
+    /* a full capped buffer still takes an empty append */
+    struct gv_buf c;
+    gv_buf_init(&c, 3);
+    assert_int_equal(gv_buf_append(&c, "abc", 3), GV_OK);
+    assert_int_equal(gv_buf_append(&c, "", 0), GV_OK);
+    assert_false(c.overflow);
+    gv_buf_free(&c);
+    gv_buf_free(&b);
 }
 
 int main(void)
@@ -135,6 +164,7 @@ int main(void)
         cmocka_unit_test(test_reset_keeps_memory),
         cmocka_unit_test(test_reserve_then_appends_do_not_move),
         cmocka_unit_test(test_write_cb_counts_and_refuses),
+        cmocka_unit_test(test_sizes_that_wrap_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
