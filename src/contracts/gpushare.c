@@ -1,6 +1,7 @@
 /* Aliyun gpushare's container environment: see gpushare.h. */
 #include "contracts/gpushare.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,8 +36,8 @@ size_t gv_gpushare_env(const json_t *pod, const char *container, const unsigned 
     {
         long long g = gib_of(c);
         const char *name = json_string_value(json_object_get(c, "name"));
-        if (g > 0)
-            total += g;
+        if (g > 0) /* saturated: the spec's numbers are the tenant's, and can be huge */
+            total = g > LLONG_MAX - total ? LLONG_MAX : total + g;
         if (name != NULL && container != NULL && strcmp(name, container) == 0)
             mine = g;
     }

@@ -21,3 +21,9 @@ TEST_PROGS += test_agent_usage
 test_agent_usage_SRCS := tests/contracts/test_agent_usage.c
 test_agent_usage_LIBS := contracts common
 test_agent_usage_LDLIBS := $(contracts_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka jansson)
+
+# Aliyun gpushare's container environment: values, who gets none, saturated sums.
+TEST_PROGS += test_gpushare
+test_gpushare_SRCS := tests/contracts/test_gpushare.c
+test_gpushare_LIBS := contracts common
+test_gpushare_LDLIBS := $(contracts_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka jansson)
