@@ -9,13 +9,13 @@
 #include "node/discovery/gv_gpus.h"
 #include "node/discovery/gv_publisher.h"
 
-/* Label values: at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends. */
 static bool alnum(char c)
 {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
 }
 
-/* The API server refuses a whole node update for one bad value, so a name
+/* Label values: at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends.
+ * The API server refuses a whole node update for one bad value, so a name
  * NVML gives with a space or bracket first ("(Tesla) ...") loses its
  * leading non-alphanumerics rather than the node all its labels. */
 static void label_value(char *out, size_t cap, const char *in)
