@@ -325,6 +325,25 @@ def scenario_health():
         env.close()
 
 
+def scenario_health_quiet_period():
+    """A GPU a critical Xid made Unhealthy stays so until the quiet period has
+    passed with no new Xid, however often the health probe runs (every 100 ms
+    here, the quiet period 10 minutes): a probe that finds the GPU reachable
+    is no reason to bring it back early."""
+    env = agent.Env()
+    try:
+        env.start_agent(extra=["--health-recover-ms", "600000"])
+        k = env.start_kubelet("py")
+        devices_event(k, timeout=10)
+        write_atomic(env.faults, "xid 1 79 1\n")
+        ev = devices_event(k, lambda e: any(d["health"] == "Unhealthy" for d in e["devices"]), 5)
+        t.ok(ev is not None, "critical Xid 79 on GPU 1: Unhealthy", ev)
+        ev = devices_event(k, lambda e: all(d["health"] == "Healthy" for d in e["devices"]), 2)
+        t.ok(ev is None, "still Unhealthy after 20 probes: the 10-minute quiet period has not passed", ev)
+    finally:
+        env.close()
+
+
 def scenario_node_publication(tls=False):
     """Inventory, labels, heartbeat, API outage; tls: the same over HTTPS with
     the CA and token from a kubeconfig (the transport a cluster uses)."""
@@ -680,6 +699,7 @@ if go_bin:
     scenario_core("go", go_bin)
     scenario_preferred("go", go_bin)
 scenario_health()
+scenario_health_quiet_period()
 scenario_node_publication()
 scenario_node_publication(tls=True)
 scenario_topology()
