@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -29,12 +30,31 @@
 
 static const struct gpu_desc two_t4[] = {{"Tesla T4", 15360, 10}, {"Tesla T4", 15360, 10}};
 
-static struct gv_sched *sched_new(struct gv_sched_config *cfg)
+/* Each test gets a fresh hand-fed scheduler (no API server). */
+struct fx {
+    struct gv_sched_config cfg;
+    struct gv_sched *s;
+};
+
+static int setup(void **state)
 {
-    struct gv_sched *s = NULL;
-    assert_int_equal(gv_sched_config_default(cfg, NULL), GV_OK);
-    assert_int_equal(gv_sched_new(cfg, NULL, &s, NULL), GV_OK);
-    return s;
+    struct fx *f = calloc(1, sizeof(*f));
+    if (f == NULL || gv_sched_config_default(&f->cfg, NULL) != GV_OK ||
+        gv_sched_new(&f->cfg, NULL, &f->s, NULL) != GV_OK) {
+        free(f);
+        return -1;
+    }
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fx *f = *state;
+    gv_sched_free(f->s);
+    gv_sched_config_clear(&f->cfg);
+    free(f);
+    return 0;
 }
 
 static void add_node(struct gv_sched *s, const char *name)
@@ -84,9 +104,7 @@ static bool placed(struct gv_sched *s, const char *uid)
 
 static void test_multi_device_pods_read_clean(void **state)
 {
-    (void)state;
-    struct gv_sched_config cfg;
-    struct gv_sched *s = sched_new(&cfg);
+    struct gv_sched *s = ((struct fx *)*state)->s;
     add_node(s, "mg-0");
     add_node(s, "mg-1");
     add_pod(s, "uid-two-gpus", "mg-0",
@@ -100,15 +118,11 @@ static void test_multi_device_pods_read_clean(void **state)
     for (int pass = 0; pass < 2; pass++)
         assert_int_equal(gv_sched_self_check(s), 0);
     assert_int_equal(gv_sched_drift_repairs(s), 0);
-    gv_sched_free(s);
-    gv_sched_config_clear(&cfg);
 }
 
 static void test_record_replaced_by_the_api(void **state)
 {
-    (void)state;
-    struct gv_sched_config cfg;
-    struct gv_sched *s = sched_new(&cfg);
+    struct gv_sched *s = ((struct fx *)*state)->s;
     add_node(s, "rc-0");
     const char *api = "v1;node=rc-0;c=GPU-rc-0-0:3000:0";
     add_pod(s, "uid-q", "rc-0", api, 1, "1");
@@ -134,15 +148,11 @@ static void test_record_replaced_by_the_api(void **state)
     assert_string_equal(r->encoded, api);
     pthread_mutex_unlock(&s->lock);
     assert_int_equal(gv_sched_self_check(s), 0);
-    gv_sched_free(s);
-    gv_sched_config_clear(&cfg);
 }
 
 static void test_api_placement_without_record_counted(void **state)
 {
-    (void)state;
-    struct gv_sched_config cfg;
-    struct gv_sched *s = sched_new(&cfg);
+    struct gv_sched *s = ((struct fx *)*state)->s;
     add_node(s, "nr-0");
     add_pod(s, "uid-a", "nr-0", "v1;node=nr-0;c=GPU-nr-0-0:3000:0", 1, "1");
     add_pod(s, "uid-b", "nr-0", "v1;node=nr-0;c=GPU-nr-0-1:4000:0", 1, "1");
@@ -157,15 +167,11 @@ static void test_api_placement_without_record_counted(void **state)
     assert_int_equal(mem_at(s, "nr-0", 1), 4000);
     assert_int_equal(mem_at(s, "nr-0", 0), 3000);
     assert_int_equal(gv_sched_self_check(s), 0);
-    gv_sched_free(s);
-    gv_sched_config_clear(&cfg);
 }
 
 static void test_pods_before_their_node_counted_when_it_comes(void **state)
 {
-    (void)state;
-    struct gv_sched_config cfg;
-    struct gv_sched *s = sched_new(&cfg);
+    struct gv_sched *s = ((struct fx *)*state)->s;
     add_node(s, "early-0");
     add_pod(s, "uid-early", "early-0", "v1;node=early-0;c=GPU-early-0-0:100:0", 1, "1");
     add_pod(s, "uid-late", "late-0", "v1;node=late-0;c=GPU-late-0-1:2500:0", 1, "1");
@@ -177,17 +183,13 @@ static void test_pods_before_their_node_counted_when_it_comes(void **state)
     assert_int_equal(mem_at(s, "late-0", 0), 0);
     assert_int_equal(mem_at(s, "early-0", 0), 100);
     assert_int_equal(gv_sched_self_check(s), 0);
-    gv_sched_free(s);
-    gv_sched_config_clear(&cfg);
 }
 
 /* A bind computing its placement (BINDING, no assignment yet) is no drift:
  * a self-check in that window leaves its record alone. */
 static void test_bind_in_progress_left_alone(void **state)
 {
-    (void)state;
-    struct gv_sched_config cfg;
-    struct gv_sched *s = sched_new(&cfg);
+    struct gv_sched *s = ((struct fx *)*state)->s;
     add_node(s, "bp-0");
     pthread_mutex_lock(&s->lock);
     struct srec *r = gv_sched_rec_get(s, "uid-binding", "default", "binding");
@@ -200,8 +202,6 @@ static void test_bind_in_progress_left_alone(void **state)
     assert_non_null(r);
     assert_int_equal(r->phase, REC_BINDING);
     pthread_mutex_unlock(&s->lock);
-    gv_sched_free(s);
-    gv_sched_config_clear(&cfg);
 }
 
 /* An annotation-written, not-bound placement that the API does not show
@@ -209,9 +209,7 @@ static void test_bind_in_progress_left_alone(void **state)
  * its GPUs go back. */
 static void test_unbound_placement_the_api_lacks_released(void **state)
 {
-    (void)state;
-    struct gv_sched_config cfg;
-    struct gv_sched *s = sched_new(&cfg);
+    struct gv_sched *s = ((struct fx *)*state)->s;
     add_node(s, "ub-0");
     pthread_mutex_lock(&s->lock);
     assert_int_equal(gv_sched_place_encoded(s, "uid-ub", "default", "ub",
@@ -227,19 +225,20 @@ static void test_unbound_placement_the_api_lacks_released(void **state)
     pthread_mutex_lock(&s->lock);
     assert_null(gv_sched_rec_find(s, "uid-ub"));
     pthread_mutex_unlock(&s->lock);
-    gv_sched_free(s);
-    gv_sched_config_clear(&cfg);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_multi_device_pods_read_clean),
-        cmocka_unit_test(test_record_replaced_by_the_api),
-        cmocka_unit_test(test_api_placement_without_record_counted),
-        cmocka_unit_test(test_pods_before_their_node_counted_when_it_comes),
-        cmocka_unit_test(test_bind_in_progress_left_alone),
-        cmocka_unit_test(test_unbound_placement_the_api_lacks_released),
+        cmocka_unit_test_setup_teardown(test_multi_device_pods_read_clean, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_record_replaced_by_the_api, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_api_placement_without_record_counted, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_pods_before_their_node_counted_when_it_comes, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_bind_in_progress_left_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unbound_placement_the_api_lacks_released, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
