@@ -104,7 +104,8 @@ static void test_write_path_too_long(void **state)
 
     /* At the edge: a temporary name (path.tmp.<pid>) of exactly PATH_MAX
      * bytes has no room for its NUL and would be cut, one byte less fits
-     * (and fails later: no such directory). */
+     * (and fails at open: its one long component is more than a filesystem
+     * name may hold). */
     char suffix[32];
     size_t sl = (size_t)snprintf(suffix, sizeof(suffix), ".tmp.%d", (int)getpid());
     memset(path, 'x', sizeof(path));
