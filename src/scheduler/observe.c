@@ -11,10 +11,12 @@
  *    small ring buffer of cluster samples for its fragmentation chart.
  *
  * The scheduler's informer caches keep only uids (docs/scheduler.md), so who
- * holds a slice is recorded here from the same pod events: namespace, name,
- * node, the assignment text and each container's index in the pod spec
- * (HAMi's container_index).  A record is shown only while the engine has the
- * pod placed, so it never outlives the placement it describes.
+ * holds a slice is recorded here from the same pod events: namespace, name
+ * and the containers' names in spec order (HAMi's container_index).  The
+ * slices themselves are the engine's record of the pod's placement, shown
+ * only while the engine has it placed: never the assignment annotation as
+ * last written, which its tenant may patch (the engine keeps the verified
+ * one, sched_pods.c), and never past the placement they describe.
  */
 #include <ctype.h>
 #include <inttypes.h>
@@ -67,7 +69,7 @@ struct sample {
 
 struct gv_sched_obs {
     pthread_mutex_t lock;
-    json_t *pods;    /* uid -> [ns, name, node, assignment, container indices "0,2"] */
+    json_t *pods;    /* uid -> [ns, name, [container names in spec order]] */
     json_t *reasons; /* uid -> top failure reason of its last unsuccessful filter */
     uint64_t buckets[FR_COUNT][N_BUCKETS];
     uint64_t count[FR_COUNT];
@@ -134,36 +136,35 @@ void gv_sched_obs_pod_update(struct gv_sched *s, json_t *pod)
     const char *uid = meta_str(pod, "uid");
     if (o == NULL || uid == NULL)
         return;
-    const char *text = gv_podspec_annotation(pod, GV_ALLOC_ASSIGNMENT_ANNOTATION);
     const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
     bool done = phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
-    struct gv_alloc_assignment *a = NULL;
+    /* Who the pod is and its containers' names in spec order (HAMi's
+     * container_index is a position there).  Not its assignment: the
+     * annotation is the tenant's to patch, and a bound pod keeps the
+     * verified placement it had (sched_pods.c, truth_note), so the slices
+     * shown are the engine's record of it (each_slice).  Kept for pods with
+     * an assignment or a placement of record: the GPU pods, not all pods. */
     json_t *rec = NULL;
-    if (!done && text != NULL && (a = malloc(sizeof(*a))) != NULL &&
-        gv_alloc_assignment_decode(text, strlen(text), a, NULL) == GV_OK) {
-        /* HAMi's container_index: the container's position in the pod spec. */
-        char idx[GV_ALLOC_MAX_CONTAINERS * 4] = "";
-        size_t off = 0;
-        json_t *containers = json_object_get(json_object_get(pod, "spec"), "containers");
-        for (uint32_t c = 0; c < a->n_containers; c++) {
-            size_t at = 0, k;
+    if (!done) {
+        pthread_mutex_lock(&s->lock);
+        const struct srec *r = gv_sched_rec_find(s, uid);
+        bool placed = r != NULL && gv_sched_phase_placed(r->phase);
+        pthread_mutex_unlock(&s->lock);
+        if (placed || gv_podspec_annotation(pod, GV_ALLOC_ASSIGNMENT_ANNOTATION) != NULL) {
+            json_t *names = json_array();
+            json_t *containers = json_object_get(json_object_get(pod, "spec"), "containers");
+            size_t k;
             json_t *v;
             json_array_foreach(containers, k, v)
             {
                 const char *nm = json_string_value(json_object_get(v, "name"));
-                if (nm != NULL && strcmp(nm, a->containers[c].name) == 0) {
-                    at = k;
-                    break;
-                }
+                json_array_append_new(names, json_string(nm != NULL ? nm : ""));
             }
-            int w = snprintf(idx + off, sizeof(idx) - off, "%s%zu", c ? "," : "", at);
-            if (w > 0 && (size_t)w < sizeof(idx) - off)
-                off += (size_t)w;
+            rec = names != NULL ? json_pack("[s?s?o]", meta_str(pod, "namespace"),
+                                            meta_str(pod, "name"), names)
+                                : NULL;
         }
-        rec = json_pack("[s?s?sss]", meta_str(pod, "namespace"), meta_str(pod, "name"), a->node,
-                        text, idx);
     }
-    free(a);
     pthread_mutex_lock(&o->lock);
     if (rec != NULL)
         json_object_set_new(o->pods, uid, rec);
@@ -565,6 +566,25 @@ void gv_sched_obs_gpu_sample(struct gv_sched *s, FILE *f, int fam, const char *n
 typedef void (*slice_fn)(void *ud, const char *ns, const char *pod, const char *node,
                          const char *container, size_t cidx, const struct gv_alloc_device *d);
 
+/* The position of container name in the pod's spec (rec's name list);
+ * 0 when the spec does not list it. */
+static size_t container_index(const json_t *names, const char *name)
+{
+    size_t k;
+    json_t *v;
+    json_array_foreach(names, k, v)
+    {
+        const char *nm = json_string_value(v);
+        if (nm != NULL && strcmp(nm, name) == 0)
+            return k;
+    }
+    return 0;
+}
+
+/* The slices of bound (or annotated, not yet bound) pods as the engine
+ * holds them: the record's assignment text, never the pod's annotation as
+ * last written (a tenant's patch of it is not counted, so not shown
+ * either).  Reservations and binds in progress are reserved_slices'. */
 static void each_slice(struct gv_sched *s, const char *only_node, slice_fn fn, void *ud)
 {
     struct gv_alloc_assignment *a = malloc(sizeof(*a));
@@ -574,20 +594,18 @@ static void each_slice(struct gv_sched *s, const char *only_node, slice_fn fn, v
     json_t *rec;
     json_object_foreach(s->obs->pods, uid, rec)
     {
-        const char *node = json_string_value(json_array_get(rec, 2));
-        const char *text = json_string_value(json_array_get(rec, 3));
-        if (node == NULL || text == NULL || (only_node && strcmp(node, only_node) != 0) ||
-            !gv_alloc_is_placed(s->cluster, uid) ||
-            gv_alloc_assignment_decode(text, strlen(text), a, NULL) != GV_OK)
+        const struct srec *r = gv_sched_rec_find(s, uid);
+        if (r == NULL || (r->phase != REC_BOUND && r->phase != REC_UNBOUND) ||
+            r->encoded == NULL || !gv_alloc_is_placed(s->cluster, uid) ||
+            gv_alloc_assignment_decode(r->encoded, strlen(r->encoded), a, NULL) != GV_OK ||
+            (only_node && strcmp(a->node, only_node) != 0))
             continue;
-        const char *idx = json_string_value(json_array_get(rec, 4));
+        const json_t *names = json_array_get(rec, 2);
         for (uint32_t c = 0; c < a->n_containers; c++) {
-            size_t ci = idx ? strtoul(idx, NULL, 10) : c;
-            if (idx != NULL && (idx = strchr(idx, ',')) != NULL)
-                idx++;
+            size_t ci = container_index(names, a->containers[c].name);
             for (uint32_t d = 0; d < a->containers[c].n_devices; d++)
                 fn(ud, json_string_value(json_array_get(rec, 0)),
-                   json_string_value(json_array_get(rec, 1)), node, a->containers[c].name, ci,
+                   json_string_value(json_array_get(rec, 1)), a->node, a->containers[c].name, ci,
                    &a->containers[c].devices[d]);
         }
     }

@@ -117,3 +117,11 @@ test_self_check_records_SRCS := tests/scheduler/test_self_check_records.c $(SCHE
 test_self_check_records_LIBS := $(SCHED_LIBS)
 test_self_check_records_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
 test_self_check_records_CFLAGS := -I.
+
+# Who holds which slice on /metrics and the dashboard: the engine's verified
+# placement, not a tenant's patch of its bound pod's annotation.
+TEST_PROGS += test_obs_slices
+test_obs_slices_SRCS := tests/scheduler/test_obs_slices.c $(SCHED_TESTLIB_SRCS)
+test_obs_slices_LIBS := $(SCHED_LIBS)
+test_obs_slices_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
+test_obs_slices_CFLAGS := -I.
