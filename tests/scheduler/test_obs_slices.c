@@ -7,7 +7,8 @@
  * not the tenant's text: other GPUs, more memory, another node.
  * Also: HAMi's container_index is the container's position in the spec,
  * whatever order the assignment lists containers in; a finished pod's
- * slices go.  Driven by hand, no API server, as test_self_check_records.
+ * slices go; a reservation whose annotation the informer already shows is
+ * one slice, not two.  Driven by hand, no API server, as test_self_check_records.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -240,6 +241,60 @@ static void test_unverified_pod_shows_nothing(void **state)
     free(m);
 }
 
+/* The dashboard's slices of GPU uuid: how many, and the phase of the last. */
+static int dash_slices(struct gv_sched *s, const char *uuid, char *phase, size_t cap)
+{
+    char *js = gv_sched_obs_state_json(s);
+    assert_non_null(js);
+    json_t *st = json_loads(js, 0, NULL);
+    free(js);
+    assert_non_null(st);
+    int n = 0;
+    size_t ni, gi;
+    json_t *node, *gpu;
+    json_array_foreach(json_object_get(st, "nodes"), ni, node)
+    {
+        json_array_foreach(json_object_get(node, "gpus"), gi, gpu)
+        {
+            if (strcmp(json_string_value(json_object_get(gpu, "uuid")), uuid) != 0)
+                continue;
+            json_t *sl = json_object_get(gpu, "slices");
+            for (size_t k = 0; k < json_array_size(sl); k++) {
+                snprintf(phase, cap, "%s",
+                         json_string_value(json_object_get(json_array_get(sl, k), "phase")));
+                n++;
+            }
+        }
+    }
+    json_decref(st);
+    return n;
+}
+
+/* A reservation (the filter placed the pod, the bind has not finished)
+ * whose annotation the informer already shows is one slice, "reserved":
+ * not also a bound one. */
+static void test_reservation_shown_once(void **state)
+{
+    struct fx *f = *state;
+    struct gv_sched *s = f->s;
+    add_node(s, "n-4");
+    const char *text = "v1;node=n-4;c=GPU-n-4-0:2048:300";
+    pthread_mutex_lock(&s->lock);
+    assert_int_equal(gv_sched_place_encoded(s, "u-res", "tenant", "u-res", text, REC_RESERVED,
+                                            NULL),
+                     GV_OK);
+    pthread_mutex_unlock(&s->lock);
+    static const char *const one[] = {"c"};
+    json_t *pod = pod_of(f, "u-res", "n-4", text, one, 1, true, NULL);
+    /* the annotation is written, the Binding not yet: no nodeName */
+    json_object_del(json_object_get(pod, "spec"), "nodeName");
+    deliver(s, pod);
+    json_decref(pod);
+    char phase[32] = "";
+    assert_int_equal(dash_slices(s, "GPU-n-4-0", phase, sizeof(phase)), 1);
+    assert_string_equal(phase, "reserved");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -248,6 +303,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_container_index_is_the_spec_position, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_unverified_pod_shows_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reservation_shown_once, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
