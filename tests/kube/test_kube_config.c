@@ -187,6 +187,134 @@ static void test_kubeconfig_file_and_load_order(void **state)
     unsetenv("KUBECONFIG");
 }
 
+/* A relative tokenFile resolves against the kubeconfig's directory; an
+ * empty string is no value (kubectl's reading): token "" leaves no token,
+ * so the token file is what authenticates. */
+static void test_kubeconfig_token_file_and_empty_fields(void **state)
+{
+    (void)state;
+    static const char text[] = "current-context: x\n"
+                               "contexts:\n- name: x\n  context: {cluster: c, user: u, namespace: ''}\n"
+                               "clusters:\n- name: c\n  cluster: {server: https://h:6443, "
+                               "certificate-authority: ''}\n"
+                               "users:\n- name: u\n  user: {token: '', tokenFile: secrets/token}\n";
+    struct gv_kube_config *cfg = NULL;
+    struct gv_error err;
+    assert_int_equal(gv_kube_config_parse_kubeconfig(text, strlen(text), "/etc/kube", NULL, &cfg,
+                                                     &err),
+                     GV_OK);
+    assert_null(cfg->token);
+    assert_string_equal(cfg->token_file, "/etc/kube/secrets/token");
+    assert_null(cfg->namespace_);
+    assert_null(cfg->ca_file);
+    gv_kube_config_free(cfg);
+}
+
+static void test_kubeconfig_shapes_and_data(void **state)
+{
+    (void)state;
+    /* a mapping key that is itself a sequence: refused, not read as text */
+    expect_error("? [a, b]\n: c\n", NULL, GV_EPARSE, "mapping key is not a scalar");
+    /* base64 fields: a length that is no multiple of 4, and each user field
+     * naming itself (a bad certificate must not read as "no certificate") */
+    static const char head[] = "current-context: x\ncontexts:\n- name: x\n"
+                               "  context: {cluster: c, user: u}\n"
+                               "clusters:\n- name: c\n  cluster: {server: https://h}\n"
+                               "users:\n- name: u\n  user: ";
+    char text[512];
+    snprintf(text, sizeof(text), "%s{client-certificate-data: '@@@@', client-key-data: S0VZ}\n",
+             head);
+    expect_error(text, NULL, GV_EPARSE, "client-certificate-data: invalid base64");
+    snprintf(text, sizeof(text), "%s{client-certificate-data: Q0VSVA==, client-key-data: '@@@@'}\n",
+             head);
+    expect_error(text, NULL, GV_EPARSE, "client-key-data: invalid base64");
+    snprintf(text, sizeof(text), "%s{client-certificate-data: Q0VSV, client-key-data: S0VZ}\n",
+             head);
+    expect_error(text, NULL, GV_EPARSE, "invalid base64 (length 5)");
+}
+
+/* Where gv_kube_config_load looks: KUBECONFIG's first file, then
+ * $HOME/.kube/config; in a pod (KUBERNETES_SERVICE_HOST) the service
+ * account unless a file is named; errors name the file. */
+static void test_kubeconfig_load_env(void **state)
+{
+    (void)state;
+    write_file("first.yaml", kubeconfig);
+    write_file("bad.yaml", "- a list\n");
+    struct gv_kube_config *cfg = NULL;
+    struct gv_error err;
+    unsetenv("KUBERNETES_SERVICE_HOST");
+    char list[2200];
+    snprintf(list, sizeof(list), "%s:%s", tpath("first.yaml"), tpath("bad.yaml"));
+    setenv("KUBECONFIG", list, 1);
+    assert_int_equal(gv_kube_config_load(NULL, NULL, &cfg, &err), GV_OK);
+    assert_string_equal(cfg->server, "https://127.0.0.1:6443");
+    gv_kube_config_free(cfg);
+    /* the error of a bad file names it */
+    setenv("KUBECONFIG", tpath("bad.yaml"), 1);
+    assert_int_equal(gv_kube_config_load(NULL, NULL, &cfg, &err), GV_EPARSE);
+    assert_null(cfg);
+    assert_non_null(strstr(err.msg, "bad.yaml"));
+    assert_non_null(strstr(err.msg, "not a mapping"));
+    /* no KUBECONFIG (unset or empty): $HOME/.kube/config */
+    char kdir[1100];
+    snprintf(kdir, sizeof(kdir), "%s/home/.kube", tmpdir);
+    char home[1100];
+    snprintf(home, sizeof(home), "%s/home", tmpdir);
+    mkdir(home, 0700);
+    mkdir(kdir, 0700);
+    write_file("home/.kube/config", kubeconfig);
+    const char *saved = getenv("HOME");
+    char *saved_home = saved != NULL ? strdup(saved) : NULL;
+    setenv("HOME", home, 1);
+    for (int i = 0; i < 2; i++) {
+        if (i == 0)
+            unsetenv("KUBECONFIG");
+        else
+            setenv("KUBECONFIG", "", 1);
+        assert_int_equal(gv_kube_config_load(NULL, NULL, &cfg, &err), GV_OK);
+        char want[1200];
+        snprintf(want, sizeof(want), "%s/certs/ca.crt", kdir);
+        assert_string_equal(cfg->ca_file, want);
+        gv_kube_config_free(cfg);
+    }
+    unsetenv("KUBECONFIG");
+    for (int i = 0; i < 2; i++) {
+        if (i == 0)
+            unsetenv("HOME");
+        else
+            setenv("HOME", "", 1);
+        assert_int_equal(gv_kube_config_load(NULL, NULL, &cfg, &err), GV_ENOTFOUND);
+        assert_non_null(strstr(err.msg, "no HOME"));
+    }
+    /* in a pod: the service account (here or not, the in-cluster reading),
+     * unless a kubeconfig is named */
+    setenv("KUBERNETES_SERVICE_HOST", "10.255.255.1", 1);
+    setenv("KUBERNETES_SERVICE_PORT", "443", 1);
+    gv_status st = gv_kube_config_load(NULL, NULL, &cfg, &err);
+    if (st == GV_OK) {
+        assert_string_equal(cfg->server, "https://10.255.255.1:443");
+        gv_kube_config_free(cfg);
+    } else {
+        assert_non_null(strstr(err.msg, "in-cluster config"));
+    }
+    assert_int_equal(gv_kube_config_load(NULL, tpath("first.yaml"), &cfg, &err), GV_OK);
+    assert_string_equal(cfg->server, "https://127.0.0.1:6443");
+    gv_kube_config_free(cfg);
+    setenv("KUBERNETES_SERVICE_HOST", "", 1);
+    setenv("HOME", home, 1);
+    assert_int_equal(gv_kube_config_load(NULL, NULL, &cfg, &err), GV_OK);
+    assert_string_equal(cfg->server, "https://127.0.0.1:6443");
+    gv_kube_config_free(cfg);
+    unsetenv("KUBERNETES_SERVICE_HOST");
+    unsetenv("KUBERNETES_SERVICE_PORT");
+    if (saved_home != NULL)
+        setenv("HOME", saved_home, 1);
+    else
+        unsetenv("HOME");
+    free(saved_home);
+}
+
 static void test_in_cluster(void **state)
 {
     (void)state;
@@ -215,6 +343,22 @@ static void test_in_cluster(void **state)
 
     setenv("KUBERNETES_SERVICE_PORT", "https", 1);
     assert_int_equal(gv_kube_config_in_cluster(sa, &cfg, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "\"https\" is not a port"));
+    /* every digit is a digit (0 and 9 too); no port, or an empty one, is 443 */
+    setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1", 1);
+    setenv("KUBERNETES_SERVICE_PORT", "9090", 1);
+    assert_int_equal(gv_kube_config_in_cluster(sa, &cfg, &err), GV_OK);
+    assert_string_equal(cfg->server, "https://10.96.0.1:9090");
+    gv_kube_config_free(cfg);
+    for (int i = 0; i < 2; i++) {
+        if (i == 0)
+            unsetenv("KUBERNETES_SERVICE_PORT");
+        else
+            setenv("KUBERNETES_SERVICE_PORT", "", 1);
+        assert_int_equal(gv_kube_config_in_cluster(sa, &cfg, &err), GV_OK);
+        assert_string_equal(cfg->server, "https://10.96.0.1:443");
+        gv_kube_config_free(cfg);
+    }
     setenv("KUBERNETES_SERVICE_PORT", "443", 1);
 
     char empty[1024];
@@ -254,6 +398,9 @@ int main(void)
         cmocka_unit_test(test_kubeconfig_named_context_inline_data),
         cmocka_unit_test(test_kubeconfig_errors),
         cmocka_unit_test(test_kubeconfig_file_and_load_order),
+        cmocka_unit_test(test_kubeconfig_token_file_and_empty_fields),
+        cmocka_unit_test(test_kubeconfig_shapes_and_data),
+        cmocka_unit_test(test_kubeconfig_load_env),
         cmocka_unit_test(test_in_cluster),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
