@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -194,6 +195,99 @@ static void test_shipped_config_parses(void **state)
     gv_sched_config_clear(&c);
 }
 
+/* What a sweep of config.c and hami_config.c found no test of
+ * (docs/contributing.md, "Sweeps"): keys no case set, section types, the
+ * ends of each range, and a file's errors naming the file. */
+static gv_status parse_one(const char *text, struct gv_sched_config *c, struct gv_error *err)
+{
+    assert_int_equal(gv_sched_config_default(c, err), GV_OK);
+    return gv_sched_config_is_hami(text, strlen(text))
+               ? gv_sched_hami_config_parse(text, strlen(text), c, err)
+               : gv_sched_config_parse(text, strlen(text), c, err);
+}
+
+static void expect_fail(const char *text, const char *needle)
+{
+    struct gv_sched_config c;
+    struct gv_error err = {0};
+    assert_int_not_equal(parse_one(text, &c, &err), GV_OK);
+    if (strstr(err.msg, needle) == NULL)
+        fail_msg("'%s': error '%s' lacks '%s'", text, err.msg, needle);
+    gv_sched_config_clear(&c);
+}
+
+static void test_sweep_found_keys_and_ranges(void **state)
+{
+    (void)state;
+    struct gv_sched_config c;
+    struct gv_error err = {0};
+    const char *text = "{\"selfCheckSeconds\":86400,\"nodePolicy\":\"binpack\","
+                       "\"reservationTimeoutSeconds\":86400}";
+    assert_int_equal(parse_one(text, &c, &err), GV_OK);
+    assert_int_equal(c.self_check_s, 86400);
+    assert_int_equal(c.reservation_ttl_s, 86400);
+    assert_int_equal(c.alloc.node_policy, GV_ALLOC_POLICY_BINPACK);
+    gv_sched_config_clear(&c);
+    expect_fail("{\"selfCheckSeconds\":86401}", "selfCheckSeconds");
+    /* a section of the wrong type is an error, not an empty section */
+    expect_fail("{\"resources\":5}", "\"resources\" must be an object");
+    expect_fail("{\"defaults\":[1]}", "\"defaults\" must be an object");
+    /* lists: up to 1024 entries */
+    char big[16 * 1100];
+    for (int n = 1024; n <= 1025; n++) {
+        size_t o = (size_t)snprintf(big, sizeof(big), "{\"optOutNamespaces\":[");
+        for (int i = 0; i < n; i++)
+            o += (size_t)snprintf(big + o, sizeof(big) - o, "%s\"ns%d\"", i ? "," : "", i);
+        snprintf(big + o, sizeof(big) - o, "]}");
+        gv_status st = parse_one(big, &c, &err);
+        if (n == 1024) {
+            assert_int_equal(st, GV_OK);
+            assert_string_equal(c.admission.opt_out_namespaces[1023], "ns1023");
+        } else {
+            assert_int_not_equal(st, GV_OK);
+            assert_non_null(strstr(err.msg, "optOutNamespaces"));
+        }
+        gv_sched_config_clear(&c);
+    }
+    /* a file's parse error names the file */
+    char path[] = "/tmp/gv-sched-config-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char bad[] = "{\"nodePolicy\":\"random\"}";
+    assert_int_equal(write(fd, bad, sizeof(bad) - 1), (ssize_t)(sizeof(bad) - 1));
+    close(fd);
+    assert_int_equal(gv_sched_config_default(&c, &err), GV_OK);
+    assert_int_not_equal(gv_sched_config_load(path, &c, &err), GV_OK);
+    assert_non_null(strstr(err.msg, path));
+    assert_non_null(strstr(err.msg, "nodePolicy"));
+    gv_sched_config_clear(&c);
+    unlink(path);
+
+    /* HAMi's keys: deviceSplitCount sets the split of nodes whose inventory
+     * gives none, 1..1024 */
+    assert_int_equal(parse_one("nvidia:\n  deviceSplitCount: 7\n", &c, &err), GV_OK);
+    assert_int_equal(c.alloc.default_split, 7);
+    gv_sched_config_clear(&c);
+    assert_int_equal(parse_one("nvidia:\n  deviceSplitCount: 1024\n", &c, &err), GV_OK);
+    assert_int_equal(c.alloc.default_split, 1024);
+    gv_sched_config_clear(&c);
+    expect_fail("nvidia:\n  deviceSplitCount: 1025\n", "nvidia.deviceSplitCount must be");
+    expect_fail("nvidia:\n  deviceSplitCount: 0\n", "nvidia.deviceSplitCount must be");
+    /* runtimeClassName must be a name: not a mapping, not past its size */
+    expect_fail("nvidia:\n  runtimeClassName: {a: b}\n", "nvidia.runtimeClassName must be a name");
+    char longname[400];
+    snprintf(longname, sizeof(longname), "nvidia:\n  runtimeClassName: %0300d\n", 7);
+    expect_fail(longname, "nvidia.runtimeClassName must be a name");
+    /* scaling factors: (0, 100] */
+    assert_int_equal(parse_one("nvidia:\n  deviceCoreScaling: 100\n", &c, &err), GV_OK);
+    gv_sched_config_clear(&c);
+    expect_fail("nvidia:\n  deviceCoreScaling: 150\n", "must be a number in (0, 100]");
+    expect_fail("nvidia:\n  deviceCoreScaling: 0\n", "must be a number in (0, 100]");
+    expect_fail("nvidia:\n  deviceMemoryScaling: -5\n", "must be a number in (0, 100]");
+    /* resource names must be domain/name */
+    expect_fail("nvidia:\n  resourceMemoryName: gpumem\n", "must be a domain/name resource");
+}
+
 static void test_security_keys(void **state)
 {
     (void)state;
@@ -248,6 +342,7 @@ int main(void)
         cmocka_unit_test(test_hami_device_config_loads),
         cmocka_unit_test(test_hami_device_config_keys),
         cmocka_unit_test(test_runtime_switches),
+        cmocka_unit_test(test_sweep_found_keys_and_ranges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
