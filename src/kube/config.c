@@ -186,6 +186,12 @@ static json_t *yaml_to_json(struct yconv *y, yaml_node_t *node, int depth, const
     }
     switch (node->type) {
     case YAML_SCALAR_NODE: {
+        /* "\0" is a valid YAML escape; C strings would end there and read
+         * "https://a\0.b" as "https://a" (and two keys as one) */
+        if (memchr(node->data.scalar.value, '\0', node->data.scalar.length) != NULL) {
+            *why = "scalar holds a NUL character";
+            return NULL;
+        }
         json_t *s = json_stringn((const char *)node->data.scalar.value, node->data.scalar.length);
         if (s == NULL)
             *why = "scalar is not valid UTF-8";
@@ -210,6 +216,11 @@ static json_t *yaml_to_json(struct yconv *y, yaml_node_t *node, int depth, const
             yaml_node_t *k = yaml_document_get_node(y->doc, p->key);
             if (k == NULL || k->type != YAML_SCALAR_NODE) {
                 *why = "mapping key is not a scalar";
+                json_decref(o);
+                return NULL;
+            }
+            if (memchr(k->data.scalar.value, '\0', k->data.scalar.length) != NULL) {
+                *why = "mapping key holds a NUL character";
                 json_decref(o);
                 return NULL;
             }

@@ -213,6 +213,11 @@ static void test_kubeconfig_token_file_and_empty_fields(void **state)
 static void test_kubeconfig_shapes_and_data(void **state)
 {
     (void)state;
+    /* a NUL (YAML's "\0" escape) in a value or a key: refused, not cut short */
+    expect_error("current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\n"
+                 "clusters:\n- name: c\n  cluster: {server: \"https://good\\0.evil\"}\n",
+                 NULL, GV_EPARSE, "NUL character");
+    expect_error("\"current-context\\0\": x\n", NULL, GV_EPARSE, "NUL character");
     /* a mapping key that is itself a sequence: refused, not read as text */
     expect_error("? [a, b]\n: c\n", NULL, GV_EPARSE, "mapping key is not a scalar");
     /* base64 fields: a length that is no multiple of 4, and each user field
