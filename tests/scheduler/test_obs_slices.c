@@ -1,14 +1,17 @@
 /*
- * Who holds which slice, as the scheduler shows it (src/scheduler/observe.c:
- * HAMi's per-container series on /metrics and the dashboard's state), under
+ * What the scheduler's observer shows (src/scheduler/observe.c).  Who holds
+ * which slice (HAMi's per-container series on /metrics and the dashboard's
+ * state), under
  * a tenant that patches its own bound pod.  With signed placements the
  * engine keeps the verified assignment of a bound pod whose annotation is
  * altered (sched_pods.c, truth_note); what is shown must be that one too,
- * not the tenant's text: other GPUs, more memory, another node.
+ * not the tenant's text: other GPUs, more memory, another node; nor does
+ * it vanish when the tenant deletes the annotation.
  * Also: HAMi's container_index is the container's position in the spec,
  * whatever order the assignment lists containers in; a finished pod's
  * slices go; a reservation whose annotation the informer already shows is
- * one slice, not two.  Driven by hand, no API server, as test_self_check_records.
+ * one slice, not two; a filter slower than the last latency bucket counts
+ * in +Inf alone.  Driven by hand, no API server, as test_self_check_records.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -23,6 +26,7 @@
 
 #include "common/gv_log.h"
 #include "contracts/placement.h"
+#include "scheduler/gv_extender.h"
 #include "scheduler/gv_scheduler.h"
 #include "scheduler/placement_guard.h"
 #include "scheduler/sched_internal.h"
@@ -196,6 +200,18 @@ static void test_patched_assignment_shows_the_verified_one(void **state)
     }
     free(keep_sig);
 
+    /* The tenant deletes the annotation: the pod keeps the GPU it was bound
+     * with (truth_note), and the views keep showing it. */
+    pod = pod_of(f, "u-t", "n-0", good, one, 1, false, NULL);
+    json_object_del(json_object_get(json_object_get(pod, "metadata"), "annotations"),
+                    "gpuvisor.io/assignment");
+    deliver(s, pod);
+    json_decref(pod);
+    m = metrics(s);
+    assert_int_equal(count_lines(m, "hami_vgpu_memory_allocated_bytes{"), 1);
+    assert_non_null(strstr(m, "device_uuid=\"GPU-n-0-0\",zone=\"vGPU\"} 1073741824\n"));
+    free(m);
+
     /* The pod ends: its slices go from both views. */
     pod = pod_of(f, "u-t", "n-0", good, one, 1, true, NULL);
     json_object_set_new(json_object_get(pod, "status"), "phase", json_string("Succeeded"));
@@ -295,6 +311,35 @@ static void test_reservation_shown_once(void **state)
     assert_string_equal(phase, "reserved");
 }
 
+/* A filter call slower than the last bucket (1 s) counts in +Inf only, and
+ * in no other outcome's buckets: the bucket array ends at 1 s. */
+static void test_filter_histogram_slow_call(void **state)
+{
+    struct fx *f = *state;
+    struct gv_sched *s = f->s;
+    const char *names[] = {"n-9"};
+    struct gv_ext_args args = {0};
+    args.pod = json_pack("{s:{s:s,s:s,s:s}}", "metadata", "uid", "u-slow", "name", "slow",
+                         "namespace", "tenant");
+    args.names = names;
+    args.n_names = 1;
+    enum gv_ext_verdict fit[] = {GV_EXT_FIT};
+    gv_sched_obs_filter(s, &args, 1, fit, NULL, 2.5);
+    gv_sched_obs_filter(s, &args, 1, fit, NULL, 0.0002);
+    json_decref(args.pod);
+    char *m = metrics(s);
+    assert_non_null(strstr(m, "gpuvisor_scheduler_filter_duration_seconds_bucket{result=\"fit\","
+                              "le=\"1\"} 1\n"));
+    assert_non_null(strstr(m, "gpuvisor_scheduler_filter_duration_seconds_bucket{result=\"fit\","
+                              "le=\"+Inf\"} 2\n"));
+    assert_non_null(strstr(m, "gpuvisor_scheduler_filter_duration_seconds_count{result=\"fit\"} 2\n"));
+    /* nothing spilled into the next outcome's first bucket */
+    assert_non_null(strstr(m, "gpuvisor_scheduler_filter_duration_seconds_bucket{"
+                              "result=\"nofit\",le=\"0.0001\"} 0\n"));
+    assert_non_null(strstr(m, "gpuvisor_scheduler_filter_duration_seconds_count{result=\"nofit\"} 0\n"));
+    free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -304,6 +349,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_unverified_pod_shows_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reservation_shown_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_filter_histogram_slow_call, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
