@@ -11,7 +11,8 @@
  * whatever order the assignment lists containers in; a finished pod's
  * slices go; a reservation whose annotation the informer already shows is
  * one slice, not two; a filter slower than the last latency bucket counts
- * in +Inf alone.  Driven by hand, no API server, as test_self_check_records.
+ * in +Inf alone; a GPU of unknown memory has no memory ratio (no "nan").
+ * Driven by hand, no API server, as test_self_check_records.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -340,6 +341,38 @@ static void test_filter_histogram_slow_call(void **state)
     free(m);
 }
 
+/* A GPU whose memory the agent could not read (memoryMiB 0) has every
+ * HAMi per-GPU series but the memory ratio: 0/0 would print "nan", which
+ * is not Prometheus text ("NaN"), and the whole scrape would fail. */
+static void test_zero_memory_gpu_has_no_ratio(void **state)
+{
+    struct fx *f = *state;
+    struct gv_sched *s = f->s;
+    static const struct gpu_desc zero[] = {{"Tesla T4", 0, 10}};
+    char *inv = st_inventory("n-z", zero, 1, true);
+    json_t *n = st_node("n-z", inv, 0);
+    gv_sched_node_update(s, n);
+    json_decref(n);
+    free(inv);
+    for (int fam = 0; fam < GV_SCHED_OBS_GPU_FAMILIES; fam++) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&buf, &len);
+        assert_non_null(m);
+        pthread_mutex_lock(&s->lock);
+        gv_sched_obs_gpu_sample(s, m, fam, "n-z", 0);
+        pthread_mutex_unlock(&s->lock);
+        fclose(m);
+        if (fam == 6) {
+            assert_int_equal(len, 0);
+        } else {
+            assert_non_null(strstr(buf, "device_uuid=\"GPU-n-z-0\""));
+            assert_null(strstr(buf, "nan"));
+        }
+        free(buf);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -350,6 +383,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unverified_pod_shows_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reservation_shown_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_filter_histogram_slow_call, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_zero_memory_gpu_has_no_ratio, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
