@@ -166,6 +166,8 @@ static void test_filter_bind_writes_assignment(void **state)
     json_decref(r);
     /* The reservation shows in the metrics before the bind. */
     assert_true(st_metric(f->metrics, "gpuvisor_gpu_memory_allocated_mib", node) == 20000);
+    assert_true(st_metric(f->metrics, "gpuvisor_scheduler_reservations", "state=\"reserved\"") ==
+                1);
 
     char *e = st_bind(f->base, pod, node);
     assert_string_equal(e, "");
@@ -187,6 +189,9 @@ static void test_filter_bind_writes_assignment(void **state)
     json_decref(got);
     assert_true(st_metric(f->metrics, "gpuvisor_scheduler_binds_total", "result=\"ok\"") == 1);
     assert_true(st_metric(f->metrics, "gpuvisor_gpu_memory_allocated_mib", node) == 20000);
+    /* bound: no longer a reservation */
+    assert_true(st_metric(f->metrics, "gpuvisor_scheduler_reservations", "state=\"reserved\"") ==
+                0);
     json_decref(pod);
 }
 
