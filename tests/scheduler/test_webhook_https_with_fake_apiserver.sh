@@ -28,7 +28,7 @@ curl -sf -X POST -H 'Content-Type: application/json' -d "$node" "$url/api/v1/nod
 check "node with inventory created on the API stand-in" '[ $? -eq 0 ]'
 
 # Without a placement key the daemon refuses to start (fail closed), naming the way out.
-"$BIN" --master "$url" --extender-listen 127.0.0.1:0 --log-level warn 2>"$tmp/nokey.log"
+timeout 20 "$BIN" --master "$url" --extender-listen 127.0.0.1:0 --log-level warn 2>"$tmp/nokey.log"
 rc=$?
 check "no placement key: refuses to start and says why" \
     '[ "$rc" != 0 ] && grep -q "no placement key: give --placement-key-file" "$tmp/nokey.log"' \
@@ -36,15 +36,18 @@ check "no placement key: refuses to start and says why" \
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tmp/placement.key"
 # A config file that does not parse stops the start (not defaults in its place), naming it.
 echo '{"nodePolicy":"random"}' >"$tmp/bad-config.json"
-"$BIN" --master "$url" --extender-listen 127.0.0.1:0 --placement-key-file "$tmp/placement.key" \
-    --config "$tmp/bad-config.json" --log-level warn 2>"$tmp/badcfg.log"
+# (bounded: a daemon that starts anyway is stopped after 20 s, and fails the check)
+timeout 20 "$BIN" --master "$url" --extender-listen 127.0.0.1:0 \
+    --placement-key-file "$tmp/placement.key" --config "$tmp/bad-config.json" --log-level warn \
+    2>"$tmp/badcfg.log"
 rc=$?
 check "a config that does not parse: refuses to start, naming the file and the key" \
     '[ "$rc" != 0 ] && grep -q "bad-config.json.*nodePolicy" "$tmp/badcfg.log"' \
     "exit $rc: $(cat "$tmp/badcfg.log")"
 # TLS needs both halves: a certificate without its key is a usage error at once.
-"$BIN" --master "$url" --extender-listen 127.0.0.1:0 --placement-key-file "$tmp/placement.key" \
-    --webhook-listen 127.0.0.1:0 --tls-cert-file "$tmp/cert.pem" --log-level warn 2>"$tmp/halftls.log"
+timeout 20 "$BIN" --master "$url" --extender-listen 127.0.0.1:0 \
+    --placement-key-file "$tmp/placement.key" --webhook-listen 127.0.0.1:0 \
+    --tls-cert-file "$tmp/cert.pem" --log-level warn 2>"$tmp/halftls.log"
 rc=$?
 check "webhook with a certificate and no key: usage error (exit 2) saying both are needed" \
     '[ "$rc" = 2 ] && grep -q "need --tls-cert-file and --tls-key-file" "$tmp/halftls.log"' \
