@@ -44,6 +44,31 @@ rc=$?
 check "a config that does not parse: refuses to start, naming the file and the key" \
     '[ "$rc" != 0 ] && grep -q "bad-config.json.*nodePolicy" "$tmp/badcfg.log"' \
     "exit $rc: $(cat "$tmp/badcfg.log")"
+# Listen addresses: ADDRESS:PORT, [ADDRESS]:PORT; no port, or an address past the buffer
+# (128 bytes, exactly), is refused by name, never cut or overrun.
+long=$(printf 'a%.0s' $(seq 128))
+for bad in "--extender-listen 127.0.0.1" "--extender-listen $long:80" "--dashboard-listen nonsense"; do
+    flag=${bad%% *} val=${bad#* }
+    args=(--extender-listen 127.0.0.1:0)
+    [ "$flag" = --extender-listen ] && args=()
+    timeout 20 "$BIN" --master "$url" "${args[@]}" "$flag" "$val" \
+        --placement-key-file "$tmp/placement.key" --log-level warn 2>"$tmp/listen.log"
+    rc=$?
+    check "$flag ${val:0:20}: refused as not ADDRESS:PORT" \
+        '[ "$rc" != 0 ] && [ "$rc" != 124 ] && grep -q -- "$flag .* is not ADDRESS:PORT" "$tmp/listen.log"' \
+        "exit $rc: $(cat "$tmp/listen.log")"
+done
+# Brackets are taken off ("[::1]:0"); an IPv4 address in them works on every machine.
+rm -f "$tmp/ports-brk"
+"$BIN" --master "$url" --extender-listen '[127.0.0.1]:0' --placement-key-file "$tmp/placement.key" \
+    --port-file "$tmp/ports-brk" --log-level warn 2>"$tmp/brk.log" &
+brk=$!
+for _ in $(seq 100); do [ -s "$tmp/ports-brk" ] && break; sleep 0.1; done
+pbrk=$(sed -n 's/^extender=//p' "$tmp/ports-brk" 2>/dev/null)
+code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$pbrk/metrics" 2>/dev/null)
+kill "$brk" 2>/dev/null; wait "$brk" 2>/dev/null
+check "--extender-listen [127.0.0.1]:0 listens (brackets taken off the address)" \
+    '[ "$code" = 200 ]' "port '$pbrk', HTTP $code: $(cat "$tmp/brk.log")"
 # TLS needs both halves: a certificate without its key is a usage error at once.
 timeout 20 "$BIN" --master "$url" --extender-listen 127.0.0.1:0 \
     --placement-key-file "$tmp/placement.key" --webhook-listen 127.0.0.1:0 \
