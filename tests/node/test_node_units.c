@@ -540,6 +540,8 @@ static void test_sm_count(void **state)
     assert_int_equal(gv_gpus_sm_count(2560, 7, 5), 40);   /* T4 */
     assert_int_equal(gv_gpus_sm_count(18944, 10, 0), 148); /* B200 */
     assert_int_equal(gv_gpus_sm_count(3584, 6, 0), 0);    /* Pascal: no MPS limits */
+    assert_int_equal(gv_gpus_sm_count(3584, 6, 1), 0);    /* GP102: Pascal whatever the minor */
+    assert_int_equal(gv_gpus_sm_count(21760, 12, 0), 170); /* RTX 5090: the table's last major */
     assert_int_equal(gv_gpus_sm_count(16896, 13, 0), 0);  /* newer than the table */
     assert_int_equal(gv_gpus_sm_count(16900, 9, 0), 0);   /* not whole SMs */
     assert_int_equal(gv_gpus_sm_count(0, 9, 0), 0);
@@ -680,6 +682,21 @@ static void test_numa_from_sysfs(void **state)
     fputs("-1\n", f);
     fclose(f);
     assert_int_equal(gv_gpus_numa_node(root, "00000000:3B:00.0"), -1);
+    /* the PCI class (GFD's gpu.mode): compute, graphics, the largest code,
+     * and 0 for what is not a 24-bit class (missing, junk, too large) */
+    static const struct {
+        const char *text;
+        unsigned want;
+    } classes[] = {{"0x030200\n", 0x030200}, {"0x030000\n", 0x030000}, {"0xffffff\n", 0xffffff},
+                   {"0x1000000\n", 0}, {"zz\n", 0}};
+    snprintf(file, sizeof(file), "%s/class", dir);
+    for (size_t i = 0; i < sizeof(classes) / sizeof(classes[0]); i++) {
+        f = fopen(file, "w");
+        fputs(classes[i].text, f);
+        fclose(f);
+        assert_int_equal(gv_gpus_pci_class(root, "00000000:3B:00.0"), classes[i].want);
+    }
+    assert_int_equal(gv_gpus_pci_class(root, "00000000:3C:00.0"), 0);
     snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
     assert_int_equal(system(cmd), 0);
 }
