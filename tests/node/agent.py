@@ -18,8 +18,9 @@ NODE_BIN = os.path.join(gvtest.BUILD, "bin", "gpuvisor-node")
 # The bearer token the HTTPS fake demands (Env(tls=True)).
 TLS_TOKEN = "node-agent-token"
 GPUS = ["GPU-11111111-2222-4333-8444-000000000000", "GPU-11111111-2222-4333-8444-000000000001"]
-# uuids of GPUs 2 and 3 for Env(gpus=4) (the topology scenario)
-MORE_GPUS = ["GPU-11111111-2222-4333-8444-000000000002", "GPU-11111111-2222-4333-8444-000000000003"]
+# uuids of GPUs 2 to 4 for Env(gpus=5) (the topology scenario)
+MORE_GPUS = ["GPU-11111111-2222-4333-8444-000000000002", "GPU-11111111-2222-4333-8444-000000000003",
+             "GPU-11111111-2222-4333-8444-000000000004"]
 
 
 def have_fake_nvml():

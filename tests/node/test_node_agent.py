@@ -401,11 +401,12 @@ def scenario_node_publication(tls=False):
 
 
 def scenario_topology():
-    """NVLink and PCIe-switch groups from (fake) NVML in the inventory: a 4-GPU
-    box with NVLink bridges 0-1 and 2-3, GPUs 0 and 1 behind one PCIe switch."""
-    env = agent.Env(gpus=4)
+    """NVLink and PCIe-switch groups from (fake) NVML in the inventory: a 5-GPU
+    box with NVLink bridges 0-1 and 2-3, GPUs 0 and 1 behind one PCIe switch,
+    GPU 4 on neither (alone: no group, not a group of one)."""
+    env = agent.Env(gpus=5)
     try:
-        topo = ["nvlink=1:4 pcieswitch=7", "nvlink=0:4 pcieswitch=7", "nvlink=3:2", "nvlink=2:2"]
+        topo = ["nvlink=1:4 pcieswitch=7", "nvlink=0:4 pcieswitch=7", "nvlink=3:2", "nvlink=2:2", ""]
         lines = open(env.gpu_cfg).read().splitlines()
         write_atomic(env.gpu_cfg, "".join("%s %s\n" % (l, x) for l, x in zip(lines, topo)))
         env.start_agent()
@@ -413,8 +414,8 @@ def scenario_topology():
                                .get("gpuvisor.io/node-gpus") and env.api.node("node1"), 10)
         inv = json.loads(node["metadata"]["annotations"]["gpuvisor.io/node-gpus"]) if node else {}
         gpus = inv.get("gpus", [])
-        t.ok([g.get("nvlinkIsland") for g in gpus] == [0, 0, 2, 2] and
-             [g.get("pcieSwitch") for g in gpus] == [0, 0, None, None],
+        t.ok([g.get("nvlinkIsland") for g in gpus] == [0, 0, 2, 2, None] and
+             [g.get("pcieSwitch") for g in gpus] == [0, 0, None, None, None],
              "inventory: nvlinkIsland from NVLink state + remote PCI ids, pcieSwitch from the common "
              "ancestor (PIX); GPUs in no group carry neither", gpus)
     finally:
