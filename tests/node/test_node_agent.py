@@ -422,6 +422,25 @@ def scenario_topology():
         env.close()
 
 
+def scenario_nvml_count_fails():
+    """NVML initialises but cannot count the GPUs: the agent stops with the
+    reason, and publishes no inventory (an empty one would tell the
+    scheduler the node's GPUs are gone, and its pods with them)."""
+    env = agent.Env()
+    try:
+        p = env.start_agent(env_extra={"GV_FAKE_NVML_COUNT_FAILS": "1"})
+        rc = p.p.wait(timeout=30)
+        log = open(os.path.join(env.dir, "agent.log"), errors="replace").read()
+        t.ok(rc != 0 and "NVML: device count" in log,
+             "NVML device count fails: the agent exits non-zero naming it", (rc, log[-2000:]))
+        node = env.api.node("node1")
+        anns = (node or {}).get("metadata", {}).get("annotations") or {}
+        t.ok("gpuvisor.io/node-gpus" not in anns,
+             "NVML device count fails: no inventory published", anns)
+    finally:
+        env.close()
+
+
 def scenario_config_reload():
     env = agent.Env(config={"deviceSplitCount": 4})
     try:
@@ -704,6 +723,7 @@ scenario_health_quiet_period()
 scenario_node_publication()
 scenario_node_publication(tls=True)
 scenario_topology()
+scenario_nvml_count_fails()
 scenario_config_reload()
 scenario_restart_and_gc()
 scenario_concurrency()

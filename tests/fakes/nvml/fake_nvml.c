@@ -124,6 +124,11 @@ nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     CHECK_INIT();
     if (deviceCount == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
+    /* a driver that initialises but cannot enumerate (a GPU off the bus
+     * mid-scan, a driver/library mismatch): NVML answers UNKNOWN */
+    const char *fail = getenv("GV_FAKE_NVML_COUNT_FAILS");
+    if (fail != NULL && strcmp(fail, "1") == 0)
+        return NVML_ERROR_UNKNOWN;
     *deviceCount = (unsigned)fake_gpu_count();
     return NVML_SUCCESS;
 }
