@@ -697,6 +697,14 @@ static void test_numa_from_sysfs(void **state)
         assert_int_equal(gv_gpus_pci_class(root, "00000000:3B:00.0"), classes[i].want);
     }
     assert_int_equal(gv_gpus_pci_class(root, "00000000:3C:00.0"), 0);
+    /* NVML's upper-case hex, A to F, is sysfs's lower case */
+    snprintf(cmd, sizeof(cmd), "mkdir -p %s/sys/bus/pci/devices/0000:af:00.0", root);
+    assert_int_equal(system(cmd), 0);
+    snprintf(file, sizeof(file), "%s/sys/bus/pci/devices/0000:af:00.0/numa_node", root);
+    f = fopen(file, "w");
+    fputs("3\n", f);
+    fclose(f);
+    assert_int_equal(gv_gpus_numa_node(root, "00000000:AF:00.0"), 3);
     snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
     assert_int_equal(system(cmd), 0);
 }
