@@ -202,6 +202,27 @@ def scenario_mig_health():
         env.close()
 
 
+def scenario_mig_health_two_instances():
+    """A critical Xid of one MIG device, then of its sibling: each is marked
+    by its own uuid, so the second turns Unhealthy too (not taken for the
+    first one's repeat)."""
+    env, mig, k = start({"migStrategy": "single", "deviceSplitCount": 2})
+    try:
+        ev = devices(k, lambda ds: len(ds) == 4)
+        migs = mig_uuids(ev["devices"]) if ev else []
+        agent.write_atomic(env.faults, "xid 0 79 1 3 0\n")
+        devices(k, lambda ds: sum(d["health"] == "Unhealthy" for d in ds) == 1, 10)
+        agent.write_atomic(env.faults, "xid 0 79 1 3 0\nxid 0 79 2 1 0\n")
+        ev = devices(k, lambda ds: sum(d["health"] == "Unhealthy" for d in ds) == 2, 10)
+        ds = ev["devices"] if ev else []
+        bad = sorted({d["id"].split("::")[0] for d in ds if d["health"] == "Unhealthy"})
+        t.ok(len(migs) == 2 and bad == sorted(migs),
+             "critical Xids of GPU instances 3, then 1: both MIG devices Unhealthy, GPU 1 Healthy",
+             (migs, ds))
+    finally:
+        env.close()
+
+
 def scenario_mig_health_recovers():
     env, mig, k = start({"migMode": "vgpu", "deviceSplitCount": 2}, recover_ms="300")
     try:
@@ -220,5 +241,6 @@ scenario_vgpu_in_mig()
 scenario_vgpu_in_mig_no_runtime()
 scenario_whole_default()
 scenario_mig_health()
+scenario_mig_health_two_instances()
 scenario_mig_health_recovers()
 t.done()
