@@ -210,6 +210,9 @@ def scenario_mig_health_two_instances():
     try:
         ev = devices(k, lambda ds: len(ds) == 4)
         migs = mig_uuids(ev["devices"]) if ev else []
+        # the MIG geometry is re-read at every probe (100 ms here): unchanged, nothing is re-sent
+        quiet = devices(k, lambda ds: True, 1.5)
+        t.ok(quiet is None, "an unchanged MIG geometry is not re-advertised at each probe", quiet)
         agent.write_atomic(env.faults, "xid 0 79 1 3 0\n")
         devices(k, lambda ds: sum(d["health"] == "Unhealthy" for d in ds) == 1, 10)
         agent.write_atomic(env.faults, "xid 0 79 1 3 0\nxid 0 79 2 1 0\n")
