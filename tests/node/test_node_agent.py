@@ -8,6 +8,7 @@ API server (tests/fakes/apiserver) and the kubelet stand-ins
 """
 import json
 import os
+import subprocess
 import shutil
 import signal
 import sys
@@ -441,6 +442,17 @@ def scenario_nvml_count_fails():
         env.close()
 
 
+def scenario_numeric_flags():
+    """Numeric flags take positive integers: 0 (a heartbeat or GC loop with no
+    pause) or text is a usage error naming the flag, before anything starts."""
+    for flag, val in (("--heartbeat-seconds", "0"), ("--gc-seconds", "-5"), ("--health-probe-ms", "10x")):
+        r = subprocess.run([agent.NODE_BIN, "--node-name", "n", flag, val], capture_output=True,
+                           timeout=30)
+        err = r.stderr.decode(errors="replace")
+        t.ok(r.returncode == 2 and "%s needs a positive integer, not '%s'" % (flag, val) in err,
+             "%s %s: usage error naming the flag" % (flag, val), (r.returncode, err))
+
+
 def scenario_config_reload():
     env = agent.Env(config={"deviceSplitCount": 4})
     try:
@@ -724,6 +736,7 @@ scenario_node_publication()
 scenario_node_publication(tls=True)
 scenario_topology()
 scenario_nvml_count_fails()
+scenario_numeric_flags()
 scenario_config_reload()
 scenario_restart_and_gc()
 scenario_concurrency()
