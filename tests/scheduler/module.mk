@@ -41,7 +41,7 @@ SCHED_TESTLIB_SRCS := tests/scheduler/sched_testlib.c tests/fakes/apiserver/fake
 
 TEST_PROGS += test_scheduler_with_fake_apiserver
 test_scheduler_with_fake_apiserver_SRCS := tests/scheduler/test_scheduler_with_fake_apiserver.c \
-	$(SCHED_TESTLIB_SRCS)
+	$(SCHED_TESTLIB_SRCS) tests/scheduler/sched_handfed.c
 test_scheduler_with_fake_apiserver_LIBS := $(SCHED_LIBS)
 test_scheduler_with_fake_apiserver_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
 test_scheduler_with_fake_apiserver_CFLAGS := -I.
@@ -105,7 +105,7 @@ TEST_SCRIPTS += tests/scheduler/test_sched_mig_single_with_fake_apiserver.py
 
 # The self-check compares memory, cores and tasks (drift planted in one alone).
 TEST_PROGS += test_self_check_fields
-test_self_check_fields_SRCS := tests/scheduler/test_self_check_fields.c $(SCHED_TESTLIB_SRCS)
+test_self_check_fields_SRCS := tests/scheduler/test_self_check_fields.c $(SCHED_TESTLIB_SRCS) tests/scheduler/sched_handfed.c
 test_self_check_fields_LIBS := $(SCHED_LIBS)
 test_self_check_fields_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
 test_self_check_fields_CFLAGS := -I.
@@ -113,7 +113,7 @@ test_self_check_fields_CFLAGS := -I.
 # The self-check against the API: multi-device pods, a record the API
 # contradicts, a placement with no record, pods seen before their node.
 TEST_PROGS += test_self_check_records
-test_self_check_records_SRCS := tests/scheduler/test_self_check_records.c $(SCHED_TESTLIB_SRCS)
+test_self_check_records_SRCS := tests/scheduler/test_self_check_records.c $(SCHED_TESTLIB_SRCS) tests/scheduler/sched_handfed.c
 test_self_check_records_LIBS := $(SCHED_LIBS)
 test_self_check_records_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
 test_self_check_records_CFLAGS := -I.
@@ -121,7 +121,7 @@ test_self_check_records_CFLAGS := -I.
 # Who holds which slice on /metrics and the dashboard: the engine's verified
 # placement, not a tenant's patch of its bound pod's annotation.
 TEST_PROGS += test_obs_slices
-test_obs_slices_SRCS := tests/scheduler/test_obs_slices.c $(SCHED_TESTLIB_SRCS)
+test_obs_slices_SRCS := tests/scheduler/test_obs_slices.c $(SCHED_TESTLIB_SRCS) tests/scheduler/sched_handfed.c
 test_obs_slices_LIBS := $(SCHED_LIBS)
 test_obs_slices_LDLIBS := $(SCHED_TEST_LDLIBS) $(shell $(PKG_CONFIG) --libs libcurl)
 test_obs_slices_CFLAGS := -I.

@@ -32,59 +32,41 @@
 #include "scheduler/placement_guard.h"
 #include "scheduler/sched_internal.h"
 #include "scheduler/sched_observe.h"
-#include "tests/scheduler/sched_testlib.h"
+#include "tests/scheduler/sched_handfed.h"
 
 #define KEY "obs-key-0123456789abcdef0123456789abcdef"
 #define AT "2026-11-30T06:00:00.000000Z"
 
 static const struct gpu_desc two_t4[] = {{"Tesla T4", 15360, 10}, {"Tesla T4", 15360, 10}};
 
-struct fx {
-    struct gv_sched_config cfg;
-    struct gv_sched *s;
-};
+/* Signed placements, HAMi's per-GPU and per-container series on. */
+static bool signed_per_gpu(struct gv_sched_config *cfg)
+{
+    cfg->metrics_per_gpu = true;
+    return gv_placement_key_parse(KEY, strlen(KEY), &cfg->placement_key, NULL) == GV_OK;
+}
 
 static int setup(void **state)
 {
     gv_log_set_level(GV_LOG_ERROR);
-    struct fx *f = calloc(1, sizeof(*f));
-    if (f == NULL || gv_sched_config_default(&f->cfg, NULL) != GV_OK ||
-        gv_placement_key_parse(KEY, strlen(KEY), &f->cfg.placement_key, NULL) != GV_OK) {
-        free(f);
-        return -1;
-    }
-    f->cfg.metrics_per_gpu = true;
-    if (gv_sched_new(&f->cfg, NULL, &f->s, NULL) != GV_OK) {
-        gv_sched_config_clear(&f->cfg);
-        free(f);
-        return -1;
-    }
-    *state = f;
-    return 0;
+    return (*state = st_handfed_new(signed_per_gpu)) != NULL ? 0 : -1;
 }
 
 static int teardown(void **state)
 {
-    struct fx *f = *state;
-    gv_sched_free(f->s);
-    gv_sched_config_clear(&f->cfg);
-    free(f);
+    st_handfed_free(*state);
     return 0;
 }
 
 static void add_node(struct gv_sched *s, const char *name)
 {
-    char *inv = st_inventory(name, two_t4, 2, true);
-    json_t *n = st_node(name, inv, 0);
-    gv_sched_node_update(s, n);
-    json_decref(n);
-    free(inv);
+    st_feed_node(s, name, two_t4, 2);
 }
 
 /* A running pod bound to node, containers named in spec order, with the
  * assignment text; signed with the scheduler's key when sign, else carrying
  * the signature sig_of (a tenant's copy of an old one) or none. */
-static json_t *pod_of(struct fx *f, const char *uid, const char *node, const char *text,
+static json_t *pod_of(struct st_handfed *f, const char *uid, const char *node, const char *text,
                       const char *const *ctrs, int n_ctrs, bool sign, const char *sig_of)
 {
     json_t *cs = json_array();
@@ -134,9 +116,37 @@ static int count_lines(const char *text, const char *needle)
     return n;
 }
 
+/* Every slice on the dashboard's GPUs (its JSON state, as the page reads
+ * it), each with the uuid of its GPU under "gpu"; the caller frees. */
+static json_t *dash_slices(struct gv_sched *s)
+{
+    char *js = gv_sched_obs_state_json(s);
+    assert_non_null(js);
+    json_t *st = json_loads(js, 0, NULL);
+    free(js);
+    assert_non_null(st);
+    json_t *out = json_array();
+    size_t ni, gi, k;
+    json_t *node, *gpu, *sl;
+    json_array_foreach(json_object_get(st, "nodes"), ni, node)
+    {
+        json_array_foreach(json_object_get(node, "gpus"), gi, gpu)
+        {
+            json_array_foreach(json_object_get(gpu, "slices"), k, sl)
+            {
+                json_t *x = json_deep_copy(sl);
+                json_object_set(x, "gpu", json_object_get(gpu, "uuid"));
+                json_array_append_new(out, x);
+            }
+        }
+    }
+    json_decref(st);
+    return out;
+}
+
 static void test_patched_assignment_shows_the_verified_one(void **state)
 {
-    struct fx *f = *state;
+    struct st_handfed *f = *state;
     struct gv_sched *s = f->s;
     add_node(s, "n-0");
     add_node(s, "n-1");
@@ -172,32 +182,14 @@ static void test_patched_assignment_shows_the_verified_one(void **state)
         assert_null(strstr(m, "GPU-n-0-1\""));
         assert_null(strstr(m, "} 16106127360\n"));
         free(m);
-        char *js = gv_sched_obs_state_json(s);
-        assert_non_null(js);
-        json_t *st = json_loads(js, 0, NULL);
-        free(js);
-        assert_non_null(st);
         /* the dashboard: one slice, on GPU-n-0-0, 1024 MiB, 20 % */
-        int slices = 0;
-        size_t ni, gi;
-        json_t *node, *gpu;
-        json_array_foreach(json_object_get(st, "nodes"), ni, node)
-        {
-            json_array_foreach(json_object_get(node, "gpus"), gi, gpu)
-            {
-                json_t *sl = json_object_get(gpu, "slices");
-                for (size_t k = 0; k < json_array_size(sl); k++) {
-                    json_t *x = json_array_get(sl, k);
-                    slices++;
-                    assert_string_equal(json_string_value(json_object_get(gpu, "uuid")),
-                                        "GPU-n-0-0");
-                    assert_int_equal(json_integer_value(json_object_get(x, "memMiB")), 1024);
-                    assert_true(json_real_value(json_object_get(x, "cores")) == 20.0);
-                }
-            }
-        }
-        assert_int_equal(slices, 1);
-        json_decref(st);
+        json_t *sl = dash_slices(s);
+        assert_int_equal(json_array_size(sl), 1);
+        json_t *x = json_array_get(sl, 0);
+        assert_string_equal(json_string_value(json_object_get(x, "gpu")), "GPU-n-0-0");
+        assert_int_equal(json_integer_value(json_object_get(x, "memMiB")), 1024);
+        assert_true(json_real_value(json_object_get(x, "cores")) == 20.0);
+        json_decref(sl);
     }
     free(keep_sig);
 
@@ -225,7 +217,7 @@ static void test_patched_assignment_shows_the_verified_one(void **state)
 
 static void test_container_index_is_the_spec_position(void **state)
 {
-    struct fx *f = *state;
+    struct st_handfed *f = *state;
     struct gv_sched *s = f->s;
     add_node(s, "n-2");
     /* spec order: sidecar (no GPU), d, c; the assignment lists c then d */
@@ -244,7 +236,7 @@ static void test_container_index_is_the_spec_position(void **state)
 
 static void test_unverified_pod_shows_nothing(void **state)
 {
-    struct fx *f = *state;
+    struct st_handfed *f = *state;
     struct gv_sched *s = f->s;
     add_node(s, "n-3");
     static const char *const one[] = {"c"};
@@ -258,41 +250,12 @@ static void test_unverified_pod_shows_nothing(void **state)
     free(m);
 }
 
-/* The dashboard's slices of GPU uuid: how many, and the phase of the last. */
-static int dash_slices(struct gv_sched *s, const char *uuid, char *phase, size_t cap)
-{
-    char *js = gv_sched_obs_state_json(s);
-    assert_non_null(js);
-    json_t *st = json_loads(js, 0, NULL);
-    free(js);
-    assert_non_null(st);
-    int n = 0;
-    size_t ni, gi;
-    json_t *node, *gpu;
-    json_array_foreach(json_object_get(st, "nodes"), ni, node)
-    {
-        json_array_foreach(json_object_get(node, "gpus"), gi, gpu)
-        {
-            if (strcmp(json_string_value(json_object_get(gpu, "uuid")), uuid) != 0)
-                continue;
-            json_t *sl = json_object_get(gpu, "slices");
-            for (size_t k = 0; k < json_array_size(sl); k++) {
-                snprintf(phase, cap, "%s",
-                         json_string_value(json_object_get(json_array_get(sl, k), "phase")));
-                n++;
-            }
-        }
-    }
-    json_decref(st);
-    return n;
-}
-
 /* A reservation (the filter placed the pod, the bind has not finished)
  * whose annotation the informer already shows is one slice, "reserved":
  * not also a bound one. */
 static void test_reservation_shown_once(void **state)
 {
-    struct fx *f = *state;
+    struct st_handfed *f = *state;
     struct gv_sched *s = f->s;
     add_node(s, "n-4");
     const char *text = "v1;node=n-4;c=GPU-n-4-0:2048:300";
@@ -307,16 +270,20 @@ static void test_reservation_shown_once(void **state)
     json_object_del(json_object_get(pod, "spec"), "nodeName");
     deliver(s, pod);
     json_decref(pod);
-    char phase[32] = "";
-    assert_int_equal(dash_slices(s, "GPU-n-4-0", phase, sizeof(phase)), 1);
-    assert_string_equal(phase, "reserved");
+    json_t *sl = dash_slices(s);
+    assert_int_equal(json_array_size(sl), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(sl, 0), "gpu")),
+                        "GPU-n-4-0");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(sl, 0), "phase")),
+                        "reserved");
+    json_decref(sl);
 }
 
 /* A filter call slower than the last bucket (1 s) counts in +Inf only, and
  * in no other outcome's buckets: the bucket array ends at 1 s. */
 static void test_filter_histogram_slow_call(void **state)
 {
-    struct fx *f = *state;
+    struct st_handfed *f = *state;
     struct gv_sched *s = f->s;
     const char *names[] = {"n-9"};
     struct gv_ext_args args = {0};
@@ -346,7 +313,7 @@ static void test_filter_histogram_slow_call(void **state)
  * is not Prometheus text ("NaN"), and the whole scrape would fail. */
 static void test_zero_memory_gpu_has_no_ratio(void **state)
 {
-    struct fx *f = *state;
+    struct st_handfed *f = *state;
     struct gv_sched *s = f->s;
     static const struct gpu_desc zero[] = {{"Tesla T4", 0, 10}};
     char *inv = st_inventory("n-z", zero, 1, true);

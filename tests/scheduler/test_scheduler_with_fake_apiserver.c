@@ -21,7 +21,7 @@
 #include "scheduler/gv_extender.h"
 #include "scheduler/gv_scheduler.h"
 #include "scheduler/sched_internal.h"
-#include "tests/scheduler/sched_testlib.h"
+#include "tests/scheduler/sched_handfed.h"
 
 struct fx {
     struct fake_apiserver fa;
@@ -1249,11 +1249,7 @@ static void test_self_check_slices_cover_everything(void **state)
     char node[32], uid[64], name[32], text[160];
     for (int i = 0; i < NODES; i++) {
         snprintf(node, sizeof(node), "sl-%04d", i);
-        char *inv = st_inventory(node, g1, 1, true);
-        json_t *n = st_node(node, inv, 0);
-        gv_sched_node_update(s, n);
-        json_decref(n);
-        free(inv);
+        st_feed_node(s, node, g1, 1);
     }
     for (int p = 0; p < PODS; p++) {
         snprintf(node, sizeof(node), "sl-%04d", p % NODES);

@@ -18,7 +18,7 @@
 #include "common/gv_log.h"
 #include "scheduler/gv_scheduler.h"
 #include "scheduler/sched_internal.h"
-#include "tests/scheduler/sched_testlib.h"
+#include "tests/scheduler/sched_handfed.h"
 
 #define NODE "drift-0"
 #define GPU "GPU-" NODE "-0"
@@ -30,11 +30,7 @@ static struct gv_sched *sched_with_one_pod(struct gv_sched_config *cfg)
     assert_int_equal(gv_sched_config_default(cfg, NULL), GV_OK);
     assert_int_equal(gv_sched_new(cfg, NULL, &s, NULL), GV_OK);
     static const struct gpu_desc g1[] = {{"Tesla T4", 15360, 10}};
-    char *inv = st_inventory(NODE, g1, 1, true);
-    json_t *n = st_node(NODE, inv, 0);
-    gv_sched_node_update(s, n);
-    json_decref(n);
-    free(inv);
+    st_feed_node(s, NODE, g1, 1);
     json_t *pod = json_pack(
         "{s:{s:s,s:s,s:s,s:{s:s,s:s}},s:{s:s,s:[{s:s,s:{s:{s:s,s:s}}}]},s:{s:s}}", "metadata",
         "uid", "uid-p", "name", "p", "namespace", "default", "annotations",

@@ -26,44 +26,25 @@
 
 #include "scheduler/gv_scheduler.h"
 #include "scheduler/sched_internal.h"
-#include "tests/scheduler/sched_testlib.h"
+#include "tests/scheduler/sched_handfed.h"
 
 static const struct gpu_desc two_t4[] = {{"Tesla T4", 15360, 10}, {"Tesla T4", 15360, 10}};
 
 /* Each test gets a fresh hand-fed scheduler (no API server). */
-struct fx {
-    struct gv_sched_config cfg;
-    struct gv_sched *s;
-};
-
 static int setup(void **state)
 {
-    struct fx *f = calloc(1, sizeof(*f));
-    if (f == NULL || gv_sched_config_default(&f->cfg, NULL) != GV_OK ||
-        gv_sched_new(&f->cfg, NULL, &f->s, NULL) != GV_OK) {
-        free(f);
-        return -1;
-    }
-    *state = f;
-    return 0;
+    return (*state = st_handfed_new(NULL)) != NULL ? 0 : -1;
 }
 
 static int teardown(void **state)
 {
-    struct fx *f = *state;
-    gv_sched_free(f->s);
-    gv_sched_config_clear(&f->cfg);
-    free(f);
+    st_handfed_free(*state);
     return 0;
 }
 
 static void add_node(struct gv_sched *s, const char *name)
 {
-    char *inv = st_inventory(name, two_t4, 2, true);
-    json_t *n = st_node(name, inv, 0);
-    gv_sched_node_update(s, n);
-    json_decref(n);
-    free(inv);
+    st_feed_node(s, name, two_t4, 2);
 }
 
 /* A running pod bound to node with the given assignment text; containers
@@ -104,7 +85,7 @@ static bool placed(struct gv_sched *s, const char *uid)
 
 static void test_multi_device_pods_read_clean(void **state)
 {
-    struct gv_sched *s = ((struct fx *)*state)->s;
+    struct gv_sched *s = ((struct st_handfed *)*state)->s;
     add_node(s, "mg-0");
     add_node(s, "mg-1");
     add_pod(s, "uid-two-gpus", "mg-0",
@@ -122,7 +103,7 @@ static void test_multi_device_pods_read_clean(void **state)
 
 static void test_record_replaced_by_the_api(void **state)
 {
-    struct gv_sched *s = ((struct fx *)*state)->s;
+    struct gv_sched *s = ((struct st_handfed *)*state)->s;
     add_node(s, "rc-0");
     const char *api = "v1;node=rc-0;c=GPU-rc-0-0:3000:0";
     add_pod(s, "uid-q", "rc-0", api, 1, "1");
@@ -152,7 +133,7 @@ static void test_record_replaced_by_the_api(void **state)
 
 static void test_api_placement_without_record_counted(void **state)
 {
-    struct gv_sched *s = ((struct fx *)*state)->s;
+    struct gv_sched *s = ((struct st_handfed *)*state)->s;
     add_node(s, "nr-0");
     add_pod(s, "uid-a", "nr-0", "v1;node=nr-0;c=GPU-nr-0-0:3000:0", 1, "1");
     add_pod(s, "uid-b", "nr-0", "v1;node=nr-0;c=GPU-nr-0-1:4000:0", 1, "1");
@@ -171,7 +152,7 @@ static void test_api_placement_without_record_counted(void **state)
 
 static void test_pods_before_their_node_counted_when_it_comes(void **state)
 {
-    struct gv_sched *s = ((struct fx *)*state)->s;
+    struct gv_sched *s = ((struct st_handfed *)*state)->s;
     add_node(s, "early-0");
     add_pod(s, "uid-early", "early-0", "v1;node=early-0;c=GPU-early-0-0:100:0", 1, "1");
     add_pod(s, "uid-late", "late-0", "v1;node=late-0;c=GPU-late-0-1:2500:0", 1, "1");
@@ -189,7 +170,7 @@ static void test_pods_before_their_node_counted_when_it_comes(void **state)
  * a self-check in that window leaves its record alone. */
 static void test_bind_in_progress_left_alone(void **state)
 {
-    struct gv_sched *s = ((struct fx *)*state)->s;
+    struct gv_sched *s = ((struct st_handfed *)*state)->s;
     add_node(s, "bp-0");
     pthread_mutex_lock(&s->lock);
     struct srec *r = gv_sched_rec_get(s, "uid-binding", "default", "binding");
@@ -209,7 +190,7 @@ static void test_bind_in_progress_left_alone(void **state)
  * its GPUs go back. */
 static void test_unbound_placement_the_api_lacks_released(void **state)
 {
-    struct gv_sched *s = ((struct fx *)*state)->s;
+    struct gv_sched *s = ((struct st_handfed *)*state)->s;
     add_node(s, "ub-0");
     pthread_mutex_lock(&s->lock);
     assert_int_equal(gv_sched_place_encoded(s, "uid-ub", "default", "ub",
