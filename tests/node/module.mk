@@ -30,6 +30,13 @@ test_node_units_LIBS := node kube contracts alloc shm common
 test_node_units_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
 test_node_units_CFLAGS := $(NODE_CFLAGS)
 
+# The agent's event loop: fd callbacks after adds, changes and removals, timers, posts.
+TEST_PROGS += test_node_loop
+test_node_loop_SRCS := tests/node/test_node_loop.c
+test_node_loop_LIBS := node kube contracts alloc shm common
+test_node_loop_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka)
+test_node_loop_CFLAGS := $(NODE_CFLAGS)
+
 # Monitor units: cgroup parsing, container records, metrics settings, a rendered region.
 TEST_PROGS += test_node_metrics_units
 test_node_metrics_units_SRCS := tests/node/test_node_metrics_units.c
