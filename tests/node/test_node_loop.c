@@ -1,19 +1,22 @@
 /*
  * The agent's event loop (src/node/loop/loop.c) on its own: which callback
  * an fd's events reach after others are added, modified and removed
- * (removal from inside a callback included), timers in due order and
- * cancelled, and posts from another thread.  The gRPC server, the
+ * (removal from inside a callback included), timers in due order (equal
+ * ones in the order set) and cancelled, posts from another thread, a run
+ * that lasts until stopped, and a wait a signal interrupts.  The gRPC server, the
  * registrar and the agent's signal and config watches all share one loop,
  * so an fd's events going to another fd's callback would be silent chaos
  * (a sweep found no test holding it: docs/contributing.md, "Sweeps").
  */
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -223,6 +226,89 @@ static void test_posts_from_another_thread(void **state)
     gv_loop_free(p.loop);
 }
 
+/* Timers set for the same time run in the order they were set. */
+static void test_equal_timers_in_set_order(void **state)
+{
+    (void)state;
+    struct gv_loop *loop = NULL;
+    assert_int_equal(gv_loop_new(&loop, NULL), GV_OK);
+    n_order = 0;
+    for (int i = 1; i <= 4; i++)
+        gv_loop_timer(loop, 0, on_timer, (void *)(intptr_t)i);
+    int64_t until = gv_loop_now_ms() + 5000;
+    while (n_order < 4 && gv_loop_now_ms() < until)
+        assert_int_equal(gv_loop_run_once(loop, 10, NULL), GV_OK);
+    assert_int_equal(n_order, 4);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(order[i], i + 1);
+    gv_loop_free(loop);
+}
+
+static void on_stop(struct gv_loop *loop, void *ud)
+{
+    *(int *)ud += 1;
+    gv_loop_stop(loop);
+}
+
+/* gv_loop_run keeps going until gv_loop_stop (here from a timer), and can
+ * run again afterwards. */
+static void test_run_until_stopped(void **state)
+{
+    (void)state;
+    struct gv_loop *loop = NULL;
+    assert_int_equal(gv_loop_new(&loop, NULL), GV_OK);
+    for (int round = 0; round < 2; round++) {
+        int stopped = 0;
+        n_order = 0;
+        gv_loop_timer(loop, 5, on_timer, (void *)(intptr_t)1);
+        gv_loop_timer(loop, 40, on_stop, &stopped);
+        assert_int_equal(gv_loop_run(loop, NULL), GV_OK);
+        assert_int_equal(n_order, 1);
+        assert_int_equal(stopped, 1);
+    }
+    gv_loop_free(loop);
+}
+
+static void on_usr1(int sig)
+{
+    (void)sig;
+}
+
+struct interrupter {
+    pthread_t target;
+};
+
+static void *interrupt_thread(void *ud)
+{
+    struct interrupter *in = ud;
+    struct timespec ts = {0, 100 * 1000000L};
+    nanosleep(&ts, NULL);
+    pthread_kill(in->target, SIGUSR1);
+    return NULL;
+}
+
+/* A signal landing while the loop waits (EINTR: a handler without
+ * SA_RESTART, or a stop and continue) is no error: the loop goes on. */
+static void test_interrupted_wait_is_no_error(void **state)
+{
+    (void)state;
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_usr1; /* no SA_RESTART: epoll_wait fails with EINTR */
+    sigemptyset(&sa.sa_mask);
+    assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
+    struct gv_loop *loop = NULL;
+    assert_int_equal(gv_loop_new(&loop, NULL), GV_OK);
+    struct interrupter in = {pthread_self()};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, interrupt_thread, &in), 0);
+    struct gv_error err = {0};
+    assert_int_equal(gv_loop_run_once(loop, 2000, &err), GV_OK);
+    pthread_join(t, NULL);
+    gv_loop_free(loop);
+    sigaction(SIGUSR1, &old, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -230,6 +316,9 @@ int main(void)
         cmocka_unit_test(test_delete_from_own_callback),
         cmocka_unit_test(test_timers_in_due_order_and_cancelled),
         cmocka_unit_test(test_posts_from_another_thread),
+        cmocka_unit_test(test_equal_timers_in_set_order),
+        cmocka_unit_test(test_run_until_stopped),
+        cmocka_unit_test(test_interrupted_wait_is_no_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
