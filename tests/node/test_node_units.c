@@ -718,6 +718,30 @@ static gv_status collect(const uint8_t *msg, size_t len, void *ud, struct gv_err
     return GV_OK;
 }
 
+/* The kubelet's socket path must fit sockaddr_un with its NUL: 108 bytes
+ * is one too many (refused by name), 107 fits (and fails to connect). */
+static void test_grpc_client_socket_path_fits(void **state)
+{
+    (void)state;
+    char path[200];
+    memset(path, 'k', sizeof(path));
+    path[0] = '/';
+    struct gv_grpc_reply reply;
+    struct gv_error err = {0};
+    path[108] = '\0';
+    assert_int_equal(gv_grpc_client_unary(path, "/v1beta1.Registration/Register",
+                                           (const uint8_t *)"", 0, 1000, -1, &reply, &err),
+                     GV_EINVAL);
+    assert_non_null(strstr(err.msg, "too long"));
+    gv_grpc_reply_clear(&reply);
+    path[107] = '\0';
+    assert_int_equal(gv_grpc_client_unary(path, "/v1beta1.Registration/Register",
+                                           (const uint8_t *)"", 0, 1000, -1, &reply, &err),
+                     GV_EUNAVAILABLE);
+    assert_non_null(strstr(err.msg, "connect"));
+    gv_grpc_reply_clear(&reply);
+}
+
 static void test_framer(void **state)
 {
     (void)state;
@@ -833,6 +857,7 @@ int main(void)
         cmocka_unit_test(test_labels),
         cmocka_unit_test(test_numa_from_sysfs),
         cmocka_unit_test(test_framer),
+        cmocka_unit_test(test_grpc_client_socket_path_fits),
         cmocka_unit_test(test_framer_stops_at_a_refused_message),
         cmocka_unit_test(test_timeout),
     };
