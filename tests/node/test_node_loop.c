@@ -74,10 +74,28 @@ static void close_pipes(int p[N][2])
     }
 }
 
-static void ping_all(int p[N][2])
+/* N pipes, their read ends watched for EPOLLIN, each with its record;
+ * self_del_even: the even ones remove themselves on their first event
+ * (unread), the others drain what they get. */
+static void watch_pipes(struct gv_loop *loop, int p[N][2], struct rec r[N], bool self_del_even)
+{
+    make_pipes(p);
+    memset(r, 0, N * sizeof(r[0]));
+    for (int i = 0; i < N; i++) {
+        r[i].fd = p[i][0];
+        r[i].self_del = self_del_even && i % 2 == 0;
+        r[i].drain = !r[i].self_del;
+        assert_int_equal(gv_loop_add_fd(loop, p[i][0], EPOLLIN, on_fd, &r[i], NULL), GV_OK);
+    }
+}
+
+/* A byte into every pipe, then a few rounds of the loop without waiting. */
+static void ping_and_run(struct gv_loop *loop, int p[N][2])
 {
     for (int i = 0; i < N; i++)
         assert_int_equal(write(p[i][1], "x", 1), 1);
+    for (int round = 0; round < 3; round++)
+        assert_int_equal(gv_loop_run_once(loop, 0, NULL), GV_OK);
 }
 
 static void test_fd_events_reach_their_own_callback(void **state)
@@ -86,17 +104,9 @@ static void test_fd_events_reach_their_own_callback(void **state)
     struct gv_loop *loop = NULL;
     assert_int_equal(gv_loop_new(&loop, NULL), GV_OK);
     int p[N][2];
-    make_pipes(p);
     struct rec r[N];
-    memset(r, 0, sizeof(r));
-    for (int i = 0; i < N; i++) {
-        r[i].fd = p[i][0];
-        r[i].drain = true;
-        assert_int_equal(gv_loop_add_fd(loop, p[i][0], EPOLLIN, on_fd, &r[i], NULL), GV_OK);
-    }
-    ping_all(p);
-    for (int round = 0; round < 3; round++)
-        assert_int_equal(gv_loop_run_once(loop, 0, NULL), GV_OK);
+    watch_pipes(loop, p, r, false);
+    ping_and_run(loop, p);
     for (int i = 0; i < N; i++) {
         assert_int_equal(r[i].calls, 1);
         assert_int_equal(r[i].wrong, 0);
@@ -104,9 +114,7 @@ static void test_fd_events_reach_their_own_callback(void **state)
     /* remove one in the middle of the list: the others keep theirs */
     gv_loop_del_fd(loop, p[1][0]);
     gv_loop_del_fd(loop, p[1][0]); /* twice: a no-op */
-    ping_all(p);
-    for (int round = 0; round < 3; round++)
-        assert_int_equal(gv_loop_run_once(loop, 0, NULL), GV_OK);
+    ping_and_run(loop, p);
     for (int i = 0; i < N; i++) {
         assert_int_equal(r[i].calls, i == 1 ? 1 : 2);
         assert_int_equal(r[i].wrong, 0);
@@ -137,21 +145,10 @@ static void test_delete_from_own_callback(void **state)
     struct gv_loop *loop = NULL;
     assert_int_equal(gv_loop_new(&loop, NULL), GV_OK);
     int p[N][2];
-    make_pipes(p);
     struct rec r[N];
-    memset(r, 0, sizeof(r));
-    for (int i = 0; i < N; i++) {
-        r[i].fd = p[i][0];
-        r[i].self_del = i % 2 == 0; /* 0 and 2 leave on their first event, unread */
-        r[i].drain = !r[i].self_del;
-        assert_int_equal(gv_loop_add_fd(loop, p[i][0], EPOLLIN, on_fd, &r[i], NULL), GV_OK);
-    }
-    ping_all(p);
-    for (int round = 0; round < 3; round++)
-        assert_int_equal(gv_loop_run_once(loop, 0, NULL), GV_OK);
-    ping_all(p);
-    for (int round = 0; round < 3; round++)
-        assert_int_equal(gv_loop_run_once(loop, 0, NULL), GV_OK);
+    watch_pipes(loop, p, r, true); /* 0 and 2 leave on their first event, unread */
+    ping_and_run(loop, p);
+    ping_and_run(loop, p);
     /* level-triggered and still unread: a watch still there would fire again */
     for (int i = 0; i < N; i++) {
         assert_int_equal(r[i].calls, r[i].self_del ? 1 : 2);
