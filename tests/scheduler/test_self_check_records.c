@@ -9,7 +9,9 @@
  *  - pods seen before their node are counted as soon as its inventory
  *    arrives, not a self-check later;
  *  - a bind still computing its placement is left alone, and a not-bound
- *    placement the API does not show (no unknown bind of ours) released.
+ *    placement the API does not show (no unknown bind of ours) released;
+ *  - a truth-table entry whose name fills its buffer is unreadable, never
+ *    copied past it.
  * Driven by hand, no API server, as test_self_check_fields.
  */
 #include <pthread.h>
@@ -26,6 +28,7 @@
 
 #include "scheduler/gv_scheduler.h"
 #include "scheduler/sched_internal.h"
+#include "scheduler/sched_pods.h"
 #include "tests/scheduler/sched_handfed.h"
 
 static const struct gpu_desc two_t4[] = {{"Tesla T4", 15360, 10}, {"Tesla T4", 15360, 10}};
@@ -208,6 +211,36 @@ static void test_unbound_placement_the_api_lacks_released(void **state)
     pthread_mutex_unlock(&s->lock);
 }
 
+/* The truth table's entries (truth.c): a namespace or name that fills its
+ * buffer with no room for the NUL makes the entry unreadable, never one
+ * written past the buffer; one byte shorter reads back whole. */
+static void test_truth_entry_field_bounds(void **state)
+{
+    (void)state;
+    char name[GV_ALLOC_NODE_MAX + 1];
+    memset(name, 'p', sizeof(name));
+    for (size_t len = GV_ALLOC_NODE_MAX - 1; len <= GV_ALLOC_NODE_MAX; len++) {
+        name[len] = '\0';
+        json_t *t = truth_make(true, 1234, "77", "default", name, "v1;node=n;c=GPU-x:1:0");
+        assert_non_null(t);
+        struct truth o;
+        bool ok = truth_get(t, &o);
+        if (len < GV_ALLOC_NODE_MAX) {
+            assert_true(ok);
+            assert_string_equal(o.name, name);
+            assert_string_equal(o.ns, "default");
+            assert_string_equal(o.rv, "77");
+            assert_true(o.bound);
+            assert_int_equal(o.at, 1234);
+            assert_string_equal(o.text, "v1;node=n;c=GPU-x:1:0");
+        } else {
+            assert_false(ok);
+        }
+        json_decref(t);
+        name[len] = 'p';
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -220,6 +253,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bind_in_progress_left_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unbound_placement_the_api_lacks_released, setup,
                                         teardown),
+        cmocka_unit_test(test_truth_entry_field_bounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
