@@ -24,6 +24,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <time.h>
 
 #include "common/gv_error.h"
 
@@ -58,6 +59,18 @@ gv_status gv_placement_sign(const struct gv_placement_key *k, const char *uid, c
  */
 gv_status gv_placement_verify_pod(const struct gv_placement_key *k, const json_t *pod,
                                   struct gv_error *err);
+
+/*
+ * Whether a pod's placement counts, the one rule every reader that holds
+ * the key applies (the scheduler's accounting, `kubectl gpuvisor`): GV_OK
+ * when a key signed it (gv_placement_verify_pod), or, in an upgrade window,
+ * when it carries no signature at all and the API server created the pod
+ * before unsigned_before (0: no window; creationTimestamp is the one clock
+ * a tenant cannot choose, and only in the form the API server writes it).
+ * GV_EINVAL with the signature's reason otherwise.
+ */
+gv_status gv_placement_check_pod(const struct gv_placement_key *k, time_t unsigned_before,
+                                 const json_t *pod, struct gv_error *err);
 
 /*
  * What a node agent checks before it hands a pod's placement out

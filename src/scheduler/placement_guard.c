@@ -31,19 +31,6 @@ static const char *meta(const json_t *pod, const char *key)
     return json_string_value(json_object_get(json_object_get(pod, "metadata"), key));
 }
 
-/* metadata.creationTimestamp is set by the API server, never by the client:
- * the one clock a tenant cannot choose. */
-static bool created_before(const json_t *pod, time_t cutoff)
-{
-    const char *ts = meta(pod, "creationTimestamp");
-    struct tm tm;
-    memset(&tm, 0, sizeof(tm));
-    const char *end = ts ? strptime(ts, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
-    if (end == NULL || (*end != 'Z' && *end != '.'))
-        return false;
-    return timegm(&tm) < cutoff;
-}
-
 static bool trusted(const struct gv_sched_config *cfg, const json_t *pod, struct gv_error *err);
 
 bool gv_sched_placement_trusted(const struct gv_sched_config *cfg, const json_t *pod)
@@ -70,13 +57,9 @@ static bool trusted(const struct gv_sched_config *cfg, const json_t *pod, struct
     if (cfg->placement_key == NULL)
         return true; /* the daemon runs keyless only with insecureUnsignedPlacements */
     struct gv_error err = {0};
-    if (gv_placement_verify_pod(cfg->placement_key, pod, &err) == GV_OK)
+    if (gv_placement_check_pod(cfg->placement_key, cfg->unsigned_before, pod, &err) == GV_OK)
         return true;
     *out = err;
-    const json_t *anns = json_object_get(json_object_get(pod, "metadata"), "annotations");
-    if (cfg->unsigned_before != 0 && json_object_get(anns, GV_PLACEMENT_SIG_ANNOTATION) == NULL &&
-        created_before(pod, cfg->unsigned_before))
-        return true;
     atomic_fetch_add(&rejected, 1);
     const char *ns = meta(pod, "namespace"), *name = meta(pod, "name");
     gv_warn_limited("pod %s/%s: placement ignored, not counted: %s", ns ? ns : "-",
