@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "contracts/inventory.h"
+#include "contracts/placement.h"
 #include "contracts/podspec.h"
 #include "kubectl/gv_kubectl.h"
 
@@ -126,8 +127,8 @@ static void add_node(const struct kc_opts *o, struct kc_cluster *c, json_t *node
 
 /* Places one assigned pod; false when it does not count (finished, expired,
  * malformed, node unknown). */
-static bool add_pod(struct kc_cluster *c, const struct gv_alloc_config *cfg, json_t *pod,
-                    time_t now)
+static bool add_pod(const struct kc_opts *o, struct kc_cluster *c, const struct gv_alloc_config *cfg,
+                    json_t *pod, time_t now)
 {
     const char *phase = str_at(pod, "status", "phase");
     if (phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0))
@@ -135,10 +136,25 @@ static bool add_pod(struct kc_cluster *c, const struct gv_alloc_config *cfg, jso
     const char *text = gv_podspec_annotation(pod, GV_ALLOC_ASSIGNMENT_ANNOTATION);
     const char *uid = str_at(pod, "metadata", "uid");
     const char *bound = str_at(pod, "spec", "nodeName");
-    if (text == NULL && uid != NULL && (bound == NULL || *bound == '\0') &&
+    bool unbound = bound == NULL || *bound == '\0';
+    /* A placement that does not verify is ignored, as the scheduler and the
+     * agents ignore it (verify.c): listed, never counted. */
+    char why[GV_ERROR_MSG_MAX];
+    bool counts = text == NULL || kc_placement_counts(o, pod, why, sizeof(why));
+    if (!counts) {
+        const char *at = unbound ? gv_podspec_annotation(pod, GV_PLACEMENT_NODE_ANNOTATION) : bound;
+        json_array_append_new(
+            c->unverified,
+            json_pack("{s:s,s:s,s:s?,s:s}", "namespace",
+                      str_at(pod, "metadata", "namespace") ? str_at(pod, "metadata", "namespace")
+                                                           : "",
+                      "pod", str_at(pod, "metadata", "name") ? str_at(pod, "metadata", "name") : "",
+                      "node", at, "reason", why));
+    }
+    if ((text == NULL || !counts) && uid != NULL && unbound &&
         json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp") == NULL)
         json_array_append(c->pending, pod); /* waiting to be placed: defrag may make room */
-    if (text == NULL || uid == NULL)
+    if (text == NULL || uid == NULL || !counts)
         return false;
     struct kc_pod *p = &c->pods[c->n_pods];
     memset(p, 0, sizeof(*p));
@@ -245,7 +261,8 @@ int kc_cluster_load(struct gv_kube_client *kube, const struct kc_opts *o, struct
     c->nodes = calloc(json_array_size(ni) + 1, sizeof(*c->nodes));
     c->pods = calloc(json_array_size(pi) + 1, sizeof(*c->pods));
     c->pending = json_array();
-    if (c->nodes == NULL || c->pods == NULL || c->pending == NULL) {
+    c->unverified = json_array();
+    if (c->nodes == NULL || c->pods == NULL || c->pending == NULL || c->unverified == NULL) {
         gv_error_set(err, GV_ENOMEM, "out of memory");
         goto out;
     }
@@ -253,7 +270,7 @@ int kc_cluster_load(struct gv_kube_client *kube, const struct kc_opts *o, struct
     size_t i;
     json_t *v;
     json_array_foreach(ni, i, v) add_node(o, c, v, now);
-    json_array_foreach(pi, i, v) add_pod(c, &cfg, v, now);
+    json_array_foreach(pi, i, v) add_pod(o, c, &cfg, v, now);
     json_array_foreach(pi, i, v) add_whole_pod(c, &cfg, v);
     if (c->n_nodes > 0)
         qsort(c->nodes, c->n_nodes, sizeof(*c->nodes), cmp_node);
@@ -293,6 +310,7 @@ void kc_cluster_clear(struct kc_cluster *c)
         json_decref(c->pods[i].obj);
     }
     json_decref(c->pending);
+    json_decref(c->unverified);
     free(c->nodes);
     free(c->pods);
     gv_alloc_cluster_free(c->engine);

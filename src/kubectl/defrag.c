@@ -204,12 +204,14 @@ static int print_plan(const struct kc_opts *o, struct kc_plan_ctx *x)
                                  (int)pl->moves[m].pending_fit));
         }
         json_t *doc = json_pack(
-            "{s:o,s:o,s:o,s:i,s:{s:i,s:i,s:i,s:i,s:i},s:s}", "moves", moves, "before",
-            state_json(&pl->before, x->n_pending), "after", state_json(&pl->after, x->n_pending),
-            "maxMoves", (int)o->max_moves, "pods", "total", (int)x->c.n_pods, "movable",
-            (int)x->n_movable, "noController", (int)x->no_controller, "daemonSet",
-            (int)x->daemonset, "severalBudgets", (int)x->several_pdbs, "disruptionBudgetAPI",
-            x->pdbs.version);
+            "{s:o,s:o,s:o,s:i,s:{s:i,s:i,s:i,s:i,s:i},s:s,s:{s:b,s:s},s:O}", "moves", moves,
+            "before", state_json(&pl->before, x->n_pending), "after",
+            state_json(&pl->after, x->n_pending), "maxMoves", (int)o->max_moves, "pods", "total",
+            (int)x->c.n_pods, "movable", (int)x->n_movable, "noController", (int)x->no_controller,
+            "daemonSet", (int)x->daemonset, "severalBudgets", (int)x->several_pdbs,
+            "disruptionBudgetAPI", x->pdbs.version, "placements", "verified",
+            o->placement_key != NULL, "key", o->placement_key_note ? o->placement_key_note : "",
+            "unverified", x->c.unverified);
         int rc = kc_emit(doc, o->output, o->out);
         json_decref(doc);
         return rc;
@@ -243,6 +245,19 @@ static int print_plan(const struct kc_opts *o, struct kc_plan_ctx *x)
             "through policy/%s)\n",
             pl->n_moves, o->max_moves, x->c.n_pods, x->n_movable, x->no_controller, x->daemonset,
             x->several_pdbs, x->pdbs.version);
+    size_t i;
+    json_t *u;
+    json_array_foreach(x->c.unverified, i, u)
+    {
+        char line[1400];
+        snprintf(line, sizeof(line), "%s/%s: %s", json_string_value(json_object_get(u, "namespace")),
+                 json_string_value(json_object_get(u, "pod")),
+                 json_string_value(json_object_get(u, "reason")));
+        kc_printable(line);
+        fprintf(o->out, "%s%s\n",
+                i == 0 ? "placements that do not verify (not counted, never moved):\n  " : "  ",
+                line);
+    }
     return KC_OK;
 }
 
@@ -372,10 +387,19 @@ static int await_replacement(struct gv_kube_client *kube, const struct kc_opts *
         if (found != NULL) {
             const char *text = gv_podspec_annotation(found, GV_ALLOC_ASSIGNMENT_ANNOTATION);
             struct gv_alloc_assignment *got = malloc(sizeof(*got));
+            char bad[GV_ERROR_MSG_MAX];
+            snprintf(repl, repl_cap, "%s/%s", p->ns, meta(found, "name"));
+            if (!kc_placement_counts(o, found, bad, sizeof(bad))) {
+                /* the scheduler did not write it: a tenant's pod posing as the replacement */
+                snprintf(why, cap, "replacement %s carries a placement that does not verify: %s",
+                         repl, bad);
+                free(got);
+                json_decref(list);
+                return KC_STOPPED;
+            }
             bool ok = got != NULL &&
                       gv_alloc_assignment_decode(text, strlen(text), got, NULL) == GV_OK &&
                       same_assignment(got, to);
-            snprintf(repl, repl_cap, "%s/%s", p->ns, meta(found, "name"));
             if (!ok) {
                 char at[2048], plan[2048];
                 if (got != NULL && gv_alloc_assignment_decode(text, strlen(text), got, NULL) == GV_OK)

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "alloc/gv_alloc.h"
+#include "contracts/placement.h"
 #include "common/gv_error.h"
 #include "kube/gv_kube.h"
 
@@ -38,6 +39,13 @@ struct kc_opts {
     long max_moves;             /* defrag: move budget */
     bool apply;                 /* defrag: carry the plan out */
     long move_timeout_s;        /* defrag --apply: wait for each replacement */
+    /* placement verification (verify.c) */
+    const char *placement_key_file;   /* --placement-key-file */
+    const char *placement_key_secret; /* NS/NAME of the key's Secret; "" none */
+    bool trust_annotations;           /* defrag --apply without a key */
+    time_t unsigned_before;           /* the scheduler's unsignedBefore (0: none) */
+    const struct gv_placement_key *placement_key; /* found by main; NULL: unverified */
+    const char *placement_key_note; /* where the key came from, or why none */
     FILE *out;
 };
 
@@ -71,6 +79,8 @@ struct kc_cluster {
     size_t n_pods;
     size_t n_inventories;
     json_t *pending; /* Pods of gpuvisor's scheduler not yet placed (array) */
+    /* placements that do not verify, not counted: {namespace, pod, node, reason} */
+    json_t *unverified;
 };
 
 /* An RFC 3339 time as the API writes it (UTC; a fraction is ignored): 0, or
@@ -92,6 +102,21 @@ int load_config(const struct kc_opts *o, struct gv_kube_config **cfg, struct gv_
 int kc_kube_client_once(const struct kc_opts *o, struct gv_kube_client **out,
                         struct gv_kube_config **cfg, struct gv_error *err);
 
+/* ---- placement verification (verify.c) --------------------------------- */
+
+/* The placement key: --placement-key-file, else the Secret.  KC_OK with
+ * *key set and note saying where from, or with *key NULL and note saying
+ * why (forbidden, not found: the commands run unverified); KC_USAGE when
+ * --placement-key-file or --placement-key-secret is unusable (err). */
+int kc_placement_key_find(struct gv_kube_client *kube, const struct kc_opts *o,
+                          struct gv_placement_key **key, char *note, size_t cap,
+                          struct gv_error *err);
+/* Whether the pod's placement counts: always without a key; with one, as
+ * the scheduler decides (gv_placement_check_pod); why says why not. */
+bool kc_placement_counts(const struct kc_opts *o, const json_t *pod, char *why, size_t cap);
+/* Says on stderr that placements are not verified, when they are not. */
+void kc_placement_warn(const struct kc_opts *o);
+
 /* ---- commands ---------------------------------------------------------- */
 
 int kc_inspect(struct gv_kube_client *kube, const struct kc_opts *o, const char *node);
@@ -112,6 +137,9 @@ void kc_table_init(struct kc_table *t, size_t ncol);
 void kc_table_row(struct kc_table *t, ...);
 void kc_table_print(struct kc_table *t, FILE *out);
 void kc_table_free(struct kc_table *t);
+/* Replaces every control character (C0, DEL, C1) with '?' in place: text a
+ * tenant wrote reaches the terminal with no escape sequence in it. */
+void kc_printable(char *s);
 /* Writes a JSON value as JSON (indented) or YAML (libyaml's emitter). */
 int kc_emit(json_t *doc, enum kc_output fmt, FILE *out);
 /* "81920" MiB -> "80.0Gi" style for tables. */

@@ -44,10 +44,11 @@ static json_t *gpu_pods(const struct kc_cluster *c, const struct kc_opts *o, con
 /*
  * Nominated holds: GPUs a preemption promised a pending pod, as the
  * scheduler wrote them on the pod (gpuvisor.io/nominated-hold) and honours
- * them until they lapse.  Read from the pods, not from the scheduler: the
- * plugin has no key to check the signature, so a pod carrying a forged one
- * is listed as it claims ("signed" says only whether a signature is there;
- * the scheduler ignores holds whose signature does not verify).
+ * them until they lapse.  Read from the pods, not from the scheduler.  With
+ * the placement key (verify.c) each is checked as the scheduler checks it
+ * ("verified"); without it a pod carrying a forged one is listed as it
+ * claims ("signed" says only whether a signature is there; the scheduler
+ * ignores holds whose signature does not verify).
  */
 static json_t *nominated(const struct kc_cluster *c, const struct kc_opts *o, const char *only)
 {
@@ -82,11 +83,17 @@ static json_t *nominated(const struct kc_cluster *c, const struct kc_opts *o, co
                                         "uuid", a->containers[k].devices[d].uuid, "memMiB",
                                         (json_int_t)a->containers[k].devices[d].mem_mib, "cores",
                                         a->containers[k].devices[d].milli / 10.0));
-            json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:o,s:s,s:I,s:b}", "namespace", ns,
-                                                 "pod", name, "node", node, "gpus", gpus, "until",
-                                                 until, "expiresInSeconds",
-                                                 (json_int_t)(t - now), "signed",
-                                                 sig != NULL && *sig != '\0'));
+            json_t *hj = json_pack("{s:s,s:s,s:s,s:o,s:s,s:I,s:b}", "namespace", ns, "pod", name,
+                                   "node", node, "gpus", gpus, "until", until,
+                                   "expiresInSeconds", (json_int_t)(t - now), "signed",
+                                   sig != NULL && *sig != '\0');
+            if (hj != NULL && o->placement_key != NULL)
+                json_object_set_new(
+                    hj, "verified",
+                    json_boolean(gv_hold_verify(o->placement_key,
+                                                json_string_value(json_object_get(md, "uid")),
+                                                node, until, asg, sig, NULL) == GV_OK));
+            json_array_append_new(arr, hj);
         }
         free(a);
         json_decref(h);
@@ -141,7 +148,19 @@ static json_t *build(struct kc_cluster *c, const struct kc_opts *o, const char *
     size_t pods = 0;
     for (size_t i = 0; i < c->n_pods; i++)
         pods += only == NULL || strcmp(c->pods[i].node, only) == 0;
-    return json_pack("{s:o,s:o,s:{s:I,s:I,s:I,s:I,s:f,s:f,s:I},s:{s:f,s:f,s:f}}", "nodes", nodes,
+    json_t *unv = json_array();
+    size_t k;
+    json_t *u;
+    json_array_foreach(c->unverified, k, u)
+    {
+        const char *un = json_string_value(json_object_get(u, "node"));
+        if (ns_selected(o, json_string_value(json_object_get(u, "namespace"))) &&
+            (only == NULL || (un != NULL && strcmp(un, only) == 0)))
+            json_array_append(unv, u);
+    }
+    return json_pack("{s:o,s:{s:b,s:s},s:o,s:o,s:{s:I,s:I,s:I,s:I,s:f,s:f,s:I},s:{s:f,s:f,s:f}}",
+                     "nodes", nodes, "placements", "verified", o->placement_key != NULL, "key",
+                     o->placement_key_note ? o->placement_key_note : "", "unverified", unv,
                      "nominated", nominated(c, o, only),
                      "totals", "nodes", (json_int_t)json_array_size(nodes), "gpus",
                      (json_int_t)gpus, "memMiB", (json_int_t)mem, "usedMemMiB",
@@ -227,11 +246,38 @@ static void print_nominated(json_t *doc, const struct kc_opts *o)
         }
         snprintf(exp, sizeof(exp), "%s (in %.0fs)", json_string_value(json_object_get(h, "until")),
                  num(h, "expiresInSeconds"));
+        json_t *ver = json_object_get(h, "verified");
+        bool sg = json_is_true(json_object_get(h, "signed"));
         kc_table_row(&t, who, json_string_value(json_object_get(h, "node")), gpus, exp,
-                     json_is_true(json_object_get(h, "signed")) ? "yes" : "no");
+                     !sg ? "no" : ver == NULL ? "yes" : json_is_true(ver) ? "verified" : "invalid");
     }
     fprintf(o->out, "\nNominated (GPUs a preemption holds for a pending pod until its next "
                     "filter; the scheduler honours only holds whose signature verifies):\n");
+    kc_table_print(&t, o->out);
+    kc_table_free(&t);
+}
+
+/* Placements that do not verify: not counted above (only with the key). */
+static void print_unverified(json_t *doc, const struct kc_opts *o)
+{
+    json_t *arr = json_object_get(doc, "unverified");
+    if (json_array_size(arr) == 0)
+        return;
+    struct kc_table t;
+    kc_table_init(&t, 3);
+    kc_table_row(&t, "POD", "NODE", "WHY");
+    size_t i;
+    json_t *u;
+    json_array_foreach(arr, i, u)
+    {
+        char who[600];
+        snprintf(who, sizeof(who), "%s/%s", json_string_value(json_object_get(u, "namespace")),
+                 json_string_value(json_object_get(u, "pod")));
+        const char *node = json_string_value(json_object_get(u, "node"));
+        kc_table_row(&t, who, node ? node : "-", json_string_value(json_object_get(u, "reason")));
+    }
+    fprintf(o->out, "\nPlacements that do not verify (not counted above; the scheduler and the "
+                    "node agents ignore them too):\n");
     kc_table_print(&t, o->out);
     kc_table_free(&t);
 }
@@ -312,6 +358,7 @@ static void print_table(json_t *doc, const struct kc_opts *o)
     kc_table_free(&t);
     print_whole_resources(doc, o);
     print_nominated(doc, o);
+    print_unverified(doc, o);
     json_t *tot = json_object_get(doc, "totals"), *fr = json_object_get(doc, "fragmentation");
     double m = num(tot, "memMiB"), c = num(tot, "cores");
     fprintf(o->out, "--------------------------------------------------------------\n");

@@ -52,6 +52,14 @@ static void usage(FILE *out)
             "                            replacement lands as planned; stops at the first\n"
             "                            surprise (exit 5)\n"
             "      --timeout S           defrag --apply: wait for each replacement (120)\n"
+            "      --placement-key-file F  verify placements with this key (the\n"
+            "                            gpuvisor-placement-key Secret's \"key\")\n"
+            "      --placement-key-secret NS/NAME  else read the key from this Secret\n"
+            "                            (gpuvisor-system/gpuvisor-placement-key; \"\" none)\n"
+            "      --unsigned-before TIME  the scheduler's unsignedBefore: unsigned\n"
+            "                            placements of pods created before TIME count\n"
+            "      --trust-annotations   defrag --apply without a key: evict on placements\n"
+            "                            as written (a tenant can forge its own)\n"
             "\n"
             "Exit status: 0 ok, 1 error, 2 usage, 3 gpuvisor not installed, 4 forbidden (RBAC),\n"
             "5 defrag --apply stopped at a surprise.\n");
@@ -69,7 +77,11 @@ int main(int argc, char **argv)
         OPT_SCHED_NAME,
         OPT_MAX_MOVES,
         OPT_APPLY,
-        OPT_TIMEOUT
+        OPT_TIMEOUT,
+        OPT_KEY_FILE,
+        OPT_KEY_SECRET,
+        OPT_UNSIGNED_BEFORE,
+        OPT_TRUST
     };
     static const struct option opts[] = {
         {"details", no_argument, NULL, 'd'},
@@ -87,6 +99,10 @@ int main(int argc, char **argv)
         {"max-moves", required_argument, NULL, OPT_MAX_MOVES},
         {"apply", no_argument, NULL, OPT_APPLY},
         {"timeout", required_argument, NULL, OPT_TIMEOUT},
+        {"placement-key-file", required_argument, NULL, OPT_KEY_FILE},
+        {"placement-key-secret", required_argument, NULL, OPT_KEY_SECRET},
+        {"unsigned-before", required_argument, NULL, OPT_UNSIGNED_BEFORE},
+        {"trust-annotations", no_argument, NULL, OPT_TRUST},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -95,6 +111,7 @@ int main(int argc, char **argv)
                         .scheduler_name = "gpuvisor-scheduler",
                         .max_moves = 10,
                         .move_timeout_s = 120,
+                        .placement_key_secret = "gpuvisor-system/gpuvisor-placement-key",
                         .out = stdout};
     int c;
     while ((c = getopt_long(argc, argv, "do:n:As:h", opts, NULL)) != -1) {
@@ -131,6 +148,24 @@ int main(int argc, char **argv)
             break;
         case OPT_APPLY:
             o.apply = true;
+            break;
+        case OPT_KEY_FILE:
+            o.placement_key_file = optarg;
+            break;
+        case OPT_KEY_SECRET:
+            o.placement_key_secret = optarg;
+            break;
+        case OPT_TRUST:
+            o.trust_annotations = true;
+            break;
+        case OPT_UNSIGNED_BEFORE:
+            if (kc_parse_time(optarg, &o.unsigned_before) != 0 || o.unsigned_before <= 0) {
+                fprintf(stderr,
+                        "kubectl-gpuvisor: --unsigned-before %s: not a time like "
+                        "2026-01-31T00:00:00Z\n",
+                        optarg);
+                return KC_USAGE;
+            }
             break;
         case OPT_MAX_MOVES:
         case OPT_TIMEOUT: {
@@ -204,6 +239,8 @@ int main(int argc, char **argv)
     struct gv_error err = {0};
     struct gv_kube_config *cfg = NULL;
     struct gv_kube_client *kube = NULL;
+    struct gv_placement_key *key = NULL;
+    char key_note[GV_ERROR_MSG_MAX + 96];
     int rc = KC_ERR;
     if (load_config(&o, &cfg, &err) != 0) {
         fprintf(stderr, "kubectl-gpuvisor: %s\n", err.msg);
@@ -218,6 +255,27 @@ int main(int argc, char **argv)
         fprintf(stderr, "kubectl-gpuvisor: %s\n", err.msg);
         goto out;
     }
+    if (strcmp(cmd, "top") != 0) {
+        /* inspect and defrag count placements: verified when a key is at hand */
+        if ((rc = kc_placement_key_find(kube, &o, &key, key_note, sizeof(key_note), &err)) !=
+            KC_OK) {
+            fprintf(stderr, "kubectl-gpuvisor: %s\n", err.msg);
+            goto out;
+        }
+        o.placement_key = key;
+        o.placement_key_note = key_note;
+        if (key == NULL && is_defrag && o.apply && !o.trust_annotations) {
+            fprintf(stderr,
+                    "kubectl-gpuvisor: defrag --apply: placements cannot be verified (%s), and a "
+                    "tenant can forge its own pod's; give --placement-key-file, or "
+                    "--trust-annotations to evict on placements as written\n",
+                    key_note);
+            rc = KC_USAGE;
+            goto out;
+        }
+        kc_placement_warn(&o);
+        rc = KC_ERR;
+    }
     if (is_defrag) {
         rc = kc_defrag(kube, &o);
     } else if (strcmp(cmd, "inspect") == 0) {
@@ -229,6 +287,7 @@ int main(int argc, char **argv)
         rc = kc_top(kube, &o, arg);
     }
 out:
+    gv_placement_key_free(key);
     gv_kube_client_free(kube);
     gv_kube_config_free(cfg);
     if (fflush(stdout) != 0 && rc == KC_OK)

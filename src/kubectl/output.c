@@ -22,7 +22,7 @@ void kc_table_init(struct kc_table *t, size_t ncol)
  * hide rows, set the clipboard through OSC 52).  -o json and -o yaml
  * escape such characters themselves (jansson, libyaml).
  */
-static void printable(char *s)
+void kc_printable(char *s)
 {
     unsigned char *r = (unsigned char *)s, *w = r;
     while (*r) {
@@ -55,7 +55,7 @@ void kc_table_row(struct kc_table *t, ...)
         const char *s = va_arg(ap, const char *);
         char *cell = strdup(s ? s : "");
         if (cell != NULL)
-            printable(cell);
+            kc_printable(cell);
         t->cells[t->nrow * t->ncol + i] = cell;
     }
     va_end(ap);

@@ -9,7 +9,15 @@ or never).  The real scheduler cannot run its kube-scheduler half here.
 
 Cluster: four nodes of one T4 each, every GPU 30 % used by one pod: solo (no
 controller), agent (a DaemonSet's), web-1 and web-2 (ReplicaSet web).  Only
-the web pods may move; moving one onto another used GPU frees its GPU."""
+the web pods may move; moving one onto another used GPU frees its GPU.
+
+Every placement is signed as the scheduler signs it (HMAC-SHA256, computed
+here independently of src/contracts) under the key the stand-in serves as
+the gpuvisor-placement-key Secret, so the plugin verifies them as a cluster
+admin's would; the last scenarios take the key away or forge placements."""
+import base64
+import hashlib
+import hmac
 import json
 import os
 import subprocess
@@ -41,6 +49,25 @@ def uuid(node):
     return "GPU-%s-00" % node
 
 
+KEY = b"defrag-test-key-0123456789abcdef0123456789abcdef"
+KEY_SECRET = {"apiVersion": "v1", "kind": "Secret",
+              "metadata": {"name": "gpuvisor-placement-key", "namespace": "gpuvisor-system"},
+              "data": {"key": base64.b64encode(KEY + b"\n").decode()}}
+
+
+def sign(uid, node, at, assignment, key=KEY):
+    """The scheduler's placement signature (src/contracts/placement.c)."""
+    msg = b"gpuvisor.io/placement/v1\0" + b"".join(f.encode() + b"\0" for f in (uid, node, at, assignment))
+    return "v1." + hmac.new(key, msg, hashlib.sha256).hexdigest()
+
+
+def placement(uid, node, at, key=KEY):
+    """A pod's placement annotations as the scheduler writes them at bind."""
+    asg = "v1;node=%s;main=%s:4096:300" % (node, uuid(node))
+    return {"gpuvisor.io/assignment": asg, "gpuvisor.io/assigned-node": node,
+            "gpuvisor.io/assigned-at": at, "gpuvisor.io/assignment-sig": sign(uid, node, at, asg, key)}
+
+
 def now3339(off=0):
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + off))
 
@@ -58,8 +85,7 @@ def pod_obj(name, node, owner, labels, uid=None):
                                  "nvidia.com/gpucores": "30"}}}]}
     if node:
         spec["nodeName"] = node
-        md["annotations"] = {"gpuvisor.io/assignment": "v1;node=%s;main=%s:4096:300" % (node, uuid(node)),
-                             "gpuvisor.io/assigned-node": node, "gpuvisor.io/assigned-at": now3339(-600)}
+        md["annotations"] = placement(uid or "", node, now3339(-600))
     return {"apiVersion": "v1", "kind": "Pod", "metadata": md, "spec": spec,
             "status": {"phase": "Running" if node else "Pending"}}
 
@@ -77,6 +103,7 @@ def seed_objects(pdbs=()):
                                        "gpuvisor.io/node-heartbeat": now3339()}}})
     for name, node, owner, labels in PODS:
         out.append(pod_obj(name, node, owner, labels, uid="uid-" + name))
+    out.append(KEY_SECRET)
     for name, selector, allowed in pdbs:
         out.append({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
                     "metadata": {"name": name, "namespace": "default"},
@@ -112,9 +139,9 @@ class Cluster(threading.Thread):
     goes gets a replacement "<name>-r"; place(name) says where it goes (a node,
     or None: not yet, as while the scheduler restarts)."""
 
-    def __init__(self, api, place, on_evict=None):
+    def __init__(self, api, place, on_evict=None, key=KEY):
         super().__init__(daemon=True)
-        self.api, self.place, self.on_evict = api, place, on_evict
+        self.api, self.place, self.on_evict, self.key = api, place, on_evict, key
         self.stop_ev = threading.Event()
         self.replaced = set()
 
@@ -137,9 +164,8 @@ class Cluster(threading.Thread):
                 node = self.place(name)
                 if node is None:
                     continue
-                ann = {"metadata": {"annotations": {
-                    "gpuvisor.io/assignment": "v1;node=%s;main=%s:4096:300" % (node, uuid(node)),
-                    "gpuvisor.io/assigned-node": node, "gpuvisor.io/assigned-at": now3339()}}}
+                ann = {"metadata": {"annotations": placement(rp["metadata"]["uid"], node, now3339(),
+                                                             key=self.key)}}
                 base = self.api.url + "/api/v1/namespaces/default/pods/" + name + "-r"
                 req_patch(base, ann)
                 http("POST", base + "/binding", {"kind": "Binding", "target": {"kind": "Node", "name": node}})
@@ -159,6 +185,14 @@ def req_patch(url, body):
     r = urllib.request.Request(url, data=json.dumps(body).encode(), method="PATCH")
     r.add_header("Content-Type", "application/merge-patch+json")
     urllib.request.urlopen(r, timeout=10).read()
+
+
+def KEYFILE_OK():
+    """A file holding the scheduler's key."""
+    path = os.path.join(work, "placement-ok.key")
+    with open(path, "wb") as f:
+        f.write(KEY + b"\n")
+    return path
 
 
 def run(api, *args, timeout=120):
@@ -264,7 +298,8 @@ finally:
 
 
 # ---- --apply ---------------------------------------------------------------
-def apply_scenario(tag, place, *args, on_evict=None, pdbs=(), before=None, graceful=False, extra=()):
+def apply_scenario(tag, place, *args, on_evict=None, pdbs=(), before=None, graceful=False, extra=(),
+                   key=KEY):
     api = Api(tag, pdbs=pdbs, graceful=graceful, extra=extra)
     try:
         rc, doc, err = plan_of(api, *args)
@@ -272,7 +307,8 @@ def apply_scenario(tag, place, *args, on_evict=None, pdbs=(), before=None, grace
         planned["_first"] = doc["moves"][0]["pod"] if doc.get("moves") else None
         if before:
             before(api)
-        c = Cluster(api, lambda name: place(name, planned), on_evict=on_evict and (lambda n: on_evict(api, n)))
+        c = Cluster(api, lambda name: place(name, planned), on_evict=on_evict and (lambda n: on_evict(api, n)),
+                    key=key)
         c.start()
         try:
             rc, out, err = run(api, "--apply", "--timeout", "10", *args)
@@ -314,6 +350,14 @@ def swap_other(api, name):
     node = NODE_OF[other]
     http("DELETE", api.url + "/api/v1/namespaces/default/pods/" + other)
     http("POST", api.url + "/api/v1/namespaces/default/pods", pod_obj(other, node, None, {"app": "web"}))
+    sign_again(api, other, node)
+
+
+def sign_again(api, name, node):
+    """Signs a pod created by POST over the uid the API server gave it."""
+    uid = api.pods()[name]["metadata"]["uid"]
+    req_patch(api.url + "/api/v1/namespaces/default/pods/" + name,
+              {"metadata": {"annotations": placement(uid, node, now3339(-600))}})
 
 
 rc, out, err, pods, st, planned, _ = apply_scenario("apply-changed", lambda n, pl: pl.get(n), on_evict=swap_other)
@@ -355,6 +399,7 @@ def stranger(api, name):
     home = NODE_OF[name]
     http("POST", api.url + "/api/v1/namespaces/default/pods",
          pod_obj("stranger", home, None, {"app": "stranger"}, uid="uid-stranger"))
+    sign_again(api, "stranger", home)
 
 
 rc, out, err, pods, st, planned, _ = apply_scenario("apply-stranger", lambda n, pl: pl.get(n), on_evict=stranger)
@@ -406,4 +451,90 @@ t.ok(rc == 0 and "applied 2 moves" in out and "big" in pods and not pods["big"][
 # never placed: stop after the timeout
 rc, out, err, pods, st, planned, _ = apply_scenario("apply-timeout", lambda n, pl: None)
 t.ok(rc == 5 and "no replacement was placed within 10s" in out, "replacement never placed: stop at the timeout", out + err)
+
+# ---- placements a tenant forged ------------------------------------------
+# A tenant patches its own pods: one claims gpu-a's GPU with no signature,
+# one gpu-b's with a signature under a key that is not the scheduler's.  The
+# scheduler and the agents ignore both; so must the plan.
+OTHER_KEY = b"not-the-scheduler-key-0123456789abcdef0123456789"
+unsigned = pod_obj("forged-unsigned", "gpu-a", "ReplicaSet", {"app": "tenant"}, uid="uid-forged-unsigned")
+del unsigned["metadata"]["annotations"]["gpuvisor.io/assignment-sig"]
+wrongkey = pod_obj("forged-wrong-key", "gpu-b", "ReplicaSet", {"app": "tenant"}, uid="uid-forged-wrong-key")
+wrongkey["metadata"]["annotations"] = placement("uid-forged-wrong-key", "gpu-b", now3339(-60), key=OTHER_KEY)
+api = Api("plan-forged", extra=[unsigned, wrongkey])
+try:
+    rc, doc, err = plan_of(api)
+    unv = {u["pod"]: u["reason"] for u in doc.get("unverified", [])}
+    t.ok(rc == 0 and doc.get("placements", {}).get("verified") is True
+         and doc["placements"].get("key") == "Secret gpuvisor-system/gpuvisor-placement-key",
+         "the key is read from the gpuvisor-placement-key Secret", (rc, doc.get("placements"), err))
+    t.ok(set(unv) == {"forged-unsigned", "forged-wrong-key"} and "not signed" in unv["forged-unsigned"]
+         and "does not match" in unv["forged-wrong-key"],
+         "forged placements are listed as not verifying, with the reason", unv)
+    t.ok(doc.get("pods", {}).get("total") == 4 and doc["before"]["idleGPUs"] == 0
+         and {m["pod"] for m in doc.get("moves", [])} == {"web-1", "web-2"} and doc["after"]["idleGPUs"] == 2,
+         "forged placements count for nothing: the plan is the one without them", doc)
+    rc, out, err = run(api)
+    t.ok(rc == 0 and "placements that do not verify (not counted, never moved):" in out
+         and "default/forged-unsigned: placement is not signed" in out and "warning" not in err,
+         "table output names the placements that do not verify", out + err)
+    # no key at hand (a viewer): plan on placements as written, and say so
+    http("POST", api.url + "/_fake/forbid?resource=secrets&verb=get")
+    rc, doc, err = plan_of(api)
+    t.ok(rc == 0 and doc["placements"]["verified"] is False and "HTTP 403" in doc["placements"]["key"]
+         and "not verified" in err and doc["pods"]["total"] == 6 and doc["unverified"] == [],
+         "Secret forbidden: the plan reads placements as written and warns", (doc.get("placements"), err))
+    rc, out, err = run(api, "--apply")
+    st = api.stats()
+    t.ok(rc == 2 and "cannot be verified" in err and "--trust-annotations" in err
+         and not any(k.endswith("/eviction") for k in st),
+         "Secret forbidden: --apply refuses to evict on unverified placements", (rc, err))
+    kf = os.path.join(work, "placement.key")
+    with open(kf, "wb") as f:
+        f.write(b"# the Secret's key\n" + KEY + b"\n")
+    rc, doc, err = plan_of(api, "--placement-key-file", kf)
+    t.ok(rc == 0 and doc["placements"] == {"verified": True, "key": "file " + kf}
+         and doc["pods"]["total"] == 4 and len(doc["unverified"]) == 2 and "warning" not in err,
+         "--placement-key-file verifies without the Secret", (doc.get("placements"), err))
+    with open(kf, "wb") as f:
+        f.write(OTHER_KEY + b"\n")
+    rc, doc, err = plan_of(api, "--placement-key-file", kf)
+    t.ok(rc == 0 and doc["pods"]["total"] == 1 and {u["pod"] for u in doc["unverified"]}
+         == {"solo", "agent", "web-1", "web-2", "forged-unsigned"} and doc["moves"] == [],
+         "a key that is not the scheduler's verifies only what it signed", doc)
+    rc, out, err = run(api, "--placement-key-file", os.path.join(work, "missing.key"))
+    t.ok(rc == 2 and "missing.key" in err, "an unreadable --placement-key-file is a usage error", (rc, err))
+    with open(kf, "wb") as f:
+        f.write(b"short\n")
+    rc, out, err = run(api, "--placement-key-file", kf)
+    t.ok(rc == 2 and "at least 32" in err, "a key file with a short key is refused, as the scheduler refuses it",
+         (rc, err))
+    rc, out, err = run(api, "--placement-key-secret", "gpuvisor-system/../../x")
+    t.ok(rc == 2 and "not NAMESPACE/NAME" in err, "--placement-key-secret outside NAMESPACE/NAME is refused",
+         (rc, err))
+    # the upgrade window: unsigned placements of pods created before the
+    # scheduler's unsignedBefore count (the stand-in created them just now)
+    rc, doc, err = plan_of(api, "--placement-key-file", KEYFILE_OK(), "--unsigned-before", now3339(3600))
+    t.ok(rc == 0 and {u["pod"] for u in doc["unverified"]} == {"forged-wrong-key"} and doc["pods"]["total"] == 5,
+         "--unsigned-before: unsigned placements of older pods count, wrongly signed ones never", doc)
+    rc, doc, err = plan_of(api, "--placement-key-file", KEYFILE_OK(), "--unsigned-before", now3339(-3600))
+    t.ok(rc == 0 and len(doc["unverified"]) == 2, "--unsigned-before in the past: no window for these pods", doc)
+    rc, out, err = run(api, "--unsigned-before", "yesterday")
+    t.ok(rc == 2 and "--unsigned-before" in err, "a bad --unsigned-before is a usage error", (rc, err))
+finally:
+    api.stop()
+
+# --trust-annotations: the admin's explicit choice without a key
+rc, out, err, pods, st, planned, _ = apply_scenario(
+    "apply-trusted", lambda n, pl: pl.get(n), "--trust-annotations",
+    before=lambda api: http("POST", api.url + "/_fake/forbid?resource=secrets&verb=get"))
+t.ok(rc == 0 and "applied 2 moves" in out, "--trust-annotations: --apply runs on placements as written", out + err)
+
+# a replacement whose placement does not verify (a tenant's pod posing as it,
+# or a placement that is not the scheduler's): stop before the next eviction
+rc, out, err, pods, st, planned, _ = apply_scenario("apply-forged-replacement", lambda n, pl: pl.get(n),
+                                                     key=OTHER_KEY)
+evs = [k for k in st if k.endswith("/eviction")]
+t.ok(rc == 5 and "carries a placement that does not verify" in out and "stopped after 0 of 2 moves" in out
+     and len(evs) == 1, "replacement with a placement that does not verify: stop", out + err)
 t.done()

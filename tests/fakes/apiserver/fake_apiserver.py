@@ -113,6 +113,7 @@ RESOURCES = {
     "events": ("Event", True),
     "resourcequotas": ("ResourceQuota", True),
     "poddisruptionbudgets": ("PodDisruptionBudget", True),
+    "secrets": ("Secret", True),  # the placement key, which kubectl gpuvisor reads
 }
 # resources served under a named API group (the rest under the core /api/v1)
 GROUPED = {"poddisruptionbudgets": "policy"}
