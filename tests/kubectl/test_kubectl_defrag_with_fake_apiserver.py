@@ -484,7 +484,7 @@ try:
     t.ok(rc == 0 and doc["placements"]["verified"] is False and "HTTP 403" in doc["placements"]["key"]
          and "not verified" in err and doc["pods"]["total"] == 6 and doc["unverified"] == [],
          "Secret forbidden: the plan reads placements as written and warns", (doc.get("placements"), err))
-    rc, out, err = run(api, "--apply")
+    rc, out, err = run(api, "--apply", "--timeout", "1")
     st = api.stats()
     t.ok(rc == 2 and "cannot be verified" in err and "--trust-annotations" in err
          and not any(k.endswith("/eviction") for k in st),
@@ -521,6 +521,19 @@ try:
     t.ok(rc == 0 and len(doc["unverified"]) == 2, "--unsigned-before in the past: no window for these pods", doc)
     rc, out, err = run(api, "--unsigned-before", "yesterday")
     t.ok(rc == 2 and "--unsigned-before" in err, "a bad --unsigned-before is a usage error", (rc, err))
+finally:
+    api.stop()
+
+# a pending pod whose forged placement names a node: the scheduler ignores the
+# placement and will place the pod afresh, so it is one of the plan's pending pods
+big = whole_gpu_pod("big-forged")
+big["metadata"]["annotations"] = placement("uid-big-forged", "gpu-c", now3339(-60), key=OTHER_KEY)
+api = Api("plan-forged-pending", extra=[big])
+try:
+    rc, doc, err = plan_of(api)
+    t.ok(rc == 0 and [u["pod"] for u in doc.get("unverified", [])] == ["big-forged"]
+         and doc["before"]["pending"] == 1 and doc["after"]["pendingFit"] == 1,
+         "an unbound pod with a forged placement is pending for the plan, as for the scheduler", doc)
 finally:
     api.stop()
 
