@@ -4,8 +4,10 @@
  * nodes with the agent's inventory (src/contracts), pods with their
  * assignments — into the allocation engine (src/alloc) through the shared
  * kube client (src/kube), and live usage from the node agents' /metrics
- * through the API server's pod proxy.  Read-only, except `defrag --apply`,
- * which evicts pods through the Eviction API.
+ * through the API server's pod proxy.  Placements count only when their
+ * signature verifies under the placement key, where one is at hand
+ * (verify.c).  Read-only, except `defrag --apply`, which evicts pods
+ * through the Eviction API.
  */
 #ifndef GV_KUBECTL_H
 #define GV_KUBECTL_H
@@ -43,7 +45,7 @@ struct kc_opts {
     const char *placement_key_file;   /* --placement-key-file */
     const char *placement_key_secret; /* NS/NAME of the key's Secret; "" none */
     bool trust_annotations;           /* defrag --apply without a key */
-    time_t unsigned_before;           /* the scheduler's unsignedBefore (0: none) */
+    time_t unsigned_before; /* --accept-unsigned-placements-before (0: none) */
     const struct gv_placement_key *placement_key; /* found by main; NULL: unverified */
     const char *placement_key_note; /* where the key came from, or why none */
     FILE *out;

@@ -56,8 +56,8 @@ static void usage(FILE *out)
             "                            gpuvisor-placement-key Secret's \"key\")\n"
             "      --placement-key-secret NS/NAME  else read the key from this Secret\n"
             "                            (gpuvisor-system/gpuvisor-placement-key; \"\" none)\n"
-            "      --unsigned-before TIME  the scheduler's unsignedBefore: unsigned\n"
-            "                            placements of pods created before TIME count\n"
+            "      --accept-unsigned-placements-before TIME  as the scheduler's setting:\n"
+            "                            unsigned placements of pods created before TIME count\n"
             "      --trust-annotations   defrag --apply without a key: evict on placements\n"
             "                            as written (a tenant can forge its own)\n"
             "\n"
@@ -101,7 +101,7 @@ int main(int argc, char **argv)
         {"timeout", required_argument, NULL, OPT_TIMEOUT},
         {"placement-key-file", required_argument, NULL, OPT_KEY_FILE},
         {"placement-key-secret", required_argument, NULL, OPT_KEY_SECRET},
-        {"unsigned-before", required_argument, NULL, OPT_UNSIGNED_BEFORE},
+        {"accept-unsigned-placements-before", required_argument, NULL, OPT_UNSIGNED_BEFORE},
         {"trust-annotations", no_argument, NULL, OPT_TRUST},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -161,7 +161,7 @@ int main(int argc, char **argv)
         case OPT_UNSIGNED_BEFORE:
             if (kc_parse_time(optarg, &o.unsigned_before) != 0 || o.unsigned_before <= 0) {
                 fprintf(stderr,
-                        "kubectl-gpuvisor: --unsigned-before %s: not a time like "
+                        "kubectl-gpuvisor: --accept-unsigned-placements-before %s: not a time like "
                         "2026-01-31T00:00:00Z\n",
                         optarg);
                 return KC_USAGE;

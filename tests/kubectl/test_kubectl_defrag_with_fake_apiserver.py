@@ -474,6 +474,23 @@ try:
     t.ok(doc.get("pods", {}).get("total") == 4 and doc["before"]["idleGPUs"] == 0
          and {m["pod"] for m in doc.get("moves", [])} == {"web-1", "web-2"} and doc["after"]["idleGPUs"] == 2,
          "forged placements count for nothing: the plan is the one without them", doc)
+    # inspect reads the same cluster: the forged placements are listed, not counted
+    e = dict(os.environ, HOME=work)
+    e.pop("KUBECONFIG", None)
+    r = subprocess.run([BIN, "-s", api.url, "inspect", "-o", "json", "--heartbeat-timeout", "1800"],
+                       capture_output=True, env=e, timeout=60)
+    idoc = json.loads(r.stdout) if r.returncode == 0 else {}
+    used = {g["uuid"]: g["tasks"] for n in idoc.get("nodes", []) for g in n["gpus"]}
+    t.ok(r.returncode == 0 and idoc["totals"]["pods"] == 4 and used == {uuid(n): 1 for n in NODES}
+         and {u["pod"] for u in idoc["unverified"]} == {"forged-unsigned", "forged-wrong-key"}
+         and idoc["placements"]["verified"] is True,
+         "inspect with the key: forged placements listed under unverified, no GPU counts them",
+         (idoc.get("totals"), used, r.stderr))
+    r = subprocess.run([BIN, "-s", api.url, "inspect", "--heartbeat-timeout", "1800"],
+                       capture_output=True, env=e, timeout=60)
+    tail = r.stdout.decode().split("Placements that do not verify")[-1]
+    t.ok(r.returncode == 0 and "default/forged-wrong-key" in tail and "gpu-b" in tail and "does not match" in tail,
+         "inspect's table names them, with node and reason", r.stdout.decode())
     rc, out, err = run(api)
     t.ok(rc == 0 and "placements that do not verify (not counted, never moved):" in out
          and "default/forged-unsigned: placement is not signed" in out and "warning" not in err,
@@ -513,14 +530,16 @@ try:
     t.ok(rc == 2 and "not NAMESPACE/NAME" in err, "--placement-key-secret outside NAMESPACE/NAME is refused",
          (rc, err))
     # the upgrade window: unsigned placements of pods created before the
-    # scheduler's unsignedBefore count (the stand-in created them just now)
-    rc, doc, err = plan_of(api, "--placement-key-file", KEYFILE_OK(), "--unsigned-before", now3339(3600))
+    # scheduler's acceptUnsignedPlacementsBefore count (the stand-in created them just now)
+    rc, doc, err = plan_of(api, "--placement-key-file", KEYFILE_OK(),
+                           "--accept-unsigned-placements-before", now3339(3600))
     t.ok(rc == 0 and {u["pod"] for u in doc["unverified"]} == {"forged-wrong-key"} and doc["pods"]["total"] == 5,
-         "--unsigned-before: unsigned placements of older pods count, wrongly signed ones never", doc)
-    rc, doc, err = plan_of(api, "--placement-key-file", KEYFILE_OK(), "--unsigned-before", now3339(-3600))
-    t.ok(rc == 0 and len(doc["unverified"]) == 2, "--unsigned-before in the past: no window for these pods", doc)
-    rc, out, err = run(api, "--unsigned-before", "yesterday")
-    t.ok(rc == 2 and "--unsigned-before" in err, "a bad --unsigned-before is a usage error", (rc, err))
+         "--accept-unsigned-placements-before: unsigned placements of older pods count, wrongly signed ones never", doc)
+    rc, doc, err = plan_of(api, "--placement-key-file", KEYFILE_OK(),
+                           "--accept-unsigned-placements-before", now3339(-3600))
+    t.ok(rc == 0 and len(doc["unverified"]) == 2, "--accept-unsigned-placements-before in the past: no window for these pods", doc)
+    rc, out, err = run(api, "--accept-unsigned-placements-before", "yesterday")
+    t.ok(rc == 2 and "--accept-unsigned-placements-before" in err, "a bad --accept-unsigned-placements-before is a usage error", (rc, err))
 finally:
     api.stop()
 

@@ -262,6 +262,40 @@ contexts:
     t.ok(rc == 0 and "Nominated" in out and len(rows) == 1 and "gpu-a100-1" in rows[0] and
          "GPU-held-0 (20480, 0)" in rows[0] and fmt(now + 300) in rows[0] and "lapsed" not in out,
          "inspect: a Nominated table with pod, node, GPUs and expiry", out + err)
+    # with the placement key, each hold is checked as the scheduler checks it:
+    # prod-infer's signed here over its uid (src/contracts' HMAC, computed
+    # independently), a second one carrying a signature no key made
+    import hashlib
+    import hmac
+    key = b"plugin-test-key-0123456789abcdef0123456789abcdef"
+    kf = os.path.join(work, "placement.key")
+    with open(kf, "wb") as f:
+        f.write(key + b"\n")
+    pj = json.loads(obs_stand.http("GET", stand.api_url + "/api/v1/namespaces/ml-train/pods/prod-infer")[1])
+    hold = json.loads(pj["metadata"]["annotations"]["gpuvisor.io/nominated-hold"])
+    msg = b"gpuvisor.io/nominated-hold/v1\0" + b"".join(
+        f.encode() + b"\0" for f in (pj["metadata"]["uid"], hold["node"], hold["until"], hold["assignment"]))
+    hold["sig"] = "v1." + hmac.new(key, msg, hashlib.sha256).hexdigest()
+    obs_stand.http("PATCH", stand.api_url + "/api/v1/namespaces/ml-train/pods/prod-infer",
+                   {"metadata": {"annotations": {"gpuvisor.io/nominated-hold": json.dumps(hold)}}},
+                   ctype="application/merge-patch+json")
+    t.ok(hold_pod("bad-hold", "gpu-a100-1", "GPU-held-3", 512, fmt(now + 300)) in (200, 201),
+         "a pending pod whose hold no key signed created")
+    rc, out, err = run(*S, "inspect", "-o", "json", "--placement-key-file", kf, *HB)
+    ver = {h["pod"]: h.get("verified") for h in json.loads(out)["nominated"]} if rc == 0 else None
+    t.ok(ver == {"prod-infer": True, "bad-hold": False} and "warning" not in err,
+         "inspect --placement-key-file: each hold verified or not, as the scheduler would", (ver, err))
+    rc, out, err = run(*S, "inspect", "--placement-key-file", kf, *HB)
+    nomtab = out.split("Nominated")[-1].split("Placements that do not verify")[0]
+    rows = {ln.split()[0]: ln.split()[-1] for ln in nomtab.splitlines() if ln.startswith("ml-train/")}
+    t.ok(rc == 0 and rows == {"ml-train/prod-infer": "verified", "ml-train/bad-hold": "invalid"},
+         "inspect: the SIGNED column says verified or invalid with the key", out + err)
+    rc, out, err = run(*S, "inspect", "-o", "json", *HB)
+    t.ok(rc == 0 and all("verified" not in h for h in json.loads(out)["nominated"])
+         and "placements are read as written, not verified" in err and "HTTP 404" in err,
+         "without a key (no Secret): no verdict on holds, and a warning that placements are not verified",
+         err)
+    obs_stand.http("DELETE", stand.api_url + "/api/v1/namespaces/ml-train/pods/bad-hold")
     rc, out, err = run(*S, "inspect", "gpu-a100-2", "-o", "json", *HB)
     t.ok(rc == 0 and json.loads(out)["nominated"] == [], "inspect NODE: only that node's holds", out + err)
     # a tenant writes its own pod's hold: terminal escapes in it (OSC 52 sets
