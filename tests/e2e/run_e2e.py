@@ -574,6 +574,29 @@ def pod_checks(api, sfx=""):
               (p["metadata"].get("annotations") or {}).get("gpuvisor.io/assignment", "-")))
 
 
+def kubectl_plugin_checks():
+    """kubectl gpuvisor as a cluster admin runs it: the placement key read from
+    the gpuvisor-placement-key Secret, every placement the real scheduler
+    wrote verifies, and the keeper's counts on its GPU."""
+    exe = os.path.join(BUILD, "bin", "kubectl-gpuvisor")
+    r = subprocess.run([exe, "--kubeconfig", k8s.kubeconfig(), "inspect", "-o", "json"],
+                       capture_output=True, text=True, timeout=120)
+    try:
+        doc = json.loads(r.stdout) if r.returncode == 0 else {}
+    except ValueError:
+        doc = {}
+    on = ["%s/%s" % (n["name"], g["uuid"][-6:]) for n in doc.get("nodes", []) for g in n["gpus"]
+          for p in g["pods"] if p["pod"] == "keeper"]
+    pl = doc.get("placements", {})
+    check("kubectl gpuvisor inspect (cluster admin) verifies placements with the Secret's key",
+          r.returncode == 0 and pl.get("verified") is True
+          and pl.get("key") == "Secret %s/gpuvisor-placement-key" % NS
+          and doc.get("unverified") == [] and len(on) == 1,
+          "rc %d, key: %s, %d unverified, keeper on %s%s" % (
+              r.returncode, pl.get("key", "-"), len(doc.get("unverified") or []), on or "-",
+              "" if r.returncode == 0 else "; " + r.stderr.strip()[-300:]))
+
+
 def run_checks(api):
     out = install()
     t_ready = wait_running()
@@ -613,6 +636,7 @@ def run_checks(api):
                 api.call("DELETE", "/api/v1/namespaces/e2e/pods/%s-%d?gracePeriodSeconds=0" % (n, i))
         return
     pod_checks(api)
+    kubectl_plugin_checks()
 
     # -- a second install on top of the first is a no-op: nothing is written
     # (every object keeps its resourceVersion; kubectl may still say
