@@ -136,6 +136,37 @@ static void test_sign_verify_and_tamper(void **state)
     gv_placement_key_free(rotated);
 }
 
+/* The one rule every key holder applies (gv_placement_check_pod: the
+ * scheduler's accounting and kubectl gpuvisor): a signature that verifies,
+ * or, inside the upgrade window, none at all on a pod the API server
+ * created before the cutoff; never a wrong signature, whatever its age. */
+static void test_check_pod_rule(void **state)
+{
+    (void)state;
+    struct gv_placement_key *a = key_of(KEY_A), *b = key_of(KEY_B);
+    time_t cutoff = 1764151200; /* 2025-11-26T10:00:00Z */
+    json_t *pod = pod_of("uid-1", "tenant", "v1;node=node1;main=" G0 ":500:100");
+    json_t *md = json_object_get(pod, "metadata");
+    struct gv_error err = {0};
+    json_object_set_new(md, "creationTimestamp", json_string("2025-11-26T09:59:59Z"));
+    assert_int_equal(gv_placement_check_pod(a, 0, pod, &err), GV_EINVAL); /* no window */
+    assert_non_null(strstr(err.msg, "not signed"));
+    assert_int_equal(gv_placement_check_pod(a, cutoff, pod, &err), GV_OK);
+    json_object_set_new(md, "creationTimestamp", json_string("2025-11-26T10:00:00Z"));
+    assert_int_equal(gv_placement_check_pod(a, cutoff, pod, &err), GV_EINVAL); /* at the cutoff */
+    json_object_set_new(md, "creationTimestamp", json_string("2025-11-26T09:00:00+02:00"));
+    assert_int_equal(gv_placement_check_pod(a, cutoff, pod, &err), GV_EINVAL); /* not the API's form */
+    json_object_set_new(md, "creationTimestamp", json_string("2025-11-26T09:00:00.5Z"));
+    assert_int_equal(gv_placement_check_pod(a, cutoff, pod, &err), GV_OK);
+    sign(b, pod); /* old enough, but signed with a key that is not ours */
+    assert_int_equal(gv_placement_check_pod(a, cutoff, pod, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "does not match"));
+    assert_int_equal(gv_placement_check_pod(b, 0, pod, &err), GV_OK);
+    json_decref(pod);
+    gv_placement_key_free(a);
+    gv_placement_key_free(b);
+}
+
 /* Every hex digit of the MAC counts: each of the 64, changed alone (to
  * each of the other 15 hex digits), is refused.  A compare that checks
  * part of the MAC (mutants placement-sig-half, placement-sig-last-digit)
@@ -462,6 +493,7 @@ int main(void)
         cmocka_unit_test(test_key_file_rules),
         cmocka_unit_test(test_sign_verify_and_tamper),
         cmocka_unit_test(test_every_mac_digit_is_checked),
+        cmocka_unit_test(test_check_pod_rule),
         cmocka_unit_test(test_codec_refusals),
         cmocka_unit_test(test_allocate_serves_signed_placement),
         cmocka_unit_test(test_allocate_refuses_forged_altered_moved),
