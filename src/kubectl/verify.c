@@ -26,19 +26,23 @@
 #include "contracts/placement.h"
 #include "kubectl/gv_kubectl.h"
 
-/* The Secret's data.key, base64 as the API sends it, decoded and parsed. */
-static gv_status key_from_secret(struct gv_kube_client *kube, const char *ref,
-                                 struct gv_placement_key **out, struct gv_error *err)
+/* NAMESPACE/NAME with names as the API allows them (DNS-1123): nothing a
+ * request path could misread. */
+static bool secret_ref_ok(const char *ref)
 {
-    /* names as the API allows them (DNS-1123), nothing a path could misread */
     const char *slash = strchr(ref, '/');
     bool ok = slash != NULL && slash != ref && slash[1] != '\0' && strlen(ref) <= 317;
     for (const char *q = ref; ok && *q; q++)
         ok = (*q >= 'a' && *q <= 'z') || (*q >= '0' && *q <= '9') || *q == '-' || *q == '.' ||
              q == slash;
-    if (!ok)
-        return gv_error_set(err, GV_EINVAL, "--placement-key-secret %s: not NAMESPACE/NAME",
-                            ref);
+    return ok;
+}
+
+/* The Secret's data.key, base64 as the API sends it, decoded and parsed. */
+static gv_status key_from_secret(struct gv_kube_client *kube, const char *ref,
+                                 struct gv_placement_key **out, struct gv_error *err)
+{
+    const char *slash = strchr(ref, '/');
     char path[600];
     snprintf(path, sizeof(path), "/api/v1/namespaces/%.*s/secrets/%s", (int)(slash - ref), ref,
              slash + 1);
@@ -88,14 +92,15 @@ int kc_placement_key_find(struct gv_kube_client *kube, const struct kc_opts *o,
         snprintf(note, cap, "no key asked for (--placement-key-secret \"\")");
         return KC_OK;
     }
+    if (!secret_ref_ok(o->placement_key_secret)) {
+        gv_error_set(err, GV_EINVAL, "--placement-key-secret %s: not NAMESPACE/NAME",
+                     o->placement_key_secret);
+        return KC_USAGE;
+    }
     struct gv_error e = {0};
     if (key_from_secret(kube, o->placement_key_secret, key, &e) == GV_OK) {
         snprintf(note, cap, "Secret %s", o->placement_key_secret);
         return KC_OK;
-    }
-    if (strstr(e.msg, "not NAMESPACE/NAME") != NULL) {
-        *err = e;
-        return KC_USAGE;
     }
     /* Forbidden (a viewer), not found (an insecure deployment), unreadable:
      * the commands still run, on placements as written, and say so. */

@@ -461,7 +461,10 @@ unsigned = pod_obj("forged-unsigned", "gpu-a", "ReplicaSet", {"app": "tenant"}, 
 del unsigned["metadata"]["annotations"]["gpuvisor.io/assignment-sig"]
 wrongkey = pod_obj("forged-wrong-key", "gpu-b", "ReplicaSet", {"app": "tenant"}, uid="uid-forged-wrong-key")
 wrongkey["metadata"]["annotations"] = placement("uid-forged-wrong-key", "gpu-b", now3339(-60), key=OTHER_KEY)
-api = Api("plan-forged", extra=[unsigned, wrongkey])
+bad_secrets = [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": n, "namespace": "gpuvisor-system"},
+                "data": d} for n, d in (("not-base64", {"key": "!!not base64!!"}), ("no-key", {"other": "eA=="}),
+                                         ("short-key", {"key": base64.b64encode(b"short\n").decode()}))]
+api = Api("plan-forged", extra=[unsigned, wrongkey] + bad_secrets)
 try:
     rc, doc, err = plan_of(api)
     unv = {u["pod"]: u["reason"] for u in doc.get("unverified", [])}
@@ -495,6 +498,12 @@ try:
     t.ok(rc == 0 and "placements that do not verify (not counted, never moved):" in out
          and "default/forged-unsigned: placement is not signed" in out and "warning" not in err,
          "table output names the placements that do not verify", out + err)
+    for name, why in (("not-base64", "is not base64"), ("no-key", 'has no data "key"'),
+                      ("short-key", "at least 32")):
+        rc, doc, err = plan_of(api, "--placement-key-secret", "gpuvisor-system/" + name)
+        t.ok(rc == 0 and doc["placements"]["verified"] is False and why in doc["placements"]["key"]
+             and "not verified" in err, "a Secret whose key is unusable (%s): unverified, and why" % name,
+             (doc.get("placements"), err))
     # no key at hand (a viewer): plan on placements as written, and say so
     http("POST", api.url + "/_fake/forbid?resource=secrets&verb=get")
     rc, doc, err = plan_of(api)
