@@ -535,9 +535,18 @@ try:
     rc, out, err = run(api, "--placement-key-file", kf)
     t.ok(rc == 2 and "at least 32" in err, "a key file with a short key is refused, as the scheduler refuses it",
          (rc, err))
-    rc, out, err = run(api, "--placement-key-secret", "gpuvisor-system/../../x")
-    t.ok(rc == 2 and "not NAMESPACE/NAME" in err, "--placement-key-secret outside NAMESPACE/NAME is refused",
-         (rc, err))
+    # NAMESPACE/NAME as the API names things (DNS-1123: a-z, 0-9, '-', '.'; 63 + 1 + 253
+    # characters at most): nothing else reaches a request path
+    for ref in ("gpuvisor-system/../../x", "gpuvisor-system/a_b", "gpuvisor-system/Key", "gpuvisor-system/a b",
+                "gpuvisor-system/a?b", "gpuvisor-system/", "/key", "key", "n" * 63 + "/" + "k" * 254):
+        rc, out, err = run(api, "--placement-key-secret", ref)
+        t.ok(rc == 2 and "not NAMESPACE/NAME" in err, "--placement-key-secret %r is refused" % ref[:40], (rc, err))
+    for ref in ("gpuvisor-system/key.v0-z9", "n" * 63 + "/" + "k" * 253):
+        rc, doc, err = plan_of(api, "--placement-key-secret", ref)
+        t.ok(rc == 0 and doc["placements"]["verified"] is False
+             and doc["placements"]["key"].startswith("cannot read Secret %s: GET /api/v1/namespaces/" % ref),
+             "--placement-key-secret %r is a name the API may hold (looked up)" % ref[:40],
+             (rc, doc.get("placements"), err))
     # the upgrade window: unsigned placements of pods created before the
     # scheduler's acceptUnsignedPlacementsBefore count (the stand-in created them just now)
     rc, doc, err = plan_of(api, "--placement-key-file", KEYFILE_OK(),
