@@ -47,6 +47,14 @@ static void test_log_levels(void **state)
     assert_int_equal(gv_log_parse_level("debug"), GV_LOG_DEBUG);
     assert_int_equal(gv_log_parse_level("WARN"), GV_LOG_WARN);
     assert_int_equal(gv_log_parse_level("3"), 3);
+    /* the ends of the numeric range, the alias, and what lies just past them */
+    assert_int_equal(gv_log_parse_level("0"), GV_LOG_ERROR);
+    assert_int_equal(gv_log_parse_level("4"), GV_LOG_TRACE);
+    assert_int_equal(gv_log_parse_level("5"), -1);
+    assert_int_equal(gv_log_parse_level("/"), -1);
+    assert_int_equal(gv_log_parse_level("40"), -1);
+    assert_int_equal(gv_log_parse_level("Warning"), GV_LOG_WARN);
+    assert_int_equal(gv_log_parse_level("warnings"), -1);
     assert_int_equal(gv_log_parse_level("verbose"), -1);
     assert_int_equal(gv_log_parse_level(""), -1);
     assert_int_equal(gv_log_parse_level(NULL), -1);
@@ -122,6 +130,40 @@ static void test_log_limit_per_window(void **state)
     unlink(path);
 }
 
+/* A message longer than the line buffer (a pod's reason quoted whole) is cut
+ * to one line of at most 2048 bytes that still ends in a newline; the next
+ * line starts clean. */
+static void test_log_long_line(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/gv-log-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    char *big = malloc(5001);
+    assert_non_null(big);
+    memset(big, 'x', 5000);
+    big[5000] = '\0';
+    gv_log_set_fd(fd);
+    gv_log_set_level(GV_LOG_INFO);
+    gv_warn("%s", big);
+    gv_warn("after");
+    gv_log_set_fd(2);
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(gv_file_read_all(path, &text, &len, NULL), GV_OK);
+    const char *nl = strchr(text, '\n');
+    assert_non_null(nl);
+    assert_true((size_t)(nl - text) + 1 <= 2048);
+    assert_true((size_t)(nl - text) + 1 >= 2040); /* cut, not dropped */
+    assert_non_null(strstr(text, "xxxxxxxx\n"));
+    assert_non_null(strstr(nl + 1, ": after\n"));
+    assert_int_equal(text[len - 1], '\n');
+    free(text);
+    free(big);
+    close(fd);
+    unlink(path);
+}
+
 static void test_atomic_write_roundtrip(void **state)
 {
     (void)state;
@@ -163,6 +205,7 @@ int main(void)
         cmocka_unit_test(test_log_levels),
         cmocka_unit_test(test_log_goes_to_fd_not_stdout),
         cmocka_unit_test(test_log_limit_per_window),
+        cmocka_unit_test(test_log_long_line),
         cmocka_unit_test(test_atomic_write_roundtrip),
         cmocka_unit_test(test_atomic_write_missing_dir_leaves_nothing),
     };
