@@ -597,6 +597,95 @@ def kubectl_plugin_checks():
               "" if r.returncode == 0 else "; " + r.stderr.strip()[-300:]))
 
 
+def tenant_checks(api):
+    """A tenant, root in its own namespace (a service account that may create
+    and patch pods there; kubectl --as impersonates it), against placements
+    on the real cluster.  In e2e the webhook refuses a pod of its own
+    carrying a placement and a patch of its running pod's placement.  In a
+    namespace the admin took out of the webhook (gpuvisor.io/webhook=
+    disabled) the patch lands, and counts nowhere: the scheduler goes on
+    counting the verified assignment, rejects the altered one, and kubectl
+    gpuvisor (as an admin, with the key) lists it as not verifying."""
+    off = "e2e-nowebhook"
+    api.ok("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": off, "labels": {"gpuvisor.io/webhook": "disabled"}}})
+    k8s.wait_sa(api, off)
+    for ns in ("e2e", off):
+        api.ok("POST", "/api/v1/namespaces/%s/serviceaccounts" % ns,
+               {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "tenant"}})
+        api.ok("POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/roles" % ns, {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "tenant"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"],
+                       "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]})
+        api.ok("POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/rolebindings" % ns, {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "tenant"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
+            "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}]})
+        api.ok("POST", "/api/v1/namespaces/%s/pods" % ns, gpu_pod("mine", ns, 1000, sched=True))
+    for ns in ("e2e", off):
+        wait_pod(api, ns, "mine", "tenant pod running in " + ns,
+                 lambda p: p["status"].get("phase") == "Running", 120)
+
+    def asg(ns, name="mine"):
+        st, p = api.call("GET", "/api/v1/namespaces/%s/pods/%s" % (ns, name))
+        return ((p.get("metadata") or {}).get("annotations") or {}).get("gpuvisor.io/assignment") \
+            if st == 200 else None
+
+    def as_tenant(ns, *args, input=None):
+        try:
+            kubectl("--as=system:serviceaccount:%s:tenant" % ns, "-n", ns, *args, input=input)
+            return None
+        except RuntimeError as ex:
+            return str(ex)
+
+    a0 = {ns: asg(ns) for ns in ("e2e", off)}
+    forged = {ns: (a or "").replace(":1000:", ":70000:") for ns, a in a0.items()}
+    refused = as_tenant("e2e", "annotate", "pod", "mine", "gpuvisor.io/assignment=" + forged["e2e"],
+                        "--overwrite")
+    check("tenant: the webhook refuses a patch of its own pod's placement",
+          a0["e2e"] and refused and "denied the request" in refused and asg("e2e") == a0["e2e"],
+          "assignment %s kept: %s; %s" % (a0["e2e"], asg("e2e") == a0["e2e"], (refused or "ACCEPTED")[-200:]))
+    pod = gpu_pod("forged", "e2e", 1000, sched=True)
+    pod["metadata"]["annotations"] = {
+        "gpuvisor.io/assignment": forged["e2e"], "gpuvisor.io/assigned-node": NODE,
+        "gpuvisor.io/assigned-at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "gpuvisor.io/assignment-sig": "v1." + "0" * 64}
+    refused = as_tenant("e2e", "create", "-f", "-", input=json.dumps(pod))
+    check("tenant: the webhook refuses a pod created with a placement of its own",
+          refused and "denied the request" in refused
+          and api.call("GET", "/api/v1/namespaces/e2e/pods/forged")[0] == 404,
+          (refused or "CREATED")[-200:])
+
+    m0, _ = preempt_e2e.scheduler_metrics(api, sys.modules[__name__])
+    landed = as_tenant(off, "annotate", "pod", "mine", "gpuvisor.io/assignment=" + forged[off], "--overwrite")
+    key = "gpuvisor_cluster_gpu_memory_allocated_mib"  # bounded series: per-pod ones are opt-in
+
+    def settled():
+        m, _ = preempt_e2e.scheduler_metrics(api, sys.modules[__name__])
+        rej = m.get("gpuvisor_placements_rejected_total", 0) - m0.get("gpuvisor_placements_rejected_total", 0)
+        return (m, rej) if rej >= 1 else None
+    got, t_rej = wait("scheduler rejects the altered placement", settled, 30)
+    m1, rej = got or ({}, 0)
+    r = subprocess.run([os.path.join(BUILD, "bin", "kubectl-gpuvisor"), "--kubeconfig", k8s.kubeconfig(),
+                        "inspect", "-o", "json", "-n", off], capture_output=True, text=True, timeout=120)
+    try:
+        unv = json.loads(r.stdout).get("unverified", []) if r.returncode == 0 else []
+    except ValueError:
+        unv = []
+    check("tenant, webhook off for its namespace: an altered placement lands and counts nowhere",
+          landed is None and asg(off) == forged[off] and rej >= 1
+          and m0.get(key) is not None and m1.get(key) == m0.get(key)
+          and [(u["pod"], "does not match" in u["reason"]) for u in unv] == [("mine", True)],
+          "patch %s; scheduler: %d rejected in %.0f s, cluster allocation %s MiB (was %s); "
+          "kubectl gpuvisor lists as not verifying: %s" % (
+              "landed" if landed is None else "refused: " + landed[-120:], rej, t_rej or -1,
+              m1.get(key), m0.get(key),
+              [(u["namespace"], u["pod"]) for u in unv] or r.stderr.strip()[-200:]))
+    for ns in ("e2e", off):
+        api.call("DELETE", "/api/v1/namespaces/%s/pods/mine?gracePeriodSeconds=0" % ns)
+    api.call("DELETE", "/api/v1/namespaces/" + off)
+
+
 def run_checks(api):
     out = install()
     t_ready = wait_running()
@@ -637,6 +726,7 @@ def run_checks(api):
         return
     pod_checks(api)
     kubectl_plugin_checks()
+    tenant_checks(api)
 
     # -- a second install on top of the first is a no-op: nothing is written
     # (every object keeps its resourceVersion; kubectl may still say
@@ -690,7 +780,7 @@ def run_checks(api):
         keep_component_logs(KEPT_LOGS)
     except Exception as ex:
         k8s.log("keeping our logs: %r" % ex)
-    for n in ("e2e", "e2e-burst"):
+    for n in ("e2e", "e2e-burst", "e2e-nowebhook"):
         api.call("DELETE", "/api/v1/namespaces/" + n)
     for n in fake:
         api.call("DELETE", "/api/v1/nodes/" + n)
@@ -825,7 +915,7 @@ def remove_leftovers(api, fake_prefix="e2e-fake-"):
     """After a $KUBECONFIG run that stopped part-way: what the checks create
     and their own uninstall would have removed (each step harmless when
     already done)."""
-    for n in ("e2e", "e2e-burst"):
+    for n in ("e2e", "e2e-burst", "e2e-nowebhook"):
         api.call("DELETE", "/api/v1/namespaces/" + n)
     for n in api.ok("GET", "/api/v1/nodes")["items"]:
         if n["metadata"]["name"].startswith(fake_prefix):

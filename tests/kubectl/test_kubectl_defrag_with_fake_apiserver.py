@@ -463,7 +463,11 @@ wrongkey = pod_obj("forged-wrong-key", "gpu-b", "ReplicaSet", {"app": "tenant"},
 wrongkey["metadata"]["annotations"] = placement("uid-forged-wrong-key", "gpu-b", now3339(-60), key=OTHER_KEY)
 bad_secrets = [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": n, "namespace": "gpuvisor-system"},
                 "data": d} for n, d in (("not-base64", {"key": "!!not base64!!"}), ("no-key", {"other": "eA=="}),
-                                         ("short-key", {"key": base64.b64encode(b"short\n").decode()}))]
+                                         ("short-key", {"key": base64.b64encode(b"short\n").decode()}),
+                                         ("empty-key", {"key": ""}),
+                                         # 64 KiB of base64 at most: 49,152 bytes of key file
+                                         ("big-key", {"key": base64.b64encode(b"k" * 49151 + b"\n").decode()}),
+                                         ("huge-key", {"key": base64.b64encode(b"k" * 49152 + b"\n").decode()}))]
 api = Api("plan-forged", extra=[unsigned, wrongkey] + bad_secrets)
 try:
     rc, doc, err = plan_of(api)
@@ -499,11 +503,16 @@ try:
          and "default/forged-unsigned: placement is not signed" in out and "warning" not in err,
          "table output names the placements that do not verify", out + err)
     for name, why in (("not-base64", "is not base64"), ("no-key", 'has no data "key"'),
-                      ("short-key", "at least 32")):
+                      ("short-key", "at least 32"), ("empty-key", 'has no data "key"'),
+                      ("huge-key", "is over 64 KiB")):
         rc, doc, err = plan_of(api, "--placement-key-secret", "gpuvisor-system/" + name)
         t.ok(rc == 0 and doc["placements"]["verified"] is False and why in doc["placements"]["key"]
              and "not verified" in err, "a Secret whose key is unusable (%s): unverified, and why" % name,
              (doc.get("placements"), err))
+    rc, doc, err = plan_of(api, "--placement-key-secret", "gpuvisor-system/big-key")
+    t.ok(rc == 0 and doc["placements"] == {"verified": True, "key": "Secret gpuvisor-system/big-key"}
+         and doc["pods"]["total"] == 0, "a key of 64 KiB of base64 is read (and verifies nothing here)",
+         (doc.get("placements"), err))
     # no key at hand (a viewer): plan on placements as written, and say so
     http("POST", api.url + "/_fake/forbid?resource=secrets&verb=get")
     rc, doc, err = plan_of(api)
