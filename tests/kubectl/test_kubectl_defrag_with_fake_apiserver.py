@@ -519,6 +519,9 @@ try:
     t.ok(rc == 0 and doc["placements"]["verified"] is False and "HTTP 403" in doc["placements"]["key"]
          and "not verified" in err and doc["pods"]["total"] == 6 and doc["unverified"] == [],
          "Secret forbidden: the plan reads placements as written and warns", (doc.get("placements"), err))
+    rc, doc, err = plan_of(api, "--placement-key-secret", "")
+    t.ok(rc == 0 and doc["placements"] == {"verified": False, "key": 'no key asked for (--placement-key-secret "")'}
+         and "not verified" in err, '--placement-key-secret "": no Secret read, unverified, and said', (doc, err))
     rc, out, err = run(api, "--apply", "--timeout", "1")
     st = api.stats()
     t.ok(rc == 2 and "cannot be verified" in err and "--trust-annotations" in err
