@@ -17,6 +17,12 @@ test_grpc_conn_caps_CFLAGS := $(NODE_CFLAGS)
 
 TEST_SCRIPTS += tests/security/test_control_plane_abuse.py
 
+TEST_PROGS += test_grpc_client_replies
+test_grpc_client_replies_SRCS := tests/security/test_grpc_client_replies.c
+test_grpc_client_replies_LIBS := node shm common
+test_grpc_client_replies_LDLIBS := $(NODE_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka libnghttp2)
+test_grpc_client_replies_CFLAGS := $(NODE_CFLAGS) -Itests/security
+
 # Fuzz targets for hostile input (docs/contributing.md, "Tests").
 FUZZ_TARGETS += fuzz_placement
 fuzz_placement_SRCS := tests/security/fuzz_placement.c src/contracts/placement.c \
