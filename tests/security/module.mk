@@ -21,7 +21,7 @@ TEST_PROGS += test_grpc_client_replies
 test_grpc_client_replies_SRCS := tests/security/test_grpc_client_replies.c
 test_grpc_client_replies_LIBS := node shm common
 test_grpc_client_replies_LDLIBS := $(NODE_LDLIBS) $(shell $(PKG_CONFIG) --libs cmocka libnghttp2)
-test_grpc_client_replies_CFLAGS := $(NODE_CFLAGS) -Itests/security
+test_grpc_client_replies_CFLAGS := $(NODE_CFLAGS)
 
 # Fuzz targets for hostile input (docs/contributing.md, "Tests").
 FUZZ_TARGETS += fuzz_placement

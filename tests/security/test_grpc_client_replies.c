@@ -1,8 +1,11 @@
 /*
  * The node agent's gRPC client (src/node/kubelet/grpc_client.c, used for
  * Registration.Register) reading replies a real grpcio kubelet never sends
- * in these forms: a peer on a unix socket (fuzz_peer.h) answers with HTTP/2
- * frames built here, HPACK by nghttp2's deflater.  What is checked: the
+ * in these forms: a peer on a unix socket answers with HTTP/2 frames built
+ * here, HPACK by nghttp2's deflater.  Unlike the fuzzing peer it answers
+ * only once the whole request is in (the DATA frame that ends the stream)
+ * and closes only after the client has: a close with the request unread
+ * would reset the connection under the client, whatever the machine's load.  What is checked: the
  * status and message come from exactly the grpc-status and grpc-message
  * trailers (other headers of the same length do not count), the message's
  * percent-encoding is undone in both hex cases and left alone where it is
@@ -18,10 +21,15 @@
 
 #include <cmocka.h>
 #include <nghttp2/nghttp2.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "common/gv_log.h"
 #include "node/kubelet/gv_grpc.h"
-#include "fuzz_peer.h"
 
 struct wire {
     uint8_t b[8192];
@@ -67,20 +75,74 @@ static void headers(struct wire *w, nghttp2_hd_deflater *d, int end_stream, ...)
           1, block, (size_t)len);
 }
 
+struct peer {
+    int fd;
+    const struct wire *w;
+    bool whole_request; /* the request's END_STREAM DATA frame was read */
+};
+
+/* Whether buf (the client's bytes so far) holds the DATA frame that ends
+ * the request: the 24-byte preface, then 9-byte frame headers. */
+static bool request_ended(const uint8_t *buf, size_t n)
+{
+    for (size_t off = 24; off + 9 <= n;) {
+        size_t len = (size_t)buf[off] << 16 | (size_t)buf[off + 1] << 8 | buf[off + 2];
+        if (buf[off + 3] == NGHTTP2_DATA && (buf[off + 4] & NGHTTP2_FLAG_END_STREAM))
+            return true;
+        off += 9 + len;
+    }
+    return false;
+}
+
+static void *peer_run(void *ud)
+{
+    struct peer *p = ud;
+    int c = accept(p->fd, NULL, NULL);
+    if (c < 0)
+        return NULL;
+    static uint8_t buf[65536];
+    size_t n = 0;
+    struct pollfd pfd = {.fd = c, .events = POLLIN};
+    while (!p->whole_request && n < sizeof(buf) && poll(&pfd, 1, 10000) > 0) {
+        ssize_t r = recv(c, buf + n, sizeof(buf) - n, 0);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+        p->whole_request = request_ended(buf, n);
+    }
+    for (size_t off = 0; off < p->w->n;) {
+        ssize_t s = send(c, p->w->b + off, p->w->n - off, MSG_NOSIGNAL);
+        if (s <= 0)
+            break;
+        off += (size_t)s;
+    }
+    /* until the client closes (its SETTINGS acknowledgement read and dropped) */
+    while (poll(&pfd, 1, 10000) > 0 && recv(c, buf, sizeof(buf), 0) > 0)
+        ;
+    close(c);
+    return NULL;
+}
+
 /* Serves wire to one call and returns what the client made of it. */
 static gv_status call(const struct wire *w, struct gv_grpc_reply *reply, struct gv_error *err)
 {
-    struct fuzz_peer *p = calloc(1, sizeof(*p));
-    assert_non_null(p);
-    p->answers[0] = (const char *)w->b;
-    p->lens[0] = w->n;
-    p->n = 1;
-    assert_int_equal(fuzz_peer_start(p), 0);
+    struct peer p = {.fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), .w = w};
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "/tmp/gv-grpc-replies-%d.sock", (int)getpid());
+    unlink(sa.sun_path);
+    assert_true(p.fd >= 0);
+    assert_int_equal(bind(p.fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(p.fd, 1), 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, peer_run, &p), 0);
     static const uint8_t req[] = {0x0a, 0x02, 'v', '1'};
-    gv_status st = gv_grpc_client_unary(p->path, "/v1beta1.Registration/Register", req,
-                                        sizeof(req), 3000, -1, reply, err);
-    fuzz_peer_stop(p);
-    free(p);
+    gv_status st = gv_grpc_client_unary(sa.sun_path, "/v1beta1.Registration/Register", req,
+                                        sizeof(req), 20000, -1, reply, err);
+    shutdown(p.fd, SHUT_RDWR);
+    pthread_join(th, NULL);
+    close(p.fd);
+    unlink(sa.sun_path);
+    assert_true(p.whole_request);
     return st;
 }
 
