@@ -35,6 +35,7 @@ struct kc_opts {
     enum kc_output output;
     const char *sort;           /* top: column to sort by */
     const char *agent_selector; /* label selector of the node agents' pods */
+    const char *agent_namespace; /* ... in this namespace only */
     const char *agent_port;     /* port (name or number) of their /metrics; NULL: "metrics" */
     const char *scheduler_name; /* spec.schedulerName of the pods gpuvisor places */
     long heartbeat_timeout_s;

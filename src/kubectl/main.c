@@ -44,6 +44,7 @@ static void usage(FILE *out)
             "  -s, --server URL          API server URL (no credentials)\n"
             "      --agent-selector SEL  label selector of the agents' pods\n"
             "                            (default app.kubernetes.io/name=gpuvisor-node)\n"
+            "      --agent-namespace NS  their namespace (default gpuvisor-system)\n"
             "      --agent-port PORT     their metrics port, number or name (default \"metrics\")\n"
             "      --heartbeat-timeout S agent heartbeat age that marks a node stale (90)\n"
             "      --scheduler-name NAME schedulerName of gpuvisor's pods (gpuvisor-scheduler)\n"
@@ -81,7 +82,8 @@ int main(int argc, char **argv)
         OPT_KEY_FILE,
         OPT_KEY_SECRET,
         OPT_UNSIGNED_BEFORE,
-        OPT_TRUST
+        OPT_TRUST,
+        OPT_AGENT_NS
     };
     static const struct option opts[] = {
         {"details", no_argument, NULL, 'd'},
@@ -94,6 +96,7 @@ int main(int argc, char **argv)
         {"sort", required_argument, NULL, OPT_SORT},
         {"agent-selector", required_argument, NULL, OPT_AGENT_SEL},
         {"agent-port", required_argument, NULL, OPT_AGENT_PORT},
+        {"agent-namespace", required_argument, NULL, OPT_AGENT_NS},
         {"heartbeat-timeout", required_argument, NULL, OPT_HB},
         {"scheduler-name", required_argument, NULL, OPT_SCHED_NAME},
         {"max-moves", required_argument, NULL, OPT_MAX_MOVES},
@@ -107,6 +110,7 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     struct kc_opts o = {.agent_selector = "app.kubernetes.io/name=gpuvisor-node",
+                        .agent_namespace = "gpuvisor-system",
                         .heartbeat_timeout_s = 90,
                         .scheduler_name = "gpuvisor-scheduler",
                         .max_moves = 10,
@@ -143,6 +147,17 @@ int main(int argc, char **argv)
         case OPT_AGENT_PORT:
             o.agent_port = optarg;
             break;
+        case OPT_AGENT_NS: {
+            /* a namespace's name (DNS-1123 label), nothing a request path could misread */
+            size_t n = strlen(optarg), k = strspn(optarg, "abcdefghijklmnopqrstuvwxyz0123456789-");
+            if (n == 0 || n > 63 || k != n || optarg[0] == '-' || optarg[n - 1] == '-') {
+                fprintf(stderr, "kubectl-gpuvisor: --agent-namespace %s: not a namespace name\n",
+                        optarg);
+                return KC_USAGE;
+            }
+            o.agent_namespace = optarg;
+            break;
+        }
         case OPT_SCHED_NAME:
             o.scheduler_name = optarg;
             break;

@@ -25,7 +25,11 @@ static int scrape_all(struct gv_kube_client *kube, const struct kc_opts *o, stru
     json_t *agents = NULL;
     struct gv_error err = {0};
     struct gv_kube_list_opts lo = {.label_selector = o->agent_selector};
-    if (gv_kube_list(kube, "/api/v1/pods", &lo, &agents, &err) != GV_OK) {
+    /* the agents' namespace only: a tenant can give a pod of its own the
+     * agents' label, and its /metrics would then be read as an agent's */
+    char list_path[128];
+    snprintf(list_path, sizeof(list_path), "/api/v1/namespaces/%s/pods", o->agent_namespace);
+    if (gv_kube_list(kube, list_path, &lo, &agents, &err) != GV_OK) {
         *rc = kc_kube_failure(&err);
         fprintf(stderr, "kubectl-gpuvisor: %s\n", err.msg);
         if (*rc == KC_FORBIDDEN)
@@ -82,9 +86,9 @@ static int scrape_all(struct gv_kube_client *kube, const struct kc_opts *o, stru
     json_decref(agents);
     if (seen == 0) {
         fprintf(stderr,
-                "kubectl-gpuvisor: no gpuvisor-node agent pods found (label selector %s): "
-                "is gpuvisor installed? (docs/install.md)\n",
-                o->agent_selector);
+                "kubectl-gpuvisor: no gpuvisor-node agent pods found in namespace %s (label "
+                "selector %s): is gpuvisor installed? (docs/install.md; --agent-namespace)\n",
+                o->agent_namespace, o->agent_selector);
         *rc = KC_NOT_INSTALLED;
         return -1;
     }

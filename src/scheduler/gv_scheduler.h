@@ -51,6 +51,11 @@ struct gv_sched_config {
      * MB per scrape, and the node agents export per-GPU series themselves
      * (docs/observability.md).  metricsPerGpu / --metrics-per-gpu. */
     bool metrics_per_gpu;
+    /* The namespace of the node agents' pods, the only place the dashboard
+     * reads usage from (agentNamespace): anyone who can create a pod can
+     * give it the agents' label, and a tenant's pod posing as an agent
+     * would feed the dashboard its own figures.  DNS-1123 label. */
+    char agent_namespace[64];
     /* Why keys of a HAMi device ConfigMap change nothing (also logged). */
     unsigned n_notes;
     char notes[24][200];

@@ -326,14 +326,17 @@ static bool stopping(struct gv_sched_obs *o)
 
 /* Reads every node agent's /metrics (pod IP, port "metrics", plain HTTP as
  * Prometheus scrapes it) into a new usage table and swaps it in.  No lock
- * is held across the network. */
+ * is held across the network.  Agents are the labelled pods of the agents'
+ * namespace only: a tenant can label a pod of its own like them. */
 static void read_usage(struct gv_sched *s)
 {
     struct gv_sched_obs *o = s->obs;
     json_t *agents = NULL;
     struct gv_error err = {0};
     struct gv_kube_list_opts lo = {.label_selector = AGENT_SELECTOR};
-    if (s->kube == NULL || gv_kube_list(s->kube, "/api/v1/pods", &lo, &agents, &err) != GV_OK) {
+    char path[128];
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", s->cfg.agent_namespace);
+    if (s->kube == NULL || gv_kube_list(s->kube, path, &lo, &agents, &err) != GV_OK) {
         if (s->kube != NULL)
             gv_warn("dashboard: cannot list the node agents: %s", err.msg);
         return;

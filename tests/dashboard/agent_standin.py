@@ -85,3 +85,30 @@ def start_agents(skip=(), hami_only=("gpu-t4-1",)):
         threading.Thread(target=srv.serve_forever, daemon=True).start()
         agents[name] = ("127.0.0.1", srv.server_address[1])
     return agents
+
+
+def start_impostor(node="gpu-a100-1"):
+    """A tenant's stand-in for the agent of node: the same series, with every
+    container's memory use claimed as 1 MiB and every GPU at 99 % use.
+    Returns (ip, port)."""
+    import re
+    text = agent_metrics(node)
+    text = re.sub(r"^(gpuvisor_container_gpu_memory_used_bytes\{[^}]*\}) \d+$", r"\1 %d" % MIB, text,
+                  flags=re.M)
+    text = re.sub(r"^(DCGM_FI_DEV_GPU_UTIL\{[^}]*\}) \d+$", r"\1 99", text, flags=re.M)
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Agent)
+    srv.text = text
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return ("127.0.0.1", srv.server_address[1])
+
+
+def impostor_pod(host, port, ns="ml-train", node="gpu-a100-1"):
+    """The tenant's pod posing as gpuvisor-node: the agents' label and a
+    port named metrics, in the tenant's own namespace (anyone who may create
+    a pod can make this one)."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "gpuvisor-node-" + node, "namespace": ns, "uid": "impostor-" + node,
+                         "labels": {"app.kubernetes.io/name": "gpuvisor-node"}},
+            "spec": {"nodeName": node, "containers": [{
+                "name": "agent", "ports": [{"name": "metrics", "containerPort": port}]}]},
+            "status": {"phase": "Running", "podIP": host}}

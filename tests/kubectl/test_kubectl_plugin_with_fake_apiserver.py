@@ -66,7 +66,10 @@ def golden(name, text):
                                                "golden/" + name, "got"))
 
 
-stand = obs_stand.Stand(work, agents=agents_seed)
+# a tenant's pod posing as gpuvisor-node (the agents' label, a port named
+# metrics) in its own namespace, its /metrics claiming gpu-a100-1 idle at 99 %
+impostor = agent_standin.impostor_pod(*agent_standin.start_impostor())
+stand = obs_stand.Stand(work, agents=agents_seed, extra_seed=[impostor])
 S = ["-s", stand.api_url]
 try:
     # ---- inspect ------------------------------------------------------------
@@ -198,6 +201,19 @@ try:
          "top reads HAMi's names where the agent exports only those", ocr)
     rc, out, err = run(*S, "top", "pods", "--sort", "bogus")
     t.ok(rc == 2 and "--sort" in err, "unknown sort key: usage error", err)
+    # the impostor is never read: the goldens above hold the real agents' figures,
+    # and the plugin listed only the agents' namespace
+    st = json.loads(obs_stand.http("GET", stand.api_url + "/_fake/stats")[1])
+    t.ok(not any("/namespaces/ml-train/pods/gpuvisor-node" in k for k in st)
+         and not any(k.startswith("GET /api/v1/pods?") and "gpuvisor-node" in k for k in st)
+         and any(k.startswith("GET /api/v1/namespaces/gpuvisor-system/pods") for k in st),
+         "top reads agents of the agents' namespace only: a tenant's pod with their label is not scraped",
+         sorted(k for k in st if "pods" in k)[:20])
+    rc, out, err = run(*S, "top", "gpus", "--agent-namespace", "ml-train")
+    t.ok(rc == 0 and " 99%" in out, "--agent-namespace names where the agents are (here: the impostor's)", out + err)
+    for bad in ("ML-train", "-x", "a/b", "x" * 64, ""):
+        rc, out, err = run(*S, "top", "gpus", "--agent-namespace", bad)
+        t.ok(rc == 2 and "not a namespace name" in err, "--agent-namespace %r: usage error" % bad[:10], err)
 
     # ---- connection: kubeconfig, context, namespace from the context --------
     kc = os.path.join(work, "kubeconfig")
