@@ -176,6 +176,26 @@ static void test_runtime_switches(void **state)
     text = "{\"metricsPerGpu\":1}";
     assert_int_not_equal(gv_sched_config_parse(text, strlen(text), &c, &err), GV_OK);
     assert_non_null(strstr(err.msg, "metricsPerGpu"));
+    /* where the dashboard reads the agents: a namespace's name, the deploy's by default */
+    assert_string_equal(c.agent_namespace, "gpuvisor-system");
+    static const char *const good[] = {"a", "gpu-0z", "0-9",
+                                       "n23456789012345678901234567890123456789012345678901234567890123"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        char buf[160];
+        snprintf(buf, sizeof(buf), "{\"agentNamespace\":\"%s\"}", good[i]);
+        assert_int_equal(gv_sched_config_parse(buf, strlen(buf), &c, &err), GV_OK);
+        assert_string_equal(c.agent_namespace, good[i]);
+    }
+    static const char *const bad[] = {"\"\"", "\"-a\"", "\"a-\"", "\"A\"", "\"a_b\"", "\"a/b\"",
+                                      "\"a.b\"", "1", "null",
+                                      "\"n234567890123456789012345678901234567890123456789012345678901234\""};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char buf[160];
+        snprintf(buf, sizeof(buf), "{\"agentNamespace\":%s}", bad[i]);
+        assert_int_not_equal(gv_sched_config_parse(buf, strlen(buf), &c, &err), GV_OK);
+        assert_non_null(strstr(err.msg, "agentNamespace"));
+        assert_string_equal(c.agent_namespace, good[3]); /* the last good one kept */
+    }
     gv_sched_config_clear(&c);
 }
 
