@@ -18,6 +18,7 @@ gv_status gv_sched_config_default(struct gv_sched_config *cfg, struct gv_error *
         return gv_error_set(err, GV_ENOMEM, "out of memory");
     cfg->filter_feasible = false;
     cfg->reservation_ttl_s = 60;
+    cfg->hold_ttl_s = 120;
     cfg->heartbeat_timeout_s = 90;
     cfg->self_check_s = 30;
     snprintf(cfg->agent_namespace, sizeof(cfg->agent_namespace), "gpuvisor-system");
@@ -251,6 +252,9 @@ gv_status gv_sched_config_parse(const char *text, size_t len, struct gv_sched_co
         } else if (strcmp(k, "reservationTimeoutSeconds") == 0) {
             if ((st = get_int(v, k, 1, 86400, &x, err)) == GV_OK)
                 cfg->reservation_ttl_s = (long)x;
+        } else if (strcmp(k, "preemptionHoldSeconds") == 0) {
+            if ((st = get_int(v, k, 1, 86400, &x, err)) == GV_OK)
+                cfg->hold_ttl_s = (long)x;
         } else if (strcmp(k, "heartbeatTimeoutSeconds") == 0) {
             if ((st = get_int(v, k, 1, 86400, &x, err)) == GV_OK)
                 cfg->heartbeat_timeout_s = (long)x;

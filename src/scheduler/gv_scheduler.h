@@ -36,6 +36,13 @@ struct gv_sched_config {
     char *scheduler_name;      /* spec.schedulerName the webhook sets */
     bool filter_feasible;      /* filter returns every fitting node (prioritize configured) */
     long reservation_ttl_s;    /* reservation / unbound assignment lifetime */
+    /* A preemption's hold lifetime (preemptionHoldSeconds).  It must outlast
+     * kube-scheduler's retry of the preemptor: 1.20 moves an unschedulable
+     * pod back to its active queue at the latest every 60 s, then backs off
+     * up to 10 s, so a hold of the reservation's 60 s could lapse before the
+     * pod it protects was even tried again, and a lower-priority pod take
+     * the GPUs (tests/e2e/preempt_e2e.py saw it at 94 s). */
+    long hold_ttl_s;
     long heartbeat_timeout_s;  /* agent heartbeat older than this = stale */
     long self_check_s;         /* accounting self-check period */
     char *node_label_selector; /* nodes the scheduler watches (NULL = all) */

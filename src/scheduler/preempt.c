@@ -223,16 +223,17 @@ static gv_status hold_add(struct gv_sched *s, const char *uid, int32_t prio,
     return GV_OK;
 }
 
-/* A new hold from a preemption, for the reservation TTL; *hold_text gets
- * what to write on the pod (heap; NULL when no hold was kept). */
+/* A new hold from a preemption, for the hold TTL (preemptionHoldSeconds);
+ * *hold_text gets what to write on the pod (heap; NULL when no hold was
+ * kept). */
 static gv_status hold_set(struct gv_sched *s, const char *uid, int32_t prio,
                           const struct gv_alloc_assignment *a, char **hold_text,
                           struct gv_error *err)
 {
     *hold_text = NULL;
-    time_t until = time(NULL) + (time_t)s->cfg.reservation_ttl_s;
-    gv_status st = hold_add(s, uid, prio, a, gv_sched_now() + (double)s->cfg.reservation_ttl_s,
-                            until, err);
+    time_t until = time(NULL) + (time_t)s->cfg.hold_ttl_s;
+    gv_status st = hold_add(s, uid, prio, a, gv_sched_now() + (double)s->cfg.hold_ttl_s, until,
+                            err);
     struct hold *h = st == GV_OK ? hold_find(s->preempt, uid) : NULL;
     if (h != NULL &&
         (*hold_text = gv_sched_hold_encode(&s->cfg, uid, h->node, until, h->encoded)) == NULL)
@@ -264,8 +265,8 @@ static void hold_restore(struct gv_sched *s, const json_t *pod, const char *uid)
     else {
         /* never longer than a fresh hold would last */
         double left = (double)(until - now);
-        if (left > (double)s->cfg.reservation_ttl_s)
-            left = (double)s->cfg.reservation_ttl_s;
+        if (left > (double)s->cfg.hold_ttl_s)
+            left = (double)s->cfg.hold_ttl_s;
         if (hold_add(s, uid, gv_sched_pod_priority(pod), a, gv_sched_now() + left, until, &err) ==
             GV_OK)
             gv_info("preempt: pod %s: hold on %s taken back from the pod (%.0f s left)", uid,

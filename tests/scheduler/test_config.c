@@ -176,6 +176,14 @@ static void test_runtime_switches(void **state)
     text = "{\"metricsPerGpu\":1}";
     assert_int_not_equal(gv_sched_config_parse(text, strlen(text), &c, &err), GV_OK);
     assert_non_null(strstr(err.msg, "metricsPerGpu"));
+    /* a preemption's hold outlasts kube-scheduler's retry (120 s), whatever the reservations' */
+    assert_int_equal(c.hold_ttl_s, 120);
+    text = "{\"preemptionHoldSeconds\":300}";
+    assert_int_equal(gv_sched_config_parse(text, strlen(text), &c, &err), GV_OK);
+    assert_int_equal(c.hold_ttl_s, 300);
+    text = "{\"preemptionHoldSeconds\":0}";
+    assert_int_not_equal(gv_sched_config_parse(text, strlen(text), &c, &err), GV_OK);
+    assert_non_null(strstr(err.msg, "preemptionHoldSeconds"));
     /* where the dashboard reads the agents: a namespace's name, the deploy's by default */
     assert_string_equal(c.agent_namespace, "gpuvisor-system");
     static const char *const good[] = {"a", "gpu-0z", "0-9",

@@ -1252,6 +1252,23 @@ static void test_hold_survives_restart_with_fake_apiserver(void **state)
     assert_non_null(hv);
     assert_non_null(strstr(hv, "GPU-n1-0"));
     assert_non_null(strstr(hv, "\"sig\":\"v1."));
+    /* it lasts preemptionHoldSeconds (120 s by default), not the reservation's
+     * timeout (600 s here): longer than kube-scheduler's worst retry of an
+     * unschedulable preemptor, so the hold is there when the pod comes back */
+    {
+        struct gv_sched_config hc;
+        assert_int_equal(gv_sched_config_default(&hc, &err), GV_OK);
+        hc.placement_key = test_key; /* borrowed */
+        char *hnode = NULL, *hasg = NULL;
+        time_t until = 0;
+        assert_int_equal(gv_sched_hold_decode(&hc, stored, &hnode, &until, &hasg, &err), GV_OK);
+        long left = (long)(until - time(NULL));
+        assert_true(left >= 115 && left <= 121);
+        free(hnode);
+        free(hasg);
+        hc.placement_key = NULL;
+        gv_sched_config_clear(&hc);
+    }
     /* the tenant copies it onto a pod of its own, and forges a second */
     char ann[2000];
     json_t *hvj = json_string(hv);
