@@ -124,3 +124,17 @@ def drive_fitting(stand):
     """A small slice that fits: reserved at filter time (no bind here)."""
     return {"small-infer": stand.filter("inference", "small-infer", "p-small",
                                       [gpu_container("s", 1, 8192, 20)], ALL_NODES)}
+
+
+def usage_state(stand):
+    """The dashboard's /api/state once its first round of agent reads is in
+    (the agents are read once the caches are synced, then every 15 s; no
+    timing asserted); {} when it never came."""
+    state = {}
+    for _ in range(1200):
+        code, body = http("GET", stand.dash + "/api/state")
+        state = json.loads(body) if code == 200 else {}
+        if state.get("usage", {}).get("time"):
+            break
+        time.sleep(0.05)
+    return state

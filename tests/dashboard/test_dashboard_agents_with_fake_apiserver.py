@@ -8,7 +8,6 @@ for a real node; the dashboard must not read it."""
 import json
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -22,18 +21,6 @@ if not os.path.exists(obs_stand.SCHED_BIN):
     t.done()
 
 
-def usage_state(stand):
-    """/api/state once the dashboard's first round of agent reads is in."""
-    state = {}
-    for _ in range(1200):
-        code, body = obs_stand.http("GET", stand.dash + "/api/state")
-        state = json.loads(body) if code == 200 else {}
-        if state.get("usage", {}).get("time"):
-            break
-        time.sleep(0.05)
-    return state
-
-
 def slice_of(state, node, pod, container):
     return next((x for n in state.get("nodes", []) if n["name"] == node for g in n["gpus"]
                  for x in g["slices"] if x["pod"] == pod and x["container"] == container), {})
@@ -45,7 +32,7 @@ stand = obs_stand.Stand(gvtest.scratch("dashagents"), agents=agents, extra_seed=
 try:
     stand.start_scheduler()
     obs_stand.drive_filters(stand)
-    state = usage_state(stand)
+    state = obs_stand.usage_state(stand)
     b0 = slice_of(state, "gpu-a100-1", "bert-finetune-0", "trainer")
     a100 = {g["index"]: g.get("utilPercent") for n in state.get("nodes", []) if n["name"] == "gpu-a100-1"
             for g in n["gpus"]}
@@ -70,7 +57,7 @@ stand = obs_stand.Stand(gvtest.scratch("dashagents3"), agents=agents, extra_seed
 try:
     stand.start_scheduler("--config", cfg)
     obs_stand.drive_filters(stand)
-    state = usage_state(stand)
+    state = obs_stand.usage_state(stand)
     a100 = {g["index"]: g.get("utilPercent") for n in state.get("nodes", []) if n["name"] == "gpu-a100-1"
             for g in n["gpus"]}
     t.ok(state.get("usage", {}).get("agents") == 1 and a100.get(0) == 99,

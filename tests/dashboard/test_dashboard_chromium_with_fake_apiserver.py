@@ -8,14 +8,12 @@ taken in the same way (a PNG of the requested size).  Also: the page is
 self-contained (nothing fetched from elsewhere) and read-only.
 
 GV_DASHBOARD_SCREENSHOT=path keeps the screenshot for a human to look at."""
-import json
 import os
 import re
 import shutil
 import struct
 import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -54,15 +52,7 @@ stand = obs_stand.Stand(work, agents=agents)
 try:
     stand.start_scheduler()
     obs_stand.drive_filters(stand)
-    # the dashboard reads the agents once the caches are synced, then every
-    # 15 s: wait for that first round (no timing asserted)
-    state = {}
-    for _ in range(1200):
-        code, body = obs_stand.http("GET", stand.dash + "/api/state")
-        state = json.loads(body) if code == 200 else {}
-        if state.get("usage", {}).get("time"):
-            break
-        time.sleep(0.05)
+    state = obs_stand.usage_state(stand)
     t.ok(state.get("usage", {}).get("agents") == 3, "the scheduler read the 3 node agents", state.get("usage"))
     sl = {(x["pod"], x["container"]): x for n in state.get("nodes", []) for g in n["gpus"] for x in g["slices"]
           if g["index"] == 0 and n["name"] == "gpu-a100-1"}
