@@ -161,6 +161,10 @@ gv_status gv_kube_get(struct gv_kube_client *c, const char *path, json_t **out,
 gv_status gv_kube_get_text(struct gv_kube_client *c, const char *path, char **out, size_t *len,
                            struct gv_error *err);
 
+/* Whether s is a DNS-1123 label, as a namespace's name must be: 1-63 of
+ * a-z, 0-9 and '-', neither end a '-' (names.c). */
+bool gv_kube_dns_label(const char *s);
+
 /*
  * LIST path, following "continue" tokens until the last page.  *out is the
  * list object of the first page with "items" holding every page's items and

@@ -147,17 +147,14 @@ int main(int argc, char **argv)
         case OPT_AGENT_PORT:
             o.agent_port = optarg;
             break;
-        case OPT_AGENT_NS: {
-            /* a namespace's name (DNS-1123 label), nothing a request path could misread */
-            size_t n = strlen(optarg), k = strspn(optarg, "abcdefghijklmnopqrstuvwxyz0123456789-");
-            if (n == 0 || n > 63 || k != n || optarg[0] == '-' || optarg[n - 1] == '-') {
+        case OPT_AGENT_NS:
+            if (!gv_kube_dns_label(optarg)) { /* it goes into a request path */
                 fprintf(stderr, "kubectl-gpuvisor: --agent-namespace %s: not a namespace name\n",
                         optarg);
                 return KC_USAGE;
             }
             o.agent_namespace = optarg;
             break;
-        }
         case OPT_SCHED_NAME:
             o.scheduler_name = optarg;
             break;

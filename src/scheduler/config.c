@@ -6,6 +6,7 @@
 
 #include "common/gv_file.h"
 #include "contracts/placement.h"
+#include "kube/gv_kube.h"
 #include "scheduler/gv_scheduler.h"
 #include "scheduler/hami_config.h"
 
@@ -25,18 +26,6 @@ gv_status gv_sched_config_default(struct gv_sched_config *cfg, struct gv_error *
     return GV_OK;
 }
 
-/* A DNS-1123 label (a namespace's name): 1-63 of a-z, 0-9 and '-', neither
- * end a '-'. */
-static bool dns_label(const char *s)
-{
-    size_t n = s != NULL ? strlen(s) : 0;
-    if (n == 0 || n > 63 || s[0] == '-' || s[n - 1] == '-')
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-'))
-            return false;
-    return true;
-}
 
 void gv_sched_config_clear(struct gv_sched_config *cfg)
 {
@@ -281,7 +270,7 @@ gv_status gv_sched_config_parse(const char *text, size_t len, struct gv_sched_co
             else
                 cfg->metrics_per_gpu = json_is_true(v);
         } else if (strcmp(k, "agentNamespace") == 0) {
-            if (!dns_label(json_string_value(v)))
+            if (!gv_kube_dns_label(json_string_value(v)))
                 st = gv_error_set(err, GV_EINVAL,
                                   "config: \"agentNamespace\" must be a namespace name "
                                   "(1-63 of a-z, 0-9, '-')");
