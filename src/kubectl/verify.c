@@ -26,16 +26,20 @@
 #include "contracts/placement.h"
 #include "kubectl/gv_kubectl.h"
 
-/* NAMESPACE/NAME with names as the API allows them (DNS-1123): nothing a
- * request path could misread. */
+/* NAMESPACE/NAME as the API names them (DNS-1123: a label, then a
+ * subdomain of at most 253 characters): nothing a request path could
+ * misread. */
 static bool secret_ref_ok(const char *ref)
 {
     const char *slash = strchr(ref, '/');
-    bool ok = slash != NULL && slash != ref && slash[1] != '\0' && strlen(ref) <= 317;
-    for (const char *q = ref; ok && *q; q++)
-        ok = (*q >= 'a' && *q <= 'z') || (*q >= '0' && *q <= '9') || *q == '-' || *q == '.' ||
-             q == slash;
-    return ok;
+    char ns[64];
+    if (slash == NULL || (size_t)(slash - ref) >= sizeof(ns))
+        return false;
+    memcpy(ns, ref, (size_t)(slash - ref));
+    ns[slash - ref] = '\0';
+    size_t n = strlen(slash + 1);
+    return gv_kube_dns_label(ns) && n > 0 && n <= 253 &&
+           strspn(slash + 1, "abcdefghijklmnopqrstuvwxyz0123456789-.") == n;
 }
 
 /* The Secret's data.key, base64 as the API sends it, decoded and parsed. */

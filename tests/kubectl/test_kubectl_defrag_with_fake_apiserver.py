@@ -550,7 +550,8 @@ try:
     # NAMESPACE/NAME as the API names things (DNS-1123: a-z, 0-9, '-', '.'; 63 + 1 + 253
     # characters at most): nothing else reaches a request path
     for ref in ("gpuvisor-system/../../x", "gpuvisor-system/a_b", "gpuvisor-system/Key", "gpuvisor-system/a b",
-                "gpuvisor-system/a?b", "gpuvisor-system/", "/key", "key", "n" * 63 + "/" + "k" * 254):
+                "gpuvisor-system/a?b", "gpuvisor-system/", "/key", "key", "-ns/key", "n" * 64 + "/key",
+                "n" * 63 + "/" + "k" * 254):
         rc, out, err = run(api, "--placement-key-secret", ref)
         t.ok(rc == 2 and "not NAMESPACE/NAME" in err, "--placement-key-secret %r is refused" % ref[:40], (rc, err))
     for ref in ("gpuvisor-system/key.v0-z9", "n" * 63 + "/" + "k" * 253):
