@@ -274,6 +274,11 @@ static void test_lp_below_exact_below_every_placement(void **state)
                          "optimum %.4f (%zu arrivals)\nnodes:\n%spods:\n%s",
                          (unsigned long long)seed0, c, (unsigned long long)seed,
                          ref.bound_unalloc_pct, exact, n_arr, in.nodes, in.pods);
+            if (ref.capacity_bound_unalloc_pct > exact + 1e-6)
+                fail_msg("GV_TEST_SEED=%llu case %d seed %llu: capacity bound %.4f above the "
+                         "exact optimum %.4f\nnodes:\n%spods:\n%s",
+                         (unsigned long long)seed0, c, (unsigned long long)seed,
+                         ref.capacity_bound_unalloc_pct, exact, in.nodes, in.pods);
             if (exact > ref.oracle_unalloc_pct + 1e-6)
                 fail_msg("GV_TEST_SEED=%llu case %d seed %llu: exact %.4f above the oracle %.4f",
                          (unsigned long long)seed0, c, (unsigned long long)seed, exact,
@@ -338,11 +343,224 @@ static void test_lp_packing_cuts_known(void **state)
     }
 }
 
+/* A trace from CSV text; every GPU of every node gets gpu_mem MiB when
+ * that is not 0 (openb lists carry no GPU memory). */
+static struct gv_sim_trace *trace_of(const char *nodes, const char *pods, uint64_t gpu_mem)
+{
+    struct gv_sim_trace *t;
+    struct gv_error err = {0};
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    if (gv_sim_parse_openb_nodes(t, "n.csv", nodes, strlen(nodes), &err) != GV_OK ||
+        gv_sim_parse_openb_pods(t, "p.csv", pods, strlen(pods), &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    for (size_t i = 0; gpu_mem != 0 && i < t->n_nodes; i++)
+        for (size_t g = 0; g < t->nodes[i].spec.n_gpus; g++)
+            ((struct gv_alloc_gpu_spec *)t->nodes[i].spec.gpus)[g].mem_mib = gpu_mem;
+    return t;
+}
+
+/* The LP's optimum (allocated milli) with every pod of the list arriving
+ * once, in list order. */
+static double lp_alloc_all(const struct gv_sim_trace *t)
+{
+    size_t arr[64];
+    assert_true(t->n_pods <= 64);
+    for (size_t i = 0; i < t->n_pods; i++)
+        arr[i] = i;
+    struct sim_lp lp;
+    struct gv_error err = {0};
+    if (sim_lp_bound(t, arr, t->n_pods, &lp, &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    assert_true(lp.ok);
+    return lp.alloc_milli;
+}
+
+#define PODS_HDR "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+
+/*
+ * Pods that differ in one field are different LP classes, and nodes that
+ * differ in one field different types: merged, the first one's request (or
+ * node) would stand for all of them and the bound would claim less than
+ * every pod placed (here each case's pods all fit, so the LP must allocate
+ * all of them).  Cases a stand-in for each field the class and type keys
+ * compare.
+ */
+static void test_lp_classes_and_types_kept_apart(void **state)
+{
+    (void)state;
+    const char *two3 = "sn,cpu_milli,memory_mib,gpu,model\n"
+                       "n0,16000,65536,3,T4\nn1,16000,65536,3,T4\n";
+    /* CPU: one 9-core pod per node (two do not fit), then 1-core ones */
+    struct gv_sim_trace *t = trace_of(two3,
+                                      PODS_HDR "b0,9000,1024,1,1000,\nb1,9000,1024,1,1000,\n"
+                                               "s0,1000,1024,1,1000,\ns1,1000,1024,1,1000,\n"
+                                               "s2,1000,1024,1,1000,\ns3,1000,1024,1,1000,\n",
+                                      0);
+    assert_float_equal(lp_alloc_all(t), 6000, 1e-3);
+    gv_sim_trace_free(t);
+    /* host memory: the same with 40 GiB pods and 4 GiB ones */
+    t = trace_of(two3,
+                 PODS_HDR "b0,1000,40000,1,1000,\nb1,1000,40000,1,1000,\n"
+                          "s0,1000,4000,1,1000,\ns1,1000,4000,1,1000,\n"
+                          "s2,1000,4000,1,1000,\ns3,1000,4000,1,1000,\n",
+                 0);
+    assert_float_equal(lp_alloc_all(t), 6000, 1e-3);
+    gv_sim_trace_free(t);
+    /* GPU type: two T4 GPUs and two V100 GPUs, two pods typed to each */
+    t = trace_of("sn,cpu_milli,memory_mib,gpu,model\nn0,16000,65536,2,T4\nn1,16000,65536,2,V100\n",
+                 PODS_HDR "t0,1000,1024,1,1000,T4\nt1,1000,1024,1,1000,T4\n"
+                          "v0,1000,1024,1,1000,V100\nv1,1000,1024,1,1000,V100\n",
+                 0);
+    assert_float_equal(lp_alloc_all(t), 4000, 1e-3);
+    gv_sim_trace_free(t);
+    /* GPU memory per container, in MiB: one 12 GiB pod and two of 2 GiB,
+     * 300 milli each, on two GPUs of 16 GiB (three 12 GiB pods do not fit) */
+    t = trace_of("sn,cpu_milli,memory_mib,gpu,model\nn0,16000,65536,2,T4\n",
+                 PODS_HDR "g0,1000,1024,1,300,\ng1,1000,1024,1,300,\ng2,1000,1024,1,300,\n",
+                 16384);
+    t->pods[0]->containers[0].mem = 12000;
+    t->pods[1]->containers[0].mem = 2000;
+    t->pods[2]->containers[0].mem = 2000;
+    assert_float_equal(lp_alloc_all(t), 900, 1e-3);
+    gv_sim_trace_free(t);
+    /* ... and in percent against MiB: 60 % of a 16 GiB GPU, then three of
+     * 60 MiB (four 60 % pods do not fit on two GPUs) */
+    t = trace_of("sn,cpu_milli,memory_mib,gpu,model\nn0,16000,65536,2,T4\n",
+                 PODS_HDR "g0,1000,1024,1,300,\ng1,1000,1024,1,300,\ng2,1000,1024,1,300,\n"
+                          "g3,1000,1024,1,300,\n",
+                 16384);
+    t->pods[0]->containers[0].mem_kind = GV_ALLOC_MEM_PCT;
+    t->pods[0]->containers[0].mem = 60;
+    for (size_t i = 1; i < 4; i++)
+        t->pods[i]->containers[0].mem = 60;
+    assert_float_equal(lp_alloc_all(t), 1200, 1e-3);
+    gv_sim_trace_free(t);
+    /* node types by GPU memory: a 1 GiB GPU, then a 16 GiB one; an 8 GiB
+     * pod fits only the second */
+    t = trace_of("sn,cpu_milli,memory_mib,gpu,model\nn0,16000,65536,1,T4\nn1,16000,65536,1,T4\n",
+                 PODS_HDR "g0,1000,1024,1,1000,\ng1,1000,1024,1,1000,\n", 16384);
+    ((struct gv_alloc_gpu_spec *)t->nodes[0].spec.gpus)[0].mem_mib = 1024;
+    t->pods[0]->containers[0].mem = 8000;
+    t->pods[1]->containers[0].mem = 8000;
+    assert_float_equal(lp_alloc_all(t), 1000, 1e-3);
+    gv_sim_trace_free(t);
+    /* a node that does not count CPU (capacity 0) takes any number of pods
+     * for its CPU: its node-level CPU rows must weigh nothing */
+    t = trace_of("sn,cpu_milli,memory_mib,gpu,model\nn0,16000,65536,3,T4\n",
+                 PODS_HDR "c0,5000,1024,1,1000,\nc1,5000,1024,1,1000,\nc2,5000,1024,1,1000,\n", 0);
+    t->nodes[0].spec.cpu_milli = 0;
+    assert_float_equal(lp_alloc_all(t), 3000, 1e-3);
+    gv_sim_trace_free(t);
+}
+
+/*
+ * Known answers of the capacity bound (reference.c), each where one of its
+ * parts decides: a pod that fits nowhere must not make another template
+ * that differs from it in one field count as fitting nowhere too (then
+ * the bound reads 100 % unallocated); typed demand beyond its model
+ * (Hall's bound over model sets); a node that does not count CPU.
+ */
+static void test_capacity_bound_known(void **state)
+{
+    (void)state;
+    const char *nodes = "sn,cpu_milli,memory_mib,gpu,model\n"
+                        "n0,16000,65536,4,T4\nn1,16000,65536,8,V100\n";
+    struct {
+        const char *pods;
+        uint64_t first_gpu_mem; /* MiB per GPU of the first template, 0 = none */
+    } apart[] = {
+        /* CPU */
+        {PODS_HDR "a,100000,1024,1,1000,\nb,1000,1024,1,1000,\nc,1000,1024,1,1000,\n", 0},
+        /* host memory */
+        {PODS_HDR "a,1000,10000000,1,1000,\nb,1000,1024,1,1000,\nc,1000,1024,1,1000,\n", 0},
+        /* GPU count */
+        {PODS_HDR "a,1000,1024,9,1000,\nb,1000,1024,1,1000,\nc,1000,1024,1,1000,\n", 0},
+        /* GPU memory */
+        {PODS_HDR "a,1000,1024,1,1000,\nb,1000,1024,1,1000,\nc,1000,1024,1,1000,\n", 1000000},
+        /* GPU type: four T4 GPUs on a node of four cannot take a 5-GPU pod */
+        {PODS_HDR "a,1000,1024,5,1000,T4\nb,1000,1024,5,1000,V100\nc,1000,1024,1,1000,\n", 0},
+    };
+    for (size_t i = 0; i < sizeof(apart) / sizeof(apart[0]); i++) {
+        struct gv_sim_trace *t = trace_of(nodes, apart[i].pods, 16384);
+        if (apart[i].first_gpu_mem)
+            t->pods[0]->containers[0].mem = apart[i].first_gpu_mem;
+        struct gv_sim_reference ref;
+        struct gv_error err = {0};
+        assert_int_equal(gv_sim_reference_bounds(t, 42, &ref, &err), GV_OK);
+        /* b and c fit: at least 2000 of the 12000 milli is placeable (with b and c
+         * counted as fitting nowhere, 100 %) */
+        if (!(ref.capacity_bound_unalloc_pct < 90))
+            fail_msg("case %zu: capacity bound %.2f %% unallocated", i,
+                     ref.capacity_bound_unalloc_pct);
+        gv_sim_trace_free(t);
+    }
+    /* V100-typed demand on one T4 GPU and eight V100: the T4 stays idle */
+    struct gv_sim_trace *t =
+        trace_of("sn,cpu_milli,memory_mib,gpu,model\nn0,16000,65536,1,T4\nn1,96000,65536,8,V100\n",
+                 PODS_HDR "v,1000,1024,1,1000,V100\n", 0);
+    struct gv_sim_reference ref;
+    struct gv_error err = {0};
+    assert_int_equal(gv_sim_reference_bounds(t, 42, &ref, &err), GV_OK);
+    assert_float_equal(ref.capacity_bound_unalloc_pct, 100.0 / 9, 1e-6);
+    gv_sim_trace_free(t);
+    /* CPU: n0 does not count it, so the 10-core pods all fit */
+    t = trace_of("sn,cpu_milli,memory_mib,gpu,model\nn0,16000,65536,8,T4\nn1,16000,65536,1,T4\n",
+                 PODS_HDR "c,10000,1024,1,1000,\n", 0);
+    t->nodes[0].spec.cpu_milli = 0;
+    assert_int_equal(gv_sim_reference_bounds(t, 42, &ref, &err), GV_OK);
+    assert_float_equal(ref.capacity_bound_unalloc_pct, 0, 1e-6);
+    gv_sim_trace_free(t);
+    /* nothing to bound: no GPU, or no GPU demand, is an error */
+    t = trace_of("sn,cpu_milli,memory_mib,gpu,model\nn0,16000,65536,0,\n",
+                 PODS_HDR "c,1000,1024,1,1000,\n", 0);
+    assert_int_equal(gv_sim_reference_bounds(t, 42, &ref, &err), GV_EINVAL);
+    gv_sim_trace_free(t);
+    t = trace_of("sn,cpu_milli,memory_mib,gpu,model\nn0,16000,65536,1,T4\n",
+                 PODS_HDR "c,1000,1024,0,0,\n", 0);
+    assert_int_equal(gv_sim_reference_bounds(t, 42, &ref, &err), GV_EINVAL);
+    gv_sim_trace_free(t);
+}
+
+/*
+ * The oracle takes the best of its orders: two one-GPU nodes, pods of 600,
+ * 600 and 800 milli arriving with the 800 last.  In arrival order the two
+ * 600s take both GPUs and the 800 fails (1200 placed); largest first places
+ * 800 and 600 (1400, the optimum): 30 % unallocated.
+ */
+static void test_oracle_sorts_largest_first(void **state)
+{
+    (void)state;
+    struct gv_sim_trace *t = trace_of(
+        "sn,cpu_milli,memory_mib,gpu,model\nn0,16000,65536,1,T4\nn1,16000,65536,1,T4\n",
+        PODS_HDR "a,1000,1024,1,600,\nb,1000,1024,1,600,\nc,1000,1024,1,800,\n", 0);
+    uint64_t seed = 1;
+    for (;; seed++) { /* a seed whose arrivals end with the 800 */
+        struct sim_arrivals a;
+        struct gv_error err = {0};
+        assert_int_equal(sim_arrivals_init(&a, t, seed, &err), GV_OK);
+        size_t last = 0;
+        for (int i = 0; i < 3; i++)
+            last = sim_arrivals_next(&a);
+        sim_arrivals_fini(&a);
+        if (last == 2)
+            break;
+        assert_true(seed < 1000);
+    }
+    struct gv_sim_reference ref;
+    struct gv_error err = {0};
+    assert_int_equal(gv_sim_reference(t, seed, &ref, &err), GV_OK);
+    assert_float_equal(ref.oracle_unalloc_pct, 30.0, 1e-6);
+    gv_sim_trace_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lp_packing_cuts_known),
         cmocka_unit_test(test_lp_below_exact_below_every_placement),
+        cmocka_unit_test(test_lp_classes_and_types_kept_apart),
+        cmocka_unit_test(test_capacity_bound_known),
+        cmocka_unit_test(test_oracle_sorts_largest_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -57,16 +57,21 @@ static void test_openb_readers(void **state)
     gv_sim_trace_free(t);
 }
 
-static void expect_bad_pods(const char *csv, const char *needle)
+static void expect_bad_pods_n(const char *csv, size_t len, const char *needle)
 {
     struct gv_sim_trace *t = trace_with_nodes();
     struct gv_error err = {0};
-    if (gv_sim_parse_openb_pods(t, "bad.csv", csv, strlen(csv), &err) == GV_OK)
+    if (gv_sim_parse_openb_pods(t, "bad.csv", csv, len, &err) == GV_OK)
         fail_msg("accepted: %s", csv);
     if (strstr(err.msg, needle) == NULL)
         fail_msg("error \"%s\" lacks \"%s\"", err.msg, needle);
     assert_int_equal(gv_sim_trace_pods(t), 0); /* nothing half-loaded */
     gv_sim_trace_free(t);
+}
+
+static void expect_bad_pods(const char *csv, const char *needle)
+{
+    expect_bad_pods_n(csv, strlen(csv), needle);
 }
 
 static void test_openb_broken_files(void **state)
@@ -95,6 +100,40 @@ static void test_openb_broken_files(void **state)
                     "bad.csv:2: field gpu_spec: unknown GPU model \"A100\"");
     expect_bad_pods("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np,1,1,1,500,T4|\n",
                     "field gpu_spec");
+    /* the line buffer (4096 bytes with its NUL), the field table (32), NUL
+     * bytes, a column named twice (the first one too) */
+    {
+        static char lng[2 * 4096 + 128];
+        for (size_t len = 4095; len <= 4096; len++) {
+            size_t o = (size_t)snprintf(lng, sizeof(lng), "%sp,1,1,1,", h);
+            memset(lng + o, '1', len - 8); /* the row: len bytes before its newline */
+            lng[o + len - 8] = '\n';
+            lng[o + len - 7] = '\0';
+            struct gv_sim_trace *t = trace_with_nodes();
+            struct gv_error err = {0};
+            assert_int_not_equal(gv_sim_parse_openb_pods(t, "bad.csv", lng, strlen(lng), &err),
+                                 GV_OK); /* a 4087-digit number is bad either way */
+            if ((strstr(err.msg, "bad.csv:2: line longer than 4095 bytes") != NULL) != (len == 4096))
+                fail_msg("a line of %zu bytes: %s", len, err.msg);
+            gv_sim_trace_free(t);
+        }
+        size_t o = (size_t)snprintf(lng, sizeof(lng), "%sp", h);
+        for (int f = 1; f < 32; f++)
+            o += (size_t)snprintf(lng + o, sizeof(lng) - o, ",1");
+        snprintf(lng + o, sizeof(lng) - o, "\n");
+        expect_bad_pods(lng, "bad.csv:2: 32 fields, header has 5");
+        snprintf(lng + o, sizeof(lng) - o, ",1\n");
+        expect_bad_pods(lng, "bad.csv:2: more than 32 fields");
+    }
+    /* bytes outside printable ASCII are written escaped, DEL too */
+    expect_bad_pods("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1\x7f,1,1,500\n",
+                    "\"1\\x7f\" is not a number");
+    static const char nul_row[] = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1\0,1,500\n";
+    expect_bad_pods_n(nul_row, sizeof(nul_row) - 1, "bad.csv:2: NUL byte in line");
+    static const char nul_head[] = "name,cpu_milli,memory_mib,num\0_gpu,gpu_milli\np,1,1,1,500\n";
+    expect_bad_pods_n(nul_head, sizeof(nul_head) - 1, "bad.csv:1: NUL byte in line");
+    expect_bad_pods("name,cpu_milli,memory_mib,num_gpu,gpu_milli,name\np,1,1,1,500,q\n",
+                    "bad.csv:1: column \"name\" appears twice (columns 1 and 6)");
 
     struct gv_sim_trace *t;
     assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
@@ -595,12 +634,22 @@ static void test_churn_defrag(void **state)
     assert_true(z.failed == a.failed && z.alloc_pct == a.alloc_pct && z.moves == 0);
     assert_int_equal(gv_sim_churn(t, GV_ALLOC_POLICY_FGD, 42, &every, &d, &err), GV_OK);
     assert_true(d.passes > 0 && d.arrivals == a.arrivals);
+    /* a pass every 50 arrivals, counted after the warm-up like arrivals */
+    if (d.passes * 50 > d.arrivals + 50 || d.passes * 50 + 50 < d.arrivals)
+        fail_msg("%llu passes in %llu arrivals, one per 50 expected",
+                 (unsigned long long)d.passes, (unsigned long long)d.arrivals);
     assert_true(d.moves <= d.passes * every.max_moves);
     assert_true(d.moves > 0);          /* departures leave GPUs worth draining */
     assert_true(d.idle_recovered > 0); /* every kept drain frees a GPU */
     struct gv_sim_churn_opts bad = none;
     bad.load = 0;
     assert_int_equal(gv_sim_churn(t, GV_ALLOC_POLICY_FGD, 42, &bad, &d, &err), GV_EINVAL);
+    bad.load = 3.01;
+    assert_int_equal(gv_sim_churn(t, GV_ALLOC_POLICY_FGD, 42, &bad, &d, &err), GV_EINVAL);
+    bad.load = 3; /* the top of the range */
+    bad.lifetimes = 1;
+    assert_int_equal(gv_sim_churn(t, GV_ALLOC_POLICY_FGD, 42, &bad, &d, &err), GV_OK);
+    assert_true(d.failed > 0); /* three times the capacity offered */
     struct gv_sim_churn_opts parsed = none;
     assert_int_equal(gv_sim_churn_parse("load=80,moves=3", &parsed, &err), GV_OK);
     assert_true(parsed.load > 0.79 && parsed.load < 0.81 && parsed.max_moves == 3 &&
@@ -774,12 +823,179 @@ static void test_topology_report(void **state)
     assert_int_equal(cv.multi_nvlink, 2); /* spread alone would take GPUs 0 and 2 */
     gv_sim_curve_free(&cv);
     gv_sim_trace_free(t);
+    /* islands or switches of one GPU (or none) are no layout at all */
+    const char *flat[] = {"nvlink=1", "nvlink=0", "pcie=1", "pcie=0", "nvlink=1,pcie=1"};
+    for (size_t i = 0; i < sizeof(flat) / sizeof(flat[0]); i++) {
+        assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+        assert_int_equal(gv_sim_parse_openb_nodes(t, "n", n, strlen(n), NULL), GV_OK);
+        assert_int_equal(gv_sim_set_topology(t, flat[i], NULL), GV_OK);
+        if (gv_sim_trace_has_topology(t))
+            fail_msg("\"%s\" makes a layout", flat[i]);
+        gv_sim_trace_free(t);
+    }
+}
+
+/* The report buffer: a line that exactly fills what is left is kept whole
+ * (vsnprintf needs room for its NUL too). */
+static void test_report_buffer_exact_fill(void **state)
+{
+    (void)state;
+    struct gv_sim_buf b = {0};
+    gv_sim_buf_printf(&b, "%s", "");
+    assert_false(b.oom);
+    assert_int_equal(b.len, 0);
+    char big[5000];
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    gv_sim_buf_printf(&b, "%.*s", 1000, big); /* the first 4096 bytes */
+    assert_int_equal(b.cap, 4096);
+    size_t left = b.cap - b.len;
+    gv_sim_buf_printf(&b, "%.*sy", (int)left - 1, big); /* exactly what is left */
+    assert_false(b.oom);
+    assert_int_equal(b.len, 4096);
+    assert_int_equal(strlen(b.data), 4096);
+    assert_int_equal(b.data[4095], 'y');
+    gv_sim_buf_free(&b);
+}
+
+/* One seed: every "+-" is 0.00, never nan (no n - 1 = 0 division), with the
+ * offline reference rows; the interconnect section of a workload without
+ * multi-GPU containers reads 0.0 %, not nan. */
+static void test_report_one_seed_no_nan(void **state)
+{
+    (void)state;
+    struct gv_sim_trace *t;
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    const char *n = "sn,cpu_milli,memory_mib,gpu,model\nn4,64000,65536,4,T4\n";
+    const char *p = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,500\n"
+                    "b,1000,1024,1,300\n";
+    assert_int_equal(gv_sim_parse_openb_nodes(t, "n", n, strlen(n), NULL), GV_OK);
+    assert_int_equal(gv_sim_parse_openb_pods(t, "p", p, strlen(p), NULL), GV_OK);
+    assert_int_equal(gv_sim_set_topology(t, "nvlink=2", NULL), GV_OK);
+    struct gv_sim_report r = {0};
+    uint64_t seed = 42;
+    struct gv_sim_curve cv;
+    struct gv_sim_reference ref;
+    r.n_policies = 1;
+    r.policies[0] = GV_ALLOC_POLICY_FGD;
+    r.n_seeds = 1;
+    r.seeds = &seed;
+    assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_FGD, seed, 1.0, &cv, NULL), GV_OK);
+    assert_int_equal(gv_sim_reference(t, seed, &ref, NULL), GV_OK);
+    r.curves = &cv;
+    r.refs = &ref;
+    r.max_pct = cv.n - 1;
+    r.topology = true;
+    struct gv_sim_buf b = {0};
+    gv_sim_report_table(&r, "t", &b);
+    assert_false(b.oom);
+    if (strstr(b.data, "nan") != NULL)
+        fail_msg("nan in the report:\n%s", b.data);
+    assert_non_null(strstr(b.data, "one NVLink island"));
+    size_t n_sd = 0;
+    for (const char *s = b.data; (s = strstr(s, "+- ")) != NULL; s += 3)
+        if (strncmp(s, "+- sd", 5) != 0) { /* the table's heading */
+            if (strncmp(s, "+- 0.00", 7) != 0)
+                fail_msg("a spread over one seed: %.20s\n%s", s, b.data);
+            n_sd++;
+        }
+    assert_true(n_sd >= 4); /* the policy's cells, oracle, bound, capacity */
+    gv_sim_buf_free(&b);
+    gv_sim_curve_free(&cv);
+    gv_sim_trace_free(t);
+}
+
+/* "key=N" lists: an item of 63 characters is read, one of 64 refused (the
+ * item buffer), and so is an empty item. */
+static void test_kv_item_lengths(void **state)
+{
+    (void)state;
+    char spec[128] = "nodes=";
+    while (strlen(spec) < 61)
+        strcat(spec, "0");
+    strcat(spec, "20"); /* 63 characters: nodes=20 */
+    assert_int_equal(strlen(spec), 63);
+    struct gv_sim_trace *t;
+    struct gv_error err = {0};
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    if (gv_sim_synthetic(t, spec, 1, &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(gv_sim_trace_nodes(t), 20);
+    gv_sim_trace_free(t);
+    char longer[128] = "nodes=0";
+    strcat(longer, spec + 6); /* 64 characters */
+    assert_int_equal(strlen(longer), 64);
+    const char *bad[] = {longer, "nodes=20,,typed=10", ",nodes=20"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+        if (gv_sim_synthetic(t, bad[i], 1, &err) == GV_OK)
+            fail_msg("\"%s\" accepted", bad[i]);
+        assert_non_null(strstr(err.msg, "bad item"));
+        gv_sim_trace_free(t);
+    }
+}
+
+/*
+ * gv_sim_run: a cluster without GPUs or a workload asking none is refused
+ * (nothing to measure); and the GPU policy follows the node policy:
+ * binpack fills a GPU before opening another, spread spreads.  One node of
+ * two GPUs, pods of 500, 500 and 1000 milli: packed, every order places
+ * all three; spread, an order with the 1000 last places only the 500s.
+ */
+static void test_run_inputs_and_gpu_policy(void **state)
+{
+    (void)state;
+    const char *pods = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,500\n"
+                       "b,1000,1024,1,500\nc,1000,1024,1,1000\n";
+    const char *cpu_pods = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,0,0\n";
+    const char *gpu_node = "sn,cpu_milli,memory_mib,gpu,model\nn,64000,65536,2,T4\n";
+    const char *cpu_node = "sn,cpu_milli,memory_mib,gpu,model\nn,64000,65536,0,\n";
+    struct {
+        const char *nodes, *pods, *why;
+    } bad[] = {
+        {cpu_node, pods, "no GPUs"},
+        {gpu_node, cpu_pods, "requests no GPUs"},
+    };
+    struct gv_sim_trace *t;
+    struct gv_sim_curve cv;
+    struct gv_error err = {0};
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+        assert_int_equal(
+            gv_sim_parse_openb_nodes(t, "n", bad[i].nodes, strlen(bad[i].nodes), NULL), GV_OK);
+        assert_int_equal(gv_sim_parse_openb_pods(t, "p", bad[i].pods, strlen(bad[i].pods), NULL),
+                         GV_OK);
+        assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_BINPACK, 1, 1.0, &cv, &err), GV_EINVAL);
+        assert_non_null(strstr(err.msg, bad[i].why));
+        gv_sim_trace_free(t);
+    }
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    assert_int_equal(gv_sim_parse_openb_nodes(t, "n", gpu_node, strlen(gpu_node), NULL), GV_OK);
+    assert_int_equal(gv_sim_parse_openb_pods(t, "p", pods, strlen(pods), NULL), GV_OK);
+    int spread_lost = 0;
+    for (uint64_t seed = 1; seed <= 24; seed++) {
+        assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_BINPACK, seed, 1.0, &cv, NULL), GV_OK);
+        assert_true(cv.n > 100);
+        if (cv.allocated[100] < 100.0 - 1e-9)
+            fail_msg("binpack, seed %llu: %.1f %% allocated", (unsigned long long)seed,
+                     cv.allocated[100]);
+        gv_sim_curve_free(&cv);
+        assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_SPREAD, seed, 1.0, &cv, NULL), GV_OK);
+        spread_lost += cv.allocated[100] < 100.0 - 1e-9;
+        gv_sim_curve_free(&cv);
+    }
+    assert_true(spread_lost > 0); /* a third of the orders end with the 1000 */
+    gv_sim_trace_free(t);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_openb_readers),
+        cmocka_unit_test(test_report_buffer_exact_fill),
+        cmocka_unit_test(test_report_one_seed_no_nan),
+        cmocka_unit_test(test_kv_item_lengths),
+        cmocka_unit_test(test_run_inputs_and_gpu_policy),
         cmocka_unit_test(test_openb_broken_files),
         cmocka_unit_test(test_k8s_readers),
         cmocka_unit_test(test_openb_input_defects),
