@@ -823,6 +823,30 @@ static void test_topology_report(void **state)
     assert_int_equal(cv.multi_nvlink, 2); /* spread alone would take GPUs 0 and 2 */
     gv_sim_curve_free(&cv);
     gv_sim_trace_free(t);
+    /* a node without a layout beside one with it: only the latter's
+     * containers are counted (8 GPUs, four 2-GPU pods, two on each) */
+    snprintf(dump, sizeof(dump),
+             "{\"kind\":\"List\",\"items\":[{\"kind\":\"Pod\",\"metadata\":{\"name\":\"a\","
+             "\"uid\":\"1\"},\"spec\":{\"containers\":[{\"name\":\"m\",\"resources\":{\"limits\":"
+             "{\"nvidia.com/gpu\":\"2\"}}}]},\"status\":{\"phase\":\"Pending\"}},"
+             "{\"kind\":\"Node\",\"metadata\":{\"name\":\"g\",\"annotations\":"
+             "{\"gpuvisor.io/node-gpus\":\"{\\\"version\\\":1,\\\"gpus\\\":[%s]}\"}},"
+             "\"status\":{\"allocatable\":{\"cpu\":\"32\",\"memory\":\"128Gi\"}}},"
+             "{\"kind\":\"Node\",\"metadata\":{\"name\":\"h\",\"labels\":"
+             "{\"nvidia.com/gpu.product\":\"Tesla-T4\",\"nvidia.com/gpu.memory\":\"15360\"}},"
+             "\"status\":{\"capacity\":{\"cpu\":\"32\",\"memory\":\"128Gi\",\"nvidia.com/gpu\":\"4\"}}}]}",
+             gpus);
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    if (gv_sim_parse_k8s_cluster(t, "dump.json", dump, strlen(dump), &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    for (int pol = 0; pol < GV_ALLOC_POLICY_COUNT; pol++) {
+        assert_int_equal(gv_sim_run(t, (gv_alloc_policy)pol, 7, 1.0, &cv, NULL), GV_OK);
+        assert_int_equal(cv.placed, 4);
+        assert_int_equal(cv.multi_gpu, 2);
+        assert_int_equal(cv.multi_nvlink, 2);
+        gv_sim_curve_free(&cv);
+    }
+    gv_sim_trace_free(t);
     /* islands or switches of one GPU (or none) are no layout at all */
     const char *flat[] = {"nvlink=1", "nvlink=0", "pcie=1", "pcie=0", "nvlink=1,pcie=1"};
     for (size_t i = 0; i < sizeof(flat) / sizeof(flat[0]); i++) {
