@@ -849,6 +849,11 @@ static void test_topology_report(void **state)
     gv_sim_trace_free(t);
     /* islands or switches of one GPU (or none) are no layout at all */
     const char *flat[] = {"nvlink=1", "nvlink=0", "pcie=1", "pcie=0", "nvlink=1,pcie=1"};
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK); /* a key's maximum is allowed */
+    assert_int_equal(gv_sim_parse_openb_nodes(t, "n", n, strlen(n), NULL), GV_OK);
+    assert_int_equal(gv_sim_set_topology(t, "nvlink=64,pcie=64", NULL), GV_OK);
+    assert_true(gv_sim_trace_has_topology(t));
+    gv_sim_trace_free(t);
     for (size_t i = 0; i < sizeof(flat) / sizeof(flat[0]); i++) {
         assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
         assert_int_equal(gv_sim_parse_openb_nodes(t, "n", n, strlen(n), NULL), GV_OK);
@@ -1012,6 +1017,77 @@ static void test_run_inputs_and_gpu_policy(void **state)
     gv_sim_trace_free(t);
 }
 
+/* More limits of the readers, each at its edge: node and model names, a
+ * 64-GPU node, a gpu_spec list past its buffer, a file that is only a
+ * byte order mark, optional columns given first, the synthetic spec's
+ * sums and a trace that is not empty. */
+static void test_reader_edges(void **state)
+{
+    (void)state;
+    const char *nh = "sn,cpu_milli,memory_mib,gpu,model\n";
+    static char csv[8192];
+    struct gv_sim_trace *t;
+    struct gv_error err = {0};
+    /* a node name of 199 characters is read, one of 200 refused */
+    for (size_t n = 199; n <= 200; n++) {
+        size_t o = (size_t)snprintf(csv, sizeof(csv), "%s", nh);
+        memset(csv + o, 'n', n);
+        snprintf(csv + o + n, sizeof(csv) - o - n, ",1,1,1,T4\n");
+        assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+        gv_status rc = gv_sim_parse_openb_nodes(t, "n.csv", csv, strlen(csv), &err);
+        if ((rc == GV_OK) != (n == 199) || (rc != GV_OK && strstr(err.msg, "field sn") == NULL))
+            fail_msg("node name of %zu: %s", n, rc == GV_OK ? "accepted" : err.msg);
+        gv_sim_trace_free(t);
+    }
+    /* a model name must leave room for its NUL */
+    for (size_t n = GV_ALLOC_MODEL_MAX - 1; n <= GV_ALLOC_MODEL_MAX; n++) {
+        size_t o = (size_t)snprintf(csv, sizeof(csv), "%sa,1,1,1,", nh);
+        memset(csv + o, 'M', n);
+        snprintf(csv + o + n, sizeof(csv) - o - n, "\n");
+        assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+        gv_status rc = gv_sim_parse_openb_nodes(t, "n.csv", csv, strlen(csv), &err);
+        if ((rc == GV_OK) != (n < GV_ALLOC_MODEL_MAX) ||
+            (rc != GV_OK && strstr(err.msg, "field model") == NULL))
+            fail_msg("model name of %zu: %s", n, rc == GV_OK ? "accepted" : err.msg);
+        gv_sim_trace_free(t);
+    }
+    /* 64 GPUs on a node is the most a node has */
+    snprintf(csv, sizeof(csv), "%sa,1,1,64,T4\n", nh);
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    if (gv_sim_parse_openb_nodes(t, "n.csv", csv, strlen(csv), &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(gv_sim_trace_gpu_milli(t), 64000);
+    gv_sim_trace_free(t);
+    /* gpu_spec: a list of known models longer than its 1 KiB buffer */
+    size_t o = (size_t)snprintf(csv, sizeof(csv),
+                                "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np,1,1,1,500,T4");
+    for (int i = 0; i < 400; i++)
+        o += (size_t)snprintf(csv + o, sizeof(csv) - o, "|T4");
+    snprintf(csv + o, sizeof(csv) - o, "\n");
+    expect_bad_pods(csv, "bad.csv:2: field gpu_spec: too long");
+    /* a file that is only a byte order mark is empty */
+    expect_bad_pods("\xef\xbb\xbf", "bad.csv: empty file");
+    /* optional columns given first are read like any other */
+    expect_bad_pods("gpu_spec,name,cpu_milli,memory_mib,num_gpu,gpu_milli\nA100,p,1,1,1,500\n",
+                    "field gpu_spec: unknown GPU model \"A100\"");
+    expect_bad_pods("priority,name,cpu_milli,memory_mib,num_gpu,gpu_milli\nhigh,p,1,1,1,500\n",
+                    "field priority");
+    /* --synthetic: shares summing to exactly 100 % are fine, and the
+     * generator fills only an empty trace */
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    if (gv_sim_synthetic(t, "nodes=10,frac=50,multi=20,cpu=30", 1, &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(gv_sim_synthetic(t, "nodes=10", 1, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "empty trace"));
+    gv_sim_trace_free(t);
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    assert_int_equal(gv_sim_synthetic(t, "nodes=10,frac=50,multi=20,cpu=31", 1, &err), GV_EINVAL);
+    snprintf(csv, sizeof(csv), "%sa,1,1,1,T4\n", nh);
+    assert_int_equal(gv_sim_parse_openb_nodes(t, "n.csv", csv, strlen(csv), NULL), GV_OK);
+    assert_int_equal(gv_sim_synthetic(t, "nodes=10", 1, &err), GV_EINVAL);
+    gv_sim_trace_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1020,6 +1096,7 @@ int main(void)
         cmocka_unit_test(test_report_one_seed_no_nan),
         cmocka_unit_test(test_kv_item_lengths),
         cmocka_unit_test(test_run_inputs_and_gpu_policy),
+        cmocka_unit_test(test_reader_edges),
         cmocka_unit_test(test_openb_broken_files),
         cmocka_unit_test(test_k8s_readers),
         cmocka_unit_test(test_openb_input_defects),
