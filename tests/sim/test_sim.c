@@ -511,6 +511,10 @@ static void test_high_priority_preemption(void **state)
     assert_true(base.placement_hash == zero.placement_hash);
     assert_int_equal(zero.high_arrivals, 0);
     assert_int_equal(gv_sim_set_high_priority(t, 101, &err), GV_EINVAL);
+    assert_int_equal(gv_sim_set_high_priority(t, 100, NULL), GV_OK); /* the top of the range */
+    assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_FGD, 5, 1.3, &hi, NULL), GV_OK);
+    assert_int_equal(hi.high_arrivals, hi.arrivals - hi.whole_arrivals);
+    gv_sim_curve_free(&hi);
     assert_int_equal(gv_sim_set_high_priority(t, 20, NULL), GV_OK);
     assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_FGD, 5, 1.3, &hi, NULL), GV_OK);
     assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_FGD, 5, 1.3, &hi2, NULL), GV_OK);
@@ -656,6 +660,18 @@ static void test_churn_defrag(void **state)
                 parsed.lifetimes == 3);
     assert_int_equal(gv_sim_churn_parse("speed=3", &parsed, &err), GV_EINVAL);
     assert_non_null(strstr(err.msg, "speed"));
+    assert_int_equal(gv_sim_churn_parse("load=0", &parsed, &err), GV_EINVAL);
+    assert_int_equal(gv_sim_churn_parse("lifetimes=0", &parsed, &err), GV_EINVAL);
+    assert_true(parsed.max_moves == 3); /* unchanged by the refusals */
+    gv_sim_trace_free(t);
+    /* a cluster without GPUs has nothing to churn */
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    const char *cn = "sn,cpu_milli,memory_mib,gpu,model\nn,64000,65536,0,\n";
+    const char *cp = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,500\n";
+    assert_int_equal(gv_sim_parse_openb_nodes(t, "n", cn, strlen(cn), NULL), GV_OK);
+    assert_int_equal(gv_sim_parse_openb_pods(t, "p", cp, strlen(cp), NULL), GV_OK);
+    assert_int_equal(gv_sim_churn(t, GV_ALLOC_POLICY_FGD, 42, &none, &d, &err), GV_EINVAL);
+    assert_non_null(strstr(err.msg, "no GPUs"));
     gv_sim_trace_free(t);
 }
 
