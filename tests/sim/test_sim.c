@@ -39,6 +39,18 @@ static struct gv_sim_trace *trace_with_nodes(void)
     return t;
 }
 
+/* A trace from openb node and pod lists given as text. */
+static struct gv_sim_trace *openb_trace(const char *nodes, const char *pods)
+{
+    struct gv_sim_trace *t;
+    struct gv_error err = {0};
+    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
+    if (gv_sim_parse_openb_nodes(t, "n", nodes, strlen(nodes), &err) != GV_OK ||
+        gv_sim_parse_openb_pods(t, "p", pods, strlen(pods), &err) != GV_OK)
+        fail_msg("%s", err.msg);
+    return t;
+}
+
 static void test_openb_readers(void **state)
 {
     (void)state;
@@ -402,11 +414,9 @@ static void test_protocol_on_known_trace(void **state)
 {
     (void)state;
     struct gv_sim_trace *t;
-    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
     const char *n = "sn,cpu_milli,memory_mib,gpu,model\nn,64000,65536,2,T4\n";
     const char *p = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,1000\n";
-    assert_int_equal(gv_sim_parse_openb_nodes(t, "n", n, strlen(n), NULL), GV_OK);
-    assert_int_equal(gv_sim_parse_openb_pods(t, "p", p, strlen(p), NULL), GV_OK);
+    t = openb_trace(n, p);
     struct gv_sim_curve cv;
     assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_BINPACK, 42, 1.5, &cv, NULL), GV_OK);
     assert_int_equal(cv.n, 151);
@@ -434,12 +444,10 @@ static void test_shuffled_node_names(void **state)
 {
     (void)state;
     struct gv_sim_trace *t;
-    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
     const char *n = "sn,cpu_milli,memory_mib,gpu,model\na,2000,65536,1,T4\nb,64000,65536,1,T4\n";
     const char *p = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
                     "s,1000,1024,1,500\nw,32000,1024,1,1000\n";
-    assert_int_equal(gv_sim_parse_openb_nodes(t, "n", n, strlen(n), NULL), GV_OK);
-    assert_int_equal(gv_sim_parse_openb_pods(t, "p", p, strlen(p), NULL), GV_OK);
+    t = openb_trace(n, p);
     int lost = 0, kept = 0;
     for (uint64_t seed = 1; seed <= 64; seed++) {
         struct gv_sim_curve cv, again;
@@ -665,11 +673,9 @@ static void test_churn_defrag(void **state)
     assert_true(parsed.max_moves == 3); /* unchanged by the refusals */
     gv_sim_trace_free(t);
     /* a cluster without GPUs has nothing to churn */
-    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
     const char *cn = "sn,cpu_milli,memory_mib,gpu,model\nn,64000,65536,0,\n";
     const char *cp = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,500\n";
-    assert_int_equal(gv_sim_parse_openb_nodes(t, "n", cn, strlen(cn), NULL), GV_OK);
-    assert_int_equal(gv_sim_parse_openb_pods(t, "p", cp, strlen(cp), NULL), GV_OK);
+    t = openb_trace(cn, cp);
     assert_int_equal(gv_sim_churn(t, GV_ALLOC_POLICY_FGD, 42, &none, &d, &err), GV_EINVAL);
     assert_non_null(strstr(err.msg, "no GPUs"));
     gv_sim_trace_free(t);
@@ -722,12 +728,10 @@ static void test_topology_report(void **state)
 {
     (void)state;
     struct gv_sim_trace *t;
-    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
     const char *n = "sn,cpu_milli,memory_mib,gpu,model\nn4,64000,65536,4,T4\nn3,64000,65536,3,T4\n";
     const char *p = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nd,1000,1024,2,1000\n";
     struct gv_error err = {0};
-    assert_int_equal(gv_sim_parse_openb_nodes(t, "n", n, strlen(n), NULL), GV_OK);
-    assert_int_equal(gv_sim_parse_openb_pods(t, "p", p, strlen(p), NULL), GV_OK);
+    t = openb_trace(n, p);
     assert_false(gv_sim_trace_has_topology(t));
     /* bad specs are refused and change nothing */
     const char *bad[] = {"", "nvlink", "nvlink=", "nvlink=2,nvlink=4", "nvlink=65", "pcie=-1",
@@ -791,11 +795,9 @@ static void test_topology_report(void **state)
 
     /* 3-GPU pods on n3 with pairs: they must span two islands (tight: the
      * layout allows no better); a PCIe switch of 4 holds them on n4 */
-    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
     const char *p3 = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nt,1000,1024,3,1000\n";
     const char *n1 = "sn,cpu_milli,memory_mib,gpu,model\nn3,64000,65536,3,T4\n";
-    assert_int_equal(gv_sim_parse_openb_nodes(t, "n", n1, strlen(n1), NULL), GV_OK);
-    assert_int_equal(gv_sim_parse_openb_pods(t, "p", p3, strlen(p3), NULL), GV_OK);
+    t = openb_trace(n1, p3);
     assert_int_equal(gv_sim_set_topology(t, "nvlink=2,pcie=4", NULL), GV_OK);
     assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_FGD, 1, 1.0, &cv, NULL), GV_OK);
     assert_int_equal(cv.multi_gpu, 1);
@@ -910,12 +912,10 @@ static void test_report_one_seed_no_nan(void **state)
 {
     (void)state;
     struct gv_sim_trace *t;
-    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
     const char *n = "sn,cpu_milli,memory_mib,gpu,model\nn4,64000,65536,4,T4\n";
     const char *p = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,500\n"
                     "b,1000,1024,1,300\n";
-    assert_int_equal(gv_sim_parse_openb_nodes(t, "n", n, strlen(n), NULL), GV_OK);
-    assert_int_equal(gv_sim_parse_openb_pods(t, "p", p, strlen(p), NULL), GV_OK);
+    t = openb_trace(n, p);
     assert_int_equal(gv_sim_set_topology(t, "nvlink=2", NULL), GV_OK);
     struct gv_sim_report r = {0};
     uint64_t seed = 42;
@@ -1005,18 +1005,12 @@ static void test_run_inputs_and_gpu_policy(void **state)
     struct gv_sim_curve cv;
     struct gv_error err = {0};
     for (size_t i = 0; i < 2; i++) {
-        assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
-        assert_int_equal(
-            gv_sim_parse_openb_nodes(t, "n", bad[i].nodes, strlen(bad[i].nodes), NULL), GV_OK);
-        assert_int_equal(gv_sim_parse_openb_pods(t, "p", bad[i].pods, strlen(bad[i].pods), NULL),
-                         GV_OK);
+        t = openb_trace(bad[i].nodes, bad[i].pods);
         assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_BINPACK, 1, 1.0, &cv, &err), GV_EINVAL);
         assert_non_null(strstr(err.msg, bad[i].why));
         gv_sim_trace_free(t);
     }
-    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
-    assert_int_equal(gv_sim_parse_openb_nodes(t, "n", gpu_node, strlen(gpu_node), NULL), GV_OK);
-    assert_int_equal(gv_sim_parse_openb_pods(t, "p", pods, strlen(pods), NULL), GV_OK);
+    t = openb_trace(gpu_node, pods);
     int spread_lost = 0;
     for (uint64_t seed = 1; seed <= 24; seed++) {
         assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_BINPACK, seed, 1.0, &cv, NULL), GV_OK);
