@@ -26,7 +26,6 @@ gv_status gv_sched_config_default(struct gv_sched_config *cfg, struct gv_error *
     return GV_OK;
 }
 
-
 void gv_sched_config_clear(struct gv_sched_config *cfg)
 {
     free(cfg->scheduler_name);

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "sim/sim_internal.h"
+#include "trace_text.h"
 
 #define MAX_NODES 4
 #define MAX_GPUS 4
@@ -300,54 +301,11 @@ static void test_lp_below_exact_below_every_placement(void **state)
     assert_true(runs >= cases / 2); /* the generator mostly makes searchable instances */
 }
 
-/* Known answers of the packing cuts: without them the LP would allocate
- * everything. */
-static void test_lp_packing_cuts_known(void **state)
-{
-    (void)state;
-    struct {
-        const char *pods;
-        double unalloc; /* exact, and what the cuts give */
-    } cases[] = {
-        /* 600-milli tasks only: one per GPU, 40 % of every GPU idle */
-        {"name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,600\n", 40.0},
-        /* 2-GPU pods on 3-GPU nodes: one per node, a third idle */
-        {"name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,2,1000\n", 100.0 / 3},
-        /* CPU: 9 of a node's 16 cores per whole-GPU pod, one pod per node */
-        {"name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,9000,1024,1,1000\n", 200.0 / 3},
-    };
-    const char *nodes = "sn,cpu_milli,memory_mib,gpu,model\n"
-                        "n0,16000,65536,3,T4\nn1,16000,65536,3,T4\n";
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        struct gv_sim_trace *t;
-        struct gv_error err = {0};
-        assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
-        assert_int_equal(gv_sim_parse_openb_nodes(t, "n.csv", nodes, strlen(nodes), &err), GV_OK);
-        assert_int_equal(
-            gv_sim_parse_openb_pods(t, "p.csv", cases[i].pods, strlen(cases[i].pods), &err),
-            GV_OK);
-        struct gv_sim_reference ref;
-        assert_int_equal(gv_sim_reference(t, 42, &ref, &err), GV_OK);
-        if (ref.bound_unalloc_pct < cases[i].unalloc - 1e-6 ||
-            ref.bound_unalloc_pct > cases[i].unalloc + 1e-6)
-            fail_msg("case %zu: bound %.4f, want %.4f", i, ref.bound_unalloc_pct,
-                     cases[i].unalloc);
-        /* what the capacity bound alone cannot see */
-        assert_true(ref.capacity_bound_unalloc_pct < cases[i].unalloc - 1);
-        gv_sim_trace_free(t);
-    }
-}
-
-/* A trace from CSV text; every GPU of every node gets gpu_mem MiB when
- * that is not 0 (openb lists carry no GPU memory). */
+/* sim_test_trace, with every GPU of every node given gpu_mem MiB when that
+ * is not 0 (openb lists carry no GPU memory). */
 static struct gv_sim_trace *trace_of(const char *nodes, const char *pods, uint64_t gpu_mem)
 {
-    struct gv_sim_trace *t;
-    struct gv_error err = {0};
-    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
-    if (gv_sim_parse_openb_nodes(t, "n.csv", nodes, strlen(nodes), &err) != GV_OK ||
-        gv_sim_parse_openb_pods(t, "p.csv", pods, strlen(pods), &err) != GV_OK)
-        fail_msg("%s", err.msg);
+    struct gv_sim_trace *t = sim_test_trace(nodes, pods);
     for (size_t i = 0; gpu_mem != 0 && i < t->n_nodes; i++)
         for (size_t g = 0; g < t->nodes[i].spec.n_gpus; g++)
             ((struct gv_alloc_gpu_spec *)t->nodes[i].spec.gpus)[g].mem_mib = gpu_mem;
@@ -370,6 +328,39 @@ static double lp_alloc_all(const struct gv_sim_trace *t)
     return lp.alloc_milli;
 }
 
+/* Known answers of the packing cuts: without them the LP would allocate
+ * everything. */
+static void test_lp_packing_cuts_known(void **state)
+{
+    (void)state;
+    struct {
+        const char *pods;
+        double unalloc; /* exact, and what the cuts give */
+    } cases[] = {
+        /* 600-milli tasks only: one per GPU, 40 % of every GPU idle */
+        {"name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,600\n", 40.0},
+        /* 2-GPU pods on 3-GPU nodes: one per node, a third idle */
+        {"name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,2,1000\n", 100.0 / 3},
+        /* CPU: 9 of a node's 16 cores per whole-GPU pod, one pod per node */
+        {"name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,9000,1024,1,1000\n", 200.0 / 3},
+    };
+    const char *nodes = "sn,cpu_milli,memory_mib,gpu,model\n"
+                        "n0,16000,65536,3,T4\nn1,16000,65536,3,T4\n";
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct gv_sim_trace *t = trace_of(nodes, cases[i].pods, 0);
+        struct gv_error err = {0};
+        struct gv_sim_reference ref;
+        assert_int_equal(gv_sim_reference(t, 42, &ref, &err), GV_OK);
+        if (ref.bound_unalloc_pct < cases[i].unalloc - 1e-6 ||
+            ref.bound_unalloc_pct > cases[i].unalloc + 1e-6)
+            fail_msg("case %zu: bound %.4f, want %.4f", i, ref.bound_unalloc_pct,
+                     cases[i].unalloc);
+        /* what the capacity bound alone cannot see */
+        assert_true(ref.capacity_bound_unalloc_pct < cases[i].unalloc - 1);
+        gv_sim_trace_free(t);
+    }
+}
+
 #define PODS_HDR "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
 
 /*
@@ -377,7 +368,7 @@ static double lp_alloc_all(const struct gv_sim_trace *t)
  * differ in one field different types: merged, the first one's request (or
  * node) would stand for all of them and the bound would claim less than
  * every pod placed (here each case's pods all fit, so the LP must allocate
- * all of them).  Cases a stand-in for each field the class and type keys
+ * all of them).  One case for each field the class and type keys
  * compare.
  */
 static void test_lp_classes_and_types_kept_apart(void **state)

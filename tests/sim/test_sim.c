@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "sim/gv_sim.h"
+#include "trace_text.h"
 
 static const char nodes_csv[] = "sn,cpu_milli,memory_mib,gpu,model\n"
                                 "n0,32000,131072,2,T4\n"
@@ -35,18 +36,6 @@ static struct gv_sim_trace *trace_with_nodes(void)
     assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
     struct gv_error err = {0};
     if (gv_sim_parse_openb_nodes(t, "nodes.csv", nodes_csv, strlen(nodes_csv), &err) != GV_OK)
-        fail_msg("%s", err.msg);
-    return t;
-}
-
-/* A trace from openb node and pod lists given as text. */
-static struct gv_sim_trace *openb_trace(const char *nodes, const char *pods)
-{
-    struct gv_sim_trace *t;
-    struct gv_error err = {0};
-    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
-    if (gv_sim_parse_openb_nodes(t, "n", nodes, strlen(nodes), &err) != GV_OK ||
-        gv_sim_parse_openb_pods(t, "p", pods, strlen(pods), &err) != GV_OK)
         fail_msg("%s", err.msg);
     return t;
 }
@@ -416,7 +405,7 @@ static void test_protocol_on_known_trace(void **state)
     struct gv_sim_trace *t;
     const char *n = "sn,cpu_milli,memory_mib,gpu,model\nn,64000,65536,2,T4\n";
     const char *p = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,1000\n";
-    t = openb_trace(n, p);
+    t = sim_test_trace(n, p);
     struct gv_sim_curve cv;
     assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_BINPACK, 42, 1.5, &cv, NULL), GV_OK);
     assert_int_equal(cv.n, 151);
@@ -447,7 +436,7 @@ static void test_shuffled_node_names(void **state)
     const char *n = "sn,cpu_milli,memory_mib,gpu,model\na,2000,65536,1,T4\nb,64000,65536,1,T4\n";
     const char *p = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
                     "s,1000,1024,1,500\nw,32000,1024,1,1000\n";
-    t = openb_trace(n, p);
+    t = sim_test_trace(n, p);
     int lost = 0, kept = 0;
     for (uint64_t seed = 1; seed <= 64; seed++) {
         struct gv_sim_curve cv, again;
@@ -675,7 +664,7 @@ static void test_churn_defrag(void **state)
     /* a cluster without GPUs has nothing to churn */
     const char *cn = "sn,cpu_milli,memory_mib,gpu,model\nn,64000,65536,0,\n";
     const char *cp = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,500\n";
-    t = openb_trace(cn, cp);
+    t = sim_test_trace(cn, cp);
     assert_int_equal(gv_sim_churn(t, GV_ALLOC_POLICY_FGD, 42, &none, &d, &err), GV_EINVAL);
     assert_non_null(strstr(err.msg, "no GPUs"));
     gv_sim_trace_free(t);
@@ -731,7 +720,7 @@ static void test_topology_report(void **state)
     const char *n = "sn,cpu_milli,memory_mib,gpu,model\nn4,64000,65536,4,T4\nn3,64000,65536,3,T4\n";
     const char *p = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nd,1000,1024,2,1000\n";
     struct gv_error err = {0};
-    t = openb_trace(n, p);
+    t = sim_test_trace(n, p);
     assert_false(gv_sim_trace_has_topology(t));
     /* bad specs are refused and change nothing */
     const char *bad[] = {"", "nvlink", "nvlink=", "nvlink=2,nvlink=4", "nvlink=65", "pcie=-1",
@@ -797,7 +786,7 @@ static void test_topology_report(void **state)
      * layout allows no better); a PCIe switch of 4 holds them on n4 */
     const char *p3 = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nt,1000,1024,3,1000\n";
     const char *n1 = "sn,cpu_milli,memory_mib,gpu,model\nn3,64000,65536,3,T4\n";
-    t = openb_trace(n1, p3);
+    t = sim_test_trace(n1, p3);
     assert_int_equal(gv_sim_set_topology(t, "nvlink=2,pcie=4", NULL), GV_OK);
     assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_FGD, 1, 1.0, &cv, NULL), GV_OK);
     assert_int_equal(cv.multi_gpu, 1);
@@ -867,19 +856,18 @@ static void test_topology_report(void **state)
     gv_sim_trace_free(t);
     /* islands or switches of one GPU (or none) are no layout at all */
     const char *flat[] = {"nvlink=1", "nvlink=0", "pcie=1", "pcie=0", "nvlink=1,pcie=1"};
-    assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK); /* a key's maximum is allowed */
-    assert_int_equal(gv_sim_parse_openb_nodes(t, "n", n, strlen(n), NULL), GV_OK);
-    assert_int_equal(gv_sim_set_topology(t, "nvlink=64,pcie=64", NULL), GV_OK);
-    assert_true(gv_sim_trace_has_topology(t));
-    gv_sim_trace_free(t);
     for (size_t i = 0; i < sizeof(flat) / sizeof(flat[0]); i++) {
-        assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
-        assert_int_equal(gv_sim_parse_openb_nodes(t, "n", n, strlen(n), NULL), GV_OK);
+        t = sim_test_trace(n, NULL);
         assert_int_equal(gv_sim_set_topology(t, flat[i], NULL), GV_OK);
         if (gv_sim_trace_has_topology(t))
             fail_msg("\"%s\" makes a layout", flat[i]);
         gv_sim_trace_free(t);
     }
+    /* each key's maximum (64 GPUs) is allowed */
+    t = sim_test_trace(n, NULL);
+    assert_int_equal(gv_sim_set_topology(t, "nvlink=64,pcie=64", NULL), GV_OK);
+    assert_true(gv_sim_trace_has_topology(t));
+    gv_sim_trace_free(t);
 }
 
 /* The report buffer: a line that exactly fills what is left is kept whole
@@ -915,7 +903,7 @@ static void test_report_one_seed_no_nan(void **state)
     const char *n = "sn,cpu_milli,memory_mib,gpu,model\nn4,64000,65536,4,T4\n";
     const char *p = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,500\n"
                     "b,1000,1024,1,300\n";
-    t = openb_trace(n, p);
+    t = sim_test_trace(n, p);
     assert_int_equal(gv_sim_set_topology(t, "nvlink=2", NULL), GV_OK);
     struct gv_sim_report r = {0};
     uint64_t seed = 42;
@@ -1005,12 +993,12 @@ static void test_run_inputs_and_gpu_policy(void **state)
     struct gv_sim_curve cv;
     struct gv_error err = {0};
     for (size_t i = 0; i < 2; i++) {
-        t = openb_trace(bad[i].nodes, bad[i].pods);
+        t = sim_test_trace(bad[i].nodes, bad[i].pods);
         assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_BINPACK, 1, 1.0, &cv, &err), GV_EINVAL);
         assert_non_null(strstr(err.msg, bad[i].why));
         gv_sim_trace_free(t);
     }
-    t = openb_trace(gpu_node, pods);
+    t = sim_test_trace(gpu_node, pods);
     int spread_lost = 0;
     for (uint64_t seed = 1; seed <= 24; seed++) {
         assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_BINPACK, seed, 1.0, &cv, NULL), GV_OK);
