@@ -402,10 +402,9 @@ static void test_synthetic_is_seeded(void **state)
 static void test_protocol_on_known_trace(void **state)
 {
     (void)state;
-    struct gv_sim_trace *t;
     const char *n = "sn,cpu_milli,memory_mib,gpu,model\nn,64000,65536,2,T4\n";
     const char *p = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,1000\n";
-    t = sim_test_trace(n, p);
+    struct gv_sim_trace *t = sim_test_trace(n, p);
     struct gv_sim_curve cv;
     assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_BINPACK, 42, 1.5, &cv, NULL), GV_OK);
     assert_int_equal(cv.n, 151);
@@ -432,11 +431,10 @@ static void test_protocol_on_known_trace(void **state)
 static void test_shuffled_node_names(void **state)
 {
     (void)state;
-    struct gv_sim_trace *t;
     const char *n = "sn,cpu_milli,memory_mib,gpu,model\na,2000,65536,1,T4\nb,64000,65536,1,T4\n";
     const char *p = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
                     "s,1000,1024,1,500\nw,32000,1024,1,1000\n";
-    t = sim_test_trace(n, p);
+    struct gv_sim_trace *t = sim_test_trace(n, p);
     int lost = 0, kept = 0;
     for (uint64_t seed = 1; seed <= 64; seed++) {
         struct gv_sim_curve cv, again;
@@ -716,11 +714,10 @@ static void test_churn_high_priority_waits(void **state)
 static void test_topology_report(void **state)
 {
     (void)state;
-    struct gv_sim_trace *t;
     const char *n = "sn,cpu_milli,memory_mib,gpu,model\nn4,64000,65536,4,T4\nn3,64000,65536,3,T4\n";
     const char *p = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nd,1000,1024,2,1000\n";
     struct gv_error err = {0};
-    t = sim_test_trace(n, p);
+    struct gv_sim_trace *t = sim_test_trace(n, p);
     assert_false(gv_sim_trace_has_topology(t));
     /* bad specs are refused and change nothing */
     const char *bad[] = {"", "nvlink", "nvlink=", "nvlink=2,nvlink=4", "nvlink=65", "pcie=-1",
@@ -813,14 +810,15 @@ static void test_topology_report(void **state)
             strcat(gpus, ",");
         strcat(gpus, one);
     }
-    snprintf(dump, sizeof(dump),
-             "{\"kind\":\"List\",\"items\":[{\"kind\":\"Pod\",\"metadata\":{\"name\":\"a\","
-             "\"uid\":\"1\"},\"spec\":{\"containers\":[{\"name\":\"m\",\"resources\":{\"limits\":"
-             "{\"nvidia.com/gpu\":\"2\"}}}]},\"status\":{\"phase\":\"Pending\"}},"
-             "{\"kind\":\"Node\",\"metadata\":{\"name\":\"g\",\"annotations\":"
-             "{\"gpuvisor.io/node-gpus\":\"{\\\"version\\\":1,\\\"gpus\\\":[%s]}\"}},"
-             "\"status\":{\"allocatable\":{\"cpu\":\"32\",\"memory\":\"128Gi\"}}}]}",
-             gpus);
+    /* a 2-GPU pod and node g with the inventory above, then %s: more items */
+    static const char dump_fmt[] =
+        "{\"kind\":\"List\",\"items\":[{\"kind\":\"Pod\",\"metadata\":{\"name\":\"a\","
+        "\"uid\":\"1\"},\"spec\":{\"containers\":[{\"name\":\"m\",\"resources\":{\"limits\":"
+        "{\"nvidia.com/gpu\":\"2\"}}}]},\"status\":{\"phase\":\"Pending\"}},"
+        "{\"kind\":\"Node\",\"metadata\":{\"name\":\"g\",\"annotations\":"
+        "{\"gpuvisor.io/node-gpus\":\"{\\\"version\\\":1,\\\"gpus\\\":[%s]}\"}},"
+        "\"status\":{\"allocatable\":{\"cpu\":\"32\",\"memory\":\"128Gi\"}}}%s]}";
+    snprintf(dump, sizeof(dump), dump_fmt, gpus, "");
     assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
     if (gv_sim_parse_k8s_cluster(t, "dump.json", dump, strlen(dump), &err) != GV_OK)
         fail_msg("%s", err.msg);
@@ -832,17 +830,11 @@ static void test_topology_report(void **state)
     gv_sim_trace_free(t);
     /* a node without a layout beside one with it: only the latter's
      * containers are counted (8 GPUs, four 2-GPU pods, two on each) */
-    snprintf(dump, sizeof(dump),
-             "{\"kind\":\"List\",\"items\":[{\"kind\":\"Pod\",\"metadata\":{\"name\":\"a\","
-             "\"uid\":\"1\"},\"spec\":{\"containers\":[{\"name\":\"m\",\"resources\":{\"limits\":"
-             "{\"nvidia.com/gpu\":\"2\"}}}]},\"status\":{\"phase\":\"Pending\"}},"
-             "{\"kind\":\"Node\",\"metadata\":{\"name\":\"g\",\"annotations\":"
-             "{\"gpuvisor.io/node-gpus\":\"{\\\"version\\\":1,\\\"gpus\\\":[%s]}\"}},"
-             "\"status\":{\"allocatable\":{\"cpu\":\"32\",\"memory\":\"128Gi\"}}},"
-             "{\"kind\":\"Node\",\"metadata\":{\"name\":\"h\",\"labels\":"
+    snprintf(dump, sizeof(dump), dump_fmt, gpus,
+             ",{\"kind\":\"Node\",\"metadata\":{\"name\":\"h\",\"labels\":"
              "{\"nvidia.com/gpu.product\":\"Tesla-T4\",\"nvidia.com/gpu.memory\":\"15360\"}},"
-             "\"status\":{\"capacity\":{\"cpu\":\"32\",\"memory\":\"128Gi\",\"nvidia.com/gpu\":\"4\"}}}]}",
-             gpus);
+             "\"status\":{\"capacity\":{\"cpu\":\"32\",\"memory\":\"128Gi\","
+             "\"nvidia.com/gpu\":\"4\"}}}");
     assert_int_equal(gv_sim_trace_new(&t, NULL), GV_OK);
     if (gv_sim_parse_k8s_cluster(t, "dump.json", dump, strlen(dump), &err) != GV_OK)
         fail_msg("%s", err.msg);
@@ -899,11 +891,10 @@ static void test_report_buffer_exact_fill(void **state)
 static void test_report_one_seed_no_nan(void **state)
 {
     (void)state;
-    struct gv_sim_trace *t;
     const char *n = "sn,cpu_milli,memory_mib,gpu,model\nn4,64000,65536,4,T4\n";
     const char *p = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,500\n"
                     "b,1000,1024,1,300\n";
-    t = sim_test_trace(n, p);
+    struct gv_sim_trace *t = sim_test_trace(n, p);
     assert_int_equal(gv_sim_set_topology(t, "nvlink=2", NULL), GV_OK);
     struct gv_sim_report r = {0};
     uint64_t seed = 42;
