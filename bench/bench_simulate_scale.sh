@@ -6,7 +6,10 @@
 # Goal: x10 costs at most 15 times x1.  CPU seconds (user + system) of the
 # process: on a shared machine wall time measures the neighbours.  Each
 # pair runs ROUNDS times alternated (x1, x10, x1, ...); the median counts.
-# For each --reference (full, bounds, none).  Reads the trace from
+# For each --reference (full, bounds, none).  Then what the engine's score
+# budget (beyond 5,000 nodes; docs/alloc.md, "Score budget") costs in
+# packing at x10: unallocated GPU % against --exact, seeds 42-44.
+# Reads the trace from
 # ../shared/data/openb (GV_OPENB_DIR overrides); says SKIPPED without it.
 set -u
 bin="${BUILD:-build}/bin/gpuvisor"
@@ -58,5 +61,21 @@ for ref in full bounds none; do
     printf '%-10s %-28s %-28s %7sx  %s\n' "$ref" "$ma ($(echo $a))" "$mb ($(echo $b))" "$ratio" "$goal"
     echo "           x1:  $(cat "$tmp/last_x1_$ref")"
     echo "           x10: $(cat "$tmp/last_x10_$ref")"
+done
+
+echo
+echo "packing at x10 (unallocated GPU % at 100 % arrived, --reference none): score budget vs --exact"
+printf '%-6s %10s %10s %8s\n' seed budget exact diff
+seeds="${GV_BENCH_PACKING_SEEDS:-42 43 44}"
+for seed in $seeds; do
+    u=""
+    for mode in "" --exact; do
+        "$bin" simulate --nodes "$tmp/x10_openb_node_list_gpu_node.csv" \
+            --pods "$tmp/x10_openb_pod_list_default.csv" --policy fgd --seed "$seed" \
+            --reference none $mode >"$tmp/out" 2>/dev/null || exit 1
+        u="$u $(tail -1 "$tmp/out" | sed -n 's/.*mean=\([0-9.]*\).*/\1/p')"
+    done
+    set -- $u
+    printf '%-6s %10s %10s %+8.2f\n' "$seed" "$1" "$2" "$(awk -v a="$1" -v b="$2" 'BEGIN { print a - b }')"
 done
 exit $status

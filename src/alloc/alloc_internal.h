@@ -260,6 +260,8 @@ struct gv_alloc_cluster {
     bool index_broken; /* an allocation failed: score exhaustively */
     uint32_t cls_stamp; /* current candidate-list pass */
     bool cand_pass;     /* pick_indexed looks only at stamped nodes */
+    struct budget_item *bud; /* a list's classes under a score budget (policy.c) */
+    uint32_t bud_cap;
     /* FGD scores shared within a decision (score_group.c) */
     struct group_slot *grp;
     uint32_t grp_cap, grp_stamp, grp_used;

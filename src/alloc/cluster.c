@@ -90,6 +90,7 @@ void gv_alloc_cluster_free(struct gv_alloc_cluster *c)
     free(c->memo);
     group_free(c);
     index_free(c);
+    free(c->bud);
     free(c);
 }
 

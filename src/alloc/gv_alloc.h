@@ -118,6 +118,17 @@ struct gv_alloc_config {
      * benchmarks that compare the two.
      */
     bool exhaustive;
+    /*
+     * Score budget (docs/alloc.md, "Score budget"): under fgd, a search
+     * over more than score_all_nodes nodes (the cluster, or the candidate
+     * list) scores the node states that may fit in the index's order until
+     * score_budget of them fit, then only states whose GPU models have
+     * fewer than score_budget / 4 fitting.  A search over fewer nodes
+     * scores every state (exact FGD).  Either 0: always exact.  Defaults
+     * 5000 and 16.
+     */
+    uint32_t score_all_nodes;
+    uint32_t score_budget;
 };
 
 /* HAMi defaults: names above, whole-GPU memory, 0 cores, 1 GPU, split 10,

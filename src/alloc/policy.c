@@ -313,31 +313,30 @@ static uint32_t class_first_candidate(const struct gv_alloc_cluster *c, const st
 }
 
 /*
- * The indexed search over all nodes: each state class that may fit is
- * scored once, on its smallest name (docs/alloc.md, "Cost of a decision").
- * Same result as the exhaustive loop below; *best stays UINT32_MAX when
- * nothing fits.
+ * Scores one state class that may fit, on its smallest (candidate) name idx,
+ * and keeps it if it beats *best.  SCORED when it fits and was evaluated
+ * (what a score budget counts), SHARED when it fits and took another
+ * class's evaluation, 0 when it does not fit.  Same result as the
+ * exhaustive loop below.
  */
-static void visit_class(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t ki,
-                        const struct idx_need *need, uint64_t allowed, bool cpu_only_fgd,
-                        bool group, uint32_t *best, double *best_score)
+enum { SCORED = 1, SHARED = 2 };
+
+static int score_class(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t ki,
+                        uint32_t idx, bool cpu_only_fgd, bool group, uint32_t *best,
+                        double *best_score)
 {
     const struct sclass *k = &c->cls[ki];
-    if (c->cand_pass && k->memo_stamp != c->cls_stamp)
-        return; /* no candidate in this class */
-    if (!index_may_fit(k, v->req, need, allowed))
-        return;
-    uint32_t idx = c->cand_pass ? class_first_candidate(c, k) : k->heap[0];
     if (v->policy == GV_ALLOC_POLICY_SPREAD && *best != UINT32_MAX &&
         spread_bound(&c->nodes[idx]) < *best_score - 1e-9 * fmax(1.0, fabs(*best_score)))
-        return;
+        return 0;
     if (cpu_only_fgd && *best != UINT32_MAX &&
         /* a node scoring its bound, named so, could not win either */
         !better(k->used_pm + 999.0 * 1e-4, c->nodes[idx].name, *best_score,
                 c->nodes[*best].name))
-        return;
+        return 0;
     struct pick p;
     double sc;
+    int how = SCORED;
     if (cpu_only_fgd && c->nodes[idx].free_share == 0.0) {
         /* No free GPU share (or no GPUs): every fragment is 0 before and
          * after, so the score is exactly 1000 (eval_node) and only the
@@ -345,6 +344,7 @@ static void visit_class(struct gv_alloc_cluster *c, const struct req_view *v, ui
          * index_may_fit's.  On a large cluster most nodes such a pod goes
          * to are of this kind, each in a state of its own. */
         sc = 1000.0;
+        how = SHARED; /* nothing evaluated */
     } else {
         /* Classes that differ only where the score does not look share
          * one evaluation (score_group.c). */
@@ -355,8 +355,9 @@ static void visit_class(struct gv_alloc_cluster *c, const struct req_view *v, ui
                   : NULL;
         if (hit) {
             if (!g->fits)
-                return;
+                return 0;
             sc = g->score;
+            how = SHARED;
         } else {
             bool fits = eval_node(c, v, idx, &p, &sc, NULL, 0);
             if (g != NULL) {
@@ -364,17 +365,198 @@ static void visit_class(struct gv_alloc_cluster *c, const struct req_view *v, ui
                 g->score = fits ? sc : 0;
             }
             if (!fits)
-                return;
+                return 0;
         }
     }
     if (*best == UINT32_MAX || better(sc, c->nodes[idx].name, *best_score, c->nodes[*best].name)) {
         *best = idx;
         *best_score = sc;
     }
+    return how;
 }
 
-static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t *best,
-                         double *best_score)
+/* The class's node a search looks at: its smallest name, or its smallest
+ * candidate's; UINT32_MAX when the class cannot take the request (no
+ * candidate in it, or index_may_fit says no). */
+static uint32_t class_head(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t ki,
+                           const struct idx_need *need, uint64_t allowed)
+{
+    const struct sclass *k = &c->cls[ki];
+    if (c->cand_pass && k->memo_stamp != c->cls_stamp)
+        return UINT32_MAX; /* no candidate in this class */
+    if (!index_may_fit(k, v->req, need, allowed))
+        return UINT32_MAX;
+    return c->cand_pass ? class_first_candidate(c, k) : k->heap[0];
+}
+
+/*
+ * The indexed search over all nodes: each state class that may fit is
+ * scored once, on its smallest name (docs/alloc.md, "Cost of a decision").
+ * Same result as the exhaustive loop below; *best stays UINT32_MAX when
+ * nothing fits.
+ */
+static void visit_class(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t ki,
+                        const struct idx_need *need, uint64_t allowed, bool cpu_only_fgd,
+                        bool group, uint32_t *best, double *best_score)
+{
+    uint32_t idx = class_head(c, v, ki, need, allowed);
+    if (idx != UINT32_MAX)
+        score_class(c, v, ki, idx, cpu_only_fgd, group, best, best_score);
+}
+
+/*
+ * Score budget (docs/alloc.md, "Score budget"): on a search over more than
+ * cfg.score_all_nodes nodes, fgd evaluates classes in the index's order
+ * until cfg.score_budget evaluations fit; after that, only classes of a
+ * GPU-model set with fewer than a quarter of the budget.  Exact FGD scores
+ * every distinct state that fits, and on a large cluster those grow with
+ * the cluster; the budget keeps a decision's work flat.  The per-model
+ * quarter keeps every model in the running: the supply factor's choice
+ * between models is what typed workloads depend on.  A class that takes
+ * another's evaluation (score_group.c) or whose score is known without one
+ * costs nothing and is not counted.
+ *
+ * What is scored must not depend on the order classes were created in (a
+ * decision never depends on the order nodes were added in; replicas
+ * agree).  The lists are walked in the index's order (buckets, CPU bands,
+ * or GPU-use levels), which depends on states only; a list the budget may
+ * cut is scored fullest first (budget_item_cmp).  In a list scored whole
+ * the order changes nothing: its evaluations are its distinct score keys.
+ */
+#define BUDGET_GROUPS 64
+
+struct budget {
+    uint32_t left;  /* fitting evaluations still to make before the floors */
+    uint32_t floor; /* fitting evaluations every model set gets */
+    uint32_t n_grp;
+    uint64_t grp_mask[BUDGET_GROUPS];
+    uint32_t grp_fit[BUDGET_GROUPS];
+};
+
+static bool budget_init(const struct gv_alloc_cluster *c, const struct req_view *v,
+                        uint64_t searched, struct budget *b)
+{
+    if (v->policy != GV_ALLOC_POLICY_FGD || c->cfg.score_all_nodes == 0 ||
+        c->cfg.score_budget == 0 || searched <= c->cfg.score_all_nodes)
+        return false;
+    memset(b, 0, sizeof(*b));
+    b->left = c->cfg.score_budget;
+    b->floor = b->left / 4 ? b->left / 4 : 1;
+    return true;
+}
+
+/* The slot of a class's model set; past BUDGET_GROUPS sets the last slot
+ * is shared (those sets then share one floor, and which share it depends
+ * on the walk: clusters with over 64 model sets are not known). */
+static uint32_t budget_group(struct budget *b, uint64_t mask)
+{
+    for (uint32_t i = 0; i < b->n_grp; i++)
+        if (b->grp_mask[i] == mask)
+            return i;
+    if (b->n_grp == BUDGET_GROUPS)
+        return BUDGET_GROUPS - 1;
+    b->grp_mask[b->n_grp] = mask;
+    return b->n_grp++;
+}
+
+static bool budget_allows(const struct budget *b, uint32_t grp)
+{
+    return b->left > 0 || b->grp_fit[grp] < b->floor;
+}
+
+static void budget_count(struct budget *b, uint32_t grp)
+{
+    if (b->left > 0)
+        b->left--;
+    b->grp_fit[grp]++;
+}
+
+struct budget_item {
+    const char *name;
+    uint32_t used_pm;
+    int64_t cpu_free;
+    uint32_t ki, idx, grp;
+};
+
+/* Fullest first, as the buckets go: GPU share in use (more first), free
+ * CPU (less first), then the name, which is unique. */
+static int budget_item_cmp(const void *a, const void *b)
+{
+    const struct budget_item *x = a, *y = b;
+    if (x->used_pm != y->used_pm)
+        return x->used_pm > y->used_pm ? -1 : 1;
+    if (x->cpu_free != y->cpu_free)
+        return x->cpu_free < y->cpu_free ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* Whether scoring the list's n classes could run into the budget, so that
+ * which of them are scored would depend on their order: only such a list
+ * is sorted (most lists fit in what is left, or in their models' floor). */
+static bool budget_may_cut(const struct budget *b, const struct budget_item *it, uint32_t n)
+{
+    if (n <= b->left)
+        return false;
+    if (b->left > 0)
+        return true;
+    uint32_t in_list[BUDGET_GROUPS] = {0};
+    for (uint32_t i = 0; i < n; i++)
+        if (++in_list[it[i].grp] > b->floor - b->grp_fit[it[i].grp])
+            return true;
+    return false;
+}
+
+/* One list of the index (a bucket's or level's CPU band) under a budget. */
+static void visit_list_budget(struct gv_alloc_cluster *c, const struct req_view *v, uint32_t head,
+                              bool pm_list, const struct idx_need *need, uint64_t allowed,
+                              bool cpu_only_fgd, bool group, struct budget *b, uint32_t *best,
+                              double *best_score)
+{
+    uint32_t n = 0;
+    for (uint32_t ki = head; ki != UINT32_MAX;
+         ki = pm_list ? c->cls[ki].pm_next : c->cls[ki].next) {
+        uint32_t idx = class_head(c, v, ki, need, allowed);
+        if (idx == UINT32_MAX)
+            continue;
+        uint32_t grp = budget_group(b, c->cls[ki].model_mask);
+        if (!budget_allows(b, grp))
+            continue; /* cut whatever the order */
+        if (n == c->bud_cap) {
+            uint32_t cap = c->bud_cap ? 2 * c->bud_cap : 64;
+            struct budget_item *t = realloc(c->bud, cap * sizeof(*t));
+            if (t == NULL) {
+                /* out of memory: score this list whole, as exact FGD would */
+                for (uint32_t i = 0; i < n; i++)
+                    if (score_class(c, v, c->bud[i].ki, c->bud[i].idx, cpu_only_fgd, group, best,
+                                    best_score) == SCORED)
+                        budget_count(b, c->bud[i].grp);
+                for (; ki != UINT32_MAX; ki = pm_list ? c->cls[ki].pm_next : c->cls[ki].next) {
+                    uint32_t x = class_head(c, v, ki, need, allowed);
+                    if (x != UINT32_MAX &&
+                        score_class(c, v, ki, x, cpu_only_fgd, group, best, best_score) == SCORED)
+                        budget_count(b, budget_group(b, c->cls[ki].model_mask));
+                }
+                return;
+            }
+            c->bud = t;
+            c->bud_cap = cap;
+        }
+        const struct sclass *k = &c->cls[ki];
+        c->bud[n++] = (struct budget_item){c->nodes[idx].name, k->used_pm, k->cpu_free, ki, idx,
+                                           grp};
+    }
+    if (n > 1 && budget_may_cut(b, c->bud, n))
+        qsort(c->bud, n, sizeof(*c->bud), budget_item_cmp);
+    for (uint32_t i = 0; i < n; i++) {
+        const struct budget_item *it = &c->bud[i];
+        if (budget_allows(b, it->grp) &&
+            score_class(c, v, it->ki, it->idx, cpu_only_fgd, group, best, best_score) == SCORED)
+            budget_count(b, it->grp);
+    }
+}
+
+static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, uint64_t searched,
+                         uint32_t *best, double *best_score)
 {
     struct idx_need need;
     index_need(v->req, &need);
@@ -385,6 +567,8 @@ static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, u
     uint32_t fmin;
     uint32_t wmin = index_first_bucket(&need, &fmin);
     bool cpu_only_fgd = v->policy == GV_ALLOC_POLICY_FGD && v->req->n_containers == 0;
+    struct budget bud;
+    bool budget = budget_init(c, v, searched, &bud);
     /* Bands below the request's cannot serve its CPU (index_cpu_band). */
     uint32_t bands = ~UINT32_C(0) << index_cpu_band(v->req->cpu_milli);
     if (cpu_only_fgd) {
@@ -394,10 +578,17 @@ static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, u
         for (int pm = 1000; pm >= 0; pm--) {
             if (*best != UINT32_MAX && pm + 999.0 * 1e-4 < *best_score - 1e-9 * fmax(1.0, fabs(*best_score)))
                 break;
-            for (uint32_t m = c->pm_bands[pm] & bands; m != 0; m &= m - 1)
-                for (uint32_t ki = c->pm_head[(uint32_t)pm * IDX_CPU_BANDS + (uint32_t)__builtin_ctz(m)];
-                     ki != UINT32_MAX; ki = c->cls[ki].pm_next)
+            for (uint32_t m = c->pm_bands[pm] & bands; m != 0; m &= m - 1) {
+                uint32_t head =
+                    c->pm_head[(uint32_t)pm * IDX_CPU_BANDS + (uint32_t)__builtin_ctz(m)];
+                if (budget) {
+                    visit_list_budget(c, v, head, true, &need, allowed, true, group, &bud, best,
+                                      best_score);
+                    continue;
+                }
+                for (uint32_t ki = head; ki != UINT32_MAX; ki = c->cls[ki].pm_next)
                     visit_class(c, v, ki, &need, allowed, true, group, best, best_score);
+            }
         }
         return;
     }
@@ -411,10 +602,16 @@ static void pick_indexed(struct gv_alloc_cluster *c, const struct req_view *v, u
         for (uint32_t fi = fmin; fi < IDX_FRAC_BUCKETS; fi++) {
             uint32_t f = rev ? IDX_FRAC_BUCKETS - 1 - (fi - fmin) : fi;
             uint32_t b = w * IDX_FRAC_BUCKETS + f;
-            for (uint32_t m = c->bucket_bands[b] & bands; m != 0; m &= m - 1)
-                for (uint32_t ki = c->bucket_head[b * IDX_CPU_BANDS + (uint32_t)__builtin_ctz(m)];
-                     ki != UINT32_MAX; ki = c->cls[ki].next)
+            for (uint32_t m = c->bucket_bands[b] & bands; m != 0; m &= m - 1) {
+                uint32_t head = c->bucket_head[b * IDX_CPU_BANDS + (uint32_t)__builtin_ctz(m)];
+                if (budget) {
+                    visit_list_budget(c, v, head, false, &need, allowed, false, group, &bud, best,
+                                      best_score);
+                    continue;
+                }
+                for (uint32_t ki = head; ki != UINT32_MAX; ki = c->cls[ki].next)
                     visit_class(c, v, ki, &need, allowed, false, group, best, best_score);
+            }
         }
     }
 }
@@ -475,7 +672,7 @@ gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_reques
     if (nodes == NULL && memo_allowed(req) && !c->cfg.exhaustive && !c->index_broken) {
         uint32_t best = UINT32_MAX;
         double best_score = 0;
-        pick_indexed(c, &v, &best, &best_score);
+        pick_indexed(c, &v, c->live_nodes, &best, &best_score);
         if (best != UINT32_MAX)
             return pick_done(c, &v, best, out);
         /* Nothing fits: the exhaustive loop would report the first live
@@ -504,7 +701,7 @@ gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_reques
         uint32_t best = UINT32_MAX;
         double best_score = 0;
         c->cand_pass = true;
-        pick_indexed(c, &v, &best, &best_score);
+        pick_indexed(c, &v, n, &best, &best_score);
         c->cand_pass = false;
         if (best != UINT32_MAX)
             return pick_done(c, &v, best, out);

@@ -33,6 +33,8 @@ void gv_alloc_config_default(struct gv_alloc_config *cfg)
     cfg->gpu_policy = GV_ALLOC_GPU_BINPACK;
     cfg->workload_half_life = 5000.0;
     cfg->fgd_score_step = 40.0;
+    cfg->score_all_nodes = 5000;
+    cfg->score_budget = 16;
 }
 
 static const char *const policy_names[GV_ALLOC_POLICY_COUNT] = {"binpack", "spread", "bestfit",

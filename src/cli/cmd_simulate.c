@@ -26,7 +26,7 @@ static void usage(FILE *out)
             "                          --synthetic SPEC]\n"
             "                         [--policy binpack|spread|bestfit|fgd|all]\n"
             "                         [--seed N | --seeds A-B | --seeds N] [--inflate X]\n"
-            "                         [--topology nvlink=N,pcie=M] [--shuffle-nodes]\n"
+            "                         [--topology nvlink=N,pcie=M] [--shuffle-nodes] [--exact]\n"
             "                         [--high-priority PCT] [--reference full|bounds|none]\n"
             "                         [--csv OUT.csv] [--plot OUT.svg]\n"
             "                         [--defrag-every N [--churn load=P,lifetimes=K,moves=M]]\n\n"
@@ -49,6 +49,9 @@ static void usage(FILE *out)
             "                   then shows how multi-GPU containers' GPUs are joined\n"
             "  --shuffle-nodes  prefix node names with a per-seed random permutation, as the\n"
             "                   FGD paper's artifact does (ties go to the smallest name)\n"
+            "  --exact          fgd scores every node state however large the cluster; by\n"
+            "                   default, as in the scheduler, a search over more than 5,000\n"
+            "                   nodes has a score budget (docs/alloc.md, \"Score budget\")\n"
             "  --reference      the offline reference at the end: full (default: oracle and\n"
             "                   bounds; the oracle costs three replays a seed), bounds (the LP\n"
             "                   and capacity bounds only), none\n"
@@ -168,6 +171,7 @@ int gv_cmd_simulate(int argc, char **argv)
         {"from-cluster", required_argument, NULL, 'C'},
         {"topology", required_argument, NULL, 'T'},
         {"shuffle-nodes", no_argument, NULL, 'S'},
+        {"exact", no_argument, NULL, 'X'},
         {"high-priority", required_argument, NULL, 'H'},
         {"defrag-every", required_argument, NULL, 'D'},
         {"churn", required_argument, NULL, 'K'},
@@ -179,7 +183,7 @@ int gv_cmd_simulate(int argc, char **argv)
     const char *dump = NULL, *topology = NULL;
     const char *policy = "all";
     uint64_t seed_lo = 42, seed_hi = 51;
-    bool seed_given = false, shuffle = false;
+    bool seed_given = false, shuffle = false, exact = false;
     enum { REF_FULL, REF_BOUNDS, REF_NONE } reference = REF_FULL;
     double inflate = 1.3, high_pct = 0;
     int ch;
@@ -196,6 +200,7 @@ int gv_cmd_simulate(int argc, char **argv)
         case 'c': csv = optarg; break;
         case 'o': plot = optarg; break;
         case 'S': shuffle = true; break;
+        case 'X': exact = true; break;
         case 'H': {
             char *end = NULL;
             high_pct = strtod(optarg, &end);
@@ -334,6 +339,7 @@ int gv_cmd_simulate(int argc, char **argv)
     }
     rep.topology = gv_sim_trace_has_topology(t);
     gv_sim_trace_set_shuffle_names(t, shuffle);
+    gv_sim_trace_set_exact(t, exact);
     rep.n_seeds = (uint32_t)(seed_hi - seed_lo + 1);
     rep.seeds = calloc(rep.n_seeds, sizeof(*rep.seeds));
     rep.curves = calloc((size_t)rep.n_seeds * rep.n_policies, sizeof(*rep.curves));

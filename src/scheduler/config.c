@@ -237,6 +237,12 @@ gv_status gv_sched_config_parse(const char *text, size_t len, struct gv_sched_co
             else
                 st = gv_error_set(err, GV_EINVAL,
                                   "config: \"filterReturns\" must be \"node\" or \"feasible\"");
+        } else if (strcmp(k, "scoreAllNodes") == 0) {
+            if ((st = get_int(v, k, 0, UINT32_MAX, &x, err)) == GV_OK)
+                cfg->alloc.score_all_nodes = (uint32_t)x;
+        } else if (strcmp(k, "scoreBudget") == 0) {
+            if ((st = get_int(v, k, 0, 100000, &x, err)) == GV_OK)
+                cfg->alloc.score_budget = (uint32_t)x;
         } else if (strcmp(k, "reservationTimeoutSeconds") == 0) {
             if ((st = get_int(v, k, 1, 86400, &x, err)) == GV_OK)
                 cfg->reservation_ttl_s = (long)x;

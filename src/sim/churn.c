@@ -279,7 +279,7 @@ gv_status gv_sim_churn(const struct gv_sim_trace *t, gv_alloc_policy policy, uin
     uint64_t warm = 2 * L, total = warm + o->lifetimes * L;
     uint64_t sample_every = L / 50 > 0 ? L / 50 : 1;
     struct gv_alloc_config cfg;
-    gv_alloc_config_default(&cfg);
+    sim_engine_config(t, &cfg);
     cfg.node_policy = policy;
     cfg.gpu_policy = policy == GV_ALLOC_POLICY_SPREAD ? GV_ALLOC_GPU_SPREAD : GV_ALLOC_GPU_BINPACK;
     struct churn ch = {.ring = 2 * L + 1, .warm = warm, .patience = 2 * L, .out = out,

@@ -32,6 +32,14 @@ size_t gv_sim_trace_pods(const struct gv_sim_trace *t);
  * reference keeps the given names.
  */
 void gv_sim_trace_set_shuffle_names(struct gv_sim_trace *t, bool on);
+/*
+ * Replays and the offline reference score every node state however large
+ * the cluster (exact FGD), instead of the engine's score budget beyond
+ * 5,000 nodes (gv_alloc_config.score_all_nodes; docs/alloc.md, "Score
+ * budget").  Off by default: the simulator predicts what the scheduler,
+ * with the same defaults, does.
+ */
+void gv_sim_trace_set_exact(struct gv_sim_trace *t, bool on);
 /* Sum over nodes of GPUs x 1000. */
 uint64_t gv_sim_trace_gpu_milli(const struct gv_sim_trace *t);
 /* Sum over pods of GPUs x milli per GPU. */

@@ -67,7 +67,7 @@ static gv_status cluster_of(const struct gv_sim_trace *t, gv_alloc_policy policy
                             struct gv_alloc_cluster **c, struct gv_error *err)
 {
     struct gv_alloc_config cfg;
-    gv_alloc_config_default(&cfg);
+    sim_engine_config(t, &cfg);
     cfg.node_policy = policy;
     cfg.gpu_policy = GV_ALLOC_GPU_BINPACK;
     gv_status rc = gv_alloc_cluster_new(&cfg, c, err);

@@ -316,6 +316,18 @@ void gv_sim_trace_set_shuffle_names(struct gv_sim_trace *t, bool on)
     t->shuffle_names = on;
 }
 
+void gv_sim_trace_set_exact(struct gv_sim_trace *t, bool on)
+{
+    t->exact = on;
+}
+
+void sim_engine_config(const struct gv_sim_trace *t, struct gv_alloc_config *cfg)
+{
+    gv_alloc_config_default(cfg);
+    if (t->exact)
+        cfg->score_all_nodes = 0;
+}
+
 static void names_free(char **names, size_t n)
 {
     for (size_t i = 0; names != NULL && i < n; i++)
@@ -410,7 +422,7 @@ static gv_status run(const struct gv_sim_trace *t, gv_alloc_policy policy, uint6
     double t0 = now();
     gv_status rc;
     struct gv_alloc_config cfg;
-    gv_alloc_config_default(&cfg);
+    sim_engine_config(t, &cfg);
     cfg.node_policy = policy;
     cfg.gpu_policy = gpu_policy_for(policy);
     cfg.exhaustive = exhaustive;

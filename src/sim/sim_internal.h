@@ -24,6 +24,7 @@ struct gv_sim_trace {
     struct gv_podspec_whole_req **wreq;
     size_t n_pods, cap_pods;
     bool shuffle_names; /* gv_sim_trace_set_shuffle_names */
+    bool exact;         /* gv_sim_trace_set_exact */
     int32_t *prio;      /* PriorityClass values of pods[0..n_prio) (priority.c); NULL = none */
     size_t n_prio;
     /* the CSV reader's scratch set of node names (trace.c, node_seen):
@@ -82,6 +83,8 @@ gv_status sim_parse_kv(const char *what, const char *spec, const struct sim_kv *
 void sim_trace_clear(struct gv_sim_trace *t);
 /* GPU request of a pod in milli (GPUs x share). */
 uint64_t sim_pod_milli(const struct gv_alloc_request *r);
+/* The engine's defaults, exact when the trace says so (run.c). */
+void sim_engine_config(const struct gv_sim_trace *t, struct gv_alloc_config *cfg);
 
 /* Adds t's nodes to c (names[i] instead of their own when names is not
  * NULL), with their interconnect groups. */

@@ -32,3 +32,10 @@ test_defrag_SRCS := tests/alloc/test_defrag.c
 test_defrag_LIBS := alloc common
 test_defrag_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)
 test_defrag_CFLAGS := -I.
+
+# Score budget on large clusters: known answers and order independence.
+TEST_PROGS += test_score_budget
+test_score_budget_SRCS := tests/alloc/test_score_budget.c
+test_score_budget_LIBS := alloc common
+test_score_budget_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)
+test_score_budget_CFLAGS := -I.

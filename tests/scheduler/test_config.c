@@ -22,8 +22,11 @@ static void test_defaults_and_overrides(void **state)
     assert_string_equal(c.scheduler_name, "gpuvisor-scheduler");
     assert_false(c.filter_feasible);
     assert_string_equal(c.alloc.res.gpu, "nvidia.com/gpu");
+    assert_int_equal(c.alloc.score_all_nodes, 5000);
+    assert_int_equal(c.alloc.score_budget, 16);
     const char *text =
         "{\"schedulerName\":\"s2\",\"nodePolicy\":\"spread\",\"gpuPolicy\":\"spread\","
+        "\"scoreAllNodes\":0,\"scoreBudget\":64,"
         "\"filterReturns\":\"feasible\",\"reservationTimeoutSeconds\":5,"
         "\"heartbeatTimeoutSeconds\":7,\"nodeLabelSelector\":\"gpu=yes\","
         "\"resources\":{\"gpu\":\"example.com/vgpu\",\"gpumem\":\"example.com/vmem\"},"
@@ -32,6 +35,8 @@ static void test_defaults_and_overrides(void **state)
     assert_string_equal(c.scheduler_name, "s2");
     assert_int_equal(c.alloc.node_policy, GV_ALLOC_POLICY_SPREAD);
     assert_int_equal(c.alloc.gpu_policy, GV_ALLOC_GPU_SPREAD);
+    assert_int_equal(c.alloc.score_all_nodes, 0);
+    assert_int_equal(c.alloc.score_budget, 64);
     assert_true(c.filter_feasible);
     assert_int_equal(c.reservation_ttl_s, 5);
     assert_int_equal(c.heartbeat_timeout_s, 7);
@@ -54,6 +59,8 @@ static void test_errors_name_the_key(void **state)
     } cases[] = {
         {"{\"nodePolicy\":\"random\"}", "nodePolicy"},
         {"{\"filterReturns\":1}", "filterReturns"},
+        {"{\"scoreAllNodes\":-1}", "scoreAllNodes"},
+        {"{\"scoreBudget\":\"16\"}", "scoreBudget"},
         {"{\"reservationTimeoutSeconds\":0}", "reservationTimeoutSeconds"},
         {"{\"bogus\":1}", "unknown key \"bogus\""},
         {"{\"resources\":{\"gpux\":\"a\"}}", "resources.gpux"},
