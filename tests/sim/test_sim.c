@@ -422,6 +422,45 @@ static void test_protocol_on_known_trace(void **state)
     gv_sim_trace_free(t);
 }
 
+/* Over 5,000 nodes the engine's score budget applies (docs/alloc.md, "Score
+ * budget") and --exact (gv_sim_trace_set_exact) turns it off: on 5,001 nodes
+ * in states of their own (CPU and shares of many sizes) the two replays
+ * place differently, each the same again when repeated, and the replay
+ * follows the setting back. */
+static void test_exact_turns_the_budget_off(void **state)
+{
+    (void)state;
+    size_t cap = 64 * 5100, o = 0;
+    char *n = malloc(cap);
+    assert_non_null(n);
+    o += (size_t)snprintf(n + o, cap - o, "sn,cpu_milli,memory_mib,gpu,model\n");
+    for (int i = 0; i < 5001; i++)
+        o += (size_t)snprintf(n + o, cap - o, "n%04d,%d,262144,%d,%s\n", i,
+                              16000 + 1000 * (i % 48), 1 + i % 4, i % 5 == 0 ? "V100" : "T4");
+    const char *p = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+                    "a,1000,1024,1,100\nb,3000,1024,1,250\nc,5000,1024,1,300\n"
+                    "d,2000,1024,1,470\ne,7000,1024,1,650\nf,4000,1024,1,810\n"
+                    "g,9000,1024,1,1000\nh,6000,1024,2,1000\n";
+    struct gv_sim_trace *t = sim_test_trace(n, p);
+    free(n);
+    struct gv_sim_curve budget, exact, again;
+    assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_FGD, 42, 0.6, &budget, NULL), GV_OK);
+    gv_sim_trace_set_exact(t, true);
+    assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_FGD, 42, 0.6, &exact, NULL), GV_OK);
+    assert_int_equal(exact.arrivals, budget.arrivals);
+    assert_true(exact.placement_hash != budget.placement_hash);
+    assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_FGD, 42, 0.6, &again, NULL), GV_OK);
+    assert_true(again.placement_hash == exact.placement_hash);
+    gv_sim_curve_free(&again);
+    gv_sim_trace_set_exact(t, false);
+    assert_int_equal(gv_sim_run(t, GV_ALLOC_POLICY_FGD, 42, 0.6, &again, NULL), GV_OK);
+    assert_true(again.placement_hash == budget.placement_hash);
+    gv_sim_curve_free(&again);
+    gv_sim_curve_free(&budget);
+    gv_sim_curve_free(&exact);
+    gv_sim_trace_free(t);
+}
+
 /* Ties go to the smallest node name.  Node a has 2 cores, b 64; a half-GPU
  * pod (1 core) ties between the empty nodes, a whole-GPU pod needs 32 cores
  * (b only).  With the given names the half pod always takes a and the whole
@@ -1095,6 +1134,7 @@ int main(void)
         cmocka_unit_test(test_synthetic_is_seeded),
         cmocka_unit_test(test_protocol_on_known_trace),
         cmocka_unit_test(test_shuffled_node_names),
+        cmocka_unit_test(test_exact_turns_the_budget_off),
         cmocka_unit_test(test_protocol_is_deterministic),
         cmocka_unit_test(test_high_priority_preemption),
         cmocka_unit_test(test_rng),

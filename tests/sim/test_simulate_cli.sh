@@ -34,6 +34,12 @@ rc=$?
 "$bin" simulate --synthetic nodes=30 --policy fgd --seed 7 --shuffle-nodes >"$tmp/s2.out" 2>/dev/null
 check "--shuffle-nodes runs and repeats for the same seed" bash -c \
     "[ $rc -eq 0 ] && grep -q 'seeds=1$' '$tmp/s1.out' && diff <(grep -v s/seed '$tmp/s1.out' | cut -c1-100) <(grep -v s/seed '$tmp/s2.out' | cut -c1-100) >/dev/null"
+# --exact: below 5,000 nodes the engine is exact anyway, so the same report
+# (the budget's own effect: tests/sim/test_sim.c, test_exact_turns_the_budget_off)
+"$bin" simulate --synthetic nodes=30 --policy fgd --seed 7 --exact >"$tmp/x.out" 2>/dev/null
+rc=$?
+check "--exact runs, and a small cluster places as without it" bash -c \
+    "[ $rc -eq 0 ] && grep -q 'seeds=1$' '$tmp/x.out' && diff <(grep -v s/seed '$tmp/a.out' | cut -c1-100) <(grep -v s/seed '$tmp/x.out' | cut -c1-100) >/dev/null"
 
 # Priorities: a high-priority share preempts the rest; bad shares are refused.
 "$bin" simulate --synthetic nodes=20 --seeds 1 --policy fgd --high-priority 25 >"$tmp/hp.out" 2>/dev/null
