@@ -439,7 +439,7 @@ static bool budget_init(const struct gv_alloc_cluster *c, const struct req_view 
     if (v->policy != GV_ALLOC_POLICY_FGD || c->cfg.score_all_nodes == 0 ||
         c->cfg.score_budget == 0 || searched <= c->cfg.score_all_nodes)
         return false;
-    memset(b, 0, sizeof(*b));
+    b->n_grp = 0; /* the slots are set as groups appear (budget_group) */
     b->left = c->cfg.score_budget;
     b->floor = b->left / 4 ? b->left / 4 : 1;
     return true;
@@ -456,6 +456,7 @@ static uint32_t budget_group(struct budget *b, uint64_t mask)
     if (b->n_grp == BUDGET_GROUPS)
         return BUDGET_GROUPS - 1;
     b->grp_mask[b->n_grp] = mask;
+    b->grp_fit[b->n_grp] = 0;
     return b->n_grp++;
 }
 
@@ -499,7 +500,8 @@ static bool budget_may_cut(const struct budget *b, const struct budget_item *it,
         return false;
     if (b->left > 0)
         return true;
-    uint32_t in_list[BUDGET_GROUPS] = {0};
+    uint32_t in_list[BUDGET_GROUPS];
+    memset(in_list, 0, b->n_grp * sizeof(in_list[0]));
     for (uint32_t i = 0; i < n; i++)
         if (++in_list[it[i].grp] > b->floor - b->grp_fit[it[i].grp])
             return true;
