@@ -289,7 +289,10 @@ static void test_cut_list_less_cpu_first(void **state)
  */
 static uint64_t rng;
 
-static uint32_t below(uint32_t n) { return (uint32_t)(at_xorshift(&rng) % n); }
+static uint32_t below(uint32_t n)
+{
+    return (uint32_t)(at_xorshift(&rng) % n);
+}
 
 static void test_budget_ignores_history(void **state)
 {
@@ -317,8 +320,8 @@ static void test_budget_ignores_history(void **state)
                 struct gv_alloc_gpu_spec g[4];
                 for (uint32_t j = 0; j < gpus[i]; j++) {
                     snprintf(uuid[j], sizeof(uuid[j]), "GPU-%02u-%u", i, j);
-                    g[j] = (struct gv_alloc_gpu_spec){uuid[j], j, mdl[i] ? V100 : T4, 16384, 0,
-                                                      0, true, GV_ALLOC_GPU_SHARED};
+                    g[j] = (struct gv_alloc_gpu_spec){uuid[j], j,    mdl[i] ? V100 : T4, 16384, 0,
+                                                      0,       true, GV_ALLOC_GPU_SHARED};
                 }
                 struct gv_alloc_node_spec s = {name, 64000, 262144, NULL, 0, g, gpus[i]};
                 assert_int_equal(gv_alloc_node_upsert(to[t], &s, NULL), GV_OK);
@@ -370,8 +373,8 @@ static void test_budget_ignores_history(void **state)
             }
         for (int q = 0; q < 60; q++) {
             uint32_t milli = below(4) == 0 ? 1000 : shares[below(10)];
-            struct gv_alloc_request *r = simple_req("q", milli == 1000 ? 1 + below(2) : 1, 0,
-                                                    milli);
+            struct gv_alloc_request *r =
+                simple_req("q", milli == 1000 ? 1 + below(2) : 1, 0, milli);
             if (below(5) == 0)
                 assert_int_equal(
                     gv_alloc_request_set_constraint(r, GV_ALLOC_USE_TYPE, "v100", NULL), GV_OK);
