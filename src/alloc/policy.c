@@ -631,10 +631,13 @@ static gv_status pick_done(struct gv_alloc_cluster *c, struct req_view *v, uint3
 }
 
 /* Stamps the named nodes and counts them per state class, for the indexed
- * search to look only at them (O(names) lookups, no scoring).  False when a
- * named node has no class (the caller scores the list instead). */
-static bool mark_candidates(struct gv_alloc_cluster *c, const char *const *nodes, size_t n)
+ * search to look only at them (O(names) lookups, no scoring); *distinct: the
+ * known nodes named, each once (what a score budget's threshold counts).
+ * False when a named node has no class (the caller scores the list instead). */
+static bool mark_candidates(struct gv_alloc_cluster *c, const char *const *nodes, size_t n,
+                            uint64_t *distinct)
 {
+    *distinct = 0;
     uint32_t stamp = next_stamp(c);
     uint32_t *at = malloc((n ? n : 1) * sizeof(*at));
     if (at == NULL)
@@ -647,6 +650,7 @@ static bool mark_candidates(struct gv_alloc_cluster *c, const char *const *nodes
         if (idx == UINT32_MAX || c->nodes[idx].cand_stamp == stamp)
             continue;
         c->nodes[idx].cand_stamp = stamp;
+        (*distinct)++;
         uint32_t ki = c->nodes[idx].cls;
         if (ki == UINT32_MAX) {
             free(at);
@@ -698,12 +702,13 @@ gv_status gv_alloc_pick(struct gv_alloc_cluster *c, const struct gv_alloc_reques
     /* The index pays off where nodes share states; where nearly every node
      * is in a state of its own it would visit as many classes as the list
      * has names, in a worse memory order than the list loop below. */
+    uint64_t named = 0;
     if (nodes != NULL && memo_allowed(req) && !c->cfg.exhaustive && !c->index_broken &&
-        (uint64_t)c->live_cls * 2 <= c->live_nodes && mark_candidates(c, nodes, n)) {
+        (uint64_t)c->live_cls * 2 <= c->live_nodes && mark_candidates(c, nodes, n, &named)) {
         uint32_t best = UINT32_MAX;
         double best_score = 0;
         c->cand_pass = true;
-        pick_indexed(c, &v, n, &best, &best_score);
+        pick_indexed(c, &v, named, &best, &best_score);
         c->cand_pass = false;
         if (best != UINT32_MAX)
             return pick_done(c, &v, best, out);

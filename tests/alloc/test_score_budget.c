@@ -216,6 +216,39 @@ static void test_budget_counts_fits(void **state)
     }
 }
 
+/* A candidate list (the extender's) is budgeted by the distinct known nodes
+ * it names, not by its length: 60 empty T4 nodes beside the ladder (so the
+ * index serves the list: states are shared), threshold 99.  All 100 names:
+ * budgeted, n36.  50 names each given twice, and an unknown one: exact,
+ * the smallest name, n00. */
+static void test_candidate_list_counts_distinct_nodes(void **state)
+{
+    (void)state;
+    struct gv_alloc_cluster *c = ladder(99, 4, true);
+    static char names[100][8];
+    const char *all[100], *twice[101];
+    for (int i = 0; i < 100; i++) {
+        if (i < 40)
+            snprintf(names[i], sizeof(names[i]), "n%02d", i);
+        else
+            snprintf(names[i], sizeof(names[i]), "z%02d", i - 40);
+        if (i >= 40)
+            add_node(c, names[i], T4);
+        all[i] = names[i];
+    }
+    for (int i = 0; i < 100; i++)
+        twice[i] = names[i / 2]; /* n00..n39 and z00..z09, each twice */
+    twice[100] = "no-such-node";
+    struct gv_alloc_request *r = simple_req("listed", 1, 0, 100);
+    struct gv_alloc_assignment a;
+    assert_int_equal(gv_alloc_pick(c, r, all, 100, &a, NULL), GV_OK);
+    assert_string_equal(a.node, "n36");
+    assert_int_equal(gv_alloc_pick(c, r, twice, 101, &a, NULL), GV_OK);
+    assert_string_equal(a.node, "n00");
+    gv_alloc_request_free(r);
+    gv_alloc_cluster_free(c);
+}
+
 /* Evaluations shared between states that differ only where the score does
  * not look (host memory here: score_group.c) cost nothing and are not
  * counted: n36..n39 each have two twins (same GPU use, host memory of
@@ -414,6 +447,7 @@ int main(void)
         cmocka_unit_test(test_budget_evaluates_fullest_first),
         cmocka_unit_test(test_every_model_gets_a_floor),
         cmocka_unit_test(test_budget_counts_fits),
+        cmocka_unit_test(test_candidate_list_counts_distinct_nodes),
         cmocka_unit_test(test_shared_scores_not_counted),
         cmocka_unit_test(test_floor_cuts_a_list_fullest_first),
         cmocka_unit_test(test_cut_list_less_cpu_first),
