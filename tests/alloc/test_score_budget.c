@@ -89,16 +89,24 @@ static void use(struct gv_alloc_cluster *c, const char *node, uint32_t milli)
     use_gpu(c, node, 0, milli);
 }
 
-static void pick_is(struct gv_alloc_cluster *c, const char *want)
+/* r picks want, over the candidate list nodes (NULL: the whole cluster);
+ * frees r. */
+static void req_picks(struct gv_alloc_cluster *c, struct gv_alloc_request *r,
+                      const char *const *nodes, size_t n, const char *want)
 {
-    struct gv_alloc_request *r = simple_req("probe", 1, 0, 100);
     struct gv_alloc_assignment a;
     struct gv_error err = {0};
-    if (gv_alloc_pick(c, r, NULL, 0, &a, &err) != GV_OK)
+    if (gv_alloc_pick(c, r, nodes, n, &a, &err) != GV_OK)
         fail_msg("pick: %s", err.msg);
     if (strcmp(a.node, want) != 0)
         fail_msg("picked %s, want %s", a.node, want);
     gv_alloc_request_free(r);
+}
+
+/* A 100-milli task over the whole cluster picks want. */
+static void pick_is(struct gv_alloc_cluster *c, const char *want)
+{
+    req_picks(c, simple_req("probe", 1, 0, 100), NULL, 0, want);
 }
 
 /*
@@ -191,10 +199,7 @@ static void test_every_model_gets_a_floor(void **state)
     use(c, "a-v0", 100);
     struct gv_alloc_request *r = simple_req("typed", 1, 0, 100);
     assert_int_equal(gv_alloc_request_set_constraint(r, GV_ALLOC_USE_TYPE, "t4", NULL), GV_OK);
-    struct gv_alloc_assignment a;
-    assert_int_equal(gv_alloc_pick(c, r, NULL, 0, &a, NULL), GV_OK);
-    assert_string_equal(a.node, "n36");
-    gv_alloc_request_free(r);
+    req_picks(c, r, NULL, 0, "n36");
     gv_alloc_cluster_free(c);
 }
 
@@ -207,11 +212,7 @@ static void test_budget_counts_fits(void **state)
     (void)state;
     for (int up = 0; up < 2; up++) {
         struct gv_alloc_cluster *c = ladder_mem(39, 4, up, 8192);
-        struct gv_alloc_request *r = simple_req("big", 1, 10240, 100);
-        struct gv_alloc_assignment a;
-        assert_int_equal(gv_alloc_pick(c, r, NULL, 0, &a, NULL), GV_OK);
-        assert_string_equal(a.node, "n32");
-        gv_alloc_request_free(r);
+        req_picks(c, simple_req("big", 1, 10240, 100), NULL, 0, "n32");
         gv_alloc_cluster_free(c);
     }
 }
@@ -239,13 +240,8 @@ static void test_candidate_list_counts_distinct_nodes(void **state)
     for (int i = 0; i < 100; i++)
         twice[i] = names[i / 2]; /* n00..n39 and z00..z09, each twice */
     twice[100] = "no-such-node";
-    struct gv_alloc_request *r = simple_req("listed", 1, 0, 100);
-    struct gv_alloc_assignment a;
-    assert_int_equal(gv_alloc_pick(c, r, all, 100, &a, NULL), GV_OK);
-    assert_string_equal(a.node, "n36");
-    assert_int_equal(gv_alloc_pick(c, r, twice, 101, &a, NULL), GV_OK);
-    assert_string_equal(a.node, "n00");
-    gv_alloc_request_free(r);
+    req_picks(c, simple_req("listed", 1, 0, 100), all, 100, "n36");
+    req_picks(c, simple_req("listed", 1, 0, 100), twice, 101, "n00");
     gv_alloc_cluster_free(c);
 }
 
