@@ -45,6 +45,10 @@ struct cand {
 struct step {
     size_t pod;
     struct gv_alloc_assignment from, to;
+    /* the pod's marks where it was (gv_alloc_pod_set_victim): a release
+     * drops them with the pod, so a trial's undo puts them back too */
+    int32_t priority;
+    bool victim;
 };
 
 struct planner {
@@ -159,6 +163,21 @@ static gv_status push_step(struct planner *p, size_t pod, struct gv_error *err)
     return GV_OK;
 }
 
+/* Back where step s took it from, with the marks it had there.  Without
+ * the marks a plan left every pod it tried to move unable to be preempted
+ * (the churn replay's victims check found half of them gone). */
+static void put_back(struct planner *p, const struct step *s)
+{
+    const struct gv_defrag_pod *dp = &p->in->pods[s->pod];
+    if (tracked_place(p, dp->req, &s->from, NULL) != GV_OK)
+        return;
+    uint32_t slot = strmap_get(&p->c->pod_map, dp->req->uid);
+    if (slot != UINT32_MAX) {
+        p->c->pods[slot]->victim = s->victim;
+        p->c->pods[slot]->priority = s->priority;
+    }
+}
+
 /* Moves pod i: release, ask the engine where it goes, place it there. */
 static gv_status move_pod(struct planner *p, size_t i, struct gv_error *err)
 {
@@ -174,6 +193,9 @@ static gv_status move_pod(struct planner *p, size_t i, struct gv_error *err)
             s->from = p->steps[k].to;
             break;
         }
+    uint32_t slot = strmap_get(&p->c->pod_map, dp->req->uid);
+    s->victim = slot != UINT32_MAX && p->c->pods[slot]->victim;
+    s->priority = slot != UINT32_MAX ? p->c->pods[slot]->priority : 0;
     if ((st = tracked_release(p, dp->req->uid, err)) != GV_OK) {
         p->n_steps--;
         return st;
@@ -183,7 +205,7 @@ static gv_status move_pod(struct planner *p, size_t i, struct gv_error *err)
         st = tracked_place(p, dp->req, &s->to, err);
     if (st != GV_OK) {
         /* it fitted where it was a moment ago: put it back */
-        tracked_place(p, dp->req, &s->from, NULL);
+        put_back(p, s);
         p->n_steps--;
     }
     return st;
@@ -194,9 +216,8 @@ static void undo_to(struct planner *p, size_t depth)
 {
     while (p->n_steps > depth) {
         struct step *s = &p->steps[--p->n_steps];
-        const struct gv_defrag_pod *dp = &p->in->pods[s->pod];
-        tracked_release(p, dp->req->uid, NULL);
-        tracked_place(p, dp->req, &s->from, NULL);
+        tracked_release(p, p->in->pods[s->pod].req->uid, NULL);
+        put_back(p, s);
     }
 }
 

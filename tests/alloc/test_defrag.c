@@ -197,6 +197,26 @@ static uint64_t usage_hash(struct world *w)
     return h;
 }
 
+/* The victim marks (gv_alloc_pod_set_victim), order-independent: which pods
+ * may be preempted, with their priorities. */
+static uint64_t marks_hash(struct world *w)
+{
+    uint64_t h = 0;
+    for (uint32_t ni = 0; ni < 4; ni++) {
+        char name[16];
+        struct gv_alloc_victim v[MAXP];
+        snprintf(name, sizeof(name), "n%u", ni);
+        size_t n = gv_alloc_node_victims(w->c, name, v, MAXP);
+        for (size_t i = 0; i < n && i < MAXP; i++) {
+            uint64_t x = 1469598103934665603ULL;
+            for (const char *c = v[i].uid; *c; c++)
+                x = (x ^ (unsigned char)*c) * 1099511628211ULL;
+            h += (x ^ (uint64_t)(uint32_t)v[i].priority) * 0x9e3779b97f4a7c15ULL + ni;
+        }
+    }
+    return h;
+}
+
 /* The cluster, for a failure message. */
 static void dump(const struct world *w, uint32_t B)
 {
@@ -224,7 +244,13 @@ static void check_against_brute(bool pending)
         uint32_t B = 1 + below(3);
         struct gv_defrag_input in = {w.pods, w.n_pods, w.budget, 2,
                                      (const struct gv_alloc_request *const *)w.pend, w.n_pend, B, 0};
-        uint64_t h0 = usage_hash(&w);
+        /* some pods are possible victims (bound where placed), with priorities */
+        for (size_t i = 0; i < w.n_pods; i++)
+            if (below(2) == 0)
+                assert_int_equal(gv_alloc_pod_set_victim(w.c, w.req[i]->uid, w.at[i].node,
+                                                         (int32_t)below(1000) - 500, NULL),
+                                 GV_OK);
+        uint64_t h0 = usage_hash(&w), m0 = marks_hash(&w);
         double v0 = measure(&w);
         struct gv_defrag_plan plan;
         struct gv_error err = {0};
@@ -232,6 +258,9 @@ static void check_against_brute(bool pending)
             fail_msg("seed %llu case %u: %s", (unsigned long long)seed, t, err.msg);
         if (usage_hash(&w) != h0 || measure(&w) != v0)
             fail_msg("seed %llu case %u: the plan left the cluster changed",
+                     (unsigned long long)seed, t);
+        if (marks_hash(&w) != m0)
+            fail_msg("seed %llu case %u: the plan left the victim marks changed",
                      (unsigned long long)seed, t);
         double pv = value_of(&w, plan.after.idle_gpus, plan.after.pending_fit);
         if (plan.before.idle_gpus + 0.0 + plan.before.pending_fit * (w.gpus + 1.0) != v0)
