@@ -103,6 +103,7 @@ ALL_OBJS += $$($(1)_OBJS)
 endef
 
 ALL_OBJS :=
+GEN_HEADERS :=
 
 include $(sort $(wildcard src/*/module.mk))
 include $(sort $(wildcard tests/*/module.mk))
@@ -168,10 +169,12 @@ fuzz: $(foreach f,$(FUZZ_TARGETS),$(FUZZ_BUILD)/$(f))
 # headers tracked (-MMD): a header change rebuilds the replays that include
 # it, and a change to one source recompiles that file alone.  Compiling each
 # replay whole from its sources cost 5-7 s a replay on every change, most of
-# a mutant's rebuild (make mutants, 2 of every 3 minutes of it).
+# a mutant's rebuild (make mutants, 2 of every 3 minutes of it).  The
+# objects wait for the generated headers (GEN_HEADERS, from the modules):
+# a source may include one before any rule knows it does.
 define GV_FUZZ_REPLAY
 $(1)_ROBJS := $$(patsubst %.c,$$(BUILD)/obj-replay/$(1)/%.o,$$($(1)_SRCS) tests/fuzz/replay_main.c)
-$$($(1)_ROBJS): $$(BUILD)/obj-replay/$(1)/%.o: %.c
+$$($(1)_ROBJS): $$(BUILD)/obj-replay/$(1)/%.o: %.c | $$(GEN_HEADERS)
 	@mkdir -p $$(@D)
 	@echo "  CC      $$< ($(1))"
 	$$(Q)$$(CC) $$(ALL_CFLAGS) $$($(1)_CFLAGS) -DGV_FUZZ_NAME='"$(1)"' -c -o $$@ $$<

@@ -8,6 +8,8 @@ NODE_PROTO     := proto/deviceplugin/v1beta1/api.proto
 NODE_GEN       := $(BUILD)/gen/node
 NODE_PB_C      := $(NODE_GEN)/deviceplugin.pb-c.c
 NODE_PB_H      := $(NODE_GEN)/deviceplugin.pb-c.h
+# generated headers: every fuzz replay object waits for them (Makefile)
+GEN_HEADERS    += $(NODE_PB_H)
 
 $(NODE_GEN)/deviceplugin.proto: $(NODE_PROTO)
 	@mkdir -p $(@D)
