@@ -169,13 +169,9 @@ static gv_status push_step(struct planner *p, size_t pod, struct gv_error *err)
 static void put_back(struct planner *p, const struct step *s)
 {
     const struct gv_defrag_pod *dp = &p->in->pods[s->pod];
-    if (tracked_place(p, dp->req, &s->from, NULL) != GV_OK)
-        return;
-    uint32_t slot = strmap_get(&p->c->pod_map, dp->req->uid);
-    if (slot != UINT32_MAX) {
-        p->c->pods[slot]->victim = s->victim;
-        p->c->pods[slot]->priority = s->priority;
-    }
+    if (tracked_place(p, dp->req, &s->from, NULL) == GV_OK)
+        gv_alloc_pod_set_victim(p->c, dp->req->uid, s->victim ? s->from.node : NULL, s->priority,
+                                NULL);
 }
 
 /* Moves pod i: release, ask the engine where it goes, place it there. */

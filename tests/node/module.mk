@@ -88,7 +88,7 @@ fuzz_node_checkpoint_SRCS := tests/node/fuzz_node_checkpoint.c src/node/allocate
 	src/common/gv_file.c src/common/gv_error.c
 fuzz_node_checkpoint_CFLAGS := $(NODE_CFLAGS)
 fuzz_node_checkpoint_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
-$(FUZZ_BUILD)/fuzz_node_checkpoint $(BUILD)/tests/fuzzreplay_fuzz_node_checkpoint: | $(NODE_PB_H)
+$(FUZZ_BUILD)/fuzz_node_checkpoint: | $(NODE_PB_H)
 # What the monitor parses: /proc/<pid>/cgroup text, container records, HTTP request heads.
 FUZZ_TARGETS += fuzz_node_metrics
 fuzz_node_metrics_SRCS := tests/node/fuzz_node_metrics.c $(wildcard src/node/monitor/*.c) \
@@ -110,7 +110,7 @@ fuzz_node_allocate_SRCS := tests/node/fuzz_node_allocate.c $(wildcard src/node/a
 fuzz_node_allocate_CFLAGS := $(NODE_CFLAGS)
 fuzz_node_allocate_LDLIBS := $(NODE_LDLIBS) $(kube_LDLIBS)
 # order-only: the replay rule compiles $^, which must hold sources only
-$(FUZZ_BUILD)/fuzz_node_allocate $(BUILD)/tests/fuzzreplay_fuzz_node_allocate: | $(NODE_PB_H)
+$(FUZZ_BUILD)/fuzz_node_allocate: | $(NODE_PB_H)
 
 # NVIDIA GFD labels: golden table per fake node (docs/mig-cdi.md, "GFD labels").
 TEST_PROGS += test_node_labels
